@@ -1,0 +1,72 @@
+# omniconn - build, test and benchmark.
+#   make test        everything (installs missing Debian packages), ends with "N passed, M failed"
+#   make demo        the two-process shared-memory demo (and the other transports where available)
+#   make check       unit + functional tests of the default build only (fast inner loop)
+#   make bench-alloc / bench-shm / bench-tcp / bench-rdma   benchmarks -> bench/results/*.json
+#   make fuzz        build the libFuzzer targets and run each for FUZZ_SECONDS
+# Variables: BUILD (output dir), SAN (asan | tsan), CC, EXTRA_CFLAGS.
+
+CC      ?= cc
+BUILD   ?= build
+SAN     ?=
+OPT     ?= -O2
+WARN    := -Wall -Wextra -Werror -pedantic -Wshadow -Wstrict-prototypes -Wno-missing-field-initializers
+CFLAGS  := -std=c99 $(OPT) -g $(WARN) -I. -Itests $(EXTRA_CFLAGS)
+LDLIBS  := -lzmq -ldl -lpthread -lm
+
+ifeq ($(SAN),asan)
+  CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+  LDFLAGS += -fsanitize=address,undefined
+endif
+ifeq ($(SAN),tsan)
+  CFLAGS  += -fsanitize=thread -fno-omit-frame-pointer
+  LDFLAGS += -fsanitize=thread
+endif
+
+HEADERS     := omniconn.h omniconn_shm.h omniconn_rdma.h tests/omc_test.h tests/contract.h
+TEST_SRCS   := $(wildcard tests/test_*.c)
+TEST_BINS   := $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRCS))
+EXAMPLE_SRCS:= $(wildcard examples/*.c)
+EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
+BENCH_SRCS  := $(wildcard bench/*.c)
+BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
+
+.PHONY: all deps test check demo tests examples benches clean fuzz bench-alloc bench-shm bench-tcp bench-rdma
+
+all: tests examples benches
+
+deps:
+	@bash scripts/install-deps.sh
+
+tests: $(TEST_BINS)
+examples: $(EXAMPLE_BINS)
+benches: $(BENCH_BINS)
+
+$(BUILD)/%: tests/%.c $(HEADERS) | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
+$(BUILD)/%: examples/%.c $(HEADERS) | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
+$(BUILD)/%: bench/%.c $(HEADERS) | $(BUILD)
+	$(CC) $(CFLAGS) -O2 -o $@ $< $(LDFLAGS) $(LDLIBS)
+$(BUILD):
+	@mkdir -p $(BUILD)
+
+# The whole suite: compile matrix, tests (plain, ASan+UBSan, TSan), fuzz smoke, RDMA bed.
+test: deps
+	@bash tests/run.sh
+
+# The quick loop: build and run the unit and functional tests once.
+check: tests
+	@bash tests/run.sh --quick
+
+demo: deps
+	@bash examples/demo.sh
+
+fuzz:
+	@bash tests/fuzz/run.sh
+
+bench-alloc: deps $(BUILD)/bench_alloc
+	$(BUILD)/bench_alloc bench/results/alloc.json
+
+clean:
+	rm -rf build

@@ -1,0 +1,85 @@
+/* omc_test.h - the smallest test harness that does the job.
+
+   A test file defines tests with OMC_TEST(name) { ... } and ends with OMC_TEST_MAIN().
+   Checks: CHECK(cond), CHECK_EQ(a, b) (integers), CHECK_OK(expr) (an omc_result must be OMC_OK),
+   CHECK_RES(expr, code). A failed check prints file:line and the expression, marks the test
+   failed and goes on (so one run shows every failure).
+
+   Every binary prints one line per test ("PASS name" / "FAIL name") and, last, a line
+   "<binary>: N passed, M failed"; tests/run.sh adds those lines up. Arguments: test names
+   (substring match) to run a subset. Exit status 1 if anything failed. */
+#ifndef OMC_TEST_H
+#define OMC_TEST_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+
+typedef void (*omc_test_fn)(void);
+typedef struct omc_test_entry { const char* name; omc_test_fn fn; } omc_test_entry;
+
+static omc_test_entry omc_test_list[256];
+static int omc_test_count;
+static int omc_test_failed_checks;
+/* sub-results reported inside a test (one line each, counted in the totals) */
+static int omc_test_sub_passed, omc_test_sub_failed;
+static inline void omc_test_sub(const char* name, int failed) {
+    printf("%s %s\n", failed ? "FAIL" : "PASS", name);
+    fflush(stdout);
+    if (failed) omc_test_sub_failed++; else omc_test_sub_passed++;
+}
+
+static void omc_test_register(const char* name, omc_test_fn fn) {
+    if (omc_test_count < 256) { omc_test_list[omc_test_count].name = name; omc_test_list[omc_test_count].fn = fn; omc_test_count++; }
+}
+
+#define OMC_TEST(name) \
+    static void name(void); \
+    __attribute__((constructor)) static void name##_register(void) { omc_test_register(#name, name); } \
+    static void name(void)
+
+#define OMC_TEST_FAIL() __atomic_add_fetch(&omc_test_failed_checks, 1, __ATOMIC_RELAXED)
+#define CHECK(cond) do { if (!(cond)) { OMC_TEST_FAIL(); \
+    fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); } } while (0)
+#define CHECK_EQ(a, b) do { long long omc_t_a = (long long)(a), omc_t_b = (long long)(b); if (omc_t_a != omc_t_b) { \
+    OMC_TEST_FAIL(); fprintf(stderr, "  %s:%d: %s == %s failed: %lld vs %lld\n", __FILE__, __LINE__, #a, #b, omc_t_a, omc_t_b); } } while (0)
+#define CHECK_RES(expr, code) do { omc_result omc_t_r = (expr); if (omc_t_r != (code)) { OMC_TEST_FAIL(); \
+    fprintf(stderr, "  %s:%d: %s gave %s, expected %s\n", __FILE__, __LINE__, #expr, omc_result_name(omc_t_r), omc_result_name(code)); } } while (0)
+#define CHECK_OK(expr) CHECK_RES(expr, OMC_OK)
+/* stop the current test (after a failed precondition the rest would only crash) */
+#define REQUIRE(cond) do { if (!(cond)) { OMC_TEST_FAIL(); \
+    fprintf(stderr, "  %s:%d: REQUIRE(%s) failed\n", __FILE__, __LINE__, #cond); return; } } while (0)
+
+static int omc_test_main(int argc, char** argv) {
+    int i, j, passed = 0, failed = 0;
+    const char* prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    for (i = 0; i < omc_test_count; i++) {
+        int selected = argc <= 1, before;
+        for (j = 1; j < argc; j++) if (strstr(omc_test_list[i].name, argv[j])) selected = 1;
+        if (!selected) continue;
+        before = __atomic_load_n(&omc_test_failed_checks, __ATOMIC_RELAXED);
+        omc_test_list[i].fn();
+        if (__atomic_load_n(&omc_test_failed_checks, __ATOMIC_RELAXED) == before) { passed++; printf("PASS %s\n", omc_test_list[i].name); }
+        else { failed++; printf("FAIL %s\n", omc_test_list[i].name); }
+        fflush(stdout);
+    }
+    passed += omc_test_sub_passed;
+    failed += omc_test_sub_failed;
+    printf("%s: %d passed, %d failed\n", prog, passed, failed);
+    return failed ? 1 : 0;
+}
+#define OMC_TEST_MAIN() int main(int argc, char** argv) { return omc_test_main(argc, argv); }
+
+/* A deterministic pattern for payload checks: byte i of stream `seed`. */
+static inline uint8_t omc_test_byte(uint64_t seed, uint64_t i) {
+    uint64_t x = (seed + 1) * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    return (uint8_t)(x ^ (x >> 17));
+}
+static inline void omc_test_fill(void* p, uint64_t n, uint64_t seed) {
+    uint64_t i; uint8_t* b = (uint8_t*)p; for (i = 0; i < n; i++) b[i] = omc_test_byte(seed, i);
+}
+static inline int omc_test_verify(const void* p, uint64_t n, uint64_t seed) {
+    uint64_t i; const uint8_t* b = (const uint8_t*)p; for (i = 0; i < n; i++) if (b[i] != omc_test_byte(seed, i)) return 0; return 1;
+}
+#endif
