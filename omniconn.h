@@ -822,6 +822,13 @@ typedef struct omc_local_desc {
 
 OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** out);
 
+/* ============================================================================================== */
+/* [SECTION] The remote connector: ZMQ side channel and TCP data plane                           */
+/* ============================================================================================== */
+#if OMC__HAS_ZMQ
+#include "wip/net_decl.h"   /* TEMPORARY during development: merged into this file */
+#endif
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
@@ -2976,6 +2983,10 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     *out = c;
     return OMC_OK;
 }
+
+#if OMC__HAS_ZMQ
+#include "wip/net_impl.h"   /* TEMPORARY during development: merged into this file */
+#endif
 
 /* ============================================================================================== */
 /* [SECTION] Implementation: features                                                            */
