@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The compile matrix: every header on its own, as C99 and as C++, with gcc and clang, warnings as
+# errors; OMNICONN_STATIC; two translation units linked together; the header included twice; and
+# every feature-macro combination. Each cell prints PASS/FAIL; the last line is
+# "compile-matrix: N passed, M failed".
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${BUILD:-build}/compile
+mkdir -p "$OUT"
+pass=0; fail=0
+WARN="-Wall -Wextra -Werror -pedantic -Wshadow"
+CWARN="$WARN -Wstrict-prototypes"
+LIBS="-lzmq -ldl -lpthread -lm"
+CUDA_INC=/usr/local/cuda/include
+
+cell() {   # cell NAME COMMAND...
+    local name=$1; shift
+    if "$@" >"$OUT/$name.log" 2>&1; then pass=$((pass+1)); echo "PASS compile.$name"
+    else fail=$((fail+1)); echo "FAIL compile.$name"; sed 's/^/    /' "$OUT/$name.log" | head -20; fi
+}
+
+headers=(omniconn.h)
+for h in omniconn_shm.h omniconn_rdma.h omniconn_pipeline.h; do [ -f "$h" ] && headers+=("$h"); done
+
+# a translation unit that builds the implementation of header $1 with extra defines $2
+impl_tu() {
+    local f=$OUT/impl_$RANDOM$RANDOM.c
+    { printf '%s\n' $2 | sed -n 's/^-D\([A-Z_]*\)$/#define \1/p'
+      echo "#define OMNICONN_IMPLEMENTATION"
+      echo "#include \"$1\""
+      echo "#include \"$1\"   /* a second include must be harmless */"
+      echo "int main(void) { return omc_version() == OMNICONN_VERSION ? 0 : 1; }"; } > "$f"
+    echo "$f"
+}
+
+for h in "${headers[@]}"; do
+    base=${h%.h}
+    decl=$OUT/decl_$base.c
+    printf '#include "%s"\nint omc_test_decl_only(void);\nint omc_test_decl_only(void) { return (int)sizeof(omc_range); }\n' "$h" > "$decl"
+    cell "$base.decl.c99"   gcc -std=c99 $CWARN -I. -c "$decl" -o "$OUT/decl_$base.o"
+    cell "$base.decl.cxx"   g++ -std=c++11 $WARN -I. -x c++ -c "$decl" -o "$OUT/decl_${base}_cxx.o"
+    tu=$(impl_tu "$h" "")
+    cell "$base.impl.gcc-c99"   gcc -std=c99 $CWARN -I. "$tu" -o "$OUT/$base.gcc" $LIBS
+    cell "$base.impl.clang-c99" clang -std=c99 $CWARN -I. "$tu" -o "$OUT/$base.clang" $LIBS
+    cell "$base.impl.g++-c++11" g++ -std=c++11 $WARN -I. -x c++ "$tu" -o "$OUT/$base.gxx" $LIBS
+    cell "$base.impl.clang++-c++17" clang++ -std=c++17 $WARN -I. -x c++ "$tu" -o "$OUT/$base.clangxx" $LIBS
+    tu=$(impl_tu "$h" "-DOMNICONN_STATIC")
+    cell "$base.static"     gcc -std=c99 $CWARN -I. "$tu" -o "$OUT/$base.static" $LIBS
+    # two translation units: one holds the implementation, the other only calls the API
+    a=$OUT/tu_a_$base.c; b=$OUT/tu_b_$base.c
+    printf '#define OMNICONN_IMPLEMENTATION\n#include "%s"\nint omc_tu_b(void);\nint main(void) { return omc_tu_b(); }\n' "$h" > "$a"
+    printf '#include "%s"\nint omc_tu_b(void);\nint omc_tu_b(void) { return omc_has(OMC_FEATURE_LOCAL) ? 0 : 1; }\n' "$h" > "$b"
+    cell "$base.two-tus"    gcc -std=c99 $CWARN -I. "$a" "$b" -o "$OUT/$base.2tu" $LIBS
+    # static mode in two TUs: each keeps its own private copy, nothing clashes at link time
+    printf '#define OMNICONN_STATIC\n#define OMNICONN_IMPLEMENTATION\n#include "%s"\nint omc_tu_b(void);\nint main(void) { return omc_tu_b() + (omc_has(OMC_FEATURE_LOCAL) ? 0 : 1); }\n' "$h" > "$a"
+    printf '#define OMNICONN_STATIC\n#define OMNICONN_IMPLEMENTATION\n#include "%s"\nint omc_tu_b(void);\nint omc_tu_b(void) { return omc_has(OMC_FEATURE_LOCAL) ? 0 : 1; }\n' "$h" > "$b"
+    cell "$base.static-two-tus" gcc -std=c99 $CWARN -I. "$a" "$b" -o "$OUT/$base.s2tu" $LIBS
+done
+
+# feature-macro combinations, with every header at once
+all_impl() {   # all_impl DEFINES...
+    local f=$OUT/feat_$RANDOM$RANDOM.c
+    { for d in "$@"; do echo "#define ${d#-D}"; done
+      echo "#define OMNICONN_IMPLEMENTATION"
+      for h in "${headers[@]}"; do echo "#include \"$h\""; done
+      echo "int main(void) { return 0; }"; } > "$f"
+    echo "$f"
+}
+combos=("" "-DOMNICONN_NO_SHM" "-DOMNICONN_NO_ZMQ" "-DOMNICONN_NO_RDMA" "-DOMNICONN_NO_SHM -DOMNICONN_NO_ZMQ"
+        "-DOMNICONN_NO_SHM -DOMNICONN_NO_RDMA" "-DOMNICONN_NO_RUNTIME_LINKING" "-DOMNICONN_STATIC -DOMNICONN_NO_ZMQ")
+for c in "${combos[@]}"; do
+    name=$(echo "${c:-default}" | sed 's/-DOMNICONN_//g; s/ /+/g' | tr 'A-Z' 'a-z')
+    tu=$(all_impl $c)
+    libs="-ldl -lpthread -lm"
+    case "$c" in *NO_ZMQ*) ;; *) libs="-lzmq $libs";; esac
+    case "$c" in *NO_RUNTIME_LINKING*) libs="$libs -libverbs";; esac
+    cell "features.$name.c99" gcc -std=c99 $CWARN -I. "$tu" -o "$OUT/feat_$name" $libs
+    cell "features.$name.c++" g++ -std=c++11 $WARN -I. -x c++ "$tu" -o "$OUT/feat_${name}_cxx" $libs
+done
+# CUDA: compiled here (cuda_runtime_api.h from nvcc's toolkit), not run: no GPU on these machines
+if [ -f "$CUDA_INC/cuda_runtime_api.h" ]; then
+    tu=$(all_impl -DOMNICONN_ENABLE_CUDA)
+    cell "features.enable_cuda.c99" gcc -std=c99 $CWARN -I. -isystem "$CUDA_INC" -c "$tu" -o "$OUT/feat_cuda.o"
+    if [ -x /usr/local/cuda/bin/nvcc ]; then    # nvcc compiles the file as C++ (CUDA translation unit)
+        cp "$tu" "$OUT/feat_cuda.cu"
+        cell "features.enable_cuda.nvcc" /usr/local/cuda/bin/nvcc -I. -Xcompiler -Wall,-Wextra,-Werror -c "$OUT/feat_cuda.cu" -o "$OUT/feat_cuda_nvcc.o"
+    fi
+else
+    echo "SKIP compile.features.enable_cuda (no CUDA headers at $CUDA_INC)"
+fi
+
+echo "compile-matrix: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The whole omniconn test suite. `make test` calls this (after installing missing packages).
+#   tests/run.sh            everything: compile matrix, unit/functional tests (plain, ASan+UBSan,
+#                           TSan), fuzz smoke runs, the RDMA tests on the first bed available
+#   tests/run.sh --quick    the plain build's tests only
+# Every test binary ends with "<name>: N passed, M failed"; this script adds them up and ends
+# with one line "N passed, M failed". Exit status 0 only if nothing failed.
+set -u
+cd "$(dirname "$0")/.."
+QUICK=0; [ "${1:-}" = "--quick" ] && QUICK=1
+JOBS=${JOBS:-2}
+LOGS=build/logs
+mkdir -p "$LOGS"
+total_pass=0; total_fail=0
+
+count() {   # count LOGFILE LABEL: add the binary's closing line to the totals (no line = 1 failure)
+    local line p f
+    line=$(grep -E '^[^ ]+: [0-9]+ passed, [0-9]+ failed' "$1" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "FAIL $2 (no result line: crashed or did not run; see $1)"; tail -n 20 "$1" | sed 's/^/    /'
+        total_fail=$((total_fail + 1)); return
+    fi
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\2/')
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+    echo "  $2: $p passed, $f failed"
+    [ "$f" -eq 0 ] || grep -E '^FAIL|^  .*:[0-9]+: ' "$1" | head -n 30 | sed 's/^/    /'
+}
+
+run_tests() {   # run_tests BUILD_DIR LABEL [make args...]
+    local dir=$1 label=$2; shift 2
+    echo "== $label: building"
+    if ! make -s -j"$JOBS" BUILD="$dir" "$@" tests >"$LOGS/build-$label.log" 2>&1; then
+        echo "FAIL build ($label): see $LOGS/build-$label.log"; tail -n 30 "$LOGS/build-$label.log" | sed 's/^/    /'
+        total_fail=$((total_fail + 1)); return
+    fi
+    echo "== $label: running"
+    for t in "$dir"/test_*; do
+        [ -x "$t" ] || continue
+        local name log
+        name=$(basename "$t")
+        log="$LOGS/$label-$name.log"
+        timeout "${TEST_TIMEOUT:-600}" "$t" >"$log" 2>&1
+        count "$log" "$label/$name"
+    done
+}
+
+# sanitizers: fail on the first report; leaks count as failures
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+
+if [ "$QUICK" -eq 0 ]; then
+    echo "== compile matrix"
+    bash tests/compile/run.sh >"$LOGS/compile.log" 2>&1
+    count "$LOGS/compile.log" "compile-matrix"
+fi
+
+run_tests build plain
+
+if [ "$QUICK" -eq 0 ]; then
+    run_tests build/asan asan SAN=asan
+    run_tests build/tsan tsan SAN=tsan CC=clang
+    if [ -x tests/fuzz/run.sh ]; then
+        echo "== fuzz smoke (${FUZZ_SECONDS:=20} s per target)"
+        FUZZ_SECONDS=$FUZZ_SECONDS bash tests/fuzz/run.sh >"$LOGS/fuzz.log" 2>&1
+        count "$LOGS/fuzz.log" "fuzz"
+    fi
+    if [ -x tests/rdma/run-tests.sh ]; then
+        echo "== RDMA tests on a kernel RDMA stack"
+        bash tests/rdma/run-tests.sh >"$LOGS/rdma.log" 2>&1
+        grep -E '^rdma bed:' "$LOGS/rdma.log" | head -n 1
+        count "$LOGS/rdma.log" "rdma"
+    fi
+fi
+
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]
