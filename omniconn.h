@@ -138,6 +138,8 @@ OVERRIDES (HOOKS)
     Every *_desc struct has an omc_hooks member: alloc_fn/free_fn (host memory for the library's
     own bookkeeping - not the registered pools), log_fn, user_data. All zero means the process
     default, which omc_set_default_hooks() sets (call it before you create anything).
+    Metadata blobs (omc_meta) are the one exception: they outlive the connector that made them and
+    are freed by omc_meta_free() without hooks, so they come from OMNICONN_MALLOC/OMNICONN_FREE.
 
 ================================================================================================
 ERRORS & LOGGING
@@ -1590,9 +1592,10 @@ OMC__PRIVATE omc_result omc__alloc_classify(const omc_alloc* a, omc_range r) {
     return OMC_ERR_INVALID_FREE;
 }
 
-/* O(1) check that r names the live block in its slot; anything else goes to classify. */
+/* O(1) check that r names the live block in its slot; anything else goes to classify. A zero
+   size goes there too, so a handle gets the same verdict whatever its slot says. */
 OMC__PRIVATE omc_result omc__alloc_lookup(const omc_alloc* a, omc_range r) {
-    if (r.slot < a->count) {
+    if (r.slot < a->count && r.size != 0) {
         const omc__block* b = &a->blocks[r.slot];
         if (b->state == OMC__BLK_USED && b->offset == r.offset) {
             if (b->generation != r.generation) return OMC_ERR_STALE;
