@@ -391,6 +391,8 @@ typedef enum omc_log_level {
     X(OMC_LOGITEM_CONN_KEY,           "key is invalid or too long") \
     X(OMC_LOGITEM_CONN_TTL_RECLAIM,   "reclaimed an unconsumed payload after its TTL") \
     X(OMC_LOGITEM_CONN_ERROR,         "connector operation failed") \
+    X(OMC_LOGITEM_CONFIG,             "pipeline configuration problem (file:line:column in the message)") \
+    X(OMC_LOGITEM_PIPELINE,           "transfer-id map or stream event") \
     X(OMC_LOGITEM_SHM,                "shared-memory connector event") \
     X(OMC_LOGITEM_NET,                "side channel or TCP data plane event") \
     X(OMC_LOGITEM_RDMA,               "RDMA engine event")
@@ -1592,10 +1594,12 @@ OMC__PRIVATE omc_result omc__alloc_classify(const omc_alloc* a, omc_range r) {
     return OMC_ERR_INVALID_FREE;
 }
 
-/* O(1) check that r names the live block in its slot; anything else goes to classify. A zero
-   size goes there too, so a handle gets the same verdict whatever its slot says. */
+/* O(1) check that r names the live block in its slot; anything else goes to classify. A range
+   that is empty or leaves [0, capacity) is refused first, as classify would: a handle gets the
+   same verdict whatever its slot says. */
 OMC__PRIVATE omc_result omc__alloc_lookup(const omc_alloc* a, omc_range r) {
-    if (r.slot < a->count && r.size != 0) {
+    if (r.size == 0 || r.offset >= a->capacity || r.size > a->capacity - r.offset) return OMC_ERR_INVALID_FREE;
+    if (r.slot < a->count) {
         const omc__block* b = &a->blocks[r.slot];
         if (b->state == OMC__BLK_USED && b->offset == r.offset) {
             if (b->generation != r.generation) return OMC_ERR_STALE;
@@ -1783,10 +1787,12 @@ struct omc_pool {
 OMC__PRIVATE omc_result omc__pool_map_host(omc_pool* pool, const omc_pool_desc* desc) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t unit = desc->hugepages ? (size_t)2 << 20 : page;
+    uint64_t align = desc->alignment ? desc->alignment : OMNICONN_DEFAULT_ALIGNMENT;
+    size_t extra = align > unit ? (size_t)(align - unit) : 0;  /* mmap aligns to the page only */
     int flags = MAP_PRIVATE | MAP_ANONYMOUS;
     size_t len;
     void* p;
-    if (desc->size > (uint64_t)SIZE_MAX - unit) return OMC_ERR_TOO_LARGE;
+    if (desc->size > (uint64_t)SIZE_MAX - unit - extra) return OMC_ERR_TOO_LARGE;
     len = ((size_t)desc->size + unit - 1) & ~(unit - 1);
 #if defined(MAP_HUGETLB)
     if (desc->hugepages) flags |= MAP_HUGETLB;
@@ -1794,7 +1800,14 @@ OMC__PRIVATE omc_result omc__pool_map_host(omc_pool* pool, const omc_pool_desc* 
 #if defined(MAP_POPULATE)
     if (desc->prefault) flags |= MAP_POPULATE;
 #endif
-    p = mmap(NULL, len, PROT_READ | PROT_WRITE, flags, -1, 0);
+    p = mmap(NULL, len + extra, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (p != MAP_FAILED && extra) {     /* keep the aligned part, give back the head and the tail */
+        uint8_t* q = (uint8_t*)(((uintptr_t)p + (uintptr_t)(align - 1)) & ~(uintptr_t)(align - 1));
+        size_t head = (size_t)(q - (uint8_t*)p);
+        if (head) munmap(p, head);
+        if (extra > head) munmap(q + len, extra - head);
+        p = q;
+    }
     if (p == MAP_FAILED) {
         int e = errno;
         if (desc->hugepages) {
@@ -2941,6 +2954,38 @@ static void omc__local_destroy(omc_conn* c) {
     pthread_cond_destroy(&L->cv);
     omc__free(&c->hooks, L);
 }
+
+/* ---- [issue 6 PROPOSAL] exists / list (LMCache-style) for the same-process connector ----------
+   The two calls docs/pipeline.md proposes to add to omc__conn_vtable. Until the contract adopts
+   them, omniconn_pipeline.h calls these two directly for this connector (same translation unit)
+   and answers OMC_ERR_UNAVAILABLE for the others. They see exactly what get would: a key is live
+   until its last reader took it, or cleanup / TTL / close retired it. The sink runs under the
+   connector's lock (it must not call back into the connector); a result other than OMC_OK stops
+   the walk and is returned. */
+typedef omc_result (*omc__key_sink)(const char* qkey, uint32_t qlen, void* user);
+
+OMC__PRIVATE omc_result omc__local_exists(omc_conn* c, const char* qkey, uint32_t qlen) {
+    omc__local* L = (omc__local*)c->impl;
+    int found;
+    pthread_mutex_lock(&L->mu);
+    omc__local_maybe_sweep(L);
+    found = omc__smap_get(&L->keys, qkey, qlen) != NULL;
+    pthread_mutex_unlock(&L->mu);
+    return found ? OMC_OK : OMC_ERR_NOT_FOUND;
+}
+
+OMC__PRIVATE omc_result omc__local_list(omc_conn* c, omc__key_sink sink, void* user) {
+    omc__local* L = (omc__local*)c->impl;
+    uint32_t it = 0, len;
+    const char* k;
+    omc_result r = OMC_OK;
+    pthread_mutex_lock(&L->mu);
+    omc__local_maybe_sweep(L);
+    while (r == OMC_OK && omc__smap_next(&L->keys, &it, &k, &len, NULL)) r = sink(k, len, user);
+    pthread_mutex_unlock(&L->mu);
+    return r;
+}
+/* ---- [end issue 6 PROPOSAL] ------------------------------------------------------------------ */
 
 static const omc__conn_vtable omc__local_vtable = {
     OMC_TRANSPORT_LOCAL, omc__local_put, omc__local_get, omc__local_alloc, omc__local_cleanup,
