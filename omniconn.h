@@ -2243,6 +2243,9 @@ OMNICONN_API omc_result omc_frame_decode(const void* src, uint64_t size, int ver
     total = omc__get_u64(f + 16);
     if (count > OMC_FRAME_MAX_SEGMENTS || (flags & ~OMC_FRAME_FLAG_PAYLOAD_CRC) || total > size || total < OMC_FRAME_HEADER_SIZE)
         return OMC_ERR_MALFORMED;
+    /* the payload CRC field is outside the header CRC (seal rewrites it); without the flag it
+       must be zero, or a flipped byte there would pass unnoticed */
+    if (!(flags & OMC_FRAME_FLAG_PAYLOAD_CRC) && omc__get_u32(f + 28) != 0) return OMC_ERR_MALFORMED;
     r = omc__frame_names_end(f, total, count, &names_end);
     if (r != OMC_OK) return r;
     if (omc__frame_header_crc(f, names_end) != omc__get_u32(f + 24)) return OMC_ERR_CHECKSUM;
@@ -2264,7 +2267,9 @@ OMNICONN_API omc_result omc_frame_decode(const void* src, uint64_t size, int ver
 OMNICONN_API omc_result omc_frame_segment(const omc_frame* fr, uint32_t index, omc_segment* out) {
     uint64_t names_end;
     omc_result r;
-    if (!fr || !out || !fr->base) return OMC_ERR_INVALID_ARG;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    memset(out, 0, sizeof(*out));       /* on any error the caller sees an empty segment */
+    if (!fr || !fr->base) return OMC_ERR_INVALID_ARG;
     if (index >= fr->count) return OMC_ERR_NOT_FOUND;
     r = omc__frame_names_end(fr->base, fr->size, fr->count, &names_end);
     if (r != OMC_OK) return r;
