@@ -69,12 +69,15 @@ apt_update_once() {
     [[ $APT_UPDATED == 1 ]] && return 0
     APT_UPDATED=1
     say "apt-get update"
-    # The lists lock has no wait option of its own: retry while someone else holds it.
-    local _
-    for _ in $(seq 1 60); do
-        if apt-get "${APT_OPTS[@]}" update -qq >&2; then return 0; fi
+    # The lists lock has no wait option of its own: retry while someone else holds it,
+    # fail at once for anything else (offline, broken sources).
+    local _ err
+    for _ in $(seq 1 90); do
+        if err=$(apt-get "${APT_OPTS[@]}" update -qq 2>&1); then return 0; fi
+        [[ $err == *"Could not get lock"* ]] || { echo "$err" >&2; return 1; }
         sleep 10
     done
+    echo "$err" >&2
     return 1
 }
 
