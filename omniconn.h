@@ -2189,7 +2189,8 @@ OMC__PRIVATE omc_result omc__frame_entry(const uint8_t* f, uint64_t total, uint3
     uint32_t noff = omc__get_u32(e + 16), nlen = omc__get_u16(e + 20), d;
     uint8_t kind = e[22], dtype = e[23], ndim = e[24];
     for (d = 25; d < 32; d++) if (e[d]) return OMC_ERR_MALFORMED;
-    if (nlen == 0 || noff < names_start || noff > names_end || nlen > names_end - noff) return OMC_ERR_MALFORMED;
+    if (nlen == 0 || nlen > OMC_FRAME_MAX_NAME || noff < names_start || noff > names_end || nlen > names_end - noff)
+        return OMC_ERR_MALFORMED;
     if (off % OMC_FRAME_DATA_ALIGN || off < names_end || off > total || size > total - off) return OMC_ERR_MALFORMED;
     if (ndim > OMC_MAX_DIMS) return OMC_ERR_MALFORMED;
     memset(out, 0, sizeof(*out));

@@ -210,6 +210,18 @@ OMC_TEST(frame_names_up_to_255_bytes_unique) {
     CHECK_EQ(g.size, 4);
     CHECK_RES(omc_frame_find(&fr, n256, &g), OMC_ERR_NOT_FOUND);
     free(p);
+    {   /* a decoder must not take a 256-byte name either, even when the bytes are there
+           (found by fuzz_frame: one 255-byte name whose length field says 256, header re-sealed) */
+        s[1].name = NULL;
+        CHECK_OK(omc_frame_size(s, 1, &size));
+        p = (uint8_t*)malloc(size);
+        REQUIRE(p);
+        CHECK_OK(omc_frame_build(p, size, s, 1, 0, NULL, NULL));
+        omc__put_u16(p + OMC_FRAME_HEADER_SIZE + 20, 256);
+        CHECK(reseal_header(p, size));
+        CHECK_RES(omc_frame_decode(p, size, 0, &fr), OMC_ERR_MALFORMED);
+        free(p);
+    }
     s[0].name = n256;
     CHECK_RES(omc_frame_size(s, 2, &size), OMC_ERR_INVALID_ARG);     /* 256 bytes: too long */
     s[0].name = "";
