@@ -1,6 +1,2212 @@
-/* omniconn_shm.h - v0.1.0 - placeholder - SPDX-License-Identifier: MIT OR Unlicense
-   Work in progress: see the issue tracker. Includes omniconn.h. */
+/* omniconn_shm.h - v0.1.0 - the shared-memory connector - SPDX-License-Identifier: MIT OR Unlicense
+
+    The embedded default for pipelines whose stages run on one host: a producer stage puts a
+    payload, a consumer stage in another process gets a zero-copy view of it. Each sender owns ONE
+    shared segment, created once and reused for every payload, managed by omniconn's allocator; a
+    put is a copy into memory that is already mapped and faulted in, a get is a few loads and one
+    compare-and-swap, a release is one more. It replaces the seed design (vLLM-Omni's
+    SharedMemoryConnector: a new /dev/shm segment plus a lock file per request, copied out and
+    unlinked by the reader, leaked when the reader never comes).
+
+    Do this:
+        #define OMNICONN_IMPLEMENTATION
+    before you include omniconn.h and this file in *one* C or C++ file (see omniconn.h):
+
+        #define OMNICONN_IMPLEMENTATION
+        #include "omniconn.h"
+        #include "omniconn_shm.h"
+
+    Build: cc -std=c99 app.c -lpthread -lzmq   (or -DOMNICONN_NO_ZMQ and no -lzmq)
+
+================================================================================================
+QUICK START
+================================================================================================
+
+    Producer process (stage "thinker"):
+
+        omc_shm_desc d = {0};                  // zero means default: 256 MiB pool in /dev/shm
+        d.channel = "mypipe";                  // the pipeline's name, shared by both sides
+        d.role = OMC_ROLE_SENDER;
+        omc_conn* conn;
+        if (omc_shm_create(&d, &conn) != OMC_OK) ...   // OMC_ERR_SHM_FULL: /dev/shm too small
+
+        omc_payload p = {0};
+        p.data = hidden_states; p.size = nbytes;       // copied into the pool once
+        omc_meta meta;
+        omc_conn_put(conn, "thinker", "talker", "req-42", &p, &meta);
+        send_to_next_stage(meta.data, meta.size);      // your queue; or skip it (see get)
+        omc_meta_free(&meta);
+
+    Consumer process (stage "talker"):
+
+        omc_shm_desc d = {0};
+        d.channel = "mypipe";
+        d.role = OMC_ROLE_RECEIVER;                    // a receiver owns no segment
+        omc_conn* conn;
+        omc_shm_create(&d, &conn);
+
+        omc_buffer b;
+        omc_conn_get(conn, "thinker", "talker", "req-42", meta_bytes, meta_len,
+                     omc_deadline_after_ms(1000), &b); // or meta NULL: wait for the key
+        use(b.data, b.size);                           // zero copy, inside the sender's segment
+        omc_buffer_release(&b);                        // no system call
+
+    Zero copy on the sending side too: omc_conn_alloc() a buffer from the connector's pool, build
+    the payload in it (omc_frame_build for named tensors), put it with payload.buffer set.
+    examples/shm_pipeline.c is a complete two-process program.
+
+================================================================================================
+HOW IT WORKS
+================================================================================================
+
+    1. The segment. A sender (or dual) connector creates one file in shm_dir (default /dev/shm)
+       named omc-<uid>-<channel>-<pid>-<16 hex random>, with O_CREAT|O_EXCL|O_NOFOLLOW and mode
+       0600: nobody can guess the name beforehand, squat it, or plant a link there. It reserves
+       the whole file with posix_fallocate, so a full tmpfs fails NOW with OMC_ERR_SHM_FULL and
+       never later with SIGBUS, maps it once (MAP_POPULATE: no page faults in the hot path) and
+       lays it out as: header page | entry table | key index | data area. The data area is an
+       omc_pool (OMC_MEMORY_EXTERNAL): the allocator's bookkeeping lives in the owner's heap,
+       where no other process can corrupt it. The header records owner pid, process start time,
+       uid and a random incarnation, so anyone can tell whether the owner still lives.
+
+    2. put. The payload is copied into a pool range (or a buffer from omc_conn_alloc is adopted),
+       then an entry is filled in - key, range, one claim slot per allowed reader - published in
+       the shared key index, and put_seq is bumped. The metadata names the segment, the entry and
+       its generation, the range, and the segment's inode.
+
+    3. get with metadata. The receiver maps the sender's segment once (cached per segment) after
+       checking it with fstat and a pread of the header before touching a byte: a regular file,
+       ours (uid), its size equal to what its header describes, the id and inode the metadata
+       says. It checks the metadata against the segment (entry in range, range inside the data
+       area, generation current) and claims one slot with a compare-and-swap: AVAILABLE ->
+       HELD by our pid. The view points straight into the mapping.
+
+    4. release. One compare-and-swap HELD -> DONE and an atomic increment of release_seq. The
+       owner frees ranges whose slots are all DONE on its next put / alloc / health / sweep (one
+       shared load tells it whether anything came back); an owner blocked in omc_conn_alloc is
+       woken with a futex. No lock is shared between processes; no queue a crash could corrupt.
+
+    5. Inline. A payload smaller than inline_threshold (64 KiB) also travels inside the metadata
+       body. A get with that metadata claims its read with one CAS straight to DONE and returns
+       a private heap copy: it never touches the data area, and its view pins nothing in the
+       sender's pool however long it is held. (The sender keeps a pool copy all the same, so a
+       metadata-less get, which has no metadata, can still find the payload.)
+
+    6. Waiting (metadata-less get). The receiver looks the key up in the shared index of every
+       segment of its channel (a directory scan finds them: their names carry uid and channel).
+       Not there: it spins on put_seq for spin_ns (20 us: the small-payload handoff then costs no
+       system call), then sleeps with FUTEX_WAIT on put_seq until the owner's FUTEX_WAKE (sent
+       only when someone sleeps) or the deadline - never longer than 50 ms per sleep, so segments
+       that join the channel meanwhile are found.
+
+    7. Fan-out. payload.readers = N (<= 16) gives the entry N claim slots: N gets succeed, the
+       N+1-th is OMC_ERR_NOT_FOUND, and the range is freed after the N-th release.
+
+    8. Lifetime.
+       - cleanup(key) withdraws the reads that are left (AVAILABLE -> DONE); views already held
+         stay valid until released. A receiver may clean up a key of its channel too.
+       - TTL (default 300 s, per put or per connector) withdraws unconsumed reads the same way:
+         it never frees a range a reader still holds.
+       - close() withdraws everything, marks the segment CLOSED and unlinks it. Views held by
+         other processes stay valid (their mapping keeps the pages) and the memory goes back to
+         the system with the last unmap; receivers unmap unlinked segments when unused.
+       - A reader killed while holding views: its HELD slots carry its pid; the owner's periodic
+         pass (every 100 ms from its own calls, or omc_conn_sweep) finds the pid dead and
+         finishes the release for it.
+       - An owner killed: its segment stays until omc_shm_sweep_dead (run by every
+         omc_shm_create, callable any time) sees that pid + start time no longer run, and
+         unlinks it. Data already published stays readable until then: receivers lose nothing.
+
+    9. Bad input. Every field of metadata and every byte of a segment is untrusted (any process
+       of our uid can write it): names are checked (omc-<our uid>-..., no '/'), files are opened
+       with O_NOFOLLOW and checked with fstat before mapping, the geometry is taken from a pread
+       copy of the header and validated, then kept privately; every index, offset and size is
+       checked against it; every probe of the shared index is bounded. A segment that another
+       process truncated is detected by fstat (at map time, and again at most every 1 ms while in
+       use) and never touched again: OMC_ERR_SHM_CHANGED.
+
+================================================================================================
+CONFIGURATION
+================================================================================================
+
+    macro                          default       where        meaning
+    -----------------------------  ------------  -----------  --------------------------------------
+    OMNICONN_NO_SHM                undefined     everywhere   compile the API only: create returns
+                                                              OMC_ERR_UNAVAILABLE
+    OMNICONN_SHM_DIR               "/dev/shm"    impl file    default shm_dir
+    OMNICONN_SHM_POOL_SIZE         256 MiB       impl file    default pool_size
+    OMNICONN_SHM_INLINE_THRESHOLD  64 KiB        impl file    default inline_threshold
+    OMNICONN_SHM_MAX_ENTRIES       4096          impl file    default max_entries
+    OMNICONN_SHM_SPIN_NS           20000         impl file    default spin_ns
+    OMNICONN_SHM_RECHECK_NS        1000000       impl file    how often a mapped segment's size is
+                                                              re-checked with fstat while in use
+
+    omc_shm_desc (zero means default everywhere):
+
+    field             default        meaning
+    ----------------  -------------  ---------------------------------------------------------------
+    role              DUAL           SENDER: put only; RECEIVER: get only, no segment; DUAL: both
+    channel           "default"      1..32 of [A-Za-z0-9_.]; metadata-less gets see only this channel
+    shm_dir           "/dev/shm"     any tmpfs directory, the same on both sides
+    pool_size         256 MiB        the data area, reserved (RAM in tmpfs) at create
+    alignment         4096           of every buffer; a power of two from 64 to 4096
+    inline_threshold  64 KiB         payloads below it travel in the metadata; max 1 MiB
+    disable_inline    0              1: never inline
+    max_entries       4096           puts in flight at once (each costs 512 bytes of segment)
+    default_ttl_ms    300000         lifetime of an unconsumed put; < 0 = none
+    spin_ns           20000          spin before sleeping in a waiting get; < 0 = never spin
+    hooks             process default  allocator and logger (see omniconn.h)
+
+================================================================================================
+ERRORS & LOGGING
+================================================================================================
+
+    Everything is logged through the hooks with OMC_LOGITEM_SHM (or META_MALFORMED, CONN_*).
+    OMC_ERR_SHM_FULL        create: the tmpfs has no room for the segment (the log says how
+                            much was asked, and how to make room).
+    OMC_ERR_SHM_CHANGED     a segment was truncated, replaced (unlinked and recreated: other
+                            inode or id), reached through a symlink, or is owned by another uid.
+    OMC_ERR_PEER_DEAD       the segment named by the metadata is gone and so is its owner.
+    OMC_ERR_NOT_FOUND       consumed, cleaned up, expired, or the owner closed.
+    OMC_ERR_STALE           the key was put again since this metadata was made.
+    OMC_ERR_MALFORMED       metadata that does not fit the segment (outside the data area, no
+                            such entry, a name that is not a segment of ours, ...).
+    OMC_ERR_POOL_FULL       no free range (put), or all max_entries are in flight.
+    OMC_ERR_INVALID_ARG     a desc field out of range, more than 16 readers, a foreign buffer.
+
+================================================================================================
+THREAD SAFETY (and process safety)
+================================================================================================
+
+    - A connector is thread-safe (as every omc_conn); views may be released from any thread.
+    - Between processes nothing is locked. Every shared word has one writer rule:
+        header, entry fields, key index   the owner (under its own mutex)
+        claim slots                       anyone, only by compare-and-swap on the whole word
+        put_seq / release_seq / waiters   atomic increments; futex words
+      Publishing follows release/acquire: the owner writes the payload and the entry, then the
+      slots (release), then the entry's generation (release), then the index bucket (release);
+      a reader's successful claim CAS (acquire) therefore sees the payload. A release CAS
+      (release) orders the reader's last read of the payload before the owner can see DONE and
+      reuse the range. Entry fields are read under a seqlock (generation read before and after,
+      with an acquire fence) and confirmed by the claim CAS, which fails if the generation in the
+      slot changed. Across processes these are the same instructions on the same physical memory
+      as across threads (x86-64 and AArch64 are cache coherent), so the argument is the same.
+      Sleeping uses FUTEX_WAIT without FUTEX_PRIVATE_FLAG, keyed by the shared page; the
+      sleeper increments `waiters` and re-reads the word (both seq_cst) before sleeping, the
+      owner bumps the word and reads `waiters` (seq_cst), so one of them sees the other: no lost
+      wake-up, and no system call on put when nobody sleeps.
+    - A process killed at any instruction leaves every slot in one of its four states; the owner
+      (or the sweep) can always finish from there.
+
+================================================================================================
+LIMITS
+================================================================================================
+
+    - One host, one uid: receivers accept only segments owned by their own effective uid.
+    - All processes that share a shm_dir must share a pid namespace (liveness is pid + start
+      time; containers: --ipc=host needs --pid=host too).
+    - Fan-out <= 16 readers per put; <= max_entries puts in flight; keys <= 255 bytes.
+    - A reader's pid reused by a new process before the owner's check keeps that reader's held
+      ranges until the new process exits too (start times are recorded for owners only).
+    - Residual SIGBUS risk: a process of our own uid that truncates a segment AFTER the last
+      size check (at most 1 ms old) - or while you hold a view - can still make a touch of the
+      missing pages fault. Nothing short of a signal handler prevents that; omniconn installs
+      none. Other users cannot do it (mode 0600).
+    - Transparent huge pages are not used (tmpfs default); pool pages are 4 KiB.
+
+================================================================================================
+WIRE FORMATS (native byte order inside a segment: it never leaves the host; the metadata body
+              is little-endian like every omniconn envelope)
+================================================================================================
+
+    Segment file name: omc-<uid>-<channel>-<owner pid>-<segment id, 16 lowercase hex digits>
+
+    Segment header (page 0, 4096 bytes):
+        0   u32  magic 0x53434D4F ("OMCS")
+        4   u16  version (1)
+        6   u16  header size (4096)
+        8   u64  total size of the file in bytes
+        16  u64  entry table offset (4096)
+        24  u32  entry count
+        28  u32  entry size (512)
+        32  u64  key index offset (= 4096 + count * 512)
+        40  u32  index buckets (power of two >= 2 * count, >= 16)
+        44  u32  claim slots per entry (16)
+        48  u64  data area offset (index end rounded up to 4096)
+        56  u64  data area size
+        64  u64  segment id (random, never 0; also the end of the name)
+        72  u64  owner incarnation (omc_incarnation())
+        80  u64  owner start time (/proc/<pid>/stat field 22, clock ticks after boot; 0 unknown)
+        88  u32  owner pid
+        92  u32  owner uid
+        96  u32  state: 0 creating, 1 ready, 2 closed (atomic)
+        100 u32  channel length
+        104 u8[32] channel
+        136 u64  buffer alignment
+        144 ...  reserved, zero
+        256 u32  put_seq: +1 on every change of the key index; futex word (atomic)
+        260 u32  waiters: getters asleep on put_seq (atomic)
+        320 u32  release_seq: +1 on every release or withdrawal by a receiver; futex word
+        324 u32  owner_waiting: owner threads asleep on release_seq
+        384 u64  puts, 392 u64 claims, 400 u64 releases (statistics, relaxed)
+      The geometry (offsets 8..63) is fully determined by entry count and data size; a
+      receiver recomputes it and refuses any header that disagrees or any file of another size.
+
+    Entry (512 bytes at entry table offset + index * 512):
+        0   u32  generation: 0 = free or being written, else the put's generation (seqlock)
+        4   u32  flags: bit 0 inline (bytes also in the metadata), bit 1 frame
+        8   u64  payload offset in the data area
+        16  u64  payload size
+        24  u32  readers (claim slots in use)
+        28  u32  key length
+        32  u64  FNV-1a 64 of the qualified key
+        40  i64  put time, CLOCK_MONOTONIC ns
+        48  u64[2] reserved
+        64  u64[16] claim slots
+        192 u8[256] qualified key, zero padded
+        448 u64[8] reserved
+    Claim slot (u64): bits 63..32 generation, 31..30 state (0 empty, 1 available, 2 held,
+        3 done), 29..0 pid of the holder (held only).
+    Key index bucket (u32): 0 empty, 0xFFFFFFFF deleted, else entry index + 1; linear probing
+        from hash & (buckets - 1).
+
+    Metadata body (transport OMC_TRANSPORT_SHM, after the envelope of omniconn.h):
+        0   u64  segment id
+        8   u64  segment inode (st_ino)
+        16  u32  owner pid
+        20  u32  entry index
+        24  u32  entry generation (never 0)
+        28  u32  reserved, zero
+        32  u64  payload offset in the data area
+        40  u64  payload size (= the envelope's payload size)
+        48  u8   segment name length n (1..95)
+        49  u8[7] reserved, zero
+        56  n bytes: segment file name (no directory, no terminator)
+        56+n     inline only (envelope flag bit 0): the payload bytes
+      Body length is exactly 56 + n, plus the payload size when inline.
+
+================================================================================================
+NON-GOALS (what this connector does not do)
+================================================================================================
+
+    - No cross-host transfer (that is TCP or RDMA), no cross-user sharing, no Windows/macOS.
+    - No serialisation: bytes or omc frames.
+    - No background thread: reclamation happens inside your calls (put, alloc, health, sweep).
+      A sender that goes idle keeps unconsumed puts until its next call; call omc_conn_sweep
+      from a timer if that matters to you.
+    - No protection against a malicious process of the same uid (it can also ptrace you);
+      the checks make mistakes and crashes harmless, not attacks impossible.
+
+================================================================================================
+RECENT REVISIONS
+================================================================================================
+
+    0.1.0 (2026-11-22)  first release.
+
+LICENSE: see the end of this file (MIT or public domain, your choice).
+*/
 #ifndef OMNICONN_SHM_H_INCLUDED
 #define OMNICONN_SHM_H_INCLUDED
+
 #include "omniconn.h"
+
+#if OMNICONN_VERSION_MAJOR != 0 || OMNICONN_VERSION_MINOR != 1
+    #error "omniconn_shm.h 0.1 needs omniconn.h 0.1.x: use the omniconn.h that came with this file."
 #endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ============================================================================================== */
+/* [SECTION] Shared-memory connector: declarations                                               */
+/* ============================================================================================== */
+
+#define OMC_SHM_MAX_READERS 16                      /* fan-out limit of one put */
+#define OMC_SHM_MAX_INLINE ((uint64_t)1 << 20)      /* largest inline_threshold */
+#define OMC_SHM_CHANNEL_MAX 32                      /* bytes of a channel name */
+#define OMC_SHM_PATH_MAX 512                        /* directory + segment name */
+
+typedef struct omc_shm_desc {
+    omc_role role;              /* DEFAULT = dual: owns a segment (put) and reads others' (get).
+                                   A RECEIVER creates no segment at all. */
+    const char* channel;        /* the pipeline's name, 1..32 of [A-Za-z0-9_.]; NULL = "default".
+                                   Part of the segment's file name; metadata-less gets look only
+                                   at segments of their own channel. */
+    const char* shm_dir;        /* NULL = "/dev/shm"; any tmpfs directory (senders and receivers
+                                   must use the same one) */
+    uint64_t pool_size;         /* data area bytes, reserved at create; 0 = 256 MiB */
+    uint64_t alignment;         /* of every buffer, a power of two 64..4096; 0 = 4096 */
+    uint64_t inline_threshold;  /* payloads smaller than this travel inside the metadata;
+                                   0 = 64 KiB; at most OMC_SHM_MAX_INLINE */
+    int disable_inline;         /* 1: no payload travels inline */
+    uint32_t max_entries;       /* puts in flight (not yet fully released) at once; 0 = 4096 */
+    int64_t default_ttl_ms;     /* 0 = OMNICONN_DEFAULT_TTL_MS, < 0 = no TTL */
+    int64_t spin_ns;            /* a waiting get spins this long before it sleeps on a futex;
+                                   0 = 20 us, < 0 = never spin */
+    omc_hooks hooks;
+} omc_shm_desc;
+
+/* Create a shared-memory connector. A sender (or dual) connector first sweeps the directory for
+   segments of dead owners (omc_shm_sweep_dead), then creates its own segment and reserves all of
+   it: a full /dev/shm fails here with OMC_ERR_SHM_FULL, never later with SIGBUS.
+   Returns OMC_ERR_INVALID_ARG (bad desc, see log), OMC_ERR_SHM_FULL, OMC_ERR_UNAVAILABLE (no such
+   directory, or compiled with OMNICONN_NO_SHM), OMC_ERR_SYSTEM, OMC_ERR_NO_MEMORY.
+   Thread safety: the connector is thread-safe like every omc_conn. */
+OMNICONN_API omc_result omc_shm_create(const omc_shm_desc* desc, omc_conn** out);
+
+/* Remove the segments in desc->shm_dir (NULL desc = defaults) whose owner process is dead: only
+   regular files named omc-<our uid>-..., owned by our uid, never through a symbolic link. An owner
+   is alive when its pid exists, is not a zombie, and has the start time recorded in the segment.
+   removed (optional) receives the count. Safe to call at any time from any process. */
+OMNICONN_API omc_result omc_shm_sweep_dead(const omc_shm_desc* desc, uint32_t* removed);
+
+/* The full path of a sender connector's segment ("/dev/shm/omc-0-default-4242-1f2e..."), for
+   logs and operations. OMC_ERR_TYPE for a connector of another transport, OMC_ERR_WRONG_ROLE for
+   a receiver, OMC_ERR_TOO_LARGE if out_size is too small. */
+OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t out_size);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+/* -------------------------------- stop here if you only need the API ------------------------- */
+#endif /* OMNICONN_SHM_H_INCLUDED */
+
+/* ============================================================================================== */
+/*                                                                                                */
+/*                                     IMPLEMENTATION                                             */
+/*                                                                                                */
+/* ============================================================================================== */
+#if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_SHM_IMPL_INCLUDED)
+#define OMNICONN_SHM_IMPL_INCLUDED
+
+#if OMC__HAS_SHM
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <linux/futex.h>
+
+#ifndef OMNICONN_SHM_DIR
+    #define OMNICONN_SHM_DIR "/dev/shm"
+#endif
+#ifndef OMNICONN_SHM_POOL_SIZE
+    #define OMNICONN_SHM_POOL_SIZE ((uint64_t)256 << 20)
+#endif
+#ifndef OMNICONN_SHM_INLINE_THRESHOLD
+    #define OMNICONN_SHM_INLINE_THRESHOLD ((uint64_t)64 << 10)
+#endif
+#ifndef OMNICONN_SHM_MAX_ENTRIES
+    #define OMNICONN_SHM_MAX_ENTRIES 4096u
+#endif
+#ifndef OMNICONN_SHM_SPIN_NS
+    #define OMNICONN_SHM_SPIN_NS 20000
+#endif
+#ifndef OMNICONN_SHM_RECHECK_NS
+    #define OMNICONN_SHM_RECHECK_NS 1000000     /* re-fstat a segment at most every 1 ms */
+#endif
+
+/* ============================================================================================== */
+/* [SECTION] SHM: segment layout (the wire format of a segment, see the manual)                  */
+/* ============================================================================================== */
+
+#define OMC__SHM_MAGIC          0x53434D4Fu     /* "OMCS" */
+#define OMC__SHM_VERSION        1
+#define OMC__SHM_HEADER_SIZE    4096u
+#define OMC__SHM_ENTRY_SIZE     512u
+#define OMC__SHM_KEY_WORDS      32              /* 256 key bytes, zero padded */
+#define OMC__SHM_NAME_MAX       96              /* segment file name, terminator included */
+#define OMC__SHM_MAX_ENTRIES    (1u << 20)
+#define OMC__SHM_BUCKET_EMPTY   0u
+#define OMC__SHM_BUCKET_TOMB    0xFFFFFFFFu
+#define OMC__SHM_BODY_FIXED     56u             /* metadata body before the segment name */
+
+enum { OMC__SHM_CREATING = 0, OMC__SHM_READY = 1, OMC__SHM_CLOSED = 2 };
+
+/* The first page of every segment. Written once by the owner before state becomes READY,
+   except the words from offset 256 on, which are shared atomics. Native byte order. */
+typedef struct omc__shm_header {
+    uint32_t magic;             /*   0 */
+    uint16_t version;           /*   4 */
+    uint16_t header_size;       /*   6 */
+    uint64_t total_size;        /*   8  bytes of the whole file */
+    uint64_t entries_offset;    /*  16 */
+    uint32_t entry_count;       /*  24 */
+    uint32_t entry_size;        /*  28 */
+    uint64_t index_offset;      /*  32 */
+    uint32_t index_buckets;     /*  40  a power of two >= 2 * entry_count */
+    uint32_t max_readers;       /*  44  slots per entry (OMC_SHM_MAX_READERS) */
+    uint64_t data_offset;       /*  48 */
+    uint64_t data_size;         /*  56 */
+    uint64_t segment_id;        /*  64  random, also the last part of the name */
+    uint64_t incarnation;       /*  72  omc_incarnation() of the owner */
+    uint64_t owner_start_time;  /*  80  /proc/<pid>/stat field 22 of the owner */
+    uint32_t owner_pid;         /*  88 */
+    uint32_t owner_uid;         /*  92 */
+    uint32_t state;             /*  96  CREATING, READY, CLOSED (atomic) */
+    uint32_t channel_len;       /* 100 */
+    char     channel[32];       /* 104 */
+    uint64_t alignment;         /* 136  of every buffer in the data area */
+    uint8_t  reserved0[112];    /* 144 */
+    uint32_t put_seq;           /* 256  futex: bumped on every change of the key index */
+    uint32_t waiters;           /* 260  getters asleep on put_seq */
+    uint8_t  pad1[56];          /* 264  (own cache line: receivers spin on put_seq) */
+    uint32_t release_seq;       /* 320  futex: bumped on every release by a receiver */
+    uint32_t owner_waiting;     /* 324  owner threads asleep on release_seq */
+    uint8_t  pad2[56];          /* 328 */
+    uint64_t puts;              /* 384  statistics */
+    uint64_t claims;            /* 392 */
+    uint64_t releases;          /* 400 */
+    uint8_t  reserved1[4096 - 408];
+} omc__shm_header;
+
+/* One put in flight: 512 bytes in the entry table. Fields are written by the owner while the
+   entry is free (gen 0) and published by storing gen last (a seqlock: readers re-check gen). */
+typedef struct omc__shm_entry {
+    uint32_t gen;               /*   0  0 = free or being written, else the put's generation */
+    uint32_t flags;             /*   4  bit 0 inline (bytes also in the metadata), bit 1 frame */
+    uint64_t offset;            /*   8  in the data area */
+    uint64_t size;              /*  16  payload bytes */
+    uint32_t readers;           /*  24  fan-out (slots in use) */
+    uint32_t key_len;           /*  28 */
+    uint64_t key_hash;          /*  32  FNV-1a 64 of the qualified key */
+    int64_t  put_time_ns;       /*  40  CLOCK_MONOTONIC (diagnostics) */
+    uint64_t reserved0[2];      /*  48 */
+    uint64_t slots[OMC_SHM_MAX_READERS];    /*  64  one claim word per allowed read */
+    uint64_t key[OMC__SHM_KEY_WORDS];       /* 192  qualified key, zero padded */
+    uint64_t reserved1[8];      /* 448 */
+} omc__shm_entry;
+
+/* compile-time layout checks: the manual documents these offsets */
+typedef char omc__shm_header_size_check[sizeof(omc__shm_header) == OMC__SHM_HEADER_SIZE ? 1 : -1];
+typedef char omc__shm_entry_size_check[sizeof(omc__shm_entry) == OMC__SHM_ENTRY_SIZE ? 1 : -1];
+typedef char omc__shm_seq_offset_check[offsetof(omc__shm_header, put_seq) == 256 ? 1 : -1];
+
+#define OMC__SHM_ENTRY_INLINE 0x1u
+#define OMC__SHM_ENTRY_FRAME  0x2u
+
+/* A claim slot (64 bits): generation << 32 | state << 30 | holder pid.
+   Every transition is one compare-and-swap, so a process killed at any instruction leaves each
+   slot in a state the owner can finish: AVAILABLE (a read remains), HELD by a pid (a reader holds
+   a view: the owner reclaims it when that pid is dead), DONE. The generation in every slot makes
+   a claim with a stale generation fail even after the entry was reused. */
+enum { OMC__SLOT_EMPTY = 0, OMC__SLOT_AVAILABLE = 1, OMC__SLOT_HELD = 2, OMC__SLOT_DONE = 3 };
+
+OMC__PRIVATE uint64_t omc__slot_make(uint32_t gen, uint32_t state, uint32_t pid) {
+    return ((uint64_t)gen << 32) | ((uint64_t)state << 30) | (uint64_t)(pid & 0x3FFFFFFFu);
+}
+OMC__PRIVATE uint32_t omc__slot_gen(uint64_t w) { return (uint32_t)(w >> 32); }
+OMC__PRIVATE uint32_t omc__slot_state(uint64_t w) { return (uint32_t)(w >> 30) & 3u; }
+OMC__PRIVATE uint32_t omc__slot_pid(uint64_t w) { return (uint32_t)(w & 0x3FFFFFFFu); }
+
+/* The geometry of a segment, computed by the owner and re-derived and compared by every receiver.
+   Receivers keep this private, validated copy and never re-read sizes from shared memory. */
+typedef struct omc__shm_layout {
+    uint64_t total, entries_off, index_off, data_off, data_size, alignment;
+    uint32_t entry_count, buckets;
+} omc__shm_layout;
+
+#define OMC__SHM_PAGE 4096u
+
+OMC__PRIVATE void omc__shm_layout_make(uint32_t entry_count, uint64_t data_size, uint64_t alignment, omc__shm_layout* L) {
+    uint32_t buckets = 16;
+    while (buckets < 2 * entry_count) buckets *= 2;
+    memset(L, 0, sizeof(*L));
+    L->entry_count = entry_count;
+    L->buckets = buckets;
+    L->entries_off = OMC__SHM_HEADER_SIZE;
+    L->index_off = L->entries_off + (uint64_t)entry_count * OMC__SHM_ENTRY_SIZE;
+    L->data_off = OMC__ALIGN_UP(L->index_off + (uint64_t)buckets * 4u, OMC__SHM_PAGE);
+    L->data_size = data_size;
+    L->alignment = alignment;
+    L->total = L->data_off + data_size;
+}
+
+/* Does a header (copied out of a file of file_size bytes) describe a segment we can use?
+   Fills L with the geometry. OMC_ERR_VERSION for another layout version, OMC_ERR_SHM_CHANGED
+   for anything that does not add up. */
+OMC__PRIVATE omc_result omc__shm_layout_check(const omc__shm_header* h, uint64_t file_size, omc__shm_layout* L) {
+    omc__shm_layout want;
+    if (h->magic != OMC__SHM_MAGIC) return OMC_ERR_SHM_CHANGED;
+    if (h->version != OMC__SHM_VERSION) return OMC_ERR_VERSION;
+    if (h->header_size != OMC__SHM_HEADER_SIZE || h->entry_size != OMC__SHM_ENTRY_SIZE ||
+        h->max_readers != OMC_SHM_MAX_READERS || h->entry_count == 0 || h->entry_count > OMC__SHM_MAX_ENTRIES ||
+        h->data_size == 0 || h->data_size > file_size || h->alignment < 64 || h->alignment > OMC__SHM_PAGE ||
+        (h->alignment & (h->alignment - 1)) || h->channel_len > OMC_SHM_CHANNEL_MAX)
+        return OMC_ERR_SHM_CHANGED;
+    omc__shm_layout_make(h->entry_count, h->data_size, h->alignment, &want);
+    if (h->total_size != want.total || file_size != want.total || h->entries_offset != want.entries_off ||
+        h->index_offset != want.index_off || h->index_buckets != want.buckets || h->data_offset != want.data_off)
+        return OMC_ERR_SHM_CHANGED;
+    *L = want;
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc__shm_entry* omc__shm_entry_at(uint8_t* base, const omc__shm_layout* L, uint32_t i) {
+    return (omc__shm_entry*)(base + L->entries_off + (uint64_t)i * OMC__SHM_ENTRY_SIZE);
+}
+OMC__PRIVATE uint32_t* omc__shm_buckets(uint8_t* base, const omc__shm_layout* L) {
+    return (uint32_t*)(base + L->index_off);
+}
+
+OMC__PRIVATE uint64_t omc__hash64(const char* s, uint32_t len) {
+    uint64_t h = 14695981039346656037ull;   /* FNV-1a 64 */
+    uint32_t i;
+    for (i = 0; i < len; i++) { h ^= (uint8_t)s[i]; h *= 1099511628211ull; }
+    return h;
+}
+
+/* The key as the 32 zero-padded words an entry stores (compared word by word, atomically). */
+OMC__PRIVATE void omc__shm_key_words(const char* qkey, uint32_t qlen, uint64_t out[OMC__SHM_KEY_WORDS]) {
+    memset(out, 0, OMC__SHM_KEY_WORDS * 8);
+    memcpy(out, qkey, qlen);
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: system helpers (futex, processes, names)                                       */
+/* ============================================================================================== */
+
+#if defined(__x86_64__) || defined(__i386__)
+    #define OMC__SHM_PAUSE() __asm__ __volatile__("pause" ::: "memory")
+#elif defined(__aarch64__)
+    #define OMC__SHM_PAUSE() __asm__ __volatile__("yield" ::: "memory")
+#else
+    #define OMC__SHM_PAUSE() __atomic_signal_fence(__ATOMIC_SEQ_CST)
+#endif
+
+/* Sleep while *word == expected, until woken or the deadline (never longer than max_ns).
+   Not FUTEX_PRIVATE: the word lives in a shared mapping and the kernel keys the wait on the file
+   page, so a wake from another process reaches us. */
+OMC__PRIVATE void omc__futex_wait(uint32_t* word, uint32_t expected, omc_time_ns deadline, int64_t max_ns) {
+    struct timespec ts;
+    omc_time_ns now = omc_now_ns();
+    int64_t rel;
+    if (deadline <= now) return;
+    rel = deadline == OMC_WAIT_FOREVER ? max_ns : omc__min(deadline - now, max_ns);
+    ts.tv_sec = (time_t)(rel / 1000000000LL);
+    ts.tv_nsec = (long)(rel % 1000000000LL);
+    syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+OMC__PRIVATE void omc__futex_wake_all(uint32_t* word) { syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
+
+/* Read /proc/<pid>/stat: the state letter (field 3) and the start time (field 22, clock ticks
+   after boot). Returns 1 found, 0 no such process, -1 /proc unusable. */
+OMC__PRIVATE int omc__shm_proc_stat(uint32_t pid, char* state, uint64_t* start_time) {
+    char path[64], buf[1024];
+    const char* p;
+    ssize_t n;
+    int fd, field;
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT || errno == ESRCH ? 0 : -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return n == 0 ? 0 : -1;     /* ESRCH: the process went away while we read */
+    buf[n] = '\0';
+    p = strrchr(buf, ')');                  /* the command name (field 2) may contain anything */
+    if (!p || p[1] != ' ') return -1;
+    p += 2;
+    *state = *p;
+    for (field = 3; field < 22 && *p; p++)
+        if (*p == ' ') field++;
+    *start_time = strtoull(p, NULL, 10);
+    return 1;
+}
+
+/* Is pid (started at start_time, if not 0) alive? A zombie is dead: it will never release. */
+OMC__PRIVATE int omc__shm_pid_alive(uint32_t pid, uint64_t start_time) {
+    char state = 0;
+    uint64_t st = 0;
+    int r;
+    if (pid == 0) return 0;
+    r = omc__shm_proc_stat(pid, &state, &st);
+    if (r == 1) return state != 'Z' && state != 'X' && (start_time == 0 || st == start_time);
+    if (r == 0) return 0;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;   /* no /proc: the pid alone */
+}
+
+OMC__PRIVATE uint64_t omc__shm_self_start_time(void) {
+    char state;
+    uint64_t st = 0;
+    return omc__shm_proc_stat((uint32_t)getpid(), &state, &st) == 1 ? st : 0;
+}
+
+OMC__PRIVATE int omc__shm_channel_ok(const char* s) {
+    size_t i, n = strlen(s);
+    if (n == 0 || n > OMC_SHM_CHANNEL_MAX) return 0;
+    for (i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+/* A segment name from metadata is attacker-controlled: only omc-<our uid>-<channel>-<pid>-<hex>
+   made of name characters, so it can never leave the directory or name someone else's file. */
+OMC__PRIVATE int omc__shm_name_ok(const char* name, uint32_t len, uint32_t uid) {
+    char prefix[32];
+    int plen = snprintf(prefix, sizeof(prefix), "omc-%u-", uid);
+    uint32_t i;
+    if (len == 0 || len >= OMC__SHM_NAME_MAX || len <= (uint32_t)plen || memcmp(name, prefix, (size_t)plen) != 0) return 0;
+    for (i = 0; i < len; i++) {
+        char ch = name[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* The owner pid written into a segment name: omc-<uid>-<channel>-<pid>-<hex>. 0 if none. */
+OMC__PRIVATE uint32_t omc__shm_name_pid(const char* name) {
+    const char* last = strrchr(name, '-');
+    const char* p;
+    unsigned long v = 0;
+    if (!last || last == name) return 0;
+    for (p = last - 1; p > name && *p != '-'; p--) {}
+    if (*p != '-') return 0;
+    for (p++; p < last; p++) {
+        if (*p < '0' || *p > '9') return 0;
+        v = v * 10 + (unsigned long)(*p - '0');
+        if (v > 0x3FFFFFFFul) return 0;
+    }
+    return (uint32_t)v;
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: connector state                                                                */
+/* ============================================================================================== */
+
+enum { OMC__OWN_FREE = 0, OMC__OWN_LIVE = 1, OMC__OWN_DRAINING = 2 };
+
+/* The owner's private record of one entry (heap, never in shared memory: receivers can write the
+   segment, so nothing the owner relies on to free memory lives there). */
+typedef struct omc__shm_own {
+    omc_range range;
+    omc_time_ns expires;        /* 0 = never */
+    uint32_t gen;
+    uint32_t state;             /* OMC__OWN_* */
+    uint32_t prev, next;        /* in-use list (LIVE + DRAINING) or free list */
+    uint32_t qlen;
+    char qkey[OMC_KEY_MAX];
+} omc__shm_own;
+
+/* A mapped segment of some sender (our own one too, for a dual connector). */
+typedef struct omc__shm_peer {
+    char name[OMC__SHM_NAME_MAX];
+    int fd;
+    uint8_t* base;
+    omc__shm_header* hdr;
+    omc__shm_layout lay;
+    uint64_t seg_id, ino;
+    uint32_t owner_pid;
+    uint32_t pins;              /* views held + threads waiting on it: not unmapped while > 0 */
+    omc_time_ns checked;        /* last fstat */
+    omc_result broken;          /* OMC_OK, or why the segment must not be touched any more */
+    int unlinked;               /* the name is gone (owner closed, swept, or replaced it) */
+    int in_channel;             /* found by the channel scan: metadata-less gets look here */
+    int self;                   /* our own segment: mapping owned by the sender half */
+} omc__shm_peer;
+
+/* A view handed out by get (receiver side). cookie[0] = index, cookie[1] = gen. */
+typedef struct omc__shm_view {
+    uint32_t gen;
+    uint32_t next_free;
+    int used;
+    omc__shm_peer* peer;        /* NULL: an inline payload copied into heap memory */
+    uint32_t entry, entry_gen, slot;
+    void* heap;
+} omc__shm_view;
+
+typedef struct omc__shm {
+    omc_conn* conn;
+    char dir[OMC_SHM_PATH_MAX - OMC__SHM_NAME_MAX - 1];     /* so that dir/name always fits a path */
+    char channel[OMC_SHM_CHANNEL_MAX + 1];
+    uint64_t inline_threshold;  /* 0: inline disabled */
+    int64_t default_ttl_ms;
+    int64_t spin_ns;
+    uint32_t uid, pid;
+    uint64_t start_time;
+
+    /* ---- the sender half: our segment and the pool over its data area ---- */
+    int is_owner;
+    pthread_mutex_t mu;         /* everything below up to the receiver half */
+    int fd;
+    char name[OMC__SHM_NAME_MAX];
+    char path[OMC_SHM_PATH_MAX];
+    uint8_t* base;
+    omc__shm_header* hdr;
+    omc__shm_layout lay;
+    uint64_t seg_id, ino;
+    omc_pool* pool;
+    omc__shm_own* own;          /* lay.entry_count records */
+    uint32_t free_head, used_head;
+    uint32_t index_used;        /* live + tombstone buckets */
+    omc__smap keys;             /* qualified key -> omc__shm_own* (LIVE entries) */
+    uint32_t next_gen;
+    uint32_t seen_release;
+    omc_time_ns next_pass;
+    omc_time_ns self_checked;   /* atomic */
+    int self_broken;            /* atomic: an omc_result */
+
+    /* ---- the receiver half: mapped peers and the views we hold ---- */
+    pthread_mutex_t rmu;
+    omc__smap peers;            /* segment name -> omc__shm_peer* */
+    omc__shm_peer* self_peer;
+    omc__shm_view* views;
+    uint32_t view_cap, view_free, views_used;
+    omc_time_ns next_scan, next_maint;
+    uint32_t idle_word;         /* futex for getters that have no peer to wait on */
+} omc__shm;
+
+#define OMC__SHM_PASS_NS 100000000LL        /* TTL and dead-reader checks: every 100 ms */
+#define OMC__SHM_SCAN_NS 50000000LL         /* channel directory rescan while waiting */
+#define OMC__SHM_WAIT_SLICE_NS 50000000LL   /* longest single futex sleep (then look again) */
+
+/* ============================================================================================== */
+/* [SECTION] SHM: the key index (written by the owner, read lock-free by everyone)              */
+/* ============================================================================================== */
+/*
+    Open addressing with linear probing over index_buckets 32-bit buckets: 0 empty, 0xFFFFFFFF a
+    tombstone, else entry index + 1. Only the owner writes (under its mutex). A reader probes
+    without locks and confirms each candidate against the entry itself (generation, hash, key),
+    so a bucket that changes under it can only make it miss - and every change bumps put_seq,
+    which a missing reader compares before it sleeps, so a miss is retried, never slept on.
+*/
+
+/* Returns 0 only if no bucket is free, which the load limit rules out unless another process
+   scribbled over the index: the caller then rebuilds it. The probe is bounded either way. */
+OMC__PRIVATE int omc__shm_index_insert(omc__shm* S, uint32_t idx, uint64_t hash) {
+    uint32_t* b = omc__shm_buckets(S->base, &S->lay);
+    uint32_t mask = S->lay.buckets - 1, i, n;
+    for (i = (uint32_t)hash & mask, n = 0; n < S->lay.buckets; i = (i + 1) & mask, n++) {
+        uint32_t v = __atomic_load_n(&b[i], __ATOMIC_RELAXED);
+        if (v == OMC__SHM_BUCKET_EMPTY || v == OMC__SHM_BUCKET_TOMB) {
+            if (v == OMC__SHM_BUCKET_EMPTY) S->index_used++;
+            __atomic_store_n(&b[i], idx + 1, __ATOMIC_RELEASE);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+OMC__PRIVATE void omc__shm_index_remove(omc__shm* S, uint32_t idx, uint64_t hash) {
+    uint32_t* b = omc__shm_buckets(S->base, &S->lay);
+    uint32_t mask = S->lay.buckets - 1, i, n;
+    for (i = (uint32_t)hash & mask, n = 0; n < S->lay.buckets; i = (i + 1) & mask, n++) {
+        uint32_t v = __atomic_load_n(&b[i], __ATOMIC_RELAXED);
+        if (v == OMC__SHM_BUCKET_EMPTY) return;
+        if (v == idx + 1) { __atomic_store_n(&b[i], OMC__SHM_BUCKET_TOMB, __ATOMIC_RELEASE); return; }
+    }
+}
+
+/* Too many tombstones make probes long: rebuild from the owner's list of LIVE entries. */
+OMC__PRIVATE void omc__shm_index_rebuild(omc__shm* S) {
+    uint32_t* b = omc__shm_buckets(S->base, &S->lay);
+    uint32_t i;
+    for (i = 0; i < S->lay.buckets; i++) __atomic_store_n(&b[i], OMC__SHM_BUCKET_EMPTY, __ATOMIC_RELEASE);
+    S->index_used = 0;
+    for (i = S->used_head; i != OMC__NIL; i = S->own[i].next)
+        if (S->own[i].state == OMC__OWN_LIVE)
+            omc__shm_index_insert(S, i, omc__hash64(S->own[i].qkey, S->own[i].qlen));
+    __atomic_add_fetch(&S->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);   /* readers that missed: look again */
+}
+
+/* What a reader saw in an entry (a consistent snapshot, or nothing). */
+typedef struct omc__shm_snap {
+    uint32_t gen, flags, readers;
+    uint64_t offset, size;
+} omc__shm_snap;
+
+/* Seqlock read of entry idx: 1 and a snapshot if it is published and holds key (words) - or any
+   key when words is NULL - else 0. Every load is atomic: the owner may be rewriting it. */
+OMC__PRIVATE int omc__shm_entry_read(uint8_t* base, const omc__shm_layout* L, uint32_t idx, uint64_t hash,
+                                     uint32_t qlen, const uint64_t* words, omc__shm_snap* out) {
+    omc__shm_entry* e = omc__shm_entry_at(base, L, idx);
+    uint32_t g1 = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE), g2, w;
+    int same = 1;
+    if (g1 == 0) return 0;
+    out->flags = __atomic_load_n(&e->flags, __ATOMIC_RELAXED);
+    out->offset = __atomic_load_n(&e->offset, __ATOMIC_RELAXED);
+    out->size = __atomic_load_n(&e->size, __ATOMIC_RELAXED);
+    out->readers = __atomic_load_n(&e->readers, __ATOMIC_RELAXED);
+    if (words) {
+        same = __atomic_load_n(&e->key_hash, __ATOMIC_RELAXED) == hash && __atomic_load_n(&e->key_len, __ATOMIC_RELAXED) == qlen;
+        for (w = 0; same && w < OMC__SHM_KEY_WORDS; w++)
+            same = __atomic_load_n(&e->key[w], __ATOMIC_RELAXED) == words[w];
+    }
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    g2 = __atomic_load_n(&e->gen, __ATOMIC_RELAXED);
+    if (g1 != g2 || !same) return 0;
+    out->gen = g1;
+    return 1;
+}
+
+/* Find the published entry of a key: its index, or -1. Bounded: at most one pass over the
+   buckets, whatever the (untrusted) bucket contents are. */
+OMC__PRIVATE int64_t omc__shm_index_find(uint8_t* base, const omc__shm_layout* L, uint64_t hash, uint32_t qlen,
+                                         const uint64_t* words, omc__shm_snap* snap) {
+    uint32_t* b = omc__shm_buckets(base, L);
+    uint32_t mask = L->buckets - 1, i, n;
+    for (i = (uint32_t)hash & mask, n = 0; n < L->buckets; i = (i + 1) & mask, n++) {
+        uint32_t v = __atomic_load_n(&b[i], __ATOMIC_ACQUIRE);
+        if (v == OMC__SHM_BUCKET_EMPTY) return -1;
+        if (v == OMC__SHM_BUCKET_TOMB || v - 1 >= L->entry_count) continue;
+        if (omc__shm_entry_read(base, L, v - 1, hash, qlen, words, snap)) return (int64_t)(v - 1);
+    }
+    return -1;
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: claims (one compare-and-swap per transition, by any process)                  */
+/* ============================================================================================== */
+
+/* Take one AVAILABLE slot of generation gen and move it to new_state (HELD by pid, or DONE for an
+   inline read that needs no view). Returns the slot number, or -1 if none is left. */
+OMC__PRIVATE int omc__shm_claim(omc__shm_entry* e, uint32_t gen, uint32_t new_state, uint32_t pid) {
+    int i;
+    uint64_t want = omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0);
+    for (i = 0; i < OMC_SHM_MAX_READERS; i++) {
+        uint64_t w = want;
+        if (__atomic_load_n(&e->slots[i], __ATOMIC_RELAXED) != want) continue;
+        /* acquire: on success every byte the owner wrote before publishing the slot is visible */
+        if (__atomic_compare_exchange_n(&e->slots[i], &w, omc__slot_make(gen, new_state, pid), 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            return i;
+    }
+    return -1;
+}
+
+/* HELD -> DONE for the view we hold. Release: our reads of the payload happen before the owner
+   can see DONE and reuse the range. 0 if the slot was not ours any more. */
+OMC__PRIVATE int omc__shm_unclaim(omc__shm_entry* e, uint32_t slot, uint32_t gen, uint32_t pid) {
+    uint64_t w = omc__slot_make(gen, OMC__SLOT_HELD, pid);
+    if (slot >= OMC_SHM_MAX_READERS) return 0;
+    return __atomic_compare_exchange_n(&e->slots[slot], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0,
+                                       __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
+/* Tell the owner that something came back (it reclaims on its next call, or wakes if it waits). */
+OMC__PRIVATE void omc__shm_notify_release(omc__shm_header* h) {
+    __atomic_add_fetch(&h->release_seq, 1u, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&h->owner_waiting, __ATOMIC_SEQ_CST)) omc__futex_wake_all(&h->release_seq);
+}
+
+typedef struct omc__shm_count { uint32_t avail, held, done; } omc__shm_count;
+
+OMC__PRIVATE omc__shm_count omc__shm_slots(omc__shm_entry* e, uint32_t gen) {
+    omc__shm_count c = {0, 0, 0};
+    int i;
+    for (i = 0; i < OMC_SHM_MAX_READERS; i++) {
+        uint64_t w = __atomic_load_n(&e->slots[i], __ATOMIC_ACQUIRE);
+        if (omc__slot_gen(w) != gen) continue;
+        switch (omc__slot_state(w)) {
+            case OMC__SLOT_AVAILABLE: c.avail++; break;
+            case OMC__SLOT_HELD: c.held++; break;
+            case OMC__SLOT_DONE: c.done++; break;
+            default: break;
+        }
+    }
+    return c;
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: the sender half - creating the segment                                        */
+/* ============================================================================================== */
+
+/* Create, reserve, map and describe our segment. On failure nothing is left in the directory. */
+OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hooks, uint64_t pool_size,
+                                              uint64_t alignment, uint32_t max_entries) {
+    omc__shm_header* h;
+    struct stat st;
+    void* p;
+    int attempt, e;
+    omc__shm_layout_make(max_entries, OMC__ALIGN_UP(pool_size, alignment), alignment, &S->lay);
+    if (S->lay.total > (uint64_t)SIZE_MAX / 2 || S->lay.total > (uint64_t)INT64_MAX) return OMC_ERR_TOO_LARGE;
+    S->fd = -1;
+    for (attempt = 0; attempt < 8 && S->fd < 0; attempt++) {
+        /* unguessable and unsquattable: O_EXCL on a random name; O_NOFOLLOW refuses a planted link */
+        do { S->seg_id = omc__random_u64(); } while (S->seg_id == 0);
+        snprintf(S->name, sizeof(S->name), "omc-%u-%s-%u-%016llx", S->uid, S->channel, S->pid, (unsigned long long)S->seg_id);
+        snprintf(S->path, sizeof(S->path), "%s/%s", S->dir, S->name);
+        S->fd = open(S->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (S->fd < 0 && errno != EEXIST) break;
+    }
+    if (S->fd < 0) {
+        e = errno;
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_SHM, "cannot create %s: %s", S->path, strerror(e));
+        return e == ENOENT || e == ENOTDIR ? OMC_ERR_UNAVAILABLE : e == ENOSPC ? OMC_ERR_SHM_FULL : OMC_ERR_SYSTEM;
+    }
+    /* reserve every byte now: a full tmpfs fails here, not with SIGBUS on some later write */
+    e = posix_fallocate(S->fd, 0, (off_t)S->lay.total);
+    if (e != 0) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_SHM, "cannot reserve %llu bytes for %s: %s. Fix: free space in %s "
+                 "(df -h %s; remove stale segments with omc_shm_sweep_dead), make it larger (mount -o remount,size=... %s), "
+                 "or use a smaller pool_size", (unsigned long long)S->lay.total, S->path, strerror(e), S->dir, S->dir, S->dir);
+        unlink(S->path);
+        close(S->fd);
+        S->fd = -1;
+        return e == ENOSPC || e == EDQUOT || e == EFBIG ? OMC_ERR_SHM_FULL : OMC_ERR_SYSTEM;
+    }
+    p = mmap(NULL, (size_t)S->lay.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, S->fd, 0);
+    if (p == MAP_FAILED || fstat(S->fd, &st) != 0) {
+        e = errno;
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_SHM, "cannot map %s (%llu bytes): %s", S->path, (unsigned long long)S->lay.total, strerror(e));
+        if (p != MAP_FAILED) munmap(p, (size_t)S->lay.total);
+        unlink(S->path);
+        close(S->fd);
+        S->fd = -1;
+        return OMC_ERR_NO_MEMORY;
+    }
+    S->base = (uint8_t*)p;
+    S->ino = (uint64_t)st.st_ino;
+    h = S->hdr = (omc__shm_header*)p;
+    h->magic = OMC__SHM_MAGIC;
+    h->version = OMC__SHM_VERSION;
+    h->header_size = OMC__SHM_HEADER_SIZE;
+    h->total_size = S->lay.total;
+    h->entries_offset = S->lay.entries_off;
+    h->entry_count = S->lay.entry_count;
+    h->entry_size = OMC__SHM_ENTRY_SIZE;
+    h->index_offset = S->lay.index_off;
+    h->index_buckets = S->lay.buckets;
+    h->max_readers = OMC_SHM_MAX_READERS;
+    h->data_offset = S->lay.data_off;
+    h->data_size = S->lay.data_size;
+    h->segment_id = S->seg_id;
+    h->incarnation = omc_incarnation();
+    h->owner_start_time = S->start_time;
+    h->owner_pid = S->pid;
+    h->owner_uid = S->uid;
+    h->channel_len = (uint32_t)strlen(S->channel);
+    memcpy(h->channel, S->channel, h->channel_len);
+    h->alignment = alignment;
+    __atomic_store_n(&h->state, (uint32_t)OMC__SHM_READY, __ATOMIC_RELEASE);
+    return OMC_OK;
+}
+
+/* Has someone shrunk, removed or replaced our segment? Checked with fstat at most every
+   OMNICONN_SHM_RECHECK_NS (a system call costs a microsecond), and always when force is set.
+   Once broken, always broken: the connector refuses to touch the mapping again. */
+OMC__PRIVATE omc_result omc__shm_self_check(omc__shm* S, int force) {
+    omc_time_ns now;
+    struct stat st;
+    omc_result r = (omc_result)__atomic_load_n(&S->self_broken, __ATOMIC_ACQUIRE);
+    if (r != OMC_OK) return r;
+    now = omc_now_ns();
+    if (!force && now - __atomic_load_n(&S->self_checked, __ATOMIC_RELAXED) < OMNICONN_SHM_RECHECK_NS) return OMC_OK;
+    __atomic_store_n(&S->self_checked, now, __ATOMIC_RELAXED);
+    if (fstat(S->fd, &st) != 0) return OMC_OK;
+    if ((uint64_t)st.st_size == S->lay.total && st.st_nlink > 0) return OMC_OK;
+    if (!__atomic_exchange_n(&S->self_broken, (int)OMC_ERR_SHM_CHANGED, __ATOMIC_ACQ_REL))
+        omc__conn_fail(S->conn, OMC_ERR_SHM_CHANGED, "segment %s was %s by another process; this connector stops using it "
+                       "(recreate the connector)", S->path, st.st_nlink == 0 ? "removed or replaced" : "truncated");
+    return OMC_ERR_SHM_CHANGED;
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: the sender half - entries, reclaim, TTL, dead readers                         */
+/* ============================================================================================== */
+
+OMC__PRIVATE void omc__shm_list_unlink(omc__shm* S, uint32_t i) {
+    omc__shm_own* o = &S->own[i];
+    if (o->prev != OMC__NIL) S->own[o->prev].next = o->next;
+    else S->used_head = o->next;
+    if (o->next != OMC__NIL) S->own[o->next].prev = o->prev;
+    o->prev = o->next = OMC__NIL;
+}
+
+/* Take an entry out of the key index and the key table: no new reader can find it, and the key
+   may be put again. Views still held keep it (DRAINING) until they come back. */
+OMC__PRIVATE void omc__shm_unindex(omc__shm* S, uint32_t i) {
+    omc__shm_own* o = &S->own[i];
+    if (o->state != OMC__OWN_LIVE) return;
+    omc__shm_index_remove(S, i, omc__hash64(o->qkey, o->qlen));
+    omc__smap_del(&S->keys, &S->conn->hooks, o->qkey, o->qlen);
+    o->state = OMC__OWN_DRAINING;
+    if (S->index_used * 4 > S->lay.buckets * 3) omc__shm_index_rebuild(S);
+}
+
+/* No read remains and no view is out: free the range and make the entry reusable. */
+OMC__PRIVATE void omc__shm_free_entry(omc__shm* S, uint32_t i) {
+    omc__shm_own* o = &S->own[i];
+    omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
+    int s;
+    omc__shm_unindex(S, i);
+    omc_alloc_free(omc_pool_allocator(S->pool), o->range);
+    __atomic_store_n(&e->gen, 0u, __ATOMIC_RELEASE);
+    for (s = 0; s < OMC_SHM_MAX_READERS; s++) __atomic_store_n(&e->slots[s], (uint64_t)0, __ATOMIC_RELAXED);
+    omc__shm_list_unlink(S, i);
+    o->state = OMC__OWN_FREE;
+    o->gen = 0;
+    o->next = S->free_head;
+    S->free_head = i;
+}
+
+/* Withdraw every read that has not been taken yet (cleanup, TTL, close). Held views stay. */
+OMC__PRIVATE void omc__shm_retire(omc__shm* S, uint32_t i) {
+    omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
+    uint32_t gen = S->own[i].gen;
+    int s;
+    for (s = 0; s < OMC_SHM_MAX_READERS; s++) {
+        uint64_t w = omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0);
+        __atomic_compare_exchange_n(&e->slots[s], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    }
+    omc__shm_unindex(S, i);
+}
+
+/* A HELD slot whose reader process is dead will never be released: finish it for the reader.
+   The CAS keeps the slot if the reader released it in the meantime. Returns slots reclaimed. */
+OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i) {
+    omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
+    uint32_t gen = S->own[i].gen, n = 0;
+    int s;
+    for (s = 0; s < OMC_SHM_MAX_READERS; s++) {
+        uint64_t w = __atomic_load_n(&e->slots[s], __ATOMIC_ACQUIRE);
+        uint32_t pid = omc__slot_pid(w);
+        if (omc__slot_gen(w) != gen || omc__slot_state(w) != OMC__SLOT_HELD || pid == S->pid) continue;
+        if (omc__shm_pid_alive(pid, 0)) continue;
+        if (__atomic_compare_exchange_n(&e->slots[s], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "reader pid %u died holding a view of entry %u (%llu bytes) of %s: reclaimed",
+                     pid, i, (unsigned long long)S->own[i].range.size, S->name);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* The owner's housekeeping (caller holds mu): entries whose reads are all taken leave the index;
+   entries with nothing outstanding are freed. Cheap when nothing came back since the last pass
+   (one shared load); TTL and dead-reader checks run every OMC__SHM_PASS_NS or when full is set.
+   Returns the entries withdrawn by TTL plus the views reclaimed from dead readers. */
+OMC__PRIVATE uint64_t omc__shm_pass(omc__shm* S, int full) {
+    omc_time_ns now = omc_now_ns();
+    uint32_t rel = __atomic_load_n(&S->hdr->release_seq, __ATOMIC_ACQUIRE);
+    int due = full || now >= S->next_pass;
+    uint32_t i, next;
+    uint64_t ttl = 0, dead = 0;
+    if (!due && rel == S->seen_release) return 0;
+    S->seen_release = rel;
+    for (i = S->used_head; i != OMC__NIL; i = next) {
+        omc__shm_own* o = &S->own[i];
+        omc__shm_count cnt;
+        next = o->next;
+        if (due && o->state == OMC__OWN_LIVE && o->expires && now >= o->expires) {
+            OMC__LOG(&S->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_CONN_TTL_RECLAIM, "TTL reclaimed entry %u (%llu bytes)",
+                     i, (unsigned long long)o->range.size);
+            omc__shm_retire(S, i);
+            ttl++;
+        }
+        if (due) dead += omc__shm_reclaim_dead_readers(S, i);
+        cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), o->gen);
+        if (cnt.avail == 0) {
+            if (cnt.held == 0) omc__shm_free_entry(S, i);
+            else omc__shm_unindex(S, i);
+        }
+    }
+    if (due) S->next_pass = now + OMC__SHM_PASS_NS;
+    if (ttl) omc__add(&S->conn->ttl_reclaims, ttl);
+    return ttl + dead;
+}
+
+/* A free entry index, reclaiming once if none is left; OMC__NIL if the table is full. */
+OMC__PRIVATE uint32_t omc__shm_take_entry(omc__shm* S) {
+    uint32_t i;
+    if (S->free_head == OMC__NIL) omc__shm_pass(S, 1);
+    i = S->free_head;
+    if (i == OMC__NIL) return OMC__NIL;
+    S->free_head = S->own[i].next;
+    S->own[i].prev = OMC__NIL;
+    S->own[i].next = S->used_head;
+    if (S->used_head != OMC__NIL) S->own[S->used_head].prev = i;
+    S->used_head = i;
+    return i;
+}
+
+OMC__PRIVATE void omc__shm_give_back_entry(omc__shm* S, uint32_t i) {
+    omc__shm_list_unlink(S, i);
+    S->own[i].state = OMC__OWN_FREE;
+    S->own[i].next = S->free_head;
+    S->free_head = i;
+}
+
+/* Write entry i for a new put and make it visible: fields first, then the slots, then gen (the
+   seqlock), then the index bucket, then put_seq. Each store is a release, so a reader that sees
+   the bucket sees the entry, and one that claims a slot sees the payload bytes. */
+OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const omc_range* range, uint64_t size,
+                                   uint32_t flags, uint32_t readers, const char* qkey, uint32_t qlen, uint64_t hash) {
+    omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
+    uint64_t words[OMC__SHM_KEY_WORDS];
+    uint32_t s;
+    __atomic_store_n(&e->gen, 0u, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);    /* seqlock: gen 0 is visible before any field changes */
+    __atomic_store_n(&e->flags, flags, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->offset, range->offset, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->size, size, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->readers, readers, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->key_len, qlen, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->key_hash, hash, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->put_time_ns, omc_now_ns(), __ATOMIC_RELAXED);
+    omc__shm_key_words(qkey, qlen, words);
+    for (s = 0; s < OMC__SHM_KEY_WORDS; s++) __atomic_store_n(&e->key[s], words[s], __ATOMIC_RELAXED);
+    for (s = 0; s < OMC_SHM_MAX_READERS; s++)
+        __atomic_store_n(&e->slots[s], s < readers ? omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0) : (uint64_t)0, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->gen, gen, __ATOMIC_RELEASE);
+    if (!omc__shm_index_insert(S, i, hash)) {  /* the index was overwritten by someone: rebuild it */
+        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "key index of %s was full of foreign values: rebuilt", S->name);
+        omc__shm_index_rebuild(S);
+    }
+    __atomic_add_fetch(&S->hdr->puts, (uint64_t)1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&S->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);
+}
+
+/* The metadata body (see the manual): where the payload is, and for inline payloads the bytes. */
+OMC__PRIVATE omc_result omc__shm_make_meta(omc__shm* S, uint32_t i, uint32_t gen, const omc_range* range, uint64_t size,
+                                           uint32_t flags, const char* qkey, uint32_t qlen, omc_meta* meta_out) {
+    uint32_t nlen = (uint32_t)strlen(S->name);
+    uint32_t body_len = OMC__SHM_BODY_FIXED + nlen + ((flags & OMC__SHM_ENTRY_INLINE) ? (uint32_t)size : 0u);
+    uint32_t mflags = ((flags & OMC__SHM_ENTRY_INLINE) ? OMC_META_FLAG_INLINE : 0u) | ((flags & OMC__SHM_ENTRY_FRAME) ? OMC_META_FLAG_FRAME : 0u);
+    uint8_t* body;
+    omc_result r = omc__meta_begin(OMC_TRANSPORT_SHM, mflags, size, qkey, qlen, body_len, meta_out, &body);
+    if (r != OMC_OK) return r;
+    memset(body, 0, OMC__SHM_BODY_FIXED);
+    omc__put_u64(body + 0, S->seg_id);
+    omc__put_u64(body + 8, S->ino);
+    omc__put_u32(body + 16, S->pid);
+    omc__put_u32(body + 20, i);
+    omc__put_u32(body + 24, gen);
+    omc__put_u32(body + 28, 0);
+    omc__put_u64(body + 32, range->offset);
+    omc__put_u64(body + 40, size);
+    body[48] = (uint8_t)nlen;
+    memcpy(body + OMC__SHM_BODY_FIXED, S->name, nlen);
+    if (flags & OMC__SHM_ENTRY_INLINE) memcpy(body + OMC__SHM_BODY_FIXED + nlen, S->base + S->lay.data_off + range->offset, (size_t)size);
+    omc__meta_seal(meta_out);
+    return OMC_OK;
+}
+
+/* Register a filled range under qkey (caller holds mu). On error nothing changed. */
+OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const char* qkey, uint32_t qlen, const omc_range* range, uint64_t size,
+                                          uint32_t flags, uint32_t readers, int64_t ttl_ms, omc_meta* meta_out) {
+    omc__shm_own* old;
+    uint32_t i, gen;
+    omc_result r;
+    uint64_t hash = omc__hash64(qkey, qlen);
+    omc__shm_pass(S, 0);
+    old = (omc__shm_own*)omc__smap_get(&S->keys, qkey, qlen);
+    if (old) {
+        uint32_t oi = (uint32_t)(old - S->own);
+        omc__shm_count cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, oi), old->gen);
+        if (cnt.avail > 0) return OMC_ERR_EXISTS;
+        omc__shm_unindex(S, oi);    /* fully read: the key is free again, views drain on their own */
+    }
+    i = omc__shm_take_entry(S);
+    if (i == OMC__NIL) {
+        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "all %u entries of %s are in flight: raise max_entries, or release views",
+                 S->lay.entry_count, S->name);
+        return OMC_ERR_POOL_FULL;
+    }
+    if (++S->next_gen == 0) S->next_gen = 1;
+    gen = S->next_gen;
+    r = omc__smap_put(&S->keys, &S->conn->hooks, qkey, qlen, &S->own[i]);
+    if (r == OMC_OK) {
+        r = omc__shm_make_meta(S, i, gen, range, size, flags, qkey, qlen, meta_out);
+        if (r != OMC_OK) omc__smap_del(&S->keys, &S->conn->hooks, qkey, qlen);
+    }
+    if (r != OMC_OK) { omc__shm_give_back_entry(S, i); return r; }
+    S->own[i].range = *range;
+    S->own[i].gen = gen;
+    S->own[i].state = OMC__OWN_LIVE;
+    S->own[i].expires = ttl_ms > 0 ? omc_deadline_after_ms(ttl_ms) : 0;
+    S->own[i].qlen = qlen;
+    memcpy(S->own[i].qkey, qkey, qlen);
+    omc__shm_publish(S, i, gen, range, size, flags, readers, qkey, qlen, hash);
+    return OMC_OK;
+}
+
+/* A range of the pool; when it is full, reclaim what receivers gave back and try once more. */
+OMC__PRIVATE omc_result omc__shm_alloc_range(omc__shm* S, uint64_t size, omc_range* out) {
+    omc_alloc* a = omc_pool_allocator(S->pool);
+    omc_result r = omc_alloc_alloc(a, size, out);
+    if (r != OMC_ERR_POOL_FULL) return r;
+    pthread_mutex_lock(&S->mu);
+    omc__shm_pass(S, 1);
+    pthread_mutex_unlock(&S->mu);
+    return omc_alloc_alloc(a, size, out);
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: the sender half - put, alloc, cleanup                                         */
+/* ============================================================================================== */
+
+static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out) {
+    omc__shm* S = (omc__shm*)c->impl;
+    uint64_t size = p->buffer ? (p->size ? p->size : p->buffer->size) : p->size;
+    uint32_t readers = p->readers ? p->readers : 1, flags = 0;
+    int64_t ttl = p->ttl_ms ? p->ttl_ms : S->default_ttl_ms;
+    omc_range range;
+    omc_result r;
+    if (readers > OMC_SHM_MAX_READERS) {
+        OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "fan-out of %u readers: the limit is %d per put", readers, OMC_SHM_MAX_READERS);
+        return OMC_ERR_INVALID_ARG;
+    }
+    r = omc__shm_self_check(S, 0);
+    if (r != OMC_OK) return r;
+    if (p->buffer) {    /* zero copy: a live range of our own pool, filled by the caller */
+        if (p->buffer->pool != S->pool || p->buffer->release_fn) return OMC_ERR_INVALID_ARG;
+        r = omc_alloc_check(omc_pool_allocator(S->pool), p->buffer->range);
+        if (r != OMC_OK) return r;
+        range = p->buffer->range;
+    } else {
+        r = omc__shm_alloc_range(S, size ? size : 1, &range);
+        if (r != OMC_OK) return r;
+        if (size) memcpy(S->base + S->lay.data_off + range.offset, p->data, (size_t)size);
+    }
+    if (S->inline_threshold && size < S->inline_threshold) flags |= OMC__SHM_ENTRY_INLINE;
+    if (p->flags & OMC_PAYLOAD_FRAME) flags |= OMC__SHM_ENTRY_FRAME;
+    pthread_mutex_lock(&S->mu);
+    r = omc__shm_register(S, qkey, qlen, &range, size, flags, readers, ttl, meta_out);
+    pthread_mutex_unlock(&S->mu);
+    if (r != OMC_OK) {
+        if (!p->buffer) omc_alloc_free(omc_pool_allocator(S->pool), range);
+        return r;
+    }
+    if (__atomic_load_n(&S->hdr->waiters, __ATOMIC_SEQ_CST)) omc__futex_wake_all(&S->hdr->put_seq);
+    if (p->buffer) memset(p->buffer, 0, sizeof(*p->buffer));   /* ownership moved to the entry */
+    return OMC_OK;
+}
+
+/* A buffer for a zero-copy put. Space comes back when receivers release: reclaim, and sleep on
+   release_seq (a receiver wakes us) until the deadline. */
+static omc_result omc__shm_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
+    omc__shm* S = (omc__shm*)c->impl;
+    omc_result r;
+    if (!S->is_owner) return OMC_ERR_WRONG_ROLE;
+    for (;;) {
+        uint32_t seen;
+        r = omc__shm_self_check(S, 0);     /* before the first touch of the segment */
+        if (r != OMC_OK) return r;
+        seen = __atomic_load_n(&S->hdr->release_seq, __ATOMIC_SEQ_CST);
+        r = omc_pool_alloc_buffer(S->pool, size, out);
+        if (r != OMC_ERR_POOL_FULL) return r;
+        pthread_mutex_lock(&S->mu);
+        omc__shm_pass(S, 1);
+        pthread_mutex_unlock(&S->mu);
+        r = omc_pool_alloc_buffer(S->pool, size, out);
+        if (r != OMC_ERR_POOL_FULL) return r;
+        if (omc__load(&c->closed)) return OMC_ERR_CLOSED;
+        if (omc_now_ns() >= deadline) {
+            OMC__LOG(&c->hooks, OMC_LOG_INFO, OMC_LOGITEM_ALLOC_TIMEOUT, "no %llu-byte range of %s came free before the deadline",
+                     (unsigned long long)size, S->name);
+            return OMC_ERR_TIMEOUT;
+        }
+        __atomic_add_fetch(&S->hdr->owner_waiting, 1u, __ATOMIC_SEQ_CST);
+        /* short slices: a buffer released by a thread of this process does not touch release_seq */
+        omc__futex_wait(&S->hdr->release_seq, seen, deadline, 10000000LL);
+        __atomic_sub_fetch(&S->hdr->owner_waiting, 1u, __ATOMIC_SEQ_CST);
+    }
+}
+
+/* Cleanup by the owner: withdraw the reads that remain (views already held stay valid). */
+OMC__PRIVATE omc_result omc__shm_owner_cleanup(omc__shm* S, const char* qkey, uint32_t qlen) {
+    omc__shm_own* o;
+    omc_result r = OMC_ERR_NOT_FOUND;
+    pthread_mutex_lock(&S->mu);
+    o = (omc__shm_own*)omc__smap_get(&S->keys, qkey, qlen);
+    if (o) {
+        uint32_t i = (uint32_t)(o - S->own);
+        omc__shm_count cnt;
+        omc__shm_retire(S, i);
+        cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), o->gen);
+        if (cnt.held == 0) omc__shm_free_entry(S, i);
+        r = OMC_OK;
+    }
+    pthread_mutex_unlock(&S->mu);
+    return r;
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: the receiver half - mapping peers                                             */
+/* ============================================================================================== */
+
+OMC__PRIVATE void omc__shm_peer_free(omc__shm* S, omc__shm_peer* P) {
+    if (!P->self) {
+        if (P->base) munmap(P->base, (size_t)P->lay.total);
+        if (P->fd >= 0) close(P->fd);
+    }
+    omc__free(&S->conn->hooks, P);
+}
+
+
+/* Open and map a sender's segment by name, checking everything before the first byte is touched:
+   a regular file (never through a symlink), owned by our uid, whose size matches the geometry its
+   header describes (the header is read with pread, so a lying size can never fault), READY, and -
+   when the caller knows them from metadata - with the expected segment id and inode (a segment
+   that was unlinked and recreated under the same name has another inode). 0 = anything. */
+OMC__PRIVATE omc_result omc__shm_peer_open(omc__shm* S, const char* name, uint64_t want_id, uint64_t want_ino, omc__shm_peer** out) {
+    omc__shm_header h;
+    omc__shm_layout lay;
+    omc__shm_peer* P;
+    struct stat st;
+    char path[OMC_SHM_PATH_MAX];
+    const char* why = NULL;
+    void* p;
+    int fd, e;
+    omc_result r = OMC_OK;
+    *out = NULL;
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", S->dir, name) >= sizeof(path)) return OMC_ERR_INVALID_ARG;
+    fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        e = errno;
+        if (e == ENOENT) return OMC_ERR_NOT_FOUND;
+        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "cannot open segment %s: %s%s", path, strerror(e),
+                 e == ELOOP ? " (a symbolic link: refused, segments are never reached through links)" : "");
+        return e == ELOOP || e == EACCES || e == EPERM ? OMC_ERR_SHM_CHANGED : OMC_ERR_SYSTEM;
+    }
+    memset(&lay, 0, sizeof(lay));
+    if (fstat(fd, &st) != 0) { why = "fstat failed"; r = OMC_ERR_SYSTEM; }
+    else if (!S_ISREG(st.st_mode) || (uint32_t)st.st_uid != S->uid) { why = "not a regular file owned by our uid"; r = OMC_ERR_SHM_CHANGED; }
+    else if ((uint64_t)st.st_size < OMC__SHM_HEADER_SIZE || pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+        why = "shorter than a segment header"; r = OMC_ERR_SHM_CHANGED;
+    }
+    else if ((r = omc__shm_layout_check(&h, (uint64_t)st.st_size, &lay)) != OMC_OK) why = "its header does not match its size or layout";
+    else if (h.owner_uid != S->uid) { why = "its header names another owner uid"; r = OMC_ERR_SHM_CHANGED; }
+    else if ((want_id && h.segment_id != want_id) || (want_ino && (uint64_t)st.st_ino != want_ino)) {
+        why = "it was replaced: segment id or inode differ from the metadata"; r = OMC_ERR_SHM_CHANGED;
+    }
+    else if (h.state != OMC__SHM_READY) r = OMC_ERR_NOT_FOUND;    /* being created, or closed by its owner */
+    if (r != OMC_OK) {
+        if (why) OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "segment %s refused: %s", path, why);
+        close(fd);
+        return r;
+    }
+    p = mmap(NULL, (size_t)lay.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED) {
+        e = errno;
+        OMC__LOG(&S->conn->hooks, OMC_LOG_ERROR, OMC_LOGITEM_SHM, "cannot map segment %s: %s", path, strerror(e));
+        close(fd);
+        return OMC_ERR_NO_MEMORY;
+    }
+    P = (omc__shm_peer*)omc__calloc(&S->conn->hooks, sizeof(omc__shm_peer));
+    if (!P) { munmap(p, (size_t)lay.total); close(fd); return OMC_ERR_NO_MEMORY; }
+    snprintf(P->name, sizeof(P->name), "%s", name);
+    P->fd = fd;
+    P->base = (uint8_t*)p;
+    P->hdr = (omc__shm_header*)p;
+    P->lay = lay;
+    P->seg_id = h.segment_id;
+    P->ino = (uint64_t)st.st_ino;
+    P->owner_pid = h.owner_pid;
+    P->checked = omc_now_ns();
+    *out = P;
+    return OMC_OK;
+}
+
+/* Is a mapped peer still safe to touch? fstat at most every OMNICONN_SHM_RECHECK_NS (or now if
+   force): a segment whose size changed is marked broken for good (touching it could SIGBUS); one
+   whose name is gone still holds valid data (our mapping keeps it) and is dropped when unused. */
+OMC__PRIVATE omc_result omc__shm_peer_check(omc__shm* S, omc__shm_peer* P, omc_time_ns now, int force) {
+    struct stat st;
+    if (P->broken != OMC_OK) return P->broken;
+    if (P->self) return omc__shm_self_check(S, force);
+    if (!force && now - P->checked < OMNICONN_SHM_RECHECK_NS) return OMC_OK;
+    P->checked = now;
+    if (fstat(P->fd, &st) != 0) return OMC_OK;
+    if (st.st_nlink == 0) P->unlinked = 1;
+    if ((uint64_t)st.st_size != P->lay.total) {
+        P->broken = OMC_ERR_SHM_CHANGED;
+        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "segment %s was truncated from %llu to %llu bytes by another process: "
+                 "no longer touched", P->name, (unsigned long long)P->lay.total, (unsigned long long)st.st_size);
+    }
+    return P->broken;
+}
+
+OMC__PRIVATE void omc__shm_peer_drop(omc__shm* S, omc__shm_peer* P) {
+    omc__smap_del(&S->peers, &S->conn->hooks, P->name, (uint32_t)strlen(P->name));
+    omc__shm_peer_free(S, P);
+}
+
+/* The peer a metadata blob names (caller holds rmu): the cached mapping if it is the same
+   segment (id and inode), else a fresh, fully checked one. */
+OMC__PRIVATE omc_result omc__shm_peer_get(omc__shm* S, const char* name, uint64_t id, uint64_t ino, omc__shm_peer** out) {
+    omc__shm_peer* P = (omc__shm_peer*)omc__smap_get(&S->peers, name, (uint32_t)strlen(name));
+    omc_result r;
+    *out = NULL;
+    if (P && (P->seg_id != id || P->ino != ino)) {
+        /* the name now stands for another file than the one we mapped: a replacement */
+        if (P->self || P->pins) return OMC_ERR_SHM_CHANGED;
+        omc__shm_peer_drop(S, P);
+        P = NULL;
+    }
+    if (!P) {
+        r = omc__shm_peer_open(S, name, id, ino, &P);
+        if (r != OMC_OK) return r;
+        r = omc__smap_put(&S->peers, &S->conn->hooks, P->name, (uint32_t)strlen(P->name), P);
+        if (r != OMC_OK) { omc__shm_peer_free(S, P); return r; }
+    }
+    r = omc__shm_peer_check(S, P, omc_now_ns(), 0);
+    if (r != OMC_OK) return r;
+    *out = P;
+    return OMC_OK;
+}
+
+/* Map every segment of our channel that we do not know yet (caller holds rmu). The directory is
+   the registry: segment names carry uid and channel, so no other shared state is needed. */
+OMC__PRIVATE void omc__shm_scan_channel(omc__shm* S) {
+    char prefix[64];
+    size_t plen;
+    DIR* d = opendir(S->dir);
+    struct dirent* de;
+    if (!d) return;
+    plen = (size_t)snprintf(prefix, sizeof(prefix), "omc-%u-%s-", S->uid, S->channel);
+    while ((de = readdir(d)) != NULL) {
+        omc__shm_peer* P;
+        size_t n = strlen(de->d_name);
+        if (n >= OMC__SHM_NAME_MAX || strncmp(de->d_name, prefix, plen) != 0) continue;
+        P = (omc__shm_peer*)omc__smap_get(&S->peers, de->d_name, (uint32_t)n);
+        if (!P && omc__shm_peer_open(S, de->d_name, 0, 0, &P) == OMC_OK &&
+            omc__smap_put(&S->peers, &S->conn->hooks, P->name, (uint32_t)n, P) != OMC_OK) {
+            omc__shm_peer_free(S, P);
+            P = NULL;
+        }
+        if (P) P->in_channel = 1;
+    }
+    closedir(d);
+}
+
+/* Unmap the segments nobody uses any more whose name is gone or that broke (caller holds rmu):
+   a mapping pins its memory, so an unused mapping of a dead segment would leak RAM. */
+OMC__PRIVATE void omc__shm_peers_maintain(omc__shm* S, omc_time_ns now, int force) {
+    uint32_t it = 0;
+    void* v;
+    if (!force && now < S->next_maint) return;
+    S->next_maint = now + OMC__SHM_PASS_NS;
+    while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {    /* deleting while iterating is fine */
+        omc__shm_peer* P = (omc__shm_peer*)v;
+        if (P->self || P->pins) continue;
+        omc__shm_peer_check(S, P, now, 1);
+        if (P->broken != OMC_OK || P->unlinked) omc__shm_peer_drop(S, P);
+    }
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: the receiver half - views                                                     */
+/* ============================================================================================== */
+
+/* A free view record (caller holds rmu): an index into a growable array with a free list, so
+   release finds its view in O(1) and a copied, already released handle is detected. */
+OMC__PRIVATE omc_result omc__shm_view_new(omc__shm* S, uint32_t* out) {
+    uint32_t i;
+    if (S->view_free == OMC__NIL) {
+        uint32_t ncap = S->view_cap ? S->view_cap * 2 : 64;
+        omc__shm_view* nv;
+        if (ncap > (1u << 24)) return OMC_ERR_NO_MEMORY;
+        nv = (omc__shm_view*)omc__calloc(&S->conn->hooks, sizeof(omc__shm_view) * ncap);
+        if (!nv) return OMC_ERR_NO_MEMORY;
+        if (S->views) memcpy(nv, S->views, sizeof(omc__shm_view) * S->view_cap);
+        omc__free(&S->conn->hooks, S->views);
+        for (i = ncap; i-- > S->view_cap;) { nv[i].next_free = S->view_free; S->view_free = i; }
+        S->views = nv;
+        S->view_cap = ncap;
+    }
+    i = S->view_free;
+    S->view_free = S->views[i].next_free;
+    if (++S->views[i].gen == 0) S->views[i].gen = 1;
+    S->views[i].used = 1;
+    S->views[i].peer = NULL;
+    S->views[i].heap = NULL;
+    S->views_used++;
+    *out = i;
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__shm_view_drop(omc__shm* S, uint32_t i) {
+    S->views[i].used = 0;
+    S->views[i].peer = NULL;
+    S->views[i].heap = NULL;
+    S->views[i].next_free = S->view_free;
+    S->view_free = i;
+    S->views_used--;
+}
+
+static omc_result omc__shm_release(omc_buffer* b);
+
+OMC__PRIVATE void omc__shm_fill_view(omc__shm* S, uint32_t vi, void* data, uint64_t size, uint32_t flags, omc_buffer* out) {
+    memset(out, 0, sizeof(*out));
+    out->data = data;
+    out->size = size;
+    out->range.offset = 0;
+    out->range.size = size;
+    out->range.generation = S->views[vi].entry_gen;
+    out->range.slot = S->views[vi].entry;
+    out->flags = flags;
+    out->release_fn = omc__shm_release;
+    out->owner = S;
+    out->cookie[0] = vi;
+    out->cookie[1] = S->views[vi].gen;
+}
+
+/* Claim a zero-copy view of entry idx of peer P (caller holds rmu and has checked snap against
+   the segment's bounds). OMC_ERR_NOT_FOUND if every read of it is taken. */
+OMC__PRIVATE omc_result omc__shm_take_view(omc__shm* S, omc__shm_peer* P, uint32_t idx, const omc__shm_snap* snap, omc_buffer* out) {
+    omc__shm_entry* e = omc__shm_entry_at(P->base, &P->lay, idx);
+    uint32_t vi, fl = 0;
+    int slot;
+    omc_result r = omc__shm_view_new(S, &vi);
+    if (r != OMC_OK) return r;
+    slot = omc__shm_claim(e, snap->gen, OMC__SLOT_HELD, S->pid);
+    if (slot < 0) { omc__shm_view_drop(S, vi); return OMC_ERR_NOT_FOUND; }
+    __atomic_add_fetch(&P->hdr->claims, (uint64_t)1, __ATOMIC_RELAXED);
+    S->views[vi].peer = P;
+    S->views[vi].entry = idx;
+    S->views[vi].entry_gen = snap->gen;
+    S->views[vi].slot = (uint32_t)slot;
+    P->pins++;
+    if (snap->flags & OMC__SHM_ENTRY_FRAME) fl |= OMC_BUFFER_FRAME;
+    if (snap->readers > 1) fl |= OMC_BUFFER_READONLY;     /* other readers see the same bytes */
+    omc__shm_fill_view(S, vi, P->base + P->lay.data_off + snap->offset, snap->size, fl, out);
+    return OMC_OK;
+}
+
+/* Does an entry's range lie inside the data area? (The segment is writable by every process of
+   our uid: nothing read from it is trusted before this check.) */
+OMC__PRIVATE int omc__shm_snap_in_bounds(const omc__shm_peer* P, const omc__shm_snap* s) {
+    return s->offset <= P->lay.data_size && s->size <= P->lay.data_size - s->offset && s->readers <= OMC_SHM_MAX_READERS;
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: the receiver half - get with metadata                                         */
+/* ============================================================================================== */
+
+typedef struct omc__shm_body {
+    uint64_t seg_id, ino, offset, size;
+    uint32_t owner_pid, entry, gen;
+    char name[OMC__SHM_NAME_MAX];
+    const uint8_t* inline_bytes;    /* NULL unless inline */
+} omc__shm_body;
+
+/* Decode and check a metadata body (see the manual) against the envelope around it. */
+OMC__PRIVATE omc_result omc__shm_parse_body(const omc__shm* S, const omc_meta_info* m, omc__shm_body* b) {
+    const uint8_t* p = m->body;
+    uint32_t nlen, i;
+    int is_inline = (m->flags & OMC_META_FLAG_INLINE) != 0;
+    if (m->body_len < OMC__SHM_BODY_FIXED) return OMC_ERR_MALFORMED;
+    b->seg_id = omc__get_u64(p);
+    b->ino = omc__get_u64(p + 8);
+    b->owner_pid = omc__get_u32(p + 16);
+    b->entry = omc__get_u32(p + 20);
+    b->gen = omc__get_u32(p + 24);
+    b->offset = omc__get_u64(p + 32);
+    b->size = omc__get_u64(p + 40);
+    nlen = p[48];
+    if (omc__get_u32(p + 28) != 0 || b->gen == 0 || b->size != m->data_size || nlen == 0 || nlen >= OMC__SHM_NAME_MAX) return OMC_ERR_MALFORMED;
+    for (i = 49; i < OMC__SHM_BODY_FIXED; i++) if (p[i]) return OMC_ERR_MALFORMED;
+    if ((uint64_t)m->body_len != OMC__SHM_BODY_FIXED + nlen + (is_inline ? b->size : 0)) return OMC_ERR_MALFORMED;
+    if (!omc__shm_name_ok((const char*)p + OMC__SHM_BODY_FIXED, nlen, S->uid)) {
+        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_META_MALFORMED, "metadata names a file that is not an omniconn segment of uid %u", S->uid);
+        return OMC_ERR_MALFORMED;
+    }
+    memcpy(b->name, p + OMC__SHM_BODY_FIXED, nlen);
+    b->name[nlen] = '\0';
+    b->inline_bytes = is_inline ? p + OMC__SHM_BODY_FIXED + nlen : NULL;
+    return OMC_OK;
+}
+
+/* Why is the put a metadata blob describes not there? A newer put of the same key: STALE.
+   Nothing under that key: consumed, cleaned up or expired: NOT_FOUND. */
+OMC__PRIVATE omc_result omc__shm_why_absent(omc__shm_peer* P, uint64_t hash, uint32_t qlen, const uint64_t* words, uint32_t gen) {
+    omc__shm_snap snap;
+    if (omc__shm_index_find(P->base, &P->lay, hash, qlen, words, &snap) >= 0 && snap.gen != gen) return OMC_ERR_STALE;
+    return OMC_ERR_NOT_FOUND;
+}
+
+/* An inline payload: claim one read (AVAILABLE -> DONE at once: the bytes come from the metadata,
+   so no view pins the sender's pool) and hand out a private heap copy. */
+OMC__PRIVATE omc_result omc__shm_take_inline(omc__shm* S, omc__shm_peer* P, const omc__shm_body* b, const omc__shm_snap* snap, omc_buffer* out) {
+    omc__shm_entry* e = omc__shm_entry_at(P->base, &P->lay, b->entry);
+    uint32_t vi;
+    void* copy = omc__malloc(&S->conn->hooks, (size_t)(b->size ? b->size : 1));
+    omc_result r;
+    if (!copy) return OMC_ERR_NO_MEMORY;
+    r = omc__shm_view_new(S, &vi);
+    if (r != OMC_OK) { omc__free(&S->conn->hooks, copy); return r; }
+    if (omc__shm_claim(e, b->gen, OMC__SLOT_DONE, 0) < 0) {
+        omc__shm_view_drop(S, vi);
+        omc__free(&S->conn->hooks, copy);
+        return OMC_ERR_NOT_FOUND;
+    }
+    __atomic_add_fetch(&P->hdr->claims, (uint64_t)1, __ATOMIC_RELAXED);
+    omc__shm_notify_release(P->hdr);            /* the owner may free its pool copy right away */
+    if (b->size) memcpy(copy, b->inline_bytes, (size_t)b->size);
+    S->views[vi].heap = copy;
+    S->views[vi].entry = b->entry;
+    S->views[vi].entry_gen = b->gen;
+    omc__shm_fill_view(S, vi, copy, b->size, (snap->flags & OMC__SHM_ENTRY_FRAME) ? OMC_BUFFER_FRAME : 0u, out);
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__shm_get_meta(omc__shm* S, const char* qkey, uint32_t qlen, const omc_meta_info* m,
+                                          uint64_t max_size, omc_buffer* out) {
+    omc__shm_body b;
+    omc__shm_peer* P = NULL;
+    omc__shm_snap snap;
+    uint64_t words[OMC__SHM_KEY_WORDS], hash = omc__hash64(qkey, qlen);
+    omc_result r = omc__shm_parse_body(S, m, &b);
+    if (r != OMC_OK) return r;
+    omc__shm_key_words(qkey, qlen, words);
+    pthread_mutex_lock(&S->rmu);
+    r = omc__shm_peer_get(S, b.name, b.seg_id, b.ino, &P);
+    if (r == OMC_ERR_NOT_FOUND && !omc__shm_pid_alive(b.owner_pid, 0)) r = OMC_ERR_PEER_DEAD;
+    if (r == OMC_OK && (b.entry >= P->lay.entry_count ||
+                        (!b.inline_bytes && (b.offset > P->lay.data_size || b.size > P->lay.data_size - b.offset)))) {
+        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_META_MALFORMED, "metadata points outside segment %s "
+                 "(entry %u of %u, range %llu+%llu of %llu)", b.name, b.entry, P->lay.entry_count,
+                 (unsigned long long)b.offset, (unsigned long long)b.size, (unsigned long long)P->lay.data_size);
+        r = OMC_ERR_MALFORMED;
+    }
+    if (r == OMC_OK) {
+        if (!omc__shm_entry_read(P->base, &P->lay, b.entry, hash, qlen, words, &snap) || snap.gen != b.gen)
+            r = omc__shm_why_absent(P, hash, qlen, words, b.gen);
+        else if (snap.offset != b.offset || snap.size != b.size || ((snap.flags & OMC__SHM_ENTRY_INLINE) != 0) != (b.inline_bytes != NULL))
+            r = OMC_ERR_MALFORMED;
+        else if (max_size && b.size > max_size) { out->size = b.size; r = OMC_ERR_TOO_LARGE; }
+        else if (b.inline_bytes) r = omc__shm_take_inline(S, P, &b, &snap, out);
+        else r = omc__shm_take_view(S, P, b.entry, &snap, out);
+    }
+    pthread_mutex_unlock(&S->rmu);
+    return r;
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: the receiver half - metadata-less get (wait for a key)                        */
+/* ============================================================================================== */
+
+/* One look at every segment of the channel (caller holds rmu). OMC_ERR_NOT_FOUND if the key is in
+   none of them; then *wait_peer / *wait_seq say what to sleep on (put_seq as read BEFORE the
+   lookup, so a put that lands after the lookup is never slept through). */
+OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, uint64_t hash, uint32_t qlen, const uint64_t* words, uint64_t max_size,
+                                             omc_buffer* out, omc__shm_peer** wait_peer, uint32_t* wait_seq, uint32_t* npeers) {
+    omc_time_ns now = omc_now_ns();
+    uint32_t it = 0;
+    void* v;
+    *wait_peer = NULL;
+    *npeers = 0;
+    while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
+        omc__shm_peer* P = (omc__shm_peer*)v;
+        omc__shm_snap snap;
+        uint32_t seq;
+        int64_t idx;
+        if (!P->in_channel || omc__shm_peer_check(S, P, now, 0) != OMC_OK) continue;
+        seq = __atomic_load_n(&P->hdr->put_seq, __ATOMIC_SEQ_CST);
+        idx = omc__shm_index_find(P->base, &P->lay, hash, qlen, words, &snap);
+        if (idx >= 0 && omc__shm_snap_in_bounds(P, &snap)) {
+            omc_result r;
+            if (max_size && snap.size > max_size) { out->size = snap.size; return OMC_ERR_TOO_LARGE; }
+            r = omc__shm_take_view(S, P, (uint32_t)idx, &snap, out);   /* inline or not: the pool has the bytes */
+            if (r != OMC_ERR_NOT_FOUND) return r;
+        }
+        (*npeers)++;
+        if (!*wait_peer || P->self) { *wait_peer = P; *wait_seq = seq; }
+    }
+    return OMC_ERR_NOT_FOUND;
+}
+
+/* Spin on put_seq for a short while (the small-payload handoff costs no system call), then sleep
+   on it with FUTEX_WAIT. Never longer than a slice: new segments may join the channel. */
+OMC__PRIVATE void omc__shm_wait_put(omc__shm* S, omc__shm_peer* P, uint32_t seq, omc_time_ns deadline,
+                                    omc_time_ns* spin_until, int64_t slice) {
+    uint32_t* word = &P->hdr->put_seq;
+    omc_time_ns now = omc_now_ns();
+    if (*spin_until == 0) *spin_until = S->spin_ns > 0 ? now + S->spin_ns : now;
+    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == seq && now < *spin_until && now < deadline && !omc__load(&S->conn->closed)) {
+        int k;
+        for (k = 0; k < 32; k++) OMC__SHM_PAUSE();
+        now = omc_now_ns();
+    }
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != seq || now >= deadline || omc__load(&S->conn->closed)) return;
+    __atomic_add_fetch(&P->hdr->waiters, 1u, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(word, __ATOMIC_SEQ_CST) == seq) omc__futex_wait(word, seq, deadline, slice);
+    __atomic_sub_fetch(&P->hdr->waiters, 1u, __ATOMIC_SEQ_CST);
+}
+
+OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const char* qkey, uint32_t qlen, omc_time_ns deadline,
+                                          uint64_t max_size, omc_buffer* out) {
+    uint64_t words[OMC__SHM_KEY_WORDS], hash = omc__hash64(qkey, qlen);
+    omc_time_ns spin_until = 0;
+    omc__shm_key_words(qkey, qlen, words);
+    for (;;) {
+        omc__shm_peer* wp = NULL;
+        uint32_t wseq = 0, npeers = 0, idle = __atomic_load_n(&S->idle_word, __ATOMIC_ACQUIRE);
+        omc_time_ns now;
+        omc_result r;
+        if (omc__load(&S->conn->closed)) return OMC_ERR_CLOSED;
+        pthread_mutex_lock(&S->rmu);
+        now = omc_now_ns();
+        if (now >= S->next_scan) { omc__shm_scan_channel(S); S->next_scan = now + OMC__SHM_SCAN_NS; }
+        omc__shm_peers_maintain(S, now, 0);
+        r = omc__shm_try_channel(S, hash, qlen, words, max_size, out, &wp, &wseq, &npeers);
+        if (r == OMC_ERR_NOT_FOUND && wp) wp->pins++;   /* keep it mapped while we sleep on it */
+        pthread_mutex_unlock(&S->rmu);
+        if (r != OMC_ERR_NOT_FOUND) return r;
+        if (omc_now_ns() >= deadline) r = OMC_ERR_TIMEOUT;
+        else if (wp) omc__shm_wait_put(S, wp, wseq, deadline, &spin_until, npeers > 1 ? 2000000LL : OMC__SHM_SCAN_NS);
+        else omc__futex_wait(&S->idle_word, idle, deadline, OMC__SHM_SCAN_NS / 2);  /* no sender yet */
+        if (wp) {
+            pthread_mutex_lock(&S->rmu);
+            wp->pins--;
+            pthread_mutex_unlock(&S->rmu);
+        }
+        if (r == OMC_ERR_TIMEOUT) return r;
+    }
+}
+
+static omc_result omc__shm_get(omc_conn* c, const char* qkey, uint32_t qlen, const omc_meta_info* meta, omc_time_ns deadline,
+                               uint64_t max_size, omc_buffer* out) {
+    omc__shm* S = (omc__shm*)c->impl;
+    omc_result r = meta ? omc__shm_get_meta(S, qkey, qlen, meta, max_size, out) : omc__shm_get_wait(S, qkey, qlen, deadline, max_size, out);
+    if (r == OMC_OK) omc__conn_ref(c);     /* every view keeps the connector (and its mappings) alive */
+    return r;
+}
+
+/* Give a view back: HELD -> DONE in the sender's segment (no system call unless the owner is
+   asleep waiting for space), or free the inline copy. */
+static omc_result omc__shm_release(omc_buffer* b) {
+    omc__shm* S = (omc__shm*)b->owner;
+    omc_conn* c;
+    omc_result r = OMC_OK;
+    void* heap = NULL;
+    uint64_t vi = b->cookie[0];
+    if (!S) return OMC_ERR_INVALID_ARG;
+    c = S->conn;
+    pthread_mutex_lock(&S->rmu);
+    if (vi >= S->view_cap || !S->views[vi].used || S->views[vi].gen != b->cookie[1]) r = OMC_ERR_STALE;
+    else {
+        omc__shm_view* v = &S->views[vi];
+        omc__shm_peer* P = v->peer;
+        if (P) {
+            if (omc__shm_peer_check(S, P, omc_now_ns(), 0) == OMC_OK) {
+                if (omc__shm_unclaim(omc__shm_entry_at(P->base, &P->lay, v->entry), v->slot, v->entry_gen, S->pid)) {
+                    __atomic_add_fetch(&P->hdr->releases, (uint64_t)1, __ATOMIC_RELAXED);
+                    omc__shm_notify_release(P->hdr);
+                } else OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "view of %s entry %u was reclaimed before its release", P->name, v->entry);
+            }
+            if (--P->pins == 0 && !P->self && (P->broken != OMC_OK || P->unlinked)) omc__shm_peer_drop(S, P);
+        } else heap = v->heap;
+        omc__shm_view_drop(S, (uint32_t)vi);
+    }
+    pthread_mutex_unlock(&S->rmu);
+    if (r != OMC_OK) {
+        OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_ALLOC_BAD_FREE, "release of a view that is no longer held");
+        return r;
+    }
+    omc__free(&c->hooks, heap);
+    omc__add(&c->releases, 1u);
+    omc__conn_unref(c);     /* may destroy the connector: nothing after this line */
+    return OMC_OK;
+}
+
+/* Cleanup by a receiver: withdraw the reads left of a key some sender of our channel holds. */
+OMC__PRIVATE omc_result omc__shm_receiver_cleanup(omc__shm* S, const char* qkey, uint32_t qlen) {
+    uint64_t words[OMC__SHM_KEY_WORDS], hash = omc__hash64(qkey, qlen);
+    omc_result r = OMC_ERR_NOT_FOUND;
+    omc_time_ns now = omc_now_ns();
+    uint32_t it = 0;
+    void* v;
+    omc__shm_key_words(qkey, qlen, words);
+    pthread_mutex_lock(&S->rmu);
+    if (now >= S->next_scan) { omc__shm_scan_channel(S); S->next_scan = now + OMC__SHM_SCAN_NS; }
+    while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
+        omc__shm_peer* P = (omc__shm_peer*)v;
+        omc__shm_snap snap;
+        int64_t idx;
+        if (P->self || !P->in_channel || omc__shm_peer_check(S, P, now, 0) != OMC_OK) continue;
+        idx = omc__shm_index_find(P->base, &P->lay, hash, qlen, words, &snap);
+        if (idx >= 0) {
+            omc__shm_entry* e = omc__shm_entry_at(P->base, &P->lay, (uint32_t)idx);
+            while (omc__shm_claim(e, snap.gen, OMC__SLOT_DONE, 0) >= 0) r = OMC_OK;
+            if (r == OMC_OK) omc__shm_notify_release(P->hdr);
+        }
+    }
+    pthread_mutex_unlock(&S->rmu);
+    return r;
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: connector glue (cleanup, health, sweep, close, destroy, create)               */
+/* ============================================================================================== */
+
+static omc_result omc__shm_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) {
+    omc__shm* S = (omc__shm*)c->impl;
+    omc_result r = OMC_ERR_NOT_FOUND;
+    if (S->is_owner) {
+        r = omc__shm_self_check(S, 0);
+        if (r != OMC_OK) return r;
+        r = omc__shm_owner_cleanup(S, qkey, qlen);
+    }
+    if (r == OMC_ERR_NOT_FOUND && c->role != OMC_ROLE_SENDER) r = omc__shm_receiver_cleanup(S, qkey, qlen);
+    return r;
+}
+
+static void omc__shm_health(omc_conn* c, omc_health* h) {
+    omc__shm* S = (omc__shm*)c->impl;
+    uint32_t it = 0;
+    void* v;
+    if (S->is_owner) {
+        omc_alloc_stats st;
+        if (omc__shm_self_check(S, 1) != OMC_OK) h->state = OMC_CONN_DEGRADED;
+        else {
+            pthread_mutex_lock(&S->mu);
+            omc__shm_pass(S, 0);
+            pthread_mutex_unlock(&S->mu);
+        }
+        pthread_mutex_lock(&S->mu);
+        h->live_entries = S->keys.count;
+        pthread_mutex_unlock(&S->mu);
+        omc_alloc_get_stats(omc_pool_allocator(S->pool), &st);
+        h->pool_capacity = st.capacity;
+        h->pool_in_use = st.bytes_in_use;
+    }
+    pthread_mutex_lock(&S->rmu);
+    while (omc__smap_next(&S->peers, &it, NULL, NULL, &v))
+        if (((omc__shm_peer*)v)->pins && ((omc__shm_peer*)v)->broken != OMC_OK) h->state = OMC_CONN_DEGRADED;
+    pthread_mutex_unlock(&S->rmu);
+}
+
+static uint64_t omc__shm_sweep(omc_conn* c) {
+    omc__shm* S = (omc__shm*)c->impl;
+    uint64_t n = 0;
+    if (S->is_owner && omc__shm_self_check(S, 1) == OMC_OK) {
+        pthread_mutex_lock(&S->mu);
+        n = omc__shm_pass(S, 1);
+        pthread_mutex_unlock(&S->mu);
+    }
+    pthread_mutex_lock(&S->rmu);
+    omc__shm_peers_maintain(S, omc_now_ns(), 1);
+    pthread_mutex_unlock(&S->rmu);
+    return n;
+}
+
+/* Remove our segment's name, but only if the file under it is still ours (same inode): a file
+   someone else put there in the meantime is not ours to delete. */
+OMC__PRIVATE void omc__shm_unlink_own(omc__shm* S) {
+    struct stat st;
+    if (lstat(S->path, &st) == 0 && (uint64_t)st.st_ino == S->ino && S_ISREG(st.st_mode)) unlink(S->path);
+}
+
+static void omc__shm_close(omc_conn* c) {
+    omc__shm* S = (omc__shm*)c->impl;
+    uint32_t it = 0;
+    void* v;
+    if (S->is_owner) {
+        pthread_mutex_lock(&S->mu);
+        if (omc__shm_self_check(S, 1) == OMC_OK) {  /* never touch a mapping someone truncated */
+            uint32_t i, next;
+            __atomic_store_n(&S->hdr->state, (uint32_t)OMC__SHM_CLOSED, __ATOMIC_RELEASE);
+            for (i = S->used_head; i != OMC__NIL; i = next) {
+                omc__shm_count cnt;
+                next = S->own[i].next;
+                omc__shm_retire(S, i);
+                cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->own[i].gen);
+                if (cnt.held == 0) omc__shm_free_entry(S, i);
+            }
+            __atomic_add_fetch(&S->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);
+            omc__futex_wake_all(&S->hdr->put_seq);
+        }
+        omc__shm_unlink_own(S);     /* views held elsewhere keep their mappings, and so the bytes */
+        pthread_mutex_unlock(&S->mu);
+    }
+    pthread_mutex_lock(&S->rmu);   /* wake our getters asleep on any segment: they see closed */
+    while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
+        omc__shm_peer* P = (omc__shm_peer*)v;
+        if (P->pins && P->broken == OMC_OK && !P->self) {
+            __atomic_add_fetch(&P->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);
+            omc__futex_wake_all(&P->hdr->put_seq);
+        }
+    }
+    pthread_mutex_unlock(&S->rmu);
+    __atomic_add_fetch(&S->idle_word, 1u, __ATOMIC_SEQ_CST);
+    omc__futex_wake_all(&S->idle_word);
+}
+
+/* Free everything (also for a half-created connector: every field may still be zero). */
+OMC__PRIVATE void omc__shm_teardown(omc__shm* S, const omc_hooks* hooks) {
+    uint32_t it = 0, i;
+    void* v;
+    while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) omc__shm_peer_free(S, (omc__shm_peer*)v);
+    omc__smap_free(&S->peers, hooks);
+    for (i = 0; i < S->view_cap; i++) if (S->views[i].used) omc__free(hooks, S->views[i].heap);
+    omc__free(hooks, S->views);
+    if (S->pool) omc_pool_destroy(S->pool);
+    if (S->base) munmap(S->base, (size_t)S->lay.total);
+    if (S->fd >= 0) close(S->fd);
+    omc__smap_free(&S->keys, hooks);
+    omc__free(hooks, S->own);
+    pthread_mutex_destroy(&S->mu);
+    pthread_mutex_destroy(&S->rmu);
+    omc__free(hooks, S);
+}
+
+static void omc__shm_destroy(omc_conn* c) { omc__shm_teardown((omc__shm*)c->impl, &c->hooks); }
+
+static const omc__conn_vtable omc__shm_vtable = {
+    OMC_TRANSPORT_SHM, omc__shm_put, omc__shm_get, omc__shm_alloc, omc__shm_cleanup,
+    omc__shm_health, omc__shm_sweep, omc__shm_close, omc__shm_destroy
+};
+
+/* Zero means default; anything impossible is refused with the reason in the log. */
+OMC__PRIVATE omc_result omc__shm_resolve(const omc_shm_desc* in, const omc_hooks* hooks, omc_shm_desc* d) {
+    *d = *in;
+    if (!d->channel) d->channel = "default";
+    if (!d->shm_dir) d->shm_dir = OMNICONN_SHM_DIR;
+    if (!d->pool_size) d->pool_size = OMNICONN_SHM_POOL_SIZE;
+    if (!d->alignment) d->alignment = 4096;
+    if (!d->inline_threshold) d->inline_threshold = OMNICONN_SHM_INLINE_THRESHOLD;
+    if (!d->max_entries) d->max_entries = OMNICONN_SHM_MAX_ENTRIES;
+    if (!d->default_ttl_ms) d->default_ttl_ms = OMNICONN_DEFAULT_TTL_MS;
+    if (!d->spin_ns) d->spin_ns = OMNICONN_SHM_SPIN_NS;
+    if (!omc__shm_channel_ok(d->channel)) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "channel '%s' must be 1..%d characters of [A-Za-z0-9_.]", d->channel, OMC_SHM_CHANNEL_MAX);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (!d->shm_dir[0] || strlen(d->shm_dir) + OMC__SHM_NAME_MAX + 2 > OMC_SHM_PATH_MAX) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "shm_dir must be a directory path shorter than %d bytes", OMC_SHM_PATH_MAX - OMC__SHM_NAME_MAX - 2);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (d->alignment < 64 || d->alignment > OMC__SHM_PAGE || (d->alignment & (d->alignment - 1))) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "alignment %llu: a power of two from 64 to %u (the segment is page-aligned)",
+                 (unsigned long long)d->alignment, OMC__SHM_PAGE);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (d->inline_threshold > OMC_SHM_MAX_INLINE) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "inline_threshold %llu exceeds %llu (the metadata body limit)",
+                 (unsigned long long)d->inline_threshold, (unsigned long long)OMC_SHM_MAX_INLINE);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (d->max_entries > OMC__SHM_MAX_ENTRIES || d->pool_size < d->alignment || d->pool_size > ((uint64_t)1 << 46)) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "max_entries %u (at most %u) or pool_size %llu out of range",
+                 d->max_entries, OMC__SHM_MAX_ENTRIES, (unsigned long long)d->pool_size);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (d->role != OMC_ROLE_DEFAULT && d->role != OMC_ROLE_SENDER && d->role != OMC_ROLE_RECEIVER && d->role != OMC_ROLE_DUAL) return OMC_ERR_INVALID_ARG;
+    return OMC_OK;
+}
+
+/* The sender half: segment, pool over its data area, entry records, and our own segment as a
+   peer (a dual connector reads its own puts through the same path as everyone else's). */
+OMC__PRIVATE omc_result omc__shm_owner_init(omc__shm* S, const omc_shm_desc* d, const omc_hooks* hooks) {
+    omc_pool_desc pd;
+    omc__shm_peer* P;
+    uint32_t i;
+    omc_result r = omc__shm_owner_create(S, hooks, d->pool_size, d->alignment, d->max_entries);
+    if (r != OMC_OK) return r;
+    S->is_owner = 1;
+    S->own = (omc__shm_own*)omc__calloc(hooks, sizeof(omc__shm_own) * S->lay.entry_count);
+    if (!S->own) return OMC_ERR_NO_MEMORY;
+    S->used_head = OMC__NIL;
+    S->free_head = OMC__NIL;
+    for (i = S->lay.entry_count; i-- > 0;) {
+        S->own[i].prev = OMC__NIL;
+        S->own[i].next = S->free_head;
+        S->free_head = i;
+    }
+    memset(&pd, 0, sizeof(pd));
+    pd.size = S->lay.data_size;
+    pd.alignment = d->alignment;
+    pd.memory = OMC_MEMORY_EXTERNAL;    /* the allocator's bookkeeping stays in our heap */
+    pd.external_base = S->base + S->lay.data_off;
+    pd.thread_safe = 1;
+    pd.hooks = *hooks;
+    r = omc_pool_create(&pd, &S->pool);
+    if (r != OMC_OK) return r;
+    P = (omc__shm_peer*)omc__calloc(hooks, sizeof(omc__shm_peer));
+    if (!P) return OMC_ERR_NO_MEMORY;
+    snprintf(P->name, sizeof(P->name), "%s", S->name);
+    P->fd = S->fd;
+    P->base = S->base;
+    P->hdr = S->hdr;
+    P->lay = S->lay;
+    P->seg_id = S->seg_id;
+    P->ino = S->ino;
+    P->owner_pid = S->pid;
+    P->self = 1;
+    P->in_channel = 1;
+    r = omc__smap_put(&S->peers, hooks, P->name, (uint32_t)strlen(P->name), P);
+    if (r != OMC_OK) { omc__free(hooks, P); return r; }
+    S->self_peer = P;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_shm_create(const omc_shm_desc* desc, omc_conn** out) {
+    omc_shm_desc zero, d;
+    omc_hooks hooks;
+    omc__shm* S;
+    omc_conn* c = NULL;
+    omc_result r;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    *out = NULL;
+    memset(&zero, 0, sizeof(zero));
+    hooks = omc__hooks_resolve(desc ? &desc->hooks : NULL);
+    r = omc__shm_resolve(desc ? desc : &zero, &hooks, &d);
+    if (r != OMC_OK) return r;
+    S = (omc__shm*)omc__calloc(&hooks, sizeof(omc__shm));
+    if (!S) return OMC_ERR_NO_MEMORY;
+    S->fd = -1;
+    snprintf(S->dir, sizeof(S->dir), "%s", d.shm_dir);
+    snprintf(S->channel, sizeof(S->channel), "%s", d.channel);
+    S->inline_threshold = d.disable_inline ? 0 : d.inline_threshold;
+    S->default_ttl_ms = d.default_ttl_ms;
+    S->spin_ns = d.spin_ns;
+    S->uid = (uint32_t)geteuid();
+    S->pid = (uint32_t)getpid();
+    S->start_time = omc__shm_self_start_time();
+    S->view_free = OMC__NIL;
+    if (pthread_mutex_init(&S->mu, NULL) != 0 || pthread_mutex_init(&S->rmu, NULL) != 0) { omc__free(&hooks, S); return OMC_ERR_SYSTEM; }
+    r = omc__conn_create(&hooks, &omc__shm_vtable, d.role, &c);
+    if (r != OMC_OK) { omc__shm_teardown(S, &hooks); return r; }
+    c->impl = S;
+    S->conn = c;
+    if (access(S->dir, W_OK | X_OK) != 0) {
+        OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_SHM, "shared-memory directory %s is missing or not writable: %s "
+                 "(mount a tmpfs there, or set shm_dir)", S->dir, strerror(errno));
+        r = OMC_ERR_UNAVAILABLE;
+    }
+    if (r == OMC_OK) omc_shm_sweep_dead(&d, NULL);  /* segments of dead owners go first */
+    if (r == OMC_OK && c->role != OMC_ROLE_RECEIVER) {
+        r = omc__shm_owner_init(S, &d, &hooks);
+        if (r != OMC_OK && S->base) omc__shm_unlink_own(S);
+    }
+    if (r != OMC_OK) { omc__conn_unref(c); return r; }
+    *out = c;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_shm_segment_path(omc_conn* c, char* out, size_t out_size) {
+    omc__shm* S;
+    if (!c || !out || !out_size) return OMC_ERR_INVALID_ARG;
+    out[0] = '\0';
+    if (c->vt != &omc__shm_vtable) return OMC_ERR_TYPE;
+    S = (omc__shm*)c->impl;
+    if (!S->is_owner) return OMC_ERR_WRONG_ROLE;
+    if ((size_t)snprintf(out, out_size, "%s", S->path) >= out_size) return OMC_ERR_TOO_LARGE;
+    return OMC_OK;
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: the dead-owner sweep                                                           */
+/* ============================================================================================== */
+
+/* Who owns a segment file: from its header if it has one, else from its name (a segment still
+   being created, or a damaged one). *start_time 0 = unknown. */
+OMC__PRIVATE uint32_t omc__shm_file_owner(int fd, const struct stat* st, const char* name, uint32_t uid, uint64_t* start_time) {
+    omc__shm_header h;
+    *start_time = 0;
+    if ((uint64_t)st->st_size >= OMC__SHM_HEADER_SIZE && pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+        h.magic == OMC__SHM_MAGIC && h.owner_uid == uid && h.owner_pid) {
+        *start_time = h.owner_start_time;
+        return h.owner_pid;
+    }
+    return omc__shm_name_pid(name);
+}
+
+OMNICONN_API omc_result omc_shm_sweep_dead(const omc_shm_desc* desc, uint32_t* removed) {
+    const char* dir = desc && desc->shm_dir ? desc->shm_dir : OMNICONN_SHM_DIR;
+    omc_hooks hooks = omc__hooks_resolve(desc ? &desc->hooks : NULL);
+    uint32_t uid = (uint32_t)geteuid(), n = 0;
+    char prefix[32];
+    size_t plen;
+    struct dirent* de;
+    DIR* d;
+    int dfd;
+    if (removed) *removed = 0;
+    d = opendir(dir);
+    if (!d) {
+        OMC__LOG(&hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "cannot sweep %s: %s", dir, strerror(errno));
+        return OMC_ERR_UNAVAILABLE;
+    }
+    dfd = dirfd(d);
+    plen = (size_t)snprintf(prefix, sizeof(prefix), "omc-%u-", uid);
+    while ((de = readdir(d)) != NULL) {
+        struct stat st;
+        uint64_t start = 0;
+        uint32_t pid;
+        int fd;
+        if (strncmp(de->d_name, prefix, plen) != 0) continue;
+        fd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ELOOP) OMC__LOG(&hooks, OMC_LOG_INFO, OMC_LOGITEM_SHM, "sweep: %s/%s is a symbolic link: left alone", dir, de->d_name);
+            continue;
+        }
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint32_t)st.st_uid != uid) { close(fd); continue; }
+        pid = omc__shm_file_owner(fd, &st, de->d_name, uid, &start);
+        close(fd);
+        if (pid && omc__shm_pid_alive(pid, start)) continue;
+        if (unlinkat(dfd, de->d_name, 0) == 0) {
+            n++;
+            OMC__LOG(&hooks, OMC_LOG_INFO, OMC_LOGITEM_SHM, "sweep: removed %s/%s (%lld bytes) of dead owner pid %u",
+                     dir, de->d_name, (long long)st.st_size, pid);
+        }
+    }
+    closedir(d);
+    if (removed) *removed = n;
+    return OMC_OK;
+}
+
+#else /* !OMC__HAS_SHM: the API exists, and says why it cannot work */
+
+OMNICONN_API omc_result omc_shm_create(const omc_shm_desc* desc, omc_conn** out) {
+    (void)desc;
+    if (out) *out = NULL;
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API omc_result omc_shm_sweep_dead(const omc_shm_desc* desc, uint32_t* removed) {
+    (void)desc;
+    if (removed) *removed = 0;
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t out_size) {
+    (void)conn;
+    if (out && out_size) out[0] = '\0';
+    return OMC_ERR_UNAVAILABLE;
+}
+
+#endif /* OMC__HAS_SHM */
+#endif /* OMNICONN_IMPLEMENTATION */
+
+/*
+------------------------------------------------------------------------------------------------
+This software is available under 2 licenses -- choose whichever you prefer.
+------------------------------------------------------------------------------------------------
+ALTERNATIVE A - MIT License
+Copyright (c) 2026 The omniconn authors
+Permission is hereby granted, free of charge, to any person obtaining a copy of this software
+and associated documentation files (the "Software"), to deal in the Software without
+restriction, including without limitation the rights to use, copy, modify, merge, publish,
+distribute, sublicense, and/or sell copies of the Software, and to permit persons to whom the
+Software is furnished to do so, subject to the following conditions:
+The above copyright notice and this permission notice shall be included in all copies or
+substantial portions of the Software.
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING
+BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND
+NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM,
+DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+------------------------------------------------------------------------------------------------
+ALTERNATIVE B - Public Domain (www.unlicense.org)
+This is free and unencumbered software released into the public domain.
+Anyone is free to copy, modify, publish, use, compile, sell, or distribute this software,
+either in source code form or as a compiled binary, for any purpose, commercial or
+non-commercial, and by any means.
+In jurisdictions that recognize copyright laws, the author or authors of this software dedicate
+any and all copyright interest in the software to the public domain. We make this dedication
+for the benefit of the public at large and to the detriment of our heirs and successors. We
+intend this dedication to be an overt act of relinquishment in perpetuity of all present and
+future rights to this software under copyright law.
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING
+BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND
+NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN
+CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+------------------------------------------------------------------------------------------------
+*/

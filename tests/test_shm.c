@@ -1,0 +1,1095 @@
+/* The shared-memory connector: the full contract suite across two real processes and in threads,
+   crash safety (SIGKILL of a producer or a consumer at a random moment, then sweep: no segment and
+   no pool byte left), every kind of bad input (metadata pointing outside the segment, wrong
+   generation, a segment shrunk, replaced, reached through a symlink or owned by someone else, a
+   full tmpfs), the inline threshold boundary, fan-out across two consumer processes, and how fast
+   a sleeping getter wakes up.
+
+   Every test uses its own channel name (with our pid), so parallel runs never see each other.
+   Child processes are plain fork()s that build their own connectors; the contract's consumer
+   process is this binary re-executed (ct_consumer_main). */
+#define OMNICONN_IMPLEMENTATION
+#include "omniconn.h"
+#include "omniconn_shm.h"
+#include "omc_test.h"
+#include "contract.h"
+
+#include <dirent.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#define SHM_DIR "/dev/shm"
+
+/* ---- helpers -------------------------------------------------------------------------------- */
+
+static void unique_channel(char* out, size_t n) {
+    static int seq;
+    snprintf(out, n, "t%ldn%d", (long)getpid(), ++seq);
+}
+
+static omc_conn* make_shm_in(const char* dir, const char* channel, omc_role role, uint64_t pool) {
+    omc_shm_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.shm_dir = dir;
+    d.channel = channel;
+    d.role = role;
+    d.pool_size = pool;
+    d.max_entries = 1024;
+    if (omc_shm_create(&d, &c) != OMC_OK) return NULL;
+    return c;
+}
+
+static omc_conn* make_shm(const char* channel, omc_role role, uint64_t pool) { return make_shm_in(SHM_DIR, channel, role, pool); }
+
+/* The consumer process of a contract run: spec is "<channel>". */
+static omc_conn* make_from_spec(const char* spec) { return make_shm(spec, OMC_ROLE_RECEIVER, 0); }
+
+/* Files in dir whose name starts with omc-<uid>-<channel>- (channel NULL: any of ours). */
+static int count_segments(const char* dir, const char* channel) {
+    char prefix[96];
+    DIR* d = opendir(dir);
+    struct dirent* de;
+    int n = 0;
+    if (!d) return -1;
+    if (channel) snprintf(prefix, sizeof(prefix), "omc-%u-%s-", (unsigned)geteuid(), channel);
+    else snprintf(prefix, sizeof(prefix), "omc-%u-", (unsigned)geteuid());
+    while ((de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, prefix, strlen(prefix)) == 0) n++;
+    closedir(d);
+    return n;
+}
+
+/* Lines of /proc/self/maps that mention the channel: mappings we still hold. */
+static int count_mappings(const char* channel) {
+    char line[1024];
+    int n = 0;
+    FILE* f = fopen("/proc/self/maps", "r");
+    if (!f) return -1;
+    while (fgets(line, sizeof(line), f)) if (strstr(line, channel)) n++;
+    fclose(f);
+    return n;
+}
+
+static uint64_t pool_in_use(omc_conn* c) {
+    omc_health h;
+    omc_conn_health(c, &h);
+    return h.pool_in_use;
+}
+
+static omc_result put_pattern(omc_conn* c, const char* key, uint64_t size, uint64_t seed, uint32_t readers, omc_meta* meta) {
+    void* data = malloc(size ? size : 1);
+    omc_payload p;
+    omc_result r;
+    memset(&p, 0, sizeof(p));
+    omc_test_fill(data, size, seed);
+    p.data = data;
+    p.size = size;
+    p.readers = readers;
+    r = omc_conn_put(c, "a", "b", key, &p, meta);
+    free(data);
+    return r;
+}
+
+static int write_all(int fd, const void* p, size_t n) {
+    const char* b = (const char*)p;
+    while (n) { ssize_t k = write(fd, b, n); if (k <= 0) { if (k < 0 && errno == EINTR) continue; return -1; } b += k; n -= (size_t)k; }
+    return 0;
+}
+
+static int read_all(int fd, void* p, size_t n) {
+    char* b = (char*)p;
+    while (n) { ssize_t k = read(fd, b, n); if (k <= 0) { if (k < 0 && errno == EINTR) continue; return -1; } b += k; n -= (size_t)k; }
+    return 0;
+}
+
+/* ---- the contract ---------------------------------------------------------------------------- */
+
+OMC_TEST(shm_contract_two_processes) {
+    char ch[32];
+    omc_conn* prod;
+    unique_channel(ch, sizeof(ch));
+    prod = make_shm(ch, OMC_ROLE_SENDER, 64u << 20);
+    REQUIRE(prod);
+    ct_run_all("shm.process", prod, NULL, ch, getenv("CT_FILTER"));
+    omc_conn_destroy(prod);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+}
+
+OMC_TEST(shm_contract_threads_sender_and_receiver) {
+    char ch[32];
+    omc_conn *prod, *cons;
+    unique_channel(ch, sizeof(ch));
+    prod = make_shm(ch, OMC_ROLE_SENDER, 64u << 20);
+    cons = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(prod && cons);
+    ct_run_all("shm.threads", prod, cons, NULL, getenv("CT_FILTER"));
+    omc_conn_destroy(cons);
+    omc_conn_destroy(prod);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+    CHECK_EQ(count_mappings(ch), 0);
+}
+
+OMC_TEST(shm_contract_threads_one_dual_connector) {
+    char ch[32];
+    omc_conn* c;
+    unique_channel(ch, sizeof(ch));
+    c = make_shm(ch, OMC_ROLE_DEFAULT, 64u << 20);
+    REQUIRE(c);
+    ct_run_all("shm.dual", c, c, NULL, getenv("CT_FILTER"));
+    omc_conn_destroy(c);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+}
+
+/* ---- the segment itself ----------------------------------------------------------------------- */
+
+OMC_TEST(shm_segment_is_private_named_and_removed_by_close) {
+    char ch[32], path[OMC_SHM_PATH_MAX], want[64];
+    struct stat st;
+    omc_conn *c, *r;
+    unique_channel(ch, sizeof(ch));
+    c = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(c && r);
+    CHECK_OK(omc_shm_segment_path(c, path, sizeof(path)));
+    CHECK_RES(omc_shm_segment_path(r, path + 0, 0), OMC_ERR_INVALID_ARG);
+    {
+        char tmp[OMC_SHM_PATH_MAX];
+        CHECK_RES(omc_shm_segment_path(r, tmp, sizeof(tmp)), OMC_ERR_WRONG_ROLE);
+        CHECK_RES(omc_shm_segment_path(c, tmp, 10), OMC_ERR_TOO_LARGE);
+    }
+    snprintf(want, sizeof(want), SHM_DIR "/omc-%u-%s-%ld-", (unsigned)geteuid(), ch, (long)getpid());
+    CHECK(strncmp(path, want, strlen(want)) == 0);
+    CHECK(strlen(path) == strlen(want) + 16);                  /* 64 random bits in hex */
+    REQUIRE(lstat(path, &st) == 0);
+    CHECK(S_ISREG(st.st_mode));
+    CHECK_EQ(st.st_mode & 0777, 0600);
+    CHECK(st.st_blocks * 512 >= (1 << 20));                    /* reserved up front, not sparse */
+    CHECK_EQ(count_segments(SHM_DIR, ch), 1);                  /* a receiver creates none */
+    omc_conn_close(c);
+    CHECK(lstat(path, &st) != 0 && errno == ENOENT);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+    omc_conn_destroy(c);
+    omc_conn_destroy(r);
+    {
+        omc_conn* lc = NULL;
+        omc_local_desc ld;
+        memset(&ld, 0, sizeof(ld));
+        ld.pool_size = 1u << 20;
+        REQUIRE(omc_local_create(&ld, &lc) == OMC_OK);
+        CHECK_RES(omc_shm_segment_path(lc, path, sizeof(path)), OMC_ERR_TYPE);
+        omc_conn_destroy(lc);
+    }
+}
+
+OMC_TEST(shm_bad_desc_refused) {
+    omc_shm_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.channel = "has-dash";
+    CHECK_RES(omc_shm_create(&d, &c), OMC_ERR_INVALID_ARG);
+    d.channel = "../x";
+    CHECK_RES(omc_shm_create(&d, &c), OMC_ERR_INVALID_ARG);
+    d.channel = "ok";
+    d.inline_threshold = OMC_SHM_MAX_INLINE + 1;
+    CHECK_RES(omc_shm_create(&d, &c), OMC_ERR_INVALID_ARG);
+    d.inline_threshold = 0;
+    d.alignment = 8192;
+    CHECK_RES(omc_shm_create(&d, &c), OMC_ERR_INVALID_ARG);
+    d.alignment = 0;
+    d.shm_dir = "/nonexistent-omc-dir";
+    CHECK_RES(omc_shm_create(&d, &c), OMC_ERR_UNAVAILABLE);
+    CHECK(c == NULL);
+    CHECK_RES(omc_shm_create(NULL, NULL), OMC_ERR_INVALID_ARG);
+}
+
+OMC_TEST(shm_roles_are_enforced) {
+    char ch[32];
+    omc_conn *s, *r;
+    omc_buffer b;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    CHECK_OK(put_pattern(s, "k", 10, 1, 1, NULL));
+    CHECK_RES(omc_conn_get(s, "a", "b", "k", NULL, 0, OMC_NO_WAIT, &b), OMC_ERR_WRONG_ROLE);
+    CHECK_RES(put_pattern(r, "k2", 10, 1, 1, NULL), OMC_ERR_WRONG_ROLE);
+    CHECK_RES(omc_conn_alloc(r, 100, OMC_NO_WAIT, &b), OMC_ERR_WRONG_ROLE);
+    CHECK_OK(omc_conn_get(r, "a", "b", "k", NULL, 0, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == 10 && omc_test_verify(b.data, 10, 1));
+    CHECK_OK(omc_buffer_release(&b));
+    omc_conn_destroy(s);
+    omc_conn_destroy(r);
+}
+
+/* ---- inline payloads -------------------------------------------------------------------------- */
+
+static int meta_is_inline(const omc_meta* m) {
+    omc_meta_info info;
+    return omc_meta_parse(m->data, m->size, &info) == OMC_OK && (info.flags & OMC_META_FLAG_INLINE) != 0;
+}
+
+/* Is p inside one of our mappings of this channel's segments? (else it is a heap copy) */
+static int in_segment_mapping(const void* p, const char* channel) {
+    char line[1024];
+    int found = 0;
+    FILE* f = fopen("/proc/self/maps", "r");
+    if (!f) return 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        if (strstr(line, channel) && sscanf(line, "%lx-%lx", &lo, &hi) == 2)
+            found = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+    }
+    fclose(f);
+    return found;
+}
+
+OMC_TEST(shm_inline_threshold_boundary) {
+    static const uint64_t sizes[] = { 0, 1, 65535, 65536, 65537 };
+    char ch[32];
+    omc_conn *s, *r;
+    size_t i;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 4u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        char key[16];
+        omc_meta m = {0};
+        omc_buffer b;
+        int want_inline = sizes[i] < 65536;
+        snprintf(key, sizeof(key), "k%zu", i);
+        CHECK_OK(put_pattern(s, key, sizes[i], i, 1, &m));
+        CHECK_EQ(meta_is_inline(&m), want_inline);
+        CHECK_EQ(m.size > sizes[i], want_inline);              /* the bytes ride in the metadata */
+        CHECK_OK(omc_conn_get(r, "a", "b", key, m.data, m.size, omc_deadline_after_ms(1000), &b));
+        CHECK(b.data != NULL && b.size == sizes[i] && omc_test_verify(b.data, b.size, i));
+        CHECK_EQ(in_segment_mapping(b.data, ch), !want_inline); /* inline: a private copy */
+        if (want_inline) {     /* an inline view pins nothing: the sender reclaims its pool copy now */
+            omc_conn_sweep(s);
+            CHECK_EQ(pool_in_use(s), 0);
+        }
+        CHECK_OK(omc_buffer_release(&b));
+        omc_meta_free(&m);
+    }
+    omc_conn_sweep(s);
+    CHECK_EQ(pool_in_use(s), 0);
+    omc_conn_destroy(s);
+    omc_conn_destroy(r);
+}
+
+OMC_TEST(shm_inline_threshold_configurable_and_disabled) {
+    char ch[32];
+    omc_shm_desc d;
+    omc_conn *s = NULL, *n = NULL;
+    omc_meta m = {0};
+    unique_channel(ch, sizeof(ch));
+    memset(&d, 0, sizeof(d));
+    d.channel = ch;
+    d.pool_size = 1u << 20;
+    d.inline_threshold = 1000;
+    REQUIRE(omc_shm_create(&d, &s) == OMC_OK);
+    CHECK_OK(put_pattern(s, "a", 999, 1, 1, &m));
+    CHECK(meta_is_inline(&m));
+    omc_meta_free(&m);
+    CHECK_OK(put_pattern(s, "b", 1000, 1, 1, &m));
+    CHECK(!meta_is_inline(&m));
+    omc_meta_free(&m);
+    d.inline_threshold = 0;
+    d.disable_inline = 1;
+    REQUIRE(omc_shm_create(&d, &n) == OMC_OK);
+    CHECK_OK(put_pattern(n, "c", 1, 1, 1, &m));
+    CHECK(!meta_is_inline(&m));
+    omc_meta_free(&m);
+    omc_conn_destroy(s);
+    omc_conn_destroy(n);
+}
+
+/* ---- lifetimes -------------------------------------------------------------------------------- */
+
+OMC_TEST(shm_ttl_never_frees_a_held_view) {
+    char ch[32];
+    omc_conn *s, *r;
+    omc_payload p;
+    omc_buffer b;
+    static char data[200000];
+    omc_health h;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    memset(&p, 0, sizeof(p));
+    omc_test_fill(data, sizeof(data), 77);
+    p.data = data; p.size = sizeof(data); p.readers = 2; p.ttl_ms = 50;
+    CHECK_OK(omc_conn_put(s, "a", "b", "k", &p, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "k", NULL, 0, omc_deadline_after_ms(1000), &b));
+    usleep(150000);
+    CHECK(omc_conn_sweep(s) >= 1);                             /* the second read is withdrawn ... */
+    omc_conn_health(s, &h);
+    CHECK_EQ(h.live_entries, 0);
+    CHECK(h.pool_in_use >= sizeof(data));                      /* ... but the held range stays */
+    CHECK(omc_test_verify(b.data, b.size, 77));
+    CHECK_OK(omc_buffer_release(&b));
+    omc_conn_sweep(s);
+    CHECK_EQ(pool_in_use(s), 0);
+    omc_conn_destroy(s);
+    omc_conn_destroy(r);
+}
+
+OMC_TEST(shm_view_outlives_close_and_destroy) {
+    char ch[32];
+    omc_conn *s, *r, *d;
+    omc_buffer b1, b2;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    d = make_shm(ch, OMC_ROLE_DUAL, 1u << 20);
+    REQUIRE(s && r && d);
+    CHECK_OK(put_pattern(s, "k", 300000, 5, 1, NULL));
+    CHECK_OK(put_pattern(d, "own", 300000, 6, 1, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "k", NULL, 0, omc_deadline_after_ms(1000), &b1));
+    CHECK_OK(omc_conn_get(d, "a", "b", "own", NULL, 0, omc_deadline_after_ms(1000), &b2));
+    omc_conn_destroy(s);                /* the sender is gone, its name too ... */
+    omc_conn_destroy(d);                /* ... and a dual connector's own view survives it as well */
+    omc_conn_destroy(r);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+    CHECK(omc_test_verify(b1.data, b1.size, 5));
+    CHECK(omc_test_verify(b2.data, b2.size, 6));
+    CHECK_OK(omc_buffer_release(&b1));
+    CHECK_OK(omc_buffer_release(&b2));
+    CHECK_EQ(count_mappings(ch), 0);     /* the last release unmapped everything */
+}
+
+static void* close_later(void* arg) { usleep(100000); omc_conn_close((omc_conn*)arg); return NULL; }
+
+OMC_TEST(shm_close_wakes_waiting_getter) {
+    char ch[32];
+    omc_conn *s, *r;
+    pthread_t th;
+    omc_buffer b;
+    omc_time_ns t0;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    pthread_create(&th, NULL, close_later, r);
+    t0 = omc_now_ns();
+    CHECK_RES(omc_conn_get(r, "a", "b", "never", NULL, 0, omc_deadline_after_ms(10000), &b), OMC_ERR_CLOSED);
+    CHECK(omc_now_ns() - t0 < 2000000000LL);
+    pthread_join(th, NULL);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+typedef struct alloc_arg { omc_conn* c; omc_result r; omc_time_ns took; omc_buffer b; } alloc_arg;
+static void* alloc_thread(void* p) {
+    alloc_arg* a = (alloc_arg*)p;
+    omc_time_ns t0 = omc_now_ns();
+    a->r = omc_conn_alloc(a->c, 600000, omc_deadline_after_ms(5000), &a->b);
+    a->took = omc_now_ns() - t0;
+    return NULL;
+}
+
+OMC_TEST(shm_alloc_waits_for_a_release_by_a_receiver) {
+    char ch[32];
+    omc_conn *s, *r;
+    omc_buffer b;
+    pthread_t th;
+    alloc_arg a;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    CHECK_OK(put_pattern(s, "k", 600000, 3, 1, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "k", NULL, 0, omc_deadline_after_ms(1000), &b));
+    CHECK_RES(omc_conn_alloc(s, 600000, omc_deadline_after_ms(50), &a.b), OMC_ERR_TIMEOUT);
+    memset(&a, 0, sizeof(a));
+    a.c = s;
+    pthread_create(&th, NULL, alloc_thread, &a);
+    usleep(200000);
+    CHECK_OK(omc_buffer_release(&b));
+    pthread_join(th, NULL);
+    CHECK_OK(a.r);
+    CHECK(a.took >= 150000000LL && a.took < 1500000000LL);
+    if (a.r == OMC_OK) {    /* zero-copy put of the buffer we waited for */
+        omc_payload p;
+        memset(a.b.data, 9, 600000);
+        memset(&p, 0, sizeof(p));
+        p.buffer = &a.b;
+        CHECK_OK(omc_conn_put(s, "a", "b", "k2", &p, NULL));
+        CHECK_OK(omc_conn_get(r, "a", "b", "k2", NULL, 0, omc_deadline_after_ms(1000), &b));
+        CHECK(b.size == 600000 && ((unsigned char*)b.data)[599999] == 9);
+        CHECK_OK(omc_buffer_release(&b));
+    }
+    omc_conn_destroy(s);
+    omc_conn_destroy(r);
+}
+
+OMC_TEST(shm_fanout_limit_and_entry_table_full) {
+    char ch[32];
+    omc_shm_desc d;
+    omc_conn* s = NULL;
+    int i;
+    unique_channel(ch, sizeof(ch));
+    memset(&d, 0, sizeof(d));
+    d.channel = ch;
+    d.pool_size = 1u << 20;
+    d.max_entries = 4;
+    REQUIRE(omc_shm_create(&d, &s) == OMC_OK);
+    CHECK_RES(put_pattern(s, "x", 10, 1, OMC_SHM_MAX_READERS + 1, NULL), OMC_ERR_INVALID_ARG);
+    CHECK_OK(put_pattern(s, "y", 10, 1, OMC_SHM_MAX_READERS, NULL));
+    for (i = 0; i < 3; i++) { char k[8]; snprintf(k, sizeof(k), "k%d", i); CHECK_OK(put_pattern(s, k, 10, 1, 1, NULL)); }
+    CHECK_RES(put_pattern(s, "z", 10, 1, 1, NULL), OMC_ERR_POOL_FULL);
+    CHECK_OK(omc_conn_cleanup(s, "a", "b", "y"));
+    CHECK_OK(put_pattern(s, "z", 10, 1, 1, NULL));
+    omc_conn_destroy(s);
+}
+
+/* a receiver may also withdraw a key it no longer wants */
+OMC_TEST(shm_receiver_cleanup_withdraws_reads) {
+    char ch[32];
+    omc_conn *s, *r;
+    omc_buffer b;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    CHECK_OK(put_pattern(s, "k", 100000, 1, 2, NULL));
+    CHECK_OK(omc_conn_cleanup(r, "a", "b", "k"));
+    CHECK_RES(omc_conn_cleanup(r, "a", "b", "k"), OMC_ERR_NOT_FOUND);
+    CHECK_RES(omc_conn_get(r, "a", "b", "k", NULL, 0, omc_deadline_after_ms(50), &b), OMC_ERR_TIMEOUT);
+    omc_conn_sweep(s);
+    CHECK_EQ(pool_in_use(s), 0);
+    omc_conn_destroy(s);
+    omc_conn_destroy(r);
+}
+
+/* ---- fan-out across processes ---------------------------------------------------------------- */
+
+OMC_TEST(shm_fanout_across_two_consumer_processes) {
+    char ch[32];
+    omc_conn* s;
+    omc_meta m = {0};
+    int to_child[2][2], from_child[2][2], k, status;
+    pid_t pid[2];
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 4u << 20);
+    REQUIRE(s);
+    CHECK_OK(put_pattern(s, "fan", 300000, 42, 2, &m));
+    for (k = 0; k < 2; k++) {
+        REQUIRE(pipe(to_child[k]) == 0 && pipe(from_child[k]) == 0);
+        pid[k] = fork();
+        REQUIRE(pid[k] >= 0);
+        if (pid[k] == 0) {      /* consumer process: get with the metadata, hold, report, release */
+            uint32_t n = 0;
+            uint8_t buf[4096], ok = 0;
+            omc_conn* r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+            omc_buffer b;
+            if (r && read_all(to_child[k][0], &n, 4) == 0 && n <= sizeof(buf) && read_all(to_child[k][0], buf, n) == 0 &&
+                omc_conn_get(r, "a", "b", "fan", buf, n, omc_deadline_after_ms(5000), &b) == OMC_OK) {
+                ok = b.size == 300000 && omc_test_verify(b.data, b.size, 42) && (b.flags & OMC_BUFFER_READONLY);
+                write_all(from_child[k][1], &ok, 1);
+                read_all(to_child[k][0], &n, 4);         /* hold the view until told */
+                ok = ok && omc_test_verify(b.data, b.size, 42) && omc_buffer_release(&b) == OMC_OK;
+            }
+            write_all(from_child[k][1], &ok, 1);
+            omc_conn_destroy(r);
+            _exit(ok ? 0 : 1);
+        }
+        CHECK(write_all(to_child[k][1], &m.size, 4) == 0 && write_all(to_child[k][1], m.data, m.size) == 0);
+    }
+    for (k = 0; k < 2; k++) { uint8_t ok = 0; CHECK(read_all(from_child[k][0], &ok, 1) == 0 && ok); }
+    {   /* both reads are taken: a third reader finds nothing */
+        omc_conn* r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+        omc_buffer b;
+        REQUIRE(r);
+        CHECK_RES(omc_conn_get(r, "a", "b", "fan", m.data, m.size, omc_deadline_after_ms(100), &b), OMC_ERR_NOT_FOUND);
+        omc_conn_destroy(r);
+    }
+    omc_conn_sweep(s);
+    CHECK(pool_in_use(s) >= 300000);           /* still held by both */
+    for (k = 0; k < 2; k++) {
+        uint32_t go = 1;
+        uint8_t ok = 0;
+        CHECK(write_all(to_child[k][1], &go, 4) == 0);
+        CHECK(read_all(from_child[k][0], &ok, 1) == 0 && ok);
+        CHECK(waitpid(pid[k], &status, 0) == pid[k] && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        close(to_child[k][0]); close(to_child[k][1]); close(from_child[k][0]); close(from_child[k][1]);
+    }
+    omc_conn_sweep(s);
+    CHECK_EQ(pool_in_use(s), 0);
+    omc_meta_free(&m);
+    omc_conn_destroy(s);
+}
+
+/* ---- waiting -------------------------------------------------------------------------------- */
+
+/* A getter asleep in another process (spinning disabled, so only the futex can wake it) wakes
+   within milliseconds of the put, and burns no CPU while it sleeps. */
+OMC_TEST(shm_futex_wakes_a_sleeping_getter_promptly) {
+    char ch[32];
+    omc_conn* s;
+    int fds[2], status;
+    pid_t pid;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    REQUIRE(s && pipe(fds) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        omc_shm_desc d;
+        omc_conn* r = NULL;
+        omc_buffer b;
+        int64_t res[3] = { -1, 0, 0 };
+        struct rusage ru0, ru1;
+        memset(&d, 0, sizeof(d));
+        d.channel = ch;
+        d.role = OMC_ROLE_RECEIVER;
+        d.spin_ns = -1;
+        if (omc_shm_create(&d, &r) == OMC_OK) {
+            getrusage(RUSAGE_SELF, &ru0);
+            res[0] = omc_conn_get(r, "a", "b", "wake", NULL, 0, omc_deadline_after_ms(5000), &b);
+            res[1] = omc_now_ns();
+            getrusage(RUSAGE_SELF, &ru1);
+            res[2] = (ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) * 1000000LL +
+                     (ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec);
+            if (res[0] == OMC_OK) omc_buffer_release(&b);
+            omc_conn_destroy(r);
+        }
+        write_all(fds[1], res, sizeof(res));
+        _exit(0);
+    }
+    {
+        int64_t res[3];
+        omc_time_ns t_put;
+        usleep(400000);             /* the getter is asleep by now */
+        t_put = omc_now_ns();
+        CHECK_OK(put_pattern(s, "wake", 100, 1, 1, NULL));
+        REQUIRE(read_all(fds[0], res, sizeof(res)) == 0);
+        CHECK_EQ(res[0], OMC_OK);
+        CHECK(res[1] - t_put < 10000000LL);        /* woken by the futex, not by a 50 ms slice */
+        CHECK(res[2] < 100000);                    /* < 100 ms of CPU over a ~400 ms wait: it slept */
+        if (res[1] - t_put >= 10000000LL || res[2] >= 100000)
+            fprintf(stderr, "  wake-up after %.3f ms, %lld us CPU\n", (double)(res[1] - t_put) / 1e6, (long long)res[2]);
+    }
+    CHECK(waitpid(pid, &status, 0) == pid);
+    close(fds[0]); close(fds[1]);
+    omc_conn_destroy(s);
+}
+
+/* ---- crash safety --------------------------------------------------------------------------- */
+
+static uint64_t crash_size(int i) { return 1 + (uint64_t)((i * 7919) % 5) * 60000 + (uint64_t)(i % 3) * 100; }
+
+/* A producer that puts k0, k1, ... as fast as the pool lets it, until it is killed. */
+static void producer_forever(const char* ch, int ready_fd) {
+    omc_conn* s = make_shm(ch, OMC_ROLE_SENDER, 2u << 20);
+    int i;
+    char one = 1;
+    if (!s) _exit(2);
+    write_all(ready_fd, &one, 1);
+    for (i = 0;; i++) {
+        char key[32];
+        omc_result r;
+        snprintf(key, sizeof(key), "k%d", i);
+        while ((r = put_pattern(s, key, crash_size(i), (uint64_t)i, 1, NULL)) == OMC_ERR_POOL_FULL) usleep(200);
+        if (r != OMC_OK) _exit(3);
+    }
+}
+
+OMC_TEST(shm_sigkill_producer_mid_run_then_sweep_leaves_nothing) {
+    int round;
+    srand((unsigned)getpid());
+    for (round = 0; round < 4; round++) {
+        char ch[32];
+        omc_conn* r;
+        omc_shm_desc sd;
+        omc_buffer held;
+        int fds[2], status, i = 0, got_after = 0, bad = 0;
+        uint32_t removed = 0;
+        char one;
+        pid_t pid;
+        omc_time_ns kill_at;
+        unique_channel(ch, sizeof(ch));
+        REQUIRE(pipe(fds) == 0);
+        pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) producer_forever(ch, fds[1]);
+        r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+        REQUIRE(r && read_all(fds[0], &one, 1) == 0);
+        memset(&held, 0, sizeof(held));
+        kill_at = omc_now_ns() + (10 + rand() % 60) * 1000000LL;
+        while (omc_now_ns() < kill_at || i < 5) {  /* consume while the producer runs */
+            char key[32];
+            omc_buffer b;
+            snprintf(key, sizeof(key), "k%d", i);
+            if (omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(2000), &b) != OMC_OK) { bad++; break; }
+            if (b.size != crash_size(i) || !omc_test_verify(b.data, b.size, (uint64_t)i)) bad++;
+            if (i == 3) held = b;               /* keep one view across the kill */
+            else omc_buffer_release(&b);
+            i++;
+        }
+        kill(pid, SIGKILL);
+        CHECK(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status));
+        for (;; i++) {                          /* what was published before the kill is intact */
+            char key[32];
+            omc_buffer b;
+            snprintf(key, sizeof(key), "k%d", i);
+            if (omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(100), &b) != OMC_OK) break;
+            if (b.size != crash_size(i) || !omc_test_verify(b.data, b.size, (uint64_t)i)) bad++;
+            omc_buffer_release(&b);
+            got_after++;
+        }
+        CHECK_EQ(bad, 0);
+        CHECK(i > 3);
+        if (held.data) { CHECK(omc_test_verify(held.data, held.size, 3)); CHECK_OK(omc_buffer_release(&held)); }
+        memset(&sd, 0, sizeof(sd));
+        sd.shm_dir = SHM_DIR;
+        CHECK_OK(omc_shm_sweep_dead(&sd, &removed));
+        CHECK(removed >= 1);
+        CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+        omc_conn_sweep(r);                      /* unmaps the dead segment: its memory is freed */
+        CHECK_EQ(count_mappings(ch), 0);
+        omc_conn_destroy(r);
+        close(fds[0]); close(fds[1]);
+        (void)got_after;
+    }
+}
+
+/* A consumer that takes everything it can and never releases, until it is killed. */
+static void consumer_hoarding(const char* ch, int ready_fd, int hoard_at_least) {
+    omc_conn* r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    int i;
+    char one = 1;
+    if (!r) _exit(2);
+    for (i = 0;; i++) {
+        char key[32];
+        omc_buffer b;
+        snprintf(key, sizeof(key), "k%d", i);
+        if (omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(10000), &b) != OMC_OK) _exit(3);
+        if (i % 2) omc_buffer_release(&b);      /* release some, hoard the rest */
+        if (i + 1 == hoard_at_least) write_all(ready_fd, &one, 1);
+    }
+}
+
+OMC_TEST(shm_sigkill_consumer_holding_views_then_sweep_reclaims_all) {
+    int round;
+    for (round = 0; round < 3; round++) {
+        char ch[32];
+        omc_conn* s;
+        int fds[2], status, i;
+        char one;
+        pid_t pid;
+        unique_channel(ch, sizeof(ch));
+        s = make_shm(ch, OMC_ROLE_SENDER, 8u << 20);
+        REQUIRE(s && pipe(fds) == 0);
+        pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) consumer_hoarding(ch, fds[1], 20);
+        for (i = 0; i < 40; i++) {              /* inline and pool payloads, the child hoards half */
+            char key[32];
+            snprintf(key, sizeof(key), "k%d", i);
+            CHECK_OK(put_pattern(s, key, (i % 4) ? 70000 + (uint64_t)i : 1000, (uint64_t)i, 1, NULL));
+            if (i == 20 + round * 5) {          /* kill it at a different moment each round */
+                REQUIRE(read_all(fds[0], &one, 1) == 0);
+                usleep((useconds_t)(round * 3000));
+                kill(pid, SIGKILL);
+            }
+        }
+        CHECK(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status));
+        for (i = 0; i < 40; i++) {              /* whatever it never took: withdraw */
+            char key[32];
+            snprintf(key, sizeof(key), "k%d", i);
+            omc_conn_cleanup(s, "a", "b", key);
+        }
+        /* the child never released its even-numbered views: only the dead-reader reclaim (in this
+           sweep, or in a periodic pass inside the puts above) can bring the pool back to zero */
+        omc_conn_sweep(s);
+        CHECK_EQ(pool_in_use(s), 0);
+        {
+            omc_health h;
+            omc_conn_health(s, &h);
+            CHECK_EQ(h.live_entries, 0);
+        }
+        omc_conn_destroy(s);
+        CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+        close(fds[0]); close(fds[1]);
+    }
+}
+
+OMC_TEST(shm_sweep_removes_dead_owners_only) {
+    char ch[32], path[OMC_SHM_PATH_MAX], dead[OMC_SHM_PATH_MAX], link_path[OMC_SHM_PATH_MAX], target[OMC_SHM_PATH_MAX];
+    omc_shm_desc sd;
+    omc_conn* live;
+    uint32_t removed = 0;
+    int fd;
+    struct stat st;
+    unique_channel(ch, sizeof(ch));
+    live = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    REQUIRE(live);
+    CHECK_OK(omc_shm_segment_path(live, path, sizeof(path)));
+    /* garbage named like a segment of a process that no longer exists */
+    snprintf(dead, sizeof(dead), SHM_DIR "/omc-%u-%s-%d-00000000deadbeef", (unsigned)geteuid(), ch, 0x3FFFFFF0);
+    fd = open(dead, O_CREAT | O_WRONLY | O_EXCL, 0600);
+    REQUIRE(fd >= 0);
+    CHECK(write(fd, "junk", 4) == 4);
+    close(fd);
+    /* a symbolic link with our prefix, pointing at a file the sweep must never touch */
+    snprintf(target, sizeof(target), "/tmp/omc-sweep-target-%ld", (long)getpid());
+    fd = open(target, O_CREAT | O_WRONLY, 0600);
+    REQUIRE(fd >= 0);
+    close(fd);
+    snprintf(link_path, sizeof(link_path), SHM_DIR "/omc-%u-%s-%d-00000000000001ee", (unsigned)geteuid(), ch, 0x3FFFFFF1);
+    REQUIRE(symlink(target, link_path) == 0);
+    memset(&sd, 0, sizeof(sd));
+    CHECK_OK(omc_shm_sweep_dead(&sd, &removed));
+    CHECK(removed >= 1);
+    CHECK(stat(dead, &st) != 0);                /* removed */
+    CHECK(stat(path, &st) == 0);                /* the live owner's segment stays */
+    CHECK(stat(target, &st) == 0);              /* never followed */
+    CHECK(lstat(link_path, &st) == 0);          /* links are left alone */
+    unlink(link_path);
+    unlink(target);
+    omc_conn_destroy(live);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+    sd.shm_dir = "/nonexistent-omc-dir";
+    CHECK_RES(omc_shm_sweep_dead(&sd, NULL), OMC_ERR_UNAVAILABLE);
+}
+
+/* ---- bad input -------------------------------------------------------------------------------- */
+
+/* Rebuild a valid envelope around a modified copy of the body (a forger with a correct CRC). */
+typedef struct body_edit { int field; uint64_t value; const char* name; } body_edit;
+enum { F_NONE, F_ENTRY, F_GEN, F_OFFSET, F_SIZE, F_NAME, F_SEGID, F_PID };
+
+static void forge(const omc_meta* in, body_edit ed, omc_meta* out) {
+    omc_meta_info info;
+    uint8_t body[1024], *dst;
+    uint32_t blen, nlen;
+    memset(out, 0, sizeof(*out));
+    if (omc_meta_parse(in->data, in->size, &info) != OMC_OK || info.body_len > sizeof(body)) return;
+    memcpy(body, info.body, info.body_len);
+    blen = info.body_len;
+    switch (ed.field) {
+        case F_ENTRY: omc__put_u32(body + 20, (uint32_t)ed.value); break;
+        case F_GEN: omc__put_u32(body + 24, (uint32_t)ed.value); break;
+        case F_OFFSET: omc__put_u64(body + 32, ed.value); break;
+        case F_SIZE: omc__put_u64(body + 40, ed.value); break;
+        case F_SEGID: omc__put_u64(body + 0, ed.value); break;
+        case F_PID: omc__put_u32(body + 16, (uint32_t)ed.value); break;
+        case F_NAME:
+            nlen = (uint32_t)strlen(ed.name);
+            body[48] = (uint8_t)nlen;
+            memcpy(body + 56, ed.name, nlen);
+            blen = 56 + nlen;
+            break;
+        default: break;
+    }
+    if (omc__meta_begin(info.transport, info.flags, ed.field == F_SIZE ? ed.value : info.data_size, info.key, info.key_len,
+                        blen, out, &dst) != OMC_OK) return;
+    memcpy(dst, body, blen);
+    omc__meta_seal(out);
+}
+
+static uint32_t meta_gen(const omc_meta* m) {
+    omc_meta_info info;
+    return omc_meta_parse(m->data, m->size, &info) == OMC_OK ? omc__get_u32(info.body + 24) : 0;
+}
+
+static omc_result get_with(omc_conn* r, const char* key, const omc_meta* m) {
+    omc_buffer b;
+    omc_result res;
+    if (!m->data) return OMC_ERR_INTERNAL;      /* a forge that failed must not become a metadata-less get */
+    res = omc_conn_get(r, "a", "b", key, m->data, m->size, omc_deadline_after_ms(200), &b);
+    if (res == OMC_OK) omc_buffer_release(&b);
+    return res;
+}
+
+OMC_TEST(shm_forged_metadata_refused) {
+    char ch[32], other[128];
+    omc_conn *s, *r;
+    omc_meta m = {0}, f;
+    body_edit ed;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    CHECK_OK(put_pattern(s, "k", 100000, 1, 1, &m));
+    memset(&ed, 0, sizeof(ed));
+    ed.field = F_OFFSET; ed.value = (1u << 20) + 4096;        /* past the end of the data area */
+    forge(&m, ed, &f); CHECK_RES(get_with(r, "k", &f), OMC_ERR_MALFORMED); omc_meta_free(&f);
+    ed.field = F_OFFSET; ed.value = UINT64_MAX - 10;           /* overflow */
+    forge(&m, ed, &f); CHECK_RES(get_with(r, "k", &f), OMC_ERR_MALFORMED); omc_meta_free(&f);
+    ed.field = F_SIZE; ed.value = 2u << 20;                    /* bigger than the segment */
+    forge(&m, ed, &f); CHECK_RES(get_with(r, "k", &f), OMC_ERR_MALFORMED); omc_meta_free(&f);
+    ed.field = F_SIZE; ed.value = 99999;                       /* inside, but not what was put */
+    forge(&m, ed, &f); CHECK_RES(get_with(r, "k", &f), OMC_ERR_MALFORMED); omc_meta_free(&f);
+    ed.field = F_ENTRY; ed.value = 1u << 30;                   /* no such entry */
+    forge(&m, ed, &f); CHECK_RES(get_with(r, "k", &f), OMC_ERR_MALFORMED); omc_meta_free(&f);
+    ed.field = F_GEN; ed.value = 0;
+    forge(&m, ed, &f); CHECK_RES(get_with(r, "k", &f), OMC_ERR_MALFORMED); omc_meta_free(&f);
+    ed.field = F_NAME; ed.name = "../../etc/passwd";           /* never leaves the directory */
+    forge(&m, ed, &f); CHECK_RES(get_with(r, "k", &f), OMC_ERR_MALFORMED); omc_meta_free(&f);
+    snprintf(other, sizeof(other), "omc-%u-x-1-00", (unsigned)geteuid() + 1);
+    ed.name = other;                                            /* another user's name */
+    forge(&m, ed, &f); CHECK_RES(get_with(r, "k", &f), OMC_ERR_MALFORMED); omc_meta_free(&f);
+    snprintf(other, sizeof(other), "omc-%u-%s-%ld-0000000000000000", (unsigned)geteuid(), ch, (long)getpid());
+    ed.name = other;                                            /* absent, owner alive */
+    forge(&m, ed, &f); CHECK_RES(get_with(r, "k", &f), OMC_ERR_NOT_FOUND);
+    ed.field = F_PID; ed.value = 0x3FFFFFF2;                    /* absent, and its owner is dead */
+    {
+        omc_meta f2;
+        forge(&f, ed, &f2);
+        REQUIRE(f2.data != NULL);
+        CHECK_RES(get_with(r, "k", &f2), OMC_ERR_PEER_DEAD);
+        omc_meta_free(&f2);
+    }
+    omc_meta_free(&f);
+    ed.field = F_SEGID; ed.value = 12345;                       /* a different segment under this name */
+    forge(&m, ed, &f); CHECK_RES(get_with(r, "k", &f), OMC_ERR_SHM_CHANGED); omc_meta_free(&f);
+    ed.field = F_GEN; ed.value = meta_gen(&m) + 1;              /* a generation that is not the live one */
+    forge(&m, ed, &f); CHECK_RES(get_with(r, "k", &f), OMC_ERR_STALE); omc_meta_free(&f);
+    CHECK_RES(put_pattern(s, "k", 100000, 1, 1, NULL), OMC_ERR_EXISTS);
+    /* nothing above consumed it: the genuine metadata still works, once */
+    CHECK_OK(get_with(r, "k", &m));
+    CHECK_RES(get_with(r, "k", &m), OMC_ERR_NOT_FOUND);
+    {   /* an older put's metadata after the key was put again: stale */
+        omc_meta m2 = {0};
+        CHECK_OK(put_pattern(s, "k", 100000, 2, 1, &m2));
+        CHECK_RES(get_with(r, "k", &m), OMC_ERR_STALE);
+        CHECK_OK(get_with(r, "k", &m2));
+        omc_meta_free(&m2);
+    }
+    omc_meta_free(&m);
+    omc_conn_destroy(s);
+    omc_conn_destroy(r);
+}
+
+/* A producer whose segment another process truncates: every later call says SHM_CHANGED, and
+   neither side ever touches the missing pages (no SIGBUS). new_size 0 and half the file. */
+static void shrink_case(uint64_t divisor) {
+    char ch[32], path[OMC_SHM_PATH_MAX];
+    omc_conn *s, *r_mapped, *r_fresh;
+    omc_meta m = {0};
+    omc_buffer b;
+    omc_health h;
+    struct stat st;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r_mapped = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    r_fresh = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r_mapped && r_fresh);
+    CHECK_OK(put_pattern(s, "first", 100000, 1, 1, NULL));
+    CHECK_OK(omc_conn_get(r_mapped, "a", "b", "first", NULL, 0, omc_deadline_after_ms(1000), &b));   /* maps it */
+    CHECK_OK(omc_buffer_release(&b));
+    CHECK_OK(put_pattern(s, "k", 100000, 1, 1, &m));
+    CHECK_OK(omc_shm_segment_path(s, path, sizeof(path)));
+    REQUIRE(stat(path, &st) == 0);
+    REQUIRE(truncate(path, divisor ? st.st_size / (off_t)divisor : 0) == 0);
+    usleep(5000);                                   /* past the re-check interval */
+    CHECK_RES(get_with(r_fresh, "k", &m), OMC_ERR_SHM_CHANGED);
+    CHECK_RES(get_with(r_mapped, "k", &m), OMC_ERR_SHM_CHANGED);
+    CHECK_RES(omc_conn_get(r_mapped, "a", "b", "k", NULL, 0, omc_deadline_after_ms(50), &b), OMC_ERR_TIMEOUT);
+    CHECK_RES(put_pattern(s, "k2", 100000, 1, 1, NULL), OMC_ERR_SHM_CHANGED);
+    CHECK_RES(omc_conn_alloc(s, 100, OMC_NO_WAIT, &b), OMC_ERR_SHM_CHANGED);
+    CHECK_RES(omc_conn_cleanup(s, "a", "b", "k"), OMC_ERR_SHM_CHANGED);
+    CHECK_OK(omc_conn_health(s, &h));
+    CHECK(h.state == OMC_CONN_DEGRADED && h.last_error == OMC_ERR_SHM_CHANGED);
+    omc_conn_sweep(s);
+    omc_conn_sweep(r_mapped);
+    omc_meta_free(&m);
+    omc_conn_destroy(s);                            /* close must not touch the pages either */
+    omc_conn_destroy(r_mapped);
+    omc_conn_destroy(r_fresh);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+}
+
+OMC_TEST(shm_truncated_segment_is_refused_without_sigbus) {
+    shrink_case(2);
+    shrink_case(0);
+}
+
+static int copy_file(const char* from, const char* to, int garbage) {
+    int in = open(from, O_RDONLY), out = open(to, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    char buf[65536];
+    ssize_t n;
+    int ok = in >= 0 && out >= 0;
+    while (ok && (n = read(in, buf, sizeof(buf))) > 0) {
+        if (garbage) memset(buf, 0x5A, (size_t)n);
+        ok = write(out, buf, (size_t)n) == n;
+    }
+    if (in >= 0) close(in);
+    if (out >= 0) close(out);
+    return ok;
+}
+
+/* Someone unlinks the segment and puts another file under its name: a byte-exact copy (caught by
+   the inode in the metadata), or garbage (caught by the header). Receivers that had mapped the
+   real segment keep reading the real data. */
+OMC_TEST(shm_replaced_segment_is_detected) {
+    int garbage;
+    for (garbage = 0; garbage < 2; garbage++) {
+        char ch[32], path[OMC_SHM_PATH_MAX], saved[OMC_SHM_PATH_MAX + 8];
+        omc_conn *s, *r_mapped, *r_fresh;
+        omc_meta m = {0};
+        omc_buffer b;
+        unique_channel(ch, sizeof(ch));
+        s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+        r_mapped = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+        r_fresh = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+        REQUIRE(s && r_mapped && r_fresh);
+        CHECK_OK(put_pattern(s, "first", 100000, 1, 1, NULL));
+        CHECK_OK(omc_conn_get(r_mapped, "a", "b", "first", NULL, 0, omc_deadline_after_ms(1000), &b));
+        CHECK_OK(put_pattern(s, "k", 100000, 7, 1, &m));
+        CHECK_OK(omc_shm_segment_path(s, path, sizeof(path)));
+        snprintf(saved, sizeof(saved), "%s.copy", path);
+        REQUIRE(copy_file(path, saved, garbage));
+        REQUIRE(unlink(path) == 0 && rename(saved, path) == 0);
+        CHECK_RES(get_with(r_fresh, "k", &m), OMC_ERR_SHM_CHANGED);
+        {   /* the receiver that holds a view of the real segment still reads the real bytes */
+            omc_buffer b2;
+            CHECK_OK(omc_conn_get(r_mapped, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(1000), &b2));
+            CHECK(b2.size == 100000 && omc_test_verify(b2.data, b2.size, 7));
+            CHECK_OK(omc_buffer_release(&b2));
+        }
+        CHECK_OK(omc_buffer_release(&b));
+        usleep(5000);
+        CHECK_RES(put_pattern(s, "k2", 10, 1, 1, NULL), OMC_ERR_SHM_CHANGED);   /* the owner notices too */
+        omc_meta_free(&m);
+        omc_conn_destroy(s);
+        CHECK(access(path, F_OK) == 0);         /* not ours any more: close leaves it */
+        unlink(path);
+        omc_conn_destroy(r_mapped);
+        omc_conn_destroy(r_fresh);
+        CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+    }
+}
+
+OMC_TEST(shm_symlink_and_foreign_owner_refused) {
+    char ch[32], path[OMC_SHM_PATH_MAX], moved[OMC_SHM_PATH_MAX + 8];
+    omc_conn *s, *r;
+    omc_meta m = {0};
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    CHECK_OK(put_pattern(s, "k", 100000, 1, 1, &m));
+    CHECK_OK(omc_shm_segment_path(s, path, sizeof(path)));
+    snprintf(moved, sizeof(moved), "%s.real", path);
+    REQUIRE(rename(path, moved) == 0 && symlink(moved, path) == 0);
+    CHECK_RES(get_with(r, "k", &m), OMC_ERR_SHM_CHANGED);        /* O_NOFOLLOW */
+    REQUIRE(unlink(path) == 0 && rename(moved, path) == 0);
+    if (geteuid() == 0) {       /* root can give the file away: a segment of another uid is refused */
+        REQUIRE(chown(path, 4242, 4242) == 0);
+        CHECK_RES(get_with(r, "k", &m), OMC_ERR_SHM_CHANGED);
+        REQUIRE(chown(path, 0, 0) == 0);
+    }
+    CHECK_OK(get_with(r, "k", &m));
+    omc_meta_free(&m);
+    omc_conn_destroy(s);
+    omc_conn_destroy(r);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+}
+
+/* A 4 MiB tmpfs, mounted in a private mount namespace of a child process (needs root; said so
+   and skipped otherwise): a pool that does not fit fails at create with SHM_FULL, leaving no
+   file; one that fits works, right up to its last byte. */
+OMC_TEST(shm_full_tmpfs_fails_at_create) {
+    pid_t pid;
+    int status;
+    if (geteuid() != 0) { printf("SKIP shm_full_tmpfs_fails_at_create: needs root to mount a small tmpfs\n"); return; }
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        char dir[64], ch[32];
+        omc_conn* c = NULL;
+        omc_shm_desc d;
+        int fails = 0;
+        snprintf(dir, sizeof(dir), "/tmp/omc-full-%ld", (long)getpid());
+        if (unshare(CLONE_NEWNS) != 0 || mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mkdir(dir, 0700) != 0 || mount("tmpfs", dir, "tmpfs", 0, "size=4m") != 0) _exit(77);
+        unique_channel(ch, sizeof(ch));
+        memset(&d, 0, sizeof(d));
+        d.shm_dir = dir;
+        d.channel = ch;
+        d.max_entries = 64;                     /* control area: 64 x 512 bytes */
+        d.pool_size = 8u << 20;
+        if (omc_shm_create(&d, &c) != OMC_ERR_SHM_FULL || c) fails++;
+        if (count_segments(dir, NULL) != 0) fails++;
+        d.pool_size = 2u << 20;
+        if (omc_shm_create(&d, &c) != OMC_OK) fails++;
+        else {
+            omc_conn* r = make_shm_in(dir, ch, OMC_ROLE_RECEIVER, 0);
+            omc_buffer b;
+            if (!r || put_pattern(c, "big", 2u << 20, 1, 1, NULL) != OMC_OK ||
+                omc_conn_get(r, "a", "b", "big", NULL, 0, omc_deadline_after_ms(1000), &b) != OMC_OK ||
+                !omc_test_verify(b.data, b.size, 1) || omc_buffer_release(&b) != OMC_OK) fails++;
+            omc_conn_destroy(r);
+            omc_conn_destroy(c);
+        }
+        if (count_segments(dir, NULL) != 0) fails++;
+        umount(dir);
+        rmdir(dir);
+        _exit(fails);
+    }
+    REQUIRE(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77) { printf("SKIP shm_full_tmpfs_fails_at_create: cannot mount a tmpfs here\n"); return; }
+    CHECK_EQ(WEXITSTATUS(status), 0);
+}
+
+/* Another process of our uid scribbles over the control area (entries and key index): nothing
+   may hang (every probe is bounded) or crash; calls return codes; close still cleans up. */
+OMC_TEST(shm_scribbled_control_area_is_survived) {
+    char ch[32], path[OMC_SHM_PATH_MAX];
+    omc_conn *s, *r;
+    omc_buffer b;
+    struct stat st;
+    uint8_t* map;
+    uint64_t idx_off, data_off, i;
+    int fd, round;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    CHECK_OK(put_pattern(s, "before", 5000, 1, 1, NULL));
+    CHECK_OK(omc_shm_segment_path(s, path, sizeof(path)));
+    fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0 && fstat(fd, &st) == 0);
+    map = (uint8_t*)mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    REQUIRE(map != MAP_FAILED);
+    memcpy(&idx_off, map + 32, 8);
+    memcpy(&data_off, map + 48, 8);
+    /* 1: every bucket non-empty and pointing at entry 1: probes must stop, put must rebuild */
+    for (i = idx_off; i + 4 <= data_off; i += 4) { uint32_t v = 2; memcpy(map + i, &v, 4); }
+    CHECK_RES(omc_conn_get(r, "a", "b", "nothere", NULL, 0, omc_deadline_after_ms(50), &b), OMC_ERR_TIMEOUT);
+    CHECK_OK(put_pattern(s, "after", 5000, 2, 1, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "after", NULL, 0, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == 5000 && omc_test_verify(b.data, b.size, 2));
+    CHECK_OK(omc_buffer_release(&b));
+    /* 2: random bytes over entries and index, a few times, with traffic in between */
+    srand(7);
+    for (round = 0; round < 5; round++) {
+        char key[16];
+        omc_result res;
+        for (i = 4096; i < data_off; i++) map[i] = (uint8_t)rand();
+        snprintf(key, sizeof(key), "r%d", round);
+        res = put_pattern(s, key, 70000, 3, 2, NULL);
+        CHECK(res == OMC_OK || res == OMC_ERR_POOL_FULL || res == OMC_ERR_EXISTS);
+        res = omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(50), &b);
+        if (res == OMC_OK) { CHECK(b.size == 70000); omc_buffer_release(&b); }
+        omc_conn_sweep(s);
+        omc_conn_sweep(r);
+    }
+    munmap(map, (size_t)st.st_size);
+    close(fd);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+}
+
+int main(int argc, char** argv) {
+    ct_consumer_main(argc, argv, make_from_spec);
+    return omc_test_main(argc, argv);
+}
