@@ -539,6 +539,49 @@ OMC_TEST(alloc_metadata_grows_past_its_first_records) {
     omc_alloc_destroy(a);
 }
 
+/* Out of host memory for the bookkeeping is a result code, never an abort, and the allocator
+   stays whole: a hook allocator that refuses on demand. */
+typedef struct oom_hook { int allow; int calls; } oom_hook;
+static void* oom_alloc(size_t n, void* u) {
+    oom_hook* h = (oom_hook*)u;
+    h->calls++;
+    return h->allow ? malloc(n) : NULL;
+}
+static void oom_free(void* p, void* u) { (void)u; free(p); }
+
+OMC_TEST(alloc_out_of_host_memory_is_a_result) {
+    omc_alloc_desc d;
+    omc_alloc* a = NULL;
+    oom_hook h = {0, 0};
+    omc_range r[200], x;
+    int i, n = 0;
+    memset(&d, 0, sizeof(d));
+    d.capacity = 1 << 20;
+    d.alignment = 64;
+    d.hooks.alloc_fn = oom_alloc;
+    d.hooks.free_fn = oom_free;
+    d.hooks.user_data = &h;
+    CHECK_RES(omc_alloc_create(&d, &a), OMC_ERR_NO_MEMORY);     /* nothing at all */
+    CHECK(a == NULL);
+    h.allow = 1;
+    CHECK_OK(omc_alloc_create(&d, &a));
+    REQUIRE(a);
+    h.allow = 0;                        /* the record array cannot grow any more */
+    for (i = 0; i < 200; i++) {
+        omc_result res = omc_alloc_alloc(a, 64, &r[n]);
+        if (res == OMC_OK) n++;
+        else { CHECK_RES(res, OMC_ERR_NO_MEMORY); break; }
+    }
+    CHECK(n > 0 && n < 200);            /* it ran into the limit ... */
+    CHECK_OK(omc_alloc_validate(a));    /* ... without damage */
+    for (i = 0; i < n; i += 2) CHECK_OK(omc_alloc_free(a, r[i]));   /* frees need no memory */
+    CHECK_OK(omc_alloc_validate(a));
+    h.allow = 1;
+    for (i = 0; i < 100; i++) { CHECK_OK(omc_alloc_alloc(a, 64, &x)); }
+    CHECK_OK(omc_alloc_validate(a));
+    omc_alloc_destroy(a);
+}
+
 /* ---- bounded waits ---------------------------------------------------------------------------- */
 
 OMC_TEST(alloc_wait_times_out_at_the_deadline) {
