@@ -6,8 +6,9 @@
    2. What the seed's allocator cannot do: stale handles, foreign frees, bounded waits, statistics,
       the TLSF second-chance search, validate() noticing damage.
    3. A randomized differential test against a model that is too simple to be wrong: one owner
-      entry per granule. >= 10^6 operations in the plain build; sanitizer builds run fewer (they are
-      5-20x slower and check memory, not arithmetic): 1/4 of the operations under ASan or TSan.
+      entry per granule. >= 10^6 operations in the plain build; sanitizer builds run 1/4 of them
+      (they are several times slower, and what they look for - bad memory accesses, races - shows
+      up long before 10^6 steps).
       OMC_DIFF_OPS=<n> sets the count per configuration, OMC_DIFF_SEED=<n> the seed.
 
    Error semantics under test (docs/allocator.md): a range that starts in free space is a
@@ -20,6 +21,7 @@
 #include "omc_test.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 /* ---- helpers --------------------------------------------------------------------------------- */
