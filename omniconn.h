@@ -1073,10 +1073,16 @@ OMC__PRIVATE uint64_t omc__random_u64(void) {
 
 static uint64_t omc__incarnation_id;
 static pthread_once_t omc__incarnation_once = PTHREAD_ONCE_INIT;
-static void omc__incarnation_init(void) {
+static void omc__incarnation_new(void) {
     uint64_t x;
     do { x = omc__random_u64(); } while (x == 0);
     omc__incarnation_id = x;
+}
+/* A fork()ed child is a new process start too (worker pools fork): it gets its own id, or peers
+   could not tell a restarted worker from its predecessor. */
+static void omc__incarnation_init(void) {
+    omc__incarnation_new();
+    pthread_atfork(NULL, NULL, omc__incarnation_new);
 }
 OMNICONN_API uint64_t omc_incarnation(void) {
     pthread_once(&omc__incarnation_once, omc__incarnation_init);
@@ -1181,6 +1187,7 @@ OMC__PRIVATE long omc__b64_decode(const char* in, size_t n, uint8_t* out) {
         bits += 6;
         if (bits >= 8) { bits -= 8; out[o++] = (uint8_t)(acc >> bits); }
     }
+    if (acc & ((1u << bits) - 1u)) return -1;   /* canonical form only: one text per blob */
     return (long)o;
 }
 
@@ -1659,8 +1666,8 @@ OMNICONN_API omc_result omc_alloc_alloc(omc_alloc* a, uint64_t size, omc_range* 
 OMNICONN_API omc_result omc_alloc_alloc_wait(omc_alloc* a, uint64_t size, omc_time_ns deadline, omc_range* out) {
     omc_result r;
     if (!a || !out) return OMC_ERR_INVALID_ARG;
+    if (deadline == OMC_NO_WAIT) return omc_alloc_alloc(a, size, out);  /* no wait: the plain answer */
     if (!a->thread_safe) {
-        if (deadline == OMC_NO_WAIT) return omc_alloc_alloc(a, size, out);
         OMC__LOG(&a->hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "waiting for space needs a thread_safe allocator");
         return OMC_ERR_INVALID_ARG;
     }
