@@ -68,5 +68,8 @@ fuzz:
 bench-alloc: deps $(BUILD)/bench_alloc
 	$(BUILD)/bench_alloc bench/results/alloc.json
 
+bench-shm: deps $(BUILD)/bench_shm
+	$(BUILD)/bench_shm bench/results/shm.json
+
 clean:
 	rm -rf build

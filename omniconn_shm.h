@@ -81,10 +81,12 @@ HOW IT WORKS
        area, generation current) and claims one slot with a compare-and-swap: AVAILABLE ->
        HELD by our pid. The view points straight into the mapping.
 
-    4. release. One compare-and-swap HELD -> DONE and an atomic increment of release_seq. The
-       owner frees ranges whose slots are all DONE on its next put / alloc / health / sweep (one
-       shared load tells it whether anything came back); an owner blocked in omc_conn_alloc is
-       woken with a futex. No lock is shared between processes; no queue a crash could corrupt.
+    4. release. One compare-and-swap HELD -> DONE, one bit set in the segment's dirty bitmap,
+       one atomic increment of release_seq. The owner frees ranges whose slots are all DONE on
+       its next put / alloc / health / sweep (one shared load tells it whether anything came
+       back, the bitmap tells it which entries, so the cost does not grow with the number of
+       payloads in flight); an owner blocked in omc_conn_alloc is woken with a futex. No lock
+       is shared between processes; no queue a crash could corrupt.
 
     5. Inline. A payload smaller than inline_threshold (64 KiB) also travels inside the metadata
        body. A get with that metadata claims its read with one CAS straight to DONE and returns
@@ -182,6 +184,8 @@ THREAD SAFETY (and process safety)
     - Between processes nothing is locked. Every shared word has one writer rule:
         header, entry fields, key index   the owner (under its own mutex)
         claim slots                       anyone, only by compare-and-swap on the whole word
+        dirty bitmap                      anyone sets bits (atomic OR); the owner takes words
+                                          (atomic exchange with 0); the bits are hints only
         put_seq / release_seq / waiters   atomic increments; futex words
       Publishing follows release/acquire: the owner writes the payload and the entry, then the
       slots (release), then the entry's generation (release), then the index bucket (release);
@@ -232,7 +236,7 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
         32  u64  key index offset (= 4096 + count * 512)
         40  u32  index buckets (power of two >= 2 * count, >= 16)
         44  u32  claim slots per entry (16)
-        48  u64  data area offset (index end rounded up to 4096)
+        48  u64  data area offset (dirty bitmap end rounded up to 4096)
         56  u64  data area size
         64  u64  segment id (random, never 0; also the end of the name)
         72  u64  owner incarnation (omc_incarnation())
@@ -243,12 +247,16 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
         100 u32  channel length
         104 u8[32] channel
         136 u64  buffer alignment
-        144 ...  reserved, zero
+        144 u64  dirty bitmap offset (index end rounded up to 64): one bit per entry, set by a
+                 receiver that gave something of that entry back (a hint for the owner)
+        152 ...  reserved, zero
         256 u32  put_seq: +1 on every change of the key index; futex word (atomic)
         260 u32  waiters: getters asleep on put_seq (atomic)
+        264 u64  puts (statistics, relaxed)
         320 u32  release_seq: +1 on every release or withdrawal by a receiver; futex word
         324 u32  owner_waiting: owner threads asleep on release_seq
-        384 u64  puts, 392 u64 claims, 400 u64 releases (statistics, relaxed)
+        328 u64  claims, 336 u64 releases (statistics, relaxed)
+        384 ...  reserved, zero (to 4096)
       The geometry (offsets 8..63) is fully determined by entry count and data size; a
       receiver recomputes it and refuses any header that disagrees or any file of another size.
 
@@ -263,7 +271,8 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
         40  i64  put time, CLOCK_MONOTONIC ns
         48  u64[2] reserved
         64  u64[16] claim slots
-        192 u8[256] qualified key, zero padded
+        192 u8[256] qualified key as 64-bit words; the last word it occupies is zero padded,
+                the words after it are unspecified (compare key length first)
         448 u64[8] reserved
     Claim slot (u64): bits 63..32 generation, 31..30 state (0 empty, 1 available, 2 held,
         3 done), 29..0 pid of the holder (held only).
@@ -448,17 +457,20 @@ typedef struct omc__shm_header {
     uint32_t channel_len;       /* 100 */
     char     channel[32];       /* 104 */
     uint64_t alignment;         /* 136  of every buffer in the data area */
-    uint8_t  reserved0[112];    /* 144 */
+    uint64_t dirty_offset;      /* 144  release bitmap: one bit per entry */
+    uint8_t  reserved0[104];    /* 152 */
+    /* one cache line written by the owner (receivers spin on put_seq) ... */
     uint32_t put_seq;           /* 256  futex: bumped on every change of the key index */
     uint32_t waiters;           /* 260  getters asleep on put_seq */
-    uint8_t  pad1[56];          /* 264  (own cache line: receivers spin on put_seq) */
+    uint64_t puts;              /* 264  statistics: puts published */
+    uint8_t  pad1[48];          /* 272 */
+    /* ... and one written by receivers, so the two sides never fight over a line */
     uint32_t release_seq;       /* 320  futex: bumped on every release by a receiver */
     uint32_t owner_waiting;     /* 324  owner threads asleep on release_seq */
-    uint8_t  pad2[56];          /* 328 */
-    uint64_t puts;              /* 384  statistics */
-    uint64_t claims;            /* 392 */
-    uint64_t releases;          /* 400 */
-    uint8_t  reserved1[4096 - 408];
+    uint64_t claims;            /* 328  statistics: reads claimed */
+    uint64_t releases;          /* 336  statistics: views released */
+    uint8_t  pad2[40];          /* 344 */
+    uint8_t  reserved1[4096 - 384];
 } omc__shm_header;
 
 /* One put in flight: 512 bytes in the entry table. Fields are written by the owner while the
@@ -474,7 +486,7 @@ typedef struct omc__shm_entry {
     int64_t  put_time_ns;       /*  40  CLOCK_MONOTONIC (diagnostics) */
     uint64_t reserved0[2];      /*  48 */
     uint64_t slots[OMC_SHM_MAX_READERS];    /*  64  one claim word per allowed read */
-    uint64_t key[OMC__SHM_KEY_WORDS];       /* 192  qualified key, zero padded */
+    uint64_t key[OMC__SHM_KEY_WORDS];       /* 192  qualified key, its last word zero padded */
     uint64_t reserved1[8];      /* 448 */
 } omc__shm_entry;
 
@@ -482,6 +494,9 @@ typedef struct omc__shm_entry {
 typedef char omc__shm_header_size_check[sizeof(omc__shm_header) == OMC__SHM_HEADER_SIZE ? 1 : -1];
 typedef char omc__shm_entry_size_check[sizeof(omc__shm_entry) == OMC__SHM_ENTRY_SIZE ? 1 : -1];
 typedef char omc__shm_seq_offset_check[offsetof(omc__shm_header, put_seq) == 256 ? 1 : -1];
+typedef char omc__shm_rel_offset_check[offsetof(omc__shm_header, release_seq) == 320 ? 1 : -1];
+typedef char omc__shm_dirty_offset_check[offsetof(omc__shm_header, dirty_offset) == 144 ? 1 : -1];
+typedef char omc__shm_slots_offset_check[offsetof(omc__shm_entry, slots) == 64 ? 1 : -1];
 
 #define OMC__SHM_ENTRY_INLINE 0x1u
 #define OMC__SHM_ENTRY_FRAME  0x2u
@@ -503,8 +518,8 @@ OMC__PRIVATE uint32_t omc__slot_pid(uint64_t w) { return (uint32_t)(w & 0x3FFFFF
 /* The geometry of a segment, computed by the owner and re-derived and compared by every receiver.
    Receivers keep this private, validated copy and never re-read sizes from shared memory. */
 typedef struct omc__shm_layout {
-    uint64_t total, entries_off, index_off, data_off, data_size, alignment;
-    uint32_t entry_count, buckets;
+    uint64_t total, entries_off, index_off, dirty_off, data_off, data_size, alignment;
+    uint32_t entry_count, buckets, dirty_words;
 } omc__shm_layout;
 
 #define OMC__SHM_PAGE 4096u
@@ -517,7 +532,9 @@ OMC__PRIVATE void omc__shm_layout_make(uint32_t entry_count, uint64_t data_size,
     L->buckets = buckets;
     L->entries_off = OMC__SHM_HEADER_SIZE;
     L->index_off = L->entries_off + (uint64_t)entry_count * OMC__SHM_ENTRY_SIZE;
-    L->data_off = OMC__ALIGN_UP(L->index_off + (uint64_t)buckets * 4u, OMC__SHM_PAGE);
+    L->dirty_off = OMC__ALIGN_UP(L->index_off + (uint64_t)buckets * 4u, 64);
+    L->dirty_words = (entry_count + 63) / 64;
+    L->data_off = OMC__ALIGN_UP(L->dirty_off + (uint64_t)L->dirty_words * 8u, OMC__SHM_PAGE);
     L->data_size = data_size;
     L->alignment = alignment;
     L->total = L->data_off + data_size;
@@ -537,7 +554,8 @@ OMC__PRIVATE omc_result omc__shm_layout_check(const omc__shm_header* h, uint64_t
         return OMC_ERR_SHM_CHANGED;
     omc__shm_layout_make(h->entry_count, h->data_size, h->alignment, &want);
     if (h->total_size != want.total || file_size != want.total || h->entries_offset != want.entries_off ||
-        h->index_offset != want.index_off || h->index_buckets != want.buckets || h->data_offset != want.data_off)
+        h->index_offset != want.index_off || h->index_buckets != want.buckets || h->dirty_offset != want.dirty_off ||
+        h->data_offset != want.data_off)
         return OMC_ERR_SHM_CHANGED;
     *L = want;
     return OMC_OK;
@@ -549,6 +567,9 @@ OMC__PRIVATE omc__shm_entry* omc__shm_entry_at(uint8_t* base, const omc__shm_lay
 OMC__PRIVATE uint32_t* omc__shm_buckets(uint8_t* base, const omc__shm_layout* L) {
     return (uint32_t*)(base + L->index_off);
 }
+OMC__PRIVATE uint64_t* omc__shm_dirty(uint8_t* base, const omc__shm_layout* L) {
+    return (uint64_t*)(base + L->dirty_off);
+}
 
 OMC__PRIVATE uint64_t omc__hash64(const char* s, uint32_t len) {
     uint64_t h = 14695981039346656037ull;   /* FNV-1a 64 */
@@ -557,9 +578,13 @@ OMC__PRIVATE uint64_t omc__hash64(const char* s, uint32_t len) {
     return h;
 }
 
-/* The key as the 32 zero-padded words an entry stores (compared word by word, atomically). */
+/* The key as the zero-padded 64-bit words an entry stores (compared word by word, atomically:
+   the owner may be rewriting them). Only the words the key occupies are written and compared. */
+OMC__PRIVATE uint32_t omc__shm_key_nwords(uint32_t qlen) { return (qlen + 7) / 8; }
+
 OMC__PRIVATE void omc__shm_key_words(const char* qkey, uint32_t qlen, uint64_t out[OMC__SHM_KEY_WORDS]) {
-    memset(out, 0, OMC__SHM_KEY_WORDS * 8);
+    uint32_t n = omc__shm_key_nwords(qlen);
+    if (n) out[n - 1] = 0;
     memcpy(out, qkey, qlen);
 }
 
@@ -689,6 +714,7 @@ typedef struct omc__shm_own {
     uint32_t gen;
     uint32_t state;             /* OMC__OWN_* */
     uint32_t prev, next;        /* in-use list (LIVE + DRAINING) or free list */
+    uint64_t hash;              /* of qkey */
     uint32_t qlen;
     char qkey[OMC_KEY_MAX];
 } omc__shm_own;
@@ -744,11 +770,13 @@ typedef struct omc__shm {
     omc__shm_own* own;          /* lay.entry_count records */
     uint32_t free_head, used_head;
     uint32_t index_used;        /* live + tombstone buckets */
-    omc__smap keys;             /* qualified key -> omc__shm_own* (LIVE entries) */
+    uint32_t* keyb;             /* private copy of the key index (lay.buckets) */
+    uint32_t live;              /* LIVE entries (in the index) */
     uint32_t next_gen;
     uint32_t seen_release;
-    omc_time_ns next_pass;
+    omc_time_ns next_pass, last_full;
     omc_time_ns self_checked;   /* atomic */
+    int unlinked;               /* atomic: close() removed the name (views may still be out) */
     int self_broken;            /* atomic: an omc_result */
 
     /* ---- the receiver half: mapped peers and the views we hold ---- */
@@ -762,6 +790,7 @@ typedef struct omc__shm {
 } omc__shm;
 
 #define OMC__SHM_PASS_NS 100000000LL        /* TTL and dead-reader checks: every 100 ms */
+#define OMC__SHM_FULL_MIN_NS 10000000LL     /* out of space: a full walk at most every 10 ms */
 #define OMC__SHM_SCAN_NS 50000000LL         /* channel directory rescan while waiting */
 #define OMC__SHM_WAIT_SLICE_NS 50000000LL   /* longest single futex sleep (then look again) */
 
@@ -776,15 +805,16 @@ typedef struct omc__shm {
     which a missing reader compares before it sleeps, so a miss is retried, never slept on.
 */
 
-/* Returns 0 only if no bucket is free, which the load limit rules out unless another process
-   scribbled over the index: the caller then rebuilds it. The probe is bounded either way. */
-OMC__PRIVATE int omc__shm_index_insert(omc__shm* S, uint32_t idx, uint64_t hash) {
-    uint32_t* b = omc__shm_buckets(S->base, &S->lay);
-    uint32_t mask = S->lay.buckets - 1, i, n;
-    for (i = (uint32_t)hash & mask, n = 0; n < S->lay.buckets; i = (i + 1) & mask, n++) {
+/* The owner keeps a private copy of the index in its heap (same buckets, same operations): it
+   decides what to free from that copy and from its own entry records, never from shared memory.
+   Insert returns 0 only if no bucket is free, which the load limit rules out unless another
+   process scribbled over the shared copy: the caller then rebuilds. Every probe is bounded. */
+OMC__PRIVATE int omc__shm_bucket_insert(uint32_t* b, uint32_t nbuckets, uint32_t* used, uint32_t idx, uint64_t hash) {
+    uint32_t mask = nbuckets - 1, i, n;
+    for (i = (uint32_t)hash & mask, n = 0; n < nbuckets; i = (i + 1) & mask, n++) {
         uint32_t v = __atomic_load_n(&b[i], __ATOMIC_RELAXED);
         if (v == OMC__SHM_BUCKET_EMPTY || v == OMC__SHM_BUCKET_TOMB) {
-            if (v == OMC__SHM_BUCKET_EMPTY) S->index_used++;
+            if (v == OMC__SHM_BUCKET_EMPTY) (*used)++;
             __atomic_store_n(&b[i], idx + 1, __ATOMIC_RELEASE);
             return 1;
         }
@@ -792,26 +822,56 @@ OMC__PRIVATE int omc__shm_index_insert(omc__shm* S, uint32_t idx, uint64_t hash)
     return 0;
 }
 
-OMC__PRIVATE void omc__shm_index_remove(omc__shm* S, uint32_t idx, uint64_t hash) {
-    uint32_t* b = omc__shm_buckets(S->base, &S->lay);
-    uint32_t mask = S->lay.buckets - 1, i, n;
-    for (i = (uint32_t)hash & mask, n = 0; n < S->lay.buckets; i = (i + 1) & mask, n++) {
+OMC__PRIVATE void omc__shm_bucket_remove(uint32_t* b, uint32_t nbuckets, uint32_t idx, uint64_t hash) {
+    uint32_t mask = nbuckets - 1, i, n;
+    for (i = (uint32_t)hash & mask, n = 0; n < nbuckets; i = (i + 1) & mask, n++) {
         uint32_t v = __atomic_load_n(&b[i], __ATOMIC_RELAXED);
         if (v == OMC__SHM_BUCKET_EMPTY) return;
         if (v == idx + 1) { __atomic_store_n(&b[i], OMC__SHM_BUCKET_TOMB, __ATOMIC_RELEASE); return; }
     }
 }
 
-/* Too many tombstones make probes long: rebuild from the owner's list of LIVE entries. */
+/* The owner's LIVE entry for a key (private copy and private records only), or OMC__NIL. */
+OMC__PRIVATE uint32_t omc__shm_own_find(const omc__shm* S, const char* qkey, uint32_t qlen, uint64_t hash) {
+    uint32_t mask = S->lay.buckets - 1, i, n;
+    for (i = (uint32_t)hash & mask, n = 0; n < S->lay.buckets; i = (i + 1) & mask, n++) {
+        uint32_t v = S->keyb[i];
+        const omc__shm_own* o;
+        if (v == OMC__SHM_BUCKET_EMPTY) return OMC__NIL;
+        if (v == OMC__SHM_BUCKET_TOMB) continue;
+        o = &S->own[v - 1];
+        if (o->state == OMC__OWN_LIVE && o->hash == hash && o->qlen == qlen && memcmp(o->qkey, qkey, qlen) == 0) return v - 1;
+    }
+    return OMC__NIL;
+}
+
+/* Publish entry i under its key in both copies of the index. */
+OMC__PRIVATE void omc__shm_index_add(omc__shm* S, uint32_t i);
+
+/* Too many tombstones make probes long (or someone overwrote the shared buckets): rebuild both
+   copies from the owner's list of LIVE entries. */
 OMC__PRIVATE void omc__shm_index_rebuild(omc__shm* S) {
     uint32_t* b = omc__shm_buckets(S->base, &S->lay);
     uint32_t i;
-    for (i = 0; i < S->lay.buckets; i++) __atomic_store_n(&b[i], OMC__SHM_BUCKET_EMPTY, __ATOMIC_RELEASE);
+    for (i = 0; i < S->lay.buckets; i++) { __atomic_store_n(&b[i], OMC__SHM_BUCKET_EMPTY, __ATOMIC_RELEASE); S->keyb[i] = 0; }
     S->index_used = 0;
     for (i = S->used_head; i != OMC__NIL; i = S->own[i].next)
-        if (S->own[i].state == OMC__OWN_LIVE)
-            omc__shm_index_insert(S, i, omc__hash64(S->own[i].qkey, S->own[i].qlen));
+        if (S->own[i].state == OMC__OWN_LIVE) omc__shm_index_add(S, i);
     __atomic_add_fetch(&S->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);   /* readers that missed: look again */
+}
+
+OMC__PRIVATE void omc__shm_index_add(omc__shm* S, uint32_t i) {
+    uint32_t used_private = 0;
+    omc__shm_bucket_insert(S->keyb, S->lay.buckets, &used_private, i, S->own[i].hash);
+    if (!omc__shm_bucket_insert(omc__shm_buckets(S->base, &S->lay), S->lay.buckets, &S->index_used, i, S->own[i].hash)) {
+        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "key index of %s was full of foreign values: rebuilt", S->name);
+        omc__shm_index_rebuild(S);  /* clears both copies, then adds every LIVE entry (this one too) */
+    }
+}
+
+OMC__PRIVATE void omc__shm_index_del(omc__shm* S, uint32_t i) {
+    omc__shm_bucket_remove(S->keyb, S->lay.buckets, i, S->own[i].hash);
+    omc__shm_bucket_remove(omc__shm_buckets(S->base, &S->lay), S->lay.buckets, i, S->own[i].hash);
 }
 
 /* What a reader saw in an entry (a consistent snapshot, or nothing). */
@@ -834,7 +894,7 @@ OMC__PRIVATE int omc__shm_entry_read(uint8_t* base, const omc__shm_layout* L, ui
     out->readers = __atomic_load_n(&e->readers, __ATOMIC_RELAXED);
     if (words) {
         same = __atomic_load_n(&e->key_hash, __ATOMIC_RELAXED) == hash && __atomic_load_n(&e->key_len, __ATOMIC_RELAXED) == qlen;
-        for (w = 0; same && w < OMC__SHM_KEY_WORDS; w++)
+        for (w = 0; same && w < omc__shm_key_nwords(qlen); w++)
             same = __atomic_load_n(&e->key[w], __ATOMIC_RELAXED) == words[w];
     }
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
@@ -888,8 +948,13 @@ OMC__PRIVATE int omc__shm_unclaim(omc__shm_entry* e, uint32_t slot, uint32_t gen
                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
-/* Tell the owner that something came back (it reclaims on its next call, or wakes if it waits). */
-OMC__PRIVATE void omc__shm_notify_release(omc__shm_header* h) {
+/* Tell the owner that entry idx of a segment (base, L) gave something back: mark it in the dirty
+   bitmap, THEN bump release_seq. The owner reads release_seq before it takes the bitmap, so a bit
+   set after its look is found on its next look; a reader killed between its CAS and this call
+   leaves no bit, and the owner's periodic full pass finds the entry anyway. */
+OMC__PRIVATE void omc__shm_notify_release(uint8_t* base, const omc__shm_layout* L, uint32_t idx) {
+    omc__shm_header* h = (omc__shm_header*)base;
+    if (idx < L->entry_count) __atomic_or_fetch(&omc__shm_dirty(base, L)[idx / 64], (uint64_t)1 << (idx % 64), __ATOMIC_RELEASE);
     __atomic_add_fetch(&h->release_seq, 1u, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&h->owner_waiting, __ATOMIC_SEQ_CST)) omc__futex_wake_all(&h->release_seq);
 }
@@ -983,6 +1048,7 @@ OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hook
     h->channel_len = (uint32_t)strlen(S->channel);
     memcpy(h->channel, S->channel, h->channel_len);
     h->alignment = alignment;
+    h->dirty_offset = S->lay.dirty_off;
     __atomic_store_n(&h->state, (uint32_t)OMC__SHM_READY, __ATOMIC_RELEASE);
     return OMC_OK;
 }
@@ -990,16 +1056,14 @@ OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hook
 /* Has someone shrunk, removed or replaced our segment? Checked with fstat at most every
    OMNICONN_SHM_RECHECK_NS (a system call costs a microsecond), and always when force is set.
    Once broken, always broken: the connector refuses to touch the mapping again. */
-OMC__PRIVATE omc_result omc__shm_self_check(omc__shm* S, int force) {
-    omc_time_ns now;
+OMC__PRIVATE omc_result omc__shm_self_check(omc__shm* S, omc_time_ns now, int force) {
     struct stat st;
     omc_result r = (omc_result)__atomic_load_n(&S->self_broken, __ATOMIC_ACQUIRE);
     if (r != OMC_OK) return r;
-    now = omc_now_ns();
     if (!force && now - __atomic_load_n(&S->self_checked, __ATOMIC_RELAXED) < OMNICONN_SHM_RECHECK_NS) return OMC_OK;
     __atomic_store_n(&S->self_checked, now, __ATOMIC_RELAXED);
     if (fstat(S->fd, &st) != 0) return OMC_OK;
-    if ((uint64_t)st.st_size == S->lay.total && st.st_nlink > 0) return OMC_OK;
+    if ((uint64_t)st.st_size == S->lay.total && (st.st_nlink > 0 || __atomic_load_n(&S->unlinked, __ATOMIC_ACQUIRE))) return OMC_OK;
     if (!__atomic_exchange_n(&S->self_broken, (int)OMC_ERR_SHM_CHANGED, __ATOMIC_ACQ_REL))
         omc__conn_fail(S->conn, OMC_ERR_SHM_CHANGED, "segment %s was %s by another process; this connector stops using it "
                        "(recreate the connector)", S->path, st.st_nlink == 0 ? "removed or replaced" : "truncated");
@@ -1023,9 +1087,9 @@ OMC__PRIVATE void omc__shm_list_unlink(omc__shm* S, uint32_t i) {
 OMC__PRIVATE void omc__shm_unindex(omc__shm* S, uint32_t i) {
     omc__shm_own* o = &S->own[i];
     if (o->state != OMC__OWN_LIVE) return;
-    omc__shm_index_remove(S, i, omc__hash64(o->qkey, o->qlen));
-    omc__smap_del(&S->keys, &S->conn->hooks, o->qkey, o->qlen);
+    omc__shm_index_del(S, i);
     o->state = OMC__OWN_DRAINING;
+    S->live--;
     if (S->index_used * 4 > S->lay.buckets * 3) omc__shm_index_rebuild(S);
 }
 
@@ -1057,9 +1121,22 @@ OMC__PRIVATE void omc__shm_retire(omc__shm* S, uint32_t i) {
     omc__shm_unindex(S, i);
 }
 
+/* Which reader pids a pass has already looked up in /proc (one read per pid per pass, however
+   many views it holds). */
+typedef struct omc__shm_pids { uint32_t pid[16], alive[16], n; } omc__shm_pids;
+
+OMC__PRIVATE int omc__shm_reader_alive(omc__shm_pids* seen, uint32_t pid) {
+    uint32_t k;
+    int alive;
+    for (k = 0; k < seen->n; k++) if (seen->pid[k] == pid) return (int)seen->alive[k];
+    alive = omc__shm_pid_alive(pid, 0);
+    if (seen->n < 16) { seen->pid[seen->n] = pid; seen->alive[seen->n] = (uint32_t)alive; seen->n++; }
+    return alive;
+}
+
 /* A HELD slot whose reader process is dead will never be released: finish it for the reader.
    The CAS keeps the slot if the reader released it in the meantime. Returns slots reclaimed. */
-OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i) {
+OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i, omc__shm_pids* seen) {
     omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
     uint32_t gen = S->own[i].gen, n = 0;
     int s;
@@ -1067,7 +1144,7 @@ OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i) {
         uint64_t w = __atomic_load_n(&e->slots[s], __ATOMIC_ACQUIRE);
         uint32_t pid = omc__slot_pid(w);
         if (omc__slot_gen(w) != gen || omc__slot_state(w) != OMC__SLOT_HELD || pid == S->pid) continue;
-        if (omc__shm_pid_alive(pid, 0)) continue;
+        if (omc__shm_reader_alive(seen, pid)) continue;
         if (__atomic_compare_exchange_n(&e->slots[s], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
             OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "reader pid %u died holding a view of entry %u (%llu bytes) of %s: reclaimed",
                      pid, i, (unsigned long long)S->own[i].range.size, S->name);
@@ -1077,44 +1154,81 @@ OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i) {
     return n;
 }
 
-/* The owner's housekeeping (caller holds mu): entries whose reads are all taken leave the index;
-   entries with nothing outstanding are freed. Cheap when nothing came back since the last pass
-   (one shared load); TTL and dead-reader checks run every OMC__SHM_PASS_NS or when full is set.
+/* Look at one entry (caller holds mu): all its reads taken -> out of the index; nothing
+   outstanding either -> freed. */
+OMC__PRIVATE void omc__shm_check_entry(omc__shm* S, uint32_t i) {
+    omc__shm_count cnt;
+    if (S->own[i].state == OMC__OWN_FREE) return;
+    cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->own[i].gen);
+    if (cnt.avail == 0) {
+        if (cnt.held == 0) omc__shm_free_entry(S, i);
+        else omc__shm_unindex(S, i);
+    }
+}
+
+/* Check the entries whose dirty bit a receiver set, clearing the bits (an exchange per word, so
+   a bit set concurrently is either taken now or left for the next look). The bits are only
+   hints: a foreign bit makes us look at a healthy entry, nothing more. */
+OMC__PRIVATE void omc__shm_drain_dirty(omc__shm* S) {
+    uint64_t* d = omc__shm_dirty(S->base, &S->lay);
+    uint32_t w;
+    for (w = 0; w < S->lay.dirty_words; w++) {
+        uint64_t bits;
+        if (!__atomic_load_n(&d[w], __ATOMIC_RELAXED)) continue;
+        bits = __atomic_exchange_n(&d[w], (uint64_t)0, __ATOMIC_ACQ_REL);
+        while (bits) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+            bits &= bits - 1;
+            if (i < S->lay.entry_count) omc__shm_check_entry(S, i);
+        }
+    }
+}
+
+/* The owner's housekeeping (caller holds mu). Cheap on the hot path: one shared load says
+   whether anything came back since the last look, and the dirty bitmap says where. Every
+   OMC__SHM_PASS_NS (or when full is set) a full walk of the entries in flight also applies
+   TTLs, reclaims views of dead readers, and catches a release whose dirty bit was lost.
    Returns the entries withdrawn by TTL plus the views reclaimed from dead readers. */
-OMC__PRIVATE uint64_t omc__shm_pass(omc__shm* S, int full) {
-    omc_time_ns now = omc_now_ns();
+OMC__PRIVATE uint64_t omc__shm_pass(omc__shm* S, omc_time_ns now, int full) {
     uint32_t rel = __atomic_load_n(&S->hdr->release_seq, __ATOMIC_ACQUIRE);
-    int due = full || now >= S->next_pass;
     uint32_t i, next;
     uint64_t ttl = 0, dead = 0;
-    if (!due && rel == S->seen_release) return 0;
+    omc__shm_pids seen;
+    seen.n = 0;
+    if (!full && now < S->next_pass) {
+        if (rel != S->seen_release) { S->seen_release = rel; omc__shm_drain_dirty(S); }
+        return 0;
+    }
     S->seen_release = rel;
+    omc__shm_drain_dirty(S);
     for (i = S->used_head; i != OMC__NIL; i = next) {
         omc__shm_own* o = &S->own[i];
-        omc__shm_count cnt;
         next = o->next;
-        if (due && o->state == OMC__OWN_LIVE && o->expires && now >= o->expires) {
+        if (o->state == OMC__OWN_LIVE && o->expires && now >= o->expires) {
             OMC__LOG(&S->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_CONN_TTL_RECLAIM, "TTL reclaimed entry %u (%llu bytes)",
                      i, (unsigned long long)o->range.size);
             omc__shm_retire(S, i);
             ttl++;
         }
-        if (due) dead += omc__shm_reclaim_dead_readers(S, i);
-        cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), o->gen);
-        if (cnt.avail == 0) {
-            if (cnt.held == 0) omc__shm_free_entry(S, i);
-            else omc__shm_unindex(S, i);
-        }
+        dead += omc__shm_reclaim_dead_readers(S, i, &seen);
+        omc__shm_check_entry(S, i);
     }
-    if (due) S->next_pass = now + OMC__SHM_PASS_NS;
+    S->next_pass = now + OMC__SHM_PASS_NS;
+    S->last_full = now;
     if (ttl) omc__add(&S->conn->ttl_reclaims, ttl);
     return ttl + dead;
+}
+
+/* Out of entries or pool space: look at what came back, and walk everything if that has not
+   been done for a while (a crashed reader's release leaves no dirty bit). */
+OMC__PRIVATE void omc__shm_reclaim_harder(omc__shm* S, omc_time_ns now) {
+    omc__shm_pass(S, now, now - S->last_full >= OMC__SHM_FULL_MIN_NS);
 }
 
 /* A free entry index, reclaiming once if none is left; OMC__NIL if the table is full. */
 OMC__PRIVATE uint32_t omc__shm_take_entry(omc__shm* S) {
     uint32_t i;
-    if (S->free_head == OMC__NIL) omc__shm_pass(S, 1);
+    if (S->free_head == OMC__NIL) omc__shm_reclaim_harder(S, omc_now_ns());
     i = S->free_head;
     if (i == OMC__NIL) return OMC__NIL;
     S->free_head = S->own[i].next;
@@ -1135,8 +1249,8 @@ OMC__PRIVATE void omc__shm_give_back_entry(omc__shm* S, uint32_t i) {
 /* Write entry i for a new put and make it visible: fields first, then the slots, then gen (the
    seqlock), then the index bucket, then put_seq. Each store is a release, so a reader that sees
    the bucket sees the entry, and one that claims a slot sees the payload bytes. */
-OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const omc_range* range, uint64_t size,
-                                   uint32_t flags, uint32_t readers, const char* qkey, uint32_t qlen, uint64_t hash) {
+OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const omc_range* range, uint64_t size, uint32_t flags,
+                                   uint32_t readers, const char* qkey, uint32_t qlen, uint64_t hash, omc_time_ns now) {
     omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
     uint64_t words[OMC__SHM_KEY_WORDS];
     uint32_t s;
@@ -1148,16 +1262,13 @@ OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const 
     __atomic_store_n(&e->readers, readers, __ATOMIC_RELAXED);
     __atomic_store_n(&e->key_len, qlen, __ATOMIC_RELAXED);
     __atomic_store_n(&e->key_hash, hash, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->put_time_ns, omc_now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&e->put_time_ns, now, __ATOMIC_RELAXED);
     omc__shm_key_words(qkey, qlen, words);
-    for (s = 0; s < OMC__SHM_KEY_WORDS; s++) __atomic_store_n(&e->key[s], words[s], __ATOMIC_RELAXED);
-    for (s = 0; s < OMC_SHM_MAX_READERS; s++)
-        __atomic_store_n(&e->slots[s], s < readers ? omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0) : (uint64_t)0, __ATOMIC_RELEASE);
+    for (s = 0; s < omc__shm_key_nwords(qlen); s++) __atomic_store_n(&e->key[s], words[s], __ATOMIC_RELAXED);
+    for (s = 0; s < readers; s++)   /* the other slots are empty: zeroed when the entry was freed */
+        __atomic_store_n(&e->slots[s], omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0), __ATOMIC_RELEASE);
     __atomic_store_n(&e->gen, gen, __ATOMIC_RELEASE);
-    if (!omc__shm_index_insert(S, i, hash)) {  /* the index was overwritten by someone: rebuild it */
-        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "key index of %s was full of foreign values: rebuilt", S->name);
-        omc__shm_index_rebuild(S);
-    }
+    omc__shm_index_add(S, i);
     __atomic_add_fetch(&S->hdr->puts, (uint64_t)1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&S->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);
 }
@@ -1189,18 +1300,16 @@ OMC__PRIVATE omc_result omc__shm_make_meta(omc__shm* S, uint32_t i, uint32_t gen
 
 /* Register a filled range under qkey (caller holds mu). On error nothing changed. */
 OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const char* qkey, uint32_t qlen, const omc_range* range, uint64_t size,
-                                          uint32_t flags, uint32_t readers, int64_t ttl_ms, omc_meta* meta_out) {
-    omc__shm_own* old;
-    uint32_t i, gen;
+                                          uint32_t flags, uint32_t readers, int64_t ttl_ms, omc_time_ns now, omc_meta* meta_out) {
+    uint32_t i, gen, old;
     omc_result r;
     uint64_t hash = omc__hash64(qkey, qlen);
-    omc__shm_pass(S, 0);
-    old = (omc__shm_own*)omc__smap_get(&S->keys, qkey, qlen);
-    if (old) {
-        uint32_t oi = (uint32_t)(old - S->own);
-        omc__shm_count cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, oi), old->gen);
+    omc__shm_pass(S, now, 0);
+    old = omc__shm_own_find(S, qkey, qlen, hash);
+    if (old != OMC__NIL) {
+        omc__shm_count cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, old), S->own[old].gen);
         if (cnt.avail > 0) return OMC_ERR_EXISTS;
-        omc__shm_unindex(S, oi);    /* fully read: the key is free again, views drain on their own */
+        omc__shm_unindex(S, old);   /* fully read: the key is free again, views drain on their own */
     }
     i = omc__shm_take_entry(S);
     if (i == OMC__NIL) {
@@ -1210,19 +1319,17 @@ OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const char* qkey, uint32_
     }
     if (++S->next_gen == 0) S->next_gen = 1;
     gen = S->next_gen;
-    r = omc__smap_put(&S->keys, &S->conn->hooks, qkey, qlen, &S->own[i]);
-    if (r == OMC_OK) {
-        r = omc__shm_make_meta(S, i, gen, range, size, flags, qkey, qlen, meta_out);
-        if (r != OMC_OK) omc__smap_del(&S->keys, &S->conn->hooks, qkey, qlen);
-    }
+    r = omc__shm_make_meta(S, i, gen, range, size, flags, qkey, qlen, meta_out);
     if (r != OMC_OK) { omc__shm_give_back_entry(S, i); return r; }
     S->own[i].range = *range;
     S->own[i].gen = gen;
     S->own[i].state = OMC__OWN_LIVE;
-    S->own[i].expires = ttl_ms > 0 ? omc_deadline_after_ms(ttl_ms) : 0;
+    S->own[i].expires = ttl_ms <= 0 ? 0 : ttl_ms > (INT64_MAX - now) / 1000000LL ? INT64_MAX : now + ttl_ms * 1000000LL;
+    S->own[i].hash = hash;
     S->own[i].qlen = qlen;
     memcpy(S->own[i].qkey, qkey, qlen);
-    omc__shm_publish(S, i, gen, range, size, flags, readers, qkey, qlen, hash);
+    S->live++;
+    omc__shm_publish(S, i, gen, range, size, flags, readers, qkey, qlen, hash, now);
     return OMC_OK;
 }
 
@@ -1232,7 +1339,7 @@ OMC__PRIVATE omc_result omc__shm_alloc_range(omc__shm* S, uint64_t size, omc_ran
     omc_result r = omc_alloc_alloc(a, size, out);
     if (r != OMC_ERR_POOL_FULL) return r;
     pthread_mutex_lock(&S->mu);
-    omc__shm_pass(S, 1);
+    omc__shm_reclaim_harder(S, omc_now_ns());
     pthread_mutex_unlock(&S->mu);
     return omc_alloc_alloc(a, size, out);
 }
@@ -1246,13 +1353,14 @@ static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, con
     uint64_t size = p->buffer ? (p->size ? p->size : p->buffer->size) : p->size;
     uint32_t readers = p->readers ? p->readers : 1, flags = 0;
     int64_t ttl = p->ttl_ms ? p->ttl_ms : S->default_ttl_ms;
+    omc_time_ns now = omc_now_ns();
     omc_range range;
     omc_result r;
     if (readers > OMC_SHM_MAX_READERS) {
         OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "fan-out of %u readers: the limit is %d per put", readers, OMC_SHM_MAX_READERS);
         return OMC_ERR_INVALID_ARG;
     }
-    r = omc__shm_self_check(S, 0);
+    r = omc__shm_self_check(S, now, 0);
     if (r != OMC_OK) return r;
     if (p->buffer) {    /* zero copy: a live range of our own pool, filled by the caller */
         if (p->buffer->pool != S->pool || p->buffer->release_fn) return OMC_ERR_INVALID_ARG;
@@ -1267,7 +1375,7 @@ static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, con
     if (S->inline_threshold && size < S->inline_threshold) flags |= OMC__SHM_ENTRY_INLINE;
     if (p->flags & OMC_PAYLOAD_FRAME) flags |= OMC__SHM_ENTRY_FRAME;
     pthread_mutex_lock(&S->mu);
-    r = omc__shm_register(S, qkey, qlen, &range, size, flags, readers, ttl, meta_out);
+    r = omc__shm_register(S, qkey, qlen, &range, size, flags, readers, ttl, now, meta_out);
     pthread_mutex_unlock(&S->mu);
     if (r != OMC_OK) {
         if (!p->buffer) omc_alloc_free(omc_pool_allocator(S->pool), range);
@@ -1286,13 +1394,13 @@ static omc_result omc__shm_alloc(omc_conn* c, uint64_t size, omc_time_ns deadlin
     if (!S->is_owner) return OMC_ERR_WRONG_ROLE;
     for (;;) {
         uint32_t seen;
-        r = omc__shm_self_check(S, 0);     /* before the first touch of the segment */
+        r = omc__shm_self_check(S, omc_now_ns(), 0);     /* before the first touch of the segment */
         if (r != OMC_OK) return r;
         seen = __atomic_load_n(&S->hdr->release_seq, __ATOMIC_SEQ_CST);
         r = omc_pool_alloc_buffer(S->pool, size, out);
         if (r != OMC_ERR_POOL_FULL) return r;
         pthread_mutex_lock(&S->mu);
-        omc__shm_pass(S, 1);
+        omc__shm_reclaim_harder(S, omc_now_ns());
         pthread_mutex_unlock(&S->mu);
         r = omc_pool_alloc_buffer(S->pool, size, out);
         if (r != OMC_ERR_POOL_FULL) return r;
@@ -1311,15 +1419,14 @@ static omc_result omc__shm_alloc(omc_conn* c, uint64_t size, omc_time_ns deadlin
 
 /* Cleanup by the owner: withdraw the reads that remain (views already held stay valid). */
 OMC__PRIVATE omc_result omc__shm_owner_cleanup(omc__shm* S, const char* qkey, uint32_t qlen) {
-    omc__shm_own* o;
+    uint32_t i;
     omc_result r = OMC_ERR_NOT_FOUND;
     pthread_mutex_lock(&S->mu);
-    o = (omc__shm_own*)omc__smap_get(&S->keys, qkey, qlen);
-    if (o) {
-        uint32_t i = (uint32_t)(o - S->own);
+    i = omc__shm_own_find(S, qkey, qlen, omc__hash64(qkey, qlen));
+    if (i != OMC__NIL) {
         omc__shm_count cnt;
         omc__shm_retire(S, i);
-        cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), o->gen);
+        cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->own[i].gen);
         if (cnt.held == 0) omc__shm_free_entry(S, i);
         r = OMC_OK;
     }
@@ -1410,7 +1517,7 @@ OMC__PRIVATE omc_result omc__shm_peer_open(omc__shm* S, const char* name, uint64
 OMC__PRIVATE omc_result omc__shm_peer_check(omc__shm* S, omc__shm_peer* P, omc_time_ns now, int force) {
     struct stat st;
     if (P->broken != OMC_OK) return P->broken;
-    if (P->self) return omc__shm_self_check(S, force);
+    if (P->self) return omc__shm_self_check(S, now, force);
     if (!force && now - P->checked < OMNICONN_SHM_RECHECK_NS) return OMC_OK;
     P->checked = now;
     if (fstat(P->fd, &st) != 0) return OMC_OK;
@@ -1638,7 +1745,7 @@ OMC__PRIVATE omc_result omc__shm_take_inline(omc__shm* S, omc__shm_peer* P, cons
         return OMC_ERR_NOT_FOUND;
     }
     __atomic_add_fetch(&P->hdr->claims, (uint64_t)1, __ATOMIC_RELAXED);
-    omc__shm_notify_release(P->hdr);            /* the owner may free its pool copy right away */
+    omc__shm_notify_release(P->base, &P->lay, b->entry);   /* the owner may free its pool copy at once */
     if (b->size) memcpy(copy, b->inline_bytes, (size_t)b->size);
     S->views[vi].heap = copy;
     S->views[vi].entry = b->entry;
@@ -1686,9 +1793,9 @@ OMC__PRIVATE omc_result omc__shm_get_meta(omc__shm* S, const char* qkey, uint32_
 /* One look at every segment of the channel (caller holds rmu). OMC_ERR_NOT_FOUND if the key is in
    none of them; then *wait_peer / *wait_seq say what to sleep on (put_seq as read BEFORE the
    lookup, so a put that lands after the lookup is never slept through). */
-OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, uint64_t hash, uint32_t qlen, const uint64_t* words, uint64_t max_size,
-                                             omc_buffer* out, omc__shm_peer** wait_peer, uint32_t* wait_seq, uint32_t* npeers) {
-    omc_time_ns now = omc_now_ns();
+OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, uint64_t hash, uint32_t qlen, const uint64_t* words,
+                                             uint64_t max_size, omc_buffer* out, omc__shm_peer** wait_peer, uint32_t* wait_seq,
+                                             uint32_t* npeers) {
     uint32_t it = 0;
     void* v;
     *wait_peer = NULL;
@@ -1746,11 +1853,11 @@ OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const char* qkey, uint32_
         now = omc_now_ns();
         if (now >= S->next_scan) { omc__shm_scan_channel(S); S->next_scan = now + OMC__SHM_SCAN_NS; }
         omc__shm_peers_maintain(S, now, 0);
-        r = omc__shm_try_channel(S, hash, qlen, words, max_size, out, &wp, &wseq, &npeers);
+        r = omc__shm_try_channel(S, now, hash, qlen, words, max_size, out, &wp, &wseq, &npeers);
         if (r == OMC_ERR_NOT_FOUND && wp) wp->pins++;   /* keep it mapped while we sleep on it */
         pthread_mutex_unlock(&S->rmu);
         if (r != OMC_ERR_NOT_FOUND) return r;
-        if (omc_now_ns() >= deadline) r = OMC_ERR_TIMEOUT;
+        if (deadline == OMC_NO_WAIT || omc_now_ns() >= deadline) r = OMC_ERR_TIMEOUT;
         else if (wp) omc__shm_wait_put(S, wp, wseq, deadline, &spin_until, npeers > 1 ? 2000000LL : OMC__SHM_SCAN_NS);
         else omc__futex_wait(&S->idle_word, idle, deadline, OMC__SHM_SCAN_NS / 2);  /* no sender yet */
         if (wp) {
@@ -1789,7 +1896,7 @@ static omc_result omc__shm_release(omc_buffer* b) {
             if (omc__shm_peer_check(S, P, omc_now_ns(), 0) == OMC_OK) {
                 if (omc__shm_unclaim(omc__shm_entry_at(P->base, &P->lay, v->entry), v->slot, v->entry_gen, S->pid)) {
                     __atomic_add_fetch(&P->hdr->releases, (uint64_t)1, __ATOMIC_RELAXED);
-                    omc__shm_notify_release(P->hdr);
+                    omc__shm_notify_release(P->base, &P->lay, v->entry);
                 } else OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "view of %s entry %u was reclaimed before its release", P->name, v->entry);
             }
             if (--P->pins == 0 && !P->self && (P->broken != OMC_OK || P->unlinked)) omc__shm_peer_drop(S, P);
@@ -1826,7 +1933,7 @@ OMC__PRIVATE omc_result omc__shm_receiver_cleanup(omc__shm* S, const char* qkey,
         if (idx >= 0) {
             omc__shm_entry* e = omc__shm_entry_at(P->base, &P->lay, (uint32_t)idx);
             while (omc__shm_claim(e, snap.gen, OMC__SLOT_DONE, 0) >= 0) r = OMC_OK;
-            if (r == OMC_OK) omc__shm_notify_release(P->hdr);
+            if (r == OMC_OK) omc__shm_notify_release(P->base, &P->lay, (uint32_t)idx);
         }
     }
     pthread_mutex_unlock(&S->rmu);
@@ -1841,7 +1948,7 @@ static omc_result omc__shm_cleanup(omc_conn* c, const char* qkey, uint32_t qlen)
     omc__shm* S = (omc__shm*)c->impl;
     omc_result r = OMC_ERR_NOT_FOUND;
     if (S->is_owner) {
-        r = omc__shm_self_check(S, 0);
+        r = omc__shm_self_check(S, omc_now_ns(), 0);
         if (r != OMC_OK) return r;
         r = omc__shm_owner_cleanup(S, qkey, qlen);
     }
@@ -1855,14 +1962,14 @@ static void omc__shm_health(omc_conn* c, omc_health* h) {
     void* v;
     if (S->is_owner) {
         omc_alloc_stats st;
-        if (omc__shm_self_check(S, 1) != OMC_OK) h->state = OMC_CONN_DEGRADED;
+        if (omc__shm_self_check(S, omc_now_ns(), 1) != OMC_OK) h->state = OMC_CONN_DEGRADED;
         else {
             pthread_mutex_lock(&S->mu);
-            omc__shm_pass(S, 0);
+            omc__shm_pass(S, omc_now_ns(), 0);
             pthread_mutex_unlock(&S->mu);
         }
         pthread_mutex_lock(&S->mu);
-        h->live_entries = S->keys.count;
+        h->live_entries = S->live;
         pthread_mutex_unlock(&S->mu);
         omc_alloc_get_stats(omc_pool_allocator(S->pool), &st);
         h->pool_capacity = st.capacity;
@@ -1877,9 +1984,9 @@ static void omc__shm_health(omc_conn* c, omc_health* h) {
 static uint64_t omc__shm_sweep(omc_conn* c) {
     omc__shm* S = (omc__shm*)c->impl;
     uint64_t n = 0;
-    if (S->is_owner && omc__shm_self_check(S, 1) == OMC_OK) {
+    if (S->is_owner && omc__shm_self_check(S, omc_now_ns(), 1) == OMC_OK) {
         pthread_mutex_lock(&S->mu);
-        n = omc__shm_pass(S, 1);
+        n = omc__shm_pass(S, omc_now_ns(), 1);
         pthread_mutex_unlock(&S->mu);
     }
     pthread_mutex_lock(&S->rmu);
@@ -1901,7 +2008,7 @@ static void omc__shm_close(omc_conn* c) {
     void* v;
     if (S->is_owner) {
         pthread_mutex_lock(&S->mu);
-        if (omc__shm_self_check(S, 1) == OMC_OK) {  /* never touch a mapping someone truncated */
+        if (omc__shm_self_check(S, omc_now_ns(), 1) == OMC_OK) {  /* never touch a mapping someone truncated */
             uint32_t i, next;
             __atomic_store_n(&S->hdr->state, (uint32_t)OMC__SHM_CLOSED, __ATOMIC_RELEASE);
             for (i = S->used_head; i != OMC__NIL; i = next) {
@@ -1914,6 +2021,7 @@ static void omc__shm_close(omc_conn* c) {
             __atomic_add_fetch(&S->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);
             omc__futex_wake_all(&S->hdr->put_seq);
         }
+        __atomic_store_n(&S->unlinked, 1, __ATOMIC_RELEASE);
         omc__shm_unlink_own(S);     /* views held elsewhere keep their mappings, and so the bytes */
         pthread_mutex_unlock(&S->mu);
     }
@@ -1941,7 +2049,7 @@ OMC__PRIVATE void omc__shm_teardown(omc__shm* S, const omc_hooks* hooks) {
     if (S->pool) omc_pool_destroy(S->pool);
     if (S->base) munmap(S->base, (size_t)S->lay.total);
     if (S->fd >= 0) close(S->fd);
-    omc__smap_free(&S->keys, hooks);
+    omc__free(hooks, S->keyb);
     omc__free(hooks, S->own);
     pthread_mutex_destroy(&S->mu);
     pthread_mutex_destroy(&S->rmu);
@@ -2003,7 +2111,8 @@ OMC__PRIVATE omc_result omc__shm_owner_init(omc__shm* S, const omc_shm_desc* d, 
     if (r != OMC_OK) return r;
     S->is_owner = 1;
     S->own = (omc__shm_own*)omc__calloc(hooks, sizeof(omc__shm_own) * S->lay.entry_count);
-    if (!S->own) return OMC_ERR_NO_MEMORY;
+    S->keyb = (uint32_t*)omc__calloc(hooks, sizeof(uint32_t) * S->lay.buckets);
+    if (!S->own || !S->keyb) return OMC_ERR_NO_MEMORY;
     S->used_head = OMC__NIL;
     S->free_head = OMC__NIL;
     for (i = S->lay.entry_count; i-- > 0;) {

@@ -1,0 +1,465 @@
+/* bench_shm.c - the shared-memory connector against memcpy and against the seed's design, side by
+   side in one run, across two real processes.
+
+   usage: bench_shm [out.json]            (make bench-shm writes bench/results/shm.json)
+   env:   BENCH_SHM_QUICK=1               a fast smoke run (few iterations, no 1 GiB row)
+
+   Per payload size (64 B, 4 KiB, 64 KiB, 1 MiB, 16 MiB, 186 MiB, and 1 GiB if memory allows):
+     memcpy_gbps               one thread copies the payload from one private buffer into
+                               another (both faulted in), repeatedly: the cost of one copy.
+     omniconn_gbps             a producer process puts payloads (copy path: one copy into the
+                               sender's pool) as fast as it can; a consumer process takes each
+                               with a metadata-less get (a zero-copy view; the bytes are not
+                               read) and releases it. Bytes / (first put .. last release).
+     omniconn_noinline_gbps    the same with disable_inline (rows below the 64 KiB threshold:
+                               what the inline copy into the metadata costs the producer).
+     per_request_segment_gbps  the seed's design, in C: per request the producer opens a lock
+                               file and flock()s it, creates a new /dev/shm segment (O_EXCL),
+                               ftruncate()s, mmap()s, copies in, unmaps, unlocks; the consumer
+                               (told the request number through a pipe) flock()s, opens, fstat()s,
+                               maps, copies out into a private buffer, unmaps, unlinks segment
+                               and lock file. Both sides pipelined, as in the seed.
+     handoff_us_p50 / p99      ping-pong: the producer waits until the consumer has released
+                               the previous payload, writes the time into the payload's first
+                               8 bytes and puts it; the consumer, blocked in a metadata-less get
+                               (the connector's own waiting: spin 20 us, then futex), takes it,
+                               releases it and records now - that time. So: put + wake-up + get
+                               + release, one payload at a time.
+   Throughput figures are the median of ROUNDS interleaved rounds (the machine is shared);
+   handoff percentiles are over all samples of all rounds. */
+#define OMNICONN_IMPLEMENTATION
+#include "omniconn.h"
+#include "omniconn_shm.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define KiB (1024ull)
+#define MiB (1024ull * KiB)
+#define GiB (1024ull * MiB)
+#define ROUNDS 3
+#define MAX_LAT 20000
+
+/* ---- a page shared by the two processes of one measurement ---------------------------------- */
+
+typedef struct shared_page {
+    uint32_t ready;             /* consumer is set up */
+    uint32_t done;              /* payloads released so far (handoff) */
+    int64_t t_end;              /* consumer: time of the last release */
+    int32_t failed;
+    uint32_t nlat;
+    int64_t lat_ns[MAX_LAT];
+} shared_page;
+
+static shared_page* shared_new(void) {
+    void* p = mmap(NULL, sizeof(shared_page), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) { perror("mmap"); exit(1); }
+    memset(p, 0, sizeof(shared_page));
+    return (shared_page*)p;
+}
+
+static void wait_for(uint32_t* word, uint32_t value) {
+    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) < value) {
+#if defined(__x86_64__)
+        __asm__ __volatile__("pause");
+#endif
+    }
+}
+
+static void* big_buffer(uint64_t size, int fill) {
+    void* p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) { perror("mmap"); exit(1); }
+    memset(p, fill, (size_t)size);
+    return p;
+}
+
+static int finish_child(pid_t pid) {
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return 0;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+static int cmp_i64(const void* a, const void* b) {
+    int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median3(double* v, int n) {
+    double t[ROUNDS];
+    int i, j;
+    for (i = 0; i < n; i++) t[i] = v[i];
+    for (i = 1; i < n; i++) for (j = i; j > 0 && t[j] < t[j - 1]; j--) { double x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
+    return t[n / 2];
+}
+
+/* ---- memcpy ---------------------------------------------------------------------------------- */
+
+static double bench_memcpy(uint64_t size, uint64_t reps) {
+    uint8_t* src = (uint8_t*)big_buffer(size, 1);
+    uint8_t* dst = (uint8_t*)big_buffer(size, 2);
+    omc_time_ns t0;
+    uint64_t i;
+    double gbps;
+    memcpy(dst, src, (size_t)size);        /* warm */
+    t0 = omc_now_ns();
+    for (i = 0; i < reps; i++) {
+        src[i % size] = (uint8_t)i;         /* the compiler must not hoist the copy */
+        memcpy(dst, src, (size_t)size);
+        __asm__ __volatile__("" ::"r"(dst) : "memory");
+    }
+    gbps = (double)size * (double)reps / (double)(omc_now_ns() - t0);
+    munmap(src, (size_t)size);
+    munmap(dst, (size_t)size);
+    return gbps;
+}
+
+/* ---- omniconn: stream and handoff ------------------------------------------------------------ */
+
+static int nchan;
+
+static omc_conn* shm_conn(const char* ch, omc_role role, uint64_t pool, int no_inline) {
+    omc_shm_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.channel = ch;
+    d.role = role;
+    d.pool_size = pool;
+    d.disable_inline = no_inline;
+    d.max_entries = 4096;
+    if (omc_shm_create(&d, &c) != OMC_OK) return NULL;
+    return c;
+}
+
+static void key_of(char* out, uint64_t i) { snprintf(out, 24, "k%llu", (unsigned long long)i); }
+
+/* The consumer process: take n payloads with metadata-less gets, release each; handoff mode
+   also records put-to-release latencies from the time stamp in the payload. */
+static void consumer(const char* ch, shared_page* sp, uint64_t n, int handoff) {
+    omc_conn* r = shm_conn(ch, OMC_ROLE_RECEIVER, 0, 0);
+    omc_buffer w;
+    uint64_t i;
+    if (!r) _exit(2);
+    /* warm-up outside the timed region: finding and mapping the sender's segment happens once
+       per receiver (a directory scan and an mmap of the whole pool) */
+    if (omc_conn_get(r, "p", "c", "warm", NULL, 0, omc_deadline_after_ms(30000), &w) != OMC_OK) _exit(2);
+    omc_buffer_release(&w);
+    __atomic_store_n(&sp->ready, 1u, __ATOMIC_RELEASE);
+    for (i = 0; i < n; i++) {
+        char key[24];
+        omc_buffer b;
+        int64_t stamp = 0;
+        key_of(key, i);
+        if (omc_conn_get(r, "p", "c", key, NULL, 0, omc_deadline_after_ms(30000), &b) != OMC_OK) { sp->failed = 1; _exit(3); }
+        if (handoff) memcpy(&stamp, b.data, sizeof(stamp));
+        omc_buffer_release(&b);
+        if (handoff) {
+            int64_t t = omc_now_ns();
+            if (sp->nlat < MAX_LAT) sp->lat_ns[sp->nlat++] = t - stamp;
+            __atomic_store_n(&sp->done, (uint32_t)(i + 1), __ATOMIC_RELEASE);
+        }
+    }
+    sp->t_end = omc_now_ns();
+    omc_conn_destroy(r);
+    _exit(0);
+}
+
+static uint64_t pool_for(uint64_t size) { return omc__max(32 * MiB, 3 * size + 8 * MiB); }
+
+/* Producer side of a stream: GB/s from first put to the consumer's last release. */
+static double bench_omniconn(uint64_t size, uint64_t n, int no_inline, const uint8_t* src) {
+    char ch[32];
+    shared_page* sp = shared_new();
+    omc_conn* s;
+    omc_payload p;
+    omc_time_ns t0;
+    uint64_t i;
+    pid_t pid;
+    double gbps = 0;
+    snprintf(ch, sizeof(ch), "bench%ldn%d", (long)getpid(), ++nchan);
+    s = shm_conn(ch, OMC_ROLE_SENDER, pool_for(size), no_inline);
+    if (!s) { fprintf(stderr, "bench_shm: cannot create a %llu-byte pool\n", (unsigned long long)pool_for(size)); exit(1); }
+    pid = fork();
+    if (pid == 0) consumer(ch, sp, n, 0);
+    memset(&p, 0, sizeof(p));
+    p.data = src;
+    p.size = 8;
+    if (omc_conn_put(s, "p", "c", "warm", &p, NULL) != OMC_OK) exit(1);
+    wait_for(&sp->ready, 1);
+    p.size = size;
+    t0 = omc_now_ns();
+    for (i = 0; i < n; i++) {
+        char key[24];
+        omc_result r;
+        key_of(key, i);
+        while ((r = omc_conn_put(s, "p", "c", key, &p, NULL)) == OMC_ERR_POOL_FULL) sched_yield();   /* wait for releases */
+        if (r != OMC_OK) { fprintf(stderr, "bench_shm: put: %s\n", omc_result_str(r)); exit(1); }
+    }
+    if (finish_child(pid) && !sp->failed) gbps = (double)size * (double)n / (double)(sp->t_end - t0);
+    omc_conn_destroy(s);
+    munmap(sp, sizeof(*sp));
+    return gbps;
+}
+
+/* Ping-pong; appends latencies (ns) to lat/nlat. */
+static void bench_handoff(uint64_t size, uint64_t n, uint8_t* src, int64_t* lat, uint32_t* nlat, uint32_t cap) {
+    char ch[32];
+    shared_page* sp = shared_new();
+    omc_conn* s;
+    omc_payload p;
+    uint64_t i;
+    uint32_t k;
+    pid_t pid;
+    snprintf(ch, sizeof(ch), "bench%ldn%d", (long)getpid(), ++nchan);
+    s = shm_conn(ch, OMC_ROLE_SENDER, pool_for(size), 0);
+    if (!s) exit(1);
+    pid = fork();
+    if (pid == 0) consumer(ch, sp, n, 1);
+    memset(&p, 0, sizeof(p));
+    p.data = src;
+    p.size = 8;
+    if (omc_conn_put(s, "p", "c", "warm", &p, NULL) != OMC_OK) exit(1);
+    wait_for(&sp->ready, 1);
+    usleep(1000);
+    p.size = size;
+    for (i = 0; i < n; i++) {
+        char key[24];
+        int64_t t;
+        key_of(key, i);
+        wait_for(&sp->done, (uint32_t)i);     /* the previous one is released */
+        t = omc_now_ns();
+        memcpy(src, &t, sizeof(t));
+        if (omc_conn_put(s, "p", "c", key, &p, NULL) != OMC_OK) { fprintf(stderr, "bench_shm: handoff put failed\n"); exit(1); }
+    }
+    if (!finish_child(pid) || sp->failed) { fprintf(stderr, "bench_shm: handoff consumer failed\n"); exit(1); }
+    for (k = 0; k < sp->nlat && *nlat < cap; k++) lat[(*nlat)++] = sp->lat_ns[k];
+    omc_conn_destroy(s);
+    munmap(sp, sizeof(*sp));
+}
+
+/* ---- the seed's design: a new segment and a lock file per request ----------------------------- */
+
+static void base_names(char* seg, char* lock, long owner, uint64_t i) {
+    snprintf(seg, 96, "/dev/shm/omcbase-%ld-%llu", owner, (unsigned long long)i);
+    snprintf(lock, 96, "/dev/shm/shm_omcbase-%ld-%llu_lockfile.lock", owner, (unsigned long long)i);
+}
+
+static void base_consumer(int rfd, shared_page* sp, uint64_t size, uint64_t n, long owner) {
+    uint8_t* dst = (uint8_t*)big_buffer(size, 3);
+    uint64_t i;
+    for (i = 0; i < n; i++) {
+        char seg[96], lock[96];
+        uint64_t j;
+        struct stat st;
+        void* m;
+        int lfd, fd;
+        if (read(rfd, &j, sizeof(j)) != (ssize_t)sizeof(j) || j != i) _exit(3);
+        base_names(seg, lock, owner, j);
+        lfd = open(lock, O_RDWR | O_CREAT, 0600);
+        flock(lfd, LOCK_EX);
+        fd = open(seg, O_RDWR);
+        if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size != size) _exit(4);
+        m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) _exit(5);
+        memcpy(dst, m, (size_t)size);       /* the reader copies the bytes out */
+        munmap(m, (size_t)size);
+        close(fd);
+        unlink(seg);
+        flock(lfd, LOCK_UN);
+        close(lfd);
+        unlink(lock);
+    }
+    sp->t_end = omc_now_ns();
+    _exit(0);
+}
+
+static double bench_per_request(uint64_t size, uint64_t n, const uint8_t* src) {
+    shared_page* sp = shared_new();
+    int fds[2];
+    uint64_t i;
+    pid_t pid;
+    omc_time_ns t0;
+    double gbps = 0;
+    long owner = (long)getpid();
+    if (pipe(fds) != 0) exit(1);
+    pid = fork();
+    if (pid == 0) { close(fds[1]); base_consumer(fds[0], sp, size, n, owner); }
+    close(fds[0]);
+    t0 = omc_now_ns();
+    for (i = 0; i < n; i++) {
+        char seg[96], lock[96];
+        void* m;
+        int lfd, fd;
+        base_names(seg, lock, owner, i);
+        lfd = open(lock, O_RDWR | O_CREAT, 0600);
+        flock(lfd, LOCK_EX);
+        fd = open(seg, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd < 0 || ftruncate(fd, (off_t)size) != 0) { perror("per-request segment"); exit(1); }
+        m = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) { perror("mmap"); exit(1); }
+        memcpy(m, src, (size_t)size);
+        munmap(m, (size_t)size);
+        close(fd);
+        flock(lfd, LOCK_UN);
+        close(lfd);
+        if (write(fds[1], &i, sizeof(i)) != (ssize_t)sizeof(i)) exit(1);   /* "the metadata" */
+    }
+    close(fds[1]);
+    if (finish_child(pid)) gbps = (double)size * (double)n / (double)(sp->t_end - t0);
+    munmap(sp, sizeof(*sp));
+    return gbps;
+}
+
+/* ---- the run ---------------------------------------------------------------------------------- */
+
+typedef struct row {
+    uint64_t size;
+    uint64_t n_stream, n_base, n_handoff, n_memcpy;
+    double memcpy_gbps[ROUNDS], omc_gbps[ROUNDS], omc_noinline_gbps[ROUNDS], base_gbps[ROUNDS];
+    int64_t* lat;
+    uint32_t nlat;
+    double p50_us, p99_us;
+} row;
+
+/* iterations: about `bytes` per measurement, within [lo, hi] */
+static uint64_t iters(uint64_t size, uint64_t bytes, uint64_t lo, uint64_t hi) {
+    uint64_t n = bytes / size;
+    return n < lo ? lo : n > hi ? hi : n;
+}
+
+static uint64_t meminfo_kib(const char* field) {
+    char line[256];
+    uint64_t v = 0;
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, field, strlen(field)) == 0) { v = strtoull(line + strlen(field), NULL, 10); break; }
+    fclose(f);
+    return v;
+}
+
+static void cpu_name(char* out, size_t n) {
+    char line[256];
+    FILE* f = fopen("/proc/cpuinfo", "r");
+    snprintf(out, n, "unknown");
+    if (!f) return;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            char* c = strchr(line, ':');
+            if (c) { c += 2; c[strcspn(c, "\n")] = 0; snprintf(out, n, "%s", c); }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static double loadavg(void) {
+    double l = -1;
+    FILE* f = fopen("/proc/loadavg", "r");
+    if (f) { if (fscanf(f, "%lf", &l) != 1) l = -1; fclose(f); }
+    return l;
+}
+
+int main(int argc, char** argv) {
+    const int quick = getenv("BENCH_SHM_QUICK") != NULL;
+    const char* path = argc > 1 ? argv[1] : NULL;
+    uint64_t sizes[] = { 64, 4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 186 * MiB, 1 * GiB };
+    int nsizes = 7, i, round;
+    row rows[7];
+    struct statvfs sv;
+    uint64_t avail_kib = meminfo_kib("MemAvailable:"), shm_free = 0;
+    char cpu[128];
+    double load0 = loadavg(), load1;
+    uint8_t* src;
+    FILE* f;
+    omc_shm_desc sd;
+    memset(&sd, 0, sizeof(sd));
+    omc_shm_sweep_dead(&sd, NULL);
+    if (statvfs("/dev/shm", &sv) == 0) shm_free = (uint64_t)sv.f_bavail * sv.f_frsize;
+    /* 1 GiB needs ~6 GiB: pool (3 x size) + source + memcpy pair; leave room for everyone else */
+    if (quick || avail_kib < 10 * (GiB / KiB) || shm_free < 5 * GiB) nsizes = 6;
+    cpu_name(cpu, sizeof(cpu));
+    printf("bench_shm: %s, %ld cores, MemAvailable %.1f GiB, /dev/shm free %.1f GiB, load %.2f%s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN),
+           (double)avail_kib / (1024.0 * 1024.0), (double)shm_free / (double)GiB, load0, quick ? " (QUICK run)" : "");
+    memset(rows, 0, sizeof(rows));
+    for (i = 0; i < nsizes; i++) {
+        uint64_t s = sizes[i];
+        row* r = &rows[i];
+        r->size = s;
+        r->n_stream = quick ? iters(s, 64 * MiB, 4, 20000) : iters(s, 2 * GiB, 8, 200000);
+        r->n_base = quick ? iters(s, 16 * MiB, 2, 1000) : iters(s, 512 * MiB, 3, 10000);
+        r->n_handoff = quick ? iters(s, 64 * MiB, 3, 2000) : iters(s, 1 * GiB, 5, 10000);
+        r->n_memcpy = iters(s, quick ? 256 * MiB : 4 * GiB, 4, 4000000);
+        r->lat = (int64_t*)calloc(MAX_LAT * ROUNDS, sizeof(int64_t));
+    }
+    for (round = 0; round < (quick ? 1 : ROUNDS); round++) {
+        for (i = 0; i < nsizes; i++) {
+            row* r = &rows[i];
+            src = (uint8_t*)big_buffer(r->size, 0x5A);
+            r->memcpy_gbps[round] = bench_memcpy(r->size, r->n_memcpy);
+            r->omc_gbps[round] = bench_omniconn(r->size, r->n_stream, 0, src);
+            if (r->size < 64 * KiB) r->omc_noinline_gbps[round] = bench_omniconn(r->size, r->n_stream, 1, src);
+            r->base_gbps[round] = bench_per_request(r->size, r->n_base, src);
+            bench_handoff(r->size, r->n_handoff, src, r->lat, &r->nlat, MAX_LAT * ROUNDS);
+            printf("  round %d %10llu B: memcpy %6.2f GB/s  omniconn %6.2f GB/s  per-request %6.3f GB/s\n", round,
+                   (unsigned long long)r->size, r->memcpy_gbps[round], r->omc_gbps[round], r->base_gbps[round]);
+            fflush(stdout);
+            munmap(src, (size_t)r->size);
+        }
+    }
+    load1 = loadavg();
+    {
+        int nr = quick ? 1 : ROUNDS;
+        double min_ratio_ge_1m = 1e9, r186 = 0, r4k = 0, p50_small = 0;
+        f = path ? fopen(path, "w") : stdout;
+        if (!f) { perror(path); return 1; }
+        fprintf(f, "{\n  \"benchmark\": \"shm\",\n  \"omniconn_version\": \"%s\",\n", OMNICONN_VERSION_STRING);
+        fprintf(f, "  \"machine\": {\"cpu\": \"%s\", \"cores\": %ld, \"mem_available_gib\": %.1f, \"dev_shm_free_gib\": %.1f, "
+                   "\"load_average_start\": %.2f, \"load_average_end\": %.2f, \"note\": \"shared with other jobs\"},\n",
+                cpu, sysconf(_SC_NPROCESSORS_ONLN), (double)avail_kib / (1024.0 * 1024.0), (double)shm_free / (double)GiB, load0, load1);
+        fprintf(f, "  \"method\": \"two processes per measurement. omniconn_gbps: producer puts (copy path) payloads as fast as the pool "
+                   "allows, consumer takes each with a metadata-less get (zero-copy view, bytes not read) and releases it; bytes / "
+                   "(first put .. last release). memcpy_gbps: one thread, one copy between two faulted-in private buffers. "
+                   "per_request_segment_gbps: the seed design in C (lock file + flock, new O_EXCL segment, ftruncate, mmap, copy in; "
+                   "reader flock, open, fstat, mmap, copy out, unlink segment and lock file), pipelined through a pipe. handoff: "
+                   "ping-pong, time stamp in the payload, put -> metadata-less get (spin 20 us then futex) -> release. Throughput "
+                   "figures: median of the rounds; percentiles over all samples.%s\",\n", quick ? " QUICK run: rough figures." : "");
+        fprintf(f, "  \"rounds\": %d,\n  \"rows\": [\n", nr);
+        for (i = 0; i < nsizes; i++) {
+            row* r = &rows[i];
+            double mc = median3(r->memcpy_gbps, nr), om = median3(r->omc_gbps, nr), ba = median3(r->base_gbps, nr);
+            qsort(r->lat, r->nlat, sizeof(int64_t), cmp_i64);
+            r->p50_us = r->nlat ? (double)r->lat[r->nlat / 2] / 1000.0 : 0;
+            r->p99_us = r->nlat ? (double)r->lat[(r->nlat * 99) / 100] / 1000.0 : 0;
+            if (r->size >= MiB && om / mc < min_ratio_ge_1m) min_ratio_ge_1m = om / mc;
+            if (r->size == 186 * MiB) r186 = om / ba;
+            if (r->size == 4 * KiB) r4k = om / ba;
+            if (r->size == 64) p50_small = r->p50_us;
+            fprintf(f, "    {\"size_bytes\": %llu, \"omniconn_gbps\": %.4f, ", (unsigned long long)r->size, om);
+            if (r->size < 64 * KiB) fprintf(f, "\"omniconn_noinline_gbps\": %.4f, ", median3(r->omc_noinline_gbps, nr));
+            fprintf(f, "\"memcpy_gbps\": %.4f, \"per_request_segment_gbps\": %.4f, \"handoff_us_p50\": %.3f, \"handoff_us_p99\": %.3f, "
+                       "\"omniconn_vs_memcpy\": %.3f, \"omniconn_vs_per_request\": %.1f, \"iterations\": {\"stream\": %llu, \"per_request\": %llu, "
+                       "\"handoff\": %u, \"memcpy\": %llu}}%s\n",
+                    mc, ba, r->p50_us, r->p99_us, om / mc, om / ba, (unsigned long long)r->n_stream, (unsigned long long)r->n_base,
+                    r->nlat, (unsigned long long)r->n_memcpy, i + 1 < nsizes ? "," : "");
+        }
+        fprintf(f, "  ],\n  \"targets\": {\n");
+        fprintf(f, "    \"omniconn_ge_0_9x_memcpy_from_1MiB\": {\"min_ratio\": %.3f, \"limit\": 0.9, \"met\": %s},\n", min_ratio_ge_1m,
+                min_ratio_ge_1m >= 0.9 ? "true" : "false");
+        fprintf(f, "    \"ge_5x_per_request_at_186MiB\": {\"ratio\": %.1f, \"limit\": 5, \"met\": %s},\n", r186, r186 >= 5 ? "true" : "false");
+        fprintf(f, "    \"ge_100x_per_request_at_4KiB\": {\"ratio\": %.1f, \"limit\": 100, \"met\": %s},\n", r4k, r4k >= 100 ? "true" : "false");
+        fprintf(f, "    \"small_handoff_p50_le_1us\": {\"p50_us_at_64B\": %.3f, \"limit_us\": 1.0, \"met\": %s}\n", p50_small,
+                p50_small > 0 && p50_small <= 1.0 ? "true" : "false");
+        fprintf(f, "  }%s\n}\n", nsizes < 7 ? ",\n  \"skipped\": \"1 GiB row: needs MemAvailable >= 10 GiB and /dev/shm free >= 5 GiB (or QUICK run)\"" : "");
+        if (path) { fclose(f); printf("bench_shm: wrote %s\n", path); }
+    }
+    return 0;
+}
