@@ -1,6 +1,3259 @@
-/* omniconn_rdma.h - v0.1.0 - placeholder - SPDX-License-Identifier: MIT OR Unlicense
-   Work in progress: see the issue tracker. Includes omniconn.h. */
+/* omniconn_rdma.h - v0.1.0 - the verbs RDMA engine of omniconn - SPDX-License-Identifier: MIT OR Unlicense
+
+    This companion header moves bytes from one process's registered pool straight into another
+    process's memory with RDMA WRITE, on libibverbs directly (InfiniBand, RoCE, Soft-RoCE).
+    It is the data plane behind the remote connector's RDMA mode, and it can be used on its own:
+    you bring the side channel (any socket) that carries two small binary blobs, it does the rest.
+
+    Do this:
+        #define OMNICONN_IMPLEMENTATION
+    before you include this file in *one* C or C++ file (it includes omniconn.h itself):
+
+        #define OMNICONN_IMPLEMENTATION
+        #include "omniconn.h"
+        #include "omniconn_rdma.h"
+
+    Build: cc -std=c99 app.c -lzmq -ldl -lpthread        (libibverbs is loaded at run time)
+       or: cc -std=c99 -DOMNICONN_NO_RUNTIME_LINKING app.c -lzmq -libverbs -lpthread
+    Building needs the verbs headers (Debian: libibverbs-dev); running needs libibverbs.so.1 and a
+    provider (Debian: ibverbs-providers) only when an engine is created.
+
+================================================================================================
+QUICK START
+================================================================================================
+
+    Both processes (the receiver and the sender) do the same set-up:
+
+        omc_rdma_desc rd = {0};                         // zero = default: first ACTIVE device
+        rd.local_addr = "10.0.0.5";                     // the address your side channel uses
+        omc_rdma* eng = NULL;
+        if (omc_rdma_create(&rd, &eng) != OMC_OK) { ... fall back to TCP, the log says why ... }
+
+        omc_pool_desc pd = {0};                         // the pool is registered once, here
+        pd.size = 1ull << 30;
+        pd.thread_safe = 1;
+        pd.region = omc_rdma_region_hooks(eng);
+        omc_pool* pool = NULL;
+        omc_pool_create(&pd, &pool);
+
+    Connect (once per peer; two messages over your side channel):
+
+        receiver: omc_rdma_conn_create(eng, &c); omc_rdma_conn_record(c, rec, sizeof rec, &n);
+                  send(rec, n) ------------------------------------------------------------->
+        sender:   omc_rdma_conn_accept(eng, rec, n, &c); omc_rdma_conn_record(c, rec2, ...);
+                  <------------------------------------------------------------- send(rec2)
+        receiver: omc_rdma_conn_connect(c, rec2, n2);
+
+    Move one payload (sender-push):
+
+        receiver: omc_pool_alloc_buffer(pool, size, &dst);
+                  omc_rdma_expose(c, dst.data, size, deadline, &win, desc, sizeof desc, &dlen);
+                  send(desc, dlen) ----------------------------------------------------------->
+        sender:   omc_rdma_sge src = { buf.data, size };
+                  omc_rdma_write(c, &src, 1, desc, dlen, deadline);   // returns when written
+                  <------------------------------------------------------------------ "DONE"
+        receiver: omc_rdma_revoke(win, deadline);      // the peer can no longer write there
+                  use(dst.data);
+
+================================================================================================
+STEP BY STEP: VERBS IN ONE PAGE
+================================================================================================
+
+    RDMA lets a network adapter (an HCA: "host channel adapter") read and write application
+    memory on its own, without the CPU copying anything and without the kernel on the data
+    path. The verbs API (libibverbs) is how a program asks it to. These are its objects, in the
+    order a program creates them (the engine's omc__rdma_open follows exactly this order and
+    tears everything down in reverse):
+
+    1. Device and context. ibv_get_device_list() lists the adapters (mlx5_0, rxe0, ...);
+       ibv_open_device() returns an ibv_context, the handle every other object hangs off.
+       An adapter has ports (numbered from 1); ibv_query_port() tells whether a port is ACTIVE,
+       its link layer (InfiniBand, or Ethernet = RoCE: "RDMA over Converged Ethernet") and its
+       active MTU (256..4096 bytes: the largest packet payload, not the largest message).
+       Each port has a GID table: GIDs are 128-bit addresses. On InfiniBand, index 0 is the
+       port's own. On RoCE the table is filled from the IP addresses of the Ethernet device,
+       each address in one or two flavours: RoCE v1 (raw Ethernet frames, one L2 segment) and
+       RoCE v2 (UDP/IP, routable). An IPv4 address appears IPv4-mapped (::ffff:a.b.c.d). Both
+       ends of a connection must use GIDs of the same type that can reach each other: the
+       wrong GID index is the classic cause of "Failed to modify QP to RTR" and of
+       "transport retry counter exceeded".
+
+    2. Protection domain (PD), ibv_alloc_pd(). A namespace: queue pairs, memory regions and
+       memory windows only work together if they belong to the same PD.
+
+    3. Memory region (MR), ibv_reg_mr(pd, addr, length, access). Registration pins the pages
+       (they can no longer be swapped or moved, which is why the RLIMIT_MEMLOCK limit applies)
+       and gives the adapter their translation. It returns two keys: the lkey, which local work
+       requests quote to say "this buffer is mine", and the rkey, which a *peer* quotes to access
+       the region remotely - if the access flags allowed it (IBV_ACCESS_REMOTE_WRITE). Anyone
+       holding an rkey with remote-write access can write anywhere in that region.
+       Registration is slow (page walks, pinning); it is done once per pool, never per transfer.
+
+    4. Completion queue (CQ), ibv_create_cq(), and completion channel, ibv_create_comp_channel().
+       Work is asynchronous: you post a request, the adapter executes it later, and then puts a
+       work completion (ibv_wc: wr_id, status, opcode) into a CQ. ibv_poll_cq() takes
+       completions out without any system call (busy polling: fastest, burns a core). To sleep
+       instead, arm the CQ with ibv_req_notify_cq() and wait for the channel's file descriptor
+       to become readable; ibv_get_cq_event() then says which CQ fired, ibv_ack_cq_events()
+       acknowledges it, and you must poll again (and re-arm) - arming only reports completions
+       that arrive *after* it, so the engine polls once more after arming to close that race.
+
+    5. Queue pair (QP), ibv_create_qp(). A send queue and a receive queue; an RC ("reliable
+       connected") QP is connected to exactly one QP on the peer, and the adapter then gives
+       in-order, exactly-once delivery with acknowledgements and retransmission. A new QP is in
+       RESET and must walk through states with ibv_modify_qp(), each step setting a specific
+       set of attributes (the mask says which):
+         RESET -> INIT  pkey index, port, which remote accesses the QP accepts
+         INIT  -> RTR   "ready to receive": everything about the peer - its QP number, the
+                        first packet sequence number (PSN) it will send, the path MTU, and the
+                        address vector (LID on InfiniBand; GRH with the peer's GID and our GID
+                        index on RoCE)
+         RTR   -> RTS   "ready to send": our own first PSN, the ACK timeout and retry counts
+       Both sides need the other's QP number, PSN, GID/LID and MTU before RTR, so connecting
+       needs one exchange over some other channel (here: the endpoint record, see WIRE FORMATS).
+       A QP that hits an error moves to ERROR: every outstanding request is flushed back with
+       IBV_WC_WR_FLUSH_ERR and the QP is useless until reset and reconnected.
+
+    6. RDMA WRITE, ibv_post_send() with opcode IBV_WR_RDMA_WRITE. A work request names local
+       memory as a scatter/gather list (address, length, lkey per element) and remote memory as
+       one (remote address, rkey). The adapter gathers the local pieces and writes them into the
+       peer's memory; the peer's CPU and software are not involved and get no notification. The
+       writer's completion means the data is in the peer's memory (RC acknowledges it); that is
+       why the engine's caller sends DONE over the side channel only *after* the write
+       completed. Completions are optional per request (IBV_SEND_SIGNALED): "selective
+       signalling" asks for one every few requests, and because an RC send queue completes in
+       order, one completion retires every request before it.
+
+    7. Memory windows (MW), ibv_alloc_mw(pd, IBV_MW_TYPE_2). A window is a second, narrower
+       rkey onto part of an existing MR. A type-2 window is bound by posting an IBV_WR_BIND_MW
+       request on a QP: it then covers exactly [addr, addr + length) with the access you chose,
+       only for requests that arrive on *that* QP, under a new rkey whose low 8 bits you pick
+       (ibv_inc_rkey). Posting IBV_WR_LOCAL_INV with that rkey invalidates it: from then on the
+       peer's writes with it fail with a remote access error. If the MR itself is registered
+       without remote access, the window is the only way in. That is the engine's protection:
+       one window per transfer, bound to exactly the destination, invalidated once DONE arrives.
+
+================================================================================================
+HOW THE ENGINE USES THEM
+================================================================================================
+
+    Device, port, GID. The device list is desc.devices or $RDMA_DEVICE_NAME ("mlx5_2,mlx5_3":
+    tried in order); without one, the first device with an ACTIVE port. The GID is chosen by
+    rule (omc_rdma_choose_gid, a pure function you can call yourself), not by index 0:
+      - desc.gid_index with desc.gid_index_set: that index, if it holds a GID (override);
+      - InfiniBand: the port GID (index 0);
+      - RoCE: the RoCE v2 GID that maps desc.local_addr - the address the side channel uses -
+        as ::ffff:a.b.c.d or as the IPv6 address itself (a v1 GID of it only if no v2 exists);
+      - otherwise the best by rank: v2 IPv4-mapped, v2 IPv6 global, v1 routable, and only then
+        link-local (fe80::/10) GIDs - never link-local while a routable one exists.
+    A failed QP transition logs every attribute that was set and a hint.
+
+    Registration. omc_rdma_region_hooks() plugs the engine into an omc_pool: the pool's region
+    is registered when the pool is created and deregistered when it is destroyed. Every
+    transfer then uses sub-ranges of it. Before registering, the engine compares the bytes it
+    would pin with RLIMIT_MEMLOCK (unless the process has CAP_IPC_LOCK, which lifts the limit)
+    and fails with OMC_ERR_MEMLOCK and a log line that names the limit and the fix. Regions
+    larger than desc.mr_chunk (default OMNICONN_RDMA_MR_CHUNK, 2 GiB) are registered as several
+    MRs (some adapters slow down with single registrations of many GiB); transfers split their
+    scatter/gather lists and destinations at those boundaries.
+
+    Connections. One omc_rdma_conn per peer: desc.qps_per_peer RC QPs (default 2), each with a
+    random 24-bit starting PSN; the two endpoint records carry QP numbers, PSNs, GID, GID index
+    and type, LID, MTU and the process incarnation. The path MTU is the smaller of the two
+    ports' active MTUs. Callers cache the connection per peer; when any QP of it fails, the
+    connection reports itself broken (omc_rdma_conn_ok() == 0) and the caller replaces it with a
+    new one (a new exchange of records); a peer whose record carries a new incarnation has
+    restarted, and its old connection is dropped the same way.
+
+    Transfers. The receiver exposes a destination: the engine splits it at MR boundaries and,
+    from OMNICONN_RDMA_SPLIT_MIN up, across the connection's QPs (one extent per QP), binds one
+    type-2 window per extent on that extent's QP, waits until the binds completed, and encodes
+    the transfer descriptor (addresses, lengths, rkeys, QP per extent). The sender validates the
+    descriptor, slices the payload into WRITEs of at most OMNICONN_RDMA_SLICE bytes, gathers
+    each from the source's scatter/gather list (frame segments can stay where they are), posts
+    them round-robin on the extents' QPs within a window of desc.queue_depth outstanding
+    requests per QP, signals every desc.signal_every-th request and the last one of each QP,
+    and returns when all are complete. Completions come from one CQ per engine through a
+    progress thread that polls for desc.spin_us after activity and otherwise sleeps on the
+    completion channel (an idle engine uses no CPU).
+
+    Security. A peer can only write where it was told to, and only while it is told to:
+      - with memory windows (when the device offers type 2, as mlx5 and Soft-RoCE do): the
+        pool's MRs are registered WITHOUT remote access; each transfer's window covers exactly
+        its destination, only on the QP it was bound on, and is invalidated (and the
+        invalidation waited for) before omc_rdma_revoke returns. A write outside the range, with
+        a made-up rkey, or with the rkey of a finished transfer is refused by the receiver's
+        adapter: the writer gets IBV_WC_REM_ACCESS_ERR, reported as OMC_ERR_RDMA_ACCESS.
+      - without them (desc.no_memory_windows, or a device without type-2 windows): the MRs
+        allow remote writes and the descriptor carries the MR's rkey. The adapter then only
+        enforces the registered region: a malicious peer that knows the rkey can write anywhere
+        in the receiver's *pool* (never outside it: not the heap, not the stack, not the
+        allocator's bookkeeping, which lives outside the pool). omc_rdma_info() says which mode
+        is in force.
+      - either way the sender checks every peer-supplied descriptor (counts, lengths, overflow,
+        QP indexes, connection id, capacity against the payload) before posting anything.
+
+================================================================================================
+CONFIGURATION
+================================================================================================
+
+    macro                        default          where      meaning
+    ---------------------------  ---------------  ---------  -------------------------------------
+    OMNICONN_NO_RDMA             undefined        everywhere no RDMA engine (stubs return
+                                                             OMC_ERR_UNAVAILABLE)
+    OMNICONN_NO_RUNTIME_LINKING  undefined        impl file  link libibverbs directly (-libverbs)
+    OMNICONN_RDMA_LIBRARY        "libibverbs.so.1" impl file the library dlopen()ed (also:
+                                                             desc.library, $OMNICONN_IBVERBS_LIB)
+    OMNICONN_RDMA_QPS_PER_PEER   2                impl file  RC QPs per connection (<= 16)
+    OMNICONN_RDMA_QUEUE_DEPTH    128              impl file  outstanding WRs per QP (the window)
+    OMNICONN_RDMA_SIGNAL_EVERY   16               impl file  signal one WR in this many
+    OMNICONN_RDMA_SLICE          1 MiB            impl file  largest single RDMA WRITE
+    OMNICONN_RDMA_SPLIT_MIN      256 KiB          impl file  smaller destinations use one QP
+    OMNICONN_RDMA_MR_CHUNK       2 GiB            impl file  largest single memory registration
+    OMNICONN_RDMA_CQ_DEPTH       16384            impl file  CQ entries: an engine holds at most
+                                                             CQ_DEPTH / QUEUE_DEPTH QPs (128)
+    OMNICONN_RDMA_SPIN_US        50               impl file  busy-poll time before sleeping
+    OMNICONN_RDMA_ACK_TIMEOUT    16               impl file  QP timeout, 4.096 us * 2^n (268 ms)
+    OMNICONN_RDMA_RETRY_COUNT    6                impl file  retransmissions before an error (not 7:
+                                                             Soft-RoCE treats 7 as "retry forever")
+
+    Every desc field overrides its macro for one engine; zero means the macro's value.
+    Environment: RDMA_DEVICE_NAME (device list when desc.devices is NULL), OMNICONN_IBVERBS_LIB
+    (library when desc.library is NULL; runtime linking only).
+
+================================================================================================
+ERRORS & LOGGING
+================================================================================================
+
+    OMC_ERR_UNAVAILABLE     libibverbs cannot be loaded (the log and omc_rdma_probe say why)
+    OMC_ERR_RDMA_DEVICE     no device / no ACTIVE port / no usable GID / link layers differ
+    OMC_ERR_MEMLOCK         registering would exceed RLIMIT_MEMLOCK (the log names the fix)
+    OMC_ERR_RDMA_QP         a QP transition failed (the log has every attribute and a hint),
+                            or the connection is broken and must be replaced
+    OMC_ERR_RDMA_ACCESS     the peer's adapter refused our write (rkey or range), or the
+                            descriptor does not fit what this connection can write
+    OMC_ERR_CONNECTION      the peer stopped answering (retry counter exceeded: dead or gone)
+    OMC_ERR_RDMA_COMPLETION any other failed work completion (status in the log)
+    OMC_ERR_MALFORMED / OMC_ERR_CHECKSUM / OMC_ERR_VERSION  a record or descriptor is garbage
+    Everything is logged through the desc's hooks with OMC_LOGITEM_RDMA.
+
+================================================================================================
+THREAD SAFETY
+================================================================================================
+
+    An engine and its connections are thread-safe: any thread may create and destroy
+    connections, expose, revoke and write, also on the same connection at the same time.
+    omc_rdma_destroy must not race with other calls; destroy the pools registered with it and
+    the connections first. Pure helpers (records, descriptors, GID choice) are reentrant.
+
+================================================================================================
+DEPENDENCIES & LINKING
+================================================================================================
+
+    Default: libibverbs is opened with dlopen("libibverbs.so.1") (the runtime library, not the
+    -dev symlink) when the first engine is created, and its symbols are looked up from one
+    X-macro list (OMC__IBV_SYMBOLS) that also generates the function table and the wrappers
+    the code calls (omc__ibv_open_device(...) reads like ibv_open_device(...)). A binary built
+    this way runs on a host without rdma-core: omc_rdma_create returns OMC_ERR_UNAVAILABLE and
+    the reason. With OMNICONN_NO_RUNTIME_LINKING the same table is filled with the linked
+    symbols (link with -libverbs). ibv_post_send, ibv_poll_cq, ibv_req_notify_cq and the
+    memory-window calls are static inline functions in verbs.h that jump through the context's
+    provider table, so they need no symbol at all. libibverbs is never dlclose()d.
+    Also: pthreads, -ldl (runtime linking), Linux (eventfd, poll).
+
+================================================================================================
+WIRE FORMATS (all integers little-endian, unlike the verbs structs)
+================================================================================================
+
+    Endpoint record, version 1 (omc_rdma_record_encode; 52 + 8 * N bytes; the HELLO's type-2
+    record in the remote connector). One per connection and direction:
+        0   u32  magic 0x52434D4F ("OMCR")
+        4   u8   version (1)
+        5   u8   QP count N (1..16)
+        6   u8   port number (1..255)
+        7   u8   active MTU of that port (enum ibv_mtu: 1 = 256, 2 = 512, 3 = 1024, 4 = 2048,
+                 5 = 4096); the path MTU is the smaller of both records' values
+        8   u8   link layer (1 = InfiniBand, 2 = Ethernet/RoCE)
+        9   u8   GID index the author uses (its own; informational and for logs)
+        10  u8   GID type (1 = InfiniBand, 2 = RoCE v1, 3 = RoCE v2)
+        11  u8   flags: bit 0 = the author protects its destinations with memory windows
+        12  u16  LID (InfiniBand; 0 on RoCE)
+        14  u16  reserved, zero
+        16  u64  incarnation of the author's process (omc_incarnation(): a restart changes it)
+        24  u64  connection id (random, chosen by the initiator; the acceptor echoes it)
+        32  u8[16] GID, in network byte order (as in union ibv_gid)
+        48  N x { u32 QP number (24 bits used), u32 first PSN (24 bits used) }
+        48 + 8N  u32 CRC-32C of bytes [0, 48 + 8N)
+    QP i of one side is connected to QP i of the other.
+
+    Transfer descriptor, version 1 (omc_rdma_target_encode; 28 + 24 * E bytes, at most 796; the
+    PULL's descriptor in the remote connector). Made by the receiver for one destination:
+        0   u32  magic 0x57434D4F ("OMCW")
+        4   u8   version (1)
+        5   u8   extent count E (1..32)
+        6   u16  flags: bit 0 = the rkeys are memory windows
+        8   u64  connection id the windows are bound on (must be the writer's connection)
+        16  u64  total length (the sum of the extents' lengths: the destination's capacity)
+        24  E x 24 bytes, in destination order (the payload fills them in order):
+              0   u64  remote address
+              8   u64  length (> 0)
+              16  u32  rkey
+              20  u16  QP index (< N: the QP the window is bound on, and the one to write on)
+              22  u16  reserved, zero
+        24 + 24E u32 CRC-32C of bytes [0, 24 + 24E)
+    Decoding checks every field, both CRCs and every length before anything is used; the
+    checksum catches corruption, not malice (the adapter enforces the windows).
+
+================================================================================================
+NON-GOALS
+================================================================================================
+
+    - No RDMA CM (rdma_cm) and no receive queues: QPs are connected with the endpoint records,
+      data only moves by RDMA WRITE, notifications go over your side channel.
+    - No GPU memory registration yet (GPUDirect needs nvidia-peermem; pools of OMC_MEMORY_CUDA
+      are refused by the region hook).
+    - No multi-NIC striping: one device per engine (create one engine per NIC).
+
+================================================================================================
+RECENT REVISIONS
+================================================================================================
+
+    0.1.0 (2026-11-22)  first release: runtime-loaded libibverbs, GID selection by rule,
+                        chunked registration with a memlock check, RC connections, sliced and
+                        windowed RDMA WRITE, type-2 memory windows per transfer.
+
+LICENSE: see the end of this file (MIT or public domain, your choice).
+*/
 #ifndef OMNICONN_RDMA_H_INCLUDED
 #define OMNICONN_RDMA_H_INCLUDED
+
 #include "omniconn.h"
+
+#if OMNICONN_VERSION < 0x000100
+    #error "omniconn_rdma.h 0.1.0 needs omniconn.h 0.1.0 or newer: update omniconn.h next to this file."
 #endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ============================================================================================== */
+/* [SECTION] RDMA: constants and pure helpers (no device needed)                                  */
+/* ============================================================================================== */
+
+#define OMC_RDMA_MAX_QPS 16
+#define OMC_RDMA_MAX_EXTENTS 32
+#define OMC_RDMA_RECORD_MAGIC 0x52434D4Fu       /* "OMCR" */
+#define OMC_RDMA_RECORD_VERSION 1
+#define OMC_RDMA_RECORD_HEADER 48
+#define OMC_RDMA_RECORD_MAX (OMC_RDMA_RECORD_HEADER + 8 * OMC_RDMA_MAX_QPS + 4)
+#define OMC_RDMA_TARGET_MAGIC 0x57434D4Fu       /* "OMCW" */
+#define OMC_RDMA_TARGET_VERSION 1
+#define OMC_RDMA_TARGET_HEADER 24
+#define OMC_RDMA_TARGET_EXTENT 24
+#define OMC_RDMA_TARGET_MAX (OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * OMC_RDMA_MAX_EXTENTS + 4)
+#define OMC_RDMA_FLAG_MEMORY_WINDOWS 0x1u   /* destinations are type-2 memory windows */
+#define OMC_RDMA_FLAG_REGIONS 0x2u          /* destinations are memory regions of their own */
+#define OMC__RDMA_FLAGS (OMC_RDMA_FLAG_MEMORY_WINDOWS | OMC_RDMA_FLAG_REGIONS)
+
+typedef enum omc_rdma_gid_type {
+    OMC_RDMA_GID_UNKNOWN = 0,
+    OMC_RDMA_GID_IB = 1,
+    OMC_RDMA_GID_ROCE_V1 = 2,
+    OMC_RDMA_GID_ROCE_V2 = 3
+} omc_rdma_gid_type;
+
+typedef enum omc_rdma_link {
+    OMC_RDMA_LINK_UNKNOWN = 0,
+    OMC_RDMA_LINK_INFINIBAND = 1,
+    OMC_RDMA_LINK_ETHERNET = 2
+} omc_rdma_link;
+
+/* One row of a port's GID table, as the engine reads it (or as a test makes it up). */
+typedef struct omc_rdma_gid_entry {
+    uint8_t gid[16];            /* network byte order; all zero = an empty slot */
+    uint32_t index;
+    omc_rdma_gid_type type;
+    char netdev[16];            /* the Ethernet device behind a RoCE GID ("" if unknown) */
+} omc_rdma_gid_entry;
+
+/* Choose the GID index to use (the rule in the manual). link: the port's link layer.
+   want: the 16-byte GID form of the side channel's address (omc_rdma_addr_to_gid) or NULL.
+   override_index >= 0 forces that index (it must hold a GID). why (optional) receives one line
+   saying what was chosen and why, or why nothing could be. Returns OMC_OK, OMC_ERR_RDMA_DEVICE
+   (no usable GID / bad override) or OMC_ERR_INVALID_ARG. Pure; thread-safe. */
+OMNICONN_API omc_result omc_rdma_choose_gid(const omc_rdma_gid_entry* table, uint32_t count, omc_rdma_link link,
+                                            const uint8_t* want, int override_index, uint32_t* out_index,
+                                            char* why, size_t why_size);
+/* "10.1.2.3" -> ::ffff:10.1.2.3, an IPv6 literal -> itself. OMC_ERR_INVALID_ARG for anything
+   else (host names are not resolved here). */
+OMNICONN_API omc_result omc_rdma_addr_to_gid(const char* addr, uint8_t out[16]);
+/* Printable GID ("fe80::1", "::ffff:10.0.0.1"); out needs 46 bytes. */
+OMNICONN_API void       omc_rdma_gid_to_text(const uint8_t gid[16], char* out, size_t out_size);
+/* The path MTU of two ports: the smaller of two enum ibv_mtu values (1..5). OMC_ERR_INVALID_ARG
+   if either is out of range. */
+OMNICONN_API omc_result omc_rdma_mtu_negotiate(uint32_t local_mtu, uint32_t peer_mtu, uint32_t* out_mtu);
+/* Bytes of an enum ibv_mtu value (1 -> 256 ... 5 -> 4096), 0 if invalid. */
+OMNICONN_API uint32_t   omc_rdma_mtu_bytes(uint32_t mtu);
+
+/* An endpoint record, decoded (see WIRE FORMATS). */
+typedef struct omc_rdma_record {
+    uint32_t qp_count;
+    uint8_t port;
+    uint8_t mtu;                /* enum ibv_mtu */
+    uint8_t link;               /* omc_rdma_link */
+    uint8_t gid_index;
+    uint8_t gid_type;           /* omc_rdma_gid_type */
+    uint8_t flags;              /* OMC_RDMA_FLAG_* */
+    uint16_t lid;
+    uint64_t incarnation;
+    uint64_t conn_id;
+    uint8_t gid[16];
+    uint32_t qpn[OMC_RDMA_MAX_QPS];
+    uint32_t psn[OMC_RDMA_MAX_QPS];
+} omc_rdma_record;
+
+/* Encode into out (cap >= 52 + 8 * qp_count). OMC_ERR_INVALID_ARG for out-of-range fields,
+   OMC_ERR_TOO_LARGE if cap is short. */
+OMNICONN_API omc_result omc_rdma_record_encode(const omc_rdma_record* rec, void* out, size_t cap, size_t* out_len);
+/* Decode and validate (size, magic, version, CRC, every field). */
+OMNICONN_API omc_result omc_rdma_record_decode(const void* data, size_t len, omc_rdma_record* out);
+
+/* A transfer descriptor, decoded (see WIRE FORMATS). */
+typedef struct omc_rdma_extent {
+    uint64_t addr;
+    uint64_t length;
+    uint32_t rkey;
+    uint16_t qp;
+} omc_rdma_extent;
+
+typedef struct omc_rdma_target {
+    uint64_t conn_id;
+    uint64_t length;            /* sum of the extents */
+    uint32_t flags;             /* OMC_RDMA_FLAG_* */
+    uint32_t count;
+    omc_rdma_extent extent[OMC_RDMA_MAX_EXTENTS];
+} omc_rdma_target;
+
+OMNICONN_API omc_result omc_rdma_target_encode(const omc_rdma_target* t, void* out, size_t cap, size_t* out_len);
+/* Decode and validate: counts, lengths (> 0, no overflow, sum = total), reserved fields, CRC.
+   max_qps: QP indexes must be below it (0 = OMC_RDMA_MAX_QPS). */
+OMNICONN_API omc_result omc_rdma_target_decode(const void* data, size_t len, uint32_t max_qps, omc_rdma_target* out);
+
+/* Can libibverbs be loaded, and does it list a device? library: NULL = the default (see
+   CONFIGURATION). OMC_OK, or OMC_ERR_UNAVAILABLE / OMC_ERR_RDMA_DEVICE with the reason in why. */
+OMNICONN_API omc_result omc_rdma_probe(const char* library, char* why, size_t why_size);
+
+/* ============================================================================================== */
+/* [SECTION] RDMA: the engine                                                                     */
+/* ============================================================================================== */
+
+typedef struct omc_rdma omc_rdma;
+typedef struct omc_rdma_conn omc_rdma_conn;
+typedef struct omc_rdma_window omc_rdma_window;
+typedef struct omc_rdma_op omc_rdma_op;
+
+/* How a receiver keeps a peer inside the destination it was given (see Security). */
+typedef enum omc_rdma_protection {
+    OMC_RDMA_PROTECT_DEFAULT = 0,   /* WINDOWS if the device enforces a window's bounds, else REGIONS */
+    OMC_RDMA_PROTECT_WINDOWS,       /* one type-2 memory window per destination */
+    OMC_RDMA_PROTECT_REGIONS,       /* one memory region per destination (registered by expose) */
+    OMC_RDMA_PROTECT_POOL           /* the pool's own rkey: a peer may write anywhere in the pool */
+} omc_rdma_protection;
+
+typedef struct omc_rdma_desc {
+    const char* devices;        /* "mlx5_0,mlx5_1": first usable wins; NULL = $RDMA_DEVICE_NAME,
+                                   else the first device with an ACTIVE port */
+    uint32_t port;              /* 0 = the device's first ACTIVE port */
+    const char* local_addr;     /* IPv4/IPv6 literal of the side channel: selects the RoCE GID */
+    int gid_index;              /* GID override, used only if gid_index_set (0 is a valid index) */
+    int gid_index_set;
+    uint32_t qps_per_peer;      /* 0 = OMNICONN_RDMA_QPS_PER_PEER */
+    uint32_t queue_depth;       /* 0 = OMNICONN_RDMA_QUEUE_DEPTH */
+    uint32_t signal_every;      /* 0 = OMNICONN_RDMA_SIGNAL_EVERY */
+    uint64_t slice_size;        /* 0 = OMNICONN_RDMA_SLICE */
+    uint64_t split_min;         /* 0 = OMNICONN_RDMA_SPLIT_MIN */
+    uint64_t mr_chunk;          /* 0 = OMNICONN_RDMA_MR_CHUNK (a multiple of the page size) */
+    uint32_t spin_us;           /* 0 = OMNICONN_RDMA_SPIN_US */
+    omc_rdma_protection protection;     /* 0 = OMC_RDMA_PROTECT_DEFAULT */
+    const char* library;        /* runtime linking: NULL = $OMNICONN_IBVERBS_LIB, else
+                                   OMNICONN_RDMA_LIBRARY */
+    omc_hooks hooks;
+} omc_rdma_desc;
+
+/* What an engine chose and counted. */
+typedef struct omc_rdma_info {
+    char device[64];
+    uint32_t port;
+    omc_rdma_link link;
+    uint32_t gid_index;
+    uint8_t gid[16];
+    omc_rdma_gid_type gid_type;
+    char netdev[16];
+    uint32_t active_mtu;        /* bytes */
+    omc_rdma_protection protection;     /* resolved: WINDOWS, REGIONS or POOL */
+    int memory_windows;         /* 1: each destination is its own type-2 window */
+    int window_bounds;          /* 1: the device refuses writes outside a window, 0: it does not
+                                   (Soft-RoCE), -1: not known (no windows, or the probe failed) */
+    int runtime_linked;         /* 1: libibverbs was dlopen()ed */
+    uint32_t qps_per_peer, queue_depth, signal_every;
+    uint64_t slice_size, mr_chunk;
+    uint32_t regions;           /* registered regions (pools) */
+    uint32_t memory_regions;    /* ibv_mr objects behind them */
+    uint64_t registered_bytes;
+    uint32_t connections;       /* live */
+    uint64_t writes, write_bytes, write_errors, access_errors;
+    uint64_t work_requests, signalled;
+    uint64_t binds, invalidations;
+    uint64_t qp_errors;
+    uint64_t sleeps;            /* times the progress thread slept on the completion channel */
+} omc_rdma_info;
+
+/* Open a device, pick port and GID, create PD, CQ and completion channel, start the progress
+   thread. Returns OMC_ERR_UNAVAILABLE (no libibverbs), OMC_ERR_RDMA_DEVICE (no usable device,
+   port or GID; the log lists what was tried), OMC_ERR_INVALID_ARG, OMC_ERR_NO_MEMORY. */
+OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** out);
+/* Stop the progress thread and free everything. Destroy the engine's pools and connections
+   first (connections left are destroyed; registrations left are dropped). */
+OMNICONN_API void       omc_rdma_destroy(omc_rdma* eng);
+OMNICONN_API omc_result omc_rdma_query(omc_rdma* eng, omc_rdma_info* out);
+
+/* Region hooks for omc_pool_desc.region: attach registers the pool's region, detach drops it.
+   Destroy the pool before the engine. */
+OMNICONN_API omc_region_hooks omc_rdma_region_hooks(omc_rdma* eng);
+/* What the hooks call: register [base, base + size) once (in MRs of at most mr_chunk bytes),
+   after checking RLIMIT_MEMLOCK (OMC_ERR_MEMLOCK). OMC_ERR_EXISTS if it overlaps a region. */
+OMNICONN_API omc_result omc_rdma_register(omc_rdma* eng, void* base, uint64_t size);
+OMNICONN_API omc_result omc_rdma_deregister(omc_rdma* eng, void* base);
+
+/* ============================================================================================== */
+/* [SECTION] RDMA: connections                                                                    */
+/* ============================================================================================== */
+
+/* Initiator: create a connection's QPs (in INIT) and a fresh connection id. Send its record
+   (omc_rdma_conn_record) to the peer, then call omc_rdma_conn_connect with the peer's. */
+OMNICONN_API omc_result omc_rdma_conn_create(omc_rdma* eng, omc_rdma_conn** out);
+/* Acceptor: from the initiator's record, create as many QPs, connect them (RTR, RTS) and
+   return the connection; send back its record. OMC_ERR_RDMA_DEVICE if the link layers or GID
+   types cannot talk, OMC_ERR_RDMA_QP if a transition failed (logged with every attribute). */
+OMNICONN_API omc_result omc_rdma_conn_accept(omc_rdma* eng, const void* peer_record, size_t len, omc_rdma_conn** out);
+/* Initiator: connect with the acceptor's record (same QP count and connection id). */
+OMNICONN_API omc_result omc_rdma_conn_connect(omc_rdma_conn* conn, const void* peer_record, size_t len);
+/* This side's endpoint record. */
+OMNICONN_API omc_result omc_rdma_conn_record(omc_rdma_conn* conn, void* out, size_t cap, size_t* out_len);
+/* 1 if connected and no QP has failed; 0 means: destroy it and connect again. */
+OMNICONN_API int        omc_rdma_conn_ok(omc_rdma_conn* conn);
+
+typedef struct omc_rdma_conn_info {
+    uint64_t conn_id;
+    uint64_t peer_incarnation;  /* 0 until connected */
+    uint32_t qp_count;
+    uint32_t path_mtu;          /* bytes, 0 until connected */
+    int connected, broken;
+    uint32_t peer_flags;        /* the peer's OMC_RDMA_FLAG_* (how it protects its destinations) */
+    omc_result error;           /* why it broke */
+    char error_text[160];
+    uint32_t qpn[OMC_RDMA_MAX_QPS], peer_qpn[OMC_RDMA_MAX_QPS];
+} omc_rdma_conn_info;
+OMNICONN_API omc_result omc_rdma_conn_query(omc_rdma_conn* conn, omc_rdma_conn_info* out);
+/* Break the connection (QPs to ERROR: outstanding work fails at once) and release this handle;
+   the QPs are destroyed when the last operation on them has returned. */
+OMNICONN_API void       omc_rdma_conn_destroy(omc_rdma_conn* conn);
+
+/* ============================================================================================== */
+/* [SECTION] RDMA: transfers                                                                      */
+/* ============================================================================================== */
+
+/* Receiver: let the peer of conn write [dst, dst + length) (inside a registered region) and
+   encode the descriptor to send it (desc_cap >= OMC_RDMA_TARGET_MAX is always enough). With
+   memory windows this binds them and waits (until deadline) for the binds to complete. The
+   window stays open until omc_rdma_revoke. */
+OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* conn, void* dst, uint64_t length, omc_time_ns deadline,
+                                        omc_rdma_window** out, void* desc, size_t desc_cap, size_t* desc_len);
+/* Receiver: close a window and free it (with memory windows: invalidate them and wait, so the
+   peer can no longer write there once this returns). Always frees the window; an error means
+   the connection broke meanwhile (its QPs are in ERROR, which also stops the peer). */
+OMNICONN_API omc_result omc_rdma_revoke(omc_rdma_window* win, omc_time_ns deadline);
+
+/* One piece of a source: inside a registered region of the writer's engine. */
+typedef struct omc_rdma_sge {
+    const void* addr;
+    uint64_t length;
+} omc_rdma_sge;
+
+/* Sender: write the concatenation of the count pieces into the destination a descriptor
+   describes (in order, from its start), and return when every byte is in the peer's memory.
+   Errors: OMC_ERR_TOO_LARGE (payload > destination), OMC_ERR_MALFORMED/CHECKSUM (descriptor),
+   OMC_ERR_INVALID_ARG (a piece is not registered), OMC_ERR_RDMA_ACCESS (the peer refused the
+   rkey or range), OMC_ERR_CONNECTION (peer gone), OMC_ERR_RDMA_QP (connection broken),
+   OMC_ERR_TIMEOUT (deadline; the connection is then broken so no DMA outlives the call). */
+OMNICONN_API omc_result omc_rdma_write(omc_rdma_conn* conn, const omc_rdma_sge* src, uint32_t count,
+                                       const void* desc, size_t desc_len, omc_time_ns deadline);
+/* The same in two halves, for pipelining: start posts every request (waiting for queue space
+   until deadline) and returns an operation; wait completes and frees it. Every started
+   operation must be waited for. */
+OMNICONN_API omc_result omc_rdma_write_start(omc_rdma_conn* conn, const omc_rdma_sge* src, uint32_t count,
+                                             const void* desc, size_t desc_len, omc_time_ns deadline, omc_rdma_op** out);
+OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+/* -------------------------------- stop here if you only need the API ------------------------- */
+#endif /* OMNICONN_RDMA_H_INCLUDED */
+
+/* ============================================================================================== */
+/*                                                                                                */
+/*                                     IMPLEMENTATION                                             */
+/*                                                                                                */
+/* ============================================================================================== */
+#if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_RDMA_IMPL_INCLUDED)
+#define OMNICONN_RDMA_IMPL_INCLUDED
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: RDMA tunables                                                        */
+/* ============================================================================================== */
+
+#ifndef OMNICONN_RDMA_LIBRARY
+    #define OMNICONN_RDMA_LIBRARY "libibverbs.so.1"
+#endif
+#ifndef OMNICONN_RDMA_QPS_PER_PEER
+    #define OMNICONN_RDMA_QPS_PER_PEER 2
+#endif
+#ifndef OMNICONN_RDMA_QUEUE_DEPTH
+    #define OMNICONN_RDMA_QUEUE_DEPTH 128
+#endif
+#ifndef OMNICONN_RDMA_SIGNAL_EVERY
+    #define OMNICONN_RDMA_SIGNAL_EVERY 16
+#endif
+#ifndef OMNICONN_RDMA_SLICE
+    #define OMNICONN_RDMA_SLICE ((uint64_t)1 << 20)
+#endif
+#ifndef OMNICONN_RDMA_SPLIT_MIN
+    #define OMNICONN_RDMA_SPLIT_MIN ((uint64_t)256 << 10)
+#endif
+#ifndef OMNICONN_RDMA_MR_CHUNK
+    #define OMNICONN_RDMA_MR_CHUNK ((uint64_t)2 << 30)
+#endif
+#ifndef OMNICONN_RDMA_CQ_DEPTH
+    #define OMNICONN_RDMA_CQ_DEPTH 16384
+#endif
+#ifndef OMNICONN_RDMA_SPIN_US
+    #define OMNICONN_RDMA_SPIN_US 50
+#endif
+#ifndef OMNICONN_RDMA_ACK_TIMEOUT
+    #define OMNICONN_RDMA_ACK_TIMEOUT 16
+#endif
+#ifndef OMNICONN_RDMA_RETRY_COUNT
+    #define OMNICONN_RDMA_RETRY_COUNT 6
+#endif
+
+#include <arpa/inet.h>
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: RDMA pure helpers (GID choice, MTU, records, descriptors)            */
+/* ============================================================================================== */
+
+OMC__PRIVATE int omc__gid_is_zero(const uint8_t* g) {
+    int i;
+    for (i = 0; i < 16; i++) if (g[i]) return 0;
+    return 1;
+}
+
+/* fe80::/10: valid only on one link; a peer elsewhere cannot route to it */
+OMC__PRIVATE int omc__gid_is_link_local(const uint8_t* g) { return g[0] == 0xfe && (g[1] & 0xc0) == 0x80; }
+
+/* ::ffff:a.b.c.d */
+OMC__PRIVATE int omc__gid_is_v4_mapped(const uint8_t* g) {
+    int i;
+    for (i = 0; i < 10; i++) if (g[i]) return 0;
+    return g[10] == 0xff && g[11] == 0xff;
+}
+
+OMNICONN_API void omc_rdma_gid_to_text(const uint8_t gid[16], char* out, size_t out_size) {
+    char buf[INET6_ADDRSTRLEN];
+    if (!out || !out_size) return;
+    if (!gid || !inet_ntop(AF_INET6, gid, buf, sizeof(buf))) snprintf(buf, sizeof(buf), "?");
+    snprintf(out, out_size, "%s", buf);
+}
+
+OMNICONN_API omc_result omc_rdma_addr_to_gid(const char* addr, uint8_t out[16]) {
+    struct in_addr v4;
+    if (!addr || !out) return OMC_ERR_INVALID_ARG;
+    if (inet_pton(AF_INET, addr, &v4) == 1) {
+        memset(out, 0, 16);
+        out[10] = 0xff;
+        out[11] = 0xff;
+        memcpy(out + 12, &v4.s_addr, 4);    /* s_addr is already in network byte order */
+        return OMC_OK;
+    }
+    if (inet_pton(AF_INET6, addr, out) == 1) return OMC_OK;
+    return OMC_ERR_INVALID_ARG;
+}
+
+static const char* omc__gid_type_name(omc_rdma_gid_type t) {
+    switch (t) {
+        case OMC_RDMA_GID_IB: return "IB";
+        case OMC_RDMA_GID_ROCE_V1: return "RoCE v1";
+        case OMC_RDMA_GID_ROCE_V2: return "RoCE v2";
+        default: return "unknown type";
+    }
+}
+
+/* The fallback order on RoCE when no GID maps the side channel's address (lower is better). */
+OMC__PRIVATE int omc__gid_rank(const omc_rdma_gid_entry* e) {
+    int ll = omc__gid_is_link_local(e->gid);
+    if (e->type == OMC_RDMA_GID_ROCE_V2 && !ll) return omc__gid_is_v4_mapped(e->gid) ? 0 : 1;
+    if (e->type == OMC_RDMA_GID_ROCE_V1 && !ll) return 2;
+    if (e->type == OMC_RDMA_GID_ROCE_V2) return 3;
+    if (e->type == OMC_RDMA_GID_ROCE_V1) return 4;
+    return ll ? 6 : 5;      /* RoCE port but a GID of unknown type: last resort */
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+OMC__PRIVATE void omc__why(char* why, size_t n, const char* fmt, ...) {
+    va_list ap;
+    if (!why || !n) return;
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+}
+
+OMNICONN_API omc_result omc_rdma_choose_gid(const omc_rdma_gid_entry* table, uint32_t count, omc_rdma_link link,
+                                            const uint8_t* want, int override_index, uint32_t* out_index,
+                                            char* why, size_t why_size) {
+    char text[INET6_ADDRSTRLEN], wtext[INET6_ADDRSTRLEN];
+    const omc_rdma_gid_entry* best = NULL;
+    uint32_t i;
+    int best_rank = 1000;
+    if (!out_index || (count && !table)) return OMC_ERR_INVALID_ARG;
+    *out_index = 0;
+    if (override_index >= 0) {                      /* the user knows better: trust, but verify */
+        for (i = 0; i < count; i++) {
+            if (table[i].index != (uint32_t)override_index || omc__gid_is_zero(table[i].gid)) continue;
+            omc_rdma_gid_to_text(table[i].gid, text, sizeof(text));
+            omc__why(why, why_size, "GID index %u (%s, %s) as configured", table[i].index, text, omc__gid_type_name(table[i].type));
+            *out_index = table[i].index;
+            return OMC_OK;
+        }
+        omc__why(why, why_size, "configured GID index %d is empty or does not exist on this port (%u entries)", override_index, count);
+        return OMC_ERR_RDMA_DEVICE;
+    }
+    if (link == OMC_RDMA_LINK_INFINIBAND) {        /* InfiniBand routes by LID; the port GID is index 0 */
+        for (i = 0; i < count; i++) {
+            if (omc__gid_is_zero(table[i].gid)) continue;
+            if (!best || table[i].index < best->index) best = &table[i];
+        }
+        if (!best) { omc__why(why, why_size, "the port has no GID"); return OMC_ERR_RDMA_DEVICE; }
+        omc_rdma_gid_to_text(best->gid, text, sizeof(text));
+        omc__why(why, why_size, "GID index %u (%s): InfiniBand port GID", best->index, text);
+        *out_index = best->index;
+        return OMC_OK;
+    }
+    wtext[0] = '\0';
+    if (want) {
+        const omc_rdma_gid_entry* v1 = NULL;
+        omc_rdma_gid_to_text(want, wtext, sizeof(wtext));
+        for (i = 0; i < count; i++) {
+            if (omc__gid_is_zero(table[i].gid) || memcmp(table[i].gid, want, 16) != 0) continue;
+            if (table[i].type == OMC_RDMA_GID_ROCE_V2) { best = &table[i]; break; }
+            if (!v1) v1 = &table[i];
+        }
+        if (!best) best = v1;
+        if (best) {
+            omc__why(why, why_size, "GID index %u (%s, %s%s%s): maps the side channel's address", best->index, wtext,
+                     omc__gid_type_name(best->type), best->netdev[0] ? " on " : "", best->netdev);
+            *out_index = best->index;
+            return OMC_OK;
+        }
+    }
+    for (i = 0; i < count; i++) {
+        int rank;
+        if (omc__gid_is_zero(table[i].gid)) continue;
+        rank = omc__gid_rank(&table[i]);
+        if (rank < best_rank || (rank == best_rank && table[i].index < best->index)) { best = &table[i]; best_rank = rank; }
+    }
+    if (!best) {
+        omc__why(why, why_size, "the port's GID table is empty: give the Ethernet device an IP address");
+        return OMC_ERR_RDMA_DEVICE;
+    }
+    omc_rdma_gid_to_text(best->gid, text, sizeof(text));
+    omc__why(why, why_size, "GID index %u (%s, %s%s%s)%s%s%s", best->index, text, omc__gid_type_name(best->type),
+             best->netdev[0] ? " on " : "", best->netdev, want ? ": no GID maps " : "", wtext,
+             omc__gid_is_link_local(best->gid) ? " (link-local: only peers on the same link can reach it)" : "");
+    *out_index = best->index;
+    return OMC_OK;
+}
+
+OMNICONN_API uint32_t omc_rdma_mtu_bytes(uint32_t mtu) { return (mtu >= 1 && mtu <= 5) ? 128u << mtu : 0; }
+
+OMNICONN_API omc_result omc_rdma_mtu_negotiate(uint32_t local_mtu, uint32_t peer_mtu, uint32_t* out_mtu) {
+    if (!out_mtu) return OMC_ERR_INVALID_ARG;
+    *out_mtu = 0;
+    if (!omc_rdma_mtu_bytes(local_mtu) || !omc_rdma_mtu_bytes(peer_mtu)) return OMC_ERR_INVALID_ARG;
+    *out_mtu = omc__min(local_mtu, peer_mtu);   /* a packet must fit both ports */
+    return OMC_OK;
+}
+
+/* ---- endpoint record ------------------------------------------------------------------------- */
+
+#define OMC__RDMA_24BIT 0x00FFFFFFu
+
+OMNICONN_API omc_result omc_rdma_record_encode(const omc_rdma_record* rec, void* out, size_t cap, size_t* out_len) {
+    uint8_t* p = (uint8_t*)out;
+    size_t need;
+    uint32_t i;
+    if (out_len) *out_len = 0;
+    if (!rec || !out) return OMC_ERR_INVALID_ARG;
+    if (rec->qp_count < 1 || rec->qp_count > OMC_RDMA_MAX_QPS || !omc_rdma_mtu_bytes(rec->mtu) || rec->port == 0 ||
+        (rec->link != OMC_RDMA_LINK_INFINIBAND && rec->link != OMC_RDMA_LINK_ETHERNET) ||
+        rec->gid_type < OMC_RDMA_GID_IB || rec->gid_type > OMC_RDMA_GID_ROCE_V2 || (rec->flags & ~OMC__RDMA_FLAGS))
+        return OMC_ERR_INVALID_ARG;
+    for (i = 0; i < rec->qp_count; i++)
+        if (rec->qpn[i] == 0 || (rec->qpn[i] & ~OMC__RDMA_24BIT) || (rec->psn[i] & ~OMC__RDMA_24BIT)) return OMC_ERR_INVALID_ARG;
+    need = OMC_RDMA_RECORD_HEADER + 8 * (size_t)rec->qp_count + 4;
+    if (cap < need) return OMC_ERR_TOO_LARGE;
+    memset(p, 0, need);
+    omc__put_u32(p + 0, OMC_RDMA_RECORD_MAGIC);
+    p[4] = OMC_RDMA_RECORD_VERSION;
+    p[5] = (uint8_t)rec->qp_count;
+    p[6] = rec->port;
+    p[7] = rec->mtu;
+    p[8] = rec->link;
+    p[9] = rec->gid_index;
+    p[10] = rec->gid_type;
+    p[11] = rec->flags;
+    omc__put_u16(p + 12, rec->lid);
+    omc__put_u64(p + 16, rec->incarnation);
+    omc__put_u64(p + 24, rec->conn_id);
+    memcpy(p + 32, rec->gid, 16);
+    for (i = 0; i < rec->qp_count; i++) {
+        omc__put_u32(p + OMC_RDMA_RECORD_HEADER + 8 * i, rec->qpn[i]);
+        omc__put_u32(p + OMC_RDMA_RECORD_HEADER + 8 * i + 4, rec->psn[i]);
+    }
+    omc__put_u32(p + need - 4, omc__crc32c(0, p, need - 4));
+    if (out_len) *out_len = need;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_rdma_record_decode(const void* data, size_t len, omc_rdma_record* out) {
+    const uint8_t* p = (const uint8_t*)data;
+    uint32_t n, i;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    memset(out, 0, sizeof(*out));
+    if (!data) return OMC_ERR_INVALID_ARG;
+    if (len < OMC_RDMA_RECORD_HEADER + 8 + 4 || omc__get_u32(p) != OMC_RDMA_RECORD_MAGIC) return OMC_ERR_MALFORMED;
+    if (p[4] != OMC_RDMA_RECORD_VERSION) return OMC_ERR_VERSION;
+    n = p[5];
+    if (n < 1 || n > OMC_RDMA_MAX_QPS || len != OMC_RDMA_RECORD_HEADER + 8 * (size_t)n + 4) return OMC_ERR_MALFORMED;
+    if (omc__crc32c(0, p, len - 4) != omc__get_u32(p + len - 4)) return OMC_ERR_CHECKSUM;
+    /* the checksum only proves the bytes arrived as sent: check every field anyway */
+    if (p[6] == 0 || !omc_rdma_mtu_bytes(p[7]) || (p[8] != OMC_RDMA_LINK_INFINIBAND && p[8] != OMC_RDMA_LINK_ETHERNET) ||
+        p[10] < OMC_RDMA_GID_IB || p[10] > OMC_RDMA_GID_ROCE_V2 || (p[11] & ~OMC__RDMA_FLAGS) || omc__get_u16(p + 14))
+        return OMC_ERR_MALFORMED;
+    for (i = 0; i < n; i++) {
+        uint32_t qpn = omc__get_u32(p + OMC_RDMA_RECORD_HEADER + 8 * i), psn = omc__get_u32(p + OMC_RDMA_RECORD_HEADER + 8 * i + 4);
+        if (qpn == 0 || (qpn & ~OMC__RDMA_24BIT) || (psn & ~OMC__RDMA_24BIT)) return OMC_ERR_MALFORMED;
+        out->qpn[i] = qpn;
+        out->psn[i] = psn;
+    }
+    out->qp_count = n;
+    out->port = p[6];
+    out->mtu = p[7];
+    out->link = p[8];
+    out->gid_index = p[9];
+    out->gid_type = p[10];
+    out->flags = p[11];
+    out->lid = omc__get_u16(p + 12);
+    out->incarnation = omc__get_u64(p + 16);
+    out->conn_id = omc__get_u64(p + 24);
+    memcpy(out->gid, p + 32, 16);
+    return OMC_OK;
+}
+
+/* ---- transfer descriptor --------------------------------------------------------------------- */
+
+OMNICONN_API omc_result omc_rdma_target_encode(const omc_rdma_target* t, void* out, size_t cap, size_t* out_len) {
+    uint8_t* p = (uint8_t*)out;
+    uint64_t sum = 0;
+    size_t need;
+    uint32_t i;
+    if (out_len) *out_len = 0;
+    if (!t || !out || t->count < 1 || t->count > OMC_RDMA_MAX_EXTENTS || (t->flags & ~OMC__RDMA_FLAGS))
+        return OMC_ERR_INVALID_ARG;
+    for (i = 0; i < t->count; i++) {
+        const omc_rdma_extent* e = &t->extent[i];
+        if (e->length == 0 || e->addr > UINT64_MAX - e->length || e->qp >= OMC_RDMA_MAX_QPS || sum > UINT64_MAX - e->length)
+            return OMC_ERR_INVALID_ARG;
+        sum += e->length;
+    }
+    if (sum != t->length) return OMC_ERR_INVALID_ARG;
+    need = OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * (size_t)t->count + 4;
+    if (cap < need) return OMC_ERR_TOO_LARGE;
+    memset(p, 0, need);
+    omc__put_u32(p + 0, OMC_RDMA_TARGET_MAGIC);
+    p[4] = OMC_RDMA_TARGET_VERSION;
+    p[5] = (uint8_t)t->count;
+    omc__put_u16(p + 6, (uint16_t)t->flags);
+    omc__put_u64(p + 8, t->conn_id);
+    omc__put_u64(p + 16, t->length);
+    for (i = 0; i < t->count; i++) {
+        uint8_t* e = p + OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * i;
+        omc__put_u64(e + 0, t->extent[i].addr);
+        omc__put_u64(e + 8, t->extent[i].length);
+        omc__put_u32(e + 16, t->extent[i].rkey);
+        omc__put_u16(e + 20, t->extent[i].qp);
+    }
+    omc__put_u32(p + need - 4, omc__crc32c(0, p, need - 4));
+    if (out_len) *out_len = need;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_rdma_target_decode(const void* data, size_t len, uint32_t max_qps, omc_rdma_target* out) {
+    const uint8_t* p = (const uint8_t*)data;
+    uint64_t sum = 0;
+    uint32_t n, i, flags;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    memset(out, 0, sizeof(*out));
+    if (!data) return OMC_ERR_INVALID_ARG;
+    if (max_qps == 0 || max_qps > OMC_RDMA_MAX_QPS) max_qps = OMC_RDMA_MAX_QPS;
+    if (len < OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT + 4 || omc__get_u32(p) != OMC_RDMA_TARGET_MAGIC) return OMC_ERR_MALFORMED;
+    if (p[4] != OMC_RDMA_TARGET_VERSION) return OMC_ERR_VERSION;
+    n = p[5];
+    if (n < 1 || n > OMC_RDMA_MAX_EXTENTS || len != OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * (size_t)n + 4)
+        return OMC_ERR_MALFORMED;
+    if (omc__crc32c(0, p, len - 4) != omc__get_u32(p + len - 4)) return OMC_ERR_CHECKSUM;
+    flags = omc__get_u16(p + 6);
+    if (flags & ~OMC__RDMA_FLAGS) return OMC_ERR_MALFORMED;
+    for (i = 0; i < n; i++) {
+        const uint8_t* e = p + OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * i;
+        omc_rdma_extent* x = &out->extent[i];
+        x->addr = omc__get_u64(e + 0);
+        x->length = omc__get_u64(e + 8);
+        x->rkey = omc__get_u32(e + 16);
+        x->qp = omc__get_u16(e + 20);
+        if (x->length == 0 || x->addr > UINT64_MAX - x->length || x->qp >= max_qps || omc__get_u16(e + 22) ||
+            sum > UINT64_MAX - x->length)
+            return OMC_ERR_MALFORMED;
+        sum += x->length;
+    }
+    if (sum != omc__get_u64(p + 16)) return OMC_ERR_MALFORMED;
+    out->conn_id = omc__get_u64(p + 8);
+    out->length = sum;
+    out->flags = flags;
+    out->count = n;
+    return OMC_OK;
+}
+
+/* ---- planning a destination: extents at MR boundaries, spread across QPs --------------------- */
+
+typedef struct omc__rdma_span {
+    uint64_t addr, length;
+    uint32_t chunk;         /* index of the MR (within its region) that holds the span */
+    uint16_t qp;
+} omc__rdma_span;
+
+/* Split [addr, addr + len) (inside a region starting at base, registered in MRs of chunk
+   bytes) into spans that each lie in one MR, and split each MR piece of at least 2 * split_min
+   bytes into up to nqp parts on consecutive QPs starting at first_qp: one window per span. */
+OMC__PRIVATE omc_result omc__rdma_plan(uint64_t addr, uint64_t len, uint64_t base, uint64_t chunk, uint32_t nqp,
+                                       uint32_t first_qp, uint64_t split_min, omc__rdma_span* out, uint32_t max, uint32_t* count) {
+    uint64_t p = addr, end;
+    uint32_t n = 0, k = 0;
+    *count = 0;
+    if (len == 0 || addr < base || chunk == 0 || nqp == 0 || addr > UINT64_MAX - len) return OMC_ERR_INVALID_ARG;
+    if (split_min == 0) split_min = 1;
+    end = addr + len;
+    while (p < end) {
+        uint64_t ci = (p - base) / chunk, cend = base + (ci + 1) * chunk, piece = omc__min(end, cend) - p, parts, step, done = 0;
+        parts = piece / split_min;
+        if (parts > nqp) parts = nqp;
+        if (parts < 1) parts = 1;
+        step = (piece + parts - 1) / parts;
+        step = (step + 4095) & ~(uint64_t)4095;     /* page-aligned parts: nicer for the adapter */
+        while (done < piece) {
+            uint64_t sz = omc__min(step, piece - done);
+            if (n == max) return OMC_ERR_TOO_LARGE;
+            out[n].addr = p + done;
+            out[n].length = sz;
+            out[n].chunk = (uint32_t)ci;
+            out[n].qp = (uint16_t)((first_qp + k) % nqp);
+            n++; k++;
+            done += sz;
+        }
+        p += piece;
+    }
+    *count = n;
+    return OMC_OK;
+}
+
+/* ---- the memory lock check ------------------------------------------------------------------- */
+
+/* Would pinning `want` more bytes (with `pinned` already pinned by this process) exceed the
+   limit? limit = RLIM_INFINITY-like values (UINT64_MAX) never do; CAP_IPC_LOCK lifts the
+   limit for registrations, as the kernel does. Returns OMC_OK or OMC_ERR_MEMLOCK and the
+   message for the log. */
+OMC__PRIVATE omc_result omc__rdma_memlock_check(uint64_t want, uint64_t pinned, uint64_t limit, int cap_ipc_lock,
+                                                char* why, size_t n) {
+    if (cap_ipc_lock || limit == UINT64_MAX) return OMC_OK;
+    if (pinned <= limit && want <= limit - pinned) return OMC_OK;
+    omc__why(why, n, "registering %llu bytes would pin %llu bytes in all, above RLIMIT_MEMLOCK = %llu bytes ('ulimit -l' = %llu KiB). "
+             "Fix: 'ulimit -l unlimited' in the shell that starts the process, '* - memlock unlimited' in "
+             "/etc/security/limits.conf, LimitMEMLOCK=infinity in a systemd unit, 'docker run --ulimit memlock=-1', "
+             "or give the process CAP_IPC_LOCK",
+             (unsigned long long)want, (unsigned long long)(pinned + want), (unsigned long long)limit,
+             (unsigned long long)(limit / 1024));
+    return OMC_ERR_MEMLOCK;
+}
+
+#if OMC__HAS_RDMA
+
+#if defined(__has_include)
+    #if !__has_include(<infiniband/verbs.h>)
+        #error "omniconn_rdma.h needs the verbs headers: install libibverbs-dev (rdma-core), or define OMNICONN_NO_RDMA."
+    #endif
+#endif
+#include <infiniband/verbs.h>
+#include <dlfcn.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: loading libibverbs                                                   */
+/* ============================================================================================== */
+/*
+    One list names every libibverbs function the engine calls. From it come: the table of
+    function pointers (omc__ibv), the loader (dlsym of each name, or the linked symbols with
+    OMNICONN_NO_RUNTIME_LINKING), and one wrapper per function, omc__ibv_<name>(), so that the
+    code reads like rc_pingpong (omc__ibv_alloc_pd(ctx) for ibv_alloc_pd(ctx)).
+    Columns: required (0 = optional: the code copes without it), R/V (returns a value / void),
+    return type, table member, symbol, parameters, arguments.
+    Members drop the ibv_ prefix because verbs.h defines function-like macros named ibv_reg_mr
+    and ibv_query_port, which would rewrite a member of that name. Not listed, because verbs.h
+    implements them inline through the provider's ops: ibv_post_send, ibv_poll_cq,
+    ibv_req_notify_cq, ibv_alloc_mw, ibv_dealloc_mw, ibv_inc_rkey.
+*/
+#define OMC__IBV_SYMBOLS(X) \
+    X(1, R, struct ibv_device**, get_device_list, ibv_get_device_list, (int* num), (num)) \
+    X(1, V, void, free_device_list, ibv_free_device_list, (struct ibv_device** list), (list)) \
+    X(1, R, const char*, get_device_name, ibv_get_device_name, (struct ibv_device* dev), (dev)) \
+    X(1, R, struct ibv_context*, open_device, ibv_open_device, (struct ibv_device* dev), (dev)) \
+    X(1, R, int, close_device, ibv_close_device, (struct ibv_context* ctx), (ctx)) \
+    X(1, R, int, query_device, ibv_query_device, (struct ibv_context* ctx, struct ibv_device_attr* attr), (ctx, attr)) \
+    X(1, R, int, query_port, ibv_query_port, (struct ibv_context* ctx, uint8_t port, struct _compat_ibv_port_attr* attr), (ctx, port, attr)) \
+    X(1, R, int, query_gid, ibv_query_gid, (struct ibv_context* ctx, uint8_t port, int index, union ibv_gid* gid), (ctx, port, index, gid)) \
+    X(0, R, int, query_gid_ex, _ibv_query_gid_ex, (struct ibv_context* ctx, uint32_t port, uint32_t index, struct ibv_gid_entry* entry, uint32_t flags, size_t size), (ctx, port, index, entry, flags, size)) \
+    X(0, R, ssize_t, query_gid_table, _ibv_query_gid_table, (struct ibv_context* ctx, struct ibv_gid_entry* entries, size_t max, uint32_t flags, size_t size), (ctx, entries, max, flags, size)) \
+    X(1, R, struct ibv_pd*, alloc_pd, ibv_alloc_pd, (struct ibv_context* ctx), (ctx)) \
+    X(1, R, int, dealloc_pd, ibv_dealloc_pd, (struct ibv_pd* pd), (pd)) \
+    X(1, R, struct ibv_mr*, reg_mr, ibv_reg_mr, (struct ibv_pd* pd, void* addr, size_t length, int access), (pd, addr, length, access)) \
+    X(1, R, int, dereg_mr, ibv_dereg_mr, (struct ibv_mr* mr), (mr)) \
+    X(1, R, struct ibv_comp_channel*, create_comp_channel, ibv_create_comp_channel, (struct ibv_context* ctx), (ctx)) \
+    X(1, R, int, destroy_comp_channel, ibv_destroy_comp_channel, (struct ibv_comp_channel* ch), (ch)) \
+    X(1, R, struct ibv_cq*, create_cq, ibv_create_cq, (struct ibv_context* ctx, int cqe, void* user, struct ibv_comp_channel* ch, int vector), (ctx, cqe, user, ch, vector)) \
+    X(1, R, int, destroy_cq, ibv_destroy_cq, (struct ibv_cq* cq), (cq)) \
+    X(1, R, int, get_cq_event, ibv_get_cq_event, (struct ibv_comp_channel* ch, struct ibv_cq** cq, void** user), (ch, cq, user)) \
+    X(1, V, void, ack_cq_events, ibv_ack_cq_events, (struct ibv_cq* cq, unsigned int n), (cq, n)) \
+    X(1, R, struct ibv_qp*, create_qp, ibv_create_qp, (struct ibv_pd* pd, struct ibv_qp_init_attr* attr), (pd, attr)) \
+    X(1, R, int, modify_qp, ibv_modify_qp, (struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask), (qp, attr, mask)) \
+    X(1, R, int, destroy_qp, ibv_destroy_qp, (struct ibv_qp* qp), (qp)) \
+    X(1, R, int, get_async_event, ibv_get_async_event, (struct ibv_context* ctx, struct ibv_async_event* ev), (ctx, ev)) \
+    X(1, V, void, ack_async_event, ibv_ack_async_event, (struct ibv_async_event* ev), (ev)) \
+    X(1, R, const char*, wc_status_str, ibv_wc_status_str, (enum ibv_wc_status status), (status)) \
+    X(1, R, const char*, event_type_str, ibv_event_type_str, (enum ibv_event_type type), (type))
+
+typedef struct omc__ibv_table {
+#define OMC__X(req, kind, ret, member, sym, params, args) ret (*member) params;
+    OMC__IBV_SYMBOLS(OMC__X)
+#undef OMC__X
+} omc__ibv_table;
+
+static omc__ibv_table omc__ibv;             /* filled once, then read-only */
+static int omc__ibv_loaded;                 /* atomic: 1 once omc__ibv is complete */
+static pthread_mutex_t omc__ibv_mu = PTHREAD_MUTEX_INITIALIZER;
+static char omc__ibv_library[256];          /* what was loaded */
+
+/* The wrappers the engine calls. */
+#define OMC__IBV_WRAP_R(ret, member, params, args) OMC__PRIVATE ret omc__ibv_##member params { return omc__ibv.member args; }
+#define OMC__IBV_WRAP_V(ret, member, params, args) OMC__PRIVATE void omc__ibv_##member params { omc__ibv.member args; }
+#define OMC__X(req, kind, ret, member, sym, params, args) OMC__IBV_WRAP_##kind(ret, member, params, args)
+OMC__IBV_SYMBOLS(OMC__X)
+#undef OMC__X
+
+#if defined(OMNICONN_NO_RUNTIME_LINKING)
+
+/* Linked directly: the table holds the real functions (the linker already checked them). */
+OMC__PRIVATE omc_result omc__ibv_load(const char* library, char* why, size_t n) {
+    (void)library; (void)why; (void)n;
+    pthread_mutex_lock(&omc__ibv_mu);
+    if (!omc__load(&omc__ibv_loaded)) {
+#define OMC__X(req, kind, ret, member, sym, params, args) omc__ibv.member = sym;
+        OMC__IBV_SYMBOLS(OMC__X)
+#undef OMC__X
+        snprintf(omc__ibv_library, sizeof(omc__ibv_library), "linked");
+        omc__store(&omc__ibv_loaded, 1);
+    }
+    pthread_mutex_unlock(&omc__ibv_mu);
+    return OMC_OK;
+}
+#define OMC__IBV_RUNTIME 0
+
+#else
+
+OMC__PRIVATE const char* omc__ibv_default_library(const char* library) {
+    const char* env;
+    if (library && library[0]) return library;
+    env = getenv("OMNICONN_IBVERBS_LIB");
+    return env && env[0] ? env : OMNICONN_RDMA_LIBRARY;
+}
+
+/* dlopen libibverbs and resolve every symbol of the list, once per process. A later call that
+   names another library only checks that it loads: a process uses one libibverbs. */
+OMC__PRIVATE omc_result omc__ibv_load(const char* library, char* why, size_t n) {
+    const char* name = omc__ibv_default_library(library);
+    omc__ibv_table t;
+    void* lib;
+    omc_result r = OMC_OK;
+    pthread_mutex_lock(&omc__ibv_mu);
+    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char* e = dlerror();
+        omc__why(why, n, "cannot load %s (%s): install rdma-core's libibverbs1 and ibverbs-providers, "
+                 "or build with OMNICONN_NO_RDMA", name, e ? e : "not found");
+        pthread_mutex_unlock(&omc__ibv_mu);
+        return OMC_ERR_UNAVAILABLE;
+    }
+    if (omc__load(&omc__ibv_loaded)) {                  /* already resolved: keep that one */
+        dlclose(lib);
+        pthread_mutex_unlock(&omc__ibv_mu);
+        return OMC_OK;
+    }
+    memset(&t, 0, sizeof(t));
+    /* ISO C has no object-to-function pointer conversion; POSIX guarantees the bytes fit */
+#define OMC__X(req, kind, ret, member, sym, params, args) \
+    if (r == OMC_OK) { \
+        void* s = dlsym(lib, #sym); \
+        memcpy(&t.member, &s, sizeof(s)); \
+        if (!s && req) { \
+            omc__why(why, n, "%s has no symbol %s (rdma-core too old?)", name, #sym); \
+            r = OMC_ERR_UNAVAILABLE; \
+        } \
+    }
+    OMC__IBV_SYMBOLS(OMC__X)
+#undef OMC__X
+    if (r != OMC_OK) dlclose(lib);
+    else {      /* never dlclose()d: providers and their threads live as long as the process */
+        omc__ibv = t;
+        snprintf(omc__ibv_library, sizeof(omc__ibv_library), "%s", name);
+        omc__store(&omc__ibv_loaded, 1);
+    }
+    pthread_mutex_unlock(&omc__ibv_mu);
+    return r;
+}
+#define OMC__IBV_RUNTIME 1
+
+#endif
+
+/* ibv_query_port() is a macro whose inline body takes the provider's extended query_port when
+   there is one and the exported compat symbol otherwise; the same logic, through the table. */
+OMC__PRIVATE int omc__ibv_query_port_attr(struct ibv_context* ctx, uint8_t port, struct ibv_port_attr* attr) {
+    struct verbs_context* vctx = verbs_get_ctx(ctx);
+    if (vctx && vctx->sz >= sizeof(*vctx) - offsetof(struct verbs_context, query_port) && vctx->query_port)
+        return vctx->query_port(ctx, port, attr, sizeof(*attr));
+    memset(attr, 0, sizeof(*attr));
+    return omc__ibv_query_port(ctx, port, (struct _compat_ibv_port_attr*)attr);
+}
+
+OMNICONN_API omc_result omc_rdma_probe(const char* library, char* why, size_t why_size) {
+    struct ibv_device** list;
+    int num = 0;
+    omc_result r;
+    if (why && why_size) why[0] = '\0';
+    r = omc__ibv_load(library, why, why_size);
+    if (r != OMC_OK) return r;
+    list = omc__ibv_get_device_list(&num);
+    if (list) omc__ibv_free_device_list(list);
+    if (!list || num <= 0) {
+        omc__why(why, why_size, "libibverbs lists no RDMA device (for Soft-RoCE: rdma link add rxe0 type rxe netdev <if>)");
+        return OMC_ERR_RDMA_DEVICE;
+    }
+    return OMC_OK;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the engine's objects                                                 */
+/* ============================================================================================== */
+/*
+    omc_rdma owns every verbs object, created in dependency order by omc__rdma_open (context,
+    PD, completion channel, CQ) and torn down in reverse by a goto ladder. One mutex (mu)
+    guards all shared state: the QP table, every QP's send-slot ring, the operations and the
+    registered regions; one condition variable (cv) wakes whoever waits for completions or
+    queue space. The progress thread polls the CQ, retires send slots and wakes waiters.
+
+    Send slots. Each QP numbers its work requests (head = next to post, tail = oldest not yet
+    retired); slot seq % depth remembers the operation a request belongs to, and an operation is
+    done when none of its requests is left in any ring. wr_id = (QP id << 32) | (seq & 0xffffffff).
+    An operation's last request on a QP is always signalled, so nothing waits on a request that
+    no completion would ever retire.
+    A successful completion for seq retires every slot up to it (an RC send queue completes in
+    order, so unsignalled requests before it are done too). An error completion for seq retires
+    the slots before it as done, seq itself with its status, and everything after it as flushed:
+    the QP is in ERROR now, its connection is broken, later flush completions are ignored.
+*/
+
+#define OMC__RDMA_PKEY_INDEX 0          /* the default partition */
+#define OMC__RDMA_HOP_LIMIT 64          /* GRH hop limit (RoCE v2: the IP TTL) */
+#define OMC__RDMA_TRAFFIC_CLASS 0
+#define OMC__RDMA_SERVICE_LEVEL 0
+#define OMC__RDMA_MIN_RNR_TIMER 12      /* 0.64 ms; we post no receives, RNR never happens */
+#define OMC__RDMA_RNR_RETRY 7           /* 7 = retry forever (never used: no SENDs) */
+#define OMC__RDMA_RD_ATOMIC 1           /* RDMA READ/atomic depth; WRITE needs none, 1 is the floor */
+#define OMC__RDMA_MAX_SGE 16            /* gather elements per WRITE (fewer if the device has fewer) */
+#define OMC__RDMA_POLL_BATCH 32
+#define OMC__RDMA_ACK_EVERY 64          /* acknowledge CQ events in batches (ack takes a lock) */
+#define OMC__RDMA_SLEEP_MS 1000         /* longest sleep of the progress thread (stop is signalled) */
+#define OMC__RDMA_FLUSH_GRACE_MS 5000   /* after forcing a QP to ERROR, how long flushes may take */
+
+enum { OMC__OP_WRITE = 1, OMC__OP_BIND = 2, OMC__OP_INVALIDATE = 3 };
+
+struct omc_rdma_op {
+    omc_rdma_conn* conn;        /* holds a reference */
+    int kind;
+    uint32_t pending;           /* requests posted and not yet retired: done at 0 */
+    omc_result status;          /* first failure, OMC_OK otherwise */
+    int wc_status;              /* the ibv_wc_status behind status */
+    int abandoned;              /* the waiter gave up: the engine frees the op when pending is 0 */
+    uint64_t bytes;
+    omc_rdma_op* next;          /* on the reap list */
+};
+
+typedef struct omc__rdma_slot {
+    omc_rdma_op* op;
+} omc__rdma_slot;
+
+typedef struct omc__rdma_qp {
+    struct ibv_qp* qp;
+    omc_rdma_conn* conn;
+    uint32_t id;                /* engine-wide, never reused: stale completions are recognisable */
+    uint32_t index;             /* within the connection */
+    uint32_t qpn, psn;          /* ours */
+    uint32_t peer_qpn, peer_psn;
+    uint64_t head, tail;        /* next sequence number to post / oldest not retired */
+    uint32_t unsignalled;       /* posted since the last signalled request */
+    omc__rdma_slot* slots;      /* depth entries */
+    int in_table;
+    int failed;
+    struct ibv_mw** mw_free;    /* invalidated type-2 windows, ready to bind again on this QP */
+    uint32_t mw_free_count, mw_free_cap;
+} omc__rdma_qp;
+
+struct omc_rdma_conn {
+    omc_rdma* eng;
+    uint32_t refs;              /* under eng->mu: the handle, and every window or op using it */
+    int closed, connected, broken, linking;
+    int quiet;                  /* the engine's own probe: failures are expected, not logged */
+    omc_result error;
+    char error_text[160];
+    uint64_t conn_id, peer_incarnation;
+    uint32_t nqp, path_mtu, next_qp;
+    uint8_t peer_flags;
+    omc__rdma_qp qps[OMC_RDMA_MAX_QPS];
+};
+
+struct omc_rdma_window {
+    omc_rdma_conn* conn;        /* holds a reference */
+    uint64_t addr, length;
+    uint32_t count;
+    struct { uint16_t qp; uint32_t rkey; struct ibv_mw* mw; } ext[OMC_RDMA_MAX_EXTENTS];
+    struct ibv_mr* mr;          /* OMC_RDMA_PROTECT_REGIONS: the destination's own region */
+    uint64_t pinned;            /* bytes that region pins */
+};
+
+typedef struct omc__rdma_region {
+    uint8_t* base;
+    uint64_t size, chunk;
+    uint32_t count;
+    struct ibv_mr** mr;
+} omc__rdma_region;
+
+struct omc_rdma {
+    omc_hooks hooks;
+    /* resolved tunables */
+    uint32_t qps_per_peer, queue_depth, signal_every, spin_us, cq_depth, max_sge;
+    uint64_t slice, split_min, mr_chunk;
+    omc_rdma_protection protect;
+    int use_mw;                 /* protect == WINDOWS */
+    int window_bounds;          /* what the probe found (see omc_rdma_info) */
+    /* the verbs objects, in creation order */
+    struct ibv_context* context;
+    struct ibv_pd* pd;
+    struct ibv_comp_channel* channel;
+    struct ibv_cq* cq;
+    int wake_fd;                /* eventfd: wakes the progress thread to stop */
+    pthread_t thread;
+    int thread_started;
+    /* what was chosen */
+    char device[64];
+    uint8_t port;
+    struct ibv_port_attr port_attr;
+    struct ibv_device_attr dev_attr;
+    omc_rdma_link link;
+    uint32_t gid_index;
+    uint8_t gid[16];
+    omc_rdma_gid_type gid_type;
+    char netdev[16];
+    /* shared state (under mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    omc__smap qps;              /* 4-byte QP id -> omc__rdma_qp* */
+    uint32_t next_qp_id;
+    uint64_t outstanding;       /* requests posted and not yet retired, all QPs */
+    uint32_t live_qps;          /* live_qps * queue_depth <= cq_depth: the CQ can never overflow */
+    omc_rdma_op* reap;          /* abandoned operations that finished: freed by the progress thread */
+    omc__rdma_region* regions;
+    uint32_t nregions, cap_regions;
+    uint64_t pinned;
+    uint32_t conns;
+    uint64_t n_writes, n_write_bytes, n_write_errors, n_access_errors, n_wrs, n_signalled, n_binds, n_invalidations,
+             n_qp_errors, n_sleeps;     /* n_sleeps: written by the progress thread only */
+};
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+OMC__PRIVATE void omc__rdma_log(omc_rdma* E, omc_log_level level, int line, const char* fmt, ...) {
+    char msg[900];
+    va_list ap;
+    if (!E->hooks.log_fn || level > E->hooks.max_level) return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    E->hooks.log_fn(level, OMC_LOGITEM_RDMA, msg, __FILE__, line, E->hooks.user_data);
+}
+#define OMC__RDMA_LOG(E, level, ...) omc__rdma_log((E), (level), __LINE__, __VA_ARGS__)
+
+static const char* omc__rdma_protection_name(omc_rdma_protection p) {
+    switch (p) {
+        case OMC_RDMA_PROTECT_WINDOWS: return "a memory window per destination";
+        case OMC_RDMA_PROTECT_REGIONS: return "a memory region per destination";
+        case OMC_RDMA_PROTECT_POOL: return "the pool's rkey (peers may write anywhere in the pool)";
+        default: return "default";
+    }
+}
+
+OMC__PRIVATE uint8_t omc__rdma_flags(const omc_rdma* E) {
+    return (uint8_t)(E->protect == OMC_RDMA_PROTECT_WINDOWS ? OMC_RDMA_FLAG_MEMORY_WINDOWS :
+                     E->protect == OMC_RDMA_PROTECT_REGIONS ? OMC_RDMA_FLAG_REGIONS : 0);
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: device, port and GID selection                                       */
+/* ============================================================================================== */
+
+#define OMC__RDMA_MAX_GIDS 256
+
+static omc_rdma_gid_type omc__rdma_gid_type_of(uint32_t ibv_type) {
+    switch (ibv_type) {
+        case IBV_GID_TYPE_IB: return OMC_RDMA_GID_IB;
+        case IBV_GID_TYPE_ROCE_V1: return OMC_RDMA_GID_ROCE_V1;
+        case IBV_GID_TYPE_ROCE_V2: return OMC_RDMA_GID_ROCE_V2;
+        default: return OMC_RDMA_GID_UNKNOWN;
+    }
+}
+
+/* sysfs, for libraries without the GID-entry calls: .../gid_attrs/{types,ndevs}/<index> */
+OMC__PRIVATE void omc__rdma_sysfs_gid_attrs(const char* dev, uint8_t port, uint32_t index, omc_rdma_gid_entry* e) {
+    char path[256], buf[64];
+    FILE* f;
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%u/gid_attrs/types/%u", dev, (unsigned)port, index);
+    if ((f = fopen(path, "r")) != NULL) {
+        if (fgets(buf, sizeof(buf), f)) e->type = strstr(buf, "v2") ? OMC_RDMA_GID_ROCE_V2 : OMC_RDMA_GID_ROCE_V1;
+        fclose(f);
+    }
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%u/gid_attrs/ndevs/%u", dev, (unsigned)port, index);
+    if ((f = fopen(path, "r")) != NULL) {
+        if (fgets(buf, sizeof(buf), f)) { buf[strcspn(buf, "\n")] = '\0'; snprintf(e->netdev, sizeof(e->netdev), "%.15s", buf); }
+        fclose(f);
+    }
+}
+
+/* The port's GID table as omc_rdma_gid_entry rows (empty slots left out). */
+OMC__PRIVATE uint32_t omc__rdma_read_gids(omc_rdma* E, struct ibv_context* ctx, const char* dev, uint8_t port,
+                                          const struct ibv_port_attr* pa, omc_rdma_gid_entry* out, uint32_t max) {
+    uint32_t n = 0, i, len = (uint32_t)(pa->gid_tbl_len > 0 ? pa->gid_tbl_len : 0);
+    if (len > max) len = max;
+    if (omc__ibv.query_gid_table) {         /* one call for the whole table */
+        struct ibv_gid_entry* t = (struct ibv_gid_entry*)omc__calloc(&E->hooks, OMC__RDMA_MAX_GIDS * 4 * sizeof(struct ibv_gid_entry));
+        ssize_t got = t ? omc__ibv_query_gid_table(ctx, t, OMC__RDMA_MAX_GIDS * 4, 0, sizeof(*t)) : -1;
+        ssize_t k;
+        for (k = 0; k < got && n < max; k++) {
+            if (t[k].port_num != port || omc__gid_is_zero(t[k].gid.raw)) continue;
+            memcpy(out[n].gid, t[k].gid.raw, 16);
+            out[n].index = t[k].gid_index;
+            out[n].type = omc__rdma_gid_type_of(t[k].gid_type);
+            out[n].netdev[0] = '\0';
+            if (t[k].ndev_ifindex) {
+                char name[IF_NAMESIZE];
+                if (if_indextoname(t[k].ndev_ifindex, name)) snprintf(out[n].netdev, sizeof(out[n].netdev), "%s", name);
+            }
+            n++;
+        }
+        omc__free(&E->hooks, t);
+        if (got >= 0) return n;
+    }
+    for (i = 0; i < len && n < max; i++) {  /* one index at a time */
+        union ibv_gid g;
+        if (omc__ibv_query_gid(ctx, port, (int)i, &g) != 0 || omc__gid_is_zero(g.raw)) continue;
+        memset(&out[n], 0, sizeof(out[n]));
+        memcpy(out[n].gid, g.raw, 16);
+        out[n].index = i;
+        if (pa->link_layer == IBV_LINK_LAYER_INFINIBAND) out[n].type = OMC_RDMA_GID_IB;
+        else omc__rdma_sysfs_gid_attrs(dev, port, i, &out[n]);
+        n++;
+    }
+    return n;
+}
+
+OMC__PRIVATE const char* omc__rdma_port_state(enum ibv_port_state s) {
+    switch (s) {
+        case IBV_PORT_DOWN: return "DOWN";
+        case IBV_PORT_INIT: return "INIT";
+        case IBV_PORT_ARMED: return "ARMED";
+        case IBV_PORT_ACTIVE: return "ACTIVE";
+        default: return "not active";
+    }
+}
+
+/* Append one reason to the list of what was tried (for the final error message). */
+OMC__PRIVATE void omc__rdma_note(char* tried, size_t n, const char* dev, const char* what) {
+    size_t used = strlen(tried);
+    if (used + 4 < n) snprintf(tried + used, n - used, "%s%s: %s", used ? "; " : "", dev, what);
+}
+
+/* Try one device: open it, find an ACTIVE port (the configured one or the first), choose the
+   GID. On success E->context and the port/GID fields are set. */
+OMC__PRIVATE int omc__rdma_try_device(omc_rdma* E, struct ibv_device* dev, const omc_rdma_desc* d, const uint8_t* want,
+                                      char* tried, size_t tn) {
+    const char* name = omc__ibv_get_device_name(dev);
+    struct ibv_context* ctx = omc__ibv_open_device(dev);
+    struct ibv_device_attr da;
+    char note[300];
+    uint32_t p, first, last;
+    if (!ctx) { omc__rdma_note(tried, tn, name, strerror(errno)); return 0; }
+    if (omc__ibv_query_device(ctx, &da) != 0) {
+        omc__rdma_note(tried, tn, name, "ibv_query_device failed");
+        omc__ibv_close_device(ctx);
+        return 0;
+    }
+    first = d->port ? d->port : 1;
+    last = d->port ? d->port : da.phys_port_cnt;
+    for (p = first; p <= last && p <= 255; p++) {
+        struct ibv_port_attr pa;
+        omc_rdma_gid_entry* gids;
+        uint32_t ngids, idx;
+        omc_rdma_link link;
+        char why[300];
+        omc_result r;
+        if (omc__ibv_query_port_attr(ctx, (uint8_t)p, &pa) != 0) {
+            snprintf(note, sizeof(note), "port %u cannot be queried", p);
+            omc__rdma_note(tried, tn, name, note);
+            continue;
+        }
+        if (pa.state != IBV_PORT_ACTIVE) {
+            snprintf(note, sizeof(note), "port %u is %s", p, omc__rdma_port_state(pa.state));
+            omc__rdma_note(tried, tn, name, note);
+            continue;
+        }
+        link = pa.link_layer == IBV_LINK_LAYER_INFINIBAND ? OMC_RDMA_LINK_INFINIBAND : OMC_RDMA_LINK_ETHERNET;
+        gids = (omc_rdma_gid_entry*)omc__calloc(&E->hooks, OMC__RDMA_MAX_GIDS * sizeof(*gids));
+        if (!gids) break;
+        ngids = omc__rdma_read_gids(E, ctx, name, (uint8_t)p, &pa, gids, OMC__RDMA_MAX_GIDS);
+        r = omc_rdma_choose_gid(gids, ngids, link, want, d->gid_index_set ? d->gid_index : -1, &idx, why, sizeof(why));
+        if (r == OMC_OK) {
+            uint32_t i;
+            for (i = 0; i < ngids; i++) {
+                if (gids[i].index != idx) continue;
+                memcpy(E->gid, gids[i].gid, 16);
+                E->gid_type = gids[i].type == OMC_RDMA_GID_UNKNOWN ? (link == OMC_RDMA_LINK_INFINIBAND ? OMC_RDMA_GID_IB : OMC_RDMA_GID_ROCE_V1)
+                                                                  : gids[i].type;
+                snprintf(E->netdev, sizeof(E->netdev), "%s", gids[i].netdev);
+            }
+            omc__free(&E->hooks, gids);
+            E->context = ctx;
+            E->dev_attr = da;
+            E->port = (uint8_t)p;
+            E->port_attr = pa;
+            E->link = link;
+            E->gid_index = idx;
+            snprintf(E->device, sizeof(E->device), "%s", name);
+            OMC__RDMA_LOG(E, OMC_LOG_INFO, "device %s port %u (%s, active MTU %u): %s", name, p,
+                          link == OMC_RDMA_LINK_INFINIBAND ? "InfiniBand" : "Ethernet/RoCE", omc_rdma_mtu_bytes(pa.active_mtu), why);
+            return 1;
+        }
+        omc__free(&E->hooks, gids);
+        snprintf(note, sizeof(note), "port %u: %.280s", p, why);
+        omc__rdma_note(tried, tn, name, note);
+    }
+    if (first > last) omc__rdma_note(tried, tn, name, "no port");
+    omc__ibv_close_device(ctx);
+    return 0;
+}
+
+/* The device list from the desc or $RDMA_DEVICE_NAME (tried in order), else every device. */
+OMC__PRIVATE omc_result omc__rdma_pick_device(omc_rdma* E, const omc_rdma_desc* d, const uint8_t* want) {
+    struct ibv_device** list;
+    char tried[1024] = "", have[256] = "";
+    const char* names = d->devices && d->devices[0] ? d->devices : getenv("RDMA_DEVICE_NAME");
+    int num = 0, i, found = 0;
+    list = omc__ibv_get_device_list(&num);
+    if (!list || num <= 0) {
+        if (list) omc__ibv_free_device_list(list);
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "no RDMA device: ibv_get_device_list lists none (%s). Load a driver, or for Soft-RoCE: "
+                      "'rdma link add rxe0 type rxe netdev <if>'", num < 0 || !list ? strerror(errno) : "empty");
+        return OMC_ERR_RDMA_DEVICE;
+    }
+    for (i = 0; i < num; i++) {
+        size_t u = strlen(have);
+        snprintf(have + u, sizeof(have) - u, "%s%s", i ? ", " : "", omc__ibv_get_device_name(list[i]));
+    }
+    if (names && names[0]) {
+        const char* p = names;
+        while (*p && !found) {
+            char name[64];
+            size_t len = strcspn(p, ",");
+            const char* s = p;
+            while (len && (*s == ' ' || *s == '\t')) { s++; len--; }
+            while (len && (s[len - 1] == ' ' || s[len - 1] == '\t')) len--;
+            snprintf(name, sizeof(name), "%.*s", (int)omc__min(len, sizeof(name) - 1), s);
+            p += strcspn(p, ",");
+            if (*p == ',') p++;
+            if (!name[0]) continue;
+            for (i = 0; i < num; i++) if (strcmp(omc__ibv_get_device_name(list[i]), name) == 0) break;
+            if (i == num) { omc__rdma_note(tried, sizeof(tried), name, "no such device"); continue; }
+            found = omc__rdma_try_device(E, list[i], d, want, tried, sizeof(tried));
+        }
+    } else {
+        for (i = 0; i < num && !found; i++) found = omc__rdma_try_device(E, list[i], d, want, tried, sizeof(tried));
+    }
+    omc__ibv_free_device_list(list);
+    if (!found) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "no usable RDMA device%s%s (devices: %s). Tried: %s", names && names[0] ? " in " : "",
+                      names && names[0] ? names : "", have, tried);
+        return OMC_ERR_RDMA_DEVICE;
+    }
+    return OMC_OK;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: completions and the progress thread                                  */
+/* ============================================================================================== */
+
+/* A failed work completion, translated once at the boundary. */
+static omc_result omc__rdma_wc_result(enum ibv_wc_status s) {
+    switch (s) {
+        case IBV_WC_SUCCESS: return OMC_OK;
+        case IBV_WC_REM_ACCESS_ERR:             /* the peer's adapter refused rkey, range or access */
+        case IBV_WC_REM_INV_REQ_ERR: return OMC_ERR_RDMA_ACCESS;
+        case IBV_WC_RETRY_EXC_ERR:              /* nobody acknowledged: the peer is gone or unreachable */
+        case IBV_WC_RNR_RETRY_EXC_ERR: return OMC_ERR_CONNECTION;
+        case IBV_WC_WR_FLUSH_ERR: return OMC_ERR_RDMA_QP;   /* the QP was already in ERROR */
+        default: return OMC_ERR_RDMA_COMPLETION;
+    }
+}
+
+static const char* omc__rdma_wc_hint(enum ibv_wc_status s) {
+    switch (s) {
+        case IBV_WC_REM_ACCESS_ERR:
+        case IBV_WC_REM_INV_REQ_ERR:
+            return "the peer refused the rkey or the address range: a stale, forged or already revoked descriptor";
+        case IBV_WC_RETRY_EXC_ERR:
+            return "the peer did not acknowledge: its process or host is gone, or the path is wrong (GID type/route, MTU)";
+        case IBV_WC_WR_FLUSH_ERR:
+            return "the queue pair was already in ERROR";
+        case IBV_WC_LOC_PROT_ERR:
+            return "a local buffer is not covered by its memory region";
+        case IBV_WC_MW_BIND_ERR:
+            return "memory window bind refused (window state, region access or range)";
+        default:
+            return "see the status";
+    }
+}
+
+static const char* omc__rdma_op_name(int kind) {
+    return kind == OMC__OP_WRITE ? "RDMA WRITE" : kind == OMC__OP_BIND ? "window bind" : kind == OMC__OP_INVALIDATE ? "window invalidation" : "request";
+}
+
+/* Mark a connection broken (caller holds mu) and move all its QPs to ERROR so that nothing
+   more goes in or out: outstanding requests flush, the peer's writes are refused. */
+OMC__PRIVATE void omc__rdma_conn_break_locked(omc_rdma_conn* c, omc_result why, const char* text) {
+    struct ibv_qp_attr attr;
+    uint32_t i;
+    if (!c->broken) {
+        c->broken = 1;
+        c->error = why;
+        snprintf(c->error_text, sizeof(c->error_text), "%s", text);
+    }
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_ERR;
+    for (i = 0; i < c->nqp; i++)
+        if (c->qps[i].qp) omc__ibv_modify_qp(c->qps[i].qp, &attr, IBV_QP_STATE);
+    pthread_cond_broadcast(&c->eng->cv);
+}
+
+/* Retire one send slot with result r (caller holds mu). */
+OMC__PRIVATE void omc__rdma_retire(omc_rdma* E, omc__rdma_qp* q, omc_result r, int wc_status) {
+    omc__rdma_slot* s = &q->slots[q->tail % E->queue_depth];
+    omc_rdma_op* op = s->op;
+    q->tail++;
+    E->outstanding--;
+    s->op = NULL;
+    if (!op) return;
+    if (r != OMC_OK && op->status == OMC_OK) { op->status = r; op->wc_status = wc_status; }
+    if (--op->pending == 0 && op->abandoned) { op->next = E->reap; E->reap = op; }
+}
+
+/* One work completion (caller holds mu). */
+OMC__PRIVATE void omc__rdma_complete(omc_rdma* E, const struct ibv_wc* wc) {
+    uint32_t id = (uint32_t)(wc->wr_id >> 32), seq32 = (uint32_t)wc->wr_id;
+    omc__rdma_qp* q = (omc__rdma_qp*)omc__smap_get(&E->qps, (const char*)&id, sizeof(id));
+    omc_rdma_op* op;
+    omc_result r;
+    uint64_t seq;
+    if (!q) return;                                     /* its QP is gone: a stale completion */
+    seq = q->tail + (uint32_t)(seq32 - (uint32_t)q->tail);
+    if (seq >= q->head) return;                         /* already retired: a flush after an error */
+    if (wc->status == IBV_WC_SUCCESS) {                 /* in order: everything up to seq is done */
+        while (q->tail <= seq) omc__rdma_retire(E, q, OMC_OK, 0);
+        return;
+    }
+    r = omc__rdma_wc_result(wc->status);
+    while (q->tail < seq) omc__rdma_retire(E, q, OMC_OK, 0);
+    op = q->slots[seq % E->queue_depth].op;
+    if (!q->failed) {
+        char text[160];
+        q->failed = 1;
+        if (!q->conn->quiet) {
+            E->n_qp_errors++;
+            if (r == OMC_ERR_RDMA_ACCESS) E->n_access_errors++;
+        }
+        OMC__RDMA_LOG(E, q->conn->quiet ? OMC_LOG_DEBUG : wc->status == IBV_WC_WR_FLUSH_ERR ? OMC_LOG_INFO : OMC_LOG_ERROR,
+                      "QP %u (connection %016llx, QP %u of %u, peer QP %u): %s failed: %s (status %d, vendor error 0x%x): %s",
+                      q->qpn, (unsigned long long)q->conn->conn_id, q->index, q->conn->nqp, q->peer_qpn,
+                      omc__rdma_op_name(op ? op->kind : 0), omc__ibv_wc_status_str(wc->status), (int)wc->status,
+                      wc->vendor_err, omc__rdma_wc_hint(wc->status));
+        snprintf(text, sizeof(text), "QP %u: %s: %s", q->qpn, omc__ibv_wc_status_str(wc->status), omc__rdma_wc_hint(wc->status));
+        omc__rdma_conn_break_locked(q->conn, r, text);
+    }
+    omc__rdma_retire(E, q, r, (int)wc->status);
+    while (q->tail < q->head) omc__rdma_retire(E, q, OMC_ERR_RDMA_QP, (int)IBV_WC_WR_FLUSH_ERR);   /* they will flush */
+}
+
+OMC__PRIVATE void omc__rdma_op_free(omc_rdma_op* op);
+
+/* Handle a batch of completions and free what finished after its waiter gave up. */
+OMC__PRIVATE void omc__rdma_handle(omc_rdma* E, const struct ibv_wc* wc, int n) {
+    omc_rdma_op* reap;
+    int i;
+    pthread_mutex_lock(&E->mu);
+    for (i = 0; i < n; i++) omc__rdma_complete(E, &wc[i]);
+    reap = E->reap;
+    E->reap = NULL;
+    pthread_cond_broadcast(&E->cv);
+    pthread_mutex_unlock(&E->mu);
+    while (reap) {
+        omc_rdma_op* next = reap->next;
+        omc__rdma_op_free(reap);
+        reap = next;
+    }
+}
+
+/* Asynchronous events: a QP that failed without a completion to tell (e.g. the responder side
+   of a refused write), port state changes, a dead device. */
+OMC__PRIVATE void omc__rdma_async_events(omc_rdma* E) {
+    struct ibv_async_event ev;
+    while (omc__ibv_get_async_event(E->context, &ev) == 0) {
+        switch (ev.event_type) {
+            case IBV_EVENT_QP_FATAL:
+            case IBV_EVENT_QP_REQ_ERR:
+            case IBV_EVENT_QP_ACCESS_ERR: {
+                /* qp_context is our QP: valid here, ibv_destroy_qp waits until the event is acked */
+                omc__rdma_qp* q = (omc__rdma_qp*)ev.element.qp->qp_context;
+                char text[160];
+                snprintf(text, sizeof(text), "QP %u: %s", q->qpn, omc__ibv_event_type_str(ev.event_type));
+                OMC__RDMA_LOG(E, OMC_LOG_WARN, "QP %u (connection %016llx): asynchronous event %s: connection broken", q->qpn,
+                              (unsigned long long)q->conn->conn_id, omc__ibv_event_type_str(ev.event_type));
+                pthread_mutex_lock(&E->mu);
+                omc__rdma_conn_break_locked(q->conn, OMC_ERR_RDMA_QP, text);
+                pthread_mutex_unlock(&E->mu);
+                break;
+            }
+            case IBV_EVENT_DEVICE_FATAL:
+            case IBV_EVENT_PORT_ERR:
+                OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device %s: %s", E->device, omc__ibv_event_type_str(ev.event_type));
+                break;
+            default:
+                OMC__RDMA_LOG(E, OMC_LOG_DEBUG, "device %s: event %s", E->device, omc__ibv_event_type_str(ev.event_type));
+                break;
+        }
+        omc__ibv_ack_async_event(&ev);
+    }
+}
+
+/* Poll while there is work (and for spin_us after the last completion: the next one is
+   probably microseconds away), otherwise arm the CQ and sleep on the completion channel. */
+static void* omc__rdma_progress(void* arg) {
+    omc_rdma* E = (omc_rdma*)arg;
+    struct ibv_wc wc[OMC__RDMA_POLL_BATCH];
+    unsigned int unacked = 0;
+    omc_time_ns spin_until = 0, spin = (omc_time_ns)E->spin_us * 1000;
+    for (;;) {
+        struct pollfd pf[3];
+        int n = ibv_poll_cq(E->cq, OMC__RDMA_POLL_BATCH, wc), stop, busy;
+        if (n > 0) {
+            omc__rdma_handle(E, wc, n);
+            spin_until = omc_now_ns() + spin;
+            continue;
+        }
+        if (n < 0) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_poll_cq failed (%d)", n);
+        pthread_mutex_lock(&E->mu);
+        stop = E->stop;
+        busy = E->outstanding > 0;
+        pthread_mutex_unlock(&E->mu);
+        if (stop) break;
+        if (busy && omc_now_ns() < spin_until) continue;
+        /* arm, then poll once more: arming only reports completions that arrive after it */
+        if (ibv_req_notify_cq(E->cq, 0) != 0) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_req_notify_cq failed");
+        n = ibv_poll_cq(E->cq, OMC__RDMA_POLL_BATCH, wc);
+        if (n > 0) {
+            omc__rdma_handle(E, wc, n);
+            spin_until = omc_now_ns() + spin;
+            continue;
+        }
+        pf[0].fd = E->channel->fd;  pf[0].events = POLLIN; pf[0].revents = 0;
+        pf[1].fd = E->context->async_fd; pf[1].events = POLLIN; pf[1].revents = 0;
+        pf[2].fd = E->wake_fd;      pf[2].events = POLLIN; pf[2].revents = 0;
+        omc__add(&E->n_sleeps, 1u);
+        if (poll(pf, 3, OMC__RDMA_SLEEP_MS) < 0 && errno != EINTR) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "poll: %s", strerror(errno));
+        if (pf[0].revents & POLLIN) {
+            struct ibv_cq* ev_cq;
+            void* ev_ctx;
+            if (omc__ibv_get_cq_event(E->channel, &ev_cq, &ev_ctx) == 0 && ++unacked >= OMC__RDMA_ACK_EVERY) {
+                omc__ibv_ack_cq_events(E->cq, unacked);
+                unacked = 0;
+            }
+        }
+        if (pf[1].revents & POLLIN) omc__rdma_async_events(E);
+        if (pf[2].revents & POLLIN) {
+            uint64_t v;
+            if (read(E->wake_fd, &v, sizeof(v)) < 0) { /* nothing to do: the flag is in E->stop */ }
+        }
+        spin_until = omc_now_ns() + spin;
+    }
+    if (unacked) omc__ibv_ack_cq_events(E->cq, unacked);   /* every event must be acked before destroy_cq */
+    return NULL;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: creating and destroying the engine                                   */
+/* ============================================================================================== */
+
+OMC__PRIVATE int omc__rdma_set_nonblocking(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* After the device is open (E->context): PD, completion channel, CQ, wake-up fd, progress
+   thread. On failure everything created here and the context are released, in reverse. */
+OMC__PRIVATE omc_result omc__rdma_open(omc_rdma* E) {
+    int rc;
+    E->pd = omc__ibv_alloc_pd(E->context);
+    if (!E->pd) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_alloc_pd on %s failed: %s", E->device, strerror(errno));
+        goto clean_context;
+    }
+    E->channel = omc__ibv_create_comp_channel(E->context);
+    if (!E->channel) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_create_comp_channel on %s failed: %s", E->device, strerror(errno));
+        goto clean_pd;
+    }
+    E->cq = omc__ibv_create_cq(E->context, (int)E->cq_depth, E, E->channel, 0);
+    if (!E->cq) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_create_cq(%u entries) on %s failed: %s", E->cq_depth, E->device, strerror(errno));
+        goto clean_channel;
+    }
+    E->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (E->wake_fd < 0) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "eventfd: %s", strerror(errno));
+        goto clean_cq;
+    }
+    /* the progress thread polls both before it reads them: they must never block it */
+    if (omc__rdma_set_nonblocking(E->channel->fd) != 0 || omc__rdma_set_nonblocking(E->context->async_fd) != 0) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "fcntl(O_NONBLOCK): %s", strerror(errno));
+        goto clean_wake;
+    }
+    rc = pthread_create(&E->thread, NULL, omc__rdma_progress, E);
+    if (rc != 0) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "pthread_create: %s", strerror(rc));
+        goto clean_wake;
+    }
+    E->thread_started = 1;
+    return OMC_OK;
+
+clean_wake:
+    close(E->wake_fd);
+clean_cq:
+    omc__ibv_destroy_cq(E->cq);
+clean_channel:
+    omc__ibv_destroy_comp_channel(E->channel);
+clean_pd:
+    omc__ibv_dealloc_pd(E->pd);
+clean_context:
+    omc__ibv_close_device(E->context);
+    E->context = NULL;
+    return OMC_ERR_RDMA_DEVICE;
+}
+
+/* The reverse of omc__rdma_open. */
+OMC__PRIVATE void omc__rdma_close(omc_rdma* E) {
+    if (E->thread_started) {
+        uint64_t one = 1;
+        pthread_mutex_lock(&E->mu);
+        E->stop = 1;
+        pthread_mutex_unlock(&E->mu);
+        if (write(E->wake_fd, &one, sizeof(one)) < 0) { /* the thread also wakes up on its own */ }
+        pthread_join(E->thread, NULL);
+        E->thread_started = 0;
+    }
+    close(E->wake_fd);
+    if (omc__ibv_destroy_cq(E->cq) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_destroy_cq: %s", strerror(errno));
+    if (omc__ibv_destroy_comp_channel(E->channel) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_destroy_comp_channel: %s", strerror(errno));
+    if (omc__ibv_dealloc_pd(E->pd) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_dealloc_pd: %s (something still uses it)", strerror(errno));
+    omc__ibv_close_device(E->context);
+}
+
+/* Zero means default; check what is left. */
+OMC__PRIVATE omc_result omc__rdma_resolve(omc_rdma* E, const omc_rdma_desc* d) {
+    E->qps_per_peer = d->qps_per_peer ? d->qps_per_peer : OMNICONN_RDMA_QPS_PER_PEER;
+    E->queue_depth = d->queue_depth ? d->queue_depth : OMNICONN_RDMA_QUEUE_DEPTH;
+    E->signal_every = d->signal_every ? d->signal_every : OMNICONN_RDMA_SIGNAL_EVERY;
+    E->slice = d->slice_size ? d->slice_size : OMNICONN_RDMA_SLICE;
+    E->split_min = d->split_min ? d->split_min : OMNICONN_RDMA_SPLIT_MIN;
+    E->mr_chunk = d->mr_chunk ? d->mr_chunk : OMNICONN_RDMA_MR_CHUNK;
+    E->spin_us = d->spin_us ? d->spin_us : OMNICONN_RDMA_SPIN_US;
+    if (E->qps_per_peer > OMC_RDMA_MAX_QPS || E->queue_depth < 2 || E->queue_depth > 65536 || E->slice > ((uint64_t)1 << 30) ||
+        (E->mr_chunk & 4095) || d->port > 255 || (unsigned)d->protection > OMC_RDMA_PROTECT_POOL) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "invalid RDMA desc: qps_per_peer %u (1..%d), queue_depth %u (2..65536), slice %llu (<= 1 GiB), "
+                      "mr_chunk %llu (a multiple of 4096), port %u", E->qps_per_peer, OMC_RDMA_MAX_QPS, E->queue_depth,
+                      (unsigned long long)E->slice, (unsigned long long)E->mr_chunk, d->port);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (E->signal_every > E->queue_depth / 2) E->signal_every = E->queue_depth / 2;   /* the ring must drain */
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection want);
+
+OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** out) {
+    omc_rdma_desc d;
+    omc_hooks hooks;
+    omc_rdma* E;
+    char why[512], gtext[INET6_ADDRSTRLEN];
+    uint8_t want[16];
+    int have_want = 0;
+    omc_result r;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    *out = NULL;
+    if (desc) d = *desc; else memset(&d, 0, sizeof(d));
+    hooks = omc__hooks_resolve(&d.hooks);
+    r = omc__ibv_load(d.library, why, sizeof(why));
+    if (r != OMC_OK) {
+        OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "RDMA unavailable: %s", why);
+        return r;
+    }
+    if (d.local_addr && d.local_addr[0]) {
+        if (omc_rdma_addr_to_gid(d.local_addr, want) != OMC_OK) {
+            OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "local_addr '%s' is not an IPv4 or IPv6 literal", d.local_addr);
+            return OMC_ERR_INVALID_ARG;
+        }
+        have_want = 1;
+    }
+    E = (omc_rdma*)omc__calloc(&hooks, sizeof(omc_rdma));
+    if (!E) return OMC_ERR_NO_MEMORY;
+    E->hooks = hooks;
+    E->wake_fd = -1;
+    r = omc__rdma_resolve(E, &d);
+    if (r != OMC_OK) { omc__free(&hooks, E); return r; }
+    if (pthread_mutex_init(&E->mu, NULL) != 0 || omc__cond_init_monotonic(&E->cv) != 0) { omc__free(&hooks, E); return OMC_ERR_SYSTEM; }
+    r = omc__rdma_pick_device(E, &d, have_want ? want : NULL);
+    if (r == OMC_OK) {
+        E->max_sge = (uint32_t)omc__min(OMC__RDMA_MAX_SGE, E->dev_attr.max_sge > 0 ? E->dev_attr.max_sge : 1);
+        E->cq_depth = (uint32_t)omc__min(OMNICONN_RDMA_CQ_DEPTH, E->dev_attr.max_cqe > 0 ? E->dev_attr.max_cqe : 1);
+        if (E->cq_depth < E->queue_depth) {
+            OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device %s: a CQ holds at most %u entries, fewer than queue_depth %u", E->device,
+                          E->cq_depth, E->queue_depth);
+            omc__ibv_close_device(E->context);
+            r = OMC_ERR_INVALID_ARG;
+        } else r = omc__rdma_open(E);
+    }
+    if (r != OMC_OK) {
+        pthread_mutex_destroy(&E->mu);
+        pthread_cond_destroy(&E->cv);
+        omc__free(&hooks, E);
+        return r;
+    }
+    omc__rdma_choose_protection(E, d.protection);
+    omc_rdma_gid_to_text(E->gid, gtext, sizeof(gtext));
+    OMC__RDMA_LOG(E, OMC_LOG_INFO, "RDMA engine on %s port %u: GID %u %s (%s%s%s), destinations protected by %s, libibverbs %s, "
+                  "%u QPs per peer, queue depth %u, slice %llu", E->device, E->port, E->gid_index, gtext, omc__gid_type_name(E->gid_type),
+                  E->netdev[0] ? " on " : "", E->netdev, omc__rdma_protection_name(E->protect), omc__ibv_library, E->qps_per_peer,
+                  E->queue_depth, (unsigned long long)E->slice);
+    *out = E;
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__rdma_region_drop(omc_rdma* E, omc__rdma_region* g);
+
+OMNICONN_API void omc_rdma_destroy(omc_rdma* E) {
+    omc_hooks hooks;
+    uint32_t i;
+    if (!E) return;
+    hooks = E->hooks;
+    if (E->conns) OMC__RDMA_LOG(E, OMC_LOG_WARN, "destroying the engine with %u connections still open", E->conns);
+    omc__rdma_close(E);
+    for (i = 0; i < E->nregions; i++) omc__rdma_region_drop(E, &E->regions[i]);
+    omc__free(&hooks, E->regions);
+    omc__smap_free(&E->qps, &hooks);
+    pthread_mutex_destroy(&E->mu);
+    pthread_cond_destroy(&E->cv);
+    omc__free(&hooks, E);
+}
+
+OMNICONN_API omc_result omc_rdma_query(omc_rdma* E, omc_rdma_info* o) {
+    uint32_t i;
+    if (!o) return OMC_ERR_INVALID_ARG;
+    memset(o, 0, sizeof(*o));
+    if (!E) return OMC_ERR_INVALID_ARG;
+    snprintf(o->device, sizeof(o->device), "%s", E->device);
+    o->port = E->port;
+    o->link = E->link;
+    o->gid_index = E->gid_index;
+    memcpy(o->gid, E->gid, 16);
+    o->gid_type = E->gid_type;
+    snprintf(o->netdev, sizeof(o->netdev), "%s", E->netdev);
+    o->active_mtu = omc_rdma_mtu_bytes(E->port_attr.active_mtu);
+    o->protection = E->protect;
+    o->memory_windows = E->use_mw;
+    o->window_bounds = E->window_bounds;
+    o->runtime_linked = OMC__IBV_RUNTIME;
+    o->qps_per_peer = E->qps_per_peer;
+    o->queue_depth = E->queue_depth;
+    o->signal_every = E->signal_every;
+    o->slice_size = E->slice;
+    o->mr_chunk = E->mr_chunk;
+    pthread_mutex_lock(&E->mu);
+    o->regions = E->nregions;
+    for (i = 0; i < E->nregions; i++) { o->memory_regions += E->regions[i].count; o->registered_bytes += E->regions[i].size; }
+    o->connections = E->conns;
+    o->writes = E->n_writes;
+    o->write_bytes = E->n_write_bytes;
+    o->write_errors = E->n_write_errors;
+    o->access_errors = E->n_access_errors;
+    o->work_requests = E->n_wrs;
+    o->signalled = E->n_signalled;
+    o->binds = E->n_binds;
+    o->invalidations = E->n_invalidations;
+    o->qp_errors = E->n_qp_errors;
+    pthread_mutex_unlock(&E->mu);
+    o->sleeps = omc__load(&E->n_sleeps);
+    return OMC_OK;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: registration                                                         */
+/* ============================================================================================== */
+
+/* What the kernel counts against RLIMIT_MEMLOCK for us: VmPin (pages pinned by registrations
+   of this process, from any library) and whether CAP_IPC_LOCK lifts the limit. */
+OMC__PRIVATE void omc__rdma_pin_state(uint64_t* pinned, int* cap_ipc_lock) {
+    char line[256];
+    FILE* f = fopen("/proc/self/status", "r");
+    *cap_ipc_lock = 0;
+    if (!f) return;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long long v;
+        if (sscanf(line, "VmPin: %llu kB", &v) == 1) *pinned = omc__max(*pinned, (uint64_t)v * 1024);
+        else if (strncmp(line, "CapEff:", 7) == 0 && sscanf(line + 7, "%llx", &v) == 1) *cap_ipc_lock = (int)((v >> 14) & 1);   /* CAP_IPC_LOCK = 14 */
+    }
+    fclose(f);
+}
+
+OMC__PRIVATE uint64_t omc__rdma_memlock_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+    return (uint64_t)rl.rlim_cur;
+}
+
+OMC__PRIVATE void omc__rdma_region_drop(omc_rdma* E, omc__rdma_region* g) {
+    uint32_t i;
+    for (i = 0; i < g->count; i++)
+        if (g->mr[i] && omc__ibv_dereg_mr(g->mr[i]) != 0)
+            OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_dereg_mr of [%p, +%llu): %s (a memory window still bound?)", (void*)g->base,
+                          (unsigned long long)g->size, strerror(errno));
+    omc__free(&E->hooks, g->mr);
+    g->mr = NULL;
+    g->count = 0;
+}
+
+OMNICONN_API omc_result omc_rdma_register(omc_rdma* E, void* base, uint64_t size) {
+    omc__rdma_region g;
+    uint64_t pinned = 0, limit = omc__rdma_memlock_limit();
+    int cap = 0, access;
+    uint32_t i;
+    int overlap = 0;
+    char why[600];
+    omc_result r;
+    if (!E || !base || size == 0 || (uintptr_t)base > UINTPTR_MAX - size) return OMC_ERR_INVALID_ARG;
+    omc__rdma_pin_state(&pinned, &cap);
+    pthread_mutex_lock(&E->mu);
+    pinned = omc__max(pinned, E->pinned);
+    for (i = 0; i < E->nregions; i++) {
+        omc__rdma_region* o = &E->regions[i];
+        if ((uint8_t*)base < o->base + o->size && o->base < (uint8_t*)base + size) overlap = 1;
+    }
+    pthread_mutex_unlock(&E->mu);
+    if (overlap) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "[%p, +%llu) overlaps a region already registered", base, (unsigned long long)size);
+        return OMC_ERR_EXISTS;
+    }
+    /* check first: the kernel's answer would only be ENOMEM, and this is the error users hit most */
+    r = omc__rdma_memlock_check(size, pinned, limit, cap, why, sizeof(why));
+    if (r != OMC_OK) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "%s", why);
+        return r;
+    }
+    memset(&g, 0, sizeof(g));
+    g.base = (uint8_t*)base;
+    g.size = size;
+    g.chunk = E->mr_chunk;
+    g.count = (uint32_t)((size + g.chunk - 1) / g.chunk);
+    g.mr = (struct ibv_mr**)omc__calloc(&E->hooks, sizeof(struct ibv_mr*) * g.count);
+    if (!g.mr) return OMC_ERR_NO_MEMORY;
+    /* only with POOL protection do the pool's MRs take remote writes; otherwise a window or a
+       region of the destination's own is the only way in */
+    access = IBV_ACCESS_LOCAL_WRITE | (E->protect == OMC_RDMA_PROTECT_WINDOWS ? IBV_ACCESS_MW_BIND : 0) |
+             (E->protect == OMC_RDMA_PROTECT_POOL ? IBV_ACCESS_REMOTE_WRITE : 0);
+    for (i = 0; i < g.count; i++) {
+        uint64_t off = (uint64_t)i * g.chunk, len = omc__min(g.chunk, size - off);
+        g.mr[i] = omc__ibv_reg_mr(E->pd, g.base + off, (size_t)len, access);
+        if (!g.mr[i]) {
+            int e = errno;
+            r = (e == ENOMEM || e == EAGAIN || e == EPERM) && omc__rdma_memlock_check(size, pinned, limit, 0, why, sizeof(why)) != OMC_OK
+                    ? OMC_ERR_MEMLOCK : (e == ENOMEM ? OMC_ERR_NO_MEMORY : OMC_ERR_SYSTEM);
+            if (r == OMC_ERR_MEMLOCK) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_reg_mr: %s; %s", strerror(e), why);
+            else OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_reg_mr of [%p, +%llu) (part %u of %u) failed: %s", (void*)(g.base + off),
+                               (unsigned long long)len, i + 1, g.count, strerror(e));
+            omc__rdma_region_drop(E, &g);
+            return r;
+        }
+    }
+    pthread_mutex_lock(&E->mu);
+    if (E->nregions == E->cap_regions) {
+        uint32_t ncap = E->cap_regions ? E->cap_regions * 2 : 4;
+        omc__rdma_region* nr = (omc__rdma_region*)omc__malloc(&E->hooks, sizeof(omc__rdma_region) * ncap);
+        if (!nr) {
+            pthread_mutex_unlock(&E->mu);
+            omc__rdma_region_drop(E, &g);
+            return OMC_ERR_NO_MEMORY;
+        }
+        if (E->nregions) memcpy(nr, E->regions, sizeof(omc__rdma_region) * E->nregions);
+        omc__free(&E->hooks, E->regions);
+        E->regions = nr;
+        E->cap_regions = ncap;
+    }
+    E->regions[E->nregions++] = g;
+    E->pinned += size;
+    pthread_mutex_unlock(&E->mu);
+    OMC__RDMA_LOG(E, OMC_LOG_INFO, "registered [%p, +%llu) as %u memory region%s (%s)", base, (unsigned long long)size, g.count,
+                  g.count == 1 ? "" : "s", omc__rdma_protection_name(E->protect));
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_rdma_deregister(omc_rdma* E, void* base) {
+    omc__rdma_region g;
+    uint32_t i;
+    if (!E || !base) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&E->mu);
+    for (i = 0; i < E->nregions; i++) if (E->regions[i].base == (uint8_t*)base) break;
+    if (i == E->nregions) { pthread_mutex_unlock(&E->mu); return OMC_ERR_NOT_FOUND; }
+    g = E->regions[i];
+    E->regions[i] = E->regions[--E->nregions];
+    E->pinned -= g.size;
+    pthread_mutex_unlock(&E->mu);
+    omc__rdma_region_drop(E, &g);
+    return OMC_OK;
+}
+
+/* The region that holds [p, p + len) entirely, or NULL (caller holds mu). */
+OMC__PRIVATE omc__rdma_region* omc__rdma_find(omc_rdma* E, const void* p, uint64_t len) {
+    const uint8_t* a = (const uint8_t*)p;
+    uint32_t i;
+    for (i = 0; i < E->nregions; i++) {
+        omc__rdma_region* g = &E->regions[i];
+        if (a >= g->base && (uint64_t)(a - g->base) <= g->size && len <= g->size - (uint64_t)(a - g->base)) return g;
+    }
+    return NULL;
+}
+
+static omc_result omc__rdma_attach(omc_pool* pool, void* base, uint64_t size, void* user) {
+    omc_rdma* E = (omc_rdma*)user;
+    if (omc_pool_memory(pool) == OMC_MEMORY_CUDA) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "CUDA pools cannot be registered yet (GPUDirect RDMA is a non-goal of 0.1)");
+        return OMC_ERR_UNAVAILABLE;
+    }
+    return omc_rdma_register(E, base, size);
+}
+
+static void omc__rdma_detach(omc_pool* pool, void* base, uint64_t size, void* user) {
+    (void)pool; (void)size;
+    omc_rdma_deregister((omc_rdma*)user, base);
+}
+
+OMNICONN_API omc_region_hooks omc_rdma_region_hooks(omc_rdma* E) {
+    omc_region_hooks h;
+    memset(&h, 0, sizeof(h));
+    if (!E) return h;
+    h.attach = omc__rdma_attach;
+    h.detach = omc__rdma_detach;
+    h.user_data = E;
+    return h;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: queue pairs (RESET -> INIT -> RTR -> RTS)                            */
+/* ============================================================================================== */
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+OMC__PRIVATE void omc__rdma_cat(char* buf, size_t n, const char* fmt, ...) {
+    size_t used = strlen(buf);
+    va_list ap;
+    if (used + 1 >= n) return;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, n - used, fmt, ap);
+    va_end(ap);
+}
+
+/* ibv_modify_qp, and on failure one log line with every attribute the mask set and a hint:
+   "Failed to modify QP to RTR" alone is what users cannot act on. */
+OMC__PRIVATE omc_result omc__rdma_modify(omc_rdma* E, omc__rdma_qp* q, struct ibv_qp_attr* a, int mask, const char* state,
+                                         const char* hint) {
+    char msg[800], gid[INET6_ADDRSTRLEN];
+    int rc = omc__ibv_modify_qp(q->qp, a, mask);
+    if (rc == 0) return OMC_OK;
+    msg[0] = '\0';
+    omc__rdma_cat(msg, sizeof(msg), "Failed to modify QP %u to %s: %s (%d). Attributes:", q->qpn, state, strerror(rc), rc);
+    if (mask & IBV_QP_PKEY_INDEX) omc__rdma_cat(msg, sizeof(msg), " pkey_index=%u", a->pkey_index);
+    if (mask & IBV_QP_PORT) omc__rdma_cat(msg, sizeof(msg), " port_num=%u", a->port_num);
+    if (mask & IBV_QP_ACCESS_FLAGS) omc__rdma_cat(msg, sizeof(msg), " qp_access_flags=0x%x", a->qp_access_flags);
+    if (mask & IBV_QP_PATH_MTU) omc__rdma_cat(msg, sizeof(msg), " path_mtu=%u", omc_rdma_mtu_bytes(a->path_mtu));
+    if (mask & IBV_QP_DEST_QPN) omc__rdma_cat(msg, sizeof(msg), " dest_qp_num=%u", a->dest_qp_num);
+    if (mask & IBV_QP_RQ_PSN) omc__rdma_cat(msg, sizeof(msg), " rq_psn=%u", a->rq_psn);
+    if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) omc__rdma_cat(msg, sizeof(msg), " max_dest_rd_atomic=%u", a->max_dest_rd_atomic);
+    if (mask & IBV_QP_MIN_RNR_TIMER) omc__rdma_cat(msg, sizeof(msg), " min_rnr_timer=%u", a->min_rnr_timer);
+    if (mask & IBV_QP_AV) {
+        omc_rdma_gid_to_text(a->ah_attr.grh.dgid.raw, gid, sizeof(gid));
+        omc__rdma_cat(msg, sizeof(msg), " ah_attr={dlid=%u sl=%u src_path_bits=%u port_num=%u is_global=%u", a->ah_attr.dlid,
+                      a->ah_attr.sl, a->ah_attr.src_path_bits, a->ah_attr.port_num, a->ah_attr.is_global);
+        if (a->ah_attr.is_global)
+            omc__rdma_cat(msg, sizeof(msg), " grh={dgid=%s sgid_index=%u hop_limit=%u traffic_class=%u flow_label=%u}", gid,
+                          a->ah_attr.grh.sgid_index, a->ah_attr.grh.hop_limit, a->ah_attr.grh.traffic_class, a->ah_attr.grh.flow_label);
+        omc__rdma_cat(msg, sizeof(msg), "}");
+    }
+    if (mask & IBV_QP_SQ_PSN) omc__rdma_cat(msg, sizeof(msg), " sq_psn=%u", a->sq_psn);
+    if (mask & IBV_QP_TIMEOUT) omc__rdma_cat(msg, sizeof(msg), " timeout=%u", a->timeout);
+    if (mask & IBV_QP_RETRY_CNT) omc__rdma_cat(msg, sizeof(msg), " retry_cnt=%u", a->retry_cnt);
+    if (mask & IBV_QP_RNR_RETRY) omc__rdma_cat(msg, sizeof(msg), " rnr_retry=%u", a->rnr_retry);
+    if (mask & IBV_QP_MAX_QP_RD_ATOMIC) omc__rdma_cat(msg, sizeof(msg), " max_rd_atomic=%u", a->max_rd_atomic);
+    OMC__RDMA_LOG(E, OMC_LOG_ERROR, "%s. Hint: %s", msg, hint);
+    return OMC_ERR_RDMA_QP;
+}
+
+/* RESET -> INIT: which port and partition, and what a peer may do through this QP. */
+OMC__PRIVATE omc_result omc__rdma_qp_to_init(omc_rdma* E, omc__rdma_qp* q) {
+    struct ibv_qp_attr attr;
+    int mask = 0;
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_INIT;
+    mask |= IBV_QP_STATE;
+    attr.pkey_index = OMC__RDMA_PKEY_INDEX;
+    mask |= IBV_QP_PKEY_INDEX;
+    attr.port_num = E->port;
+    mask |= IBV_QP_PORT;
+    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;     /* the peer writes into windows / MRs we gave it */
+    mask |= IBV_QP_ACCESS_FLAGS;
+    return omc__rdma_modify(E, q, &attr, mask, "INIT", "check the port number and that the device has QPs left");
+}
+
+/* INIT -> RTR: everything about the peer (its QP, its first PSN, the path to it). */
+OMC__PRIVATE omc_result omc__rdma_qp_to_rtr(omc_rdma* E, omc__rdma_qp* q, const omc_rdma_record* peer, uint32_t mtu) {
+    struct ibv_qp_attr attr;
+    char hint[512], mine[INET6_ADDRSTRLEN], theirs[INET6_ADDRSTRLEN];
+    int mask = 0;
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_RTR;
+    mask |= IBV_QP_STATE;
+    attr.path_mtu = (enum ibv_mtu)mtu;
+    mask |= IBV_QP_PATH_MTU;
+    attr.dest_qp_num = q->peer_qpn;
+    mask |= IBV_QP_DEST_QPN;
+    attr.rq_psn = q->peer_psn;
+    mask |= IBV_QP_RQ_PSN;
+    attr.max_dest_rd_atomic = OMC__RDMA_RD_ATOMIC;
+    mask |= IBV_QP_MAX_DEST_RD_ATOMIC;
+    attr.min_rnr_timer = OMC__RDMA_MIN_RNR_TIMER;
+    mask |= IBV_QP_MIN_RNR_TIMER;
+    /* the address vector: InfiniBand routes by LID; RoCE has no LIDs, every packet carries a
+       global route header with both GIDs (and RoCE v2 puts it in a UDP/IP packet) */
+    attr.ah_attr.dlid = peer->lid;
+    attr.ah_attr.sl = OMC__RDMA_SERVICE_LEVEL;
+    attr.ah_attr.src_path_bits = 0;
+    attr.ah_attr.port_num = E->port;
+    if (E->link == OMC_RDMA_LINK_ETHERNET) {
+        attr.ah_attr.is_global = 1;
+        memcpy(attr.ah_attr.grh.dgid.raw, peer->gid, 16);
+        attr.ah_attr.grh.sgid_index = (uint8_t)E->gid_index;
+        attr.ah_attr.grh.hop_limit = OMC__RDMA_HOP_LIMIT;
+        attr.ah_attr.grh.traffic_class = OMC__RDMA_TRAFFIC_CLASS;
+        attr.ah_attr.grh.flow_label = 0;
+    }
+    mask |= IBV_QP_AV;
+    omc_rdma_gid_to_text(E->gid, mine, sizeof(mine));
+    omc_rdma_gid_to_text(peer->gid, theirs, sizeof(theirs));
+    snprintf(hint, sizeof(hint), "check GID index/type: this side uses GID %u (%s, %s) on %s port %u, the peer GID %u (%s, %s); "
+             "both must be of the same type and reach each other (RoCE v2 needs an IP route), and path MTU %u must not exceed "
+             "either port's active MTU. Pick another GID with desc.gid_index or another device with RDMA_DEVICE_NAME",
+             E->gid_index, mine, omc__gid_type_name(E->gid_type), E->device, E->port, peer->gid_index, theirs,
+             omc__gid_type_name((omc_rdma_gid_type)peer->gid_type), omc_rdma_mtu_bytes(mtu));
+    return omc__rdma_modify(E, q, &attr, mask, "RTR", hint);
+}
+
+/* RTR -> RTS: our own first PSN and how long to wait for acknowledgements. */
+OMC__PRIVATE omc_result omc__rdma_qp_to_rts(omc_rdma* E, omc__rdma_qp* q) {
+    struct ibv_qp_attr attr;
+    int mask = 0;
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_RTS;
+    mask |= IBV_QP_STATE;
+    attr.sq_psn = q->psn;
+    mask |= IBV_QP_SQ_PSN;
+    attr.timeout = OMNICONN_RDMA_ACK_TIMEOUT;           /* 4.096 us * 2^timeout per attempt */
+    mask |= IBV_QP_TIMEOUT;
+    attr.retry_cnt = OMNICONN_RDMA_RETRY_COUNT;         /* then IBV_WC_RETRY_EXC_ERR: the peer is gone */
+    mask |= IBV_QP_RETRY_CNT;
+    attr.rnr_retry = OMC__RDMA_RNR_RETRY;
+    mask |= IBV_QP_RNR_RETRY;
+    attr.max_rd_atomic = OMC__RDMA_RD_ATOMIC;
+    mask |= IBV_QP_MAX_QP_RD_ATOMIC;
+    return omc__rdma_modify(E, q, &attr, mask, "RTS", "check the timeout and retry counts the device accepts");
+}
+
+/* Create QP `index` of a connection and bring it to INIT. */
+OMC__PRIVATE omc_result omc__rdma_qp_create(omc_rdma* E, omc_rdma_conn* c, uint32_t index) {
+    omc__rdma_qp* q = &c->qps[index];
+    struct ibv_qp_init_attr init;
+    omc_result r;
+    q->conn = c;
+    q->index = index;
+    q->slots = (omc__rdma_slot*)omc__calloc(&E->hooks, sizeof(omc__rdma_slot) * E->queue_depth);
+    if (!q->slots) return OMC_ERR_NO_MEMORY;
+    memset(&init, 0, sizeof(init));
+    init.qp_context = q;
+    init.send_cq = E->cq;
+    init.recv_cq = E->cq;
+    init.cap.max_send_wr = E->queue_depth;
+    init.cap.max_recv_wr = 1;           /* we never post receives; some providers refuse 0 */
+    init.cap.max_send_sge = E->max_sge;
+    init.cap.max_recv_sge = 1;
+    init.qp_type = IBV_QPT_RC;
+    init.sq_sig_all = 0;                /* selective signalling: each request says */
+    q->qp = omc__ibv_create_qp(E->pd, &init);
+    if (!q->qp) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_create_qp (RC, %u send WRs, %u SGEs) on %s failed: %s", E->queue_depth, E->max_sge,
+                      E->device, strerror(errno));
+        return OMC_ERR_RDMA_QP;
+    }
+    q->qpn = q->qp->qp_num;
+    /* a random first PSN: packets of an older QP that had this number are not taken as ours */
+    q->psn = (uint32_t)omc__random_u64() & OMC__RDMA_24BIT;
+    pthread_mutex_lock(&E->mu);
+    do { q->id = ++E->next_qp_id; } while (q->id == 0);
+    r = omc__smap_put(&E->qps, &E->hooks, (const char*)&q->id, sizeof(q->id), q);
+    q->in_table = r == OMC_OK;
+    pthread_mutex_unlock(&E->mu);
+    if (r != OMC_OK) return r;
+    return omc__rdma_qp_to_init(E, q);
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: connections                                                          */
+/* ============================================================================================== */
+
+OMC__PRIVATE void omc__rdma_conn_free(omc_rdma_conn* c) {
+    omc_rdma* E = c->eng;
+    uint32_t i, j;
+    pthread_mutex_lock(&E->mu);
+    for (i = 0; i < c->nqp; i++) {      /* from now on completions of these QPs are stale */
+        omc__rdma_qp* q = &c->qps[i];
+        if (q->in_table) omc__smap_del(&E->qps, &E->hooks, (const char*)&q->id, sizeof(q->id));
+        q->in_table = 0;
+        E->outstanding -= q->head - q->tail;
+    }
+    E->live_qps -= c->nqp;
+    E->conns--;
+    pthread_mutex_unlock(&E->mu);
+    for (i = 0; i < c->nqp; i++) {
+        omc__rdma_qp* q = &c->qps[i];
+        for (j = 0; j < q->mw_free_count; j++) ibv_dealloc_mw(q->mw_free[j]);
+        omc__free(&E->hooks, q->mw_free);
+        if (q->qp && omc__ibv_destroy_qp(q->qp) != 0)
+            OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_destroy_qp(%u): %s", q->qpn, strerror(errno));
+        omc__free(&E->hooks, q->slots);
+    }
+    omc__free(&E->hooks, c);
+}
+
+OMC__PRIVATE void omc__rdma_conn_unref(omc_rdma_conn* c) {
+    omc_rdma* E = c->eng;
+    int last;
+    pthread_mutex_lock(&E->mu);
+    last = --c->refs == 0;
+    pthread_mutex_unlock(&E->mu);
+    if (last) omc__rdma_conn_free(c);
+}
+
+/* A connection with nqp QPs in INIT. The CQ must have room for every request they can hold. */
+OMC__PRIVATE omc_result omc__rdma_conn_new(omc_rdma* E, uint32_t nqp, uint64_t conn_id, omc_rdma_conn** out) {
+    omc_rdma_conn* c;
+    omc_result r = OMC_OK;
+    uint32_t i, live;
+    *out = NULL;
+    c = (omc_rdma_conn*)omc__calloc(&E->hooks, sizeof(omc_rdma_conn));
+    if (!c) return OMC_ERR_NO_MEMORY;
+    c->eng = E;
+    c->refs = 1;
+    c->nqp = nqp;
+    c->conn_id = conn_id;
+    pthread_mutex_lock(&E->mu);
+    live = E->live_qps;
+    if ((uint64_t)(live + nqp) * E->queue_depth > E->cq_depth) r = OMC_ERR_BUSY;
+    else { E->live_qps += nqp; E->conns++; }
+    pthread_mutex_unlock(&E->mu);
+    if (r != OMC_OK) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "engine already has %u QPs; its CQ (%u entries) has room for %u QPs of depth %u: raise "
+                      "OMNICONN_RDMA_CQ_DEPTH, lower queue_depth, or close connections", live, E->cq_depth,
+                      E->cq_depth / E->queue_depth, E->queue_depth);
+        omc__free(&E->hooks, c);
+        return r;
+    }
+    for (i = 0; i < nqp && r == OMC_OK; i++) r = omc__rdma_qp_create(E, c, i);
+    if (r != OMC_OK) { omc__rdma_conn_free(c); return r; }
+    *out = c;
+    return OMC_OK;
+}
+
+/* Can our port and the peer's talk at all? Said before any QP transition fails obscurely. */
+OMC__PRIVATE omc_result omc__rdma_check_peer(omc_rdma* E, const omc_rdma_record* peer) {
+    char mine[INET6_ADDRSTRLEN], theirs[INET6_ADDRSTRLEN];
+    if (peer->link != E->link) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "link layers differ: this port (%s port %u) is %s, the peer's is %s", E->device, E->port,
+                      E->link == OMC_RDMA_LINK_INFINIBAND ? "InfiniBand" : "Ethernet/RoCE",
+                      peer->link == OMC_RDMA_LINK_INFINIBAND ? "InfiniBand" : "Ethernet/RoCE");
+        return OMC_ERR_RDMA_DEVICE;
+    }
+    if (E->link != OMC_RDMA_LINK_ETHERNET) return OMC_OK;
+    omc_rdma_gid_to_text(E->gid, mine, sizeof(mine));
+    omc_rdma_gid_to_text(peer->gid, theirs, sizeof(theirs));
+    if (omc__gid_is_zero(peer->gid)) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "the peer's record has no GID: RoCE cannot address it");
+        return OMC_ERR_MALFORMED;
+    }
+    if ((E->gid_type == OMC_RDMA_GID_ROCE_V2) != (peer->gid_type == OMC_RDMA_GID_ROCE_V2)) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "GID types differ: this side uses GID %u %s (%s), the peer GID %u %s (%s); both ends of a RoCE "
+                      "connection must speak the same version: set desc.gid_index on one side", E->gid_index, mine,
+                      omc__gid_type_name(E->gid_type), peer->gid_index, theirs, omc__gid_type_name((omc_rdma_gid_type)peer->gid_type));
+        return OMC_ERR_RDMA_DEVICE;
+    }
+    if (omc__gid_is_link_local(E->gid) != omc__gid_is_link_local(peer->gid))
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "one end uses a link-local GID (%s here, %s there): they may not reach each other", mine, theirs);
+    return OMC_OK;
+}
+
+/* Bring every QP to RTR and RTS against the peer's record. */
+OMC__PRIVATE omc_result omc__rdma_conn_link(omc_rdma_conn* c, const omc_rdma_record* peer) {
+    omc_rdma* E = c->eng;
+    uint32_t mtu, i;
+    omc_result r = omc_rdma_mtu_negotiate(E->port_attr.active_mtu, peer->mtu, &mtu);
+    if (r != OMC_OK) return OMC_ERR_MALFORMED;
+    for (i = 0; i < c->nqp && r == OMC_OK; i++) {
+        omc__rdma_qp* q = &c->qps[i];
+        q->peer_qpn = peer->qpn[i];
+        q->peer_psn = peer->psn[i];
+        r = omc__rdma_qp_to_rtr(E, q, peer, mtu);
+        if (r == OMC_OK) r = omc__rdma_qp_to_rts(E, q);
+    }
+    if (r != OMC_OK) return r;
+    pthread_mutex_lock(&E->mu);
+    c->connected = 1;
+    c->peer_incarnation = peer->incarnation;
+    c->path_mtu = omc_rdma_mtu_bytes(mtu);
+    c->peer_flags = peer->flags;
+    pthread_mutex_unlock(&E->mu);
+    OMC__RDMA_LOG(E, c->quiet ? OMC_LOG_DEBUG : OMC_LOG_INFO, "connection %016llx to peer incarnation %016llx: %u QPs, path MTU %u, "
+                  "peer protects with %s", (unsigned long long)c->conn_id, (unsigned long long)peer->incarnation, c->nqp, c->path_mtu,
+                  (peer->flags & OMC_RDMA_FLAG_MEMORY_WINDOWS) ? "memory windows" : (peer->flags & OMC_RDMA_FLAG_REGIONS) ? "regions" : "its pool's rkey");
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_rdma_conn_create(omc_rdma* E, omc_rdma_conn** out) {
+    uint64_t id;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!E) return OMC_ERR_INVALID_ARG;
+    do { id = omc__random_u64(); } while (id == 0);
+    return omc__rdma_conn_new(E, E->qps_per_peer, id, out);
+}
+
+OMNICONN_API omc_result omc_rdma_conn_accept(omc_rdma* E, const void* peer_record, size_t len, omc_rdma_conn** out) {
+    omc_rdma_record peer;
+    omc_rdma_conn* c;
+    omc_result r;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!E) return OMC_ERR_INVALID_ARG;
+    r = omc_rdma_record_decode(peer_record, len, &peer);
+    if (r != OMC_OK) {
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "rejected a peer's endpoint record (%zu bytes): %s", len, omc_result_str(r));
+        return r;
+    }
+    if (peer.conn_id == 0) return OMC_ERR_MALFORMED;
+    r = omc__rdma_check_peer(E, &peer);
+    if (r != OMC_OK) return r;
+    r = omc__rdma_conn_new(E, peer.qp_count, peer.conn_id, &c);
+    if (r != OMC_OK) return r;
+    r = omc__rdma_conn_link(c, &peer);
+    if (r != OMC_OK) { omc__rdma_conn_unref(c); return r; }
+    *out = c;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_rdma_conn_connect(omc_rdma_conn* c, const void* peer_record, size_t len) {
+    omc_rdma_record peer;
+    omc_rdma* E;
+    omc_result r;
+    int busy;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    E = c->eng;
+    r = omc_rdma_record_decode(peer_record, len, &peer);
+    if (r != OMC_OK) {
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "rejected a peer's endpoint record (%zu bytes): %s", len, omc_result_str(r));
+        return r;
+    }
+    if (peer.qp_count != c->nqp || peer.conn_id != c->conn_id) {
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "the peer's record answers another connection (id %016llx, %u QPs; expected %016llx, %u QPs)",
+                      (unsigned long long)peer.conn_id, peer.qp_count, (unsigned long long)c->conn_id, c->nqp);
+        return OMC_ERR_PROTOCOL;
+    }
+    pthread_mutex_lock(&E->mu);
+    busy = c->connected || c->linking || c->closed;
+    c->linking = 1;
+    pthread_mutex_unlock(&E->mu);
+    if (busy) return OMC_ERR_INVALID_ARG;
+    r = omc__rdma_check_peer(E, &peer);
+    if (r == OMC_OK) r = omc__rdma_conn_link(c, &peer);
+    return r;
+}
+
+OMNICONN_API omc_result omc_rdma_conn_record(omc_rdma_conn* c, void* out, size_t cap, size_t* out_len) {
+    omc_rdma_record rec;
+    omc_rdma* E;
+    uint32_t i;
+    if (out_len) *out_len = 0;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    E = c->eng;
+    memset(&rec, 0, sizeof(rec));
+    rec.qp_count = c->nqp;
+    rec.port = E->port;
+    rec.mtu = (uint8_t)E->port_attr.active_mtu;
+    rec.link = (uint8_t)E->link;
+    rec.gid_index = (uint8_t)omc__min(E->gid_index, 255u);     /* informational: logs and hints */
+    rec.gid_type = (uint8_t)E->gid_type;
+    rec.flags = omc__rdma_flags(E);
+    rec.lid = E->port_attr.lid;
+    rec.incarnation = omc_incarnation();
+    rec.conn_id = c->conn_id;
+    memcpy(rec.gid, E->gid, 16);
+    for (i = 0; i < c->nqp; i++) { rec.qpn[i] = c->qps[i].qpn; rec.psn[i] = c->qps[i].psn; }
+    return omc_rdma_record_encode(&rec, out, cap, out_len);
+}
+
+OMNICONN_API int omc_rdma_conn_ok(omc_rdma_conn* c) {
+    int ok;
+    if (!c) return 0;
+    pthread_mutex_lock(&c->eng->mu);
+    ok = c->connected && !c->broken && !c->closed;
+    pthread_mutex_unlock(&c->eng->mu);
+    return ok;
+}
+
+OMNICONN_API omc_result omc_rdma_conn_query(omc_rdma_conn* c, omc_rdma_conn_info* o) {
+    uint32_t i;
+    if (!o) return OMC_ERR_INVALID_ARG;
+    memset(o, 0, sizeof(*o));
+    if (!c) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&c->eng->mu);
+    o->conn_id = c->conn_id;
+    o->peer_incarnation = c->peer_incarnation;
+    o->qp_count = c->nqp;
+    o->path_mtu = c->path_mtu;
+    o->connected = c->connected;
+    o->broken = c->broken || c->closed;
+    o->peer_flags = c->peer_flags;
+    o->error = c->error;
+    snprintf(o->error_text, sizeof(o->error_text), "%s", c->error_text);
+    for (i = 0; i < c->nqp; i++) { o->qpn[i] = c->qps[i].qpn; o->peer_qpn[i] = c->qps[i].peer_qpn; }
+    pthread_mutex_unlock(&c->eng->mu);
+    return OMC_OK;
+}
+
+OMNICONN_API void omc_rdma_conn_destroy(omc_rdma_conn* c) {
+    omc_rdma* E;
+    int was;
+    if (!c) return;
+    E = c->eng;
+    pthread_mutex_lock(&E->mu);
+    was = c->closed;
+    c->closed = 1;
+    if (!was) omc__rdma_conn_break_locked(c, OMC_ERR_CLOSED, "connection closed");
+    pthread_mutex_unlock(&E->mu);
+    if (!was) omc__rdma_conn_unref(c);
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: operations and posting                                               */
+/* ============================================================================================== */
+
+OMC__PRIVATE omc_rdma_op* omc__rdma_op_new_locked(omc_rdma_conn* c, int kind) {
+    omc_rdma_op* op = (omc_rdma_op*)omc__calloc(&c->eng->hooks, sizeof(omc_rdma_op));
+    if (!op) return NULL;
+    op->conn = c;
+    op->kind = kind;
+    c->refs++;
+    return op;
+}
+
+OMC__PRIVATE void omc__rdma_op_free(omc_rdma_op* op) {
+    omc_rdma_conn* c = op->conn;
+    omc__free(&c->eng->hooks, op);
+    omc__rdma_conn_unref(c);
+}
+
+/* Why a connection cannot take new work, or OMC_OK (caller holds mu). */
+OMC__PRIVATE omc_result omc__rdma_conn_usable(omc_rdma_conn* c) {
+    if (c->closed) return OMC_ERR_CLOSED;
+    if (!c->connected || c->broken) return OMC_ERR_RDMA_QP;
+    return OMC_OK;
+}
+
+/* Wait (mu held) until q has a free send slot, the connection breaks or the deadline passes. */
+OMC__PRIVATE omc_result omc__rdma_wait_slot(omc_rdma* E, omc__rdma_qp* q, omc_time_ns deadline) {
+    for (;;) {
+        omc_result r = omc__rdma_conn_usable(q->conn);
+        if (r != OMC_OK) return r;
+        if (q->head - q->tail < E->queue_depth) return OMC_OK;
+        if (omc__cond_wait_until(&E->cv, &E->mu, deadline) == ETIMEDOUT && q->head - q->tail >= E->queue_depth)
+            return OMC_ERR_TIMEOUT;
+    }
+}
+
+/* Post one request of op on q (mu held, a slot is free). Signalled: op's last request on this
+   QP (last), every signal_every-th, and the one that fills the ring, so a full ring drains. */
+OMC__PRIVATE omc_result omc__rdma_post(omc_rdma* E, omc__rdma_qp* q, struct ibv_send_wr* wr, omc_rdma_op* op, int last) {
+    struct ibv_send_wr* bad = NULL;
+    int signal = last || q->unsignalled + 1 >= E->signal_every || q->head - q->tail + 1 >= E->queue_depth;
+    int rc;
+    wr->next = NULL;
+    wr->wr_id = ((uint64_t)q->id << 32) | (uint32_t)q->head;
+    wr->send_flags = signal ? IBV_SEND_SIGNALED : 0;
+    rc = ibv_post_send(q->qp, wr, &bad);
+    if (rc != 0) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_post_send on QP %u (%s): %s", q->qpn, omc__rdma_op_name(op->kind), strerror(rc));
+        return OMC_ERR_RDMA_QP;
+    }
+    q->slots[q->head % E->queue_depth].op = op;     /* the progress thread needs mu to look */
+    q->head++;
+    op->pending++;
+    E->outstanding++;
+    E->n_wrs++;
+    if (signal) { q->unsignalled = 0; E->n_signalled++; }
+    else q->unsignalled++;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline) {
+    omc_rdma_conn* c;
+    omc_rdma* E;
+    omc_result r;
+    if (!op) return OMC_ERR_INVALID_ARG;
+    c = op->conn;
+    E = c->eng;
+    pthread_mutex_lock(&E->mu);
+    while (op->pending > 0) {
+        if (omc__cond_wait_until(&E->cv, &E->mu, deadline) == ETIMEDOUT && op->pending > 0) {
+            /* the adapter may still read or write our memory: break the connection (its QPs
+               flush everything at once) and wait for the flush before giving the memory back */
+            omc_time_ns grace = omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS);
+            char text[160];
+            snprintf(text, sizeof(text), "%s not complete at its deadline", omc__rdma_op_name(op->kind));
+            OMC__RDMA_LOG(E, c->quiet ? OMC_LOG_DEBUG : OMC_LOG_WARN, "connection %016llx: %s with %u request(s) outstanding at its "
+                          "deadline: breaking the connection", (unsigned long long)c->conn_id, omc__rdma_op_name(op->kind), op->pending);
+            if (op->status == OMC_OK) op->status = OMC_ERR_TIMEOUT;
+            omc__rdma_conn_break_locked(c, OMC_ERR_TIMEOUT, text);
+            while (op->pending > 0 && omc__cond_wait_until(&E->cv, &E->mu, grace) != ETIMEDOUT) {}
+            if (op->pending > 0) {
+                op->abandoned = 1;          /* the progress thread frees it when the flush comes */
+                E->n_write_errors += op->kind == OMC__OP_WRITE;
+                pthread_mutex_unlock(&E->mu);
+                OMC__RDMA_LOG(E, OMC_LOG_ERROR, "connection %016llx: no flush within %d ms after moving its QPs to ERROR",
+                              (unsigned long long)c->conn_id, OMC__RDMA_FLUSH_GRACE_MS);
+                return OMC_ERR_TIMEOUT;
+            }
+        }
+    }
+    r = op->status;
+    if (op->kind == OMC__OP_WRITE && !c->quiet) {
+        if (r == OMC_OK) { E->n_writes++; E->n_write_bytes += op->bytes; }
+        else E->n_write_errors++;
+    }
+    pthread_mutex_unlock(&E->mu);
+    omc__rdma_op_free(op);
+    return r;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: windows (the receiver's side)                                        */
+/* ============================================================================================== */
+
+/* Give a window its memory windows back to the QPs' free lists (mu held); 0 if out of memory. */
+OMC__PRIVATE int omc__rdma_mw_keep(omc_rdma* E, omc__rdma_qp* q, struct ibv_mw* mw) {
+    if (q->mw_free_count == q->mw_free_cap) {
+        uint32_t ncap = q->mw_free_cap ? q->mw_free_cap * 2 : 8;
+        struct ibv_mw** n = (struct ibv_mw**)omc__malloc(&E->hooks, sizeof(struct ibv_mw*) * ncap);
+        if (!n) return 0;
+        if (q->mw_free_count) memcpy(n, q->mw_free, sizeof(struct ibv_mw*) * q->mw_free_count);
+        omc__free(&E->hooks, q->mw_free);
+        q->mw_free = n;
+        q->mw_free_cap = ncap;
+    }
+    q->mw_free[q->mw_free_count++] = mw;
+    return 1;
+}
+
+/* OMC_RDMA_PROTECT_REGIONS: register the destination as a region of its own, with remote
+   write; its rkey is the only key that reaches it (the pool's MRs take no remote access). */
+OMC__PRIVATE omc_result omc__rdma_region_for(omc_rdma* E, omc_rdma_window* w) {
+    uint64_t pinned = 0, limit = omc__rdma_memlock_limit();
+    char why[600];
+    int cap = 0;
+    uint32_t i;
+    omc_result r;
+    omc__rdma_pin_state(&pinned, &cap);
+    pthread_mutex_lock(&E->mu);
+    pinned = omc__max(pinned, E->pinned);
+    pthread_mutex_unlock(&E->mu);
+    r = omc__rdma_memlock_check(w->length, pinned, limit, cap, why, sizeof(why));   /* pinned once more */
+    if (r != OMC_OK) { OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination region: %s", why); return r; }
+    w->mr = omc__ibv_reg_mr(E->pd, (void*)(uintptr_t)w->addr, (size_t)w->length, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!w->mr) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_reg_mr of the destination [%p, +%llu): %s", (void*)(uintptr_t)w->addr,
+                      (unsigned long long)w->length, strerror(errno));
+        return errno == ENOMEM ? OMC_ERR_MEMLOCK : OMC_ERR_SYSTEM;
+    }
+    pthread_mutex_lock(&E->mu);
+    w->pinned = w->length;
+    E->pinned += w->pinned;
+    pthread_mutex_unlock(&E->mu);
+    for (i = 0; i < w->count; i++) w->ext[i].rkey = w->mr->rkey;
+    return OMC_OK;
+}
+
+/* Deregistering the region revokes its rkey at once. Returns 0 if that failed. */
+OMC__PRIVATE int omc__rdma_region_drop_for(omc_rdma* E, omc_rdma_window* w) {
+    int ok = 1;
+    if (!w->mr) return 1;
+    if (omc__ibv_dereg_mr(w->mr) != 0) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_dereg_mr of a destination region: %s", strerror(errno));
+        ok = 0;
+    }
+    pthread_mutex_lock(&E->mu);
+    E->pinned -= w->pinned;
+    pthread_mutex_unlock(&E->mu);
+    w->mr = NULL;
+    return ok;
+}
+
+/* Free a window that was never handed out. Windows whose bind was posted are dropped (the
+   connection is broken then: nothing can write through them); unbound ones go back for reuse. */
+OMC__PRIVATE void omc__rdma_window_discard(omc_rdma_window* w, int posted) {
+    omc_rdma_conn* c = w->conn;
+    omc_rdma* E = c->eng;
+    struct ibv_mw* drop[OMC_RDMA_MAX_EXTENTS];
+    uint32_t i, ndrop = 0;
+    pthread_mutex_lock(&E->mu);
+    if (posted) omc__rdma_conn_break_locked(c, OMC_ERR_RDMA_QP, "could not bind a memory window");
+    for (i = 0; i < w->count; i++) {
+        if (!w->ext[i].mw) continue;
+        if (posted || !omc__rdma_mw_keep(E, &c->qps[w->ext[i].qp], w->ext[i].mw)) drop[ndrop++] = w->ext[i].mw;
+    }
+    pthread_mutex_unlock(&E->mu);
+    for (i = 0; i < ndrop; i++) ibv_dealloc_mw(drop[i]);
+    omc__rdma_region_drop_for(E, w);
+    omc__free(&E->hooks, w);
+    omc__rdma_conn_unref(c);
+}
+
+OMNICONN_API omc_result omc_rdma_revoke(omc_rdma_window* w, omc_time_ns deadline) {
+    omc_rdma_conn* c;
+    omc_rdma* E;
+    omc_rdma_op* op = NULL;
+    struct ibv_mw* drop[OMC_RDMA_MAX_EXTENTS];
+    uint32_t i, ndrop = 0;
+    omc_result r = OMC_OK;
+    int usable;
+    if (!w) return OMC_ERR_INVALID_ARG;
+    c = w->conn;
+    E = c->eng;
+    pthread_mutex_lock(&E->mu);
+    usable = omc__rdma_conn_usable(c) == OMC_OK;
+    if (usable) {
+        for (i = 0; i < w->count && r == OMC_OK; i++) {
+            struct ibv_send_wr wr;
+            omc__rdma_qp* q = &c->qps[w->ext[i].qp];
+            if (!w->ext[i].mw) continue;
+            if (!op && !(op = omc__rdma_op_new_locked(c, OMC__OP_INVALIDATE))) { r = OMC_ERR_NO_MEMORY; break; }
+            r = omc__rdma_wait_slot(E, q, deadline);
+            if (r != OMC_OK) break;
+            memset(&wr, 0, sizeof(wr));
+            wr.opcode = IBV_WR_LOCAL_INV;               /* from now on this rkey is refused */
+            wr.invalidate_rkey = w->ext[i].rkey;
+            r = omc__rdma_post(E, q, &wr, op, 1);
+            E->n_invalidations += r == OMC_OK;
+        }
+        if (r != OMC_OK) omc__rdma_conn_break_locked(c, r, "could not invalidate a memory window");
+    }
+    pthread_mutex_unlock(&E->mu);
+    if (op) {
+        omc_result rr = omc_rdma_op_wait(op, deadline);
+        if (r == OMC_OK) r = rr;
+    }
+    if (!usable && r == OMC_OK) r = OMC_ERR_RDMA_QP;
+    /* Now every window is invalidated (r == OMC_OK), or the connection is broken: its QPs are
+       in ERROR and refuse all writes, and its windows go away with it. */
+    pthread_mutex_lock(&E->mu);
+    if (r != OMC_OK) omc__rdma_conn_break_locked(c, r, "a memory window could not be invalidated");
+    for (i = 0; i < w->count; i++) {
+        if (!w->ext[i].mw) continue;
+        if (r != OMC_OK || !omc__rdma_mw_keep(E, &c->qps[w->ext[i].qp], w->ext[i].mw)) drop[ndrop++] = w->ext[i].mw;
+    }
+    pthread_mutex_unlock(&E->mu);
+    for (i = 0; i < ndrop; i++) ibv_dealloc_mw(drop[i]);
+    if (!omc__rdma_region_drop_for(E, w) && r == OMC_OK) r = OMC_ERR_SYSTEM;
+    omc__free(&E->hooks, w);
+    omc__rdma_conn_unref(c);
+    return r;
+}
+
+OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t length, omc_time_ns deadline,
+                                        omc_rdma_window** out, void* desc, size_t desc_cap, size_t* desc_len) {
+    omc__rdma_span span[OMC_RDMA_MAX_EXTENTS];
+    omc_rdma_target t;
+    omc__rdma_region* g;
+    omc_rdma_window* w;
+    omc_rdma_op* op = NULL;
+    omc_rdma* E;
+    uint32_t n = 0, i;
+    int posted = 0;
+    omc_result r;
+    if (out) *out = NULL;
+    if (desc_len) *desc_len = 0;
+    if (!c || !out || !dst || !length || !desc) return OMC_ERR_INVALID_ARG;
+    E = c->eng;
+    w = (omc_rdma_window*)omc__calloc(&E->hooks, sizeof(omc_rdma_window));
+    if (!w) return OMC_ERR_NO_MEMORY;
+    pthread_mutex_lock(&E->mu);
+    r = omc__rdma_conn_usable(c);
+    g = r == OMC_OK ? omc__rdma_find(E, dst, length) : NULL;
+    if (r == OMC_OK && !g) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination [%p, +%llu) is not inside a registered region (use a pool created with "
+                      "omc_rdma_region_hooks)", dst, (unsigned long long)length);
+        r = OMC_ERR_INVALID_ARG;
+    }
+    if (r == OMC_OK) {
+        uint32_t first = c->next_qp++ % c->nqp;    /* small transfers take turns on the QPs */
+        r = omc__rdma_plan((uint64_t)(uintptr_t)dst, length, (uint64_t)(uintptr_t)g->base, g->chunk, c->nqp, first,
+                           E->split_min, span, OMC_RDMA_MAX_EXTENTS, &n);
+        if (r != OMC_OK) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination of %llu bytes needs more than %d extents (mr_chunk %llu)",
+                                       (unsigned long long)length, OMC_RDMA_MAX_EXTENTS, (unsigned long long)g->chunk);
+        else if (desc_cap < OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * (size_t)n + 4) r = OMC_ERR_TOO_LARGE;
+    }
+    if (r != OMC_OK) {
+        pthread_mutex_unlock(&E->mu);
+        omc__free(&E->hooks, w);
+        return r;
+    }
+    w->conn = c;
+    c->refs++;
+    w->addr = (uint64_t)(uintptr_t)dst;
+    w->length = length;
+    w->count = n;
+    for (i = 0; i < n; i++) {
+        w->ext[i].qp = span[i].qp;
+        w->ext[i].rkey = g->mr[span[i].chunk]->rkey;    /* without windows: the MR's own key */
+    }
+    for (i = 0; E->use_mw && i < n && r == OMC_OK; i++) {
+        /* one type-2 window per extent, bound on the QP the peer will write through */
+        omc__rdma_qp* q = &c->qps[span[i].qp];
+        struct ibv_send_wr wr;
+        struct ibv_mw* mw = q->mw_free_count ? q->mw_free[--q->mw_free_count] : ibv_alloc_mw(E->pd, IBV_MW_TYPE_2);
+        if (!mw) {
+            OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_alloc_mw(type 2) on %s: %s", E->device, strerror(errno));
+            r = OMC_ERR_NO_MEMORY;
+            break;
+        }
+        w->ext[i].mw = mw;
+        if (!op && !(op = omc__rdma_op_new_locked(c, OMC__OP_BIND))) { r = OMC_ERR_NO_MEMORY; break; }
+        r = omc__rdma_wait_slot(E, q, deadline);
+        if (r != OMC_OK) break;
+        memset(&wr, 0, sizeof(wr));
+        wr.opcode = IBV_WR_BIND_MW;
+        wr.bind_mw.mw = mw;
+        wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);       /* a new key: the previous transfer's is dead */
+        wr.bind_mw.bind_info.mr = g->mr[span[i].chunk];
+        wr.bind_mw.bind_info.addr = span[i].addr;
+        wr.bind_mw.bind_info.length = span[i].length;
+        wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+        w->ext[i].rkey = wr.bind_mw.rkey;
+        r = omc__rdma_post(E, q, &wr, op, 1);
+        posted |= r == OMC_OK;
+        E->n_binds += r == OMC_OK;
+    }
+    /* a window is half set up: break the connection, its QPs refuse everything from now on */
+    if (r != OMC_OK && posted) omc__rdma_conn_break_locked(c, r, "could not bind a memory window");
+    pthread_mutex_unlock(&E->mu);
+    if (r == OMC_OK && E->protect == OMC_RDMA_PROTECT_REGIONS) r = omc__rdma_region_for(E, w);
+    if (op) {
+        omc_result rr = omc_rdma_op_wait(op, deadline);
+        if (r == OMC_OK) r = rr;
+        if (r == OMC_OK) {  /* the provider quotes mw->rkey as the window's current key next time */
+            pthread_mutex_lock(&E->mu);
+            for (i = 0; i < n; i++) w->ext[i].mw->rkey = w->ext[i].rkey;
+            pthread_mutex_unlock(&E->mu);
+        }
+    }
+    if (r == OMC_OK) {
+        memset(&t, 0, sizeof(t));
+        t.conn_id = c->conn_id;
+        t.length = length;
+        t.flags = omc__rdma_flags(E);
+        t.count = n;
+        for (i = 0; i < n; i++) {
+            t.extent[i].addr = span[i].addr;
+            t.extent[i].length = span[i].length;
+            t.extent[i].rkey = w->ext[i].rkey;
+            t.extent[i].qp = span[i].qp;
+        }
+        r = omc_rdma_target_encode(&t, desc, desc_cap, desc_len);
+    }
+    if (r != OMC_OK) {
+        omc__rdma_window_discard(w, posted);
+        return r;
+    }
+    *out = w;
+    return OMC_OK;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: writes (the sender's side)                                           */
+/* ============================================================================================== */
+
+/* A source piece that lies in one MR. */
+typedef struct omc__rdma_piece {
+    uint64_t addr, length;
+    uint32_t lkey;
+} omc__rdma_piece;
+
+/* Split the caller's scatter/gather list at MR boundaries (mu held). */
+OMC__PRIVATE omc_result omc__rdma_pieces(omc_rdma* E, const omc_rdma_sge* src, uint32_t count, omc__rdma_piece** out, uint32_t* n_out) {
+    omc__rdma_piece* p;
+    uint64_t n = 0;
+    uint32_t i, k = 0;
+    *out = NULL;
+    *n_out = 0;
+    for (i = 0; i < count; i++) {
+        omc__rdma_region* g;
+        uint64_t a = (uint64_t)(uintptr_t)src[i].addr, off;
+        if (!src[i].length) continue;
+        g = omc__rdma_find(E, src[i].addr, src[i].length);
+        if (!g) {
+            OMC__RDMA_LOG(E, OMC_LOG_ERROR, "source piece %u [%p, +%llu) is not inside a registered region", i, src[i].addr,
+                          (unsigned long long)src[i].length);
+            return OMC_ERR_INVALID_ARG;
+        }
+        off = a - (uint64_t)(uintptr_t)g->base;
+        n += (off + src[i].length - 1) / g->chunk - off / g->chunk + 1;
+    }
+    if (n > UINT32_MAX / 2) return OMC_ERR_TOO_LARGE;
+    p = (omc__rdma_piece*)omc__malloc(&E->hooks, sizeof(omc__rdma_piece) * (size_t)(n ? n : 1));
+    if (!p) return OMC_ERR_NO_MEMORY;
+    for (i = 0; i < count; i++) {
+        omc__rdma_region* g;
+        uint64_t a = (uint64_t)(uintptr_t)src[i].addr, left = src[i].length;
+        if (!left) continue;
+        g = omc__rdma_find(E, src[i].addr, left);
+        while (left) {
+            uint64_t off = a - (uint64_t)(uintptr_t)g->base, ci = off / g->chunk, take = omc__min(left, (ci + 1) * g->chunk - off);
+            p[k].addr = a;
+            p[k].length = take;
+            p[k].lkey = g->mr[ci]->lkey;
+            k++;
+            a += take;
+            left -= take;
+        }
+    }
+    *out = p;
+    *n_out = k;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_rdma_write_start(omc_rdma_conn* c, const omc_rdma_sge* src, uint32_t count, const void* desc,
+                                             size_t desc_len, omc_time_ns deadline, omc_rdma_op** out) {
+    /* where each extent stands: bytes left, bytes done, and its position in the source */
+    struct { uint64_t left, done, po; uint32_t pi; } cur[OMC_RDMA_MAX_EXTENTS];
+    uint64_t qleft[OMC_RDMA_MAX_QPS], total = 0, off = 0, remaining;
+    struct ibv_sge sge[OMC__RDMA_MAX_SGE];
+    omc__rdma_piece* pieces = NULL;
+    omc_rdma_target t;
+    omc_rdma_op* op = NULL;
+    omc_rdma* E;
+    uint32_t npieces = 0, i;
+    omc_result r;
+    if (out) *out = NULL;
+    if (!c || !out || (count && !src)) return OMC_ERR_INVALID_ARG;
+    E = c->eng;
+    r = omc_rdma_target_decode(desc, desc_len, c->nqp, &t);
+    if (r != OMC_OK) {
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "rejected a transfer descriptor (%zu bytes) for connection %016llx: %s", desc_len,
+                      (unsigned long long)c->conn_id, omc_result_str(r));
+        return r;
+    }
+    if (t.conn_id != c->conn_id) {  /* its windows are bound on other QPs: writing would only fail */
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "descriptor was made for connection %016llx, not %016llx (the peer reconnected?)",
+                      (unsigned long long)t.conn_id, (unsigned long long)c->conn_id);
+        return OMC_ERR_RDMA_ACCESS;
+    }
+    for (i = 0; i < count; i++) {
+        if (!src[i].addr && src[i].length) return OMC_ERR_INVALID_ARG;
+        if (total > UINT64_MAX - src[i].length) return OMC_ERR_TOO_LARGE;
+        total += src[i].length;
+    }
+    if (total > t.length) {
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "payload of %llu bytes does not fit the peer's %llu-byte destination",
+                      (unsigned long long)total, (unsigned long long)t.length);
+        return OMC_ERR_TOO_LARGE;
+    }
+    memset(qleft, 0, sizeof(qleft));
+    pthread_mutex_lock(&E->mu);
+    r = omc__rdma_conn_usable(c);
+    if (r == OMC_OK) r = omc__rdma_pieces(E, src, count, &pieces, &npieces);
+    if (r == OMC_OK && !(op = omc__rdma_op_new_locked(c, OMC__OP_WRITE))) r = OMC_ERR_NO_MEMORY;
+    if (r != OMC_OK) {
+        pthread_mutex_unlock(&E->mu);
+        omc__free(&E->hooks, pieces);
+        return r;
+    }
+    op->bytes = total;
+    /* the payload fills the extents in order; find where each extent starts in the source */
+    for (i = 0; i < t.count; i++) {
+        uint64_t skip;
+        cur[i].left = total > off ? omc__min(t.extent[i].length, total - off) : 0;
+        cur[i].done = 0;
+        skip = off;
+        cur[i].pi = 0;
+        cur[i].po = 0;
+        if (cur[i].left) {
+            uint32_t k = 0;
+            while (k < npieces && skip >= pieces[k].length) { skip -= pieces[k].length; k++; }
+            cur[i].pi = k;
+            cur[i].po = skip;
+        }
+        qleft[t.extent[i].qp] += cur[i].left;
+        off += t.extent[i].length;
+    }
+    /* round-robin over the extents, one slice each, so that every QP has work */
+    remaining = total;
+    while (remaining && r == OMC_OK) {
+        for (i = 0; i < t.count && r == OMC_OK; i++) {
+            omc__rdma_qp* q = &c->qps[t.extent[i].qp];
+            struct ibv_send_wr wr;
+            uint64_t want = omc__min(E->slice, cur[i].left), len = 0;
+            int nsge = 0;
+            if (!want) continue;
+            r = omc__rdma_wait_slot(E, q, deadline);
+            if (r != OMC_OK) break;
+            while (len < want && nsge < (int)E->max_sge) {     /* gather: one WRITE, several pieces */
+                omc__rdma_piece* p = &pieces[cur[i].pi];
+                uint64_t take = omc__min(p->length - cur[i].po, want - len);
+                sge[nsge].addr = p->addr + cur[i].po;
+                sge[nsge].length = (uint32_t)take;
+                sge[nsge].lkey = p->lkey;
+                nsge++;
+                len += take;
+                cur[i].po += take;
+                if (cur[i].po == p->length) { cur[i].pi++; cur[i].po = 0; }
+            }
+            memset(&wr, 0, sizeof(wr));
+            wr.opcode = IBV_WR_RDMA_WRITE;
+            wr.sg_list = sge;
+            wr.num_sge = nsge;
+            wr.wr.rdma.remote_addr = t.extent[i].addr + cur[i].done;
+            wr.wr.rdma.rkey = t.extent[i].rkey;
+            qleft[t.extent[i].qp] -= len;
+            r = omc__rdma_post(E, q, &wr, op, qleft[t.extent[i].qp] == 0);
+            cur[i].left -= len;
+            cur[i].done += len;
+            remaining -= len;
+        }
+    }
+    if (r != OMC_OK) {
+        if (op->status == OMC_OK) op->status = r;
+        /* requests already posted must not go on touching memory the caller gets back */
+        if (op->pending) omc__rdma_conn_break_locked(c, r, "a write could not be posted completely");
+    }
+    pthread_mutex_unlock(&E->mu);
+    omc__free(&E->hooks, pieces);
+    if (r != OMC_OK && !op->pending) {      /* nothing in flight: report now */
+        omc__rdma_op_free(op);
+        pthread_mutex_lock(&E->mu);
+        E->n_write_errors++;
+        pthread_mutex_unlock(&E->mu);
+        return r;
+    }
+    *out = op;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_rdma_write(omc_rdma_conn* c, const omc_rdma_sge* src, uint32_t count, const void* desc,
+                                       size_t desc_len, omc_time_ns deadline) {
+    omc_rdma_op* op = NULL;
+    omc_result r = omc_rdma_write_start(c, src, count, desc, desc_len, deadline, &op);
+    if (r != OMC_OK) return r;
+    return omc_rdma_op_wait(op, deadline);
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: choosing the protection (the window-bounds probe)                    */
+/* ============================================================================================== */
+
+/* Does the device refuse a write that runs past the end of a memory window? Real adapters do
+   (windows are checked like regions); Soft-RoCE does not: its responder checks a window's key
+   and QP but then only the range of the MR under it (drivers/infiniband/sw/rxe/rxe_resp.c,
+   check_rkey). Find out once, on a loopback connection between two QPs of this engine: bind a
+   window over the middle page of three and write two pages through it.
+   Returns 1 (refused), 0 (it landed) or -1 (the probe itself failed). */
+OMC__PRIVATE int omc__rdma_probe_window_bounds(omc_rdma* E) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), rn = 0, dn = 0;
+    uint8_t rec[OMC_RDMA_RECORD_MAX], desc[OMC_RDMA_TARGET_MAX];
+    omc_time_ns deadline = omc_deadline_after_ms(5000);
+    omc_rdma_conn *a = NULL, *b = NULL;
+    omc_rdma_record ra, rb;
+    omc_rdma_window* w = NULL;
+    omc_rdma_target t;
+    omc_rdma_sge sge;
+    uint64_t id;
+    int verdict = -1;
+    omc_result r;
+    uint8_t* mem = (uint8_t*)mmap(NULL, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return -1;
+    memset(mem, 0, 3 * page);
+    if (omc_rdma_register(E, mem, 3 * page) != OMC_OK) { munmap(mem, 3 * page); return -1; }
+    do { id = omc__random_u64(); } while (id == 0);
+    r = omc__rdma_conn_new(E, 1, id, &a);
+    if (r == OMC_OK) { a->quiet = 1; r = omc__rdma_conn_new(E, 1, id, &b); }
+    if (r == OMC_OK) { b->quiet = 1; r = omc_rdma_conn_record(a, rec, sizeof(rec), &rn); }
+    if (r == OMC_OK) r = omc_rdma_record_decode(rec, rn, &ra);
+    if (r == OMC_OK) r = omc_rdma_conn_record(b, rec, sizeof(rec), &rn);
+    if (r == OMC_OK) r = omc_rdma_record_decode(rec, rn, &rb);
+    if (r == OMC_OK) r = omc__rdma_conn_link(a, &rb);
+    if (r == OMC_OK) r = omc__rdma_conn_link(b, &ra);
+    if (r == OMC_OK) r = omc_rdma_expose(b, mem + page, page, deadline, &w, desc, sizeof(desc), &dn);
+    if (r == OMC_OK) r = omc_rdma_target_decode(desc, dn, 1, &t);
+    if (r == OMC_OK) {
+        t.extent[0].length = 2 * page;      /* one page past the window, still inside the MR */
+        t.length = 2 * page;
+        r = omc_rdma_target_encode(&t, desc, sizeof(desc), &dn);
+    }
+    if (r == OMC_OK) {
+        sge.addr = mem;
+        sge.length = 2 * page;
+        r = omc_rdma_write(a, &sge, 1, desc, dn, deadline);
+        verdict = r == OMC_ERR_RDMA_ACCESS ? 1 : r == OMC_OK ? 0 : -1;
+    }
+    if (w) omc_rdma_revoke(w, deadline);
+    if (a) omc_rdma_conn_destroy(a);
+    if (b) omc_rdma_conn_destroy(b);
+    omc_rdma_deregister(E, mem);
+    munmap(mem, 3 * page);
+    if (verdict < 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "memory-window probe on %s failed (%s)", E->device, omc_result_str(r));
+    return verdict;
+}
+
+/* Resolve desc.protection: windows where the device enforces their bounds, a region per
+   destination elsewhere (it costs a registration per transfer, but a region's bounds are
+   enforced by every device, Soft-RoCE included). */
+OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection want) {
+    int has_mw = E->dev_attr.max_mw > 0 &&
+                 (E->dev_attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
+    E->window_bounds = -1;
+    if (has_mw && (want == OMC_RDMA_PROTECT_DEFAULT || want == OMC_RDMA_PROTECT_WINDOWS)) {
+        E->protect = OMC_RDMA_PROTECT_WINDOWS;
+        E->use_mw = 1;
+        E->window_bounds = omc__rdma_probe_window_bounds(E);
+    }
+    if (want == OMC_RDMA_PROTECT_DEFAULT) E->protect = E->window_bounds == 1 ? OMC_RDMA_PROTECT_WINDOWS : OMC_RDMA_PROTECT_REGIONS;
+    else if (want == OMC_RDMA_PROTECT_WINDOWS && !has_mw) {
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "device %s has no type-2 memory windows: protecting destinations with regions", E->device);
+        E->protect = OMC_RDMA_PROTECT_REGIONS;
+    } else E->protect = want;
+    E->use_mw = E->protect == OMC_RDMA_PROTECT_WINDOWS;
+    if (E->window_bounds == 0)
+        OMC__RDMA_LOG(E, E->use_mw ? OMC_LOG_WARN : OMC_LOG_INFO, "device %s does not enforce memory-window bounds (Soft-RoCE checks "
+                      "only the region under a window)%s", E->device, E->use_mw ? ": keys are per transfer and revoked, but a peer "
+                      "holding one can write anywhere in the memory region under it" : ": each destination gets a memory region of its own");
+}
+
+#else /* !OMC__HAS_RDMA: the same API, reporting that it is not there */
+
+OMC__PRIVATE omc_result omc__rdma_absent(const omc_hooks* h) {
+    omc_hooks hooks = omc__hooks_resolve(h);
+    OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "RDMA was not compiled in (OMNICONN_NO_RDMA or OMNICONN_NO_ZMQ is defined)");
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API omc_result omc_rdma_probe(const char* library, char* why, size_t why_size) {
+    (void)library;
+    omc__why(why, why_size, "RDMA was not compiled in (OMNICONN_NO_RDMA or OMNICONN_NO_ZMQ is defined)");
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** out) {
+    if (out) *out = NULL;
+    return omc__rdma_absent(desc ? &desc->hooks : NULL);
+}
+OMNICONN_API void omc_rdma_destroy(omc_rdma* eng) { (void)eng; }
+OMNICONN_API omc_result omc_rdma_query(omc_rdma* eng, omc_rdma_info* out) {
+    (void)eng;
+    if (out) memset(out, 0, sizeof(*out));
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API omc_region_hooks omc_rdma_region_hooks(omc_rdma* eng) {
+    omc_region_hooks h;
+    (void)eng;
+    memset(&h, 0, sizeof(h));
+    return h;
+}
+OMNICONN_API omc_result omc_rdma_register(omc_rdma* eng, void* base, uint64_t size) { (void)eng; (void)base; (void)size; return OMC_ERR_UNAVAILABLE; }
+OMNICONN_API omc_result omc_rdma_deregister(omc_rdma* eng, void* base) { (void)eng; (void)base; return OMC_ERR_UNAVAILABLE; }
+OMNICONN_API omc_result omc_rdma_conn_create(omc_rdma* eng, omc_rdma_conn** out) { (void)eng; if (out) *out = NULL; return OMC_ERR_UNAVAILABLE; }
+OMNICONN_API omc_result omc_rdma_conn_accept(omc_rdma* eng, const void* rec, size_t len, omc_rdma_conn** out) {
+    (void)eng; (void)rec; (void)len;
+    if (out) *out = NULL;
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API omc_result omc_rdma_conn_connect(omc_rdma_conn* c, const void* rec, size_t len) { (void)c; (void)rec; (void)len; return OMC_ERR_UNAVAILABLE; }
+OMNICONN_API omc_result omc_rdma_conn_record(omc_rdma_conn* c, void* out, size_t cap, size_t* len) {
+    (void)c; (void)out; (void)cap;
+    if (len) *len = 0;
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API int omc_rdma_conn_ok(omc_rdma_conn* c) { (void)c; return 0; }
+OMNICONN_API omc_result omc_rdma_conn_query(omc_rdma_conn* c, omc_rdma_conn_info* out) {
+    (void)c;
+    if (out) memset(out, 0, sizeof(*out));
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API void omc_rdma_conn_destroy(omc_rdma_conn* c) { (void)c; }
+OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t length, omc_time_ns deadline, omc_rdma_window** out,
+                                        void* desc, size_t desc_cap, size_t* desc_len) {
+    (void)c; (void)dst; (void)length; (void)deadline; (void)desc; (void)desc_cap;
+    if (out) *out = NULL;
+    if (desc_len) *desc_len = 0;
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API omc_result omc_rdma_revoke(omc_rdma_window* w, omc_time_ns deadline) { (void)w; (void)deadline; return OMC_ERR_UNAVAILABLE; }
+OMNICONN_API omc_result omc_rdma_write(omc_rdma_conn* c, const omc_rdma_sge* src, uint32_t count, const void* desc, size_t desc_len,
+                                       omc_time_ns deadline) {
+    (void)c; (void)src; (void)count; (void)desc; (void)desc_len; (void)deadline;
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API omc_result omc_rdma_write_start(omc_rdma_conn* c, const omc_rdma_sge* src, uint32_t count, const void* desc,
+                                             size_t desc_len, omc_time_ns deadline, omc_rdma_op** out) {
+    (void)c; (void)src; (void)count; (void)desc; (void)desc_len; (void)deadline;
+    if (out) *out = NULL;
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline) { (void)op; (void)deadline; return OMC_ERR_UNAVAILABLE; }
+
+#endif /* OMC__HAS_RDMA */
+
+#endif /* OMNICONN_IMPLEMENTATION */
+
+/*
+------------------------------------------------------------------------------------------------
+This software is available under 2 licenses -- choose whichever you prefer.
+------------------------------------------------------------------------------------------------
+ALTERNATIVE A - MIT License
+Copyright (c) 2026 The omniconn authors
+Permission is hereby granted, free of charge, to any person obtaining a copy of this software
+and associated documentation files (the "Software"), to deal in the Software without
+restriction, including without limitation the rights to use, copy, modify, merge, publish,
+distribute, sublicense, and/or sell copies of the Software, and to permit persons to whom the
+Software is furnished to do so, subject to the following conditions:
+The above copyright notice and this permission notice shall be included in all copies or
+substantial portions of the Software.
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING
+BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND
+NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM,
+DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+------------------------------------------------------------------------------------------------
+ALTERNATIVE B - Public Domain (www.unlicense.org)
+This is free and unencumbered software released into the public domain.
+Anyone is free to copy, modify, publish, use, compile, sell, or distribute this software,
+either in source code form or as a compiled binary, for any purpose, commercial or
+non-commercial, and by any means.
+In jurisdictions that recognize copyright laws, the author or authors of this software dedicate
+any and all copyright interest in the software to the public domain. We make this dedication
+for the benefit of the public at large and to the detriment of our heirs and successors. We
+intend this dedication to be an overt act of relinquishment in perpetuity of all present and
+future rights to this software under copyright law.
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING
+BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND
+NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN
+CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+------------------------------------------------------------------------------------------------
+*/

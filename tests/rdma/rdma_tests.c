@@ -1,0 +1,1133 @@
+/* rdma_tests.c - the RDMA engine on a real kernel RDMA stack, across processes.
+
+   Built on the host (tests/rdma/run-tests.sh builds it twice: libibverbs loaded at run time, and
+   linked with OMNICONN_NO_RUNTIME_LINKING) and run inside the RDMA bed (tests/rdma/bed.sh), which
+   exports OMC_RDMA_DEVICE, OMC_RDMA_IP and OMC_RDMA_GID_INDEX. Outside a bed it reports that it
+   was skipped and fails nothing.
+
+   This process is the sender; receivers are this very binary re-executed with "--role server":
+   a small command server that owns its own engine and pool, accepts connections, exposes
+   destinations, checks what arrived and revokes windows when told to. The side channel is a
+   socketpair carrying length-prefixed messages (the remote connector uses ZMQ for the same).
+
+   Set OMC_TEST_VERBOSE=1 to see the engine's log on stderr. */
+#define OMNICONN_IMPLEMENTATION
+#include "omniconn.h"
+#include "omniconn_rdma.h"
+#include "omc_test.h"
+
+#include <linux/capability.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#define MIB ((uint64_t)1 << 20)
+#if defined(OMNICONN_NO_RUNTIME_LINKING)
+    #define RUNTIME_LINKED 0
+#else
+    #define RUNTIME_LINKED 1
+#endif
+#define GUARD 4096                  /* bytes of 0xEE on each side of every exposed destination */
+#define IO_TIMEOUT_MS 60000
+
+static const char* bed_device(void) { return getenv("OMC_RDMA_DEVICE"); }
+static const char* bed_ip(void) { const char* ip = getenv("OMC_RDMA_IP"); return ip && ip[0] ? ip : "10.99.0.1"; }
+
+/* ---- what the engine logged (checked by some tests, printed with OMC_TEST_VERBOSE) ---------- */
+
+typedef struct log_capture { pthread_mutex_t mu; char text[16384]; } log_capture;
+static log_capture g_log = { PTHREAD_MUTEX_INITIALIZER, "" };
+
+static void capture_log(omc_log_level level, omc_log_item item, const char* message, const char* file, int line, void* user) {
+    log_capture* c = (log_capture*)user;
+    size_t used;
+    if (getenv("OMC_TEST_VERBOSE")) omc_log_stderr(level, item, message, file, line, NULL);
+    pthread_mutex_lock(&c->mu);
+    used = strlen(c->text);
+    if (used + 2 < sizeof(c->text)) snprintf(c->text + used, sizeof(c->text) - used, "%s\n", message);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void log_clear(void) { pthread_mutex_lock(&g_log.mu); g_log.text[0] = '\0'; pthread_mutex_unlock(&g_log.mu); }
+static int log_has(const char* s) {
+    int found;
+    pthread_mutex_lock(&g_log.mu);
+    found = strstr(g_log.text, s) != NULL;
+    pthread_mutex_unlock(&g_log.mu);
+    return found;
+}
+
+static omc_hooks test_hooks(void) {
+    omc_hooks h;
+    memset(&h, 0, sizeof(h));
+    h.log_fn = capture_log;
+    h.user_data = &g_log;
+    h.max_level = OMC_LOG_INFO;
+    return h;
+}
+
+/* ---- the side channel: length-prefixed messages ------------------------------------------------ */
+
+static int io_all(int fd, void* buf, size_t n, int writing) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k;
+        if (!writing) {
+            struct pollfd p;
+            int pr;
+            p.fd = fd; p.events = POLLIN; p.revents = 0;
+            pr = poll(&p, 1, IO_TIMEOUT_MS);
+            if (pr == 0) return -1;
+            if (pr < 0) { if (errno == EINTR) continue; return -1; }
+        }
+        k = writing ? send(fd, (char*)buf + done, n - done, MSG_NOSIGNAL) : recv(fd, (char*)buf + done, n - done, 0);
+        if (k <= 0) { if (k < 0 && errno == EINTR) continue; return -1; }
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+static int msg_send(int fd, const void* data, uint32_t len) {
+    if (io_all(fd, &len, 4, 1)) return -1;
+    return len ? io_all(fd, (void*)data, len, 1) : 0;
+}
+
+/* Returns the length (a NUL is added after it), or -1. */
+static long msg_recv(int fd, void* buf, uint32_t cap) {
+    uint32_t len;
+    if (io_all(fd, &len, 4, 0) || len >= cap) return -1;
+    if (len && io_all(fd, buf, len, 0)) return -1;
+    ((char*)buf)[len] = '\0';
+    return (long)len;
+}
+
+static int say(int fd, const char* text) { return msg_send(fd, text, (uint32_t)strlen(text)); }
+
+/* Send a command and return the reply (in buf), or -1. */
+static long ask(int fd, const char* cmd, char* buf, uint32_t cap) {
+    if (say(fd, cmd)) return -1;
+    return msg_recv(fd, buf, cap);
+}
+
+/* ---- one side: an engine and a registered pool ---------------------------------------------- */
+
+typedef struct side {
+    omc_rdma* eng;
+    omc_pool* pool;
+    omc_rdma_conn* conn;
+} side;
+
+static omc_rdma_desc bed_desc(void) {
+    omc_rdma_desc d;
+    memset(&d, 0, sizeof(d));
+    d.devices = bed_device();
+    d.local_addr = bed_ip();
+    d.hooks = test_hooks();
+    return d;
+}
+
+static omc_result side_open(side* s, const omc_rdma_desc* d, uint64_t pool_size) {
+    omc_pool_desc pd;
+    omc_result r;
+    memset(s, 0, sizeof(*s));
+    r = omc_rdma_create(d, &s->eng);
+    if (r != OMC_OK) return r;
+    memset(&pd, 0, sizeof(pd));
+    pd.size = pool_size;
+    pd.thread_safe = 1;
+    pd.region = omc_rdma_region_hooks(s->eng);
+    pd.hooks = test_hooks();
+    r = omc_pool_create(&pd, &s->pool);
+    if (r != OMC_OK) { omc_rdma_destroy(s->eng); s->eng = NULL; }
+    return r;
+}
+
+static void side_close(side* s) {
+    if (s->conn) omc_rdma_conn_destroy(s->conn);
+    if (s->pool) omc_pool_destroy(s->pool);
+    if (s->eng) omc_rdma_destroy(s->eng);
+    memset(s, 0, sizeof(*s));
+}
+
+/* Initiator half of the handshake: our record goes out with "ACCEPT", the server's comes back. */
+static omc_result connect_to(side* s, int fd, omc_rdma_conn** out) {
+    uint8_t msg[16 + OMC_RDMA_RECORD_MAX], reply[OMC_RDMA_RECORD_MAX + 64];
+    size_t n = 0;
+    long got;
+    omc_result r;
+    omc_rdma_conn* c = NULL;
+    *out = NULL;
+    r = omc_rdma_conn_create(s->eng, &c);
+    if (r != OMC_OK) return r;
+    memcpy(msg, "ACCEPT", 6);
+    r = omc_rdma_conn_record(c, msg + 6, sizeof(msg) - 6, &n);
+    if (r == OMC_OK && msg_send(fd, msg, (uint32_t)(6 + n))) r = OMC_ERR_CONNECTION;
+    if (r == OMC_OK && (got = msg_recv(fd, reply, sizeof(reply))) < 0) r = OMC_ERR_CONNECTION;
+    if (r == OMC_OK) r = omc_rdma_conn_connect(c, reply, (size_t)got);
+    if (r != OMC_OK) { omc_rdma_conn_destroy(c); return r; }
+    *out = c;
+    return OMC_OK;
+}
+
+/* ---- the receiver: a command server in a child process ----------------------------------------- */
+
+typedef struct server {
+    side* s;
+    int fd;
+    omc_buffer buf;             /* the destination with its guards */
+    omc_rdma_window* win;
+    uint64_t size;
+    int failures;
+} server;
+
+static pthread_mutex_t g_conn_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The window's bytes: the pattern of seed (or 0xEE everywhere if seed is ~0), guards intact.
+   Says where it differs first (stderr) when it does not. */
+static int window_holds(server* v, uint64_t seed) {
+    const uint8_t* p = (const uint8_t*)v->buf.data;
+    uint64_t i;
+    for (i = 0; i < GUARD; i++) {
+        if (p[i] != 0xEE) { fprintf(stderr, "  server: guard before the window changed at -%llu\n", (unsigned long long)(GUARD - i)); return 0; }
+        if (p[GUARD + v->size + i] != 0xEE) { fprintf(stderr, "  server: guard after the window changed at +%llu\n", (unsigned long long)i); return 0; }
+    }
+    for (i = 0; i < v->size; i++) {
+        uint8_t want = seed == ~(uint64_t)0 ? 0xEE : omc_test_byte(seed, i);
+        if (p[GUARD + i] != want) {
+            fprintf(stderr, "  server: window byte %llu of %llu is 0x%02x, expected 0x%02x\n", (unsigned long long)i,
+                    (unsigned long long)v->size, p[GUARD + i], want);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void server_release(server* v) {
+    if (v->win) { omc_rdma_revoke(v->win, omc_deadline_after_ms(10000)); v->win = NULL; }
+    if (v->buf.data) omc_buffer_release(&v->buf);
+}
+
+/* Commands (one message each, reply in one message):
+     ACCEPT<record>     destroy the current connection, accept a new one, reply our record
+     EXPOSE <size>      allocate size + 2 guards, expose the middle, reply the descriptor
+     CHECK <seed>       "ok" if the window holds the pattern and the guards are intact
+     UNTOUCHED          "ok" if nothing at all was written (window and guards still 0xEE)
+     REVOKE             revoke the window, reply the result name
+     FREE               revoke if needed and free the destination
+     CONNOK             "1" if our side of the connection is healthy
+     INCARNATION        this process's incarnation in hex
+     QUIT               leave */
+static void* server_loop(void* arg) {
+    server* v = (server*)arg;
+    static char msg[OMC_RDMA_RECORD_MAX + 256];
+    char* m = (char*)malloc(sizeof(msg)), reply[OMC_RDMA_TARGET_MAX + 64];
+    for (;;) {
+        long n = msg_recv(v->fd, m, sizeof(msg));
+        if (n < 0 || strcmp(m, "QUIT") == 0) break;
+        if (strncmp(m, "ACCEPT", 6) == 0) {
+            omc_rdma_conn* c = NULL;
+            size_t rn = 0;
+            omc_result r;
+            pthread_mutex_lock(&g_conn_mu);
+            if (v->s->conn) omc_rdma_conn_destroy(v->s->conn);
+            v->s->conn = NULL;
+            r = omc_rdma_conn_accept(v->s->eng, m + 6, (size_t)n - 6, &c);
+            if (r == OMC_OK) r = omc_rdma_conn_record(c, reply, sizeof(reply), &rn);
+            v->s->conn = c;
+            pthread_mutex_unlock(&g_conn_mu);
+            if (r != OMC_OK) { v->failures++; fprintf(stderr, "  server: accept: %s\n", omc_result_name(r)); rn = 0; }
+            msg_send(v->fd, reply, (uint32_t)rn);
+        } else if (strncmp(m, "EXPOSE ", 7) == 0) {
+            size_t dn = 0;
+            omc_result r;
+            server_release(v);
+            v->size = strtoull(m + 7, NULL, 10);
+            r = omc_pool_alloc_buffer(v->s->pool, v->size + 2 * GUARD, &v->buf);
+            if (r == OMC_OK) {
+                memset(v->buf.data, 0xEE, v->size + 2 * GUARD);
+                r = omc_rdma_expose(v->s->conn, (uint8_t*)v->buf.data + GUARD, v->size, omc_deadline_after_ms(10000), &v->win,
+                                    reply, sizeof(reply), &dn);
+            }
+            if (r != OMC_OK) { snprintf(reply, sizeof(reply), "ERR %s", omc_result_name(r)); dn = strlen(reply); }
+            msg_send(v->fd, reply, (uint32_t)dn);
+        } else if (strncmp(m, "CHECK ", 6) == 0) {
+            say(v->fd, v->buf.data && window_holds(v, strtoull(m + 6, NULL, 10)) ? "ok" : "bad");
+        } else if (strcmp(m, "UNTOUCHED") == 0) {
+            say(v->fd, v->buf.data && window_holds(v, ~(uint64_t)0) ? "ok" : "bad");
+        } else if (strcmp(m, "REVOKE") == 0) {
+            omc_result r = v->win ? omc_rdma_revoke(v->win, omc_deadline_after_ms(10000)) : OMC_ERR_NOT_FOUND;
+            v->win = NULL;
+            say(v->fd, omc_result_name(r));
+        } else if (strcmp(m, "FREE") == 0) {
+            server_release(v);
+            say(v->fd, "ok");
+        } else if (strcmp(m, "CONNOK") == 0) {
+            say(v->fd, omc_rdma_conn_ok(v->s->conn) ? "1" : "0");
+        } else if (strcmp(m, "INCARNATION") == 0) {
+            snprintf(reply, sizeof(reply), "%016llx", (unsigned long long)omc_incarnation());
+            say(v->fd, reply);
+        } else {
+            fprintf(stderr, "  server: unknown command '%s'\n", m);
+            v->failures++;
+            break;
+        }
+    }
+    server_release(v);
+    free(m);
+    return NULL;
+}
+
+/* --role server <fds,comma,separated> <pool MiB> <flags: m = memory windows, r = regions,
+   p = the pool's rkey (default: the engine's choice), c = 1 MiB MRs> */
+static int role_server(int argc, char** argv) {
+    server v[8];
+    pthread_t th[8];
+    omc_rdma_desc d = bed_desc();
+    side s;
+    int nfd = 0, i, failures = 0;
+    const char* p;
+    omc_result r;
+    if (argc < 5) return 100;
+    memset(v, 0, sizeof(v));
+    for (p = argv[2]; *p && nfd < 8; ) { v[nfd++].fd = atoi(p); p += strcspn(p, ","); if (*p) p++; }
+    if (strchr(argv[4], 'm')) d.protection = OMC_RDMA_PROTECT_WINDOWS;
+    if (strchr(argv[4], 'r')) d.protection = OMC_RDMA_PROTECT_REGIONS;
+    if (strchr(argv[4], 'p')) d.protection = OMC_RDMA_PROTECT_POOL;
+    if (strchr(argv[4], 'c')) d.mr_chunk = MIB;
+    r = side_open(&s, &d, strtoull(argv[3], NULL, 10) * MIB);
+    if (r != OMC_OK) { fprintf(stderr, "  server: engine: %s\n%s", omc_result_name(r), g_log.text); return 100; }
+    for (i = 0; i < nfd; i++) { v[i].s = &s; if (i) pthread_create(&th[i], NULL, server_loop, &v[i]); }
+    server_loop(&v[0]);
+    for (i = 1; i < nfd; i++) pthread_join(th[i], NULL);
+    for (i = 0; i < nfd; i++) failures += v[i].failures;
+    side_close(&s);
+    return failures > 99 ? 99 : failures;
+}
+
+/* ---- child processes --------------------------------------------------------------------------- */
+
+typedef struct child { pid_t pid; int fd[8]; int nfd; } child;
+
+/* Start this binary as a server with nfd channels (fd[0] for the handshake). */
+static int spawn_server(child* ch, int nfd, int pool_mib, const char* flags) {
+    char fds[128] = "", pool[32];
+    int i, pairs[8][2];
+    memset(ch, 0, sizeof(*ch));
+    for (i = 0; i < nfd; i++) {
+        size_t u = strlen(fds);
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pairs[i]) != 0) return -1;
+        snprintf(fds + u, sizeof(fds) - u, "%s%d", i ? "," : "", pairs[i][1]);
+    }
+    snprintf(pool, sizeof(pool), "%d", pool_mib);
+    ch->pid = fork();
+    if (ch->pid == 0) {
+        char* args[7];
+        for (i = 0; i < nfd; i++) { close(pairs[i][0]); fcntl(pairs[i][1], F_SETFD, 0); }
+        args[0] = (char*)"/proc/self/exe"; args[1] = (char*)"--role"; args[2] = (char*)"server"; args[3] = fds;
+        args[4] = pool; args[5] = (char*)flags; args[6] = NULL;
+        /* argv[1] is the role for main(); shift so role_server sees its own arguments */
+        execv("/proc/self/exe", args);
+        _exit(101);
+    }
+    for (i = 0; i < nfd; i++) { close(pairs[i][1]); ch->fd[i] = pairs[i][0]; }
+    ch->nfd = nfd;
+    return ch->pid > 0 ? 0 : -1;
+}
+
+/* Wait for a child (killing it after timeout_ms); its exit status, or -1 if it crashed or hung. */
+static int reap(pid_t pid, int timeout_ms) {
+    int status = 0, i;
+    for (i = 0; i < timeout_ms / 10; i++) {
+        if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+static void finish(child* ch) {
+    int i, rc;
+    if (!ch->pid) return;
+    say(ch->fd[0], "QUIT");
+    for (i = 1; i < ch->nfd; i++) say(ch->fd[i], "QUIT");
+    rc = reap(ch->pid, 20000);
+    if (rc != 0) { OMC_TEST_FAIL(); fprintf(stderr, "  server process ended with %d\n", rc); }
+    for (i = 0; i < ch->nfd; i++) close(ch->fd[i]);
+    ch->pid = 0;
+}
+
+/* ---- the sender's helpers ---------------------------------------------------------------------- */
+
+/* Ask the server for a destination of size bytes; returns the descriptor length or 0. */
+static size_t expose_remote(int fd, uint64_t size, uint8_t* desc) {
+    char cmd[64];
+    long n;
+    snprintf(cmd, sizeof(cmd), "EXPOSE %llu", (unsigned long long)size);
+    n = ask(fd, cmd, (char*)desc, OMC_RDMA_TARGET_MAX + 64);
+    if (n <= 0 || strncmp((char*)desc, "ERR", 3) == 0) { fprintf(stderr, "  expose %llu: %s\n", (unsigned long long)size, n > 0 ? (char*)desc : "no reply"); return 0; }
+    return (size_t)n;
+}
+
+static int remote_says(int fd, const char* cmd, const char* want) {
+    char buf[256];
+    long n = ask(fd, cmd, buf, sizeof(buf));
+    if (n < 0 || strcmp(buf, want) != 0) { fprintf(stderr, "  %s: got '%s', expected '%s'\n", cmd, n < 0 ? "(nothing)" : buf, want); return 0; }
+    return 1;
+}
+
+static int remote_check(int fd, uint64_t seed) {
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "CHECK %llu", (unsigned long long)seed);
+    return remote_says(fd, cmd, "ok");
+}
+
+/* One complete transfer: expose there, fill here, write, check there, free there. */
+static omc_result transfer(side* s, omc_rdma_conn* c, int fd, uint64_t size, uint64_t seed) {
+    uint8_t desc[OMC_RDMA_TARGET_MAX + 64];
+    omc_buffer src;
+    omc_rdma_sge sge;
+    size_t dn;
+    omc_result r;
+    if (!(dn = expose_remote(fd, size, desc))) return OMC_ERR_REMOTE;
+    r = omc_pool_alloc_buffer(s->pool, size, &src);
+    if (r != OMC_OK) return r;
+    omc_test_fill(src.data, size, seed);
+    sge.addr = src.data;
+    sge.length = size;
+    r = omc_rdma_write(c, &sge, 1, desc, dn, omc_deadline_after_ms(30000));
+    omc_buffer_release(&src);
+    if (r == OMC_OK && !remote_check(fd, seed)) r = OMC_ERR_CHECKSUM;
+    if (!remote_says(fd, "FREE", "ok") && r == OMC_OK) r = OMC_ERR_REMOTE;
+    return r;
+}
+
+static int on_bed(void) {
+    if (bed_device()) return 1;
+    printf("SKIP (not on an RDMA bed: run through tests/rdma/bed.sh or tests/rdma/run-tests.sh)\n");
+    return 0;
+}
+
+/* ---- the tests ---------------------------------------------------------------------------------- */
+
+OMC_TEST(engine_picks_the_bed_device_and_gid) {
+    omc_rdma_desc d;
+    omc_rdma* e = NULL;
+    omc_rdma_info info;
+    const char* gi = getenv("OMC_RDMA_GID_INDEX");
+    if (!on_bed()) return;
+    d = bed_desc();
+    REQUIRE(omc_rdma_create(&d, &e) == OMC_OK);
+    CHECK_OK(omc_rdma_query(e, &info));
+    CHECK(strcmp(info.device, bed_device()) == 0);
+    if (gi && gi[0]) CHECK_EQ(info.gid_index, atoi(gi));
+    if (info.link == OMC_RDMA_LINK_ETHERNET) {
+        uint8_t want[16];
+        omc_rdma_addr_to_gid(bed_ip(), want);
+        CHECK(info.gid_type == OMC_RDMA_GID_ROCE_V2);
+        CHECK(memcmp(info.gid, want, 16) == 0);
+    }
+    CHECK_EQ(info.qps_per_peer, 2);
+    CHECK(info.active_mtu >= 256);
+    CHECK_EQ(info.runtime_linked, RUNTIME_LINKED);
+    printf("  device %s port %u GID %u (%s) MTU %u; window bounds enforced: %d; destinations protected by %s\n", info.device,
+           info.port, info.gid_index, info.netdev, info.active_mtu, info.window_bounds,
+           info.protection == OMC_RDMA_PROTECT_WINDOWS ? "memory windows" : info.protection == OMC_RDMA_PROTECT_REGIONS ? "regions" : "the pool");
+    /* the default: windows only where the device keeps writes inside them, else regions */
+    CHECK(info.protection == (info.window_bounds == 1 ? OMC_RDMA_PROTECT_WINDOWS : OMC_RDMA_PROTECT_REGIONS));
+    CHECK_EQ(info.memory_windows, info.protection == OMC_RDMA_PROTECT_WINDOWS);
+    CHECK_EQ(info.connections, 0);              /* the probe's loopback connection is gone */
+    CHECK_EQ(info.regions, 0);
+    CHECK_EQ(info.qp_errors, 0);                /* and its expected failure is not counted */
+    omc_rdma_destroy(e);
+    /* without the side channel's address: still the routable GID, never link-local */
+    d.local_addr = NULL;
+    REQUIRE(omc_rdma_create(&d, &e) == OMC_OK);
+    omc_rdma_query(e, &info);
+    if (gi && gi[0]) CHECK_EQ(info.gid_index, atoi(gi));
+    omc_rdma_destroy(e);
+}
+
+OMC_TEST(device_list_and_overrides) {
+    omc_rdma_desc d;
+    omc_rdma* e = NULL;
+    omc_rdma_info info;
+    char list[128];
+    if (!on_bed()) return;
+    d = bed_desc();
+    /* a list: the first that works */
+    snprintf(list, sizeof(list), "omc-nope0, %s", bed_device());
+    d.devices = list;
+    REQUIRE(omc_rdma_create(&d, &e) == OMC_OK);
+    omc_rdma_query(e, &info);
+    CHECK(strcmp(info.device, bed_device()) == 0);
+    omc_rdma_destroy(e);
+    /* RDMA_DEVICE_NAME when the desc names none */
+    d.devices = NULL;
+    setenv("RDMA_DEVICE_NAME", "omc-nope1", 1);
+    log_clear();
+    CHECK_RES(omc_rdma_create(&d, &e), OMC_ERR_RDMA_DEVICE);
+    CHECK(log_has("omc-nope1: no such device"));
+    setenv("RDMA_DEVICE_NAME", bed_device(), 1);
+    CHECK_OK(omc_rdma_create(&d, &e));
+    omc_rdma_destroy(e);
+    unsetenv("RDMA_DEVICE_NAME");
+    /* a port that does not exist, a GID index that is empty */
+    d.devices = bed_device();
+    d.port = 7;
+    log_clear();
+    CHECK_RES(omc_rdma_create(&d, &e), OMC_ERR_RDMA_DEVICE);
+    CHECK(log_has("port 7"));
+    d.port = 0;
+    d.gid_index_set = 1;
+    d.gid_index = 200;
+    log_clear();
+    CHECK_RES(omc_rdma_create(&d, &e), OMC_ERR_RDMA_DEVICE);
+    CHECK(log_has("configured GID index 200 is empty"));
+    d.gid_index = 0;            /* index 0 exists (link-local on rxe): allowed when asked for */
+    CHECK_OK(omc_rdma_create(&d, &e));
+    omc_rdma_query(e, &info);
+    CHECK_EQ(info.gid_index, 0);
+    omc_rdma_destroy(e);
+}
+
+/* Drop CAP_IPC_LOCK (root has it, and it lifts the memlock limit), so the limit binds as it
+   does for ordinary users. */
+static int drop_ipc_lock(void) {
+    struct __user_cap_header_struct h;
+    struct __user_cap_data_struct c[2];
+    memset(&h, 0, sizeof(h));
+    memset(c, 0, sizeof(c));
+    h.version = _LINUX_CAPABILITY_VERSION_3;
+    if (syscall(SYS_capget, &h, c) != 0) return -1;
+    c[0].effective &= ~(1u << CAP_IPC_LOCK);
+    c[0].permitted &= ~(1u << CAP_IPC_LOCK);
+    c[0].inheritable &= ~(1u << CAP_IPC_LOCK);
+    return (int)syscall(SYS_capset, &h, c);
+}
+
+/* --role memlock: in a child, without CAP_IPC_LOCK, with the guest's default 8 MiB limit */
+static int role_memlock(void) {
+    struct rlimit rl;
+    omc_rdma_desc d = bed_desc();
+    omc_pool_desc pd;
+    omc_pool* pool = NULL;
+    omc_rdma* e = NULL;
+    void* big;
+    int before = omc_test_failed_checks;
+    rl.rlim_cur = rl.rlim_max = 8 * MIB;
+    CHECK(setrlimit(RLIMIT_MEMLOCK, &rl) == 0);
+    CHECK(drop_ipc_lock() == 0);
+    if (omc_rdma_create(&d, &e) != OMC_OK) return 90;
+    memset(&pd, 0, sizeof(pd));
+    pd.size = 32 * MIB;
+    pd.region = omc_rdma_region_hooks(e);
+    pd.hooks = test_hooks();
+    log_clear();
+    CHECK_RES(omc_pool_create(&pd, &pool), OMC_ERR_MEMLOCK);
+    CHECK(pool == NULL);
+    CHECK(log_has("RLIMIT_MEMLOCK = 8388608 bytes"));
+    CHECK(log_has("ulimit -l unlimited"));
+    /* the check tells the truth: the kernel refuses the same registration */
+    big = mmap(NULL, 32 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (big != MAP_FAILED) {
+        struct ibv_mr* mr = omc__ibv_reg_mr(e->pd, big, 32 * MIB, IBV_ACCESS_LOCAL_WRITE);
+        CHECK(mr == NULL);
+        if (mr) omc__ibv_dereg_mr(mr);
+        munmap(big, 32 * MIB);
+    }
+    /* below the limit it works */
+    pd.size = 4 * MIB;
+    CHECK_OK(omc_pool_create(&pd, &pool));
+    omc_pool_destroy(pool);
+    omc_rdma_destroy(e);
+    return omc_test_failed_checks - before;
+}
+
+OMC_TEST(memlock_limit_gives_a_clear_error) {
+    pid_t pid;
+    int rc;
+    if (!on_bed()) return;
+    pid = fork();
+    if (pid == 0) {
+        char* args[] = { (char*)"/proc/self/exe", (char*)"--role", (char*)"memlock", NULL };
+        execv("/proc/self/exe", args);
+        _exit(101);
+    }
+    rc = reap(pid, 60000);
+    CHECK_EQ(rc, 0);
+}
+
+OMC_TEST(registration_in_several_regions) {
+    omc_rdma_desc d;
+    side s;
+    omc_rdma_info info;
+    uint8_t other[8192];
+    if (!on_bed()) return;
+    d = bed_desc();
+    d.mr_chunk = MIB;
+    REQUIRE(side_open(&s, &d, 8 * MIB + 4096) == OMC_OK);
+    omc_rdma_query(s.eng, &info);
+    CHECK_EQ(info.regions, 1);
+    CHECK_EQ(info.memory_regions, 9);           /* 8 full MiB and one page */
+    CHECK_EQ(info.registered_bytes, 8 * MIB + 4096);
+    CHECK_RES(omc_rdma_register(s.eng, (uint8_t*)omc_pool_base(s.pool) + MIB, 4096), OMC_ERR_EXISTS);
+    CHECK_RES(omc_rdma_deregister(s.eng, other), OMC_ERR_NOT_FOUND);
+    omc_pool_destroy(s.pool);                   /* detach deregisters */
+    s.pool = NULL;
+    omc_rdma_query(s.eng, &info);
+    CHECK_EQ(info.regions, 0);
+    CHECK_EQ(info.registered_bytes, 0);
+    side_close(&s);
+}
+
+OMC_TEST(write_sizes_across_processes) {
+    static const uint64_t sizes[] = { 1, 100, 4095, 4096, 65537, 300 * 1024, MIB + 3, 5 * MIB, 16 * MIB + 1, 40 * MIB };
+    omc_rdma_desc d;
+    omc_rdma_info info;
+    omc_rdma_conn_info ci;
+    side s;
+    child ch;
+    size_t i;
+    if (!on_bed()) return;
+    d = bed_desc();
+    REQUIRE(side_open(&s, &d, 48 * MIB) == OMC_OK);
+    REQUIRE(spawn_server(&ch, 1, 96, "-") == 0);
+    CHECK_OK(connect_to(&s, ch.fd[0], &s.conn));
+    if (s.conn) {
+        CHECK_OK(omc_rdma_conn_query(s.conn, &ci));
+        CHECK_EQ(ci.qp_count, 2);
+        CHECK(ci.connected && !ci.broken && ci.path_mtu >= 256);
+        for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+            omc_time_ns t0 = omc_now_ns();
+            omc_result r = transfer(&s, s.conn, ch.fd[0], sizes[i], i + 1);
+            CHECK_OK(r);
+            if (sizes[i] >= 16 * MIB)
+                printf("  %llu bytes in %.0f ms\n", (unsigned long long)sizes[i], (double)(omc_now_ns() - t0) / 1e6);
+        }
+        omc_rdma_query(s.eng, &info);
+        CHECK_EQ(info.writes, sizeof(sizes) / sizeof(sizes[0]));
+        CHECK(info.write_errors == 0 && info.qp_errors == 0);
+        CHECK(info.signalled < info.work_requests);     /* selective signalling */
+        CHECK(omc_rdma_conn_ok(s.conn));
+        CHECK(remote_says(ch.fd[0], "CONNOK", "1"));
+    }
+    finish(&ch);
+    side_close(&s);
+}
+
+/* a large destination is split across both QPs; the descriptor says so */
+OMC_TEST(large_destination_uses_every_qp) {
+    omc_rdma_desc d;
+    side s;
+    child ch;
+    uint8_t desc[OMC_RDMA_TARGET_MAX + 64];
+    omc_rdma_target t;
+    size_t dn;
+    if (!on_bed()) return;
+    d = bed_desc();
+    REQUIRE(side_open(&s, &d, 8 * MIB) == OMC_OK);
+    REQUIRE(spawn_server(&ch, 1, 16, "-") == 0);
+    CHECK_OK(connect_to(&s, ch.fd[0], &s.conn));
+    if (s.conn && (dn = expose_remote(ch.fd[0], 4 * MIB, desc)) != 0) {
+        CHECK_OK(omc_rdma_target_decode(desc, dn, 2, &t));
+        CHECK_EQ(t.count, 2);
+        CHECK(t.extent[0].qp != t.extent[1].qp);
+        CHECK(t.flags == OMC_RDMA_FLAG_MEMORY_WINDOWS || t.flags == OMC_RDMA_FLAG_REGIONS);
+        CHECK(remote_says(ch.fd[0], "FREE", "ok"));
+        /* small ones take turns */
+        dn = expose_remote(ch.fd[0], 4096, desc);
+        CHECK_OK(omc_rdma_target_decode(desc, dn, 2, &t));
+        CHECK_EQ(t.count, 1);
+        CHECK(remote_says(ch.fd[0], "FREE", "ok"));
+    }
+    finish(&ch);
+    side_close(&s);
+}
+
+/* one WRITE gathers from many places of the source pool, across MR boundaries on both sides */
+OMC_TEST(scatter_gather_over_segments) {
+    omc_rdma_desc d;
+    side s;
+    child ch;
+    uint8_t desc[OMC_RDMA_TARGET_MAX + 64];
+    omc_buffer big;
+    omc_rdma_sge sge[7];
+    uint8_t* base;
+    uint64_t total = 0, k;
+    size_t dn;
+    int i;
+    static const uint64_t offs[7] = { 0, 8192, MIB - 1000, 2 * MIB + 5, 3 * MIB - 7, 3 * MIB + 200000, 5 * MIB };
+    static const uint64_t lens[7] = { 1, 4000, 3000, 65536, 100000, 700000, 64 };
+    if (!on_bed()) return;
+    d = bed_desc();
+    d.mr_chunk = MIB;                           /* pieces cross MR boundaries */
+    REQUIRE(side_open(&s, &d, 8 * MIB) == OMC_OK);
+    REQUIRE(spawn_server(&ch, 1, 8, "c") == 0);
+    CHECK_OK(connect_to(&s, ch.fd[0], &s.conn));
+    REQUIRE(omc_pool_alloc_buffer(s.pool, 6 * MIB, &big) == OMC_OK);
+    base = (uint8_t*)big.data;
+    for (i = 0; i < 7; i++) { sge[i].addr = base + offs[i]; sge[i].length = lens[i]; total += lens[i]; }
+    /* fill the pieces so that their concatenation is the pattern of seed 77 */
+    for (i = 0, k = 0; i < 7; i++) {
+        uint64_t j;
+        for (j = 0; j < lens[i]; j++) base[offs[i] + j] = omc_test_byte(77, k++);
+    }
+    if (s.conn && (dn = expose_remote(ch.fd[0], total, desc)) != 0) {
+        CHECK_OK(omc_rdma_write(s.conn, sge, 7, desc, dn, omc_deadline_after_ms(30000)));
+        CHECK(remote_check(ch.fd[0], 77));
+        CHECK(remote_says(ch.fd[0], "FREE", "ok"));
+        /* a piece outside every registered region is refused before anything is posted */
+        dn = expose_remote(ch.fd[0], 100, desc);
+        sge[0].addr = desc;
+        sge[0].length = 10;
+        CHECK_RES(omc_rdma_write(s.conn, sge, 1, desc, dn, omc_deadline_after_ms(5000)), OMC_ERR_INVALID_ARG);
+        /* a payload larger than the destination too */
+        sge[0].addr = base;
+        sge[0].length = 101;
+        CHECK_RES(omc_rdma_write(s.conn, sge, 1, desc, dn, omc_deadline_after_ms(5000)), OMC_ERR_TOO_LARGE);
+        CHECK(remote_says(ch.fd[0], "UNTOUCHED", "ok"));
+        CHECK(remote_says(ch.fd[0], "FREE", "ok"));
+        CHECK(omc_rdma_conn_ok(s.conn));
+    }
+    omc_buffer_release(&big);
+    finish(&ch);
+    side_close(&s);
+}
+
+/* several threads on both sides share one connection */
+typedef struct conc_arg { side* s; int fd; int t; int failures; } conc_arg;
+#define CONC_THREADS 4
+#define CONC_PER_THREAD 12
+
+static void* conc_sender(void* p) {
+    conc_arg* a = (conc_arg*)p;
+    int i;
+    for (i = 0; i < CONC_PER_THREAD; i++) {
+        uint64_t size = 1 + (uint64_t)((a->t * 7919 + i * 104729) % (600 * 1024));
+        omc_result r = transfer(a->s, a->s->conn, a->fd, size, (uint64_t)(a->t * 1000 + i));
+        if (r != OMC_OK) { a->failures++; fprintf(stderr, "  thread %d transfer %d (%llu bytes): %s\n", a->t, i, (unsigned long long)size, omc_result_name(r)); }
+    }
+    return NULL;
+}
+
+OMC_TEST(concurrent_transfers_on_one_connection) {
+    omc_rdma_desc d;
+    side s;
+    child ch;
+    pthread_t th[CONC_THREADS];
+    conc_arg a[CONC_THREADS];
+    omc_rdma_info info;
+    int t;
+    if (!on_bed()) return;
+    d = bed_desc();
+    d.queue_depth = 8;                          /* small rings: threads wait for slots */
+    d.slice_size = 64 * 1024;
+    REQUIRE(side_open(&s, &d, 16 * MIB) == OMC_OK);
+    REQUIRE(spawn_server(&ch, CONC_THREADS + 1, 16, "-") == 0);
+    CHECK_OK(connect_to(&s, ch.fd[0], &s.conn));
+    if (s.conn) {
+        for (t = 0; t < CONC_THREADS; t++) {
+            a[t].s = &s; a[t].fd = ch.fd[t + 1]; a[t].t = t; a[t].failures = 0;
+            pthread_create(&th[t], NULL, conc_sender, &a[t]);
+        }
+        for (t = 0; t < CONC_THREADS; t++) { pthread_join(th[t], NULL); CHECK_EQ(a[t].failures, 0); }
+        omc_rdma_query(s.eng, &info);
+        CHECK_EQ(info.writes, CONC_THREADS * CONC_PER_THREAD);
+        CHECK(omc_rdma_conn_ok(s.conn));
+    }
+    finish(&ch);
+    side_close(&s);
+}
+
+/* one payload, three receiver processes, written to all at once */
+OMC_TEST(fanout_to_three_receivers) {
+    omc_rdma_desc d;
+    side s;
+    child ch[3];
+    omc_rdma_conn* c[3] = { NULL, NULL, NULL };
+    omc_rdma_op* op[3];
+    uint8_t desc[3][OMC_RDMA_TARGET_MAX + 64];
+    size_t dn[3];
+    omc_buffer src;
+    omc_rdma_sge sge;
+    uint64_t size = 3 * MIB + 17;
+    int i;
+    if (!on_bed()) return;
+    d = bed_desc();
+    REQUIRE(side_open(&s, &d, 8 * MIB) == OMC_OK);
+    REQUIRE(omc_pool_alloc_buffer(s.pool, size, &src) == OMC_OK);
+    omc_test_fill(src.data, size, 31);
+    sge.addr = src.data;
+    sge.length = size;
+    for (i = 0; i < 3; i++) {
+        REQUIRE(spawn_server(&ch[i], 1, 8, "-") == 0);
+        CHECK_OK(connect_to(&s, ch[i].fd[0], &c[i]));
+        dn[i] = c[i] ? expose_remote(ch[i].fd[0], size, desc[i]) : 0;
+        CHECK(dn[i] > 0);
+    }
+    for (i = 0; i < 3; i++) { op[i] = NULL; if (dn[i]) CHECK_OK(omc_rdma_write_start(c[i], &sge, 1, desc[i], dn[i], omc_deadline_after_ms(30000), &op[i])); }
+    for (i = 0; i < 3; i++) if (op[i]) CHECK_OK(omc_rdma_op_wait(op[i], omc_deadline_after_ms(30000)));
+    for (i = 0; i < 3; i++) {
+        CHECK(remote_check(ch[i].fd[0], 31));
+        CHECK(remote_says(ch[i].fd[0], "FREE", "ok"));
+        finish(&ch[i]);
+        omc_rdma_conn_destroy(c[i]);
+    }
+    omc_buffer_release(&src);
+    side_close(&s);
+}
+
+/* A receiver that dies after handing out its destination: the write fails within seconds
+   (nobody acknowledges: retry counter exceeded), and the engine carries on with the next one. */
+static void kill_server(child* ch) {
+    kill(ch->pid, SIGKILL);
+    reap(ch->pid, 5000);
+    ch->pid = 0;
+    close(ch->fd[0]);
+}
+
+typedef struct killer_arg { pid_t pid; int ms; } killer_arg;
+static void* killer(void* p) {
+    killer_arg* k = (killer_arg*)p;
+    usleep((useconds_t)k->ms * 1000);
+    kill(k->pid, SIGKILL);
+    return NULL;
+}
+
+OMC_TEST(receiver_killed_during_transfer) {
+    omc_rdma_desc d;
+    side s;
+    child ch;
+    uint8_t desc[OMC_RDMA_TARGET_MAX + 64];
+    omc_buffer src;
+    omc_rdma_sge sge;
+    omc_result r;
+    omc_time_ns t0;
+    size_t dn;
+    uint64_t size = 40 * MIB;
+    pthread_t th;
+    killer_arg k;
+    if (!on_bed()) return;
+    d = bed_desc();
+    REQUIRE(side_open(&s, &d, 48 * MIB) == OMC_OK);
+    REQUIRE(omc_pool_alloc_buffer(s.pool, size, &src) == OMC_OK);
+    memset(src.data, 0x5A, size);
+    sge.addr = src.data;
+    /* 1. dead before the first byte: the write fails, no hang */
+    REQUIRE(spawn_server(&ch, 1, 8, "-") == 0);
+    CHECK_OK(connect_to(&s, ch.fd[0], &s.conn));
+    if (s.conn && (dn = expose_remote(ch.fd[0], MIB, desc)) != 0) {
+        kill_server(&ch);
+        sge.length = MIB;
+        t0 = omc_now_ns();
+        r = omc_rdma_write(s.conn, &sge, 1, desc, dn, omc_deadline_after_ms(60000));
+        printf("  write to a dead receiver: %s after %.1f s\n", omc_result_name(r), (double)(omc_now_ns() - t0) / 1e9);
+        CHECK_RES(r, OMC_ERR_CONNECTION);
+        CHECK(omc_now_ns() - t0 < 20000000000LL);
+        CHECK(!omc_rdma_conn_ok(s.conn));
+    } else if (ch.pid) kill_server(&ch);
+    omc_rdma_conn_destroy(s.conn);
+    s.conn = NULL;
+    /* 2. killed while the 40 MiB go out: whatever had not been acknowledged fails, no hang */
+    REQUIRE(spawn_server(&ch, 1, 48, "-") == 0);
+    CHECK_OK(connect_to(&s, ch.fd[0], &s.conn));
+    if (s.conn && (dn = expose_remote(ch.fd[0], size, desc)) != 0) {
+        k.pid = ch.pid;
+        k.ms = 20;
+        pthread_create(&th, NULL, killer, &k);
+        sge.length = size;
+        t0 = omc_now_ns();
+        r = omc_rdma_write(s.conn, &sge, 1, desc, dn, omc_deadline_after_ms(60000));
+        pthread_join(th, NULL);
+        printf("  40 MiB to a receiver killed after 20 ms: %s after %.1f s\n", omc_result_name(r), (double)(omc_now_ns() - t0) / 1e9);
+        /* acknowledged bytes landed; the rest fails: nobody answers, or (while the process is torn
+           down) its memory is already unregistered */
+        CHECK(r == OMC_OK || r == OMC_ERR_CONNECTION || r == OMC_ERR_RDMA_QP || r == OMC_ERR_RDMA_ACCESS);
+        CHECK(omc_now_ns() - t0 < 30000000000LL);
+    }
+    if (ch.pid) { reap(ch.pid, 5000); ch.pid = 0; close(ch.fd[0]); }
+    omc_rdma_conn_destroy(s.conn);
+    s.conn = NULL;
+    /* 3. the same engine, a new receiver: works */
+    REQUIRE(spawn_server(&ch, 1, 8, "-") == 0);
+    CHECK_OK(connect_to(&s, ch.fd[0], &s.conn));
+    if (s.conn) CHECK_OK(transfer(&s, s.conn, ch.fd[0], MIB, 5));
+    omc_buffer_release(&src);
+    finish(&ch);
+    side_close(&s);
+}
+
+/* Forge a descriptor from a real one: move the last extent by `shift` bytes and grow it by `grow`. */
+static size_t forge(const uint8_t* desc, size_t dn, int64_t shift, uint64_t grow, uint32_t rkey_xor, uint8_t* out) {
+    omc_rdma_target t;
+    size_t n = 0;
+    if (omc_rdma_target_decode(desc, dn, 0, &t) != OMC_OK) return 0;
+    t.extent[t.count - 1].addr = (uint64_t)((int64_t)t.extent[t.count - 1].addr + shift);
+    t.extent[t.count - 1].length += grow;
+    t.extent[t.count - 1].rkey ^= rkey_xor;
+    t.length += grow;
+    omc_rdma_target_encode(&t, out, OMC_RDMA_TARGET_MAX, &n);
+    return n;
+}
+
+/* Write a forged descriptor. If it must be refused: the receiver's adapter refuses it, nothing
+   lands, and the connection (broken by the refusal, on both sides) is replaced by a new one
+   that works. Otherwise (a device that does not keep writes inside a window) it lands. */
+static void forged_write(side* s, child* ch, const char* what, int64_t shift, uint64_t grow, uint32_t rkey_xor, int revoke_first,
+                         int must_refuse) {
+    uint8_t desc[OMC_RDMA_TARGET_MAX + 64], bad[OMC_RDMA_TARGET_MAX];
+    omc_buffer src;
+    omc_rdma_sge sge;
+    size_t dn, bn;
+    uint64_t size = 64 * 1024;
+    omc_result r;
+    dn = expose_remote(ch->fd[0], size, desc);
+    REQUIRE(dn > 0);
+    REQUIRE(omc_pool_alloc_buffer(s->pool, size + grow, &src) == OMC_OK);
+    memset(src.data, 0x11, size + grow);
+    sge.addr = src.data;
+    sge.length = size + grow;
+    if (revoke_first) {         /* a stale key: write once (fine), revoke, write again */
+        sge.length = size;
+        omc_test_fill(src.data, size, 3);
+        CHECK_OK(omc_rdma_write(s->conn, &sge, 1, desc, dn, omc_deadline_after_ms(10000)));
+        CHECK(remote_check(ch->fd[0], 3));
+        CHECK(remote_says(ch->fd[0], "REVOKE", "OMC_OK"));
+        memset(src.data, 0x11, size);
+    }
+    bn = forge(desc, dn, shift, grow, rkey_xor, bad);
+    REQUIRE(bn > 0);
+    r = omc_rdma_write(s->conn, &sge, 1, bad, bn, omc_deadline_after_ms(20000));
+    printf("  %s: %s\n", what, omc_result_name(r));
+    omc_buffer_release(&src);
+    if (!must_refuse) {
+        CHECK_OK(r);
+        CHECK(remote_says(ch->fd[0], "UNTOUCHED", "bad"));      /* it landed next to the window */
+        CHECK(remote_says(ch->fd[0], "FREE", "ok"));
+        return;
+    }
+    CHECK_RES(r, OMC_ERR_RDMA_ACCESS);
+    CHECK(!omc_rdma_conn_ok(s->conn));
+    CHECK(remote_says(ch->fd[0], revoke_first ? "CHECK 3" : "UNTOUCHED", "ok"));   /* nothing landed */
+    CHECK(remote_says(ch->fd[0], "FREE", "ok"));
+    /* tear down, connect again, and move data again */
+    omc_rdma_conn_destroy(s->conn);
+    s->conn = NULL;
+    CHECK_OK(connect_to(s, ch->fd[0], &s->conn));
+    if (s->conn) CHECK_OK(transfer(s, s->conn, ch->fd[0], 200000, 9));
+}
+
+/* flags: the receiver's protection (see role_server) */
+static void forged_writes(const char* flags) {
+    omc_rdma_desc d;
+    side s;
+    child ch;
+    omc_rdma_info info;
+    omc_rdma_conn_info ci;
+    int bounded;
+    d = bed_desc();
+    REQUIRE(side_open(&s, &d, 8 * MIB) == OMC_OK);
+    REQUIRE(spawn_server(&ch, 1, 8, flags) == 0);
+    CHECK_OK(connect_to(&s, ch.fd[0], &s.conn));
+    if (s.conn) {
+        omc_rdma_query(s.eng, &info);           /* the same device as the receiver's */
+        omc_rdma_conn_query(s.conn, &ci);
+        bounded = !(ci.peer_flags & OMC_RDMA_FLAG_MEMORY_WINDOWS) || info.window_bounds == 1;
+        printf("  receiver protects with %s%s\n", (ci.peer_flags & OMC_RDMA_FLAG_MEMORY_WINDOWS) ? "memory windows" : "regions",
+               bounded ? "" : " (the device does not keep writes inside a window)");
+        forged_write(&s, &ch, "4 KiB past the destination", 0, 4096, 0, 0, bounded);
+        if (s.conn) forged_write(&s, &ch, "1 byte before the destination", -1, 0, 0, 0, bounded);
+        if (s.conn) forged_write(&s, &ch, "a made-up rkey", 0, 0, 0x100, 0, 1);
+        if (s.conn) forged_write(&s, &ch, "the rkey of a revoked destination", 0, 0, 0, 1, 1);
+        omc_rdma_query(s.eng, &info);
+        CHECK(info.access_errors >= (bounded ? 4u : 2u));
+    }
+    finish(&ch);
+    side_close(&s);
+}
+
+OMC_TEST(wrong_stale_or_out_of_range_keys_are_refused) {
+    if (!on_bed()) return;
+    forged_writes("-");         /* the engine's default choice for this device */
+}
+
+OMC_TEST(memory_windows_refuse_stale_and_made_up_keys) {
+    if (!on_bed()) return;
+    forged_writes("m");
+}
+
+/* With the pool's own rkey the adapter only guards the registered pool: inside it a forged
+   descriptor lands (the weaker protection the manual describes), outside it is refused. */
+OMC_TEST(pool_protection_only_guards_the_pool) {
+    omc_rdma_desc d;
+    side s;
+    child ch;
+    uint8_t desc[OMC_RDMA_TARGET_MAX + 64], bad[OMC_RDMA_TARGET_MAX];
+    omc_buffer src;
+    omc_rdma_sge sge;
+    omc_rdma_info info;
+    size_t dn, bn;
+    if (!on_bed()) return;
+    d = bed_desc();
+    d.protection = OMC_RDMA_PROTECT_POOL;
+    REQUIRE(side_open(&s, &d, 8 * MIB) == OMC_OK);
+    omc_rdma_query(s.eng, &info);
+    CHECK_EQ(info.memory_windows, 0);
+    CHECK_EQ(info.protection, OMC_RDMA_PROTECT_POOL);
+    REQUIRE(spawn_server(&ch, 1, 8, "p") == 0);
+    CHECK_OK(connect_to(&s, ch.fd[0], &s.conn));
+    if (s.conn) {
+        CHECK_OK(transfer(&s, s.conn, ch.fd[0], 3 * MIB, 12));
+        REQUIRE((dn = expose_remote(ch.fd[0], 4096, desc)) > 0);
+        REQUIRE(omc_pool_alloc_buffer(s.pool, 8192, &src) == OMC_OK);
+        memset(src.data, 0x22, 8192);
+        sge.addr = src.data;
+        sge.length = 8192;
+        bn = forge(desc, dn, 0, 4096, 0, bad);          /* into the guard: inside the pool */
+        CHECK_OK(omc_rdma_write(s.conn, &sge, 1, bad, bn, omc_deadline_after_ms(10000)));
+        CHECK(remote_says(ch.fd[0], "UNTOUCHED", "bad"));
+        bn = forge(desc, dn, 64 * (int64_t)MIB, 0, 0, bad);   /* far outside the pool */
+        sge.length = 4096;
+        CHECK_RES(omc_rdma_write(s.conn, &sge, 1, bad, bn, omc_deadline_after_ms(20000)), OMC_ERR_RDMA_ACCESS);
+        omc_buffer_release(&src);
+        CHECK(remote_says(ch.fd[0], "FREE", "ok"));
+    }
+    finish(&ch);
+    side_close(&s);
+}
+
+/* a receiver restarts: its new record carries a new incarnation; the old connection is dead */
+OMC_TEST(peer_restart_is_detected) {
+    omc_rdma_desc d;
+    side s;
+    child a, b;
+    omc_rdma_conn* old = NULL;
+    omc_rdma_conn_info ia, ib;
+    uint8_t desc[OMC_RDMA_TARGET_MAX + 64];
+    char inc_a[64] = "", inc_b[64] = "";
+    omc_buffer src;
+    omc_rdma_sge sge;
+    omc_result r;
+    size_t dn = 0;
+    if (!on_bed()) return;
+    d = bed_desc();
+    REQUIRE(side_open(&s, &d, 8 * MIB) == OMC_OK);
+    REQUIRE(spawn_server(&a, 1, 8, "-") == 0);
+    CHECK_OK(connect_to(&s, a.fd[0], &old));
+    REQUIRE(old != NULL);
+    CHECK_OK(transfer(&s, old, a.fd[0], 100000, 1));
+    ask(a.fd[0], "INCARNATION", inc_a, sizeof(inc_a));
+    dn = expose_remote(a.fd[0], 4096, desc);      /* a descriptor of the old process */
+    omc_rdma_conn_query(old, &ia);
+    CHECK_EQ(ia.peer_incarnation, strtoull(inc_a, NULL, 16));
+    kill(a.pid, SIGKILL);                          /* the process dies without a word */
+    reap(a.pid, 5000);
+    a.pid = 0;
+    close(a.fd[0]);
+    REQUIRE(spawn_server(&b, 1, 8, "-") == 0);
+    CHECK_OK(connect_to(&s, b.fd[0], &s.conn));
+    ask(b.fd[0], "INCARNATION", inc_b, sizeof(inc_b));
+    omc_rdma_conn_query(s.conn, &ib);
+    CHECK_EQ(ib.peer_incarnation, strtoull(inc_b, NULL, 16));
+    CHECK(ib.peer_incarnation != ia.peer_incarnation);      /* what a peer cache keys on */
+    CHECK(ib.conn_id != ia.conn_id);
+    /* the old connection and its descriptor lead nowhere */
+    REQUIRE(omc_pool_alloc_buffer(s.pool, 4096, &src) == OMC_OK);
+    sge.addr = src.data;
+    sge.length = 4096;
+    r = omc_rdma_write(old, &sge, 1, desc, dn, omc_deadline_after_ms(30000));
+    printf("  write on the connection to the old process: %s\n", omc_result_name(r));
+    CHECK(r == OMC_ERR_CONNECTION || r == OMC_ERR_RDMA_QP || r == OMC_ERR_RDMA_ACCESS);
+    CHECK(!omc_rdma_conn_ok(old));
+    /* and a descriptor meant for another connection is refused before anything is posted */
+    CHECK_RES(omc_rdma_write(s.conn, &sge, 1, desc, dn, omc_deadline_after_ms(5000)), OMC_ERR_RDMA_ACCESS);
+    omc_buffer_release(&src);
+    omc_rdma_conn_destroy(old);
+    if (s.conn) CHECK_OK(transfer(&s, s.conn, b.fd[0], 200000, 2));
+    finish(&b);
+    side_close(&s);
+}
+
+/* A write that misses its deadline (its receiver is dead, the retries would take seconds)
+   breaks its connection, so the adapter lets go of the memory, and returns at once. */
+OMC_TEST(deadline_breaks_the_connection) {
+    omc_rdma_desc d;
+    side s;
+    child ch;
+    uint8_t desc[OMC_RDMA_TARGET_MAX + 64];
+    omc_buffer src;
+    omc_rdma_sge sge;
+    omc_rdma_op* op = NULL;
+    omc_rdma_conn_info ci;
+    omc_time_ns t0;
+    size_t dn;
+    if (!on_bed()) return;
+    d = bed_desc();
+    REQUIRE(side_open(&s, &d, 4 * MIB) == OMC_OK);
+    REQUIRE(spawn_server(&ch, 1, 4, "-") == 0);
+    CHECK_OK(connect_to(&s, ch.fd[0], &s.conn));
+    REQUIRE(omc_pool_alloc_buffer(s.pool, MIB, &src) == OMC_OK);
+    sge.addr = src.data;
+    sge.length = MIB;
+    if (s.conn && (dn = expose_remote(ch.fd[0], MIB, desc)) != 0) {
+        kill_server(&ch);
+        CHECK_OK(omc_rdma_write_start(s.conn, &sge, 1, desc, dn, omc_deadline_after_ms(30000), &op));
+        t0 = omc_now_ns();
+        if (op) CHECK_RES(omc_rdma_op_wait(op, omc_deadline_after_ms(300)), OMC_ERR_TIMEOUT);
+        printf("  returned %.2f s after the wait began\n", (double)(omc_now_ns() - t0) / 1e9);
+        CHECK(omc_now_ns() - t0 < 2000000000LL);     /* not the seconds the retries would take */
+        CHECK(!omc_rdma_conn_ok(s.conn));
+        omc_rdma_conn_query(s.conn, &ci);
+        CHECK_EQ(ci.error, OMC_ERR_TIMEOUT);
+    } else if (ch.pid) kill_server(&ch);
+    omc_buffer_release(&src);
+    side_close(&s);
+}
+
+/* an engine with nothing to do sleeps on its completion channel */
+OMC_TEST(idle_engine_does_not_spin) {
+    omc_rdma_desc d;
+    side s;
+    child ch;
+    struct rusage r0, r1;
+    omc_rdma_info i0, i1;
+    double cpu;
+    if (!on_bed()) return;
+    d = bed_desc();
+    REQUIRE(side_open(&s, &d, 4 * MIB) == OMC_OK);
+    REQUIRE(spawn_server(&ch, 1, 4, "-") == 0);
+    CHECK_OK(connect_to(&s, ch.fd[0], &s.conn));
+    if (s.conn) CHECK_OK(transfer(&s, s.conn, ch.fd[0], 65536, 8));
+    usleep(200000);
+    omc_rdma_query(s.eng, &i0);
+    getrusage(RUSAGE_SELF, &r0);
+    usleep(1500000);
+    getrusage(RUSAGE_SELF, &r1);
+    omc_rdma_query(s.eng, &i1);
+    cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
+          (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) / 1e6;
+    printf("  idle for 1.5 s: %.3f s of CPU, %llu sleeps\n", cpu, (unsigned long long)(i1.sleeps - i0.sleeps));
+    CHECK(cpu < 0.15);
+    CHECK(i1.sleeps - i0.sleeps <= 3);          /* one long sleep (woken once a second at most) */
+    finish(&ch);
+    side_close(&s);
+}
+
+int main(int argc, char** argv) {
+    if (argc > 2 && strcmp(argv[1], "--role") == 0) {
+        if (strcmp(argv[2], "server") == 0) return role_server(argc - 1, argv + 1);
+        if (strcmp(argv[2], "memlock") == 0) return role_memlock();
+        return 100;
+    }
+    if (!bed_device()) {        /* nothing ran: say so, count nothing */
+        const char* prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+        printf("SKIP %s: not on an RDMA bed (OMC_RDMA_DEVICE is not set): run tests/rdma/run-tests.sh\n", prog);
+        printf("%s: 0 passed, 0 failed\n", prog);
+        return 0;
+    }
+    return omc_test_main(argc, argv);
+}
