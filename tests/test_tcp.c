@@ -686,6 +686,454 @@ OMC_TEST(tcp_garbage_on_the_listener) {
     omc_conn_destroy(s);
 }
 
+/* ---- CURVE ------------------------------------------------------------------------------------ */
+
+/* A get that must be refused for want of the right key: OMC_ERR_AUTH at its deadline. */
+static void get_refused(omc_conn* r, const omc_meta* m, const char* key) {
+    omc_buffer b;
+    omc_time_ns t0 = omc_now_ns(), dt;
+    CHECK_RES(omc_conn_get(r, "s0", "s1", key, m->data, m->size, omc_deadline_after_ms(600), &b), OMC_ERR_AUTH);
+    dt = omc_now_ns() - t0;
+    CHECK(dt >= 550000000LL && dt < 1500000000LL);
+}
+
+static uint64_t auth_failures_after(omc_conn* s, uint64_t at_least) {
+    omc_tcp_health_info th;
+    int i;
+    for (i = 0; i < 100; i++) {     /* the listener counts monitor events as they come */
+        omc_tcp_health(s, &th);
+        if (th.auth_failures >= at_least) break;
+        usleep(10000);
+    }
+    return th.auth_failures;
+}
+
+OMC_TEST(tcp_curve_right_key_works_wrong_or_none_refused) {
+    char spub[41], ssec[41], xpub[41], xsec[41];
+    omc_conn *s, *good, *wrong, *none;
+    omc_meta m = {0};
+    omc_tcp_health_info th;
+    omc_buffer b;
+    omc_tcp_peer_info ph;
+    uint64_t af;
+    if (!zmq_has("curve")) { printf("SKIP tcp_curve (libzmq without CURVE)\n"); return; }
+    CHECK_OK(omc_tcp_curve_keypair(spub, ssec));
+    CHECK_OK(omc_tcp_curve_keypair(xpub, xsec));
+    s = make_sender_ex(OMC_ROLE_SENDER, 0, 0, ssec, NULL, 0);
+    good = make_receiver_ex(0, spub, NULL);
+    wrong = make_receiver_ex(0, xpub, NULL);        /* someone else's server key */
+    none = make_receiver(0);                        /* no CURVE at all */
+    REQUIRE(s && good && wrong && none);
+    CHECK_OK(omc_tcp_health(s, &th));
+    CHECK_EQ(th.curve, 1);
+    put_bytes(s, "k", 100000, 101, 3, 0, &m);
+    get_and_verify(good, "k", m.data, m.size, 100000, 101);
+    get_refused(wrong, &m, "k");
+    af = auth_failures_after(s, 1);
+    CHECK(af >= 1);
+    get_refused(none, &m, "k");
+    CHECK(auth_failures_after(s, af + 1) >= af + 1);
+    /* refusals consumed nothing: the two readers left still read it */
+    get_and_verify(good, "k", m.data, m.size, 100000, 101);
+    CHECK_OK(omc_tcp_peer_health(wrong, 0, &ph));
+    CHECK(ph.auth_failures >= 1 && ph.last_error == OMC_ERR_AUTH);
+    /* metadata-less too, with a per-sender key on a receiver created without CURVE */
+    CHECK_OK(omc_tcp_add_sender_key(none, "s", "127.0.0.1", port_of(s), spub));
+    CHECK_OK(omc_conn_get(none, "s0", "s1", "k", NULL, 0, omc_deadline_after_ms(5000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 101));
+    omc_buffer_release(&b);
+    CHECK_OK(omc_tcp_add_sender(wrong, "s", "127.0.0.1", port_of(s)));
+    put_bytes(s, "k2", 10, 102, 1, 0, NULL);
+    CHECK_RES(omc_conn_get(wrong, "s0", "s1", "k2", NULL, 0, omc_deadline_after_ms(500), &b), OMC_ERR_AUTH);
+    omc_meta_free(&m);
+    omc_conn_destroy(good);
+    omc_conn_destroy(wrong);
+    omc_conn_destroy(none);
+    omc_conn_destroy(s);
+}
+
+OMC_TEST(tcp_curve_allowed_clients) {
+    char spub[41], ssec[41], apub[41], asec[41], path[64];
+    const char* allowed[1];
+    omc_conn *s, *a, *intruder;
+    omc_meta m = {0};
+    FILE* f;
+    char key[41];
+    if (!zmq_has("curve")) { printf("SKIP tcp_curve_allowed_clients (libzmq without CURVE)\n"); return; }
+    CHECK_OK(omc_tcp_curve_keypair(spub, ssec));
+    CHECK_OK(omc_tcp_curve_keypair(apub, asec));
+    /* keys from files: surrounding whitespace is fine, anything else is not a key */
+    snprintf(path, sizeof(path), "/tmp/omc-tcp-key-%ld", (long)getpid());
+    f = fopen(path, "w");
+    REQUIRE(f);
+    fprintf(f, "  %s\n", spub);
+    fclose(f);
+    CHECK_OK(omc_tcp_read_key(path, key));
+    CHECK(strcmp(key, spub) == 0);
+    f = fopen(path, "w");
+    REQUIRE(f);
+    fprintf(f, "%s-", spub);
+    fclose(f);
+    CHECK_RES(omc_tcp_read_key(path, key), OMC_ERR_MALFORMED);
+    unlink(path);
+    CHECK_RES(omc_tcp_read_key(path, key), OMC_ERR_NOT_FOUND);
+    allowed[0] = apub;
+    s = make_sender_ex(OMC_ROLE_SENDER, 0, 0, ssec, allowed, 1);
+    a = make_receiver_ex(0, spub, asec);
+    intruder = make_receiver_ex(0, spub, NULL);     /* knows the server key, is not on the list */
+    REQUIRE(s && a && intruder);
+    put_bytes(s, "k", 5000, 111, 1, 0, &m);
+    get_refused(intruder, &m, "k");
+    CHECK(auth_failures_after(s, 1) >= 1);
+    get_and_verify(a, "k", m.data, m.size, 5000, 111);
+    omc_meta_free(&m);
+    omc_conn_destroy(a);
+    omc_conn_destroy(intruder);
+    omc_conn_destroy(s);
+    {   /* bad keys are refused at create */
+        omc_tcp_desc d;
+        omc_conn* c = NULL;
+        memset(&d, 0, sizeof(d));
+        d.curve.secret_key = "not a key";
+        CHECK_RES(omc_tcp_create(&d, &c), OMC_ERR_INVALID_ARG);
+        CHECK(c == NULL);
+    }
+}
+
+/* ---- sizes that lie: a fake sender ------------------------------------------------------------- */
+
+/* FAKE LAYER, on purpose: a raw ROUTER socket and a raw TCP listener that speak just enough of the
+   protocol to answer HELLO and PULL, and then lie about sizes or break off. A real sender never
+   does this, so these faults cannot be produced with the real stack. */
+enum { FAKE_HONEST, FAKE_BIGGER_HEADER, FAKE_WRONG_XFER, FAKE_DONE_WRONG, FAKE_SHORT_EOF, FAKE_MORE_BYTES };
+
+typedef struct fake_sender {
+    void* ctx;
+    void* router;
+    int lfd, dfd;
+    uint16_t port, dport;
+    int mode;                   /* atomic */
+    int stop;                   /* atomic */
+    pthread_t th;
+} fake_sender;
+
+static void fake_reply(fake_sender* f, const uint8_t* rid, int rn, omc__wire* m) {
+    uint8_t buf[OMC__WIRE_MAX];
+    uint32_t len = 0;
+    m->incarnation = omc_incarnation();     /* the metadata below names this process */
+    if (omc__wire_encode(m, buf, sizeof(buf), &len) != OMC_OK) return;
+    zmq_send(f->router, rid, (size_t)rn, ZMQ_SNDMORE);
+    zmq_send(f->router, buf, len, 0);
+}
+
+static void fake_push(fake_sender* f, const omc__wire* in, const uint8_t* rid, int rn) {
+    int mode = __atomic_load_n(&f->mode, __ATOMIC_ACQUIRE);
+    uint64_t size = in->capacity, sent_size = size;
+    uint8_t hdr[OMC__TCP_HEADER_SIZE], *payload = (uint8_t*)malloc(size + 4096);
+    omc__wire m;
+    omc_test_fill(payload, size + 4096, 7);
+    if (mode == FAKE_BIGGER_HEADER) sent_size = size + 4096;
+    omc__tcp_header_encode(hdr, mode == FAKE_WRONG_XFER ? in->xfer + 1 : in->xfer, sent_size);
+    if (write(f->dfd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr)) {}
+    if (mode == FAKE_SHORT_EOF) {
+        if (write(f->dfd, payload, size / 2) < 0) {}
+        close(f->dfd);
+        f->dfd = -1;
+        free(payload);
+        return;
+    }
+    if (write(f->dfd, payload, mode == FAKE_MORE_BYTES || mode == FAKE_BIGGER_HEADER ? size + 4096 : size) < 0) {}
+    free(payload);
+    memset(&m, 0, sizeof(m));
+    m.type = OMC__MSG_DONE; m.xfer = in->xfer; m.seq = in->seq; m.bytes = mode == FAKE_DONE_WRONG ? size + 1 : size;
+    fake_reply(f, rid, rn, &m);
+}
+
+static void* fake_main(void* arg) {
+    fake_sender* f = (fake_sender*)arg;
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
+        zmq_pollitem_t it[3];
+        int n = 2;
+        memset(it, 0, sizeof(it));
+        it[0].socket = f->router; it[0].events = ZMQ_POLLIN;
+        it[1].fd = f->lfd; it[1].events = ZMQ_POLLIN;
+        if (zmq_poll(it, n, 50) <= 0) continue;
+        if (it[1].revents) {    /* a data connection: take its hello, ack it */
+            uint8_t h[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE];
+            int fd = accept(f->lfd, NULL, NULL);
+            if (fd >= 0 && recv(fd, h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
+                omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
+                omc__put_u32(ack + 4, 0);
+                if (write(fd, ack, sizeof(ack)) != (ssize_t)sizeof(ack)) {}
+                if (f->dfd >= 0) close(f->dfd);
+                f->dfd = fd;
+            } else if (fd >= 0) close(fd);
+        }
+        if (it[0].revents) {
+            uint8_t rid[256], buf[OMC__WIRE_MAX];
+            int rn = zmq_recv(f->router, rid, sizeof(rid), 0), bn = zmq_recv(f->router, buf, sizeof(buf), 0);
+            omc__wire in, m;
+            if (rn <= 0 || bn <= 0 || omc__wire_decode(buf, (size_t)bn, &in) != OMC_OK) continue;
+            memset(&m, 0, sizeof(m));
+            m.xfer = in.xfer;
+            m.seq = in.seq;
+            if (in.type == OMC__MSG_HELLO) {
+                uint8_t recs[64], val[4];
+                uint32_t rl = 0, cnt = 0;
+                omc__put_u16(val, f->dport);
+                omc__put_u16(val + 2, 0);
+                omc__wire_add_record(recs, sizeof(recs), &rl, &cnt, OMC__DP_TCP, val, 4);
+                m.type = OMC__MSG_HELLO; m.caps = OMC_NET_CAP_TCP; m.nrecords = cnt; m.records = recs; m.records_len = rl;
+                fake_reply(f, rid, rn, &m);
+            } else if (in.type == OMC__MSG_PULL && f->dfd >= 0) fake_push(f, &in, rid, rn);
+        }
+    }
+    return NULL;
+}
+
+static int fake_start(fake_sender* f) {
+    struct sockaddr_in a;
+    socklen_t al = sizeof(a);
+    char ep[64];
+    size_t n = sizeof(ep);
+    int zero = 0;
+    memset(f, 0, sizeof(*f));
+    f->dfd = -1;
+    f->ctx = zmq_ctx_new();
+    f->router = zmq_socket(f->ctx, ZMQ_ROUTER);
+    zmq_setsockopt(f->router, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_bind(f->router, "tcp://127.0.0.1:*") != 0) return -1;
+    zmq_getsockopt(f->router, ZMQ_LAST_ENDPOINT, ep, &n);
+    f->port = (uint16_t)atoi(strrchr(ep, ':') + 1);
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(f->lfd, (struct sockaddr*)&a, sizeof(a)) != 0 || listen(f->lfd, 8) != 0) return -1;
+    getsockname(f->lfd, (struct sockaddr*)&a, &al);
+    f->dport = ntohs(a.sin_port);
+    return pthread_create(&f->th, NULL, fake_main, f);
+}
+
+static void fake_stop(fake_sender* f) {
+    __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(f->th, NULL);
+    if (f->dfd >= 0) close(f->dfd);
+    close(f->lfd);
+    zmq_close(f->router);
+    zmq_ctx_term(f->ctx);
+}
+
+/* Metadata naming the fake sender (as a real one would write it). */
+static void fake_meta(const fake_sender* f, const char* key, uint64_t size, omc_meta* m) {
+    char qkey[OMC_KEY_MAX];
+    uint32_t qlen = 0;
+    uint8_t* body = NULL;
+    omc_qualify_key("s0", "s1", key, qkey, &qlen);
+    omc__meta_begin(OMC_TRANSPORT_TCP, 0, size, qkey, qlen, omc__net_meta_body_size("127.0.0.1"), m, &body);
+    omc__net_meta_body_encode(body, 1, f->port, OMC_NET_CAP_TCP, "127.0.0.1");
+    omc__meta_seal(m);
+}
+
+static int pool_untouched(omc_conn* r, uint64_t from) {
+    omc_pool* pool = omc__net_pool(r);
+    const uint8_t* p = (const uint8_t*)omc_pool_base(pool);
+    uint64_t i;
+    for (i = from; i < omc_pool_size(pool); i++) if (p[i] != 0xEE) return 0;
+    return 1;
+}
+
+OMC_TEST(tcp_sizes_that_lie_are_rejected) {
+    /* untouched: pool bytes from here on must keep their pattern (a header that lies is
+       refused before any payload byte is read; otherwise bytes land only inside the destination) */
+    static const struct { int mode; omc_result want; uint64_t untouched; } cases[] = {
+        { FAKE_BIGGER_HEADER, OMC_ERR_PROTOCOL, 0 }, { FAKE_WRONG_XFER, OMC_ERR_PROTOCOL, 0 },
+        { FAKE_DONE_WRONG, OMC_ERR_PROTOCOL, 1000 }, { FAKE_SHORT_EOF, OMC_ERR_CONNECTION, 500 },
+        { FAKE_MORE_BYTES, OMC_OK, 1000 }, { FAKE_HONEST, OMC_OK, 1000 }
+    };
+    fake_sender f;
+    omc_conn* r = make_receiver(1u << 20);
+    omc_meta m = {0};
+    omc_buffer b;
+    size_t i;
+    REQUIRE(r && fake_start(&f) == 0);
+    fake_meta(&f, "k", 1000, &m);
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        omc_result res;
+        memset(omc_pool_base(omc__net_pool(r)), 0xEE, (size_t)omc_pool_size(omc__net_pool(r)));
+        __atomic_store_n(&f.mode, cases[i].mode, __ATOMIC_RELEASE);
+        res = omc_conn_get(r, "s0", "s1", "k", m.data, m.size, omc_deadline_after_ms(3000), &b);
+        CHECK_RES(res, cases[i].want);
+        if (res == OMC_OK) {
+            CHECK(b.size == 1000 && omc_test_verify(b.data, 1000, 7));
+            omc_buffer_release(&b);
+        }
+        CHECK(pool_untouched(r, cases[i].untouched));     /* not one byte past what was announced */
+    }
+    omc_meta_free(&m);
+    {   /* metadata that lies about the size: the destination is what it says, never more */
+        fake_meta(&f, "k", 10, &m);
+        __atomic_store_n(&f.mode, FAKE_BIGGER_HEADER, __ATOMIC_RELEASE);
+        memset(omc_pool_base(omc__net_pool(r)), 0xEE, (size_t)omc_pool_size(omc__net_pool(r)));
+        CHECK_RES(omc_conn_get(r, "s0", "s1", "k", m.data, m.size, omc_deadline_after_ms(3000), &b), OMC_ERR_PROTOCOL);
+        CHECK(pool_untouched(r, 0));
+        omc_meta_free(&m);
+    }
+    omc_conn_destroy(r);
+    fake_stop(&f);
+}
+
+/* ---- the seed's port table, collisions, hosts, endpoints ------------------------------------------ */
+
+OMC_TEST(tcp_port_offsets_seed_table) {
+    omc_port_spec sp[5];
+    uint16_t ports[5], p;
+    uint32_t a = 9, b = 9;
+    int dp, rank, i = 0;
+    memset(sp, 0, sizeof(sp));
+    for (dp = 0; dp < 2; dp++)
+        for (rank = 0; rank < 2; rank++, i++) {
+            sp[i].base = 50051; sp[i].purpose = OMC_PORT_KV_TRANSFER; sp[i].from_stage = 0;
+            sp[i].dp_index = dp; sp[i].tp_size = 2; sp[i].tp_rank = rank;
+        }
+    sp[4].base = 50051; sp[4].orchestrator = 1;
+    CHECK_OK(omc_port_check(sp, 5, ports, &a, &b));
+    CHECK_EQ(ports[0], 50151); CHECK_EQ(ports[1], 50152); CHECK_EQ(ports[2], 50153); CHECK_EQ(ports[3], 50154);
+    CHECK_EQ(ports[4], 50251);
+    /* base 0 is the seed's default; request forwarding sits 100 below KV transfer */
+    memset(&sp[0], 0, sizeof(sp[0]));
+    CHECK_OK(omc_port_compute(&sp[0], &p));
+    CHECK_EQ(p, 50051);
+    sp[0].from_stage = 1;
+    CHECK_OK(omc_port_compute(&sp[0], &p));
+    CHECK_EQ(p, 50052);
+    /* a collision: stage 1 DP0 rank 0 lands where stage 0 DP0 rank 1 is (TP 2) */
+    memset(sp, 0, sizeof(sp));
+    sp[0].purpose = OMC_PORT_KV_TRANSFER; sp[0].tp_size = 2; sp[0].tp_rank = 1;
+    sp[1].purpose = OMC_PORT_KV_TRANSFER; sp[1].from_stage = 1;
+    CHECK_RES(omc_port_check(sp, 2, NULL, &a, &b), OMC_ERR_EXISTS);
+    CHECK(a == 0 && b == 1);
+    /* range checks */
+    memset(&sp[0], 0, sizeof(sp[0]));
+    sp[0].tp_size = 2; sp[0].tp_rank = 2;
+    CHECK_RES(omc_port_compute(&sp[0], &p), OMC_ERR_INVALID_ARG);
+    sp[0].tp_rank = -1;
+    CHECK_RES(omc_port_compute(&sp[0], &p), OMC_ERR_INVALID_ARG);
+    memset(&sp[0], 0, sizeof(sp[0]));
+    sp[0].purpose = (omc_port_purpose)50;
+    CHECK_RES(omc_port_compute(&sp[0], &p), OMC_ERR_INVALID_ARG);
+    memset(&sp[0], 0, sizeof(sp[0]));
+    sp[0].base = 65500; sp[0].purpose = OMC_PORT_KV_TRANSFER;
+    CHECK_RES(omc_port_compute(&sp[0], &p), OMC_ERR_INVALID_ARG);
+    memset(&sp[0], 0, sizeof(sp[0]));
+    sp[0].dp_index = 50; sp[0].tp_size = 2;     /* offset 100: into the KV transfer range */
+    CHECK_RES(omc_port_compute(&sp[0], &p), OMC_ERR_INVALID_ARG);
+    sp[0].from_stage = -1; sp[0].dp_index = 0;
+    CHECK_RES(omc_port_compute(&sp[0], &p), OMC_ERR_INVALID_ARG);
+    CHECK_RES(omc_port_compute(NULL, &p), OMC_ERR_INVALID_ARG);
+}
+
+OMC_TEST(tcp_host_detection_and_endpoints) {
+    char h[64];
+    const char* how = NULL;
+    uint16_t port = 0;
+    struct in_addr a4;
+    struct in6_addr a6;
+    CHECK_OK(omc_detect_host(4, h, sizeof(h), &how));
+    CHECK(how && inet_pton(AF_INET, h, &a4) == 1);
+    CHECK(strcmp(how, "loopback") != 0 || strcmp(h, "127.0.0.1") == 0);
+    CHECK_OK(omc_detect_host(6, h, sizeof(h), &how));
+    CHECK(how && inet_pton(AF_INET6, h, &a6) == 1);
+    CHECK_OK(omc_detect_host(0, h, sizeof(h), &how));
+    CHECK_RES(omc_detect_host(5, h, sizeof(h), &how), OMC_ERR_INVALID_ARG);
+    CHECK_RES(omc_detect_host(4, h, 3, &how), OMC_ERR_TOO_LARGE);
+    CHECK_OK(omc_tcp_parse_endpoint("10.0.0.7:50151", h, sizeof(h), &port));
+    CHECK(strcmp(h, "10.0.0.7") == 0 && port == 50151);
+    CHECK_OK(omc_tcp_parse_endpoint("[fe80::1]:9", h, sizeof(h), &port));
+    CHECK(strcmp(h, "fe80::1") == 0 && port == 9);
+    CHECK_OK(omc_tcp_parse_endpoint("node-3:1", h, sizeof(h), &port));
+    CHECK_RES(omc_tcp_parse_endpoint("fe80::1:9", h, sizeof(h), &port), OMC_ERR_INVALID_ARG);
+    CHECK_RES(omc_tcp_parse_endpoint("host:0", h, sizeof(h), &port), OMC_ERR_INVALID_ARG);
+    CHECK_RES(omc_tcp_parse_endpoint("host:65536", h, sizeof(h), &port), OMC_ERR_INVALID_ARG);
+    CHECK_RES(omc_tcp_parse_endpoint("host:12x", h, sizeof(h), &port), OMC_ERR_INVALID_ARG);
+    CHECK_RES(omc_tcp_parse_endpoint(":12", h, sizeof(h), &port), OMC_ERR_INVALID_ARG);
+    CHECK_RES(omc_tcp_parse_endpoint("host", h, sizeof(h), &port), OMC_ERR_INVALID_ARG);
+}
+
+/* A sender on "auto" and on IPv6 loopback: the advertised host is what receivers reach. */
+OMC_TEST(tcp_auto_host_and_ipv6) {
+    omc_tcp_desc d;
+    omc_conn *s = NULL, *r = make_receiver(0);
+    omc_meta m = {0};
+    char host[OMC_TCP_HOST_MAX];
+    REQUIRE(r);
+    memset(&d, 0, sizeof(d));
+    d.role = OMC_ROLE_SENDER;
+    d.pool_size = 16u << 20;
+    d.host = "auto";
+    CHECK_OK(omc_tcp_create(&d, &s));
+    if (s) {
+        CHECK_OK(omc_tcp_endpoint(s, host, sizeof(host), NULL, NULL));
+        CHECK(strcmp(host, "auto") != 0 && host[0]);
+        put_bytes(s, "k", 3000, 121, 1, 0, &m);
+        get_and_verify(r, "k", m.data, m.size, 3000, 121);
+        omc_meta_free(&m);
+        omc_conn_destroy(s);
+    }
+    d.host = "::1";
+    s = NULL;
+    if (omc_tcp_create(&d, &s) == OMC_OK) {      /* hosts without IPv6 loopback skip this half */
+        put_bytes(s, "k6", 3000, 122, 1, 0, &m);
+        get_and_verify(r, "k6", m.data, m.size, 3000, 122);
+        omc_meta_free(&m);
+        omc_conn_destroy(s);
+    } else printf("SKIP tcp_auto_host_and_ipv6: no IPv6 loopback\n");
+    d.host = "no-such-host.invalid";
+    s = NULL;
+    CHECK_RES(omc_tcp_create(&d, &s), OMC_ERR_INVALID_ARG);
+    omc_conn_destroy(r);
+}
+
+/* ---- the codec on its own --------------------------------------------------------------------- */
+
+OMC_TEST(tcp_wire_codec_roundtrip_and_limits) {
+    uint8_t buf[OMC__WIRE_MAX], recs[64], tok[8] = {0};
+    uint32_t len = 0, rl = 0, cnt = 0, t;
+    omc__wire m, d;
+    static const char key[] = "a\x1f" "b\x1f" "k";
+    CHECK_OK(omc__wire_add_record(recs, sizeof(recs), &rl, &cnt, OMC__DP_TCP, (const uint8_t*)"\x39\x30\0\0" "h", 5));
+    for (t = OMC__MSG_HELLO; t <= OMC__MSG_ABORT; t++) {
+        memset(&m, 0, sizeof(m));
+        m.type = (uint8_t)t; m.xfer = 0x0102030405060708ull; m.incarnation = 99; m.seq = 7;
+        m.caps = 3; m.nrecords = cnt; m.records = recs; m.records_len = rl;
+        m.wait_ms = 5; m.key = key; m.key_len = 5; m.entry_id = 11; m.size = 12; m.pflags = OMC_BUFFER_FRAME; m.readers_left = 2;
+        m.expect_incarnation = 13; m.capacity = 14; m.budget_ms = 15; m.dp_kind = 1; m.desc = tok; m.desc_len = 8;
+        m.bytes = 16; m.code = (int32_t)OMC_ERR_STALE; m.detail = 17; m.text = "why"; m.text_len = 3;
+        CHECK_OK(omc__wire_encode(&m, buf, sizeof(buf), &len));
+        CHECK_OK(omc__wire_decode(buf, len, &d));
+        CHECK(d.type == t && d.xfer == m.xfer && d.incarnation == 99 && d.seq == 7);
+        CHECK_RES(omc__wire_decode(buf, len - 1, &d), OMC_ERR_MALFORMED);
+    }
+    CHECK_EQ(buf[0], 0x4F);     /* little-endian magic "OMCZ" */
+    memset(&m, 0, sizeof(m));
+    m.type = OMC__MSG_QUERY; m.key = key; m.key_len = 0;
+    CHECK_RES(omc__wire_encode(&m, buf, sizeof(buf), &len), OMC_ERR_INVALID_ARG);
+    m.key_len = 5;
+    CHECK_RES(omc__wire_encode(&m, buf, 20, &len), OMC_ERR_TOO_LARGE);
+    m.type = OMC__MSG_ERROR; m.code = 5;
+    CHECK_RES(omc__wire_encode(&m, buf, sizeof(buf), &len), OMC_ERR_INVALID_ARG);
+    {   /* a record count that does not match the records, and a record that runs past the body */
+        memset(&m, 0, sizeof(m));
+        m.type = OMC__MSG_HELLO; m.nrecords = cnt; m.records = recs; m.records_len = rl;
+        CHECK_OK(omc__wire_encode(&m, buf, sizeof(buf), &len));
+        buf[32 + 4] = 2;
+        CHECK_RES(omc__wire_decode(buf, len, &d), OMC_ERR_MALFORMED);
+        buf[32 + 4] = 1;
+        buf[32 + 8 + 2] = 6;
+        CHECK_RES(omc__wire_decode(buf, len, &d), OMC_ERR_MALFORMED);
+    }
+}
+
 int main(int argc, char** argv) {
     ct_consumer_main(argc, argv, make_from_spec);
     child_main(argc, argv);

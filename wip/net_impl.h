@@ -1818,7 +1818,9 @@ OMC__PRIVATE void omc__net_drain_router_monitor(omc__net* N) {
         if (n != 6) continue;
         event = omc__get_u16(ev);
         value = omc__get_u32(ev + 2);
-        auth = event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
+        /* with CURVE required, a client that drops out of the handshake (NO_DETAIL) is most
+           likely one that does not speak CURVE: it saw our mechanism and hung up first */
+        auth = event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && N->curve_server) ||
                (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
                 (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC || value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ||
                  (value & 0xF0000000u) == ZMQ_PROTOCOL_ERROR_ZAP_UNSPECIFIED));
