@@ -247,8 +247,10 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
         100 u32  channel length
         104 u8[32] channel
         136 u64  buffer alignment
-        144 u64  dirty bitmap offset (index end rounded up to 64): one bit per entry, set by a
-                 receiver that gave something of that entry back (a hint for the owner)
+        144 u64  dirty bitmap offset (index end rounded up to 64): first ceil(words / 64)
+                 summary words (bit w: bitmap word w may be non-zero), then words =
+                 ceil(count / 64) bitmap words (bit i: a receiver gave something of entry i
+                 back). Hints for the owner, nothing more.
         152 ...  reserved, zero
         256 u32  put_seq: +1 on every change of the key index; futex word (atomic)
         260 u32  waiters: getters asleep on put_seq (atomic)
@@ -267,7 +269,8 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
         16  u64  payload size
         24  u32  readers (claim slots in use)
         28  u32  key length
-        32  u64  FNV-1a 64 of the qualified key
+        32  u64  hash of the key: h = 0x9E3779B97F4A7C15 ^ length; for each key word w (below):
+                 h = (h ^ w) * 0xBF58476D1CE4E5B9; h ^= h >> 31
         40  i64  put time, CLOCK_MONOTONIC ns
         48  u64[2] reserved
         64  u64[16] claim slots
@@ -482,7 +485,7 @@ typedef struct omc__shm_entry {
     uint64_t size;              /*  16  payload bytes */
     uint32_t readers;           /*  24  fan-out (slots in use) */
     uint32_t key_len;           /*  28 */
-    uint64_t key_hash;          /*  32  FNV-1a 64 of the qualified key */
+    uint64_t key_hash;          /*  32  hash of the key words (omc__shm_key_make) */
     int64_t  put_time_ns;       /*  40  CLOCK_MONOTONIC (diagnostics) */
     uint64_t reserved0[2];      /*  48 */
     uint64_t slots[OMC_SHM_MAX_READERS];    /*  64  one claim word per allowed read */
@@ -519,7 +522,7 @@ OMC__PRIVATE uint32_t omc__slot_pid(uint64_t w) { return (uint32_t)(w & 0x3FFFFF
    Receivers keep this private, validated copy and never re-read sizes from shared memory. */
 typedef struct omc__shm_layout {
     uint64_t total, entries_off, index_off, dirty_off, data_off, data_size, alignment;
-    uint32_t entry_count, buckets, dirty_words;
+    uint32_t entry_count, buckets, dirty_words, summary_words;
 } omc__shm_layout;
 
 #define OMC__SHM_PAGE 4096u
@@ -534,7 +537,8 @@ OMC__PRIVATE void omc__shm_layout_make(uint32_t entry_count, uint64_t data_size,
     L->index_off = L->entries_off + (uint64_t)entry_count * OMC__SHM_ENTRY_SIZE;
     L->dirty_off = OMC__ALIGN_UP(L->index_off + (uint64_t)buckets * 4u, 64);
     L->dirty_words = (entry_count + 63) / 64;
-    L->data_off = OMC__ALIGN_UP(L->dirty_off + (uint64_t)L->dirty_words * 8u, OMC__SHM_PAGE);
+    L->summary_words = (L->dirty_words + 63) / 64;
+    L->data_off = OMC__ALIGN_UP(L->dirty_off + (uint64_t)(L->summary_words + L->dirty_words) * 8u, OMC__SHM_PAGE);
     L->data_size = data_size;
     L->alignment = alignment;
     L->total = L->data_off + data_size;
@@ -561,31 +565,61 @@ OMC__PRIVATE omc_result omc__shm_layout_check(const omc__shm_header* h, uint64_t
     return OMC_OK;
 }
 
+/* Little-endian stores for the metadata body: one store on a little-endian host (the core's
+   byte-by-byte helpers elsewhere; this is on the put path of every payload). */
+OMC__PRIVATE void omc__shm_le64(uint8_t* p, uint64_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(p, &v, 8);
+#else
+    omc__put_u64(p, v);
+#endif
+}
+OMC__PRIVATE void omc__shm_le32(uint8_t* p, uint32_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(p, &v, 4);
+#else
+    omc__put_u32(p, v);
+#endif
+}
+
 OMC__PRIVATE omc__shm_entry* omc__shm_entry_at(uint8_t* base, const omc__shm_layout* L, uint32_t i) {
     return (omc__shm_entry*)(base + L->entries_off + (uint64_t)i * OMC__SHM_ENTRY_SIZE);
 }
 OMC__PRIVATE uint32_t* omc__shm_buckets(uint8_t* base, const omc__shm_layout* L) {
     return (uint32_t*)(base + L->index_off);
 }
-OMC__PRIVATE uint64_t* omc__shm_dirty(uint8_t* base, const omc__shm_layout* L) {
+/* The dirty bitmap: summary words first (bit w: bitmap word w may be non-zero), then the
+   bitmap (bit i: entry i gave something back). */
+OMC__PRIVATE uint64_t* omc__shm_dirty_summary(uint8_t* base, const omc__shm_layout* L) {
     return (uint64_t*)(base + L->dirty_off);
 }
-
-OMC__PRIVATE uint64_t omc__hash64(const char* s, uint32_t len) {
-    uint64_t h = 14695981039346656037ull;   /* FNV-1a 64 */
-    uint32_t i;
-    for (i = 0; i < len; i++) { h ^= (uint8_t)s[i]; h *= 1099511628211ull; }
-    return h;
+OMC__PRIVATE uint64_t* omc__shm_dirty(uint8_t* base, const omc__shm_layout* L) {
+    return (uint64_t*)(base + L->dirty_off) + L->summary_words;
 }
 
-/* The key as the zero-padded 64-bit words an entry stores (compared word by word, atomically:
-   the owner may be rewriting them). Only the words the key occupies are written and compared. */
-OMC__PRIVATE uint32_t omc__shm_key_nwords(uint32_t qlen) { return (qlen + 7) / 8; }
+/* A qualified key as the segment stores it: its bytes as 64-bit words (the last one zero padded;
+   compared word by word, atomically, since the owner may be rewriting an entry), and a hash of
+   those words (a multiply-xorshift per word: cheap, and the index only needs a good spread).
+   Built once per call. */
+typedef struct omc__shm_key {
+    const char* s;
+    uint32_t len, nwords;
+    uint64_t hash;
+    uint64_t words[OMC__SHM_KEY_WORDS];
+} omc__shm_key;
 
-OMC__PRIVATE void omc__shm_key_words(const char* qkey, uint32_t qlen, uint64_t out[OMC__SHM_KEY_WORDS]) {
-    uint32_t n = omc__shm_key_nwords(qlen);
-    if (n) out[n - 1] = 0;
-    memcpy(out, qkey, qlen);
+OMC__PRIVATE void omc__shm_key_make(omc__shm_key* k, const char* qkey, uint32_t qlen) {
+    uint32_t i;
+    k->s = qkey;
+    k->len = qlen;
+    k->nwords = (qlen + 7) / 8;
+    if (k->nwords) k->words[k->nwords - 1] = 0;
+    memcpy(k->words, qkey, qlen);
+    k->hash = 0x9E3779B97F4A7C15ull ^ qlen;
+    for (i = 0; i < k->nwords; i++) {
+        k->hash = (k->hash ^ k->words[i]) * 0xBF58476D1CE4E5B9ull;
+        k->hash ^= k->hash >> 31;
+    }
 }
 
 /* ============================================================================================== */
@@ -712,6 +746,7 @@ typedef struct omc__shm_own {
     omc_range range;
     omc_time_ns expires;        /* 0 = never */
     uint32_t gen;
+    uint32_t readers;           /* claim slots published */
     uint32_t state;             /* OMC__OWN_* */
     uint32_t prev, next;        /* in-use list (LIVE + DRAINING) or free list */
     uint64_t hash;              /* of qkey */
@@ -761,6 +796,7 @@ typedef struct omc__shm {
     pthread_mutex_t mu;         /* everything below up to the receiver half */
     int fd;
     char name[OMC__SHM_NAME_MAX];
+    uint32_t name_len;
     char path[OMC_SHM_PATH_MAX];
     uint8_t* base;
     omc__shm_header* hdr;
@@ -773,7 +809,7 @@ typedef struct omc__shm {
     uint32_t* keyb;             /* private copy of the key index (lay.buckets) */
     uint32_t live;              /* LIVE entries (in the index) */
     uint32_t next_gen;
-    uint32_t seen_release;
+    uint32_t seen_release;      /* atomic (written under mu, peeked at without it) */
     omc_time_ns next_pass, last_full;
     omc_time_ns self_checked;   /* atomic */
     int unlinked;               /* atomic: close() removed the name (views may still be out) */
@@ -832,15 +868,15 @@ OMC__PRIVATE void omc__shm_bucket_remove(uint32_t* b, uint32_t nbuckets, uint32_
 }
 
 /* The owner's LIVE entry for a key (private copy and private records only), or OMC__NIL. */
-OMC__PRIVATE uint32_t omc__shm_own_find(const omc__shm* S, const char* qkey, uint32_t qlen, uint64_t hash) {
+OMC__PRIVATE uint32_t omc__shm_own_find(const omc__shm* S, const omc__shm_key* k) {
     uint32_t mask = S->lay.buckets - 1, i, n;
-    for (i = (uint32_t)hash & mask, n = 0; n < S->lay.buckets; i = (i + 1) & mask, n++) {
+    for (i = (uint32_t)k->hash & mask, n = 0; n < S->lay.buckets; i = (i + 1) & mask, n++) {
         uint32_t v = S->keyb[i];
         const omc__shm_own* o;
         if (v == OMC__SHM_BUCKET_EMPTY) return OMC__NIL;
         if (v == OMC__SHM_BUCKET_TOMB) continue;
         o = &S->own[v - 1];
-        if (o->state == OMC__OWN_LIVE && o->hash == hash && o->qlen == qlen && memcmp(o->qkey, qkey, qlen) == 0) return v - 1;
+        if (o->state == OMC__OWN_LIVE && o->hash == k->hash && o->qlen == k->len && memcmp(o->qkey, k->s, k->len) == 0) return v - 1;
     }
     return OMC__NIL;
 }
@@ -880,10 +916,10 @@ typedef struct omc__shm_snap {
     uint64_t offset, size;
 } omc__shm_snap;
 
-/* Seqlock read of entry idx: 1 and a snapshot if it is published and holds key (words) - or any
-   key when words is NULL - else 0. Every load is atomic: the owner may be rewriting it. */
-OMC__PRIVATE int omc__shm_entry_read(uint8_t* base, const omc__shm_layout* L, uint32_t idx, uint64_t hash,
-                                     uint32_t qlen, const uint64_t* words, omc__shm_snap* out) {
+/* Seqlock read of entry idx: 1 and a snapshot if it is published and holds key k, else 0.
+   Every load is atomic: the owner may be rewriting it. */
+OMC__PRIVATE int omc__shm_entry_read(uint8_t* base, const omc__shm_layout* L, uint32_t idx, const omc__shm_key* k,
+                                     omc__shm_snap* out) {
     omc__shm_entry* e = omc__shm_entry_at(base, L, idx);
     uint32_t g1 = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE), g2, w;
     int same = 1;
@@ -892,11 +928,8 @@ OMC__PRIVATE int omc__shm_entry_read(uint8_t* base, const omc__shm_layout* L, ui
     out->offset = __atomic_load_n(&e->offset, __ATOMIC_RELAXED);
     out->size = __atomic_load_n(&e->size, __ATOMIC_RELAXED);
     out->readers = __atomic_load_n(&e->readers, __ATOMIC_RELAXED);
-    if (words) {
-        same = __atomic_load_n(&e->key_hash, __ATOMIC_RELAXED) == hash && __atomic_load_n(&e->key_len, __ATOMIC_RELAXED) == qlen;
-        for (w = 0; same && w < omc__shm_key_nwords(qlen); w++)
-            same = __atomic_load_n(&e->key[w], __ATOMIC_RELAXED) == words[w];
-    }
+    same = __atomic_load_n(&e->key_hash, __ATOMIC_RELAXED) == k->hash && __atomic_load_n(&e->key_len, __ATOMIC_RELAXED) == k->len;
+    for (w = 0; same && w < k->nwords; w++) same = __atomic_load_n(&e->key[w], __ATOMIC_RELAXED) == k->words[w];
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     g2 = __atomic_load_n(&e->gen, __ATOMIC_RELAXED);
     if (g1 != g2 || !same) return 0;
@@ -906,15 +939,14 @@ OMC__PRIVATE int omc__shm_entry_read(uint8_t* base, const omc__shm_layout* L, ui
 
 /* Find the published entry of a key: its index, or -1. Bounded: at most one pass over the
    buckets, whatever the (untrusted) bucket contents are. */
-OMC__PRIVATE int64_t omc__shm_index_find(uint8_t* base, const omc__shm_layout* L, uint64_t hash, uint32_t qlen,
-                                         const uint64_t* words, omc__shm_snap* snap) {
+OMC__PRIVATE int64_t omc__shm_index_find(uint8_t* base, const omc__shm_layout* L, const omc__shm_key* k, omc__shm_snap* snap) {
     uint32_t* b = omc__shm_buckets(base, L);
     uint32_t mask = L->buckets - 1, i, n;
-    for (i = (uint32_t)hash & mask, n = 0; n < L->buckets; i = (i + 1) & mask, n++) {
+    for (i = (uint32_t)k->hash & mask, n = 0; n < L->buckets; i = (i + 1) & mask, n++) {
         uint32_t v = __atomic_load_n(&b[i], __ATOMIC_ACQUIRE);
         if (v == OMC__SHM_BUCKET_EMPTY) return -1;
         if (v == OMC__SHM_BUCKET_TOMB || v - 1 >= L->entry_count) continue;
-        if (omc__shm_entry_read(base, L, v - 1, hash, qlen, words, snap)) return (int64_t)(v - 1);
+        if (omc__shm_entry_read(base, L, v - 1, k, snap)) return (int64_t)(v - 1);
     }
     return -1;
 }
@@ -948,23 +980,30 @@ OMC__PRIVATE int omc__shm_unclaim(omc__shm_entry* e, uint32_t slot, uint32_t gen
                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
-/* Tell the owner that entry idx of a segment (base, L) gave something back: mark it in the dirty
-   bitmap, THEN bump release_seq. The owner reads release_seq before it takes the bitmap, so a bit
-   set after its look is found on its next look; a reader killed between its CAS and this call
-   leaves no bit, and the owner's periodic full pass finds the entry anyway. */
+/* Tell the owner that entry idx of a segment (base, L) gave something back: set its bit, then
+   the summary bit of that bitmap word, THEN bump release_seq. The owner reads release_seq first,
+   then takes summary words, then bitmap words (each by exchange), so a bit set after its look is
+   found on its next look; a reader killed between its CAS and this call leaves no bit, and the
+   owner's periodic full pass finds the entry anyway. */
 OMC__PRIVATE void omc__shm_notify_release(uint8_t* base, const omc__shm_layout* L, uint32_t idx) {
     omc__shm_header* h = (omc__shm_header*)base;
-    if (idx < L->entry_count) __atomic_or_fetch(&omc__shm_dirty(base, L)[idx / 64], (uint64_t)1 << (idx % 64), __ATOMIC_RELEASE);
+    if (idx < L->entry_count) {
+        uint32_t w = idx / 64;
+        __atomic_or_fetch(&omc__shm_dirty(base, L)[w], (uint64_t)1 << (idx % 64), __ATOMIC_RELEASE);
+        __atomic_or_fetch(&omc__shm_dirty_summary(base, L)[w / 64], (uint64_t)1 << (w % 64), __ATOMIC_RELEASE);
+    }
     __atomic_add_fetch(&h->release_seq, 1u, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&h->owner_waiting, __ATOMIC_SEQ_CST)) omc__futex_wake_all(&h->release_seq);
 }
 
 typedef struct omc__shm_count { uint32_t avail, held, done; } omc__shm_count;
 
-OMC__PRIVATE omc__shm_count omc__shm_slots(omc__shm_entry* e, uint32_t gen) {
+/* Count the states of the first n slots of generation gen (n: the owner's own record of how many
+   it published; the others are empty). */
+OMC__PRIVATE omc__shm_count omc__shm_slots(omc__shm_entry* e, uint32_t gen, uint32_t n) {
     omc__shm_count c = {0, 0, 0};
-    int i;
-    for (i = 0; i < OMC_SHM_MAX_READERS; i++) {
+    uint32_t i;
+    for (i = 0; i < n && i < OMC_SHM_MAX_READERS; i++) {
         uint64_t w = __atomic_load_n(&e->slots[i], __ATOMIC_ACQUIRE);
         if (omc__slot_gen(w) != gen) continue;
         switch (omc__slot_state(w)) {
@@ -1026,6 +1065,7 @@ OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hook
         return OMC_ERR_NO_MEMORY;
     }
     S->base = (uint8_t*)p;
+    S->name_len = (uint32_t)strlen(S->name);
     S->ino = (uint64_t)st.st_ino;
     h = S->hdr = (omc__shm_header*)p;
     h->magic = OMC__SHM_MAGIC;
@@ -1101,7 +1141,8 @@ OMC__PRIVATE void omc__shm_free_entry(omc__shm* S, uint32_t i) {
     omc__shm_unindex(S, i);
     omc_alloc_free(omc_pool_allocator(S->pool), o->range);
     __atomic_store_n(&e->gen, 0u, __ATOMIC_RELEASE);
-    for (s = 0; s < OMC_SHM_MAX_READERS; s++) __atomic_store_n(&e->slots[s], (uint64_t)0, __ATOMIC_RELAXED);
+    for (s = 0; s < OMC_SHM_MAX_READERS; s++)   /* all 16: a foreign write may have touched any */
+        if (__atomic_load_n(&e->slots[s], __ATOMIC_RELAXED)) __atomic_store_n(&e->slots[s], (uint64_t)0, __ATOMIC_RELAXED);
     omc__shm_list_unlink(S, i);
     o->state = OMC__OWN_FREE;
     o->gen = 0;
@@ -1159,7 +1200,7 @@ OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i, omc
 OMC__PRIVATE void omc__shm_check_entry(omc__shm* S, uint32_t i) {
     omc__shm_count cnt;
     if (S->own[i].state == OMC__OWN_FREE) return;
-    cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->own[i].gen);
+    cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->own[i].gen, S->own[i].readers);
     if (cnt.avail == 0) {
         if (cnt.held == 0) omc__shm_free_entry(S, i);
         else omc__shm_unindex(S, i);
@@ -1170,16 +1211,24 @@ OMC__PRIVATE void omc__shm_check_entry(omc__shm* S, uint32_t i) {
    a bit set concurrently is either taken now or left for the next look). The bits are only
    hints: a foreign bit makes us look at a healthy entry, nothing more. */
 OMC__PRIVATE void omc__shm_drain_dirty(omc__shm* S) {
+    uint64_t* sum = omc__shm_dirty_summary(S->base, &S->lay);
     uint64_t* d = omc__shm_dirty(S->base, &S->lay);
-    uint32_t w;
-    for (w = 0; w < S->lay.dirty_words; w++) {
-        uint64_t bits;
-        if (!__atomic_load_n(&d[w], __ATOMIC_RELAXED)) continue;
-        bits = __atomic_exchange_n(&d[w], (uint64_t)0, __ATOMIC_ACQ_REL);
-        while (bits) {
-            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
-            bits &= bits - 1;
-            if (i < S->lay.entry_count) omc__shm_check_entry(S, i);
+    uint32_t sw;
+    for (sw = 0; sw < S->lay.summary_words; sw++) {
+        uint64_t words;
+        if (!__atomic_load_n(&sum[sw], __ATOMIC_RELAXED)) continue;
+        words = __atomic_exchange_n(&sum[sw], (uint64_t)0, __ATOMIC_ACQ_REL);
+        while (words) {
+            uint32_t w = sw * 64 + (uint32_t)__builtin_ctzll(words);
+            uint64_t bits;
+            words &= words - 1;
+            if (w >= S->lay.dirty_words) continue;
+            bits = __atomic_exchange_n(&d[w], (uint64_t)0, __ATOMIC_ACQ_REL);
+            while (bits) {
+                uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+                bits &= bits - 1;
+                if (i < S->lay.entry_count) omc__shm_check_entry(S, i);
+            }
         }
     }
 }
@@ -1196,10 +1245,10 @@ OMC__PRIVATE uint64_t omc__shm_pass(omc__shm* S, omc_time_ns now, int full) {
     omc__shm_pids seen;
     seen.n = 0;
     if (!full && now < S->next_pass) {
-        if (rel != S->seen_release) { S->seen_release = rel; omc__shm_drain_dirty(S); }
+        if (rel != S->seen_release) { __atomic_store_n(&S->seen_release, rel, __ATOMIC_RELAXED); omc__shm_drain_dirty(S); }
         return 0;
     }
-    S->seen_release = rel;
+    __atomic_store_n(&S->seen_release, rel, __ATOMIC_RELAXED);
     omc__shm_drain_dirty(S);
     for (i = S->used_head; i != OMC__NIL; i = next) {
         omc__shm_own* o = &S->own[i];
@@ -1250,9 +1299,8 @@ OMC__PRIVATE void omc__shm_give_back_entry(omc__shm* S, uint32_t i) {
    seqlock), then the index bucket, then put_seq. Each store is a release, so a reader that sees
    the bucket sees the entry, and one that claims a slot sees the payload bytes. */
 OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const omc_range* range, uint64_t size, uint32_t flags,
-                                   uint32_t readers, const char* qkey, uint32_t qlen, uint64_t hash, omc_time_ns now) {
+                                   uint32_t readers, const omc__shm_key* k, omc_time_ns now) {
     omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
-    uint64_t words[OMC__SHM_KEY_WORDS];
     uint32_t s;
     __atomic_store_n(&e->gen, 0u, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);    /* seqlock: gen 0 is visible before any field changes */
@@ -1260,11 +1308,10 @@ OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const 
     __atomic_store_n(&e->offset, range->offset, __ATOMIC_RELAXED);
     __atomic_store_n(&e->size, size, __ATOMIC_RELAXED);
     __atomic_store_n(&e->readers, readers, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->key_len, qlen, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->key_hash, hash, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->key_len, k->len, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->key_hash, k->hash, __ATOMIC_RELAXED);
     __atomic_store_n(&e->put_time_ns, now, __ATOMIC_RELAXED);
-    omc__shm_key_words(qkey, qlen, words);
-    for (s = 0; s < omc__shm_key_nwords(qlen); s++) __atomic_store_n(&e->key[s], words[s], __ATOMIC_RELAXED);
+    for (s = 0; s < k->nwords; s++) __atomic_store_n(&e->key[s], k->words[s], __ATOMIC_RELAXED);
     for (s = 0; s < readers; s++)   /* the other slots are empty: zeroed when the entry was freed */
         __atomic_store_n(&e->slots[s], omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0), __ATOMIC_RELEASE);
     __atomic_store_n(&e->gen, gen, __ATOMIC_RELEASE);
@@ -1276,21 +1323,20 @@ OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const 
 /* The metadata body (see the manual): where the payload is, and for inline payloads the bytes. */
 OMC__PRIVATE omc_result omc__shm_make_meta(omc__shm* S, uint32_t i, uint32_t gen, const omc_range* range, uint64_t size,
                                            uint32_t flags, const char* qkey, uint32_t qlen, omc_meta* meta_out) {
-    uint32_t nlen = (uint32_t)strlen(S->name);
+    uint32_t nlen = S->name_len;
     uint32_t body_len = OMC__SHM_BODY_FIXED + nlen + ((flags & OMC__SHM_ENTRY_INLINE) ? (uint32_t)size : 0u);
     uint32_t mflags = ((flags & OMC__SHM_ENTRY_INLINE) ? OMC_META_FLAG_INLINE : 0u) | ((flags & OMC__SHM_ENTRY_FRAME) ? OMC_META_FLAG_FRAME : 0u);
     uint8_t* body;
     omc_result r = omc__meta_begin(OMC_TRANSPORT_SHM, mflags, size, qkey, qlen, body_len, meta_out, &body);
     if (r != OMC_OK) return r;
     memset(body, 0, OMC__SHM_BODY_FIXED);
-    omc__put_u64(body + 0, S->seg_id);
-    omc__put_u64(body + 8, S->ino);
-    omc__put_u32(body + 16, S->pid);
-    omc__put_u32(body + 20, i);
-    omc__put_u32(body + 24, gen);
-    omc__put_u32(body + 28, 0);
-    omc__put_u64(body + 32, range->offset);
-    omc__put_u64(body + 40, size);
+    omc__shm_le64(body + 0, S->seg_id);
+    omc__shm_le64(body + 8, S->ino);
+    omc__shm_le32(body + 16, S->pid);
+    omc__shm_le32(body + 20, i);
+    omc__shm_le32(body + 24, gen);
+    omc__shm_le64(body + 32, range->offset);
+    omc__shm_le64(body + 40, size);
     body[48] = (uint8_t)nlen;
     memcpy(body + OMC__SHM_BODY_FIXED, S->name, nlen);
     if (flags & OMC__SHM_ENTRY_INLINE) memcpy(body + OMC__SHM_BODY_FIXED + nlen, S->base + S->lay.data_off + range->offset, (size_t)size);
@@ -1299,15 +1345,14 @@ OMC__PRIVATE omc_result omc__shm_make_meta(omc__shm* S, uint32_t i, uint32_t gen
 }
 
 /* Register a filled range under qkey (caller holds mu). On error nothing changed. */
-OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const char* qkey, uint32_t qlen, const omc_range* range, uint64_t size,
+OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, const omc_range* range, uint64_t size,
                                           uint32_t flags, uint32_t readers, int64_t ttl_ms, omc_time_ns now, omc_meta* meta_out) {
     uint32_t i, gen, old;
     omc_result r;
-    uint64_t hash = omc__hash64(qkey, qlen);
     omc__shm_pass(S, now, 0);
-    old = omc__shm_own_find(S, qkey, qlen, hash);
+    old = omc__shm_own_find(S, k);
     if (old != OMC__NIL) {
-        omc__shm_count cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, old), S->own[old].gen);
+        omc__shm_count cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, old), S->own[old].gen, S->own[old].readers);
         if (cnt.avail > 0) return OMC_ERR_EXISTS;
         omc__shm_unindex(S, old);   /* fully read: the key is free again, views drain on their own */
     }
@@ -1319,24 +1364,36 @@ OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const char* qkey, uint32_
     }
     if (++S->next_gen == 0) S->next_gen = 1;
     gen = S->next_gen;
-    r = omc__shm_make_meta(S, i, gen, range, size, flags, qkey, qlen, meta_out);
+    r = omc__shm_make_meta(S, i, gen, range, size, flags, k->s, k->len, meta_out);
     if (r != OMC_OK) { omc__shm_give_back_entry(S, i); return r; }
     S->own[i].range = *range;
     S->own[i].gen = gen;
+    S->own[i].readers = readers;
     S->own[i].state = OMC__OWN_LIVE;
     S->own[i].expires = ttl_ms <= 0 ? 0 : ttl_ms > (INT64_MAX - now) / 1000000LL ? INT64_MAX : now + ttl_ms * 1000000LL;
-    S->own[i].hash = hash;
-    S->own[i].qlen = qlen;
-    memcpy(S->own[i].qkey, qkey, qlen);
+    S->own[i].hash = k->hash;
+    S->own[i].qlen = k->len;
+    memcpy(S->own[i].qkey, k->s, k->len);
     S->live++;
-    omc__shm_publish(S, i, gen, range, size, flags, readers, qkey, qlen, hash, now);
+    omc__shm_publish(S, i, gen, range, size, flags, readers, k, now);
     return OMC_OK;
 }
 
-/* A range of the pool; when it is full, reclaim what receivers gave back and try once more. */
-OMC__PRIVATE omc_result omc__shm_alloc_range(omc__shm* S, uint64_t size, omc_range* out) {
+/* A range of the pool. What receivers gave back is reclaimed first (when anything did): the
+   range just released is then the one handed out again, still warm in the cache, instead of
+   the next cold one. When the pool is full, reclaim harder and try once more. */
+OMC__PRIVATE void omc__shm_reclaim_released(omc__shm* S, omc_time_ns now) {
+    if (__atomic_load_n(&S->hdr->release_seq, __ATOMIC_ACQUIRE) == __atomic_load_n(&S->seen_release, __ATOMIC_RELAXED)) return;
+    pthread_mutex_lock(&S->mu);
+    omc__shm_pass(S, now, 0);
+    pthread_mutex_unlock(&S->mu);
+}
+
+OMC__PRIVATE omc_result omc__shm_alloc_range(omc__shm* S, uint64_t size, omc_time_ns now, omc_range* out) {
     omc_alloc* a = omc_pool_allocator(S->pool);
-    omc_result r = omc_alloc_alloc(a, size, out);
+    omc_result r;
+    omc__shm_reclaim_released(S, now);
+    r = omc_alloc_alloc(a, size, out);
     if (r != OMC_ERR_POOL_FULL) return r;
     pthread_mutex_lock(&S->mu);
     omc__shm_reclaim_harder(S, omc_now_ns());
@@ -1354,6 +1411,7 @@ static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, con
     uint32_t readers = p->readers ? p->readers : 1, flags = 0;
     int64_t ttl = p->ttl_ms ? p->ttl_ms : S->default_ttl_ms;
     omc_time_ns now = omc_now_ns();
+    omc__shm_key k;
     omc_range range;
     omc_result r;
     if (readers > OMC_SHM_MAX_READERS) {
@@ -1368,14 +1426,15 @@ static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, con
         if (r != OMC_OK) return r;
         range = p->buffer->range;
     } else {
-        r = omc__shm_alloc_range(S, size ? size : 1, &range);
+        r = omc__shm_alloc_range(S, size ? size : 1, now, &range);
         if (r != OMC_OK) return r;
         if (size) memcpy(S->base + S->lay.data_off + range.offset, p->data, (size_t)size);
     }
     if (S->inline_threshold && size < S->inline_threshold) flags |= OMC__SHM_ENTRY_INLINE;
     if (p->flags & OMC_PAYLOAD_FRAME) flags |= OMC__SHM_ENTRY_FRAME;
+    omc__shm_key_make(&k, qkey, qlen);
     pthread_mutex_lock(&S->mu);
-    r = omc__shm_register(S, qkey, qlen, &range, size, flags, readers, ttl, now, meta_out);
+    r = omc__shm_register(S, &k, &range, size, flags, readers, ttl, now, meta_out);
     pthread_mutex_unlock(&S->mu);
     if (r != OMC_OK) {
         if (!p->buffer) omc_alloc_free(omc_pool_allocator(S->pool), range);
@@ -1397,6 +1456,7 @@ static omc_result omc__shm_alloc(omc_conn* c, uint64_t size, omc_time_ns deadlin
         r = omc__shm_self_check(S, omc_now_ns(), 0);     /* before the first touch of the segment */
         if (r != OMC_OK) return r;
         seen = __atomic_load_n(&S->hdr->release_seq, __ATOMIC_SEQ_CST);
+        omc__shm_reclaim_released(S, omc_now_ns());
         r = omc_pool_alloc_buffer(S->pool, size, out);
         if (r != OMC_ERR_POOL_FULL) return r;
         pthread_mutex_lock(&S->mu);
@@ -1418,15 +1478,15 @@ static omc_result omc__shm_alloc(omc_conn* c, uint64_t size, omc_time_ns deadlin
 }
 
 /* Cleanup by the owner: withdraw the reads that remain (views already held stay valid). */
-OMC__PRIVATE omc_result omc__shm_owner_cleanup(omc__shm* S, const char* qkey, uint32_t qlen) {
+OMC__PRIVATE omc_result omc__shm_owner_cleanup(omc__shm* S, const omc__shm_key* k) {
     uint32_t i;
     omc_result r = OMC_ERR_NOT_FOUND;
     pthread_mutex_lock(&S->mu);
-    i = omc__shm_own_find(S, qkey, qlen, omc__hash64(qkey, qlen));
+    i = omc__shm_own_find(S, k);
     if (i != OMC__NIL) {
         omc__shm_count cnt;
         omc__shm_retire(S, i);
-        cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->own[i].gen);
+        cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->own[i].gen, S->own[i].readers);
         if (cnt.held == 0) omc__shm_free_entry(S, i);
         r = OMC_OK;
     }
@@ -1723,9 +1783,9 @@ OMC__PRIVATE omc_result omc__shm_parse_body(const omc__shm* S, const omc_meta_in
 
 /* Why is the put a metadata blob describes not there? A newer put of the same key: STALE.
    Nothing under that key: consumed, cleaned up or expired: NOT_FOUND. */
-OMC__PRIVATE omc_result omc__shm_why_absent(omc__shm_peer* P, uint64_t hash, uint32_t qlen, const uint64_t* words, uint32_t gen) {
+OMC__PRIVATE omc_result omc__shm_why_absent(omc__shm_peer* P, const omc__shm_key* k, uint32_t gen) {
     omc__shm_snap snap;
-    if (omc__shm_index_find(P->base, &P->lay, hash, qlen, words, &snap) >= 0 && snap.gen != gen) return OMC_ERR_STALE;
+    if (omc__shm_index_find(P->base, &P->lay, k, &snap) >= 0 && snap.gen != gen) return OMC_ERR_STALE;
     return OMC_ERR_NOT_FOUND;
 }
 
@@ -1754,15 +1814,12 @@ OMC__PRIVATE omc_result omc__shm_take_inline(omc__shm* S, omc__shm_peer* P, cons
     return OMC_OK;
 }
 
-OMC__PRIVATE omc_result omc__shm_get_meta(omc__shm* S, const char* qkey, uint32_t qlen, const omc_meta_info* m,
-                                          uint64_t max_size, omc_buffer* out) {
+OMC__PRIVATE omc_result omc__shm_get_meta(omc__shm* S, const omc__shm_key* k, const omc_meta_info* m, uint64_t max_size, omc_buffer* out) {
     omc__shm_body b;
     omc__shm_peer* P = NULL;
     omc__shm_snap snap;
-    uint64_t words[OMC__SHM_KEY_WORDS], hash = omc__hash64(qkey, qlen);
     omc_result r = omc__shm_parse_body(S, m, &b);
     if (r != OMC_OK) return r;
-    omc__shm_key_words(qkey, qlen, words);
     pthread_mutex_lock(&S->rmu);
     r = omc__shm_peer_get(S, b.name, b.seg_id, b.ino, &P);
     if (r == OMC_ERR_NOT_FOUND && !omc__shm_pid_alive(b.owner_pid, 0)) r = OMC_ERR_PEER_DEAD;
@@ -1774,8 +1831,8 @@ OMC__PRIVATE omc_result omc__shm_get_meta(omc__shm* S, const char* qkey, uint32_
         r = OMC_ERR_MALFORMED;
     }
     if (r == OMC_OK) {
-        if (!omc__shm_entry_read(P->base, &P->lay, b.entry, hash, qlen, words, &snap) || snap.gen != b.gen)
-            r = omc__shm_why_absent(P, hash, qlen, words, b.gen);
+        if (!omc__shm_entry_read(P->base, &P->lay, b.entry, k, &snap) || snap.gen != b.gen)
+            r = omc__shm_why_absent(P, k, b.gen);
         else if (snap.offset != b.offset || snap.size != b.size || ((snap.flags & OMC__SHM_ENTRY_INLINE) != 0) != (b.inline_bytes != NULL))
             r = OMC_ERR_MALFORMED;
         else if (max_size && b.size > max_size) { out->size = b.size; r = OMC_ERR_TOO_LARGE; }
@@ -1793,9 +1850,8 @@ OMC__PRIVATE omc_result omc__shm_get_meta(omc__shm* S, const char* qkey, uint32_
 /* One look at every segment of the channel (caller holds rmu). OMC_ERR_NOT_FOUND if the key is in
    none of them; then *wait_peer / *wait_seq say what to sleep on (put_seq as read BEFORE the
    lookup, so a put that lands after the lookup is never slept through). */
-OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, uint64_t hash, uint32_t qlen, const uint64_t* words,
-                                             uint64_t max_size, omc_buffer* out, omc__shm_peer** wait_peer, uint32_t* wait_seq,
-                                             uint32_t* npeers) {
+OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, const omc__shm_key* k, uint64_t max_size, omc_buffer* out,
+                                             omc__shm_peer** wait_peer, uint32_t* wait_seq, uint32_t* npeers) {
     uint32_t it = 0;
     void* v;
     *wait_peer = NULL;
@@ -1807,7 +1863,7 @@ OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, uint6
         int64_t idx;
         if (!P->in_channel || omc__shm_peer_check(S, P, now, 0) != OMC_OK) continue;
         seq = __atomic_load_n(&P->hdr->put_seq, __ATOMIC_SEQ_CST);
-        idx = omc__shm_index_find(P->base, &P->lay, hash, qlen, words, &snap);
+        idx = omc__shm_index_find(P->base, &P->lay, k, &snap);
         if (idx >= 0 && omc__shm_snap_in_bounds(P, &snap)) {
             omc_result r;
             if (max_size && snap.size > max_size) { out->size = snap.size; return OMC_ERR_TOO_LARGE; }
@@ -1838,11 +1894,8 @@ OMC__PRIVATE void omc__shm_wait_put(omc__shm* S, omc__shm_peer* P, uint32_t seq,
     __atomic_sub_fetch(&P->hdr->waiters, 1u, __ATOMIC_SEQ_CST);
 }
 
-OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const char* qkey, uint32_t qlen, omc_time_ns deadline,
-                                          uint64_t max_size, omc_buffer* out) {
-    uint64_t words[OMC__SHM_KEY_WORDS], hash = omc__hash64(qkey, qlen);
+OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const omc__shm_key* k, omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
     omc_time_ns spin_until = 0;
-    omc__shm_key_words(qkey, qlen, words);
     for (;;) {
         omc__shm_peer* wp = NULL;
         uint32_t wseq = 0, npeers = 0, idle = __atomic_load_n(&S->idle_word, __ATOMIC_ACQUIRE);
@@ -1853,7 +1906,7 @@ OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const char* qkey, uint32_
         now = omc_now_ns();
         if (now >= S->next_scan) { omc__shm_scan_channel(S); S->next_scan = now + OMC__SHM_SCAN_NS; }
         omc__shm_peers_maintain(S, now, 0);
-        r = omc__shm_try_channel(S, now, hash, qlen, words, max_size, out, &wp, &wseq, &npeers);
+        r = omc__shm_try_channel(S, now, k, max_size, out, &wp, &wseq, &npeers);
         if (r == OMC_ERR_NOT_FOUND && wp) wp->pins++;   /* keep it mapped while we sleep on it */
         pthread_mutex_unlock(&S->rmu);
         if (r != OMC_ERR_NOT_FOUND) return r;
@@ -1872,7 +1925,10 @@ OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const char* qkey, uint32_
 static omc_result omc__shm_get(omc_conn* c, const char* qkey, uint32_t qlen, const omc_meta_info* meta, omc_time_ns deadline,
                                uint64_t max_size, omc_buffer* out) {
     omc__shm* S = (omc__shm*)c->impl;
-    omc_result r = meta ? omc__shm_get_meta(S, qkey, qlen, meta, max_size, out) : omc__shm_get_wait(S, qkey, qlen, deadline, max_size, out);
+    omc__shm_key k;
+    omc_result r;
+    omc__shm_key_make(&k, qkey, qlen);
+    r = meta ? omc__shm_get_meta(S, &k, meta, max_size, out) : omc__shm_get_wait(S, &k, deadline, max_size, out);
     if (r == OMC_OK) omc__conn_ref(c);     /* every view keeps the connector (and its mappings) alive */
     return r;
 }
@@ -1915,13 +1971,11 @@ static omc_result omc__shm_release(omc_buffer* b) {
 }
 
 /* Cleanup by a receiver: withdraw the reads left of a key some sender of our channel holds. */
-OMC__PRIVATE omc_result omc__shm_receiver_cleanup(omc__shm* S, const char* qkey, uint32_t qlen) {
-    uint64_t words[OMC__SHM_KEY_WORDS], hash = omc__hash64(qkey, qlen);
+OMC__PRIVATE omc_result omc__shm_receiver_cleanup(omc__shm* S, const omc__shm_key* k) {
     omc_result r = OMC_ERR_NOT_FOUND;
     omc_time_ns now = omc_now_ns();
     uint32_t it = 0;
     void* v;
-    omc__shm_key_words(qkey, qlen, words);
     pthread_mutex_lock(&S->rmu);
     if (now >= S->next_scan) { omc__shm_scan_channel(S); S->next_scan = now + OMC__SHM_SCAN_NS; }
     while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
@@ -1929,7 +1983,7 @@ OMC__PRIVATE omc_result omc__shm_receiver_cleanup(omc__shm* S, const char* qkey,
         omc__shm_snap snap;
         int64_t idx;
         if (P->self || !P->in_channel || omc__shm_peer_check(S, P, now, 0) != OMC_OK) continue;
-        idx = omc__shm_index_find(P->base, &P->lay, hash, qlen, words, &snap);
+        idx = omc__shm_index_find(P->base, &P->lay, k, &snap);
         if (idx >= 0) {
             omc__shm_entry* e = omc__shm_entry_at(P->base, &P->lay, (uint32_t)idx);
             while (omc__shm_claim(e, snap.gen, OMC__SLOT_DONE, 0) >= 0) r = OMC_OK;
@@ -1947,12 +2001,14 @@ OMC__PRIVATE omc_result omc__shm_receiver_cleanup(omc__shm* S, const char* qkey,
 static omc_result omc__shm_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) {
     omc__shm* S = (omc__shm*)c->impl;
     omc_result r = OMC_ERR_NOT_FOUND;
+    omc__shm_key k;
+    omc__shm_key_make(&k, qkey, qlen);
     if (S->is_owner) {
         r = omc__shm_self_check(S, omc_now_ns(), 0);
         if (r != OMC_OK) return r;
-        r = omc__shm_owner_cleanup(S, qkey, qlen);
+        r = omc__shm_owner_cleanup(S, &k);
     }
-    if (r == OMC_ERR_NOT_FOUND && c->role != OMC_ROLE_SENDER) r = omc__shm_receiver_cleanup(S, qkey, qlen);
+    if (r == OMC_ERR_NOT_FOUND && c->role != OMC_ROLE_SENDER) r = omc__shm_receiver_cleanup(S, &k);
     return r;
 }
 
@@ -2015,7 +2071,7 @@ static void omc__shm_close(omc_conn* c) {
                 omc__shm_count cnt;
                 next = S->own[i].next;
                 omc__shm_retire(S, i);
-                cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->own[i].gen);
+                cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->own[i].gen, S->own[i].readers);
                 if (cnt.held == 0) omc__shm_free_entry(S, i);
             }
             __atomic_add_fetch(&S->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);

@@ -3,6 +3,7 @@
 
    usage: bench_shm [out.json]            (make bench-shm writes bench/results/shm.json)
    env:   BENCH_SHM_QUICK=1               a fast smoke run (few iterations, no 1 GiB row)
+          BENCH_SHM_SIZES=4096,1048576    only these payload sizes (bytes, comma-separated)
 
    Per payload size (64 B, 4 KiB, 64 KiB, 1 MiB, 16 MiB, 186 MiB, and 1 GiB if memory allows):
      memcpy_gbps               one thread copies the payload from one private buffer into
@@ -386,6 +387,17 @@ int main(int argc, char** argv) {
     if (statvfs("/dev/shm", &sv) == 0) shm_free = (uint64_t)sv.f_bavail * sv.f_frsize;
     /* 1 GiB needs ~6 GiB: pool (3 x size) + source + memcpy pair; leave room for everyone else */
     if (quick || avail_kib < 10 * (GiB / KiB) || shm_free < 5 * GiB) nsizes = 6;
+    if (getenv("BENCH_SHM_SIZES")) {       /* a subset, for quick looks at one row */
+        const char* p = getenv("BENCH_SHM_SIZES");
+        nsizes = 0;
+        while (*p && nsizes < 7) {
+            char* end;
+            uint64_t v = strtoull(p, &end, 10);
+            if (end == p) break;
+            if (v) sizes[nsizes++] = v;
+            p = *end ? end + 1 : end;
+        }
+    }
     cpu_name(cpu, sizeof(cpu));
     printf("bench_shm: %s, %ld cores, MemAvailable %.1f GiB, /dev/shm free %.1f GiB, load %.2f%s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN),
            (double)avail_kib / (1024.0 * 1024.0), (double)shm_free / (double)GiB, load0, quick ? " (QUICK run)" : "");

@@ -22,6 +22,11 @@
 
 #define SHM_DIR "/dev/shm"
 
+/* A directory of our own inside /dev/shm for the crash and sweep tests: every omc_shm_create on
+   this machine sweeps /dev/shm itself, so a test counting what ITS sweep removed there would race
+   with other processes. Removed at the end - which fails if anything was left in it. */
+static char priv_dir[64];
+
 /* ---- helpers -------------------------------------------------------------------------------- */
 
 static void unique_channel(char* out, size_t n) {
@@ -43,6 +48,7 @@ static omc_conn* make_shm_in(const char* dir, const char* channel, omc_role role
 }
 
 static omc_conn* make_shm(const char* channel, omc_role role, uint64_t pool) { return make_shm_in(SHM_DIR, channel, role, pool); }
+static omc_conn* make_priv(const char* channel, omc_role role, uint64_t pool) { return make_shm_in(priv_dir, channel, role, pool); }
 
 /* The consumer process of a contract run: spec is "<channel>". */
 static omc_conn* make_from_spec(const char* spec) { return make_shm(spec, OMC_ROLE_RECEIVER, 0); }
@@ -599,7 +605,7 @@ static uint64_t crash_size(int i) { return 1 + (uint64_t)((i * 7919) % 5) * 6000
 
 /* A producer that puts k0, k1, ... as fast as the pool lets it, until it is killed. */
 static void producer_forever(const char* ch, int ready_fd) {
-    omc_conn* s = make_shm(ch, OMC_ROLE_SENDER, 2u << 20);
+    omc_conn* s = make_priv(ch, OMC_ROLE_SENDER, 2u << 20);
     int i;
     char one = 1;
     if (!s) _exit(2);
@@ -631,7 +637,7 @@ OMC_TEST(shm_sigkill_producer_mid_run_then_sweep_leaves_nothing) {
         pid = fork();
         REQUIRE(pid >= 0);
         if (pid == 0) producer_forever(ch, fds[1]);
-        r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+        r = make_priv(ch, OMC_ROLE_RECEIVER, 0);
         REQUIRE(r && read_all(fds[0], &one, 1) == 0);
         memset(&held, 0, sizeof(held));
         kill_at = omc_now_ns() + (10 + rand() % 60) * 1000000LL;
@@ -660,10 +666,10 @@ OMC_TEST(shm_sigkill_producer_mid_run_then_sweep_leaves_nothing) {
         CHECK(i > 3);
         if (held.data) { CHECK(omc_test_verify(held.data, held.size, 3)); CHECK_OK(omc_buffer_release(&held)); }
         memset(&sd, 0, sizeof(sd));
-        sd.shm_dir = SHM_DIR;
+        sd.shm_dir = priv_dir;
         CHECK_OK(omc_shm_sweep_dead(&sd, &removed));
-        CHECK(removed >= 1);
-        CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+        CHECK_EQ(removed, 1);
+        CHECK_EQ(count_segments(priv_dir, ch), 0);
         omc_conn_sweep(r);                      /* unmaps the dead segment: its memory is freed */
         CHECK_EQ(count_mappings(ch), 0);
         omc_conn_destroy(r);
@@ -674,7 +680,7 @@ OMC_TEST(shm_sigkill_producer_mid_run_then_sweep_leaves_nothing) {
 
 /* A consumer that takes everything it can and never releases, until it is killed. */
 static void consumer_hoarding(const char* ch, int ready_fd, int hoard_at_least) {
-    omc_conn* r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    omc_conn* r = make_priv(ch, OMC_ROLE_RECEIVER, 0);
     int i;
     char one = 1;
     if (!r) _exit(2);
@@ -697,7 +703,7 @@ OMC_TEST(shm_sigkill_consumer_holding_views_then_sweep_reclaims_all) {
         char one;
         pid_t pid;
         unique_channel(ch, sizeof(ch));
-        s = make_shm(ch, OMC_ROLE_SENDER, 8u << 20);
+        s = make_priv(ch, OMC_ROLE_SENDER, 8u << 20);
         REQUIRE(s && pipe(fds) == 0);
         pid = fork();
         REQUIRE(pid >= 0);
@@ -728,7 +734,7 @@ OMC_TEST(shm_sigkill_consumer_holding_views_then_sweep_reclaims_all) {
             CHECK_EQ(h.live_entries, 0);
         }
         omc_conn_destroy(s);
-        CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+        CHECK_EQ(count_segments(priv_dir, ch), 0);
         close(fds[0]); close(fds[1]);
     }
 }
@@ -741,11 +747,11 @@ OMC_TEST(shm_sweep_removes_dead_owners_only) {
     int fd;
     struct stat st;
     unique_channel(ch, sizeof(ch));
-    live = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    live = make_priv(ch, OMC_ROLE_SENDER, 1u << 20);
     REQUIRE(live);
     CHECK_OK(omc_shm_segment_path(live, path, sizeof(path)));
     /* garbage named like a segment of a process that no longer exists */
-    snprintf(dead, sizeof(dead), SHM_DIR "/omc-%u-%s-%d-00000000deadbeef", (unsigned)geteuid(), ch, 0x3FFFFFF0);
+    snprintf(dead, sizeof(dead), "%s/omc-%u-%s-%d-00000000deadbeef", priv_dir, (unsigned)geteuid(), ch, 0x3FFFFFF0);
     fd = open(dead, O_CREAT | O_WRONLY | O_EXCL, 0600);
     REQUIRE(fd >= 0);
     CHECK(write(fd, "junk", 4) == 4);
@@ -755,11 +761,12 @@ OMC_TEST(shm_sweep_removes_dead_owners_only) {
     fd = open(target, O_CREAT | O_WRONLY, 0600);
     REQUIRE(fd >= 0);
     close(fd);
-    snprintf(link_path, sizeof(link_path), SHM_DIR "/omc-%u-%s-%d-00000000000001ee", (unsigned)geteuid(), ch, 0x3FFFFFF1);
+    snprintf(link_path, sizeof(link_path), "%s/omc-%u-%s-%d-00000000000001ee", priv_dir, (unsigned)geteuid(), ch, 0x3FFFFFF1);
     REQUIRE(symlink(target, link_path) == 0);
     memset(&sd, 0, sizeof(sd));
+    sd.shm_dir = priv_dir;
     CHECK_OK(omc_shm_sweep_dead(&sd, &removed));
-    CHECK(removed >= 1);
+    CHECK_EQ(removed, 1);
     CHECK(stat(dead, &st) != 0);                /* removed */
     CHECK(stat(path, &st) == 0);                /* the live owner's segment stays */
     CHECK(stat(target, &st) == 0);              /* never followed */
@@ -767,7 +774,7 @@ OMC_TEST(shm_sweep_removes_dead_owners_only) {
     unlink(link_path);
     unlink(target);
     omc_conn_destroy(live);
-    CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
     sd.shm_dir = "/nonexistent-omc-dir";
     CHECK_RES(omc_shm_sweep_dead(&sd, NULL), OMC_ERR_UNAVAILABLE);
 }
@@ -1104,6 +1111,14 @@ OMC_TEST(shm_scribbled_control_area_is_survived) {
 }
 
 int main(int argc, char** argv) {
+    int status;
     ct_consumer_main(argc, argv, make_from_spec);
-    return omc_test_main(argc, argv);
+    snprintf(priv_dir, sizeof(priv_dir), SHM_DIR "/omc-tests-%ld", (long)getpid());
+    if (mkdir(priv_dir, 0700) != 0) { perror(priv_dir); return 1; }
+    status = omc_test_main(argc, argv);
+    if (rmdir(priv_dir) != 0) {             /* not empty: a test left a segment behind */
+        printf("FAIL %s is not empty at exit: a segment leaked\n", priv_dir);
+        return 1;
+    }
+    return status;
 }
