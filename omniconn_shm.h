@@ -186,7 +186,9 @@ THREAD SAFETY (and process safety)
         claim slots                       anyone, only by compare-and-swap on the whole word
         dirty bitmap                      anyone sets bits (atomic OR); the owner takes words
                                           (atomic exchange with 0); the bits are hints only
-        put_seq / release_seq / waiters   atomic increments; futex words
+        put_seq / release_seq             atomic increments by their writers; futex words
+        sleepers / owner_sleeping         set to 1 by a thread about to sleep; exchanged to 0
+                                          by the thread that wakes it
       Publishing follows release/acquire: the owner writes the payload and the entry, then the
       slots (release), then the entry's generation (release), then the index bucket (release);
       a reader's successful claim CAS (acquire) therefore sees the payload. A release CAS
@@ -195,10 +197,14 @@ THREAD SAFETY (and process safety)
       with an acquire fence) and confirmed by the claim CAS, which fails if the generation in the
       slot changed. Across processes these are the same instructions on the same physical memory
       as across threads (x86-64 and AArch64 are cache coherent), so the argument is the same.
-      Sleeping uses FUTEX_WAIT without FUTEX_PRIVATE_FLAG, keyed by the shared page; the
-      sleeper increments `waiters` and re-reads the word (both seq_cst) before sleeping, the
-      owner bumps the word and reads `waiters` (seq_cst), so one of them sees the other: no lost
-      wake-up, and no system call on put when nobody sleeps.
+      Sleeping uses FUTEX_WAIT without FUTEX_PRIVATE_FLAG, keyed by the shared page. The
+      sleeper sets `sleepers` to 1 and re-reads the word (both seq_cst) before sleeping; the
+      owner bumps the word, then exchanges `sleepers` with 0 (seq_cst) and calls FUTEX_WAKE only
+      if it was 1. One of the two sees the other's write, so no wake-up is lost; a put pays for
+      a system call only when someone sleeps, and only the first put after they fell asleep
+      pays it (the flag, unlike a count, is cleared by the waker, not when the sleeper gets
+      round to running again). The same pair, release_seq and `owner_sleeping`, wakes an owner
+      waiting for pool space.
     - A process killed at any instruction leaves every slot in one of its four states; the owner
       (or the sweep) can always finish from there.
 
@@ -253,10 +259,10 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
                  back). Hints for the owner, nothing more.
         152 ...  reserved, zero
         256 u32  put_seq: +1 on every change of the key index; futex word (atomic)
-        260 u32  waiters: getters asleep on put_seq (atomic)
+        260 u32  sleepers: 1 if a getter may be asleep on put_seq (atomic; see THREAD SAFETY)
         264 u64  puts (statistics, relaxed)
         320 u32  release_seq: +1 on every release or withdrawal by a receiver; futex word
-        324 u32  owner_waiting: owner threads asleep on release_seq
+        324 u32  owner_sleeping: 1 if an owner thread may be asleep on release_seq
         328 u64  claims, 336 u64 releases (statistics, relaxed)
         384 ...  reserved, zero (to 4096)
       The geometry (offsets 8..63) is fully determined by entry count and data size; a
@@ -464,12 +470,12 @@ typedef struct omc__shm_header {
     uint8_t  reserved0[104];    /* 152 */
     /* one cache line written by the owner (receivers spin on put_seq) ... */
     uint32_t put_seq;           /* 256  futex: bumped on every change of the key index */
-    uint32_t waiters;           /* 260  getters asleep on put_seq */
+    uint32_t sleepers;          /* 260  1: a getter may be asleep on put_seq */
     uint64_t puts;              /* 264  statistics: puts published */
     uint8_t  pad1[48];          /* 272 */
     /* ... and one written by receivers, so the two sides never fight over a line */
     uint32_t release_seq;       /* 320  futex: bumped on every release by a receiver */
-    uint32_t owner_waiting;     /* 324  owner threads asleep on release_seq */
+    uint32_t owner_sleeping;    /* 324  1: an owner thread may be asleep on release_seq */
     uint64_t claims;            /* 328  statistics: reads claimed */
     uint64_t releases;          /* 336  statistics: views released */
     uint8_t  pad2[40];          /* 344 */
@@ -993,7 +999,8 @@ OMC__PRIVATE void omc__shm_notify_release(uint8_t* base, const omc__shm_layout* 
         __atomic_or_fetch(&omc__shm_dirty_summary(base, L)[w / 64], (uint64_t)1 << (w % 64), __ATOMIC_RELEASE);
     }
     __atomic_add_fetch(&h->release_seq, 1u, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&h->owner_waiting, __ATOMIC_SEQ_CST)) omc__futex_wake_all(&h->release_seq);
+    if (__atomic_load_n(&h->owner_sleeping, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&h->owner_sleeping, 0u, __ATOMIC_SEQ_CST))
+        omc__futex_wake_all(&h->release_seq);
 }
 
 typedef struct omc__shm_count { uint32_t avail, held, done; } omc__shm_count;
@@ -1440,7 +1447,9 @@ static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, con
         if (!p->buffer) omc_alloc_free(omc_pool_allocator(S->pool), range);
         return r;
     }
-    if (__atomic_load_n(&S->hdr->waiters, __ATOMIC_SEQ_CST)) omc__futex_wake_all(&S->hdr->put_seq);
+    /* the load first: the exchange would take the cache line from the receivers on every put */
+    if (__atomic_load_n(&S->hdr->sleepers, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&S->hdr->sleepers, 0u, __ATOMIC_SEQ_CST))
+        omc__futex_wake_all(&S->hdr->put_seq);
     if (p->buffer) memset(p->buffer, 0, sizeof(*p->buffer));   /* ownership moved to the entry */
     return OMC_OK;
 }
@@ -1470,10 +1479,10 @@ static omc_result omc__shm_alloc(omc_conn* c, uint64_t size, omc_time_ns deadlin
                      (unsigned long long)size, S->name);
             return OMC_ERR_TIMEOUT;
         }
-        __atomic_add_fetch(&S->hdr->owner_waiting, 1u, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&S->hdr->owner_sleeping, 1u, __ATOMIC_SEQ_CST);
         /* short slices: a buffer released by a thread of this process does not touch release_seq */
-        omc__futex_wait(&S->hdr->release_seq, seen, deadline, 10000000LL);
-        __atomic_sub_fetch(&S->hdr->owner_waiting, 1u, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&S->hdr->release_seq, __ATOMIC_SEQ_CST) == seen)
+            omc__futex_wait(&S->hdr->release_seq, seen, deadline, 10000000LL);
     }
 }
 
@@ -1889,9 +1898,8 @@ OMC__PRIVATE void omc__shm_wait_put(omc__shm* S, omc__shm_peer* P, uint32_t seq,
         now = omc_now_ns();
     }
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != seq || now >= deadline || omc__load(&S->conn->closed)) return;
-    __atomic_add_fetch(&P->hdr->waiters, 1u, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&P->hdr->sleepers, 1u, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(word, __ATOMIC_SEQ_CST) == seq) omc__futex_wait(word, seq, deadline, slice);
-    __atomic_sub_fetch(&P->hdr->waiters, 1u, __ATOMIC_SEQ_CST);
 }
 
 OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const omc__shm_key* k, omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
