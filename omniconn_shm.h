@@ -56,7 +56,7 @@ QUICK START
     examples/shm_pipeline.c is a complete two-process program.
 
 ================================================================================================
-HOW IT WORKS
+STEP BY STEP: HOW IT WORKS
 ================================================================================================
 
     1. The segment. A sender (or dual) connector creates one file in shm_dir (default /dev/shm)
@@ -64,7 +64,8 @@ HOW IT WORKS
        0600: nobody can guess the name beforehand, squat it, or plant a link there. It reserves
        the whole file with posix_fallocate, so a full tmpfs fails NOW with OMC_ERR_SHM_FULL and
        never later with SIGBUS, maps it once (MAP_POPULATE: no page faults in the hot path) and
-       lays it out as: header page | entry table | key index | data area. The data area is an
+       lays it out as: header page | entry table | key index | dirty bitmap | data area (see
+       WIRE FORMATS). The data area is an
        omc_pool (OMC_MEMORY_EXTERNAL): the allocator's bookkeeping lives in the owner's heap,
        where no other process can corrupt it. The header records owner pid, process start time,
        uid and a random incarnation, so anyone can tell whether the owner still lives.
@@ -154,10 +155,18 @@ CONFIGURATION
     alignment         4096           of every buffer; a power of two from 64 to 4096
     inline_threshold  64 KiB         payloads below it travel in the metadata; max 1 MiB
     disable_inline    0              1: never inline
-    max_entries       4096           puts in flight at once (each costs 512 bytes of segment)
+    max_entries       4096           puts in flight at once (each: 512 B of segment, ~330 B of heap)
     default_ttl_ms    300000         lifetime of an unconsumed put; < 0 = none
     spin_ns           20000          spin before sleeping in a waiting get; < 0 = never spin
     hooks             process default  allocator and logger (see omniconn.h)
+
+================================================================================================
+OVERRIDES (HOOKS)
+================================================================================================
+
+    desc.hooks works as everywhere in omniconn (omniconn.h, OVERRIDES): alloc_fn/free_fn for the
+    connector's own bookkeeping and for the private copies inline gets hand out, log_fn for
+    every event. The pool memory itself is the segment: no hook allocates it.
 
 ================================================================================================
 ERRORS & LOGGING
@@ -207,6 +216,14 @@ THREAD SAFETY (and process safety)
       waiting for pool space.
     - A process killed at any instruction leaves every slot in one of its four states; the owner
       (or the sweep) can always finish from there.
+
+================================================================================================
+DEPENDENCIES & LINKING
+================================================================================================
+
+    Linux (tmpfs, posix_fallocate, futex, /proc for liveness; without /proc, kill(pid, 0)),
+    pthreads, and omniconn.h of the same version (checked at compile time). Nothing to link
+    beyond what omniconn.h needs.
 
 ================================================================================================
 LIMITS
@@ -358,7 +375,8 @@ typedef struct omc_shm_desc {
     uint64_t inline_threshold;  /* payloads smaller than this travel inside the metadata;
                                    0 = 64 KiB; at most OMC_SHM_MAX_INLINE */
     int disable_inline;         /* 1: no payload travels inline */
-    uint32_t max_entries;       /* puts in flight (not yet fully released) at once; 0 = 4096 */
+    uint32_t max_entries;       /* puts in flight (not yet fully released) at once; 0 = 4096.
+                                   Each costs 512 bytes of segment and ~330 bytes of heap. */
     int64_t default_ttl_ms;     /* 0 = OMNICONN_DEFAULT_TTL_MS, < 0 = no TTL */
     int64_t spin_ns;            /* a waiting get spins this long before it sleeps on a futex;
                                    0 = 20 us, < 0 = never spin */

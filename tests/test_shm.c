@@ -678,6 +678,35 @@ OMC_TEST(shm_sigkill_producer_mid_run_then_sweep_leaves_nothing) {
     }
 }
 
+/* Killed while creating its segment (between O_CREAT and READY, or during the fallocate, or
+   the mapping): whatever was left, the sweep removes it. A 64 MiB pool makes create take long
+   enough for the random delays to land inside it. */
+OMC_TEST(shm_sigkill_producer_during_create_then_sweep_leaves_nothing) {
+    int round;
+    for (round = 0; round < 12; round++) {
+        char ch[32];
+        omc_shm_desc sd;
+        int status;
+        pid_t pid;
+        unique_channel(ch, sizeof(ch));
+        pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            omc_conn* s = make_priv(ch, OMC_ROLE_SENDER, 64u << 20);
+            (void)s;
+            pause();
+            _exit(0);
+        }
+        usleep((useconds_t)(round * 15000));     /* 0 .. 165 ms: creating 64 MiB takes ~160 ms here */
+        kill(pid, SIGKILL);
+        CHECK(waitpid(pid, &status, 0) == pid);
+        memset(&sd, 0, sizeof(sd));
+        sd.shm_dir = priv_dir;
+        CHECK_OK(omc_shm_sweep_dead(&sd, NULL));
+        CHECK_EQ(count_segments(priv_dir, ch), 0);
+    }
+}
+
 /* A consumer that takes everything it can and never releases, until it is killed. */
 static void consumer_hoarding(const char* ch, int ready_fd, int hoard_at_least) {
     omc_conn* r = make_priv(ch, OMC_ROLE_RECEIVER, 0);
