@@ -305,6 +305,7 @@ OMC_TEST(tcp_two_senders_one_receiver) {
     CHECK(buf.size == 777 && omc_test_verify(buf.data, buf.size, 5));
     omc_buffer_release(&buf);
     CHECK_RES(omc_tcp_get_from(r, "nobody", "s0", "s1", "q", omc_deadline_after_ms(300), &buf), OMC_ERR_NOT_FOUND);
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "absent", NULL, 0, OMC_NO_WAIT, &buf), OMC_ERR_TIMEOUT);    /* no time to ask */
     /* with metadata, from both, interleaved */
     ma = child_put(&a, "ma", 70000, 31, 1, 0, &na);
     mb = child_put(&b, "mb", 90000, 32, 1, 0, &nb);
@@ -843,6 +844,12 @@ static void fake_push(fake_sender* f, const omc__wire* in, const uint8_t* rid, i
         return;
     }
     if (write(f->dfd, payload, mode == FAKE_MORE_BYTES || mode == FAKE_BIGGER_HEADER ? size + 4096 : size) < 0) {}
+    if (mode == FAKE_HONEST) {      /* the trailer a real sender writes after recording the read */
+        uint8_t trl[OMC__TCP_TRAILER_SIZE];
+        omc__put_u32(trl, OMC__TCP_END_MAGIC);
+        omc__put_u32(trl + 4, 0);
+        if (write(f->dfd, trl, sizeof(trl)) < 0) {}
+    }
     free(payload);
     memset(&m, 0, sizeof(m));
     m.type = OMC__MSG_DONE; m.xfer = in->xfer; m.seq = in->seq; m.bytes = mode == FAKE_DONE_WRONG ? size + 1 : size;
@@ -949,7 +956,7 @@ OMC_TEST(tcp_sizes_that_lie_are_rejected) {
     static const struct { int mode; omc_result want; uint64_t untouched; } cases[] = {
         { FAKE_BIGGER_HEADER, OMC_ERR_PROTOCOL, 0 }, { FAKE_WRONG_XFER, OMC_ERR_PROTOCOL, 0 },
         { FAKE_DONE_WRONG, OMC_ERR_PROTOCOL, 1000 }, { FAKE_SHORT_EOF, OMC_ERR_CONNECTION, 500 },
-        { FAKE_MORE_BYTES, OMC_OK, 1000 }, { FAKE_HONEST, OMC_OK, 1000 }
+        { FAKE_MORE_BYTES, OMC_ERR_PROTOCOL, 1000 }, { FAKE_HONEST, OMC_OK, 1000 }
     };
     fake_sender f;
     omc_conn* r = make_receiver(1u << 20);

@@ -69,6 +69,8 @@ THE REMOTE CONNECTOR (manual text: merge into STEP BY STEP, CONFIGURATION and WI
     OMNICONN_TCP_MAX_WAIT_MS     1000        impl file    longest a sender holds a QUERY for an
                                                           absent key (long poll)
     OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
+    OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
+                                                          (without blocking) before a worker takes over
 
     WIRE FORMATS (add after the metadata envelope; docs/wire.md has the same, with examples):
 
@@ -119,7 +121,8 @@ THE REMOTE CONNECTOR (manual text: merge into STEP BY STEP, CONFIGURATION and WI
         32  u16  descriptor length (0..1024)
         34  u16  reserved (0)
         36  the qualified key, then the data plane's descriptor (TCP: u64 connection token)
-      DONE body (sender -> receiver, only once the data plane has moved every byte), 8 bytes:
+      DONE body (sender -> receiver, only once the data plane has moved every byte and the
+        read is recorded), 8 bytes:
         0   u64  bytes moved (= the payload size)
       ERROR body (either direction), 16 + text length bytes:
         0   i32  omc_result code (negative)
@@ -144,15 +147,22 @@ THE REMOTE CONNECTOR (manual text: merge into STEP BY STEP, CONFIGURATION and WI
         16  u64  receiver incarnation
       ack, sender -> receiver, 8 bytes: 0 u32 magic 0x41434D4F ("OMCA"), 4 i32 status (0 = OK,
         else an omc_result: the connection is closed after it)
-      per transfer, sender -> receiver, a 24-byte header and then exactly size payload bytes:
+      per transfer, sender -> receiver: a 24-byte header, exactly size payload bytes, and an
+      8-byte trailer:
+        header:
         0   u32  magic 0x44434D4F ("OMCD")
         4   u32  reserved (0)
         8   u64  transfer id
         16  u64  payload size
+        trailer (written only after the sender has recorded the read - the entry's reader is
+        used up, a last reader's entry is gone - so it tells the receiver what DONE would):
+        0   u32  magic 0x45434D4F ("OMCE")
+        4   u32  reserved (0)
       The receiver checks the header (transfer id; size equal to what the metadata or the
       QUERY_REPLY announced and no larger than its destination) before it reads any payload,
-      and never reads more than that into the destination. A connection on which anything
-      went wrong is closed by both sides, never reused.
+      never reads more than that into the destination, and completes the get on a valid
+      trailer (the DONE that follows on the side channel is then a late reply it drops). A
+      connection on which anything went wrong is closed by both sides, never reused.
 
     TCP metadata body (the envelope's transport OMC_TRANSPORT_TCP), 16 + host length bytes:
         0   u64  entry id (unique per put within the sender's process, never 0)

@@ -30,15 +30,27 @@
                        ready and set x->complete once every byte is in x->dst
         rx_end      <- the transfer finished (r = OMC_OK) or failed; after a failure the
                        channel is closed unless the sender refused before moving any byte
-      sender (in a worker thread, so a push may block until its deadline):
+      sender:
         tx_hello    -> our HELLO record for a receiver (rec = the receiver's record of our
                        kind, or NULL); an RDMA plane connects a queue pair here
-        tx_push     <- one push: p->src/p->size (the pinned entry), the PULL's descriptor,
-                       p->deadline, p->abort (non-zero = stop now, return that code). Return
-                       OMC_OK only when every byte is where the descriptor said: the connector
-                       sends DONE right after.
+        tx_push     <- one push, on a worker thread, so it may block until p->deadline:
+                       p->src/p->size (the pinned entry), the PULL's descriptor, p->abort
+                       (non-zero = stop now, return that code). Once every byte is where the
+                       descriptor said, the plane may call p->commit(p): the connector records
+                       the read and unpins the entry (src must not be read after it), and the
+                       plane may then tell the receiver by itself. After commit a push is a
+                       success whatever happens next. A plane that never calls commit is
+                       committed by the connector when tx_push returns OMC_OK, and DONE follows.
       both: attach(pool) after the connector's pool exists (register it with the NIC there),
             detach at destroy.
+
+    Completion on the receiver: a get ends when the plane says x->complete and DONE has
+    arrived. The built-in TCP plane has two fast paths the table does not (yet) expose, used by
+    kind: the listener starts a TCP push itself without blocking (omc__tcp_tx_try; small payloads
+    then cost no thread hand-off, large ones start moving while a worker wakes up), and a TCP
+    receiver completes on the data connection alone: the sender writes a trailer after commit,
+    so the trailer proves the read was recorded and the get need not wait for DONE (one
+    side-channel message less per get; the DONE that follows is dropped as a late reply).
 
     Rules: a plane never touches the entries table, never sends on the side channel and never
     frees the destination; errors are omc_result codes (OMC_ERR_CONNECTION for a broken peer,
@@ -80,6 +92,9 @@
 #ifndef OMNICONN_TCP_CHUNK
     #define OMNICONN_TCP_CHUNK ((uint32_t)4 << 20)
 #endif
+#ifndef OMNICONN_TCP_INLINE
+    #define OMNICONN_TCP_INLINE ((uint32_t)256 << 10)   /* bytes the listener writes before a worker takes over */
+#endif
 
 #define OMC__DP_TCP  1
 #define OMC__DP_RDMA 2
@@ -95,10 +110,12 @@ typedef struct omc__dp_xfer {
     void* plane;                        /* the plane's own per-transfer state */
 } omc__dp_xfer;
 
-/* One push as a sender-side plane sees it. */
-typedef struct omc__dp_push {
+/* One push as a sender-side plane sees it (the fields after abort were added in the second
+   version of this interface; a plane that ignores them works as before). */
+typedef struct omc__dp_push omc__dp_push;
+struct omc__dp_push {
     uint64_t transfer_id;
-    const uint8_t* src;                 /* the entry's bytes, pinned for the whole call */
+    const uint8_t* src;                 /* the entry's bytes, pinned until commit */
     uint64_t size;
     omc_pool* pool;                     /* where src lives */
     omc_range range;
@@ -107,7 +124,10 @@ typedef struct omc__dp_push {
     uint64_t receiver_incarnation;
     omc_time_ns deadline;
     const int* abort;                   /* read with omc__load; non-zero = stop, return it */
-} omc__dp_push;
+    void (*commit)(const omc__dp_push* p);  /* every byte is in place: record the read, unpin */
+    void* commit_ctx;                   /* the connector's */
+    uint64_t resume;                    /* TCP: stream bytes the listener's non-blocking start moved */
+};
 
 /* What a receiver-side plane learns about a sender from its HELLO. */
 typedef struct omc__dp_peer {
@@ -419,6 +439,8 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_HELLO_MAGIC 0x54434D4Fu    /* "OMCT" */
 #define OMC__TCP_ACK_MAGIC   0x41434D4Fu    /* "OMCA" */
 #define OMC__TCP_DATA_MAGIC  0x44434D4Fu    /* "OMCD" */
+#define OMC__TCP_END_MAGIC   0x45434D4Fu    /* "OMCE" */
+#define OMC__TCP_TRAILER_SIZE 8
 #define OMC__TCP_HELLO_SIZE  24
 #define OMC__TCP_ACK_SIZE    8
 #define OMC__TCP_HEADER_SIZE 24
@@ -680,6 +702,7 @@ typedef struct omc__tcp_plane {
     int listen_fd;                      /* sender: the data port; -1 on a receiver */
     uint16_t port;
     pthread_mutex_t mu;
+    pthread_cond_t idle_cv;             /* a busy connection became idle */
     omc__tcp_conn* conns;               /* every accepted connection */
     omc__smap tokens;                   /* token (8 bytes) -> registered connection */
     uint32_t npending;
@@ -693,8 +716,9 @@ typedef struct omc__tcp_rx {
     uint64_t token;
     char host[OMC_TCP_HOST_MAX];
     uint16_t port;
-    uint32_t hdr_got;
+    uint32_t hdr_got, trl_got;
     uint8_t hdr[OMC__TCP_HEADER_SIZE];
+    uint8_t trl[OMC__TCP_TRAILER_SIZE];
 } omc__tcp_rx;
 
 OMC__PRIVATE omc_result omc__tcp_attach(void* user, omc_conn* conn, omc_pool* pool, const omc_hooks* hooks) {
@@ -884,40 +908,151 @@ OMC__PRIVATE omc_result omc__tcp_tx_hello(void* user, const uint8_t* rec, uint32
     return OMC_OK;
 }
 
-OMC__PRIVATE omc_result omc__tcp_tx_push(void* user, const omc__dp_push* p) {
-    omc__tcp_plane* T = (omc__tcp_plane*)user;
-    uint8_t hdr[OMC__TCP_HEADER_SIZE];
-    omc__tcp_conn* c;
-    uint64_t token;
-    omc_result r;
-    int fd;
-    if (p->desc_len != 8) return OMC_ERR_PROTOCOL;
-    token = omc__get_u64(p->desc);
-    pthread_mutex_lock(&T->mu);
-    c = (omc__tcp_conn*)omc__smap_get(&T->tokens, (const char*)&token, 8);
-    if (c && c->state == OMC__TCONN_IDLE) c->state = OMC__TCONN_BUSY;
-    else c = NULL;
-    pthread_mutex_unlock(&T->mu);
-    if (!c) {
-        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "push %llu: no idle data connection with token %016llx",
-                 (unsigned long long)p->transfer_id, (unsigned long long)token);
+/* Write bytes [*pos, end) of the transfer's stream - header | payload | trailer - with as few
+   system calls as possible. blocking: wait (deadline, abort) whenever the socket is full.
+   Non-blocking (the listener): stop with OMC_ERR_BUSY when the socket is full or after budget
+   bytes. Short writes and EINTR are retried; *pos always says how far it got. */
+OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const uint8_t* src, uint64_t size, const uint8_t* trl,
+                                              uint64_t* pos, uint64_t end, int blocking, uint64_t budget, omc_time_ns deadline,
+                                              const int* abort) {
+    const uint8_t* seg[3];
+    uint64_t seglen[3], moved = 0;
+    seg[0] = hdr; seglen[0] = OMC__TCP_HEADER_SIZE;
+    seg[1] = src; seglen[1] = size;
+    seg[2] = trl; seglen[2] = OMC__TCP_TRAILER_SIZE;
+    while (*pos < end) {
+        struct iovec iov[3];
+        struct msghdr msg;
+        uint64_t at = 0, want = omc__min(end - *pos, (uint64_t)OMNICONN_TCP_CHUNK);
+        int i, n = 0;
+        ssize_t k;
+        if (!blocking) want = omc__min(want, budget - moved);
+        for (i = 0; i < 3 && want; i++) {       /* what is still to go of each segment */
+            uint64_t s0 = at, from, len;
+            at += seglen[i];
+            if (*pos >= at || seglen[i] == 0) continue;
+            from = *pos > s0 ? *pos - s0 : 0;
+            len = omc__min(seglen[i] - from, want);
+            iov[n].iov_base = (void*)(seg[i] + from);
+            iov[n].iov_len = (size_t)len;
+            want -= len;
+            n++;
+        }
+        memset(&msg, 0, sizeof(msg));
+        msg.msg_iov = iov;
+        msg.msg_iovlen = (size_t)n;
+        k = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            *pos += (uint64_t)k;
+            moved += (uint64_t)k;
+            if (!blocking && moved >= budget && *pos < end) return OMC_ERR_BUSY;
+            continue;
+        }
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            short rev = 0;
+            int w;
+            if (!blocking) return OMC_ERR_BUSY;
+            w = omc__fd_wait(fd, POLLOUT, deadline, abort, &rev);
+            if (w < 0) return (omc_result)omc__load(abort);
+            if (w == 0) return OMC_ERR_TIMEOUT;
+            if ((rev & (POLLERR | POLLHUP)) && !(rev & POLLOUT)) return OMC_ERR_CONNECTION;
+            continue;
+        }
         return OMC_ERR_CONNECTION;
     }
-    fd = c->fd;     /* ours while BUSY: the listener does not poll it */
-    omc__tcp_header_encode(hdr, p->transfer_id, p->size);
-    r = omc__fd_write_all(fd, hdr, sizeof(hdr), p->deadline, p->abort);
-    if (r == OMC_OK) r = omc__fd_write_all(fd, p->src, p->size, p->deadline, p->abort);
+    return OMC_OK;
+}
+
+/* Give a connection back after a push: idle again, or dead (half a payload may be on the wire,
+   so it can never carry another one). The listener frees dead ones. */
+OMC__PRIVATE void omc__tcp_conn_release(omc__tcp_plane* T, omc__tcp_conn* c, int ok) {
     pthread_mutex_lock(&T->mu);
-    if (r == OMC_OK) c->state = OMC__TCONN_IDLE;
+    if (ok) c->state = OMC__TCONN_IDLE;
     else {
-        /* half a payload may be on the wire: the connection can never carry another one */
-        shutdown(fd, SHUT_RDWR);
+        shutdown(c->fd, SHUT_RDWR);
         omc__smap_del(&T->tokens, &T->hooks, (const char*)&c->token, 8);
         omc__sub(&T->nregistered, 1u);
         c->state = OMC__TCONN_DEAD;
     }
+    pthread_cond_broadcast(&T->idle_cv);
     pthread_mutex_unlock(&T->mu);
+}
+
+/* The connection a PULL names. take = 1: wait (until the deadline) for it to be idle and mark
+   it busy - a receiver that has read a trailer may ask again before the pusher has marked the
+   connection idle. take = 0: the caller already owns it (a push the listener started). */
+OMC__PRIVATE omc_result omc__tcp_find_conn(omc__tcp_plane* T, const omc__dp_push* p, int take, int may_wait, omc__tcp_conn** out) {
+    omc__tcp_conn* c;
+    uint64_t token;
+    omc_result r = OMC_OK;
+    *out = NULL;
+    if (p->desc_len != 8) return OMC_ERR_PROTOCOL;
+    token = omc__get_u64(p->desc);
+    pthread_mutex_lock(&T->mu);
+    for (;;) {
+        c = (omc__tcp_conn*)omc__smap_get(&T->tokens, (const char*)&token, 8);
+        if (!c) { r = OMC_ERR_CONNECTION; break; }
+        if (!take) { if (c->state != OMC__TCONN_BUSY) r = OMC_ERR_INTERNAL; break; }
+        if (c->state == OMC__TCONN_IDLE) { c->state = OMC__TCONN_BUSY; break; }
+        if (!may_wait) { r = OMC_ERR_BUSY; break; }
+        if (p->abort && omc__load(p->abort)) { r = (omc_result)omc__load(p->abort); break; }
+        if (omc__deadline_passed(p->deadline)) { r = OMC_ERR_TIMEOUT; break; }
+        omc__cond_wait_until(&T->idle_cv, &T->mu, omc__min(p->deadline, omc_now_ns() + OMC__NET_SLICE_MS * 1000000LL));
+    }
+    pthread_mutex_unlock(&T->mu);
+    if (r == OMC_OK) *out = c;
+    else if (r == OMC_ERR_CONNECTION)
+        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "push %llu: no data connection with token %016llx",
+                 (unsigned long long)p->transfer_id, (unsigned long long)token);
     return r;
+}
+
+/* The listener starts a push without blocking: header and up to OMNICONN_TCP_INLINE bytes, then
+   the trailer if everything went. OMC_OK: done (committed). OMC_ERR_BUSY: *resume bytes of the
+   stream went; a worker finishes with tx_push (the connection stays ours). */
+OMC__PRIVATE omc_result omc__tcp_tx_try(omc__tcp_plane* T, const omc__dp_push* p, uint64_t* resume) {
+    uint8_t hdr[OMC__TCP_HEADER_SIZE], trl[OMC__TCP_TRAILER_SIZE];
+    uint64_t pos = 0, end = OMC__TCP_HEADER_SIZE + p->size;
+    omc__tcp_conn* c;
+    omc_result r = omc__tcp_find_conn(T, p, 1, 0, &c);
+    *resume = 0;
+    if (r != OMC_OK) return r;      /* BUSY: a worker waits for the connection */
+    omc__tcp_header_encode(hdr, p->transfer_id, p->size);
+    omc__put_u32(trl, OMC__TCP_END_MAGIC);
+    omc__put_u32(trl + 4, 0);
+    r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end, 0, OMNICONN_TCP_INLINE, 0, NULL);
+    if (r == OMC_OK) {
+        p->commit(p);                               /* every payload byte is with the kernel */
+        r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end + OMC__TCP_TRAILER_SIZE, 0, OMC__TCP_TRAILER_SIZE, 0, NULL);
+    }
+    *resume = pos;
+    if (r == OMC_ERR_BUSY) return r;
+    omc__tcp_conn_release(T, c, r == OMC_OK);
+    return pos >= end ? OMC_OK : r;                 /* committed: a success, even if the trailer failed */
+}
+
+/* A push on a worker: take the connection (or continue what the listener started), write the
+   rest of header and payload, commit, then the trailer - which is how the receiver learns that
+   the read was recorded without waiting for DONE. */
+OMC__PRIVATE omc_result omc__tcp_tx_push(void* user, const omc__dp_push* p) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    uint8_t hdr[OMC__TCP_HEADER_SIZE], trl[OMC__TCP_TRAILER_SIZE];
+    uint64_t pos = p->resume, end = OMC__TCP_HEADER_SIZE + p->size;
+    omc__tcp_conn* c;
+    omc_result r = omc__tcp_find_conn(T, p, p->resume == 0, 1, &c);
+    if (r != OMC_OK) return r == OMC_ERR_BUSY ? OMC_ERR_CONNECTION : r;
+    omc__tcp_header_encode(hdr, p->transfer_id, p->size);
+    omc__put_u32(trl, OMC__TCP_END_MAGIC);
+    omc__put_u32(trl + 4, 0);
+    if (pos < end) {
+        r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end, 1, 0, p->deadline, p->abort);
+        if (r != OMC_OK) { omc__tcp_conn_release(T, c, 0); return r; }
+        if (p->commit) p->commit(p);
+    }
+    r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end + OMC__TCP_TRAILER_SIZE, 1, 0, p->deadline, p->abort);
+    omc__tcp_conn_release(T, c, r == OMC_OK);
+    return OMC_OK;      /* committed: the receiver may miss the trailer, but the read counts */
 }
 
 OMC__PRIVATE omc_result omc__tcp_rx_open(void* user, void** chan) {
@@ -984,6 +1119,7 @@ OMC__PRIVATE omc_result omc__tcp_rx_prepare(void* user, void* chan, omc__dp_xfer
         if (r != OMC_OK) return r;
     }
     x->hdr_got = 0;
+    x->trl_got = 0;
     xf->received = 0;
     xf->complete = 0;
     omc__put_u64(desc, x->token);
@@ -995,31 +1131,38 @@ OMC__PRIVATE int omc__tcp_rx_fd(void* user, void* chan) { (void)user; return ((o
 
 /* Read what has arrived: first the header (checked before a single payload byte is read), then
    payload bytes straight into the destination, never past what the header announced. */
+/* Read what has arrived: first the header (checked before a single payload byte is read), then
+   payload bytes straight into the destination, never past what the header announced, then the
+   trailer, which the sender writes only after it recorded the read. */
 OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfer* xf, int done_received) {
     omc__tcp_rx* x = (omc__tcp_rx*)chan;
     (void)user; (void)done_received;
     while (!xf->complete) {
         ssize_t k;
-        if (x->hdr_got < OMC__TCP_HEADER_SIZE) {
-            k = recv(x->fd, x->hdr + x->hdr_got, OMC__TCP_HEADER_SIZE - x->hdr_got, MSG_DONTWAIT);
-        } else {
+        int part = x->hdr_got < OMC__TCP_HEADER_SIZE ? 0 : xf->received < xf->size ? 1 : 2;
+        if (part == 0) k = recv(x->fd, x->hdr + x->hdr_got, OMC__TCP_HEADER_SIZE - x->hdr_got, MSG_DONTWAIT);
+        else if (part == 1) {
             uint64_t left = xf->size - xf->received;
             k = recv(x->fd, (uint8_t*)xf->dst.data + xf->received, (size_t)omc__min(left, (uint64_t)OMNICONN_TCP_CHUNK), MSG_DONTWAIT);
-        }
+        } else k = recv(x->fd, x->trl + x->trl_got, OMC__TCP_TRAILER_SIZE - x->trl_got, MSG_DONTWAIT);
         if (k == 0) return OMC_ERR_CONNECTION;
         if (k < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return OMC_OK;
             return OMC_ERR_CONNECTION;
         }
-        if (x->hdr_got < OMC__TCP_HEADER_SIZE) {
+        if (part == 0) {
             x->hdr_got += (uint32_t)k;
-            if (x->hdr_got == OMC__TCP_HEADER_SIZE) {
-                omc_result r = omc__tcp_header_check(x->hdr, xf->transfer_id, xf->size, xf->dst.size);
-                if (r != OMC_OK) return OMC_ERR_PROTOCOL;
+            if (x->hdr_got == OMC__TCP_HEADER_SIZE && omc__tcp_header_check(x->hdr, xf->transfer_id, xf->size, xf->dst.size) != OMC_OK)
+                return OMC_ERR_PROTOCOL;
+        } else if (part == 1) xf->received += (uint64_t)k;
+        else {
+            x->trl_got += (uint32_t)k;
+            if (x->trl_got == OMC__TCP_TRAILER_SIZE) {
+                if (omc__get_u32(x->trl) != OMC__TCP_END_MAGIC || omc__get_u32(x->trl + 4) != 0) return OMC_ERR_PROTOCOL;
+                xf->complete = 1;
             }
-        } else xf->received += (uint64_t)k;
-        if (x->hdr_got == OMC__TCP_HEADER_SIZE && xf->received == xf->size) xf->complete = 1;
+        }
     }
     return OMC_OK;
 }
@@ -1027,7 +1170,7 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
 OMC__PRIVATE void omc__tcp_rx_end(void* user, void* chan, omc__dp_xfer* xf, omc_result r) {
     omc__tcp_rx* x = (omc__tcp_rx*)chan;
     (void)user; (void)xf;
-    if (r != OMC_OK && x->fd >= 0 && (x->hdr_got || xf->received)) { close(x->fd); x->fd = -1; }
+    if (r != OMC_OK && x->fd >= 0 && (x->hdr_got || xf->received || x->trl_got)) { close(x->fd); x->fd = -1; }
 }
 
 OMC__PRIVATE void omc__tcp_rx_close(void* user, void* chan) {
@@ -1311,11 +1454,15 @@ typedef struct omc__net_entry {
     char qkey[OMC_KEY_MAX];
 } omc__net_entry;
 
+typedef struct omc__net omc__net;
+
 /* One PULL being served: created by the listener, pushed by a worker, answered by the listener. */
 typedef struct omc__net_job {
     struct omc__net_job* next;          /* in the queue or the completion list */
     struct omc__net_job* next_live;     /* every job not yet answered (listener only) */
-    omc__net_entry* entry;              /* pinned */
+    omc__net_entry* entry;              /* pinned until commit (not to be touched after it) */
+    const uint8_t* src;                 /* the entry's bytes and range, copied while pinned */
+    omc_range range;
     uint64_t size;
     const omc__dataplane* dp;
     uint64_t xfer, receiver_incarnation;
@@ -1326,6 +1473,9 @@ typedef struct omc__net_job {
     uint8_t desc[OMC__WIRE_MAX_DESC];
     omc_time_ns deadline;
     int abort;                          /* atomic: non-zero = stop with this code */
+    int committed;                      /* the read is recorded (commit ran) */
+    uint64_t resume;                    /* TCP: stream bytes the listener already wrote */
+    omc__net* owner;
     omc_result result;
 } omc__net_job;
 
@@ -1375,7 +1525,7 @@ struct omc__net_chan {
     int hs_failed;                      /* the monitor saw a failed handshake */
 };
 
-typedef struct omc__net {
+struct omc__net {
     omc_conn* conn;
     omc__conn_vtable vt;                /* ours: a companion may say OMC_TRANSPORT_RDMA */
     omc_pool* pool;
@@ -1430,7 +1580,7 @@ typedef struct omc__net {
     omc__smap peers_by_name, peers_by_ep;
     uint64_t next_mon;                  /* atomic */
     int mu_ok, job_ok, peer_ok, tcp_ok;
-} omc__net;
+};
 
 OMC__PRIVATE int omc__net_closed(omc__net* N) { return omc__load(&N->conn->closed) != 0; }
 
@@ -1541,6 +1691,92 @@ OMC__PRIVATE void omc__net_reply_error(omc__net* N, const uint8_t* rid, uint32_t
     m.text = text;
     m.text_len = (uint32_t)strlen(text);
     omc__net_reply(N, rid, rid_len, &m);
+}
+
+/* Every byte of a push is in place: record the read (the last reader retires the entry) and
+   unpin (the range goes if the entry was retired meanwhile). Called by the plane, from a
+   worker or the listener, or by the connector after a plane that does not call it. */
+OMC__PRIVATE void omc__net_commit_job(omc__net_job* j) {
+    omc__net* N = j->owner;
+    omc__net_entry* e = j->entry;       /* may be freed once this returns: not used after */
+    if (j->committed) return;
+    j->committed = 1;
+    pthread_mutex_lock(&N->mu);
+    e->pins--;
+    if (e->in_keys) {
+        if (e->readers_left == 0 && e->pins == 0) omc__net_retire(N, e);      /* all read */
+    } else if (e->pins == 0) omc__net_entry_free(N, e);    /* retired (TTL, cleanup) while pushed */
+    pthread_mutex_unlock(&N->mu);
+}
+
+static void omc__net_commit(const omc__dp_push* p) { omc__net_commit_job((omc__net_job*)p->commit_ctx); }
+
+/* The plane's view of a job. */
+OMC__PRIVATE void omc__net_job_push(omc__net* N, omc__net_job* j, omc__dp_push* p) {
+    memset(p, 0, sizeof(*p));
+    p->transfer_id = j->xfer;
+    p->src = j->src;                /* pinned: immutable until commit */
+    p->size = j->size;
+    p->pool = N->pool;
+    p->range = j->range;
+    p->desc = j->desc;
+    p->desc_len = j->desc_len;
+    p->receiver_incarnation = j->receiver_incarnation;
+    p->deadline = j->deadline;
+    p->abort = &j->abort;
+    p->commit = omc__net_commit;
+    p->commit_ctx = j;
+    p->resume = j->resume;
+}
+
+/* A job has ended (listener thread): settle the entry, answer DONE or ERROR, free the job. */
+OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
+    omc__net_job** pp;
+    for (pp = &N->live; *pp; pp = &(*pp)->next_live) if (*pp == j) { *pp = j->next_live; break; }
+    if (j->result == OMC_OK || j->committed) {
+        omc__net_commit_job(j);     /* no-op if the plane committed */
+        j->result = OMC_OK;
+    } else {
+        pthread_mutex_lock(&N->mu);
+        j->entry->pins--;
+        j->entry->readers_left++;   /* a failed pull does not use up a reader */
+        if (!j->entry->in_keys && j->entry->pins == 0) omc__net_entry_free(N, j->entry);
+        pthread_mutex_unlock(&N->mu);
+    }
+    omc__sub(&N->pushes_in_flight, 1u);
+    if (j->result == OMC_OK) {
+        omc__add(&N->pushes, 1u);
+        if (reply) {
+            omc__wire m;
+            memset(&m, 0, sizeof(m));
+            m.type = OMC__MSG_DONE;
+            m.xfer = j->xfer;
+            m.seq = j->seq;
+            m.bytes = j->size;
+            omc__net_reply(N, j->rid, j->rid_len, &m);
+        }
+    } else {
+        omc__add(&N->pushes_failed, 1u);
+        OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "push of transfer %llu (%llu bytes, %s plane) failed: %s",
+                 (unsigned long long)j->xfer, (unsigned long long)j->size, j->dp->vt->name, omc_result_str(j->result));
+        if (reply)
+            omc__net_reply_error(N, j->rid, j->rid_len, j->xfer, j->seq, j->result, 0, "push failed: %s", omc_result_str(j->result));
+    }
+    omc__free(&N->conn->hooks, j);
+}
+
+/* Answer the jobs the workers finished. */
+OMC__PRIVATE void omc__net_complete(omc__net* N, int reply) {
+    omc__net_job* list;
+    pthread_mutex_lock(&N->job_mu);
+    list = N->done;
+    N->done = NULL;
+    pthread_mutex_unlock(&N->job_mu);
+    while (list) {
+        omc__net_job* j = list;
+        list = j->next;
+        omc__net_finish(N, j, reply);
+    }
 }
 
 OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
@@ -1665,6 +1901,8 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
         e->pins++;              /* and the bytes stay put until the push ends */
         job->entry = e;
         job->size = e->size;
+        job->src = N->pool->base + e->range.offset;
+        job->range = e->range;
     }
     pthread_mutex_unlock(&N->mu);
     if (r != OMC_OK) {
@@ -1681,9 +1919,18 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     job->desc_len = in->desc_len;
     if (in->desc_len) memcpy(job->desc, in->desc, in->desc_len);
     job->deadline = omc_now_ns() + (in->budget_ms ? (omc_time_ns)in->budget_ms * 1000000LL : omc__net_seed_budget_ns(job->size));
+    job->owner = N;
     job->next_live = N->live;
     N->live = job;
     omc__add(&N->pushes_in_flight, 1u);
+    if (dp->vt == &omc__tcp_plane_vt) {
+        /* start it here, without blocking: a small payload is done before a worker could wake */
+        omc__dp_push p;
+        omc__net_job_push(N, job, &p);
+        job->result = omc__tcp_tx_try(&N->tcp, &p, &job->resume);
+        if (job->result != OMC_ERR_BUSY) { omc__net_finish(N, job, 1); return; }
+        job->result = OMC_OK;
+    }
     pthread_mutex_lock(&N->job_mu);
     *N->queue_tail = job;
     N->queue_tail = &job->next;
@@ -1754,49 +2001,6 @@ OMC__PRIVATE void omc__net_read_router(omc__net* N) {
         /* zmq_recv reports the full length of a truncated frame: too long is malformed */
         omc__net_on_message(N, rid, (uint32_t)omc__min(rn, (int)sizeof(rid)), buf, (size_t)omc__min(n, (int)sizeof(buf)),
                             extra ? OMC_ERR_PROTOCOL : n > (int)sizeof(buf) ? OMC_ERR_MALFORMED : OMC_OK);
-    }
-}
-
-/* Answer finished jobs: unpin, consume or give the reader back, DONE or ERROR. */
-OMC__PRIVATE void omc__net_complete(omc__net* N, int reply) {
-    omc__net_job* list;
-    pthread_mutex_lock(&N->job_mu);
-    list = N->done;
-    N->done = NULL;
-    pthread_mutex_unlock(&N->job_mu);
-    while (list) {
-        omc__net_job* j = list;
-        omc__net_job** pp;
-        omc__net_entry* e = j->entry;
-        list = j->next;
-        for (pp = &N->live; *pp; pp = &(*pp)->next_live) if (*pp == j) { *pp = j->next_live; break; }
-        pthread_mutex_lock(&N->mu);
-        e->pins--;
-        if (j->result != OMC_OK) e->readers_left++;         /* a failed pull does not use up a reader */
-        if (e->in_keys) {
-            if (j->result == OMC_OK && e->readers_left == 0 && e->pins == 0) omc__net_retire(N, e);     /* all read */
-        } else if (e->pins == 0) omc__net_entry_free(N, e);    /* retired (TTL, cleanup) while pushed */
-        pthread_mutex_unlock(&N->mu);
-        omc__sub(&N->pushes_in_flight, 1u);
-        if (j->result == OMC_OK) {
-            omc__add(&N->pushes, 1u);
-            if (reply) {
-                omc__wire m;
-                memset(&m, 0, sizeof(m));
-                m.type = OMC__MSG_DONE;
-                m.xfer = j->xfer;
-                m.seq = j->seq;
-                m.bytes = j->size;
-                omc__net_reply(N, j->rid, j->rid_len, &m);
-            }
-        } else {
-            omc__add(&N->pushes_failed, 1u);
-            OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "push of transfer %llu (%llu bytes, %s plane) failed: %s",
-                     (unsigned long long)j->xfer, (unsigned long long)j->size, j->dp->vt->name, omc_result_str(j->result));
-            if (reply)
-                omc__net_reply_error(N, j->rid, j->rid_len, j->xfer, j->seq, j->result, 0, "push failed: %s", omc_result_str(j->result));
-        }
-        omc__free(&N->conn->hooks, j);
     }
 }
 
@@ -1931,17 +2135,7 @@ static void* omc__net_worker_main(void* arg) {
         N->queue = j->next;
         if (!N->queue) N->queue_tail = &N->queue;
         pthread_mutex_unlock(&N->job_mu);
-        memset(&p, 0, sizeof(p));
-        p.transfer_id = j->xfer;
-        p.src = N->pool->base + j->entry->range.offset;     /* pinned: immutable until we report */
-        p.size = j->size;
-        p.pool = N->pool;
-        p.range = j->entry->range;
-        p.desc = j->desc;
-        p.desc_len = j->desc_len;
-        p.receiver_incarnation = j->receiver_incarnation;
-        p.deadline = j->deadline;
-        p.abort = &j->abort;
+        omc__net_job_push(N, j, &p);
         a = omc__load(&j->abort);
         j->result = a ? (omc_result)a : j->dp->vt->tx_push(j->dp->user, &p);
         pthread_mutex_lock(&N->job_mu);
@@ -2241,6 +2435,7 @@ OMC__PRIVATE omc_result omc__net_chan_hello(omc__net* N, omc__net_chan* ch, omc_
     omc__wire m;
     omc_result r;
     if (ch->incarnation) return OMC_OK;
+    if (omc__deadline_passed(deadline)) return OMC_ERR_TIMEOUT;    /* OMC_NO_WAIT: no time to ask */
     if (!ch->hello_seq && (r = omc__net_chan_send_hello(N, ch)) != OMC_OK) return r;
     for (;;) {
         zmq_pollitem_t it[2];
@@ -2345,7 +2540,8 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
                 } else r = OMC_ERR_PROTOCOL;
             } while (r == OMC_OK && got);
         }
-        if (r == OMC_OK && got_done && x.complete) break;
+        /* the TCP trailer is written after the sender recorded the read: no need to wait for DONE */
+        if (r == OMC_OK && x.complete && (got_done || ch->dp->vt == &omc__tcp_plane_vt)) break;
     }
     if (vt->rx_end) vt->rx_end(ch->dp->user, ch->dpc, &x, r);
     if (r != OMC_OK) {
@@ -2447,7 +2643,7 @@ OMC__PRIVATE omc_result omc__net_find(omc__net* N, const char* only, const char*
     uint64_t xfer = omc__add(&N->next_xfer, 1u);
     omc_result r = OMC_ERR_TIMEOUT;
     omc__net_peer* p;
-    int finished = 0;
+    int finished = 0, asked = 0;
     pthread_mutex_lock(&N->peer_mu);
     for (p = N->peers; p; p = p->next) if (p->registered && (!only || strcmp(p->name, only) == 0)) ns++;
     slots = ns ? (omc__net_slot*)omc__calloc(&N->conn->hooks, sizeof(omc__net_slot) * ns) : NULL;
@@ -2504,6 +2700,7 @@ OMC__PRIVATE omc_result omc__net_find(omc__net* N, const char* only, const char*
                 m.key_len = qlen;
                 if (omc__net_chan_send(N, s->ch, &m) != OMC_OK) { omc__net_slot_drop(N, s, OMC_ERR_CONNECTION, now + OMC__NET_RETRY_MS * 1000000LL); continue; }
                 s->querying = 1;
+                asked = 1;
                 s->next_query = now + OMC__NET_REQUERY_MS * 1000000LL;
             }
             if (s->ch->mon) { memset(&items[n], 0, sizeof(items[n])); items[n].socket = s->ch->mon; items[n].events = ZMQ_POLLIN; owner[n++] = (int)i; }
@@ -2593,7 +2790,7 @@ OMC__PRIVATE omc_result omc__net_find(omc__net* N, const char* only, const char*
             answered |= slots[i].answered;
             auth |= slots[i].hs_failed | (slots[i].ch ? slots[i].ch->hs_failed : 0);
         }
-        if (!answered) r = auth ? OMC_ERR_AUTH : OMC_ERR_CONNECTION;
+        if (!answered && asked) r = auth ? OMC_ERR_AUTH : OMC_ERR_CONNECTION;   /* never asked (OMC_NO_WAIT): TIMEOUT */
         if (query_only && answered) r = OMC_ERR_NOT_FOUND;
         for (i = 0; i < ns; i++)
             if (!slots[i].answered)
@@ -2826,7 +3023,7 @@ OMC__PRIVATE void omc__net_free(omc__net* N, const omc_hooks* hooks) {
     if (N->mu_ok) pthread_mutex_destroy(&N->mu);
     if (N->job_ok) { pthread_mutex_destroy(&N->job_mu); pthread_cond_destroy(&N->job_cv); }
     if (N->peer_ok) pthread_mutex_destroy(&N->peer_mu);
-    if (N->tcp_ok) pthread_mutex_destroy(&N->tcp.mu);
+    if (N->tcp_ok) { pthread_mutex_destroy(&N->tcp.mu); pthread_cond_destroy(&N->tcp.idle_cv); }
     omc__free(hooks, N->workers);
     omc__free(hooks, N->allowed);
     omc__free(hooks, N->items);
@@ -2994,6 +3191,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     N->mu_ok = pthread_mutex_init(&N->mu, NULL) == 0;
     N->peer_ok = pthread_mutex_init(&N->peer_mu, NULL) == 0;
     N->tcp_ok = pthread_mutex_init(&N->tcp.mu, NULL) == 0;
+    if (N->tcp_ok && omc__cond_init_monotonic(&N->tcp.idle_cv) != 0) { pthread_mutex_destroy(&N->tcp.mu); N->tcp_ok = 0; }
     N->job_ok = pthread_mutex_init(&N->job_mu, NULL) == 0;
     if (N->job_ok && pthread_cond_init(&N->job_cv, NULL) != 0) { pthread_mutex_destroy(&N->job_mu); N->job_ok = 0; }
     r = N->mu_ok && N->peer_ok && N->tcp_ok && N->job_ok ? OMC_OK : OMC_ERR_SYSTEM;
