@@ -31,9 +31,9 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps test check demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma
+.PHONY: all deps test check demo tests examples benches clean fuzz bench-alloc bench-shm bench-tcp bench-rdma
 
-all: tests examples benches cli
+all: tests examples benches
 
 deps:
 	@bash scripts/install-deps.sh
@@ -41,7 +41,6 @@ deps:
 tests: $(TEST_BINS)
 examples: $(EXAMPLE_BINS)
 benches: $(BENCH_BINS)
-cli: $(BUILD)/omniconn
 
 $(BUILD)/%: tests/%.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
@@ -49,11 +48,6 @@ $(BUILD)/%: examples/%.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
 $(BUILD)/%: bench/%.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -O2 -o $@ $< $(LDFLAGS) $(LDLIBS)
-# the command-line tool (omniconn bench / doctor); tests that compile in a program's source depend on it
-$(BUILD)/omniconn: tools/omniconn.c $(HEADERS) | $(BUILD)
-	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
-$(BUILD)/test_pipeline3: examples/pipeline3.c
-$(BUILD)/test_cli: tools/omniconn.c
 $(BUILD):
 	@mkdir -p $(BUILD)
 
@@ -79,10 +73,6 @@ bench-shm: deps $(BUILD)/bench_shm
 
 bench-tcp: deps $(BUILD)/bench_tcp
 	$(BUILD)/bench_tcp bench/results/tcp.json
-
-# ib_write_bw and omniconn's RDMA data plane in one boot of the RDMA bed -> bench/results/rdma.json
-bench-rdma: deps $(BUILD)/bench_rdma
-	BUILD=$(BUILD) bash tests/rdma/bench.sh
 
 clean:
 	rm -rf build
