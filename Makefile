@@ -31,9 +31,9 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps test check demo tests examples benches clean fuzz bench-alloc bench-shm bench-tcp bench-rdma
+.PHONY: all deps test check demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma
 
-all: tests examples benches
+all: tests examples benches cli
 
 deps:
 	@bash scripts/install-deps.sh
@@ -41,6 +41,7 @@ deps:
 tests: $(TEST_BINS)
 examples: $(EXAMPLE_BINS)
 benches: $(BENCH_BINS)
+cli: $(BUILD)/omniconn
 
 $(BUILD)/%: tests/%.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
@@ -48,6 +49,11 @@ $(BUILD)/%: examples/%.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
 $(BUILD)/%: bench/%.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -O2 -o $@ $< $(LDFLAGS) $(LDLIBS)
+# the command-line tool (omniconn bench / doctor); tests that compile in a program's source depend on it
+$(BUILD)/omniconn: tools/omniconn.c $(HEADERS) | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
+$(BUILD)/test_pipeline3: examples/pipeline3.c
+$(BUILD)/test_cli: tools/omniconn.c
 $(BUILD):
 	@mkdir -p $(BUILD)
 
@@ -70,9 +76,6 @@ bench-alloc: deps $(BUILD)/bench_alloc
 
 bench-shm: deps $(BUILD)/bench_shm
 	$(BUILD)/bench_shm bench/results/shm.json
-
-bench-tcp: deps $(BUILD)/bench_tcp
-	$(BUILD)/bench_tcp bench/results/tcp.json
 
 clean:
 	rm -rf build

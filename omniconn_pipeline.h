@@ -137,6 +137,23 @@ STEP BY STEP
        always make progress. The reader asks for control record 0, 1, 2, ... by key, so chunks
        arrive in any order and are delivered in index order.
 
+    6. Connecting a stage (omc_pipeline_connect)
+       A process that runs stage N walks the config's edges and, once per connector spec it uses,
+       creates that connector: omc_pipeline_connect(cfg, edge, N, &desc, &conn) maps the spec onto
+       omc_shm_desc / omc_tcp_desc / omc_local_desc (role from the stage's edges, listen port from
+       the port table, "auto" hosts detected, upstream senders registered by name), so a config
+       switches an edge from shared memory to TCP with no code change:
+
+           for (i = 0; i < omc_pipeline_config_edge_count(cfg); i++) {
+               omc_pipeline_edge e;
+               omc_pipeline_config_edge(cfg, i, &e);
+               if (e.from_stage != N && e.to_stage != N) continue;
+               if (!conn_of_spec[e.connector])      // one connector per spec serves its edges
+                   omc_pipeline_connect(cfg, i, N, &desc, &conn_of_spec[e.connector]);
+           }
+
+       examples/pipeline3.c runs a three-stage pipeline this way (docs/cli.md, examples/README.md).
+
 ================================================================================================
 CONFIGURATION
 ================================================================================================
@@ -204,7 +221,8 @@ DEPENDENCIES & LINKING
 
     Nothing beyond omniconn.h (pthreads; libzmq unless OMNICONN_NO_ZMQ). The YAML and JSON
     readers are part of this file. The port table needs the remote connector's omc_port_compute
-    (compiled with ZMQ).
+    (compiled with ZMQ). omc_pipeline_connect creates shared-memory connectors, so this file
+    includes omniconn_shm.h (declarations and, in the implementation file, its implementation).
 
 ================================================================================================
 FORMATS
@@ -253,8 +271,9 @@ NON-GOALS
 
     - Not a YAML library: the subset above, enough for pipeline configs, with clear errors
       outside it. No document is written back.
-    - No process launching, no connector creation from a spec yet (that needs the transports:
-      see docs/pipeline.md for the planned omc_pipeline_connect()).
+    - No process launching: omc_pipeline_connect creates one stage's connectors in the process
+      you started for it. RDMA edges need the remote connector's RDMA data plane, which is not
+      in this release (they fail clearly, or run over TCP with rdma_fallback_tcp).
     - Ports are compared as numbers on equal host strings: "auto" equals only "auto". The
       loader cannot know which stages share a machine.
 
@@ -263,7 +282,7 @@ RECENT REVISIONS
 ================================================================================================
 
     0.1.0 (2026-11-22)  first release: configuration loader, ports, transfer-id map, batches,
-                        exists/list (same-process connector), streams.
+                        exists/list (same-process connector), streams, omc_pipeline_connect.
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -660,6 +679,62 @@ OMNICONN_API size_t     omc_stream_record_size(const omc_stream_record* rec);
 OMNICONN_API omc_result omc_stream_record_encode(const omc_stream_record* rec, void* out, size_t out_size, size_t* out_len);
 /* Validate (every length, flag combination, CRC) and decode. Pure. */
 OMNICONN_API omc_result omc_stream_record_decode(const void* data, size_t size, omc_stream_record* out);
+
+/* ============================================================================================== */
+/* [SECTION] Connecting a stage                                                                  */
+/* ============================================================================================== */
+
+/* What the configuration file cannot know: which process this is, and local choices. */
+typedef struct omc_pipeline_connect_desc {
+    const char* channel;            /* SHM: the pipeline's name, the same in every stage (1..32 of
+                                       [A-Za-z0-9_.]); NULL = the connector's default ("default") */
+    const char* shm_dir;            /* SHM: NULL = /dev/shm */
+    uint64_t pool_size;             /* 0 = memory_pool_size if the file sets it, else the
+                                       connector's own default (SHM 256 MiB, TCP 1 GiB of address
+                                       space): the seed's 4 GiB default is for pinned RDMA pools */
+    uint32_t purpose;               /* TCP/RDMA: which of the stage's listeners, an
+                                       omc_port_purpose (0 = request forwarding, the seed's
+                                       stage-to-stage purpose; 100 = KV transfer) */
+    uint32_t dp_index, tp_rank;     /* TCP/RDMA: this process's replica and rank in its stage
+                                       (0 and 0 are valid: the first) */
+    const char* sender_host;        /* TCP/RDMA receivers: where the upstream senders listen;
+                                       NULL = the spec's host ("auto" = omc_detect_host, i.e. the
+                                       senders run on this host; the seed's injected sender_host) */
+    int rdma_fallback_tcp;          /* 1: an RDMA edge whose RDMA data plane cannot be used here
+                                       runs the remote connector over TCP instead (logged at WARN);
+                                       0: it fails with OMC_ERR_UNAVAILABLE */
+    int64_t default_ttl_ms;         /* of the connector's puts; 0 = the connector's default */
+    omc_hooks hooks;                /* for the connector, and for the log lines of this call */
+} omc_pipeline_connect_desc;
+
+/* Create the connector stage `stage_id` uses on edge `edge` (an index for
+   omc_pipeline_config_edge), from the edge's connector spec:
+     SharedMemoryConnector            -> omc_shm_create (shm_threshold_bytes = inline_threshold;
+                                         0 = never inline; above OMC_SHM_MAX_INLINE: capped, WARN)
+     TcpConnector, Mooncake/tcp       -> omc_tcp_create: a sending stage listens on its port from
+                                         omc_pipeline_config_port (desc purpose, dp_index, tp_rank)
+                                         and advertises the spec's host ("auto" = detected); a
+                                         receiving stage registers every upstream sender of this
+                                         spec as "stage<id>" (omc_tcp_add_sender) at the same
+                                         purpose/replica/rank (rank modulo the sender's TP size),
+                                         so metadata-less gets and streams work
+     Mooncake/rdma                    -> the remote connector with the RDMA data plane; this build
+                                         has none yet: OMC_ERR_UNAVAILABLE (or TCP, see desc)
+     LocalConnector                   -> omc_local_create (one process: give the SAME handle to
+                                         both stages; a second call makes a second, separate one)
+   ONE connector serves every edge of the stage over the same spec (omc_pipeline_edge.connector):
+   its keys are stage-qualified, and a TCP sender has one listener per stage and spec. So call
+   this once per spec and reuse the handle for the stage's other edges on it. The role is the
+   stage's role on those edges: SENDER if it only sends on them, RECEIVER if it only receives,
+   DUAL if both (equal to omc_pipeline_stage.role when the stage uses one spec for everything).
+   desc may be NULL (all defaults). Returns OMC_ERR_INVALID_ARG (NULL cfg/out, stage not on the
+   edge, dp_index/tp_rank outside the stage's engine_args), OMC_ERR_NOT_FOUND (no such edge),
+   OMC_ERR_UNAVAILABLE (transport not compiled in or not usable here, a CUDA pool on a host-memory
+   connector), or whatever the connector's create or omc_tcp_add_sender returns; every failure
+   is logged with the edge, the spec and its position in the file. *out is NULL on failure.
+   Thread safety: reentrant (the config is read only). */
+OMNICONN_API omc_result omc_pipeline_connect(const omc_pipeline_config* cfg, uint32_t edge, int stage_id,
+                                             const omc_pipeline_connect_desc* desc, omc_conn** out);
 
 #ifdef __cplusplus
 } /* extern "C" */
@@ -3499,6 +3574,267 @@ OMNICONN_API omc_result omc_stream_next(omc_stream_reader* rd, omc_time_ns deadl
     rd->pending = NULL;
     rd->next++;
     return OMC_OK;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: connecting a stage                                                  */
+/* ============================================================================================== */
+/*
+    omc_pipeline_connect is a mapping, nothing more: a resolved spec plus the process's own facts
+    (stage, replica, rank, channel) become the create desc of the connector the spec names. The
+    shared-memory connector lives in omniconn_shm.h, which is included here so that a pipeline
+    program needs no other include (its implementation is emitted in this file like any
+    companion's; including it again later is harmless). The remote connector is omniconn.h's.
+*/
+#include "omniconn_shm.h"
+
+/* "edge 0->1 of stage 1 over 'tcp_connector' (line 7:5)": the head of every log line below. */
+OMC__PRIVATE const char* omc__pc_where(const omc_pipeline_edge* e, const omc_connector_spec* s, int stage, char* buf, size_t n) {
+    if (s->line) snprintf(buf, n, "edge %d->%d of stage %d over '%s' (line %u:%u)", e->from_stage, e->to_stage, stage, s->name, s->line, s->column);
+    else snprintf(buf, n, "edge %d->%d of stage %d over '%s'", e->from_stage, e->to_stage, stage, s->name);
+    return buf;
+}
+
+/* The stage's role over every edge of one spec: one connector serves them all, so it must be
+   able to do whatever any of them needs. */
+OMC__PRIVATE omc_role omc__pc_role(const omc_pipeline_config* cfg, uint32_t spec, int stage) {
+    uint32_t i, n = omc_pipeline_config_edge_count(cfg);
+    int sends = 0, receives = 0;
+    for (i = 0; i < n; i++) {
+        omc_pipeline_edge e;
+        if (omc_pipeline_config_edge(cfg, i, &e) != OMC_OK || e.connector != spec) continue;
+        if (e.from_stage == stage) sends = 1;
+        if (e.to_stage == stage) receives = 1;
+    }
+    return sends && receives ? OMC_ROLE_DUAL : sends ? OMC_ROLE_SENDER : OMC_ROLE_RECEIVER;
+}
+
+/* desc.pool_size, else memory_pool_size when the FILE sets it, else 0 (the connector's default):
+   the loader's own default (4 GiB) is the seed's figure for pinned RDMA pools, far too much to
+   reserve in /dev/shm for every sending stage. */
+OMC__PRIVATE uint64_t omc__pc_pool(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
+                                   const omc_pipeline_connect_desc* d) {
+    omc_config_value v;
+    if (d->pool_size) return d->pool_size;
+    if (omc_pipeline_connector_option(cfg, e->connector, "memory_pool_size", &v) == OMC_OK && v.kind == OMC_CONFIG_INT)
+        return s->memory_pool_size;
+    return 0;
+}
+
+OMC__PRIVATE omc_result omc__pc_shm(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
+                                    omc_role role, const omc_pipeline_connect_desc* d, const omc_hooks* h, const char* where,
+                                    omc_conn** out) {
+    omc_shm_desc sd;
+    memset(&sd, 0, sizeof(sd));
+    sd.role = role;
+    sd.channel = d->channel;
+    sd.shm_dir = d->shm_dir;
+    sd.pool_size = omc__pc_pool(cfg, e, s, d);
+    sd.default_ttl_ms = d->default_ttl_ms;
+    sd.hooks = d->hooks;
+    /* shm_threshold_bytes is the seed's inline-vs-segment split: below it, bytes ride in the metadata */
+    if (s->shm_threshold_bytes == 0) sd.disable_inline = 1;
+    else if (s->shm_threshold_bytes > OMC_SHM_MAX_INLINE) {
+        OMC__LOG(h, OMC_LOG_WARN, OMC_LOGITEM_PIPELINE, "%s: shm_threshold_bytes %llu is above the shared-memory connector's "
+                 "inline limit; using %llu (larger payloads go through the segment anyway)", where,
+                 (unsigned long long)s->shm_threshold_bytes, (unsigned long long)OMC_SHM_MAX_INLINE);
+        sd.inline_threshold = OMC_SHM_MAX_INLINE;
+    } else sd.inline_threshold = s->shm_threshold_bytes;
+    return omc_shm_create(&sd, out);
+}
+
+#if OMC__PIPELINE_PORTS
+/* The listener of stage `from` on spec `spec` for (purpose, replica, rank), from the config's
+   port table: the numbers the loader checked for collisions are the numbers used. */
+OMC__PRIVATE omc_result omc__pc_port(const omc_pipeline_config* cfg, uint32_t spec, int from, uint32_t purpose, uint32_t dp,
+                                     uint32_t rank, uint16_t* out) {
+    uint32_t i, n = omc_pipeline_config_port_count(cfg);
+    for (i = 0; i < n; i++) {
+        omc_port_use u;
+        omc_pipeline_edge e;
+        if (omc_pipeline_config_port(cfg, i, &u) != OMC_OK || u.orchestrator || u.from_stage != from) continue;
+        if (u.purpose != purpose || u.dp_index != dp || u.tp_rank != rank) continue;
+        if (omc_pipeline_config_edge(cfg, u.edge, &e) != OMC_OK || e.connector != spec) continue;
+        *out = u.port;
+        return OMC_OK;
+    }
+    return OMC_ERR_NOT_FOUND;
+}
+
+/* Receiving side: register every upstream stage that sends to `stage` over this spec, so that a
+   metadata-less get (and a stream reader, which starts with one) knows whom to ask. Replica and
+   rank follow the seed ("receiver_connect = remote_side_channel_port + tp_rank"), taken modulo
+   the sender's own sizes when the two stages are sharded differently. */
+OMC__PRIVATE omc_result omc__pc_add_senders(const omc_pipeline_config* cfg, uint32_t spec, int stage, const char* host,
+                                            const omc_pipeline_connect_desc* d, const omc_hooks* h, const char* where,
+                                            omc_conn* conn) {
+    uint32_t i, n = omc_pipeline_config_edge_count(cfg);
+    for (i = 0; i < n; i++) {
+        omc_pipeline_edge e;
+        omc_pipeline_stage up;
+        uint16_t port = 0;
+        char name[OMC_TCP_NAME_MAX];
+        omc_result r;
+        if (omc_pipeline_config_edge(cfg, i, &e) != OMC_OK || e.connector != spec || e.to_stage != stage) continue;
+        if (omc_pipeline_config_find_stage(cfg, e.from_stage, &up) != OMC_OK) return OMC_ERR_INTERNAL;
+        r = omc__pc_port(cfg, spec, e.from_stage, d->purpose, d->dp_index % up.dp_size, d->tp_rank % up.tp_size, &port);
+        if (r != OMC_OK) {
+            OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: the configuration lists no port for stage %d's sender "
+                     "(purpose %u, dp %u, tp rank %u)", where, e.from_stage, d->purpose, d->dp_index % up.dp_size, d->tp_rank % up.tp_size);
+            return OMC_ERR_INTERNAL;
+        }
+        snprintf(name, sizeof(name), "stage%d", e.from_stage);
+        r = omc_tcp_add_sender(conn, name, host, port);
+        if (r != OMC_OK) {
+            OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: cannot register stage %d's sender at %s:%u: %s", where,
+                     e.from_stage, host, port, omc_result_str(r));
+            return r;
+        }
+    }
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__pc_tcp(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
+                                    int stage, omc_role role, const omc_pipeline_connect_desc* d, const omc_hooks* h,
+                                    const char* where, omc_conn** out) {
+    omc_tcp_desc td;
+    omc_conn* conn = NULL;
+    char detected[OMC_TCP_HOST_MAX];
+    const char* sender_host = d->sender_host ? d->sender_host : s->host;
+    omc_result r;
+    if (d->purpose != OMC_PORT_REQUEST_FORWARDING && d->purpose != OMC_PORT_KV_TRANSFER) {
+        OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "%s: purpose %u is neither 0 (request forwarding) nor 100 (KV transfer)",
+                 where, d->purpose);
+        return OMC_ERR_INVALID_ARG;
+    }
+    memset(&td, 0, sizeof(td));
+    td.role = role;
+    td.host = s->host;                      /* "auto" is resolved by the connector itself */
+    td.pool_size = omc__pc_pool(cfg, e, s, d);
+    td.default_ttl_ms = d->default_ttl_ms;
+    td.hooks = d->hooks;
+    if (role != OMC_ROLE_RECEIVER) {
+        r = omc__pc_port(cfg, e->connector, stage, d->purpose, d->dp_index, d->tp_rank, &td.port);
+        if (r != OMC_OK) {
+            OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: the configuration lists no listener for this stage "
+                     "(purpose %u, dp %u, tp rank %u)", where, d->purpose, d->dp_index, d->tp_rank);
+            return OMC_ERR_INTERNAL;
+        }
+    }
+    if (role != OMC_ROLE_SENDER && strcmp(sender_host, "auto") == 0) {
+        /* the senders' "auto" is their own address; from here we can only know ours */
+        r = omc_detect_host(0, detected, sizeof(detected), NULL);
+        if (r != OMC_OK) {
+            OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: host is \"auto\" and this host's address cannot be "
+                     "detected: set host in the file, or desc.sender_host", where);
+            return r;
+        }
+        sender_host = detected;
+    }
+    r = omc_tcp_create(&td, &conn);
+    if (r != OMC_OK) {
+        if (role != OMC_ROLE_RECEIVER)
+            OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: cannot listen on %s port %u (is another process on it? "
+                     "omniconn doctor --config lists the ports)", where, s->host, td.port);
+        return r;
+    }
+    if (role != OMC_ROLE_SENDER) {
+        r = omc__pc_add_senders(cfg, e->connector, stage, sender_host, d, h, where, conn);
+        if (r != OMC_OK) { omc_conn_destroy(conn); return r; }
+    }
+    *out = conn;
+    return OMC_OK;
+}
+#endif
+
+OMNICONN_API omc_result omc_pipeline_connect(const omc_pipeline_config* cfg, uint32_t edge, int stage_id,
+                                             const omc_pipeline_connect_desc* desc, omc_conn** out) {
+    omc_pipeline_connect_desc d;
+    omc_pipeline_edge e;
+    omc_connector_spec s;
+    omc_pipeline_stage st;
+    omc_hooks h;
+    omc_role role;
+    char where[192];
+    omc_result r;
+    if (out) *out = NULL;
+    memset(&d, 0, sizeof(d));
+    if (desc) d = *desc;
+    h = omc__hooks_resolve(&d.hooks);
+    if (!cfg || !out) {
+        OMC__LOG(&h, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_pipeline_connect: %s is NULL", !cfg ? "cfg" : "out");
+        return OMC_ERR_INVALID_ARG;
+    }
+    r = omc_pipeline_config_edge(cfg, edge, &e);
+    if (r != OMC_OK) {
+        OMC__LOG(&h, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_pipeline_connect: no edge %u (the configuration has %u)", edge,
+                 omc_pipeline_config_edge_count(cfg));
+        return r;
+    }
+    if (omc_pipeline_config_connector(cfg, e.connector, &s) != OMC_OK || omc_pipeline_config_find_stage(cfg, stage_id, &st) != OMC_OK)
+        return OMC_ERR_INTERNAL;            /* a loaded config has both: its edges join defined stages */
+    omc__pc_where(&e, &s, stage_id, where, sizeof(where));
+    if (e.from_stage != stage_id && e.to_stage != stage_id) {
+        OMC__LOG(&h, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_pipeline_connect: stage %d is not an end of edge %d->%d", stage_id,
+                 e.from_stage, e.to_stage);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (d.dp_index >= st.dp_size || d.tp_rank >= st.tp_size) {
+        OMC__LOG(&h, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "%s: dp_index %u / tp_rank %u outside the stage's "
+                 "data_parallel_size %u / tensor_parallel_size %u", where, d.dp_index, d.tp_rank, st.dp_size, st.tp_size);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (s.memory_pool_device == OMC_MEMORY_CUDA) {
+        OMC__LOG(&h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: memory_pool_device is cuda, but this connector keeps its pool in "
+                 "host memory (GPUDirect pools are not supported yet): set memory_pool_device: cpu", where);
+        return OMC_ERR_UNAVAILABLE;
+    }
+    role = omc__pc_role(cfg, e.connector, stage_id);
+    switch (s.transport) {
+        case OMC_TRANSPORT_SHM:
+            r = omc__pc_shm(cfg, &e, &s, role, &d, &h, where, out);
+            break;
+        case OMC_TRANSPORT_LOCAL: {
+            omc_local_desc ld;
+            memset(&ld, 0, sizeof(ld));
+            ld.role = OMC_ROLE_DUAL;        /* both ends live in this process, on this one handle */
+            ld.pool_size = omc__pc_pool(cfg, &e, &s, &d);
+            ld.default_ttl_ms = d.default_ttl_ms;
+            ld.hooks = d.hooks;
+            r = omc_local_create(&ld, out);
+            break;
+        }
+        case OMC_TRANSPORT_RDMA:
+        case OMC_TRANSPORT_TCP:
+            if (s.transport == OMC_TRANSPORT_RDMA) {
+                /* The verbs engine (omniconn_rdma.h) exists; the remote connector's RDMA data
+                   plane, which would carry this edge, is not part of this build yet. */
+                if (!d.rdma_fallback_tcp) {
+                    OMC__LOG(&h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: protocol rdma needs the remote connector's RDMA data "
+                             "plane, which this build does not have: set protocol: tcp on the connector (or rdma_fallback_tcp)", where);
+                    r = OMC_ERR_UNAVAILABLE;
+                    break;
+                }
+                OMC__LOG(&h, OMC_LOG_WARN, OMC_LOGITEM_PIPELINE, "%s: no RDMA data plane in this build: the edge runs over TCP "
+                         "(rdma_fallback_tcp)", where);
+            }
+#if OMC__PIPELINE_PORTS
+            r = omc__pc_tcp(cfg, &e, &s, stage_id, role, &d, &h, where, out);
+#else
+            OMC__LOG(&h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: the remote connector is not compiled in (OMNICONN_NO_ZMQ)", where);
+            r = OMC_ERR_UNAVAILABLE;
+#endif
+            break;
+        default:
+            r = OMC_ERR_INTERNAL;
+            break;
+    }
+    if (r != OMC_OK) {
+        if (*out) { omc_conn_destroy(*out); *out = NULL; }
+        OMC__LOG(&h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: cannot create the %s connector: %s", where,
+                 omc_connector_type_name(s.type), omc_result_str(r));
+    }
+    return r;
 }
 
 #endif /* OMNICONN_IMPLEMENTATION */

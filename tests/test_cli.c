@@ -1,0 +1,355 @@
+/* The command-line tool (tools/omniconn.c, compiled into this binary without its main()):
+   `bench` over the same-process, shared-memory and TCP transports (table, JSON, the plot with and
+   without gnuplot, bad arguments, RDMA unavailable), and `doctor` (a clean config, port
+   collisions, a broken config, an RDMA config on a host without RDMA, segments left by a dead
+   owner, --sweep). Every run is a child process with its output captured. */
+#define OMNICONN_CLI_NO_MAIN
+#include "tools/omniconn.c"         /* defines OMNICONN_IMPLEMENTATION, includes the headers */
+#include "omc_test.h"
+
+/* ThreadSanitizer: libzmq is not instrumented (see tests/test_tcp.c); ignore what happens inside it. */
+const char* __tsan_default_suppressions(void);
+const char* __tsan_default_suppressions(void) { return "called_from_lib:libzmq.so.5\ncalled_from_lib:libstdc++.so.6\nrace:libzmq.so.5\n"; }
+
+static const char* repo_path(const char* rel) {
+    static char buf[4][1024];
+    static int next;
+    char* b = buf[next++ & 3];
+    const char* f = __FILE__;
+    const char* slash = strrchr(f, '/');
+    if (slash) snprintf(b, 1024, "%.*s/../%s", (int)(slash - f), f, rel);
+    else snprintf(b, 1024, "../%s", rel);
+    return b;
+}
+
+typedef struct cli_run {
+    int status;
+    char out[65536];
+} cli_run;
+
+/* omniconn ARGS... in a child (stdout and stderr captured); path_env, if set, replaces $PATH. */
+static void cli(cli_run* res, const char* path_env, const char* const* args) {
+    int fds[2], st = 0;
+    size_t len = 0;
+    pid_t pid;
+    memset(res, 0, sizeof(*res));
+    if (pipe(fds) != 0) { res->status = -1; return; }
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid == 0) {
+        char* argv[32];
+        int argc = 0;
+        close(fds[0]);
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[1]);
+        if (path_env) setenv("PATH", path_env, 1);
+        argv[argc++] = (char*)"omniconn";
+        while (args[argc - 1] && argc < 31) { argv[argc] = (char*)args[argc - 1]; argc++; }
+        argv[argc] = NULL;
+        exit(omniconn_main(argc, argv));
+    }
+    close(fds[1]);
+    for (;;) {
+        ssize_t k = read(fds[0], res->out + len, sizeof(res->out) - 1 - len);
+        if (k <= 0) break;
+        len += (size_t)k;
+        if (len == sizeof(res->out) - 1) len = 0;
+    }
+    res->out[len] = '\0';
+    close(fds[0]);
+    waitpid(pid, &st, 0);
+    res->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (strstr(res->out, "Sanitizer") || strstr(res->out, "runtime error:")) {
+        OMC_TEST_FAIL();
+        fprintf(stderr, "  the tool reported a sanitizer error:\n%s\n", res->out);
+    }
+}
+
+static int has(const cli_run* r, const char* s) { return strstr(r->out, s) != NULL; }
+
+static void show_if(const cli_run* r, int bad) {
+    if (bad) fprintf(stderr, "  ---- omniconn output (exit %d) ----\n%s  ----\n", r->status, r->out);
+}
+
+static char* slurp(const char* path) {
+    FILE* f = fopen(path, "rb");
+    char* buf;
+    long n;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = (char*)malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
+    if (buf) buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* The JSON has one result per size, each with a positive throughput and latencies. */
+static int json_ok(const char* path, const char* transport, int sizes) {
+    char* j = slurp(path);
+    char want[64];
+    const char* p;
+    int n = 0, ok;
+    if (!j) return 0;
+    snprintf(want, sizeof(want), "\"transport\": \"%s\"", transport);
+    ok = strstr(j, want) != NULL && strstr(j, "\"tool\": \"omniconn bench\"") != NULL;
+    for (p = strstr(j, "{\"size\": "); p; p = strstr(p + 1, "{\"size\": ")) {
+        double gbps = 0, p50 = 0;
+        const char* g = strstr(p, "\"gbps\": ");
+        const char* l = strstr(p, "\"lat_p50_us\": ");
+        if (!g || !l || sscanf(g + 8, "%lf", &gbps) != 1 || sscanf(l + 14, "%lf", &p50) != 1 || !(gbps > 0) || !(p50 > 0)) ok = 0;
+        n++;
+    }
+    free(j);
+    return ok && n == sizes;
+}
+
+/* ---- bench ---------------------------------------------------------------------------------- */
+
+static void bench_small(const char* transport) {
+    static cli_run r;
+    char json[64];
+    int bad;
+    snprintf(json, sizeof(json), "/tmp/omc_cli_%ld_%s.json", (long)getpid(), transport);
+    {
+        const char* args[] = { "bench", "--transport", transport, "--sizes", "4K,256K", "--iters", "40", "--json", json, NULL };
+        cli(&r, NULL, args);
+    }
+    bad = r.status != 0 || !has(&r, "4 KiB") || !has(&r, "256 KiB") || !has(&r, "lat p50 us") || !json_ok(json, transport, 2);
+    CHECK(!bad);
+    show_if(&r, bad);
+    unlink(json);
+}
+
+OMC_TEST(bench_local) { bench_small("local"); }
+OMC_TEST(bench_shm) { bench_small("shm"); }
+OMC_TEST(bench_tcp) { bench_small("tcp"); }
+
+OMC_TEST(bench_plot_with_and_without_gnuplot) {
+    static cli_run r;
+    char png[64], json[64];
+    snprintf(png, sizeof(png), "/tmp/omc_cli_%ld.png", (long)getpid());
+    snprintf(json, sizeof(json), "/tmp/omc_cli_%ld_plot.json", (long)getpid());
+    unlink(png);
+    if (in_path("gnuplot")) {
+        const char* args[] = { "bench", "--sizes", "4K,64K", "--iters", "20", "--plot", png, NULL };
+        char* img;
+        int bad;
+        cli(&r, NULL, args);
+        img = slurp(png);
+        bad = r.status != 0 || !img || memcmp(img, "\x89PNG", 4) != 0 || !has(&r, "plot written to");
+        CHECK(!bad);
+        show_if(&r, bad);
+        free(img);
+        unlink(png);
+    } else printf("  (gnuplot is not installed here: only the path without it is tested)\n");
+    {
+        /* no gnuplot in $PATH: the plot is skipped with a clear message, the rest still works */
+        const char* args[] = { "bench", "--sizes", "4K", "--iters", "20", "--plot", png, "--json", json, NULL };
+        int bad;
+        cli(&r, "/nonexistent", args);
+        bad = r.status != 0 || !has(&r, "gnuplot not found") || access(png, F_OK) == 0 || !json_ok(json, "shm", 1);
+        CHECK(!bad);
+        show_if(&r, bad);
+        unlink(json);
+    }
+}
+
+OMC_TEST(bench_bad_arguments) {
+    static cli_run r;
+    {
+        const char* args[] = { "bench", "--sizes", "4X", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "'4X' is not a size"));
+    }
+    {
+        const char* args[] = { "bench", "--transport", "pigeon", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "unknown transport 'pigeon'"));
+    }
+    {
+        const char* args[] = { "bench", "--iters", "0", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "usage: omniconn bench"));
+    }
+    {
+        const char* args[] = { "bench", "-h", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 0 && has(&r, "(default shm)") && has(&r, "(default 4K,64K,1M,16M)"));
+    }
+    {
+        const char* args[] = { "frobnicate", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "unknown command 'frobnicate'"));
+    }
+}
+
+OMC_TEST(bench_rdma_says_why) {
+    static cli_run r;
+    const char* args[] = { "bench", "--transport", "rdma", "--sizes", "4K", "--iters", "10", NULL };
+    int bad;
+    cli(&r, NULL, args);
+    if (r.status == 0) { printf("  (rdma bench ran: a device is present)\n"); return; }
+    bad = r.status != 1 || !has(&r, "omniconn bench: rdma: ");
+    CHECK(!bad);
+    show_if(&r, bad);
+}
+
+/* ---- doctor --------------------------------------------------------------------------------- */
+
+/* A private directory on tmpfs, so the checks see only what the test puts there. */
+static const char* private_shm_dir(void) {
+    static char dir[64];
+    snprintf(dir, sizeof(dir), "/dev/shm/omc_cli_XXXXXX");
+    return mkdtemp(dir);
+}
+
+static void remove_dir(const char* dir) {
+    DIR* d = opendir(dir);
+    struct dirent* de;
+    char path[512];
+    if (!d) return;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+OMC_TEST(doctor_clean_config) {
+    static cli_run r;
+    const char* dir = private_shm_dir();
+    int bad;
+    REQUIRE(dir);
+    {
+        const char* args[] = { "doctor", "--config", repo_path("examples/configs/pipeline3_shm.yaml"), "--shm-dir", dir, NULL };
+        cli(&r, NULL, args);
+    }
+    /* shm edges only: no port, no RDMA needed (at most WARNs about RDMA on this host) */
+    bad = r.status != 0 || !has(&r, "OK    config        ") || !has(&r, "3 stages, 2 edges (2 shm, 0 tcp, 0 rdma)") ||
+          !has(&r, "OK    ports         no TCP/RDMA edges") || !has(&r, "reserve 128 MiB") || !has(&r, " 0 FAIL");
+    CHECK(!bad);
+    show_if(&r, bad);
+    remove_dir(dir);
+}
+
+OMC_TEST(doctor_tcp_config_lists_ports) {
+    static cli_run r;
+    const char* args[] = { "doctor", "--config", repo_path("examples/configs/pipeline3_tcp.yaml"), NULL };
+    int bad;
+    cli(&r, NULL, args);
+    bad = !has(&r, "OK    ports         6 listeners") || !has(&r, "OK    host          host: auto gives ") || !has(&r, "OK    libzmq");
+    CHECK(!bad);
+    show_if(&r, bad);
+}
+
+OMC_TEST(doctor_port_collision_fails) {
+    static cli_run r;
+    const char* args[] = { "doctor", "--config", repo_path("tests/data/bad_collision_tp.yaml"), NULL };
+    int bad;
+    cli(&r, NULL, args);
+    bad = r.status != 1 || !has(&r, "FAIL  ports         port 50052 on host 'auto' is used twice") || !has(&r, "Fix: give one of");
+    CHECK(!bad);
+    show_if(&r, bad);
+}
+
+OMC_TEST(doctor_broken_config_fails) {
+    static cli_run r;
+    const char* args[] = { "doctor", "--config", repo_path("tests/data/bad_unknown_connector.yaml"), NULL };
+    int bad;
+    cli(&r, NULL, args);
+    bad = r.status != 1 || !has(&r, "FAIL  config") || !has(&r, "bad_unknown_connector.yaml:8:19: edge 0->1 names connector 'rdma_conector'");
+    CHECK(!bad);
+    show_if(&r, bad);
+}
+
+OMC_TEST(doctor_rdma_config) {
+    static cli_run r;
+    const char* args[] = { "doctor", "--config", repo_path("examples/configs/pipeline3_rdma.yaml"), NULL };
+    int bad;
+    cli(&r, NULL, args);
+    /* the RDMA edges cannot run in this build (no RDMA data plane): always a FAIL with the fix */
+    bad = r.status != 1 || !has(&r, "FAIL  rdma") || !has(&r, "protocol: tcp");
+    CHECK(!bad);
+    /* memlock is judged against the config's 64 MiB per stage */
+    CHECK(has(&r, "memlock       ulimit -l is"));
+    show_if(&r, bad);
+}
+
+/* A segment whose owner is dead (a fake one: a header with the pid of a child that has exited)
+   next to a live one (a real sender); doctor lists the dead one, --sweep removes only it. */
+OMC_TEST(doctor_dead_owner_leftovers) {
+    static cli_run r;
+    const char* dir = private_shm_dir();
+    char path[256], live_path[512];
+    uint8_t hdr[4096];
+    uint32_t magic = 0x53434D4Fu, dead_pid, uid = (uint32_t)geteuid();
+    uint64_t start = 12345;
+    omc_shm_desc sd;
+    omc_conn* live = NULL;
+    pid_t child;
+    FILE* f;
+    int bad;
+    REQUIRE(dir);
+    child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, NULL, 0);
+    dead_pid = (uint32_t)child;
+    memset(hdr, 0, sizeof(hdr));
+    memcpy(hdr, &magic, 4);
+    memcpy(hdr + 80, &start, 8);
+    memcpy(hdr + 88, &dead_pid, 4);
+    memcpy(hdr + 92, &uid, 4);
+    snprintf(path, sizeof(path), "%s/omc-%u-ghost-%u-00000000deadbeef", dir, uid, dead_pid);
+    memset(&sd, 0, sizeof(sd));
+    sd.shm_dir = dir;
+    sd.channel = "alive";
+    sd.role = OMC_ROLE_SENDER;
+    sd.pool_size = 1u << 20;
+    /* the live sender first: creating a sender sweeps the directory, so the ghost comes after */
+    REQUIRE(omc_shm_create(&sd, &live) == OMC_OK);
+    CHECK_OK(omc_shm_segment_path(live, live_path, sizeof(live_path)));
+    f = fopen(path, "wb");
+    REQUIRE(f);
+    fwrite(hdr, 1, sizeof(hdr), f);
+    fclose(f);
+    {
+        const char* args[] = { "doctor", "--shm-dir", dir, NULL };
+        cli(&r, NULL, args);
+    }
+    bad = r.status != 0 || !has(&r, "WARN  shm leftovers 1 segments of dead owners hold 4 KiB") || !has(&r, "-ghost-") ||
+          !has(&r, "Fix: omniconn doctor --sweep") || access(path, F_OK) != 0;
+    CHECK(!bad);
+    show_if(&r, bad);
+    {
+        const char* args[] = { "doctor", "--shm-dir", dir, "--sweep", NULL };
+        cli(&r, NULL, args);
+    }
+    bad = r.status != 0 || !has(&r, "OK    shm leftovers 1 segments of dead owners found, 1 removed") || access(path, F_OK) == 0 ||
+          access(live_path, F_OK) != 0;
+    CHECK(!bad);
+    show_if(&r, bad);
+    {
+        const char* args[] = { "doctor", "--shm-dir", dir, NULL };
+        cli(&r, NULL, args);
+    }
+    CHECK(has(&r, "OK    shm leftovers 1 omniconn segments in"));       /* the live sender's */
+    omc_conn_destroy(live);
+    remove_dir(dir);
+}
+
+OMC_TEST(doctor_missing_shm_dir) {
+    static cli_run r;
+    const char* args[] = { "doctor", "--shm-dir", "/nonexistent/shm", NULL };
+    cli(&r, NULL, args);
+    CHECK(has(&r, "WARN  shm           /nonexistent/shm is missing or not writable"));
+    CHECK(r.status == 0);       /* no shm edge asked for: a WARN, not a FAIL */
+}
+
+OMC_TEST_MAIN()

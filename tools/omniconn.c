@@ -1,0 +1,1285 @@
+/* omniconn.c - the omniconn command-line tool, built from the headers.
+
+     omniconn bench   throughput and latency of a transport across a size sweep, like perftest's
+                      ib_write_bw for any omniconn transport: a producer and a consumer in two
+                      processes, a table on stdout, JSON, and a PNG plot (gnuplot)
+     omniconn doctor  a preflight of what pipelines trip over, each finding with its fix: memlock
+                      limit, RDMA devices/ports/GIDs (and the GID omniconn would choose), /dev/shm
+                      size and segments left by dead processes, port collisions of a config,
+                      libzmq and libibverbs
+
+   Build: make cli      (or, from the repository root, one line:
+          cc -std=c99 -O2 -I. tools/omniconn.c -o omniconn -lzmq -ldl -lpthread -lm)
+   Run:   omniconn bench -h, omniconn doctor -h. docs/cli.md shows both on real runs. */
+#define OMNICONN_IMPLEMENTATION
+#include "omniconn.h"
+#include "omniconn_shm.h"
+#include "omniconn_rdma.h"
+#include "omniconn_pipeline.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* omniconn_rdma.h is a work in progress in some trees (a placeholder header): its API is used only
+   when the header really declares it, recognised by one of its constants. */
+#if defined(OMC_RDMA_RECORD_MAGIC)
+    #define CLI_HAS_RDMA_API 1
+#else
+    #define CLI_HAS_RDMA_API 0
+#endif
+
+/* ============================================================================================== */
+/* small helpers                                                                                  */
+/* ============================================================================================== */
+
+/* "4K", "64k", "1M", "2G", "4096": bytes (binary multiples). 0 on a malformed size. */
+static uint64_t parse_size(const char* s) {
+    char* end;
+    unsigned long long v;
+    uint64_t mul = 1;
+    if (!s || *s < '0' || *s > '9') return 0;
+    v = strtoull(s, &end, 10);
+    if (*end == 'K' || *end == 'k') { mul = 1ull << 10; end++; }
+    else if (*end == 'M' || *end == 'm') { mul = 1ull << 20; end++; }
+    else if (*end == 'G' || *end == 'g') { mul = 1ull << 30; end++; }
+    if (*end == 'i' && end[1] == 'B') end += 2;
+    else if (*end == 'B') end++;
+    if (*end != '\0' || v == 0 || v > (1ull << 40) / mul) return 0;
+    return (uint64_t)v * mul;
+}
+
+/* 4096 -> "4 KiB", 1048576 -> "1 MiB", 1500 -> "1500 B", 25275678720 -> "23.5 GiB" */
+static const char* size_text(uint64_t v, char* buf, size_t n) {
+    static const char* const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    int u = 0;
+    while (u < 4 && v >= (1ull << (10 * (u + 1)))) u++;
+    if (u == 0) snprintf(buf, n, "%llu B", (unsigned long long)v);
+    else if (v % (1ull << (10 * u)) == 0) snprintf(buf, n, "%llu %s", (unsigned long long)(v >> (10 * u)), unit[u]);
+    else snprintf(buf, n, "%.1f %s", (double)v / (double)(1ull << (10 * u)), unit[u]);
+    return buf;
+}
+
+static int write_all(int fd, const void* p, size_t n) {
+    const char* c = (const char*)p;
+    while (n) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void* p, size_t n) {
+    char* c = (char*)p;
+    while (n) {
+        ssize_t k = read(fd, c, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int cmp_i64(const void* a, const void* b) {
+    int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
+    return (x > y) - (x < y);
+}
+
+/* Is `name` an executable in $PATH? */
+static int in_path(const char* name) {
+    const char* path = getenv("PATH");
+    char dir[4096];
+    if (!path) path = "/usr/bin:/bin";
+    while (*path) {
+        size_t len = strcspn(path, ":");
+        if (len && len < sizeof(dir) - strlen(name) - 2) {
+            memcpy(dir, path, len);
+            snprintf(dir + len, sizeof(dir) - len, "/%s", name);
+            if (access(dir, X_OK) == 0) return 1;
+        }
+        path += len;
+        if (*path == ':') path++;
+    }
+    return 0;
+}
+
+static void json_string(FILE* f, const char* s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* ============================================================================================== */
+/* bench                                                                                          */
+/* ============================================================================================== */
+/*
+    Two sides, two processes (two threads for the same-process connector, which cannot span
+    processes), a pipe between them as the control plane, the way a pipeline's stages would have
+    a queue:
+
+      producer                                      consumer
+      omc_conn_alloc (waits for pool space)
+      memcpy the payload in, stamp its number
+      omc_conn_put (zero copy: the buffer changes hands)
+      metadata -> pipe  ---------------------------> omc_conn_get(metadata) -> a view (TCP: the
+                                                     bytes are pulled into the consumer's pool)
+                                                     check the stamps, omc_buffer_release
+
+    For each size: a few warm-up transfers; the latency phase (one transfer at a time: the
+    producer waits for the consumer's ack; latency = put start -> get returned in the other
+    process, pipe hop included); the throughput phase (back to back, limited only by pool space:
+    GB/s = bytes / (first put start -> last get returned)). Baseline: memcpy of the same size in
+    one process, in the same run, reported as a ratio.
+*/
+
+#define BENCH_MAX_SIZES 32
+#define BENCH_MAX_LAT 1000
+#define BENCH_WARMUP 3
+
+enum { MSG_DATA = 1, MSG_LAT = 2, MSG_SYNC = 3, MSG_QUIT = 4 };
+
+typedef struct bench_msg {
+    uint32_t kind;
+    uint32_t meta_len;
+    uint64_t index;             /* the key is "m<index>"; also stamped into the payload */
+    uint64_t size;
+    int64_t t0;                 /* producer's clock at put start (CLOCK_MONOTONIC: one host) */
+} bench_msg;
+
+/* What the consumer reports back (memory shared by both sides). */
+typedef struct bench_shared {
+    int64_t last_done;          /* clock when the last get of the throughput phase returned */
+    int64_t lat[BENCH_MAX_LAT];
+    uint64_t errors;
+    char error_text[256];
+} bench_shared;
+
+typedef struct bench_opts {
+    const char* transport;
+    uint64_t sizes[BENCH_MAX_SIZES];
+    int nsizes;
+    long iters;                 /* 0 = per size: about 1 s (16 .. 20000 transfers, 512 MiB at most) */
+    const char* json;
+    const char* plot;
+    int progress;               /* 1 on, 0 off, -1 = when stderr is a terminal */
+    const char* host;           /* tcp: the producer's address */
+    const char* shm_dir;
+} bench_opts;
+
+typedef struct bench_row {
+    uint64_t size;
+    long iters, lat_iters;
+    double gbps, memcpy_gbps, p50_us, p99_us;
+} bench_row;
+
+typedef struct bench_side {
+    omc_conn* conn;
+    int msg_fd, ack_fd;         /* producer: write msgs, read acks; consumer: the other way */
+    bench_shared* sh;
+} bench_side;
+
+/* Without --iters, a size's throughput phase stops after about a second (and at least 16
+   transfers) and its latency phase after half a second (at least 10): the sweep takes seconds on
+   every transport, whatever it costs per transfer. These are the upper bounds. */
+#define BENCH_PHASE_NS 1000000000LL
+#define BENCH_MIN_ITERS 16
+#define BENCH_MIN_LAT 10
+
+static long iters_for(const bench_opts* o, uint64_t size) {
+    long n;
+    if (o->iters > 0) return o->iters;
+    n = (long)(((uint64_t)512 << 20) / size);
+    return n < BENCH_MIN_ITERS ? BENCH_MIN_ITERS : n > 20000 ? 20000 : n;
+}
+
+static long lat_iters_for(const bench_opts* o, uint64_t size) {
+    long n = (long)(((uint64_t)128 << 20) / size);
+    long cap = iters_for(o, size);
+    if (n < BENCH_MIN_LAT) n = BENCH_MIN_LAT;
+    if (n > BENCH_MAX_LAT) n = BENCH_MAX_LAT;
+    return n < cap ? n : cap;
+}
+
+static uint64_t max_size(const bench_opts* o) {
+    uint64_t m = 0;
+    int i;
+    for (i = 0; i < o->nsizes; i++) if (o->sizes[i] > m) m = o->sizes[i];
+    return m;
+}
+
+/* Both pools hold at least four of the largest payloads (so the producer can run ahead). */
+static uint64_t pool_for(const bench_opts* o) {
+    uint64_t p = 4 * max_size(o) + (1u << 20);
+    return p < (64u << 20) ? (64u << 20) : p;
+}
+
+/* The payload's number, at both ends (cheap: it must not be what we measure). */
+static void stamp(uint8_t* p, uint64_t size, uint64_t index) {
+    memcpy(p, &index, size < 8 ? (size_t)size : 8);
+    if (size >= 16) memcpy(p + size - 8, &index, 8);
+}
+
+static int stamped(const uint8_t* p, uint64_t size, uint64_t index) {
+    uint64_t a = 0, b = index;
+    memcpy(&a, p, size < 8 ? (size_t)size : 8);
+    if (size < 8) { uint64_t mask = (1ull << (8 * size)) - 1; return a == (index & mask); }
+    if (size >= 16) memcpy(&b, p + size - 8, 8);
+    return a == index && b == index;
+}
+
+/* ---- consumer ------------------------------------------------------------------------------ */
+
+/* A small buffered reader over the message pipe (one read() gives many messages). */
+typedef struct reader { int fd; uint8_t buf[65536]; size_t at, len; } reader;
+
+static int reader_get(reader* r, void* out, size_t n) {
+    uint8_t* o = (uint8_t*)out;
+    while (n) {
+        size_t k;
+        if (r->at == r->len) {
+            ssize_t got = read(r->fd, r->buf, sizeof(r->buf));
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) return -1;
+            r->at = 0;
+            r->len = (size_t)got;
+        }
+        k = r->len - r->at < n ? r->len - r->at : n;
+        memcpy(o, r->buf + r->at, k);
+        r->at += k;
+        o += k;
+        n -= k;
+    }
+    return 0;
+}
+
+static void consumer_error(bench_shared* sh, const char* fmt, ...) {
+    va_list ap;
+    if (sh->errors++ == 0) {
+        va_start(ap, fmt);
+        vsnprintf(sh->error_text, sizeof(sh->error_text), fmt, ap);
+        va_end(ap);
+    }
+}
+
+static int consumer_loop(bench_side* s) {
+    static reader rd;               /* one consumer per process or thread at a time */
+    uint8_t* meta = (uint8_t*)malloc(OMC_META_MAX_SIZE);
+    rd.fd = s->msg_fd;
+    rd.at = rd.len = 0;
+    if (!meta) return 1;
+    for (;;) {
+        bench_msg m;
+        char key[32];
+        omc_buffer b;
+        omc_result r;
+        char ack = 1;
+        if (reader_get(&rd, &m, sizeof(m)) != 0 || m.kind == MSG_QUIT) break;
+        if (m.kind == MSG_SYNC) { if (write_all(s->ack_fd, &ack, 1) != 0) break; continue; }
+        if (m.meta_len > OMC_META_MAX_SIZE || reader_get(&rd, meta, m.meta_len) != 0) break;
+        snprintf(key, sizeof(key), "m%llu", (unsigned long long)m.index);
+        r = omc_conn_get(s->conn, "producer", "consumer", key, meta, m.meta_len, omc_deadline_after_ms(30000), &b);
+        if (r == OMC_OK) {
+            int64_t now = omc_now_ns();
+            if (m.kind == MSG_LAT && m.index < BENCH_MAX_LAT) s->sh->lat[m.index] = now - m.t0;
+            if (m.kind == MSG_DATA) s->sh->last_done = now;
+            if (b.size != m.size || !stamped((const uint8_t*)b.data, b.size, m.index))
+                consumer_error(s->sh, "payload %llu arrived damaged (%llu bytes)", (unsigned long long)m.index, (unsigned long long)b.size);
+            omc_buffer_release(&b);
+        } else consumer_error(s->sh, "get of payload %llu: %s", (unsigned long long)m.index, omc_result_str(r));
+        if (m.kind == MSG_LAT && write_all(s->ack_fd, &ack, 1) != 0) break;
+    }
+    free(meta);
+    return 0;
+}
+
+/* ---- producer ------------------------------------------------------------------------------ */
+
+typedef struct progress {
+    int on, shown;
+    omc_time_ns start, last;
+    const char* transport;
+} progress;
+
+static void progress_tick(progress* p, const char* phase, uint64_t size, long done, long total, uint64_t bytes) {
+    omc_time_ns now;
+    char sz[32];
+    if (!p->on) return;
+    now = omc_now_ns();
+    if (now - p->start < 300000000 || now - p->last < 100000000) return;     /* only runs that take a while */
+    p->last = now;
+    p->shown = 1;
+    fprintf(stderr, "\r  %s %-9s %-10s %7ld/%-7ld %6.2f GB/s ", p->transport, size_text(size, sz, sizeof(sz)), phase, done, total,
+            (double)bytes / (double)(now - p->start));
+    fflush(stderr);
+}
+
+static void progress_clear(progress* p) {
+    if (p->shown) { fprintf(stderr, "\r%72s\r", ""); fflush(stderr); }
+    p->shown = 0;
+}
+
+/* One transfer: a pool buffer, one memcpy, the stamp, a zero-copy put, the metadata down the pipe. */
+static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint32_t kind, uint64_t index) {
+    omc_buffer buf;
+    omc_payload p;
+    omc_meta meta;
+    bench_msg m;
+    char key[32];
+    omc_result r;
+    memset(&m, 0, sizeof(m));
+    m.t0 = omc_now_ns();
+    r = omc_conn_alloc(s->conn, size, omc_deadline_after_ms(30000), &buf);
+    if (r != OMC_OK) return r;
+    memcpy(buf.data, src, (size_t)size);
+    stamp((uint8_t*)buf.data, size, index);
+    memset(&p, 0, sizeof(p));
+    p.buffer = &buf;
+    snprintf(key, sizeof(key), "m%llu", (unsigned long long)index);
+    r = omc_conn_put(s->conn, "producer", "consumer", key, &p, &meta);
+    if (r != OMC_OK) { omc_buffer_release(&buf); return r; }
+    m.kind = kind;
+    m.meta_len = meta.size;
+    m.index = index;
+    m.size = size;
+    r = write_all(s->msg_fd, &m, sizeof(m)) == 0 && write_all(s->msg_fd, meta.data, meta.size) == 0 ? OMC_OK : OMC_ERR_CONNECTION;
+    omc_meta_free(&meta);
+    return r;
+}
+
+/* The baseline: the one copy the producer makes, alone, in one process: same source, one reused
+   destination (the transport's allocator also hands back the range just released, warm). The
+   ratio says how much of a transfer's time is that copy; the rest is the transport. */
+static double memcpy_gbps(uint8_t* dst, const uint8_t* src, uint64_t size) {
+    long n = (long)(((uint64_t)256 << 20) / size), i;
+    omc_time_ns t0;
+    if (n < 4) n = 4;
+    if (n > 20000) n = 20000;
+    memcpy(dst, src, (size_t)size);                 /* first touches */
+    t0 = omc_now_ns();
+    for (i = 0; i < n; i++) {
+        memcpy(dst, src, (size_t)size);
+        __asm__ __volatile__("" : : "r"(dst) : "memory");   /* keep every copy */
+    }
+    return (double)size * (double)n / (double)(omc_now_ns() - t0);
+}
+
+static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint64_t size, const uint8_t* src, uint8_t* scratch,
+                         uint64_t* next_index, bench_row* row) {
+    long iters = iters_for(o, size), lat_iters = lat_iters_for(o, size), i;
+    omc_time_ns t_first;
+    bench_msg m;
+    char ack;
+    omc_result r;
+    memset(row, 0, sizeof(*row));
+    row->size = size;
+    row->iters = iters;
+    row->lat_iters = lat_iters;
+    row->memcpy_gbps = memcpy_gbps(scratch, src, size);
+    pg->start = pg->last = omc_now_ns();
+    /* warm-up (connections, first touches), then one at a time: the latency phase */
+    for (i = 0; i < BENCH_WARMUP + lat_iters; i++) {
+        /* samples are indexed 0..lat_iters-1; warm-up transfers get numbers beyond them */
+        uint64_t index = i < BENCH_WARMUP ? BENCH_MAX_LAT + (uint64_t)i : (uint64_t)(i - BENCH_WARMUP);
+        if (!o->iters && i >= BENCH_WARMUP + BENCH_MIN_LAT && omc_now_ns() - pg->start > BENCH_PHASE_NS / 2) {
+            lat_iters = i - BENCH_WARMUP;       /* enough samples for this size */
+            break;
+        }
+        r = produce(s, src, size, MSG_LAT, index);
+        if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); return -1; }
+        if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+        progress_tick(pg, "latency", size, i + 1, BENCH_WARMUP + lat_iters, (uint64_t)(i + 1) * size);
+    }
+    row->lat_iters = lat_iters;
+    qsort(s->sh->lat, (size_t)lat_iters, sizeof(int64_t), cmp_i64);
+    row->p50_us = (double)s->sh->lat[lat_iters / 2] / 1e3;
+    row->p99_us = (double)s->sh->lat[(lat_iters * 99) / 100] / 1e3;
+    /* back to back: the throughput phase */
+    pg->start = pg->last = t_first = omc_now_ns();
+    for (i = 0; i < iters; i++) {
+        if (!o->iters && i >= BENCH_MIN_ITERS && omc_now_ns() - t_first > BENCH_PHASE_NS) break;
+        r = produce(s, src, size, MSG_DATA, (*next_index)++);
+        if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); return -1; }
+        progress_tick(pg, "throughput", size, i + 1, iters, (uint64_t)(i + 1) * size);
+    }
+    memset(&m, 0, sizeof(m));
+    m.kind = MSG_SYNC;
+    if (write_all(s->msg_fd, &m, sizeof(m)) != 0 || read_all(s->ack_fd, &ack, 1) != 0) {
+        fprintf(stderr, "omniconn bench: the consumer is gone\n");
+        return -1;
+    }
+    row->iters = iters = i;
+    row->gbps = (double)size * (double)iters / (double)(s->sh->last_done - t_first);
+    progress_clear(pg);
+    if (s->sh->errors) { fprintf(stderr, "omniconn bench: %s (%llu errors)\n", s->sh->error_text, (unsigned long long)s->sh->errors); return -1; }
+    return 0;
+}
+
+/* ---- sides: connectors per transport -------------------------------------------------------- */
+
+static omc_conn* bench_connector(const bench_opts* o, omc_role role, const char* channel) {
+    omc_conn* c = NULL;
+    omc_result r = OMC_ERR_INVALID_ARG;
+    omc_hooks hooks;
+    memset(&hooks, 0, sizeof(hooks));
+    hooks.log_fn = omc_log_stderr;
+    if (strcmp(o->transport, "shm") == 0) {
+        omc_shm_desc d;
+        memset(&d, 0, sizeof(d));
+        d.role = role;
+        d.channel = channel;
+        d.shm_dir = o->shm_dir;
+        d.pool_size = pool_for(o);
+        d.disable_inline = 1;       /* every payload through the segment: the path under test */
+        d.hooks = hooks;
+        r = omc_shm_create(&d, &c);
+    } else if (strcmp(o->transport, "tcp") == 0) {
+#if OMC__HAS_ZMQ
+        omc_tcp_desc d;
+        memset(&d, 0, sizeof(d));
+        d.role = role;
+        d.host = o->host;
+        d.pool_size = pool_for(o);
+        d.hooks = hooks;
+        r = omc_tcp_create(&d, &c);
+#else
+        r = OMC_ERR_UNAVAILABLE;
+#endif
+    } else if (strcmp(o->transport, "local") == 0) {
+        omc_local_desc d;
+        memset(&d, 0, sizeof(d));
+        d.pool_size = 2 * pool_for(o);
+        d.hooks = hooks;
+        r = omc_local_create(&d, &c);
+    }
+    if (r != OMC_OK) { fprintf(stderr, "omniconn bench: cannot create the %s %s: %s\n", o->transport, role == OMC_ROLE_SENDER ? "producer" : "consumer", omc_result_str(r)); return NULL; }
+    return c;
+}
+
+static void* consumer_thread(void* arg) {
+    consumer_loop((bench_side*)arg);
+    return NULL;
+}
+
+static void print_row(const bench_row* r) {
+    char sz[32];
+    printf("  %9s  %7ld  %8.2f  %11.2f  %8.2fx  %10.1f  %10.1f\n", size_text(r->size, sz, sizeof(sz)), r->iters, r->gbps,
+           r->memcpy_gbps, r->memcpy_gbps > 0 ? r->gbps / r->memcpy_gbps : 0.0, r->p50_us, r->p99_us);
+    fflush(stdout);
+}
+
+static const char* bench_method =
+    "producer: omc_conn_alloc + one memcpy + zero-copy omc_conn_put; consumer: omc_conn_get(metadata) + release; "
+    "metadata over a pipe; latency = put start -> get returned in the other side, one at a time; "
+    "throughput = back to back; baseline = memcpy of the same size in one process";
+
+static int write_json(const bench_opts* o, const bench_row* rows, int n, int processes) {
+    FILE* f = fopen(o->json, "w");
+    char host[256] = "";
+    time_t now = time(NULL);
+    struct tm tmv;
+    char date[32];
+    int i;
+    if (!f) { fprintf(stderr, "omniconn bench: cannot write %s: %s\n", o->json, strerror(errno)); return -1; }
+    gethostname(host, sizeof(host) - 1);
+    gmtime_r(&now, &tmv);
+    strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tmv);
+    fprintf(f, "{\n  \"tool\": \"omniconn bench\",\n  \"version\": \"%s\",\n  \"transport\": ", omc_version_string());
+    json_string(f, o->transport);
+    fprintf(f, ",\n  \"processes\": %d,\n  \"host\": ", processes);
+    json_string(f, host);
+    fprintf(f, ",\n  \"cpus\": %ld,\n  \"date\": \"%s\",\n  \"method\": ", sysconf(_SC_NPROCESSORS_ONLN), date);
+    json_string(f, bench_method);
+    fprintf(f, ",\n  \"results\": [\n");
+    for (i = 0; i < n; i++)
+        fprintf(f, "    {\"size\": %llu, \"iters\": %ld, \"gbps\": %.4f, \"memcpy_gbps\": %.4f, \"ratio_vs_memcpy\": %.4f, "
+                   "\"lat_iters\": %ld, \"lat_p50_us\": %.2f, \"lat_p99_us\": %.2f}%s\n",
+                (unsigned long long)rows[i].size, rows[i].iters, rows[i].gbps, rows[i].memcpy_gbps,
+                rows[i].memcpy_gbps > 0 ? rows[i].gbps / rows[i].memcpy_gbps : 0.0, rows[i].lat_iters, rows[i].p50_us, rows[i].p99_us,
+                i + 1 < n ? "," : "");
+    fprintf(f, "  ]\n}\n");
+    if (fclose(f) != 0) { fprintf(stderr, "omniconn bench: cannot write %s\n", o->json); return -1; }
+    return 0;
+}
+
+/* Throughput against size (log scale), with the memcpy baseline, and latency below. */
+static int write_plot(const bench_opts* o, const bench_row* rows, int n, int processes) {
+    FILE* g;
+    char host[256] = "", date[32], sz[32];
+    time_t now = time(NULL);
+    struct tm tmv;
+    int i, st;
+    if (!in_path("gnuplot")) {
+        fprintf(stderr, "omniconn bench: gnuplot not found (Debian: apt-get install gnuplot-nox); %s was not written\n", o->plot);
+        return 0;
+    }
+    gethostname(host, sizeof(host) - 1);
+    gmtime_r(&now, &tmv);
+    strftime(date, sizeof(date), "%Y-%m-%d", &tmv);
+    g = popen("gnuplot", "w");
+    if (!g) { fprintf(stderr, "omniconn bench: cannot run gnuplot\n"); return -1; }
+    fprintf(g, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo enhanced size 1000,760 font 'DejaVu Sans,12' } "
+               "else { set terminal png enhanced size 1000,760 }\n");
+    fprintf(g, "set output '%s'\n", o->plot);
+    fprintf(g, "$d << EOD\n");
+    for (i = 0; i < n; i++)
+        fprintf(g, "%llu \"%s\" %.4f %.4f %.2f %.2f\n", (unsigned long long)rows[i].size, size_text(rows[i].size, sz, sizeof(sz)),
+                rows[i].gbps, rows[i].memcpy_gbps, rows[i].p50_us, rows[i].p99_us);
+    fprintf(g, "EOD\n");
+    fprintf(g, "set multiplot layout 2,1 title \"omniconn bench --transport %s   (%s, %ld CPUs, %s; producer and consumer in %s)\"\n",
+            o->transport, host, sysconf(_SC_NPROCESSORS_ONLN), date, processes == 2 ? "two processes" : "two threads");
+    fprintf(g, "set logscale x 2\nset grid\nset key top right box opaque\nset xlabel 'payload size'\nset format x ''\n");
+    fprintf(g, "set offsets graph 0.04, graph 0.04, graph 0.08, 0\n");      /* room for the first and last points */
+    /* log scale: a hot memcpy of 4 KiB and a transfer of 4 KiB differ by a factor of 100 */
+    fprintf(g, "set logscale y 10\nset format y '%%g'\nset ylabel 'throughput (GB/s, 10^9 bytes/s)'\nset lmargin 12\n");
+    fprintf(g, "plot $d using 1:3:xtic(2) with linespoints lw 3 pt 7 ps 1.3 lc rgb '#1f6fb4' title '%s: alloc + memcpy + put -> get + release', "
+               "'' using 1:4 with linespoints lw 2 dt 2 pt 6 lc rgb '#888888' title 'baseline: memcpy in one process'\n", o->transport);
+    fprintf(g, "set logscale y 10\nset format y '10^{%%L}'\nset ylabel 'one-way latency (us)'\nset yrange [*:*]\nset offsets graph 0.04, graph 0.04, 0, 0\n"
+               "set key top left box opaque\n");
+    fprintf(g, "plot $d using 1:5:xtic(2) with linespoints lw 3 pt 7 ps 1.3 lc rgb '#d4541a' title 'p50, one transfer at a time', "
+               "'' using 1:6 with linespoints lw 2 dt 2 pt 6 lc rgb '#d4541a' title 'p99'\n");
+    fprintf(g, "unset multiplot\n");
+    st = pclose(g);
+    if (st != 0) { fprintf(stderr, "omniconn bench: gnuplot failed (status %d); %s may be incomplete\n", st, o->plot); return -1; }
+    fprintf(stderr, "omniconn bench: plot written to %s\n", o->plot);
+    return 0;
+}
+
+static void bench_usage(void) {
+    printf("usage: omniconn bench [options]\n");
+    printf("  --transport T    local | shm | tcp | rdma                  (default shm)\n");
+    printf("  --sizes LIST     payload sizes, K/M/G = KiB/MiB/GiB        (default 4K,64K,1M,16M)\n");
+    printf("  --iters N        transfers per size (throughput phase)     (default: about 1 s per size, 16..20000)\n");
+    printf("  --json FILE      also write the results as JSON\n");
+    printf("  --plot FILE.png  also plot throughput and latency against size (needs gnuplot)\n");
+    printf("  --progress       show progress on stderr                   (default: when stderr is a terminal)\n");
+    printf("  --no-progress    never show progress\n");
+    printf("  --host ADDR      tcp: the producer's address               (default 127.0.0.1)\n");
+    printf("  --shm-dir DIR    shm: the tmpfs directory                  (default /dev/shm)\n");
+    printf("Latency is one transfer at a time (%d at most per size); the first %d transfers of a size are not counted.\n",
+           BENCH_MAX_LAT, BENCH_WARMUP);
+}
+
+static int bench_rdma(const bench_opts* o);
+
+static int cmd_bench(int argc, char** argv) {
+    static const struct option longs[] = {
+        { "transport", required_argument, NULL, 't' }, { "sizes", required_argument, NULL, 's' }, { "iters", required_argument, NULL, 'n' },
+        { "json", required_argument, NULL, 'j' }, { "plot", required_argument, NULL, 'p' }, { "progress", no_argument, NULL, 'P' },
+        { "no-progress", no_argument, NULL, 'Q' }, { "host", required_argument, NULL, 'H' }, { "shm-dir", required_argument, NULL, 'D' },
+        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+    };
+    bench_opts o;
+    bench_row rows[BENCH_MAX_SIZES];
+    bench_side prod, cons;
+    progress pg;
+    const char* list = "4K,64K,1M,16M";
+    uint8_t *src = NULL, *scratch = NULL;
+    uint64_t next_index = 2 * BENCH_MAX_LAT;
+    int opt, i, rc = 0, processes = 2, fds_msg[2], fds_ack[2], done = 0;
+    char channel[OMC_SHM_CHANNEL_MAX + 1];
+    pid_t pid = -1;
+    pthread_t th;
+    memset(&o, 0, sizeof(o));
+    o.transport = "shm";
+    o.progress = -1;
+    o.host = "127.0.0.1";
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+        switch (opt) {
+            case 't': o.transport = optarg; break;
+            case 's': list = optarg; break;
+            case 'n': o.iters = atol(optarg); if (o.iters <= 0) { bench_usage(); return 2; } break;
+            case 'j': o.json = optarg; break;
+            case 'p': o.plot = optarg; break;
+            case 'P': o.progress = 1; break;
+            case 'Q': o.progress = 0; break;
+            case 'H': o.host = optarg; break;
+            case 'D': o.shm_dir = optarg; break;
+            case 'h': bench_usage(); return 0;
+            default: bench_usage(); return 2;
+        }
+    }
+    if (optind != argc) { bench_usage(); return 2; }
+    while (*list) {
+        char item[32];
+        size_t len = strcspn(list, ",");
+        if (len == 0 || len >= sizeof(item) || o.nsizes == BENCH_MAX_SIZES) { fprintf(stderr, "omniconn bench: bad --sizes\n"); return 2; }
+        memcpy(item, list, len);
+        item[len] = '\0';
+        o.sizes[o.nsizes] = parse_size(item);
+        if (!o.sizes[o.nsizes]) { fprintf(stderr, "omniconn bench: '%s' is not a size (4096, 4K, 1M, 2G)\n", item); return 2; }
+        o.nsizes++;
+        list += len;
+        if (*list == ',') list++;
+    }
+    if (strcmp(o.transport, "rdma") == 0) return bench_rdma(&o);
+    if (strcmp(o.transport, "local") && strcmp(o.transport, "shm") && strcmp(o.transport, "tcp")) {
+        fprintf(stderr, "omniconn bench: unknown transport '%s' (local, shm, tcp, rdma)\n", o.transport);
+        return 2;
+    }
+    if (o.progress < 0) o.progress = isatty(2);
+    memset(&prod, 0, sizeof(prod));
+    memset(&pg, 0, sizeof(pg));
+    pg.on = o.progress;
+    pg.transport = o.transport;
+    prod.sh = (bench_shared*)mmap(NULL, sizeof(bench_shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    src = (uint8_t*)malloc((size_t)max_size(&o));
+    scratch = (uint8_t*)malloc((size_t)max_size(&o));
+    if (prod.sh == MAP_FAILED || !src || !scratch || pipe(fds_msg) != 0 || pipe(fds_ack) != 0) {
+        fprintf(stderr, "omniconn bench: out of memory\n");
+        free(src); free(scratch);
+        return 1;
+    }
+    for (i = 0; (uint64_t)i < max_size(&o); i++) src[i] = (uint8_t)(i * 131u + 7u);
+    memset(scratch, 0, (size_t)max_size(&o));
+    cons = prod;
+    prod.msg_fd = fds_msg[1];
+    prod.ack_fd = fds_ack[0];
+    cons.msg_fd = fds_msg[0];
+    cons.ack_fd = fds_ack[1];
+    snprintf(channel, sizeof(channel), "bench_%ld", (long)getpid());
+    if (strcmp(o.transport, "local") == 0) {
+        /* the same-process connector cannot span processes: two threads, one connector */
+        processes = 1;
+        prod.conn = cons.conn = bench_connector(&o, OMC_ROLE_DUAL, channel);
+        if (!prod.conn || pthread_create(&th, NULL, consumer_thread, &cons) != 0) rc = 1;
+        else done = 1;
+    } else {
+        fflush(stdout);
+        fflush(stderr);
+        pid = fork();
+        if (pid == 0) {
+            /* the consumer: its own connector (a ZMQ context does not survive fork) */
+            int crc = 1;
+            close(fds_msg[1]);
+            close(fds_ack[0]);
+            cons.conn = bench_connector(&o, OMC_ROLE_RECEIVER, channel);
+            if (cons.conn) { crc = consumer_loop(&cons); omc_conn_destroy(cons.conn); }
+            close(fds_msg[0]);
+            close(fds_ack[1]);
+            free(src);
+            free(scratch);
+            exit(crc);
+        }
+        close(fds_msg[0]);
+        close(fds_ack[1]);
+        if (pid < 0) rc = 1;
+        else {
+            prod.conn = bench_connector(&o, OMC_ROLE_SENDER, channel);
+            if (!prod.conn) rc = 1;
+        }
+    }
+    if (rc == 0) {
+        char host[256] = "";
+        gethostname(host, sizeof(host) - 1);
+        printf("omniconn bench: %s, producer and consumer in %s, %d sizes (%s, %ld CPUs)\n", o.transport,
+               processes == 2 ? "two processes" : "two threads (the same-process connector)", o.nsizes, host, sysconf(_SC_NPROCESSORS_ONLN));
+        printf("  put = pool buffer + one memcpy + zero-copy put; get = %s; metadata over a pipe\n",
+               strcmp(o.transport, "tcp") == 0 ? "pull into the consumer's pool" : "a zero-copy view");
+        printf("\n  %9s  %7s  %8s  %11s  %9s  %10s  %10s\n", "size", "iters", "GB/s", "memcpy GB/s", "vs memcpy", "lat p50 us", "lat p99 us");
+        fflush(stdout);
+        for (i = 0; i < o.nsizes; i++) {
+            if (producer_size(&prod, &o, &pg, o.sizes[i], src, scratch, &next_index, &rows[i]) != 0) { rc = 1; break; }
+            print_row(&rows[i]);
+        }
+    }
+    /* stop the consumer, then tear down */
+    {
+        bench_msg m;
+        memset(&m, 0, sizeof(m));
+        m.kind = MSG_QUIT;
+        write_all(fds_msg[1], &m, sizeof(m));
+        close(fds_msg[1]);
+    }
+    if (done) pthread_join(th, NULL);
+    if (pid > 0) {
+        int st = 0;
+        waitpid(pid, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) { if (rc == 0) fprintf(stderr, "omniconn bench: the consumer failed\n"); rc = 1; }
+    }
+    if (prod.conn) omc_conn_destroy(prod.conn);
+    if (processes == 1) close(fds_msg[0]);
+    close(fds_ack[0]);
+    if (processes == 1) close(fds_ack[1]);
+    munmap(prod.sh, sizeof(bench_shared));
+    free(src);
+    free(scratch);
+    if (rc == 0 && o.json && write_json(&o, rows, o.nsizes, processes) != 0) rc = 1;
+    if (rc == 0 && o.plot && write_plot(&o, rows, o.nsizes, processes) != 0) rc = 1;
+    return rc;
+}
+
+/* RDMA: the engine of omniconn_rdma.h, directly (the remote connector has no RDMA data plane
+   yet): two processes, one engine and one registered pool each, one RC connection; per transfer
+   the receiver exposes a destination window, the sender RDMA-WRITEs into it and says DONE. */
+static int bench_rdma(const bench_opts* o) {
+    char why[256] = "";
+#if CLI_HAS_RDMA_API
+    if (omc_rdma_probe(NULL, why, sizeof(why)) != OMC_OK) {
+        fprintf(stderr, "omniconn bench: rdma: %s\n", why);
+        return 1;
+    }
+    fprintf(stderr, "omniconn bench: rdma: a device is present, but the RDMA bench needs the remote connector's RDMA data "
+            "plane, which this build does not have yet\n");
+#else
+    omc_available(OMC_FEATURE_RDMA, why, sizeof(why));
+    fprintf(stderr, "omniconn bench: rdma: this build's omniconn_rdma.h declares no engine%s%s\n", why[0] ? "; " : "", why);
+#endif
+    (void)o;
+    return 1;
+}
+
+/* ============================================================================================== */
+/* doctor                                                                                         */
+/* ============================================================================================== */
+
+typedef struct doctor {
+    int fails, warns, oks;
+    const char* shm_dir;
+    int sweep;
+    omc_pipeline_config* cfg;
+    const char* config;
+    int rdma_edges, tcp_edges, shm_edges;
+    uint64_t rdma_pool_need;    /* the most one stage registers (sum of its RDMA specs' pools) */
+    uint64_t shm_need;          /* /dev/shm the config's sending stages reserve on one host */
+    char host[OMC_TCP_HOST_MAX];    /* this host's address ("auto"), or "" */
+    const char* host_how;
+} doctor;
+
+enum { OK, WARN, FAIL };
+
+/* One finding: "OK    check         what was found. Fix: what to do." */
+static void report(doctor* d, int level, const char* check, const char* fmt, ...) {
+    static const char* const tag[] = { "OK", "WARN", "FAIL" };
+    va_list ap;
+    if (level == OK) d->oks++; else if (level == WARN) d->warns++; else d->fails++;
+    printf("%-4s  %-13s ", tag[level], check);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+}
+
+/* ---- config and ports ---------------------------------------------------------------------- */
+
+static void doctor_config(doctor* d) {
+    omc_pipeline_config_desc cd;
+    omc_config_diag err;
+    uint32_t i, j, n, ns;
+    memset(&cd, 0, sizeof(cd));
+    cd.skip_port_check = 1;         /* list every collision below instead of stopping at the first */
+    if (omc_pipeline_config_load_file(d->config, &cd, &d->cfg, &err) != OMC_OK) {
+        report(d, FAIL, "config", "%s", err.message);
+        return;
+    }
+    n = omc_pipeline_config_edge_count(d->cfg);
+    for (i = 0; i < n; i++) {
+        omc_pipeline_edge e;
+        omc_pipeline_config_edge(d->cfg, i, &e);
+        if (e.transport == OMC_TRANSPORT_RDMA) d->rdma_edges++;
+        else if (e.transport == OMC_TRANSPORT_TCP) d->tcp_edges++;
+        else if (e.transport == OMC_TRANSPORT_SHM) d->shm_edges++;
+    }
+    report(d, OK, "config", "%s: %u stages, %u edges (%d shm, %d tcp, %d rdma), connector specs: %u", d->config,
+           omc_pipeline_config_stage_count(d->cfg), n, d->shm_edges, d->tcp_edges, d->rdma_edges, omc_pipeline_config_connector_count(d->cfg));
+    for (i = 0; i < omc_pipeline_config_warning_count(d->cfg); i++)
+        if (omc_pipeline_config_warning(d->cfg, i, &err) == OMC_OK) report(d, WARN, "config", "%s", err.message);
+    /* what each stage reserves: a stage creates one connector per spec it uses
+       (omc_pipeline_connect); an SHM one owns a segment if the stage sends on that spec; an RDMA
+       one registers (pins) its pool at both ends */
+    ns = omc_pipeline_config_stage_count(d->cfg);
+    for (i = 0; i < ns; i++) {
+        omc_pipeline_stage st;
+        uint64_t rdma = 0;
+        uint32_t c, nc = omc_pipeline_config_connector_count(d->cfg);
+        omc_pipeline_config_stage(d->cfg, i, &st);
+        for (c = 0; c < nc; c++) {
+            omc_connector_spec s;
+            omc_config_value v;
+            int uses = 0, sends = 0;
+            for (j = 0; j < n; j++) {
+                omc_pipeline_edge e;
+                omc_pipeline_config_edge(d->cfg, j, &e);
+                if (e.connector != c) continue;
+                if (e.from_stage == st.stage_id) uses = sends = 1;
+                if (e.to_stage == st.stage_id) uses = 1;
+            }
+            if (!uses) continue;
+            omc_pipeline_config_connector(d->cfg, c, &s);
+            if (s.transport == OMC_TRANSPORT_RDMA) rdma += s.memory_pool_size;
+            if (s.transport == OMC_TRANSPORT_SHM && sends)      /* the file's size, else the connector's 256 MiB */
+                d->shm_need += omc_pipeline_connector_option(d->cfg, c, "memory_pool_size", &v) == OMC_OK ? s.memory_pool_size
+                                                                                                       : ((uint64_t)256 << 20);
+        }
+        if (rdma > d->rdma_pool_need) d->rdma_pool_need = rdma;
+    }
+}
+
+/* Can we bind this TCP port on every interface right now? */
+static int port_free(uint16_t port) {
+    struct sockaddr_in a;
+    int s = socket(AF_INET, SOCK_STREAM, 0), ok;
+    if (s < 0) return 1;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    ok = bind(s, (struct sockaddr*)&a, sizeof(a)) == 0 || errno != EADDRINUSE;
+    close(s);
+    return ok;
+}
+
+static int host_is_here(const doctor* d, const char* host) {
+    return strcmp(host, "auto") == 0 || strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
+           strcmp(host, "::1") == 0 || strcmp(host, "*") == 0 || strcmp(host, "0.0.0.0") == 0 || (d->host[0] && strcmp(host, d->host) == 0);
+}
+
+static void doctor_ports(doctor* d) {
+    uint32_t i, n = omc_pipeline_config_port_count(d->cfg), busy = 0, collisions = 0;
+    uint16_t first_busy = 0;
+    char busy_list[256] = "";
+    if (!d->tcp_edges && !d->rdma_edges) { report(d, OK, "ports", "no TCP/RDMA edges: no ports to listen on"); return; }
+    for (i = 0; i < n; i++) {
+        omc_port_use a, b;
+        omc_pipeline_config_port(d->cfg, i, &b);
+        if (i > 0) {
+            omc_pipeline_config_port(d->cfg, i - 1, &a);
+            if (a.port == b.port && strcmp(a.host, b.host) == 0) {
+                collisions++;
+                report(d, FAIL, "ports", "port %u on host '%s' is used twice: by edge %d->%d (%s, dp %u, tp rank %u) and by edge %d->%d "
+                       "(%s, dp %u, tp rank %u). Fix: give one of their connectors another zmq_port, or leave more room between "
+                       "the stage ids", b.port, b.host, a.from_stage, a.to_stage, a.orchestrator ? "orchestrator" : a.purpose ? "kv_transfer" :
+                       "request_forwarding", a.dp_index, a.tp_rank, b.from_stage, b.to_stage, b.orchestrator ? "orchestrator" : b.purpose ?
+                       "kv_transfer" : "request_forwarding", b.dp_index, b.tp_rank);
+            }
+        }
+        if (host_is_here(d, b.host) && !port_free(b.port)) {
+            size_t len = strlen(busy_list);
+            if (len < sizeof(busy_list) - 8) snprintf(busy_list + len, sizeof(busy_list) - len, "%s%u", busy ? " " : "", b.port);
+            if (!busy++) first_busy = b.port;
+        }
+    }
+    if (!collisions) report(d, OK, "ports", "%u listeners (both purposes, every DP replica and TP rank, orchestrators), no collision", n);
+    if (busy)
+        report(d, WARN, "ports", "%u of them are taken on this host right now: %s. Fix: stop what holds them (ss -ltnp 'sport = :%u'), "
+               "or move zmq_port", busy, busy_list, first_busy);
+}
+
+static void doctor_host(doctor* d) {
+    if (omc_detect_host(0, d->host, sizeof(d->host), &d->host_how) != OMC_OK) {
+        d->host[0] = '\0';
+        report(d, (d->tcp_edges || d->rdma_edges) ? FAIL : WARN, "host", "this host's address cannot be detected (host: auto). "
+               "Fix: set host to this host's address in the connector's extra");
+        return;
+    }
+    if (strcmp(d->host_how, "loopback") == 0)
+        report(d, (d->tcp_edges || d->rdma_edges) ? WARN : OK, "host", "host: auto gives %s (loopback: no default route, no address for the "
+               "host name): only stages on this host can connect. Fix: set host to an address the other hosts reach", d->host);
+    else report(d, OK, "host", "host: auto gives %s (from the %s)", d->host, strcmp(d->host_how, "route") == 0 ? "default route" : "host name");
+}
+
+/* ---- libraries ------------------------------------------------------------------------------ */
+
+static void doctor_libs(doctor* d) {
+    char why[256] = "";
+    int need_rdma = d->rdma_edges > 0;
+#if OMC__HAS_ZMQ
+    {
+        int maj = 0, min = 0, pat = 0;
+        zmq_version(&maj, &min, &pat);
+        report(d, OK, "libzmq", "%d.%d.%d (linked), CURVE %s", maj, min, pat, zmq_has("curve") ? "available" : "NOT available");
+    }
+#else
+    report(d, d->tcp_edges || d->rdma_edges ? FAIL : WARN, "libzmq", "built without ZMQ (OMNICONN_NO_ZMQ): no TCP/RDMA transports. "
+           "Fix: rebuild without OMNICONN_NO_ZMQ (Debian: apt-get install libzmq3-dev)");
+#endif
+#if CLI_HAS_RDMA_API
+    {
+        omc_result r = omc_rdma_probe(NULL, why, sizeof(why));
+        if (r == OMC_OK) report(d, OK, "libibverbs", "libibverbs.so.1 loads and lists a device%s%s", why[0] ? ": " : "", why);
+        else if (r == OMC_ERR_RDMA_DEVICE) report(d, OK, "libibverbs", "libibverbs.so.1 loads (%s)", why);    /* devices: next check */
+        else if (r == OMC_ERR_UNAVAILABLE)
+            report(d, need_rdma ? FAIL : WARN, "libibverbs", "%s. Fix: apt-get install ibverbs-providers rdma-core%s", why,
+                   need_rdma ? "" : " (needed only for RDMA)");
+        else report(d, need_rdma ? FAIL : WARN, "libibverbs", "loads, but %s", why);
+    }
+#else
+    if (omc_available(OMC_FEATURE_RDMA, why, sizeof(why)) == OMC_OK) report(d, OK, "libibverbs", "libibverbs.so.1 loads and lists a device");
+    else report(d, need_rdma ? FAIL : WARN, "libibverbs", "%s", why);
+#endif
+}
+
+/* ---- RDMA devices, ports, GIDs (sysfs: what libibverbs itself reads) ------------------------- */
+
+static int read_line(const char* path, char* out, size_t n) {
+    FILE* f = fopen(path, "r");
+    size_t len;
+    if (!f) return -1;
+    if (!fgets(out, (int)n, f)) { fclose(f); return -1; }
+    fclose(f);
+    len = strlen(out);
+    while (len && (out[len - 1] == '\n' || out[len - 1] == ' ')) out[--len] = '\0';
+    return 0;
+}
+
+/* "fe80:0000:0000:0000:0211:22ff:fe33:4455" -> 16 bytes */
+static int parse_gid(const char* s, uint8_t out[16]) {
+    int i;
+    for (i = 0; i < 8; i++) {
+        unsigned v;
+        if (sscanf(s, "%4x", &v) != 1) return -1;
+        out[2 * i] = (uint8_t)(v >> 8);
+        out[2 * i + 1] = (uint8_t)v;
+        s = strchr(s, ':');
+        if (i < 7) { if (!s) return -1; s++; }
+    }
+    return 0;
+}
+
+static void doctor_rdma_port(doctor* d, const char* dev, const char* port) {
+    char path[1200], state[64] = "?", link[64] = "?", mtu[32] = "?", line[128], want_text[64] = "";
+    uint8_t want[16];
+    int have_want = 0, active, i, n = 0, max_gids = 256;
+    static const char* const type_name[] = { "?", "IB", "RoCE v1", "RoCE v2" };
+#if CLI_HAS_RDMA_API
+    omc_rdma_gid_entry* table = (omc_rdma_gid_entry*)calloc((size_t)max_gids, sizeof(omc_rdma_gid_entry));
+    omc_rdma_link lk;
+    uint32_t chosen = 0;
+    char why[256] = "";
+    if (!table) return;
+#endif
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/state", dev, port);
+    read_line(path, state, sizeof(state));
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/link_layer", dev, port);
+    read_line(path, link, sizeof(link));
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/active_mtu", dev, port);
+    read_line(path, mtu, sizeof(mtu));
+    active = strstr(state, "ACTIVE") != NULL;
+    report(d, active ? OK : WARN, "rdma port", "%s port %s: %s, %s, active MTU %s%s", dev, port, state, link, mtu,
+           active ? "" : ". Fix: bring the link up (ip link set <netdev> up; for Soft-RoCE the netdev of rdma link)");
+    for (i = 0; i < max_gids; i++) {
+        uint8_t gid[16];
+        char type[32] = "", ndev[32] = "", text[128];
+        int t = 0, zero = 1, k;
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/gids/%d", dev, port, i);
+        if (read_line(path, line, sizeof(line)) != 0) break;
+        if (parse_gid(line, gid) != 0) continue;
+        for (k = 0; k < 16; k++) zero &= gid[k] == 0;
+        if (zero) continue;
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/gid_attrs/types/%d", dev, port, i);
+        read_line(path, type, sizeof(type));
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/gid_attrs/ndevs/%d", dev, port, i);
+        read_line(path, ndev, sizeof(ndev));
+        t = strstr(link, "InfiniBand") ? 1 : strstr(type, "v2") ? 3 : strstr(type, "v1") ? 2 : 0;
+        snprintf(text, sizeof(text), "%s", line);
+#if CLI_HAS_RDMA_API
+        omc_rdma_gid_to_text(gid, text, sizeof(text));
+        memcpy(table[n].gid, gid, 16);
+        table[n].index = (uint32_t)i;
+        table[n].type = (omc_rdma_gid_type)t;
+        snprintf(table[n].netdev, sizeof(table[n].netdev), "%s", ndev);
+#endif
+        printf("                    gid %-3d %-40s %-8s %s\n", i, text, type_name[t], ndev);
+        n++;
+    }
+#if CLI_HAS_RDMA_API
+    if (d->host[0] && omc_rdma_addr_to_gid(d->host, want) == OMC_OK) { have_want = 1; snprintf(want_text, sizeof(want_text), " for %s", d->host); }
+    lk = strstr(link, "InfiniBand") ? OMC_RDMA_LINK_INFINIBAND : strstr(link, "Ethernet") ? OMC_RDMA_LINK_ETHERNET : OMC_RDMA_LINK_UNKNOWN;
+    if (n == 0) report(d, WARN, "rdma gid", "%s port %s has no GID. Fix: give its netdev an IP address (RoCE fills the table from them)", dev, port);
+    else if (omc_rdma_choose_gid(table, (uint32_t)n, lk, have_want ? want : NULL, -1, &chosen, why, sizeof(why)) == OMC_OK)
+        report(d, OK, "rdma gid", "%s port %s: omniconn would use GID index %u%s: %s", dev, port, chosen, want_text, why);
+    else report(d, WARN, "rdma gid", "%s port %s: no usable GID%s: %s", dev, port, want_text, why);
+    free(table);
+#else
+    (void)want; (void)have_want; (void)want_text;
+    report(d, n ? OK : WARN, "rdma gid", "%s port %s: %d GIDs (this build's omniconn_rdma.h cannot say which it would choose)", dev, port, n);
+#endif
+}
+
+static void doctor_rdma(doctor* d) {
+    DIR* dir = opendir("/sys/class/infiniband");
+    struct dirent* de;
+    int devices = 0, level = d->rdma_edges ? FAIL : WARN;
+    if (d->rdma_edges)
+        report(d, FAIL, "rdma", "the config has %d RDMA edges, but this build's remote connector has no RDMA data plane yet: "
+               "omc_pipeline_connect refuses them. Fix: protocol: tcp on those connectors, or rdma_fallback_tcp "
+               "(pipeline3 --rdma-fallback)", d->rdma_edges);
+    if (!dir) {
+        report(d, level, "rdma", "no RDMA device (/sys/class/infiniband does not exist: no HCA driver loaded)%s. Fix: load the driver "
+               "(mlx5_ib, ...), or Soft-RoCE: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev <interface>",
+               d->rdma_edges ? "" : "; needed only for RDMA edges");
+        return;
+    }
+    while ((de = readdir(dir)) != NULL) {
+        char path[1200];
+        DIR* ports;
+        struct dirent* pe;
+        if (de->d_name[0] == '.') continue;
+        devices++;
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports", de->d_name);
+        ports = opendir(path);
+        if (!ports) continue;
+        while ((pe = readdir(ports)) != NULL) if (pe->d_name[0] != '.') doctor_rdma_port(d, de->d_name, pe->d_name);
+        closedir(ports);
+    }
+    closedir(dir);
+    if (!devices) report(d, level, "rdma", "/sys/class/infiniband lists no device. Fix: Soft-RoCE: rdma link add rxe0 type rxe netdev <interface>");
+}
+
+/* ---- memlock -------------------------------------------------------------------------------- */
+
+static int has_cap_ipc_lock(void) {
+    FILE* f = fopen("/proc/self/status", "r");
+    char line[256];
+    int yes = 0;
+    if (!f) return 0;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "CapEff:", 7) == 0) { unsigned long long caps = strtoull(line + 7, NULL, 16); yes = (caps >> 14) & 1; }
+    fclose(f);
+    return yes;
+}
+
+static void doctor_memlock(doctor* d) {
+    struct rlimit rl;
+    char lim[32], need[32];
+    const char* fix = "Fix: ulimit -l unlimited (as root), or memlock in /etc/security/limits.conf (\"* - memlock unlimited\"), "
+                      "LimitMEMLOCK=infinity for systemd units, --ulimit memlock=-1 for docker run";
+    int cap = has_cap_ipc_lock(), devices = access("/sys/class/infiniband", F_OK) == 0;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) { report(d, WARN, "memlock", "getrlimit(RLIMIT_MEMLOCK) failed: %s", strerror(errno)); return; }
+    if (rl.rlim_cur == RLIM_INFINITY) snprintf(lim, sizeof(lim), "unlimited");
+    else size_text((uint64_t)rl.rlim_cur, lim, sizeof(lim));
+    if (rl.rlim_cur == RLIM_INFINITY || cap) {
+        report(d, OK, "memlock", "ulimit -l is %s%s: RDMA pools of any size can be registered", lim, cap ? " but CAP_IPC_LOCK lifts it" : "");
+        return;
+    }
+    if (d->rdma_edges) {
+        size_text(d->rdma_pool_need, need, sizeof(need));
+        if ((uint64_t)rl.rlim_cur < d->rdma_pool_need)
+            report(d, FAIL, "memlock", "ulimit -l is %s, but a stage of this config registers %s of RDMA pool (memory_pool_size): "
+                   "the registration fails with OMC_ERR_MEMLOCK. %s", lim, need, fix);
+        else report(d, OK, "memlock", "ulimit -l is %s; the config's RDMA pools need %s per stage", lim, need);
+        return;
+    }
+    if (devices)
+        report(d, WARN, "memlock", "ulimit -l is %s: an RDMA pool larger than that cannot be registered (the seed's default pool is "
+               "4 GiB). %s", lim, fix);
+    else report(d, OK, "memlock", "ulimit -l is %s (only RDMA registers memory, and %s)", lim,
+                d->cfg ? "the config has no RDMA edge" : "this host has no RDMA device");
+}
+
+/* ---- /dev/shm -------------------------------------------------------------------------------- */
+
+static void doctor_shm_space(doctor* d) {
+    struct statvfs sv;
+    char total[32], avail[32], need[32];
+    uint64_t t, a;
+    if (statvfs(d->shm_dir, &sv) != 0 || access(d->shm_dir, W_OK) != 0) {
+        report(d, d->shm_edges ? FAIL : WARN, "shm", "%s is missing or not writable (%s). Fix: mount -t tmpfs -o size=2G tmpfs %s",
+               d->shm_dir, strerror(errno), d->shm_dir);
+        return;
+    }
+    t = (uint64_t)sv.f_blocks * sv.f_frsize;
+    a = (uint64_t)sv.f_bavail * sv.f_frsize;
+    size_text(t, total, sizeof(total));
+    size_text(a, avail, sizeof(avail));
+    if (d->cfg && d->shm_need) {
+        size_text(d->shm_need, need, sizeof(need));
+        if (a < d->shm_need)
+            report(d, FAIL, "shm", "%s has %s free of %s, but the config's sending stages reserve %s: a sender fails with OMC_ERR_SHM_FULL. "
+                   "Fix: mount -o remount,size=%lluM %s (docker run --shm-size=%lluM), or lower memory_pool_size", d->shm_dir, avail, total, need,
+                   (unsigned long long)((d->shm_need + (t - a)) >> 20) + 64, d->shm_dir, (unsigned long long)((d->shm_need + (t - a)) >> 20) + 64);
+        else report(d, OK, "shm", "%s: %s free of %s; the config's sending stages reserve %s (if all run on this host)", d->shm_dir, avail, total, need);
+        return;
+    }
+    if (t < ((uint64_t)1 << 30))
+        report(d, WARN, "shm", "%s is only %s (%s free): one sending stage reserves 256 MiB by default. Fix: mount -o remount,size=2G %s "
+               "(docker run --shm-size=2g)", d->shm_dir, total, avail, d->shm_dir);
+    else report(d, OK, "shm", "%s: %s free of %s", d->shm_dir, avail, total);
+}
+
+/* The owner of a segment: pid + the start time recorded in the header (the connector's own rule:
+   alive = the pid exists, is not a zombie, and started at that time). */
+static int owner_alive(uint32_t pid, uint64_t start) {
+    char path[64], buf[1024], *p;
+    FILE* f;
+    size_t n;
+    int field;
+    unsigned long long st = 0;
+    char state = '?';
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    f = fopen(path, "r");
+    if (!f) return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')');          /* the command name may hold spaces and parentheses */
+    if (!p) return 1;
+    p += 2;
+    state = *p;
+    for (field = 3; field < 22 && p; field++) { p = strchr(p, ' '); if (p) p++; }
+    if (p) st = strtoull(p, NULL, 10);
+    if (state == 'Z' || state == 'X') return 0;
+    return start == 0 || st == start;
+}
+
+static void doctor_shm_leftovers(doctor* d) {
+    DIR* dir = opendir(d->shm_dir);
+    struct dirent* de;
+    char prefix[32], listing[512] = "";
+    uint32_t live = 0, dead = 0, foreign = 0, removed = 0;
+    uint64_t dead_bytes = 0;
+    if (!dir) return;
+    snprintf(prefix, sizeof(prefix), "omc-%u-", (unsigned)geteuid());
+    while ((de = readdir(dir)) != NULL) {
+        char path[OMC_SHM_PATH_MAX];
+        uint8_t hdr[128];
+        uint32_t magic = 0, pid = 0, uid = 0;
+        uint64_t start = 0;
+        struct stat stt;
+        int fd;
+        ssize_t got;
+        if (strncmp(de->d_name, "omc-", 4) != 0) continue;
+        if (strncmp(de->d_name, prefix, strlen(prefix)) != 0) { foreign++; continue; }
+        snprintf(path, sizeof(path), "%s/%s", d->shm_dir, de->d_name);
+        fd = open(path, O_RDONLY | O_NOFOLLOW);
+        if (fd < 0) continue;
+        got = pread(fd, hdr, sizeof(hdr), 0);
+        if (fstat(fd, &stt) != 0) stt.st_size = 0;
+        close(fd);
+        if (got == (ssize_t)sizeof(hdr) && stt.st_size >= 4096) {
+            /* omniconn_shm.h's segment header (WIRE FORMATS there): magic at 0, owner start time
+               at 80, owner pid at 88, owner uid at 92 */
+            memcpy(&magic, hdr, 4);
+            memcpy(&start, hdr + 80, 8);
+            memcpy(&pid, hdr + 88, 4);
+            memcpy(&uid, hdr + 92, 4);
+        }
+        if (magic != 0x53434D4Fu || pid == 0 || uid != (uint32_t)geteuid()) {
+            /* too short to be a segment (being created, or cut short): the pid from the name,
+               omc-<uid>-<channel>-<pid>-<id> */
+            const char* dash = strrchr(de->d_name, '-');
+            const char* p = dash;
+            while (p && p > de->d_name && p[-1] != '-') p--;
+            pid = p && dash ? (uint32_t)strtoul(p, NULL, 10) : 0;
+            start = 0;
+        }
+        if (pid && owner_alive(pid, start)) { live++; continue; }
+        dead++;
+        dead_bytes += (uint64_t)stt.st_size;
+        if (strlen(listing) + strlen(de->d_name) + 24 < sizeof(listing))
+            snprintf(listing + strlen(listing), sizeof(listing) - strlen(listing), "%s%s (pid %u)", dead > 1 ? ", " : "", de->d_name, pid);
+    }
+    closedir(dir);
+    if (dead && d->sweep) {
+        omc_shm_desc sd;
+        memset(&sd, 0, sizeof(sd));
+        sd.shm_dir = d->shm_dir;
+        omc_shm_sweep_dead(&sd, &removed);
+    }
+    if (!dead) report(d, OK, "shm leftovers", "%u omniconn segments in %s, all of live processes", live, d->shm_dir);
+    else if (d->sweep)
+        report(d, removed == dead ? OK : WARN, "shm leftovers", "%u segments of dead owners found, %u removed (omc_shm_sweep_dead)%s", dead, removed,
+               removed == dead ? "" : ": the others were still being created or are not ours");
+    else {
+        char total[32];
+        report(d, WARN, "shm leftovers", "%u segments of dead owners hold %s of %s: %s. Fix: omniconn doctor --sweep (every sending "
+               "stage's start also removes them: omc_shm_sweep_dead)", dead, size_text(dead_bytes, total, sizeof(total)), d->shm_dir, listing);
+    }
+    if (foreign) report(d, OK, "shm leftovers", "%u segments of other users (not ours to judge)", foreign);
+}
+
+static void doctor_usage(void) {
+    printf("usage: omniconn doctor [options]\n");
+    printf("  --config FILE    also check this pipeline configuration (ports, pools, transports)\n");
+    printf("  --shm-dir DIR    the shared-memory directory                (default /dev/shm)\n");
+    printf("  --sweep          remove the segments of dead owners it finds\n");
+    printf("One line per check: OK, WARN or FAIL, and the fix. Exit status 1 if any check FAILs.\n");
+}
+
+static int cmd_doctor(int argc, char** argv) {
+    static const struct option longs[] = {
+        { "config", required_argument, NULL, 'c' }, { "shm-dir", required_argument, NULL, 'D' }, { "sweep", no_argument, NULL, 'S' },
+        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+    };
+    doctor d;
+    int opt;
+    memset(&d, 0, sizeof(d));
+    d.shm_dir = "/dev/shm";
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+        switch (opt) {
+            case 'c': d.config = optarg; break;
+            case 'D': d.shm_dir = optarg; break;
+            case 'S': d.sweep = 1; break;
+            case 'h': doctor_usage(); return 0;
+            default: doctor_usage(); return 2;
+        }
+    }
+    if (optind != argc) { doctor_usage(); return 2; }
+    printf("omniconn doctor (omniconn %s)%s%s\n", omc_version_string(), d.config ? ": " : "", d.config ? d.config : "");
+    if (d.config) doctor_config(&d);
+    doctor_host(&d);
+    if (d.cfg) doctor_ports(&d);
+    doctor_libs(&d);
+    doctor_rdma(&d);
+    doctor_memlock(&d);
+    doctor_shm_space(&d);
+    doctor_shm_leftovers(&d);
+    printf("%d OK, %d WARN, %d FAIL\n", d.oks, d.warns, d.fails);
+    omc_pipeline_config_destroy(d.cfg);
+    return d.fails ? 1 : 0;
+}
+
+/* ============================================================================================== */
+/* main                                                                                           */
+/* ============================================================================================== */
+
+static void usage(void) {
+    printf("omniconn %s - move stage payloads between processes and hosts\n", omc_version_string());
+    printf("usage: omniconn bench  [--transport local|shm|tcp|rdma] [--sizes 4K,64K,1M,16M] [--iters N] [--json FILE] [--plot FILE.png]\n");
+    printf("       omniconn doctor [--config FILE] [--shm-dir /dev/shm] [--sweep]\n");
+    printf("       omniconn <command> -h   for the options and their defaults\n");
+}
+
+static int omniconn_main(int argc, char** argv) {
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) { usage(); return argc < 2 ? 2 : 0; }
+    if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(argv[1], "doctor") == 0) return cmd_doctor(argc - 1, argv + 1);
+    if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) { printf("omniconn %s\n", omc_version_string()); return 0; }
+    fprintf(stderr, "omniconn: unknown command '%s'\n", argv[1]);
+    usage();
+    return 2;
+}
+
+#ifndef OMNICONN_CLI_NO_MAIN
+int main(int argc, char** argv) {
+    signal(SIGPIPE, SIG_IGN);       /* a consumer gone: write() fails and we say so */
+    return omniconn_main(argc, argv);
+}
+#endif
