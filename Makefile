@@ -77,5 +77,8 @@ bench-alloc: deps $(BUILD)/bench_alloc
 bench-shm: deps $(BUILD)/bench_shm
 	$(BUILD)/bench_shm bench/results/shm.json
 
+bench-tcp: deps $(BUILD)/bench_tcp
+	$(BUILD)/bench_tcp bench/results/tcp.json
+
 clean:
 	rm -rf build
