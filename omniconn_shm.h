@@ -233,6 +233,9 @@ LIMITS
     - All processes that share a shm_dir must share a pid namespace (liveness is pid + start
       time; containers: --ipc=host needs --pid=host too).
     - Fan-out <= 16 readers per put; <= max_entries puts in flight; keys <= 255 bytes.
+    - A connector belongs to the process that created it: after fork(), create new ones in the
+      child (claims record the creator's pid; the parent's mappings and locks are not the
+      child's to use).
     - A reader's pid reused by a new process before the owner's check keeps that reader's held
       ranges until the new process exits too (start times are recorded for owners only).
     - Residual SIGBUS risk: a process of our own uid that truncates a segment AFTER the last

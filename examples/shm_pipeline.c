@@ -311,7 +311,8 @@ int main(int argc, char** argv) {
         printf("throughput: %.2f GB/s end to end: %llu MB, every frame built in place by the producer, CRC-checked\n"
                "            and spot-checked by the consumer\n", gbps, (unsigned long long)((uint64_t)o.count * o.size / 1000000));
         if (o.count)
-            printf("connector:  put %.2f us, get %.2f us, release %.2f us per payload (medians): the payload bytes are never copied\n",
+            printf("connector:  put %.1f us, get %.1f us, release %.1f us per payload (medians; every call comes right after\n"
+                   "            megabytes of frame work, so with cold caches): the payload bytes are never copied\n",
                    median_us(put_ns, o.count), median_us(sh->get_ns, o.count), median_us(sh->release_ns, o.count));
         if (o.lat_count) {
             qsort(sh->samples, (size_t)o.lat_count, sizeof(int64_t), cmp_i64);
