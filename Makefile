@@ -80,5 +80,9 @@ bench-shm: deps $(BUILD)/bench_shm
 bench-tcp: deps $(BUILD)/bench_tcp
 	$(BUILD)/bench_tcp bench/results/tcp.json
 
+# ib_write_bw and omniconn's RDMA data plane in one boot of the RDMA bed -> bench/results/rdma.json
+bench-rdma: deps $(BUILD)/bench_rdma
+	BUILD=$(BUILD) bash tests/rdma/bench.sh
+
 clean:
 	rm -rf build

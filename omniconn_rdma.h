@@ -22,7 +22,18 @@
 QUICK START
 ================================================================================================
 
-    Both processes (the receiver and the sender) do the same set-up:
+    Through the remote connector (the usual way): create both ends with
+    omc_rdma_connector_create instead of omc_tcp_create, then use omc_conn_put / omc_conn_get
+    as with any connector. Payloads travel by RDMA WRITE; peers without RDMA use TCP.
+
+        omc_rdma_connector_desc d = {0};
+        d.net.role = OMC_ROLE_SENDER;                   // the receiver: OMC_ROLE_RECEIVER
+        d.net.host = "10.0.0.5";                        // side channel address (also picks the GID)
+        omc_conn* conn = NULL;
+        omc_rdma_connector_create(&d, &conn);           // RDMA off? it still works, over TCP,
+                                                        // and omc_rdma_connector_query says why
+
+    The engine on its own, with your own side channel (any socket). Both processes:
 
         omc_rdma_desc rd = {0};                         // zero = default: first ACTIVE device
         rd.local_addr = "10.0.0.5";                     // the address your side channel uses
@@ -130,8 +141,8 @@ STEP BY STEP: VERBS IN ONE PAGE
        only for requests that arrive on *that* QP, under a new rkey whose low 8 bits you pick
        (ibv_inc_rkey). Posting IBV_WR_LOCAL_INV with that rkey invalidates it: from then on the
        peer's writes with it fail with a remote access error. If the MR itself is registered
-       without remote access, the window is the only way in. That is the engine's protection:
-       one window per transfer, bound to exactly the destination, invalidated once DONE arrives.
+       without remote access, the window is the only way in - on adapters that check a
+       window's bounds, which the IB spec asks for and Soft-RoCE does not (see Security).
 
 ================================================================================================
 HOW THE ENGINE USES THEM
@@ -166,9 +177,10 @@ HOW THE ENGINE USES THEM
     restarted, and its old connection is dropped the same way.
 
     Transfers. The receiver exposes a destination: the engine splits it at MR boundaries and,
-    from OMNICONN_RDMA_SPLIT_MIN up, across the connection's QPs (one extent per QP), binds one
-    type-2 window per extent on that extent's QP, waits until the binds completed, and encodes
-    the transfer descriptor (addresses, lengths, rkeys, QP per extent). The sender validates the
+    from 2 * OMNICONN_RDMA_SPLIT_MIN up, across the connection's QPs (one extent per QP), gives
+    each extent a key of its own (see Security; with windows it binds them and waits until the
+    binds completed), and encodes the transfer descriptor (addresses, lengths, rkeys, QP per
+    extent). The sender validates the
     descriptor, slices the payload into WRITEs of at most OMNICONN_RDMA_SLICE bytes, gathers
     each from the source's scatter/gather list (frame segments can stay where they are), posts
     them round-robin on the extents' QPs within a window of desc.queue_depth outstanding
@@ -177,21 +189,38 @@ HOW THE ENGINE USES THEM
     progress thread that polls for desc.spin_us after activity and otherwise sleeps on the
     completion channel (an idle engine uses no CPU).
 
-    Security. A peer can only write where it was told to, and only while it is told to:
-      - with memory windows (when the device offers type 2, as mlx5 and Soft-RoCE do): the
-        pool's MRs are registered WITHOUT remote access; each transfer's window covers exactly
-        its destination, only on the QP it was bound on, and is invalidated (and the
-        invalidation waited for) before omc_rdma_revoke returns. A write outside the range, with
-        a made-up rkey, or with the rkey of a finished transfer is refused by the receiver's
-        adapter: the writer gets IBV_WC_REM_ACCESS_ERR, reported as OMC_ERR_RDMA_ACCESS.
-      - without them (desc.no_memory_windows, or a device without type-2 windows): the MRs
-        allow remote writes and the descriptor carries the MR's rkey. The adapter then only
-        enforces the registered region: a malicious peer that knows the rkey can write anywhere
-        in the receiver's *pool* (never outside it: not the heap, not the stack, not the
-        allocator's bookkeeping, which lives outside the pool). omc_rdma_info() says which mode
-        is in force.
-      - either way the sender checks every peer-supplied descriptor (counts, lengths, overflow,
-        QP indexes, connection id, capacity against the payload) before posting anything.
+    Security. A peer can only write where it was told to, and only while it is told to.
+    desc.protection says how; the pool's MRs take no remote access except in POOL mode:
+      - OMC_RDMA_PROTECT_WINDOWS: one type-2 memory window per extent, covering exactly the
+        destination, usable only on the QP it was bound on, invalidated (and the invalidation
+        waited for) before omc_rdma_revoke returns.
+      - OMC_RDMA_PROTECT_REGIONS: one MR registered for exactly the destination by expose and
+        deregistered by revoke (a registration per transfer; it pins the pages a second time,
+        which counts against RLIMIT_MEMLOCK).
+      - OMC_RDMA_PROTECT_POOL: the pool MRs' own rkey (fastest; no revocation): a malicious
+        peer that knows it can write anywhere in the receiver's *pool*, never outside it (not
+        the heap, not the stack, not the allocator's bookkeeping, which lives outside the pool).
+      - OMC_RDMA_PROTECT_DEFAULT: WINDOWS where the device keeps writes inside a window, else
+        REGIONS. Which is which is measured, not assumed: at start-up the engine connects two
+        of its own QPs, binds a one-page window and writes two pages through it. Real adapters
+        refuse the write; Soft-RoCE lets it land (its responder checks a window's key and QP,
+        then only the range of the MR under it: drivers/infiniband/sw/rxe/rxe_resp.c,
+        check_rkey). omc_rdma_info() reports the verdict (window_bounds) and the mode.
+    A write outside the destination (in WINDOWS mode: on devices that check bounds), with a
+    made-up rkey, or with the rkey of a revoked destination is refused by the receiver's
+    adapter: the writer gets IBV_WC_REM_ACCESS_ERR, reported as OMC_ERR_RDMA_ACCESS, and the
+    connection breaks on both sides. The sender also checks every peer-supplied descriptor
+    (counts, lengths, overflow, QP indexes, connection id, capacity against the payload)
+    before posting anything.
+
+    The remote connector. omc_rdma_connector_create runs the remote connector of omniconn.h
+    (side channel, entries, fan-out, TTL, deadlines, restarts) with this engine as its data
+    plane: a receiver channel creates a connection and sends its record in HELLO, the sender
+    accepts it and answers with its own; a get exposes its destination and sends the
+    descriptor in PULL; the sender writes and sends DONE only after the write completed; the
+    receiver revokes the destination before handing the buffer out. A channel whose RDMA
+    set-up fails (no engine, a sender without RDMA, a QP that will not connect) uses TCP; the
+    reason is in omc_rdma_connector_query() and the connector's health.
 
 ================================================================================================
 CONFIGURATION
@@ -208,7 +237,8 @@ CONFIGURATION
     OMNICONN_RDMA_QUEUE_DEPTH    128              impl file  outstanding WRs per QP (the window)
     OMNICONN_RDMA_SIGNAL_EVERY   16               impl file  signal one WR in this many
     OMNICONN_RDMA_SLICE          1 MiB            impl file  largest single RDMA WRITE
-    OMNICONN_RDMA_SPLIT_MIN      256 KiB          impl file  smaller destinations use one QP
+    OMNICONN_RDMA_SPLIT_MIN      256 KiB          impl file  a QP gets at least this much of a
+                                                             destination (smaller ones use one QP)
     OMNICONN_RDMA_MR_CHUNK       2 GiB            impl file  largest single memory registration
     OMNICONN_RDMA_CQ_DEPTH       16384            impl file  CQ entries: an engine holds at most
                                                              CQ_DEPTH / QUEUE_DEPTH QPs (128)
@@ -234,6 +264,7 @@ ERRORS & LOGGING
                             descriptor does not fit what this connection can write
     OMC_ERR_CONNECTION      the peer stopped answering (retry counter exceeded: dead or gone)
     OMC_ERR_RDMA_COMPLETION any other failed work completion (status in the log)
+    OMC_ERR_BUSY            the engine's QP budget is spent (CQ_DEPTH / QUEUE_DEPTH QPs)
     OMC_ERR_MALFORMED / OMC_ERR_CHECKSUM / OMC_ERR_VERSION  a record or descriptor is garbage
     Everything is logged through the desc's hooks with OMC_LOGITEM_RDMA.
 
@@ -276,7 +307,8 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
         8   u8   link layer (1 = InfiniBand, 2 = Ethernet/RoCE)
         9   u8   GID index the author uses (its own; informational and for logs)
         10  u8   GID type (1 = InfiniBand, 2 = RoCE v1, 3 = RoCE v2)
-        11  u8   flags: bit 0 = the author protects its destinations with memory windows
+        11  u8   flags: how the author protects its destinations: bit 0 = memory windows,
+                 bit 1 = a region per destination (neither: its pool's rkey)
         12  u16  LID (InfiniBand; 0 on RoCE)
         14  u16  reserved, zero
         16  u64  incarnation of the author's process (omc_incarnation(): a restart changes it)
@@ -291,7 +323,7 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
         0   u32  magic 0x57434D4F ("OMCW")
         4   u8   version (1)
         5   u8   extent count E (1..32)
-        6   u16  flags: bit 0 = the rkeys are memory windows
+        6   u16  flags: bit 0 = the rkeys are memory windows, bit 1 = regions of their own
         8   u64  connection id the windows are bound on (must be the writer's connection)
         16  u64  total length (the sum of the extents' lengths: the destination's capacity)
         24  E x 24 bytes, in destination order (the payload fills them in order):
@@ -320,7 +352,8 @@ RECENT REVISIONS
 
     0.1.0 (2026-11-22)  first release: runtime-loaded libibverbs, GID selection by rule,
                         chunked registration with a memlock check, RC connections, sliced and
-                        windowed RDMA WRITE, type-2 memory windows per transfer.
+                        windowed RDMA WRITE, per-transfer windows or regions (with a probe of
+                        the device's window bounds), the remote connector's RDMA data plane.
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -595,6 +628,48 @@ OMNICONN_API omc_result omc_rdma_write(omc_rdma_conn* conn, const omc_rdma_sge* 
 OMNICONN_API omc_result omc_rdma_write_start(omc_rdma_conn* conn, const omc_rdma_sge* src, uint32_t count,
                                              const void* desc, size_t desc_len, omc_time_ns deadline, omc_rdma_op** out);
 OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline);
+/* Wait at most until deadline without giving up: OMC_ERR_BUSY means the operation is still
+   running and stays valid (test again, or op_wait it); anything else is its result (freed). */
+OMNICONN_API omc_result omc_rdma_op_test(omc_rdma_op* op, omc_time_ns deadline);
+
+/* ============================================================================================== */
+/* [SECTION] RDMA: the remote connector with the RDMA data plane                                  */
+/* ============================================================================================== */
+#if OMC__HAS_ZMQ
+
+/* The remote connector (ZMQ side channel, entries, fan-out, TTL, deadlines, restarts, health:
+   see omc_tcp_create) with this engine as its data plane: a receiver's get exposes its
+   destination, the sender RDMA-WRITEs the payload from its pool straight into it and sends DONE
+   once the write completed. Channels to senders without RDMA, or whose RDMA bring-up fails, use
+   TCP (that peer only); omc_rdma_connector_query() and the connector's health say why.
+   Both ends must be created with omc_rdma_connector_create (the metadata says
+   OMC_TRANSPORT_RDMA; the body is the TCP connector's). */
+typedef struct omc_rdma_connector_desc {
+    omc_tcp_desc net;           /* side channel, pool, roles, ports, CURVE: as for omc_tcp_create */
+    omc_rdma_desc rdma;         /* the engine; rdma.local_addr defaults to net.host if that is an
+                                   IP literal; rdma.hooks default to net.hooks */
+    int require_rdma;           /* 1: fail if the engine cannot start (default: TCP, and say why) */
+} omc_rdma_connector_desc;
+
+OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc* desc, omc_conn** out);
+
+typedef struct omc_rdma_connector_info {
+    int rdma_enabled;           /* the engine is up and the pool registered */
+    char reason[256];           /* if not: why (every peer uses TCP) */
+    uint64_t rdma_channels;     /* receiver: channels connected over RDMA */
+    uint64_t tcp_fallbacks;     /* receiver: channels that fell back to TCP */
+    char last_fallback[256];    /* the latest fallback: which sender and why */
+    uint64_t accepted, accept_failures;     /* sender: RDMA connections accepted / refused */
+    uint64_t pushes, push_failures, push_bytes;
+    uint32_t sender_connections;    /* sender: RDMA connections it keeps now */
+    omc_rdma_info engine;       /* valid if rdma_enabled */
+} omc_rdma_connector_info;
+
+/* What the connector's RDMA plane is doing. OMC_ERR_INVALID_ARG if conn was not made by
+   omc_rdma_connector_create. */
+OMNICONN_API omc_result omc_rdma_connector_query(omc_conn* conn, omc_rdma_connector_info* out);
+
+#endif /* OMC__HAS_ZMQ */
 
 #ifdef __cplusplus
 } /* extern "C" */
@@ -1257,6 +1332,8 @@ struct omc_rdma_conn {
     uint32_t refs;              /* under eng->mu: the handle, and every window or op using it */
     int closed, connected, broken, linking;
     int quiet;                  /* the engine's own probe: failures are expected, not logged */
+    omc_rdma_conn* next_dead;   /* on the engine's list of connections to free */
+    int counted;                /* in E->conns (the live connections omc_rdma_query reports) */
     omc_result error;
     char error_text[160];
     uint64_t conn_id, peer_incarnation;
@@ -1316,6 +1393,7 @@ struct omc_rdma {
     uint64_t outstanding;       /* requests posted and not yet retired, all QPs */
     uint32_t live_qps;          /* live_qps * queue_depth <= cq_depth: the CQ can never overflow */
     omc_rdma_op* reap;          /* abandoned operations that finished: freed by the progress thread */
+    omc_rdma_conn* dead;        /* connections without references: the progress thread frees them */
     omc__rdma_region* regions;
     uint32_t nregions, cap_regions;
     uint64_t pinned;
@@ -1655,6 +1733,7 @@ OMC__PRIVATE void omc__rdma_complete(omc_rdma* E, const struct ibv_wc* wc) {
 }
 
 OMC__PRIVATE void omc__rdma_op_free(omc_rdma_op* op);
+OMC__PRIVATE void omc__rdma_bury(omc_rdma* E);
 
 /* Handle a batch of completions and free what finished after its waiter gave up. */
 OMC__PRIVATE void omc__rdma_handle(omc_rdma* E, const struct ibv_wc* wc, int n) {
@@ -1717,6 +1796,7 @@ static void* omc__rdma_progress(void* arg) {
         int n = ibv_poll_cq(E->cq, OMC__RDMA_POLL_BATCH, wc), stop, busy;
         if (n > 0) {
             omc__rdma_handle(E, wc, n);
+            omc__rdma_bury(E);
             spin_until = omc_now_ns() + spin;
             continue;
         }
@@ -1751,8 +1831,9 @@ static void* omc__rdma_progress(void* arg) {
         if (pf[1].revents & POLLIN) omc__rdma_async_events(E);
         if (pf[2].revents & POLLIN) {
             uint64_t v;
-            if (read(E->wake_fd, &v, sizeof(v)) < 0) { /* nothing to do: the flag is in E->stop */ }
+            if (read(E->wake_fd, &v, sizeof(v)) < 0) { /* nothing to do: the flags are in E */ }
         }
+        omc__rdma_bury(E);
         spin_until = omc_now_ns() + spin;
     }
     if (unacked) omc__ibv_ack_cq_events(E->cq, unacked);   /* every event must be acked before destroy_cq */
@@ -1830,6 +1911,7 @@ OMC__PRIVATE void omc__rdma_close(omc_rdma* E) {
         pthread_join(E->thread, NULL);
         E->thread_started = 0;
     }
+    omc__rdma_bury(E);          /* what the thread had not freed yet: before the CQ and PD go */
     close(E->wake_fd);
     if (omc__ibv_destroy_cq(E->cq) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_destroy_cq: %s", strerror(errno));
     if (omc__ibv_destroy_comp_channel(E->channel) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_destroy_comp_channel: %s", strerror(errno));
@@ -2316,7 +2398,7 @@ OMC__PRIVATE void omc__rdma_conn_free(omc_rdma_conn* c) {
         E->outstanding -= q->head - q->tail;
     }
     E->live_qps -= c->nqp;
-    E->conns--;
+    if (c->counted) E->conns--;
     pthread_mutex_unlock(&E->mu);
     for (i = 0; i < c->nqp; i++) {
         omc__rdma_qp* q = &c->qps[i];
@@ -2329,13 +2411,32 @@ OMC__PRIVATE void omc__rdma_conn_free(omc_rdma_conn* c) {
     omc__free(&E->hooks, c);
 }
 
+/* Drop a reference. The last one hands the connection to the progress thread, which destroys
+   its QPs: destroying a QP can take milliseconds, and callers (a receiver closing a channel at
+   its deadline) should not wait for it. Its QPs are in ERROR already, nothing moves through them. */
 OMC__PRIVATE void omc__rdma_conn_unref(omc_rdma_conn* c) {
     omc_rdma* E = c->eng;
+    uint64_t one = 1;
     int last;
     pthread_mutex_lock(&E->mu);
     last = --c->refs == 0;
+    if (last) { c->next_dead = E->dead; E->dead = c; E->conns--; c->counted = 0; }
     pthread_mutex_unlock(&E->mu);
-    if (last) omc__rdma_conn_free(c);
+    if (last && write(E->wake_fd, &one, sizeof(one)) < 0) { /* the thread also wakes once a second */ }
+}
+
+/* Free the connections handed over by omc__rdma_conn_unref (not holding mu). */
+OMC__PRIVATE void omc__rdma_bury(omc_rdma* E) {
+    omc_rdma_conn* dead;
+    pthread_mutex_lock(&E->mu);
+    dead = E->dead;
+    E->dead = NULL;
+    pthread_mutex_unlock(&E->mu);
+    while (dead) {
+        omc_rdma_conn* next = dead->next_dead;
+        omc__rdma_conn_free(dead);
+        dead = next;
+    }
 }
 
 /* A connection with nqp QPs in INIT. The CQ must have room for every request they can hold. */
@@ -2353,7 +2454,7 @@ OMC__PRIVATE omc_result omc__rdma_conn_new(omc_rdma* E, uint32_t nqp, uint64_t c
     pthread_mutex_lock(&E->mu);
     live = E->live_qps;
     if ((uint64_t)(live + nqp) * E->queue_depth > E->cq_depth) r = OMC_ERR_BUSY;
-    else { E->live_qps += nqp; E->conns++; }
+    else { E->live_qps += nqp; E->conns++; c->counted = 1; }
     pthread_mutex_unlock(&E->mu);
     if (r != OMC_OK) {
         OMC__RDMA_LOG(E, OMC_LOG_ERROR, "engine already has %u QPs; its CQ (%u entries) has room for %u QPs of depth %u: raise "
@@ -2503,6 +2604,8 @@ OMNICONN_API omc_result omc_rdma_conn_record(omc_rdma_conn* c, void* out, size_t
     return omc_rdma_record_encode(&rec, out, cap, out_len);
 }
 
+OMC__PRIVATE uint64_t omc__rdma_conn_id(const omc_rdma_conn* c) { return c->conn_id; }
+
 OMNICONN_API int omc_rdma_conn_ok(omc_rdma_conn* c) {
     int ok;
     if (!c) return 0;
@@ -2606,7 +2709,9 @@ OMC__PRIVATE omc_result omc__rdma_post(omc_rdma* E, omc__rdma_qp* q, struct ibv_
     return OMC_OK;
 }
 
-OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline) {
+/* Wait for an operation. give_up: at the deadline break the connection and wait for the flush
+   (op_wait); otherwise return OMC_ERR_BUSY and leave the operation running (op_test). */
+OMC__PRIVATE omc_result omc__rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline, int give_up) {
     omc_rdma_conn* c;
     omc_rdma* E;
     omc_result r;
@@ -2616,6 +2721,7 @@ OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline) 
     pthread_mutex_lock(&E->mu);
     while (op->pending > 0) {
         if (omc__cond_wait_until(&E->cv, &E->mu, deadline) == ETIMEDOUT && op->pending > 0) {
+            if (!give_up) { pthread_mutex_unlock(&E->mu); return OMC_ERR_BUSY; }
             /* the adapter may still read or write our memory: break the connection (its QPs
                flush everything at once) and wait for the flush before giving the memory back */
             omc_time_ns grace = omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS);
@@ -2645,6 +2751,9 @@ OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline) 
     omc__rdma_op_free(op);
     return r;
 }
+
+OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline) { return omc__rdma_op_wait(op, deadline, 1); }
+OMNICONN_API omc_result omc_rdma_op_test(omc_rdma_op* op, omc_time_ns deadline) { return omc__rdma_op_wait(op, deadline, 0); }
 
 /* ============================================================================================== */
 /* [SECTION] Implementation: windows (the receiver's side)                                        */
@@ -3123,6 +3232,32 @@ OMC__PRIVATE int omc__rdma_probe_window_bounds(omc_rdma* E) {
     return verdict;
 }
 
+/* The probe's verdicts, per device and port, for the life of the process (it costs a loopback
+   connection and a few completions: milliseconds on hardware, most of a second under QEMU). */
+typedef struct omc__rdma_verdict { char device[64]; uint8_t port; int bounds; } omc__rdma_verdict;
+static omc__rdma_verdict omc__rdma_verdicts[8];
+static uint32_t omc__rdma_nverdicts;
+
+OMC__PRIVATE int omc__rdma_window_bounds(omc_rdma* E) {
+    uint32_t i;
+    int bounds = -1;
+    pthread_mutex_lock(&omc__ibv_mu);
+    for (i = 0; i < omc__rdma_nverdicts; i++)
+        if (omc__rdma_verdicts[i].port == E->port && strcmp(omc__rdma_verdicts[i].device, E->device) == 0) bounds = omc__rdma_verdicts[i].bounds;
+    pthread_mutex_unlock(&omc__ibv_mu);
+    if (bounds >= 0) return bounds;
+    bounds = omc__rdma_probe_window_bounds(E);
+    pthread_mutex_lock(&omc__ibv_mu);
+    if (bounds >= 0 && omc__rdma_nverdicts < sizeof(omc__rdma_verdicts) / sizeof(omc__rdma_verdicts[0])) {
+        omc__rdma_verdict* v = &omc__rdma_verdicts[omc__rdma_nverdicts++];
+        snprintf(v->device, sizeof(v->device), "%s", E->device);
+        v->port = E->port;
+        v->bounds = bounds;
+    }
+    pthread_mutex_unlock(&omc__ibv_mu);
+    return bounds;
+}
+
 /* Resolve desc.protection: windows where the device enforces their bounds, a region per
    destination elsewhere (it costs a registration per transfer, but a region's bounds are
    enforced by every device, Soft-RoCE included). */
@@ -3133,7 +3268,7 @@ OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection w
     if (has_mw && (want == OMC_RDMA_PROTECT_DEFAULT || want == OMC_RDMA_PROTECT_WINDOWS)) {
         E->protect = OMC_RDMA_PROTECT_WINDOWS;
         E->use_mw = 1;
-        E->window_bounds = omc__rdma_probe_window_bounds(E);
+        E->window_bounds = omc__rdma_window_bounds(E);
     }
     if (want == OMC_RDMA_PROTECT_DEFAULT) E->protect = E->window_bounds == 1 ? OMC_RDMA_PROTECT_WINDOWS : OMC_RDMA_PROTECT_REGIONS;
     else if (want == OMC_RDMA_PROTECT_WINDOWS && !has_mw) {
@@ -3145,6 +3280,419 @@ OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection w
         OMC__RDMA_LOG(E, E->use_mw ? OMC_LOG_WARN : OMC_LOG_INFO, "device %s does not enforce memory-window bounds (Soft-RoCE checks "
                       "only the region under a window)%s", E->device, E->use_mw ? ": keys are per transfer and revoked, but a peer "
                       "holding one can write anywhere in the memory region under it" : ": each destination gets a memory region of its own");
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the RDMA data plane of the remote connector                          */
+/* ============================================================================================== */
+/*
+    The remote connector (wip/net_impl.h: "the data-plane interface") runs the side channel and
+    calls a data plane for the bytes. This one maps it onto the engine:
+
+      receiver                                           sender
+      rx_open:   omc_rdma_conn_create (QPs in INIT)
+      rx_hello:  our endpoint record  ---- HELLO ---->   tx_hello: omc_rdma_conn_accept, keep the
+                                                                   connection under its id
+      rx_ready:  omc_rdma_conn_connect <--- HELLO ----             and answer with our record
+      rx_prepare: omc_rdma_expose(dst) -- PULL(desc) ->  tx_push: find the connection by the
+                                                                   descriptor's id, omc_rdma_write
+      rx_progress(DONE): omc_rdma_revoke <--- DONE ----            (DONE only after it completed)
+
+    One RDMA connection per channel (a channel carries one get at a time; a receiver caches a
+    few per sender). Anything that goes wrong while a channel is set up (no engine, no record
+    from the sender, a QP that will not connect) makes rx_ready say OMC_ERR_UNAVAILABLE: that
+    channel uses TCP, the reason goes to omc_rdma_connector_query and the connector's health.
+    A connection that breaks later fails its transfer; the channel is dropped and the next get
+    sets up a new one. Senders drop connections that broke, and the least recently used idle
+    ones when the engine's QP budget is spent.
+*/
+
+typedef struct omc__rdma_link {         /* sender: one accepted connection */
+    omc_rdma_conn* conn;
+    uint64_t conn_id;
+    omc_time_ns last_used;
+    uint32_t busy;                      /* pushes using it now */
+    struct omc__rdma_link* next;
+} omc__rdma_link;
+
+typedef struct omc__rdma_plane {
+    omc_rdma* eng;                      /* NULL: RDMA is off for this connector (reason says why) */
+    omc_conn* conn;
+    omc_hooks hooks;
+    void* pool_base;                    /* registered by attach */
+    int* detached;                      /* create() learns whether a failed create ran detach */
+    pthread_mutex_t mu;
+    omc__rdma_link* links;
+    char reason[256];
+    char last_fallback[256];
+    uint64_t rdma_channels, tcp_fallbacks, accepted, accept_failures, pushes, push_failures, push_bytes;
+    struct omc__rdma_plane* next;       /* the registry (omc_rdma_connector_query finds us there) */
+} omc__rdma_plane;
+
+typedef struct omc__rdma_chan {         /* receiver: one channel */
+    omc_rdma_conn* conn;
+    omc_rdma_window* win;
+    int connected;
+} omc__rdma_chan;
+
+static omc__rdma_plane* omc__rdma_planes;
+static pthread_mutex_t omc__rdma_planes_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* A channel (or a receiver's HELLO) goes without RDMA: remember why, tell health. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+OMC__PRIVATE void omc__rdmap_fallback(omc__rdma_plane* P, omc_result r, const char* fmt, ...) {
+    char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&P->mu);
+    snprintf(P->last_fallback, sizeof(P->last_fallback), "%s", text);
+    pthread_mutex_unlock(&P->mu);
+    if (P->conn) omc__conn_fail(P->conn, r, "%s", text);
+}
+
+static omc_result omc__rdmap_attach(void* user, omc_conn* conn, omc_pool* pool, const omc_hooks* hooks) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
+    omc_result r;
+    (void)hooks;
+    P->conn = conn;
+    pthread_mutex_lock(&omc__rdma_planes_mu);
+    P->next = omc__rdma_planes;
+    omc__rdma_planes = P;
+    pthread_mutex_unlock(&omc__rdma_planes_mu);
+    if (!P->eng) return OMC_OK;
+    r = omc_rdma_register(P->eng, omc_pool_base(pool), omc_pool_size(pool));    /* once, for every transfer */
+    if (r == OMC_OK) { P->pool_base = omc_pool_base(pool); return OMC_OK; }
+    snprintf(P->reason, sizeof(P->reason), "RDMA off: registering the connector's %llu-byte pool failed (%s; the log says "
+             "why): every peer uses TCP", (unsigned long long)omc_pool_size(pool), omc_result_str(r));
+    omc_rdma_destroy(P->eng);
+    P->eng = NULL;
+    return OMC_OK;
+}
+
+static void omc__rdmap_detach(void* user) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
+    omc__rdma_plane** pp;
+    pthread_mutex_lock(&omc__rdma_planes_mu);
+    for (pp = &omc__rdma_planes; *pp; pp = &(*pp)->next) if (*pp == P) { *pp = P->next; break; }
+    pthread_mutex_unlock(&omc__rdma_planes_mu);
+    while (P->links) {
+        omc__rdma_link* l = P->links;
+        P->links = l->next;
+        omc_rdma_conn_destroy(l->conn);
+        omc__free(&P->hooks, l);
+    }
+    if (P->eng) {
+        if (P->pool_base) omc_rdma_deregister(P->eng, P->pool_base);
+        omc_rdma_destroy(P->eng);
+    }
+    if (P->detached) *P->detached = 1;
+    pthread_mutex_destroy(&P->mu);
+    omc__free(&P->hooks, P);
+}
+
+/* Sender: forget connections that broke, and (evict) the least recently used idle one. */
+OMC__PRIVATE void omc__rdmap_prune(omc__rdma_plane* P, int evict) {
+    omc__rdma_link **pp, **lru = NULL;
+    pthread_mutex_lock(&P->mu);
+    for (pp = &P->links; *pp;) {
+        omc__rdma_link* l = *pp;
+        if (!l->busy && !omc_rdma_conn_ok(l->conn)) {
+            *pp = l->next;
+            omc_rdma_conn_destroy(l->conn);
+            omc__free(&P->hooks, l);
+            continue;
+        }
+        if (!l->busy && (!lru || l->last_used < (*lru)->last_used)) lru = pp;
+        pp = &l->next;
+    }
+    if (evict && lru) {
+        omc__rdma_link* l = *lru;
+        *lru = l->next;
+        omc_rdma_conn_destroy(l->conn);
+        omc__free(&P->hooks, l);
+    }
+    pthread_mutex_unlock(&P->mu);
+}
+
+static omc_result omc__rdmap_tx_hello(void* user, const uint8_t* rec, uint32_t rec_len, uint8_t* out, uint32_t cap, uint32_t* out_len) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
+    omc__rdma_link* l;
+    omc_rdma_conn* c = NULL;
+    size_t n = 0;
+    omc_result r;
+    *out_len = 0;
+    if (!P->eng || !rec) return OMC_ERR_UNAVAILABLE;    /* no record from us: the receiver uses TCP */
+    omc__rdmap_prune(P, 0);
+    r = omc_rdma_conn_accept(P->eng, rec, rec_len, &c);
+    if (r == OMC_ERR_BUSY) {                            /* the QP budget is spent: make room once */
+        omc__rdmap_prune(P, 1);
+        r = omc_rdma_conn_accept(P->eng, rec, rec_len, &c);
+    }
+    if (r == OMC_OK) r = omc_rdma_conn_record(c, out, cap, &n);
+    l = r == OMC_OK ? (omc__rdma_link*)omc__calloc(&P->hooks, sizeof(omc__rdma_link)) : NULL;
+    if (r == OMC_OK && !l) r = OMC_ERR_NO_MEMORY;
+    if (r != OMC_OK) {
+        if (c) omc_rdma_conn_destroy(c);
+        pthread_mutex_lock(&P->mu);
+        P->accept_failures++;
+        pthread_mutex_unlock(&P->mu);
+        omc__rdmap_fallback(P, r, "RDMA connection for a receiver refused (%s; the log says why): it uses TCP", omc_result_str(r));
+        return r;
+    }
+    l->conn = c;
+    l->conn_id = omc__rdma_conn_id(c);
+    l->last_used = omc_now_ns();
+    pthread_mutex_lock(&P->mu);
+    l->next = P->links;
+    P->links = l;
+    P->accepted++;
+    pthread_mutex_unlock(&P->mu);
+    *out_len = (uint32_t)n;
+    return OMC_OK;
+}
+
+/* The connector promises the receiver that some codes mean "no byte moved" (it keeps its
+   channel after them); a failed RDMA write promises nothing of the kind. */
+static omc_result omc__rdmap_push_result(omc_result r) {
+    switch (r) {
+        case OMC_ERR_TOO_LARGE: case OMC_ERR_MALFORMED: case OMC_ERR_CHECKSUM: case OMC_ERR_VERSION: return OMC_ERR_PROTOCOL;
+        case OMC_ERR_NOT_FOUND: case OMC_ERR_STALE: case OMC_ERR_UNAVAILABLE: case OMC_ERR_PEER_RESTARTED: return OMC_ERR_CONNECTION;
+        case OMC_ERR_INVALID_ARG: return OMC_ERR_INTERNAL;      /* our own pool is not registered? */
+        default: return r;
+    }
+}
+
+static omc_result omc__rdmap_tx_push(void* user, const omc__dp_push* p) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
+    omc__rdma_link* l;
+    omc_rdma_target t;
+    omc_rdma_op* op = NULL;
+    omc_rdma_sge sge;
+    omc_result r;
+    if (!P->eng) return OMC_ERR_CONNECTION;
+    r = omc_rdma_target_decode(p->desc, p->desc_len, 0, &t);
+    if (r != OMC_OK) return OMC_ERR_PROTOCOL;
+    pthread_mutex_lock(&P->mu);
+    for (l = P->links; l && l->conn_id != t.conn_id; l = l->next) {}
+    if (l) { l->busy++; l->last_used = omc_now_ns(); }
+    pthread_mutex_unlock(&P->mu);
+    if (!l) {
+        OMC__RDMA_LOG(P->eng, OMC_LOG_WARN, "PULL names RDMA connection %016llx, which this sender does not have (dropped or from "
+                      "before a restart)", (unsigned long long)t.conn_id);
+        return OMC_ERR_CONNECTION;
+    }
+    sge.addr = p->src;
+    sge.length = p->size;
+    r = omc_rdma_write_start(l->conn, &sge, 1, p->desc, p->desc_len, p->deadline, &op);
+    while (r == OMC_OK && op) {
+        int a = omc__load(p->abort);
+        omc_time_ns slice = omc_deadline_after_ms(50);
+        if (a) {    /* the receiver gave up: stop the adapter (break the connection), then report */
+            pthread_mutex_lock(&P->eng->mu);
+            omc__rdma_conn_break_locked(l->conn, (omc_result)a, "push aborted by the receiver");
+            pthread_mutex_unlock(&P->eng->mu);
+            omc_rdma_op_wait(op, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
+            r = (omc_result)a;
+            break;
+        }
+        if (p->deadline <= slice) { r = omc_rdma_op_wait(op, p->deadline); break; }
+        r = omc_rdma_op_test(op, slice);
+        if (r != OMC_ERR_BUSY) break;
+        r = OMC_OK;
+    }
+    pthread_mutex_lock(&P->mu);
+    l->busy--;
+    l->last_used = omc_now_ns();
+    if (r == OMC_OK) { P->pushes++; P->push_bytes += p->size; }
+    else P->push_failures++;
+    pthread_mutex_unlock(&P->mu);
+    return r == OMC_OK ? OMC_OK : omc__rdmap_push_result(r);
+}
+
+static omc_result omc__rdmap_rx_open(void* user, void** chan) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
+    omc__rdma_chan* ch = (omc__rdma_chan*)omc__calloc(&P->hooks, sizeof(omc__rdma_chan));
+    if (!ch) return OMC_ERR_NO_MEMORY;
+    /* without a connection the channel still opens: rx_ready then sends it to TCP */
+    if (P->eng && omc_rdma_conn_create(P->eng, &ch->conn) != OMC_OK) ch->conn = NULL;
+    *chan = ch;
+    return OMC_OK;
+}
+
+static omc_result omc__rdmap_rx_hello(void* user, void* chan, uint8_t* out, uint32_t cap, uint32_t* out_len) {
+    omc__rdma_chan* ch = (omc__rdma_chan*)chan;
+    size_t n = 0;
+    omc_result r;
+    (void)user;
+    *out_len = 0;
+    if (!ch->conn) return OMC_OK;
+    r = omc_rdma_conn_record(ch->conn, out, cap, &n);
+    *out_len = (uint32_t)n;
+    return r;
+}
+
+static omc_result omc__rdmap_rx_ready(void* user, void* chan, const omc__dp_peer* peer, omc_time_ns deadline) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
+    omc__rdma_chan* ch = (omc__rdma_chan*)chan;
+    omc_result r;
+    (void)deadline;
+    if (!P->eng) r = OMC_ERR_UNAVAILABLE;
+    else if (!ch->conn) r = OMC_ERR_RDMA_QP;
+    else if (!peer->record) r = OMC_ERR_UNAVAILABLE;
+    else r = omc_rdma_conn_connect(ch->conn, peer->record, peer->record_len);
+    if (r == OMC_OK) {
+        ch->connected = 1;
+        pthread_mutex_lock(&P->mu);
+        P->rdma_channels++;
+        pthread_mutex_unlock(&P->mu);
+        return OMC_OK;
+    }
+    pthread_mutex_lock(&P->mu);
+    P->tcp_fallbacks++;
+    pthread_mutex_unlock(&P->mu);
+    if (!P->eng) omc__rdmap_fallback(P, OMC_ERR_UNAVAILABLE, "sender %s:%u: TCP (%s)", peer->host, peer->port, P->reason);
+    else if (!ch->conn) omc__rdmap_fallback(P, r, "sender %s:%u: TCP (no RDMA connection could be created: see the log)", peer->host, peer->port);
+    else if (!peer->record) omc__rdmap_fallback(P, OMC_ERR_UNAVAILABLE, "sender %s:%u: TCP (it offers no RDMA, or its RDMA "
+                                                "bring-up failed: see its health)", peer->host, peer->port);
+    else omc__rdmap_fallback(P, r, "sender %s:%u: TCP (RDMA connection failed: %s; the log has the details)", peer->host,
+                             peer->port, omc_result_str(r));
+    return OMC_ERR_UNAVAILABLE;     /* this channel only: the connector switches it to TCP */
+}
+
+static int omc__rdmap_rx_reusable(void* user, void* chan) {
+    omc__rdma_chan* ch = (omc__rdma_chan*)chan;
+    (void)user;
+    return ch->connected && omc_rdma_conn_ok(ch->conn);
+}
+
+static omc_result omc__rdmap_rx_prepare(void* user, void* chan, omc__dp_xfer* x, omc_time_ns deadline, uint8_t* desc,
+                                        uint32_t cap, uint32_t* desc_len) {
+    omc__rdma_chan* ch = (omc__rdma_chan*)chan;
+    size_t n = 0;
+    omc_result r;
+    (void)user;
+    *desc_len = 0;
+    if (ch->win) { omc_rdma_revoke(ch->win, deadline); ch->win = NULL; }
+    /* exactly the bytes announced: the peer's window ends where the payload ends */
+    r = omc_rdma_expose(ch->conn, x->dst.data, x->size ? x->size : 1, deadline, &ch->win, desc, cap, &n);
+    *desc_len = (uint32_t)n;
+    return r;
+}
+
+static int omc__rdmap_rx_fd(void* user, void* chan) { (void)user; (void)chan; return -1; }   /* writes land silently */
+
+static omc_result omc__rdmap_rx_progress(void* user, void* chan, omc__dp_xfer* x, int done_received) {
+    omc__rdma_chan* ch = (omc__rdma_chan*)chan;
+    (void)user;
+    if (!done_received) return OMC_OK;
+    /* DONE: the sender's write completed, so every byte is in place. Close the window before
+       the buffer goes to the caller; if that fails the connection is broken, which stops the
+       peer as well (and the channel is not reused). */
+    if (ch->win) { omc_rdma_revoke(ch->win, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS)); ch->win = NULL; }
+    x->received = x->size;
+    x->complete = 1;
+    return OMC_OK;
+}
+
+static void omc__rdmap_rx_end(void* user, void* chan, omc__dp_xfer* x, omc_result r) {
+    omc__rdma_chan* ch = (omc__rdma_chan*)chan;
+    (void)user; (void)x; (void)r;
+    if (ch->win) { omc_rdma_revoke(ch->win, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS)); ch->win = NULL; }
+}
+
+static void omc__rdmap_rx_close(void* user, void* chan) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
+    omc__rdma_chan* ch = (omc__rdma_chan*)chan;
+    if (!ch) return;
+    if (ch->win) omc_rdma_revoke(ch->win, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
+    if (ch->conn) omc_rdma_conn_destroy(ch->conn);
+    omc__free(&P->hooks, ch);
+}
+
+static const omc__dp_vtable omc__rdma_plane_vt = {
+    "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, omc__rdmap_attach, omc__rdmap_detach,
+    omc__rdmap_tx_hello, omc__rdmap_tx_push,
+    omc__rdmap_rx_open, omc__rdmap_rx_hello, omc__rdmap_rx_ready, omc__rdmap_rx_reusable, omc__rdmap_rx_prepare,
+    omc__rdmap_rx_fd, omc__rdmap_rx_progress, omc__rdmap_rx_end, omc__rdmap_rx_close
+};
+
+OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc* desc, omc_conn** out) {
+    omc_rdma_connector_desc d;
+    omc__rdma_plane* P;
+    omc__dataplane extra;
+    omc_hooks hooks;
+    uint8_t probe[16];
+    int detached = 0;
+    omc_result r;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    *out = NULL;
+    if (desc) d = *desc; else memset(&d, 0, sizeof(d));
+    hooks = omc__hooks_resolve(&d.net.hooks);
+    P = (omc__rdma_plane*)omc__calloc(&hooks, sizeof(omc__rdma_plane));
+    if (!P) return OMC_ERR_NO_MEMORY;
+    P->hooks = hooks;
+    if (pthread_mutex_init(&P->mu, NULL) != 0) { omc__free(&hooks, P); return OMC_ERR_SYSTEM; }
+    if (!d.rdma.hooks.log_fn && !d.rdma.hooks.alloc_fn && !d.rdma.hooks.user_data && !d.rdma.hooks.max_level) d.rdma.hooks = d.net.hooks;
+    if (!d.rdma.local_addr && d.net.host && omc_rdma_addr_to_gid(d.net.host, probe) == OMC_OK) d.rdma.local_addr = d.net.host;
+    r = omc_rdma_create(&d.rdma, &P->eng);
+    if (r != OMC_OK) {
+        if (d.require_rdma) { pthread_mutex_destroy(&P->mu); omc__free(&hooks, P); return r; }
+        snprintf(P->reason, sizeof(P->reason), "RDMA off: the engine did not start (%s; the log says why): every peer uses TCP",
+                 omc_result_str(r));
+        P->eng = NULL;
+    }
+    P->detached = &detached;
+    extra.vt = &omc__rdma_plane_vt;
+    extra.user = P;
+    r = omc__net_create(&d.net, OMC_TRANSPORT_RDMA, &extra, out);
+    if (r != OMC_OK) {
+        if (!detached) {            /* never attached: the plane is still ours to free */
+            if (P->eng) omc_rdma_destroy(P->eng);
+            pthread_mutex_destroy(&P->mu);
+            omc__free(&hooks, P);
+        }
+        return r;
+    }
+    P->detached = NULL;
+    if (d.require_rdma && !P->eng) {   /* attach turned it off (registration failed) */
+        omc_conn_destroy(*out);
+        *out = NULL;
+        return OMC_ERR_UNAVAILABLE;
+    }
+    if (P->reason[0]) omc__conn_fail(*out, OMC_ERR_UNAVAILABLE, "%s", P->reason);
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_rdma_connector_query(omc_conn* conn, omc_rdma_connector_info* out) {
+    omc__rdma_plane* P;
+    omc__rdma_link* l;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    memset(out, 0, sizeof(*out));
+    if (!conn) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&omc__rdma_planes_mu);
+    for (P = omc__rdma_planes; P && P->conn != conn; P = P->next) {}
+    if (P) {
+        pthread_mutex_lock(&P->mu);
+        out->rdma_enabled = P->eng != NULL;
+        snprintf(out->reason, sizeof(out->reason), "%s", P->reason);
+        snprintf(out->last_fallback, sizeof(out->last_fallback), "%s", P->last_fallback);
+        out->rdma_channels = P->rdma_channels;
+        out->tcp_fallbacks = P->tcp_fallbacks;
+        out->accepted = P->accepted;
+        out->accept_failures = P->accept_failures;
+        out->pushes = P->pushes;
+        out->push_failures = P->push_failures;
+        out->push_bytes = P->push_bytes;
+        for (l = P->links; l; l = l->next) out->sender_connections++;
+        pthread_mutex_unlock(&P->mu);
+        if (P->eng) omc_rdma_query(P->eng, &out->engine);
+    }
+    pthread_mutex_unlock(&omc__rdma_planes_mu);
+    return P ? OMC_OK : OMC_ERR_INVALID_ARG;
 }
 
 #else /* !OMC__HAS_RDMA: the same API, reporting that it is not there */
@@ -3216,6 +3764,19 @@ OMNICONN_API omc_result omc_rdma_write_start(omc_rdma_conn* c, const omc_rdma_sg
     return OMC_ERR_UNAVAILABLE;
 }
 OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline) { (void)op; (void)deadline; return OMC_ERR_UNAVAILABLE; }
+OMNICONN_API omc_result omc_rdma_op_test(omc_rdma_op* op, omc_time_ns deadline) { (void)op; (void)deadline; return OMC_ERR_UNAVAILABLE; }
+
+#if OMC__HAS_ZMQ     /* ZMQ without RDMA (OMNICONN_NO_RDMA): the connector cannot exist */
+OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc* desc, omc_conn** out) {
+    if (out) *out = NULL;
+    return omc__rdma_absent(desc ? &desc->net.hooks : NULL);
+}
+OMNICONN_API omc_result omc_rdma_connector_query(omc_conn* conn, omc_rdma_connector_info* out) {
+    (void)conn;
+    if (out) memset(out, 0, sizeof(*out));
+    return OMC_ERR_UNAVAILABLE;
+}
+#endif
 
 #endif /* OMC__HAS_RDMA */
 

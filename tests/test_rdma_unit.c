@@ -8,6 +8,11 @@
 #include "omniconn_rdma.h"
 #include "omc_test.h"
 
+/* libzmq is not built with ThreadSanitizer: its lock-free queues hand messages between threads
+   without anything TSan can see (as in test_tcp.c). */
+const char* __tsan_default_suppressions(void);
+const char* __tsan_default_suppressions(void) { return "called_from_lib:libzmq.so.5\ncalled_from_lib:libstdc++.so.6\nrace:libzmq.so.5\n"; }
+
 /* ---- GID tables: made-up rows as the engine would read them from a port ---------------------- */
 
 static void gid_row(omc_rdma_gid_entry* e, uint32_t index, omc_rdma_gid_type type, const char* addr, const char* netdev) {
@@ -495,6 +500,59 @@ OMC_TEST(bad_desc_is_refused) {
     omc_rdma_destroy(NULL);
     omc_rdma_conn_destroy(NULL);
     CHECK_EQ(omc_rdma_conn_ok(NULL), 0);
+}
+
+/* Without a usable RDMA device (these machines) the RDMA connector still works: every peer uses
+   TCP, and the connector says why. With require_rdma it refuses to start instead. */
+OMC_TEST(connector_without_rdma_uses_tcp_and_says_why) {
+    omc_rdma_connector_desc d;
+    omc_conn *s = NULL, *r = NULL;
+    omc_rdma_connector_info info;
+    omc_health h;
+    omc_payload p;
+    omc_meta m = {0};
+    omc_buffer b;
+    uint8_t data[50000];
+    uint16_t port = 0;
+    if (getenv("OMC_RDMA_DEVICE")) return;      /* on the RDMA bed this machine has a device */
+    memset(&d, 0, sizeof(d));
+    d.net.role = OMC_ROLE_SENDER;
+    d.net.host = "127.0.0.1";
+    d.net.pool_size = 8u << 20;
+    d.rdma.devices = "omc-no-such-device1";     /* also what a host without devices gets */
+    CHECK_OK(omc_rdma_connector_create(&d, &s));
+    d.net.role = OMC_ROLE_RECEIVER;
+    CHECK_OK(omc_rdma_connector_create(&d, &r));
+    REQUIRE(s && r);
+    CHECK_EQ(omc_conn_transport(s), OMC_TRANSPORT_RDMA);
+    CHECK_OK(omc_rdma_connector_query(s, &info));
+    CHECK_EQ(info.rdma_enabled, 0);
+    CHECK(strstr(info.reason, "RDMA off") != NULL && strstr(info.reason, "TCP") != NULL);
+    CHECK_OK(omc_conn_health(s, &h));
+    CHECK_EQ(h.last_error, OMC_ERR_UNAVAILABLE);
+    CHECK(strstr(h.last_error_text, "RDMA off") != NULL);
+    CHECK_OK(omc_tcp_endpoint(s, NULL, 0, &port, NULL));
+    omc_test_fill(data, sizeof(data), 17);
+    memset(&p, 0, sizeof(p));
+    p.data = data;
+    p.size = sizeof(data);
+    CHECK_OK(omc_conn_put(s, "x", "y", "k", &p, &m));
+    CHECK_OK(omc_conn_get(r, "x", "y", "k", m.data, m.size, omc_deadline_after_ms(20000), &b));
+    CHECK(b.size == sizeof(data) && omc_test_verify(b.data, b.size, 17));
+    omc_buffer_release(&b);
+    CHECK_OK(omc_rdma_connector_query(r, &info));
+    CHECK_EQ(info.rdma_channels, 0);
+    CHECK_EQ(info.tcp_fallbacks, 1);
+    CHECK(strstr(info.last_fallback, "TCP") != NULL);
+    CHECK_RES(omc_rdma_connector_query(NULL, &info), OMC_ERR_INVALID_ARG);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+    /* insisting on RDMA: no connector at all */
+    d.require_rdma = 1;
+    s = (omc_conn*)1;
+    CHECK(omc_rdma_connector_create(&d, &s) != OMC_OK);
+    CHECK(s == NULL);
 }
 
 OMC_TEST_MAIN()
