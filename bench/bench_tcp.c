@@ -16,9 +16,10 @@
        the server writes it from one faulted-in buffer. The plain-socket cost of a pull.
      query_rtt: omc_tcp_query (QUERY -> QUERY_REPLY for a key that exists) against a bare REQ/REP
        round trip carrying the same bytes (the QUERY frame out, a QUERY_REPLY-sized frame back).
-   Every figure is per iteration (clock_gettime around one get / one request); a row's throughput
-   is size / median iteration time; each figure is the median of 3 interleaved rounds. GB/s are
-   1e9 bytes per second. */
+   Every figure is per iteration (clock_gettime around one get / one request); the ways being
+   compared take turns in blocks of a tenth of a round, so they all see the same load on this
+   shared machine; a row's throughput is size / median iteration time; each figure is the median
+   of 3 rounds. GB/s are 1e9 bytes per second. */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
 
@@ -215,35 +216,46 @@ typedef struct row {
     double omc_gbps[ROUNDS], metaless_gbps[ROUNDS], raw_gbps[ROUNDS];
 } row;
 
-static double omc_round(omc_conn* r, const char* key, const void* meta, uint32_t mn, uint64_t size, int iters, int metaless) {
-    double* t = (double*)malloc(sizeof(double) * (size_t)iters), med;
-    int i;
-    for (i = -2; i < iters; i++) {      /* two warm-up gets: channel, data connection, pages */
-        omc_buffer b;
-        double t0 = now_us();
-        omc_result res = omc_conn_get(r, "bench", "bench", key, metaless ? NULL : meta, metaless ? 0 : mn, omc_deadline_after_ms(60000), &b);
-        double dt = now_us() - t0;
-        if (res != OMC_OK || b.size != size) { fprintf(stderr, "bench_tcp: get failed: %s\n", omc_result_name(res)); exit(1); }
-        omc_buffer_release(&b);
-        if (i >= 0) t[i] = dt;
-    }
-    med = percentile(t, iters, 0.5);
-    free(t);
-    return (double)size / (med * 1e3);     /* bytes per us / 1e3 = GB/s */
+/* One get (timed, in us): with metadata, or without (meta NULL). */
+static double omc_once(omc_conn* r, const char* key, const void* meta, uint32_t mn, uint64_t size) {
+    omc_buffer b;
+    double t0 = now_us(), dt;
+    omc_result res = omc_conn_get(r, "bench", "bench", key, meta, meta ? mn : 0, omc_deadline_after_ms(60000), &b);
+    dt = now_us() - t0;
+    if (res != OMC_OK || b.size != size) { fprintf(stderr, "bench_tcp: get failed: %s\n", omc_result_name(res)); exit(1); }
+    omc_buffer_release(&b);
+    return dt;
 }
 
-static double raw_round(int fd, uint8_t* buf, uint64_t size, int iters) {
-    double* t = (double*)malloc(sizeof(double) * (size_t)iters), med;
-    int i;
-    for (i = -2; i < iters; i++) {
-        double t0 = now_us(), dt;
-        if (io_all(fd, &size, 8, 1) || io_all(fd, buf, (size_t)size, 0)) { fprintf(stderr, "bench_tcp: raw TCP failed\n"); exit(1); }
-        dt = now_us() - t0;
-        if (i >= 0) t[i] = dt;
+/* One plain-socket copy (timed, in us): an 8-byte request, then the payload. */
+static double raw_once(int fd, uint8_t* buf, uint64_t size) {
+    double t0 = now_us();
+    if (io_all(fd, &size, 8, 1) || io_all(fd, buf, (size_t)size, 0)) { fprintf(stderr, "bench_tcp: raw TCP failed\n"); exit(1); }
+    return now_us() - t0;
+}
+
+/* One round: the three ways take turns in blocks of iterations (a tenth of the round each), so
+   all of them see the same load on this shared machine while each still runs back to back like
+   a steady stream; throughput = size / median time. */
+static void size_round(omc_conn* r, int fd, uint8_t* buf, const char* key, const void* meta, uint32_t mn, uint64_t size, int iters,
+                       double* omc_gbps, double* metaless_gbps, double* raw_gbps) {
+    double* a = (double*)malloc(sizeof(double) * (size_t)iters);
+    double* b = (double*)malloc(sizeof(double) * (size_t)iters);
+    double* c = (double*)malloc(sizeof(double) * (size_t)iters);
+    int block = iters >= 20 ? iters / 10 : 1, done, i;
+    for (i = 0; i < 2; i++) { omc_once(r, key, meta, mn, size); raw_once(fd, buf, size); omc_once(r, key, NULL, 0, size); }   /* warm up */
+    for (done = 0; done < iters; done += block) {
+        int n = omc__min(block, iters - done);
+        for (i = 0; i < n; i++) a[done + i] = omc_once(r, key, meta, mn, size);
+        for (i = 0; i < n; i++) b[done + i] = raw_once(fd, buf, size);
+        for (i = 0; i < n; i++) c[done + i] = omc_once(r, key, NULL, 0, size);
     }
-    med = percentile(t, iters, 0.5);
-    free(t);
-    return (double)size / (med * 1e3);
+    *omc_gbps = (double)size / (percentile(a, iters, 0.5) * 1e3);     /* bytes per us / 1e3 = GB/s */
+    *raw_gbps = (double)size / (percentile(b, iters, 0.5) * 1e3);
+    *metaless_gbps = (double)size / (percentile(c, iters, 0.5) * 1e3);
+    free(a);
+    free(b);
+    free(c);
 }
 
 static void rtt_round(omc_conn* r, void* req, int iters, double* omc_p50, double* zmq_p50, double* omc_p99, double* zmq_p99, uint32_t* qbytes) {
@@ -255,7 +267,7 @@ static void rtt_round(omc_conn* r, void* req, int iters, double* omc_p50, double
     char qkey[OMC_KEY_MAX];
     uint32_t kl = 0;
     int i;
-    /* the bytes of the very QUERY omc_tcp_query sends */
+    /* the bytes of the very QUERY omc_tcp_query sends; the two take turns iteration by iteration */
     omc_qualify_key("bench", "bench", "rtt", qkey, &kl);
     memset(&m, 0, sizeof(m));
     m.type = OMC__MSG_QUERY; m.xfer = 1; m.incarnation = 1; m.seq = 1; m.key = qkey; m.key_len = kl;
@@ -362,11 +374,9 @@ int main(int argc, char** argv) {
         rows[i].iterations = iters;
         snprintf(key, sizeof(key), "p%zu", i);
         meta = put_remote(sv[0], key, sizes[i], (uint32_t)(ROUNDS * 2 * (iters + 2) + 4), &n);
-        for (round = 0; round < ROUNDS; round++) {      /* interleaved: the machine is shared */
-            rows[i].omc_gbps[round] = omc_round(r, key, meta, n, sizes[i], iters, 0);
-            rows[i].raw_gbps[round] = raw_round(tfd, buf, sizes[i], iters);
-            rows[i].metaless_gbps[round] = omc_round(r, key, NULL, 0, sizes[i], iters, 1);
-        }
+        for (round = 0; round < ROUNDS; round++)
+            size_round(r, tfd, buf, key, meta, n, sizes[i], iters, &rows[i].omc_gbps[round], &rows[i].metaless_gbps[round],
+                       &rows[i].raw_gbps[round]);
         clean_remote(sv[0], key);
         free(meta);
         fprintf(stderr, "bench_tcp: %llu B: omniconn %.3f GB/s, metadata-less %.3f GB/s, raw TCP %.3f GB/s\n",
@@ -393,8 +403,9 @@ int main(int argc, char** argv) {
                    "the receiver's pool buffer, DONE) and a release. omniconn_metaless_gbps: the same without metadata (QUERY + PULL). "
                    "raw_tcp_gbps: one persistent TCP connection with TCP_NODELAY; per iteration an 8-byte request, then the payload "
                    "written from and read into faulted-in buffers. query_rtt: omc_tcp_query of an existing key vs a bare libzmq "
-                   "REQ/REP round trip of the same bytes (the QUERY frame out, a QUERY_REPLY-sized frame back). Per-iteration "
-                   "times; throughput = size / median time; each figure is the median of %d interleaved rounds. GB/s = 1e9 B/s.\",\n", ROUNDS);
+                   "REQ/REP round trip of the same bytes (the QUERY frame out, a QUERY_REPLY-sized frame back). The ways compared "
+                   "take turns in blocks of a tenth of a round (same load for all, each still back to back); per-iteration times; throughput = size / median time; "
+                   "each figure is the median of %d rounds. GB/s = 1e9 B/s.\",\n", ROUNDS);
         fprintf(f, "  \"quick\": %s,\n  \"rows\": [\n", quick ? "true" : "false");
         for (i = 0; i < NSIZES; i++) {
             double o = median3(rows[i].omc_gbps[0], rows[i].omc_gbps[1], rows[i].omc_gbps[2]);
