@@ -765,10 +765,12 @@ typedef struct doctor {
     omc_pipeline_config* cfg;
     const char* config;
     int rdma_edges, tcp_edges, shm_edges;
+    int auto_hosts;             /* TCP/RDMA specs in use whose host is "auto" */
     uint64_t rdma_pool_need;    /* the most one stage registers (sum of its RDMA specs' pools) */
     uint64_t shm_need;          /* /dev/shm the config's sending stages reserve on one host */
     char host[OMC_TCP_HOST_MAX];    /* this host's address ("auto"), or "" */
     const char* host_how;
+    const char* rdma_addr;      /* the address RDMA GIDs are chosen for: an RDMA spec's host, else ours */
 } doctor;
 
 enum { OK, WARN, FAIL };
@@ -805,6 +807,11 @@ static void doctor_config(doctor* d) {
         if (e.transport == OMC_TRANSPORT_RDMA) d->rdma_edges++;
         else if (e.transport == OMC_TRANSPORT_TCP) d->tcp_edges++;
         else if (e.transport == OMC_TRANSPORT_SHM) d->shm_edges++;
+        if (e.transport == OMC_TRANSPORT_RDMA || e.transport == OMC_TRANSPORT_TCP) {
+            omc_connector_spec s;
+            omc_pipeline_config_connector(d->cfg, e.connector, &s);
+            d->auto_hosts += strcmp(s.host, "auto") == 0;
+        }
     }
     report(d, OK, "config", "%s: %u stages, %u edges (%d shm, %d tcp, %d rdma), connector specs: %u", d->config,
            omc_pipeline_config_stage_count(d->cfg), n, d->shm_edges, d->tcp_edges, d->rdma_edges, omc_pipeline_config_connector_count(d->cfg));
@@ -898,9 +905,11 @@ static void doctor_host(doctor* d) {
                "Fix: set host to this host's address in the connector's extra");
         return;
     }
-    if (strcmp(d->host_how, "loopback") == 0)
-        report(d, (d->tcp_edges || d->rdma_edges) ? WARN : OK, "host", "host: auto gives %s (loopback: no default route, no address for the "
+    if (strcmp(d->host_how, "loopback") == 0 && (!d->cfg || d->auto_hosts))
+        report(d, d->auto_hosts ? WARN : OK, "host", "host: auto gives %s (loopback: no default route, no address for the "
                "host name): only stages on this host can connect. Fix: set host to an address the other hosts reach", d->host);
+    else if (strcmp(d->host_how, "loopback") == 0)
+        report(d, OK, "host", "host: auto would give %s (loopback), but the config's TCP/RDMA connectors name their hosts", d->host);
     else report(d, OK, "host", "host: auto gives %s (from the %s)", d->host, strcmp(d->host_how, "route") == 0 ? "default route" : "host name");
 }
 
@@ -923,7 +932,7 @@ static void doctor_libs(doctor* d) {
     {
         omc_result r = omc_rdma_probe(NULL, why, sizeof(why));
         if (r == OMC_OK) report(d, OK, "libibverbs", "libibverbs.so.1 loads and lists a device%s%s", why[0] ? ": " : "", why);
-        else if (r == OMC_ERR_RDMA_DEVICE) report(d, OK, "libibverbs", "libibverbs.so.1 loads (%s)", why);    /* devices: next check */
+        else if (r == OMC_ERR_RDMA_DEVICE) report(d, OK, "libibverbs", "libibverbs.so.1 loads (it lists no device: see the rdma check)");
         else if (r == OMC_ERR_UNAVAILABLE)
             report(d, need_rdma ? FAIL : WARN, "libibverbs", "%s. Fix: apt-get install ibverbs-providers rdma-core%s", why,
                    need_rdma ? "" : " (needed only for RDMA)");
@@ -963,7 +972,7 @@ static int parse_gid(const char* s, uint8_t out[16]) {
 }
 
 static void doctor_rdma_port(doctor* d, const char* dev, const char* port) {
-    char path[1200], state[64] = "?", link[64] = "?", mtu[32] = "?", line[128], want_text[64] = "";
+    char path[1200], state[64] = "?", link[64] = "?", rate[64] = "?", line[128], want_text[64] = "";
     uint8_t want[16];
     int have_want = 0, active, i, n = 0, max_gids = 256;
     static const char* const type_name[] = { "?", "IB", "RoCE v1", "RoCE v2" };
@@ -978,10 +987,10 @@ static void doctor_rdma_port(doctor* d, const char* dev, const char* port) {
     read_line(path, state, sizeof(state));
     snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/link_layer", dev, port);
     read_line(path, link, sizeof(link));
-    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/active_mtu", dev, port);
-    read_line(path, mtu, sizeof(mtu));
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/rate", dev, port);
+    read_line(path, rate, sizeof(rate));
     active = strstr(state, "ACTIVE") != NULL;
-    report(d, active ? OK : WARN, "rdma port", "%s port %s: %s, %s, active MTU %s%s", dev, port, state, link, mtu,
+    report(d, active ? OK : WARN, "rdma port", "%s port %s: %s, %s, %s%s", dev, port, state, link, rate,
            active ? "" : ". Fix: bring the link up (ip link set <netdev> up; for Soft-RoCE the netdev of rdma link)");
     for (i = 0; i < max_gids; i++) {
         uint8_t gid[16];
@@ -1009,11 +1018,11 @@ static void doctor_rdma_port(doctor* d, const char* dev, const char* port) {
         n++;
     }
 #if CLI_HAS_RDMA_API
-    if (d->host[0] && omc_rdma_addr_to_gid(d->host, want) == OMC_OK) { have_want = 1; snprintf(want_text, sizeof(want_text), " for %s", d->host); }
+    if (d->rdma_addr && omc_rdma_addr_to_gid(d->rdma_addr, want) == OMC_OK) { have_want = 1; snprintf(want_text, sizeof(want_text), ", for %s", d->rdma_addr); }
     lk = strstr(link, "InfiniBand") ? OMC_RDMA_LINK_INFINIBAND : strstr(link, "Ethernet") ? OMC_RDMA_LINK_ETHERNET : OMC_RDMA_LINK_UNKNOWN;
     if (n == 0) report(d, WARN, "rdma gid", "%s port %s has no GID. Fix: give its netdev an IP address (RoCE fills the table from them)", dev, port);
     else if (omc_rdma_choose_gid(table, (uint32_t)n, lk, have_want ? want : NULL, -1, &chosen, why, sizeof(why)) == OMC_OK)
-        report(d, OK, "rdma gid", "%s port %s: omniconn would use GID index %u%s: %s", dev, port, chosen, want_text, why);
+        report(d, OK, "rdma gid", "%s port %s%s: %s", dev, port, want_text, why);
     else report(d, WARN, "rdma gid", "%s port %s: no usable GID%s: %s", dev, port, want_text, why);
     free(table);
 #else
@@ -1022,10 +1031,65 @@ static void doctor_rdma_port(doctor* d, const char* dev, const char* port) {
 #endif
 }
 
+#if CLI_HAS_RDMA_API
+/* The engine's own choice, made the way a connector makes it (omc_rdma_create): the proof that
+   what the lines above describe can be opened and used. Its log goes into a buffer so the
+   reason can be shown on the check's line. */
+static char rdma_log_last[320];
+static void rdma_log(omc_log_level level, omc_log_item item, const char* msg, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level <= OMC_LOG_WARN) snprintf(rdma_log_last, sizeof(rdma_log_last), "%s", msg);
+}
+
+static void doctor_rdma_engine(doctor* d) {
+    static const char* const prot[] = { "default", "memory windows", "a region per destination", "the pool's own rkey" };
+    omc_rdma_desc rd;
+    omc_rdma* eng = NULL;
+    omc_rdma_info info;
+    uint8_t gid[16];
+    char text[64];
+    const char* device = NULL;
+    uint32_t i, n = d->cfg ? omc_pipeline_config_connector_count(d->cfg) : 0;
+    omc_result r;
+    memset(&rd, 0, sizeof(rd));
+    rd.hooks.log_fn = rdma_log;
+    if (d->rdma_addr && omc_rdma_addr_to_gid(d->rdma_addr, gid) == OMC_OK) rd.local_addr = d->rdma_addr;
+    for (i = 0; i < n && !device; i++) {       /* the first RDMA spec's device_name, as a stage would use it */
+        omc_connector_spec s;
+        if (omc_pipeline_config_connector(d->cfg, i, &s) == OMC_OK && s.transport == OMC_TRANSPORT_RDMA && s.device_name[0]) device = s.device_name;
+    }
+    rd.devices = device;
+    rdma_log_last[0] = '\0';
+    r = omc_rdma_create(&rd, &eng);
+    if (r != OMC_OK) {
+        report(d, d->rdma_edges ? FAIL : WARN, "rdma engine", "omc_rdma_create%s%s: %s: %s", device ? " on " : "", device ? device : "",
+               omc_result_str(r), rdma_log_last[0] ? rdma_log_last : "(no log line)");
+        return;
+    }
+    omc_rdma_query(eng, &info);
+    omc_rdma_gid_to_text(info.gid, text, sizeof(text));
+    report(d, OK, "rdma engine", "omc_rdma_create%s%s opens %s port %u: GID index %u (%s), active MTU %u, destinations protected by %s%s",
+           rd.local_addr ? " for " : "", rd.local_addr ? rd.local_addr : "", info.device, info.port, info.gid_index, text, info.active_mtu,
+           (unsigned)info.protection < 4 ? prot[info.protection] : "?",
+           info.window_bounds == 0 ? " (this device does not enforce window bounds)" : "");
+    omc_rdma_destroy(eng);
+}
+#endif
+
 static void doctor_rdma(doctor* d) {
     DIR* dir = opendir("/sys/class/infiniband");
     struct dirent* de;
     int devices = 0, level = d->rdma_edges ? FAIL : WARN;
+    uint32_t i, n = d->cfg ? omc_pipeline_config_connector_count(d->cfg) : 0;
+    /* GIDs follow the address the side channel uses: an RDMA spec's host if it names one */
+    d->rdma_addr = d->host[0] ? d->host : NULL;
+    for (i = 0; i < n; i++) {
+        omc_connector_spec s;
+        if (omc_pipeline_config_connector(d->cfg, i, &s) == OMC_OK && s.transport == OMC_TRANSPORT_RDMA && strcmp(s.host, "auto") != 0) {
+            d->rdma_addr = s.host;
+            break;
+        }
+    }
     if (d->rdma_edges)
         report(d, FAIL, "rdma", "the config has %d RDMA edges, but this build's remote connector has no RDMA data plane yet: "
                "omc_pipeline_connect refuses them. Fix: protocol: tcp on those connectors, or rdma_fallback_tcp "
@@ -1050,6 +1114,9 @@ static void doctor_rdma(doctor* d) {
     }
     closedir(dir);
     if (!devices) report(d, level, "rdma", "/sys/class/infiniband lists no device. Fix: Soft-RoCE: rdma link add rxe0 type rxe netdev <interface>");
+#if CLI_HAS_RDMA_API
+    else doctor_rdma_engine(d);
+#endif
 }
 
 /* ---- memlock -------------------------------------------------------------------------------- */
@@ -1117,7 +1184,8 @@ static void doctor_shm_space(doctor* d) {
         else report(d, OK, "shm", "%s: %s free of %s; the config's sending stages reserve %s (if all run on this host)", d->shm_dir, avail, total, need);
         return;
     }
-    if (t < ((uint64_t)1 << 30))
+    if (d->cfg) report(d, OK, "shm", "%s: %s free of %s; no stage of the config sends over shared memory", d->shm_dir, avail, total);
+    else if (t < ((uint64_t)1 << 30))
         report(d, WARN, "shm", "%s is only %s (%s free): one sending stage reserves 256 MiB by default. Fix: mount -o remount,size=2G %s "
                "(docker run --shm-size=2g)", d->shm_dir, total, avail, d->shm_dir);
     else report(d, OK, "shm", "%s: %s free of %s", d->shm_dir, avail, total);
