@@ -3364,13 +3364,13 @@ OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* c, const char* name) {
     omc__net* N = omc__net_of(c);
     omc__net_peer* p;
     omc__net_chan* idle = NULL;
+    char ep[OMC_TCP_HOST_MAX + 8];
     if (!N || !name) return OMC_ERR_INVALID_ARG;
     pthread_mutex_lock(&N->peer_mu);
     p = (omc__net_peer*)omc__smap_del(&N->peers_by_name, &N->conn->hooks, name, (uint32_t)strlen(name));
     if (p) {
         /* the peer stays known (its statistics, gets still talking to it); its cache goes */
         p->registered = 0;
-        char ep[OMC_TCP_HOST_MAX + 8];
         snprintf(ep, sizeof(ep), "%s:%u", p->host, (unsigned)p->port);
         omc__strcut(p->name, sizeof(p->name), ep);
         idle = p->idle;
