@@ -14,15 +14,17 @@ THE REMOTE CONNECTOR (manual text: merge into STEP BY STEP, CONFIGURATION and WI
        buffer from omc_conn_alloc) and returns metadata naming the sender's host, port and
        incarnation. A receiver's get() allocates a destination in its own pool, asks the sender
        (PULL), reads the bytes straight from a TCP connection into that destination, and returns
-       once the sender's DONE has arrived and every byte is in place.
+       once every byte is in place and the sender has recorded the read (the TCP trailer says
+       so; other data planes wait for DONE).
 
            sender (omc_tcp_create, role SENDER)         receiver (omc_tcp_create, role RECEIVER)
            put(key) -> pool, metadata  ---- your control plane ---->  get(key, metadata)
                                        <--- HELLO (once per channel) ---
                                        ---- HELLO: incarnation, TCP data port ---->
                                        <--- PULL (entry, capacity, data token) ---
-             worker: push bytes        ==== TCP: header + payload ====>  recv() into pool buffer
-                                       ---- DONE ---->                    return the buffer
+             listener/worker: push     ==== TCP: header + payload ====>  recv() into pool buffer
+             record the read           ==== TCP: trailer ============>  return the buffer
+                                       ---- DONE ---->                    (late: dropped)
 
        - Without metadata: register senders (omc_tcp_add_sender(conn, "thinker", host, port), as
          many as you like) and call get(meta = NULL). The receiver asks every registered sender
