@@ -495,6 +495,40 @@ OMC_TEST(device_list_and_overrides) {
     omc_rdma_destroy(e);
 }
 
+/* A peer record whose GID this port cannot route to: RTR fails, and the log has every attribute
+   of the transition and the hint (not just "Failed to modify QP to RTR"). */
+OMC_TEST(failed_transition_logs_attributes_and_hint) {
+    omc_rdma_desc d;
+    omc_rdma* e = NULL;
+    omc_rdma_conn *a = NULL, *b = NULL;
+    omc_rdma_info info;
+    omc_rdma_record rec;
+    uint8_t buf[OMC_RDMA_RECORD_MAX];
+    size_t n = 0;
+    if (!on_bed()) return;
+    d = bed_desc();
+    REQUIRE(omc_rdma_create(&d, &e) == OMC_OK);
+    omc_rdma_query(e, &info);
+    if (info.link != OMC_RDMA_LINK_ETHERNET) { printf("  skipped: InfiniBand port (no GID routing)\n"); omc_rdma_destroy(e); return; }
+    REQUIRE(omc_rdma_conn_create(e, &a) == OMC_OK);
+    CHECK_OK(omc_rdma_conn_record(a, buf, sizeof(buf), &n));
+    CHECK_OK(omc_rdma_record_decode(buf, n, &rec));
+    CHECK_OK(omc_rdma_addr_to_gid("203.0.113.9", rec.gid));     /* TEST-NET-3: no route from the bed */
+    CHECK_OK(omc_rdma_record_encode(&rec, buf, sizeof(buf), &n));
+    log_clear();
+    CHECK_RES(omc_rdma_conn_accept(e, buf, n, &b), OMC_ERR_RDMA_QP);
+    CHECK(b == NULL);
+    CHECK(log_has("Failed to modify QP"));
+    CHECK(log_has("to RTR"));
+    CHECK(log_has("dgid=::ffff:203.0.113.9"));
+    CHECK(log_has("path_mtu=") && log_has("dest_qp_num=") && log_has("sgid_index="));
+    CHECK(log_has("Hint: check GID index/type"));
+    omc_rdma_query(e, &info);
+    CHECK_EQ(info.connections, 1);          /* the failed one is gone, the initiator's is left */
+    omc_rdma_conn_destroy(a);
+    omc_rdma_destroy(e);
+}
+
 /* Drop CAP_IPC_LOCK (root has it, and it lifts the memlock limit), so the limit binds as it
    does for ordinary users. */
 static int drop_ipc_lock(void) {
