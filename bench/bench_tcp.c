@@ -9,7 +9,8 @@
    receiver side and measures.
      omniconn_gbps: the sender has put the payload once, with enough fan-out readers for every
        iteration; each iteration is one omc_conn_get with the metadata (PULL on a cached channel,
-       the bytes read straight into a buffer of the receiver's pool, DONE) and its release.
+       the bytes read straight into a buffer of the receiver's pool, the completion - for TCP the
+       trailer the sender writes after recording the read, which stands for DONE) and its release.
      omniconn_metaless_gbps: the same without metadata (QUERY, then PULL).
      raw_tcp_gbps: one persistent TCP connection (TCP_NODELAY, like ours); each iteration the
        receiver sends an 8-byte request and reads the payload into one reused, faulted-in buffer;
@@ -400,7 +401,7 @@ int main(int argc, char** argv) {
                    "\"note\": \"shared with other jobs; loopback\"},\n", cpu, sysconf(_SC_NPROCESSORS_ONLN), load0[0], load1[0]);
         fprintf(f, "  \"method\": \"two processes on loopback. omniconn_gbps: the sender put the payload once (fan-out readers for "
                    "every iteration); each iteration is one get with its metadata (PULL on a cached channel, bytes read straight into "
-                   "the receiver's pool buffer, DONE) and a release. omniconn_metaless_gbps: the same without metadata (QUERY + PULL). "
+                   "the receiver's pool buffer, completion on the TCP trailer that stands for DONE) and a release. omniconn_metaless_gbps: the same without metadata (QUERY + PULL). "
                    "raw_tcp_gbps: one persistent TCP connection with TCP_NODELAY; per iteration an 8-byte request, then the payload "
                    "written from and read into faulted-in buffers. query_rtt: omc_tcp_query of an existing key vs a bare libzmq "
                    "REQ/REP round trip of the same bytes (the QUERY frame out, a QUERY_REPLY-sized frame back). The ways compared "

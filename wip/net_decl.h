@@ -24,7 +24,7 @@ THE REMOTE CONNECTOR (manual text: merge into STEP BY STEP, CONFIGURATION and WI
                                        <--- PULL (entry, capacity, data token) ---
              listener/worker: push     ==== TCP: header + payload ====>  recv() into pool buffer
              record the read           ==== TCP: trailer ============>  return the buffer
-                                       ---- DONE ---->                    (late: dropped)
+                                       (other data planes: ---- DONE ---->)
 
        - Without metadata: register senders (omc_tcp_add_sender(conn, "thinker", host, port), as
          many as you like) and call get(meta = NULL). The receiver asks every registered sender
@@ -124,7 +124,7 @@ THE REMOTE CONNECTOR (manual text: merge into STEP BY STEP, CONFIGURATION and WI
         34  u16  reserved (0)
         36  the qualified key, then the data plane's descriptor (TCP: u64 connection token)
       DONE body (sender -> receiver, only once the data plane has moved every byte and the
-        read is recorded), 8 bytes:
+        read is recorded; not sent after a TCP push, whose trailer says the same), 8 bytes:
         0   u64  bytes moved (= the payload size)
       ERROR body (either direction), 16 + text length bytes:
         0   i32  omc_result code (negative)
@@ -163,7 +163,7 @@ THE REMOTE CONNECTOR (manual text: merge into STEP BY STEP, CONFIGURATION and WI
       The receiver checks the header (transfer id; size equal to what the metadata or the
       QUERY_REPLY announced and no larger than its destination) before it reads any payload,
       never reads more than that into the destination, and completes the get on a valid
-      trailer (the DONE that follows on the side channel is then a late reply it drops). A
+      trailer (the sender sends no DONE for a TCP push; one that arrives anyway is checked). A
       connection on which anything went wrong is closed by both sides, never reused.
 
     TCP metadata body (the envelope's transport OMC_TRANSPORT_TCP), 16 + host length bytes:

@@ -49,8 +49,8 @@
     kind: the listener starts a TCP push itself without blocking (omc__tcp_tx_try; small payloads
     then cost no thread hand-off, large ones start moving while a worker wakes up), and a TCP
     receiver completes on the data connection alone: the sender writes a trailer after commit,
-    so the trailer proves the read was recorded and the get need not wait for DONE (one
-    side-channel message less per get; the DONE that follows is dropped as a late reply).
+    so the trailer proves the read was recorded, and no DONE is sent for a TCP push (one
+    side-channel message - two libzmq I/O thread wake-ups - less per get).
 
     Rules: a plane never touches the entries table, never sends on the side channel and never
     frees the destination; errors are omc_result codes (OMC_ERR_CONNECTION for a broken peer,
@@ -1762,7 +1762,9 @@ OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
     omc__sub(&N->pushes_in_flight, 1u);
     if (j->result == OMC_OK) {
         omc__add(&N->pushes, 1u);
-        if (reply) {
+        /* a TCP push ended with its trailer, which told the receiver all DONE would: a DONE
+           would only wake two more threads (both libzmq I/O threads) per get */
+        if (reply && j->dp->vt != &omc__tcp_plane_vt) {
             omc__wire m;
             memset(&m, 0, sizeof(m));
             m.type = OMC__MSG_DONE;
