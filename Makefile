@@ -23,7 +23,7 @@ ifeq ($(SAN),tsan)
   LDFLAGS += -fsanitize=thread
 endif
 
-HEADERS     := omniconn.h omniconn_shm.h omniconn_rdma.h omniconn_pipeline.h $(wildcard wip/*.h) tests/omc_test.h tests/contract.h
+HEADERS     := omniconn.h omniconn_shm.h omniconn_rdma.h omniconn_pipeline.h tests/omc_test.h tests/contract.h
 TEST_SRCS   := $(wildcard tests/test_*.c)
 TEST_BINS   := $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRCS))
 EXAMPLE_SRCS:= $(wildcard examples/*.c)

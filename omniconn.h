@@ -108,6 +108,175 @@ STEP BY STEP: THE PIECES OF THE CORE
        every other connector must pass.
 
 ================================================================================================
+THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
+================================================================================================
+
+    5. The remote connector (omc_tcp_create): ZMQ side channel + TCP data plane
+       Stages on different hosts. A sender runs a listener on a ZMQ ROUTER socket (the side
+       channel) and a TCP data port; put() copies the payload into the sender's pool (or takes a
+       buffer from omc_conn_alloc) and returns metadata naming the sender's host, port and
+       incarnation. A receiver's get() allocates a destination in its own pool, asks the sender
+       (PULL), reads the bytes straight from a TCP connection into that destination, and returns
+       once every byte is in place and the sender has recorded the read (the TCP trailer says
+       so; other data planes wait for DONE).
+
+           sender (omc_tcp_create, role SENDER)         receiver (omc_tcp_create, role RECEIVER)
+           put(key) -> pool, metadata  ---- your control plane ---->  get(key, metadata)
+                                       <--- HELLO (once per channel) ---
+                                       ---- HELLO: incarnation, TCP data port ---->
+                                       <--- PULL (entry, capacity, data token) ---
+             listener/worker: push     ==== TCP: header + payload ====>  recv() into pool buffer
+             record the read           ==== TCP: trailer ============>  return the buffer
+                                       (other data planes: ---- DONE ---->)
+
+       - Without metadata: register senders (omc_tcp_add_sender(conn, "thinker", host, port), as
+         many as you like) and call get(meta = NULL). The receiver asks every registered sender
+         (QUERY; a sender holds the query until the key appears or a second passes, so there is
+         no busy polling) and pulls from the first that has it. omc_tcp_get_from() asks one named
+         sender; omc_tcp_query() only asks ("exists?") and returns the size. With no sender
+         registered at all, a metadata-less get fails at once with OMC_ERR_NOT_FOUND.
+       - Fan-out: payload.readers = N lets N gets (from any receivers) pull the same put; the
+         entry is dropped after the N-th successful pull. A failed pull does not use up a reader.
+       - TTL: an unconsumed put is reclaimed after its TTL, but never while a push is reading it
+         (each push pins its entry; the last unpin frees the range).
+       - Deadlines: every blocking step of a get (connect, HELLO, QUERY, PULL, every read) is
+         bounded by the get's deadline; the sender bounds a push by the budget in the PULL (and
+         by the seed's rule, 30 s + 5 s per 100 MiB, when the receiver waits forever; the
+         receiver applies the same rule to its own wait then). When a get fails at its deadline,
+         the code says why: OMC_ERR_TIMEOUT (the senders answered, the key never came, or the
+         push did not finish), OMC_ERR_CONNECTION (no sender ever answered, or a connection
+         broke), OMC_ERR_AUTH (the CURVE handshake failed).
+       - Restarts: every message carries its author's incarnation (omc_incarnation()). Metadata
+         from a sender process that has since restarted gets OMC_ERR_PEER_RESTARTED; cached
+         connections to the old process are dropped; new puts work at once.
+       - health(): the generic counters, plus omc_tcp_health() (handshake and auth failures,
+         garbage received, pushes in flight) and omc_tcp_peer_health() per sender (the last
+         error, timeouts, restarts, auth failures).
+       - Who may talk to a sender: optional CURVE (libzmq's Curve25519 authentication and
+         encryption of the side channel), off by default. Give the sender a keypair
+         (curve.secret_key) and the receivers its public key (curve.server_key); a receiver
+         without it is refused, its get fails at its deadline with OMC_ERR_AUTH, and the sender
+         counts it (omc_tcp_health().auth_failures). curve.allowed_clients restricts senders to
+         known receiver keys (a ZAP handler). The TCP data plane is not encrypted: CURVE decides
+         who may ask for data (a data connection is only used for a PULL that came over the
+         authenticated channel), not who can read a wire. Use a private network or IPsec for that.
+       - Helpers from the seed's orchestration: omc_port_compute() (the port-offset scheme),
+         omc_port_check() (collisions in a set of edges), omc_detect_host() ("auto").
+
+       The data plane is pluggable: the side channel, entries, fan-out, TTL and deadlines are
+       shared; a data plane only moves bytes (see "[SECTION] Implementation: the data-plane
+       interface"). The TCP data plane is built in; omniconn_rdma.h adds an RDMA one.
+
+    CONFIGURATION (add to the table):
+    OMNICONN_TCP_POOL_SIZE       1 GiB       impl file    remote connector pool when pool_size is 0
+                                                          (address space; pages come on first touch)
+    OMNICONN_TCP_WORKERS         2           impl file    sender push threads when workers is 0
+    OMNICONN_TCP_MAX_WAIT_MS     1000        impl file    longest a sender holds a QUERY for an
+                                                          absent key (long poll)
+    OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
+    OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
+                                                          (without blocking) before a worker takes over
+
+    WIRE FORMATS (add after the metadata envelope; docs/wire.md has the same, with examples):
+
+    Side channel (ZMQ), protocol version 1. A receiver's DEALER socket talks to a sender's
+    ROUTER socket. Every message is one ZMQ frame: a 32-byte header and a body whose layout
+    depends on the type. Replies echo the request's transfer id and sequence number; a receiver
+    drops replies that match neither (late answers to an abandoned request).
+      header, 32 bytes:
+        0   u32  magic 0x5A434D4F ("OMCZ")
+        4   u8   protocol version (1)
+        5   u8   type: 1 HELLO, 2 QUERY, 3 QUERY_REPLY, 4 NOT_FOUND, 5 PULL, 6 DONE, 7 ERROR, 8 ABORT
+        6   u16  flags (0)
+        8   u64  transfer id (chosen by the receiver, unique per get; 0 only in an ERROR that
+                 answers a message too broken to name one)
+        16  u64  incarnation of the message's author (random per process start, never 0)
+        24  u32  sequence number of the request on its channel
+        28  u32  body length (the frame is exactly 32 + body length bytes, at most 8192)
+      HELLO body (receiver -> sender; the sender answers with its own HELLO), 8 + records:
+        0   u32  capabilities: bit 0 TCP data plane, bit 1 RDMA data plane
+        4   u16  endpoint record count (<= 32)
+        6   u16  reserved (0)
+        8   records, back to back, filling the body exactly: u16 type, u16 value length, value
+            type 1, TCP data endpoint (sender only): u16 port (non-zero), u16 reserved (0),
+                    host text (0..255 bytes, no NUL; empty = the host the side channel reached)
+            type 2, RDMA endpoint: defined by omniconn_rdma.h
+            a record type is the data plane's kind; any other type is skipped by a peer that
+            does not know it: a new transport adds a record type, not a protocol version
+      QUERY body (receiver -> sender), 8 + key length bytes:
+        0   u32  wait in ms (hold the query while the key is absent, at most this long and at
+                 most OMNICONN_TCP_MAX_WAIT_MS; 0 = answer now)
+        4   u16  key length (1..255)
+        6   u16  reserved (0)
+        8   the qualified key
+      QUERY_REPLY body (sender -> receiver), 24 bytes:
+        0   u64  entry id
+        8   u64  payload size in bytes
+        16  u32  payload flags: bit 0 the payload is a frame
+        20  u32  readers left
+      NOT_FOUND: empty body (the key has no live entry, or the held query expired)
+      PULL body (receiver -> sender), 36 + key length + descriptor length bytes:
+        0   u64  entry id (0 = whatever entry the key has now)
+        8   u64  expected sender incarnation (0 = any)
+        16  u64  destination capacity in bytes (a larger payload is refused: OMC_ERR_TOO_LARGE)
+        24  u32  time budget in ms (the sender abandons the push after it; 0 = the seed's rule)
+        28  u16  key length (1..255)
+        30  u8   data plane kind: 1 TCP, 2 RDMA
+        31  u8   reserved (0)
+        32  u16  descriptor length (0..1024)
+        34  u16  reserved (0)
+        36  the qualified key, then the data plane's descriptor (TCP: u64 connection token)
+      DONE body (sender -> receiver, only once the data plane has moved every byte and the
+        read is recorded; not sent after a TCP push, whose trailer says the same), 8 bytes:
+        0   u64  bytes moved (= the payload size)
+      ERROR body (either direction), 16 + text length bytes:
+        0   i32  omc_result code (negative)
+        4   u16  text length (0..255)
+        6   u16  reserved (0)
+        8   u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
+        16  text (not NUL-terminated)
+        A sender answers a PULL with OMC_ERR_NOT_FOUND, OMC_ERR_STALE, OMC_ERR_TOO_LARGE,
+        OMC_ERR_PEER_RESTARTED or OMC_ERR_UNAVAILABLE only before it has moved any byte.
+      ABORT: empty body (the receiver gave up this transfer id: a held query is dropped without
+        an answer, a push in progress stops at its next chunk)
+      Reserved fields must be zero and lengths must add up exactly. A sender answers anything
+      else with ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION or OMC_ERR_PROTOCOL) and carries on.
+
+    TCP data plane: a receiver opens one connection per channel to the port in the sender's
+    type-1 record; at most one transfer is in flight on a connection.
+      hello, receiver -> sender, 24 bytes:
+        0   u32  magic 0x54434D4F ("OMCT")
+        4   u16  version (1)
+        6   u16  reserved (0)
+        8   u64  token (random, non-zero; PULL descriptors name the connection by it)
+        16  u64  receiver incarnation
+      ack, sender -> receiver, 8 bytes: 0 u32 magic 0x41434D4F ("OMCA"), 4 i32 status (0 = OK,
+        else an omc_result: the connection is closed after it)
+      per transfer, sender -> receiver: a 24-byte header, exactly size payload bytes, and an
+      8-byte trailer:
+        header:
+        0   u32  magic 0x44434D4F ("OMCD")
+        4   u32  reserved (0)
+        8   u64  transfer id
+        16  u64  payload size
+        trailer (written only after the sender has recorded the read - the entry's reader is
+        used up, a last reader's entry is gone - so it tells the receiver what DONE would):
+        0   u32  magic 0x45434D4F ("OMCE")
+        4   u32  reserved (0)
+      The receiver checks the header (transfer id; size equal to what the metadata or the
+      QUERY_REPLY announced and no larger than its destination) before it reads any payload,
+      never reads more than that into the destination, and completes the get on a valid
+      trailer (the sender sends no DONE for a TCP push; one that arrives anyway is checked). A
+      connection on which anything went wrong is closed by both sides, never reused.
+
+    TCP metadata body (the envelope's transport OMC_TRANSPORT_TCP), 16 + host length bytes:
+        0   u64  entry id (unique per put within the sender's process, never 0)
+        8   u16  side-channel port
+        10  u16  host length (1..255)
+        12  u32  data-plane capabilities (as in HELLO)
+        16  host text (as the sender advertises itself: an IPv4/IPv6 literal or a name)
+
+================================================================================================
 CONFIGURATION
 ================================================================================================
 
@@ -830,7 +999,163 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
 /* [SECTION] The remote connector: ZMQ side channel and TCP data plane                           */
 /* ============================================================================================== */
 #if OMC__HAS_ZMQ
-#include "wip/net_decl.h"   /* TEMPORARY during development: merged into this file */
+#define OMC_NET_CAP_TCP  0x1u       /* HELLO capabilities and metadata: the TCP data plane */
+#define OMC_NET_CAP_RDMA 0x2u       /* the RDMA data plane (omniconn_rdma.h) */
+#define OMC_TCP_HOST_MAX 256        /* host text, terminator included */
+#define OMC_TCP_NAME_MAX 64         /* sender names, terminator included */
+#define OMC_CURVE_KEY_LEN 40        /* a Z85-encoded Curve25519 key, without terminator */
+
+/* CURVE authentication and encryption of the side channel. All NULL = off (the default).
+   Keys are Z85 strings (40 characters) as zmq_curve_keypair() makes them; omc_tcp_curve_keypair()
+   makes a pair, omc_tcp_read_key() reads one from a file. */
+typedef struct omc_tcp_curve {
+    const char* secret_key;             /* sender: its secret key; setting it turns CURVE on for
+                                           the listener. receiver: optional own secret key (a
+                                           fresh pair is made when NULL) */
+    const char* public_key;             /* the public key of secret_key; NULL = derived from it */
+    const char* server_key;             /* receiver: the senders' public key; setting it turns
+                                           CURVE on for outgoing channels (per-sender keys:
+                                           omc_tcp_add_sender_key) */
+    const char* const* allowed_clients; /* sender: receiver public keys allowed in; NULL = any
+                                           receiver that knows our public key */
+    uint32_t allowed_count;
+} omc_tcp_curve;
+
+typedef struct omc_tcp_desc {
+    omc_role role;              /* SENDER: listen; RECEIVER: pull; DUAL (default): both */
+    const char* host;           /* sender: the address it advertises (and binds): NULL =
+                                   "127.0.0.1", "auto" = omc_detect_host(), or a literal/name */
+    const char* bind_host;      /* sender: bind here instead; "*" = every interface; NULL = host */
+    uint16_t port;              /* sender: side-channel port; 0 = ephemeral (omc_tcp_endpoint) */
+    uint16_t data_port;         /* sender: TCP data port; 0 = ephemeral */
+    uint64_t pool_size;         /* 0 = OMNICONN_TCP_POOL_SIZE (1 GiB of address space) */
+    uint64_t alignment;         /* 0 = 4096 */
+    int prefault;               /* touch the pool's pages at creation (no page faults later) */
+    int lock_memory;            /* mlock the pool (see omc_pool_desc) */
+    int64_t default_ttl_ms;     /* 0 = OMNICONN_DEFAULT_TTL_MS, < 0 = no TTL */
+    uint32_t workers;           /* sender push threads; 0 = OMNICONN_TCP_WORKERS (2) */
+    uint32_t max_idle_channels; /* receiver: cached channels per sender; 0 = 8 */
+    omc_tcp_curve curve;
+    omc_hooks hooks;
+} omc_tcp_desc;
+
+/* What omc_tcp_health reports beyond omc_health. */
+typedef struct omc_tcp_health_info {
+    char host[OMC_TCP_HOST_MAX];    /* advertised host (sender) */
+    uint16_t port, data_port;       /* bound ports (sender; 0 for a receiver) */
+    int curve;                      /* 1 if the listener requires CURVE */
+    uint64_t handshake_failures;    /* ZMTP handshakes that failed on the listener (any reason) */
+    uint64_t auth_failures;         /* of those: wrong/missing CURVE key, ZAP refusals */
+    uint64_t protocol_errors;       /* malformed or out-of-place messages and data hellos received */
+    uint64_t pushes, pushes_failed; /* sender: pushes completed / failed or aborted */
+    uint64_t pushes_in_flight;      /* sender: now */
+    uint64_t pending_queries;       /* sender: QUERYs held for an absent key, now */
+    uint64_t data_connections;      /* sender: registered TCP data connections, now */
+    uint32_t peers;                 /* receiver: senders known (registered or from metadata) */
+} omc_tcp_health_info;
+
+/* One sender as a receiver sees it. */
+typedef struct omc_tcp_peer_info {
+    char name[OMC_TCP_NAME_MAX];    /* the registered name, or "host:port" if learned from metadata */
+    char host[OMC_TCP_HOST_MAX];
+    uint16_t port;
+    int registered;
+    uint64_t incarnation;           /* last seen; 0 = never answered */
+    uint64_t requests, failures, timeouts, auth_failures, restarts;
+    uint64_t bytes;                 /* payload bytes pulled from it */
+    uint32_t idle_channels;
+    omc_time_ns last_ok_ns;         /* omc_now_ns() of the last success, 0 = never */
+    omc_result last_error;
+    char last_error_text[160];
+} omc_tcp_peer_info;
+
+/* What omc_tcp_query found. */
+typedef struct omc_tcp_found {
+    uint64_t size;                  /* payload bytes */
+    uint32_t flags;                 /* OMC_BUFFER_FRAME if it is a frame */
+    uint32_t readers_left;
+    uint64_t incarnation;           /* of the sender that has it */
+    char sender[OMC_TCP_NAME_MAX];  /* its name */
+} omc_tcp_found;
+
+/* Create a remote connector. A sender (or dual) binds its side channel and data port at once:
+   OMC_ERR_CONNECTION if a port is taken (the log names it). Returns OMC_ERR_INVALID_ARG for a
+   bad key or host, OMC_ERR_UNAVAILABLE if CURVE is asked for and libzmq lacks it.
+   Thread safety: the connector is thread-safe (see omc_conn_*). */
+OMNICONN_API omc_result omc_tcp_create(const omc_tcp_desc* desc, omc_conn** out);
+
+/* The sender's advertised host and bound ports (any pointer may be NULL). OMC_ERR_WRONG_ROLE for
+   a receiver-only connector, OMC_ERR_INVALID_ARG if conn is not a remote connector. */
+OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* conn, char* host, size_t host_size, uint16_t* port, uint16_t* data_port);
+
+/* Receiver: register a sender for metadata-less gets under a unique name (1..63 bytes).
+   OMC_ERR_EXISTS if the name is taken. Safe from any thread, also while gets run. */
+OMNICONN_API omc_result omc_tcp_add_sender(omc_conn* conn, const char* name, const char* host, uint16_t port);
+/* The same with that sender's own CURVE public key (Z85), overriding curve.server_key. */
+OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* conn, const char* name, const char* host, uint16_t port,
+                                               const char* server_key);
+/* Forget a sender: cached channels close; gets already talking to it finish. OMC_ERR_NOT_FOUND. */
+OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* conn, const char* name);
+
+/* A metadata-less get from one registered sender (omc_conn_get(meta = NULL) asks them all). */
+OMNICONN_API omc_result omc_tcp_get_from(omc_conn* conn, const char* sender, const char* from_stage, const char* to_stage,
+                                         const char* key, omc_time_ns deadline, omc_buffer* out);
+/* Does a sender have this key now? Asks the named sender (or every registered one, sender =
+   NULL) once and consumes nothing. OMC_OK and *out, OMC_ERR_NOT_FOUND, or - if no sender
+   answered by the deadline - OMC_ERR_TIMEOUT / OMC_ERR_CONNECTION / OMC_ERR_AUTH. */
+OMNICONN_API omc_result omc_tcp_query(omc_conn* conn, const char* sender, const char* from_stage, const char* to_stage,
+                                      const char* key, omc_time_ns deadline, omc_tcp_found* out);
+
+OMNICONN_API omc_result omc_tcp_health(omc_conn* conn, omc_tcp_health_info* out);
+/* Senders this receiver knows, indexed 0..count-1 (in the order it learned them). */
+OMNICONN_API uint32_t   omc_tcp_peer_count(omc_conn* conn);
+OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* conn, uint32_t index, omc_tcp_peer_info* out);
+
+/* CURVE keys: a fresh pair (Z85, 41 bytes each with the terminator), and one key read from a
+   file that holds just the 40 Z85 characters (surrounding whitespace is ignored). */
+OMNICONN_API omc_result omc_tcp_curve_keypair(char public_key[OMC_CURVE_KEY_LEN + 1], char secret_key[OMC_CURVE_KEY_LEN + 1]);
+OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KEY_LEN + 1]);
+
+/* Split "host:port" or "[v6-literal]:port" into host (brackets removed) and port (1..65535). */
+OMNICONN_API omc_result omc_tcp_parse_endpoint(const char* text, char* host, size_t host_size, uint16_t* port);
+
+/* ---- helpers the seed's orchestration uses --------------------------------------------------- */
+
+/* The seed's port-offset scheme:
+       worker:       base + purpose + from_stage + dp_index * tp_size + tp_rank
+       orchestrator: base + 200 + from_stage
+   e.g. base 50051, KV transfer, stage 0, DP 2 x TP 2: 50151, 50152, 50153, 50154; the
+   orchestrator 50251. A worker's offset inside its purpose (from_stage + dp_index * tp_size +
+   tp_rank) must stay below 100, the width of a purpose's range. */
+typedef enum omc_port_purpose {
+    OMC_PORT_REQUEST_FORWARDING = 0,
+    OMC_PORT_KV_TRANSFER = 100
+} omc_port_purpose;
+
+typedef struct omc_port_spec {
+    int base;                   /* 0 = 50051 (the seed's zmq_port default) */
+    omc_port_purpose purpose;
+    int from_stage;             /* >= 0 */
+    int dp_index;               /* >= 0 */
+    int tp_size;                /* 0 = 1 */
+    int tp_rank;                /* 0 .. tp_size - 1 */
+    int orchestrator;           /* 1: the orchestrator's port (purpose, DP and TP do not apply) */
+} omc_port_spec;
+
+/* One port. OMC_ERR_INVALID_ARG (logged to the default hooks) for a negative field, tp_rank
+   outside the TP size, an unknown purpose, an offset that spills into the next purpose's
+   range, or a result outside 1..65535. */
+OMNICONN_API omc_result omc_port_compute(const omc_port_spec* spec, uint16_t* out_port);
+/* Every spec's port (ports_out, optional, count entries) and the first collision: OMC_ERR_EXISTS
+   with *clash_a < *clash_b the indices of two specs that land on the same port (logged). */
+OMNICONN_API omc_result omc_port_check(const omc_port_spec* specs, uint32_t count, uint16_t* ports_out,
+                                       uint32_t* clash_a, uint32_t* clash_b);
+
+/* The address other hosts should use to reach this one ("auto"): the source address of the
+   default route (a UDP connect() to a public address, which sends no packet), else the first
+   non-loopback address of the host name, else loopback. family: 0 = IPv4 then IPv6, 4, or 6.
+   how (optional) receives "route", "hostname" or "loopback". */
+OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, const char** how);
 #endif
 
 #ifdef __cplusplus
@@ -3046,7 +3371,3487 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
 }
 
 #if OMC__HAS_ZMQ
-#include "wip/net_impl.h"   /* TEMPORARY during development: merged into this file */
+/* ============================================================================================== */
+/* [SECTION] Implementation: the data-plane interface                                            */
+/* ============================================================================================== */
+/*
+    The remote connector is two layers. The side channel (ZMQ, below) does everything that is
+    not moving payload bytes: HELLO, QUERY, PULL, DONE/ERROR/ABORT, the entries table, fan-out,
+    TTL and pins, deadlines, restarts, CURVE, health. A data plane only moves the bytes of one
+    PULL from the sender's pool into the receiver's pool. The TCP data plane is built in (and is
+    written against this interface like any other); omniconn_rdma.h adds an RDMA one.
+
+    Who calls what, in order:
+
+      receiver, per channel (one DEALER socket to one sender, used by one get at a time):
+        rx_open     -> the plane's per-channel state (*chan)             before our HELLO
+        rx_hello    -> the record value we put into our HELLO (may be empty)
+        rx_ready    <- the sender's HELLO record of our kind (NULL if it sent none: return
+                       OMC_ERR_UNAVAILABLE and the channel falls back to TCP)
+        rx_reusable <- before a cached channel is used again: is the plane state still sound?
+        rx_close    <- when the channel is dropped (any failure) or the connector closes
+      receiver, per transfer (the get's destination x->dst is already allocated in our pool):
+        rx_prepare  -> descriptor bytes for the PULL (TCP: a connection token; RDMA: address,
+                       rkey, length), may block until deadline (TCP connects lazily here)
+        rx_fd       -> a file descriptor to poll while waiting, or -1 (nothing to watch)
+        rx_progress <- the fd is readable, or DONE arrived (done_received = 1); move what is
+                       ready and set x->complete once every byte is in x->dst
+        rx_end      <- the transfer finished (r = OMC_OK) or failed; after a failure the
+                       channel is closed unless the sender refused before moving any byte
+      sender:
+        tx_hello    -> our HELLO record for a receiver (rec = the receiver's record of our
+                       kind, or NULL); an RDMA plane connects a queue pair here
+        tx_push     <- one push, on a worker thread, so it may block until p->deadline:
+                       p->src/p->size (the pinned entry), the PULL's descriptor, p->abort
+                       (non-zero = stop now, return that code). Once every byte is where the
+                       descriptor said, the plane may call p->commit(p): the connector records
+                       the read and unpins the entry (src must not be read after it), and the
+                       plane may then tell the receiver by itself. After commit a push is a
+                       success whatever happens next. A plane that never calls commit is
+                       committed by the connector when tx_push returns OMC_OK, and DONE follows.
+      both: attach(pool) after the connector's pool exists (register it with the NIC there),
+            detach at destroy.
+
+    Completion on the receiver: a get ends when the plane says x->complete and DONE has
+    arrived. The built-in TCP plane has two fast paths the table does not (yet) expose, used by
+    kind: the listener starts a TCP push itself without blocking (omc__tcp_tx_try; small payloads
+    then cost no thread hand-off, large ones start moving while a worker wakes up), and a TCP
+    receiver completes on the data connection alone: the sender writes a trailer after commit,
+    so the trailer proves the read was recorded, and no DONE is sent for a TCP push (one
+    side-channel message - two libzmq I/O thread wake-ups - less per get).
+
+    Rules: a plane never touches the entries table, never sends on the side channel and never
+    frees the destination; errors are omc_result codes (OMC_ERR_CONNECTION for a broken peer,
+    OMC_ERR_TIMEOUT at the deadline, OMC_ERR_PROTOCOL when the peer lies); a plane must not
+    return OMC_ERR_NOT_FOUND, _STALE, _TOO_LARGE, _PEER_RESTARTED or _UNAVAILABLE from tx_push
+    (a receiver keeps its channel after those, because they promise no byte moved).
+
+    How a companion header plugs in (same translation unit, so no public symbol is needed):
+
+        static const omc__dp_vtable my_plane = { "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, ... };
+        omc__dataplane extra = { &my_plane, my_state };
+        r = omc__net_create(&tcp_desc, OMC_TRANSPORT_RDMA, &extra, &conn);
+
+    The connector then advertises the plane in HELLO (capabilities bit and a record of its kind)
+    and in its metadata; a receiver uses the extra plane for a channel when both sides have it,
+    and TCP otherwise. OMC_TRANSPORT_RDMA makes the metadata envelope say RDMA; the body is the
+    one documented for TCP. omc__net_pool(conn) gives the pool if attach is not enough.
+*/
+
+#include <zmq.h>
+#include <netdb.h>
+#include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <ctype.h>
+
+#ifndef OMNICONN_TCP_POOL_SIZE
+    #define OMNICONN_TCP_POOL_SIZE ((uint64_t)1 << 30)
+#endif
+#ifndef OMNICONN_TCP_WORKERS
+    #define OMNICONN_TCP_WORKERS 2
+#endif
+#ifndef OMNICONN_TCP_MAX_WAIT_MS
+    #define OMNICONN_TCP_MAX_WAIT_MS 1000
+#endif
+#ifndef OMNICONN_TCP_CHUNK
+    #define OMNICONN_TCP_CHUNK ((uint32_t)4 << 20)
+#endif
+#ifndef OMNICONN_TCP_INLINE
+    #define OMNICONN_TCP_INLINE ((uint32_t)256 << 10)   /* bytes the listener writes before a worker takes over */
+#endif
+
+#define OMC__DP_TCP  1
+#define OMC__DP_RDMA 2
+#define OMC__DP_MAX  2                  /* planes per connector: TCP plus one extra */
+
+/* One transfer as a receiver-side plane sees it. */
+typedef struct omc__dp_xfer {
+    uint64_t transfer_id;
+    omc_buffer dst;                     /* the destination, in the receiver's pool */
+    uint64_t size;                      /* bytes the sender will move (<= dst.size) */
+    uint64_t received;                  /* bytes in place so far (the plane keeps it) */
+    int complete;                       /* the plane says every byte is in place */
+    void* plane;                        /* the plane's own per-transfer state */
+} omc__dp_xfer;
+
+/* One push as a sender-side plane sees it (the fields after abort were added in the second
+   version of this interface; a plane that ignores them works as before). */
+typedef struct omc__dp_push omc__dp_push;
+struct omc__dp_push {
+    uint64_t transfer_id;
+    const uint8_t* src;                 /* the entry's bytes, pinned until commit */
+    uint64_t size;
+    omc_pool* pool;                     /* where src lives */
+    omc_range range;
+    const uint8_t* desc;                /* the PULL's descriptor */
+    uint32_t desc_len;
+    uint64_t receiver_incarnation;
+    omc_time_ns deadline;
+    const int* abort;                   /* read with omc__load; non-zero = stop, return it */
+    void (*commit)(const omc__dp_push* p);  /* every byte is in place: record the read, unpin */
+    void* commit_ctx;                   /* the connector's */
+    uint64_t resume;                    /* TCP: stream bytes the listener's non-blocking start moved */
+};
+
+/* What a receiver-side plane learns about a sender from its HELLO. */
+typedef struct omc__dp_peer {
+    const char* host;                   /* the host our side channel reached */
+    uint16_t port;
+    uint64_t incarnation;
+    const uint8_t* record;              /* the sender's record of this plane's kind, or NULL */
+    uint32_t record_len;
+} omc__dp_peer;
+
+typedef struct omc__dp_vtable {
+    const char* name;                   /* "tcp", "rdma": for logs */
+    uint8_t kind;                       /* OMC__DP_*: HELLO record type and PULL byte 30 */
+    uint32_t capability;                /* OMC_NET_CAP_* */
+    omc_result (*attach)(void* user, omc_conn* conn, omc_pool* pool, const omc_hooks* hooks);
+    void       (*detach)(void* user);
+    /* sender */
+    omc_result (*tx_hello)(void* user, const uint8_t* rec, uint32_t rec_len, uint8_t* out, uint32_t cap, uint32_t* out_len);
+    omc_result (*tx_push)(void* user, const omc__dp_push* p);
+    /* receiver */
+    omc_result (*rx_open)(void* user, void** chan);
+    omc_result (*rx_hello)(void* user, void* chan, uint8_t* out, uint32_t cap, uint32_t* out_len);
+    omc_result (*rx_ready)(void* user, void* chan, const omc__dp_peer* peer, omc_time_ns deadline);
+    int        (*rx_reusable)(void* user, void* chan);
+    omc_result (*rx_prepare)(void* user, void* chan, omc__dp_xfer* x, omc_time_ns deadline,
+                             uint8_t* desc, uint32_t cap, uint32_t* desc_len);
+    int        (*rx_fd)(void* user, void* chan);
+    omc_result (*rx_progress)(void* user, void* chan, omc__dp_xfer* x, int done_received);
+    void       (*rx_end)(void* user, void* chan, omc__dp_xfer* x, omc_result r);
+    void       (*rx_close)(void* user, void* chan);
+} omc__dp_vtable;
+
+/* A plane registered on a connector: its table and its state. */
+typedef struct omc__dataplane {
+    const omc__dp_vtable* vt;
+    void* user;
+} omc__dataplane;
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: side-channel codec (pure functions over bytes)                      */
+/* ============================================================================================== */
+/*
+    Everything that reads bytes from a peer goes through a decoder in this section first; the
+    decoders check every length against the bytes they were given and never read past them
+    (tests/fuzz/fuzz_wire.c runs them under libFuzzer). Encoders check the same limits, so we
+    never send what we would refuse to read.
+*/
+
+#define OMC__WIRE_MAGIC       0x5A434D4Fu   /* "OMCZ" */
+#define OMC__WIRE_VERSION     1
+#define OMC__WIRE_HEADER      32
+#define OMC__WIRE_MAX         8192
+#define OMC__WIRE_MAX_KEY     255
+#define OMC__WIRE_MAX_DESC    1024
+#define OMC__WIRE_MAX_RECORDS 32
+#define OMC__WIRE_MAX_TEXT    255
+
+enum {
+    OMC__MSG_HELLO = 1, OMC__MSG_QUERY, OMC__MSG_QUERY_REPLY, OMC__MSG_NOT_FOUND,
+    OMC__MSG_PULL, OMC__MSG_DONE, OMC__MSG_ERROR, OMC__MSG_ABORT
+};
+
+/* One side-channel message, decoded (pointers into the frame) or to encode. Only the fields of
+   its type are meaningful. */
+typedef struct omc__wire {
+    uint8_t type;
+    uint64_t xfer;                      /* transfer id */
+    uint64_t incarnation;               /* of the author */
+    uint32_t seq;
+    /* HELLO */
+    uint32_t caps;
+    uint32_t nrecords;
+    const uint8_t* records;             /* nrecords well-formed records, back to back */
+    uint32_t records_len;
+    /* QUERY */
+    uint32_t wait_ms;
+    /* QUERY, PULL */
+    const char* key;
+    uint32_t key_len;
+    /* QUERY_REPLY (entry_id also in PULL) */
+    uint64_t entry_id;
+    uint64_t size;
+    uint32_t pflags;
+    uint32_t readers_left;
+    /* PULL */
+    uint64_t expect_incarnation;
+    uint64_t capacity;
+    uint32_t budget_ms;
+    uint8_t dp_kind;
+    const uint8_t* desc;
+    uint32_t desc_len;
+    /* DONE */
+    uint64_t bytes;
+    /* ERROR */
+    int32_t code;
+    uint64_t detail;
+    const char* text;
+    uint32_t text_len;
+} omc__wire;
+
+OMC__PRIVATE const char* omc__wire_type_name(uint8_t t) {
+    static const char* names[] = { "?", "HELLO", "QUERY", "QUERY_REPLY", "NOT_FOUND", "PULL", "DONE", "ERROR", "ABORT" };
+    return t <= OMC__MSG_ABORT ? names[t] : "?";
+}
+
+/* Walk records: returns 1 and the record at *off (then advances *off), 0 at the end, -1 if the
+   bytes do not hold a whole record. */
+OMC__PRIVATE int omc__wire_next_record(const uint8_t* recs, uint32_t len, uint32_t* off, uint16_t* type,
+                                       const uint8_t** val, uint32_t* vlen) {
+    uint32_t n;
+    if (*off == len) return 0;
+    if (*off > len || len - *off < 4) return -1;
+    n = omc__get_u16(recs + *off + 2);
+    if (len - *off - 4 < n) return -1;
+    *type = omc__get_u16(recs + *off);
+    *val = recs + *off + 4;
+    *vlen = n;
+    *off += 4 + n;
+    return 1;
+}
+
+/* The first record of a type, or NULL. */
+OMC__PRIVATE const uint8_t* omc__wire_find_record(const omc__wire* m, uint16_t want, uint32_t* vlen) {
+    uint32_t off = 0, n;
+    uint16_t t;
+    const uint8_t* v;
+    while (omc__wire_next_record(m->records, m->records_len, &off, &t, &v, &n) == 1)
+        if (t == want) { *vlen = n; return v; }
+    return NULL;
+}
+
+/* Append one record to a HELLO's record area; OMC_ERR_TOO_LARGE if it does not fit. */
+OMC__PRIVATE omc_result omc__wire_add_record(uint8_t* recs, uint32_t cap, uint32_t* len, uint32_t* count,
+                                             uint16_t type, const uint8_t* val, uint32_t vlen) {
+    if (*count >= OMC__WIRE_MAX_RECORDS || vlen > 0xFFFFu || cap < *len || cap - *len < 4 + vlen) return OMC_ERR_TOO_LARGE;
+    omc__put_u16(recs + *len, type);
+    omc__put_u16(recs + *len + 2, (uint16_t)vlen);
+    if (vlen) memcpy(recs + *len + 4, val, vlen);
+    *len += 4 + vlen;
+    (*count)++;
+    return OMC_OK;
+}
+
+/* Decode one frame. OMC_ERR_MALFORMED for anything out of bounds or inconsistent,
+   OMC_ERR_VERSION for another protocol version, OMC_ERR_PROTOCOL for an unknown type. */
+OMC__PRIVATE omc_result omc__wire_decode(const uint8_t* f, size_t len, omc__wire* m) {
+    const uint8_t* b;
+    uint32_t blen;
+    memset(m, 0, sizeof(*m));
+    if (!f || len < OMC__WIRE_HEADER || len > OMC__WIRE_MAX || omc__get_u32(f) != OMC__WIRE_MAGIC) return OMC_ERR_MALFORMED;
+    if (f[4] != OMC__WIRE_VERSION) return OMC_ERR_VERSION;
+    m->type = f[5];
+    m->xfer = omc__get_u64(f + 8);
+    m->incarnation = omc__get_u64(f + 16);
+    m->seq = omc__get_u32(f + 24);
+    blen = omc__get_u32(f + 28);
+    if (omc__get_u16(f + 6) != 0 || (size_t)blen != len - OMC__WIRE_HEADER) return OMC_ERR_MALFORMED;
+    b = f + OMC__WIRE_HEADER;
+    switch (m->type) {
+        case OMC__MSG_HELLO: {
+            uint32_t off = 0, n, count = 0;
+            uint16_t t;
+            const uint8_t* v;
+            int more;
+            if (blen < 8 || omc__get_u16(b + 6) != 0) return OMC_ERR_MALFORMED;
+            m->caps = omc__get_u32(b);
+            m->nrecords = omc__get_u16(b + 4);
+            m->records = b + 8;
+            m->records_len = blen - 8;
+            if (m->nrecords > OMC__WIRE_MAX_RECORDS) return OMC_ERR_MALFORMED;
+            while ((more = omc__wire_next_record(m->records, m->records_len, &off, &t, &v, &n)) == 1) count++;
+            if (more < 0 || count != m->nrecords) return OMC_ERR_MALFORMED;
+            return OMC_OK;
+        }
+        case OMC__MSG_QUERY:
+            if (blen < 8) return OMC_ERR_MALFORMED;
+            m->wait_ms = omc__get_u32(b);
+            m->key_len = omc__get_u16(b + 4);
+            m->key = (const char*)b + 8;
+            if (m->key_len == 0 || m->key_len > OMC__WIRE_MAX_KEY || omc__get_u16(b + 6) != 0 || blen != 8 + m->key_len)
+                return OMC_ERR_MALFORMED;
+            return OMC_OK;
+        case OMC__MSG_QUERY_REPLY:
+            if (blen != 24) return OMC_ERR_MALFORMED;
+            m->entry_id = omc__get_u64(b);
+            m->size = omc__get_u64(b + 8);
+            m->pflags = omc__get_u32(b + 16);
+            m->readers_left = omc__get_u32(b + 20);
+            if (m->pflags & ~OMC_BUFFER_FRAME) return OMC_ERR_MALFORMED;
+            return OMC_OK;
+        case OMC__MSG_NOT_FOUND:
+        case OMC__MSG_ABORT:
+            return blen == 0 ? OMC_OK : OMC_ERR_MALFORMED;
+        case OMC__MSG_PULL:
+            if (blen < 36) return OMC_ERR_MALFORMED;
+            m->entry_id = omc__get_u64(b);
+            m->expect_incarnation = omc__get_u64(b + 8);
+            m->capacity = omc__get_u64(b + 16);
+            m->budget_ms = omc__get_u32(b + 24);
+            m->key_len = omc__get_u16(b + 28);
+            m->dp_kind = b[30];
+            m->desc_len = omc__get_u16(b + 32);
+            if (m->key_len == 0 || m->key_len > OMC__WIRE_MAX_KEY || m->dp_kind == 0 || b[31] != 0 ||
+                m->desc_len > OMC__WIRE_MAX_DESC || omc__get_u16(b + 34) != 0 || blen != 36 + m->key_len + m->desc_len)
+                return OMC_ERR_MALFORMED;
+            m->key = (const char*)b + 36;
+            m->desc = b + 36 + m->key_len;
+            return OMC_OK;
+        case OMC__MSG_DONE:
+            if (blen != 8) return OMC_ERR_MALFORMED;
+            m->bytes = omc__get_u64(b);
+            return OMC_OK;
+        case OMC__MSG_ERROR:
+            if (blen < 16) return OMC_ERR_MALFORMED;
+            m->code = (int32_t)omc__get_u32(b);
+            m->text_len = omc__get_u16(b + 4);
+            m->detail = omc__get_u64(b + 8);
+            m->text = (const char*)b + 16;
+            if (m->code >= 0 || m->text_len > OMC__WIRE_MAX_TEXT || omc__get_u16(b + 6) != 0 || blen != 16 + m->text_len)
+                return OMC_ERR_MALFORMED;
+            return OMC_OK;
+        default:
+            return OMC_ERR_PROTOCOL;
+    }
+}
+
+/* Encode m into out (cap bytes). Checks the limits the decoder checks. */
+OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint32_t cap, uint32_t* out_len) {
+    uint8_t* b = out + OMC__WIRE_HEADER;
+    uint32_t blen;
+    *out_len = 0;
+    switch (m->type) {
+        case OMC__MSG_HELLO: blen = 8 + m->records_len; break;
+        case OMC__MSG_QUERY: blen = 8 + m->key_len; break;
+        case OMC__MSG_QUERY_REPLY: blen = 24; break;
+        case OMC__MSG_NOT_FOUND: case OMC__MSG_ABORT: blen = 0; break;
+        case OMC__MSG_PULL: blen = 36 + m->key_len + m->desc_len; break;
+        case OMC__MSG_DONE: blen = 8; break;
+        case OMC__MSG_ERROR: blen = 16 + m->text_len; break;
+        default: return OMC_ERR_INVALID_ARG;
+    }
+    if ((m->type == OMC__MSG_QUERY || m->type == OMC__MSG_PULL) && (m->key_len == 0 || m->key_len > OMC__WIRE_MAX_KEY))
+        return OMC_ERR_INVALID_ARG;
+    if ((m->type == OMC__MSG_HELLO && (m->nrecords > OMC__WIRE_MAX_RECORDS || m->records_len > OMC__WIRE_MAX)) ||
+        (m->type == OMC__MSG_PULL && (m->desc_len > OMC__WIRE_MAX_DESC || m->dp_kind == 0)) ||
+        (m->type == OMC__MSG_ERROR && (m->code >= 0 || m->text_len > OMC__WIRE_MAX_TEXT)) ||
+        (m->type == OMC__MSG_QUERY_REPLY && (m->pflags & ~OMC_BUFFER_FRAME)))
+        return OMC_ERR_INVALID_ARG;
+    if (blen > OMC__WIRE_MAX - OMC__WIRE_HEADER || cap < OMC__WIRE_HEADER + blen) return OMC_ERR_TOO_LARGE;
+    omc__put_u32(out, OMC__WIRE_MAGIC);
+    out[4] = OMC__WIRE_VERSION;
+    out[5] = m->type;
+    omc__put_u16(out + 6, 0);
+    omc__put_u64(out + 8, m->xfer);
+    omc__put_u64(out + 16, m->incarnation);
+    omc__put_u32(out + 24, m->seq);
+    omc__put_u32(out + 28, blen);
+    switch (m->type) {
+        case OMC__MSG_HELLO:
+            omc__put_u32(b, m->caps);
+            omc__put_u16(b + 4, (uint16_t)m->nrecords);
+            omc__put_u16(b + 6, 0);
+            if (m->records_len) memcpy(b + 8, m->records, m->records_len);
+            break;
+        case OMC__MSG_QUERY:
+            omc__put_u32(b, m->wait_ms);
+            omc__put_u16(b + 4, (uint16_t)m->key_len);
+            omc__put_u16(b + 6, 0);
+            memcpy(b + 8, m->key, m->key_len);
+            break;
+        case OMC__MSG_QUERY_REPLY:
+            omc__put_u64(b, m->entry_id);
+            omc__put_u64(b + 8, m->size);
+            omc__put_u32(b + 16, m->pflags);
+            omc__put_u32(b + 20, m->readers_left);
+            break;
+        case OMC__MSG_PULL:
+            omc__put_u64(b, m->entry_id);
+            omc__put_u64(b + 8, m->expect_incarnation);
+            omc__put_u64(b + 16, m->capacity);
+            omc__put_u32(b + 24, m->budget_ms);
+            omc__put_u16(b + 28, (uint16_t)m->key_len);
+            b[30] = m->dp_kind;
+            b[31] = 0;
+            omc__put_u16(b + 32, (uint16_t)m->desc_len);
+            omc__put_u16(b + 34, 0);
+            memcpy(b + 36, m->key, m->key_len);
+            if (m->desc_len) memcpy(b + 36 + m->key_len, m->desc, m->desc_len);
+            break;
+        case OMC__MSG_DONE:
+            omc__put_u64(b, m->bytes);
+            break;
+        case OMC__MSG_ERROR:
+            omc__put_u32(b, (uint32_t)m->code);
+            omc__put_u16(b + 4, (uint16_t)m->text_len);
+            omc__put_u16(b + 6, 0);
+            omc__put_u64(b + 8, m->detail);
+            if (m->text_len) memcpy(b + 16, m->text, m->text_len);
+            break;
+        default:
+            break;
+    }
+    *out_len = OMC__WIRE_HEADER + blen;
+    return OMC_OK;
+}
+
+/* ---- TCP data plane records and headers ----------------------------------------------------- */
+
+#define OMC__TCP_HELLO_MAGIC 0x54434D4Fu    /* "OMCT" */
+#define OMC__TCP_ACK_MAGIC   0x41434D4Fu    /* "OMCA" */
+#define OMC__TCP_DATA_MAGIC  0x44434D4Fu    /* "OMCD" */
+#define OMC__TCP_END_MAGIC   0x45434D4Fu    /* "OMCE" */
+#define OMC__TCP_TRAILER_SIZE 8
+#define OMC__TCP_HELLO_SIZE  24
+#define OMC__TCP_ACK_SIZE    8
+#define OMC__TCP_HEADER_SIZE 24
+
+/* HELLO record type 1: u16 port, u16 reserved, host text. host_out gets a terminated copy. */
+OMC__PRIVATE omc_result omc__tcp_record_decode(const uint8_t* v, uint32_t n, uint16_t* port, char* host_out, size_t host_size) {
+    uint32_t hl;
+    if (!v || n < 4 || n - 4 > 255 || omc__get_u16(v + 2) != 0) return OMC_ERR_MALFORMED;
+    *port = omc__get_u16(v);
+    hl = n - 4;
+    if (*port == 0 || memchr(v + 4, 0, hl) || hl >= host_size) return OMC_ERR_MALFORMED;
+    memcpy(host_out, v + 4, hl);
+    host_out[hl] = '\0';
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__tcp_hello_encode(uint8_t* p, uint64_t token, uint64_t incarnation) {
+    omc__put_u32(p, OMC__TCP_HELLO_MAGIC);
+    omc__put_u16(p + 4, 1);
+    omc__put_u16(p + 6, 0);
+    omc__put_u64(p + 8, token);
+    omc__put_u64(p + 16, incarnation);
+}
+
+OMC__PRIVATE omc_result omc__tcp_hello_decode(const uint8_t* p, size_t n, uint64_t* token, uint64_t* incarnation) {
+    if (n != OMC__TCP_HELLO_SIZE || omc__get_u32(p) != OMC__TCP_HELLO_MAGIC) return OMC_ERR_MALFORMED;
+    if (omc__get_u16(p + 4) != 1) return OMC_ERR_VERSION;
+    *token = omc__get_u64(p + 8);
+    *incarnation = omc__get_u64(p + 16);
+    if (omc__get_u16(p + 6) != 0 || *token == 0) return OMC_ERR_MALFORMED;
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__tcp_header_encode(uint8_t* p, uint64_t xfer, uint64_t size) {
+    omc__put_u32(p, OMC__TCP_DATA_MAGIC);
+    omc__put_u32(p + 4, 0);
+    omc__put_u64(p + 8, xfer);
+    omc__put_u64(p + 16, size);
+}
+
+/* Check a data header against what the receiver expects: OMC_ERR_PROTOCOL if the sender lies
+   (another transfer, another size, more than the destination holds). */
+OMC__PRIVATE omc_result omc__tcp_header_check(const uint8_t* p, uint64_t xfer, uint64_t expect_size, uint64_t capacity) {
+    uint64_t size;
+    if (omc__get_u32(p) != OMC__TCP_DATA_MAGIC || omc__get_u32(p + 4) != 0) return OMC_ERR_MALFORMED;
+    size = omc__get_u64(p + 16);
+    if (omc__get_u64(p + 8) != xfer || size != expect_size || size > capacity) return OMC_ERR_PROTOCOL;
+    return OMC_OK;
+}
+
+/* ---- metadata body --------------------------------------------------------------------------- */
+
+typedef struct omc__net_meta {
+    uint64_t entry_id;
+    uint16_t port;
+    uint32_t caps;
+    char host[OMC_TCP_HOST_MAX];
+} omc__net_meta;
+
+OMC__PRIVATE uint32_t omc__net_meta_body_size(const char* host) { return 16u + (uint32_t)strlen(host); }
+
+OMC__PRIVATE void omc__net_meta_body_encode(uint8_t* b, uint64_t entry_id, uint16_t port, uint32_t caps, const char* host) {
+    uint32_t hl = (uint32_t)strlen(host);
+    omc__put_u64(b, entry_id);
+    omc__put_u16(b + 8, port);
+    omc__put_u16(b + 10, (uint16_t)hl);
+    omc__put_u32(b + 12, caps);
+    memcpy(b + 16, host, hl);
+}
+
+OMC__PRIVATE omc_result omc__net_meta_body_decode(const uint8_t* b, uint32_t n, omc__net_meta* out) {
+    uint32_t hl;
+    memset(out, 0, sizeof(*out));
+    if (!b || n < 16) return OMC_ERR_MALFORMED;
+    hl = omc__get_u16(b + 10);
+    if (hl == 0 || hl > 255 || n != 16 + hl || memchr(b + 16, 0, hl)) return OMC_ERR_MALFORMED;
+    out->entry_id = omc__get_u64(b);
+    out->port = omc__get_u16(b + 8);
+    out->caps = omc__get_u32(b + 12);
+    if (out->entry_id == 0 || out->port == 0) return OMC_ERR_MALFORMED;
+    memcpy(out->host, b + 16, hl);
+    out->host[hl] = '\0';
+    return OMC_OK;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: sockets with deadlines                                              */
+/* ============================================================================================== */
+
+#define OMC__NET_SLICE_MS 100           /* longest single wait: closing and ABORT are noticed this fast */
+#define OMC__NET_CONNECT_MS 30000       /* a TCP connect with no deadline still gives up (seed: 30 s) */
+
+/* Milliseconds from now to the deadline for poll(), rounded up (no early wake-ups that spin),
+   at most cap_ms; 0 once the deadline has passed. */
+OMC__PRIVATE int omc__poll_ms(omc_time_ns deadline, int cap_ms) {
+    omc_time_ns now, left;
+    if (deadline == OMC_WAIT_FOREVER) return cap_ms;
+    now = omc_now_ns();
+    if (deadline <= now) return 0;
+    left = (deadline - now + 999999) / 1000000;
+    return left > cap_ms ? cap_ms : (int)left;
+}
+
+OMC__PRIVATE int omc__deadline_passed(omc_time_ns deadline) { return deadline != OMC_WAIT_FOREVER && omc_now_ns() >= deadline; }
+
+/* The seed's rule for a transfer nobody bounded: 30 s + 5 s per started 100 MiB. */
+OMC__PRIVATE omc_time_ns omc__net_seed_budget_ns(uint64_t size) {
+    uint64_t blocks = (size + (100ull << 20) - 1) / (100ull << 20);
+    return (omc_time_ns)(30000 + 5000 * blocks) * 1000000LL;
+}
+
+/* host:port -> a socket address. host "*" (passive only) = every IPv4 interface. */
+OMC__PRIVATE omc_result omc__net_resolve(const char* host, uint16_t port, int passive, struct sockaddr_storage* sa, socklen_t* salen) {
+    struct addrinfo hints, *res = NULL;
+    char ps[8];
+    int rc;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+    snprintf(ps, sizeof(ps), "%u", (unsigned)port);
+    if (passive && strcmp(host, "*") == 0) { hints.ai_family = AF_INET; host = NULL; }
+    rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc != 0 || !res) return OMC_ERR_INVALID_ARG;
+    memcpy(sa, res->ai_addr, res->ai_addrlen);
+    *salen = (socklen_t)res->ai_addrlen;
+    freeaddrinfo(res);
+    return OMC_OK;
+}
+
+/* A name or literal -> its numeric form (what we bind and advertise). */
+OMC__PRIVATE omc_result omc__net_numeric_host(const char* host, char* out, size_t out_size) {
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    if (strcmp(host, "*") == 0) { snprintf(out, out_size, "*"); return OMC_OK; }
+    if (omc__net_resolve(host, 0, 0, &sa, &salen) != OMC_OK) return OMC_ERR_INVALID_ARG;
+    if (getnameinfo((struct sockaddr*)&sa, salen, out, (socklen_t)out_size, NULL, 0, NI_NUMERICHOST) != 0) return OMC_ERR_INVALID_ARG;
+    return OMC_OK;
+}
+
+/* Wait for events on one fd until the deadline (in slices, so *abort is seen). Returns 1 ready,
+   0 deadline passed, -1 aborted. */
+OMC__PRIVATE int omc__fd_wait(int fd, short events, omc_time_ns deadline, const int* abort, short* revents) {
+    for (;;) {
+        struct pollfd p;
+        int ms = omc__poll_ms(deadline, OMC__NET_SLICE_MS), rc;
+        if (abort && omc__load(abort)) return -1;
+        p.fd = fd; p.events = events; p.revents = 0;
+        rc = poll(&p, 1, ms);
+        if (rc > 0) { if (revents) *revents = p.revents; return 1; }
+        if (rc < 0 && errno != EINTR) { if (revents) *revents = POLLERR; return 1; }
+        if (rc == 0 && ms == 0) return 0;
+    }
+}
+
+/* Write every byte, or fail: OMC_ERR_CONNECTION (reset, closed), OMC_ERR_TIMEOUT (deadline),
+   or the code in *abort. Short writes and EINTR are retried. */
+OMC__PRIVATE omc_result omc__fd_write_all(int fd, const uint8_t* p, uint64_t n, omc_time_ns deadline, const int* abort) {
+    while (n) {
+        size_t want = (size_t)omc__min(n, (uint64_t)OMNICONN_TCP_CHUNK);
+        ssize_t k = send(fd, p, want, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) { p += k; n -= (uint64_t)k; continue; }
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            short rev = 0;
+            int w = omc__fd_wait(fd, POLLOUT, deadline, abort, &rev);
+            if (w < 0) return (omc_result)omc__load(abort);
+            if (w == 0) return OMC_ERR_TIMEOUT;
+            if ((rev & (POLLERR | POLLHUP)) && !(rev & POLLOUT)) return OMC_ERR_CONNECTION;
+            continue;
+        }
+        return OMC_ERR_CONNECTION;
+    }
+    return OMC_OK;
+}
+
+/* Read exactly n bytes (small control messages only; payloads go through the plane's progress). */
+OMC__PRIVATE omc_result omc__fd_read_all(int fd, uint8_t* p, size_t n, omc_time_ns deadline) {
+    while (n) {
+        ssize_t k = recv(fd, p, n, MSG_DONTWAIT);
+        if (k > 0) { p += k; n -= (size_t)k; continue; }
+        if (k == 0) return OMC_ERR_CONNECTION;
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            int w = omc__fd_wait(fd, POLLIN, deadline, NULL, NULL);
+            if (w == 0) return OMC_ERR_TIMEOUT;
+            continue;
+        }
+        return OMC_ERR_CONNECTION;
+    }
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__fd_tune(int fd) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));   /* headers must not wait for Nagle */
+}
+
+/* A data connection while payload streams: blocking, but no call waits longer than a slice
+   (SO_SNDTIMEO/SO_RCVTIMEO), so deadlines and ABORT are still seen. The kernel then moves a
+   whole chunk per system call (as a plain socket copy does) instead of one poll + one call per
+   wake-up. Calls that must not block pass MSG_DONTWAIT. */
+OMC__PRIVATE void omc__fd_streaming(int fd) {
+    struct timeval tv;
+    int fl = fcntl(fd, F_GETFL, 0);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    tv.tv_sec = 0;
+    tv.tv_usec = OMC__NET_SLICE_MS * 1000;
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+/* Non-blocking connect bounded by the deadline (and by OMC__NET_CONNECT_MS when there is none). */
+OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_time_ns deadline, int* out) {
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    int fd, err = 0;
+    socklen_t elen = sizeof(err);
+    *out = -1;
+    if (omc__net_resolve(host, port, 0, &sa, &salen) != OMC_OK) return OMC_ERR_INVALID_ARG;
+    if (deadline == OMC_WAIT_FOREVER) deadline = omc_deadline_after_ms(OMC__NET_CONNECT_MS);
+    fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return OMC_ERR_SYSTEM;
+    if (connect(fd, (struct sockaddr*)&sa, salen) != 0) {
+        if (errno != EINPROGRESS && errno != EINTR) { close(fd); return OMC_ERR_CONNECTION; }
+        if (omc__fd_wait(fd, POLLOUT, deadline, NULL, NULL) == 0) { close(fd); return OMC_ERR_TIMEOUT; }
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0 || err != 0) { close(fd); return OMC_ERR_CONNECTION; }
+    }
+    omc__fd_tune(fd);
+    *out = fd;
+    return OMC_OK;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the TCP data plane                                                  */
+/* ============================================================================================== */
+/*
+    Sender: a listening socket (the data port). The connector's listener thread accepts, reads
+    each connection's 24-byte hello (bounded: 5 s, at most 64 waiting), registers it under its
+    token and acks; idle connections are watched for EOF (a receiver that went away) and closed.
+    A push (worker thread) takes the connection its PULL names, marks it busy, writes a header
+    and the payload in chunks (each write bounded by the push deadline, ABORT checked between
+    waits) and gives it back - or kills it on any failure, because a half-written payload would
+    corrupt the next transfer. Connections are never freed by a worker: it marks them dead and
+    the listener, the only thread that polls them, closes and frees them.
+
+    Receiver: one connection per channel, opened at the channel's first PULL (connect, hello,
+    ack, all bounded by the get's deadline) and cached with it. Payload bytes are read straight
+    into the destination buffer in the receiver's pool (no intermediate copy), never more than
+    the header announced, and the header must announce exactly what the receiver expects.
+*/
+
+#define OMC__TCP_MAX_PENDING 64         /* accepted connections still owing their hello */
+#define OMC__TCP_MAX_CONNS   4096       /* registered data connections per sender */
+#define OMC__TCP_HELLO_MS    5000       /* a connection must say hello within this */
+
+enum { OMC__TCONN_PENDING = 0, OMC__TCONN_IDLE, OMC__TCONN_BUSY, OMC__TCONN_DEAD };
+
+typedef struct omc__tcp_conn {
+    struct omc__tcp_conn* next;
+    int fd;
+    int state;                          /* OMC__TCONN_* (under the plane's mu) */
+    uint64_t token;
+    uint64_t incarnation;               /* the receiver's */
+    omc_time_ns hello_deadline;
+    uint32_t hello_got;
+    uint8_t hello[OMC__TCP_HELLO_SIZE];
+} omc__tcp_conn;
+
+typedef struct omc__tcp_plane {
+    omc_hooks hooks;
+    omc_pool* pool;
+    int listen_fd;                      /* sender: the data port; -1 on a receiver */
+    uint16_t port;
+    pthread_mutex_t mu;
+    pthread_cond_t idle_cv;             /* a busy connection became idle */
+    omc__tcp_conn* conns;               /* every accepted connection */
+    omc__smap tokens;                   /* token (8 bytes) -> registered connection */
+    uint32_t npending;
+    uint64_t nregistered;               /* atomic: for health */
+    uint64_t protocol_errors;           /* atomic */
+} omc__tcp_plane;
+
+/* Receiver side: one per channel. */
+typedef struct omc__tcp_rx {
+    int fd;                             /* -1 until the first PULL */
+    uint64_t token;
+    char host[OMC_TCP_HOST_MAX];
+    uint16_t port;
+    uint32_t hdr_got, trl_got;
+    uint8_t hdr[OMC__TCP_HEADER_SIZE];
+    uint8_t trl[OMC__TCP_TRAILER_SIZE];
+    omc_time_ns deadline;               /* of the transfer in progress */
+} omc__tcp_rx;
+
+OMC__PRIVATE omc_result omc__tcp_attach(void* user, omc_conn* conn, omc_pool* pool, const omc_hooks* hooks) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    (void)conn;
+    T->pool = pool;
+    T->hooks = *hooks;
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__tcp_detach(void* user) { (void)user; }
+
+/* Bind the data port (sender). */
+OMC__PRIVATE omc_result omc__tcp_listen(omc__tcp_plane* T, const char* bind_host, uint16_t port) {
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    int one = 1;
+    if (omc__net_resolve(bind_host, port, 1, &sa, &salen) != OMC_OK) return OMC_ERR_INVALID_ARG;
+    T->listen_fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (T->listen_fd < 0) return OMC_ERR_SYSTEM;
+    setsockopt(T->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(T->listen_fd, (struct sockaddr*)&sa, salen) != 0 || listen(T->listen_fd, 128) != 0) {
+        OMC__LOG(&T->hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "cannot listen on TCP data port %s:%u: %s", bind_host,
+                 (unsigned)port, strerror(errno));
+        close(T->listen_fd);
+        T->listen_fd = -1;
+        return OMC_ERR_CONNECTION;
+    }
+    salen = sizeof(sa);
+    getsockname(T->listen_fd, (struct sockaddr*)&sa, &salen);
+    T->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6*)&sa)->sin6_port : ((struct sockaddr_in*)&sa)->sin_port);
+    return OMC_OK;
+}
+
+/* Close and free one connection (caller holds mu; the connection is unlinked here). */
+OMC__PRIVATE void omc__tcp_conn_free(omc__tcp_plane* T, omc__tcp_conn* c) {
+    omc__tcp_conn** pp;
+    for (pp = &T->conns; *pp; pp = &(*pp)->next)
+        if (*pp == c) { *pp = c->next; break; }
+    if (c->state == OMC__TCONN_PENDING) T->npending--;
+    if ((c->state == OMC__TCONN_IDLE || c->state == OMC__TCONN_BUSY) && omc__smap_get(&T->tokens, (const char*)&c->token, 8) == c) {
+        omc__smap_del(&T->tokens, &T->hooks, (const char*)&c->token, 8);
+        omc__sub(&T->nregistered, 1u);
+    }
+    if (c->fd >= 0) close(c->fd);
+    omc__free(&T->hooks, c);
+}
+
+/* Listener: fill poll items for the data port and the connections it watches; who[i] is the
+   connection of item i (NULL for the data port). Reaps dead connections first. */
+OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, omc__tcp_conn** who, int max) {
+    omc__tcp_conn *c, *next;
+    int n = 0;
+    if (T->listen_fd < 0 || max < 1) return 0;
+    pthread_mutex_lock(&T->mu);
+    for (c = T->conns; c; c = next) {
+        next = c->next;
+        if (c->state == OMC__TCONN_DEAD) omc__tcp_conn_free(T, c);
+    }
+    items[n].fd = T->listen_fd;
+    items[n].events = POLLIN;
+    items[n].revents = 0;
+    who[n++] = NULL;
+    for (c = T->conns; c && n < max; c = c->next) {
+        if (c->state != OMC__TCONN_PENDING && c->state != OMC__TCONN_IDLE) continue;
+        items[n].fd = c->fd;
+        items[n].events = POLLIN;
+        items[n].revents = 0;
+        who[n++] = c;
+    }
+    pthread_mutex_unlock(&T->mu);
+    return n;
+}
+
+/* Listener: accept what is waiting on the data port. */
+OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
+    for (;;) {
+        omc__tcp_conn* c;
+        int fd = accept4(T->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR) continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "accept on the data port: %s", strerror(errno));
+            return;
+        }
+        pthread_mutex_lock(&T->mu);
+        if (T->npending >= OMC__TCP_MAX_PENDING || omc__load(&T->nregistered) >= OMC__TCP_MAX_CONNS) {
+            pthread_mutex_unlock(&T->mu);
+            OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port: too many connections, refusing one");
+            close(fd);
+            continue;
+        }
+        c = (omc__tcp_conn*)omc__calloc(&T->hooks, sizeof(*c));
+        if (!c) { pthread_mutex_unlock(&T->mu); close(fd); continue; }
+        c->fd = fd;
+        c->state = OMC__TCONN_PENDING;
+        c->hello_deadline = omc_deadline_after_ms(OMC__TCP_HELLO_MS);
+        c->next = T->conns;
+        T->conns = c;
+        T->npending++;
+        pthread_mutex_unlock(&T->mu);
+        omc__fd_tune(fd);
+        omc__fd_streaming(fd);
+    }
+}
+
+/* Listener: a pending connection is readable: take its hello bytes; register when complete. */
+OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
+    uint8_t ack[OMC__TCP_ACK_SIZE];
+    omc_result r;
+    ssize_t k = recv(c->fd, c->hello + c->hello_got, OMC__TCP_HELLO_SIZE - c->hello_got, MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (k <= 0) { omc__tcp_conn_free(T, c); return; }
+    c->hello_got += (uint32_t)k;
+    if (c->hello_got < OMC__TCP_HELLO_SIZE) return;
+    r = omc__tcp_hello_decode(c->hello, OMC__TCP_HELLO_SIZE, &c->token, &c->incarnation);
+    if (r == OMC_OK && omc__smap_get(&T->tokens, (const char*)&c->token, 8)) r = OMC_ERR_EXISTS;
+    if (r == OMC_OK) r = omc__smap_put(&T->tokens, &T->hooks, (const char*)&c->token, 8, c);
+    omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
+    omc__put_u32(ack + 4, (uint32_t)(int32_t)r);
+    /* a fresh socket always has room for 8 bytes; anything else means it is already broken */
+    if (send(c->fd, ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack) && r == OMC_OK) {
+        omc__smap_del(&T->tokens, &T->hooks, (const char*)&c->token, 8);
+        r = OMC_ERR_CONNECTION;
+    }
+    if (r != OMC_OK) {
+        if (r == OMC_ERR_MALFORMED || r == OMC_ERR_VERSION || r == OMC_ERR_EXISTS) {
+            omc__add(&T->protocol_errors, 1u);
+            OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port: bad hello (%s), connection closed", omc_result_str(r));
+        }
+        omc__tcp_conn_free(T, c);
+        return;
+    }
+    T->npending--;
+    c->state = OMC__TCONN_IDLE;
+    omc__add(&T->nregistered, 1u);
+}
+
+/* Listener: act on what poll saw, and expire hellos that never came. */
+OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, omc__tcp_conn** who, int n) {
+    omc_time_ns now = omc_now_ns();
+    omc__tcp_conn *c, *next;
+    int i;
+    for (i = 0; i < n; i++) {
+        if (!items[i].revents) continue;
+        if (!who[i]) { omc__tcp_accept(T); continue; }
+        pthread_mutex_lock(&T->mu);
+        c = who[i];
+        if (c->state == OMC__TCONN_PENDING) omc__tcp_read_hello(T, c);
+        else if (c->state == OMC__TCONN_IDLE) {
+            /* an idle connection has nothing to say: readable means EOF (the receiver went away)
+               or bytes that break the protocol; either way it is finished */
+            uint8_t junk;
+            ssize_t k = recv(c->fd, &junk, 1, MSG_DONTWAIT | MSG_PEEK);
+            if (k > 0) omc__add(&T->protocol_errors, 1u);
+            if (k >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) omc__tcp_conn_free(T, c);
+        }
+        pthread_mutex_unlock(&T->mu);
+    }
+    pthread_mutex_lock(&T->mu);
+    for (c = T->conns; c; c = next) {
+        next = c->next;
+        if (c->state == OMC__TCONN_PENDING && now >= c->hello_deadline) {
+            OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data port: no hello within %d ms, connection closed", OMC__TCP_HELLO_MS);
+            omc__tcp_conn_free(T, c);
+        }
+    }
+    pthread_mutex_unlock(&T->mu);
+}
+
+/* Close everything (connector close; no worker runs any more). */
+OMC__PRIVATE void omc__tcp_shutdown(omc__tcp_plane* T) {
+    pthread_mutex_lock(&T->mu);
+    while (T->conns) omc__tcp_conn_free(T, T->conns);
+    omc__smap_free(&T->tokens, &T->hooks);
+    pthread_mutex_unlock(&T->mu);
+    if (T->listen_fd >= 0) close(T->listen_fd);
+    T->listen_fd = -1;
+}
+
+OMC__PRIVATE omc_result omc__tcp_tx_hello(void* user, const uint8_t* rec, uint32_t rec_len, uint8_t* out, uint32_t cap, uint32_t* out_len) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    (void)rec; (void)rec_len;
+    if (T->listen_fd < 0 || cap < 4) return OMC_ERR_UNAVAILABLE;
+    omc__put_u16(out, T->port);
+    omc__put_u16(out + 2, 0);
+    *out_len = 4;   /* empty host: "the host your side channel reached" */
+    return OMC_OK;
+}
+
+/* Write bytes [*pos, end) of the transfer's stream - header | payload | trailer - with as few
+   system calls as possible. blocking: wait (deadline, abort) whenever the socket is full.
+   Non-blocking (the listener): stop with OMC_ERR_BUSY when the socket is full or after budget
+   bytes. Short writes and EINTR are retried; *pos always says how far it got. */
+OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const uint8_t* src, uint64_t size, const uint8_t* trl,
+                                              uint64_t* pos, uint64_t end, int blocking, uint64_t budget, omc_time_ns deadline,
+                                              const int* abort) {
+    const uint8_t* seg[3];
+    uint64_t seglen[3], moved = 0;
+    seg[0] = hdr; seglen[0] = OMC__TCP_HEADER_SIZE;
+    seg[1] = src; seglen[1] = size;
+    seg[2] = trl; seglen[2] = OMC__TCP_TRAILER_SIZE;
+    while (*pos < end) {
+        struct iovec iov[3];
+        struct msghdr msg;
+        uint64_t at = 0, want = omc__min(end - *pos, (uint64_t)OMNICONN_TCP_CHUNK);
+        int i, n = 0;
+        ssize_t k;
+        if (!blocking) want = omc__min(want, budget - moved);
+        for (i = 0; i < 3 && want; i++) {       /* what is still to go of each segment */
+            uint64_t s0 = at, from, len;
+            at += seglen[i];
+            if (*pos >= at || seglen[i] == 0) continue;
+            from = *pos > s0 ? *pos - s0 : 0;
+            len = omc__min(seglen[i] - from, want);
+            iov[n].iov_base = (void*)(seg[i] + from);
+            iov[n].iov_len = (size_t)len;
+            want -= len;
+            n++;
+        }
+        memset(&msg, 0, sizeof(msg));
+        msg.msg_iov = iov;
+        msg.msg_iovlen = (size_t)n;
+        /* blocking: the socket waits at most a slice (SO_SNDTIMEO), then we look at the clock */
+        k = sendmsg(fd, &msg, MSG_NOSIGNAL | (blocking ? 0 : MSG_DONTWAIT));
+        if (k > 0) {
+            *pos += (uint64_t)k;
+            moved += (uint64_t)k;
+            if (!blocking && moved >= budget && *pos < end) return OMC_ERR_BUSY;
+        } else if (k < 0 && errno == EINTR) {
+        } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!blocking) return OMC_ERR_BUSY;
+        } else return OMC_ERR_CONNECTION;
+        if (blocking && *pos < end) {
+            if (abort && omc__load(abort)) return (omc_result)omc__load(abort);
+            if (omc__deadline_passed(deadline)) return OMC_ERR_TIMEOUT;
+        }
+    }
+    return OMC_OK;
+}
+
+/* Give a connection back after a push: idle again, or dead (half a payload may be on the wire,
+   so it can never carry another one). The listener frees dead ones. */
+OMC__PRIVATE void omc__tcp_conn_release(omc__tcp_plane* T, omc__tcp_conn* c, int ok) {
+    pthread_mutex_lock(&T->mu);
+    if (ok) c->state = OMC__TCONN_IDLE;
+    else {
+        shutdown(c->fd, SHUT_RDWR);
+        omc__smap_del(&T->tokens, &T->hooks, (const char*)&c->token, 8);
+        omc__sub(&T->nregistered, 1u);
+        c->state = OMC__TCONN_DEAD;
+    }
+    pthread_cond_broadcast(&T->idle_cv);
+    pthread_mutex_unlock(&T->mu);
+}
+
+/* The connection a PULL names. take = 1: wait (until the deadline) for it to be idle and mark
+   it busy - a receiver that has read a trailer may ask again before the pusher has marked the
+   connection idle. take = 0: the caller already owns it (a push the listener started). */
+OMC__PRIVATE omc_result omc__tcp_find_conn(omc__tcp_plane* T, const omc__dp_push* p, int take, int may_wait, omc__tcp_conn** out) {
+    omc__tcp_conn* c;
+    uint64_t token;
+    omc_result r = OMC_OK;
+    *out = NULL;
+    if (p->desc_len != 8) return OMC_ERR_PROTOCOL;
+    token = omc__get_u64(p->desc);
+    pthread_mutex_lock(&T->mu);
+    for (;;) {
+        c = (omc__tcp_conn*)omc__smap_get(&T->tokens, (const char*)&token, 8);
+        if (!c) { r = OMC_ERR_CONNECTION; break; }
+        if (!take) { if (c->state != OMC__TCONN_BUSY) r = OMC_ERR_INTERNAL; break; }
+        if (c->state == OMC__TCONN_IDLE) { c->state = OMC__TCONN_BUSY; break; }
+        if (!may_wait) { r = OMC_ERR_BUSY; break; }
+        if (p->abort && omc__load(p->abort)) { r = (omc_result)omc__load(p->abort); break; }
+        if (omc__deadline_passed(p->deadline)) { r = OMC_ERR_TIMEOUT; break; }
+        omc__cond_wait_until(&T->idle_cv, &T->mu, omc__min(p->deadline, omc_now_ns() + OMC__NET_SLICE_MS * 1000000LL));
+    }
+    pthread_mutex_unlock(&T->mu);
+    if (r == OMC_OK) *out = c;
+    else if (r == OMC_ERR_CONNECTION)
+        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "push %llu: no data connection with token %016llx",
+                 (unsigned long long)p->transfer_id, (unsigned long long)token);
+    return r;
+}
+
+/* The listener starts a push without blocking: header and up to OMNICONN_TCP_INLINE bytes, then
+   the trailer if everything went. OMC_OK: done (committed). OMC_ERR_BUSY: *resume bytes of the
+   stream went; a worker finishes with tx_push (the connection stays ours). */
+OMC__PRIVATE omc_result omc__tcp_tx_try(omc__tcp_plane* T, const omc__dp_push* p, uint64_t* resume) {
+    uint8_t hdr[OMC__TCP_HEADER_SIZE], trl[OMC__TCP_TRAILER_SIZE];
+    uint64_t pos = 0, end = OMC__TCP_HEADER_SIZE + p->size;
+    omc__tcp_conn* c;
+    omc_result r = omc__tcp_find_conn(T, p, 1, 0, &c);
+    *resume = 0;
+    if (r != OMC_OK) return r;      /* BUSY: a worker waits for the connection */
+    omc__tcp_header_encode(hdr, p->transfer_id, p->size);
+    omc__put_u32(trl, OMC__TCP_END_MAGIC);
+    omc__put_u32(trl + 4, 0);
+    r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end, 0, OMNICONN_TCP_INLINE, 0, NULL);
+    if (r == OMC_OK) {
+        p->commit(p);                               /* every payload byte is with the kernel */
+        r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end + OMC__TCP_TRAILER_SIZE, 0, OMC__TCP_TRAILER_SIZE, 0, NULL);
+    }
+    *resume = pos;
+    if (r == OMC_ERR_BUSY) return r;
+    omc__tcp_conn_release(T, c, r == OMC_OK);
+    return pos >= end ? OMC_OK : r;                 /* committed: a success, even if the trailer failed */
+}
+
+/* A push on a worker: take the connection (or continue what the listener started), write the
+   rest of header and payload, commit, then the trailer - which is how the receiver learns that
+   the read was recorded without waiting for DONE. */
+OMC__PRIVATE omc_result omc__tcp_tx_push(void* user, const omc__dp_push* p) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    uint8_t hdr[OMC__TCP_HEADER_SIZE], trl[OMC__TCP_TRAILER_SIZE];
+    uint64_t pos = p->resume, end = OMC__TCP_HEADER_SIZE + p->size;
+    omc__tcp_conn* c;
+    omc_result r = omc__tcp_find_conn(T, p, p->resume == 0, 1, &c);
+    if (r != OMC_OK) return r == OMC_ERR_BUSY ? OMC_ERR_CONNECTION : r;
+    omc__tcp_header_encode(hdr, p->transfer_id, p->size);
+    omc__put_u32(trl, OMC__TCP_END_MAGIC);
+    omc__put_u32(trl + 4, 0);
+    if (pos < end) {
+        r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end, 1, 0, p->deadline, p->abort);
+        if (r != OMC_OK) { omc__tcp_conn_release(T, c, 0); return r; }
+        if (p->commit) p->commit(p);
+    }
+    r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end + OMC__TCP_TRAILER_SIZE, 1, 0, p->deadline, p->abort);
+    omc__tcp_conn_release(T, c, r == OMC_OK);
+    return OMC_OK;      /* committed: the receiver may miss the trailer, but the read counts */
+}
+
+OMC__PRIVATE omc_result omc__tcp_rx_open(void* user, void** chan) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    omc__tcp_rx* x = (omc__tcp_rx*)omc__calloc(&T->hooks, sizeof(omc__tcp_rx));
+    if (!x) return OMC_ERR_NO_MEMORY;
+    x->fd = -1;
+    *chan = x;
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__tcp_rx_hello(void* user, void* chan, uint8_t* out, uint32_t cap, uint32_t* out_len) {
+    (void)user; (void)chan; (void)out; (void)cap;
+    *out_len = 0;   /* a TCP receiver has nothing to announce */
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__tcp_rx_ready(void* user, void* chan, const omc__dp_peer* peer, omc_time_ns deadline) {
+    omc__tcp_rx* x = (omc__tcp_rx*)chan;
+    (void)user; (void)deadline;
+    if (!peer->record) return OMC_ERR_UNAVAILABLE;
+    if (omc__tcp_record_decode(peer->record, peer->record_len, &x->port, x->host, sizeof(x->host)) != OMC_OK) return OMC_ERR_PROTOCOL;
+    if (!x->host[0]) snprintf(x->host, sizeof(x->host), "%s", peer->host);
+    return OMC_OK;
+}
+
+/* A cached connection is sound if nothing is waiting on it (EOF or stray bytes mean no). */
+OMC__PRIVATE int omc__tcp_rx_reusable(void* user, void* chan) {
+    omc__tcp_rx* x = (omc__tcp_rx*)chan;
+    struct pollfd p;
+    (void)user;
+    if (x->fd < 0) return 1;
+    p.fd = x->fd; p.events = POLLIN; p.revents = 0;
+    return poll(&p, 1, 0) == 0;
+}
+
+/* Open the data connection: connect, hello, ack - all before the deadline. */
+OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, omc_time_ns deadline) {
+    uint8_t hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE];
+    omc_result r = omc__fd_connect(x->host, x->port, deadline, &x->fd);
+    if (r != OMC_OK) {
+        OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data connection to %s:%u: %s", x->host, (unsigned)x->port, omc_result_str(r));
+        return r;
+    }
+    do { x->token = omc__random_u64(); } while (x->token == 0);
+    omc__tcp_hello_encode(hello, x->token, omc_incarnation());
+    r = omc__fd_write_all(x->fd, hello, sizeof(hello), deadline, NULL);
+    if (r == OMC_OK) r = omc__fd_read_all(x->fd, ack, sizeof(ack), deadline);
+    if (r == OMC_OK && (omc__get_u32(ack) != OMC__TCP_ACK_MAGIC || omc__get_u32(ack + 4) != 0)) r = OMC_ERR_PROTOCOL;
+    if (r != OMC_OK) {
+        OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data hello to %s:%u: %s", x->host, (unsigned)x->port, omc_result_str(r));
+        close(x->fd);
+        x->fd = -1;
+    } else omc__fd_streaming(x->fd);
+    return r;
+}
+
+OMC__PRIVATE omc_result omc__tcp_rx_prepare(void* user, void* chan, omc__dp_xfer* xf, omc_time_ns deadline,
+                                            uint8_t* desc, uint32_t cap, uint32_t* desc_len) {
+    omc__tcp_rx* x = (omc__tcp_rx*)chan;
+    if (cap < 8) return OMC_ERR_INTERNAL;
+    if (x->fd < 0) {
+        omc_result r = omc__tcp_rx_connect((omc__tcp_plane*)user, x, deadline);
+        if (r != OMC_OK) return r;
+    }
+    x->hdr_got = 0;
+    x->trl_got = 0;
+    x->deadline = deadline;
+    xf->received = 0;
+    xf->complete = 0;
+    omc__put_u64(desc, x->token);
+    *desc_len = 8;
+    return OMC_OK;
+}
+
+OMC__PRIVATE int omc__tcp_rx_fd(void* user, void* chan) { (void)user; return ((omc__tcp_rx*)chan)->fd; }
+
+/* Read what has arrived: first the header (checked before a single payload byte is read), then
+   payload bytes straight into the destination, never past what the header announced. */
+/* Read what has arrived: first the header (checked before a single payload byte is read), then
+   payload bytes straight into the destination, never past what the header announced, then the
+   trailer, which the sender writes only after it recorded the read. */
+OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfer* xf, int done_received) {
+    omc__tcp_rx* x = (omc__tcp_rx*)chan;
+    (void)user; (void)done_received;
+    while (!xf->complete) {
+        ssize_t k;
+        int part = x->hdr_got < OMC__TCP_HEADER_SIZE ? 0 : xf->received < xf->size ? 1 : 2;
+        /* once a valid header came, the sender is pushing: wait in recv itself for the rest
+           (MSG_WAITALL, at most a slice per call, never past the get's deadline) */
+        int wait = part > 0 && (x->deadline == OMC_WAIT_FOREVER || x->deadline - omc_now_ns() > OMC__NET_SLICE_MS * 1000000LL)
+                   ? MSG_WAITALL : MSG_DONTWAIT;
+        if (part == 0) k = recv(x->fd, x->hdr + x->hdr_got, OMC__TCP_HEADER_SIZE - x->hdr_got, MSG_DONTWAIT);
+        else if (part == 1) {
+            uint64_t left = xf->size - xf->received;
+            k = recv(x->fd, (uint8_t*)xf->dst.data + xf->received, (size_t)omc__min(left, (uint64_t)OMNICONN_TCP_CHUNK), wait);
+        } else k = recv(x->fd, x->trl + x->trl_got, OMC__TCP_TRAILER_SIZE - x->trl_got, wait);
+        if (k == 0) return OMC_ERR_CONNECTION;
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return OMC_OK;
+            return OMC_ERR_CONNECTION;
+        }
+        if (part == 0) {
+            x->hdr_got += (uint32_t)k;
+            if (x->hdr_got == OMC__TCP_HEADER_SIZE && omc__tcp_header_check(x->hdr, xf->transfer_id, xf->size, xf->dst.size) != OMC_OK)
+                return OMC_ERR_PROTOCOL;
+        } else if (part == 1) xf->received += (uint64_t)k;
+        else {
+            x->trl_got += (uint32_t)k;
+            if (x->trl_got == OMC__TCP_TRAILER_SIZE) {
+                if (omc__get_u32(x->trl) != OMC__TCP_END_MAGIC || omc__get_u32(x->trl + 4) != 0) return OMC_ERR_PROTOCOL;
+                xf->complete = 1;
+            }
+        }
+    }
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__tcp_rx_end(void* user, void* chan, omc__dp_xfer* xf, omc_result r) {
+    omc__tcp_rx* x = (omc__tcp_rx*)chan;
+    (void)user; (void)xf;
+    if (r != OMC_OK && x->fd >= 0 && (x->hdr_got || xf->received || x->trl_got)) { close(x->fd); x->fd = -1; }
+}
+
+OMC__PRIVATE void omc__tcp_rx_close(void* user, void* chan) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    omc__tcp_rx* x = (omc__tcp_rx*)chan;
+    if (!x) return;
+    if (x->fd >= 0) close(x->fd);
+    omc__free(&T->hooks, x);
+}
+
+static const omc__dp_vtable omc__tcp_plane_vt = {
+    "tcp", OMC__DP_TCP, OMC_NET_CAP_TCP,
+    omc__tcp_attach, omc__tcp_detach,
+    omc__tcp_tx_hello, omc__tcp_tx_push,
+    omc__tcp_rx_open, omc__tcp_rx_hello, omc__tcp_rx_ready, omc__tcp_rx_reusable, omc__tcp_rx_prepare,
+    omc__tcp_rx_fd, omc__tcp_rx_progress, omc__tcp_rx_end, omc__tcp_rx_close
+};
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: endpoints, hosts, ports, keys                                       */
+/* ============================================================================================== */
+
+OMNICONN_API omc_result omc_tcp_parse_endpoint(const char* text, char* host, size_t host_size, uint16_t* port) {
+    const char *colon, *hs, *he;
+    char* end;
+    unsigned long p;
+    if (!text || !host || !host_size || !port) return OMC_ERR_INVALID_ARG;
+    host[0] = '\0';
+    *port = 0;
+    if (text[0] == '[') {                       /* [v6-literal]:port */
+        hs = text + 1;
+        he = strchr(hs, ']');
+        if (!he || he[1] != ':') return OMC_ERR_INVALID_ARG;
+        colon = he + 1;
+    } else {
+        hs = text;
+        colon = strrchr(text, ':');
+        if (!colon || memchr(text, ':', (size_t)(colon - text))) return OMC_ERR_INVALID_ARG;   /* bare v6 is ambiguous */
+        he = colon;
+    }
+    if (he == hs || (size_t)(he - hs) >= host_size || !isdigit((unsigned char)colon[1])) return OMC_ERR_INVALID_ARG;
+    errno = 0;
+    p = strtoul(colon + 1, &end, 10);
+    if (errno || *end || p == 0 || p > 65535) return OMC_ERR_INVALID_ARG;
+    memcpy(host, hs, (size_t)(he - hs));
+    host[he - hs] = '\0';
+    *port = (uint16_t)p;
+    return OMC_OK;
+}
+
+/* The ZMQ endpoint for a host (IPv6 literals in brackets) and port. */
+OMC__PRIVATE void omc__net_zmq_endpoint(char* out, size_t n, const char* host, const char* port) {
+    if (strchr(host, ':')) snprintf(out, n, "tcp://[%s]:%s", host, port);
+    else snprintf(out, n, "tcp://%s:%s", host, port);
+}
+
+OMC__PRIVATE int omc__addr_usable(const struct sockaddr* sa) {
+    if (sa->sa_family == AF_INET) {
+        uint32_t a = ntohl(((const struct sockaddr_in*)sa)->sin_addr.s_addr);
+        return a != 0 && (a >> 24) != 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr* a = &((const struct sockaddr_in6*)sa)->sin6_addr;
+        /* link-local addresses need a scope id that other hosts cannot use */
+        return !IN6_IS_ADDR_UNSPECIFIED(a) && !IN6_IS_ADDR_LOOPBACK(a) && !IN6_IS_ADDR_LINKLOCAL(a) && !IN6_IS_ADDR_V4MAPPED(a);
+    }
+    return 0;
+}
+
+/* The source address the kernel would use towards a public address: connect() on a UDP socket
+   only chooses a route and a source address, it sends nothing. */
+OMC__PRIVATE int omc__detect_route(int v6, char* out, size_t n) {
+    struct sockaddr_storage sa, me;
+    socklen_t len = sizeof(me);
+    int fd, ok = 0;
+    memset(&sa, 0, sizeof(sa));
+    if (v6) {
+        struct sockaddr_in6* s6 = (struct sockaddr_in6*)&sa;
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons(53);
+        inet_pton(AF_INET6, "2001:4860:4860::8888", &s6->sin6_addr);    /* any global address works */
+    } else {
+        struct sockaddr_in* s4 = (struct sockaddr_in*)&sa;
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons(53);
+        inet_pton(AF_INET, "8.8.8.8", &s4->sin_addr);
+    }
+    fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    if (connect(fd, (struct sockaddr*)&sa, v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in)) == 0 &&
+        getsockname(fd, (struct sockaddr*)&me, &len) == 0 && omc__addr_usable((struct sockaddr*)&me) &&
+        getnameinfo((struct sockaddr*)&me, len, out, (socklen_t)n, NULL, 0, NI_NUMERICHOST) == 0)
+        ok = 1;
+    close(fd);
+    return ok;
+}
+
+/* The first usable address the host name resolves to. */
+OMC__PRIVATE int omc__detect_hostname(int v6, char* out, size_t n) {
+    char name[256];
+    struct addrinfo hints, *res = NULL, *ai;
+    int ok = 0;
+    if (gethostname(name, sizeof(name)) != 0) return 0;
+    name[sizeof(name) - 1] = '\0';
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = v6 ? AF_INET6 : AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(name, NULL, &hints, &res) != 0) return 0;
+    for (ai = res; ai && !ok; ai = ai->ai_next)
+        if (omc__addr_usable(ai->ai_addr) &&
+            getnameinfo(ai->ai_addr, (socklen_t)ai->ai_addrlen, out, (socklen_t)n, NULL, 0, NI_NUMERICHOST) == 0)
+            ok = 1;
+    freeaddrinfo(res);
+    return ok;
+}
+
+OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, const char** how) {
+    char buf[INET6_ADDRSTRLEN + 8];
+    const char* h = "loopback";
+    int i, found = 0;
+    int order[2] = { 0, 1 };    /* IPv4 first unless only IPv6 was asked for */
+    int tries = family == 0 ? 2 : 1;
+    if (how) *how = NULL;
+    if (!out || !out_size || (family != 0 && family != 4 && family != 6)) return OMC_ERR_INVALID_ARG;
+    if (family == 6) order[0] = 1;
+    for (i = 0; i < tries && !found; i++) if (omc__detect_route(order[i], buf, sizeof(buf))) { found = 1; h = "route"; }
+    for (i = 0; i < tries && !found; i++) if (omc__detect_hostname(order[i], buf, sizeof(buf))) { found = 1; h = "hostname"; }
+    if (!found) snprintf(buf, sizeof(buf), "%s", family == 6 ? "::1" : "127.0.0.1");
+    if (strlen(buf) >= out_size) return OMC_ERR_TOO_LARGE;
+    memcpy(out, buf, strlen(buf) + 1);
+    if (how) *how = h;
+    return OMC_OK;
+}
+
+#define OMC__PORT_BASE_DEFAULT 50051
+#define OMC__PORT_PURPOSE_WIDTH 100
+#define OMC__PORT_ORCHESTRATOR 200
+
+OMNICONN_API omc_result omc_port_compute(const omc_port_spec* s, uint16_t* out_port) {
+    omc_hooks hooks = omc__hooks_resolve(NULL);
+    int64_t base, port, offset;
+    int tp;
+    if (out_port) *out_port = 0;
+    if (!s || !out_port) return OMC_ERR_INVALID_ARG;
+    base = s->base ? s->base : OMC__PORT_BASE_DEFAULT;
+    tp = s->tp_size ? s->tp_size : 1;
+    if (base < 0 || s->from_stage < 0 || s->dp_index < 0 || tp < 1 || s->tp_rank < 0 || s->tp_rank >= tp ||
+        (s->purpose != OMC_PORT_REQUEST_FORWARDING && s->purpose != OMC_PORT_KV_TRANSFER)) {
+        OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT,
+                 "port spec invalid: base %d purpose %d stage %d dp %d tp %d/%d (fields must be >= 0, rank < tp size, purpose 0 or 100)",
+                 s->base, (int)s->purpose, s->from_stage, s->dp_index, s->tp_rank, s->tp_size);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (s->orchestrator) {
+        offset = s->from_stage;
+        port = base + OMC__PORT_ORCHESTRATOR + offset;
+    } else {
+        offset = (int64_t)s->from_stage + (int64_t)s->dp_index * tp + s->tp_rank;
+        port = base + (int64_t)s->purpose + offset;
+    }
+    if (offset >= OMC__PORT_PURPOSE_WIDTH) {
+        OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT,
+                 "port offset %lld (stage %d + dp %d x tp %d + rank %d) spills out of its %d-port range into the next purpose's",
+                 (long long)offset, s->from_stage, s->dp_index, tp, s->tp_rank, OMC__PORT_PURPOSE_WIDTH);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (port < 1 || port > 65535) {
+        OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "port %lld is outside 1..65535 (base %lld)", (long long)port, (long long)base);
+        return OMC_ERR_INVALID_ARG;
+    }
+    *out_port = (uint16_t)port;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_port_check(const omc_port_spec* specs, uint32_t count, uint16_t* ports_out,
+                                       uint32_t* clash_a, uint32_t* clash_b) {
+    omc_hooks hooks = omc__hooks_resolve(NULL);
+    uint16_t* ports;
+    uint32_t i, j;
+    omc_result r = OMC_OK;
+    if (clash_a) *clash_a = 0;
+    if (clash_b) *clash_b = 0;
+    if ((!specs && count) || count > (1u << 20)) return OMC_ERR_INVALID_ARG;
+    ports = ports_out ? ports_out : (uint16_t*)omc__calloc(&hooks, sizeof(uint16_t) * (count ? count : 1));
+    if (!ports) return OMC_ERR_NO_MEMORY;
+    for (i = 0; i < count && r == OMC_OK; i++) r = omc_port_compute(&specs[i], &ports[i]);
+    /* quadratic on purpose: a pipeline has tens of edges, and the first clash is reported exactly */
+    for (i = 0; i < count && r == OMC_OK; i++)
+        for (j = i + 1; j < count && r == OMC_OK; j++)
+            if (ports[i] == ports[j]) {
+                OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT,
+                         "port collision: specs %u and %u both get port %u (stage %d/%d, dp %d/%d, rank %d/%d, orchestrator %d/%d)",
+                         i, j, (unsigned)ports[i], specs[i].from_stage, specs[j].from_stage, specs[i].dp_index, specs[j].dp_index,
+                         specs[i].tp_rank, specs[j].tp_rank, specs[i].orchestrator, specs[j].orchestrator);
+                if (clash_a) *clash_a = i;
+                if (clash_b) *clash_b = j;
+                r = OMC_ERR_EXISTS;
+            }
+    if (!ports_out) omc__free(&hooks, ports);
+    return r;
+}
+
+/* A Z85 Curve25519 key: 40 characters that decode. */
+OMC__PRIVATE int omc__curve_key_ok(const char* k) {
+    uint8_t bin[32];
+    return k && strlen(k) == OMC_CURVE_KEY_LEN && zmq_z85_decode(bin, k) != NULL;
+}
+
+OMNICONN_API omc_result omc_tcp_curve_keypair(char public_key[OMC_CURVE_KEY_LEN + 1], char secret_key[OMC_CURVE_KEY_LEN + 1]) {
+    if (!public_key || !secret_key) return OMC_ERR_INVALID_ARG;
+    if (!zmq_has("curve")) return OMC_ERR_UNAVAILABLE;
+    return zmq_curve_keypair(public_key, secret_key) == 0 ? OMC_OK : OMC_ERR_UNAVAILABLE;
+}
+
+OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KEY_LEN + 1]) {
+    char buf[256];
+    size_t n, s = 0;
+    FILE* f;
+    if (!path || !key) return OMC_ERR_INVALID_ARG;
+    key[0] = '\0';
+    f = fopen(path, "rb");
+    if (!f) return OMC_ERR_NOT_FOUND;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (s < n && isspace((unsigned char)buf[s])) s++;
+    while (n > s && isspace((unsigned char)buf[n - 1])) buf[--n] = '\0';
+    if (n - s != OMC_CURVE_KEY_LEN || !omc__curve_key_ok(buf + s)) return OMC_ERR_MALFORMED;
+    memcpy(key, buf + s, OMC_CURVE_KEY_LEN + 1);
+    return OMC_OK;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the remote connector - state                                        */
+/* ============================================================================================== */
+/*
+    Threads. A sender runs one listener thread and a few worker threads; a receiver runs none
+    (a get works in its caller's thread).
+    - The listener owns the ROUTER socket (ZMQ sockets are not thread-safe), its monitor, the
+      ZAP handler and the TCP data port. It answers HELLO and QUERY itself, holds QUERYs for
+      absent keys (long poll), turns a PULL into a job for the workers, and answers DONE or ERROR
+      when the job comes back.
+    - Why workers and not one poll loop: a push is a blocking call bounded by its deadline -
+      that is the data-plane contract, and an RDMA push waits on a completion queue - so pushes
+      run on workers and the listener stays responsive to HELLO, QUERY and ABORT while gigabytes
+      move. Workers never touch the ROUTER: they queue their results and wake the listener
+      through an eventfd it polls.
+    Entries. Like the same-process connector: a key table and an id table under one mutex. An
+    entry has readers_left (pulls that may still start) and pins (pushes in flight). A PULL
+    reserves a reader and pins the entry; success keeps the reader used, failure gives it back;
+    the entry leaves the key table when its last reader succeeded (or by cleanup/TTL/close) and
+    its range is freed only when, in addition, no push pins it - so a TTL never frees bytes a
+    push is reading.
+    Receivers. A peer per sender endpoint (registered by name, or learned from metadata), each
+    with a cache of idle channels. A channel is one DEALER socket plus the data plane's
+    per-channel state (TCP: one data connection); a get checks one out, uses it alone, and
+    checks it back in only if nothing went wrong. A reply carries the transfer id and sequence
+    number of its request, so a late answer to an abandoned request is recognised and dropped.
+    Locks: N->mu (entries), N->job_mu (jobs), N->peer_mu (peers, channel caches), the TCP
+    plane's mu (data connections). No code path holds two of them.
+*/
+
+#define OMC__NET_RID_MAX     256        /* ZMQ routing ids are at most 255 bytes */
+#define OMC__NET_MAX_HELD    1024       /* QUERYs held at once; more are answered NOT_FOUND now */
+#define OMC__NET_MAX_PEERS   4096       /* senders a receiver remembers */
+#define OMC__NET_HANDSHAKE_MS 10000     /* a ZMTP handshake (incl. CURVE) must finish within this */
+#define OMC__NET_RETRY_MS    100        /* pause before a failed sender is asked again */
+#define OMC__NET_REQUERY_MS  5          /* at least this between two QUERYs to one sender */
+#define OMC__NET_MON_EVENTS  (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+
+typedef struct omc__net_entry {
+    uint64_t id;
+    omc_range range;
+    uint64_t size;
+    uint32_t flags;                     /* OMC_BUFFER_FRAME */
+    uint32_t readers_left;              /* pulls that may still start */
+    uint32_t pins;                      /* pushes in flight */
+    int in_keys;
+    omc_time_ns expires;                /* 0 = never */
+    uint32_t qlen;
+    char qkey[OMC_KEY_MAX];
+} omc__net_entry;
+
+typedef struct omc__net omc__net;
+
+/* One PULL being served: created by the listener, pushed by a worker, answered by the listener. */
+typedef struct omc__net_job {
+    struct omc__net_job* next;          /* in the queue or the completion list */
+    struct omc__net_job* next_live;     /* every job not yet answered (listener only) */
+    omc__net_entry* entry;              /* pinned until commit (not to be touched after it) */
+    const uint8_t* src;                 /* the entry's bytes and range, copied while pinned */
+    omc_range range;
+    uint64_t size;
+    const omc__dataplane* dp;
+    uint64_t xfer, receiver_incarnation;
+    uint32_t seq;
+    uint32_t rid_len;
+    uint8_t rid[OMC__NET_RID_MAX];
+    uint32_t desc_len;
+    uint8_t desc[OMC__WIRE_MAX_DESC];
+    omc_time_ns deadline;
+    int abort;                          /* atomic: non-zero = stop with this code */
+    int committed;                      /* the read is recorded (commit ran) */
+    uint64_t resume;                    /* TCP: stream bytes the listener already wrote */
+    omc__net* owner;
+    omc_result result;
+} omc__net_job;
+
+/* A QUERY for a key that is not there yet (listener only). */
+typedef struct omc__net_held {
+    struct omc__net_held* next;
+    uint64_t xfer;
+    uint32_t seq;
+    omc_time_ns expires;
+    uint32_t rid_len;
+    uint8_t rid[OMC__NET_RID_MAX];
+    uint32_t qlen;
+    char qkey[OMC_KEY_MAX];
+} omc__net_held;
+
+typedef struct omc__net_chan omc__net_chan;
+
+typedef struct omc__net_peer {
+    struct omc__net_peer* next;         /* every peer, in the order we learned them */
+    char name[OMC_TCP_NAME_MAX];
+    char host[OMC_TCP_HOST_MAX];
+    uint16_t port;
+    int registered;
+    char server_key[OMC_CURVE_KEY_LEN + 1];     /* "" = the connector's curve.server_key */
+    omc__net_chan* idle;
+    uint32_t nidle;
+    /* statistics, under peer_mu */
+    uint64_t incarnation, requests, failures, timeouts, auth_failures, restarts, bytes;
+    omc_time_ns last_ok, last_fail;
+    omc_result last_error;
+    char last_error_text[160];
+} omc__net_peer;
+
+struct omc__net_chan {
+    omc__net_chan* next;                /* in its peer's idle list */
+    omc__net_peer* peer;
+    void* sock;                         /* DEALER */
+    void* mon;                          /* PAIR: handshake events, only until HELLO is answered */
+    const omc__dataplane* dp;
+    void* dpc;                          /* the plane's per-channel state */
+    uint64_t incarnation;               /* the sender's, from its HELLO; 0 = not answered yet */
+    uint32_t caps;
+    uint32_t seq;                       /* of the last request sent */
+    uint32_t hello_seq;                 /* of an unanswered HELLO, 0 = none */
+    uint64_t xfer;                      /* the get using the channel now */
+    omc_time_ns deadline;               /* that get's deadline */
+    int hs_failed;                      /* the monitor saw a failed handshake */
+};
+
+struct omc__net {
+    omc_conn* conn;
+    omc__conn_vtable vt;                /* ours: a companion may say OMC_TRANSPORT_RDMA */
+    omc_pool* pool;
+    void* ctx;                          /* one ZMQ context per connector (and its own ZAP endpoint) */
+    int sender, receiver;
+    omc__dataplane planes[OMC__DP_MAX]; /* [0] is TCP */
+    uint32_t nplanes, caps;
+    omc__tcp_plane tcp;
+    int64_t default_ttl_ms;
+    uint32_t max_idle;
+    uint64_t next_xfer;                 /* atomic */
+    /* sender */
+    char host[OMC_TCP_HOST_MAX];        /* what we advertise */
+    uint16_t port;
+    void* router;
+    void* router_mon;
+    void* zap;
+    int curve_server;
+    uint8_t (*allowed)[32];
+    uint32_t nallowed;
+    int wake_fd;
+    pthread_t listener;
+    int listener_started;
+    pthread_t* workers;
+    uint32_t nworkers, workers_started;
+    int stop;                           /* atomic */
+    pthread_mutex_t mu;                 /* entries */
+    omc__smap keys, ids;
+    uint64_t next_id;
+    omc_time_ns next_sweep;
+    uint32_t held_count;                /* atomic (changed under mu, read anywhere) */
+    omc__net_held* held;                /* listener only */
+    omc__net_job* live;                 /* listener only */
+    pthread_mutex_t job_mu;
+    pthread_cond_t job_cv;
+    omc__net_job* queue;
+    omc__net_job** queue_tail;
+    omc__net_job* done;
+    struct pollfd* items;               /* listener poll set, grown as needed */
+    omc__tcp_conn** who;
+    int items_cap;
+    uint64_t handshake_failures, auth_failures, protocol_errors;            /* atomic */
+    uint64_t pushes, pushes_failed, pushes_in_flight;                       /* atomic */
+    /* receiver */
+    int curve_client;
+    char curve_public[OMC_CURVE_KEY_LEN + 1], curve_secret[OMC_CURVE_KEY_LEN + 1];
+    char curve_server_key[OMC_CURVE_KEY_LEN + 1];
+    pthread_mutex_t peer_mu;
+    omc__net_peer* peers;
+    omc__net_peer** peers_tail;
+    uint32_t npeers;
+    omc__smap peers_by_name, peers_by_ep;
+    uint64_t next_mon;                  /* atomic */
+    int mu_ok, job_ok, peer_ok, tcp_ok;
+};
+
+OMC__PRIVATE int omc__net_closed(omc__net* N) { return omc__load(&N->conn->closed) != 0; }
+
+/* Copy a string, cut to fit (names of learned peers are "host:port", which may be longer). */
+OMC__PRIVATE void omc__strcut(char* dst, size_t n, const char* src) {
+    size_t len = strlen(src);
+    if (len >= n) len = n - 1;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+/* A code from the wire as an omc_result we know (anything else is "the peer reported an error"). */
+OMC__PRIVATE omc_result omc__net_remote_code(int32_t code) {
+    omc_result r = (omc_result)code;
+    return strcmp(omc_result_name(r), "OMC_ERR_UNKNOWN") == 0 || code >= 0 ? OMC_ERR_REMOTE : r;
+}
+
+/* Refusals that promise no payload byte moved (the receiver keeps its channel after them). */
+OMC__PRIVATE int omc__net_clean_refusal(omc_result r) {
+    return r == OMC_ERR_NOT_FOUND || r == OMC_ERR_STALE || r == OMC_ERR_TOO_LARGE || r == OMC_ERR_PEER_RESTARTED ||
+           r == OMC_ERR_UNAVAILABLE;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the remote connector - sender                                       */
+/* ============================================================================================== */
+
+OMC__PRIVATE void omc__net_wake(omc__net* N) {
+    uint64_t one = 1;
+    ssize_t k = write(N->wake_fd, &one, sizeof(one));
+    (void)k;    /* a full counter still wakes the listener */
+}
+
+OMC__PRIVATE void omc__net_entry_free(omc__net* N, omc__net_entry* e) {
+    omc_alloc_free(N->pool->alloc, e->range);
+    omc__smap_del(&N->ids, &N->conn->hooks, (const char*)&e->id, sizeof(e->id));
+    omc__free(&N->conn->hooks, e);
+}
+
+/* Out of the key table (no new pulls); freed now unless a push still reads it. Holds mu. */
+OMC__PRIVATE void omc__net_retire(omc__net* N, omc__net_entry* e) {
+    if (e->in_keys) {
+        omc__smap_del(&N->keys, &N->conn->hooks, e->qkey, e->qlen);
+        e->in_keys = 0;
+    }
+    if (e->pins == 0) omc__net_entry_free(N, e);
+}
+
+OMC__PRIVATE uint64_t omc__net_sweep_locked(omc__net* N, omc_time_ns now) {
+    uint64_t n = 0;
+    for (;;) {      /* collect first: retiring deletes from the table we iterate */
+        omc__net_entry* victim = NULL;
+        uint32_t it = 0;
+        void* v;
+        while (omc__smap_next(&N->keys, &it, NULL, NULL, &v)) {
+            omc__net_entry* e = (omc__net_entry*)v;
+            if (e->expires && now >= e->expires) { victim = e; break; }
+        }
+        if (!victim) break;
+        OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_CONN_TTL_RECLAIM,
+                 "TTL reclaimed entry %llu (%llu bytes, %u readers left, %u pushes in flight keep it until they end)",
+                 (unsigned long long)victim->id, (unsigned long long)victim->size, victim->readers_left, victim->pins);
+        omc__net_retire(N, victim);
+        n++;
+    }
+    N->next_sweep = now + 100000000LL;
+    if (n) omc__add(&N->conn->ttl_reclaims, n);
+    return n;
+}
+
+OMC__PRIVATE void omc__net_maybe_sweep(omc__net* N) {
+    omc_time_ns now = omc_now_ns();
+    if (now >= N->next_sweep) omc__net_sweep_locked(N, now);
+}
+
+/* Send one reply on the ROUTER (listener thread only). A receiver that is gone or not reading
+   just loses it: nothing here may block the listener. */
+OMC__PRIVATE void omc__net_reply(omc__net* N, const uint8_t* rid, uint32_t rid_len, omc__wire* m) {
+    uint8_t buf[OMC__WIRE_MAX];
+    uint32_t len;
+    m->incarnation = omc_incarnation();
+    if (omc__wire_encode(m, buf, sizeof(buf), &len) != OMC_OK) {
+        OMC__LOG(&N->conn->hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "cannot encode a %s reply (a bug)", omc__wire_type_name(m->type));
+        return;
+    }
+    if (zmq_send(N->router, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 || zmq_send(N->router, buf, len, ZMQ_DONTWAIT) < 0)
+        OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "%s for transfer %llu dropped: %s",
+                 omc__wire_type_name(m->type), (unsigned long long)m->xfer, zmq_strerror(zmq_errno()));
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 8, 9)))
+#endif
+OMC__PRIVATE void omc__net_reply_error(omc__net* N, const uint8_t* rid, uint32_t rid_len, uint64_t xfer, uint32_t seq,
+                                       omc_result code, uint64_t detail, const char* fmt, ...) {
+    omc__wire m;
+    char text[OMC__WIRE_MAX_TEXT + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    memset(&m, 0, sizeof(m));
+    m.type = OMC__MSG_ERROR;
+    m.xfer = xfer;
+    m.seq = seq;
+    m.code = (int32_t)code;
+    m.detail = detail;
+    m.text = text;
+    m.text_len = (uint32_t)strlen(text);
+    omc__net_reply(N, rid, rid_len, &m);
+}
+
+/* Every byte of a push is in place: record the read (the last reader retires the entry) and
+   unpin (the range goes if the entry was retired meanwhile). Called by the plane, from a
+   worker or the listener, or by the connector after a plane that does not call it. */
+OMC__PRIVATE void omc__net_commit_job(omc__net_job* j) {
+    omc__net* N = j->owner;
+    omc__net_entry* e = j->entry;       /* may be freed once this returns: not used after */
+    if (j->committed) return;
+    j->committed = 1;
+    pthread_mutex_lock(&N->mu);
+    e->pins--;
+    if (e->in_keys) {
+        if (e->readers_left == 0 && e->pins == 0) omc__net_retire(N, e);      /* all read */
+    } else if (e->pins == 0) omc__net_entry_free(N, e);    /* retired (TTL, cleanup) while pushed */
+    pthread_mutex_unlock(&N->mu);
+}
+
+static void omc__net_commit(const omc__dp_push* p) { omc__net_commit_job((omc__net_job*)p->commit_ctx); }
+
+/* The plane's view of a job. */
+OMC__PRIVATE void omc__net_job_push(omc__net* N, omc__net_job* j, omc__dp_push* p) {
+    memset(p, 0, sizeof(*p));
+    p->transfer_id = j->xfer;
+    p->src = j->src;                /* pinned: immutable until commit */
+    p->size = j->size;
+    p->pool = N->pool;
+    p->range = j->range;
+    p->desc = j->desc;
+    p->desc_len = j->desc_len;
+    p->receiver_incarnation = j->receiver_incarnation;
+    p->deadline = j->deadline;
+    p->abort = &j->abort;
+    p->commit = omc__net_commit;
+    p->commit_ctx = j;
+    p->resume = j->resume;
+}
+
+/* A job has ended (listener thread): settle the entry, answer DONE or ERROR, free the job. */
+OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
+    omc__net_job** pp;
+    for (pp = &N->live; *pp; pp = &(*pp)->next_live) if (*pp == j) { *pp = j->next_live; break; }
+    if (j->result == OMC_OK || j->committed) {
+        omc__net_commit_job(j);     /* no-op if the plane committed */
+        j->result = OMC_OK;
+    } else {
+        pthread_mutex_lock(&N->mu);
+        j->entry->pins--;
+        j->entry->readers_left++;   /* a failed pull does not use up a reader */
+        if (!j->entry->in_keys && j->entry->pins == 0) omc__net_entry_free(N, j->entry);
+        pthread_mutex_unlock(&N->mu);
+    }
+    omc__sub(&N->pushes_in_flight, 1u);
+    if (j->result == OMC_OK) {
+        omc__add(&N->pushes, 1u);
+        /* a TCP push ended with its trailer, which told the receiver all DONE would: a DONE
+           would only wake two more threads (both libzmq I/O threads) per get */
+        if (reply && j->dp->vt != &omc__tcp_plane_vt) {
+            omc__wire m;
+            memset(&m, 0, sizeof(m));
+            m.type = OMC__MSG_DONE;
+            m.xfer = j->xfer;
+            m.seq = j->seq;
+            m.bytes = j->size;
+            omc__net_reply(N, j->rid, j->rid_len, &m);
+        }
+    } else {
+        omc__add(&N->pushes_failed, 1u);
+        OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "push of transfer %llu (%llu bytes, %s plane) failed: %s",
+                 (unsigned long long)j->xfer, (unsigned long long)j->size, j->dp->vt->name, omc_result_str(j->result));
+        if (reply)
+            omc__net_reply_error(N, j->rid, j->rid_len, j->xfer, j->seq, j->result, 0, "push failed: %s", omc_result_str(j->result));
+    }
+    omc__free(&N->conn->hooks, j);
+}
+
+/* Answer the jobs the workers finished. */
+OMC__PRIVATE void omc__net_complete(omc__net* N, int reply) {
+    omc__net_job* list;
+    pthread_mutex_lock(&N->job_mu);
+    list = N->done;
+    N->done = NULL;
+    pthread_mutex_unlock(&N->job_mu);
+    while (list) {
+        omc__net_job* j = list;
+        list = j->next;
+        omc__net_finish(N, j, reply);
+    }
+}
+
+OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
+    uint8_t recs[2048], val[1024];
+    uint32_t rlen = 0, count = 0, i;
+    omc__wire m;
+    for (i = 0; i < N->nplanes; i++) {
+        const omc__dataplane* p = &N->planes[i];
+        uint32_t theirs_len = 0, vlen = 0;
+        const uint8_t* theirs = omc__wire_find_record(in, p->vt->kind, &theirs_len);
+        if (p->vt->tx_hello && p->vt->tx_hello(p->user, theirs, theirs_len, val, sizeof(val), &vlen) == OMC_OK)
+            omc__wire_add_record(recs, sizeof(recs), &rlen, &count, p->vt->kind, val, vlen);
+    }
+    memset(&m, 0, sizeof(m));
+    m.type = OMC__MSG_HELLO;
+    m.xfer = in->xfer;
+    m.seq = in->seq;
+    m.caps = N->caps;
+    m.nrecords = count;
+    m.records = recs;
+    m.records_len = rlen;
+    omc__net_reply(N, rid, rid_len, &m);
+}
+
+/* Fill a QUERY_REPLY from a live entry (holds mu); 0 if the key has nothing to pull now. */
+OMC__PRIVATE int omc__net_lookup_locked(omc__net* N, const char* qkey, uint32_t qlen, omc__wire* m) {
+    omc__net_entry* e = (omc__net_entry*)omc__smap_get(&N->keys, qkey, qlen);
+    if (!e || e->readers_left == 0) return 0;
+    m->type = OMC__MSG_QUERY_REPLY;
+    m->entry_id = e->id;
+    m->size = e->size;
+    m->pflags = e->flags & OMC_BUFFER_FRAME;
+    m->readers_left = e->readers_left;
+    return 1;
+}
+
+OMC__PRIVATE void omc__net_on_query(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
+    omc__net_held* h = NULL;
+    omc__wire m;
+    int found;
+    memset(&m, 0, sizeof(m));
+    m.xfer = in->xfer;
+    m.seq = in->seq;
+    if (in->wait_ms) h = (omc__net_held*)omc__calloc(&N->conn->hooks, sizeof(omc__net_held));
+    pthread_mutex_lock(&N->mu);
+    omc__net_maybe_sweep(N);
+    found = omc__net_lookup_locked(N, in->key, in->key_len, &m);
+    if (!found && h && N->held_count < OMC__NET_MAX_HELD) {
+        /* counted under mu: a put that misses this query's lookup sees the count and wakes us */
+        omc__add(&N->held_count, 1u);
+    } else if (h) {
+        omc__free(&N->conn->hooks, h);
+        h = NULL;
+    }
+    pthread_mutex_unlock(&N->mu);
+    if (found) { omc__net_reply(N, rid, rid_len, &m); return; }
+    if (!h) { m.type = OMC__MSG_NOT_FOUND; omc__net_reply(N, rid, rid_len, &m); return; }
+    h->xfer = in->xfer;
+    h->seq = in->seq;
+    h->expires = omc_now_ns() + (omc_time_ns)omc__min(in->wait_ms, (uint32_t)OMNICONN_TCP_MAX_WAIT_MS) * 1000000LL;
+    h->rid_len = rid_len;
+    memcpy(h->rid, rid, rid_len);
+    h->qlen = in->key_len;
+    memcpy(h->qkey, in->key, in->key_len);
+    h->next = N->held;
+    N->held = h;
+}
+
+/* Answer held queries whose key appeared or whose wait is over. */
+OMC__PRIVATE void omc__net_answer_held(omc__net* N, omc_time_ns now) {
+    omc__net_held** pp = &N->held;
+    while (*pp) {
+        omc__net_held* h = *pp;
+        omc__wire m;
+        int found;
+        memset(&m, 0, sizeof(m));
+        m.xfer = h->xfer;
+        m.seq = h->seq;
+        pthread_mutex_lock(&N->mu);
+        found = omc__net_lookup_locked(N, h->qkey, h->qlen, &m);
+        pthread_mutex_unlock(&N->mu);
+        if (!found && now < h->expires) { pp = &h->next; continue; }
+        if (!found) m.type = OMC__MSG_NOT_FOUND;
+        omc__net_reply(N, h->rid, h->rid_len, &m);
+        *pp = h->next;
+        omc__free(&N->conn->hooks, h);
+        omc__sub(&N->held_count, 1u);
+    }
+}
+
+OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
+    const omc__dataplane* dp = NULL;
+    omc__net_entry* e;
+    omc__net_job* job;
+    omc_result r = OMC_OK;
+    uint64_t detail = 0;
+    uint32_t i;
+    if (in->expect_incarnation && in->expect_incarnation != omc_incarnation()) {
+        omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, OMC_ERR_PEER_RESTARTED, 0,
+                             "metadata from incarnation %016llx; this sender is %016llx (restarted)",
+                             (unsigned long long)in->expect_incarnation, (unsigned long long)omc_incarnation());
+        return;
+    }
+    for (i = 0; i < N->nplanes; i++) if (N->planes[i].vt->kind == in->dp_kind) dp = &N->planes[i];
+    if (!dp || !dp->vt->tx_push) {
+        omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, OMC_ERR_UNAVAILABLE, 0, "no data plane of kind %u here", in->dp_kind);
+        return;
+    }
+    job = (omc__net_job*)omc__calloc(&N->conn->hooks, sizeof(omc__net_job));
+    if (!job) {
+        omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, OMC_ERR_NO_MEMORY, 0, "sender out of memory");
+        return;
+    }
+    pthread_mutex_lock(&N->mu);
+    omc__net_maybe_sweep(N);
+    e = (omc__net_entry*)omc__smap_get(&N->keys, in->key, in->key_len);
+    if (!e || e->readers_left == 0) r = OMC_ERR_NOT_FOUND;
+    else if (in->entry_id && e->id != in->entry_id) r = in->entry_id < e->id ? OMC_ERR_STALE : OMC_ERR_NOT_FOUND;
+    else if (e->size > in->capacity) { r = OMC_ERR_TOO_LARGE; detail = e->size; }
+    else {
+        e->readers_left--;      /* reserved: a concurrent PULL cannot take the same reader */
+        e->pins++;              /* and the bytes stay put until the push ends */
+        job->entry = e;
+        job->size = e->size;
+        job->src = N->pool->base + e->range.offset;
+        job->range = e->range;
+    }
+    pthread_mutex_unlock(&N->mu);
+    if (r != OMC_OK) {
+        omc__free(&N->conn->hooks, job);
+        omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, r, detail, "%s", omc_result_str(r));
+        return;
+    }
+    job->dp = dp;
+    job->xfer = in->xfer;
+    job->seq = in->seq;
+    job->receiver_incarnation = in->incarnation;
+    job->rid_len = rid_len;
+    memcpy(job->rid, rid, rid_len);
+    job->desc_len = in->desc_len;
+    if (in->desc_len) memcpy(job->desc, in->desc, in->desc_len);
+    job->deadline = omc_now_ns() + (in->budget_ms ? (omc_time_ns)in->budget_ms * 1000000LL : omc__net_seed_budget_ns(job->size));
+    job->owner = N;
+    job->next_live = N->live;
+    N->live = job;
+    omc__add(&N->pushes_in_flight, 1u);
+    if (dp->vt == &omc__tcp_plane_vt) {
+        /* start it here, without blocking: a small payload is done before a worker could wake */
+        omc__dp_push p;
+        omc__net_job_push(N, job, &p);
+        job->result = omc__tcp_tx_try(&N->tcp, &p, &job->resume);
+        if (job->result != OMC_ERR_BUSY) { omc__net_finish(N, job, 1); return; }
+        job->result = OMC_OK;
+    }
+    pthread_mutex_lock(&N->job_mu);
+    *N->queue_tail = job;
+    N->queue_tail = &job->next;
+    pthread_cond_signal(&N->job_cv);
+    pthread_mutex_unlock(&N->job_mu);
+}
+
+OMC__PRIVATE void omc__net_on_abort(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
+    omc__net_job* j;
+    omc__net_held** pp = &N->held;
+    for (j = N->live; j; j = j->next_live)
+        if (j->xfer == in->xfer && j->rid_len == rid_len && memcmp(j->rid, rid, rid_len) == 0)
+            omc__store(&j->abort, (int)OMC_ERR_TIMEOUT);
+    while (*pp) {
+        omc__net_held* h = *pp;
+        if (h->xfer == in->xfer && h->rid_len == rid_len && memcmp(h->rid, rid, rid_len) == 0) {
+            *pp = h->next;
+            omc__free(&N->conn->hooks, h);
+            omc__sub(&N->held_count, 1u);
+        } else pp = &h->next;
+    }
+}
+
+/* One message from a receiver (frames: routing id, then exactly one). */
+OMC__PRIVATE void omc__net_on_message(omc__net* N, const uint8_t* rid, uint32_t rid_len, const uint8_t* f, size_t len, omc_result framing) {
+    omc__wire m;
+    omc_result r = framing != OMC_OK ? framing : omc__wire_decode(f, len, &m);
+    if (r != OMC_OK) {
+        /* name the transfer if the header is readable, so the sender of the garbage can match it */
+        uint64_t xfer = len >= OMC__WIRE_HEADER && omc__get_u32(f) == OMC__WIRE_MAGIC ? omc__get_u64(f + 8) : 0;
+        uint32_t seq = len >= OMC__WIRE_HEADER && omc__get_u32(f) == OMC__WIRE_MAGIC ? omc__get_u32(f + 24) : 0;
+        omc__add(&N->protocol_errors, 1u);
+        OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "listener: %zu-byte message rejected (%s)", len, omc_result_str(r));
+        omc__net_reply_error(N, rid, rid_len, xfer, seq, r, 0, "%s", framing == OMC_ERR_PROTOCOL ? "one frame per message" : omc_result_str(r));
+        return;
+    }
+    switch (m.type) {
+        case OMC__MSG_HELLO: omc__net_on_hello(N, rid, rid_len, &m); break;
+        case OMC__MSG_QUERY: omc__net_on_query(N, rid, rid_len, &m); break;
+        case OMC__MSG_PULL: omc__net_on_pull(N, rid, rid_len, &m); break;
+        case OMC__MSG_ABORT: omc__net_on_abort(N, rid, rid_len, &m); break;
+        default:
+            omc__add(&N->protocol_errors, 1u);
+            omc__net_reply_error(N, rid, rid_len, m.xfer, m.seq, OMC_ERR_PROTOCOL, 0, "a sender does not accept %s",
+                                 omc__wire_type_name(m.type));
+            break;
+    }
+}
+
+/* Receive one frame into buf (at most cap bytes kept); *len is its real length, *more whether
+   another frame follows. (zmq_recv copies inside libzmq, where its hand-off between threads is
+   synchronised; ZMQ_RCVMORE is a plain flag read, no system call.) */
+OMC__PRIVATE int omc__zmq_frame(void* sock, uint8_t* buf, size_t cap, int flags, size_t* len, int* more) {
+    size_t ms = sizeof(*more);
+    int n = zmq_recv(sock, buf, buf ? cap : 0, flags);
+    if (n < 0) return -1;
+    *len = (size_t)n;
+    *more = 0;
+    if (zmq_getsockopt(sock, ZMQ_RCVMORE, more, &ms) != 0) *more = 0;
+    return 0;
+}
+
+/* Read what is waiting on the ROUTER, in a bounded batch so nothing else starves; 1 if it
+   stopped at the bound (more may be waiting). */
+OMC__PRIVATE int omc__net_read_router(omc__net* N) {
+    int batch;
+    for (batch = 0; batch < 64; batch++) {
+        uint8_t rid[OMC__NET_RID_MAX], buf[OMC__WIRE_MAX];
+        size_t rn, n, junk;
+        int more = 0, extra = 0;
+        if (omc__zmq_frame(N->router, rid, sizeof(rid), ZMQ_DONTWAIT, &rn, &more) != 0) return 0;
+        if (!more) continue;                                            /* cannot happen on a ROUTER */
+        if (omc__zmq_frame(N->router, buf, sizeof(buf), 0, &n, &more) != 0) return 0;
+        while (more) {      /* anything after the one frame we expect is garbage: drain it */
+            extra = 1;
+            if (omc__zmq_frame(N->router, NULL, 0, 0, &junk, &more) != 0) break;
+        }
+        omc__net_on_message(N, rid, (uint32_t)omc__min(rn, sizeof(rid)), buf, omc__min(n, sizeof(buf)),
+                            extra ? OMC_ERR_PROTOCOL : n > sizeof(buf) ? OMC_ERR_MALFORMED : OMC_OK);
+    }
+    return 1;
+}
+
+/* The monitor of the ROUTER: count failed handshakes. The listener drains it on every wake-up
+   (at least every 100 ms), which matters: libzmq sends monitor events with a blocking send, so
+   a monitor nobody reads would eventually stall the I/O thread. Only failure events are
+   subscribed, so the queue stays short even under a flood of bad connections. */
+OMC__PRIVATE void omc__net_drain_router_monitor(omc__net* N) {
+    for (;;) {
+        uint8_t ev[6];
+        char addr[128];
+        int n = zmq_recv(N->router_mon, ev, sizeof(ev), ZMQ_DONTWAIT), an;
+        uint16_t event;
+        uint32_t value;
+        int auth;
+        if (n < 0) return;
+        an = zmq_recv(N->router_mon, addr, sizeof(addr) - 1, 0);
+        addr[an < 0 ? 0 : omc__min(an, (int)sizeof(addr) - 1)] = '\0';
+        if (n != 6) continue;
+        event = omc__get_u16(ev);
+        value = omc__get_u32(ev + 2);
+        /* with CURVE required, a client that drops out of the handshake (NO_DETAIL) is most
+           likely one that does not speak CURVE: it saw our mechanism and hung up first */
+        auth = event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && N->curve_server) ||
+               (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+                (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC || value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ||
+                 (value & 0xF0000000u) == ZMQ_PROTOCOL_ERROR_ZAP_UNSPECIFIED));
+        omc__add(&N->handshake_failures, 1u);
+        if (auth) omc__add(&N->auth_failures, 1u);
+        OMC__LOG(&N->conn->hooks, auth ? OMC_LOG_WARN : OMC_LOG_INFO, OMC_LOGITEM_NET, "listener: %s handshake failed (event 0x%x, detail 0x%x) from %s",
+                 auth ? "CURVE" : "ZMTP", (unsigned)event, (unsigned)value, addr);
+    }
+}
+
+/* ZAP (RFC 27): libzmq asks us, per CURVE handshake, whether this client key may come in. */
+OMC__PRIVATE void omc__net_serve_zap(omc__net* N) {
+    for (;;) {
+        char part[8][64];
+        int len[8], n = 0, more = 1, ok = 0;
+        uint32_t i;
+        size_t ms;
+        if (zmq_recv(N->zap, part[0], sizeof(part[0]), ZMQ_DONTWAIT) < 0) return;
+        len[0] = 3;
+        for (n = 1; more; ) {
+            int k;
+            ms = sizeof(more);
+            if (zmq_getsockopt(N->zap, ZMQ_RCVMORE, &more, &ms) != 0 || !more) break;
+            k = zmq_recv(N->zap, n < 8 ? part[n] : part[7], sizeof(part[0]), 0);
+            if (k < 0) break;
+            if (n < 8) len[n++] = k;
+        }
+        /* version, request id, domain, address, routing id, mechanism, credentials */
+        if (n >= 7 && len[5] == 5 && memcmp(part[5], "CURVE", 5) == 0 && len[6] == 32)
+            for (i = 0; i < N->nallowed && !ok; i++) ok = memcmp(N->allowed[i], part[6], 32) == 0;
+        zmq_send(N->zap, "1.0", 3, ZMQ_SNDMORE);
+        zmq_send(N->zap, part[1], (size_t)(n > 1 ? omc__min(len[1], 64) : 0), ZMQ_SNDMORE);
+        zmq_send(N->zap, ok ? "200" : "400", 3, ZMQ_SNDMORE);
+        zmq_send(N->zap, ok ? "OK" : "client key not allowed", ok ? 2 : 22, ZMQ_SNDMORE);
+        zmq_send(N->zap, "", 0, ZMQ_SNDMORE);
+        zmq_send(N->zap, "", 0, 0);
+    }
+}
+
+OMC__PRIVATE int omc__net_grow_items(omc__net* N, int need) {
+    struct pollfd* it;
+    omc__tcp_conn** who;
+    int cap;
+    if (need <= N->items_cap) return 1;
+    cap = omc__max(need, N->items_cap * 2);
+    it = (struct pollfd*)omc__calloc(&N->conn->hooks, sizeof(struct pollfd) * (size_t)cap);
+    who = (omc__tcp_conn**)omc__calloc(&N->conn->hooks, sizeof(omc__tcp_conn*) * (size_t)cap);
+    if (!it || !who) { omc__free(&N->conn->hooks, it); omc__free(&N->conn->hooks, who); return 0; }
+    omc__free(&N->conn->hooks, N->items);
+    omc__free(&N->conn->hooks, N->who);
+    N->items = it;
+    N->who = who;
+    N->items_cap = cap;
+    return 1;
+}
+
+/* Has a ZMQ socket something to read? (ZMQ_EVENTS also runs its pending commands.) */
+OMC__PRIVATE int omc__zmq_readable(void* sock) {
+    int ev = 0;
+    size_t n = sizeof(ev);
+    return sock && zmq_getsockopt(sock, ZMQ_EVENTS, &ev, &n) == 0 && (ev & ZMQ_POLLIN);
+}
+
+OMC__PRIVATE int omc__zmq_fd(void* sock) {
+    int fd = -1;
+    size_t n = sizeof(fd);
+    if (!sock || zmq_getsockopt(sock, ZMQ_FD, &fd, &n) != 0) return -1;
+    return fd;
+}
+
+/* The listener sleeps in one poll() over the ZMQ sockets' notification descriptors (ZMQ_FD),
+   the wake-up eventfd and the data port's sockets. ZMQ_FD only says "something changed" (edge
+   triggered), so every ZMQ socket is asked for ZMQ_EVENTS before sleeping and after waking:
+   one system call per wake-up where zmq_poll makes two - it shows in a query's round trip. */
+static void* omc__net_listener_main(void* arg) {
+    omc__net* N = (omc__net*)arg;
+    void* zs[3];
+    int zfd[3], nz = 0, i, backlog = 0, rc;
+    zs[nz++] = N->router;
+    if (N->router_mon) zs[nz++] = N->router_mon;
+    if (N->zap) zs[nz++] = N->zap;
+    for (i = 0; i < nz; i++) zfd[i] = omc__zmq_fd(zs[i]);
+    while (!omc__load(&N->stop)) {
+        int n = 0, fixed, ntcp, timeout = OMC__NET_SLICE_MS;
+        omc__net_held* h;
+        omc_time_ns now = omc_now_ns();
+        uint64_t counter;
+        if (!omc__net_grow_items(N, 4 + 1 + (int)N->tcp.npending + (int)omc__load(&N->tcp.nregistered) + 8)) {
+            usleep(1000);
+            continue;
+        }
+        N->items[n].fd = N->wake_fd; N->items[n].events = POLLIN; N->items[n++].revents = 0;
+        for (i = 0; i < nz; i++) { N->items[n].fd = zfd[i]; N->items[n].events = POLLIN; N->items[n++].revents = 0; }
+        fixed = n;
+        ntcp = omc__tcp_items(&N->tcp, N->items + fixed, N->who + fixed, N->items_cap - fixed);
+        for (h = N->held; h; h = h->next) {     /* wake up when a held query expires */
+            int ms = h->expires <= now ? 0 : (int)((h->expires - now + 999999) / 1000000);
+            if (ms < timeout) timeout = ms;
+        }
+        /* the monitor and ZAP sockets are drained whenever they are served; the ROUTER may keep
+           what a bounded batch left, so it alone is asked before sleeping */
+        if (backlog || omc__zmq_readable(N->router)) timeout = 0;
+        rc = poll(N->items, (nfds_t)(fixed + ntcp), timeout);
+        if (rc < 0 && errno != EINTR) usleep(1000);
+        if (omc__load(&N->stop)) break;
+        if (N->items[0].revents) { ssize_t k = read(N->wake_fd, &counter, sizeof(counter)); (void)k; }
+        omc__net_complete(N, 1);
+        /* a send on a ZMQ socket can swallow its edge: a quiet tick looks at them all anyway */
+        for (i = 1; i < nz; i++)
+            if ((N->items[1 + i].revents || rc == 0) && omc__zmq_readable(zs[i])) {
+                if (zs[i] == N->router_mon) omc__net_drain_router_monitor(N);
+                else omc__net_serve_zap(N);
+            }
+        backlog = (N->items[1].revents || backlog || omc__zmq_readable(N->router)) ? omc__net_read_router(N) : 0;
+        omc__tcp_serve(&N->tcp, N->items + fixed, N->who + fixed, ntcp);
+        omc__net_answer_held(N, omc_now_ns());
+        pthread_mutex_lock(&N->mu);
+        omc__net_maybe_sweep(N);
+        pthread_mutex_unlock(&N->mu);
+    }
+    return NULL;
+}
+
+static void* omc__net_worker_main(void* arg) {
+    omc__net* N = (omc__net*)arg;
+    for (;;) {
+        omc__net_job* j;
+        omc__dp_push p;
+        int a;
+        pthread_mutex_lock(&N->job_mu);
+        while (!N->queue && !omc__load(&N->stop)) pthread_cond_wait(&N->job_cv, &N->job_mu);
+        j = N->queue;
+        if (!j) { pthread_mutex_unlock(&N->job_mu); break; }
+        N->queue = j->next;
+        if (!N->queue) N->queue_tail = &N->queue;
+        pthread_mutex_unlock(&N->job_mu);
+        omc__net_job_push(N, j, &p);
+        a = omc__load(&j->abort);
+        j->result = a ? (omc_result)a : j->dp->vt->tx_push(j->dp->user, &p);
+        pthread_mutex_lock(&N->job_mu);
+        j->next = N->done;
+        N->done = j;
+        pthread_mutex_unlock(&N->job_mu);
+        omc__net_wake(N);
+    }
+    return NULL;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the remote connector - receiver channels                            */
+/* ============================================================================================== */
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+OMC__PRIVATE void omc__net_peer_result(omc__net* N, omc__net_peer* p, omc_result r, const char* fmt, ...) {
+    va_list ap;
+    pthread_mutex_lock(&N->peer_mu);
+    if (r == OMC_OK) p->last_ok = omc_now_ns();
+    else {
+        p->failures++;
+        if (r == OMC_ERR_TIMEOUT) p->timeouts++;
+        if (r == OMC_ERR_AUTH) p->auth_failures++;
+        p->last_fail = omc_now_ns();
+        p->last_error = r;
+        va_start(ap, fmt);
+        vsnprintf(p->last_error_text, sizeof(p->last_error_text), fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&N->peer_mu);
+}
+
+/* The peer for host:port, created (as learned, not registered) if asked. Holds peer_mu. */
+OMC__PRIVATE omc__net_peer* omc__net_peer_locked(omc__net* N, const char* host, uint16_t port, int create, omc_result* why) {
+    char ep[OMC_TCP_HOST_MAX + 8];
+    omc__net_peer* p;
+    int n = snprintf(ep, sizeof(ep), "%s:%u", host, (unsigned)port);
+    *why = OMC_OK;
+    p = (omc__net_peer*)omc__smap_get(&N->peers_by_ep, ep, (uint32_t)n);
+    if (p || !create) { if (!p) *why = OMC_ERR_NOT_FOUND; return p; }
+    if (N->npeers >= OMC__NET_MAX_PEERS) { *why = OMC_ERR_BUSY; return NULL; }
+    p = (omc__net_peer*)omc__calloc(&N->conn->hooks, sizeof(omc__net_peer));
+    if (!p) { *why = OMC_ERR_NO_MEMORY; return NULL; }
+    snprintf(p->host, sizeof(p->host), "%s", host);
+    p->port = port;
+    omc__strcut(p->name, sizeof(p->name), ep);
+    if (omc__smap_put(&N->peers_by_ep, &N->conn->hooks, ep, (uint32_t)n, p) != OMC_OK) {
+        omc__free(&N->conn->hooks, p);
+        *why = OMC_ERR_NO_MEMORY;
+        return NULL;
+    }
+    *N->peers_tail = p;
+    N->peers_tail = &p->next;
+    N->npeers++;
+    return p;
+}
+
+/* Drain the channel's monitor: remember a failed handshake (the get's final code says AUTH). */
+OMC__PRIVATE void omc__net_chan_events(omc__net_chan* ch) {
+    while (ch->mon) {
+        uint8_t ev[6];
+        int n = zmq_recv(ch->mon, ev, sizeof(ev), ZMQ_DONTWAIT);
+        if (n < 0) return;
+        zmq_recv(ch->mon, NULL, 0, 0);      /* the address frame */
+        if (n == 6 && (omc__get_u16(ev) & OMC__NET_MON_EVENTS)) ch->hs_failed = 1;
+    }
+}
+
+/* The handshake worked (HELLO answered): stop monitoring. libzmq sends monitor events with a
+   blocking send, so a monitor left on an idle cached channel that nobody drains could stall
+   the context's I/O thread one day; drained first, stopped before we could stop reading. */
+OMC__PRIVATE void omc__net_chan_stop_monitor(omc__net_chan* ch) {
+    if (!ch->mon) return;
+    omc__net_chan_events(ch);
+    zmq_socket_monitor(ch->sock, NULL, 0);
+    zmq_close(ch->mon);
+    ch->mon = NULL;
+}
+
+OMC__PRIVATE void omc__net_chan_close(omc__net* N, omc__net_chan* ch) {
+    if (!ch) return;
+    omc__net_chan_stop_monitor(ch);
+    if (ch->dpc && ch->dp->vt->rx_close) ch->dp->vt->rx_close(ch->dp->user, ch->dpc);
+    if (ch->sock) zmq_close(ch->sock);
+    omc__free(&N->conn->hooks, ch);
+}
+
+/* A new channel to a peer: DEALER socket (CURVE client if a server key is known), a monitor of
+   its handshake, and the preferred data plane's per-channel state. */
+OMC__PRIVATE omc_result omc__net_chan_open(omc__net* N, omc__net_peer* p, omc__net_chan** out) {
+    omc__net_chan* ch;
+    char ep[OMC_TCP_HOST_MAX + 32], port[8], mon[96];
+    const char* server_key;
+    int zero = 0, ivl = 100, hs = OMC__NET_HANDSHAKE_MS, one = 1;
+    int64_t maxmsg = OMC__WIRE_MAX;
+    omc_result r;
+    *out = NULL;
+    ch = (omc__net_chan*)omc__calloc(&N->conn->hooks, sizeof(omc__net_chan));
+    if (!ch) return OMC_ERR_NO_MEMORY;
+    ch->peer = p;
+    ch->sock = zmq_socket(N->ctx, ZMQ_DEALER);
+    if (!ch->sock) { omc__free(&N->conn->hooks, ch); return OMC_ERR_SYSTEM; }
+    zmq_setsockopt(ch->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(ch->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
+    zmq_setsockopt(ch->sock, ZMQ_HANDSHAKE_IVL, &hs, sizeof(hs));
+    zmq_setsockopt(ch->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    if (strchr(p->host, ':')) zmq_setsockopt(ch->sock, ZMQ_IPV6, &one, sizeof(one));
+    pthread_mutex_lock(&N->peer_mu);
+    server_key = p->server_key[0] ? p->server_key : N->curve_server_key[0] ? N->curve_server_key : NULL;
+    if (server_key) {
+        zmq_setsockopt(ch->sock, ZMQ_CURVE_SERVERKEY, server_key, OMC_CURVE_KEY_LEN);
+        zmq_setsockopt(ch->sock, ZMQ_CURVE_PUBLICKEY, N->curve_public, OMC_CURVE_KEY_LEN);
+        zmq_setsockopt(ch->sock, ZMQ_CURVE_SECRETKEY, N->curve_secret, OMC_CURVE_KEY_LEN);
+    }
+    pthread_mutex_unlock(&N->peer_mu);
+    snprintf(mon, sizeof(mon), "inproc://omc-chan-mon-%llu", (unsigned long long)omc__add(&N->next_mon, 1u));
+    if (zmq_socket_monitor(ch->sock, mon, OMC__NET_MON_EVENTS) == 0) {
+        ch->mon = zmq_socket(N->ctx, ZMQ_PAIR);
+        if (ch->mon && zmq_connect(ch->mon, mon) != 0) { zmq_close(ch->mon); ch->mon = NULL; }
+        if (!ch->mon) zmq_socket_monitor(ch->sock, NULL, 0);
+    }
+    snprintf(port, sizeof(port), "%u", (unsigned)p->port);
+    omc__net_zmq_endpoint(ep, sizeof(ep), p->host, port);
+    if (zmq_connect(ch->sock, ep) != 0) {
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "cannot connect to %s: %s", ep, zmq_strerror(zmq_errno()));
+        omc__net_chan_close(N, ch);
+        return OMC_ERR_INVALID_ARG;
+    }
+    ch->dp = &N->planes[N->nplanes - 1];   /* the extra plane when there is one; TCP otherwise */
+    r = ch->dp->vt->rx_open(ch->dp->user, &ch->dpc);
+    if (r != OMC_OK) { ch->dpc = NULL; omc__net_chan_close(N, ch); return r; }
+    *out = ch;
+    return OMC_OK;
+}
+
+/* An idle channel of the peer if a sound one is cached (*fresh = 0), else a new one. */
+OMC__PRIVATE omc_result omc__net_chan_checkout(omc__net* N, omc__net_peer* p, omc__net_chan** out, int* fresh) {
+    for (;;) {
+        omc__net_chan* ch;
+        pthread_mutex_lock(&N->peer_mu);
+        ch = p->idle;
+        if (ch) { p->idle = ch->next; p->nidle--; ch->next = NULL; }
+        pthread_mutex_unlock(&N->peer_mu);
+        if (!ch) break;
+        if (!ch->dp->vt->rx_reusable || ch->dp->vt->rx_reusable(ch->dp->user, ch->dpc)) {
+            ch->hs_failed = 0;
+            *out = ch;
+            *fresh = 0;
+            return OMC_OK;
+        }
+        omc__net_chan_close(N, ch);     /* its data connection died with its sender, most likely */
+    }
+    *fresh = 1;
+    return omc__net_chan_open(N, p, out);
+}
+
+/* Back into the cache if it is sound and wanted; closed otherwise. */
+OMC__PRIVATE void omc__net_chan_checkin(omc__net* N, omc__net_chan* ch, int sound) {
+    omc__net_peer* p = ch->peer;
+    int keep = 0;
+    if (sound && ch->incarnation && !ch->hello_seq && !omc__net_closed(N)) {
+        pthread_mutex_lock(&N->peer_mu);
+        if (p->nidle < N->max_idle && p->incarnation == ch->incarnation) {
+            ch->next = p->idle;
+            p->idle = ch;
+            p->nidle++;
+            keep = 1;
+        }
+        pthread_mutex_unlock(&N->peer_mu);
+    }
+    if (!keep) omc__net_chan_close(N, ch);
+}
+
+OMC__PRIVATE omc_result omc__net_chan_send(omc__net* N, omc__net_chan* ch, omc__wire* m) {
+    uint8_t buf[OMC__WIRE_MAX];
+    uint32_t len;
+    omc_result r;
+    if (++ch->seq == 0) ch->seq = 1;
+    m->xfer = ch->xfer;
+    m->seq = ch->seq;
+    m->incarnation = omc_incarnation();
+    r = omc__wire_encode(m, buf, sizeof(buf), &len);
+    if (r != OMC_OK) return r;
+    /* a DEALER queues while it connects; EAGAIN means that queue is full: the peer is not there */
+    if (zmq_send(ch->sock, buf, len, ZMQ_DONTWAIT) < 0) {
+        OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "send %s to %s: %s", omc__wire_type_name(m->type), ch->peer->name,
+                 zmq_strerror(zmq_errno()));
+        return OMC_ERR_CONNECTION;
+    }
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__net_chan_send_hello(omc__net* N, omc__net_chan* ch) {
+    uint8_t recs[1100], val[1024];
+    uint32_t rlen = 0, count = 0, vlen = 0;
+    omc__wire m;
+    omc_result r;
+    if (ch->dp->vt->rx_hello && ch->dp->vt->rx_hello(ch->dp->user, ch->dpc, val, sizeof(val), &vlen) == OMC_OK && vlen)
+        omc__wire_add_record(recs, sizeof(recs), &rlen, &count, ch->dp->vt->kind, val, vlen);
+    memset(&m, 0, sizeof(m));
+    m.type = OMC__MSG_HELLO;
+    m.caps = N->caps;
+    m.nrecords = count;
+    m.records = recs;
+    m.records_len = rlen;
+    r = omc__net_chan_send(N, ch, &m);
+    if (r == OMC_OK) ch->hello_seq = ch->seq;
+    return r;
+}
+
+/* The sender answered our HELLO: remember who it is, notice restarts, set up the data plane
+   (falling back to TCP if the sender lacks the preferred one). */
+OMC__PRIVATE omc_result omc__net_chan_on_hello(omc__net* N, omc__net_chan* ch, const omc__wire* m) {
+    omc__net_peer* p = ch->peer;
+    omc__net_chan* stale = NULL;
+    omc__dp_peer dpeer;
+    omc_result r;
+    if (m->incarnation == 0) return OMC_ERR_PROTOCOL;
+    ch->hello_seq = 0;
+    ch->incarnation = m->incarnation;
+    ch->caps = m->caps;
+    omc__net_chan_stop_monitor(ch);
+    pthread_mutex_lock(&N->peer_mu);
+    if (p->incarnation && p->incarnation != m->incarnation) {
+        /* a new process answers on that endpoint: cached channels belong to the old one */
+        p->restarts++;
+        stale = p->idle;
+        p->idle = NULL;
+        p->nidle = 0;
+    }
+    p->incarnation = m->incarnation;
+    pthread_mutex_unlock(&N->peer_mu);
+    if (stale) OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "sender %s restarted (incarnation %016llx)", p->name,
+                        (unsigned long long)m->incarnation);
+    while (stale) { omc__net_chan* next = stale->next; omc__net_chan_close(N, stale); stale = next; }
+    memset(&dpeer, 0, sizeof(dpeer));
+    dpeer.host = p->host;
+    dpeer.port = p->port;
+    dpeer.incarnation = m->incarnation;
+    dpeer.record = omc__wire_find_record(m, ch->dp->vt->kind, &dpeer.record_len);
+    r = ch->dp->vt->rx_ready(ch->dp->user, ch->dpc, &dpeer, ch->deadline);
+    if (r == OMC_ERR_UNAVAILABLE && ch->dp != &N->planes[0]) {
+        ch->dp->vt->rx_close(ch->dp->user, ch->dpc);
+        ch->dpc = NULL;
+        ch->dp = &N->planes[0];
+        r = ch->dp->vt->rx_open(ch->dp->user, &ch->dpc);
+        if (r != OMC_OK) { ch->dpc = NULL; return r; }
+        dpeer.record = omc__wire_find_record(m, ch->dp->vt->kind, &dpeer.record_len);
+        r = ch->dp->vt->rx_ready(ch->dp->user, ch->dpc, &dpeer, ch->deadline);
+    }
+    if (r != OMC_OK) OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "sender %s: no usable data plane (%s)", p->name, omc_result_str(r));
+    return r;
+}
+
+/* Read one message from a channel. *got = 1: m is the reply to the current request. *got = 0:
+   nothing waiting, or a message handled here (the HELLO answer, a late reply). An error means
+   the channel is unusable (a peer that breaks the protocol, or a restarted sender).
+   wait_ms > 0: wait that long for a message (a blocking receive costs fewer system calls than
+   zmq_poll + receive, which shows in a query's round trip); 0: only what is there. */
+OMC__PRIVATE omc_result omc__net_chan_recv(omc__net* N, omc__net_chan* ch, omc__wire* m, uint8_t* buf, int* got, int wait_ms) {
+    size_t n = 0;
+    int more = 0;
+    omc_result r;
+    *got = 0;
+    if (wait_ms > 0) zmq_setsockopt(ch->sock, ZMQ_RCVTIMEO, &wait_ms, sizeof(wait_ms));
+    if (omc__zmq_frame(ch->sock, buf, OMC__WIRE_MAX, wait_ms > 0 ? 0 : ZMQ_DONTWAIT, &n, &more) != 0)
+        return zmq_errno() == EAGAIN || zmq_errno() == EINTR ? OMC_OK : OMC_ERR_CONNECTION;
+    if (more) {
+        size_t junk;
+        while (more && omc__zmq_frame(ch->sock, NULL, 0, 0, &junk, &more) == 0) {}
+        r = OMC_ERR_PROTOCOL;
+    } else r = n > OMC__WIRE_MAX ? OMC_ERR_MALFORMED : omc__wire_decode(buf, n, m);
+    if (r != OMC_OK) {
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "sender %s sent a bad message (%s): channel dropped", ch->peer->name,
+                 omc_result_str(r));
+        return OMC_ERR_PROTOCOL;
+    }
+    if (m->xfer != ch->xfer) return OMC_OK;             /* a late answer to an earlier get */
+    if (ch->hello_seq && m->seq == ch->hello_seq) {
+        if (m->type == OMC__MSG_ERROR) return omc__net_remote_code(m->code);
+        if (m->type != OMC__MSG_HELLO) return OMC_ERR_PROTOCOL;
+        return omc__net_chan_on_hello(N, ch, m);
+    }
+    if (m->seq != ch->seq) return OMC_OK;               /* an answer to an abandoned request */
+    if (ch->incarnation && m->incarnation != ch->incarnation) return OMC_ERR_PEER_RESTARTED;
+    if (m->type == OMC__MSG_HELLO || m->type == OMC__MSG_QUERY || m->type == OMC__MSG_PULL || m->type == OMC__MSG_ABORT)
+        return OMC_ERR_PROTOCOL;
+    *got = 1;
+    return OMC_OK;
+}
+
+/* Why a channel got no answer by the deadline. */
+OMC__PRIVATE omc_result omc__net_silence(const omc__net_chan* ch) { return ch->hs_failed ? OMC_ERR_AUTH : OMC_ERR_CONNECTION; }
+
+/* Make sure the channel's HELLO was answered (send it if needed), before the deadline. */
+OMC__PRIVATE omc_result omc__net_chan_hello(omc__net* N, omc__net_chan* ch, omc_time_ns deadline) {
+    uint8_t buf[OMC__WIRE_MAX];
+    omc__wire m;
+    omc_result r;
+    if (ch->incarnation) return OMC_OK;
+    if (omc__deadline_passed(deadline)) return OMC_ERR_TIMEOUT;    /* OMC_NO_WAIT: no time to ask */
+    if (!ch->hello_seq && (r = omc__net_chan_send_hello(N, ch)) != OMC_OK) return r;
+    for (;;) {
+        zmq_pollitem_t it[2];
+        int n = 1, got;
+        memset(it, 0, sizeof(it));
+        it[0].socket = ch->sock; it[0].events = ZMQ_POLLIN;
+        if (ch->mon) { it[1].socket = ch->mon; it[1].events = ZMQ_POLLIN; n = 2; }
+        if (omc__net_closed(N)) return OMC_ERR_CLOSED;
+        if (omc__deadline_passed(deadline)) return omc__net_silence(ch);
+        zmq_poll(it, n, omc__poll_ms(deadline, OMC__NET_SLICE_MS));
+        omc__net_chan_events(ch);
+        do {
+            r = omc__net_chan_recv(N, ch, &m, buf, &got, 0);
+            if (r != OMC_OK) return r;
+            if (ch->incarnation) return OMC_OK;
+        } while (got);
+    }
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the remote connector - get                                          */
+/* ============================================================================================== */
+
+static omc_result omc__net_release(omc_buffer* b) {
+    omc__net* N = (omc__net*)b->owner;
+    omc_conn* c;
+    omc_result r;
+    if (!N) return OMC_ERR_INVALID_ARG;
+    c = N->conn;
+    r = omc_alloc_free(N->pool->alloc, b->range);
+    if (r != OMC_OK) {
+        OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_ALLOC_BAD_FREE, "release of a received buffer that is no longer held: %s", omc_result_str(r));
+        return r;
+    }
+    omc__add(&c->releases, 1u);
+    omc__conn_unref(c);     /* may destroy the connector: nothing after this line */
+    return OMC_OK;
+}
+
+/* PULL one entry on a channel whose HELLO was answered: destination, descriptor, PULL, then
+   wait for the bytes and DONE. *keep: the channel may be cached again. */
+OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char* qkey, uint32_t qlen, uint64_t entry_id,
+                                      uint64_t size, uint32_t flags, omc_time_ns deadline, omc_buffer* out, int* keep) {
+    const omc__dp_vtable* vt = ch->dp->vt;
+    uint8_t desc[OMC__WIRE_MAX_DESC], buf[OMC__WIRE_MAX];
+    omc__dp_xfer x;
+    omc__wire m;
+    omc_time_ns wait_until;
+    omc_result r;
+    int got_done = 0, got;
+    *keep = 0;
+    memset(&x, 0, sizeof(x));
+    x.transfer_id = ch->xfer;
+    x.size = size;
+    r = omc_pool_alloc_buffer_wait(N->pool, size ? size : 1, deadline, &x.dst);
+    if (r != OMC_OK) { *keep = 1; return r; }
+    memset(&m, 0, sizeof(m));
+    r = vt->rx_prepare(ch->dp->user, ch->dpc, &x, deadline, desc, sizeof(desc), &m.desc_len);
+    if (r == OMC_OK) {
+        omc_time_ns now = omc_now_ns();
+        m.type = OMC__MSG_PULL;
+        m.entry_id = entry_id;
+        m.expect_incarnation = ch->incarnation;
+        m.capacity = size;
+        /* the sender stops pushing when we stop waiting (0: it applies the seed's rule too) */
+        m.budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
+        m.key = qkey;
+        m.key_len = qlen;
+        m.dp_kind = vt->kind;
+        m.desc = desc;
+        r = omc__net_chan_send(N, ch, &m);
+    }
+    wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_seed_budget_ns(size) : deadline;
+    while (r == OMC_OK) {
+        zmq_pollitem_t it[2];
+        int n = 1, fd = x.complete ? -1 : vt->rx_fd(ch->dp->user, ch->dpc);
+        memset(it, 0, sizeof(it));
+        it[0].socket = ch->sock; it[0].events = ZMQ_POLLIN;
+        if (fd >= 0) { it[1].fd = fd; it[1].events = ZMQ_POLLIN; n = 2; }
+        if (omc__net_closed(N)) { r = OMC_ERR_CLOSED; break; }
+        if (omc_now_ns() >= wait_until) {
+            memset(&m, 0, sizeof(m));
+            m.type = OMC__MSG_ABORT;    /* the sender stops pushing at its next chunk */
+            omc__net_chan_send(N, ch, &m);
+            r = OMC_ERR_TIMEOUT;
+            break;
+        }
+        zmq_poll(it, n, omc__poll_ms(wait_until, OMC__NET_SLICE_MS));
+        if (n == 2 && it[1].revents && (r = vt->rx_progress(ch->dp->user, ch->dpc, &x, got_done)) != OMC_OK) break;
+        if (it[0].revents) {
+            do {
+                r = omc__net_chan_recv(N, ch, &m, buf, &got, 0);
+                if (r != OMC_OK || !got) break;
+                if (m.type == OMC__MSG_DONE) {
+                    if (m.bytes != size) { r = OMC_ERR_PROTOCOL; break; }
+                    got_done = 1;
+                    if (fd < 0 && !x.complete) r = vt->rx_progress(ch->dp->user, ch->dpc, &x, 1);
+                } else if (m.type == OMC__MSG_ERROR) {
+                    r = omc__net_remote_code(m.code);
+                    if (r == OMC_ERR_TOO_LARGE) out->size = m.detail;
+                    *keep = omc__net_clean_refusal(r) && x.received == 0;
+                } else r = OMC_ERR_PROTOCOL;
+            } while (r == OMC_OK && got);
+        }
+        /* the TCP trailer is written after the sender recorded the read: no need to wait for DONE */
+        if (r == OMC_OK && x.complete && (got_done || ch->dp->vt == &omc__tcp_plane_vt)) break;
+    }
+    if (vt->rx_end) vt->rx_end(ch->dp->user, ch->dpc, &x, r);
+    if (r != OMC_OK) {
+        uint64_t need = out->size;
+        omc_buffer_release(&x.dst);
+        out->size = need;
+        return r;
+    }
+    *keep = 1;
+    memset(out, 0, sizeof(*out));
+    out->data = x.dst.data;
+    out->size = size;
+    out->pool = N->pool;
+    out->range = x.dst.range;
+    out->flags = flags & OMC_BUFFER_FRAME;
+    out->release_fn = omc__net_release;
+    out->owner = N;
+    omc__conn_ref(N->conn);
+    return OMC_OK;
+}
+
+/* get with metadata: we know the sender, the entry, the size and the incarnation. */
+OMC__PRIVATE omc_result omc__net_get_meta(omc__net* N, const char* qkey, uint32_t qlen, const omc_meta_info* meta,
+                                          omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
+    omc__net_meta body;
+    omc__net_peer* p;
+    omc_result r = omc__net_meta_body_decode(meta->body, meta->body_len, &body);
+    int attempt;
+    if (r != OMC_OK) return r;
+    if (max_size && meta->data_size > max_size) { out->size = meta->data_size; return OMC_ERR_TOO_LARGE; }
+    pthread_mutex_lock(&N->peer_mu);
+    p = omc__net_peer_locked(N, body.host, body.port, 1, &r);
+    if (p) p->requests++;
+    pthread_mutex_unlock(&N->peer_mu);
+    if (!p) return r;
+    for (attempt = 0; attempt < 2; attempt++) {
+        omc__net_chan* ch;
+        int fresh = 0, keep = 0;
+        r = omc__net_chan_checkout(N, p, &ch, &fresh);
+        if (r != OMC_OK) break;
+        ch->xfer = omc__add(&N->next_xfer, 1u);
+        ch->deadline = deadline;
+        r = omc__net_chan_hello(N, ch, deadline);
+        if (r != OMC_OK) { omc__net_chan_close(N, ch); break; }
+        if (ch->incarnation != meta->incarnation) {
+            /* a cached channel may predate a restart: only a fresh HELLO has the last word */
+            omc__net_chan_checkin(N, ch, 1);
+            if (!fresh) continue;
+            r = OMC_ERR_PEER_RESTARTED;
+            break;
+        }
+        r = omc__net_pull(N, ch, qkey, qlen, body.entry_id, meta->data_size, meta->flags & OMC_META_FLAG_FRAME ? OMC_BUFFER_FRAME : 0,
+                          deadline, out, &keep);
+        omc__net_chan_checkin(N, ch, keep);
+        if (r == OMC_ERR_PEER_RESTARTED && !fresh) continue;
+        break;
+    }
+    if (r == OMC_OK) {
+        pthread_mutex_lock(&N->peer_mu);
+        p->bytes += out->size;
+        pthread_mutex_unlock(&N->peer_mu);
+    }
+    if (r != OMC_ERR_TOO_LARGE && r != OMC_ERR_CLOSED)
+        omc__net_peer_result(N, p, r, "get with metadata: %s", omc_result_str(r));
+    return r;
+}
+
+/* One sender in a metadata-less get or query. */
+typedef struct omc__net_slot {
+    omc__net_peer* peer;
+    omc__net_chan* ch;
+    int querying;                       /* a QUERY is outstanding on ch */
+    int answered;                       /* the sender answered something during this call */
+    int done;                           /* query mode: it said NOT_FOUND */
+    int hs_failed;
+    omc_time_ns next_query;
+    omc_result last;
+} omc__net_slot;
+
+OMC__PRIVATE void omc__net_slot_drop(omc__net* N, omc__net_slot* s, omc_result why, omc_time_ns retry_at) {
+    if (s->ch) {
+        s->hs_failed |= s->ch->hs_failed;
+        omc__net_chan_close(N, s->ch);
+        s->ch = NULL;
+    }
+    s->querying = 0;
+    s->last = why;
+    s->next_query = retry_at;
+}
+
+/* Ask the senders (every registered one, or the one named) for a key until one has it or the
+   deadline passes; then pull it (query_only: just report it). */
+OMC__PRIVATE omc_result omc__net_find(omc__net* N, const char* only, const char* qkey, uint32_t qlen, omc_time_ns deadline,
+                                      int query_only, uint64_t max_size, omc_buffer* out, omc_tcp_found* found) {
+    omc__net_slot* slots;
+    zmq_pollitem_t* items;
+    int* owner;
+    uint32_t ns = 0, i;
+    uint64_t xfer = omc__add(&N->next_xfer, 1u);
+    omc_result r = OMC_ERR_TIMEOUT;
+    omc__net_peer* p;
+    int finished = 0, asked = 0, first_wait = 0;
+    pthread_mutex_lock(&N->peer_mu);
+    for (p = N->peers; p; p = p->next) if (p->registered && (!only || strcmp(p->name, only) == 0)) ns++;
+    slots = ns ? (omc__net_slot*)omc__calloc(&N->conn->hooks, sizeof(omc__net_slot) * ns) : NULL;
+    items = ns ? (zmq_pollitem_t*)omc__calloc(&N->conn->hooks, sizeof(zmq_pollitem_t) * ns * 2) : NULL;
+    owner = ns ? (int*)omc__calloc(&N->conn->hooks, sizeof(int) * ns * 2) : NULL;
+    if (slots && items && owner) {
+        ns = 0;
+        for (p = N->peers; p; p = p->next)
+            if (p->registered && (!only || strcmp(p->name, only) == 0)) { slots[ns++].peer = p; p->requests++; }
+    }
+    pthread_mutex_unlock(&N->peer_mu);
+    if (!ns) {
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, only ? "no registered sender named '%s'" : "%s",
+                 only ? only : "metadata-less get, but no sender is registered (omc_tcp_add_sender)");
+        return OMC_ERR_NOT_FOUND;
+    }
+    if (!slots || !items || !owner) {
+        omc__free(&N->conn->hooks, slots); omc__free(&N->conn->hooks, items); omc__free(&N->conn->hooks, owner);
+        return OMC_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < ns; i++) slots[i].last = OMC_ERR_CONNECTION;
+    while (!finished) {
+        omc_time_ns now = omc_now_ns(), wake = deadline;
+        int n = 0, all_done = 1;
+        if (omc__net_closed(N)) { r = OMC_ERR_CLOSED; break; }
+        if (deadline != OMC_WAIT_FOREVER && now >= deadline) break;
+        /* ask every sender that is not being asked already */
+        for (i = 0; i < ns; i++) {
+            omc__net_slot* s = &slots[i];
+            omc__wire m;
+            int fresh;
+            if (s->done) continue;
+            all_done = 0;
+            if (!s->ch && now >= s->next_query) {
+                r = omc__net_chan_checkout(N, s->peer, &s->ch, &fresh);
+                if (r != OMC_OK) { s->ch = NULL; s->last = r; s->next_query = now + OMC__NET_RETRY_MS * 1000000LL; }
+                else { s->ch->xfer = xfer; s->ch->deadline = deadline; }
+            }
+            if (!s->ch) { if (s->next_query < wake) wake = s->next_query; continue; }
+            if (!s->ch->incarnation && !s->ch->hello_seq && omc__net_chan_send_hello(N, s->ch) != OMC_OK) {
+                omc__net_slot_drop(N, s, OMC_ERR_CONNECTION, now + OMC__NET_RETRY_MS * 1000000LL);
+                continue;
+            }
+            if (!s->querying && now >= s->next_query) {
+                /* pipelined behind the HELLO on a new channel: no extra round trip. The sender
+                   holds it a little less than we wait, so its NOT_FOUND arrives before our
+                   deadline and the get can tell "absent" (TIMEOUT) from "silent" (CONNECTION). */
+                int left = deadline == OMC_WAIT_FOREVER ? OMNICONN_TCP_MAX_WAIT_MS : omc__poll_ms(deadline, OMNICONN_TCP_MAX_WAIT_MS + 20);
+                left = left > 40 ? omc__min(left - 20, OMNICONN_TCP_MAX_WAIT_MS) : left / 2;
+                memset(&m, 0, sizeof(m));
+                m.type = OMC__MSG_QUERY;
+                m.wait_ms = query_only ? 0 : (uint32_t)left;
+                m.key = qkey;
+                m.key_len = qlen;
+                if (omc__net_chan_send(N, s->ch, &m) != OMC_OK) { omc__net_slot_drop(N, s, OMC_ERR_CONNECTION, now + OMC__NET_RETRY_MS * 1000000LL); continue; }
+                s->querying = 1;
+                asked = 1;
+                s->next_query = now + OMC__NET_REQUERY_MS * 1000000LL;
+            }
+            if (s->ch->mon) { memset(&items[n], 0, sizeof(items[n])); items[n].socket = s->ch->mon; items[n].events = ZMQ_POLLIN; owner[n++] = (int)i; }
+            memset(&items[n], 0, sizeof(items[n]));
+            items[n].socket = s->ch->sock;
+            items[n].events = ZMQ_POLLIN;
+            owner[n++] = (int)i;
+            if (!s->querying && s->next_query < wake) wake = s->next_query;
+        }
+        if (all_done) { r = OMC_ERR_NOT_FOUND; break; }   /* query mode: everyone said no */
+        r = OMC_ERR_TIMEOUT;
+        if (n == 1) {   /* one sender, handshake done: wait in the receive itself */
+            first_wait = omc__poll_ms(wake, OMC__NET_SLICE_MS);
+            items[0].revents = ZMQ_POLLIN;
+        } else zmq_poll(items, n, omc__poll_ms(wake, OMC__NET_SLICE_MS));
+        for (i = 0; i < (uint32_t)n && !finished; i++) {
+            omc__net_slot* s = &slots[owner[i]];
+            uint8_t buf[OMC__WIRE_MAX];
+            omc__wire m;
+            int got = 0;
+            omc_result rr;
+            if (!s->ch || !items[i].revents) continue;
+            if (items[i].socket != s->ch->sock) { omc__net_chan_events(s->ch); continue; }
+            for (;;) {
+                int had_hello = s->ch->incarnation != 0;
+                rr = omc__net_chan_recv(N, s->ch, &m, buf, &got, first_wait);
+                first_wait = 0;
+                if (rr == OMC_OK && !had_hello && s->ch->incarnation) s->answered = 1;     /* it is alive and talks to us */
+                if (rr != OMC_OK || !got) break;
+                s->answered = 1;
+                s->querying = 0;
+                if (m.type == OMC__MSG_NOT_FOUND) { if (query_only) s->done = 1; continue; }
+                if (m.type == OMC__MSG_ERROR) {
+                    rr = omc__net_remote_code(m.code);
+                    OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "sender %s refused a QUERY: %s", s->peer->name, omc_result_str(rr));
+                    break;
+                }
+                if (m.type != OMC__MSG_QUERY_REPLY) { rr = OMC_ERR_PROTOCOL; break; }
+                if (query_only) {
+                    memset(found, 0, sizeof(*found));
+                    found->size = m.size;
+                    found->flags = m.pflags;
+                    found->readers_left = m.readers_left;
+                    found->incarnation = s->ch->incarnation;
+                    snprintf(found->sender, sizeof(found->sender), "%s", s->peer->name);
+                    r = OMC_OK;
+                    finished = 1;
+                    break;
+                }
+                if (max_size && m.size > max_size) { out->size = m.size; r = OMC_ERR_TOO_LARGE; finished = 1; break; }
+                {
+                    int keep = 0;
+                    uint64_t size = m.size;
+                    rr = omc__net_pull(N, s->ch, qkey, qlen, m.entry_id, m.size, m.pflags, deadline, out, &keep);
+                    if (rr == OMC_OK) {
+                        pthread_mutex_lock(&N->peer_mu);
+                        s->peer->bytes += size;
+                        pthread_mutex_unlock(&N->peer_mu);
+                        omc__net_peer_result(N, s->peer, OMC_OK, "%s", "");
+                        r = OMC_OK;
+                        finished = 1;
+                        break;
+                    }
+                    /* someone else took it, or it went away: keep asking */
+                    if (rr == OMC_ERR_NOT_FOUND || rr == OMC_ERR_STALE) { s->next_query = omc_now_ns(); rr = OMC_OK; got = 0; break; }
+                    if (rr == OMC_ERR_TIMEOUT || rr == OMC_ERR_CLOSED || rr == OMC_ERR_TOO_LARGE || rr == OMC_ERR_POOL_FULL ||
+                        rr == OMC_ERR_NO_MEMORY) {
+                        r = rr;
+                        finished = 1;
+                        if (!keep) omc__net_slot_drop(N, s, rr, 0);
+                        break;
+                    }
+                    omc__net_peer_result(N, s->peer, rr, "pull: %s", omc_result_str(rr));
+                    if (keep) { s->last = rr; rr = OMC_OK; s->next_query = omc_now_ns() + OMC__NET_RETRY_MS * 1000000LL; }
+                    break;
+                }
+            }
+            if (rr != OMC_OK && !finished) {
+                if (rr == OMC_ERR_PEER_RESTARTED) omc__net_slot_drop(N, s, rr, 0);    /* ask the new process at once */
+                else {
+                    omc__net_peer_result(N, s->peer, rr, "metadata-less get: %s", omc_result_str(rr));
+                    omc__net_slot_drop(N, s, rr, omc_now_ns() + OMC__NET_RETRY_MS * 1000000LL);
+                }
+            }
+        }
+    }
+    if (r == OMC_ERR_TIMEOUT) {
+        /* why nobody had it: TIMEOUT if a sender answered, else AUTH or CONNECTION */
+        int answered = 0, auth = 0;
+        for (i = 0; i < ns; i++) {
+            answered |= slots[i].answered;
+            auth |= slots[i].hs_failed | (slots[i].ch ? slots[i].ch->hs_failed : 0);
+        }
+        if (!answered && asked) r = auth ? OMC_ERR_AUTH : OMC_ERR_CONNECTION;   /* never asked (OMC_NO_WAIT): TIMEOUT */
+        if (query_only && answered) r = OMC_ERR_NOT_FOUND;
+        for (i = 0; i < ns; i++)
+            if (!slots[i].answered)
+                omc__net_peer_result(N, slots[i].peer, slots[i].hs_failed || (slots[i].ch && slots[i].ch->hs_failed) ? OMC_ERR_AUTH : OMC_ERR_TIMEOUT,
+                                     "no answer by the deadline%s", slots[i].hs_failed || (slots[i].ch && slots[i].ch->hs_failed) ? " (handshake failed: CURVE key?)" : "");
+    }
+    for (i = 0; i < ns; i++) {
+        omc__net_slot* s = &slots[i];
+        if (!s->ch) continue;
+        if (s->querying && s->ch->incarnation) {
+            omc__wire m;
+            memset(&m, 0, sizeof(m));
+            m.type = OMC__MSG_ABORT;        /* the sender forgets the held query at once */
+            omc__net_chan_send(N, s->ch, &m);
+        }
+        omc__net_chan_checkin(N, s->ch, s->ch->incarnation != 0);
+    }
+    omc__free(&N->conn->hooks, slots);
+    omc__free(&N->conn->hooks, items);
+    omc__free(&N->conn->hooks, owner);
+    return r;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the remote connector - the contract                                 */
+/* ============================================================================================== */
+
+static omc_result omc__net_put(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out) {
+    omc__net* N = (omc__net*)c->impl;
+    omc__net_entry* e;
+    omc_range range;
+    uint64_t size;
+    uint8_t* body;
+    omc_result r;
+    int64_t ttl = p->ttl_ms ? p->ttl_ms : N->default_ttl_ms;
+    if (p->buffer) {    /* zero copy: the buffer must be a live range of our own pool */
+        if (p->buffer->pool != N->pool || p->buffer->release_fn) return OMC_ERR_INVALID_ARG;
+        r = omc_alloc_check(N->pool->alloc, p->buffer->range);
+        if (r != OMC_OK) return r;
+        range = p->buffer->range;
+        size = p->size ? p->size : p->buffer->size;
+    } else {
+        size = p->size;
+        r = omc_alloc_alloc(N->pool->alloc, size ? size : 1, &range);
+        if (r != OMC_OK) return r;
+        if (size) memcpy(N->pool->base + range.offset, p->data, (size_t)size);
+    }
+    e = (omc__net_entry*)omc__calloc(&c->hooks, sizeof(omc__net_entry));
+    if (!e) { if (!p->buffer) omc_alloc_free(N->pool->alloc, range); return OMC_ERR_NO_MEMORY; }
+    e->range = range;
+    e->size = size;
+    e->flags = (p->flags & OMC_PAYLOAD_FRAME) ? OMC_BUFFER_FRAME : 0;
+    e->readers_left = p->readers ? p->readers : 1;
+    e->expires = ttl > 0 ? omc_deadline_after_ms(ttl) : 0;
+    e->qlen = qlen;
+    memcpy(e->qkey, qkey, qlen);
+    pthread_mutex_lock(&N->mu);
+    omc__net_maybe_sweep(N);
+    e->id = ++N->next_id;
+    r = omc__smap_put(&N->keys, &c->hooks, qkey, qlen, e);
+    if (r == OMC_OK) {
+        r = omc__smap_put(&N->ids, &c->hooks, (const char*)&e->id, sizeof(e->id), e);
+        if (r != OMC_OK) omc__smap_del(&N->keys, &c->hooks, qkey, qlen);
+    }
+    if (r == OMC_OK) {
+        e->in_keys = 1;
+        r = omc__meta_begin(N->vt.transport, e->flags & OMC_BUFFER_FRAME ? OMC_META_FLAG_FRAME : 0, size, qkey, qlen,
+                            omc__net_meta_body_size(N->host), meta_out, &body);
+        if (r == OMC_OK) {
+            omc__net_meta_body_encode(body, e->id, N->port, N->caps, N->host);
+            omc__meta_seal(meta_out);
+        } else {
+            omc__smap_del(&N->keys, &c->hooks, qkey, qlen);
+            omc__smap_del(&N->ids, &c->hooks, (const char*)&e->id, sizeof(e->id));
+        }
+    }
+    pthread_mutex_unlock(&N->mu);
+    if (r != OMC_OK) {
+        if (!p->buffer) omc_alloc_free(N->pool->alloc, range);
+        omc__free(&c->hooks, e);
+        return r;
+    }
+    if (p->buffer) memset(p->buffer, 0, sizeof(*p->buffer));  /* ownership moved to the entry */
+    if (omc__load(&N->held_count)) omc__net_wake(N);          /* a held QUERY may be waiting for it */
+    return OMC_OK;
+}
+
+static omc_result omc__net_get(omc_conn* c, const char* qkey, uint32_t qlen, const omc_meta_info* meta, omc_time_ns deadline,
+                               uint64_t max_size, omc_buffer* out) {
+    omc__net* N = (omc__net*)c->impl;
+    if (meta) return omc__net_get_meta(N, qkey, qlen, meta, deadline, max_size, out);
+    return omc__net_find(N, NULL, qkey, qlen, deadline, 0, max_size, out, NULL);
+}
+
+static omc_result omc__net_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
+    omc__net* N = (omc__net*)c->impl;
+    return omc_pool_alloc_buffer_wait(N->pool, size, deadline, out);
+}
+
+static omc_result omc__net_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) {
+    omc__net* N = (omc__net*)c->impl;
+    omc__net_entry* e;
+    pthread_mutex_lock(&N->mu);
+    e = (omc__net_entry*)omc__smap_get(&N->keys, qkey, qlen);
+    if (e) omc__net_retire(N, e);
+    pthread_mutex_unlock(&N->mu);
+    return e ? OMC_OK : OMC_ERR_NOT_FOUND;
+}
+
+static void omc__net_health(omc_conn* c, omc_health* h) {
+    omc__net* N = (omc__net*)c->impl;
+    omc_alloc_stats st;
+    omc__net_peer* p;
+    pthread_mutex_lock(&N->mu);
+    h->live_entries = N->keys.count;
+    pthread_mutex_unlock(&N->mu);
+    omc_alloc_get_stats(N->pool->alloc, &st);
+    h->pool_capacity = st.capacity;
+    h->pool_in_use = st.bytes_in_use;
+    /* degraded: a sender whose last contact failed */
+    pthread_mutex_lock(&N->peer_mu);
+    for (p = N->peers; p; p = p->next) if (p->last_fail > p->last_ok) h->state = OMC_CONN_DEGRADED;
+    pthread_mutex_unlock(&N->peer_mu);
+}
+
+static uint64_t omc__net_sweep(omc_conn* c) {
+    omc__net* N = (omc__net*)c->impl;
+    uint64_t n;
+    pthread_mutex_lock(&N->mu);
+    n = omc__net_sweep_locked(N, omc_now_ns());
+    pthread_mutex_unlock(&N->mu);
+    return n;
+}
+
+/* Stop the sender's threads and close its sockets (also used when create fails half-way). */
+OMC__PRIVATE void omc__net_stop_sender(omc__net* N) {
+    omc__net_job* j;
+    uint32_t i;
+    omc__store(&N->stop, 1);
+    if (N->listener_started) {
+        omc__net_wake(N);
+        pthread_join(N->listener, NULL);
+        N->listener_started = 0;
+    }
+    if (N->job_ok) {
+        pthread_mutex_lock(&N->job_mu);
+        for (j = N->live; j; j = j->next_live) omc__store(&j->abort, (int)OMC_ERR_CLOSED);   /* pushes stop within a slice */
+        pthread_cond_broadcast(&N->job_cv);
+        pthread_mutex_unlock(&N->job_mu);
+    }
+    for (i = 0; i < N->workers_started; i++) pthread_join(N->workers[i], NULL);
+    N->workers_started = 0;
+    if (N->job_ok) {
+        /* jobs no worker took: they end as closed, so their entries unpin */
+        pthread_mutex_lock(&N->job_mu);
+        while (N->queue) {
+            j = N->queue;
+            N->queue = j->next;
+            j->result = OMC_ERR_CLOSED;
+            j->next = N->done;
+            N->done = j;
+        }
+        N->queue_tail = &N->queue;
+        pthread_mutex_unlock(&N->job_mu);
+        omc__net_complete(N, 0);
+    }
+    while (N->held) {
+        omc__net_held* h = N->held;
+        N->held = h->next;
+        omc__free(&N->conn->hooks, h);
+    }
+    N->held_count = 0;
+    if (N->router_mon) {
+        omc__net_drain_router_monitor(N);
+        zmq_socket_monitor(N->router, NULL, 0);
+        zmq_close(N->router_mon);
+        N->router_mon = NULL;
+    }
+    if (N->zap) { zmq_close(N->zap); N->zap = NULL; }
+    if (N->router) { zmq_close(N->router); N->router = NULL; }
+    if (N->tcp_ok) omc__tcp_shutdown(&N->tcp);
+}
+
+static void omc__net_close(omc_conn* c) {
+    omc__net* N = (omc__net*)c->impl;
+    omc__net_peer* p;
+    omc__net_chan* idle = NULL;
+    omc__net_stop_sender(N);
+    pthread_mutex_lock(&N->mu);
+    for (;;) {      /* every push has ended: retiring frees every range */
+        uint32_t it = 0;
+        void* v;
+        if (!omc__smap_next(&N->keys, &it, NULL, NULL, &v)) break;
+        omc__net_retire(N, (omc__net_entry*)v);
+    }
+    pthread_mutex_unlock(&N->mu);
+    pthread_mutex_lock(&N->peer_mu);
+    for (p = N->peers; p; p = p->next) {
+        while (p->idle) { omc__net_chan* ch = p->idle; p->idle = ch->next; ch->next = idle; idle = ch; }
+        p->nidle = 0;
+    }
+    pthread_mutex_unlock(&N->peer_mu);
+    while (idle) { omc__net_chan* next = idle->next; omc__net_chan_close(N, idle); idle = next; }
+}
+
+/* Free what is left (the connector's last reference is gone, or create failed). */
+OMC__PRIVATE void omc__net_free(omc__net* N, const omc_hooks* hooks) {
+    uint32_t i;
+    if (N->mu_ok) {
+        uint32_t it = 0;
+        void* v;
+        while (omc__smap_next(&N->ids, &it, NULL, NULL, &v)) {   /* only entries a failed create left */
+            omc__net_entry* e = (omc__net_entry*)v;
+            omc__free(hooks, e);
+        }
+    }
+    omc__smap_free(&N->keys, hooks);
+    omc__smap_free(&N->ids, hooks);
+    while (N->peers) {
+        omc__net_peer* p = N->peers;
+        N->peers = p->next;
+        omc__free(hooks, p);
+    }
+    omc__smap_free(&N->peers_by_name, hooks);
+    omc__smap_free(&N->peers_by_ep, hooks);
+    for (i = 0; i < N->nplanes; i++) if (N->planes[i].vt->detach) N->planes[i].vt->detach(N->planes[i].user);
+    if (N->pool) omc_pool_destroy(N->pool);
+    if (N->ctx) zmq_ctx_term(N->ctx);
+    if (N->wake_fd >= 0) close(N->wake_fd);
+    if (N->mu_ok) pthread_mutex_destroy(&N->mu);
+    if (N->job_ok) { pthread_mutex_destroy(&N->job_mu); pthread_cond_destroy(&N->job_cv); }
+    if (N->peer_ok) pthread_mutex_destroy(&N->peer_mu);
+    if (N->tcp_ok) { pthread_mutex_destroy(&N->tcp.mu); pthread_cond_destroy(&N->tcp.idle_cv); }
+    omc__free(hooks, N->workers);
+    omc__free(hooks, N->allowed);
+    omc__free(hooks, N->items);
+    omc__free(hooks, N->who);
+    omc__free(hooks, N);
+}
+
+static void omc__net_destroy(omc_conn* c) {
+    omc__net* N = (omc__net*)c->impl;
+    omc_hooks hooks = c->hooks;
+    omc__net_free(N, &hooks);
+}
+
+static const omc__conn_vtable omc__net_vtable = {
+    OMC_TRANSPORT_TCP, omc__net_put, omc__net_get, omc__net_alloc, omc__net_cleanup,
+    omc__net_health, omc__net_sweep, omc__net_close, omc__net_destroy
+};
+
+OMC__PRIVATE omc__net* omc__net_of(omc_conn* c) {
+    return c && c->vt && c->vt->put == omc__net_put ? (omc__net*)c->impl : NULL;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the remote connector - create                                       */
+/* ============================================================================================== */
+
+/* Validate the CURVE configuration and keep what we need (keys are copied, not referenced). */
+OMC__PRIVATE omc_result omc__net_setup_curve(omc__net* N, const omc_tcp_curve* cv, const omc_hooks* hooks) {
+    uint32_t i;
+    int any = cv->secret_key || cv->public_key || cv->server_key || cv->allowed_clients;
+    if (!any) return OMC_OK;
+    if (!zmq_has("curve")) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "CURVE keys given, but this libzmq was built without CURVE (libsodium)");
+        return OMC_ERR_UNAVAILABLE;
+    }
+    if ((cv->secret_key && !omc__curve_key_ok(cv->secret_key)) || (cv->public_key && !omc__curve_key_ok(cv->public_key)) ||
+        (cv->server_key && !omc__curve_key_ok(cv->server_key)) || (cv->public_key && !cv->secret_key) ||
+        (cv->allowed_clients && !cv->secret_key)) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT,
+                 "CURVE keys must be 40-character Z85 strings; public_key and allowed_clients need secret_key");
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (cv->secret_key) {
+        memcpy(N->curve_secret, cv->secret_key, OMC_CURVE_KEY_LEN + 1);
+        if (cv->public_key) memcpy(N->curve_public, cv->public_key, OMC_CURVE_KEY_LEN + 1);
+        else if (zmq_curve_public(N->curve_public, N->curve_secret) != 0) return OMC_ERR_INVALID_ARG;
+        N->curve_server = N->sender;
+    } else if (zmq_curve_keypair(N->curve_public, N->curve_secret) != 0) return OMC_ERR_UNAVAILABLE;
+    if (cv->server_key) memcpy(N->curve_server_key, cv->server_key, OMC_CURVE_KEY_LEN + 1);
+    N->curve_client = 1;
+    if (cv->allowed_clients) {
+        N->allowed = (uint8_t(*)[32])omc__calloc(hooks, 32 * (size_t)(cv->allowed_count ? cv->allowed_count : 1));
+        if (!N->allowed) return OMC_ERR_NO_MEMORY;
+        for (i = 0; i < cv->allowed_count; i++) {
+            if (!omc__curve_key_ok(cv->allowed_clients[i])) {
+                OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "curve.allowed_clients[%u] is not a Z85 key", i);
+                return OMC_ERR_INVALID_ARG;
+            }
+            zmq_z85_decode(N->allowed[i], cv->allowed_clients[i]);
+        }
+        N->nallowed = cv->allowed_count;
+    }
+    return OMC_OK;
+}
+
+/* The sender's sockets: ROUTER (+ its monitor, + ZAP when clients are restricted), data port. */
+OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d, const omc_hooks* hooks) {
+    char bind_host[OMC_TCP_HOST_MAX], ep[OMC_TCP_HOST_MAX + 32], port[8], last[OMC_TCP_HOST_MAX + 32];
+    const char* want = d->host ? d->host : "127.0.0.1";
+    size_t ln = sizeof(last);
+    int zero = 0, one = 1, hs = OMC__NET_HANDSHAKE_MS;
+    int64_t maxmsg = OMC__WIRE_MAX + 64;
+    omc_result r;
+    uint32_t i;
+    const char* colon;
+    if (strcmp(want, "auto") == 0) {
+        const char* how = NULL;
+        r = omc_detect_host(0, N->host, sizeof(N->host), &how);
+        if (r != OMC_OK) return r;
+        OMC__LOG(hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "host \"auto\" is %s (found by %s)", N->host, how);
+    } else if (strlen(want) >= sizeof(N->host) || !want[0]) return OMC_ERR_INVALID_ARG;
+    else snprintf(N->host, sizeof(N->host), "%s", want);
+    if (omc__net_numeric_host(d->bind_host ? d->bind_host : N->host, bind_host, sizeof(bind_host)) != OMC_OK) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "cannot resolve host '%s'", d->bind_host ? d->bind_host : N->host);
+        return OMC_ERR_INVALID_ARG;
+    }
+    N->router = zmq_socket(N->ctx, ZMQ_ROUTER);
+    if (!N->router) return OMC_ERR_SYSTEM;
+    zmq_setsockopt(N->router, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(N->router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));    /* unroutable replies fail, not vanish */
+    zmq_setsockopt(N->router, ZMQ_HANDSHAKE_IVL, &hs, sizeof(hs));
+    zmq_setsockopt(N->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));    /* bigger frames cut the connection */
+    if (strchr(bind_host, ':')) zmq_setsockopt(N->router, ZMQ_IPV6, &one, sizeof(one));
+    if (N->curve_server) {
+        zmq_setsockopt(N->router, ZMQ_CURVE_SERVER, &one, sizeof(one));
+        zmq_setsockopt(N->router, ZMQ_CURVE_SECRETKEY, N->curve_secret, OMC_CURVE_KEY_LEN);
+    }
+    if (N->allowed) {
+        /* a ZAP handler in our own context; libzmq asks it about every CURVE client */
+        N->zap = zmq_socket(N->ctx, ZMQ_REP);
+        if (!N->zap || zmq_bind(N->zap, "inproc://zeromq.zap.01") != 0) return OMC_ERR_SYSTEM;
+        zmq_setsockopt(N->router, ZMQ_ZAP_DOMAIN, "omniconn", 8);
+    }
+    if (zmq_socket_monitor(N->router, "inproc://omc-listener-mon", OMC__NET_MON_EVENTS) == 0) {
+        N->router_mon = zmq_socket(N->ctx, ZMQ_PAIR);
+        if (N->router_mon && zmq_connect(N->router_mon, "inproc://omc-listener-mon") != 0) { zmq_close(N->router_mon); N->router_mon = NULL; }
+        if (!N->router_mon) zmq_socket_monitor(N->router, NULL, 0);
+    }
+    if (d->port) snprintf(port, sizeof(port), "%u", (unsigned)d->port);
+    else snprintf(port, sizeof(port), "*");
+    omc__net_zmq_endpoint(ep, sizeof(ep), bind_host, port);
+    if (zmq_bind(N->router, ep) != 0) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "cannot bind the side channel to %s: %s", ep, zmq_strerror(zmq_errno()));
+        return OMC_ERR_CONNECTION;
+    }
+    if (zmq_getsockopt(N->router, ZMQ_LAST_ENDPOINT, last, &ln) != 0 || !(colon = strrchr(last, ':'))) return OMC_ERR_SYSTEM;
+    N->port = (uint16_t)atoi(colon + 1);
+    r = omc__tcp_listen(&N->tcp, bind_host, d->data_port);
+    if (r != OMC_OK) return r;
+    N->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (N->wake_fd < 0) return OMC_ERR_SYSTEM;
+    N->nworkers = d->workers ? d->workers : OMNICONN_TCP_WORKERS;
+    N->workers = (pthread_t*)omc__calloc(hooks, sizeof(pthread_t) * N->nworkers);
+    if (!N->workers) return OMC_ERR_NO_MEMORY;
+    for (i = 0; i < N->nworkers; i++) {
+        if (pthread_create(&N->workers[i], NULL, omc__net_worker_main, N) != 0) return OMC_ERR_SYSTEM;
+        N->workers_started++;
+    }
+    if (pthread_create(&N->listener, NULL, omc__net_listener_main, N) != 0) return OMC_ERR_SYSTEM;
+    N->listener_started = 1;
+    OMC__LOG(hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "sender listening: side channel %s, TCP data port %u, advertised as %s:%u%s", last,
+             (unsigned)N->tcp.port, N->host, (unsigned)N->port, N->curve_server ? ", CURVE on" : "");
+    return OMC_OK;
+}
+
+/* The remote connector with an optional extra data plane (a companion header's entry point). */
+OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport transport, const omc__dataplane* extra, omc_conn** out) {
+    omc_tcp_desc d;
+    omc_hooks hooks;
+    omc_pool_desc pd;
+    omc__net* N;
+    omc_result r;
+    uint32_t i;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    *out = NULL;
+    if (desc) d = *desc; else memset(&d, 0, sizeof(d));
+    hooks = omc__hooks_resolve(&d.hooks);
+    if ((int)d.role < 0 || d.role > OMC_ROLE_DUAL || (extra && (!extra->vt || extra->vt->kind == OMC__DP_TCP))) return OMC_ERR_INVALID_ARG;
+    N = (omc__net*)omc__calloc(&hooks, sizeof(omc__net));
+    if (!N) return OMC_ERR_NO_MEMORY;
+    N->wake_fd = -1;
+    N->tcp.listen_fd = -1;
+    N->sender = d.role != OMC_ROLE_RECEIVER;
+    N->receiver = d.role != OMC_ROLE_SENDER;
+    N->vt = omc__net_vtable;
+    N->vt.transport = transport;
+    N->default_ttl_ms = d.default_ttl_ms ? d.default_ttl_ms : OMNICONN_DEFAULT_TTL_MS;
+    N->max_idle = d.max_idle_channels ? d.max_idle_channels : 8;
+    N->next_xfer = omc__random_u64() >> 1;
+    N->queue_tail = &N->queue;
+    N->peers_tail = &N->peers;
+    r = omc__conn_create(&hooks, &N->vt, d.role, &N->conn);
+    if (r != OMC_OK) { omc__free(&hooks, N); return r; }
+    N->conn->impl = N;
+    N->mu_ok = pthread_mutex_init(&N->mu, NULL) == 0;
+    N->peer_ok = pthread_mutex_init(&N->peer_mu, NULL) == 0;
+    N->tcp_ok = pthread_mutex_init(&N->tcp.mu, NULL) == 0;
+    if (N->tcp_ok && omc__cond_init_monotonic(&N->tcp.idle_cv) != 0) { pthread_mutex_destroy(&N->tcp.mu); N->tcp_ok = 0; }
+    N->job_ok = pthread_mutex_init(&N->job_mu, NULL) == 0;
+    if (N->job_ok && pthread_cond_init(&N->job_cv, NULL) != 0) { pthread_mutex_destroy(&N->job_mu); N->job_ok = 0; }
+    r = N->mu_ok && N->peer_ok && N->tcp_ok && N->job_ok ? OMC_OK : OMC_ERR_SYSTEM;
+    if (r == OMC_OK) r = omc__net_setup_curve(N, &d.curve, &hooks);
+    if (r == OMC_OK) {
+        memset(&pd, 0, sizeof(pd));
+        pd.size = d.pool_size ? d.pool_size : OMNICONN_TCP_POOL_SIZE;
+        pd.alignment = d.alignment;
+        pd.prefault = d.prefault;
+        pd.lock_memory = d.lock_memory;
+        pd.thread_safe = 1;
+        pd.hooks = hooks;
+        r = omc_pool_create(&pd, &N->pool);
+    }
+    if (r == OMC_OK) {
+        N->planes[0].vt = &omc__tcp_plane_vt;
+        N->planes[0].user = &N->tcp;
+        N->nplanes = 1;
+        if (extra) N->planes[N->nplanes++] = *extra;
+        for (i = 0; i < N->nplanes && r == OMC_OK; i++) {
+            N->caps |= N->planes[i].vt->capability;
+            if (N->planes[i].vt->attach) r = N->planes[i].vt->attach(N->planes[i].user, N->conn, N->pool, &hooks);
+            if (r != OMC_OK) N->nplanes = i;    /* detach only what attached */
+        }
+    }
+    if (r == OMC_OK) {
+        N->ctx = zmq_ctx_new();
+        if (!N->ctx) r = OMC_ERR_SYSTEM;
+    }
+    if (r == OMC_OK && N->sender) r = omc__net_start_sender(N, &d, &hooks);
+    if (r != OMC_OK) {
+        omc_conn* shell = N->conn;                  /* never handed out: free it without destroy */
+        omc__net_stop_sender(N);
+        omc__net_free(N, &hooks);
+        pthread_mutex_destroy(&shell->err_mu);
+        omc__free(&hooks, shell);
+        return r;
+    }
+    *out = N->conn;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_tcp_create(const omc_tcp_desc* desc, omc_conn** out) {
+    return omc__net_create(desc, OMC_TRANSPORT_TCP, NULL, out);
+}
+
+/* The connector's pool (for a data plane that needs more than attach). */
+OMC__PRIVATE omc_pool* omc__net_pool(omc_conn* c) { omc__net* N = omc__net_of(c); return N ? N->pool : NULL; }
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the remote connector - public extras                                */
+/* ============================================================================================== */
+
+OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* c, char* host, size_t host_size, uint16_t* port, uint16_t* data_port) {
+    omc__net* N = omc__net_of(c);
+    if (!N) return OMC_ERR_INVALID_ARG;
+    if (!N->sender) return OMC_ERR_WRONG_ROLE;
+    if (host) {
+        if (strlen(N->host) >= host_size) return OMC_ERR_TOO_LARGE;
+        memcpy(host, N->host, strlen(N->host) + 1);
+    }
+    if (port) *port = N->port;
+    if (data_port) *data_port = N->tcp.port;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, const char* host, uint16_t port, const char* server_key) {
+    omc__net* N = omc__net_of(c);
+    omc__net_peer* p;
+    omc_result r;
+    size_t nl;
+    if (!N || !name || !host || !host[0] || strlen(host) >= OMC_TCP_HOST_MAX || port == 0) return OMC_ERR_INVALID_ARG;
+    nl = strlen(name);
+    if (nl == 0 || nl >= OMC_TCP_NAME_MAX) return OMC_ERR_INVALID_ARG;
+    if (server_key && !omc__curve_key_ok(server_key)) return OMC_ERR_INVALID_ARG;
+    if (server_key && !N->curve_client) {
+        /* CURVE was not configured at create: make a client keypair now */
+        pthread_mutex_lock(&N->peer_mu);
+        if (!N->curve_client && zmq_curve_keypair(N->curve_public, N->curve_secret) == 0) N->curve_client = 1;
+        pthread_mutex_unlock(&N->peer_mu);
+        if (!N->curve_client) return OMC_ERR_UNAVAILABLE;
+    }
+    if (!N->receiver) return OMC_ERR_WRONG_ROLE;
+    pthread_mutex_lock(&N->peer_mu);
+    if (omc__smap_get(&N->peers_by_name, name, (uint32_t)nl)) r = OMC_ERR_EXISTS;
+    else {
+        p = omc__net_peer_locked(N, host, port, 1, &r);
+        if (p && p->registered) r = OMC_ERR_EXISTS;
+        else if (p) {
+            r = omc__smap_put(&N->peers_by_name, &N->conn->hooks, name, (uint32_t)nl, p);
+            if (r == OMC_OK) {
+                p->registered = 1;
+                snprintf(p->name, sizeof(p->name), "%s", name);
+                if (server_key) memcpy(p->server_key, server_key, OMC_CURVE_KEY_LEN + 1);
+            }
+        }
+    }
+    pthread_mutex_unlock(&N->peer_mu);
+    if (r == OMC_ERR_EXISTS)
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "sender '%s' (%s:%u): the name or the endpoint is registered already",
+                 name, host, (unsigned)port);
+    return r;
+}
+
+OMNICONN_API omc_result omc_tcp_add_sender(omc_conn* c, const char* name, const char* host, uint16_t port) {
+    return omc_tcp_add_sender_key(c, name, host, port, NULL);
+}
+
+OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* c, const char* name) {
+    omc__net* N = omc__net_of(c);
+    omc__net_peer* p;
+    omc__net_chan* idle = NULL;
+    char ep[OMC_TCP_HOST_MAX + 8];
+    if (!N || !name) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&N->peer_mu);
+    p = (omc__net_peer*)omc__smap_del(&N->peers_by_name, &N->conn->hooks, name, (uint32_t)strlen(name));
+    if (p) {
+        /* the peer stays known (its statistics, gets still talking to it); its cache goes */
+        p->registered = 0;
+        snprintf(ep, sizeof(ep), "%s:%u", p->host, (unsigned)p->port);
+        omc__strcut(p->name, sizeof(p->name), ep);
+        idle = p->idle;
+        p->idle = NULL;
+        p->nidle = 0;
+    }
+    pthread_mutex_unlock(&N->peer_mu);
+    while (idle) { omc__net_chan* next = idle->next; omc__net_chan_close(N, idle); idle = next; }
+    return p ? OMC_OK : OMC_ERR_NOT_FOUND;
+}
+
+OMNICONN_API omc_result omc_tcp_get_from(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
+                                         omc_time_ns deadline, omc_buffer* out) {
+    omc__net* N = omc__net_of(c);
+    char qkey[OMC_KEY_MAX];
+    uint32_t qlen = 0;
+    omc_result r;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    memset(out, 0, sizeof(*out));
+    if (!N || !sender) return OMC_ERR_INVALID_ARG;
+    r = omc__conn_enter(c, OMC_ROLE_RECEIVER, from, to, key, qkey, &qlen);
+    if (r != OMC_OK) { if (r != OMC_ERR_CLOSED) omc__add(&c->errors, 1u); return r; }
+    r = omc__net_find(N, sender, qkey, qlen, deadline, 0, 0, out, NULL);
+    if (r != OMC_OK) {
+        omc__conn_count_error(c, r, "get", qkey, qlen);
+        memset(out, 0, sizeof(*out));
+        return r;
+    }
+    omc__add(&c->gets, 1u);
+    omc__add(&c->bytes_got, out->size);
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_tcp_query(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
+                                      omc_time_ns deadline, omc_tcp_found* out) {
+    omc__net* N = omc__net_of(c);
+    char qkey[OMC_KEY_MAX];
+    uint32_t qlen = 0;
+    omc_result r;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    memset(out, 0, sizeof(*out));
+    if (!N) return OMC_ERR_INVALID_ARG;
+    r = omc__conn_enter(c, OMC_ROLE_RECEIVER, from, to, key, qkey, &qlen);
+    if (r != OMC_OK) return r;
+    return omc__net_find(N, sender, qkey, qlen, deadline, 1, 0, NULL, out);
+}
+
+OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
+    omc__net* N = omc__net_of(c);
+    if (!h) return OMC_ERR_INVALID_ARG;
+    memset(h, 0, sizeof(*h));
+    if (!N) return OMC_ERR_INVALID_ARG;
+    if (N->sender) {
+        snprintf(h->host, sizeof(h->host), "%s", N->host);
+        h->port = N->port;
+        h->data_port = N->tcp.port;
+    }
+    h->curve = N->curve_server;
+    h->handshake_failures = omc__load(&N->handshake_failures);
+    h->auth_failures = omc__load(&N->auth_failures);
+    h->protocol_errors = omc__load(&N->protocol_errors) + omc__load(&N->tcp.protocol_errors);
+    h->pushes = omc__load(&N->pushes);
+    h->pushes_failed = omc__load(&N->pushes_failed);
+    h->pushes_in_flight = omc__load(&N->pushes_in_flight);
+    h->pending_queries = omc__load(&N->held_count);
+    h->data_connections = omc__load(&N->tcp.nregistered);
+    pthread_mutex_lock(&N->peer_mu);
+    h->peers = N->npeers;
+    pthread_mutex_unlock(&N->peer_mu);
+    return OMC_OK;
+}
+
+OMNICONN_API uint32_t omc_tcp_peer_count(omc_conn* c) {
+    omc__net* N = omc__net_of(c);
+    uint32_t n;
+    if (!N) return 0;
+    pthread_mutex_lock(&N->peer_mu);
+    n = N->npeers;
+    pthread_mutex_unlock(&N->peer_mu);
+    return n;
+}
+
+OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* c, uint32_t index, omc_tcp_peer_info* out) {
+    omc__net* N = omc__net_of(c);
+    omc__net_peer* p;
+    uint32_t i = 0;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    memset(out, 0, sizeof(*out));
+    if (!N) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&N->peer_mu);
+    for (p = N->peers; p && i < index; p = p->next) i++;
+    if (p) {
+        memcpy(out->name, p->name, sizeof(out->name));
+        memcpy(out->host, p->host, sizeof(out->host));
+        out->port = p->port;
+        out->registered = p->registered;
+        out->incarnation = p->incarnation;
+        out->requests = p->requests;
+        out->failures = p->failures;
+        out->timeouts = p->timeouts;
+        out->auth_failures = p->auth_failures;
+        out->restarts = p->restarts;
+        out->bytes = p->bytes;
+        out->idle_channels = p->nidle;
+        out->last_ok_ns = p->last_ok;
+        out->last_error = p->last_error;
+        memcpy(out->last_error_text, p->last_error_text, sizeof(out->last_error_text));
+    }
+    pthread_mutex_unlock(&N->peer_mu);
+    return p ? OMC_OK : OMC_ERR_NOT_FOUND;
+}
 #endif
 
 /* ============================================================================================== */

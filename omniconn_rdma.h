@@ -3286,7 +3286,7 @@ OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection w
 /* [SECTION] Implementation: the RDMA data plane of the remote connector                          */
 /* ============================================================================================== */
 /*
-    The remote connector (wip/net_impl.h: "the data-plane interface") runs the side channel and
+    The remote connector (omniconn.h: "the data-plane interface") runs the side channel and
     calls a data plane for the bytes. This one maps it onto the engine:
 
       receiver                                           sender
