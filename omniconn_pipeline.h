@@ -140,9 +140,10 @@ STEP BY STEP
     6. Connecting a stage (omc_pipeline_connect)
        A process that runs stage N walks the config's edges and, once per connector spec it uses,
        creates that connector: omc_pipeline_connect(cfg, edge, N, &desc, &conn) maps the spec onto
-       omc_shm_desc / omc_tcp_desc / omc_local_desc (role from the stage's edges, listen port from
-       the port table, "auto" hosts detected, upstream senders registered by name), so a config
-       switches an edge from shared memory to TCP with no code change:
+       omc_shm_desc / omc_tcp_desc / omc_rdma_connector_desc / omc_local_desc (role from the
+       stage's edges, listen port from the port table, "auto" hosts detected, upstream senders
+       registered by name), so a config switches an edge from shared memory to TCP or RDMA with
+       no code change (RDMA edges need omniconn_rdma.h included before this file):
 
            for (i = 0; i < omc_pipeline_config_edge_count(cfg); i++) {
                omc_pipeline_edge e;
@@ -223,6 +224,8 @@ DEPENDENCIES & LINKING
     readers are part of this file. The port table needs the remote connector's omc_port_compute
     (compiled with ZMQ). omc_pipeline_connect creates shared-memory connectors, so this file
     includes omniconn_shm.h (declarations and, in the implementation file, its implementation).
+    RDMA edges use omniconn_rdma.h's connector when that header was included before this one
+    (it needs the verbs headers to build; otherwise such edges report OMC_ERR_UNAVAILABLE).
 
 ================================================================================================
 FORMATS
@@ -272,8 +275,7 @@ NON-GOALS
     - Not a YAML library: the subset above, enough for pipeline configs, with clear errors
       outside it. No document is written back.
     - No process launching: omc_pipeline_connect creates one stage's connectors in the process
-      you started for it. RDMA edges need the remote connector's RDMA data plane, which is not
-      in this release (they fail clearly, or run over TCP with rdma_fallback_tcp).
+      you started for it.
     - Ports are compared as numbers on equal host strings: "auto" equals only "auto". The
       loader cannot know which stages share a machine.
 
@@ -691,7 +693,8 @@ typedef struct omc_pipeline_connect_desc {
     const char* shm_dir;            /* SHM: NULL = /dev/shm */
     uint64_t pool_size;             /* 0 = memory_pool_size if the file sets it, else the
                                        connector's own default (SHM 256 MiB, TCP 1 GiB of address
-                                       space): the seed's 4 GiB default is for pinned RDMA pools */
+                                       space); RDMA: memory_pool_size always (the seed's 4 GiB
+                                       default is for its pinned pools) */
     uint32_t purpose;               /* TCP/RDMA: which of the stage's listeners, an
                                        omc_port_purpose (0 = request forwarding, the seed's
                                        stage-to-stage purpose; 100 = KV transfer) */
@@ -700,9 +703,9 @@ typedef struct omc_pipeline_connect_desc {
     const char* sender_host;        /* TCP/RDMA receivers: where the upstream senders listen;
                                        NULL = the spec's host ("auto" = omc_detect_host, i.e. the
                                        senders run on this host; the seed's injected sender_host) */
-    int rdma_fallback_tcp;          /* 1: an RDMA edge whose RDMA data plane cannot be used here
-                                       runs the remote connector over TCP instead (logged at WARN);
-                                       0: it fails with OMC_ERR_UNAVAILABLE */
+    int rdma_fallback_tcp;          /* 1: an RDMA edge whose RDMA engine cannot start here (no
+                                       device, no libibverbs, memlock) runs over TCP (logged);
+                                       0: creating its connector fails */
     int64_t default_ttl_ms;         /* of the connector's puts; 0 = the connector's default */
     omc_hooks hooks;                /* for the connector, and for the log lines of this call */
 } omc_pipeline_connect_desc;
@@ -718,8 +721,12 @@ typedef struct omc_pipeline_connect_desc {
                                          spec as "stage<id>" (omc_tcp_add_sender) at the same
                                          purpose/replica/rank (rank modulo the sender's TP size),
                                          so metadata-less gets and streams work
-     Mooncake/rdma                    -> the remote connector with the RDMA data plane; this build
-                                         has none yet: OMC_ERR_UNAVAILABLE (or TCP, see desc)
+     Mooncake/rdma                    -> omc_rdma_connector_create (omniconn_rdma.h: include it
+                                         BEFORE this file): the TCP mapping above plus the engine
+                                         on device_name ("" = the first ACTIVE one), its GID chosen
+                                         for the host; pool = memory_pool_size (the seed's 4 GiB
+                                         by default: it is registered, mind the memlock limit).
+                                         Without omniconn_rdma.h: OMC_ERR_UNAVAILABLE, saying so
      LocalConnector                   -> omc_local_create (one process: give the SAME handle to
                                          both stages; a second call makes a second, separate one)
    ONE connector serves every edge of the stage over the same spec (omc_pipeline_edge.connector):
@@ -3588,6 +3595,14 @@ OMNICONN_API omc_result omc_stream_next(omc_stream_reader* rd, omc_time_ns deadl
 */
 #include "omniconn_shm.h"
 
+/* RDMA edges use omniconn_rdma.h's connector when the program included that header before this
+   one: it needs the verbs headers to build, which a pipeline without RDMA should not need. */
+#if OMC__PIPELINE_PORTS && defined(OMNICONN_RDMA_H_INCLUDED)
+    #define OMC__PIPELINE_RDMA 1
+#else
+    #define OMC__PIPELINE_RDMA 0
+#endif
+
 /* "edge 0->1 of stage 1 over 'tcp_connector' (line 7:5)": the head of every log line below. */
 OMC__PRIVATE const char* omc__pc_where(const omc_pipeline_edge* e, const omc_connector_spec* s, int stage, char* buf, size_t n) {
     if (s->line) snprintf(buf, n, "edge %d->%d of stage %d over '%s' (line %u:%u)", e->from_stage, e->to_stage, stage, s->name, s->line, s->column);
@@ -3616,6 +3631,7 @@ OMC__PRIVATE uint64_t omc__pc_pool(const omc_pipeline_config* cfg, const omc_pip
                                    const omc_pipeline_connect_desc* d) {
     omc_config_value v;
     if (d->pool_size) return d->pool_size;
+    if (s->transport == OMC_TRANSPORT_RDMA) return s->memory_pool_size;    /* the seed's pinned pool */
     if (omc_pipeline_connector_option(cfg, e->connector, "memory_pool_size", &v) == OMC_OK && v.kind == OMC_CONFIG_INT)
         return s->memory_pool_size;
     return 0;
@@ -3694,6 +3710,23 @@ OMC__PRIVATE omc_result omc__pc_add_senders(const omc_pipeline_config* cfg, uint
     return OMC_OK;
 }
 
+/* The RDMA connector: the TCP desc plus the engine. Its GID is chosen for the address the side
+   channel advertises, so an "auto" host is resolved here rather than left to the connector. */
+#if OMC__PIPELINE_RDMA
+OMC__PRIVATE omc_result omc__pc_rdma_create(const omc_tcp_desc* td, const omc_connector_spec* s, const omc_pipeline_connect_desc* d,
+                                            omc_conn** out) {
+    omc_rdma_connector_desc rd;
+    char local[OMC_TCP_HOST_MAX];
+    memset(&rd, 0, sizeof(rd));
+    rd.net = *td;
+    rd.rdma.devices = s->device_name[0] ? s->device_name : NULL;
+    rd.rdma.hooks = td->hooks;
+    if (strcmp(s->host, "auto") == 0 && omc_detect_host(0, local, sizeof(local), NULL) == OMC_OK) rd.rdma.local_addr = local;
+    rd.require_rdma = !d->rdma_fallback_tcp;
+    return omc_rdma_connector_create(&rd, out);
+}
+#endif
+
 OMC__PRIVATE omc_result omc__pc_tcp(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
                                     int stage, omc_role role, const omc_pipeline_connect_desc* d, const omc_hooks* h,
                                     const char* where, omc_conn** out) {
@@ -3731,9 +3764,13 @@ OMC__PRIVATE omc_result omc__pc_tcp(const omc_pipeline_config* cfg, const omc_pi
         }
         sender_host = detected;
     }
+#if OMC__PIPELINE_RDMA
+    if (s->transport == OMC_TRANSPORT_RDMA) r = omc__pc_rdma_create(&td, s, d, &conn);
+    else
+#endif
     r = omc_tcp_create(&td, &conn);
     if (r != OMC_OK) {
-        if (role != OMC_ROLE_RECEIVER)
+        if (role != OMC_ROLE_RECEIVER && r == OMC_ERR_CONNECTION)
             OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: cannot listen on %s port %u (is another process on it? "
                      "omniconn doctor --config lists the ports)", where, s->host, td.port);
         return r;
@@ -3806,18 +3843,14 @@ OMNICONN_API omc_result omc_pipeline_connect(const omc_pipeline_config* cfg, uin
         }
         case OMC_TRANSPORT_RDMA:
         case OMC_TRANSPORT_TCP:
+#if !OMC__PIPELINE_RDMA
             if (s.transport == OMC_TRANSPORT_RDMA) {
-                /* The verbs engine (omniconn_rdma.h) exists; the remote connector's RDMA data
-                   plane, which would carry this edge, is not part of this build yet. */
-                if (!d.rdma_fallback_tcp) {
-                    OMC__LOG(&h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: protocol rdma needs the remote connector's RDMA data "
-                             "plane, which this build does not have: set protocol: tcp on the connector (or rdma_fallback_tcp)", where);
-                    r = OMC_ERR_UNAVAILABLE;
-                    break;
-                }
-                OMC__LOG(&h, OMC_LOG_WARN, OMC_LOGITEM_PIPELINE, "%s: no RDMA data plane in this build: the edge runs over TCP "
-                         "(rdma_fallback_tcp)", where);
+                OMC__LOG(&h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: protocol rdma needs omniconn_rdma.h's connector: include "
+                         "omniconn_rdma.h before omniconn_pipeline.h (and build without OMNICONN_NO_RDMA), or set protocol: tcp", where);
+                r = OMC_ERR_UNAVAILABLE;
+                break;
             }
+#endif
 #if OMC__PIPELINE_PORTS
             r = omc__pc_tcp(cfg, &e, &s, stage_id, role, &d, &h, where, out);
 #else

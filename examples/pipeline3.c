@@ -21,7 +21,8 @@
    omc_pipeline_connect(): shared memory by default, TCP (or RDMA) when the file says so, with no
    change here.
 
-   Build (from the repository root, one line):
+   Build (from the repository root, one line; the verbs headers, libibverbs-dev, are needed to
+   build the RDMA connector in, libibverbs only at run time and only for RDMA edges):
        cc -std=c99 -O2 -I. examples/pipeline3.c -o pipeline3 -lzmq -lpthread -ldl
    Run:
        ./pipeline3                                              all three stages (forked), SHM
@@ -31,6 +32,7 @@
        ./pipeline3 -h                                           the options */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
+#include "omniconn_rdma.h"          /* before the pipeline header: RDMA edges use its connector */
 #include "omniconn_pipeline.h"      /* brings omniconn_shm.h along */
 
 #include <getopt.h>
@@ -74,7 +76,7 @@ static void usage(void) {
     printf("  --channel NAME   shared-memory channel                (default p3_<pid> with --all, else pipeline3)\n");
     printf("  --pool BYTES     connector pool size                  (default: the file's memory_pool_size, else the connector's)\n");
     printf("  --timeout S      give up after S seconds              (default 30)\n");
-    printf("  --rdma-fallback  run RDMA edges over TCP if RDMA cannot be used here\n");
+    printf("  --rdma-fallback  run RDMA edges over TCP where RDMA cannot start (no device, memlock)\n");
     printf("  -v               log connector events at INFO level\n");
 }
 
@@ -225,18 +227,34 @@ static int connect_stage(const options* o, const pipe3* p, int k, omc_conn** in,
     return 0;
 }
 
+/* RDMA edges: did the bytes really go by RDMA? The connector falls back to TCP per sender when
+   RDMA cannot be brought up (--rdma-fallback), and says so here. */
+static void print_plane(const char* who, omc_conn* in) {
+    omc_rdma_connector_info info;
+    char gid[64];
+    if (!in || omc_conn_transport(in) != OMC_TRANSPORT_RDMA || omc_rdma_connector_query(in, &info) != OMC_OK) return;
+    if (!info.rdma_enabled) { printf("[%s] inbound edge went over TCP, not RDMA (--rdma-fallback): %s\n", who, info.reason); return; }
+    omc_rdma_gid_to_text(info.engine.gid, gid, sizeof(gid));
+    printf("[%s] inbound edge over RDMA: %llu channel(s) on %s port %u (GID %u, %s), %llu fell back to TCP%s%s\n", who,
+           (unsigned long long)info.rdma_channels, info.engine.device, info.engine.port, info.engine.gid_index, gid,
+           (unsigned long long)info.tcp_fallbacks, info.tcp_fallbacks ? ": " : "", info.tcp_fallbacks ? info.last_fallback : "");
+}
+
 static void disconnect_stage(omc_conn* in, omc_conn* out) {
     if (out && out != in) omc_conn_destroy(out);
     if (in) omc_conn_destroy(in);
 }
 
+/* One wait of at most 5 s: a get that ends with TIMEOUT (not there yet) or - on TCP/RDMA -
+   CONNECTION (the upstream listener not up yet) is simply asked again, until `end`. A slice
+   must outlast one transfer's set-up, which takes seconds on a software RDMA device under
+   emulation; a get cut short mid-transfer would break its stream. */
 static omc_time_ns soon(omc_time_ns end) {
-    omc_time_ns t = omc_deadline_after_ms(250);
+    omc_time_ns t = omc_deadline_after_ms(5000);
     return t < end ? t : end;
 }
 
-/* The next chunk of a stream, retrying while it is merely not there yet: TIMEOUT, or - on TCP -
-   CONNECTION while the upstream stage's listener is not up. Gives up at `end`. */
+/* The next chunk of a stream, retrying while it is merely not there yet. Gives up at `end`. */
 static omc_result next_chunk(omc_stream_reader* r, omc_time_ns end, omc_stream_chunk* ch) {
     for (;;) {
         omc_result res = omc_stream_next(r, soon(end), ch);
@@ -534,9 +552,11 @@ static int talker(const options* o, const pipe3* p) {
     }
     if (!failed && omc_stream_finish(ann_out, end) != OMC_OK) failed = 1;
     if (!failed && drain(out, end) != 0) { fprintf(stderr, "talker: the vocoder did not take everything within %d s\n", o->timeout_s); failed = 1; }
-    if (!failed)
+    if (!failed) {
         printf("[talker]  %d requests in %.0f ms; transfer-id map empty: %s\n", count, (double)(omc_now_ns() - t0) / 1e6,
                omc_xfer_map_count(map) ? "no" : "yes");
+        print_plane("talker", in);
+    }
     fflush(stdout);
     omc_stream_writer_destroy(ann_out);
     omc_stream_reader_destroy(ann_in);
@@ -680,6 +700,7 @@ static int vocoder(const options* o, const pipe3* p) {
             printf("[vocoder] chunk latency thinker -> talker -> vocoder: p50 %.2f ms, p99 %.2f ms (%zu chunks, one host's clock)\n",
                    (double)lat.v[lat.n / 2] / 1e6, (double)lat.v[(lat.n * 99) / 100] / 1e6, lat.n);
         }
+        print_plane("vocoder", in);
     }
     else if (!failed) {
         printf("[vocoder] CHECKSUM MISMATCH: %d of %d requests differ from the thinker's\n", count - match, count);

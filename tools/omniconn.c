@@ -37,14 +37,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* omniconn_rdma.h is a work in progress in some trees (a placeholder header): its API is used only
-   when the header really declares it, recognised by one of its constants. */
-#if defined(OMC_RDMA_RECORD_MAGIC)
-    #define CLI_HAS_RDMA_API 1
-#else
-    #define CLI_HAS_RDMA_API 0
-#endif
-
 /* ============================================================================================== */
 /* small helpers                                                                                  */
 /* ============================================================================================== */
@@ -177,6 +169,10 @@ typedef struct bench_shared {
     int64_t lat[BENCH_MAX_LAT];
     uint64_t errors;
     char error_text[256];
+    int plane_known;            /* rdma: what the consumer's connector says at the end */
+    int rdma_enabled;
+    uint64_t rdma_channels, tcp_fallbacks;
+    char plane[320];
 } bench_shared;
 
 typedef struct bench_opts {
@@ -457,7 +453,7 @@ static omc_conn* bench_connector(const bench_opts* o, omc_role role, const char*
         d.disable_inline = 1;       /* every payload through the segment: the path under test */
         d.hooks = hooks;
         r = omc_shm_create(&d, &c);
-    } else if (strcmp(o->transport, "tcp") == 0) {
+    } else if (strcmp(o->transport, "tcp") == 0 || strcmp(o->transport, "rdma") == 0) {
 #if OMC__HAS_ZMQ
         omc_tcp_desc d;
         memset(&d, 0, sizeof(d));
@@ -465,7 +461,17 @@ static omc_conn* bench_connector(const bench_opts* o, omc_role role, const char*
         d.host = o->host;
         d.pool_size = pool_for(o);
         d.hooks = hooks;
-        r = omc_tcp_create(&d, &c);
+        if (strcmp(o->transport, "tcp") == 0) r = omc_tcp_create(&d, &c);
+        else {
+            /* the remote connector with omniconn_rdma.h's data plane; RDMA or nothing here: a
+               bench that quietly measured TCP would be worse than none */
+            omc_rdma_connector_desc rd;
+            memset(&rd, 0, sizeof(rd));
+            rd.net = d;
+            rd.rdma.local_addr = o->host;
+            rd.require_rdma = 1;
+            r = omc_rdma_connector_create(&rd, &c);
+        }
 #else
         r = OMC_ERR_UNAVAILABLE;
 #endif
@@ -487,8 +493,9 @@ static void* consumer_thread(void* arg) {
 
 static void print_row(const bench_row* r) {
     char sz[32];
-    printf("  %9s  %7ld  %8.2f  %11.2f  %8.2fx  %10.1f  %10.1f\n", size_text(r->size, sz, sizeof(sz)), r->iters, r->gbps,
-           r->memcpy_gbps, r->memcpy_gbps > 0 ? r->gbps / r->memcpy_gbps : 0.0, r->p50_us, r->p99_us);
+    /* two decimals, or four below 0.1 GB/s (software RDMA, loopback TCP at 4 KiB): never a 0.00 */
+    printf("  %9s  %7ld  %8.*f  %11.2f  %8.2fx  %10.1f  %10.1f\n", size_text(r->size, sz, sizeof(sz)), r->iters, r->gbps < 0.1 ? 4 : 2,
+           r->gbps, r->memcpy_gbps, r->memcpy_gbps > 0 ? r->gbps / r->memcpy_gbps : 0.0, r->p50_us, r->p99_us);
     fflush(stdout);
 }
 
@@ -584,8 +591,6 @@ static void bench_usage(void) {
            BENCH_MAX_LAT, BENCH_WARMUP);
 }
 
-static int bench_rdma(const bench_opts* o);
-
 static int cmd_bench(int argc, char** argv) {
     static const struct option longs[] = {
         { "transport", required_argument, NULL, 't' }, { "sizes", required_argument, NULL, 's' }, { "iters", required_argument, NULL, 'n' },
@@ -637,11 +642,18 @@ static int cmd_bench(int argc, char** argv) {
         list += len;
         if (*list == ',') list++;
     }
-    if (strcmp(o.transport, "rdma") == 0) return bench_rdma(&o);
-    if (strcmp(o.transport, "local") && strcmp(o.transport, "shm") && strcmp(o.transport, "tcp")) {
+    if (strcmp(o.transport, "local") && strcmp(o.transport, "shm") && strcmp(o.transport, "tcp") && strcmp(o.transport, "rdma")) {
         fprintf(stderr, "omniconn bench: unknown transport '%s' (local, shm, tcp, rdma)\n", o.transport);
         return 2;
     }
+    if (strcmp(o.transport, "rdma") == 0) {
+        char why[256] = "";
+        if (omc_rdma_probe(NULL, why, sizeof(why)) != OMC_OK) {     /* say it once, before two processes say it twice */
+            fprintf(stderr, "omniconn bench: rdma: %s\n", why);
+            return 1;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);       /* a consumer gone: write() fails and we say so */
     if (o.progress < 0) o.progress = isatty(2);
     memset(&prod, 0, sizeof(prod));
     memset(&pg, 0, sizeof(pg));
@@ -679,7 +691,29 @@ static int cmd_bench(int argc, char** argv) {
             close(fds_msg[1]);
             close(fds_ack[0]);
             cons.conn = bench_connector(&o, OMC_ROLE_RECEIVER, channel);
-            if (cons.conn) { crc = consumer_loop(&cons); omc_conn_destroy(cons.conn); }
+            if (cons.conn) {
+                crc = consumer_loop(&cons);
+#if OMC__HAS_ZMQ
+                if (strcmp(o.transport, "rdma") == 0) {
+                    omc_rdma_connector_info info;
+                    if (omc_rdma_connector_query(cons.conn, &info) == OMC_OK) {
+                        char gid[64];
+                        omc_rdma_gid_to_text(info.engine.gid, gid, sizeof(gid));
+                        cons.sh->plane_known = 1;
+                        cons.sh->rdma_enabled = info.rdma_enabled;
+                        cons.sh->rdma_channels = info.rdma_channels;
+                        cons.sh->tcp_fallbacks = info.tcp_fallbacks;
+                        if (info.tcp_fallbacks) snprintf(cons.sh->plane, sizeof(cons.sh->plane), "%s", info.last_fallback);
+                        else snprintf(cons.sh->plane, sizeof(cons.sh->plane), "%s port %u, GID index %u (%s), MTU %u, %s", info.engine.device,
+                                      info.engine.port, info.engine.gid_index, gid, info.engine.active_mtu,
+                                      info.engine.protection == OMC_RDMA_PROTECT_WINDOWS ? "a memory window per destination"
+                                      : info.engine.protection == OMC_RDMA_PROTECT_REGIONS ? "a memory region per destination"
+                                      : "the pool's rkey");
+                    }
+                }
+#endif
+                omc_conn_destroy(cons.conn);
+            }
             close(fds_msg[0]);
             close(fds_ack[1]);
             free(src);
@@ -700,7 +734,8 @@ static int cmd_bench(int argc, char** argv) {
         printf("omniconn bench: %s, producer and consumer in %s, %d sizes (%s, %ld CPUs)\n", o.transport,
                processes == 2 ? "two processes" : "two threads (the same-process connector)", o.nsizes, host, sysconf(_SC_NPROCESSORS_ONLN));
         printf("  put = pool buffer + one memcpy + zero-copy put; get = %s; metadata over a pipe\n",
-               strcmp(o.transport, "tcp") == 0 ? "pull into the consumer's pool" : "a zero-copy view");
+               strcmp(o.transport, "tcp") == 0 ? "pull into the consumer's pool"
+               : strcmp(o.transport, "rdma") == 0 ? "the producer RDMA-WRITEs into the consumer's pool" : "a zero-copy view");
         printf("\n  %9s  %7s  %8s  %11s  %9s  %10s  %10s\n", "size", "iters", "GB/s", "memcpy GB/s", "vs memcpy", "lat p50 us", "lat p99 us");
         fflush(stdout);
         for (i = 0; i < o.nsizes; i++) {
@@ -722,6 +757,12 @@ static int cmd_bench(int argc, char** argv) {
         waitpid(pid, &st, 0);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) { if (rc == 0) fprintf(stderr, "omniconn bench: the consumer failed\n"); rc = 1; }
     }
+    if (rc == 0 && prod.sh->plane_known) {
+        if (prod.sh->tcp_fallbacks || !prod.sh->rdma_channels) {
+            fprintf(stderr, "omniconn bench: rdma: the consumer fell back to TCP: %s\n", prod.sh->plane);
+            rc = 1;
+        } else printf("\n  rdma: %llu connection(s): %s\n", (unsigned long long)prod.sh->rdma_channels, prod.sh->plane);
+    }
     if (prod.conn) omc_conn_destroy(prod.conn);
     if (processes == 1) close(fds_msg[0]);
     close(fds_ack[0]);
@@ -732,26 +773,6 @@ static int cmd_bench(int argc, char** argv) {
     if (rc == 0 && o.json && write_json(&o, rows, o.nsizes, processes) != 0) rc = 1;
     if (rc == 0 && o.plot && write_plot(&o, rows, o.nsizes, processes) != 0) rc = 1;
     return rc;
-}
-
-/* RDMA: the engine of omniconn_rdma.h, directly (the remote connector has no RDMA data plane
-   yet): two processes, one engine and one registered pool each, one RC connection; per transfer
-   the receiver exposes a destination window, the sender RDMA-WRITEs into it and says DONE. */
-static int bench_rdma(const bench_opts* o) {
-    char why[256] = "";
-#if CLI_HAS_RDMA_API
-    if (omc_rdma_probe(NULL, why, sizeof(why)) != OMC_OK) {
-        fprintf(stderr, "omniconn bench: rdma: %s\n", why);
-        return 1;
-    }
-    fprintf(stderr, "omniconn bench: rdma: a device is present, but the RDMA bench needs the remote connector's RDMA data "
-            "plane, which this build does not have yet\n");
-#else
-    omc_available(OMC_FEATURE_RDMA, why, sizeof(why));
-    fprintf(stderr, "omniconn bench: rdma: this build's omniconn_rdma.h declares no engine%s%s\n", why[0] ? "; " : "", why);
-#endif
-    (void)o;
-    return 1;
 }
 
 /* ============================================================================================== */
@@ -928,7 +949,6 @@ static void doctor_libs(doctor* d) {
     report(d, d->tcp_edges || d->rdma_edges ? FAIL : WARN, "libzmq", "built without ZMQ (OMNICONN_NO_ZMQ): no TCP/RDMA transports. "
            "Fix: rebuild without OMNICONN_NO_ZMQ (Debian: apt-get install libzmq3-dev)");
 #endif
-#if CLI_HAS_RDMA_API
     {
         omc_result r = omc_rdma_probe(NULL, why, sizeof(why));
         if (r == OMC_OK) report(d, OK, "libibverbs", "libibverbs.so.1 loads and lists a device%s%s", why[0] ? ": " : "", why);
@@ -938,10 +958,6 @@ static void doctor_libs(doctor* d) {
                    need_rdma ? "" : " (needed only for RDMA)");
         else report(d, need_rdma ? FAIL : WARN, "libibverbs", "loads, but %s", why);
     }
-#else
-    if (omc_available(OMC_FEATURE_RDMA, why, sizeof(why)) == OMC_OK) report(d, OK, "libibverbs", "libibverbs.so.1 loads and lists a device");
-    else report(d, need_rdma ? FAIL : WARN, "libibverbs", "%s", why);
-#endif
 }
 
 /* ---- RDMA devices, ports, GIDs (sysfs: what libibverbs itself reads) ------------------------- */
@@ -976,13 +992,11 @@ static void doctor_rdma_port(doctor* d, const char* dev, const char* port) {
     uint8_t want[16];
     int have_want = 0, active, i, n = 0, max_gids = 256;
     static const char* const type_name[] = { "?", "IB", "RoCE v1", "RoCE v2" };
-#if CLI_HAS_RDMA_API
     omc_rdma_gid_entry* table = (omc_rdma_gid_entry*)calloc((size_t)max_gids, sizeof(omc_rdma_gid_entry));
     omc_rdma_link lk;
     uint32_t chosen = 0;
     char why[256] = "";
     if (!table) return;
-#endif
     snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/state", dev, port);
     read_line(path, state, sizeof(state));
     snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/link_layer", dev, port);
@@ -1007,17 +1021,14 @@ static void doctor_rdma_port(doctor* d, const char* dev, const char* port) {
         read_line(path, ndev, sizeof(ndev));
         t = strstr(link, "InfiniBand") ? 1 : strstr(type, "v2") ? 3 : strstr(type, "v1") ? 2 : 0;
         snprintf(text, sizeof(text), "%s", line);
-#if CLI_HAS_RDMA_API
         omc_rdma_gid_to_text(gid, text, sizeof(text));
         memcpy(table[n].gid, gid, 16);
         table[n].index = (uint32_t)i;
         table[n].type = (omc_rdma_gid_type)t;
         snprintf(table[n].netdev, sizeof(table[n].netdev), "%s", ndev);
-#endif
         printf("                    gid %-3d %-40s %-8s %s\n", i, text, type_name[t], ndev);
         n++;
     }
-#if CLI_HAS_RDMA_API
     if (d->rdma_addr && omc_rdma_addr_to_gid(d->rdma_addr, want) == OMC_OK) { have_want = 1; snprintf(want_text, sizeof(want_text), ", for %s", d->rdma_addr); }
     lk = strstr(link, "InfiniBand") ? OMC_RDMA_LINK_INFINIBAND : strstr(link, "Ethernet") ? OMC_RDMA_LINK_ETHERNET : OMC_RDMA_LINK_UNKNOWN;
     if (n == 0) report(d, WARN, "rdma gid", "%s port %s has no GID. Fix: give its netdev an IP address (RoCE fills the table from them)", dev, port);
@@ -1025,13 +1036,8 @@ static void doctor_rdma_port(doctor* d, const char* dev, const char* port) {
         report(d, OK, "rdma gid", "%s port %s%s: %s", dev, port, want_text, why);
     else report(d, WARN, "rdma gid", "%s port %s: no usable GID%s: %s", dev, port, want_text, why);
     free(table);
-#else
-    (void)want; (void)have_want; (void)want_text;
-    report(d, n ? OK : WARN, "rdma gid", "%s port %s: %d GIDs (this build's omniconn_rdma.h cannot say which it would choose)", dev, port, n);
-#endif
 }
 
-#if CLI_HAS_RDMA_API
 /* The engine's own choice, made the way a connector makes it (omc_rdma_create): the proof that
    what the lines above describe can be opened and used. Its log goes into a buffer so the
    reason can be shown on the check's line. */
@@ -1074,7 +1080,6 @@ static void doctor_rdma_engine(doctor* d) {
            info.window_bounds == 0 ? " (this device does not enforce window bounds)" : "");
     omc_rdma_destroy(eng);
 }
-#endif
 
 static void doctor_rdma(doctor* d) {
     DIR* dir = opendir("/sys/class/infiniband");
@@ -1090,14 +1095,11 @@ static void doctor_rdma(doctor* d) {
             break;
         }
     }
-    if (d->rdma_edges)
-        report(d, FAIL, "rdma", "the config has %d RDMA edges, but this build's remote connector has no RDMA data plane yet: "
-               "omc_pipeline_connect refuses them. Fix: protocol: tcp on those connectors, or rdma_fallback_tcp "
-               "(pipeline3 --rdma-fallback)", d->rdma_edges);
     if (!dir) {
         report(d, level, "rdma", "no RDMA device (/sys/class/infiniband does not exist: no HCA driver loaded)%s. Fix: load the driver "
-               "(mlx5_ib, ...), or Soft-RoCE: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev <interface>",
-               d->rdma_edges ? "" : "; needed only for RDMA edges");
+               "(mlx5_ib, ...), or Soft-RoCE: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev <interface>%s",
+               d->rdma_edges ? "" : "; needed only for RDMA edges",
+               d->rdma_edges ? "; or run the RDMA edges over TCP: protocol: tcp, or rdma_fallback_tcp (pipeline3 --rdma-fallback)" : "");
         return;
     }
     while ((de = readdir(dir)) != NULL) {
@@ -1114,9 +1116,7 @@ static void doctor_rdma(doctor* d) {
     }
     closedir(dir);
     if (!devices) report(d, level, "rdma", "/sys/class/infiniband lists no device. Fix: Soft-RoCE: rdma link add rxe0 type rxe netdev <interface>");
-#if CLI_HAS_RDMA_API
     else doctor_rdma_engine(d);
-#endif
 }
 
 /* ---- memlock -------------------------------------------------------------------------------- */
