@@ -11,7 +11,9 @@
 
    Both print one line "bench <mode> size=<bytes> count=<n> depth=<d> seconds=<s> mbps=<MiB/s>"
    (MiB/s, as perftest's "MB/sec"). The other process of each pair is this binary re-executed.
-   Environment (set by tests/rdma/bed.sh): OMC_RDMA_DEVICE, OMC_RDMA_IP.
+   Environment (set by tests/rdma/bed.sh): OMC_RDMA_DEVICE, OMC_RDMA_IP. OMC_BENCH_PROTECTION =
+   windows | regions | pool overrides the engine's default protection (to see what it costs);
+   OMC_BENCH_WORKERS sets the sender's push threads (default 2).
    Build: make bench-rdma (or cc -O2 -I. bench/bench_rdma.c -lzmq -ldl -lpthread) */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
@@ -34,10 +36,14 @@ static omc_hooks hooks(void) {
 
 static omc_rdma_desc engine_desc(void) {
     omc_rdma_desc d;
+    const char* prot = getenv("OMC_BENCH_PROTECTION");     /* windows | regions | pool; unset: default */
     memset(&d, 0, sizeof(d));
     d.devices = getenv("OMC_RDMA_DEVICE");
     d.local_addr = ip();
     d.hooks = hooks();
+    if (prot && strcmp(prot, "windows") == 0) d.protection = OMC_RDMA_PROTECT_WINDOWS;
+    if (prot && strcmp(prot, "regions") == 0) d.protection = OMC_RDMA_PROTECT_REGIONS;
+    if (prot && strcmp(prot, "pool") == 0) d.protection = OMC_RDMA_PROTECT_POOL;
     return d;
 }
 
@@ -94,6 +100,7 @@ static omc_conn* connector(omc_role role, uint64_t pool) {
     d.net.host = ip();
     d.net.pool_size = pool;
     d.net.hooks = hooks();
+    d.net.workers = getenv("OMC_BENCH_WORKERS") ? (uint32_t)atoi(getenv("OMC_BENCH_WORKERS")) : 0;   /* sender push threads */
     d.rdma = engine_desc();
     d.require_rdma = 1;                 /* a TCP number here would be meaningless */
     r = omc_rdma_connector_create(&d, &c);
