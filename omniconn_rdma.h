@@ -180,14 +180,17 @@ HOW THE ENGINE USES THEM
     from 2 * OMNICONN_RDMA_SPLIT_MIN up, across the connection's QPs (one extent per QP), gives
     each extent a key of its own (see Security; with windows it binds them and waits until the
     binds completed), and encodes the transfer descriptor (addresses, lengths, rkeys, QP per
-    extent). The sender validates the
-    descriptor, slices the payload into WRITEs of at most OMNICONN_RDMA_SLICE bytes, gathers
+    extent). The sender validates the descriptor, slices the payload into WRITEs of at most
+    OMNICONN_RDMA_SLICE bytes, gathers
     each from the source's scatter/gather list (frame segments can stay where they are), posts
     them round-robin on the extents' QPs within a window of desc.queue_depth outstanding
     requests per QP, signals every desc.signal_every-th request and the last one of each QP,
     and returns when all are complete. Completions come from one CQ per engine through a
     progress thread that polls for desc.spin_us after activity and otherwise sleeps on the
-    completion channel (an idle engine uses no CPU).
+    completion channel (an idle engine uses no CPU). A failed completion breaks its connection
+    (all its QPs to ERROR, so nothing more moves, on either side); a write that misses its
+    deadline does the same and waits for the flush, so the adapter never touches memory the
+    caller already got back. QPs of closed connections are destroyed by the progress thread.
 
     Security. A peer can only write where it was told to, and only while it is told to.
     desc.protection says how; the pool's MRs take no remote access except in POOL mode:
