@@ -451,14 +451,22 @@ OMC_TEST(tcp_ttl_never_frees_a_buffer_being_pushed) {
     omc_health h;
     child c;
     int seen;
+    omc_time_ns t_put;
+    /* The TTL must outlast the receiver's start-up (exec, connect, HELLO) even when it runs under
+       TSan on a loaded 2-core box: a 200 ms TTL expired before the push began there. */
+    const int64_t ttl_ms = 3000;
     REQUIRE(s);
-    put_bytes(s, "k", big, 61, 1, 200, &m);
+    t_put = omc_now_ns();
+    put_bytes(s, "k", big, 61, 1, ttl_ms, &m);
     c = spawn(KIND_RECEIVER, 61, "k");
     msg_send(&c, m.data, m.size);
     seen = wait_in_flight(s);
     kill(c.pid, SIGSTOP);
     CHECK(seen);
-    usleep(400000);             /* the TTL (200 ms) passes while the push is stuck */
+    {   /* the TTL passes while the push is stuck */
+        omc_time_ns until = t_put + (ttl_ms + 300) * 1000000LL, now = omc_now_ns();
+        if (until > now) usleep((useconds_t)((until - now) / 1000));
+    }
     omc_conn_sweep(s);          /* (the listener sweeps on its own too) */
     omc_conn_health(s, &h);
     CHECK_EQ(h.ttl_reclaims, 1);
