@@ -298,9 +298,8 @@ LICENSE: see the end of this file (MIT or public domain, your choice).
 #endif
 
 /* The port scheme belongs to the remote connector (omc_port_compute, declared with the ZMQ
-   transport). TRANSITIONAL: while that connector is developed in wip/net_decl.h, its
-   declarations are recognised by one of their macros; once it is merged into omniconn.h this is
-   simply OMC__HAS_ZMQ. Without it, configs list no ports (there are no TCP/RDMA transports). */
+   transport in omniconn.h). Without ZMQ, configs list no ports (there are no TCP/RDMA
+   transports). */
 #if OMC__HAS_ZMQ && defined(OMC_TCP_HOST_MAX)
     #define OMC__PIPELINE_PORTS 1
 #else
