@@ -12,7 +12,7 @@ set -euo pipefail
 #   qemu-system-x86 busybox-static cpio kmod   the Soft-RoCE test bed (tests/rdma/bed.sh)
 PKGS=(build-essential clang libclang-rt-14-dev libzmq3-dev libibverbs-dev ibverbs-providers ibverbs-utils
       rdma-core iproute2 perftest gnuplot-nox qemu-system-x86 busybox-static cpio kmod)
-[ "${OMC_DEPS_MINIMAL:-0}" = 1 ] && PKGS=(build-essential libzmq3-dev)
+[ "${OMC_DEPS_MINIMAL:-0}" = 1 ] && PKGS=(build-essential libzmq3-dev libibverbs-dev)   # the demo: verbs headers, loaded at run time
 
 missing=()
 for p in "${PKGS[@]}"; do
