@@ -398,7 +398,8 @@ RECENT REVISIONS
 ================================================================================================
 
     0.1.0 (2026-11-22)  first release: allocator, pools, buffers, frames, metadata, the
-                        connector contract and the same-process connector.
+                        connector contract, the same-process connector, and the remote
+                        connector (ZMQ side channel + TCP data plane, pluggable data planes).
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
