@@ -18,7 +18,8 @@
         #include "omniconn_shm.h"      // optional: the shared-memory connector
         #include "omniconn_rdma.h"     // optional: the verbs RDMA engine
 
-    Build: cc -std=c99 app.c -lpthread        (add -lzmq unless OMNICONN_NO_ZMQ is defined)
+    Build: cc -std=c99 app.c -lpthread -ldl   (libzmq is loaded at run time, only when a remote
+                                             connector is created; no -lzmq)
 
 ================================================================================================
 QUICK START
@@ -287,10 +288,13 @@ CONFIGURATION
     OMNICONN_STATIC              undefined   everywhere   make all functions static (private copy)
     OMNICONN_API                 extern      everywhere   decoration of public functions
     OMNICONN_NO_SHM              undefined   everywhere   no shared-memory connector
-    OMNICONN_NO_ZMQ              undefined   everywhere   no remote transports (no libzmq; implies
-                                                          OMNICONN_NO_RDMA: RDMA needs the side channel)
+    OMNICONN_NO_ZMQ              undefined   everywhere   no remote transports (no side channel; the
+                                                          RDMA engine still builds, its connector not)
     OMNICONN_NO_RDMA             undefined   everywhere   no verbs RDMA engine
-    OMNICONN_NO_RUNTIME_LINKING  undefined   impl file    link libibverbs directly instead of dlopen
+    OMNICONN_NO_RUNTIME_LINKING  undefined   impl file    link libzmq and libibverbs directly instead
+                                                          of dlopen (-lzmq -libverbs; needs zmq.h)
+    OMNICONN_ZMQ_LIBRARY         "libzmq.so.5" impl file  the library dlopen()ed for the side channel
+                                                          (test hook: $OMNICONN_ZMQ_LIB overrides it)
     OMNICONN_ENABLE_CUDA         undefined   everywhere   CUDA device memory pools (cuda_runtime_api.h)
     OMNICONN_MALLOC(sz)/FREE(p)  malloc/free impl file    default host allocator (define both or none)
     OMNICONN_ASSERT(c)           assert(c)   impl file    programmer errors only (never run-time ones)
@@ -336,8 +340,13 @@ DEPENDENCIES & LINKING
 ================================================================================================
 
     Linux, a C99 compiler (gcc or clang: the GCC __atomic builtins are used), pthreads.
-    libzmq for the remote transports (link -lzmq, or define OMNICONN_NO_ZMQ). libibverbs is
-    loaded at run time by omniconn_rdma.h (or linked with OMNICONN_NO_RUNTIME_LINKING).
+    -ldl: libzmq (Debian: libzmq5) is loaded at run time with dlopen("libzmq.so.5") the first
+    time a remote connector is made; a program that only uses the same-process or SHM connectors
+    never opens it, and needs no zmq.h to compile. Without libzmq, omc_tcp_create (and the RDMA
+    connector) return OMC_ERR_UNAVAILABLE and log which package to install;
+    omc_available(OMC_FEATURE_ZMQ) says the same. libibverbs is loaded the same way by
+    omniconn_rdma.h. OMNICONN_NO_RUNTIME_LINKING links both directly instead (static, musl or
+    embedded builds): cc -DOMNICONN_NO_RUNTIME_LINKING app.c -lzmq -libverbs -lpthread.
     CUDA runtime only with OMNICONN_ENABLE_CUDA.
 
 ================================================================================================
@@ -447,8 +456,9 @@ LICENSE: see the end of this file (MIT or public domain, your choice).
 #else
     #define OMC__HAS_ZMQ 0
 #endif
-/* the RDMA engine exchanges queue pairs over the ZMQ side channel: no ZMQ, no RDMA */
-#if !defined(OMNICONN_NO_RDMA) && OMC__HAS_ZMQ
+/* the RDMA engine stands alone (records travel over any socket); only its data plane for the
+   remote connector needs the ZMQ side channel as well */
+#if !defined(OMNICONN_NO_RDMA)
     #define OMC__HAS_RDMA 1
 #else
     #define OMC__HAS_RDMA 0
@@ -1216,6 +1226,9 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
 #endif
 #ifndef OMNICONN_LOCAL_POOL_SIZE
     #define OMNICONN_LOCAL_POOL_SIZE ((uint64_t)256 << 20)
+#endif
+#ifndef OMNICONN_ZMQ_LIBRARY
+    #define OMNICONN_ZMQ_LIBRARY "libzmq.so.5"
 #endif
 
 /* every private function is static and may go unused in some feature combination */
@@ -3439,7 +3452,6 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     one documented for TCP. omc__net_pool(conn) gives the pool if attach is not enough.
 */
 
-#include <zmq.h>
 #include <netdb.h>
 #include <poll.h>
 #include <arpa/inet.h>
@@ -3448,6 +3460,165 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <ctype.h>
+
+#include <dlfcn.h>
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: loading libzmq                                                       */
+/* ============================================================================================== */
+/*
+    One list names every libzmq function the side channel calls. From it come: the table of
+    function pointers (omc__zmq), the loader (dlsym of each name from OMNICONN_ZMQ_LIBRARY, or the
+    linked symbols with OMNICONN_NO_RUNTIME_LINKING), and one wrapper per function,
+    omc__zmq_<name>(), so the code reads like plain libzmq (omc__zmq_send(s, buf, n, flags)).
+    Columns: R/V (returns a value / void), return type, table member, symbol, parameters,
+    arguments. Members drop the zmq_ prefix so that a program which includes <zmq.h> as well
+    sees no clash. The library is opened the first time a remote connector (or a CURVE key
+    pair) is made, never by a program that only uses the same-process or SHM connectors.
+    Without OMNICONN_NO_RUNTIME_LINKING <zmq.h> is not needed either: the constants below have
+    the values (and the exact spelling) of zmq.h, which keeps them ABI-stable since libzmq 4.3.
+    Test hook: $OMNICONN_ZMQ_LIB names another library to open (a name that does not exist
+    simulates a host without libzmq).
+*/
+#define OMC__ZMQ_SYMBOLS(X) \
+    X(R, void*, ctx_new, zmq_ctx_new, (void), ()) \
+    X(R, int, ctx_term, zmq_ctx_term, (void* ctx), (ctx)) \
+    X(R, void*, socket, zmq_socket, (void* ctx, int type), (ctx, type)) \
+    X(R, int, close, zmq_close, (void* s), (s)) \
+    X(R, int, bind, zmq_bind, (void* s, const char* addr), (s, addr)) \
+    X(R, int, connect, zmq_connect, (void* s, const char* addr), (s, addr)) \
+    X(R, int, setsockopt, zmq_setsockopt, (void* s, int opt, const void* v, size_t n), (s, opt, v, n)) \
+    X(R, int, getsockopt, zmq_getsockopt, (void* s, int opt, void* v, size_t* n), (s, opt, v, n)) \
+    X(R, int, send, zmq_send, (void* s, const void* buf, size_t n, int flags), (s, buf, n, flags)) \
+    X(R, int, recv, zmq_recv, (void* s, void* buf, size_t n, int flags), (s, buf, n, flags)) \
+    X(R, int, poll, zmq_poll, (omc__zmq_pollitem* items, int n, long timeout), (items, n, timeout)) \
+    X(R, int, socket_monitor, zmq_socket_monitor, (void* s, const char* addr, int events), (s, addr, events)) \
+    X(R, int, errnum, zmq_errno, (void), ()) \
+    X(R, const char*, strerror, zmq_strerror, (int e), (e)) \
+    X(R, int, has, zmq_has, (const char* capability), (capability)) \
+    X(R, int, curve_keypair, zmq_curve_keypair, (char* pub, char* sec), (pub, sec)) \
+    X(R, int, curve_public, zmq_curve_public, (char* pub, const char* sec), (pub, sec)) \
+    X(R, uint8_t*, z85_decode, zmq_z85_decode, (uint8_t* dest, const char* str), (dest, str))
+
+#if defined(OMNICONN_NO_RUNTIME_LINKING)
+    #include <zmq.h>
+    typedef zmq_pollitem_t omc__zmq_pollitem;
+#else
+    /* the subset of zmq.h the side channel uses, spelled as zmq.h spells it */
+    typedef struct omc__zmq_pollitem { void* socket; int fd; short events; short revents; } omc__zmq_pollitem;
+    #ifndef ZMQ_PAIR
+        #define ZMQ_PAIR 0
+        #define ZMQ_REP 4
+        #define ZMQ_DEALER 5
+        #define ZMQ_ROUTER 6
+        #define ZMQ_DONTWAIT 1
+        #define ZMQ_SNDMORE 2
+        #define ZMQ_POLLIN 1
+        #define ZMQ_RCVMORE 13
+        #define ZMQ_FD 14
+        #define ZMQ_EVENTS 15
+        #define ZMQ_LINGER 17
+        #define ZMQ_RECONNECT_IVL 18
+        #define ZMQ_MAXMSGSIZE 22
+        #define ZMQ_RCVTIMEO 27
+        #define ZMQ_LAST_ENDPOINT 32
+        #define ZMQ_ROUTER_MANDATORY 33
+        #define ZMQ_IPV6 42
+        #define ZMQ_CURVE_SERVER 47
+        #define ZMQ_CURVE_PUBLICKEY 48
+        #define ZMQ_CURVE_SECRETKEY 49
+        #define ZMQ_CURVE_SERVERKEY 50
+        #define ZMQ_ZAP_DOMAIN 55
+        #define ZMQ_HANDSHAKE_IVL 66
+    #endif
+    #ifndef ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        #define ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL 0x0800
+        #define ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL 0x2000
+        #define ZMQ_EVENT_HANDSHAKE_FAILED_AUTH 0x4000
+        #define ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC 0x11000001
+        #define ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH 0x11000002
+        #define ZMQ_PROTOCOL_ERROR_ZAP_UNSPECIFIED 0x20000000
+    #endif
+#endif
+
+typedef struct omc__zmq_table {
+#define OMC__X(kind, ret, member, sym, params, args) ret (*member) params;
+    OMC__ZMQ_SYMBOLS(OMC__X)
+#undef OMC__X
+} omc__zmq_table;
+
+static omc__zmq_table omc__zmq;             /* filled once, then read-only */
+static int omc__zmq_loaded;                 /* atomic: 1 once omc__zmq is complete */
+static pthread_mutex_t omc__zmq_mu = PTHREAD_MUTEX_INITIALIZER;
+
+#define OMC__X(kind, ret, member, sym, params, args) OMC__PRIVATE ret omc__zmq_##member params { return omc__zmq.member args; }
+OMC__ZMQ_SYMBOLS(OMC__X)
+#undef OMC__X
+
+#if defined(OMNICONN_NO_RUNTIME_LINKING)
+/* Linked directly: the table holds the real functions (the linker already checked them). */
+OMC__PRIVATE omc_result omc__zmq_load(char* why, size_t n) {
+    (void)why; (void)n;
+    pthread_mutex_lock(&omc__zmq_mu);
+    if (!omc__load(&omc__zmq_loaded)) {
+#define OMC__X(kind, ret, member, sym, params, args) omc__zmq.member = sym;
+        OMC__ZMQ_SYMBOLS(OMC__X)
+#undef OMC__X
+        omc__store(&omc__zmq_loaded, 1);
+    }
+    pthread_mutex_unlock(&omc__zmq_mu);
+    return OMC_OK;
+}
+#else
+/* dlopen libzmq and resolve every symbol of the list, once per process (a failure is not
+   remembered: the next connector tries again). */
+OMC__PRIVATE omc_result omc__zmq_load(char* why, size_t n) {
+    const char* env = getenv("OMNICONN_ZMQ_LIB");
+    const char* name = env && env[0] ? env : OMNICONN_ZMQ_LIBRARY;
+    omc__zmq_table t;
+    void* lib;
+    omc_result r = OMC_OK;
+    if (omc__load(&omc__zmq_loaded)) return OMC_OK;
+    pthread_mutex_lock(&omc__zmq_mu);
+    if (omc__load(&omc__zmq_loaded)) { pthread_mutex_unlock(&omc__zmq_mu); return OMC_OK; }
+    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char* e = dlerror();
+        if (why && n) snprintf(why, n, "cannot load %s (%s): install Debian's libzmq5 package (apt-get install libzmq5), "
+                               "or build with OMNICONN_NO_ZMQ", name, e ? e : "not found");
+        pthread_mutex_unlock(&omc__zmq_mu);
+        return OMC_ERR_UNAVAILABLE;
+    }
+    memset(&t, 0, sizeof(t));
+    /* ISO C has no object-to-function pointer conversion; POSIX guarantees the bytes fit */
+#define OMC__X(kind, ret, member, sym, params, args) \
+    if (r == OMC_OK) { \
+        void* s = dlsym(lib, #sym); \
+        memcpy(&t.member, &s, sizeof(s)); \
+        if (!s) { \
+            if (why && n) snprintf(why, n, "%s has no symbol %s (libzmq older than 4.3? install Debian's libzmq5)", name, #sym); \
+            r = OMC_ERR_UNAVAILABLE; \
+        } \
+    }
+    OMC__ZMQ_SYMBOLS(OMC__X)
+#undef OMC__X
+    if (r != OMC_OK) dlclose(lib);
+    else {      /* never dlclose()d: libzmq's I/O threads may outlive a context's last user */
+        omc__zmq = t;
+        omc__store(&omc__zmq_loaded, 1);
+    }
+    pthread_mutex_unlock(&omc__zmq_mu);
+    return r;
+}
+#endif
+
+/* Load libzmq or say why not through the logger (ERROR: a remote connector cannot exist). */
+OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
+    char why[512];
+    omc_result r = omc__zmq_load(why, sizeof(why));
+    if (r != OMC_OK) OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "%s", why);
+    return r;
+}
 
 #ifndef OMNICONN_TCP_POOL_SIZE
     #define OMNICONN_TCP_POOL_SIZE ((uint64_t)1 << 30)
@@ -4761,13 +4932,13 @@ OMNICONN_API omc_result omc_port_check(const omc_port_spec* specs, uint32_t coun
 /* A Z85 Curve25519 key: 40 characters that decode. */
 OMC__PRIVATE int omc__curve_key_ok(const char* k) {
     uint8_t bin[32];
-    return k && strlen(k) == OMC_CURVE_KEY_LEN && zmq_z85_decode(bin, k) != NULL;
+    return k && strlen(k) == OMC_CURVE_KEY_LEN && omc__zmq_load(NULL, 0) == OMC_OK && omc__zmq_z85_decode(bin, k) != NULL;
 }
 
 OMNICONN_API omc_result omc_tcp_curve_keypair(char public_key[OMC_CURVE_KEY_LEN + 1], char secret_key[OMC_CURVE_KEY_LEN + 1]) {
     if (!public_key || !secret_key) return OMC_ERR_INVALID_ARG;
-    if (!zmq_has("curve")) return OMC_ERR_UNAVAILABLE;
-    return zmq_curve_keypair(public_key, secret_key) == 0 ? OMC_OK : OMC_ERR_UNAVAILABLE;
+    if (omc__zmq_load(NULL, 0) != OMC_OK || !omc__zmq_has("curve")) return OMC_ERR_UNAVAILABLE;
+    return omc__zmq_curve_keypair(public_key, secret_key) == 0 ? OMC_OK : OMC_ERR_UNAVAILABLE;
 }
 
 OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KEY_LEN + 1]) {
@@ -5051,9 +5222,9 @@ OMC__PRIVATE void omc__net_reply(omc__net* N, const uint8_t* rid, uint32_t rid_l
         OMC__LOG(&N->conn->hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "cannot encode a %s reply (a bug)", omc__wire_type_name(m->type));
         return;
     }
-    if (zmq_send(N->router, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 || zmq_send(N->router, buf, len, ZMQ_DONTWAIT) < 0)
+    if (omc__zmq_send(N->router, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 || omc__zmq_send(N->router, buf, len, ZMQ_DONTWAIT) < 0)
         OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "%s for transfer %llu dropped: %s",
-                 omc__wire_type_name(m->type), (unsigned long long)m->xfer, zmq_strerror(zmq_errno()));
+                 omc__wire_type_name(m->type), (unsigned long long)m->xfer, omc__zmq_strerror(omc__zmq_errnum()));
 }
 
 #if defined(__GNUC__)
@@ -5372,11 +5543,11 @@ OMC__PRIVATE void omc__net_on_message(omc__net* N, const uint8_t* rid, uint32_t 
    synchronised; ZMQ_RCVMORE is a plain flag read, no system call.) */
 OMC__PRIVATE int omc__zmq_frame(void* sock, uint8_t* buf, size_t cap, int flags, size_t* len, int* more) {
     size_t ms = sizeof(*more);
-    int n = zmq_recv(sock, buf, buf ? cap : 0, flags);
+    int n = omc__zmq_recv(sock, buf, buf ? cap : 0, flags);
     if (n < 0) return -1;
     *len = (size_t)n;
     *more = 0;
-    if (zmq_getsockopt(sock, ZMQ_RCVMORE, more, &ms) != 0) *more = 0;
+    if (omc__zmq_getsockopt(sock, ZMQ_RCVMORE, more, &ms) != 0) *more = 0;
     return 0;
 }
 
@@ -5409,12 +5580,12 @@ OMC__PRIVATE void omc__net_drain_router_monitor(omc__net* N) {
     for (;;) {
         uint8_t ev[6];
         char addr[128];
-        int n = zmq_recv(N->router_mon, ev, sizeof(ev), ZMQ_DONTWAIT), an;
+        int n = omc__zmq_recv(N->router_mon, ev, sizeof(ev), ZMQ_DONTWAIT), an;
         uint16_t event;
         uint32_t value;
         int auth;
         if (n < 0) return;
-        an = zmq_recv(N->router_mon, addr, sizeof(addr) - 1, 0);
+        an = omc__zmq_recv(N->router_mon, addr, sizeof(addr) - 1, 0);
         addr[an < 0 ? 0 : omc__min(an, (int)sizeof(addr) - 1)] = '\0';
         if (n != 6) continue;
         event = omc__get_u16(ev);
@@ -5439,25 +5610,25 @@ OMC__PRIVATE void omc__net_serve_zap(omc__net* N) {
         int len[8], n = 0, more = 1, ok = 0;
         uint32_t i;
         size_t ms;
-        if (zmq_recv(N->zap, part[0], sizeof(part[0]), ZMQ_DONTWAIT) < 0) return;
+        if (omc__zmq_recv(N->zap, part[0], sizeof(part[0]), ZMQ_DONTWAIT) < 0) return;
         len[0] = 3;
         for (n = 1; more; ) {
             int k;
             ms = sizeof(more);
-            if (zmq_getsockopt(N->zap, ZMQ_RCVMORE, &more, &ms) != 0 || !more) break;
-            k = zmq_recv(N->zap, n < 8 ? part[n] : part[7], sizeof(part[0]), 0);
+            if (omc__zmq_getsockopt(N->zap, ZMQ_RCVMORE, &more, &ms) != 0 || !more) break;
+            k = omc__zmq_recv(N->zap, n < 8 ? part[n] : part[7], sizeof(part[0]), 0);
             if (k < 0) break;
             if (n < 8) len[n++] = k;
         }
         /* version, request id, domain, address, routing id, mechanism, credentials */
         if (n >= 7 && len[5] == 5 && memcmp(part[5], "CURVE", 5) == 0 && len[6] == 32)
             for (i = 0; i < N->nallowed && !ok; i++) ok = memcmp(N->allowed[i], part[6], 32) == 0;
-        zmq_send(N->zap, "1.0", 3, ZMQ_SNDMORE);
-        zmq_send(N->zap, part[1], (size_t)(n > 1 ? omc__min(len[1], 64) : 0), ZMQ_SNDMORE);
-        zmq_send(N->zap, ok ? "200" : "400", 3, ZMQ_SNDMORE);
-        zmq_send(N->zap, ok ? "OK" : "client key not allowed", ok ? 2 : 22, ZMQ_SNDMORE);
-        zmq_send(N->zap, "", 0, ZMQ_SNDMORE);
-        zmq_send(N->zap, "", 0, 0);
+        omc__zmq_send(N->zap, "1.0", 3, ZMQ_SNDMORE);
+        omc__zmq_send(N->zap, part[1], (size_t)(n > 1 ? omc__min(len[1], 64) : 0), ZMQ_SNDMORE);
+        omc__zmq_send(N->zap, ok ? "200" : "400", 3, ZMQ_SNDMORE);
+        omc__zmq_send(N->zap, ok ? "OK" : "client key not allowed", ok ? 2 : 22, ZMQ_SNDMORE);
+        omc__zmq_send(N->zap, "", 0, ZMQ_SNDMORE);
+        omc__zmq_send(N->zap, "", 0, 0);
     }
 }
 
@@ -5482,13 +5653,13 @@ OMC__PRIVATE int omc__net_grow_items(omc__net* N, int need) {
 OMC__PRIVATE int omc__zmq_readable(void* sock) {
     int ev = 0;
     size_t n = sizeof(ev);
-    return sock && zmq_getsockopt(sock, ZMQ_EVENTS, &ev, &n) == 0 && (ev & ZMQ_POLLIN);
+    return sock && omc__zmq_getsockopt(sock, ZMQ_EVENTS, &ev, &n) == 0 && (ev & ZMQ_POLLIN);
 }
 
 OMC__PRIVATE int omc__zmq_fd(void* sock) {
     int fd = -1;
     size_t n = sizeof(fd);
-    if (!sock || zmq_getsockopt(sock, ZMQ_FD, &fd, &n) != 0) return -1;
+    if (!sock || omc__zmq_getsockopt(sock, ZMQ_FD, &fd, &n) != 0) return -1;
     return fd;
 }
 
@@ -5623,9 +5794,9 @@ OMC__PRIVATE omc__net_peer* omc__net_peer_locked(omc__net* N, const char* host, 
 OMC__PRIVATE void omc__net_chan_events(omc__net_chan* ch) {
     while (ch->mon) {
         uint8_t ev[6];
-        int n = zmq_recv(ch->mon, ev, sizeof(ev), ZMQ_DONTWAIT);
+        int n = omc__zmq_recv(ch->mon, ev, sizeof(ev), ZMQ_DONTWAIT);
         if (n < 0) return;
-        zmq_recv(ch->mon, NULL, 0, 0);      /* the address frame */
+        omc__zmq_recv(ch->mon, NULL, 0, 0);      /* the address frame */
         if (n == 6 && (omc__get_u16(ev) & OMC__NET_MON_EVENTS)) ch->hs_failed = 1;
     }
 }
@@ -5636,8 +5807,8 @@ OMC__PRIVATE void omc__net_chan_events(omc__net_chan* ch) {
 OMC__PRIVATE void omc__net_chan_stop_monitor(omc__net_chan* ch) {
     if (!ch->mon) return;
     omc__net_chan_events(ch);
-    zmq_socket_monitor(ch->sock, NULL, 0);
-    zmq_close(ch->mon);
+    omc__zmq_socket_monitor(ch->sock, NULL, 0);
+    omc__zmq_close(ch->mon);
     ch->mon = NULL;
 }
 
@@ -5645,7 +5816,7 @@ OMC__PRIVATE void omc__net_chan_close(omc__net* N, omc__net_chan* ch) {
     if (!ch) return;
     omc__net_chan_stop_monitor(ch);
     if (ch->dpc && ch->dp->vt->rx_close) ch->dp->vt->rx_close(ch->dp->user, ch->dpc);
-    if (ch->sock) zmq_close(ch->sock);
+    if (ch->sock) omc__zmq_close(ch->sock);
     omc__free(&N->conn->hooks, ch);
 }
 
@@ -5662,31 +5833,31 @@ OMC__PRIVATE omc_result omc__net_chan_open(omc__net* N, omc__net_peer* p, omc__n
     ch = (omc__net_chan*)omc__calloc(&N->conn->hooks, sizeof(omc__net_chan));
     if (!ch) return OMC_ERR_NO_MEMORY;
     ch->peer = p;
-    ch->sock = zmq_socket(N->ctx, ZMQ_DEALER);
+    ch->sock = omc__zmq_socket(N->ctx, ZMQ_DEALER);
     if (!ch->sock) { omc__free(&N->conn->hooks, ch); return OMC_ERR_SYSTEM; }
-    zmq_setsockopt(ch->sock, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(ch->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
-    zmq_setsockopt(ch->sock, ZMQ_HANDSHAKE_IVL, &hs, sizeof(hs));
-    zmq_setsockopt(ch->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
-    if (strchr(p->host, ':')) zmq_setsockopt(ch->sock, ZMQ_IPV6, &one, sizeof(one));
+    omc__zmq_setsockopt(ch->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    omc__zmq_setsockopt(ch->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
+    omc__zmq_setsockopt(ch->sock, ZMQ_HANDSHAKE_IVL, &hs, sizeof(hs));
+    omc__zmq_setsockopt(ch->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    if (strchr(p->host, ':')) omc__zmq_setsockopt(ch->sock, ZMQ_IPV6, &one, sizeof(one));
     pthread_mutex_lock(&N->peer_mu);
     server_key = p->server_key[0] ? p->server_key : N->curve_server_key[0] ? N->curve_server_key : NULL;
     if (server_key) {
-        zmq_setsockopt(ch->sock, ZMQ_CURVE_SERVERKEY, server_key, OMC_CURVE_KEY_LEN);
-        zmq_setsockopt(ch->sock, ZMQ_CURVE_PUBLICKEY, N->curve_public, OMC_CURVE_KEY_LEN);
-        zmq_setsockopt(ch->sock, ZMQ_CURVE_SECRETKEY, N->curve_secret, OMC_CURVE_KEY_LEN);
+        omc__zmq_setsockopt(ch->sock, ZMQ_CURVE_SERVERKEY, server_key, OMC_CURVE_KEY_LEN);
+        omc__zmq_setsockopt(ch->sock, ZMQ_CURVE_PUBLICKEY, N->curve_public, OMC_CURVE_KEY_LEN);
+        omc__zmq_setsockopt(ch->sock, ZMQ_CURVE_SECRETKEY, N->curve_secret, OMC_CURVE_KEY_LEN);
     }
     pthread_mutex_unlock(&N->peer_mu);
     snprintf(mon, sizeof(mon), "inproc://omc-chan-mon-%llu", (unsigned long long)omc__add(&N->next_mon, 1u));
-    if (zmq_socket_monitor(ch->sock, mon, OMC__NET_MON_EVENTS) == 0) {
-        ch->mon = zmq_socket(N->ctx, ZMQ_PAIR);
-        if (ch->mon && zmq_connect(ch->mon, mon) != 0) { zmq_close(ch->mon); ch->mon = NULL; }
-        if (!ch->mon) zmq_socket_monitor(ch->sock, NULL, 0);
+    if (omc__zmq_socket_monitor(ch->sock, mon, OMC__NET_MON_EVENTS) == 0) {
+        ch->mon = omc__zmq_socket(N->ctx, ZMQ_PAIR);
+        if (ch->mon && omc__zmq_connect(ch->mon, mon) != 0) { omc__zmq_close(ch->mon); ch->mon = NULL; }
+        if (!ch->mon) omc__zmq_socket_monitor(ch->sock, NULL, 0);
     }
     snprintf(port, sizeof(port), "%u", (unsigned)p->port);
     omc__net_zmq_endpoint(ep, sizeof(ep), p->host, port);
-    if (zmq_connect(ch->sock, ep) != 0) {
-        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "cannot connect to %s: %s", ep, zmq_strerror(zmq_errno()));
+    if (omc__zmq_connect(ch->sock, ep) != 0) {
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "cannot connect to %s: %s", ep, omc__zmq_strerror(omc__zmq_errnum()));
         omc__net_chan_close(N, ch);
         return OMC_ERR_INVALID_ARG;
     }
@@ -5746,9 +5917,9 @@ OMC__PRIVATE omc_result omc__net_chan_send(omc__net* N, omc__net_chan* ch, omc__
     r = omc__wire_encode(m, buf, sizeof(buf), &len);
     if (r != OMC_OK) return r;
     /* a DEALER queues while it connects; EAGAIN means that queue is full: the peer is not there */
-    if (zmq_send(ch->sock, buf, len, ZMQ_DONTWAIT) < 0) {
+    if (omc__zmq_send(ch->sock, buf, len, ZMQ_DONTWAIT) < 0) {
         OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "send %s to %s: %s", omc__wire_type_name(m->type), ch->peer->name,
-                 zmq_strerror(zmq_errno()));
+                 omc__zmq_strerror(omc__zmq_errnum()));
         return OMC_ERR_CONNECTION;
     }
     return OMC_OK;
@@ -5826,9 +5997,9 @@ OMC__PRIVATE omc_result omc__net_chan_recv(omc__net* N, omc__net_chan* ch, omc__
     int more = 0;
     omc_result r;
     *got = 0;
-    if (wait_ms > 0) zmq_setsockopt(ch->sock, ZMQ_RCVTIMEO, &wait_ms, sizeof(wait_ms));
+    if (wait_ms > 0) omc__zmq_setsockopt(ch->sock, ZMQ_RCVTIMEO, &wait_ms, sizeof(wait_ms));
     if (omc__zmq_frame(ch->sock, buf, OMC__WIRE_MAX, wait_ms > 0 ? 0 : ZMQ_DONTWAIT, &n, &more) != 0)
-        return zmq_errno() == EAGAIN || zmq_errno() == EINTR ? OMC_OK : OMC_ERR_CONNECTION;
+        return omc__zmq_errnum() == EAGAIN || omc__zmq_errnum() == EINTR ? OMC_OK : OMC_ERR_CONNECTION;
     if (more) {
         size_t junk;
         while (more && omc__zmq_frame(ch->sock, NULL, 0, 0, &junk, &more) == 0) {}
@@ -5865,14 +6036,14 @@ OMC__PRIVATE omc_result omc__net_chan_hello(omc__net* N, omc__net_chan* ch, omc_
     if (omc__deadline_passed(deadline)) return OMC_ERR_TIMEOUT;    /* OMC_NO_WAIT: no time to ask */
     if (!ch->hello_seq && (r = omc__net_chan_send_hello(N, ch)) != OMC_OK) return r;
     for (;;) {
-        zmq_pollitem_t it[2];
+        omc__zmq_pollitem it[2];
         int n = 1, got;
         memset(it, 0, sizeof(it));
         it[0].socket = ch->sock; it[0].events = ZMQ_POLLIN;
         if (ch->mon) { it[1].socket = ch->mon; it[1].events = ZMQ_POLLIN; n = 2; }
         if (omc__net_closed(N)) return OMC_ERR_CLOSED;
         if (omc__deadline_passed(deadline)) return omc__net_silence(ch);
-        zmq_poll(it, n, omc__poll_ms(deadline, OMC__NET_SLICE_MS));
+        omc__zmq_poll(it, n, omc__poll_ms(deadline, OMC__NET_SLICE_MS));
         omc__net_chan_events(ch);
         do {
             r = omc__net_chan_recv(N, ch, &m, buf, &got, 0);
@@ -5937,7 +6108,7 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
     }
     wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_seed_budget_ns(size) : deadline;
     while (r == OMC_OK) {
-        zmq_pollitem_t it[2];
+        omc__zmq_pollitem it[2];
         int n = 1, fd = x.complete ? -1 : vt->rx_fd(ch->dp->user, ch->dpc);
         memset(it, 0, sizeof(it));
         it[0].socket = ch->sock; it[0].events = ZMQ_POLLIN;
@@ -5950,7 +6121,7 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
             r = OMC_ERR_TIMEOUT;
             break;
         }
-        zmq_poll(it, n, omc__poll_ms(wait_until, OMC__NET_SLICE_MS));
+        omc__zmq_poll(it, n, omc__poll_ms(wait_until, OMC__NET_SLICE_MS));
         if (n == 2 && it[1].revents && (r = vt->rx_progress(ch->dp->user, ch->dpc, &x, got_done)) != OMC_OK) break;
         if (it[0].revents) {
             do {
@@ -6064,7 +6235,7 @@ OMC__PRIVATE void omc__net_slot_drop(omc__net* N, omc__net_slot* s, omc_result w
 OMC__PRIVATE omc_result omc__net_find(omc__net* N, const char* only, const char* qkey, uint32_t qlen, omc_time_ns deadline,
                                       int query_only, uint64_t max_size, omc_buffer* out, omc_tcp_found* found) {
     omc__net_slot* slots;
-    zmq_pollitem_t* items;
+    omc__zmq_pollitem* items;
     int* owner;
     uint32_t ns = 0, i;
     uint64_t xfer = omc__add(&N->next_xfer, 1u);
@@ -6074,7 +6245,7 @@ OMC__PRIVATE omc_result omc__net_find(omc__net* N, const char* only, const char*
     pthread_mutex_lock(&N->peer_mu);
     for (p = N->peers; p; p = p->next) if (p->registered && (!only || strcmp(p->name, only) == 0)) ns++;
     slots = ns ? (omc__net_slot*)omc__calloc(&N->conn->hooks, sizeof(omc__net_slot) * ns) : NULL;
-    items = ns ? (zmq_pollitem_t*)omc__calloc(&N->conn->hooks, sizeof(zmq_pollitem_t) * ns * 2) : NULL;
+    items = ns ? (omc__zmq_pollitem*)omc__calloc(&N->conn->hooks, sizeof(omc__zmq_pollitem) * ns * 2) : NULL;
     owner = ns ? (int*)omc__calloc(&N->conn->hooks, sizeof(int) * ns * 2) : NULL;
     if (slots && items && owner) {
         ns = 0;
@@ -6142,7 +6313,7 @@ OMC__PRIVATE omc_result omc__net_find(omc__net* N, const char* only, const char*
         if (n == 1) {   /* one sender, handshake done: wait in the receive itself */
             first_wait = omc__poll_ms(wake, OMC__NET_SLICE_MS);
             items[0].revents = ZMQ_POLLIN;
-        } else zmq_poll(items, n, omc__poll_ms(wake, OMC__NET_SLICE_MS));
+        } else omc__zmq_poll(items, n, omc__poll_ms(wake, OMC__NET_SLICE_MS));
         for (i = 0; i < (uint32_t)n && !finished; i++) {
             omc__net_slot* s = &slots[owner[i]];
             uint8_t buf[OMC__WIRE_MAX];
@@ -6396,12 +6567,12 @@ OMC__PRIVATE void omc__net_stop_sender(omc__net* N) {
     N->held_count = 0;
     if (N->router_mon) {
         omc__net_drain_router_monitor(N);
-        zmq_socket_monitor(N->router, NULL, 0);
-        zmq_close(N->router_mon);
+        omc__zmq_socket_monitor(N->router, NULL, 0);
+        omc__zmq_close(N->router_mon);
         N->router_mon = NULL;
     }
-    if (N->zap) { zmq_close(N->zap); N->zap = NULL; }
-    if (N->router) { zmq_close(N->router); N->router = NULL; }
+    if (N->zap) { omc__zmq_close(N->zap); N->zap = NULL; }
+    if (N->router) { omc__zmq_close(N->router); N->router = NULL; }
     if (N->tcp_ok) omc__tcp_shutdown(&N->tcp);
 }
 
@@ -6449,7 +6620,7 @@ OMC__PRIVATE void omc__net_free(omc__net* N, const omc_hooks* hooks) {
     omc__smap_free(&N->peers_by_ep, hooks);
     for (i = 0; i < N->nplanes; i++) if (N->planes[i].vt->detach) N->planes[i].vt->detach(N->planes[i].user);
     if (N->pool) omc_pool_destroy(N->pool);
-    if (N->ctx) zmq_ctx_term(N->ctx);
+    if (N->ctx) omc__zmq_ctx_term(N->ctx);
     if (N->wake_fd >= 0) close(N->wake_fd);
     if (N->mu_ok) pthread_mutex_destroy(&N->mu);
     if (N->job_ok) { pthread_mutex_destroy(&N->job_mu); pthread_cond_destroy(&N->job_cv); }
@@ -6486,7 +6657,7 @@ OMC__PRIVATE omc_result omc__net_setup_curve(omc__net* N, const omc_tcp_curve* c
     uint32_t i;
     int any = cv->secret_key || cv->public_key || cv->server_key || cv->allowed_clients;
     if (!any) return OMC_OK;
-    if (!zmq_has("curve")) {
+    if (!omc__zmq_has("curve")) {
         OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "CURVE keys given, but this libzmq was built without CURVE (libsodium)");
         return OMC_ERR_UNAVAILABLE;
     }
@@ -6500,9 +6671,9 @@ OMC__PRIVATE omc_result omc__net_setup_curve(omc__net* N, const omc_tcp_curve* c
     if (cv->secret_key) {
         memcpy(N->curve_secret, cv->secret_key, OMC_CURVE_KEY_LEN + 1);
         if (cv->public_key) memcpy(N->curve_public, cv->public_key, OMC_CURVE_KEY_LEN + 1);
-        else if (zmq_curve_public(N->curve_public, N->curve_secret) != 0) return OMC_ERR_INVALID_ARG;
+        else if (omc__zmq_curve_public(N->curve_public, N->curve_secret) != 0) return OMC_ERR_INVALID_ARG;
         N->curve_server = N->sender;
-    } else if (zmq_curve_keypair(N->curve_public, N->curve_secret) != 0) return OMC_ERR_UNAVAILABLE;
+    } else if (omc__zmq_curve_keypair(N->curve_public, N->curve_secret) != 0) return OMC_ERR_UNAVAILABLE;
     if (cv->server_key) memcpy(N->curve_server_key, cv->server_key, OMC_CURVE_KEY_LEN + 1);
     N->curve_client = 1;
     if (cv->allowed_clients) {
@@ -6513,7 +6684,7 @@ OMC__PRIVATE omc_result omc__net_setup_curve(omc__net* N, const omc_tcp_curve* c
                 OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "curve.allowed_clients[%u] is not a Z85 key", i);
                 return OMC_ERR_INVALID_ARG;
             }
-            zmq_z85_decode(N->allowed[i], cv->allowed_clients[i]);
+            omc__zmq_z85_decode(N->allowed[i], cv->allowed_clients[i]);
         }
         N->nallowed = cv->allowed_count;
     }
@@ -6541,36 +6712,36 @@ OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d
         OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "cannot resolve host '%s'", d->bind_host ? d->bind_host : N->host);
         return OMC_ERR_INVALID_ARG;
     }
-    N->router = zmq_socket(N->ctx, ZMQ_ROUTER);
+    N->router = omc__zmq_socket(N->ctx, ZMQ_ROUTER);
     if (!N->router) return OMC_ERR_SYSTEM;
-    zmq_setsockopt(N->router, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(N->router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));    /* unroutable replies fail, not vanish */
-    zmq_setsockopt(N->router, ZMQ_HANDSHAKE_IVL, &hs, sizeof(hs));
-    zmq_setsockopt(N->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));    /* bigger frames cut the connection */
-    if (strchr(bind_host, ':')) zmq_setsockopt(N->router, ZMQ_IPV6, &one, sizeof(one));
+    omc__zmq_setsockopt(N->router, ZMQ_LINGER, &zero, sizeof(zero));
+    omc__zmq_setsockopt(N->router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));    /* unroutable replies fail, not vanish */
+    omc__zmq_setsockopt(N->router, ZMQ_HANDSHAKE_IVL, &hs, sizeof(hs));
+    omc__zmq_setsockopt(N->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));    /* bigger frames cut the connection */
+    if (strchr(bind_host, ':')) omc__zmq_setsockopt(N->router, ZMQ_IPV6, &one, sizeof(one));
     if (N->curve_server) {
-        zmq_setsockopt(N->router, ZMQ_CURVE_SERVER, &one, sizeof(one));
-        zmq_setsockopt(N->router, ZMQ_CURVE_SECRETKEY, N->curve_secret, OMC_CURVE_KEY_LEN);
+        omc__zmq_setsockopt(N->router, ZMQ_CURVE_SERVER, &one, sizeof(one));
+        omc__zmq_setsockopt(N->router, ZMQ_CURVE_SECRETKEY, N->curve_secret, OMC_CURVE_KEY_LEN);
     }
     if (N->allowed) {
         /* a ZAP handler in our own context; libzmq asks it about every CURVE client */
-        N->zap = zmq_socket(N->ctx, ZMQ_REP);
-        if (!N->zap || zmq_bind(N->zap, "inproc://zeromq.zap.01") != 0) return OMC_ERR_SYSTEM;
-        zmq_setsockopt(N->router, ZMQ_ZAP_DOMAIN, "omniconn", 8);
+        N->zap = omc__zmq_socket(N->ctx, ZMQ_REP);
+        if (!N->zap || omc__zmq_bind(N->zap, "inproc://zeromq.zap.01") != 0) return OMC_ERR_SYSTEM;
+        omc__zmq_setsockopt(N->router, ZMQ_ZAP_DOMAIN, "omniconn", 8);
     }
-    if (zmq_socket_monitor(N->router, "inproc://omc-listener-mon", OMC__NET_MON_EVENTS) == 0) {
-        N->router_mon = zmq_socket(N->ctx, ZMQ_PAIR);
-        if (N->router_mon && zmq_connect(N->router_mon, "inproc://omc-listener-mon") != 0) { zmq_close(N->router_mon); N->router_mon = NULL; }
-        if (!N->router_mon) zmq_socket_monitor(N->router, NULL, 0);
+    if (omc__zmq_socket_monitor(N->router, "inproc://omc-listener-mon", OMC__NET_MON_EVENTS) == 0) {
+        N->router_mon = omc__zmq_socket(N->ctx, ZMQ_PAIR);
+        if (N->router_mon && omc__zmq_connect(N->router_mon, "inproc://omc-listener-mon") != 0) { omc__zmq_close(N->router_mon); N->router_mon = NULL; }
+        if (!N->router_mon) omc__zmq_socket_monitor(N->router, NULL, 0);
     }
     if (d->port) snprintf(port, sizeof(port), "%u", (unsigned)d->port);
     else snprintf(port, sizeof(port), "*");
     omc__net_zmq_endpoint(ep, sizeof(ep), bind_host, port);
-    if (zmq_bind(N->router, ep) != 0) {
-        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "cannot bind the side channel to %s: %s", ep, zmq_strerror(zmq_errno()));
+    if (omc__zmq_bind(N->router, ep) != 0) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "cannot bind the side channel to %s: %s", ep, omc__zmq_strerror(omc__zmq_errnum()));
         return OMC_ERR_CONNECTION;
     }
-    if (zmq_getsockopt(N->router, ZMQ_LAST_ENDPOINT, last, &ln) != 0 || !(colon = strrchr(last, ':'))) return OMC_ERR_SYSTEM;
+    if (omc__zmq_getsockopt(N->router, ZMQ_LAST_ENDPOINT, last, &ln) != 0 || !(colon = strrchr(last, ':'))) return OMC_ERR_SYSTEM;
     N->port = (uint16_t)atoi(colon + 1);
     r = omc__tcp_listen(&N->tcp, bind_host, d->data_port);
     if (r != OMC_OK) return r;
@@ -6603,6 +6774,8 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     if (desc) d = *desc; else memset(&d, 0, sizeof(d));
     hooks = omc__hooks_resolve(&d.hooks);
     if ((int)d.role < 0 || d.role > OMC_ROLE_DUAL || (extra && (!extra->vt || extra->vt->kind == OMC__DP_TCP))) return OMC_ERR_INVALID_ARG;
+    r = omc__zmq_require(&hooks);               /* libzmq is opened here, by the first remote connector */
+    if (r != OMC_OK) return r;
     N = (omc__net*)omc__calloc(&hooks, sizeof(omc__net));
     if (!N) return OMC_ERR_NO_MEMORY;
     N->wake_fd = -1;
@@ -6649,7 +6822,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
         }
     }
     if (r == OMC_OK) {
-        N->ctx = zmq_ctx_new();
+        N->ctx = omc__zmq_ctx_new();
         if (!N->ctx) r = OMC_ERR_SYSTEM;
     }
     if (r == OMC_OK && N->sender) r = omc__net_start_sender(N, &d, &hooks);
@@ -6701,7 +6874,7 @@ OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, co
     if (server_key && !N->curve_client) {
         /* CURVE was not configured at create: make a client keypair now */
         pthread_mutex_lock(&N->peer_mu);
-        if (!N->curve_client && zmq_curve_keypair(N->curve_public, N->curve_secret) == 0) N->curve_client = 1;
+        if (!N->curve_client && omc__zmq_curve_keypair(N->curve_public, N->curve_secret) == 0) N->curve_client = 1;
         pthread_mutex_unlock(&N->peer_mu);
         if (!N->curve_client) return OMC_ERR_UNAVAILABLE;
     }
@@ -6882,6 +7055,10 @@ OMNICONN_API omc_result omc_available(omc_feature f, char* why, size_t n) {
     if (why && n) why[0] = '\0';
     if (!omc_has(f)) return omc__unavailable(why, n, "not compiled in (see the OMNICONN_NO_* / OMNICONN_ENABLE_* macros)");
     switch (f) {
+#if OMC__HAS_ZMQ
+        case OMC_FEATURE_ZMQ:
+            return omc__zmq_load(why, n);
+#endif
         case OMC_FEATURE_SHM: {
             struct statvfs sv;
             if (statvfs("/dev/shm", &sv) != 0 || access("/dev/shm", W_OK) != 0)

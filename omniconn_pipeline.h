@@ -23,7 +23,7 @@
         #include "omniconn.h"
         #include "omniconn_pipeline.h"
 
-    Build: cc -std=c99 app.c -lzmq -lpthread     (like omniconn.h; no other dependency)
+    Build: cc -std=c99 app.c -lpthread -ldl      (like omniconn.h; no other dependency)
 
 ================================================================================================
 QUICK START
@@ -220,7 +220,7 @@ THREAD SAFETY
 DEPENDENCIES & LINKING
 ================================================================================================
 
-    Nothing beyond omniconn.h (pthreads; libzmq unless OMNICONN_NO_ZMQ). The YAML and JSON
+    Nothing beyond omniconn.h (pthreads, -ldl; libzmq is loaded at run time by remote connectors). The YAML and JSON
     readers are part of this file. The port table needs the remote connector's omc_port_compute
     (compiled with ZMQ). omc_pipeline_connect creates shared-memory connectors, so this file
     includes omniconn_shm.h (declarations and, in the implementation file, its implementation).

@@ -13,7 +13,7 @@
         #include "omniconn.h"
         #include "omniconn_rdma.h"
 
-    Build: cc -std=c99 app.c -lzmq -ldl -lpthread        (libibverbs is loaded at run time)
+    Build: cc -std=c99 app.c -ldl -lpthread              (libibverbs and libzmq are loaded at run time)
        or: cc -std=c99 -DOMNICONN_NO_RUNTIME_LINKING app.c -lzmq -libverbs -lpthread
     Building needs the verbs headers (Debian: libibverbs-dev); running needs libibverbs.so.1 and a
     provider (Debian: ibverbs-providers) only when an engine is created.
@@ -3285,6 +3285,7 @@ OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection w
                       "holding one can write anywhere in the memory region under it" : ": each destination gets a memory region of its own");
 }
 
+#if OMC__HAS_ZMQ
 /* ============================================================================================== */
 /* [SECTION] Implementation: the RDMA data plane of the remote connector                          */
 /* ============================================================================================== */
@@ -3698,16 +3699,18 @@ OMNICONN_API omc_result omc_rdma_connector_query(omc_conn* conn, omc_rdma_connec
     return P ? OMC_OK : OMC_ERR_INVALID_ARG;
 }
 
+#endif /* OMC__HAS_ZMQ */
+
 #else /* !OMC__HAS_RDMA: the same API, reporting that it is not there */
 
 OMC__PRIVATE omc_result omc__rdma_absent(const omc_hooks* h) {
     omc_hooks hooks = omc__hooks_resolve(h);
-    OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "RDMA was not compiled in (OMNICONN_NO_RDMA or OMNICONN_NO_ZMQ is defined)");
+    OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "RDMA was not compiled in (OMNICONN_NO_RDMA is defined)");
     return OMC_ERR_UNAVAILABLE;
 }
 OMNICONN_API omc_result omc_rdma_probe(const char* library, char* why, size_t why_size) {
     (void)library;
-    omc__why(why, why_size, "RDMA was not compiled in (OMNICONN_NO_RDMA or OMNICONN_NO_ZMQ is defined)");
+    omc__why(why, why_size, "RDMA was not compiled in (OMNICONN_NO_RDMA is defined)");
     return OMC_ERR_UNAVAILABLE;
 }
 OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** out) {

@@ -16,7 +16,7 @@
         #include "omniconn.h"
         #include "omniconn_shm.h"
 
-    Build: cc -std=c99 app.c -lpthread -lzmq   (or -DOMNICONN_NO_ZMQ and no -lzmq)
+    Build: cc -std=c99 app.c -lpthread -ldl    (an SHM program never loads libzmq)
 
 ================================================================================================
 QUICK START

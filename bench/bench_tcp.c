@@ -23,6 +23,7 @@
    of 3 rounds. GB/s are 1e9 bytes per second. */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
+#include <zmq.h>      /* the bare-libzmq baseline calls libzmq itself (-lzmq) */
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -23,7 +23,7 @@
 
    Build (from the repository root, one line; the verbs headers, libibverbs-dev, are needed to
    build the RDMA connector in, libibverbs only at run time and only for RDMA edges):
-       cc -std=c99 -O2 -I. examples/pipeline3.c -o pipeline3 -lzmq -lpthread -ldl
+       cc -std=c99 -O2 -I. examples/pipeline3.c -o pipeline3 -lpthread -ldl
    Run:
        ./pipeline3                                              all three stages (forked), SHM
        ./pipeline3 --config examples/configs/pipeline3_tcp.yaml TCP between the stages

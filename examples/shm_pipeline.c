@@ -17,8 +17,7 @@
    intact. This is the README's demo.
 
    Build (from the repository root, one line):
-       cc -std=c99 -O2 -I. examples/shm_pipeline.c -o shm_pipeline -lpthread -lzmq
-   (or add -DOMNICONN_NO_ZMQ and drop -lzmq)
+       cc -std=c99 -O2 -I. examples/shm_pipeline.c -o shm_pipeline -lpthread -ldl
    Run:
        ./shm_pipeline                  defaults: about 4 GiB in 4 MiB frames, then 20000 handoffs
        ./shm_pipeline -h               the options */

@@ -10,6 +10,7 @@
 #include "omniconn.h"
 #include "omc_test.h"
 #include "contract.h"
+#include <zmq.h>      /* the raw-socket tests call libzmq themselves (-lzmq) */
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -1143,7 +1144,52 @@ OMC_TEST(tcp_wire_codec_roundtrip_and_limits) {
     }
 }
 
+/* A host without libzmq: the test hook $OMNICONN_ZMQ_LIB makes the loader open a library that
+   does not exist. Runs in a fresh process (exec of this binary), because a process that already
+   loaded libzmq keeps it. The child prints the log line and exits 0 only if the create answered
+   UNAVAILABLE and the ERROR names the Debian package. */
+static char nozmq_log[1024];
+static void nozmq_logger(omc_log_level level, omc_log_item item, const char* message, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level == OMC_LOG_ERROR && !nozmq_log[0]) snprintf(nozmq_log, sizeof(nozmq_log), "%s", message);
+}
+static void nozmq_child_main(int argc, char** argv) {
+    omc_tcp_desc d;
+    omc_conn* c = NULL;
+    omc_result r;
+    char why[512];
+    if (argc < 2 || strcmp(argv[1], "--no-libzmq-child") != 0) return;
+    memset(&d, 0, sizeof(d));
+    d.role = OMC_ROLE_SENDER;
+    d.host = "127.0.0.1";
+    d.hooks.log_fn = nozmq_logger;
+    d.hooks.max_level = OMC_LOG_ERROR;
+    r = omc_tcp_create(&d, &c);
+    printf("create: %s; log: %s\n", omc_result_name(r), nozmq_log);
+    if (omc_available(OMC_FEATURE_ZMQ, why, sizeof(why)) != OMC_ERR_UNAVAILABLE || !strstr(why, "libzmq5")) {
+        printf("omc_available(ZMQ) did not report the missing library: %s\n", why);
+        exit(1);
+    }
+    exit(r == OMC_ERR_UNAVAILABLE && !c && strstr(nozmq_log, "libzmq5") && strstr(nozmq_log, "libzmq-missing.so.0") ? 0 : 1);
+}
+
+OMC_TEST(a_host_without_libzmq_gets_unavailable_naming_the_package) {
+    pid_t pid;
+    int st = -1;
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        char* args[] = { (char*)"/proc/self/exe", (char*)"--no-libzmq-child", NULL };
+        setenv("OMNICONN_ZMQ_LIB", "libzmq-missing.so.0", 1);
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    REQUIRE(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 int main(int argc, char** argv) {
+    nozmq_child_main(argc, argv);
     ct_consumer_main(argc, argv, make_from_spec);
     child_main(argc, argv);
     return omc_test_main(argc, argv);

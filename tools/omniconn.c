@@ -16,6 +16,9 @@
 #include "omniconn_shm.h"
 #include "omniconn_rdma.h"
 #include "omniconn_pipeline.h"
+#if OMC__HAS_ZMQ
+#include <zmq.h>      /* doctor prints the version of the libzmq it links (-lzmq) */
+#endif
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,7 +10,7 @@ mkdir -p "$OUT"
 pass=0; fail=0
 WARN="-Wall -Wextra -Werror -pedantic -Wshadow"
 CWARN="$WARN -Wstrict-prototypes"
-LIBS="-lzmq -ldl -lpthread -lm"
+LIBS="-ldl -lpthread -lm"           # libzmq and libibverbs are loaded at run time
 CUDA_INC=/usr/local/cuda/include
 
 cell() {   # cell NAME COMMAND...
@@ -72,11 +72,23 @@ for c in "${combos[@]}"; do
     name=$(echo "${c:-default}" | sed 's/-DOMNICONN_//g; s/ /+/g' | tr 'A-Z' 'a-z')
     tu=$(all_impl $c)
     libs="-ldl -lpthread -lm"
-    case "$c" in *NO_ZMQ*) ;; *) libs="-lzmq $libs";; esac
-    case "$c" in *NO_RUNTIME_LINKING*) libs="$libs -libverbs";; esac
+    case "$c" in *NO_RUNTIME_LINKING*) libs="-lzmq $libs -libverbs";; esac
     cell "features.$name.c99" gcc -std=c99 $CWARN -I. "$tu" -o "$OUT/feat_$name" $libs
     cell "features.$name.c++" g++ -std=c++11 $WARN -I. -x c++ "$tu" -o "$OUT/feat_${name}_cxx" $libs
 done
+# The plain build: an SHM program and a TCP program, each built with exactly
+# `cc -std=c99 app.c -lpthread -ldl` (no -lzmq: libzmq is loaded at run time) and run. The SHM
+# program also checks that libzmq never got mapped into it.
+plain_app() {   # plain_app NAME: build tests/compile/app_NAME.c as app.c next to the headers, run it
+    local dir=$OUT/plain_$1
+    mkdir -p "$dir"
+    cp omniconn*.h "$dir/" && cp "tests/compile/app_$1.c" "$dir/app.c"
+    (cd "$dir" && cc -std=c99 app.c -lpthread -ldl && ./a.out)
+}
+cell "plain-cc.shm-app" plain_app shm
+cell "plain-cc.tcp-app" plain_app tcp
+# the same SHM program linked directly (OMNICONN_NO_RUNTIME_LINKING links libzmq and libibverbs)
+cell "direct-linking.tcp-app" gcc -std=c99 $CWARN -DOMNICONN_NO_RUNTIME_LINKING -I. tests/compile/app_tcp.c -o "$OUT/app_tcp_direct" -lzmq -ldl -lpthread
 # CUDA: compiled here (cuda_runtime_api.h from nvcc's toolkit), not run: no GPU on these machines
 if [ -f "$CUDA_INC/cuda_runtime_api.h" ]; then
     tu=$(all_impl -DOMNICONN_ENABLE_CUDA)
