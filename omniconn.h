@@ -2761,6 +2761,9 @@ OMNICONN_API omc_result omc_meta_from_text(const char* text, size_t len, omc_met
     views stays valid until the last omc_buffer_release(); only then is destroy called.
 */
 
+/* What list() hands out, one qualified key at a time. */
+typedef omc_result (*omc__key_sink)(const char* qkey, uint32_t qlen, void* user);
+
 typedef struct omc__conn_vtable {
     omc_transport transport;
     /* put: qkey is the qualified key. meta_out is never NULL. */
@@ -2776,6 +2779,14 @@ typedef struct omc__conn_vtable {
     uint64_t   (*sweep)(omc_conn* c);
     void       (*close)(omc_conn* c);                       /* once, from omc_conn_close */
     void       (*destroy)(omc_conn* c);                     /* once, when the last reference goes */
+    /* exists: OMC_OK if qkey is live (a get would find it now), OMC_ERR_NOT_FOUND if not */
+    omc_result (*exists)(omc_conn* c, const char* qkey, uint32_t qlen);
+    /* list: sink once per live qualified key (may run under the connector's lock: a sink must
+       not call back into the connector); a result other than OMC_OK stops and is returned */
+    omc_result (*list)(omc_conn* c, omc__key_sink sink, void* user);
+    /* pending: puts of this connector not yet consumed (read by all readers, cleaned up or
+       expired; expiry is applied first) - omc_conn_wait_consumed waits for 0 */
+    uint64_t   (*pending)(omc_conn* c);
 } omc__conn_vtable;
 
 struct omc_conn {
@@ -3038,103 +3049,496 @@ OMNICONN_API void omc_conn_destroy(omc_conn* c) {
 OMNICONN_API omc_transport omc_conn_transport(const omc_conn* c) { return c ? c->vt->transport : OMC_TRANSPORT_NONE; }
 
 /* ============================================================================================== */
-/* [SECTION] Implementation: the same-process connector                                         */
+/* [SECTION] Implementation: the owner's entry table                                             */
 /* ============================================================================================== */
 /*
-    A key table (qualified key -> entry) and an id table (entry id -> entry), one mutex, one
-    condition variable that wakes metadata-less getters when a key appears. An entry owns one
-    range of the connector's pool. It leaves the key table when its last reader has taken it
-    (or by cleanup/TTL/close) and frees its range when, in addition, no view is outstanding.
+    What a connector that owns payloads keeps per put, in one place: the same-process, remote
+    and SHM connectors all stand on it (the SHM connector's lock-free shared index is its own;
+    this table is the owner's private truth next to it).
+
+    - A slab of entries with a free list and a used list (LIVE + DRAINING, newest first): a put
+      takes a free entry, nothing is malloc'ed per put (the slab doubles when full, up to max).
+    - Ids are slot + generation: id = (gen << 32) | slot. Every put gets the next generation, so
+      ids of one table grow with time (an older id names an older put: STALE), and an id whose
+      slot was reused since no longer matches.
+    - An index from qualified key to LIVE entry: open addressing, linear probing over 32-bit
+      buckets (0 empty, OMC__NIL a tombstone, else slot + 1), rebuilt when tombstones pile up.
+      The bucket helpers are shared with the SHM connector's shared index.
+    - Holds: a reader's view or a push in flight holds the entry. Retiring an entry (last reader
+      took it, cleanup, TTL, close) takes it out of the index at once; its range is freed only
+      when the last hold goes - so a TTL never frees bytes a reader still holds.
+    - The TTL sweep walks the used list once.
+    The caller's lock protects the table; nothing here locks.
 */
 
-typedef struct omc__local_entry {
-    uint64_t id;
+#define OMC__ENT_FREE 0u
+#define OMC__ENT_LIVE 1u                /* in the index: new readers find it */
+#define OMC__ENT_DRAINING 2u            /* out of the index; holds keep its range */
+#define OMC__ETAB_MAX 0x00FFFFFFu       /* most entries one table can grow to */
+
+typedef struct omc__ent {
     omc_range range;
     uint64_t size;
-    uint32_t flags;
-    uint32_t readers_left;
-    uint32_t views;
-    int in_keys;
-    omc_time_ns expires;        /* 0 = never */
+    omc_time_ns expires;                /* 0 = never */
+    uint64_t hash;                      /* of qkey */
+    uint32_t gen;                       /* 0 while free */
+    uint32_t state;                     /* OMC__ENT_* */
+    uint32_t flags;                     /* the connector's (OMC_BUFFER_FRAME, ...) */
+    uint32_t readers_left;              /* reads that may still start */
+    uint32_t holds;                     /* views / pushes outstanding */
+    uint32_t prev, next;                /* used list, or free list (next only) */
     uint32_t qlen;
     char qkey[OMC_KEY_MAX];
-} omc__local_entry;
+} omc__ent;
 
-typedef struct omc__local {
-    omc_conn* conn;
-    omc_pool* pool;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    omc__smap keys;
-    omc__smap ids;              /* key: the 8 bytes of the id */
-    uint64_t next_id;
-    int64_t default_ttl_ms;
-    omc_time_ns next_sweep;
-} omc__local;
+typedef struct omc__etab {
+    omc__ent* ent;
+    uint32_t cap, max;
+    uint32_t free_head, used_head;
+    uint32_t* bucket;
+    uint32_t nbuckets, bucket_used;     /* bucket_used: live + tombstone buckets */
+    uint32_t live;                      /* LIVE entries */
+    uint32_t next_gen;
+    omc_alloc* alloc;                   /* ranges are freed into it (NULL: the caller frees) */
+    omc_hooks hooks;
+} omc__etab;
 
-OMC__PRIVATE omc__local_entry* omc__local_by_id(omc__local* L, uint64_t id) {
-    return (omc__local_entry*)omc__smap_get(&L->ids, (const char*)&id, sizeof(id));
+/* FNV-1a, 64 bits: the key hash of the same-process and remote tables. */
+OMC__PRIVATE uint64_t omc__hash64(const char* s, uint32_t len) {
+    uint64_t h = 14695981039346656037ull;
+    uint32_t i;
+    for (i = 0; i < len; i++) { h ^= (uint8_t)s[i]; h *= 1099511628211ull; }
+    return h;
 }
 
-/* Forget an entry completely (caller holds mu; entry is out of the key table, no views). */
-OMC__PRIVATE void omc__local_free_entry(omc__local* L, omc__local_entry* e) {
-    omc_alloc_free(L->pool->alloc, e->range);
-    omc__smap_del(&L->ids, &L->conn->hooks, (const char*)&e->id, sizeof(e->id));
-    omc__free(&L->conn->hooks, e);
-}
-
-/* Take an entry out of the key table (no new readers); free it now if nobody holds a view. */
-OMC__PRIVATE void omc__local_retire(omc__local* L, omc__local_entry* e) {
-    if (e->in_keys) {
-        omc__smap_del(&L->keys, &L->conn->hooks, e->qkey, e->qlen);
-        e->in_keys = 0;
-    }
-    if (e->views == 0) omc__local_free_entry(L, e);
-}
-
-OMC__PRIVATE uint64_t omc__local_sweep_locked(omc__local* L, omc_time_ns now) {
-    uint32_t it = 0;
-    void* v;
-    uint64_t n = 0;
-    /* collect first: retiring deletes from the table we iterate */
-    for (;;) {
-        omc__local_entry* victim = NULL;
-        it = 0;
-        while (omc__smap_next(&L->keys, &it, NULL, NULL, &v)) {
-            omc__local_entry* e = (omc__local_entry*)v;
-            if (e->expires && now >= e->expires) { victim = e; break; }
+/* The bucket helpers (also used on the SHM connector's shared index, hence the atomics: only one
+   writer, but readers in other processes probe without a lock). Insert returns 0 only if no
+   bucket is free; every probe is bounded by the bucket count. */
+OMC__PRIVATE int omc__bucket_insert(uint32_t* b, uint32_t nbuckets, uint32_t* used, uint32_t slot, uint64_t hash) {
+    uint32_t mask = nbuckets - 1, i, n;
+    for (i = (uint32_t)hash & mask, n = 0; n < nbuckets; i = (i + 1) & mask, n++) {
+        uint32_t v = __atomic_load_n(&b[i], __ATOMIC_RELAXED);
+        if (v == 0 || v == OMC__NIL) {
+            if (v == 0) (*used)++;
+            __atomic_store_n(&b[i], slot + 1, __ATOMIC_RELEASE);
+            return 1;
         }
-        if (!victim) break;
-        OMC__LOG(&L->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_CONN_TTL_RECLAIM, "TTL reclaimed entry %llu (%llu bytes, %u readers left, %u views held)",
-                 (unsigned long long)victim->id, (unsigned long long)victim->size, victim->readers_left, victim->views);
-        omc__local_retire(L, victim);
+    }
+    return 0;
+}
+
+OMC__PRIVATE void omc__bucket_remove(uint32_t* b, uint32_t nbuckets, uint32_t slot, uint64_t hash) {
+    uint32_t mask = nbuckets - 1, i, n;
+    for (i = (uint32_t)hash & mask, n = 0; n < nbuckets; i = (i + 1) & mask, n++) {
+        uint32_t v = __atomic_load_n(&b[i], __ATOMIC_RELAXED);
+        if (v == 0) return;
+        if (v == slot + 1) { __atomic_store_n(&b[i], OMC__NIL, __ATOMIC_RELEASE); return; }
+    }
+}
+
+OMC__PRIVATE uint64_t omc__etab_id(const omc__etab* T, uint32_t slot) { return ((uint64_t)T->ent[slot].gen << 32) | slot; }
+
+/* The entry an id names, if it is still that put (LIVE or DRAINING), else OMC__NIL. */
+OMC__PRIVATE uint32_t omc__etab_by_id(const omc__etab* T, uint64_t id) {
+    uint32_t slot = (uint32_t)id, gen = (uint32_t)(id >> 32);
+    if (slot >= T->cap || gen == 0 || T->ent[slot].gen != gen || T->ent[slot].state == OMC__ENT_FREE) return OMC__NIL;
+    return slot;
+}
+
+/* The LIVE entry of a key, or OMC__NIL. */
+OMC__PRIVATE uint32_t omc__etab_find(const omc__etab* T, const char* qkey, uint32_t qlen, uint64_t hash) {
+    uint32_t mask, i, n;
+    if (!T->nbuckets) return OMC__NIL;
+    mask = T->nbuckets - 1;
+    for (i = (uint32_t)hash & mask, n = 0; n < T->nbuckets; i = (i + 1) & mask, n++) {
+        uint32_t v = T->bucket[i];
+        const omc__ent* e;
+        if (v == 0) return OMC__NIL;
+        if (v == OMC__NIL) continue;
+        e = &T->ent[v - 1];
+        if (e->state == OMC__ENT_LIVE && e->hash == hash && e->qlen == qlen && memcmp(e->qkey, qkey, qlen) == 0) return v - 1;
+    }
+    return OMC__NIL;
+}
+
+/* Rebuild the index at nbuckets (a power of two) from the LIVE entries of the used list. */
+OMC__PRIVATE omc_result omc__etab_reindex(omc__etab* T, uint32_t nbuckets) {
+    uint32_t* b = nbuckets == T->nbuckets ? T->bucket : (uint32_t*)omc__calloc(&T->hooks, sizeof(uint32_t) * nbuckets);
+    uint32_t i;
+    if (!b) return OMC_ERR_NO_MEMORY;
+    if (b == T->bucket) memset(b, 0, sizeof(uint32_t) * nbuckets);
+    else omc__free(&T->hooks, T->bucket);
+    T->bucket = b;
+    T->nbuckets = nbuckets;
+    T->bucket_used = 0;
+    for (i = T->used_head; i != OMC__NIL; i = T->ent[i].next)
+        if (T->ent[i].state == OMC__ENT_LIVE) omc__bucket_insert(b, nbuckets, &T->bucket_used, i, T->ent[i].hash);
+    return OMC_OK;
+}
+
+/* Grow the slab to cap entries (new ones on the free list) and the index with it. */
+OMC__PRIVATE omc_result omc__etab_grow(omc__etab* T, uint32_t cap) {
+    omc__ent* ne = (omc__ent*)omc__calloc(&T->hooks, sizeof(omc__ent) * cap);
+    uint32_t i, nb = 16;
+    if (!ne) return OMC_ERR_NO_MEMORY;
+    while (nb < cap * 2) nb *= 2;
+    if (T->cap) memcpy(ne, T->ent, sizeof(omc__ent) * T->cap);
+    for (i = cap; i-- > T->cap;) { ne[i].prev = OMC__NIL; ne[i].next = T->free_head; T->free_head = i; }
+    omc__free(&T->hooks, T->ent);
+    T->ent = ne;
+    T->cap = cap;
+    return nb > T->nbuckets ? omc__etab_reindex(T, nb) : OMC_OK;
+}
+
+/* initial entries now, growing (doubling) up to max (0 = OMC__ETAB_MAX; max = initial: fixed). */
+OMC__PRIVATE omc_result omc__etab_init(omc__etab* T, const omc_hooks* hooks, omc_alloc* alloc, uint32_t initial, uint32_t max) {
+    memset(T, 0, sizeof(*T));
+    T->hooks = *hooks;
+    T->alloc = alloc;
+    T->max = max ? max : OMC__ETAB_MAX;
+    T->free_head = T->used_head = OMC__NIL;
+    return omc__etab_grow(T, initial ? initial : 64);
+}
+
+OMC__PRIVATE void omc__etab_uninit(omc__etab* T) {
+    omc__free(&T->hooks, T->ent);
+    omc__free(&T->hooks, T->bucket);
+    T->ent = NULL;
+    T->bucket = NULL;
+    T->cap = T->nbuckets = 0;
+}
+
+/* A new LIVE entry for qkey with the next generation: OMC_ERR_EXISTS if the key is LIVE,
+   OMC_ERR_POOL_FULL if max entries are in flight. The caller fills range, size, flags,
+   readers_left and expires. */
+OMC__PRIVATE omc_result omc__etab_add(omc__etab* T, const char* qkey, uint32_t qlen, uint64_t hash, uint32_t* slot) {
+    omc__ent* e;
+    uint32_t i;
+    if (omc__etab_find(T, qkey, qlen, hash) != OMC__NIL) return OMC_ERR_EXISTS;
+    if (T->free_head == OMC__NIL) {
+        omc_result r;
+        if (T->cap >= T->max) return OMC_ERR_POOL_FULL;
+        r = omc__etab_grow(T, T->cap > T->max / 2 ? T->max : T->cap * 2);
+        if (r != OMC_OK) return r;
+    }
+    if ((T->bucket_used + 1) * 4 > T->nbuckets * 3) omc__etab_reindex(T, T->nbuckets);     /* tombstones */
+    i = T->free_head;
+    e = &T->ent[i];
+    T->free_head = e->next;
+    memset(e, 0, offsetof(omc__ent, qkey));
+    if (++T->next_gen == 0) T->next_gen = 1;
+    e->gen = T->next_gen;
+    e->state = OMC__ENT_LIVE;
+    e->hash = hash;
+    e->qlen = qlen;
+    memcpy(e->qkey, qkey, qlen);
+    e->prev = OMC__NIL;
+    e->next = T->used_head;
+    if (T->used_head != OMC__NIL) T->ent[T->used_head].prev = i;
+    T->used_head = i;
+    omc__bucket_insert(T->bucket, T->nbuckets, &T->bucket_used, i, hash);
+    T->live++;
+    *slot = i;
+    return OMC_OK;
+}
+
+/* Out of the index: no new reader finds it, the key may be put again. */
+OMC__PRIVATE void omc__etab_unindex(omc__etab* T, uint32_t slot) {
+    omc__ent* e = &T->ent[slot];
+    if (e->state != OMC__ENT_LIVE) return;
+    omc__bucket_remove(T->bucket, T->nbuckets, slot, e->hash);
+    e->state = OMC__ENT_DRAINING;
+    T->live--;
+}
+
+/* Back to the free list; the range goes back to the allocator unless keep_range. */
+OMC__PRIVATE void omc__etab_drop(omc__etab* T, uint32_t slot, int keep_range) {
+    omc__ent* e = &T->ent[slot];
+    if (e->state == OMC__ENT_FREE) return;
+    omc__etab_unindex(T, slot);
+    if (!keep_range && T->alloc) omc_alloc_free(T->alloc, e->range);
+    if (e->prev != OMC__NIL) T->ent[e->prev].next = e->next;
+    else T->used_head = e->next;
+    if (e->next != OMC__NIL) T->ent[e->next].prev = e->prev;
+    e->state = OMC__ENT_FREE;
+    e->gen = 0;
+    e->prev = OMC__NIL;
+    e->next = T->free_head;
+    T->free_head = slot;
+}
+
+/* Retire: out of the index now, freed when no hold remains. */
+OMC__PRIVATE void omc__etab_retire(omc__etab* T, uint32_t slot) {
+    omc__etab_unindex(T, slot);
+    if (T->ent[slot].holds == 0) omc__etab_drop(T, slot, 0);
+}
+
+/* A hold ends; a retired entry whose last hold this was is freed. */
+OMC__PRIVATE void omc__etab_unhold(omc__etab* T, uint32_t slot) {
+    omc__ent* e = &T->ent[slot];
+    if (e->holds) e->holds--;
+    if (e->state != OMC__ENT_LIVE && e->holds == 0) omc__etab_drop(T, slot, 0);
+}
+
+/* Retire every LIVE entry whose TTL has passed: one walk of the used list. what names the
+   holders in the log line ("views held", "pushes in flight"). Returns how many. */
+OMC__PRIVATE uint64_t omc__etab_sweep(omc__etab* T, omc_time_ns now, const omc_hooks* log, const char* what) {
+    uint32_t i, next;
+    uint64_t n = 0;
+    for (i = T->used_head; i != OMC__NIL; i = next) {
+        omc__ent* e = &T->ent[i];
+        next = e->next;
+        if (e->state != OMC__ENT_LIVE || !e->expires || now < e->expires) continue;
+        OMC__LOG(log, OMC_LOG_INFO, OMC_LOGITEM_CONN_TTL_RECLAIM, "TTL reclaimed entry %llu (%llu bytes, %u readers left, %u %s)",
+                 (unsigned long long)omc__etab_id(T, i), (unsigned long long)e->size, e->readers_left, e->holds, what);
+        omc__etab_retire(T, i);
         n++;
     }
-    L->next_sweep = now + 100000000LL;  /* at most every 100 ms from the hot path */
-    if (n) omc__add(&L->conn->ttl_reclaims, n);
     return n;
 }
 
-OMC__PRIVATE void omc__local_maybe_sweep(omc__local* L) {
-    omc_time_ns now = omc_now_ns();
-    if (now >= L->next_sweep) omc__local_sweep_locked(L, now);
+/* Retire every LIVE entry (close). */
+OMC__PRIVATE void omc__etab_retire_all(omc__etab* T) {
+    uint32_t i, next;
+    for (i = T->used_head; i != OMC__NIL; i = next) {
+        next = T->ent[i].next;
+        if (T->ent[i].state == OMC__ENT_LIVE) omc__etab_retire(T, i);
+    }
 }
+
+/* ---- the payload-staging opening every owner's put shares ---- */
+
+/* Where a put's bytes go: a zero-copy buffer must be a live range of this pool (and not one of
+   another connector's views); a copy-path payload gets a new range (get_range may reclaim
+   first) and its bytes are copied to base + offset. On error nothing is held. */
+typedef omc_result (*omc__range_fn)(void* user, uint64_t size, omc_range* out);
+
+OMC__PRIVATE omc_result omc__stage_payload(omc_pool* pool, uint8_t* base, const omc_payload* p, omc__range_fn get_range, void* user,
+                                           omc_range* range, uint64_t* size) {
+    omc_result r;
+    if (p->buffer) {
+        if (p->buffer->pool != pool || p->buffer->release_fn) return OMC_ERR_INVALID_ARG;
+        r = omc_alloc_check(pool->alloc, p->buffer->range);
+        if (r != OMC_OK) return r;
+        *range = p->buffer->range;
+        *size = p->size ? p->size : p->buffer->size;
+        return OMC_OK;
+    }
+    *size = p->size;
+    r = get_range ? get_range(user, p->size ? p->size : 1, range) : omc_alloc_alloc(pool->alloc, p->size ? p->size : 1, range);
+    if (r != OMC_OK) return r;
+    if (p->size) memcpy(base + range->offset, p->data, (size_t)p->size);
+    return OMC_OK;
+}
+
+/* The put failed after staging: a copied range goes back, a zero-copy buffer stays the caller's. */
+OMC__PRIVATE void omc__unstage_payload(omc_pool* pool, const omc_payload* p, omc_range range) {
+    if (!p->buffer) omc_alloc_free(pool->alloc, range);
+}
+
+/* The put succeeded: a zero-copy buffer now belongs to the entry. */
+OMC__PRIVATE void omc__stage_done(const omc_payload* p) {
+    if (p->buffer) memset(p->buffer, 0, sizeof(*p->buffer));
+}
+
+/* A TTL in ms (0 = the connector's default, < 0 = none) as an absolute expiry (0 = never). */
+OMC__PRIVATE omc_time_ns omc__expiry(int64_t ttl_ms, int64_t default_ms, omc_time_ns now) {
+    int64_t ttl = ttl_ms ? ttl_ms : default_ms;
+    if (ttl <= 0) return 0;
+    return ttl > (INT64_MAX - now) / 1000000LL ? INT64_MAX : now + ttl * 1000000LL;
+}
+
+/* Call sink for every LIVE key, newest first; a result other than OMC_OK stops the walk. */
+OMC__PRIVATE omc_result omc__etab_list(const omc__etab* T, omc__key_sink sink, void* user) {
+    uint32_t i;
+    omc_result r = OMC_OK;
+    for (i = T->used_head; r == OMC_OK && i != OMC__NIL; i = T->ent[i].next)
+        if (T->ent[i].state == OMC__ENT_LIVE) r = sink(T->ent[i].qkey, T->ent[i].qlen, user);
+    return r;
+}
+
+/* ---- the owner: an entry table, its pool and its lock (the same-process and remote
+        connectors are both one of these plus their transport) ---- */
+
+typedef struct omc__owner {
+    omc_conn* conn;
+    omc_pool* pool;
+    pthread_mutex_t mu;                 /* the table */
+    pthread_cond_t* changed;            /* broadcast when a key appears or goes (NULL: none) */
+    omc__etab tab;
+    int64_t default_ttl_ms;
+    omc_time_ns next_sweep;
+    const char* holders;                /* what a hold is, for the TTL log line */
+    int mu_ok;
+} omc__owner;
+
+/* Builds the metadata of a new entry (under mu; nothing else may be touched). */
+typedef omc_result (*omc__meta_fn)(omc__owner* O, uint32_t slot, void* user, omc_meta* meta_out);
+
+OMC__PRIVATE omc_result omc__owner_init(omc__owner* O, omc_conn* conn, omc_pool* pool, int64_t default_ttl_ms, const char* holders) {
+    omc_result r = omc__etab_init(&O->tab, &conn->hooks, pool->alloc, 64, 0);
+    if (r != OMC_OK) return r;
+    if (pthread_mutex_init(&O->mu, NULL) != 0) { omc__etab_uninit(&O->tab); return OMC_ERR_SYSTEM; }
+    O->mu_ok = 1;
+    O->conn = conn;
+    O->pool = pool;
+    O->default_ttl_ms = default_ttl_ms ? default_ttl_ms : OMNICONN_DEFAULT_TTL_MS;
+    O->holders = holders;
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__owner_uninit(omc__owner* O) {
+    omc__etab_uninit(&O->tab);
+    if (O->mu_ok) pthread_mutex_destroy(&O->mu);
+    O->mu_ok = 0;
+}
+
+OMC__PRIVATE void omc__owner_signal(omc__owner* O) { if (O->changed) pthread_cond_broadcast(O->changed); }
+
+OMC__PRIVATE uint64_t omc__owner_sweep_locked(omc__owner* O, omc_time_ns now) {
+    uint64_t n = omc__etab_sweep(&O->tab, now, &O->conn->hooks, O->holders);
+    O->next_sweep = now + 100000000LL;  /* at most every 100 ms from the hot path */
+    if (n) { omc__add(&O->conn->ttl_reclaims, n); omc__owner_signal(O); }
+    return n;
+}
+
+OMC__PRIVATE void omc__owner_maybe_sweep(omc__owner* O) {
+    omc_time_ns now = omc_now_ns();
+    if (now >= O->next_sweep) omc__owner_sweep_locked(O, now);
+}
+
+OMC__PRIVATE uint64_t omc__owner_sweep(omc__owner* O) {
+    uint64_t n;
+    pthread_mutex_lock(&O->mu);
+    n = omc__owner_sweep_locked(O, omc_now_ns());
+    pthread_mutex_unlock(&O->mu);
+    return n;
+}
+
+/* Stage the payload, add the entry, build its metadata with meta (under mu). */
+OMC__PRIVATE omc_result omc__owner_put(omc__owner* O, const char* qkey, uint32_t qlen, const omc_payload* p, uint32_t flags,
+                                       omc__meta_fn meta, void* user, omc_meta* meta_out) {
+    omc_range range;
+    uint64_t size;
+    uint32_t slot;
+    omc_result r = omc__stage_payload(O->pool, O->pool->base, p, NULL, NULL, &range, &size);
+    if (r != OMC_OK) return r;
+    pthread_mutex_lock(&O->mu);
+    omc__owner_maybe_sweep(O);
+    r = omc__etab_add(&O->tab, qkey, qlen, omc__hash64(qkey, qlen), &slot);
+    if (r == OMC_OK) {
+        omc__ent* e = &O->tab.ent[slot];
+        e->range = range;
+        e->size = size;
+        e->flags = flags;
+        e->readers_left = p->readers ? p->readers : 1;
+        e->expires = omc__expiry(p->ttl_ms, O->default_ttl_ms, omc_now_ns());
+        r = meta(O, slot, user, meta_out);
+        if (r == OMC_OK) omc__owner_signal(O);
+        else omc__etab_drop(&O->tab, slot, 1);
+    }
+    pthread_mutex_unlock(&O->mu);
+    if (r != OMC_OK) { omc__unstage_payload(O->pool, p, range); return r; }
+    omc__stage_done(p);
+    return OMC_OK;
+}
+
+/* The LIVE entry of a key that a reader could still take (holds mu), or OMC__NIL. */
+OMC__PRIVATE uint32_t omc__owner_find(omc__owner* O, const char* qkey, uint32_t qlen) {
+    uint32_t slot = omc__etab_find(&O->tab, qkey, qlen, omc__hash64(qkey, qlen));
+    return slot != OMC__NIL && O->tab.ent[slot].readers_left ? slot : OMC__NIL;
+}
+
+OMC__PRIVATE omc_result omc__owner_cleanup(omc__owner* O, const char* qkey, uint32_t qlen) {
+    uint32_t slot;
+    pthread_mutex_lock(&O->mu);
+    slot = omc__etab_find(&O->tab, qkey, qlen, omc__hash64(qkey, qlen));
+    if (slot != OMC__NIL) { omc__etab_retire(&O->tab, slot); omc__owner_signal(O); }
+    pthread_mutex_unlock(&O->mu);
+    return slot != OMC__NIL ? OMC_OK : OMC_ERR_NOT_FOUND;
+}
+
+OMC__PRIVATE omc_result omc__owner_exists(omc__owner* O, const char* qkey, uint32_t qlen) {
+    uint32_t slot;
+    pthread_mutex_lock(&O->mu);
+    omc__owner_maybe_sweep(O);
+    slot = omc__owner_find(O, qkey, qlen);
+    pthread_mutex_unlock(&O->mu);
+    return slot != OMC__NIL ? OMC_OK : OMC_ERR_NOT_FOUND;
+}
+
+/* list: keys with reads left only (what a get could still take). */
+typedef struct omc__owner_list_ctx { omc__owner* O; omc__key_sink sink; void* user; } omc__owner_list_ctx;
+
+static omc_result omc__owner_list_filter(const char* qkey, uint32_t qlen, void* user) {
+    omc__owner_list_ctx* x = (omc__owner_list_ctx*)user;
+    return omc__owner_find(x->O, qkey, qlen) != OMC__NIL ? x->sink(qkey, qlen, x->user) : OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__owner_list(omc__owner* O, omc__key_sink sink, void* user) {
+    omc__owner_list_ctx x;
+    omc_result r;
+    x.O = O;
+    x.sink = sink;
+    x.user = user;
+    pthread_mutex_lock(&O->mu);
+    omc__owner_maybe_sweep(O);
+    r = omc__etab_list(&O->tab, omc__owner_list_filter, &x);
+    pthread_mutex_unlock(&O->mu);
+    return r;
+}
+
+/* Puts not yet consumed (TTL applied first); health's live_entries and wait_consumed. */
+OMC__PRIVATE uint64_t omc__owner_live(omc__owner* O) {
+    uint64_t n;
+    pthread_mutex_lock(&O->mu);
+    omc__owner_maybe_sweep(O);
+    n = O->tab.live;
+    pthread_mutex_unlock(&O->mu);
+    return n;
+}
+
+OMC__PRIVATE void omc__owner_health(omc__owner* O, omc_health* h) {
+    omc_alloc_stats st;
+    h->live_entries = omc__owner_live(O);
+    omc_alloc_get_stats(O->pool->alloc, &st);
+    h->pool_capacity = st.capacity;
+    h->pool_in_use = st.bytes_in_use;
+}
+
+OMC__PRIVATE void omc__owner_close(omc__owner* O) {
+    pthread_mutex_lock(&O->mu);
+    omc__etab_retire_all(&O->tab);      /* holds still out keep their ranges until they end */
+    omc__owner_signal(O);
+    pthread_mutex_unlock(&O->mu);
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the same-process connector                                         */
+/* ============================================================================================== */
+/*
+    An owner (the entry table above, its pool and lock) and one condition variable that wakes
+    metadata-less getters when a key appears. A view handed out by get holds its entry: the
+    range outlives a retire until the view is released.
+*/
+
+typedef struct omc__local {
+    omc__owner own;
+    pthread_cond_t cv;
+} omc__local;
 
 static omc_result omc__local_release(omc_buffer* b) {
     omc__local* L = (omc__local*)b->owner;
     omc_conn* c;
-    omc__local_entry* e;
+    uint32_t slot;
     omc_result r = OMC_OK;
     if (!L) return OMC_ERR_INVALID_ARG;
-    c = L->conn;
-    pthread_mutex_lock(&L->mu);
-    e = omc__local_by_id(L, b->cookie[0]);
-    if (!e || e->views == 0) r = OMC_ERR_STALE;     /* a copy of a handle already released */
-    else {
-        e->views--;
-        if (!e->in_keys && e->views == 0) omc__local_free_entry(L, e);
-    }
-    pthread_mutex_unlock(&L->mu);
+    c = L->own.conn;
+    pthread_mutex_lock(&L->own.mu);
+    slot = omc__etab_by_id(&L->own.tab, b->cookie[0]);
+    if (slot == OMC__NIL || L->own.tab.ent[slot].holds == 0) r = OMC_ERR_STALE;     /* a copy of a handle already released */
+    else omc__etab_unhold(&L->own.tab, slot);
+    pthread_mutex_unlock(&L->own.mu);
     if (r != OMC_OK) {
         OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_ALLOC_BAD_FREE, "release of a view that is no longer held");
         return r;
@@ -3144,212 +3548,111 @@ static omc_result omc__local_release(omc_buffer* b) {
     return OMC_OK;
 }
 
+/* Metadata body (16 bytes): u64 entry id, u32 pool generation of the range, u32 0. */
+static omc_result omc__local_meta(omc__owner* O, uint32_t slot, void* user, omc_meta* meta_out) {
+    const omc__ent* e = &O->tab.ent[slot];
+    uint8_t* body;
+    omc_result r = omc__meta_begin(OMC_TRANSPORT_LOCAL, e->flags & OMC_BUFFER_FRAME ? OMC_META_FLAG_FRAME : 0, e->size, e->qkey, e->qlen,
+                                   16, meta_out, &body);
+    (void)user;
+    if (r != OMC_OK) return r;
+    omc__put_u64(body, omc__etab_id(&O->tab, slot));
+    omc__put_u32(body + 8, e->range.generation);
+    omc__put_u32(body + 12, 0);
+    omc__meta_seal(meta_out);
+    return OMC_OK;
+}
+
 static omc_result omc__local_put(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out) {
     omc__local* L = (omc__local*)c->impl;
-    omc__local_entry* e;
-    omc_range range;
-    uint64_t size;
-    uint8_t* body;
-    omc_result r;
-    int64_t ttl = p->ttl_ms ? p->ttl_ms : L->default_ttl_ms;
-    if (p->buffer) {    /* zero copy: the buffer must be a live range of our own pool */
-        if (p->buffer->pool != L->pool || p->buffer->release_fn) return OMC_ERR_INVALID_ARG;
-        r = omc_alloc_check(L->pool->alloc, p->buffer->range);
-        if (r != OMC_OK) return r;
-        range = p->buffer->range;
-        size = p->size ? p->size : p->buffer->size;
-    } else {
-        size = p->size;
-        r = omc_alloc_alloc(L->pool->alloc, size ? size : 1, &range);
-        if (r != OMC_OK) return r;
-        if (size) memcpy(L->pool->base + range.offset, p->data, (size_t)size);
-    }
-    e = (omc__local_entry*)omc__calloc(&c->hooks, sizeof(omc__local_entry));
-    if (!e) { if (!p->buffer) omc_alloc_free(L->pool->alloc, range); return OMC_ERR_NO_MEMORY; }
-    e->range = range;
-    e->size = size;
-    e->flags = (p->flags & OMC_PAYLOAD_FRAME) ? OMC_BUFFER_FRAME : 0;
-    e->readers_left = p->readers ? p->readers : 1;
-    if (e->readers_left > 1) e->flags |= OMC_BUFFER_READONLY;
-    e->expires = ttl > 0 ? omc_deadline_after_ms(ttl) : 0;
-    e->qlen = qlen;
-    memcpy(e->qkey, qkey, qlen);
-    pthread_mutex_lock(&L->mu);
-    omc__local_maybe_sweep(L);
-    e->id = ++L->next_id;
-    r = omc__smap_put(&L->keys, &c->hooks, qkey, qlen, e);
-    if (r == OMC_OK) {
-        r = omc__smap_put(&L->ids, &c->hooks, (const char*)&e->id, sizeof(e->id), e);
-        if (r != OMC_OK) omc__smap_del(&L->keys, &c->hooks, qkey, qlen);
-    }
-    if (r == OMC_OK) {
-        e->in_keys = 1;
-        r = omc__meta_begin(OMC_TRANSPORT_LOCAL, e->flags & OMC_BUFFER_FRAME ? OMC_META_FLAG_FRAME : 0, size, qkey, qlen, 16, meta_out, &body);
-        if (r == OMC_OK) {
-            omc__put_u64(body, e->id);
-            omc__put_u32(body + 8, range.generation);
-            omc__put_u32(body + 12, 0);
-            omc__meta_seal(meta_out);
-            pthread_cond_broadcast(&L->cv);
-        } else {
-            omc__smap_del(&L->keys, &c->hooks, qkey, qlen);
-            omc__smap_del(&L->ids, &c->hooks, (const char*)&e->id, sizeof(e->id));
-        }
-    }
-    pthread_mutex_unlock(&L->mu);
-    if (r != OMC_OK) {
-        if (!p->buffer) omc_alloc_free(L->pool->alloc, range);
-        omc__free(&c->hooks, e);
-        return r;
-    }
-    if (p->buffer) memset(p->buffer, 0, sizeof(*p->buffer));  /* ownership moved to the entry */
-    return OMC_OK;
+    uint32_t flags = (p->flags & OMC_PAYLOAD_FRAME) ? OMC_BUFFER_FRAME : 0;
+    if (p->readers > 1) flags |= OMC_BUFFER_READONLY;
+    return omc__owner_put(&L->own, qkey, qlen, p, flags, omc__local_meta, NULL, meta_out);
 }
 
 static omc_result omc__local_get(omc_conn* c, const char* qkey, uint32_t qlen, const omc_meta_info* meta,
                                  omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
     omc__local* L = (omc__local*)c->impl;
-    omc__local_entry* e;
+    omc__etab* T = &L->own.tab;
+    uint64_t hash = omc__hash64(qkey, qlen), want_id = 0;
+    uint32_t slot = OMC__NIL;
     omc_result r = OMC_OK;
-    uint64_t want_id = 0;
     if (meta) {
         if (meta->body_len != 16) return OMC_ERR_MALFORMED;
         want_id = omc__get_u64(meta->body);
     }
-    pthread_mutex_lock(&L->mu);
+    pthread_mutex_lock(&L->own.mu);
     for (;;) {
         if (omc__load(&c->closed)) { r = OMC_ERR_CLOSED; break; }
-        omc__local_maybe_sweep(L);
-        e = (omc__local_entry*)omc__smap_get(&L->keys, qkey, qlen);
-        if (e) {
-            if (want_id && e->id != want_id) r = want_id < e->id ? OMC_ERR_STALE : OMC_ERR_NOT_FOUND;
+        omc__owner_maybe_sweep(&L->own);
+        slot = omc__etab_find(T, qkey, qlen, hash);
+        if (slot != OMC__NIL) {
+            uint64_t id = omc__etab_id(T, slot);
+            if (want_id && id != want_id) r = want_id < id ? OMC_ERR_STALE : OMC_ERR_NOT_FOUND;
             break;
         }
         /* with metadata the put already happened: absent means consumed, cleaned up or expired */
         if (meta) { r = OMC_ERR_NOT_FOUND; break; }
         if (deadline != OMC_WAIT_FOREVER && omc_now_ns() >= deadline) { r = OMC_ERR_TIMEOUT; break; }
-        omc__cond_wait_until(&L->cv, &L->mu, deadline);
+        omc__cond_wait_until(&L->cv, &L->own.mu, deadline);
     }
-    if (r == OMC_OK && max_size && e->size > max_size) { out->size = e->size; r = OMC_ERR_TOO_LARGE; }
+    if (r == OMC_OK && max_size && T->ent[slot].size > max_size) { out->size = T->ent[slot].size; r = OMC_ERR_TOO_LARGE; }
     if (r == OMC_OK) {
-        e->views++;
-        if (--e->readers_left == 0) omc__local_retire(L, e);   /* views > 0: stays allocated */
-        out->data = L->pool->base + e->range.offset;
+        omc__ent* e = &T->ent[slot];
+        e->holds++;
+        out->data = L->own.pool->base + e->range.offset;
         out->size = e->size;
-        out->pool = L->pool;
+        out->pool = L->own.pool;
         out->range = e->range;
         out->flags = e->flags;
         out->release_fn = omc__local_release;
         out->owner = L;
-        out->cookie[0] = e->id;
+        out->cookie[0] = omc__etab_id(T, slot);
+        if (--e->readers_left == 0) omc__etab_retire(T, slot);     /* held: stays allocated */
         omc__conn_ref(c);
     }
-    pthread_mutex_unlock(&L->mu);
+    pthread_mutex_unlock(&L->own.mu);
     return r;
 }
 
 static omc_result omc__local_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
-    omc__local* L = (omc__local*)c->impl;
-    return omc_pool_alloc_buffer_wait(L->pool, size, deadline, out);
+    return omc_pool_alloc_buffer_wait(((omc__local*)c->impl)->own.pool, size, deadline, out);
 }
-
 static omc_result omc__local_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) {
-    omc__local* L = (omc__local*)c->impl;
-    omc__local_entry* e;
-    pthread_mutex_lock(&L->mu);
-    e = (omc__local_entry*)omc__smap_get(&L->keys, qkey, qlen);
-    if (e) omc__local_retire(L, e);
-    pthread_mutex_unlock(&L->mu);
-    return e ? OMC_OK : OMC_ERR_NOT_FOUND;
+    return omc__owner_cleanup(&((omc__local*)c->impl)->own, qkey, qlen);
 }
-
-static void omc__local_health(omc_conn* c, omc_health* h) {
-    omc__local* L = (omc__local*)c->impl;
-    omc_alloc_stats st;
-    pthread_mutex_lock(&L->mu);
-    h->live_entries = L->keys.count;
-    pthread_mutex_unlock(&L->mu);
-    omc_alloc_get_stats(L->pool->alloc, &st);
-    h->pool_capacity = st.capacity;
-    h->pool_in_use = st.bytes_in_use;
+static void omc__local_health(omc_conn* c, omc_health* h) { omc__owner_health(&((omc__local*)c->impl)->own, h); }
+static uint64_t omc__local_sweep(omc_conn* c) { return omc__owner_sweep(&((omc__local*)c->impl)->own); }
+static void omc__local_close(omc_conn* c) { omc__owner_close(&((omc__local*)c->impl)->own); }
+static omc_result omc__local_exists(omc_conn* c, const char* qkey, uint32_t qlen) {
+    return omc__owner_exists(&((omc__local*)c->impl)->own, qkey, qlen);
 }
-
-static uint64_t omc__local_sweep(omc_conn* c) {
-    omc__local* L = (omc__local*)c->impl;
-    uint64_t n;
-    pthread_mutex_lock(&L->mu);
-    n = omc__local_sweep_locked(L, omc_now_ns());
-    pthread_mutex_unlock(&L->mu);
-    return n;
+static omc_result omc__local_list(omc_conn* c, omc__key_sink sink, void* user) {
+    return omc__owner_list(&((omc__local*)c->impl)->own, sink, user);
 }
-
-static void omc__local_close(omc_conn* c) {
-    omc__local* L = (omc__local*)c->impl;
-    uint32_t it;
-    void* v;
-    pthread_mutex_lock(&L->mu);
-    for (;;) {      /* retire every entry; views still out keep theirs until released */
-        it = 0;
-        if (!omc__smap_next(&L->keys, &it, NULL, NULL, &v)) break;
-        omc__local_retire(L, (omc__local_entry*)v);
-    }
-    pthread_cond_broadcast(&L->cv);     /* waiting getters see closed and leave */
-    pthread_mutex_unlock(&L->mu);
-}
+static uint64_t omc__local_pending(omc_conn* c) { return omc__owner_live(&((omc__local*)c->impl)->own); }
 
 static void omc__local_destroy(omc_conn* c) {
     omc__local* L = (omc__local*)c->impl;
-    omc__smap_free(&L->keys, &c->hooks);
-    omc__smap_free(&L->ids, &c->hooks);
-    omc_pool_destroy(L->pool);
-    pthread_mutex_destroy(&L->mu);
+    omc__owner_uninit(&L->own);
+    omc_pool_destroy(L->own.pool);
     pthread_cond_destroy(&L->cv);
     omc__free(&c->hooks, L);
 }
 
-/* ---- [issue 6 PROPOSAL] exists / list (LMCache-style) for the same-process connector ----------
-   The two calls docs/pipeline.md proposes to add to omc__conn_vtable. Until the contract adopts
-   them, omniconn_pipeline.h calls these two directly for this connector (same translation unit)
-   and answers OMC_ERR_UNAVAILABLE for the others. They see exactly what get would: a key is live
-   until its last reader took it, or cleanup / TTL / close retired it. The sink runs under the
-   connector's lock (it must not call back into the connector); a result other than OMC_OK stops
-   the walk and is returned. */
-typedef omc_result (*omc__key_sink)(const char* qkey, uint32_t qlen, void* user);
-
-OMC__PRIVATE omc_result omc__local_exists(omc_conn* c, const char* qkey, uint32_t qlen) {
-    omc__local* L = (omc__local*)c->impl;
-    int found;
-    pthread_mutex_lock(&L->mu);
-    omc__local_maybe_sweep(L);
-    found = omc__smap_get(&L->keys, qkey, qlen) != NULL;
-    pthread_mutex_unlock(&L->mu);
-    return found ? OMC_OK : OMC_ERR_NOT_FOUND;
-}
-
-OMC__PRIVATE omc_result omc__local_list(omc_conn* c, omc__key_sink sink, void* user) {
-    omc__local* L = (omc__local*)c->impl;
-    uint32_t it = 0, len;
-    const char* k;
-    omc_result r = OMC_OK;
-    pthread_mutex_lock(&L->mu);
-    omc__local_maybe_sweep(L);
-    while (r == OMC_OK && omc__smap_next(&L->keys, &it, &k, &len, NULL)) r = sink(k, len, user);
-    pthread_mutex_unlock(&L->mu);
-    return r;
-}
-/* ---- [end issue 6 PROPOSAL] ------------------------------------------------------------------ */
-
 static const omc__conn_vtable omc__local_vtable = {
     OMC_TRANSPORT_LOCAL, omc__local_put, omc__local_get, omc__local_alloc, omc__local_cleanup,
-    omc__local_health, omc__local_sweep, omc__local_close, omc__local_destroy
+    omc__local_health, omc__local_sweep, omc__local_close, omc__local_destroy,
+    omc__local_exists, omc__local_list, omc__local_pending
 };
 
 OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** out) {
     omc_local_desc d;
     omc_hooks hooks;
     omc_pool_desc pd;
+    omc_pool* pool = NULL;
     omc__local* L;
-    omc_conn* c;
+    omc_conn* c = NULL;
     omc_result r;
     if (!out) return OMC_ERR_INVALID_ARG;
     *out = NULL;
@@ -3362,24 +3665,18 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     pd.alignment = d.alignment;
     pd.thread_safe = 1;
     pd.hooks = hooks;
-    r = omc_pool_create(&pd, &L->pool);
-    if (r != OMC_OK) { omc__free(&hooks, L); return r; }
-    if (pthread_mutex_init(&L->mu, NULL) != 0 || omc__cond_init_monotonic(&L->cv) != 0) {
-        omc_pool_destroy(L->pool);
-        omc__free(&hooks, L);
-        return OMC_ERR_SYSTEM;
-    }
-    L->default_ttl_ms = d.default_ttl_ms ? d.default_ttl_ms : OMNICONN_DEFAULT_TTL_MS;
-    r = omc__conn_create(&hooks, &omc__local_vtable, d.role, &c);
+    r = omc_pool_create(&pd, &pool);
+    if (r == OMC_OK) r = omc__conn_create(&hooks, &omc__local_vtable, d.role, &c);
+    if (r == OMC_OK) r = omc__owner_init(&L->own, c, pool, d.default_ttl_ms, "views held");
+    if (r == OMC_OK && omc__cond_init_monotonic(&L->cv) != 0) { omc__owner_uninit(&L->own); r = OMC_ERR_SYSTEM; }
     if (r != OMC_OK) {
-        omc_pool_destroy(L->pool);
-        pthread_mutex_destroy(&L->mu);
-        pthread_cond_destroy(&L->cv);
+        if (c) { pthread_mutex_destroy(&c->err_mu); omc__free(&hooks, c); }
+        if (pool) omc_pool_destroy(pool);
         omc__free(&hooks, L);
         return r;
     }
+    L->own.changed = &L->cv;
     c->impl = L;
-    L->conn = c;
     *out = c;
     return OMC_OK;
 }
@@ -4974,18 +5271,17 @@ OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KE
       run on workers and the listener stays responsive to HELLO, QUERY and ABORT while gigabytes
       move. Workers never touch the ROUTER: they queue their results and wake the listener
       through an eventfd it polls.
-    Entries. Like the same-process connector: a key table and an id table under one mutex. An
-    entry has readers_left (pulls that may still start) and pins (pushes in flight). A PULL
-    reserves a reader and pins the entry; success keeps the reader used, failure gives it back;
-    the entry leaves the key table when its last reader succeeded (or by cleanup/TTL/close) and
-    its range is freed only when, in addition, no push pins it - so a TTL never frees bytes a
-    push is reading.
+    Entries. The owner's entry table of the core, under one mutex. An entry has readers_left
+    (pulls that may still start) and holds (pushes in flight). A PULL reserves a reader and
+    holds the entry; success keeps the reader used, failure gives it back; the entry leaves the
+    index when its last reader succeeded (or by cleanup/TTL/close) and its range is freed only
+    when, in addition, no push holds it - so a TTL never frees bytes a push is reading.
     Receivers. A peer per sender endpoint (registered by name, or learned from metadata), each
     with a cache of idle channels. A channel is one DEALER socket plus the data plane's
     per-channel state (TCP: one data connection); a get checks one out, uses it alone, and
     checks it back in only if nothing went wrong. A reply carries the transfer id and sequence
     number of its request, so a late answer to an abandoned request is recognised and dropped.
-    Locks: N->mu (entries), N->job_mu (jobs), N->peer_mu (peers, channel caches), the TCP
+    Locks: N->own.mu (entries), N->job_mu (jobs), N->peer_mu (peers, channel caches), the TCP
     plane's mu (data connections). No code path holds two of them.
 */
 
@@ -4997,26 +5293,13 @@ OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KE
 #define OMC__NET_REQUERY_MS  5          /* at least this between two QUERYs to one sender */
 #define OMC__NET_MON_EVENTS  (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
 
-typedef struct omc__net_entry {
-    uint64_t id;
-    omc_range range;
-    uint64_t size;
-    uint32_t flags;                     /* OMC_BUFFER_FRAME */
-    uint32_t readers_left;              /* pulls that may still start */
-    uint32_t pins;                      /* pushes in flight */
-    int in_keys;
-    omc_time_ns expires;                /* 0 = never */
-    uint32_t qlen;
-    char qkey[OMC_KEY_MAX];
-} omc__net_entry;
-
 typedef struct omc__net omc__net;
 
 /* One PULL being served: created by the listener, pushed by a worker, answered by the listener. */
 typedef struct omc__net_job {
     struct omc__net_job* next;          /* in the queue or the completion list */
     struct omc__net_job* next_live;     /* every job not yet answered (listener only) */
-    omc__net_entry* entry;              /* pinned until commit (not to be touched after it) */
+    uint32_t slot;                      /* the entry, held (pinned) until commit */
     const uint8_t* src;                 /* the entry's bytes and range, copied while pinned */
     omc_range range;
     uint64_t size;
@@ -5090,7 +5373,6 @@ struct omc__net {
     omc__dataplane planes[OMC__DP_MAX]; /* [0] is TCP */
     uint32_t nplanes, caps;
     omc__tcp_plane tcp;
-    int64_t default_ttl_ms;
     uint32_t max_idle;
     uint64_t next_xfer;                 /* atomic */
     /* sender */
@@ -5108,10 +5390,7 @@ struct omc__net {
     pthread_t* workers;
     uint32_t nworkers, workers_started;
     int stop;                           /* atomic */
-    pthread_mutex_t mu;                 /* entries */
-    omc__smap keys, ids;
-    uint64_t next_id;
-    omc_time_ns next_sweep;
+    omc__owner own;                     /* the entries (holds = pushes in flight) and their lock */
     uint32_t held_count;                /* atomic (changed under mu, read anywhere) */
     omc__net_held* held;                /* listener only */
     omc__net_job* live;                 /* listener only */
@@ -5135,7 +5414,7 @@ struct omc__net {
     uint32_t npeers;
     omc__smap peers_by_name, peers_by_ep;
     uint64_t next_mon;                  /* atomic */
-    int mu_ok, job_ok, peer_ok, tcp_ok;
+    int job_ok, peer_ok, tcp_ok;
 };
 
 OMC__PRIVATE int omc__net_closed(omc__net* N) { return omc__load(&N->conn->closed) != 0; }
@@ -5168,48 +5447,6 @@ OMC__PRIVATE void omc__net_wake(omc__net* N) {
     uint64_t one = 1;
     ssize_t k = write(N->wake_fd, &one, sizeof(one));
     (void)k;    /* a full counter still wakes the listener */
-}
-
-OMC__PRIVATE void omc__net_entry_free(omc__net* N, omc__net_entry* e) {
-    omc_alloc_free(N->pool->alloc, e->range);
-    omc__smap_del(&N->ids, &N->conn->hooks, (const char*)&e->id, sizeof(e->id));
-    omc__free(&N->conn->hooks, e);
-}
-
-/* Out of the key table (no new pulls); freed now unless a push still reads it. Holds mu. */
-OMC__PRIVATE void omc__net_retire(omc__net* N, omc__net_entry* e) {
-    if (e->in_keys) {
-        omc__smap_del(&N->keys, &N->conn->hooks, e->qkey, e->qlen);
-        e->in_keys = 0;
-    }
-    if (e->pins == 0) omc__net_entry_free(N, e);
-}
-
-OMC__PRIVATE uint64_t omc__net_sweep_locked(omc__net* N, omc_time_ns now) {
-    uint64_t n = 0;
-    for (;;) {      /* collect first: retiring deletes from the table we iterate */
-        omc__net_entry* victim = NULL;
-        uint32_t it = 0;
-        void* v;
-        while (omc__smap_next(&N->keys, &it, NULL, NULL, &v)) {
-            omc__net_entry* e = (omc__net_entry*)v;
-            if (e->expires && now >= e->expires) { victim = e; break; }
-        }
-        if (!victim) break;
-        OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_CONN_TTL_RECLAIM,
-                 "TTL reclaimed entry %llu (%llu bytes, %u readers left, %u pushes in flight keep it until they end)",
-                 (unsigned long long)victim->id, (unsigned long long)victim->size, victim->readers_left, victim->pins);
-        omc__net_retire(N, victim);
-        n++;
-    }
-    N->next_sweep = now + 100000000LL;
-    if (n) omc__add(&N->conn->ttl_reclaims, n);
-    return n;
-}
-
-OMC__PRIVATE void omc__net_maybe_sweep(omc__net* N) {
-    omc_time_ns now = omc_now_ns();
-    if (now >= N->next_sweep) omc__net_sweep_locked(N, now);
 }
 
 /* Send one reply on the ROUTER (listener thread only). A receiver that is gone or not reading
@@ -5254,15 +5491,14 @@ OMC__PRIVATE void omc__net_reply_error(omc__net* N, const uint8_t* rid, uint32_t
    worker or the listener, or by the connector after a plane that does not call it. */
 OMC__PRIVATE void omc__net_commit_job(omc__net_job* j) {
     omc__net* N = j->owner;
-    omc__net_entry* e = j->entry;       /* may be freed once this returns: not used after */
+    omc__ent* e;
     if (j->committed) return;
     j->committed = 1;
-    pthread_mutex_lock(&N->mu);
-    e->pins--;
-    if (e->in_keys) {
-        if (e->readers_left == 0 && e->pins == 0) omc__net_retire(N, e);      /* all read */
-    } else if (e->pins == 0) omc__net_entry_free(N, e);    /* retired (TTL, cleanup) while pushed */
-    pthread_mutex_unlock(&N->mu);
+    pthread_mutex_lock(&N->own.mu);
+    e = &N->own.tab.ent[j->slot];
+    if (e->state == OMC__ENT_LIVE && e->readers_left == 0 && e->holds == 1) omc__etab_unindex(&N->own.tab, j->slot);   /* all read */
+    omc__etab_unhold(&N->own.tab, j->slot);     /* frees it if retired (read, TTL, cleanup) and no push remains */
+    pthread_mutex_unlock(&N->own.mu);
 }
 
 static void omc__net_commit(const omc__dp_push* p) { omc__net_commit_job((omc__net_job*)p->commit_ctx); }
@@ -5293,11 +5529,10 @@ OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
         omc__net_commit_job(j);     /* no-op if the plane committed */
         j->result = OMC_OK;
     } else {
-        pthread_mutex_lock(&N->mu);
-        j->entry->pins--;
-        j->entry->readers_left++;   /* a failed pull does not use up a reader */
-        if (!j->entry->in_keys && j->entry->pins == 0) omc__net_entry_free(N, j->entry);
-        pthread_mutex_unlock(&N->mu);
+        pthread_mutex_lock(&N->own.mu);
+        N->own.tab.ent[j->slot].readers_left++;    /* a failed pull does not use up a reader */
+        omc__etab_unhold(&N->own.tab, j->slot);
+        pthread_mutex_unlock(&N->own.mu);
     }
     omc__sub(&N->pushes_in_flight, 1u);
     if (j->result == OMC_OK) {
@@ -5361,10 +5596,11 @@ OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t ri
 
 /* Fill a QUERY_REPLY from a live entry (holds mu); 0 if the key has nothing to pull now. */
 OMC__PRIVATE int omc__net_lookup_locked(omc__net* N, const char* qkey, uint32_t qlen, omc__wire* m) {
-    omc__net_entry* e = (omc__net_entry*)omc__smap_get(&N->keys, qkey, qlen);
+    uint32_t slot = omc__etab_find(&N->own.tab, qkey, qlen, omc__hash64(qkey, qlen));
+    const omc__ent* e = slot != OMC__NIL ? &N->own.tab.ent[slot] : NULL;
     if (!e || e->readers_left == 0) return 0;
     m->type = OMC__MSG_QUERY_REPLY;
-    m->entry_id = e->id;
+    m->entry_id = omc__etab_id(&N->own.tab, slot);
     m->size = e->size;
     m->pflags = e->flags & OMC_BUFFER_FRAME;
     m->readers_left = e->readers_left;
@@ -5379,8 +5615,8 @@ OMC__PRIVATE void omc__net_on_query(omc__net* N, const uint8_t* rid, uint32_t ri
     m.xfer = in->xfer;
     m.seq = in->seq;
     if (in->wait_ms) h = (omc__net_held*)omc__calloc(&N->conn->hooks, sizeof(omc__net_held));
-    pthread_mutex_lock(&N->mu);
-    omc__net_maybe_sweep(N);
+    pthread_mutex_lock(&N->own.mu);
+    omc__owner_maybe_sweep(&N->own);
     found = omc__net_lookup_locked(N, in->key, in->key_len, &m);
     if (!found && h && N->held_count < OMC__NET_MAX_HELD) {
         /* counted under mu: a put that misses this query's lookup sees the count and wakes us */
@@ -5389,7 +5625,7 @@ OMC__PRIVATE void omc__net_on_query(omc__net* N, const uint8_t* rid, uint32_t ri
         omc__free(&N->conn->hooks, h);
         h = NULL;
     }
-    pthread_mutex_unlock(&N->mu);
+    pthread_mutex_unlock(&N->own.mu);
     if (found) { omc__net_reply(N, rid, rid_len, &m); return; }
     if (!h) { m.type = OMC__MSG_NOT_FOUND; omc__net_reply(N, rid, rid_len, &m); return; }
     h->xfer = in->xfer;
@@ -5413,9 +5649,9 @@ OMC__PRIVATE void omc__net_answer_held(omc__net* N, omc_time_ns now) {
         memset(&m, 0, sizeof(m));
         m.xfer = h->xfer;
         m.seq = h->seq;
-        pthread_mutex_lock(&N->mu);
+        pthread_mutex_lock(&N->own.mu);
         found = omc__net_lookup_locked(N, h->qkey, h->qlen, &m);
-        pthread_mutex_unlock(&N->mu);
+        pthread_mutex_unlock(&N->own.mu);
         if (!found && now < h->expires) { pp = &h->next; continue; }
         if (!found) m.type = OMC__MSG_NOT_FOUND;
         omc__net_reply(N, h->rid, h->rid_len, &m);
@@ -5427,7 +5663,9 @@ OMC__PRIVATE void omc__net_answer_held(omc__net* N, omc_time_ns now) {
 
 OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
     const omc__dataplane* dp = NULL;
-    omc__net_entry* e;
+    omc__ent* e = NULL;
+    uint64_t id = 0;
+    uint32_t slot;
     omc__net_job* job;
     omc_result r = OMC_OK;
     uint64_t detail = 0;
@@ -5448,21 +5686,22 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
         omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, OMC_ERR_NO_MEMORY, 0, "sender out of memory");
         return;
     }
-    pthread_mutex_lock(&N->mu);
-    omc__net_maybe_sweep(N);
-    e = (omc__net_entry*)omc__smap_get(&N->keys, in->key, in->key_len);
+    pthread_mutex_lock(&N->own.mu);
+    omc__owner_maybe_sweep(&N->own);
+    slot = omc__etab_find(&N->own.tab, in->key, in->key_len, omc__hash64(in->key, in->key_len));
+    if (slot != OMC__NIL) { e = &N->own.tab.ent[slot]; id = omc__etab_id(&N->own.tab, slot); }
     if (!e || e->readers_left == 0) r = OMC_ERR_NOT_FOUND;
-    else if (in->entry_id && e->id != in->entry_id) r = in->entry_id < e->id ? OMC_ERR_STALE : OMC_ERR_NOT_FOUND;
+    else if (in->entry_id && id != in->entry_id) r = in->entry_id < id ? OMC_ERR_STALE : OMC_ERR_NOT_FOUND;
     else if (e->size > in->capacity) { r = OMC_ERR_TOO_LARGE; detail = e->size; }
     else {
         e->readers_left--;      /* reserved: a concurrent PULL cannot take the same reader */
-        e->pins++;              /* and the bytes stay put until the push ends */
-        job->entry = e;
+        e->holds++;             /* and the bytes stay put until the push ends */
+        job->slot = slot;
         job->size = e->size;
         job->src = N->pool->base + e->range.offset;
         job->range = e->range;
     }
-    pthread_mutex_unlock(&N->mu);
+    pthread_mutex_unlock(&N->own.mu);
     if (r != OMC_OK) {
         omc__free(&N->conn->hooks, job);
         omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, r, detail, "%s", omc_result_str(r));
@@ -5709,9 +5948,9 @@ static void* omc__net_listener_main(void* arg) {
         backlog = (N->items[1].revents || backlog || omc__zmq_readable(N->router)) ? omc__net_read_router(N) : 0;
         omc__tcp_serve(&N->tcp, N->items + fixed, N->who + fixed, ntcp);
         omc__net_answer_held(N, omc_now_ns());
-        pthread_mutex_lock(&N->mu);
-        omc__net_maybe_sweep(N);
-        pthread_mutex_unlock(&N->mu);
+        pthread_mutex_lock(&N->own.mu);
+        omc__owner_maybe_sweep(&N->own);
+        pthread_mutex_unlock(&N->own.mu);
     }
     return NULL;
 }
@@ -6420,64 +6659,24 @@ OMC__PRIVATE omc_result omc__net_find(omc__net* N, const char* only, const char*
 /* [SECTION] Implementation: the remote connector - the contract                                 */
 /* ============================================================================================== */
 
+/* Metadata body: see "the remote connector" in the wire formats. */
+static omc_result omc__net_make_meta(omc__owner* O, uint32_t slot, void* user, omc_meta* meta_out) {
+    omc__net* N = (omc__net*)user;
+    const omc__ent* e = &O->tab.ent[slot];
+    uint8_t* body;
+    omc_result r = omc__meta_begin(N->vt.transport, e->flags & OMC_BUFFER_FRAME ? OMC_META_FLAG_FRAME : 0, e->size, e->qkey, e->qlen,
+                                   omc__net_meta_body_size(N->host), meta_out, &body);
+    if (r != OMC_OK) return r;
+    omc__net_meta_body_encode(body, omc__etab_id(&O->tab, slot), N->port, N->caps, N->host);
+    omc__meta_seal(meta_out);
+    return OMC_OK;
+}
+
 static omc_result omc__net_put(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out) {
     omc__net* N = (omc__net*)c->impl;
-    omc__net_entry* e;
-    omc_range range;
-    uint64_t size;
-    uint8_t* body;
-    omc_result r;
-    int64_t ttl = p->ttl_ms ? p->ttl_ms : N->default_ttl_ms;
-    if (p->buffer) {    /* zero copy: the buffer must be a live range of our own pool */
-        if (p->buffer->pool != N->pool || p->buffer->release_fn) return OMC_ERR_INVALID_ARG;
-        r = omc_alloc_check(N->pool->alloc, p->buffer->range);
-        if (r != OMC_OK) return r;
-        range = p->buffer->range;
-        size = p->size ? p->size : p->buffer->size;
-    } else {
-        size = p->size;
-        r = omc_alloc_alloc(N->pool->alloc, size ? size : 1, &range);
-        if (r != OMC_OK) return r;
-        if (size) memcpy(N->pool->base + range.offset, p->data, (size_t)size);
-    }
-    e = (omc__net_entry*)omc__calloc(&c->hooks, sizeof(omc__net_entry));
-    if (!e) { if (!p->buffer) omc_alloc_free(N->pool->alloc, range); return OMC_ERR_NO_MEMORY; }
-    e->range = range;
-    e->size = size;
-    e->flags = (p->flags & OMC_PAYLOAD_FRAME) ? OMC_BUFFER_FRAME : 0;
-    e->readers_left = p->readers ? p->readers : 1;
-    e->expires = ttl > 0 ? omc_deadline_after_ms(ttl) : 0;
-    e->qlen = qlen;
-    memcpy(e->qkey, qkey, qlen);
-    pthread_mutex_lock(&N->mu);
-    omc__net_maybe_sweep(N);
-    e->id = ++N->next_id;
-    r = omc__smap_put(&N->keys, &c->hooks, qkey, qlen, e);
-    if (r == OMC_OK) {
-        r = omc__smap_put(&N->ids, &c->hooks, (const char*)&e->id, sizeof(e->id), e);
-        if (r != OMC_OK) omc__smap_del(&N->keys, &c->hooks, qkey, qlen);
-    }
-    if (r == OMC_OK) {
-        e->in_keys = 1;
-        r = omc__meta_begin(N->vt.transport, e->flags & OMC_BUFFER_FRAME ? OMC_META_FLAG_FRAME : 0, size, qkey, qlen,
-                            omc__net_meta_body_size(N->host), meta_out, &body);
-        if (r == OMC_OK) {
-            omc__net_meta_body_encode(body, e->id, N->port, N->caps, N->host);
-            omc__meta_seal(meta_out);
-        } else {
-            omc__smap_del(&N->keys, &c->hooks, qkey, qlen);
-            omc__smap_del(&N->ids, &c->hooks, (const char*)&e->id, sizeof(e->id));
-        }
-    }
-    pthread_mutex_unlock(&N->mu);
-    if (r != OMC_OK) {
-        if (!p->buffer) omc_alloc_free(N->pool->alloc, range);
-        omc__free(&c->hooks, e);
-        return r;
-    }
-    if (p->buffer) memset(p->buffer, 0, sizeof(*p->buffer));  /* ownership moved to the entry */
-    if (omc__load(&N->held_count)) omc__net_wake(N);          /* a held QUERY may be waiting for it */
-    return OMC_OK;
+    omc_result r = omc__owner_put(&N->own, qkey, qlen, p, (p->flags & OMC_PAYLOAD_FRAME) ? OMC_BUFFER_FRAME : 0, omc__net_make_meta, N, meta_out);
+    if (r == OMC_OK && omc__load(&N->held_count)) omc__net_wake(N);   /* a held QUERY may be waiting for it */
+    return r;
 }
 
 static omc_result omc__net_get(omc_conn* c, const char* qkey, uint32_t qlen, const omc_meta_info* meta, omc_time_ns deadline,
@@ -6493,39 +6692,20 @@ static omc_result omc__net_alloc(omc_conn* c, uint64_t size, omc_time_ns deadlin
 }
 
 static omc_result omc__net_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) {
-    omc__net* N = (omc__net*)c->impl;
-    omc__net_entry* e;
-    pthread_mutex_lock(&N->mu);
-    e = (omc__net_entry*)omc__smap_get(&N->keys, qkey, qlen);
-    if (e) omc__net_retire(N, e);
-    pthread_mutex_unlock(&N->mu);
-    return e ? OMC_OK : OMC_ERR_NOT_FOUND;
+    return omc__owner_cleanup(&((omc__net*)c->impl)->own, qkey, qlen);
 }
 
 static void omc__net_health(omc_conn* c, omc_health* h) {
     omc__net* N = (omc__net*)c->impl;
-    omc_alloc_stats st;
     omc__net_peer* p;
-    pthread_mutex_lock(&N->mu);
-    h->live_entries = N->keys.count;
-    pthread_mutex_unlock(&N->mu);
-    omc_alloc_get_stats(N->pool->alloc, &st);
-    h->pool_capacity = st.capacity;
-    h->pool_in_use = st.bytes_in_use;
+    omc__owner_health(&N->own, h);
     /* degraded: a sender whose last contact failed */
     pthread_mutex_lock(&N->peer_mu);
     for (p = N->peers; p; p = p->next) if (p->last_fail > p->last_ok) h->state = OMC_CONN_DEGRADED;
     pthread_mutex_unlock(&N->peer_mu);
 }
 
-static uint64_t omc__net_sweep(omc_conn* c) {
-    omc__net* N = (omc__net*)c->impl;
-    uint64_t n;
-    pthread_mutex_lock(&N->mu);
-    n = omc__net_sweep_locked(N, omc_now_ns());
-    pthread_mutex_unlock(&N->mu);
-    return n;
-}
+static uint64_t omc__net_sweep(omc_conn* c) { return omc__owner_sweep(&((omc__net*)c->impl)->own); }
 
 /* Stop the sender's threads and close its sockets (also used when create fails half-way). */
 OMC__PRIVATE void omc__net_stop_sender(omc__net* N) {
@@ -6581,14 +6761,7 @@ static void omc__net_close(omc_conn* c) {
     omc__net_peer* p;
     omc__net_chan* idle = NULL;
     omc__net_stop_sender(N);
-    pthread_mutex_lock(&N->mu);
-    for (;;) {      /* every push has ended: retiring frees every range */
-        uint32_t it = 0;
-        void* v;
-        if (!omc__smap_next(&N->keys, &it, NULL, NULL, &v)) break;
-        omc__net_retire(N, (omc__net_entry*)v);
-    }
-    pthread_mutex_unlock(&N->mu);
+    omc__owner_close(&N->own);         /* every push has ended: retiring frees every range */
     pthread_mutex_lock(&N->peer_mu);
     for (p = N->peers; p; p = p->next) {
         while (p->idle) { omc__net_chan* ch = p->idle; p->idle = ch->next; ch->next = idle; idle = ch; }
@@ -6601,16 +6774,7 @@ static void omc__net_close(omc_conn* c) {
 /* Free what is left (the connector's last reference is gone, or create failed). */
 OMC__PRIVATE void omc__net_free(omc__net* N, const omc_hooks* hooks) {
     uint32_t i;
-    if (N->mu_ok) {
-        uint32_t it = 0;
-        void* v;
-        while (omc__smap_next(&N->ids, &it, NULL, NULL, &v)) {   /* only entries a failed create left */
-            omc__net_entry* e = (omc__net_entry*)v;
-            omc__free(hooks, e);
-        }
-    }
-    omc__smap_free(&N->keys, hooks);
-    omc__smap_free(&N->ids, hooks);
+    omc__owner_uninit(&N->own);
     while (N->peers) {
         omc__net_peer* p = N->peers;
         N->peers = p->next;
@@ -6622,7 +6786,6 @@ OMC__PRIVATE void omc__net_free(omc__net* N, const omc_hooks* hooks) {
     if (N->pool) omc_pool_destroy(N->pool);
     if (N->ctx) omc__zmq_ctx_term(N->ctx);
     if (N->wake_fd >= 0) close(N->wake_fd);
-    if (N->mu_ok) pthread_mutex_destroy(&N->mu);
     if (N->job_ok) { pthread_mutex_destroy(&N->job_mu); pthread_cond_destroy(&N->job_cv); }
     if (N->peer_ok) pthread_mutex_destroy(&N->peer_mu);
     if (N->tcp_ok) { pthread_mutex_destroy(&N->tcp.mu); pthread_cond_destroy(&N->tcp.idle_cv); }
@@ -6639,9 +6802,23 @@ static void omc__net_destroy(omc_conn* c) {
     omc__net_free(N, &hooks);
 }
 
+static uint64_t omc__net_pending(omc_conn* c) {
+    omc__net* N = (omc__net*)c->impl;
+    return N->sender ? omc__owner_live(&N->own) : 0;
+}
+
+static omc_result omc__net_exists(omc_conn* c, const char* qkey, uint32_t qlen) {
+    return omc__owner_exists(&((omc__net*)c->impl)->own, qkey, qlen);
+}
+
+static omc_result omc__net_list(omc_conn* c, omc__key_sink sink, void* user) {
+    return omc__owner_list(&((omc__net*)c->impl)->own, sink, user);
+}
+
 static const omc__conn_vtable omc__net_vtable = {
     OMC_TRANSPORT_TCP, omc__net_put, omc__net_get, omc__net_alloc, omc__net_cleanup,
-    omc__net_health, omc__net_sweep, omc__net_close, omc__net_destroy
+    omc__net_health, omc__net_sweep, omc__net_close, omc__net_destroy,
+    omc__net_exists, omc__net_list, omc__net_pending
 };
 
 OMC__PRIVATE omc__net* omc__net_of(omc_conn* c) {
@@ -6784,7 +6961,6 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     N->receiver = d.role != OMC_ROLE_SENDER;
     N->vt = omc__net_vtable;
     N->vt.transport = transport;
-    N->default_ttl_ms = d.default_ttl_ms ? d.default_ttl_ms : OMNICONN_DEFAULT_TTL_MS;
     N->max_idle = d.max_idle_channels ? d.max_idle_channels : 8;
     N->next_xfer = omc__random_u64() >> 1;
     N->queue_tail = &N->queue;
@@ -6792,13 +6968,12 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     r = omc__conn_create(&hooks, &N->vt, d.role, &N->conn);
     if (r != OMC_OK) { omc__free(&hooks, N); return r; }
     N->conn->impl = N;
-    N->mu_ok = pthread_mutex_init(&N->mu, NULL) == 0;
     N->peer_ok = pthread_mutex_init(&N->peer_mu, NULL) == 0;
     N->tcp_ok = pthread_mutex_init(&N->tcp.mu, NULL) == 0;
     if (N->tcp_ok && omc__cond_init_monotonic(&N->tcp.idle_cv) != 0) { pthread_mutex_destroy(&N->tcp.mu); N->tcp_ok = 0; }
     N->job_ok = pthread_mutex_init(&N->job_mu, NULL) == 0;
     if (N->job_ok && pthread_cond_init(&N->job_cv, NULL) != 0) { pthread_mutex_destroy(&N->job_mu); N->job_ok = 0; }
-    r = N->mu_ok && N->peer_ok && N->tcp_ok && N->job_ok ? OMC_OK : OMC_ERR_SYSTEM;
+    r = N->peer_ok && N->tcp_ok && N->job_ok ? OMC_OK : OMC_ERR_SYSTEM;
     if (r == OMC_OK) r = omc__net_setup_curve(N, &d.curve, &hooks);
     if (r == OMC_OK) {
         memset(&pd, 0, sizeof(pd));
@@ -6810,6 +6985,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
         pd.hooks = hooks;
         r = omc_pool_create(&pd, &N->pool);
     }
+    if (r == OMC_OK) r = omc__owner_init(&N->own, N->conn, N->pool, d.default_ttl_ms, "pushes in flight keep it until they end");
     if (r == OMC_OK) {
         N->planes[0].vt = &omc__tcp_plane_vt;
         N->planes[0].user = &N->tcp;

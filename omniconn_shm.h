@@ -765,22 +765,6 @@ OMC__PRIVATE uint32_t omc__shm_name_pid(const char* name) {
 /* [SECTION] SHM: connector state                                                                */
 /* ============================================================================================== */
 
-enum { OMC__OWN_FREE = 0, OMC__OWN_LIVE = 1, OMC__OWN_DRAINING = 2 };
-
-/* The owner's private record of one entry (heap, never in shared memory: receivers can write the
-   segment, so nothing the owner relies on to free memory lives there). */
-typedef struct omc__shm_own {
-    omc_range range;
-    omc_time_ns expires;        /* 0 = never */
-    uint32_t gen;
-    uint32_t readers;           /* claim slots published */
-    uint32_t state;             /* OMC__OWN_* */
-    uint32_t prev, next;        /* in-use list (LIVE + DRAINING) or free list */
-    uint64_t hash;              /* of qkey */
-    uint32_t qlen;
-    char qkey[OMC_KEY_MAX];
-} omc__shm_own;
-
 /* A mapped segment of some sender (our own one too, for a dual connector). */
 typedef struct omc__shm_peer {
     char name[OMC__SHM_NAME_MAX];
@@ -830,12 +814,12 @@ typedef struct omc__shm {
     omc__shm_layout lay;
     uint64_t seg_id, ino;
     omc_pool* pool;
-    omc__shm_own* own;          /* lay.entry_count records */
-    uint32_t free_head, used_head;
-    uint32_t index_used;        /* live + tombstone buckets */
-    uint32_t* keyb;             /* private copy of the key index (lay.buckets) */
-    uint32_t live;              /* LIVE entries (in the index) */
-    uint32_t next_gen;
+    omc__etab tab;              /* the owner's private record of each entry (the core's entry
+                                   table, lay.entry_count slots: slot i is segment entry i;
+                                   readers_left = claim slots published). Heap, never shared
+                                   memory: receivers can write the segment, so nothing the owner
+                                   relies on to free memory lives there. */
+    uint32_t index_used;        /* live + tombstone buckets of the shared index */
     uint32_t seen_release;      /* atomic (written under mu, peeked at without it) */
     omc_time_ns next_pass, last_full;
     omc_time_ns self_checked;   /* atomic */
@@ -868,73 +852,31 @@ typedef struct omc__shm {
     which a missing reader compares before it sleeps, so a miss is retried, never slept on.
 */
 
-/* The owner keeps a private copy of the index in its heap (same buckets, same operations): it
-   decides what to free from that copy and from its own entry records, never from shared memory.
-   Insert returns 0 only if no bucket is free, which the load limit rules out unless another
-   process scribbled over the shared copy: the caller then rebuilds. Every probe is bounded. */
-OMC__PRIVATE int omc__shm_bucket_insert(uint32_t* b, uint32_t nbuckets, uint32_t* used, uint32_t idx, uint64_t hash) {
-    uint32_t mask = nbuckets - 1, i, n;
-    for (i = (uint32_t)hash & mask, n = 0; n < nbuckets; i = (i + 1) & mask, n++) {
-        uint32_t v = __atomic_load_n(&b[i], __ATOMIC_RELAXED);
-        if (v == OMC__SHM_BUCKET_EMPTY || v == OMC__SHM_BUCKET_TOMB) {
-            if (v == OMC__SHM_BUCKET_EMPTY) (*used)++;
-            __atomic_store_n(&b[i], idx + 1, __ATOMIC_RELEASE);
-            return 1;
-        }
-    }
-    return 0;
-}
+/* The owner decides what to free from its private entry table (with its own index of the keys),
+   never from shared memory. The shared buckets use the core's bucket helpers; an insert fails
+   only if no bucket is free, which the load limit rules out unless another process scribbled
+   over them: the caller then rebuilds. Every probe is bounded. */
 
-OMC__PRIVATE void omc__shm_bucket_remove(uint32_t* b, uint32_t nbuckets, uint32_t idx, uint64_t hash) {
-    uint32_t mask = nbuckets - 1, i, n;
-    for (i = (uint32_t)hash & mask, n = 0; n < nbuckets; i = (i + 1) & mask, n++) {
-        uint32_t v = __atomic_load_n(&b[i], __ATOMIC_RELAXED);
-        if (v == OMC__SHM_BUCKET_EMPTY) return;
-        if (v == idx + 1) { __atomic_store_n(&b[i], OMC__SHM_BUCKET_TOMB, __ATOMIC_RELEASE); return; }
-    }
-}
-
-/* The owner's LIVE entry for a key (private copy and private records only), or OMC__NIL. */
-OMC__PRIVATE uint32_t omc__shm_own_find(const omc__shm* S, const omc__shm_key* k) {
-    uint32_t mask = S->lay.buckets - 1, i, n;
-    for (i = (uint32_t)k->hash & mask, n = 0; n < S->lay.buckets; i = (i + 1) & mask, n++) {
-        uint32_t v = S->keyb[i];
-        const omc__shm_own* o;
-        if (v == OMC__SHM_BUCKET_EMPTY) return OMC__NIL;
-        if (v == OMC__SHM_BUCKET_TOMB) continue;
-        o = &S->own[v - 1];
-        if (o->state == OMC__OWN_LIVE && o->hash == k->hash && o->qlen == k->len && memcmp(o->qkey, k->s, k->len) == 0) return v - 1;
-    }
-    return OMC__NIL;
-}
-
-/* Publish entry i under its key in both copies of the index. */
+/* Publish entry i under its key in the shared index. */
 OMC__PRIVATE void omc__shm_index_add(omc__shm* S, uint32_t i);
 
-/* Too many tombstones make probes long (or someone overwrote the shared buckets): rebuild both
-   copies from the owner's list of LIVE entries. */
+/* Too many tombstones make probes long (or someone overwrote the shared buckets): rebuild the
+   shared index from the owner's list of LIVE entries. */
 OMC__PRIVATE void omc__shm_index_rebuild(omc__shm* S) {
     uint32_t* b = omc__shm_buckets(S->base, &S->lay);
     uint32_t i;
-    for (i = 0; i < S->lay.buckets; i++) { __atomic_store_n(&b[i], OMC__SHM_BUCKET_EMPTY, __ATOMIC_RELEASE); S->keyb[i] = 0; }
+    for (i = 0; i < S->lay.buckets; i++) __atomic_store_n(&b[i], OMC__SHM_BUCKET_EMPTY, __ATOMIC_RELEASE);
     S->index_used = 0;
-    for (i = S->used_head; i != OMC__NIL; i = S->own[i].next)
-        if (S->own[i].state == OMC__OWN_LIVE) omc__shm_index_add(S, i);
+    for (i = S->tab.used_head; i != OMC__NIL; i = S->tab.ent[i].next)
+        if (S->tab.ent[i].state == OMC__ENT_LIVE) omc__shm_index_add(S, i);
     __atomic_add_fetch(&S->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);   /* readers that missed: look again */
 }
 
 OMC__PRIVATE void omc__shm_index_add(omc__shm* S, uint32_t i) {
-    uint32_t used_private = 0;
-    omc__shm_bucket_insert(S->keyb, S->lay.buckets, &used_private, i, S->own[i].hash);
-    if (!omc__shm_bucket_insert(omc__shm_buckets(S->base, &S->lay), S->lay.buckets, &S->index_used, i, S->own[i].hash)) {
+    if (!omc__bucket_insert(omc__shm_buckets(S->base, &S->lay), S->lay.buckets, &S->index_used, i, S->tab.ent[i].hash)) {
         OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "key index of %s was full of foreign values: rebuilt", S->name);
-        omc__shm_index_rebuild(S);  /* clears both copies, then adds every LIVE entry (this one too) */
+        omc__shm_index_rebuild(S);  /* clears the buckets, then adds every LIVE entry (this one too) */
     }
-}
-
-OMC__PRIVATE void omc__shm_index_del(omc__shm* S, uint32_t i) {
-    omc__shm_bucket_remove(S->keyb, S->lay.buckets, i, S->own[i].hash);
-    omc__shm_bucket_remove(omc__shm_buckets(S->base, &S->lay), S->lay.buckets, i, S->own[i].hash);
 }
 
 /* What a reader saw in an entry (a consistent snapshot, or nothing). */
@@ -1142,46 +1084,30 @@ OMC__PRIVATE omc_result omc__shm_self_check(omc__shm* S, omc_time_ns now, int fo
 /* [SECTION] SHM: the sender half - entries, reclaim, TTL, dead readers                         */
 /* ============================================================================================== */
 
-OMC__PRIVATE void omc__shm_list_unlink(omc__shm* S, uint32_t i) {
-    omc__shm_own* o = &S->own[i];
-    if (o->prev != OMC__NIL) S->own[o->prev].next = o->next;
-    else S->used_head = o->next;
-    if (o->next != OMC__NIL) S->own[o->next].prev = o->prev;
-    o->prev = o->next = OMC__NIL;
-}
-
 /* Take an entry out of the key index and the key table: no new reader can find it, and the key
    may be put again. Views still held keep it (DRAINING) until they come back. */
 OMC__PRIVATE void omc__shm_unindex(omc__shm* S, uint32_t i) {
-    omc__shm_own* o = &S->own[i];
-    if (o->state != OMC__OWN_LIVE) return;
-    omc__shm_index_del(S, i);
-    o->state = OMC__OWN_DRAINING;
-    S->live--;
+    if (S->tab.ent[i].state != OMC__ENT_LIVE) return;
+    omc__bucket_remove(omc__shm_buckets(S->base, &S->lay), S->lay.buckets, i, S->tab.ent[i].hash);
+    omc__etab_unindex(&S->tab, i);
     if (S->index_used * 4 > S->lay.buckets * 3) omc__shm_index_rebuild(S);
 }
 
 /* No read remains and no view is out: free the range and make the entry reusable. */
 OMC__PRIVATE void omc__shm_free_entry(omc__shm* S, uint32_t i) {
-    omc__shm_own* o = &S->own[i];
     omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
     int s;
     omc__shm_unindex(S, i);
-    omc_alloc_free(omc_pool_allocator(S->pool), o->range);
     __atomic_store_n(&e->gen, 0u, __ATOMIC_RELEASE);
     for (s = 0; s < OMC_SHM_MAX_READERS; s++)   /* all 16: a foreign write may have touched any */
         if (__atomic_load_n(&e->slots[s], __ATOMIC_RELAXED)) __atomic_store_n(&e->slots[s], (uint64_t)0, __ATOMIC_RELAXED);
-    omc__shm_list_unlink(S, i);
-    o->state = OMC__OWN_FREE;
-    o->gen = 0;
-    o->next = S->free_head;
-    S->free_head = i;
+    omc__etab_drop(&S->tab, i, 0);     /* the range goes back to the pool */
 }
 
 /* Withdraw every read that has not been taken yet (cleanup, TTL, close). Held views stay. */
 OMC__PRIVATE void omc__shm_retire(omc__shm* S, uint32_t i) {
     omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
-    uint32_t gen = S->own[i].gen;
+    uint32_t gen = S->tab.ent[i].gen;
     int s;
     for (s = 0; s < OMC_SHM_MAX_READERS; s++) {
         uint64_t w = omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0);
@@ -1207,7 +1133,7 @@ OMC__PRIVATE int omc__shm_reader_alive(omc__shm_pids* seen, uint32_t pid) {
    The CAS keeps the slot if the reader released it in the meantime. Returns slots reclaimed. */
 OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i, omc__shm_pids* seen) {
     omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
-    uint32_t gen = S->own[i].gen, n = 0;
+    uint32_t gen = S->tab.ent[i].gen, n = 0;
     int s;
     for (s = 0; s < OMC_SHM_MAX_READERS; s++) {
         uint64_t w = __atomic_load_n(&e->slots[s], __ATOMIC_ACQUIRE);
@@ -1216,7 +1142,7 @@ OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i, omc
         if (omc__shm_reader_alive(seen, pid)) continue;
         if (__atomic_compare_exchange_n(&e->slots[s], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
             OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "reader pid %u died holding a view of entry %u (%llu bytes) of %s: reclaimed",
-                     pid, i, (unsigned long long)S->own[i].range.size, S->name);
+                     pid, i, (unsigned long long)S->tab.ent[i].range.size, S->name);
             n++;
         }
     }
@@ -1227,8 +1153,8 @@ OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i, omc
    outstanding either -> freed. */
 OMC__PRIVATE void omc__shm_check_entry(omc__shm* S, uint32_t i) {
     omc__shm_count cnt;
-    if (S->own[i].state == OMC__OWN_FREE) return;
-    cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->own[i].gen, S->own[i].readers);
+    if (S->tab.ent[i].state == OMC__ENT_FREE) return;
+    cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->tab.ent[i].gen, S->tab.ent[i].readers_left);
     if (cnt.avail == 0) {
         if (cnt.held == 0) omc__shm_free_entry(S, i);
         else omc__shm_unindex(S, i);
@@ -1278,10 +1204,10 @@ OMC__PRIVATE uint64_t omc__shm_pass(omc__shm* S, omc_time_ns now, int full) {
     }
     __atomic_store_n(&S->seen_release, rel, __ATOMIC_RELAXED);
     omc__shm_drain_dirty(S);
-    for (i = S->used_head; i != OMC__NIL; i = next) {
-        omc__shm_own* o = &S->own[i];
+    for (i = S->tab.used_head; i != OMC__NIL; i = next) {
+        omc__ent* o = &S->tab.ent[i];
         next = o->next;
-        if (o->state == OMC__OWN_LIVE && o->expires && now >= o->expires) {
+        if (o->state == OMC__ENT_LIVE && o->expires && now >= o->expires) {
             OMC__LOG(&S->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_CONN_TTL_RECLAIM, "TTL reclaimed entry %u (%llu bytes)",
                      i, (unsigned long long)o->range.size);
             omc__shm_retire(S, i);
@@ -1300,27 +1226,6 @@ OMC__PRIVATE uint64_t omc__shm_pass(omc__shm* S, omc_time_ns now, int full) {
    been done for a while (a crashed reader's release leaves no dirty bit). */
 OMC__PRIVATE void omc__shm_reclaim_harder(omc__shm* S, omc_time_ns now) {
     omc__shm_pass(S, now, now - S->last_full >= OMC__SHM_FULL_MIN_NS);
-}
-
-/* A free entry index, reclaiming once if none is left; OMC__NIL if the table is full. */
-OMC__PRIVATE uint32_t omc__shm_take_entry(omc__shm* S) {
-    uint32_t i;
-    if (S->free_head == OMC__NIL) omc__shm_reclaim_harder(S, omc_now_ns());
-    i = S->free_head;
-    if (i == OMC__NIL) return OMC__NIL;
-    S->free_head = S->own[i].next;
-    S->own[i].prev = OMC__NIL;
-    S->own[i].next = S->used_head;
-    if (S->used_head != OMC__NIL) S->own[S->used_head].prev = i;
-    S->used_head = i;
-    return i;
-}
-
-OMC__PRIVATE void omc__shm_give_back_entry(omc__shm* S, uint32_t i) {
-    omc__shm_list_unlink(S, i);
-    S->own[i].state = OMC__OWN_FREE;
-    S->own[i].next = S->free_head;
-    S->free_head = i;
 }
 
 /* Write entry i for a new put and make it visible: fields first, then the slots, then gen (the
@@ -1376,33 +1281,29 @@ OMC__PRIVATE omc_result omc__shm_make_meta(omc__shm* S, uint32_t i, uint32_t gen
 OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, const omc_range* range, uint64_t size,
                                           uint32_t flags, uint32_t readers, int64_t ttl_ms, omc_time_ns now, omc_meta* meta_out) {
     uint32_t i, gen, old;
+    omc__ent* o;
     omc_result r;
     omc__shm_pass(S, now, 0);
-    old = omc__shm_own_find(S, k);
+    old = omc__etab_find(&S->tab, k->s, k->len, k->hash);
     if (old != OMC__NIL) {
-        omc__shm_count cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, old), S->own[old].gen, S->own[old].readers);
+        omc__shm_count cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, old), S->tab.ent[old].gen, S->tab.ent[old].readers_left);
         if (cnt.avail > 0) return OMC_ERR_EXISTS;
         omc__shm_unindex(S, old);   /* fully read: the key is free again, views drain on their own */
     }
-    i = omc__shm_take_entry(S);
-    if (i == OMC__NIL) {
+    if (S->tab.free_head == OMC__NIL) omc__shm_reclaim_harder(S, omc_now_ns());
+    r = omc__etab_add(&S->tab, k->s, k->len, k->hash, &i);
+    if (r == OMC_ERR_POOL_FULL)
         OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "all %u entries of %s are in flight: raise max_entries, or release views",
                  S->lay.entry_count, S->name);
-        return OMC_ERR_POOL_FULL;
-    }
-    if (++S->next_gen == 0) S->next_gen = 1;
-    gen = S->next_gen;
+    if (r != OMC_OK) return r;
+    o = &S->tab.ent[i];
+    gen = o->gen;
     r = omc__shm_make_meta(S, i, gen, range, size, flags, k->s, k->len, meta_out);
-    if (r != OMC_OK) { omc__shm_give_back_entry(S, i); return r; }
-    S->own[i].range = *range;
-    S->own[i].gen = gen;
-    S->own[i].readers = readers;
-    S->own[i].state = OMC__OWN_LIVE;
-    S->own[i].expires = ttl_ms <= 0 ? 0 : ttl_ms > (INT64_MAX - now) / 1000000LL ? INT64_MAX : now + ttl_ms * 1000000LL;
-    S->own[i].hash = k->hash;
-    S->own[i].qlen = k->len;
-    memcpy(S->own[i].qkey, k->s, k->len);
-    S->live++;
+    if (r != OMC_OK) { omc__etab_drop(&S->tab, i, 1); return r; }
+    o->range = *range;
+    o->size = size;
+    o->readers_left = readers;
+    o->expires = omc__expiry(ttl_ms, ttl_ms, now);
     omc__shm_publish(S, i, gen, range, size, flags, readers, k, now);
     return OMC_OK;
 }
@@ -1512,11 +1413,11 @@ OMC__PRIVATE omc_result omc__shm_owner_cleanup(omc__shm* S, const omc__shm_key* 
     uint32_t i;
     omc_result r = OMC_ERR_NOT_FOUND;
     pthread_mutex_lock(&S->mu);
-    i = omc__shm_own_find(S, k);
+    i = omc__etab_find(&S->tab, k->s, k->len, k->hash);
     if (i != OMC__NIL) {
         omc__shm_count cnt;
         omc__shm_retire(S, i);
-        cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->own[i].gen, S->own[i].readers);
+        cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->tab.ent[i].gen, S->tab.ent[i].readers_left);
         if (cnt.held == 0) omc__shm_free_entry(S, i);
         r = OMC_OK;
     }
@@ -2054,7 +1955,7 @@ static void omc__shm_health(omc_conn* c, omc_health* h) {
             pthread_mutex_unlock(&S->mu);
         }
         pthread_mutex_lock(&S->mu);
-        h->live_entries = S->live;
+        h->live_entries = S->tab.live;
         pthread_mutex_unlock(&S->mu);
         omc_alloc_get_stats(omc_pool_allocator(S->pool), &st);
         h->pool_capacity = st.capacity;
@@ -2096,11 +1997,11 @@ static void omc__shm_close(omc_conn* c) {
         if (omc__shm_self_check(S, omc_now_ns(), 1) == OMC_OK) {  /* never touch a mapping someone truncated */
             uint32_t i, next;
             __atomic_store_n(&S->hdr->state, (uint32_t)OMC__SHM_CLOSED, __ATOMIC_RELEASE);
-            for (i = S->used_head; i != OMC__NIL; i = next) {
+            for (i = S->tab.used_head; i != OMC__NIL; i = next) {
                 omc__shm_count cnt;
-                next = S->own[i].next;
+                next = S->tab.ent[i].next;
                 omc__shm_retire(S, i);
-                cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->own[i].gen, S->own[i].readers);
+                cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->tab.ent[i].gen, S->tab.ent[i].readers_left);
                 if (cnt.held == 0) omc__shm_free_entry(S, i);
             }
             __atomic_add_fetch(&S->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);
@@ -2134,8 +2035,7 @@ OMC__PRIVATE void omc__shm_teardown(omc__shm* S, const omc_hooks* hooks) {
     if (S->pool) omc_pool_destroy(S->pool);
     if (S->base) munmap(S->base, (size_t)S->lay.total);
     if (S->fd >= 0) close(S->fd);
-    omc__free(hooks, S->keyb);
-    omc__free(hooks, S->own);
+    omc__etab_uninit(&S->tab);
     pthread_mutex_destroy(&S->mu);
     pthread_mutex_destroy(&S->rmu);
     omc__free(hooks, S);
@@ -2143,9 +2043,22 @@ OMC__PRIVATE void omc__shm_teardown(omc__shm* S, const omc_hooks* hooks) {
 
 static void omc__shm_destroy(omc_conn* c) { omc__shm_teardown((omc__shm*)c->impl, &c->hooks); }
 
+/* Puts of this connector whose reads are not all taken yet (after looking at what came back). */
+static uint64_t omc__shm_pending(omc_conn* c) {
+    omc__shm* S = (omc__shm*)c->impl;
+    uint64_t n;
+    if (!S->is_owner) return 0;
+    pthread_mutex_lock(&S->mu);
+    omc__shm_pass(S, omc_now_ns(), 1);
+    n = S->tab.live;
+    pthread_mutex_unlock(&S->mu);
+    return n;
+}
+
 static const omc__conn_vtable omc__shm_vtable = {
     OMC_TRANSPORT_SHM, omc__shm_put, omc__shm_get, omc__shm_alloc, omc__shm_cleanup,
-    omc__shm_health, omc__shm_sweep, omc__shm_close, omc__shm_destroy
+    omc__shm_health, omc__shm_sweep, omc__shm_close, omc__shm_destroy,
+    NULL, NULL, omc__shm_pending
 };
 
 /* Zero means default; anything impossible is refused with the reason in the log. */
@@ -2191,20 +2104,9 @@ OMC__PRIVATE omc_result omc__shm_resolve(const omc_shm_desc* in, const omc_hooks
 OMC__PRIVATE omc_result omc__shm_owner_init(omc__shm* S, const omc_shm_desc* d, const omc_hooks* hooks) {
     omc_pool_desc pd;
     omc__shm_peer* P;
-    uint32_t i;
     omc_result r = omc__shm_owner_create(S, hooks, d->pool_size, d->alignment, d->max_entries);
     if (r != OMC_OK) return r;
     S->is_owner = 1;
-    S->own = (omc__shm_own*)omc__calloc(hooks, sizeof(omc__shm_own) * S->lay.entry_count);
-    S->keyb = (uint32_t*)omc__calloc(hooks, sizeof(uint32_t) * S->lay.buckets);
-    if (!S->own || !S->keyb) return OMC_ERR_NO_MEMORY;
-    S->used_head = OMC__NIL;
-    S->free_head = OMC__NIL;
-    for (i = S->lay.entry_count; i-- > 0;) {
-        S->own[i].prev = OMC__NIL;
-        S->own[i].next = S->free_head;
-        S->free_head = i;
-    }
     memset(&pd, 0, sizeof(pd));
     pd.size = S->lay.data_size;
     pd.alignment = d->alignment;
@@ -2213,6 +2115,8 @@ OMC__PRIVATE omc_result omc__shm_owner_init(omc__shm* S, const omc_shm_desc* d, 
     pd.thread_safe = 1;
     pd.hooks = *hooks;
     r = omc_pool_create(&pd, &S->pool);
+    if (r != OMC_OK) return r;
+    r = omc__etab_init(&S->tab, hooks, omc_pool_allocator(S->pool), S->lay.entry_count, S->lay.entry_count);
     if (r != OMC_OK) return r;
     P = (omc__shm_peer*)omc__calloc(hooks, sizeof(omc__shm_peer));
     if (!P) return OMC_ERR_NO_MEMORY;
