@@ -178,7 +178,7 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
     OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
                                                           (without blocking) before a worker takes over
 
-    WIRE FORMATS (add after the metadata envelope; docs/wire.md has the same, with examples):
+    The remote connector (docs/wire.md walks through these with examples):
 
     Side channel (ZMQ), protocol version 1. A receiver's DEALER socket talks to a sender's
     ROUTER socket. Every message is one ZMQ frame: a 32-byte header and a body whose layout
@@ -187,7 +187,8 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
       header, 32 bytes:
         0   u32  magic 0x5A434D4F ("OMCZ")
         4   u8   protocol version (1)
-        5   u8   type: 1 HELLO, 2 QUERY, 3 QUERY_REPLY, 4 NOT_FOUND, 5 PULL, 6 DONE, 7 ERROR, 8 ABORT
+        5   u8   type: 1 HELLO, 2 QUERY, 3 QUERY_REPLY, 4 NOT_FOUND, 5 PULL, 6 DONE, 7 ERROR, 8 ABORT,
+                 9 LIST, 10 LIST_REPLY
         6   u16  flags (0)
         8   u64  transfer id (chosen by the receiver, unique per get; 0 only in an ERROR that
                  answers a message too broken to name one)
@@ -240,6 +241,21 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
         OMC_ERR_PEER_RESTARTED or OMC_ERR_UNAVAILABLE only before it has moved any byte.
       ABORT: empty body (the receiver gave up this transfer id: a held query is dropped without
         an answer, a push in progress stops at its next chunk)
+      LIST body (receiver -> sender; omc_conn_list), 8 bytes:
+        0   u32  cursor: how many of the sender's listable keys to skip (0 = from the start;
+                 else the cursor of the previous LIST_REPLY)
+        4   u32  reserved (0)
+      LIST_REPLY body (sender -> receiver), 8 + records bytes (at most 8152):
+        0   u32  next cursor (0 = this is the last page; else send LIST with it for more)
+        4   u16  key count
+        6   u16  reserved (0)
+        8   key records, back to back, filling the body exactly: u16 key length (1..255),
+            the qualified key. The keys are those a PULL could take now (a read still
+            available), newest first; keys that come or go between two pages may be missed
+            or listed twice.
+        A sender of protocol version 1 that predates LIST answers it with ERROR
+        (OMC_ERR_PROTOCOL, "unknown type"): the receiver reports OMC_ERR_UNAVAILABLE.
+      omc_conn_exists asks with a QUERY whose wait is 0 (QUERY_REPLY = live, NOT_FOUND = not).
       Reserved fields must be zero and lengths must add up exactly. A sender answers anything
       else with ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION or OMC_ERR_PROTOCOL) and carries on.
 
@@ -271,7 +287,8 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
       connection on which anything went wrong is closed by both sides, never reused.
 
     TCP metadata body (the envelope's transport OMC_TRANSPORT_TCP), 16 + host length bytes:
-        0   u64  entry id (unique per put within the sender's process, never 0)
+        0   u64  entry id (never 0; (generation << 32) | slot of the sender's entry table, and
+                 the generation grows with every put of that connector)
         8   u16  side-channel port
         10  u16  host length (1..255)
         12  u32  data-plane capabilities (as in HELLO)
@@ -988,6 +1005,49 @@ OMNICONN_API omc_transport omc_conn_transport(const omc_conn* conn);
    the result does not fit in OMC_KEY_MAX. */
 OMNICONN_API omc_result omc_qualify_key(const char* from_stage, const char* to_stage, const char* key,
                                         char out[OMC_KEY_MAX], uint32_t* out_len);
+
+/* ---- batches, exists, list, wait_consumed (LMCache-style; every connector implements them) ---- */
+
+typedef struct omc_batch_item {
+    const char* key;
+    omc_payload payload;            /* put: what to put (copy path, or zero-copy with buffer) */
+    omc_meta meta;                  /* put: receives the metadata (omc_meta_free it);
+                                       get: the metadata from the put, or empty (metadata-less) */
+    omc_buffer buffer;              /* get: the zero-copy view (release it) */
+    omc_result result;              /* per item */
+} omc_batch_item;
+
+/* Put count items on one edge. Copy-path items are staged in a buffer from omc_conn_alloc, which
+   waits for pool space until the one deadline (back-pressure). Every item is attempted; returns
+   OMC_OK if all succeeded, else the first failure. */
+OMNICONN_API omc_result omc_conn_put_batch(omc_conn* conn, const char* from_stage, const char* to_stage,
+                                           omc_batch_item* items, uint32_t count, omc_time_ns deadline);
+/* Get count items with one deadline for the whole batch (items still missing when it passes give
+   OMC_ERR_TIMEOUT). Every item is attempted; returns OMC_OK if all succeeded, else the first failure. */
+OMNICONN_API omc_result omc_conn_get_batch(omc_conn* conn, const char* from_stage, const char* to_stage,
+                                           omc_batch_item* items, uint32_t count, omc_time_ns deadline);
+
+/* OMC_OK if key is live on the edge (put, with a read still available: not yet taken by all its
+   readers, cleaned up or expired), OMC_ERR_NOT_FOUND if not. Never consumes. Where the connector
+   looks: its own puts, and what a metadata-less get would search (SHM: every segment of the
+   channel; remote: every registered sender, asked with a QUERY that is answered at once, so
+   this costs one round trip per sender, at most 2 s each). */
+OMNICONN_API omc_result omc_conn_exists(omc_conn* conn, const char* from_stage, const char* to_stage, const char* key);
+
+/* Called once per live key; return non-zero to stop early. Runs outside the connector's lock. */
+typedef int (*omc_key_fn)(const char* from_stage, const char* to_stage, const char* key, void* user_data);
+
+/* A snapshot of the live keys (as exists sees them), filtered by stage names (NULL = any).
+   *out_count (optional) = keys visited. fn may be NULL to only count. Remote: every registered
+   sender is asked (LIST messages); a sender too old to know them makes this OMC_ERR_UNAVAILABLE. */
+OMNICONN_API omc_result omc_conn_list(omc_conn* conn, const char* from_stage, const char* to_stage,
+                                      omc_key_fn fn, void* user_data, uint64_t* out_count);
+
+/* Block until every put this connector made has been read by all its readers, cleaned up, or
+   expired (OMC_OK), or the deadline passes (OMC_ERR_TIMEOUT). A connector that made no puts
+   (a receiver) returns OMC_OK at once. Views readers still hold do not count: a put is consumed
+   once its last read started. Typical use: a producer stage that exits after its last put. */
+OMNICONN_API omc_result omc_conn_wait_consumed(omc_conn* conn, omc_time_ns deadline);
 
 /* ============================================================================================== */
 /* [SECTION] The same-process connector                                                          */
@@ -3048,6 +3108,146 @@ OMNICONN_API void omc_conn_destroy(omc_conn* c) {
 
 OMNICONN_API omc_transport omc_conn_transport(const omc_conn* c) { return c ? c->vt->transport : OMC_TRANSPORT_NONE; }
 
+/* Put a payload; a copy-path payload is first staged in a buffer from the connector's pool, so
+   that waiting for space (until deadline) replaces failing with OMC_ERR_POOL_FULL. Connectors
+   without alloc, device-memory pools and empty payloads take the plain put. */
+OMC__PRIVATE omc_result omc__put_staged(omc_conn* c, const char* from, const char* to, const char* key, const omc_payload* p,
+                                        omc_time_ns deadline, omc_meta* meta) {
+    omc_buffer buf;
+    omc_payload staged;
+    omc_result r;
+    if (p->buffer || p->size == 0 || !p->data) return omc_conn_put(c, from, to, key, p, meta);
+    r = omc_conn_alloc(c, p->size, deadline, &buf);
+    if (r == OMC_ERR_UNAVAILABLE) return omc_conn_put(c, from, to, key, p, meta);
+    if (r != OMC_OK) return r;
+    if (buf.pool && omc_pool_memory(buf.pool) == OMC_MEMORY_CUDA) {
+        omc_buffer_release(&buf);
+        return omc_conn_put(c, from, to, key, p, meta);
+    }
+    memcpy(buf.data, p->data, (size_t)p->size);
+    staged = *p;
+    staged.data = NULL;
+    staged.buffer = &buf;
+    r = omc_conn_put(c, from, to, key, &staged, meta);
+    if (r != OMC_OK) omc_buffer_release(&buf);      /* still ours when the put failed */
+    return r;
+}
+
+OMNICONN_API omc_result omc_conn_put_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
+                                           omc_time_ns deadline) {
+    omc_result first = OMC_OK;
+    uint32_t i;
+    if (!c || (!items && count)) return OMC_ERR_INVALID_ARG;
+    for (i = 0; i < count; i++) {
+        omc_batch_item* it = &items[i];
+        it->meta.data = NULL;
+        it->meta.size = 0;
+        it->result = omc__put_staged(c, from, to, it->key, &it->payload, deadline, &it->meta);
+        if (it->result != OMC_OK && first == OMC_OK) first = it->result;
+    }
+    return first;
+}
+
+OMNICONN_API omc_result omc_conn_get_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
+                                           omc_time_ns deadline) {
+    omc_result first = OMC_OK;
+    uint32_t i;
+    if (!c || (!items && count)) return OMC_ERR_INVALID_ARG;
+    for (i = 0; i < count; i++) {
+        omc_batch_item* it = &items[i];
+        it->result = omc_conn_get(c, from, to, it->key, it->meta.size ? it->meta.data : NULL, it->meta.size, deadline, &it->buffer);
+        if (it->result != OMC_OK && first == OMC_OK) first = it->result;
+    }
+    return first;
+}
+
+OMNICONN_API omc_result omc_conn_exists(omc_conn* c, const char* from, const char* to, const char* key) {
+    char q[OMC_KEY_MAX];
+    uint32_t ql = 0;
+    omc_result r;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    r = omc__conn_enter(c, OMC_ROLE_DEFAULT, from, to, key, q, &ql);
+    if (r != OMC_OK) return r;
+    return c->vt->exists ? c->vt->exists(c, q, ql) : OMC_ERR_UNAVAILABLE;
+}
+
+/* Qualified keys copied out under the connector's lock, as [u16 length][bytes] records. */
+typedef struct omc__keybuf {
+    const omc_hooks* hooks;
+    char* data;
+    size_t len, cap;
+} omc__keybuf;
+
+static omc_result omc__keybuf_sink(const char* qkey, uint32_t qlen, void* user) {
+    omc__keybuf* kb = (omc__keybuf*)user;
+    if (kb->cap - kb->len < (size_t)qlen + 2 || !kb->data) {
+        size_t ncap = kb->cap ? kb->cap * 2 : 4096;
+        char* nd;
+        while (ncap - kb->len < (size_t)qlen + 2) ncap *= 2;
+        nd = (char*)omc__malloc(kb->hooks, ncap);
+        if (!nd) return OMC_ERR_NO_MEMORY;
+        if (kb->len) memcpy(nd, kb->data, kb->len);
+        omc__free(kb->hooks, kb->data);
+        kb->data = nd;
+        kb->cap = ncap;
+    }
+    omc__put_u16((uint8_t*)kb->data + kb->len, (uint16_t)qlen);
+    memcpy(kb->data + kb->len + 2, qkey, qlen);
+    kb->len += (size_t)qlen + 2;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_conn_list(omc_conn* c, const char* from, const char* to, omc_key_fn fn, void* user_data, uint64_t* out_count) {
+    omc__keybuf kb;
+    size_t pos = 0;
+    uint64_t n = 0;
+    omc_result r;
+    if (out_count) *out_count = 0;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if (omc__load(&c->closed)) return OMC_ERR_CLOSED;
+    if (!c->vt->list) return OMC_ERR_UNAVAILABLE;
+    memset(&kb, 0, sizeof(kb));
+    kb.hooks = &c->hooks;
+    r = c->vt->list(c, omc__keybuf_sink, &kb);
+    /* outside the connector's lock now: split each key and call back */
+    while (r == OMC_OK && pos < kb.len) {
+        char parts[3][OMC_KEY_MAX];
+        uint32_t qlen = omc__get_u16((const uint8_t*)kb.data + pos), i, part = 0, o = 0;
+        const char* q = kb.data + pos + 2;
+        pos += (size_t)qlen + 2;
+        for (i = 0; i < qlen; i++) {
+            if (q[i] == 0x1f && part < 2) { parts[part][o] = '\0'; part++; o = 0; }
+            else parts[part][o++] = q[i];
+        }
+        parts[part][o] = '\0';
+        if (part != 2) continue;    /* not a qualified key: cannot happen */
+        if ((from && strcmp(from, parts[0]) != 0) || (to && strcmp(to, parts[1]) != 0)) continue;
+        n++;
+        if (fn && fn(parts[0], parts[1], parts[2], user_data)) break;
+    }
+    omc__free(&c->hooks, kb.data);
+    if (out_count) *out_count = n;
+    return r;
+}
+
+OMNICONN_API omc_result omc_conn_wait_consumed(omc_conn* c, omc_time_ns deadline) {
+    int64_t nap_us = 200;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if (!c->vt->pending) return OMC_ERR_UNAVAILABLE;
+    for (;;) {
+        struct timespec ts;
+        if (c->vt->pending(c) == 0) return OMC_OK;     /* also applies TTLs */
+        if (omc__load(&c->closed)) return OMC_ERR_CLOSED;
+        if (deadline == OMC_NO_WAIT || (deadline != OMC_WAIT_FOREVER && omc_now_ns() >= deadline)) return OMC_ERR_TIMEOUT;
+        /* readers are in other threads, processes or hosts: look again soon, then less often */
+        ts.tv_sec = 0;
+        ts.tv_nsec = (long)nap_us * 1000L;
+        nanosleep(&ts, NULL);
+        if (nap_us < 10000) nap_us *= 2;
+    }
+}
+
+
 /* ============================================================================================== */
 /* [SECTION] Implementation: the owner's entry table                                             */
 /* ============================================================================================== */
@@ -4024,8 +4224,9 @@ typedef struct omc__dataplane {
 
 enum {
     OMC__MSG_HELLO = 1, OMC__MSG_QUERY, OMC__MSG_QUERY_REPLY, OMC__MSG_NOT_FOUND,
-    OMC__MSG_PULL, OMC__MSG_DONE, OMC__MSG_ERROR, OMC__MSG_ABORT
+    OMC__MSG_PULL, OMC__MSG_DONE, OMC__MSG_ERROR, OMC__MSG_ABORT, OMC__MSG_LIST, OMC__MSG_LIST_REPLY
 };
+#define OMC__WIRE_LIST_MAX (OMC__WIRE_MAX - OMC__WIRE_HEADER - 8)     /* key records of one LIST_REPLY */
 
 /* One side-channel message, decoded (pointers into the frame) or to encode. Only the fields of
    its type are meaningful. */
@@ -4058,6 +4259,12 @@ typedef struct omc__wire {
     uint32_t desc_len;
     /* DONE */
     uint64_t bytes;
+    /* LIST (cursor), LIST_REPLY (cursor = the next one, 0 = last page; nkeys records of
+       u16 length + key bytes) */
+    uint32_t cursor;
+    uint32_t nkeys;
+    const uint8_t* keys;
+    uint32_t keys_len;
     /* ERROR */
     int32_t code;
     uint64_t detail;
@@ -4066,8 +4273,9 @@ typedef struct omc__wire {
 } omc__wire;
 
 OMC__PRIVATE const char* omc__wire_type_name(uint8_t t) {
-    static const char* names[] = { "?", "HELLO", "QUERY", "QUERY_REPLY", "NOT_FOUND", "PULL", "DONE", "ERROR", "ABORT" };
-    return t <= OMC__MSG_ABORT ? names[t] : "?";
+    static const char* names[] = { "?", "HELLO", "QUERY", "QUERY_REPLY", "NOT_FOUND", "PULL", "DONE", "ERROR", "ABORT", "LIST",
+                                   "LIST_REPLY" };
+    return t <= OMC__MSG_LIST_REPLY ? names[t] : "?";
 }
 
 /* Walk records: returns 1 and the record at *off (then advances *off), 0 at the end, -1 if the
@@ -4106,6 +4314,20 @@ OMC__PRIVATE omc_result omc__wire_add_record(uint8_t* recs, uint32_t cap, uint32
     *len += 4 + vlen;
     (*count)++;
     return OMC_OK;
+}
+
+/* Walk the key records of a LIST_REPLY: 1 and the key at *off (then advances), 0 at the end, -1
+   if the bytes do not hold a whole record of 1..255 key bytes. */
+OMC__PRIVATE int omc__wire_next_key(const uint8_t* keys, uint32_t len, uint32_t* off, const char** key, uint32_t* klen) {
+    uint32_t n;
+    if (*off == len) return 0;
+    if (*off > len || len - *off < 2) return -1;
+    n = omc__get_u16(keys + *off);
+    if (n == 0 || n > OMC__WIRE_MAX_KEY || len - *off - 2 < n) return -1;
+    *key = (const char*)keys + *off + 2;
+    *klen = n;
+    *off += 2 + n;
+    return 1;
 }
 
 /* Decode one frame. OMC_ERR_MALFORMED for anything out of bounds or inconsistent,
@@ -4177,6 +4399,22 @@ OMC__PRIVATE omc_result omc__wire_decode(const uint8_t* f, size_t len, omc__wire
             if (blen != 8) return OMC_ERR_MALFORMED;
             m->bytes = omc__get_u64(b);
             return OMC_OK;
+        case OMC__MSG_LIST:
+            if (blen != 8 || omc__get_u32(b + 4) != 0) return OMC_ERR_MALFORMED;
+            m->cursor = omc__get_u32(b);
+            return OMC_OK;
+        case OMC__MSG_LIST_REPLY: {
+            uint32_t off = 0, count = 0, kl;
+            const char* k;
+            int more;
+            if (blen < 8 || omc__get_u16(b + 6) != 0) return OMC_ERR_MALFORMED;
+            m->cursor = omc__get_u32(b);
+            m->nkeys = omc__get_u16(b + 4);
+            m->keys = b + 8;
+            m->keys_len = blen - 8;
+            while ((more = omc__wire_next_key(m->keys, m->keys_len, &off, &k, &kl)) == 1) count++;
+            return more < 0 || count != m->nkeys ? OMC_ERR_MALFORMED : OMC_OK;
+        }
         case OMC__MSG_ERROR:
             if (blen < 16) return OMC_ERR_MALFORMED;
             m->code = (int32_t)omc__get_u32(b);
@@ -4204,6 +4442,8 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
         case OMC__MSG_PULL: blen = 36 + m->key_len + m->desc_len; break;
         case OMC__MSG_DONE: blen = 8; break;
         case OMC__MSG_ERROR: blen = 16 + m->text_len; break;
+        case OMC__MSG_LIST: blen = 8; break;
+        case OMC__MSG_LIST_REPLY: blen = 8 + m->keys_len; break;
         default: return OMC_ERR_INVALID_ARG;
     }
     if ((m->type == OMC__MSG_QUERY || m->type == OMC__MSG_PULL) && (m->key_len == 0 || m->key_len > OMC__WIRE_MAX_KEY))
@@ -4211,7 +4451,8 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
     if ((m->type == OMC__MSG_HELLO && (m->nrecords > OMC__WIRE_MAX_RECORDS || m->records_len > OMC__WIRE_MAX)) ||
         (m->type == OMC__MSG_PULL && (m->desc_len > OMC__WIRE_MAX_DESC || m->dp_kind == 0)) ||
         (m->type == OMC__MSG_ERROR && (m->code >= 0 || m->text_len > OMC__WIRE_MAX_TEXT)) ||
-        (m->type == OMC__MSG_QUERY_REPLY && (m->pflags & ~OMC_BUFFER_FRAME)))
+        (m->type == OMC__MSG_QUERY_REPLY && (m->pflags & ~OMC_BUFFER_FRAME)) ||
+        (m->type == OMC__MSG_LIST_REPLY && (m->nkeys > 0xFFFFu || m->keys_len > OMC__WIRE_LIST_MAX)))
         return OMC_ERR_INVALID_ARG;
     if (blen > OMC__WIRE_MAX - OMC__WIRE_HEADER || cap < OMC__WIRE_HEADER + blen) return OMC_ERR_TOO_LARGE;
     omc__put_u32(out, OMC__WIRE_MAGIC);
@@ -4256,6 +4497,16 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
             break;
         case OMC__MSG_DONE:
             omc__put_u64(b, m->bytes);
+            break;
+        case OMC__MSG_LIST:
+            omc__put_u32(b, m->cursor);
+            omc__put_u32(b + 4, 0);
+            break;
+        case OMC__MSG_LIST_REPLY:
+            omc__put_u32(b, m->cursor);
+            omc__put_u16(b + 4, (uint16_t)m->nkeys);
+            omc__put_u16(b + 6, 0);
+            if (m->keys_len) memcpy(b + 8, m->keys, m->keys_len);
             break;
         case OMC__MSG_ERROR:
             omc__put_u32(b, (uint32_t)m->code);
@@ -5661,6 +5912,39 @@ OMC__PRIVATE void omc__net_answer_held(omc__net* N, omc_time_ns now) {
     }
 }
 
+/* LIST: one page of the keys a PULL could take now, after skipping cursor of them. */
+typedef struct omc__net_page { uint8_t keys[OMC__WIRE_LIST_MAX]; uint32_t len, n, skip, seen, full; } omc__net_page;
+
+static omc_result omc__net_page_add(const char* qkey, uint32_t qlen, void* user) {
+    omc__net_page* pg = (omc__net_page*)user;
+    if (pg->seen++ < pg->skip) return OMC_OK;
+    if (qlen > OMC__WIRE_MAX_KEY) return OMC_OK;            /* cannot happen: keys are shorter */
+    if (pg->n == 0xFFFFu || sizeof(pg->keys) - pg->len < 2 + qlen) { pg->full = 1; return OMC_ERR_TOO_LARGE; }
+    omc__put_u16(pg->keys + pg->len, (uint16_t)qlen);
+    memcpy(pg->keys + pg->len + 2, qkey, qlen);
+    pg->len += 2 + qlen;
+    pg->n++;
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__net_on_list(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
+    omc__net_page* pg = (omc__net_page*)omc__calloc(&N->conn->hooks, sizeof(omc__net_page));
+    omc__wire m;
+    if (!pg) { omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, OMC_ERR_NO_MEMORY, 0, "sender out of memory"); return; }
+    pg->skip = in->cursor;
+    omc__owner_list(&N->own, omc__net_page_add, pg);
+    memset(&m, 0, sizeof(m));
+    m.type = OMC__MSG_LIST_REPLY;
+    m.xfer = in->xfer;
+    m.seq = in->seq;
+    m.cursor = pg->full ? in->cursor + pg->n : 0;
+    m.nkeys = pg->n;
+    m.keys = pg->keys;
+    m.keys_len = pg->len;
+    omc__net_reply(N, rid, rid_len, &m);
+    omc__free(&N->conn->hooks, pg);
+}
+
 OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
     const omc__dataplane* dp = NULL;
     omc__ent* e = NULL;
@@ -5769,6 +6053,7 @@ OMC__PRIVATE void omc__net_on_message(omc__net* N, const uint8_t* rid, uint32_t 
         case OMC__MSG_QUERY: omc__net_on_query(N, rid, rid_len, &m); break;
         case OMC__MSG_PULL: omc__net_on_pull(N, rid, rid_len, &m); break;
         case OMC__MSG_ABORT: omc__net_on_abort(N, rid, rid_len, &m); break;
+        case OMC__MSG_LIST: omc__net_on_list(N, rid, rid_len, &m); break;
         default:
             omc__add(&N->protocol_errors, 1u);
             omc__net_reply_error(N, rid, rid_len, m.xfer, m.seq, OMC_ERR_PROTOCOL, 0, "a sender does not accept %s",
@@ -6257,7 +6542,8 @@ OMC__PRIVATE omc_result omc__net_chan_recv(omc__net* N, omc__net_chan* ch, omc__
     }
     if (m->seq != ch->seq) return OMC_OK;               /* an answer to an abandoned request */
     if (ch->incarnation && m->incarnation != ch->incarnation) return OMC_ERR_PEER_RESTARTED;
-    if (m->type == OMC__MSG_HELLO || m->type == OMC__MSG_QUERY || m->type == OMC__MSG_PULL || m->type == OMC__MSG_ABORT)
+    if (m->type == OMC__MSG_HELLO || m->type == OMC__MSG_QUERY || m->type == OMC__MSG_PULL || m->type == OMC__MSG_ABORT ||
+        m->type == OMC__MSG_LIST)
         return OMC_ERR_PROTOCOL;
     *got = 1;
     return OMC_OK;
@@ -6807,12 +7093,94 @@ static uint64_t omc__net_pending(omc_conn* c) {
     return N->sender ? omc__owner_live(&N->own) : 0;
 }
 
-static omc_result omc__net_exists(omc_conn* c, const char* qkey, uint32_t qlen) {
-    return omc__owner_exists(&((omc__net*)c->impl)->own, qkey, qlen);
+/* How long exists and list wait for one sender's answer (they are not given a deadline). */
+#define OMC__NET_ASK_MS 2000
+
+/* Whether any sender is registered (exists and list ask those, as a metadata-less get does). */
+OMC__PRIVATE int omc__net_has_senders(omc__net* N) {
+    omc__net_peer* p;
+    int n = 0;
+    pthread_mutex_lock(&N->peer_mu);
+    for (p = N->peers; p && !n; p = p->next) n = p->registered;
+    pthread_mutex_unlock(&N->peer_mu);
+    return n;
 }
 
+/* One request, one reply, on a channel of its own (HELLO first if the channel is new). The reply
+   points into buf. An ERROR reply comes back as its code; OMC_ERR_PROTOCOL from a sender means
+   it does not know the request (an older version): OMC_ERR_UNAVAILABLE. */
+OMC__PRIVATE omc_result omc__net_ask(omc__net* N, omc__net_peer* p, omc__wire* req, omc_time_ns deadline, omc__wire* rep, uint8_t* buf) {
+    omc__net_chan* ch = NULL;
+    omc_result r;
+    int fresh, got = 0;
+    r = omc__net_chan_checkout(N, p, &ch, &fresh);
+    if (r != OMC_OK) return r;
+    ch->xfer = omc__add(&N->next_xfer, 1u);
+    ch->deadline = deadline;
+    r = omc__net_chan_hello(N, ch, deadline);
+    if (r == OMC_OK) r = omc__net_chan_send(N, ch, req);
+    while (r == OMC_OK && !got) {
+        if (omc__net_closed(N)) r = OMC_ERR_CLOSED;
+        else if (omc__deadline_passed(deadline)) r = omc__net_silence(ch);
+        else r = omc__net_chan_recv(N, ch, rep, buf, &got, omc__poll_ms(deadline, OMC__NET_SLICE_MS));
+    }
+    omc__net_chan_checkin(N, ch, r == OMC_OK);
+    if (r == OMC_OK && rep->type == OMC__MSG_ERROR) {
+        r = omc__net_remote_code(rep->code);
+        if (r == OMC_ERR_PROTOCOL) r = OMC_ERR_UNAVAILABLE;
+    }
+    return r;
+}
+
+/* exists: our own entries (sender), then the registered senders (receiver) with a QUERY that is
+   answered at once (wait 0). */
+static omc_result omc__net_exists(omc_conn* c, const char* qkey, uint32_t qlen) {
+    omc__net* N = (omc__net*)c->impl;
+    omc_tcp_found found;
+    omc_result r;
+    if (N->sender && omc__owner_exists(&N->own, qkey, qlen) == OMC_OK) return OMC_OK;
+    if (!N->receiver || !omc__net_has_senders(N)) return OMC_ERR_NOT_FOUND;
+    r = omc__net_find(N, NULL, qkey, qlen, omc_deadline_after_ms(OMC__NET_ASK_MS), 1, 0, NULL, &found);
+    return r == OMC_ERR_TIMEOUT ? OMC_ERR_NOT_FOUND : r;
+}
+
+/* list: our own keys, then every registered sender's, page by page (LIST / LIST_REPLY). */
 static omc_result omc__net_list(omc_conn* c, omc__key_sink sink, void* user) {
-    return omc__owner_list(&((omc__net*)c->impl)->own, sink, user);
+    omc__net* N = (omc__net*)c->impl;
+    omc__net_peer** peers = NULL;
+    uint32_t np = 0, i;
+    omc__net_peer* p;
+    omc_result r = OMC_OK;
+    if (N->sender) r = omc__owner_list(&N->own, sink, user);
+    if (r != OMC_OK || !N->receiver) return r;
+    pthread_mutex_lock(&N->peer_mu);      /* peers are never freed before the connector */
+    for (p = N->peers; p; p = p->next) np += p->registered ? 1u : 0u;
+    if (np) peers = (omc__net_peer**)omc__calloc(&c->hooks, sizeof(*peers) * np);
+    np = 0;
+    for (p = N->peers; p && peers; p = p->next) if (p->registered) peers[np++] = p;
+    pthread_mutex_unlock(&N->peer_mu);
+    for (i = 0; i < np && r == OMC_OK; i++) {
+        uint32_t cursor = 0;
+        do {
+            uint8_t buf[OMC__WIRE_MAX];
+            omc__wire q, m;
+            uint32_t off = 0, kl;
+            const char* k;
+            memset(&q, 0, sizeof(q));
+            q.type = OMC__MSG_LIST;
+            q.cursor = cursor;
+            r = omc__net_ask(N, peers[i], &q, omc_deadline_after_ms(OMC__NET_ASK_MS), &m, buf);
+            if (r == OMC_OK && m.type != OMC__MSG_LIST_REPLY) r = OMC_ERR_PROTOCOL;
+            if (r != OMC_OK) {
+                omc__net_peer_result(N, peers[i], r, "list: %s", omc_result_str(r));
+                break;
+            }
+            while (r == OMC_OK && omc__wire_next_key(m.keys, m.keys_len, &off, &k, &kl) == 1) r = sink(k, kl, user);
+            cursor = m.cursor;
+        } while (r == OMC_OK && cursor);
+    }
+    omc__free(&c->hooks, peers);
+    return r;
 }
 
 static const omc__conn_vtable omc__net_vtable = {

@@ -124,10 +124,10 @@ STEP BY STEP
        behind. Entries whose completion never comes are dropped after a TTL (on_expired tells you).
 
     4. Batches, exists, list (omc_conn_put_batch, omc_conn_get_batch, omc_conn_exists, omc_conn_list)
-       Batched put/get are loops over the contract with one deadline for the whole batch and a
-       result per item. exists/list need the connector to answer: the same-process connector does;
-       the proposed vtable addition for the others is in docs/pipeline.md. Until then other
-       connectors return OMC_ERR_UNAVAILABLE.
+       These are part of the connector contract in omniconn.h (every connector implements them;
+       declared there, next to omc_conn_put). Batched put/get are loops over the contract with one
+       deadline for the whole batch and a result per item; exists/list look where a metadata-less
+       get would.
 
     5. Streams (omc_stream_*)
        Chunk i of request key K travels as an ordinary put under "K#<i>" and is announced by a
@@ -563,42 +563,6 @@ OMNICONN_API omc_result omc_xfer_map_abort(omc_xfer_map* map, const char* reques
 OMNICONN_API uint64_t   omc_xfer_map_count(omc_xfer_map* map);
 /* Drop pairs older than the TTL now (begin also does it, at most once a second); returns how many. */
 OMNICONN_API uint64_t   omc_xfer_map_sweep(omc_xfer_map* map);
-
-/* ============================================================================================== */
-/* [SECTION] Batches, exists and list                                                            */
-/* ============================================================================================== */
-
-typedef struct omc_batch_item {
-    const char* key;
-    omc_payload payload;            /* put: what to put (copy path, or zero-copy with buffer) */
-    omc_meta meta;                  /* put: receives the metadata (omc_meta_free it);
-                                       get: the metadata from the put, or empty (metadata-less) */
-    omc_buffer buffer;              /* get: the zero-copy view (release it) */
-    omc_result result;              /* per item */
-} omc_batch_item;
-
-/* Put count items on one edge. Copy-path items are staged in a buffer from omc_conn_alloc, which
-   waits for pool space until the one deadline (back-pressure) - connectors without alloc take a
-   plain put. Every item is attempted; returns OMC_OK if all succeeded, else the first failure. */
-OMNICONN_API omc_result omc_conn_put_batch(omc_conn* conn, const char* from_stage, const char* to_stage,
-                                           omc_batch_item* items, uint32_t count, omc_time_ns deadline);
-/* Get count items with one deadline for the whole batch (items still missing when it passes give
-   OMC_ERR_TIMEOUT). Every item is attempted; returns OMC_OK if all succeeded, else the first failure. */
-OMNICONN_API omc_result omc_conn_get_batch(omc_conn* conn, const char* from_stage, const char* to_stage,
-                                           omc_batch_item* items, uint32_t count, omc_time_ns deadline);
-
-/* OMC_OK if key is live on the edge (put, not yet taken by all its readers, not cleaned up or
-   expired), OMC_ERR_NOT_FOUND if not. Never blocks, never consumes. OMC_ERR_UNAVAILABLE on a
-   connector that cannot answer yet (see docs/pipeline.md). */
-OMNICONN_API omc_result omc_conn_exists(omc_conn* conn, const char* from_stage, const char* to_stage, const char* key);
-
-/* Called once per live key; return non-zero to stop early. Runs outside the connector's lock. */
-typedef int (*omc_key_fn)(const char* from_stage, const char* to_stage, const char* key, void* user_data);
-
-/* A snapshot of the live keys, filtered by stage names (NULL = any). *out_count (optional) = keys
-   visited. fn may be NULL to only count. */
-OMNICONN_API omc_result omc_conn_list(omc_conn* conn, const char* from_stage, const char* to_stage,
-                                      omc_key_fn fn, void* user_data, uint64_t* out_count);
 
 /* ============================================================================================== */
 /* [SECTION] Streams                                                                             */
@@ -3021,136 +2985,6 @@ OMNICONN_API uint64_t omc_xfer_map_count(omc_xfer_map* m) {
     n = m->by_xfer.count;
     pthread_mutex_unlock(&m->mu);
     return n;
-}
-
-/* ============================================================================================== */
-/* [SECTION] Implementation: batches, exists and list                                            */
-/* ============================================================================================== */
-
-/* Put a payload; a copy-path payload is first staged in a buffer from the connector's pool, so
-   that waiting for space (until deadline) replaces failing with OMC_ERR_POOL_FULL. Connectors
-   without alloc, device-memory pools and empty payloads take the plain put. */
-OMC__PRIVATE omc_result omc__put_staged(omc_conn* c, const char* from, const char* to, const char* key, const omc_payload* p,
-                                        omc_time_ns deadline, omc_meta* meta) {
-    omc_buffer buf;
-    omc_payload staged;
-    omc_result r;
-    if (p->buffer || p->size == 0 || !p->data) return omc_conn_put(c, from, to, key, p, meta);
-    r = omc_conn_alloc(c, p->size, deadline, &buf);
-    if (r == OMC_ERR_UNAVAILABLE) return omc_conn_put(c, from, to, key, p, meta);
-    if (r != OMC_OK) return r;
-    if (buf.pool && omc_pool_memory(buf.pool) == OMC_MEMORY_CUDA) {
-        omc_buffer_release(&buf);
-        return omc_conn_put(c, from, to, key, p, meta);
-    }
-    memcpy(buf.data, p->data, (size_t)p->size);
-    staged = *p;
-    staged.data = NULL;
-    staged.buffer = &buf;
-    r = omc_conn_put(c, from, to, key, &staged, meta);
-    if (r != OMC_OK) omc_buffer_release(&buf);      /* still ours when the put failed */
-    return r;
-}
-
-OMNICONN_API omc_result omc_conn_put_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
-                                           omc_time_ns deadline) {
-    omc_result first = OMC_OK;
-    uint32_t i;
-    if (!c || (!items && count)) return OMC_ERR_INVALID_ARG;
-    for (i = 0; i < count; i++) {
-        omc_batch_item* it = &items[i];
-        it->meta.data = NULL;
-        it->meta.size = 0;
-        it->result = omc__put_staged(c, from, to, it->key, &it->payload, deadline, &it->meta);
-        if (it->result != OMC_OK && first == OMC_OK) first = it->result;
-    }
-    return first;
-}
-
-OMNICONN_API omc_result omc_conn_get_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
-                                           omc_time_ns deadline) {
-    omc_result first = OMC_OK;
-    uint32_t i;
-    if (!c || (!items && count)) return OMC_ERR_INVALID_ARG;
-    for (i = 0; i < count; i++) {
-        omc_batch_item* it = &items[i];
-        it->result = omc_conn_get(c, from, to, it->key, it->meta.size ? it->meta.data : NULL, it->meta.size, deadline, &it->buffer);
-        if (it->result != OMC_OK && first == OMC_OK) first = it->result;
-    }
-    return first;
-}
-
-/* The exists/list implementation of a connector, until omc__conn_vtable carries them (the
-   proposal in docs/pipeline.md): only the same-process connector has one so far. */
-OMC__PRIVATE int omc__conn_can_query(const omc_conn* c) { return c->vt == &omc__local_vtable; }
-
-OMNICONN_API omc_result omc_conn_exists(omc_conn* c, const char* from, const char* to, const char* key) {
-    char q[OMC_KEY_MAX];
-    uint32_t ql = 0;
-    if (!c) return OMC_ERR_INVALID_ARG;
-    if (omc__load(&c->closed)) return OMC_ERR_CLOSED;
-    if (omc_qualify_key(from, to, key, q, &ql) != OMC_OK) return OMC_ERR_INVALID_ARG;
-    if (!omc__conn_can_query(c)) return OMC_ERR_UNAVAILABLE;
-    return omc__local_exists(c, q, ql);
-}
-
-/* Qualified keys copied out under the connector's lock, as [u16 length][bytes] records. */
-typedef struct omc__keybuf {
-    const omc_hooks* hooks;
-    char* data;
-    size_t len, cap;
-} omc__keybuf;
-
-static omc_result omc__keybuf_sink(const char* qkey, uint32_t qlen, void* user) {
-    omc__keybuf* kb = (omc__keybuf*)user;
-    if (kb->cap - kb->len < (size_t)qlen + 2) {
-        size_t ncap = kb->cap ? kb->cap * 2 : 4096;
-        char* nd;
-        while (ncap - kb->len < (size_t)qlen + 2) ncap *= 2;
-        nd = (char*)omc__malloc(kb->hooks, ncap);
-        if (!nd) return OMC_ERR_NO_MEMORY;
-        if (kb->len) memcpy(nd, kb->data, kb->len);
-        omc__free(kb->hooks, kb->data);
-        kb->data = nd;
-        kb->cap = ncap;
-    }
-    omc__put_u16((uint8_t*)kb->data + kb->len, (uint16_t)qlen);
-    memcpy(kb->data + kb->len + 2, qkey, qlen);
-    kb->len += (size_t)qlen + 2;
-    return OMC_OK;
-}
-
-OMNICONN_API omc_result omc_conn_list(omc_conn* c, const char* from, const char* to, omc_key_fn fn, void* user_data, uint64_t* out_count) {
-    omc__keybuf kb;
-    size_t pos = 0;
-    uint64_t n = 0;
-    omc_result r;
-    if (out_count) *out_count = 0;
-    if (!c) return OMC_ERR_INVALID_ARG;
-    if (omc__load(&c->closed)) return OMC_ERR_CLOSED;
-    if (!omc__conn_can_query(c)) return OMC_ERR_UNAVAILABLE;
-    memset(&kb, 0, sizeof(kb));
-    kb.hooks = &c->hooks;
-    r = omc__local_list(c, omc__keybuf_sink, &kb);
-    /* outside the connector's lock now: split each key and call back */
-    while (r == OMC_OK && pos < kb.len) {
-        char parts[3][OMC_KEY_MAX];
-        uint32_t qlen = omc__get_u16((const uint8_t*)kb.data + pos), i, part = 0, o = 0;
-        const char* q = kb.data + pos + 2;
-        pos += (size_t)qlen + 2;
-        for (i = 0; i < qlen; i++) {
-            if (q[i] == 0x1f && part < 2) { parts[part][o] = '\0'; part++; o = 0; }
-            else parts[part][o++] = q[i];
-        }
-        parts[part][o] = '\0';
-        if (part != 2) continue;    /* not a qualified key: cannot happen */
-        if ((from && strcmp(from, parts[0]) != 0) || (to && strcmp(to, parts[1]) != 0)) continue;
-        n++;
-        if (fn && fn(parts[0], parts[1], parts[2], user_data)) break;
-    }
-    omc__free(&c->hooks, kb.data);
-    if (out_count) *out_count = n;
-    return r;
 }
 
 /* ============================================================================================== */

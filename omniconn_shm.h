@@ -2043,6 +2043,72 @@ OMC__PRIVATE void omc__shm_teardown(omc__shm* S, const omc_hooks* hooks) {
 
 static void omc__shm_destroy(omc_conn* c) { omc__shm_teardown((omc__shm*)c->impl, &c->hooks); }
 
+/* exists and list read what a metadata-less get would: every segment of the channel (our own
+   too), through the shared index and entries, lock-free like a reader. A key counts while a
+   read of it is still available. */
+OMC__PRIVATE void omc__shm_channel_begin(omc__shm* S, omc_time_ns now) {
+    pthread_mutex_lock(&S->rmu);
+    if (now >= S->next_scan) { omc__shm_scan_channel(S); S->next_scan = now + OMC__SHM_SCAN_NS; }
+}
+
+static omc_result omc__shm_exists(omc_conn* c, const char* qkey, uint32_t qlen) {
+    omc__shm* S = (omc__shm*)c->impl;
+    omc_time_ns now = omc_now_ns();
+    omc_result r = OMC_ERR_NOT_FOUND;
+    omc__shm_key k;
+    uint32_t it = 0;
+    void* v;
+    omc__shm_key_make(&k, qkey, qlen);
+    omc__shm_channel_begin(S, now);
+    while (r != OMC_OK && omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
+        omc__shm_peer* P = (omc__shm_peer*)v;
+        omc__shm_snap snap;
+        int64_t idx;
+        if (!P->in_channel || omc__shm_peer_check(S, P, now, 0) != OMC_OK) continue;
+        idx = omc__shm_index_find(P->base, &P->lay, &k, &snap);
+        if (idx >= 0 && omc__shm_slots(omc__shm_entry_at(P->base, &P->lay, (uint32_t)idx), snap.gen, snap.readers).avail > 0) r = OMC_OK;
+    }
+    pthread_mutex_unlock(&S->rmu);
+    return r;
+}
+
+/* Seqlock read of entry idx's key: 1 if it is published and a read is still available. */
+OMC__PRIVATE int omc__shm_entry_key(uint8_t* base, const omc__shm_layout* L, uint32_t idx, char* out, uint32_t* len) {
+    omc__shm_entry* e = omc__shm_entry_at(base, L, idx);
+    uint64_t words[OMC__SHM_KEY_WORDS];
+    uint32_t g1 = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE), n, w, readers;
+    if (g1 == 0) return 0;
+    n = __atomic_load_n(&e->key_len, __ATOMIC_RELAXED);
+    readers = __atomic_load_n(&e->readers, __ATOMIC_RELAXED);
+    if (n == 0 || n >= OMC_KEY_MAX || n > OMC__SHM_KEY_WORDS * 8) return 0;
+    for (w = 0; w < (n + 7) / 8; w++) words[w] = __atomic_load_n(&e->key[w], __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&e->gen, __ATOMIC_RELAXED) != g1) return 0;
+    if (omc__shm_slots(e, g1, readers).avail == 0) return 0;
+    memcpy(out, words, n);
+    *len = n;
+    return 1;
+}
+
+static omc_result omc__shm_list(omc_conn* c, omc__key_sink sink, void* user) {
+    omc__shm* S = (omc__shm*)c->impl;
+    omc_time_ns now = omc_now_ns();
+    omc_result r = OMC_OK;
+    uint32_t it = 0;
+    void* v;
+    omc__shm_channel_begin(S, now);
+    while (r == OMC_OK && omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
+        omc__shm_peer* P = (omc__shm_peer*)v;
+        uint32_t i, len;
+        char key[OMC_KEY_MAX];
+        if (!P->in_channel || omc__shm_peer_check(S, P, now, 0) != OMC_OK) continue;
+        for (i = 0; r == OMC_OK && i < P->lay.entry_count; i++)
+            if (omc__shm_entry_key(P->base, &P->lay, i, key, &len) && memchr(key, 0x1f, len)) r = sink(key, len, user);
+    }
+    pthread_mutex_unlock(&S->rmu);
+    return r;
+}
+
 /* Puts of this connector whose reads are not all taken yet (after looking at what came back). */
 static uint64_t omc__shm_pending(omc_conn* c) {
     omc__shm* S = (omc__shm*)c->impl;
@@ -2058,7 +2124,7 @@ static uint64_t omc__shm_pending(omc_conn* c) {
 static const omc__conn_vtable omc__shm_vtable = {
     OMC_TRANSPORT_SHM, omc__shm_put, omc__shm_get, omc__shm_alloc, omc__shm_cleanup,
     omc__shm_health, omc__shm_sweep, omc__shm_close, omc__shm_destroy,
-    NULL, NULL, omc__shm_pending
+    omc__shm_exists, omc__shm_list, omc__shm_pending
 };
 
 /* Zero means default; anything impossible is refused with the reason in the log. */

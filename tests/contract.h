@@ -550,6 +550,209 @@ static __attribute__((unused)) void ct_conc_run(ct_env* e, void* (*fn)(void*)) {
 static __attribute__((unused)) void ct_concurrent_p(ct_env* e) { ct_conc_run(e, ct_conc_put); ct_expect(e, "done"); }
 static __attribute__((unused)) void ct_concurrent_c(ct_env* e) { ct_conc_run(e, ct_conc_get); ct_say(e, "done"); }
 
+/* exists and list see a put on both sides until its last read; then neither does */
+typedef struct ct_seen { const char* key; int found; } ct_seen;
+static __attribute__((unused)) int ct_seen_fn(const char* from, const char* to, const char* key, void* user) {
+    ct_seen* s = (ct_seen*)user;
+    (void)from; (void)to;
+    if (strcmp(key, s->key) == 0) s->found++;
+    return 0;
+}
+
+static __attribute__((unused)) void ct_check_listed(ct_env* e, const char* key, int want) {
+    ct_seen s;
+    uint64_t n = 0;
+    s.key = key;
+    s.found = 0;
+    CHECK_OK(omc_conn_list(e->conn, e->from, e->to, ct_seen_fn, &s, &n));
+    CHECK_EQ(s.found, want);
+    CHECK(n >= (uint64_t)want);
+}
+
+static __attribute__((unused)) void ct_exists_p(ct_env* e) {
+    char buf[3000];
+    omc_payload p;
+    omc_meta m = {0};
+    memset(&p, 0, sizeof(p));
+    omc_test_fill(buf, sizeof(buf), 21);
+    p.data = buf; p.size = sizeof(buf);
+    CHECK_RES(omc_conn_exists(e->conn, e->from, e->to, e->key), OMC_ERR_NOT_FOUND);
+    CHECK_OK(omc_conn_put(e->conn, e->from, e->to, e->key, &p, &m));
+    CHECK_OK(omc_conn_exists(e->conn, e->from, e->to, e->key));
+    ct_check_listed(e, e->key, 1);
+    ct_send_meta(e, &m);
+    omc_meta_free(&m);
+    ct_expect(e, "done");
+    CHECK_RES(omc_conn_exists(e->conn, e->from, e->to, e->key), OMC_ERR_NOT_FOUND);
+    ct_check_listed(e, e->key, 0);
+}
+
+static __attribute__((unused)) void ct_exists_c(ct_env* e) {
+    uint32_t n = 0;
+    void* meta = ct_recv(e, &n);
+    omc_buffer b;
+    REQUIRE(meta);
+    CHECK_OK(omc_conn_exists(e->conn, e->from, e->to, e->key));
+    CHECK_RES(omc_conn_exists(e->conn, e->from, e->to, "ct-no-such-key"), OMC_ERR_NOT_FOUND);
+    ct_check_listed(e, e->key, 1);
+    CHECK_OK(omc_conn_get(e->conn, e->from, e->to, e->key, meta, n, omc_deadline_after_ms(20000), &b));
+    CHECK(b.size == 3000 && omc_test_verify(b.data, b.size, 21));
+    CHECK_RES(omc_conn_exists(e->conn, e->from, e->to, e->key), OMC_ERR_NOT_FOUND);     /* taken, though still held */
+    ct_check_listed(e, e->key, 0);
+    CHECK_OK(omc_buffer_release(&b));
+    free(meta);
+    ct_say(e, "done");
+}
+
+/* a batch put, a metadata-less batch get with one deadline (the missing item times out) */
+#define CT_BATCH 4
+static __attribute__((unused)) void ct_batch_p(ct_env* e) {
+    omc_batch_item it[CT_BATCH];
+    char keys[CT_BATCH][96];
+    void* data[CT_BATCH];
+    int i;
+    memset(it, 0, sizeof(it));
+    for (i = 0; i < CT_BATCH; i++) {
+        uint64_t size = 1000 + (uint64_t)i * 50000;
+        data[i] = malloc(size);
+        omc_test_fill(data[i], size, 30 + (uint64_t)i);
+        ct_key(e, keys[i], sizeof(keys[i]), i);
+        it[i].key = keys[i];
+        it[i].payload.data = data[i];
+        it[i].payload.size = size;
+    }
+    CHECK_OK(omc_conn_put_batch(e->conn, e->from, e->to, it, CT_BATCH, omc_deadline_after_ms(5000)));
+    for (i = 0; i < CT_BATCH; i++) {
+        CHECK_OK(it[i].result);
+        CHECK(it[i].meta.size > 0);
+        omc_meta_free(&it[i].meta);
+        free(data[i]);
+    }
+    ct_say(e, "put");
+    ct_expect(e, "done");
+}
+
+static __attribute__((unused)) void ct_batch_c(ct_env* e) {
+    omc_batch_item it[CT_BATCH + 1];
+    char keys[CT_BATCH + 1][96];
+    int i;
+    ct_expect(e, "put");
+    memset(it, 0, sizeof(it));
+    for (i = 0; i <= CT_BATCH; i++) { ct_key(e, keys[i], sizeof(keys[i]), i); it[i].key = keys[i]; }
+    CHECK_RES(omc_conn_get_batch(e->conn, e->from, e->to, it, CT_BATCH + 1, omc_deadline_after_ms(3000)), OMC_ERR_TIMEOUT);
+    for (i = 0; i < CT_BATCH; i++) {
+        CHECK_OK(it[i].result);
+        CHECK(it[i].buffer.size == 1000 + (uint64_t)i * 50000 && omc_test_verify(it[i].buffer.data, it[i].buffer.size, 30 + (uint64_t)i));
+        CHECK_OK(omc_buffer_release(&it[i].buffer));
+    }
+    CHECK_RES(it[CT_BATCH].result, OMC_ERR_TIMEOUT);
+    ct_say(e, "done");
+}
+
+/* wait_consumed: times out while a read is left, returns once every put was read or expired */
+static __attribute__((unused)) void ct_wait_consumed_p(ct_env* e) {
+    char buf[20000];
+    omc_payload p;
+    omc_meta m = {0};
+    omc_time_ns t0;
+    int i;
+    memset(&p, 0, sizeof(p));
+    p.data = buf; p.size = sizeof(buf);
+    CHECK_OK(omc_conn_wait_consumed(e->conn, OMC_NO_WAIT));      /* nothing put by this case yet */
+    for (i = 0; i < 3; i++) {
+        char k[96];
+        omc_test_fill(buf, sizeof(buf), 40 + (uint64_t)i);
+        ct_key(e, k, sizeof(k), i);
+        p.readers = i == 2 ? 2 : 1;
+        CHECK_OK(omc_conn_put(e->conn, e->from, e->to, k, &p, &m));
+        omc_meta_free(&m);
+    }
+    {   /* one that nobody reads: its TTL consumes it */
+        char k[96];
+        ct_key(e, k, sizeof(k), 9);
+        p.readers = 1;
+        p.ttl_ms = 300;
+        t0 = omc_now_ns();
+        CHECK_OK(omc_conn_put(e->conn, e->from, e->to, k, &p, &m));
+        omc_meta_free(&m);
+    }
+    CHECK_RES(omc_conn_wait_consumed(e->conn, omc_deadline_after_ms(100)), OMC_ERR_TIMEOUT);
+    ct_say(e, "go");
+    CHECK_OK(omc_conn_wait_consumed(e->conn, omc_deadline_after_ms(20000)));
+    CHECK(omc_now_ns() - t0 >= 290000000LL);       /* the TTL'd put held it up */
+    ct_expect(e, "done");
+}
+
+static __attribute__((unused)) void ct_wait_consumed_c(ct_env* e) {
+    int i, r;
+    ct_expect(e, "go");
+    for (i = 0; i < 4; i++) {     /* key 2 has two readers */
+        char k[96];
+        omc_buffer b;
+        ct_key(e, k, sizeof(k), i < 3 ? i : 2);
+        CHECK_OK(omc_conn_get(e->conn, e->from, e->to, k, NULL, 0, omc_deadline_after_ms(20000), &b));
+        CHECK(b.size == 20000 && omc_test_verify(b.data, b.size, 40 + (uint64_t)(i < 3 ? i : 2)));
+        CHECK_OK(omc_buffer_release(&b));
+    }
+    r = omc_conn_wait_consumed(e->conn, omc_deadline_after_ms(20000));     /* a receiver made no puts: OK at once */
+    CHECK(r == OMC_OK);
+    ct_say(e, "done");
+}
+
+/* a TTL never frees a range a reader still holds: the view stays intact while the entry
+   expires and new puts take the space */
+static __attribute__((unused)) void ct_ttl_held_p(ct_env* e) {
+    char buf[200000];
+    omc_payload p;
+    omc_meta m = {0};
+    omc_health h0, h1;
+    int i;
+    memset(&p, 0, sizeof(p));
+    omc_test_fill(buf, sizeof(buf), 50);
+    p.data = buf; p.size = sizeof(buf); p.readers = 2; p.ttl_ms = 200;
+    CHECK_OK(omc_conn_put(e->conn, e->from, e->to, e->key, &p, &m));
+    ct_send_meta(e, &m);
+    omc_meta_free(&m);
+    ct_expect(e, "got");
+    omc_conn_health(e->conn, &h0);
+    usleep(400000);
+    omc_conn_sweep(e->conn);
+    omc_conn_health(e->conn, &h1);
+    CHECK(h1.ttl_reclaims >= h0.ttl_reclaims + 1);
+    CHECK_RES(omc_conn_exists(e->conn, e->from, e->to, e->key), OMC_ERR_NOT_FOUND);
+    /* take the space back with other bytes: a freed range would be overwritten now */
+    memset(buf, 0xA5, sizeof(buf));
+    p.readers = 1; p.ttl_ms = 0;
+    for (i = 0; i < 8; i++) {
+        char k[96];
+        ct_key(e, k, sizeof(k), 100 + i);
+        CHECK_OK(omc_conn_put(e->conn, e->from, e->to, k, &p, &m));
+        omc_meta_free(&m);
+    }
+    ct_say(e, "refilled");
+    ct_expect(e, "done");
+    for (i = 0; i < 8; i++) {
+        char k[96];
+        ct_key(e, k, sizeof(k), 100 + i);
+        CHECK_OK(omc_conn_cleanup(e->conn, e->from, e->to, k));
+    }
+}
+
+static __attribute__((unused)) void ct_ttl_held_c(ct_env* e) {
+    uint32_t n = 0;
+    void* meta = ct_recv(e, &n);
+    omc_buffer b;
+    REQUIRE(meta);
+    CHECK_OK(omc_conn_get(e->conn, e->from, e->to, e->key, meta, n, omc_deadline_after_ms(20000), &b));
+    CHECK(b.size == 200000 && omc_test_verify(b.data, b.size, 50));
+    ct_say(e, "got");
+    ct_expect(e, "refilled");
+    CHECK(b.data && omc_test_verify(b.data, b.size, 50));       /* still the bytes we were given */
+    CHECK_OK(omc_buffer_release(&b));
+    free(meta);
+    ct_say(e, "done");
+}
+
 static const ct_case ct_cases[] = {
     { "roundtrip_sizes", ct_roundtrip_p, ct_roundtrip_c },
     { "metadata_less_get_waits", ct_metaless_p, ct_metaless_c },
@@ -565,6 +768,10 @@ static const ct_case ct_cases[] = {
     { "health_counters", ct_health_p, ct_health_c },
     { "release_idempotent", ct_release_p, ct_release_c },
     { "concurrent_puts_and_gets", ct_concurrent_p, ct_concurrent_c },
+    { "exists_and_list_see_a_live_put", ct_exists_p, ct_exists_c },
+    { "batch_put_then_batch_get_one_deadline", ct_batch_p, ct_batch_c },
+    { "wait_consumed_until_read_or_expired", ct_wait_consumed_p, ct_wait_consumed_c },
+    { "ttl_never_frees_a_range_a_reader_holds", ct_ttl_held_p, ct_ttl_held_c },
 };
 #define CT_NCASES ((int)(sizeof(ct_cases) / sizeof(ct_cases[0])))
 

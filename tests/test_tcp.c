@@ -896,6 +896,10 @@ static void* fake_main(void* arg) {
                 m.type = OMC__MSG_HELLO; m.caps = OMC_NET_CAP_TCP; m.nrecords = cnt; m.records = recs; m.records_len = rl;
                 fake_reply(f, rid, rn, &m);
             } else if (in.type == OMC__MSG_PULL && f->dfd >= 0) fake_push(f, &in, rid, rn);
+            else if (in.type == OMC__MSG_LIST) {    /* as a sender of the first release answers a type it does not know */
+                m.type = OMC__MSG_ERROR; m.code = (int32_t)OMC_ERR_PROTOCOL; m.text = "unknown message type"; m.text_len = 20;
+                fake_reply(f, rid, rn, &m);
+            }
         }
     }
     return NULL;
@@ -991,6 +995,44 @@ OMC_TEST(tcp_sizes_that_lie_are_rejected) {
     }
     omc_conn_destroy(r);
     fake_stop(&f);
+}
+
+/* exists and list over the side channel; a sender that predates LIST makes list UNAVAILABLE */
+OMC_TEST(tcp_list_from_an_older_sender_is_unavailable) {
+    fake_sender f;
+    omc_conn* r = make_receiver(1u << 20);
+    uint64_t n = 7;
+    REQUIRE(r && fake_start(&f) == 0);
+    CHECK_OK(omc_tcp_add_sender(r, "old", "127.0.0.1", f.port));
+    CHECK_RES(omc_conn_list(r, NULL, NULL, NULL, NULL, &n), OMC_ERR_UNAVAILABLE);
+    CHECK_EQ(n, 0);
+    omc_conn_destroy(r);
+    fake_stop(&f);
+}
+
+OMC_TEST(tcp_list_pages_through_many_keys) {
+    omc_conn* s = make_sender(0, 8u << 20);
+    omc_conn* r = make_receiver(1u << 20);
+    char host[OMC_TCP_HOST_MAX], key[64];
+    uint16_t port = 0;
+    uint64_t n = 0;
+    omc_payload p;
+    int i;
+    REQUIRE(s && r);
+    CHECK_OK(omc_tcp_endpoint(s, host, sizeof(host), &port, NULL));
+    CHECK_OK(omc_tcp_add_sender(r, "s", host, port));
+    memset(&p, 0, sizeof(p));
+    p.data = "x"; p.size = 1;
+    for (i = 0; i < 300; i++) {     /* ~50 bytes a key: several LIST_REPLY pages */
+        snprintf(key, sizeof(key), "a-rather-long-key-so-that-pages-fill-up-%04d", i);
+        CHECK_OK(omc_conn_put(s, "from", "to", key, &p, NULL));
+    }
+    CHECK_OK(omc_conn_list(r, "from", "to", NULL, NULL, &n));
+    CHECK_EQ(n, 300);
+    CHECK_OK(omc_conn_exists(r, "from", "to", "a-rather-long-key-so-that-pages-fill-up-0299"));
+    CHECK_RES(omc_conn_exists(r, "from", "to", "absent"), OMC_ERR_NOT_FOUND);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
 }
 
 /* ---- the seed's port table, collisions, hosts, endpoints ------------------------------------------ */
@@ -1112,16 +1154,19 @@ OMC_TEST(tcp_wire_codec_roundtrip_and_limits) {
     omc__wire m, d;
     static const char key[] = "a\x1f" "b\x1f" "k";
     CHECK_OK(omc__wire_add_record(recs, sizeof(recs), &rl, &cnt, OMC__DP_TCP, (const uint8_t*)"\x39\x30\0\0" "h", 5));
-    for (t = OMC__MSG_HELLO; t <= OMC__MSG_ABORT; t++) {
+    for (t = OMC__MSG_HELLO; t <= OMC__MSG_LIST_REPLY; t++) {
         memset(&m, 0, sizeof(m));
         m.type = (uint8_t)t; m.xfer = 0x0102030405060708ull; m.incarnation = 99; m.seq = 7;
         m.caps = 3; m.nrecords = cnt; m.records = recs; m.records_len = rl;
         m.wait_ms = 5; m.key = key; m.key_len = 5; m.entry_id = 11; m.size = 12; m.pflags = OMC_BUFFER_FRAME; m.readers_left = 2;
         m.expect_incarnation = 13; m.capacity = 14; m.budget_ms = 15; m.dp_kind = 1; m.desc = tok; m.desc_len = 8;
         m.bytes = 16; m.code = (int32_t)OMC_ERR_STALE; m.detail = 17; m.text = "why"; m.text_len = 3;
+        m.cursor = 18; m.nkeys = 1; m.keys = (const uint8_t*)"\x05\x00" "a\x1f" "b\x1f" "k"; m.keys_len = 7;
         CHECK_OK(omc__wire_encode(&m, buf, sizeof(buf), &len));
         CHECK_OK(omc__wire_decode(buf, len, &d));
         CHECK(d.type == t && d.xfer == m.xfer && d.incarnation == 99 && d.seq == 7);
+        if (t >= OMC__MSG_LIST) CHECK(d.cursor == 18);
+        if (t == OMC__MSG_LIST_REPLY) CHECK(d.nkeys == 1 && d.keys_len == 7 && memcmp(d.keys + 2, key, 5) == 0);
         CHECK_RES(omc__wire_decode(buf, len - 1, &d), OMC_ERR_MALFORMED);
     }
     CHECK_EQ(buf[0], 0x4F);     /* little-endian magic "OMCZ" */
