@@ -442,6 +442,9 @@ LICENSE: see the end of this file (MIT or public domain, your choice).
 #define OMNICONN_VERSION_STRING "0.1.0"
 /* one number, comparable: (major << 16) | (minor << 8) | patch */
 #define OMNICONN_VERSION ((OMNICONN_VERSION_MAJOR << 16) | (OMNICONN_VERSION_MINOR << 8) | OMNICONN_VERSION_PATCH)
+/* the companion interface (see "[SECTION] Implementation: the companion interface"): companion
+   headers check it exactly */
+#define OMC__COMPANION_INTERFACE ((OMNICONN_VERSION_MAJOR << 8) | OMNICONN_VERSION_MINOR)
 
 /* The implementation needs Linux extensions (MAP_ANONYMOUS, MAP_HUGETLB, getrandom, futex). They
    must be requested before the first system header, so include omniconn.h first in the file that
@@ -1291,8 +1294,12 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
     #define OMNICONN_ZMQ_LIBRARY "libzmq.so.5"
 #endif
 
-/* every private function is static and may go unused in some feature combination */
-#define OMC__PRIVATE static __attribute__((unused))
+/* every private function is static and may go unused in some feature combination (the rule:
+   see "[SECTION] Implementation: the companion interface"); a build may define it as plain
+   static to let -Wunused-function list what no code calls */
+#ifndef OMC__PRIVATE
+    #define OMC__PRIVATE static __attribute__((unused))
+#endif
 #define OMC__NIL 0xFFFFFFFFu
 
 #define omc__load(p)        __atomic_load_n((p), __ATOMIC_ACQUIRE)
@@ -1301,6 +1308,75 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
 #define omc__sub(p, v)      __atomic_sub_fetch((p), (v), __ATOMIC_ACQ_REL)
 #define omc__min(a, b)      ((a) < (b) ? (a) : (b))
 #define omc__max(a, b)      ((a) > (b) ? (a) : (b))
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the companion interface                                             */
+/* ============================================================================================== */
+/*
+    What a companion header (omniconn_shm.h, omniconn_rdma.h, omniconn_pipeline.h, or your own)
+    may use besides the public API. Nothing else of this file is promised to stay. The interface
+    is versioned with the minor version: OMC__COMPANION_INTERFACE is (major << 8) | minor, and
+    every companion checks it exactly (#error on a mismatch), because anything below may change
+    in a minor release. tests/check_companions.sh fails if a companion uses an omc__ / OMC__ name
+    of this file that is not listed here.
+
+    companion-interface-begin
+    Build and platform
+      OMC__PRIVATE           storage class of every private function (see "static or
+                             OMC__PRIVATE" below)
+      OMC__HAS_SHM OMC__HAS_ZMQ OMC__HAS_RDMA OMC__HAS_CUDA   the resolved features
+      OMC__COMPANION_INTERFACE   this interface's version, (major << 8) | minor
+      OMC__NIL               "no index" (0xFFFFFFFF)
+      OMC__ALIGN_UP          round up to a power-of-two alignment
+      OMC__X                 scratch name of X-macro lists (define, expand, #undef)
+      omc__load omc__store omc__add omc__sub omc__min omc__max   atomics and arithmetic
+    Memory, logging, time
+      omc__hooks_resolve omc__malloc omc__calloc omc__free   the desc's hooks, resolved
+      OMC__LOG               log through the hooks (level, item, printf format)
+      omc__cond_init_monotonic omc__cond_wait_until          CLOCK_MONOTONIC condition variables
+      omc__random_u64 omc__random_bytes                       getrandom-backed randomness
+    Bytes
+      omc__get_u16 omc__get_u32 omc__get_u64 omc__put_u16 omc__put_u32 omc__put_u64   little-endian
+      omc__crc32c            CRC-32C (Castagnoli)
+    String map (heap keys, open addressing)
+      omc__smap omc__smap_get omc__smap_put omc__smap_del omc__smap_next omc__smap_free
+    Connectors (a companion that adds one)
+      omc__conn_vtable       the transport table (family, transport, put ... pending)
+      omc__conn_create omc__conn_ref omc__conn_unref omc__conn_is omc__conn_fail
+      omc__key_sink          what a vtable's list() hands keys to
+      omc_conn fields a companion may read or write: impl (its state), hooks, closed (atomic),
+                             ttl_reclaims and releases (atomic counters)
+      omc__meta_begin omc__meta_seal   write a metadata envelope around a transport's body
+    The owner's entry table (a companion that owns payloads)
+      omc__etab omc__ent OMC__ENT_FREE OMC__ENT_LIVE OMC__ENT_DRAINING
+      omc__etab_init omc__etab_uninit omc__etab_add omc__etab_find omc__etab_by_id omc__etab_id
+      omc__etab_unindex omc__etab_drop omc__etab_retire omc__etab_unhold omc__etab_list
+      omc__bucket_insert omc__bucket_remove   linear-probing buckets (also on shared memory)
+      omc__expiry            a put's TTL as an absolute time
+    Data planes of the remote connector (see "the data-plane interface")
+      omc__dataplane omc__dp_vtable omc__dp_push omc__dp_peer omc__dp_xfer
+      OMC__DP_RDMA OMC__DP_FLAG_TRY_NOW OMC__DP_FLAG_SELF_COMPLETE
+      omc__net_create        a remote connector with an extra data plane
+    Availability
+      omc__register_probe    answer omc_available() for a feature the companion provides
+    companion-interface-end
+
+    static or OMC__PRIVATE: a function that every build uses and that the compiler can see is
+    used (a vtable entry, a callback) is plain static; a helper that some feature combination
+    leaves unused is OMC__PRIVATE (static + unused, so the build stays warning-free). CI builds
+    once with OMC__PRIVATE defined as plain static and -Wunused-function (tests/compile/run.sh)
+    to list the helpers no combination uses.
+*/
+
+/* omc_available(f) asks the companion that provides f (registered at start-up from a
+   constructor in the companion's implementation); with no companion registered the feature is
+   not in this program. */
+typedef omc_result (*omc__probe_fn)(char* why, size_t n);
+static omc__probe_fn omc__probes[OMC_FEATURE_COUNT];
+
+OMC__PRIVATE void omc__register_probe(omc_feature f, omc__probe_fn fn) {
+    if ((int)f >= 0 && f < OMC_FEATURE_COUNT) omc__probes[f] = fn;
+}
 
 /* ============================================================================================== */
 /* [SECTION] Implementation: result codes, log items, hooks                                      */
@@ -2825,6 +2901,8 @@ OMNICONN_API omc_result omc_meta_from_text(const char* text, size_t len, omc_met
 typedef omc_result (*omc__key_sink)(const char* qkey, uint32_t qlen, void* user);
 
 typedef struct omc__conn_vtable {
+    const char* family;         /* "local", "shm", "remote": the one way a connector is recognised
+                                   (omc__conn_is); the transport may vary within a family */
     omc_transport transport;
     /* put: qkey is the qualified key. meta_out is never NULL. */
     omc_result (*put)(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out);
@@ -2875,6 +2953,11 @@ OMC__PRIVATE omc_result omc__conn_create(const omc_hooks* hooks, const omc__conn
 }
 
 OMC__PRIVATE void omc__conn_ref(omc_conn* c) { omc__add(&c->refs, 1u); }
+
+/* Is c a connector of this family (its implementation's own state is in c->impl)? */
+OMC__PRIVATE int omc__conn_is(const omc_conn* c, const char* family) {
+    return c && c->vt && c->vt->family && strcmp(c->vt->family, family) == 0;
+}
 
 OMC__PRIVATE void omc__conn_unref(omc_conn* c) {
     if (omc__sub(&c->refs, 1u) == 0) {
@@ -3841,7 +3924,7 @@ static void omc__local_destroy(omc_conn* c) {
 }
 
 static const omc__conn_vtable omc__local_vtable = {
-    OMC_TRANSPORT_LOCAL, omc__local_put, omc__local_get, omc__local_alloc, omc__local_cleanup,
+    "local", OMC_TRANSPORT_LOCAL, omc__local_put, omc__local_get, omc__local_alloc, omc__local_cleanup,
     omc__local_health, omc__local_sweep, omc__local_close, omc__local_destroy,
     omc__local_exists, omc__local_list, omc__local_pending
 };
@@ -3924,12 +4007,15 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
             detach at destroy.
 
     Completion on the receiver: a get ends when the plane says x->complete and DONE has
-    arrived. The built-in TCP plane has two fast paths the table does not (yet) expose, used by
-    kind: the listener starts a TCP push itself without blocking (omc__tcp_tx_try; small payloads
-    then cost no thread hand-off, large ones start moving while a worker wakes up), and a TCP
-    receiver completes on the data connection alone: the sender writes a trailer after commit,
-    so the trailer proves the read was recorded, and no DONE is sent for a TCP push (one
-    side-channel message - two libzmq I/O thread wake-ups - less per get).
+    arrived. Two capability flags (omc__dp_vtable.flags) let a plane skip parts of that:
+      OMC__DP_FLAG_TRY_NOW       the listener starts a push itself with tx_try, which must not
+                                 block (OMC_ERR_BUSY: hand it to a worker; small payloads then
+                                 cost no thread hand-off, large ones start while a worker wakes)
+      OMC__DP_FLAG_SELF_COMPLETE the plane tells the receiver itself that the read was recorded
+                                 (TCP: a trailer written after commit): no DONE is sent, and the
+                                 receiver completes on the plane alone (one side-channel
+                                 message - two libzmq I/O thread wake-ups - less per get)
+    The built-in TCP plane sets both; the connector never tests a plane by its address.
 
     Rules: a plane never touches the entries table, never sends on the side channel and never
     frees the destination; errors are omc_result codes (OMC_ERR_CONNECTION for a broken peer,
@@ -3946,7 +4032,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     The connector then advertises the plane in HELLO (capabilities bit and a record of its kind)
     and in its metadata; a receiver uses the extra plane for a channel when both sides have it,
     and TCP otherwise. OMC_TRANSPORT_RDMA makes the metadata envelope say RDMA; the body is the
-    one documented for TCP. omc__net_pool(conn) gives the pool if attach is not enough.
+    one documented for TCP.
 */
 
 #include <netdb.h>
@@ -4175,10 +4261,14 @@ typedef struct omc__dp_peer {
     uint32_t record_len;
 } omc__dp_peer;
 
+#define OMC__DP_FLAG_TRY_NOW       0x1u     /* tx_try starts a push on the listener without blocking */
+#define OMC__DP_FLAG_SELF_COMPLETE 0x2u     /* the plane itself tells the receiver the read is recorded */
+
 typedef struct omc__dp_vtable {
     const char* name;                   /* "tcp", "rdma": for logs */
     uint8_t kind;                       /* OMC__DP_*: HELLO record type and PULL byte 30 */
     uint32_t capability;                /* OMC_NET_CAP_* */
+    uint32_t flags;                     /* OMC__DP_FLAG_* */
     omc_result (*attach)(void* user, omc_conn* conn, omc_pool* pool, const omc_hooks* hooks);
     void       (*detach)(void* user);
     /* sender */
@@ -4195,6 +4285,9 @@ typedef struct omc__dp_vtable {
     omc_result (*rx_progress)(void* user, void* chan, omc__dp_xfer* x, int done_received);
     void       (*rx_end)(void* user, void* chan, omc__dp_xfer* x, omc_result r);
     void       (*rx_close)(void* user, void* chan);
+    /* OMC__DP_FLAG_TRY_NOW: start the push without blocking; OMC_ERR_BUSY = a worker goes on
+       from *resume */
+    omc_result (*tx_try)(void* user, const omc__dp_push* p, uint64_t* resume);
 } omc__dp_vtable;
 
 /* A plane registered on a connector: its table and its state. */
@@ -5110,7 +5203,8 @@ OMC__PRIVATE omc_result omc__tcp_find_conn(omc__tcp_plane* T, const omc__dp_push
 /* The listener starts a push without blocking: header and up to OMNICONN_TCP_INLINE bytes, then
    the trailer if everything went. OMC_OK: done (committed). OMC_ERR_BUSY: *resume bytes of the
    stream went; a worker finishes with tx_push (the connection stays ours). */
-OMC__PRIVATE omc_result omc__tcp_tx_try(omc__tcp_plane* T, const omc__dp_push* p, uint64_t* resume) {
+static omc_result omc__tcp_tx_try(void* user, const omc__dp_push* p, uint64_t* resume) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
     uint8_t hdr[OMC__TCP_HEADER_SIZE], trl[OMC__TCP_TRAILER_SIZE];
     uint64_t pos = 0, end = OMC__TCP_HEADER_SIZE + p->size;
     omc__tcp_conn* c;
@@ -5286,11 +5380,12 @@ OMC__PRIVATE void omc__tcp_rx_close(void* user, void* chan) {
 }
 
 static const omc__dp_vtable omc__tcp_plane_vt = {
-    "tcp", OMC__DP_TCP, OMC_NET_CAP_TCP,
+    "tcp", OMC__DP_TCP, OMC_NET_CAP_TCP, OMC__DP_FLAG_TRY_NOW | OMC__DP_FLAG_SELF_COMPLETE,
     omc__tcp_attach, omc__tcp_detach,
     omc__tcp_tx_hello, omc__tcp_tx_push,
     omc__tcp_rx_open, omc__tcp_rx_hello, omc__tcp_rx_ready, omc__tcp_rx_reusable, omc__tcp_rx_prepare,
-    omc__tcp_rx_fd, omc__tcp_rx_progress, omc__tcp_rx_end, omc__tcp_rx_close
+    omc__tcp_rx_fd, omc__tcp_rx_progress, omc__tcp_rx_end, omc__tcp_rx_close,
+    omc__tcp_tx_try
 };
 
 /* ============================================================================================== */
@@ -5790,7 +5885,7 @@ OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
         omc__add(&N->pushes, 1u);
         /* a TCP push ended with its trailer, which told the receiver all DONE would: a DONE
            would only wake two more threads (both libzmq I/O threads) per get */
-        if (reply && j->dp->vt != &omc__tcp_plane_vt) {
+        if (reply && !(j->dp->vt->flags & OMC__DP_FLAG_SELF_COMPLETE)) {
             omc__wire m;
             memset(&m, 0, sizeof(m));
             m.type = OMC__MSG_DONE;
@@ -6004,11 +6099,11 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     job->next_live = N->live;
     N->live = job;
     omc__add(&N->pushes_in_flight, 1u);
-    if (dp->vt == &omc__tcp_plane_vt) {
+    if ((dp->vt->flags & OMC__DP_FLAG_TRY_NOW) && dp->vt->tx_try) {
         /* start it here, without blocking: a small payload is done before a worker could wake */
         omc__dp_push p;
         omc__net_job_push(N, job, &p);
-        job->result = omc__tcp_tx_try(&N->tcp, &p, &job->resume);
+        job->result = dp->vt->tx_try(dp->user, &p, &job->resume);
         if (job->result != OMC_ERR_BUSY) { omc__net_finish(N, job, 1); return; }
         job->result = OMC_OK;
     }
@@ -6664,7 +6759,7 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
             } while (r == OMC_OK && got);
         }
         /* the TCP trailer is written after the sender recorded the read: no need to wait for DONE */
-        if (r == OMC_OK && x.complete && (got_done || ch->dp->vt == &omc__tcp_plane_vt)) break;
+        if (r == OMC_OK && x.complete && (got_done || (ch->dp->vt->flags & OMC__DP_FLAG_SELF_COMPLETE))) break;
     }
     if (vt->rx_end) vt->rx_end(ch->dp->user, ch->dpc, &x, r);
     if (r != OMC_OK) {
@@ -7184,13 +7279,13 @@ static omc_result omc__net_list(omc_conn* c, omc__key_sink sink, void* user) {
 }
 
 static const omc__conn_vtable omc__net_vtable = {
-    OMC_TRANSPORT_TCP, omc__net_put, omc__net_get, omc__net_alloc, omc__net_cleanup,
+    "remote", OMC_TRANSPORT_TCP, omc__net_put, omc__net_get, omc__net_alloc, omc__net_cleanup,
     omc__net_health, omc__net_sweep, omc__net_close, omc__net_destroy,
     omc__net_exists, omc__net_list, omc__net_pending
 };
 
 OMC__PRIVATE omc__net* omc__net_of(omc_conn* c) {
-    return c && c->vt && c->vt->put == omc__net_put ? (omc__net*)c->impl : NULL;
+    return omc__conn_is(c, "remote") ? (omc__net*)c->impl : NULL;
 }
 
 /* ============================================================================================== */
@@ -7386,8 +7481,6 @@ OMNICONN_API omc_result omc_tcp_create(const omc_tcp_desc* desc, omc_conn** out)
     return omc__net_create(desc, OMC_TRANSPORT_TCP, NULL, out);
 }
 
-/* The connector's pool (for a data plane that needs more than attach). */
-OMC__PRIVATE omc_pool* omc__net_pool(omc_conn* c) { omc__net* N = omc__net_of(c); return N ? N->pool : NULL; }
 
 /* ============================================================================================== */
 /* [SECTION] Implementation: the remote connector - public extras                                */
@@ -7576,9 +7669,6 @@ OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* c, uint32_t index, omc_tcp
 /* [SECTION] Implementation: features                                                            */
 /* ============================================================================================== */
 
-#include <dlfcn.h>
-#include <sys/statvfs.h>
-
 OMNICONN_API int omc_has(omc_feature f) {
     switch (f) {
         case OMC_FEATURE_LOCAL: return 1;
@@ -7603,33 +7693,13 @@ OMNICONN_API omc_result omc_available(omc_feature f, char* why, size_t n) {
         case OMC_FEATURE_ZMQ:
             return omc__zmq_load(why, n);
 #endif
-        case OMC_FEATURE_SHM: {
-            struct statvfs sv;
-            if (statvfs("/dev/shm", &sv) != 0 || access("/dev/shm", W_OK) != 0)
-                return omc__unavailable(why, n, "/dev/shm is missing or not writable (mount a tmpfs there)");
-            return OMC_OK;
-        }
-        case OMC_FEATURE_RDMA: {
-            /* the engine loads libibverbs at run time; so does this probe */
-            void* lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
-            typedef void** (*get_list_fn)(int*);
-            typedef void (*free_list_fn)(void**);
-            get_list_fn get_list;
-            free_list_fn free_list;
-            void** list;
-            int num = 0;
-            if (!lib) return omc__unavailable(why, n, "libibverbs.so.1 not found (apt-get install ibverbs-providers)");
-            /* ISO C has no object-to-function pointer cast; POSIX guarantees the bytes fit */
-            void* sym = dlsym(lib, "ibv_get_device_list");
-            memcpy(&get_list, &sym, sizeof(sym));
-            sym = dlsym(lib, "ibv_free_device_list");
-            memcpy(&free_list, &sym, sizeof(sym));
-            list = get_list ? get_list(&num) : NULL;
-            if (list && free_list) free_list(list);
-            dlclose(lib);
-            if (num <= 0) return omc__unavailable(why, n, "no RDMA device (ibv_devices lists none; for Soft-RoCE: rdma link add rxe0 type rxe netdev <if>)");
-            return OMC_OK;
-        }
+        case OMC_FEATURE_SHM:
+        case OMC_FEATURE_RDMA:
+            /* the companion that implements it knows its own rules (directory, library, device) */
+            if (!omc__probes[f]) return omc__unavailable(why, n, f == OMC_FEATURE_SHM
+                                                         ? "omniconn_shm.h is not part of this program (include it in the implementation file)"
+                                                         : "omniconn_rdma.h is not part of this program (include it in the implementation file)");
+            return omc__probes[f](why, n);
         case OMC_FEATURE_CUDA: {
 #if OMC__HAS_CUDA
             int count = 0;

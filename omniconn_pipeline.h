@@ -293,8 +293,8 @@ LICENSE: see the end of this file (MIT or public domain, your choice).
 
 #include "omniconn.h"
 
-#if !defined(OMNICONN_VERSION_MAJOR) || OMNICONN_VERSION_MAJOR != 0 || OMNICONN_VERSION_MINOR != 1
-    #error "omniconn_pipeline.h 0.1 needs omniconn.h 0.1.x: take both headers from the same omniconn release."
+#if !defined(OMC__COMPANION_INTERFACE) || OMC__COMPANION_INTERFACE != 0x0001
+    #error "omniconn_pipeline.h 0.1 uses the companion interface of omniconn.h 0.1: take both headers from the same 0.1.x release."
 #endif
 
 /* The port scheme belongs to the remote connector (omc_port_compute, declared with the ZMQ
@@ -3065,6 +3065,20 @@ OMNICONN_API omc_result omc_stream_record_decode(const void* data, size_t size, 
     return OMC_OK;
 }
 
+/* One put staged like a batch item: a copy-path payload waits for pool space until deadline. */
+OMC__PRIVATE omc_result omc__stream_put(omc_conn* c, const char* from, const char* to, const char* key, const omc_payload* p,
+                                        omc_time_ns deadline, omc_meta* meta) {
+    omc_batch_item it;
+    omc_result r;
+    memset(&it, 0, sizeof(it));
+    it.key = key;
+    it.payload = *p;
+    r = omc_conn_put_batch(c, from, to, &it, 1, deadline);
+    if (meta) *meta = it.meta;
+    else omc_meta_free(&it.meta);
+    return r;
+}
+
 /* ============================================================================================== */
 /* [SECTION] Implementation: streams                                                             */
 /* ============================================================================================== */
@@ -3192,7 +3206,7 @@ OMC__PRIVATE omc_result omc__stream_publish(omc_stream_writer* w, const omc_stre
         p.size = len;
         p.ttl_ms = w->ttl_ms;
         omc__stream_chunk_key(&w->n, rec->index, 1, ckey);
-        r = omc__put_staged(w->n.conn, w->n.from, w->n.to, ckey, &p, deadline, NULL);
+        r = omc__stream_put(w->n.conn, w->n.from, w->n.to, ckey, &p, deadline, NULL);
     }
     omc__free(&w->n.hooks, bytes);
     return r;
@@ -3216,7 +3230,7 @@ OMC__PRIVATE omc_result omc__stream_send(omc_stream_writer* w, uint64_t index, c
     data = *p;
     if (!data.ttl_ms) data.ttl_ms = w->ttl_ms;
     omc__stream_chunk_key(&w->n, index, 0, dkey);
-    r = omc__put_staged(w->n.conn, w->n.from, w->n.to, dkey, &data, deadline, &meta);
+    r = omc__stream_put(w->n.conn, w->n.from, w->n.to, dkey, &data, deadline, &meta);
     if (r != OMC_OK) return r;
     /* 2. announce it at once - before waiting for anything else */
     memset(&rec, 0, sizeof(rec));

@@ -365,8 +365,8 @@ LICENSE: see the end of this file (MIT or public domain, your choice).
 
 #include "omniconn.h"
 
-#if OMNICONN_VERSION < 0x000100
-    #error "omniconn_rdma.h 0.1.0 needs omniconn.h 0.1.0 or newer: update omniconn.h next to this file."
+#if !defined(OMC__COMPANION_INTERFACE) || OMC__COMPANION_INTERFACE != 0x0001
+    #error "omniconn_rdma.h 0.1 uses the companion interface of omniconn.h 0.1: use the omniconn.h of the same 0.1.x release."
 #endif
 
 #ifdef __cplusplus
@@ -1125,7 +1125,6 @@ OMC__PRIVATE omc_result omc__rdma_memlock_check(uint64_t want, uint64_t pinned, 
     X(1, R, int, query_device, ibv_query_device, (struct ibv_context* ctx, struct ibv_device_attr* attr), (ctx, attr)) \
     X(1, R, int, query_port, ibv_query_port, (struct ibv_context* ctx, uint8_t port, struct _compat_ibv_port_attr* attr), (ctx, port, attr)) \
     X(1, R, int, query_gid, ibv_query_gid, (struct ibv_context* ctx, uint8_t port, int index, union ibv_gid* gid), (ctx, port, index, gid)) \
-    X(0, R, int, query_gid_ex, _ibv_query_gid_ex, (struct ibv_context* ctx, uint32_t port, uint32_t index, struct ibv_gid_entry* entry, uint32_t flags, size_t size), (ctx, port, index, entry, flags, size)) \
     X(0, R, ssize_t, query_gid_table, _ibv_query_gid_table, (struct ibv_context* ctx, struct ibv_gid_entry* entries, size_t max, uint32_t flags, size_t size), (ctx, entries, max, flags, size)) \
     X(1, R, struct ibv_pd*, alloc_pd, ibv_alloc_pd, (struct ibv_context* ctx), (ctx)) \
     X(1, R, int, dealloc_pd, ibv_dealloc_pd, (struct ibv_pd* pd), (pd)) \
@@ -1246,6 +1245,12 @@ OMC__PRIVATE int omc__ibv_query_port_attr(struct ibv_context* ctx, uint8_t port,
     memset(attr, 0, sizeof(*attr));
     return omc__ibv_query_port(ctx, port, (struct _compat_ibv_port_attr*)attr);
 }
+
+/* omc_available(OMC_FEATURE_RDMA): the engine's own rule (its library, a device). */
+static omc_result omc__rdma_available(char* why, size_t n) {
+    return omc_rdma_probe(NULL, why, n) == OMC_OK ? OMC_OK : OMC_ERR_UNAVAILABLE;
+}
+__attribute__((constructor)) static void omc__rdma_register_probe(void) { omc__register_probe(OMC_FEATURE_RDMA, omc__rdma_available); }
 
 OMNICONN_API omc_result omc_rdma_probe(const char* library, char* why, size_t why_size) {
     struct ibv_device** list;
@@ -3618,10 +3623,10 @@ static void omc__rdmap_rx_close(void* user, void* chan) {
 }
 
 static const omc__dp_vtable omc__rdma_plane_vt = {
-    "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, omc__rdmap_attach, omc__rdmap_detach,
+    "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, 0, omc__rdmap_attach, omc__rdmap_detach,
     omc__rdmap_tx_hello, omc__rdmap_tx_push,
     omc__rdmap_rx_open, omc__rdmap_rx_hello, omc__rdmap_rx_ready, omc__rdmap_rx_reusable, omc__rdmap_rx_prepare,
-    omc__rdmap_rx_fd, omc__rdmap_rx_progress, omc__rdmap_rx_end, omc__rdmap_rx_close
+    omc__rdmap_rx_fd, omc__rdmap_rx_progress, omc__rdmap_rx_end, omc__rdmap_rx_close, NULL
 };
 
 OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc* desc, omc_conn** out) {

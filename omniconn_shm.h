@@ -348,8 +348,8 @@ LICENSE: see the end of this file (MIT or public domain, your choice).
 
 #include "omniconn.h"
 
-#if OMNICONN_VERSION_MAJOR != 0 || OMNICONN_VERSION_MINOR != 1
-    #error "omniconn_shm.h 0.1 needs omniconn.h 0.1.x: use the omniconn.h that came with this file."
+#if !defined(OMC__COMPANION_INTERFACE) || OMC__COMPANION_INTERFACE != 0x0001
+    #error "omniconn_shm.h 0.1 uses the companion interface of omniconn.h 0.1: use the omniconn.h of the same 0.1.x release."
 #endif
 
 #ifdef __cplusplus
@@ -425,6 +425,7 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <linux/futex.h>
 
 #ifndef OMNICONN_SHM_DIR
@@ -2109,6 +2110,17 @@ static omc_result omc__shm_list(omc_conn* c, omc__key_sink sink, void* user) {
     return r;
 }
 
+/* omc_available(OMC_FEATURE_SHM): the default directory exists and we may create files in it. */
+static omc_result omc__shm_available(char* why, size_t n) {
+    struct statvfs sv;
+    if (statvfs(OMNICONN_SHM_DIR, &sv) != 0 || access(OMNICONN_SHM_DIR, W_OK) != 0) {
+        if (why && n) snprintf(why, n, "%s is missing or not writable (mount a tmpfs there, or give shm_dir)", OMNICONN_SHM_DIR);
+        return OMC_ERR_UNAVAILABLE;
+    }
+    return OMC_OK;
+}
+__attribute__((constructor)) static void omc__shm_register_probe(void) { omc__register_probe(OMC_FEATURE_SHM, omc__shm_available); }
+
 /* Puts of this connector whose reads are not all taken yet (after looking at what came back). */
 static uint64_t omc__shm_pending(omc_conn* c) {
     omc__shm* S = (omc__shm*)c->impl;
@@ -2122,7 +2134,7 @@ static uint64_t omc__shm_pending(omc_conn* c) {
 }
 
 static const omc__conn_vtable omc__shm_vtable = {
-    OMC_TRANSPORT_SHM, omc__shm_put, omc__shm_get, omc__shm_alloc, omc__shm_cleanup,
+    "shm", OMC_TRANSPORT_SHM, omc__shm_put, omc__shm_get, omc__shm_alloc, omc__shm_cleanup,
     omc__shm_health, omc__shm_sweep, omc__shm_close, omc__shm_destroy,
     omc__shm_exists, omc__shm_list, omc__shm_pending
 };
@@ -2250,7 +2262,7 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* c, char* out, size_t out_
     omc__shm* S;
     if (!c || !out || !out_size) return OMC_ERR_INVALID_ARG;
     out[0] = '\0';
-    if (c->vt != &omc__shm_vtable) return OMC_ERR_TYPE;
+    if (!omc__conn_is(c, "shm")) return OMC_ERR_TYPE;
     S = (omc__shm*)c->impl;
     if (!S->is_owner) return OMC_ERR_WRONG_ROLE;
     if ((size_t)snprintf(out, out_size, "%s", S->path) >= out_size) return OMC_ERR_TOO_LARGE;

@@ -56,6 +56,10 @@ if [ "$QUICK" -eq 0 ]; then
     count "$LOGS/compile.log" "compile-matrix"
 fi
 
+echo "== companion interface"
+bash tests/check_companions.sh >"$LOGS/companions.log" 2>&1
+count "$LOGS/companions.log" "companions"
+
 run_tests build plain
 
 if [ "$QUICK" -eq 0 ]; then

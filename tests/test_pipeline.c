@@ -1038,11 +1038,11 @@ OMC_TEST(exists_follows_readers_cleanup_ttl_and_close) {
     omc_conn_destroy(c);
 }
 
-/* A connector without exists/list says so. FAKE: a connector with no transport behind it, since
-   every real connector other than the same-process one is still being written; it only carries
-   a vtable that is not the same-process connector's. */
+/* A connector whose table has no exists/list says so (every built-in connector has them; a
+   companion's connector may not). FAKE: a connector with no transport behind it: only a table
+   with those entries empty, which no real connector has. */
 static void fake_destroy(omc_conn* c) { (void)c; }
-static const omc__conn_vtable fake_vtable = { OMC_TRANSPORT_TCP, NULL, NULL, NULL, NULL, NULL, NULL, NULL, fake_destroy };
+static const omc__conn_vtable fake_vtable = { "fake", OMC_TRANSPORT_TCP, NULL, NULL, NULL, NULL, NULL, NULL, NULL, fake_destroy, NULL, NULL, NULL };
 
 OMC_TEST(exists_list_unavailable_elsewhere) {
     omc_hooks h = omc__hooks_resolve(NULL);

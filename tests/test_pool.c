@@ -690,6 +690,11 @@ OMC_TEST(features_and_version) {
         CHECK_RES(omc_available(OMC_FEATURE_COUNT, why, small), OMC_ERR_UNAVAILABLE);
         CHECK(strlen(why) == 3);                                /* truncated, terminated */
     }
+    /* this program has no SHM or RDMA companion: the core does not guess, it says so */
+    CHECK_RES(omc_available(OMC_FEATURE_SHM, why, sizeof(why)), OMC_ERR_UNAVAILABLE);
+    CHECK(strstr(why, "omniconn_shm.h") != NULL);
+    CHECK_RES(omc_available(OMC_FEATURE_RDMA, why, sizeof(why)), OMC_ERR_UNAVAILABLE);
+    CHECK(strstr(why, "omniconn_rdma.h") != NULL || !OMC__HAS_RDMA);
     CHECK_EQ(omc_version(), OMNICONN_VERSION);
     CHECK_EQ(OMNICONN_VERSION, (OMNICONN_VERSION_MAJOR << 16) | (OMNICONN_VERSION_MINOR << 8) | OMNICONN_VERSION_PATCH);
     {

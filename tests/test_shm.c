@@ -113,6 +113,16 @@ static int read_all(int fd, void* p, size_t n) {
 
 /* ---- the contract ---------------------------------------------------------------------------- */
 
+/* omc_available(SHM) is the SHM companion's own answer (its directory), not a guess of the core */
+OMC_TEST(shm_available_is_answered_by_the_companion) {
+    char why[256] = "";
+    struct statvfs sv;
+    int usable = statvfs(OMNICONN_SHM_DIR, &sv) == 0 && access(OMNICONN_SHM_DIR, W_OK) == 0;
+    omc_result r = omc_available(OMC_FEATURE_SHM, why, sizeof(why));
+    CHECK_RES(r, usable ? OMC_OK : OMC_ERR_UNAVAILABLE);
+    if (!usable) CHECK(strstr(why, OMNICONN_SHM_DIR) != NULL);
+}
+
 OMC_TEST(shm_contract_two_processes) {
     char ch[32];
     omc_conn* prod;

@@ -949,6 +949,9 @@ static void fake_meta(const fake_sender* f, const char* key, uint64_t size, omc_
     omc__meta_seal(m);
 }
 
+/* The receiver's pool (white box: the connector's own state). */
+static omc_pool* omc__net_pool(omc_conn* c) { omc__net* N = omc__net_of(c); return N ? N->pool : NULL; }
+
 static int pool_untouched(omc_conn* r, uint64_t from) {
     omc_pool* pool = omc__net_pool(r);
     const uint8_t* p = (const uint8_t*)omc_pool_base(pool);
