@@ -1359,6 +1359,8 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
       omc__net_create        a remote connector with an extra data plane
     Availability
       omc__register_probe    answer omc_available() for a feature the companion provides
+      omc__fn omc__offer omc__offered OMC__OFFER_RDMA_CONNECTOR   one companion's function for
+                             another (omniconn_rdma.h offers the pipeline its RDMA connector)
     companion-interface-end
 
     static or OMC__PRIVATE: a function that every build uses and that the compiler can see is
@@ -1367,6 +1369,17 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
     once with OMC__PRIVATE defined as plain static and -Wunused-function (tests/compile/run.sh)
     to list the helpers no combination uses.
 */
+
+/* Functions one companion offers another, so that which one a program has never depends on the
+   order of its includes: the offering companion registers at start-up (a constructor in its
+   implementation), the user looks it up when it needs it. Casts between function types are
+   plain C; the caller casts back to the exact type. */
+typedef void (*omc__fn)(void);
+enum { OMC__OFFER_RDMA_CONNECTOR = 0, OMC__OFFER_COUNT };
+static omc__fn omc__offers[OMC__OFFER_COUNT];
+
+OMC__PRIVATE void omc__offer(int what, omc__fn fn) { if (what >= 0 && what < OMC__OFFER_COUNT) omc__offers[what] = fn; }
+OMC__PRIVATE omc__fn omc__offered(int what) { return what >= 0 && what < OMC__OFFER_COUNT ? omc__offers[what] : NULL; }
 
 /* omc_available(f) asks the companion that provides f (registered at start-up from a
    constructor in the companion's implementation); with no companion registered the feature is

@@ -143,7 +143,8 @@ STEP BY STEP
        omc_shm_desc / omc_tcp_desc / omc_rdma_connector_desc / omc_local_desc (role from the
        stage's edges, listen port from the port table, "auto" hosts detected, upstream senders
        registered by name), so a config switches an edge from shared memory to TCP or RDMA with
-       no code change (RDMA edges need omniconn_rdma.h included before this file):
+       no code change (RDMA edges need omniconn_rdma.h in the implementation file, in any order,
+       or desc.rdma_connector):
 
            for (i = 0; i < omc_pipeline_config_edge_count(cfg); i++) {
                omc_pipeline_edge e;
@@ -162,6 +163,11 @@ CONFIGURATION
     macro                               default    where      meaning
     ----------------------------------  ---------  ---------  -------------------------------------
     OMNICONN_IMPLEMENTATION             undefined  impl file  emit the implementation
+    OMNICONN_PIPELINE_NO_CONFIG         undefined  everywhere transfer ids and streams only: no
+                                                              configuration file (YAML/JSON reader),
+                                                              port table or omc_pipeline_connect,
+                                                              and no omniconn_shm.h brought along -
+                                                              for stages wired in code
     OMNICONN_PIPELINE_MAX_CONFIG_BYTES  16 MiB     impl file  largest configuration file accepted
     OMNICONN_PIPELINE_MAX_DEPTH         64         impl file  deepest nesting of mappings/sequences
     OMNICONN_PIPELINE_MAX_ENTRIES       4096       impl file  most entries in one mapping/sequence
@@ -224,8 +230,10 @@ DEPENDENCIES & LINKING
     readers are part of this file. The port table needs the remote connector's omc_port_compute
     (compiled with ZMQ). omc_pipeline_connect creates shared-memory connectors, so this file
     includes omniconn_shm.h (declarations and, in the implementation file, its implementation).
-    RDMA edges use omniconn_rdma.h's connector when that header was included before this one
-    (it needs the verbs headers to build; otherwise such edges report OMC_ERR_UNAVAILABLE).
+    RDMA edges use omniconn_rdma.h's connector (omc_rdma_pipeline_connector): named in
+    desc.rdma_connector, or offered by omniconn_rdma.h's implementation when the program has it
+    (include order does not matter); without either such edges fail with OMC_ERR_UNAVAILABLE
+    and a log line saying what to include. omniconn_rdma.h needs the verbs headers to build.
 
 ================================================================================================
 FORMATS
@@ -309,6 +317,8 @@ LICENSE: see the end of this file (MIT or public domain, your choice).
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#if !defined(OMNICONN_PIPELINE_NO_CONFIG)   /* the configuration file, its loader and the port table */
 
 /* ============================================================================================== */
 /* [SECTION] Configuration: diagnostics                                                          */
@@ -520,6 +530,8 @@ typedef struct omc_port_use {
 OMNICONN_API uint32_t   omc_pipeline_config_port_count(const omc_pipeline_config* cfg);
 OMNICONN_API omc_result omc_pipeline_config_port(const omc_pipeline_config* cfg, uint32_t index, omc_port_use* out);
 
+#endif /* !OMNICONN_PIPELINE_NO_CONFIG */
+
 /* ============================================================================================== */
 /* [SECTION] Transfer ids                                                                        */
 /* ============================================================================================== */
@@ -645,11 +657,18 @@ OMNICONN_API omc_result omc_stream_record_encode(const omc_stream_record* rec, v
 /* Validate (every length, flag combination, CRC) and decode. Pure. */
 OMNICONN_API omc_result omc_stream_record_decode(const void* data, size_t size, omc_stream_record* out);
 
+#if !defined(OMNICONN_PIPELINE_NO_CONFIG)
+
 /* ============================================================================================== */
 /* [SECTION] Connecting a stage                                                                  */
 /* ============================================================================================== */
 
 /* What the configuration file cannot know: which process this is, and local choices. */
+/* What makes an RDMA edge's connector (omniconn_rdma.h: omc_rdma_pipeline_connector). */
+struct omc_tcp_desc;
+typedef omc_result (*omc_pipeline_rdma_fn)(const struct omc_tcp_desc* net, const char* device_name, const char* local_addr,
+                                           int require_rdma, omc_conn** out);
+
 typedef struct omc_pipeline_connect_desc {
     const char* channel;            /* SHM: the pipeline's name, the same in every stage (1..32 of
                                        [A-Za-z0-9_.]); NULL = the connector's default ("default") */
@@ -671,6 +690,10 @@ typedef struct omc_pipeline_connect_desc {
                                        0: creating its connector fails */
     int64_t default_ttl_ms;         /* of the connector's puts; 0 = the connector's default */
     omc_hooks hooks;                /* for the connector, and for the log lines of this call */
+    omc_pipeline_rdma_fn rdma_connector;    /* RDMA edges: omniconn_rdma.h's
+                                       omc_rdma_pipeline_connector, or your own; NULL = the one
+                                       this program's omniconn_rdma.h implementation offers (any
+                                       include order); none: RDMA edges fail, saying so */
 } omc_pipeline_connect_desc;
 
 /* Create the connector stage `stage_id` uses on edge `edge` (an index for
@@ -684,8 +707,8 @@ typedef struct omc_pipeline_connect_desc {
                                          spec as "stage<id>" (omc_tcp_add_sender) at the same
                                          purpose/replica/rank (rank modulo the sender's TP size),
                                          so metadata-less gets and streams work
-     Mooncake/rdma                    -> omc_rdma_connector_create (omniconn_rdma.h: include it
-                                         BEFORE this file): the TCP mapping above plus the engine
+     Mooncake/rdma                    -> omc_rdma_connector_create (desc.rdma_connector, or
+                                         omniconn_rdma.h in the program): the TCP mapping plus the engine
                                          on device_name ("" = the first ACTIVE one), its GID chosen
                                          for the host; pool = memory_pool_size (the seed's 4 GiB
                                          by default: it is registered, mind the memlock limit).
@@ -705,6 +728,8 @@ typedef struct omc_pipeline_connect_desc {
    Thread safety: reentrant (the config is read only). */
 OMNICONN_API omc_result omc_pipeline_connect(const omc_pipeline_config* cfg, uint32_t edge, int stage_id,
                                              const omc_pipeline_connect_desc* desc, omc_conn** out);
+
+#endif /* !OMNICONN_PIPELINE_NO_CONFIG */
 
 #ifdef __cplusplus
 } /* extern "C" */
@@ -746,6 +771,25 @@ OMNICONN_API omc_result omc_pipeline_connect(const omc_pipeline_config* cfg, uin
 #endif
 
 #include <math.h>
+
+/* Make room for one more element in a growable array *arrp of n elements (capacity *cap). */
+OMC__PRIVATE int omc__vec_room(const omc_hooks* h, void* arrp, uint32_t n, uint32_t* cap, size_t elem) {
+    void *old, *nd;
+    uint32_t ncap;
+    if (n < *cap) return 1;
+    if (*cap >= (1u << 26)) return 0;
+    ncap = *cap ? *cap * 2 : 8;
+    nd = omc__malloc(h, (size_t)ncap * elem);
+    if (!nd) return 0;
+    memcpy(&old, arrp, sizeof(old));    /* arrp is the address of a T* */
+    if (n) memcpy(nd, old, (size_t)n * elem);
+    omc__free(h, old);
+    memcpy(arrp, &nd, sizeof(nd));
+    *cap = ncap;
+    return 1;
+}
+
+#if !defined(OMNICONN_PIPELINE_NO_CONFIG)   /* the YAML/JSON reader and the configuration object */
 
 /* ============================================================================================== */
 /* [SECTION] Implementation: diagnostics                                                         */
@@ -1737,22 +1781,6 @@ struct omc_pipeline_config {
     int skip_port_check;
 };
 
-/* Make room for one more element in a growable array *arrp of n elements (capacity *cap). */
-OMC__PRIVATE int omc__vec_room(const omc_hooks* h, void* arrp, uint32_t n, uint32_t* cap, size_t elem) {
-    void *old, *nd;
-    uint32_t ncap;
-    if (n < *cap) return 1;
-    if (*cap >= (1u << 26)) return 0;
-    ncap = *cap ? *cap * 2 : 8;
-    nd = omc__malloc(h, (size_t)ncap * elem);
-    if (!nd) return 0;
-    memcpy(&old, arrp, sizeof(old));    /* arrp is the address of a T* */
-    if (n) memcpy(nd, old, (size_t)n * elem);
-    omc__free(h, old);
-    memcpy(arrp, &nd, sizeof(nd));
-    *cap = ncap;
-    return 1;
-}
 
 OMNICONN_API void omc_pipeline_config_destroy(omc_pipeline_config* cfg) {
     omc_hooks hooks;
@@ -2777,6 +2805,8 @@ OMNICONN_API omc_result omc_pipeline_connector_option(const omc_pipeline_config*
     return OMC_OK;
 }
 
+#endif /* !OMNICONN_PIPELINE_NO_CONFIG */
+
 /* ============================================================================================== */
 /* [SECTION] Implementation: transfer ids                                                        */
 /* ============================================================================================== */
@@ -3430,6 +3460,8 @@ OMNICONN_API omc_result omc_stream_next(omc_stream_reader* rd, omc_time_ns deadl
     return OMC_OK;
 }
 
+#if !defined(OMNICONN_PIPELINE_NO_CONFIG)
+
 /* ============================================================================================== */
 /* [SECTION] Implementation: connecting a stage                                                  */
 /* ============================================================================================== */
@@ -3442,13 +3474,9 @@ OMNICONN_API omc_result omc_stream_next(omc_stream_reader* rd, omc_time_ns deadl
 */
 #include "omniconn_shm.h"
 
-/* RDMA edges use omniconn_rdma.h's connector when the program included that header before this
-   one: it needs the verbs headers to build, which a pipeline without RDMA should not need. */
-#if OMC__PIPELINE_PORTS && defined(OMNICONN_RDMA_H_INCLUDED)
-    #define OMC__PIPELINE_RDMA 1
-#else
-    #define OMC__PIPELINE_RDMA 0
-#endif
+/* RDMA edges use the constructor the desc names, or the one omniconn_rdma.h's implementation
+   offered at start-up (omc__offered): never a guess from the include order, and a pipeline
+   without RDMA does not need the verbs headers. */
 
 /* "edge 0->1 of stage 1 over 'tcp_connector' (line 7:5)": the head of every log line below. */
 OMC__PRIVATE const char* omc__pc_where(const omc_pipeline_edge* e, const omc_connector_spec* s, int stage, char* buf, size_t n) {
@@ -3559,18 +3587,19 @@ OMC__PRIVATE omc_result omc__pc_add_senders(const omc_pipeline_config* cfg, uint
 
 /* The RDMA connector: the TCP desc plus the engine. Its GID is chosen for the address the side
    channel advertises, so an "auto" host is resolved here rather than left to the connector. */
-#if OMC__PIPELINE_RDMA
+#if OMC__PIPELINE_PORTS
 OMC__PRIVATE omc_result omc__pc_rdma_create(const omc_tcp_desc* td, const omc_connector_spec* s, const omc_pipeline_connect_desc* d,
-                                            omc_conn** out) {
-    omc_rdma_connector_desc rd;
+                                            const char* where, omc_conn** out) {
+    omc_pipeline_rdma_fn make = d->rdma_connector ? d->rdma_connector : (omc_pipeline_rdma_fn)omc__offered(OMC__OFFER_RDMA_CONNECTOR);
     char local[OMC_TCP_HOST_MAX];
-    memset(&rd, 0, sizeof(rd));
-    rd.net = *td;
-    rd.rdma.devices = s->device_name[0] ? s->device_name : NULL;
-    rd.rdma.hooks = td->hooks;
-    if (strcmp(s->host, "auto") == 0 && omc_detect_host(0, local, sizeof(local), NULL) == OMC_OK) rd.rdma.local_addr = local;
-    rd.require_rdma = !d->rdma_fallback_tcp;
-    return omc_rdma_connector_create(&rd, out);
+    const char* local_addr = NULL;
+    if (!make) {
+        OMC__LOG(&td->hooks, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: protocol rdma needs omniconn_rdma.h: include it in the "
+                 "implementation file (any order; it needs libibverbs-dev to build), or set desc.rdma_connector, or set protocol: tcp", where);
+        return OMC_ERR_UNAVAILABLE;
+    }
+    if (strcmp(s->host, "auto") == 0 && omc_detect_host(0, local, sizeof(local), NULL) == OMC_OK) local_addr = local;
+    return make(td, s->device_name, local_addr, !d->rdma_fallback_tcp, out);
 }
 #endif
 
@@ -3611,11 +3640,8 @@ OMC__PRIVATE omc_result omc__pc_tcp(const omc_pipeline_config* cfg, const omc_pi
         }
         sender_host = detected;
     }
-#if OMC__PIPELINE_RDMA
-    if (s->transport == OMC_TRANSPORT_RDMA) r = omc__pc_rdma_create(&td, s, d, &conn);
-    else
-#endif
-    r = omc_tcp_create(&td, &conn);
+    if (s->transport == OMC_TRANSPORT_RDMA) r = omc__pc_rdma_create(&td, s, d, where, &conn);
+    else r = omc_tcp_create(&td, &conn);
     if (r != OMC_OK) {
         if (role != OMC_ROLE_RECEIVER && r == OMC_ERR_CONNECTION)
             OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: cannot listen on %s port %u (is another process on it? "
@@ -3690,14 +3716,6 @@ OMNICONN_API omc_result omc_pipeline_connect(const omc_pipeline_config* cfg, uin
         }
         case OMC_TRANSPORT_RDMA:
         case OMC_TRANSPORT_TCP:
-#if !OMC__PIPELINE_RDMA
-            if (s.transport == OMC_TRANSPORT_RDMA) {
-                OMC__LOG(&h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: protocol rdma needs omniconn_rdma.h's connector: include "
-                         "omniconn_rdma.h before omniconn_pipeline.h (and build without OMNICONN_NO_RDMA), or set protocol: tcp", where);
-                r = OMC_ERR_UNAVAILABLE;
-                break;
-            }
-#endif
 #if OMC__PIPELINE_PORTS
             r = omc__pc_tcp(cfg, &e, &s, stage_id, role, &d, &h, where, out);
 #else
@@ -3716,6 +3734,8 @@ OMNICONN_API omc_result omc_pipeline_connect(const omc_pipeline_config* cfg, uin
     }
     return r;
 }
+
+#endif /* !OMNICONN_PIPELINE_NO_CONFIG */
 
 #endif /* OMNICONN_IMPLEMENTATION */
 

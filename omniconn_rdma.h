@@ -656,6 +656,14 @@ typedef struct omc_rdma_connector_desc {
 
 OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc* desc, omc_conn** out);
 
+/* The RDMA connector in the shape omniconn_pipeline.h's omc_pipeline_connect_desc.rdma_connector
+   takes (omc_pipeline_rdma_fn): net as for omc_tcp_create, the engine on device_name (NULL = the
+   first ACTIVE device) with its GID chosen for local_addr (NULL = net->host), require_rdma as in
+   omc_rdma_connector_desc. A program whose implementation file includes this header has it
+   offered to the pipeline automatically. */
+OMNICONN_API omc_result omc_rdma_pipeline_connector(const struct omc_tcp_desc* net, const char* device_name, const char* local_addr,
+                                                    int require_rdma, omc_conn** out);
+
 typedef struct omc_rdma_connector_info {
     int rdma_enabled;           /* the engine is up and the pool registered */
     char reason[256];           /* if not: why (every peer uses TCP) */
@@ -3676,6 +3684,22 @@ OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc*
     return OMC_OK;
 }
 
+OMNICONN_API omc_result omc_rdma_pipeline_connector(const struct omc_tcp_desc* net, const char* device_name, const char* local_addr,
+                                                    int require_rdma, omc_conn** out) {
+    omc_rdma_connector_desc rd;
+    if (!net) { if (out) *out = NULL; return OMC_ERR_INVALID_ARG; }
+    memset(&rd, 0, sizeof(rd));
+    rd.net = *net;
+    rd.rdma.devices = device_name && device_name[0] ? device_name : NULL;
+    rd.rdma.hooks = net->hooks;
+    rd.rdma.local_addr = local_addr;
+    rd.require_rdma = require_rdma;
+    return omc_rdma_connector_create(&rd, out);
+}
+__attribute__((constructor)) static void omc__rdma_offer_connector(void) {
+    omc__offer(OMC__OFFER_RDMA_CONNECTOR, (omc__fn)omc_rdma_pipeline_connector);
+}
+
 OMNICONN_API omc_result omc_rdma_connector_query(omc_conn* conn, omc_rdma_connector_info* out) {
     omc__rdma_plane* P;
     omc__rdma_link* l;
@@ -3781,6 +3805,12 @@ OMNICONN_API omc_result omc_rdma_op_test(omc_rdma_op* op, omc_time_ns deadline) 
 OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc* desc, omc_conn** out) {
     if (out) *out = NULL;
     return omc__rdma_absent(desc ? &desc->net.hooks : NULL);
+}
+OMNICONN_API omc_result omc_rdma_pipeline_connector(const struct omc_tcp_desc* net, const char* device_name, const char* local_addr,
+                                                    int require_rdma, omc_conn** out) {
+    (void)device_name; (void)local_addr; (void)require_rdma;
+    if (out) *out = NULL;
+    return omc__rdma_absent(net ? &net->hooks : NULL);
 }
 OMNICONN_API omc_result omc_rdma_connector_query(omc_conn* conn, omc_rdma_connector_info* out) {
     (void)conn;

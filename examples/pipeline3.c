@@ -32,7 +32,7 @@
        ./pipeline3 -h                                           the options */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
-#include "omniconn_rdma.h"          /* before the pipeline header: RDMA edges use its connector */
+#include "omniconn_rdma.h"          /* RDMA edges use its connector (offered to the pipeline) */
 #include "omniconn_pipeline.h"      /* brings omniconn_shm.h along */
 
 #include <getopt.h>

@@ -688,6 +688,46 @@ OMC_TEST(ports_seed_table) {
     CHECK_EQ(port, 50251);
 }
 
+/* RDMA edges never depend on include order: this program has no omniconn_rdma.h, so an RDMA edge
+   fails with UNAVAILABLE and a log line naming the header; a constructor named in the desc is
+   what is used. */
+static char rdma_log[512];
+static void rdma_logger(omc_log_level level, omc_log_item item, const char* message, const char* file, int line, void* user) {
+    (void)level; (void)item; (void)file; (void)line; (void)user;
+    if (!rdma_log[0]) snprintf(rdma_log, sizeof(rdma_log), "%s", message);
+}
+static int rdma_fake_calls;
+static omc_result rdma_fake(const struct omc_tcp_desc* net, const char* device, const char* local_addr, int require_rdma, omc_conn** out) {
+    (void)net; (void)device; (void)local_addr;
+    rdma_fake_calls++;
+    CHECK_EQ(require_rdma, 1);
+    *out = NULL;
+    return OMC_ERR_RDMA_DEVICE;
+}
+
+OMC_TEST(rdma_edge_needs_the_rdma_header_or_an_explicit_constructor) {
+    static const char text[] =
+        "runtime: {connectors: {r: {name: rdma, extra: {host: 127.0.0.1, zmq_port: 47100}}}}\n"
+        "stage_args:\n"
+        "  - {stage_id: 0, output_connectors: {to_stage_1: r}}\n"
+        "  - {stage_id: 1}\n";
+    omc_pipeline_config* cfg = NULL;
+    omc_pipeline_connect_desc d;
+    omc_config_diag err;
+    omc_conn* c = (omc_conn*)&rdma_fake_calls;
+    REQUIRE(load_text(text, &cfg, &err) == OMC_OK);
+    memset(&d, 0, sizeof(d));
+    d.hooks.log_fn = rdma_logger;
+    d.hooks.max_level = OMC_LOG_ERROR;
+    CHECK_RES(omc_pipeline_connect(cfg, 0, 0, &d, &c), OMC_ERR_UNAVAILABLE);
+    CHECK(c == NULL);
+    CHECK(strstr(rdma_log, "omniconn_rdma.h") != NULL);
+    d.rdma_connector = rdma_fake;
+    CHECK_RES(omc_pipeline_connect(cfg, 0, 0, &d, &c), OMC_ERR_RDMA_DEVICE);
+    CHECK_EQ(rdma_fake_calls, 1);
+    omc_pipeline_config_destroy(cfg);
+}
+
 /* What the loader says when the scheme runs out of room. */
 OMC_TEST(ports_out_of_room) {
     omc_pipeline_config* cfg = NULL;

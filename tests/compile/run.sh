@@ -76,6 +76,12 @@ for c in "${combos[@]}"; do
     cell "features.$name.c99" gcc -std=c99 $CWARN -I. "$tu" -o "$OUT/feat_$name" $libs
     cell "features.$name.c++" g++ -std=c++11 $WARN -I. -x c++ "$tu" -o "$OUT/feat_${name}_cxx" $libs
 done
+# a stage wired in code: transfer ids and streams without the configuration reader
+f=$OUT/pipeline_no_config.c
+printf '#define OMNICONN_PIPELINE_NO_CONFIG\n#define OMNICONN_IMPLEMENTATION\n#include "omniconn.h"\n#include "omniconn_pipeline.h"\nint main(void) { return omc_xfer_map_count(NULL) == 0 ? 0 : 1; }\n' > "$f"
+cell "pipeline.no-config.c99" gcc -std=c99 $CWARN -I. "$f" -o "$OUT/pipeline_no_config" -ldl -lpthread -lm
+cell "pipeline.no-config.c++" g++ -std=c++11 $WARN -I. -x c++ "$f" -o "$OUT/pipeline_no_config_cxx" -ldl -lpthread -lm
+
 # OMC__PRIVATE (static + unused) hides unused-function warnings in the builds above; once, with it
 # defined as plain static, every header must still compile warning-free with -Wunused-function
 # (a private function no code calls is deleted, or made OMC__PRIVATE on purpose in a
