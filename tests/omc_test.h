@@ -82,4 +82,53 @@ static inline void omc_test_fill(void* p, uint64_t n, uint64_t seed) {
 static inline int omc_test_verify(const void* p, uint64_t n, uint64_t seed) {
     uint64_t i; const uint8_t* b = (const uint8_t*)p; for (i = 0; i < n; i++) if (b[i] != omc_test_byte(seed, i)) return 0; return 1;
 }
+
+/* ---- helpers more than one test file needs -------------------------------------------------- */
+#include <errno.h>
+#include <unistd.h>
+
+/* ThreadSanitizer: libzmq is not instrumented, so the hand-off between its I/O thread and ours
+   (lock-free queues whose atomics TSan cannot see) is reported as races on the message bytes
+   inside libzmq. Ignore exactly what happens inside libzmq (and libstdc++, which it uses); our
+   own code stays checked. Put OMC_TEST_TSAN_IGNORE_LIBZMQ() once in a test file that uses it. */
+#define OMC_TEST_TSAN_IGNORE_LIBZMQ() \
+    const char* __tsan_default_suppressions(void); \
+    const char* __tsan_default_suppressions(void) { \
+        return "called_from_lib:libzmq.so.5\ncalled_from_lib:libstdc++.so.6\nrace:libzmq.so.5\n"; \
+    }
+
+/* A path relative to the repository root (this header's directory's parent); four calls may be
+   in use at once. */
+static __attribute__((unused)) const char* omc_test_repo_path(const char* rel) {
+    static char buf[4][1024];
+    static int next;
+    char* b = buf[next++ & 3];
+    const char* f = __FILE__;
+    const char* slash = strrchr(f, '/');
+    if (slash) snprintf(b, 1024, "%.*s/../%s", (int)(slash - f), f, rel);
+    else snprintf(b, 1024, "../%s", rel);
+    return b;
+}
+
+/* Write / read exactly n bytes (EINTR retried); 0 or -1. */
+static __attribute__((unused)) int omc_test_write_all(int fd, const void* p, size_t n) {
+    const char* b = (const char*)p;
+    while (n) {
+        ssize_t k = write(fd, b, n);
+        if (k <= 0) { if (k < 0 && errno == EINTR) continue; return -1; }
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+static __attribute__((unused)) int omc_test_read_all(int fd, void* p, size_t n) {
+    char* b = (char*)p;
+    while (n) {
+        ssize_t k = read(fd, b, n);
+        if (k <= 0) { if (k < 0 && errno == EINTR) continue; return -1; }
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
 #endif

@@ -14,23 +14,10 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-/* ThreadSanitizer: libzmq is not instrumented (see tests/test_tcp.c); ignore what happens inside it. */
-const char* __tsan_default_suppressions(void);
-const char* __tsan_default_suppressions(void) { return "called_from_lib:libzmq.so.5\ncalled_from_lib:libstdc++.so.6\nrace:libzmq.so.5\n"; }
+OMC_TEST_TSAN_IGNORE_LIBZMQ()    /* libzmq is not instrumented: see omc_test.h */
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-/* A path relative to the repository root (this file's directory's parent). */
-static const char* repo_path(const char* rel) {
-    static char buf[4][1024];
-    static int next;
-    char* b = buf[next++ & 3];
-    const char* f = __FILE__;
-    const char* slash = strrchr(f, '/');
-    if (slash) snprintf(b, 1024, "%.*s/../%s", (int)(slash - f), f, rel);
-    else snprintf(b, 1024, "../%s", rel);
-    return b;
-}
 
 /* A base port P such that P, P+1 and P+2 can be bound now (a pick, not a reservation). */
 static int free_base_port(void) {
@@ -444,7 +431,7 @@ static int contains(const char* hay, const char* needle) { return strstr(hay, ne
 
 OMC_TEST(pipeline3_shm_three_processes) {
     static run_result r;
-    const char* args[] = { "--config", repo_path("examples/configs/pipeline3_shm.yaml"), SMALL, "--timeout", "20", NULL };
+    const char* args[] = { "--config", omc_test_repo_path("examples/configs/pipeline3_shm.yaml"), SMALL, "--timeout", "20", NULL };
     int bad;
     run(args, &r);
     bad = r.status != 0 || !contains(r.out, "[vocoder] checksums verified: 5 of 5 requests match the thinker's") ||
@@ -506,7 +493,7 @@ OMC_TEST(pipeline3_stages_started_apart) {
     char chan[32];
     const char* path;
     snprintf(chan, sizeof(chan), "t3s_%ld", (long)getpid());
-    stages_apart(repo_path("examples/configs/pipeline3_shm.yaml"), chan);
+    stages_apart(omc_test_repo_path("examples/configs/pipeline3_shm.yaml"), chan);
     path = tcp_config("TcpConnector", "tcp");
     REQUIRE(path);
     stages_apart(path, chan);
@@ -516,7 +503,7 @@ OMC_TEST(pipeline3_stages_started_apart) {
 /* The check can fail: one code changed by the talker must show up as a mismatch, exit status 1. */
 OMC_TEST(pipeline3_detects_a_corrupted_request) {
     static run_result r;
-    const char* args[] = { "--config", repo_path("examples/configs/pipeline3_shm.yaml"), SMALL, "--fault", "2", "--timeout", "20", NULL };
+    const char* args[] = { "--config", omc_test_repo_path("examples/configs/pipeline3_shm.yaml"), SMALL, "--fault", "2", "--timeout", "20", NULL };
     int bad;
     run(args, &r);
     bad = r.status == 0 || !contains(r.out, "CHECKSUM MISMATCH: 1 of 5 requests differ") || !contains(r.out, "pipeline3: FAILED");
@@ -528,7 +515,7 @@ OMC_TEST(pipeline3_detects_a_corrupted_request) {
 OMC_TEST(pipeline3_missing_stage_fails_at_the_timeout) {
     static run_result r;
     char chan[32];
-    const char* args[] = { "--config", repo_path("examples/configs/pipeline3_shm.yaml"), "--stage", "0", "--channel", chan, SMALL,
+    const char* args[] = { "--config", omc_test_repo_path("examples/configs/pipeline3_shm.yaml"), "--stage", "0", "--channel", chan, SMALL,
                            "--timeout", "2", NULL };
     int bad;
     snprintf(chan, sizeof(chan), "t3m_%ld", (long)getpid());

@@ -8,10 +8,7 @@
 #include "omniconn_rdma.h"
 #include "omc_test.h"
 
-/* libzmq is not built with ThreadSanitizer: its lock-free queues hand messages between threads
-   without anything TSan can see (as in test_tcp.c). */
-const char* __tsan_default_suppressions(void);
-const char* __tsan_default_suppressions(void) { return "called_from_lib:libzmq.so.5\ncalled_from_lib:libstdc++.so.6\nrace:libzmq.so.5\n"; }
+OMC_TEST_TSAN_IGNORE_LIBZMQ()    /* libzmq is not instrumented: see omc_test.h */
 
 /* ---- GID tables: made-up rows as the engine would read them from a port ---------------------- */
 

@@ -99,17 +99,6 @@ static omc_result put_pattern(omc_conn* c, const char* key, uint64_t size, uint6
     return r;
 }
 
-static int write_all(int fd, const void* p, size_t n) {
-    const char* b = (const char*)p;
-    while (n) { ssize_t k = write(fd, b, n); if (k <= 0) { if (k < 0 && errno == EINTR) continue; return -1; } b += k; n -= (size_t)k; }
-    return 0;
-}
-
-static int read_all(int fd, void* p, size_t n) {
-    char* b = (char*)p;
-    while (n) { ssize_t k = read(fd, b, n); if (k <= 0) { if (k < 0 && errno == EINTR) continue; return -1; } b += k; n -= (size_t)k; }
-    return 0;
-}
 
 /* ---- the contract ---------------------------------------------------------------------------- */
 
@@ -517,20 +506,20 @@ OMC_TEST(shm_fanout_across_two_consumer_processes) {
             uint8_t buf[4096], ok = 0;
             omc_conn* r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
             omc_buffer b;
-            if (r && read_all(to_child[k][0], &n, 4) == 0 && n <= sizeof(buf) && read_all(to_child[k][0], buf, n) == 0 &&
+            if (r && omc_test_read_all(to_child[k][0], &n, 4) == 0 && n <= sizeof(buf) && omc_test_read_all(to_child[k][0], buf, n) == 0 &&
                 omc_conn_get(r, "a", "b", "fan", buf, n, omc_deadline_after_ms(5000), &b) == OMC_OK) {
                 ok = b.size == 300000 && omc_test_verify(b.data, b.size, 42) && (b.flags & OMC_BUFFER_READONLY);
-                write_all(from_child[k][1], &ok, 1);
-                read_all(to_child[k][0], &n, 4);         /* hold the view until told */
+                omc_test_write_all(from_child[k][1], &ok, 1);
+                omc_test_read_all(to_child[k][0], &n, 4);         /* hold the view until told */
                 ok = ok && omc_test_verify(b.data, b.size, 42) && omc_buffer_release(&b) == OMC_OK;
             }
-            write_all(from_child[k][1], &ok, 1);
+            omc_test_write_all(from_child[k][1], &ok, 1);
             omc_conn_destroy(r);
             _exit(ok ? 0 : 1);
         }
-        CHECK(write_all(to_child[k][1], &m.size, 4) == 0 && write_all(to_child[k][1], m.data, m.size) == 0);
+        CHECK(omc_test_write_all(to_child[k][1], &m.size, 4) == 0 && omc_test_write_all(to_child[k][1], m.data, m.size) == 0);
     }
-    for (k = 0; k < 2; k++) { uint8_t ok = 0; CHECK(read_all(from_child[k][0], &ok, 1) == 0 && ok); }
+    for (k = 0; k < 2; k++) { uint8_t ok = 0; CHECK(omc_test_read_all(from_child[k][0], &ok, 1) == 0 && ok); }
     {   /* both reads are taken: a third reader finds nothing */
         omc_conn* r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
         omc_buffer b;
@@ -543,8 +532,8 @@ OMC_TEST(shm_fanout_across_two_consumer_processes) {
     for (k = 0; k < 2; k++) {
         uint32_t go = 1;
         uint8_t ok = 0;
-        CHECK(write_all(to_child[k][1], &go, 4) == 0);
-        CHECK(read_all(from_child[k][0], &ok, 1) == 0 && ok);
+        CHECK(omc_test_write_all(to_child[k][1], &go, 4) == 0);
+        CHECK(omc_test_read_all(from_child[k][0], &ok, 1) == 0 && ok);
         CHECK(waitpid(pid[k], &status, 0) == pid[k] && WIFEXITED(status) && WEXITSTATUS(status) == 0);
         close(to_child[k][0]); close(to_child[k][1]); close(from_child[k][0]); close(from_child[k][1]);
     }
@@ -588,7 +577,7 @@ OMC_TEST(shm_futex_wakes_a_sleeping_getter_promptly) {
             if (res[0] == OMC_OK) omc_buffer_release(&b);
             omc_conn_destroy(r);
         }
-        write_all(fds[1], res, sizeof(res));
+        omc_test_write_all(fds[1], res, sizeof(res));
         _exit(0);
     }
     {
@@ -597,7 +586,7 @@ OMC_TEST(shm_futex_wakes_a_sleeping_getter_promptly) {
         usleep(400000);             /* the getter is asleep by now */
         t_put = omc_now_ns();
         CHECK_OK(put_pattern(s, "wake", 100, 1, 1, NULL));
-        REQUIRE(read_all(fds[0], res, sizeof(res)) == 0);
+        REQUIRE(omc_test_read_all(fds[0], res, sizeof(res)) == 0);
         CHECK_EQ(res[0], OMC_OK);
         CHECK(res[1] - t_put < 10000000LL);        /* woken by the futex, not by a 50 ms slice */
         CHECK(res[2] < 100000);                    /* < 100 ms of CPU over a ~400 ms wait: it slept */
@@ -619,7 +608,7 @@ static void producer_forever(const char* ch, int ready_fd) {
     int i;
     char one = 1;
     if (!s) _exit(2);
-    write_all(ready_fd, &one, 1);
+    omc_test_write_all(ready_fd, &one, 1);
     for (i = 0;; i++) {
         char key[32];
         omc_result r;
@@ -648,7 +637,7 @@ OMC_TEST(shm_sigkill_producer_mid_run_then_sweep_leaves_nothing) {
         REQUIRE(pid >= 0);
         if (pid == 0) producer_forever(ch, fds[1]);
         r = make_priv(ch, OMC_ROLE_RECEIVER, 0);
-        REQUIRE(r && read_all(fds[0], &one, 1) == 0);
+        REQUIRE(r && omc_test_read_all(fds[0], &one, 1) == 0);
         memset(&held, 0, sizeof(held));
         kill_at = omc_now_ns() + (10 + rand() % 60) * 1000000LL;
         while (omc_now_ns() < kill_at || i < 5) {  /* consume while the producer runs */
@@ -729,7 +718,7 @@ static void consumer_hoarding(const char* ch, int ready_fd, int hoard_at_least) 
         snprintf(key, sizeof(key), "k%d", i);
         if (omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(10000), &b) != OMC_OK) _exit(3);
         if (i % 2) omc_buffer_release(&b);      /* release some, hoard the rest */
-        if (i + 1 == hoard_at_least) write_all(ready_fd, &one, 1);
+        if (i + 1 == hoard_at_least) omc_test_write_all(ready_fd, &one, 1);
     }
 }
 
@@ -752,7 +741,7 @@ OMC_TEST(shm_sigkill_consumer_holding_views_then_sweep_reclaims_all) {
             snprintf(key, sizeof(key), "k%d", i);
             CHECK_OK(put_pattern(s, key, (i % 4) ? 70000 + (uint64_t)i : 1000, (uint64_t)i, 1, NULL));
             if (i == 20 + round * 5) {          /* kill it at a different moment each round */
-                REQUIRE(read_all(fds[0], &one, 1) == 0);
+                REQUIRE(omc_test_read_all(fds[0], &one, 1) == 0);
                 usleep((useconds_t)(round * 3000));
                 kill(pid, SIGKILL);
             }

@@ -16,11 +16,7 @@
 #include <netinet/in.h>
 #include <sys/mman.h>
 
-/* ThreadSanitizer: libzmq is not instrumented, so the hand-off between its I/O thread and ours
-   (lock-free queues whose atomics TSan cannot see) is reported as races on the message bytes
-   inside libzmq. Ignore exactly what happens inside libzmq; our own code stays checked. */
-const char* __tsan_default_suppressions(void);
-const char* __tsan_default_suppressions(void) { return "called_from_lib:libzmq.so.5\ncalled_from_lib:libstdc++.so.6\nrace:libzmq.so.5\n"; }
+OMC_TEST_TSAN_IGNORE_LIBZMQ()    /* libzmq is not instrumented: see omc_test.h */
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
