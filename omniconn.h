@@ -21,6 +21,25 @@
     Build: cc -std=c99 app.c -lpthread -ldl   (libzmq is loaded at run time, only when a remote
                                              connector is created; no -lzmq)
 
+    CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
+      QUICK START
+      STEP BY STEP: THE PIECES OF THE CORE
+      THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
+      CONFIGURATION
+      OVERRIDES
+      ERRORS & LOGGING
+      THREAD SAFETY
+      DEPENDENCIES & LINKING
+      WIRE FORMATS
+      NON-GOALS
+      RECENT REVISIONS
+      then the code, by [SECTION]: Version, platform and feature resolution
+        Result codes | Logging and hooks | Version, features, time
+        The registered-memory allocator | Pools | Buffers and typed views | Payload frames
+        Metadata | The connector contract | The same-process connector
+        The remote connector: ZMQ side channel and TCP data plane
+      then the implementation ("[SECTION] Implementation: ..."), and the licence
+
 ================================================================================================
 QUICK START
 ================================================================================================
@@ -84,11 +103,11 @@ STEP BY STEP: THE PIECES OF THE CORE
        count and the alignment), copy it out, and release it (idempotent on the same handle).
 
     3. Payload frames (omc_frame_*)
-       The seed's "generic object" becomes a frame: named segments (tensors with dtype and shape,
+       vLLM-Omni's "generic object" becomes a frame: named segments (tensors with dtype and shape,
        or opaque bytes) laid out in one buffer behind a versioned, little-endian header with a
        CRC-32C. Build it directly inside a pool buffer (zero copy), decode it with zero-copy views.
        The decoder checks every count, offset and length against the buffer it was given.
-       A raw single-buffer payload (the seed's fast path) needs no frame.
+       A raw single-buffer payload (vLLM-Omni's fast path) needs no frame.
 
     4. The connector contract (omc_conn_*)
        put(from_stage, to_stage, key, payload) -> metadata blob (binary; omc_meta_to_text gives a
@@ -142,7 +161,7 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
          (each push pins its entry; the last unpin frees the range).
        - Deadlines: every blocking step of a get (connect, HELLO, QUERY, PULL, every read) is
          bounded by the get's deadline; the sender bounds a push by the budget in the PULL (and
-         by the seed's rule, 30 s + 5 s per 100 MiB, when the receiver waits forever; the
+         by vLLM-Omni's rule, 30 s + 5 s per 100 MiB, when the receiver waits forever; the
          receiver applies the same rule to its own wait then). When a get fails at its deadline,
          the code says why: OMC_ERR_TIMEOUT (the senders answered, the key never came, or the
          push did not finish), OMC_ERR_CONNECTION (no sender ever answered, or a connection
@@ -161,22 +180,14 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
          known receiver keys (a ZAP handler). The TCP data plane is not encrypted: CURVE decides
          who may ask for data (a data connection is only used for a PULL that came over the
          authenticated channel), not who can read a wire. Use a private network or IPsec for that.
-       - Helpers from the seed's orchestration: omc_port_compute() (the port-offset scheme),
+       - Helpers from vLLM-Omni's orchestration: omc_port_compute() (the port-offset scheme),
          omc_port_check() (collisions in a set of edges), omc_detect_host() ("auto").
 
        The data plane is pluggable: the side channel, entries, fan-out, TTL and deadlines are
        shared; a data plane only moves bytes (see "[SECTION] Implementation: the data-plane
        interface"). The TCP data plane is built in; omniconn_rdma.h adds an RDMA one.
 
-    CONFIGURATION (add to the table):
-    OMNICONN_TCP_POOL_SIZE       1 GiB       impl file    remote connector pool when pool_size is 0
-                                                          (address space; pages come on first touch)
-    OMNICONN_TCP_WORKERS         2           impl file    sender push threads when workers is 0
-    OMNICONN_TCP_MAX_WAIT_MS     1000        impl file    longest a sender holds a QUERY for an
-                                                          absent key (long poll)
-    OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
-    OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
-                                                          (without blocking) before a worker takes over
+    Its tunables are in CONFIGURATION (OMNICONN_TCP_*).
 
     The remote connector (docs/wire.md walks through these with examples):
 
@@ -221,7 +232,7 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
         0   u64  entry id (0 = whatever entry the key has now)
         8   u64  expected sender incarnation (0 = any)
         16  u64  destination capacity in bytes (a larger payload is refused: OMC_ERR_TOO_LARGE)
-        24  u32  time budget in ms (the sender abandons the push after it; 0 = the seed's rule)
+        24  u32  time budget in ms (the sender abandons the push after it; 0 = vLLM-Omni's rule)
         28  u16  key length (1..255)
         30  u8   data plane kind: 1 TCP, 2 RDMA
         31  u8   reserved (0)
@@ -316,7 +327,19 @@ CONFIGURATION
     OMNICONN_MALLOC(sz)/FREE(p)  malloc/free impl file    default host allocator (define both or none)
     OMNICONN_ASSERT(c)           assert(c)   impl file    programmer errors only (never run-time ones)
     OMNICONN_DEFAULT_ALIGNMENT   4096        impl file    pool alignment when the desc says 0
-    OMNICONN_DEFAULT_TTL_MS      300000      impl file    lifetime of an unconsumed put (seed: 300 s)
+    OMNICONN_DEFAULT_TTL_MS      300000      impl file    lifetime of an unconsumed put (vLLM-Omni's
+                                                          300 s)
+    OMNICONN_LOCAL_POOL_SIZE     256 MiB     impl file    same-process connector pool when pool_size
+                                                          is 0 (address space; pages come on first
+                                                          touch)
+    OMNICONN_TCP_POOL_SIZE       1 GiB       impl file    remote connector pool when pool_size is 0
+                                                          (address space; pages come on first touch)
+    OMNICONN_TCP_WORKERS         2           impl file    sender push threads when workers is 0
+    OMNICONN_TCP_MAX_WAIT_MS     1000        impl file    longest a sender holds a QUERY for an
+                                                          absent key (long poll)
+    OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
+    OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
+                                                          (without blocking) before a worker takes over
 
     omc_has(OMC_FEATURE_x) says what was compiled in; omc_available(OMC_FEATURE_x, why, n) says
     whether it is usable on this machine now, and if not, why.
@@ -1193,9 +1216,9 @@ OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KE
 /* Split "host:port" or "[v6-literal]:port" into host (brackets removed) and port (1..65535). */
 OMNICONN_API omc_result omc_tcp_parse_endpoint(const char* text, char* host, size_t host_size, uint16_t* port);
 
-/* ---- helpers the seed's orchestration uses --------------------------------------------------- */
+/* ---- helpers vLLM-Omni's orchestration uses --------------------------------------------------- */
 
-/* The seed's port-offset scheme:
+/* vLLM-Omni's port-offset scheme:
        worker:       base + purpose + from_stage + dp_index * tp_size + tp_rank
        orchestrator: base + 200 + from_stage
    e.g. base 50051, KV transfer, stage 0, DP 2 x TP 2: 50151, 50152, 50153, 50154; the
@@ -1207,7 +1230,7 @@ typedef enum omc_port_purpose {
 } omc_port_purpose;
 
 typedef struct omc_port_spec {
-    int base;                   /* 0 = 50051 (the seed's zmq_port default) */
+    int base;                   /* 0 = 50051 (vLLM-Omni's zmq_port default) */
     omc_port_purpose purpose;
     int from_stage;             /* >= 0 */
     int dp_index;               /* >= 0 */
@@ -4725,7 +4748,7 @@ OMC__PRIVATE omc_result omc__net_meta_body_decode(const uint8_t* b, uint32_t n, 
 /* ============================================================================================== */
 
 #define OMC__NET_SLICE_MS 100           /* longest single wait: closing and ABORT are noticed this fast */
-#define OMC__NET_CONNECT_MS 30000       /* a TCP connect with no deadline still gives up (seed: 30 s) */
+#define OMC__NET_CONNECT_MS 30000       /* a TCP connect with no deadline still gives up (vLLM-Omni's 30 s) */
 
 /* Milliseconds from now to the deadline for poll(), rounded up (no early wake-ups that spin),
    at most cap_ms; 0 once the deadline has passed. */
@@ -4740,8 +4763,8 @@ OMC__PRIVATE int omc__poll_ms(omc_time_ns deadline, int cap_ms) {
 
 OMC__PRIVATE int omc__deadline_passed(omc_time_ns deadline) { return deadline != OMC_WAIT_FOREVER && omc_now_ns() >= deadline; }
 
-/* The seed's rule for a transfer nobody bounded: 30 s + 5 s per started 100 MiB. */
-OMC__PRIVATE omc_time_ns omc__net_seed_budget_ns(uint64_t size) {
+/* vLLM-Omni's rule for a transfer nobody bounded: 30 s + 5 s per started 100 MiB. */
+OMC__PRIVATE omc_time_ns omc__net_default_budget_ns(uint64_t size) {
     uint64_t blocks = (size + (100ull << 20) - 1) / (100ull << 20);
     return (omc_time_ns)(30000 + 5000 * blocks) * 1000000LL;
 }
@@ -6107,7 +6130,7 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     memcpy(job->rid, rid, rid_len);
     job->desc_len = in->desc_len;
     if (in->desc_len) memcpy(job->desc, in->desc, in->desc_len);
-    job->deadline = omc_now_ns() + (in->budget_ms ? (omc_time_ns)in->budget_ms * 1000000LL : omc__net_seed_budget_ns(job->size));
+    job->deadline = omc_now_ns() + (in->budget_ms ? (omc_time_ns)in->budget_ms * 1000000LL : omc__net_default_budget_ns(job->size));
     job->owner = N;
     job->next_live = N->live;
     N->live = job;
@@ -6731,7 +6754,7 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
         m.entry_id = entry_id;
         m.expect_incarnation = ch->incarnation;
         m.capacity = size;
-        /* the sender stops pushing when we stop waiting (0: it applies the seed's rule too) */
+        /* the sender stops pushing when we stop waiting (0: it applies vLLM-Omni's rule too) */
         m.budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
         m.key = qkey;
         m.key_len = qlen;
@@ -6739,7 +6762,7 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
         m.desc = desc;
         r = omc__net_chan_send(N, ch, &m);
     }
-    wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_seed_budget_ns(size) : deadline;
+    wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_default_budget_ns(size) : deadline;
     while (r == OMC_OK) {
         omc__zmq_pollitem it[2];
         int n = 1, fd = x.complete ? -1 : vt->rx_fd(ch->dp->user, ch->dpc);

@@ -25,6 +25,21 @@
 
     Build: cc -std=c99 app.c -lpthread -ldl      (like omniconn.h; no other dependency)
 
+    CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
+      QUICK START
+      STEP BY STEP
+      CONFIGURATION
+      ERRORS & LOGGING
+      THREAD SAFETY
+      DEPENDENCIES & LINKING
+      FORMATS
+      NON-GOALS
+      RECENT REVISIONS
+      then the code, by [SECTION]: Configuration: diagnostics
+        Configuration: loading | Configuration: the resolved pipeline | Ports | Transfer ids
+        Streams | Connecting a stage
+      then the implementation ("[SECTION] Implementation: ..."), and the licence
+
 ================================================================================================
 QUICK START
 ================================================================================================
@@ -84,7 +99,7 @@ STEP BY STEP
        then resolves it; the tree stays with the config so that omc_pipeline_connector_option()
        can hand you any key of a connector's extra mapping, including ones omniconn ignores.
        Resolution, in order (docs/pipeline.md has the full rules):
-       - every connector spec gets the seed's defaults for the keys it does not set:
+       - every connector spec gets vLLM-Omni's defaults for the keys it does not set:
            host "auto"   zmq_port 50051   protocol "rdma" (Mooncake) / "tcp" (TcpConnector)
            device_name ""   memory_pool_device "cpu"   memory_pool_size 4 GiB (cpu) / 2 GiB (cuda)
            shm_threshold_bytes 65536
@@ -96,14 +111,14 @@ STEP BY STEP
          type but different names, a warning, and the sender's (output_connectors) one wins.
        - edges known only from the topology - runtime.edges [{from, to}] or a stage's
          engine_input_source [ids] - and edges declared with a null reference get the shared-memory
-         connector (the seed's auto-fill; spec name "auto_shm").
+         connector (vLLM-Omni's auto-fill; spec name "auto_shm").
        - a stage with only inbound edges is a receiver, only outbound a sender, both dual.
        - the ports of every TCP/RDMA edge are computed (step 2) and checked for collisions.
        Errors carry the file position (line:column, 1-based, columns in bytes) and stop the load;
        warnings (unknown keys, ignored internal keys) are logged, kept, and do not.
 
     2. Ports (omc_pipeline_config_port)
-       The seed's offset scheme is the remote connector's omc_port_compute() (omniconn.h, ZMQ
+       vLLM-Omni's offset scheme is the remote connector's omc_port_compute() (omniconn.h, ZMQ
        transport):
            port = zmq_port + purpose_offset + from_stage + dp_index * tp_size + tp_rank
            orchestrator: port = zmq_port + 200 + from_stage
@@ -173,7 +188,7 @@ CONFIGURATION
     OMNICONN_PIPELINE_MAX_ENTRIES       4096       impl file  most entries in one mapping/sequence
     OMNICONN_PIPELINE_MAX_WARNINGS      64         impl file  warnings kept per config (all logged)
     OMNICONN_XFER_TTL_MS                300000     impl file  default lifetime of an uncompleted
-                                                              transfer-id entry (the seed's 300 s)
+                                                              transfer-id entry (vLLM-Omni's 300 s)
 
     Everything else (OMNICONN_STATIC, OMNICONN_API, hooks) is as in omniconn.h.
 
@@ -420,7 +435,7 @@ typedef enum omc_connector_type {
     OMC_CONNECTOR_LOCAL             /* "LocalConnector" (alias "local"): stages in one process */
 } omc_connector_type;
 
-/* The seed's spelling of a type ("SharedMemoryConnector"); never NULL. */
+/* vLLM-Omni's spelling of a type ("SharedMemoryConnector"); never NULL. */
 OMNICONN_API const char* omc_connector_type_name(omc_connector_type type);
 
 /* A connector spec with every option resolved (strings live as long as the config). */
@@ -675,16 +690,16 @@ typedef struct omc_pipeline_connect_desc {
     const char* shm_dir;            /* SHM: NULL = /dev/shm */
     uint64_t pool_size;             /* 0 = memory_pool_size if the file sets it, else the
                                        connector's own default (SHM 256 MiB, TCP 1 GiB of address
-                                       space); RDMA: memory_pool_size always (the seed's 4 GiB
+                                       space); RDMA: memory_pool_size always (vLLM-Omni's 4 GiB
                                        default is for its pinned pools) */
     uint32_t purpose;               /* TCP/RDMA: which of the stage's listeners, an
-                                       omc_port_purpose (0 = request forwarding, the seed's
+                                       omc_port_purpose (0 = request forwarding, vLLM-Omni's
                                        stage-to-stage purpose; 100 = KV transfer) */
     uint32_t dp_index, tp_rank;     /* TCP/RDMA: this process's replica and rank in its stage
                                        (0 and 0 are valid: the first) */
     const char* sender_host;        /* TCP/RDMA receivers: where the upstream senders listen;
                                        NULL = the spec's host ("auto" = omc_detect_host, i.e. the
-                                       senders run on this host; the seed's injected sender_host) */
+                                       senders run on this host; vLLM-Omni's injected sender_host) */
     int rdma_fallback_tcp;          /* 1: an RDMA edge whose RDMA engine cannot start here (no
                                        device, no libibverbs, memlock) runs over TCP (logged);
                                        0: creating its connector fails */
@@ -710,7 +725,7 @@ typedef struct omc_pipeline_connect_desc {
      Mooncake/rdma                    -> omc_rdma_connector_create (desc.rdma_connector, or
                                          omniconn_rdma.h in the program): the TCP mapping plus the engine
                                          on device_name ("" = the first ACTIVE one), its GID chosen
-                                         for the host; pool = memory_pool_size (the seed's 4 GiB
+                                         for the host; pool = memory_pool_size (vLLM-Omni's 4 GiB
                                          by default: it is registered, mind the memlock limit).
                                          Without omniconn_rdma.h: OMC_ERR_UNAVAILABLE, saying so
      LocalConnector                   -> omc_local_create (one process: give the SAME handle to
@@ -1929,7 +1944,7 @@ OMC__PRIVATE omc_transport omc__spec_transport(const omc_connector_spec* s) {
     }
 }
 
-/* The seed's defaults; the pool size is settled after memory_pool_device is known. */
+/* vLLM-Omni's defaults; the pool size is settled after memory_pool_device is known. */
 OMC__PRIVATE void omc__spec_defaults(omc_connector_spec* s, omc_connector_type type) {
     s->type = type;
     s->host = "auto";
@@ -3500,13 +3515,13 @@ OMC__PRIVATE omc_role omc__pc_role(const omc_pipeline_config* cfg, uint32_t spec
 }
 
 /* desc.pool_size, else memory_pool_size when the FILE sets it, else 0 (the connector's default):
-   the loader's own default (4 GiB) is the seed's figure for pinned RDMA pools, far too much to
+   the loader's own default (4 GiB) is vLLM-Omni's figure for pinned RDMA pools, far too much to
    reserve in /dev/shm for every sending stage. */
 OMC__PRIVATE uint64_t omc__pc_pool(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
                                    const omc_pipeline_connect_desc* d) {
     omc_config_value v;
     if (d->pool_size) return d->pool_size;
-    if (s->transport == OMC_TRANSPORT_RDMA) return s->memory_pool_size;    /* the seed's pinned pool */
+    if (s->transport == OMC_TRANSPORT_RDMA) return s->memory_pool_size;    /* vLLM-Omni's pinned pool */
     if (omc_pipeline_connector_option(cfg, e->connector, "memory_pool_size", &v) == OMC_OK && v.kind == OMC_CONFIG_INT)
         return s->memory_pool_size;
     return 0;
@@ -3523,7 +3538,7 @@ OMC__PRIVATE omc_result omc__pc_shm(const omc_pipeline_config* cfg, const omc_pi
     sd.pool_size = omc__pc_pool(cfg, e, s, d);
     sd.default_ttl_ms = d->default_ttl_ms;
     sd.hooks = d->hooks;
-    /* shm_threshold_bytes is the seed's inline-vs-segment split: below it, bytes ride in the metadata */
+    /* shm_threshold_bytes is vLLM-Omni's inline-vs-segment split: below it, bytes ride in the metadata */
     if (s->shm_threshold_bytes == 0) sd.disable_inline = 1;
     else if (s->shm_threshold_bytes > OMC_SHM_MAX_INLINE) {
         OMC__LOG(h, OMC_LOG_WARN, OMC_LOGITEM_PIPELINE, "%s: shm_threshold_bytes %llu is above the shared-memory connector's "
@@ -3554,7 +3569,7 @@ OMC__PRIVATE omc_result omc__pc_port(const omc_pipeline_config* cfg, uint32_t sp
 
 /* Receiving side: register every upstream stage that sends to `stage` over this spec, so that a
    metadata-less get (and a stream reader, which starts with one) knows whom to ask. Replica and
-   rank follow the seed ("receiver_connect = remote_side_channel_port + tp_rank"), taken modulo
+   rank follow vLLM-Omni ("receiver_connect = remote_side_channel_port + tp_rank"), taken modulo
    the sender's own sizes when the two stages are sharded differently. */
 OMC__PRIVATE omc_result omc__pc_add_senders(const omc_pipeline_config* cfg, uint32_t spec, int stage, const char* host,
                                             const omc_pipeline_connect_desc* d, const omc_hooks* h, const char* where,

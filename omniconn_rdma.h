@@ -18,6 +18,22 @@
     Building needs the verbs headers (Debian: libibverbs-dev); running needs libibverbs.so.1 and a
     provider (Debian: ibverbs-providers) only when an engine is created.
 
+    CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
+      QUICK START
+      STEP BY STEP: VERBS IN ONE PAGE
+      HOW THE ENGINE USES THEM
+      CONFIGURATION
+      ERRORS & LOGGING
+      THREAD SAFETY
+      DEPENDENCIES & LINKING
+      WIRE FORMATS
+      NON-GOALS
+      RECENT REVISIONS
+      then the code, by [SECTION]: RDMA: constants and pure helpers (no device needed)
+        RDMA: the engine | RDMA: connections | RDMA: transfers
+        RDMA: the remote connector with the RDMA data plane
+      then the implementation ("[SECTION] Implementation: ..."), and the licence
+
 ================================================================================================
 QUICK START
 ================================================================================================

@@ -4,8 +4,8 @@
     payload, a consumer stage in another process gets a zero-copy view of it. Each sender owns ONE
     shared segment, created once and reused for every payload, managed by omniconn's allocator; a
     put is a copy into memory that is already mapped and faulted in, a get is a few loads and one
-    compare-and-swap, a release is one more. It replaces the seed design (vLLM-Omni's
-    SharedMemoryConnector: a new /dev/shm segment plus a lock file per request, copied out and
+    compare-and-swap, a release is one more. It replaces vLLM-Omni's SharedMemoryConnector
+    (the Python original: a new /dev/shm segment plus a lock file per request, copied out and
     unlinked by the reader, leaked when the reader never comes).
 
     Do this:
@@ -17,6 +17,32 @@
         #include "omniconn_shm.h"
 
     Build: cc -std=c99 app.c -lpthread -ldl    (an SHM program never loads libzmq)
+
+    CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
+      QUICK START
+      STEP BY STEP: HOW IT WORKS
+      CONFIGURATION
+      OVERRIDES
+      ERRORS & LOGGING
+      THREAD SAFETY
+      DEPENDENCIES & LINKING
+      LIMITS
+      WIRE FORMATS
+      NON-GOALS
+      RECENT REVISIONS
+      then the code, by [SECTION]: Shared-memory connector: declarations
+        SHM: segment layout (the wire format of a segment, see the manual)
+        SHM: system helpers (futex, processes, names) | SHM: connector state
+        SHM: the key index (written by the owner, read lock-free by everyone)
+        SHM: claims (one compare-and-swap per transition, by any process)
+        SHM: the sender half - creating the segment
+        SHM: the sender half - entries, reclaim, TTL, dead readers
+        SHM: the sender half - put, alloc, cleanup | SHM: the receiver half - mapping peers
+        SHM: the receiver half - views | SHM: the receiver half - get with metadata
+        SHM: the receiver half - metadata-less get (wait for a key)
+        SHM: connector glue (cleanup, health, sweep, close, destroy, create)
+        SHM: the dead-owner sweep
+      and the licence
 
 ================================================================================================
 QUICK START
