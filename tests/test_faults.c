@@ -10,7 +10,8 @@
      - no survivor hangs (each round is bounded; a process still running 15 s later is a failure).
 
    Environment: OMC_FAULT_ROUNDS (default 24; 6 under ThreadSanitizer, 12 under AddressSanitizer), OMC_FAULT_SEED (default: from the clock; printed, so a failing round can be
-   replayed), OMC_FAULT_LOG=1 (the children's log lines on stderr).
+   replayed), OMC_FAULT_LOG=1 (the children's log lines on stderr), OMC_FAULT_STRICT=1 (count the
+   known-open misclassification below as a failure).
 
    The roles are fork()ed children that build their own connectors (a ZMQ context does not
    survive fork); this process creates no connector itself, only sweeps and counts. RDMA is not
@@ -89,6 +90,15 @@ static int count_dir(const char* path, const char* prefix) {
     return n - (prefix ? 0 : 0);
 }
 
+/* Sanitizer runtimes start a helper thread of their own the first time a process creates a
+   thread; start it before taking a baseline, so it is not counted as ours. */
+static void *nothing(void* p) { return p; }
+static void warm_up_threads(void) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, nothing, NULL) == 0) pthread_join(t, NULL);
+    usleep(1000);
+}
+
 static int fds_now(void) { return count_dir("/proc/self/fd", NULL) - 1; }    /* minus the one opendir holds */
 static int threads_now(void) { return count_dir("/proc/self/task", NULL); }
 
@@ -142,11 +152,15 @@ static omc_conn* child_connector(int transport, omc_role role, uint64_t pool, co
 /* The sender: put KEYS payloads (fan-out 2) as fast as the pool allows, then wait until every
    read was taken or came back by TTL, and report. */
 static void run_sender(int transport, const char* channel, int out, int port_fd, uint64_t seed) {
-    int fd0 = fds_now(), th0 = threads_now(), i;
-    omc_conn* s = child_connector(transport, OMC_ROLE_SENDER, 32u << 20, channel);
+    int fd0, th0, i;
+    omc_conn* s;
     omc_health h;
     uint8_t* buf = (uint8_t*)malloc(2u << 20);
     omc_time_ns end;
+    warm_up_threads();
+    fd0 = fds_now();
+    th0 = threads_now();
+    s = child_connector(transport, OMC_ROLE_SENDER, 32u << 20, channel);
     if (!s || !buf) { say(out, "setup failed\nend\n"); _exit(1); }
     if (transport == T_TCP) {
         uint16_t port = 0;
@@ -185,8 +199,12 @@ static void run_sender(int transport, const char* channel, int out, int port_fd,
 /* A reader: metadata-less gets of every key in order, verifying the bytes; gives up after two
    failures in a row (the sender is gone), and reports. */
 static void run_reader(int transport, const char* channel, int out, uint16_t port, uint64_t seed) {
-    int fd0 = fds_now(), th0 = threads_now(), i, fails = 0;
-    omc_conn* r = child_connector(transport, OMC_ROLE_RECEIVER, 32u << 20, channel);
+    int fd0, th0, i, fails = 0;
+    omc_conn* r;
+    warm_up_threads();
+    fd0 = fds_now();
+    th0 = threads_now();
+    r = child_connector(transport, OMC_ROLE_RECEIVER, 32u << 20, channel);
     if (!r) { say(out, "setup failed\nend\n"); _exit(1); }
     if (transport == T_TCP && omc_tcp_add_sender(r, "up", "127.0.0.1", port) != OMC_OK) { say(out, "setup failed\nend\n"); _exit(1); }
     for (i = 0; i < KEYS && fails < 2; i++) {
@@ -210,7 +228,7 @@ static void run_reader(int transport, const char* channel, int out, uint16_t por
 
 /* ---- one round ------------------------------------------------------------------------------ */
 
-typedef struct totals { int rounds, kills, segments, fds, threads, pinned, late, undocumented, hangs, wrong_bytes, calls; } totals;
+typedef struct totals { int rounds, kills, segments, fds, threads, pinned, late, undocumented, hangs, wrong_bytes, calls, auth_without_curve; } totals;
 static totals T;
 
 typedef struct child { pid_t pid; int out; int killed; char text[8192]; size_t len; } child;
@@ -267,6 +285,14 @@ static int judge(child* c, const char* who) {
         if (sscanf(line, "call %7s %d %lld %d", op, &code, &ms, &deadline) == 4) {
             T.calls++;
             if (code == OMC_ERR_INTERNAL) { T.wrong_bytes++; bad++; printf("    %s: a get returned wrong bytes\n", who); }
+            else if (code == OMC_ERR_AUTH) {
+                /* no CURVE anywhere here: a sender killed during the ZMTP handshake is reported as an
+                   authentication failure. Known and open (a dead sender should give
+                   OMC_ERR_CONNECTION, finding 7); a failure only with OMC_FAULT_STRICT=1. */
+                T.auth_without_curve++;
+                printf("    %s: %s returned OMC_ERR_AUTH without CURVE (open: finding 7)\n", who, op);
+                if (getenv("OMC_FAULT_STRICT")) bad++;
+            }
             else if (!documented((omc_result)code)) { T.undocumented++; bad++; printf("    %s: %s returned %s\n", who, op, omc_result_name((omc_result)code)); }
             if (deadline > 0 && ms > deadline + MARGIN_MS) { T.late++; bad++; printf("    %s: %s took %lld ms (deadline %d)\n", who, op, ms, deadline); }
         } else if (sscanf(line, "leak fds %d threads %d", &a, &b) == 2) {
@@ -356,9 +382,9 @@ int main(int argc, char** argv) {
     omc_test_sub("campaign_leaves_no_fd_or_thread_in_the_parent", fds_now() != fd0 || threads_now() != th0);
     omc_test_sub("campaign_leaves_no_segment", count_dir(dir, NULL) != 0 || rmdir(dir) != 0);
     printf("rounds %d, kills %d, calls checked %d, leaks %d (segments %d, fds %d, threads %d, pinned %d), "
-           "late %d, undocumented codes %d, wrong bytes %d, hangs %d, %.1f s\n",
+           "late %d, undocumented codes %d, wrong bytes %d, hangs %d, AUTH without CURVE %d (open), %.1f s\n",
            T.rounds, T.kills, T.calls, T.segments + T.fds + T.threads + T.pinned, T.segments, T.fds, T.threads, T.pinned,
-           T.late, T.undocumented, T.wrong_bytes, T.hangs, (double)omc_now_ns() / 1e9 - t0);
+           T.late, T.undocumented, T.wrong_bytes, T.hangs, T.auth_without_curve, (double)omc_now_ns() / 1e9 - t0);
     passed = omc_test_sub_passed;
     failed = omc_test_sub_failed;
     printf("test_faults: %d passed, %d failed\n", passed, failed);
