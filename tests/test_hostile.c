@@ -63,6 +63,8 @@ static const known_open_case known_open[] = {
     { "truncating_a_busy_owners_segment_does_not_kill_it", 5 },
     /* KNOWN_OPEN: metadataless_get_after_the_sender_died_mid_transfer_fails_fast — finding 7 */
     { "metadataless_get_after_the_sender_died_mid_transfer_fails_fast", 7 },
+    /* KNOWN_OPEN: a_peer_that_drops_the_handshake_without_curve_is_a_connection_error — finding 7 */
+    { "a_peer_that_drops_the_handshake_without_curve_is_a_connection_error", 7 },
     /* KNOWN_OPEN: planted_files_in_the_shm_dir_cost_no_cpu_and_are_logged_once — finding 8 */
     { "planted_files_in_the_shm_dir_cost_no_cpu_and_are_logged_once", 8 },
     /* KNOWN_OPEN: small_payload_pulled_by_a_receiver_that_never_reads_is_not_consumed — finding 11 */
@@ -836,6 +838,45 @@ OMC_TEST(metadataless_get_after_the_sender_died_mid_transfer_fails_fast) {
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     close(pp[0]);
+}
+
+/* HOSTILE: a "sender" port whose process accepts and closes every connection (what a sender that
+   dies during the ZMTP handshake looks like, or a port that is not ours). No CURVE anywhere.
+   Want: the metadata-less get says OMC_ERR_CONNECTION (nobody answered), not OMC_ERR_AUTH, which
+   the manual reserves for a failed CURVE handshake. (The fault campaign met this case when it
+   killed a sender during the handshake.) */
+static int slam_fd = -1;
+static void* slam_server(void* arg) {
+    (void)arg;
+    for (;;) {
+        int c = accept(slam_fd, NULL, NULL);
+        if (c < 0) return NULL;
+        close(c);
+    }
+}
+
+OMC_TEST(a_peer_that_drops_the_handshake_without_curve_is_a_connection_error) {
+    struct sockaddr_in a;
+    socklen_t al = sizeof(a);
+    pthread_t t;
+    omc_conn* r;
+    omc_buffer b;
+    slam_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(slam_fd >= 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET; a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(slam_fd, (struct sockaddr*)&a, sizeof(a)) == 0 && listen(slam_fd, 16) == 0);
+    REQUIRE(getsockname(slam_fd, (struct sockaddr*)&a, &al) == 0);
+    REQUIRE(pthread_create(&t, NULL, slam_server, NULL) == 0);
+    r = make_receiver(0, NULL, NULL, NULL);
+    REQUIRE(r);
+    CHECK_OK(omc_tcp_add_sender(r, "dying", "127.0.0.1", ntohs(a.sin_port)));
+    memset(&b, 0, sizeof(b));
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "k", NULL, 0, omc_deadline_after_ms(1000), &b), OMC_ERR_CONNECTION);
+    omc_conn_destroy(r);
+    shutdown(slam_fd, SHUT_RDWR);
+    close(slam_fd);
+    pthread_join(t, NULL);
 }
 
 /* ================================================================================================
