@@ -1167,6 +1167,59 @@ OMC_TEST(pull_naming_another_channels_data_token_is_refused) {
     omc_conn_destroy(s);
 }
 
+/* What a receiver's HELLO carries, and its sequence numbers, seen by a fake sender (a raw ROUTER
+   that never answers): the first message on a channel is a HELLO with capability bit 0 (TCP) and
+   no endpoint record (a receiver has no TCP record to offer; type 2 only with an RDMA plane), the
+   QUERY is pipelined behind it, sequence numbers start at 1 and grow by one per request (later
+   channels, after a retry, start again at 1: only the first two messages are checked); a get
+   whose sender never answers fails with OMC_ERR_CONNECTION. */
+OMC_TEST(a_receivers_hello_carries_its_capabilities_and_sequence_numbers_start_at_1) {
+    void* ctx = zmq_ctx_new();
+    void* router = zmq_socket(ctx, ZMQ_ROUTER);
+    omc_conn* r;
+    omc_buffer b;
+    char ep[64];
+    size_t el = sizeof(ep);
+    int zero = 0, n, seen = 0, port = 0;
+    uint8_t rid[256], msg[8192];
+    uint32_t last_seq = 0;
+    REQUIRE(ctx && router);
+    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
+    REQUIRE(zmq_bind(router, "tcp://127.0.0.1:*") == 0);
+    REQUIRE(zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, ep, &el) == 0);
+    port = atoi(strrchr(ep, ':') + 1);
+    r = make_receiver(0, NULL, NULL, NULL);
+    REQUIRE(r);
+    CHECK_OK(omc_tcp_add_sender(r, "fake", "127.0.0.1", (uint16_t)port));
+    memset(&b, 0, sizeof(b));
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "k", NULL, 0, omc_deadline_after_ms(600), &b), OMC_ERR_CONNECTION);
+    for (;;) {                       /* what the receiver sent meanwhile */
+        int more = 0;
+        size_t ml = sizeof(more);
+        if (zmq_recv(router, rid, sizeof(rid), ZMQ_DONTWAIT) < 0) break;
+        zmq_getsockopt(router, ZMQ_RCVMORE, &more, &ml);
+        if (!more) continue;
+        n = zmq_recv(router, msg, sizeof(msg), ZMQ_DONTWAIT);
+        if (n < 32) continue;
+        if (seen == 0) {
+            CHECK_EQ(msg[5], HZ_HELLO);
+            CHECK_EQ(rd32(msg + 28), 8);                 /* caps, count, reserved: no record */
+            CHECK(rd32(msg + 32) & 1u);
+            CHECK_EQ(msg[36] | msg[37] << 8, 0);
+            CHECK_EQ(rd32(msg + 24), 1);
+        } else if (seen == 1) {
+            CHECK_EQ(msg[5], HZ_QUERY);                  /* pipelined behind the HELLO */
+            CHECK_EQ(rd32(msg + 24), last_seq + 1);
+        }
+        last_seq = rd32(msg + 24);
+        seen++;
+    }
+    CHECK(seen >= 2);
+    omc_conn_destroy(r);
+    zmq_close(router);
+    zmq_ctx_term(ctx);
+}
+
 /* ================================================================================================
    Finding 14: a timed-out get counts only as a timeout
    ================================================================================================ */
