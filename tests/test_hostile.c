@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <zmq.h>      /* the hostile clients call libzmq themselves (-lzmq) */
 
 /* ThreadSanitizer: libzmq is not instrumented (see tests/test_tcp.c). */
 const char* __tsan_default_suppressions(void);
