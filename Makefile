@@ -14,7 +14,7 @@ WARN    := -Wall -Wextra -Werror -pedantic -Wshadow -Wstrict-prototypes -Wno-mis
 CFLAGS  := -std=c99 $(OPT) -g $(WARN) -I. -Itests $(EXTRA_CFLAGS)
 LDLIBS  := -ldl -lpthread -lm
 # libzmq is loaded at run time; only programs that call libzmq themselves link it
-$(BUILD)/test_tcp $(BUILD)/test_cli $(BUILD)/bench_tcp $(BUILD)/omniconn: LDLIBS += -lzmq
+$(BUILD)/test_tcp $(BUILD)/test_hostile $(BUILD)/test_cli $(BUILD)/bench_tcp $(BUILD)/omniconn: LDLIBS += -lzmq
 
 ifeq ($(SAN),asan)
   CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer

@@ -1,0 +1,1297 @@
+/* Hostile peers against omniconn's trust boundaries: every case is a real program on loopback
+   that does what an attacker without a key (or a careless neighbour) can do - a raw libzmq
+   client with no CURVE key, raw TCP sockets on the data port, files planted in the shm
+   directory, a connector in another pid namespace, a process that truncates a segment - and
+   asserts the behaviour the library should have (see docs/security.md for the trust model).
+
+   Cases whose fix is not in yet are listed in known_open[] below: they are skipped (a SKIP line
+   names the open finding) unless OMC_HOSTILE_ALL=1, so the suite stays green while the fixes land
+   and each fix flips one entry. Run one case: build/test_hostile NAME (substring match).
+
+   Every hostile client below is marked HOSTILE. Side-channel messages are encoded by hand from
+   the wire documentation (omniconn.h WIRE FORMATS, docs/wire.md), not with the library's
+   encoder: an attacker does not use our code either. Each case is bounded (< 5 s). */
+#define OMNICONN_IMPLEMENTATION
+#include "omniconn.h"
+#include "omniconn_shm.h"
+#include "omniconn_pipeline.h"
+#include "omc_test.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>      /* the hostile clients call libzmq themselves (-lzmq) */
+
+/* ThreadSanitizer: libzmq is not instrumented (see tests/test_tcp.c). */
+const char* __tsan_default_suppressions(void);
+const char* __tsan_default_suppressions(void) { return "called_from_lib:libzmq.so.5\ncalled_from_lib:libstdc++.so.6\nrace:libzmq.so.5\n"; }
+
+/* ---- cases that fail today: skipped unless OMC_HOSTILE_ALL=1 --------------------------------- */
+
+typedef struct known_open_case { const char* name; int finding; } known_open_case;
+static const known_open_case known_open[] = {
+    /* KNOWN_OPEN: keyless_client_cannot_read_a_pipeline_payload — finding 1 */
+    { "keyless_client_cannot_read_a_pipeline_payload", 1 },
+    /* KNOWN_OPEN: pipeline_listener_on_a_host_address_without_curve_is_refused — finding 1 */
+    { "pipeline_listener_on_a_host_address_without_curve_is_refused", 1 },
+    /* KNOWN_OPEN: stream_keys_carry_an_unguessable_part — finding 1 */
+    { "stream_keys_carry_an_unguessable_part", 1 },
+    /* KNOWN_OPEN: data_hello_without_a_ticket_is_closed_and_never_registered — finding 2 */
+    { "data_hello_without_a_ticket_is_closed_and_never_registered", 2 },
+    /* KNOWN_OPEN: silent_data_connections_do_not_block_fresh_gets — finding 2 */
+    { "silent_data_connections_do_not_block_fresh_gets", 2 },
+    /* KNOWN_OPEN: emfile_on_the_data_port_backs_off_and_logs_once_per_interval — finding 2 */
+    { "emfile_on_the_data_port_backs_off_and_logs_once_per_interval", 2 },
+    /* KNOWN_OPEN: stalled_pullers_cannot_starve_a_legitimate_get — finding 3 */
+    { "stalled_pullers_cannot_starve_a_legitimate_get", 3 },
+    /* KNOWN_OPEN: shm_live_owner_survives_a_sweep_from_another_pid_namespace — finding 4 */
+    { "shm_live_owner_survives_a_sweep_from_another_pid_namespace", 4 },
+    /* KNOWN_OPEN: shm_live_owner_survives_a_sweep_from_a_process_without_proc — finding 4 */
+    { "shm_live_owner_survives_a_sweep_from_a_process_without_proc", 4 },
+    /* KNOWN_OPEN: truncating_a_busy_owners_segment_does_not_kill_it — finding 5 */
+    { "truncating_a_busy_owners_segment_does_not_kill_it", 5 },
+    /* KNOWN_OPEN: metadataless_get_after_the_sender_died_mid_transfer_fails_fast — finding 7 */
+    { "metadataless_get_after_the_sender_died_mid_transfer_fails_fast", 7 },
+    /* KNOWN_OPEN: a_peer_that_drops_the_handshake_without_curve_is_a_connection_error — finding 7 */
+    { "a_peer_that_drops_the_handshake_without_curve_is_a_connection_error", 7 },
+    /* KNOWN_OPEN: planted_files_in_the_shm_dir_cost_no_cpu_and_are_logged_once — finding 8 */
+    { "planted_files_in_the_shm_dir_cost_no_cpu_and_are_logged_once", 8 },
+    /* KNOWN_OPEN: small_payload_pulled_by_a_receiver_that_never_reads_is_not_consumed — finding 11 */
+    { "small_payload_pulled_by_a_receiver_that_never_reads_is_not_consumed", 11 },
+    /* KNOWN_OPEN: abort_of_a_queued_push_releases_its_data_connection — finding 12 */
+    { "abort_of_a_queued_push_releases_its_data_connection", 12 },
+    /* KNOWN_OPEN: pull_naming_another_channels_data_token_is_refused — finding 13 */
+    { "pull_naming_another_channels_data_token_is_refused", 13 },
+    /* KNOWN_OPEN: timed_out_get_counts_only_as_a_timeout — finding 14 */
+    { "timed_out_get_counts_only_as_a_timeout", 14 },
+};
+
+static int open_finding(const char* name) {
+    size_t i;
+    for (i = 0; i < sizeof(known_open) / sizeof(known_open[0]); i++)
+        if (strcmp(known_open[i].name, name) == 0) return known_open[i].finding;
+    return 0;
+}
+
+/* ---- small helpers ---------------------------------------------------------------------------- */
+
+#define QKEY(k) "s0\x1fs1\x1f" k         /* the qualified key of (s0, s1, k) */
+
+static double now_s(void) { return (double)omc_now_ns() / 1e9; }
+
+static double cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec + ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
+}
+
+static int quiet(void) { return getenv("HOSTILE_LOG") == NULL; }
+
+/* A logger that counts WARN and ERROR lines (and prints them with HOSTILE_LOG set). */
+static uint64_t warn_lines;
+static void counting_log(omc_log_level level, omc_log_item item, const char* msg, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level <= OMC_LOG_WARN) __atomic_add_fetch(&warn_lines, 1, __ATOMIC_RELAXED);
+    if (!quiet()) fprintf(stderr, "  log %d: %s\n", (int)level, msg);
+}
+
+static omc_conn* make_sender(uint64_t pool, const char* secret, const char* const* allowed, uint32_t nallowed, uint32_t workers) {
+    omc_tcp_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.role = OMC_ROLE_SENDER;
+    d.pool_size = pool ? pool : (64u << 20);
+    d.workers = workers;
+    d.curve.secret_key = secret;
+    d.curve.allowed_clients = allowed;
+    d.curve.allowed_count = nallowed;
+    d.hooks.log_fn = counting_log;
+    d.hooks.max_level = quiet() ? OMC_LOG_WARN : OMC_LOG_DEBUG;
+    if (omc_tcp_create(&d, &c) != OMC_OK) return NULL;
+    return c;
+}
+
+static omc_conn* make_receiver(uint64_t pool, const char* server_key, const char* secret, const char* public_key) {
+    omc_tcp_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.role = OMC_ROLE_RECEIVER;
+    d.pool_size = pool ? pool : (64u << 20);
+    d.curve.server_key = server_key;
+    d.curve.secret_key = secret;
+    d.curve.public_key = public_key;
+    d.hooks.log_fn = counting_log;
+    d.hooks.max_level = quiet() ? OMC_LOG_WARN : OMC_LOG_DEBUG;
+    if (omc_tcp_create(&d, &c) != OMC_OK) return NULL;
+    return c;
+}
+
+static void ports_of(omc_conn* c, uint16_t* port, uint16_t* dport) { omc_tcp_endpoint(c, NULL, 0, port, dport); }
+
+static omc_result put_bytes(omc_conn* c, const char* key, uint64_t n, uint64_t seed, omc_meta* m) {
+    void* data = malloc(n ? n : 1);
+    omc_payload p;
+    omc_result r;
+    memset(&p, 0, sizeof(p));
+    if (!data) return OMC_ERR_NO_MEMORY;
+    omc_test_fill(data, n, seed);
+    p.data = data; p.size = n;
+    r = omc_conn_put(c, "s0", "s1", key, &p, m);
+    free(data);
+    return r;
+}
+
+/* ---- HOSTILE: a side-channel client with no key, messages encoded by hand -------------------- */
+
+enum { HZ_HELLO = 1, HZ_QUERY, HZ_QUERY_REPLY, HZ_NOT_FOUND, HZ_PULL, HZ_DONE, HZ_ERROR, HZ_ABORT };
+
+typedef struct hz { void* ctx; void* sock; uint32_t seq; } hz;
+
+static void le16(uint8_t* p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void le32(uint8_t* p, uint32_t v) { le16(p, (uint16_t)v); le16(p + 2, (uint16_t)(v >> 16)); }
+static void le64(uint8_t* p, uint64_t v) { le32(p, (uint32_t)v); le32(p + 4, (uint32_t)(v >> 32)); }
+static uint32_t rd32(const uint8_t* p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint64_t rd64(const uint8_t* p) { return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32; }
+
+static int hz_open(hz* h, uint16_t port) {
+    char ep[64];
+    int zero = 0;
+    memset(h, 0, sizeof(*h));
+    h->ctx = zmq_ctx_new();
+    if (!h->ctx) return -1;
+    h->sock = zmq_socket(h->ctx, ZMQ_DEALER);
+    if (!h->sock) return -1;
+    zmq_setsockopt(h->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%u", (unsigned)port);
+    return zmq_connect(h->sock, ep);
+}
+
+static void hz_close(hz* h) {
+    if (h->sock) zmq_close(h->sock);
+    if (h->ctx) zmq_ctx_term(h->ctx);
+    memset(h, 0, sizeof(*h));
+}
+
+/* Send one message: the 32-byte header (magic "OMCZ", version 1, type, flags 0, transfer id,
+   incarnation, sequence, body length) and the body. */
+static int hz_send(hz* h, uint8_t type, uint64_t xfer, const void* body, uint32_t blen) {
+    uint8_t msg[8192];
+    if (32 + blen > sizeof(msg)) return -1;
+    le32(msg, 0x5A434D4Fu);
+    msg[4] = 1; msg[5] = type; le16(msg + 6, 0);
+    le64(msg + 8, xfer);
+    le64(msg + 16, 0x0BADC0DE0BADC0DEull);     /* any incarnation: nothing checks who we are */
+    le32(msg + 24, ++h->seq);
+    le32(msg + 28, blen);
+    if (blen) memcpy(msg + 32, body, blen);
+    return zmq_send(h->sock, msg, 32 + blen, 0) == (int)(32 + blen) ? 0 : -1;
+}
+
+/* The next reply (its type, or -1 after timeout_ms); the whole message in buf. */
+static int hz_recv(hz* h, uint8_t* buf, size_t cap, int timeout_ms, int* len) {
+    zmq_pollitem_t it;
+    int n;
+    it.socket = h->sock; it.fd = 0; it.events = ZMQ_POLLIN; it.revents = 0;
+    if (zmq_poll(&it, 1, timeout_ms) <= 0) return -1;
+    n = zmq_recv(h->sock, buf, cap, 0);
+    if (n < 32) return -1;
+    if (len) *len = n;
+    return buf[5];
+}
+
+static int hz_hello(hz* h) {
+    uint8_t body[8] = {1, 0, 0, 0, 0, 0, 0, 0}, rep[8192];
+    if (hz_send(h, HZ_HELLO, 1, body, 8) != 0) return -1;
+    return hz_recv(h, rep, sizeof(rep), 2000, NULL);
+}
+
+static int hz_query(hz* h, uint64_t xfer, const char* qkey, uint32_t wait_ms, int timeout_ms, uint64_t* size) {
+    uint8_t body[8 + 256], rep[8192];
+    uint16_t kl = (uint16_t)strlen(qkey);
+    int t;
+    le32(body, wait_ms); le16(body + 4, kl); le16(body + 6, 0);
+    memcpy(body + 8, qkey, kl);
+    if (hz_send(h, HZ_QUERY, xfer, body, 8u + kl) != 0) return -1;
+    t = hz_recv(h, rep, sizeof(rep), timeout_ms, NULL);
+    if (t == HZ_QUERY_REPLY && size) *size = rd64(rep + 32 + 8);
+    return t;
+}
+
+/* PULL (entry 0 = whatever the key has now) onto the TCP data connection named by token. */
+static int hz_pull(hz* h, uint64_t xfer, const char* qkey, uint64_t capacity, uint32_t budget_ms, uint64_t token) {
+    uint8_t body[36 + 256 + 8];
+    uint16_t kl = (uint16_t)strlen(qkey);
+    memset(body, 0, sizeof(body));
+    le64(body, 0); le64(body + 8, 0); le64(body + 16, capacity); le32(body + 24, budget_ms);
+    le16(body + 28, kl); body[30] = 1; body[31] = 0; le16(body + 32, 8); le16(body + 34, 0);
+    memcpy(body + 36, qkey, kl);
+    le64(body + 36 + kl, token);
+    return hz_send(h, HZ_PULL, xfer, body, 36u + kl + 8u);
+}
+
+/* ---- HOSTILE: raw TCP on the data port ---------------------------------------------------------- */
+
+static int tcp_connect(uint16_t port, int rcvbuf) {
+    struct sockaddr_in a;
+    struct timeval tv = {2, 0};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (rcvbuf) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET; a.sin_port = htons(port); a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr*)&a, sizeof(a)) != 0) { close(fd); return -1; }
+    return fd;
+}
+
+/* The data hello (magic "OMCT", version 1, token, incarnation); returns the ack status, or 1 if
+   the sender closed the connection instead of answering. */
+static int data_hello(int fd, uint64_t token) {
+    uint8_t hello[24], ack[8];
+    size_t got = 0;
+    le32(hello, 0x54434D4Fu); le16(hello + 4, 1); le16(hello + 6, 0); le64(hello + 8, token); le64(hello + 16, 0x0BADC0DEull);
+    if (write(fd, hello, sizeof(hello)) != (ssize_t)sizeof(hello)) return 1;
+    while (got < sizeof(ack)) {
+        ssize_t n = read(fd, ack + got, sizeof(ack) - got);
+        if (n <= 0) return 1;
+        got += (size_t)n;
+    }
+    if (rd32(ack) != 0x41434D4Fu) return 2;
+    return (int)(int32_t)rd32(ack + 4);
+}
+
+/* Has the peer closed fd (EOF or reset) within ms? */
+static int closed_within(int fd, int ms) {
+    struct pollfd p;
+    char b[4096];
+    double end = now_s() + ms / 1000.0;
+    while (now_s() < end) {
+        p.fd = fd; p.events = POLLIN; p.revents = 0;
+        if (poll(&p, 1, 50) > 0) {
+            ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return 1;
+        }
+    }
+    return 0;
+}
+
+static uint64_t tcp_data_connections(omc_conn* s) {
+    omc_tcp_health_info th;
+    memset(&th, 0, sizeof(th));
+    omc_tcp_health(s, &th);
+    return th.data_connections;
+}
+
+/* ================================================================================================
+   Finding 1: pipeline edges are open services
+   ================================================================================================ */
+
+static uint16_t free_base_port(void) {
+    /* a base for the seed's offset scheme that is unlikely to be taken: 20000..59999 */
+    return (uint16_t)(20000 + (getpid() * 7919 + (int)(omc_now_ns() % 1000)) % 40000);
+}
+
+/* A pipeline built from a config whose edge is CURVE-protected (key files in the connector's
+   extra block). HOSTILE: a keyless raw libzmq client on loopback guesses the announcement key
+   ("requests#c0", as examples/pipeline3.c names it) and tries to pull it. Want: refused, and the
+   real downstream stage still gets chunk 0. */
+OMC_TEST(keyless_client_cannot_read_a_pipeline_payload) {
+    char pub[OMC_CURVE_KEY_LEN + 1], sec[OMC_CURVE_KEY_LEN + 1], cpub[OMC_CURVE_KEY_LEN + 1], csec[OMC_CURVE_KEY_LEN + 1];
+    char dir[] = "/tmp/omc-hostile-XXXXXX", path[4][300], yaml[2048];
+    omc_pipeline_config* cfg = NULL;
+    omc_pipeline_connect_desc cd;
+    omc_conn *up = NULL, *down = NULL;
+    omc_stream_writer* w = NULL;
+    omc_stream_reader* rd = NULL;
+    omc_stream_chunk ch;
+    omc_payload p;
+    uint8_t payload[4096];
+    hz h;
+    uint16_t base = free_base_port();
+    int i, t;
+    FILE* f;
+    REQUIRE(mkdtemp(dir) != NULL);
+    CHECK_OK(omc_tcp_curve_keypair(pub, sec));
+    CHECK_OK(omc_tcp_curve_keypair(cpub, csec));
+    {
+        const char* names[4] = {"server.pub", "server.key", "client.key", "allowed"};
+        const char* vals[4] = {pub, sec, csec, cpub};
+        for (i = 0; i < 4; i++) {
+            snprintf(path[i], sizeof(path[i]), "%s/%s", dir, names[i]);
+            f = fopen(path[i], "w");
+            REQUIRE(f);
+            fprintf(f, "%s\n", vals[i]);
+            fclose(f);
+        }
+    }
+    snprintf(yaml, sizeof(yaml),
+             "runtime:\n  connectors:\n    tcp_connector:\n      name: TcpConnector\n      extra:\n"
+             "        host: 127.0.0.1\n        zmq_port: %u\n        memory_pool_size: 16777216\n"
+             "        curve_server_public_key_file: %s\n        curve_server_secret_key_file: %s\n"
+             "        curve_client_secret_key_file: %s\n        curve_allowed_clients_file: %s\n"
+             "stage_args:\n  - stage_id: 0\n    output_connectors:\n      to_stage_1: tcp_connector\n"
+             "  - stage_id: 1\n    input_connectors:\n      from_stage_0: tcp_connector\n",
+             (unsigned)base, path[0], path[1], path[2], path[3]);
+    memset(&cd, 0, sizeof(cd));
+    cd.hooks.log_fn = counting_log;
+    cd.hooks.max_level = quiet() ? OMC_LOG_ERROR : OMC_LOG_DEBUG;
+    CHECK_OK(omc_pipeline_config_load_string(yaml, strlen(yaml), NULL, &cfg, NULL));
+    if (cfg) {
+        CHECK_OK(omc_pipeline_connect(cfg, 0, 0, &cd, &up));
+        CHECK_OK(omc_pipeline_connect(cfg, 0, 1, &cd, &down));
+    }
+    if (up && down) {
+        uint16_t port = 0;
+        ports_of(up, &port, NULL);
+        omc_test_fill(payload, sizeof(payload), 11);
+        memset(&p, 0, sizeof(p));
+        p.data = payload; p.size = sizeof(payload);
+        CHECK_OK(omc_stream_writer_create(up, "0", "1", "requests", NULL, &w));
+        if (w) CHECK_OK(omc_stream_send(w, &p, OMC_STREAM_END, omc_deadline_after_ms(2000)));
+        /* HOSTILE: no key, the guessed key; a refused CURVE handshake means no answer at all */
+        REQUIRE(hz_open(&h, port) == 0);
+        t = hz_query(&h, 7, "0\x1f" "1\x1f" "requests#c0", 0, 1500, NULL);
+        CHECK(t != HZ_QUERY_REPLY);
+        t = hz_query(&h, 8, "0\x1f" "1\x1f" "requests#0", 0, 1000, NULL);
+        CHECK(t != HZ_QUERY_REPLY);
+        hz_close(&h);
+        /* the real downstream stage still gets it */
+        CHECK_OK(omc_stream_reader_create(down, "0", "1", "requests", NULL, &rd));
+        if (rd) {
+            memset(&ch, 0, sizeof(ch));
+            CHECK_OK(omc_stream_next(rd, omc_deadline_after_ms(2000), &ch));
+            CHECK(ch.buffer.size == sizeof(payload) && omc_test_verify(ch.buffer.data, sizeof(payload), 11));
+            omc_buffer_release(&ch.buffer);
+            omc_stream_reader_destroy(rd);
+        }
+        if (w) omc_stream_writer_destroy(w);
+    }
+    if (down) omc_conn_destroy(down);
+    if (up) omc_conn_destroy(up);
+    omc_pipeline_config_destroy(cfg);
+    for (i = 0; i < 4; i++) unlink(path[i]);
+    rmdir(dir);
+}
+
+/* A TCP edge on the host's own address ("auto") without CURVE and without `insecure: true`:
+   the sending stage must refuse to listen. */
+OMC_TEST(pipeline_listener_on_a_host_address_without_curve_is_refused) {
+    char host[OMC_TCP_HOST_MAX], yaml[1024];
+    const char* how = NULL;
+    omc_pipeline_config* cfg = NULL;
+    omc_pipeline_connect_desc cd;
+    omc_conn* up = NULL;
+    omc_result r;
+    if (omc_detect_host(4, host, sizeof(host), &how) != OMC_OK || (how && strcmp(how, "loopback") == 0)) {
+        printf("  (this host has no address but loopback: the case needs one)\n");
+        return;
+    }
+    snprintf(yaml, sizeof(yaml),
+             "runtime:\n  connectors:\n    tcp_connector:\n      name: TcpConnector\n      extra:\n"
+             "        host: auto\n        zmq_port: %u\n        memory_pool_size: 16777216\n"
+             "stage_args:\n  - stage_id: 0\n    output_connectors:\n      to_stage_1: tcp_connector\n"
+             "  - stage_id: 1\n    input_connectors:\n      from_stage_0: tcp_connector\n",
+             (unsigned)free_base_port());
+    memset(&cd, 0, sizeof(cd));
+    cd.hooks.log_fn = counting_log;
+    cd.hooks.max_level = quiet() ? OMC_LOG_ERROR : OMC_LOG_DEBUG;
+    REQUIRE(omc_pipeline_config_load_string(yaml, strlen(yaml), NULL, &cfg, NULL) == OMC_OK);
+    r = omc_pipeline_connect(cfg, 0, 0, &cd, &up);
+    CHECK(r != OMC_OK);
+    CHECK(up == NULL);
+    if (up) omc_conn_destroy(up);
+    omc_pipeline_config_destroy(cfg);
+}
+
+/* Stream keys carry an unguessable part. HOSTILE: a keyless client on loopback (any local user)
+   asks a plain sender for the announcement and chunk keys of a stream it never heard of, by the
+   names the format would give them ("requests#c0", "requests#0"). Want: NOT_FOUND - the
+   reader learns the real names from its writer's stage, an outsider cannot. */
+OMC_TEST(stream_keys_carry_an_unguessable_part) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_stream_writer* w = NULL;
+    omc_payload p;
+    uint8_t bytes[2048];
+    uint16_t port = 0;
+    hz h;
+    REQUIRE(s);
+    ports_of(s, &port, NULL);
+    memset(&p, 0, sizeof(p));
+    p.data = bytes; p.size = sizeof(bytes);
+    CHECK_OK(omc_stream_writer_create(s, "s0", "s1", "requests", NULL, &w));
+    if (w) CHECK_OK(omc_stream_send(w, &p, 0, omc_deadline_after_ms(1000)));
+    REQUIRE(hz_open(&h, port) == 0);
+    CHECK_EQ(hz_query(&h, 1, QKEY("requests#c0"), 0, 2000, NULL), HZ_NOT_FOUND);
+    CHECK_EQ(hz_query(&h, 2, QKEY("requests#0"), 0, 2000, NULL), HZ_NOT_FOUND);
+    hz_close(&h);
+    if (w) { omc_stream_writer_abort(w); omc_stream_writer_destroy(w); }
+    omc_conn_destroy(s);
+}
+
+/* ================================================================================================
+   Finding 2: the TCP data port is outside CURVE
+   ================================================================================================ */
+
+/* HOSTILE: a raw TCP client that never spoke on the side channel sends a well-formed data hello.
+   Want: no ticket, no registration - the connection is closed (or refused in the ack) and the
+   sender's count of registered data connections does not move. */
+OMC_TEST(data_hello_without_a_ticket_is_closed_and_never_registered) {
+    char pub[OMC_CURVE_KEY_LEN + 1], sec[OMC_CURVE_KEY_LEN + 1], cpub[OMC_CURVE_KEY_LEN + 1], csec[OMC_CURVE_KEY_LEN + 1];
+    const char* allowed[1];
+    omc_conn* s;
+    uint16_t dport = 0;
+    int fd, st;
+    REQUIRE(omc_tcp_curve_keypair(pub, sec) == OMC_OK && omc_tcp_curve_keypair(cpub, csec) == OMC_OK);
+    allowed[0] = cpub;
+    s = make_sender(0, sec, allowed, 1, 0);
+    REQUIRE(s);
+    ports_of(s, NULL, &dport);
+    fd = tcp_connect(dport, 0);
+    REQUIRE(fd >= 0);
+    st = data_hello(fd, 0x1122334455667788ull);
+    CHECK(st != 0);                                 /* refused in the ack, or closed */
+    CHECK(closed_within(fd, 1000));
+    CHECK_EQ(tcp_data_connections(s), 0);
+    close(fd);
+    omc_conn_destroy(s);
+}
+
+/* HOSTILE: 200 raw TCP connections to the data port that never say anything (a port scanner,
+   or someone holding the 64 pre-hello slots). Want: a legitimate CURVE receiver on the
+   allow-list still gets a payload at once. */
+OMC_TEST(silent_data_connections_do_not_block_fresh_gets) {
+    char pub[OMC_CURVE_KEY_LEN + 1], sec[OMC_CURVE_KEY_LEN + 1], cpub[OMC_CURVE_KEY_LEN + 1], csec[OMC_CURVE_KEY_LEN + 1];
+    const char* allowed[1];
+    omc_conn *s, *r;
+    omc_meta m = {0};
+    omc_buffer b;
+    uint16_t dport = 0;
+    int fds[200], i, n = 0;
+    REQUIRE(omc_tcp_curve_keypair(pub, sec) == OMC_OK && omc_tcp_curve_keypair(cpub, csec) == OMC_OK);
+    allowed[0] = cpub;
+    s = make_sender(0, sec, allowed, 1, 0);
+    r = make_receiver(0, pub, csec, cpub);
+    REQUIRE(s && r);
+    ports_of(s, NULL, &dport);
+    for (i = 0; i < 200; i++) { fds[n] = tcp_connect(dport, 0); if (fds[n] >= 0) n++; }
+    usleep(200000);
+    CHECK_OK(put_bytes(s, "k", 1u << 20, 21, &m));
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "k", m.data, m.size, omc_deadline_after_ms(3000), &b));
+    CHECK(b.size == (1u << 20) && omc_test_verify(b.data, b.size, 21));
+    omc_buffer_release(&b);
+    for (i = 0; i < n; i++) close(fds[i]);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* HOSTILE: under a low descriptor limit (RLIMIT_NOFILE 48 in a child sender) 100 raw
+   connections to the data port drive accept() into EMFILE. Want: the listener backs off - over
+   1.5 s it uses under a fifth of a core and logs the condition at most a few times, not once per
+   event. */
+OMC_TEST(emfile_on_the_data_port_backs_off_and_logs_once_per_interval) {
+    int pp[2], status = 0, fds[100], n = 0, i;
+    uint16_t dport = 0;
+    double res[2] = {0, 0};
+    pid_t pid;
+    REQUIRE(pipe(pp) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl;
+        omc_conn* s;
+        double c0, c1;
+        uint64_t w0, w1;
+        double out[2];
+        uint16_t dp = 0;
+        close(pp[0]);
+        rl.rlim_cur = rl.rlim_max = 48;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(1);
+        s = make_sender(0, NULL, NULL, 0, 0);
+        if (!s) _exit(1);
+        ports_of(s, NULL, &dp);
+        if (write(pp[1], &dp, sizeof(dp)) != (ssize_t)sizeof(dp)) _exit(1);
+        usleep(300000);                 /* the flood arrives meanwhile */
+        c0 = cpu_s(); w0 = __atomic_load_n(&warn_lines, __ATOMIC_RELAXED);
+        usleep(1500000);
+        c1 = cpu_s(); w1 = __atomic_load_n(&warn_lines, __ATOMIC_RELAXED);
+        out[0] = c1 - c0; out[1] = (double)(w1 - w0);
+        if (write(pp[1], out, sizeof(out)) != (ssize_t)sizeof(out)) _exit(1);
+        omc_conn_destroy(s);
+        _exit(0);
+    }
+    close(pp[1]);
+    if (read(pp[0], &dport, sizeof(dport)) == (ssize_t)sizeof(dport)) {
+        for (i = 0; i < 100; i++) { fds[n] = tcp_connect(dport, 0); if (fds[n] >= 0) n++; }
+        if (read(pp[0], res, sizeof(res)) == (ssize_t)sizeof(res)) {
+            printf("  %d connections against a 48-fd limit: %.3f s CPU and %.0f WARN lines in 1.5 s\n", n, res[0], res[1]);
+            CHECK(res[0] < 0.3);
+            CHECK(res[1] <= 5);
+        } else CHECK(!"the child sender did not report");
+        for (i = 0; i < n; i++) close(fds[i]);
+    } else CHECK(!"the child sender did not start");
+    waitpid(pid, &status, 0);
+    close(pp[0]);
+}
+
+/* ================================================================================================
+   Finding 3: a puller chooses how long it holds a push worker
+   ================================================================================================ */
+
+/* HOSTILE: two PULLs of 64 MiB with the largest budget (0xFFFFFFFF ms) on data connections
+   that never read (2 workers: both taken). Want: a legitimate get of another 64 MiB put still
+   completes (the budget is capped, a push with no progress is aborted, or a receiver gets at
+   most its share of the workers). */
+OMC_TEST(stalled_pullers_cannot_starve_a_legitimate_get) {
+    const uint64_t big = 64u << 20;
+    omc_conn *s, *r;
+    omc_meta m = {0};
+    omc_buffer b;
+    hz h;
+    uint16_t port = 0, dport = 0;
+    int fd[2] = {-1, -1}, i;
+    omc_result res;
+    s = make_sender(256u << 20, NULL, NULL, 0, 2);
+    r = make_receiver(128u << 20, NULL, NULL, NULL);
+    REQUIRE(s && r);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "a", big, 31, NULL));
+    CHECK_OK(put_bytes(s, "b", big, 32, NULL));
+    CHECK_OK(put_bytes(s, "c", big, 33, &m));
+    REQUIRE(hz_open(&h, port) == 0);
+    CHECK(hz_hello(&h) == HZ_HELLO);
+    for (i = 0; i < 2; i++) {
+        fd[i] = tcp_connect(dport, 4096);           /* a tiny window that nobody drains */
+        REQUIRE(fd[i] >= 0);
+        CHECK_EQ(data_hello(fd[i], 0xA000u + (uint64_t)i), 0);
+        CHECK(hz_pull(&h, 100u + (uint64_t)i, i == 0 ? QKEY("a") : QKEY("b"), big, 0xFFFFFFFFu, 0xA000u + (uint64_t)i) == 0);
+    }
+    usleep(300000);
+    CHECK_OK(put_bytes(s, "warm", 1, 1, NULL));
+    memset(&b, 0, sizeof(b));
+    res = omc_conn_get(r, "s0", "s1", "c", m.data, m.size, omc_deadline_after_ms(3500), &b);
+    CHECK_OK(res);
+    if (res == OMC_OK) CHECK(b.size == big && omc_test_verify(b.data, b.size, 33));
+    omc_buffer_release(&b);
+    for (i = 0; i < 2; i++) if (fd[i] >= 0) close(fd[i]);
+    hz_close(&h);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* ================================================================================================
+   Finding 4: SHM liveness by pid and /proc
+   ================================================================================================ */
+
+static char shm_priv[64];
+
+static const char* shm_dir(void) {
+    if (!shm_priv[0]) snprintf(shm_priv, sizeof(shm_priv), "/dev/shm/omc-hostile-%ld", (long)getpid());
+    mkdir(shm_priv, 0700);      /* again after every shm_dir_remove() */
+    return shm_priv;
+}
+
+static void shm_dir_remove(void) {
+    DIR* d;
+    struct dirent* e;
+    char p[600];
+    if (!shm_priv[0]) return;
+    d = opendir(shm_priv);
+    if (d) {
+        while ((e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.') continue;
+            snprintf(p, sizeof(p), "%s/%s", shm_priv, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(shm_priv);
+}
+
+static int shm_files(void) {
+    DIR* d = opendir(shm_dir());
+    struct dirent* e;
+    int n = 0;
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL) if (strncmp(e->d_name, "omc-", 4) == 0) n++;
+    closedir(d);
+    return n;
+}
+
+static omc_conn* make_shm(const char* channel, omc_role role, uint64_t pool) {
+    omc_shm_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.channel = channel;
+    d.role = role;
+    d.shm_dir = shm_dir();
+    d.pool_size = pool ? pool : (4u << 20);
+    d.disable_inline = 1;
+    d.hooks.log_fn = counting_log;
+    d.hooks.max_level = quiet() ? OMC_LOG_WARN : OMC_LOG_DEBUG;
+    if (omc_shm_create(&d, &c) != OMC_OK) return NULL;
+    return c;
+}
+
+/* Sweep the shared directory for dead owners from a child in another namespace: mode 1, a fresh
+   pid namespace with its own /proc (`unshare --pid --fork --mount-proc`: no pid of ours exists
+   there); mode 2, our pid namespace but no /proc (an empty tmpfs mounted over it). Returns how
+   many segments that sweep removed, -2 if the namespaces cannot be made here, -1 on failure. */
+static int sweep_from_elsewhere(int mode) {
+    int status = 0;
+    pid_t mid = fork();
+    if (mid < 0) return -1;
+    if (mid == 0) {
+        pid_t inner;
+        if (unshare(mode == 1 ? (CLONE_NEWPID | CLONE_NEWNS) : CLONE_NEWNS) != 0) _exit(102);
+        inner = fork();
+        if (inner == 0) {
+            omc_shm_desc sd;
+            uint32_t removed = 0;
+            if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) _exit(102);
+            if (mode == 1 ? mount("proc", "/proc", "proc", 0, NULL) != 0 : mount("tmpfs", "/proc", "tmpfs", 0, "size=4k") != 0) _exit(102);
+            memset(&sd, 0, sizeof(sd));
+            sd.shm_dir = shm_dir();
+            sd.hooks.log_fn = counting_log;
+            sd.hooks.max_level = quiet() ? OMC_LOG_ERROR : OMC_LOG_DEBUG;
+            if (omc_shm_sweep_dead(&sd, &removed) != OMC_OK) _exit(101);
+            _exit((int)(removed > 100 ? 100 : removed));
+        }
+        if (inner < 0 || waitpid(inner, &status, 0) != inner) _exit(101);
+        _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 101);
+    }
+    if (waitpid(mid, &status, 0) != mid || !WIFEXITED(status)) return -1;
+    status = WEXITSTATUS(status);
+    return status == 102 ? -2 : status == 101 ? -1 : status;
+}
+
+/* A live owner (this process) and a connector in another pid namespace sharing the shm directory
+   (two containers in one pod). Want: that connector's sweep leaves the live owner's segment alone,
+   and the owner's puts keep working. */
+static void live_owner_survives_sweep(int mode) {
+    char chan[32];
+    omc_conn* s;
+    omc_payload p;
+    uint8_t bytes[1000];
+    int removed;
+    snprintf(chan, sizeof(chan), "ns%ldm%d", (long)getpid(), mode);
+    s = make_shm(chan, OMC_ROLE_SENDER, 0);
+    REQUIRE(s);
+    memset(&p, 0, sizeof(p));
+    omc_test_fill(bytes, sizeof(bytes), 41);
+    p.data = bytes; p.size = sizeof(bytes);
+    CHECK_OK(omc_conn_put(s, "s0", "s1", "k1", &p, NULL));
+    removed = sweep_from_elsewhere(mode);
+    if (removed == -2) printf("  (namespaces cannot be made here: the case needs CAP_SYS_ADMIN)\n");
+    else {
+        CHECK_EQ(removed, 0);
+        CHECK_EQ(shm_files(), 1);
+        CHECK_OK(omc_conn_put(s, "s0", "s1", "k2", &p, NULL));
+        {   /* and a receiver still reads what was published */
+            omc_conn* r = make_shm(chan, OMC_ROLE_RECEIVER, 0);
+            omc_buffer b;
+            memset(&b, 0, sizeof(b));
+            CHECK(r != NULL);
+            if (r) {
+                CHECK_OK(omc_conn_get(r, "s0", "s1", "k1", NULL, 0, omc_deadline_after_ms(1000), &b));
+                CHECK(b.size == 1000 && omc_test_verify(b.data, 1000, 41));
+                omc_buffer_release(&b);
+                omc_conn_destroy(r);
+            }
+        }
+    }
+    omc_conn_destroy(s);
+    shm_dir_remove();
+}
+
+OMC_TEST(shm_live_owner_survives_a_sweep_from_another_pid_namespace) { live_owner_survives_sweep(1); }
+OMC_TEST(shm_live_owner_survives_a_sweep_from_a_process_without_proc) { live_owner_survives_sweep(2); }
+
+/* ================================================================================================
+   Finding 5: SIGBUS from a truncated segment
+   ================================================================================================ */
+
+/* HOSTILE (same uid): truncate a busy owner's segment while it puts in a loop. Want: the owner
+   survives every trial (its calls fail with OMC_ERR_SHM_CHANGED or the truncation is impossible),
+   never SIGBUS. 6 trials of at most 400 ms. */
+OMC_TEST(truncating_a_busy_owners_segment_does_not_kill_it) {
+    int trial, killed = 0;
+    for (trial = 0; trial < 6; trial++) {
+        char chan[32], path[OMC_SHM_PATH_MAX];
+        int pp[2], status = 0;
+        pid_t pid;
+        snprintf(chan, sizeof(chan), "tr%ldn%d", (long)getpid(), trial);
+        REQUIRE(pipe(pp) == 0);
+        pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            omc_conn* s = make_shm(chan, OMC_ROLE_SENDER, 8u << 20);
+            static uint8_t bytes[256 << 10];
+            char name[OMC_SHM_PATH_MAX];
+            double end;
+            int k = 0;
+            if (!s || omc_shm_segment_path(s, name, sizeof(name)) != OMC_OK) _exit(1);
+            if (write(pp[1], name, sizeof(name)) != (ssize_t)sizeof(name)) _exit(1);
+            end = now_s() + 0.4;
+            while (now_s() < end) {
+                omc_payload p;
+                char key[32];
+                memset(&p, 0, sizeof(p));
+                p.data = bytes; p.size = sizeof(bytes);
+                snprintf(key, sizeof(key), "k%d", k++);
+                omc_conn_put(s, "s0", "s1", key, &p, NULL);
+                omc_conn_cleanup(s, "s0", "s1", key);
+            }
+            omc_conn_destroy(s);
+            _exit(0);
+        }
+        close(pp[1]);
+        if (read(pp[0], path, sizeof(path)) == (ssize_t)sizeof(path)) {
+            usleep(20000 + (useconds_t)(trial * 13000));
+            if (truncate(path, 4096) != 0) {}        /* HOSTILE */
+        }
+        close(pp[0]);
+        waitpid(pid, &status, 0);
+        /* a survivor exits 0; a signal (or AddressSanitizer's report of one, exit 1) is a death */
+        if (WIFSIGNALED(status)) { killed++; printf("  trial %d: the owner died of signal %d\n", trial, WTERMSIG(status)); }
+        else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { killed++; printf("  trial %d: the owner exited with %d\n", trial, WEXITSTATUS(status)); }
+    }
+    CHECK_EQ(killed, 0);
+    shm_dir_remove();
+}
+
+/* ================================================================================================
+   Finding 7: a metadata-less get after the sender died mid-transfer
+   ================================================================================================ */
+
+/* The sender process is SIGKILLed while it pushes 128 MiB to a metadata-less get. Want: the get
+   fails soon after (< 1.5 s) with OMC_ERR_CONNECTION, as the manual says, not at its deadline. */
+OMC_TEST(metadataless_get_after_the_sender_died_mid_transfer_fails_fast) {
+    const uint64_t big = 128u << 20;
+    int pp[2], status;
+    uint16_t port = 0;
+    pid_t pid;
+    REQUIRE(pipe(pp) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        omc_conn* s = make_sender(big + (16u << 20), NULL, NULL, 0, 0);
+        omc_tcp_health_info th;
+        char x = 'F';
+        uint16_t p = 0;
+        if (!s || put_bytes(s, "k", big, 71, NULL) != OMC_OK) _exit(1);
+        ports_of(s, &p, NULL);
+        if (write(pp[1], &p, sizeof(p)) != (ssize_t)sizeof(p)) _exit(1);
+        for (;;) {                  /* tell the parent the moment the push is in flight */
+            memset(&th, 0, sizeof(th));
+            omc_tcp_health(s, &th);
+            if (th.pushes_in_flight > 0) { if (write(pp[1], &x, 1)) {} break; }
+        }
+        for (;;) pause();
+    }
+    close(pp[1]);
+    if (read(pp[0], &port, sizeof(port)) == (ssize_t)sizeof(port)) {
+        omc_conn* r = make_receiver(big + (16u << 20), NULL, NULL, NULL);
+        omc_buffer b;
+        omc_result res;
+        double t0, killed_at = 0, t1;
+        char x;
+        REQUIRE(r);
+        CHECK_OK(omc_tcp_add_sender(r, "up", "127.0.0.1", port));
+        {   /* the get runs here; a helper thread is not needed: the kill comes from a second child */
+            pid_t killer = fork();
+            if (killer == 0) {
+                if (read(pp[0], &x, 1) == 1) { kill(pid, SIGSTOP); kill(pid, SIGKILL); }
+                _exit(0);
+            }
+            memset(&b, 0, sizeof(b));
+            t0 = now_s();
+            res = omc_conn_get(r, "s0", "s1", "k", NULL, 0, omc_deadline_after_ms(3000), &b);
+            t1 = now_s();
+            waitpid(killer, &status, 0);
+            killed_at = t0;         /* the kill follows the start of the push within milliseconds */
+        }
+        if (res == OMC_OK) {
+            printf("  (the 128 MiB push finished before the kill: not reproduced this time)\n");
+            omc_buffer_release(&b);
+        } else {
+            printf("  get returned %s after %.2f s\n", omc_result_name(res), t1 - killed_at);
+            CHECK_RES(res, OMC_ERR_CONNECTION);
+            CHECK(t1 - killed_at < 1.5);
+        }
+        omc_conn_destroy(r);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    close(pp[0]);
+}
+
+/* HOSTILE: a "sender" port whose process accepts and closes every connection (what a sender that
+   dies during the ZMTP handshake looks like, or a port that is not ours). No CURVE anywhere.
+   Want: the metadata-less get says OMC_ERR_CONNECTION (nobody answered), not OMC_ERR_AUTH, which
+   the manual reserves for a failed CURVE handshake. (The fault campaign met this case when it
+   killed a sender during the handshake.) */
+static int slam_fd = -1;
+static void* slam_server(void* arg) {
+    (void)arg;
+    for (;;) {
+        int c = accept(slam_fd, NULL, NULL);
+        if (c < 0) return NULL;
+        close(c);
+    }
+}
+
+OMC_TEST(a_peer_that_drops_the_handshake_without_curve_is_a_connection_error) {
+    struct sockaddr_in a;
+    socklen_t al = sizeof(a);
+    pthread_t t;
+    omc_conn* r;
+    omc_buffer b;
+    slam_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(slam_fd >= 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET; a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(slam_fd, (struct sockaddr*)&a, sizeof(a)) == 0 && listen(slam_fd, 16) == 0);
+    REQUIRE(getsockname(slam_fd, (struct sockaddr*)&a, &al) == 0);
+    REQUIRE(pthread_create(&t, NULL, slam_server, NULL) == 0);
+    r = make_receiver(0, NULL, NULL, NULL);
+    REQUIRE(r);
+    CHECK_OK(omc_tcp_add_sender(r, "dying", "127.0.0.1", ntohs(a.sin_port)));
+    memset(&b, 0, sizeof(b));
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "k", NULL, 0, omc_deadline_after_ms(1000), &b), OMC_ERR_CONNECTION);
+    omc_conn_destroy(r);
+    shutdown(slam_fd, SHUT_RDWR);
+    close(slam_fd);
+    pthread_join(t, NULL);
+}
+
+/* ================================================================================================
+   Finding 8: names planted in the shm directory by another uid
+   ================================================================================================ */
+
+/* HOSTILE (another uid, here nobody = 65534): 5000 files named like our segments in the shm
+   directory. A metadata-less get waits 1 s for a key that never comes. Want: the planted files
+   are skipped without being reopened on every scan: at most one WARN per file and well under a
+   quarter of a core. */
+OMC_TEST(planted_files_in_the_shm_dir_cost_no_cpu_and_are_logged_once) {
+    char chan[32], p[600];
+    omc_conn* r;
+    omc_buffer b;
+    uint64_t w0;
+    double c0, c1;
+    int i, planted = 0;
+    if (geteuid() != 0) { printf("  (planting files of another uid needs root)\n"); return; }
+    snprintf(chan, sizeof(chan), "pl%ld", (long)getpid());
+    for (i = 0; i < 5000; i++) {
+        int fd;
+        snprintf(p, sizeof(p), "%s/omc-%u-%s-%d-%016llx", shm_dir(), (unsigned)geteuid(), chan, 100000 + i, (unsigned long long)i);
+        fd = open(p, O_CREAT | O_EXCL | O_WRONLY, 0600);
+        if (fd < 0) continue;
+        if (fchown(fd, 65534, 65534) == 0) planted++;
+        close(fd);
+    }
+    CHECK_EQ(planted, 5000);
+    r = make_shm(chan, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(r);
+    w0 = __atomic_load_n(&warn_lines, __ATOMIC_RELAXED);
+    c0 = cpu_s();
+    memset(&b, 0, sizeof(b));
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "never", NULL, 0, omc_deadline_after_ms(1000), &b), OMC_ERR_TIMEOUT);
+    c1 = cpu_s();
+    printf("  1 s wait over %d planted files: %.3f s CPU, %llu WARN lines\n", planted, c1 - c0,
+           (unsigned long long)(__atomic_load_n(&warn_lines, __ATOMIC_RELAXED) - w0));
+    CHECK(c1 - c0 < 0.25);
+    CHECK(__atomic_load_n(&warn_lines, __ATOMIC_RELAXED) - w0 <= (uint64_t)planted);
+    omc_conn_destroy(r);
+    shm_dir_remove();
+}
+
+/* ================================================================================================
+   Finding 9: CURVE without an allow-list admits anyone with the public key (documented)
+   ================================================================================================ */
+
+/* The documented trade-off, pinned down: without allowed_clients any receiver that knows the
+   sender's public key gets in (with any keypair of its own); with the allow-list only listed
+   keys do, and the sender counts the refusal. */
+OMC_TEST(curve_without_an_allow_list_admits_any_key_holder_and_with_one_only_listed_keys) {
+    char pub[OMC_CURVE_KEY_LEN + 1], sec[OMC_CURVE_KEY_LEN + 1], cpub[OMC_CURVE_KEY_LEN + 1], csec[OMC_CURVE_KEY_LEN + 1];
+    char xpub[OMC_CURVE_KEY_LEN + 1], xsec[OMC_CURVE_KEY_LEN + 1];
+    const char* allowed[1];
+    omc_conn *open_s, *strict_s, *stranger, *friend_r;
+    omc_meta m1 = {0}, m2 = {0};
+    omc_buffer b;
+    omc_tcp_health_info th;
+    REQUIRE(omc_tcp_curve_keypair(pub, sec) == OMC_OK && omc_tcp_curve_keypair(cpub, csec) == OMC_OK &&
+            omc_tcp_curve_keypair(xpub, xsec) == OMC_OK);
+    allowed[0] = cpub;
+    open_s = make_sender(0, sec, NULL, 0, 0);
+    strict_s = make_sender(0, sec, allowed, 1, 0);
+    stranger = make_receiver(0, pub, xsec, xpub);    /* knows the public key, is on no list */
+    friend_r = make_receiver(0, pub, csec, cpub);
+    REQUIRE(open_s && strict_s && stranger && friend_r);
+    CHECK_OK(put_bytes(open_s, "k", 1000, 91, &m1));
+    CHECK_OK(put_bytes(strict_s, "k", 1000, 92, &m2));
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(stranger, "s0", "s1", "k", m1.data, m1.size, omc_deadline_after_ms(3000), &b));
+    omc_buffer_release(&b);
+    CHECK_RES(omc_conn_get(stranger, "s0", "s1", "k", m2.data, m2.size, omc_deadline_after_ms(1000), &b), OMC_ERR_AUTH);
+    memset(&th, 0, sizeof(th));
+    omc_tcp_health(strict_s, &th);
+    CHECK(th.auth_failures >= 1);
+    CHECK_OK(omc_conn_get(friend_r, "s0", "s1", "k", m2.data, m2.size, omc_deadline_after_ms(3000), &b));
+    CHECK(b.size == 1000 && omc_test_verify(b.data, 1000, 92));
+    omc_buffer_release(&b);
+    omc_meta_free(&m1); omc_meta_free(&m2);
+    omc_conn_destroy(friend_r); omc_conn_destroy(stranger);
+    omc_conn_destroy(strict_s); omc_conn_destroy(open_s);
+}
+
+/* ================================================================================================
+   Finding 11: a payload that fits in the socket buffers is consumed when it reaches the kernel
+   ================================================================================================ */
+
+/* HOSTILE: PULL a 64 KiB put onto a data connection, let the bytes land in the socket buffer,
+   and close without reading (a receiver that dies before its read). Want: the read is not used
+   up - a real receiver still gets the payload. */
+OMC_TEST(small_payload_pulled_by_a_receiver_that_never_reads_is_not_consumed) {
+    omc_conn *s, *r;
+    omc_meta m = {0};
+    omc_buffer b;
+    hz h;
+    uint16_t port = 0, dport = 0;
+    struct pollfd pf;
+    int fd;
+    s = make_sender(0, NULL, NULL, 0, 0);
+    r = make_receiver(0, NULL, NULL, NULL);
+    REQUIRE(s && r);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "small", 64u << 10, 111, &m));
+    REQUIRE(hz_open(&h, port) == 0);
+    CHECK(hz_hello(&h) == HZ_HELLO);
+    fd = tcp_connect(dport, 0);
+    REQUIRE(fd >= 0);
+    CHECK_EQ(data_hello(fd, 0xBEEFu), 0);
+    CHECK(hz_pull(&h, 5, QKEY("small"), 1u << 20, 2000, 0xBEEFu) == 0);
+    pf.fd = fd; pf.events = POLLIN; pf.revents = 0;
+    CHECK(poll(&pf, 1, 2000) == 1);         /* the bytes are in our socket buffer */
+    usleep(100000);
+    close(fd);                              /* ... and we die without reading them */
+    hz_close(&h);
+    usleep(200000);
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "small", m.data, m.size, omc_deadline_after_ms(2000), &b));
+    CHECK(b.size == (64u << 10) && omc_test_verify(b.data, b.size, 111));
+    omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* ================================================================================================
+   Finding 12: ABORT of a push still queued for a worker
+   ================================================================================================ */
+
+/* One worker, held by a 64 MiB push into a connection that never reads. A second PULL (16 MiB,
+   more than the listener writes inline) waits in the queue; its receiver gives up and sends
+   ABORT. Want: the sender closes that data connection and forgets it (no fd, no slot leaked). */
+OMC_TEST(abort_of_a_queued_push_releases_its_data_connection) {
+    omc_conn* s;
+    hz h;
+    uint16_t port = 0, dport = 0;
+    int busy, queued;
+    s = make_sender(128u << 20, NULL, NULL, 0, 1);
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "big", 64u << 20, 121, NULL));
+    CHECK_OK(put_bytes(s, "mid", 16u << 20, 122, NULL));
+    REQUIRE(hz_open(&h, port) == 0);
+    CHECK(hz_hello(&h) == HZ_HELLO);
+    busy = tcp_connect(dport, 4096);
+    queued = tcp_connect(dport, 4096);
+    REQUIRE(busy >= 0 && queued >= 0);
+    CHECK_EQ(data_hello(busy, 0xC001u), 0);
+    CHECK_EQ(data_hello(queued, 0xC002u), 0);
+    CHECK(hz_pull(&h, 1, QKEY("big"), 64u << 20, 60000, 0xC001u) == 0);
+    usleep(200000);
+    CHECK(hz_pull(&h, 2, QKEY("mid"), 16u << 20, 60000, 0xC002u) == 0);
+    usleep(200000);
+    CHECK(hz_send(&h, HZ_ABORT, 2, NULL, 0) == 0);
+    CHECK(closed_within(queued, 1500));
+    CHECK_EQ(tcp_data_connections(s), 1);
+    close(busy); close(queued);
+    hz_close(&h);
+    omc_conn_destroy(s);
+}
+
+/* ================================================================================================
+   Finding 13: what the wire documentation says, checked from outside
+   ================================================================================================ */
+
+/* CRC-32C as the documentation should state it: Castagnoli polynomial 0x1EDC6F41 (reflected
+   0x82F63B78), initial value 0xFFFFFFFF, input and output reflected, final XOR 0xFFFFFFFF; the
+   check value of "123456789" is 0xE3069283. Written here bit by bit. */
+static uint32_t crc32c_ref(const uint8_t* p, size_t n, uint32_t crc) {
+    size_t i;
+    int k;
+    crc = ~crc;
+    for (i = 0; i < n; i++) {
+        crc ^= p[i];
+        for (k = 0; k < 8; k++) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
+OMC_TEST(crc32c_is_castagnoli_with_check_value_e3069283) {
+    CHECK_EQ(crc32c_ref((const uint8_t*)"123456789", 9, 0), 0xE3069283u);
+    CHECK_EQ(omc__crc32c(0, "123456789", 9), 0xE3069283u);
+}
+
+/* The metadata envelope's CRC covers bytes 0..39 (the whole 40-byte header) with the CRC field
+   (32..35) zero, then the key and the body. */
+OMC_TEST(envelope_crc_covers_bytes_0_to_39_with_the_crc_field_zero) {
+    omc_conn* c;
+    omc_local_desc d;
+    omc_meta m = {0};
+    omc_payload p;
+    uint8_t bytes[100];
+    memset(&d, 0, sizeof(d));
+    REQUIRE(omc_local_create(&d, &c) == OMC_OK);
+    memset(&p, 0, sizeof(p));
+    p.data = bytes; p.size = sizeof(bytes);
+    CHECK_OK(omc_conn_put(c, "s0", "s1", "k", &p, &m));
+    if (m.data && m.size >= 40) {
+        uint8_t* copy = (uint8_t*)malloc(m.size);
+        uint32_t stored = rd32(m.data + 32);
+        REQUIRE(copy);
+        memcpy(copy, m.data, m.size);
+        le32(copy + 32, 0);
+        CHECK_EQ(crc32c_ref(copy, m.size, 0), stored);     /* 0..39, key, body */
+        CHECK(crc32c_ref(copy, 32, 0) != stored);           /* not just 0..31 */
+        copy[38] ^= 1;                                       /* a reserved byte is covered too */
+        CHECK(crc32c_ref(copy, m.size, 0) != stored);
+        free(copy);
+    }
+    omc_meta_free(&m);
+    omc_conn_destroy(c);
+}
+
+/* ERROR is a reply, not a request: a sender answers an ERROR from a receiver with
+   ERROR(OMC_ERR_PROTOCOL) and carries on. */
+OMC_TEST(a_sender_answers_an_error_from_a_receiver_with_protocol) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    uint8_t body[16 + 4], rep[8192];
+    uint16_t port = 0;
+    hz h;
+    REQUIRE(s);
+    ports_of(s, &port, NULL);
+    REQUIRE(hz_open(&h, port) == 0);
+    memset(body, 0, sizeof(body));
+    le32(body, (uint32_t)(int32_t)OMC_ERR_TIMEOUT); le16(body + 4, 4); memcpy(body + 16, "gone", 4);
+    CHECK(hz_send(&h, HZ_ERROR, 77, body, sizeof(body)) == 0);
+    CHECK_EQ(hz_recv(&h, rep, sizeof(rep), 2000, NULL), HZ_ERROR);
+    CHECK_EQ((int32_t)rd32(rep + 32), OMC_ERR_PROTOCOL);
+    CHECK_EQ(rd64(rep + 8), 77);
+    CHECK_EQ(hz_query(&h, 78, QKEY("nope"), 0, 2000, NULL), HZ_NOT_FOUND);   /* and carries on */
+    hz_close(&h);
+    omc_conn_destroy(s);
+}
+
+/* At most 1024 QUERYs are held at once; the 1025th for an absent key is answered NOT_FOUND at
+   once, whatever wait it asked for. */
+OMC_TEST(held_queries_are_capped_at_1024_then_not_found_at_once) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    uint8_t body[8 + 32], rep[8192];
+    uint16_t port = 0;
+    double t0;
+    int i, t;
+    hz h;
+    REQUIRE(s);
+    ports_of(s, &port, NULL);
+    REQUIRE(hz_open(&h, port) == 0);
+    for (i = 0; i < 1024; i++) {        /* HOSTILE: fill the table with queries held 1 s */
+        le32(body, 1000); le16(body + 4, 10); le16(body + 6, 0); memcpy(body + 8, QKEY("nope"), 10);
+        CHECK(hz_send(&h, HZ_QUERY, 1000u + (uint64_t)i, body, 18) == 0);
+    }
+    usleep(100000);
+    t0 = now_s();
+    CHECK(hz_send(&h, HZ_QUERY, 5000, body, 18) == 0);
+    /* the first NOT_FOUND to come back answers the 1025th, and it comes at once */
+    t = hz_recv(&h, rep, sizeof(rep), 2000, NULL);
+    CHECK_EQ(t, HZ_NOT_FOUND);
+    CHECK_EQ(rd64(rep + 8), 5000);
+    CHECK(now_s() - t0 < 0.5);
+    hz_close(&h);
+    omc_conn_destroy(s);
+}
+
+/* A data token belongs to the side-channel session that registered it. HOSTILE: a second
+   channel (another DEALER) PULLs naming the first channel's token. Want: refused with an ERROR,
+   and nothing is written on the first channel's data connection. */
+OMC_TEST(pull_naming_another_channels_data_token_is_refused) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    uint8_t rep[8192];
+    uint16_t port = 0, dport = 0;
+    struct pollfd pf;
+    hz victim, thief;
+    int fd, t;
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "k", 4096, 131, NULL));
+    REQUIRE(hz_open(&victim, port) == 0 && hz_open(&thief, port) == 0);
+    CHECK(hz_hello(&victim) == HZ_HELLO);
+    CHECK(hz_hello(&thief) == HZ_HELLO);
+    fd = tcp_connect(dport, 0);                 /* the victim's data connection */
+    REQUIRE(fd >= 0);
+    CHECK_EQ(data_hello(fd, 0xD00Du), 0);
+    CHECK(hz_pull(&thief, 9, QKEY("k"), 1u << 20, 2000, 0xD00Du) == 0);
+    t = hz_recv(&thief, rep, sizeof(rep), 2000, NULL);
+    CHECK_EQ(t, HZ_ERROR);
+    pf.fd = fd; pf.events = POLLIN; pf.revents = 0;
+    CHECK(poll(&pf, 1, 300) == 0);              /* no push on the victim's connection */
+    close(fd);
+    hz_close(&victim); hz_close(&thief);
+    omc_conn_destroy(s);
+}
+
+/* What a receiver's HELLO carries, and its sequence numbers, seen by a fake sender (a raw ROUTER
+   that never answers): the first message on a channel is a HELLO with capability bit 0 (TCP) and
+   no endpoint record (a receiver has no TCP record to offer; type 2 only with an RDMA plane), the
+   QUERY is pipelined behind it, sequence numbers start at 1 and grow by one per request (later
+   channels, after a retry, start again at 1: only the first two messages are checked); a get
+   whose sender never answers fails with OMC_ERR_CONNECTION. */
+OMC_TEST(a_receivers_hello_carries_its_capabilities_and_sequence_numbers_start_at_1) {
+    void* ctx = zmq_ctx_new();
+    void* router = zmq_socket(ctx, ZMQ_ROUTER);
+    omc_conn* r;
+    omc_buffer b;
+    char ep[64];
+    size_t el = sizeof(ep);
+    int zero = 0, n, seen = 0, port = 0;
+    uint8_t rid[256], msg[8192];
+    uint32_t last_seq = 0;
+    REQUIRE(ctx && router);
+    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
+    REQUIRE(zmq_bind(router, "tcp://127.0.0.1:*") == 0);
+    REQUIRE(zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, ep, &el) == 0);
+    port = atoi(strrchr(ep, ':') + 1);
+    r = make_receiver(0, NULL, NULL, NULL);
+    REQUIRE(r);
+    CHECK_OK(omc_tcp_add_sender(r, "fake", "127.0.0.1", (uint16_t)port));
+    memset(&b, 0, sizeof(b));
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "k", NULL, 0, omc_deadline_after_ms(600), &b), OMC_ERR_CONNECTION);
+    for (;;) {                       /* what the receiver sent meanwhile */
+        int more = 0;
+        size_t ml = sizeof(more);
+        if (zmq_recv(router, rid, sizeof(rid), ZMQ_DONTWAIT) < 0) break;
+        zmq_getsockopt(router, ZMQ_RCVMORE, &more, &ml);
+        if (!more) continue;
+        n = zmq_recv(router, msg, sizeof(msg), ZMQ_DONTWAIT);
+        if (n < 32) continue;
+        if (seen == 0) {
+            CHECK_EQ(msg[5], HZ_HELLO);
+            CHECK_EQ(rd32(msg + 28), 8);                 /* caps, count, reserved: no record */
+            CHECK(rd32(msg + 32) & 1u);
+            CHECK_EQ(msg[36] | msg[37] << 8, 0);
+            CHECK_EQ(rd32(msg + 24), 1);
+        } else if (seen == 1) {
+            CHECK_EQ(msg[5], HZ_QUERY);                  /* pipelined behind the HELLO */
+            CHECK_EQ(rd32(msg + 24), last_seq + 1);
+        }
+        last_seq = rd32(msg + 24);
+        seen++;
+    }
+    CHECK(seen >= 2);
+    omc_conn_destroy(r);
+    zmq_close(router);
+    zmq_ctx_term(ctx);
+}
+
+/* ================================================================================================
+   Finding 14: a timed-out get counts only as a timeout
+   ================================================================================================ */
+
+static void timeout_counts_once(omc_conn* c, const char* what) {
+    omc_health h0, h1;
+    omc_buffer b;
+    memset(&b, 0, sizeof(b));
+    REQUIRE(c);
+    omc_conn_health(c, &h0);
+    CHECK_RES(omc_conn_get(c, "s0", "s1", "absent", NULL, 0, omc_deadline_after_ms(100), &b), OMC_ERR_TIMEOUT);
+    omc_conn_health(c, &h1);
+    if (h1.errors != h0.errors || h1.timeouts != h0.timeouts + 1)
+        printf("  %s: errors %llu -> %llu, timeouts %llu -> %llu\n", what, (unsigned long long)h0.errors,
+               (unsigned long long)h1.errors, (unsigned long long)h0.timeouts, (unsigned long long)h1.timeouts);
+    CHECK_EQ(h1.timeouts, h0.timeouts + 1);
+    CHECK_EQ(h1.errors, h0.errors);
+}
+
+OMC_TEST(timed_out_get_counts_only_as_a_timeout) {
+    omc_local_desc ld;
+    omc_conn *local = NULL, *shm, *s, *r;
+    char chan[32];
+    memset(&ld, 0, sizeof(ld));
+    CHECK_OK(omc_local_create(&ld, &local));
+    timeout_counts_once(local, "local");
+    omc_conn_destroy(local);
+    snprintf(chan, sizeof(chan), "to%ld", (long)getpid());
+    shm = make_shm(chan, OMC_ROLE_DUAL, 0);
+    timeout_counts_once(shm, "shm");
+    if (shm) omc_conn_destroy(shm);
+    shm_dir_remove();
+    s = make_sender(0, NULL, NULL, 0, 0);
+    r = make_receiver(0, NULL, NULL, NULL);
+    if (s && r) {
+        uint16_t port = 0;
+        ports_of(s, &port, NULL);
+        CHECK_OK(omc_tcp_add_sender(r, "up", "127.0.0.1", port));
+        timeout_counts_once(r, "tcp");
+    }
+    if (r) omc_conn_destroy(r);
+    if (s) omc_conn_destroy(s);
+}
+
+/* ---- main: the harness of omc_test.h, with the open cases skipped ----------------------------- */
+
+int main(int argc, char** argv) {
+    int i, j, passed = 0, failed = 0, skipped = 0, all = getenv("OMC_HOSTILE_ALL") && atoi(getenv("OMC_HOSTILE_ALL")) == 1;
+    (void)omc_test_main;        /* replaced by this main (the skip table) */
+    signal(SIGPIPE, SIG_IGN);
+    shm_dir();                  /* named after this process, before any child computes it */
+    for (i = 0; i < omc_test_count; i++) {
+        int selected = argc <= 1, before, finding;
+        double t0;
+        for (j = 1; j < argc; j++) if (strstr(omc_test_list[i].name, argv[j])) selected = 1;
+        if (!selected) continue;
+        finding = open_finding(omc_test_list[i].name);
+        if (finding && !all) {
+            printf("SKIP %s (open: finding %d)\n", omc_test_list[i].name, finding);
+            skipped++;
+            continue;
+        }
+        before = __atomic_load_n(&omc_test_failed_checks, __ATOMIC_RELAXED);
+        t0 = now_s();
+        omc_test_list[i].fn();
+        if (__atomic_load_n(&omc_test_failed_checks, __ATOMIC_RELAXED) == before) { passed++; printf("PASS %s (%.2f s)\n", omc_test_list[i].name, now_s() - t0); }
+        else { failed++; printf("FAIL %s (%.2f s)%s\n", omc_test_list[i].name, now_s() - t0, finding ? " [known open]" : ""); }
+        fflush(stdout);
+    }
+    shm_dir_remove();
+    printf("skipped %d open case(s); OMC_HOSTILE_ALL=1 runs them\n", skipped);
+    printf("test_hostile: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
