@@ -9,6 +9,8 @@
 #      must deliver the payload; the sample output printed after the block must be what a run prints.
 #   4. What the programs promise: the producer stays until its payload is consumed, gives up at its
 #      deadline and removes its segment, and the consumer refuses metadata that is not metadata.
+#   5. The docs around them: docs/troubleshooting.md explains every result code of omniconn.h, and
+#      every relative link in README.md, docs/ and examples/README.md leads to a file.
 # Ends with "readme: N passed, M failed"; exit status 0 only if nothing failed.
 set -u
 cd "$(dirname "$0")/../.."
@@ -136,4 +138,25 @@ else
     bad "the consumer given garbage (exit status $rc) should refuse it with OMC_ERR_MALFORMED" "$out"
 fi
 cd "$ROOT"
+
+# 5. the docs a newcomer follows from here
+codes=$(sed -n '/define OMC__RESULT_LIST/,/^$/p' omniconn.h | grep -oE 'X\(OMC_[A-Z0-9_]+' | sed 's/X(//')
+undocumented=""
+for c in $codes; do grep -q "\`$c\`" docs/troubleshooting.md || undocumented="$undocumented $c"; done
+if [ -z "$codes" ]; then
+    bad "found no result codes in omniconn.h's OMC__RESULT_LIST"
+elif [ -z "$undocumented" ]; then
+    ok "docs/troubleshooting.md explains every result code ($(echo $codes | wc -w))"
+else
+    bad "docs/troubleshooting.md does not explain:$undocumented"
+fi
+broken=""
+for md in README.md docs/*.md examples/README.md; do
+    dir=$(dirname "$md")
+    for target in $(grep -oE '\]\([^)#[:space:]]+' "$md" | sed 's/^](//' | grep -vE '^[a-z]+:'); do
+        [ -e "$dir/$target" ] || broken="$broken $md->$target"
+    done
+done
+[ -z "$broken" ] && ok "every relative link in README.md, docs/ and examples/README.md leads to a file" \
+                 || bad "links to files that do not exist:$broken"
 finish
