@@ -10,7 +10,7 @@
 #   4. What the programs promise: the producer stays until its payload is consumed, gives up at its
 #      deadline and removes its segment, and the consumer refuses metadata that is not metadata.
 #   5. The docs around them: docs/troubleshooting.md explains every result code of omniconn.h, and
-#      every relative link in README.md, docs/ and examples/README.md leads to a file.
+#      every relative link in README.md, docs/ and examples/README.md leads to a file (and heading).
 # Ends with "readme: N passed, M failed"; exit status 0 only if nothing failed.
 set -u
 cd "$(dirname "$0")/../.."
@@ -150,13 +150,20 @@ elif [ -z "$undocumented" ]; then
 else
     bad "docs/troubleshooting.md does not explain:$undocumented"
 fi
+# anchors as GitHub makes them from headings: lower case, punctuation dropped, spaces to hyphens
+anchors() { grep -E '^#{1,6} ' "$1" | sed -E 's/^#+ +//' | tr 'A-Z' 'a-z' | sed -E 's/[^a-z0-9 _-]//g; s/ /-/g'; }
 broken=""
 for md in README.md docs/*.md examples/README.md; do
     dir=$(dirname "$md")
-    for target in $(grep -oE '\]\([^)#[:space:]]+' "$md" | sed 's/^](//' | grep -vE '^[a-z]+:'); do
-        [ -e "$dir/$target" ] || broken="$broken $md->$target"
+    for link in $(grep -oE '\]\([^)[:space:]]+\)' "$md" | sed -E 's/^\]\((.*)\)$/\1/' | grep -vE '^[a-z]+:'); do
+        file=${link%%#*}; anchor=""
+        case "$link" in *#*) anchor=${link#*#} ;; esac
+        if [ -z "$file" ]; then target=$md; else target=$dir/$file; fi
+        if [ ! -e "$target" ]; then broken="$broken $md->$link"
+        elif [ -n "$anchor" ] && ! anchors "$target" | grep -qxF -- "$anchor"; then broken="$broken $md->$link"
+        fi
     done
 done
-[ -z "$broken" ] && ok "every relative link in README.md, docs/ and examples/README.md leads to a file" \
-                 || bad "links to files that do not exist:$broken"
+[ -z "$broken" ] && ok "every relative link in README.md, docs/ and examples/README.md leads to a file and heading" \
+                 || bad "links to files or headings that do not exist:$broken"
 finish
