@@ -3,8 +3,8 @@
    One half of the smallest complete omniconn program (hello_consumer.c is the other half).
    It creates a sender connector, puts SIZE bytes under KEY, prints the metadata as one line of
    text on stdout (the control plane here is a shell pipe; yours is a queue, an RPC, a file),
-   then waits until the payload has been read before it frees everything and exits: a producer
-   that exits at once takes its unread payload with it.
+   then waits until the payload has been read before it frees everything and exits (over TCP the
+   producer serves the bytes itself, so it must still be there when the consumer asks).
 
    Build, from the repository root:
        cc -std=c99 -O2 -I. examples/hello_producer.c -o hello_producer -lpthread -ldl
