@@ -62,6 +62,11 @@ count "$LOGS/companions.log" "companions"
 
 run_tests build plain
 
+# the README's programs, compiled and run exactly as the README prints them
+echo "== README programs"
+bash tests/readme/run.sh >"$LOGS/readme.log" 2>&1
+count "$LOGS/readme.log" "readme"
+
 if [ "$QUICK" -eq 0 ]; then
     run_tests build/asan asan SAN=asan
     run_tests build/tsan tsan SAN=tsan CC=clang
