@@ -61,6 +61,9 @@ OMNICONN_API omc_result omc_ffi_put_buffer(omc_conn* conn, const char* from, con
 OMNICONN_API omc_result omc_ffi_get(omc_conn* conn, const char* from, const char* to, const char* key,
                                     const void* meta, size_t meta_size, omc_time_ns deadline,
                                     omc_buffer** out, void** data, uint64_t* size, uint32_t* flags);
+OMNICONN_API omc_result omc_ffi_get_from(omc_conn* conn, const char* sender, const char* from, const char* to,
+                                         const char* key, omc_time_ns deadline,
+                                         omc_buffer** out, void** data, uint64_t* size, uint32_t* flags);
 OMNICONN_API omc_result omc_ffi_buffer_release(omc_buffer* buffer);
 
 OMNICONN_API const char* omc_ffi_health_fields(void);
@@ -219,6 +222,8 @@ OMNICONN_API omc_result omc_ffi_rdma_status(omc_conn* conn, int* enabled, char* 
 /* [SECTION] FFI: put, get, buffers                                                               */
 /* ============================================================================================== */
 
+static omc_result omc__ffi_hand_out(omc_buffer* b, omc_buffer** out, void** data, uint64_t* size, uint32_t* flags);
+
 static omc_result omc__ffi_meta_out(omc_meta* m, void* out, uint32_t cap, uint32_t* size) {
     if (size) *size = m->size;
     if (out && m->size <= cap) memcpy(out, m->data, m->size);
@@ -298,13 +303,32 @@ OMNICONN_API omc_result omc_ffi_get(omc_conn* conn, const char* from, const char
     omc__ffi_last[0] = 0;
     r = omc_conn_get(conn, from, to, key, meta_size ? meta : NULL, meta_size, deadline, &b);
     if (r != OMC_OK) return r;
-    *out = (omc_buffer*)malloc(sizeof(b));
-    if (!*out) { omc_buffer_release(&b); return OMC_ERR_NO_MEMORY; }
-    **out = b;
-    if (data) *data = b.data;
-    if (size) *size = b.size;
-    if (flags) *flags = b.flags;
+    return omc__ffi_hand_out(&b, out, data, size, flags);
+}
+
+static omc_result omc__ffi_hand_out(omc_buffer* b, omc_buffer** out, void** data, uint64_t* size, uint32_t* flags) {
+    *out = (omc_buffer*)malloc(sizeof(*b));
+    if (!*out) { omc_buffer_release(b); return OMC_ERR_NO_MEMORY; }
+    **out = *b;
+    if (data) *data = b->data;
+    if (size) *size = b->size;
+    if (flags) *flags = b->flags;
     return OMC_OK;
+}
+
+/* A metadata-less get from one registered sender of a remote connector (omc_tcp_get_from). */
+OMNICONN_API omc_result omc_ffi_get_from(omc_conn* conn, const char* sender, const char* from, const char* to,
+                                         const char* key, omc_time_ns deadline,
+                                         omc_buffer** out, void** data, uint64_t* size, uint32_t* flags) {
+    omc_buffer b;
+    omc_result r;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    *out = NULL;
+    omc__ffi_last[0] = 0;
+    memset(&b, 0, sizeof(b));
+    r = omc_tcp_get_from(conn, sender, from, to, key, deadline, &b);
+    if (r != OMC_OK) return r;
+    return omc__ffi_hand_out(&b, out, data, size, flags);
 }
 
 /* Release the bytes and free the handle (NULL is OMC_OK). */
