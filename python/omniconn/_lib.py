@@ -66,6 +66,11 @@ def _candidates():
         return
     for name in ("libomniconn.so", "libomniconn.so.0"):
         yield os.path.join(_here, name)
+    try:    # written by `make install`: where the library went, relative to this package
+        from ._install import LIBDIR_FROM_PACKAGE
+        yield os.path.normpath(os.path.join(_here, LIBDIR_FROM_PACKAGE, "libomniconn.so.0"))
+    except ImportError:
+        pass
     yield os.path.join(os.path.dirname(os.path.dirname(_here)), "build", "libomniconn.so")
     found = ctypes.util.find_library("omniconn")
     if found:
