@@ -64,6 +64,8 @@ OMNICONN_API omc_result omc_ffi_get(omc_conn* conn, const char* from, const char
 OMNICONN_API omc_result omc_ffi_get_from(omc_conn* conn, const char* sender, const char* from, const char* to,
                                          const char* key, omc_time_ns deadline,
                                          omc_buffer** out, void** data, uint64_t* size, uint32_t* flags);
+OMNICONN_API omc_result omc_ffi_tcp_query(omc_conn* conn, const char* sender, const char* from, const char* to,
+                                          const char* key, omc_time_ns deadline, uint64_t* size);
 OMNICONN_API omc_result omc_ffi_buffer_release(omc_buffer* buffer);
 
 OMNICONN_API const char* omc_ffi_health_fields(void);
@@ -329,6 +331,18 @@ OMNICONN_API omc_result omc_ffi_get_from(omc_conn* conn, const char* sender, con
     r = omc_tcp_get_from(conn, sender, from, to, key, deadline, &b);
     if (r != OMC_OK) return r;
     return omc__ffi_hand_out(&b, out, data, size, flags);
+}
+
+/* Does a sender (NULL = every registered one) have the key now? Consumes nothing. */
+OMNICONN_API omc_result omc_ffi_tcp_query(omc_conn* conn, const char* sender, const char* from, const char* to,
+                                          const char* key, omc_time_ns deadline, uint64_t* size) {
+    omc_tcp_found f;
+    omc_result r;
+    memset(&f, 0, sizeof(f));
+    omc__ffi_last[0] = 0;
+    r = omc_tcp_query(conn, sender, from, to, key, deadline, &f);
+    if (size) *size = r == OMC_OK ? f.size : 0;
+    return r;
 }
 
 /* Release the bytes and free the handle (NULL is OMC_OK). */

@@ -35,12 +35,28 @@ def _b(s):
 _tls = threading.local()
 
 
+class _CallState:
+    """Per-thread out-parameters of the hot calls, allocated once (ctypes objects are not free)."""
+    __slots__ = ("meta", "msize", "msize_ref", "h", "data", "size", "flags", "refs")
+
+    def __init__(self):
+        self.meta = ctypes.create_string_buffer(_META_CAP)
+        self.msize = ctypes.c_uint32()
+        self.msize_ref = ctypes.byref(self.msize)
+        self.h, self.data, self.size, self.flags = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_uint32()
+        self.refs = (ctypes.byref(self.h), ctypes.byref(self.data), ctypes.byref(self.size), ctypes.byref(self.flags))
+
+
+def _state():
+    st = getattr(_tls, "st", None)
+    if st is None:
+        st = _tls.st = _CallState()
+    return st
+
+
 def _meta_buf():
-    buf = getattr(_tls, "meta", None)
-    if buf is None:
-        buf = _tls.meta = ctypes.create_string_buffer(_META_CAP)
-        _tls.meta_size = ctypes.c_uint32()
-    return buf, _tls.meta_size
+    st = _state()
+    return st.meta, st.msize
 
 
 # ---- where the bytes of a Python object are ------------------------------------------------------
@@ -51,6 +67,8 @@ def _torch():
 def _address(data):
     """(address, size, keepalive) of data's bytes, without copying when they are contiguous.
     Accepts bytes, bytearray, memoryview (any buffer), numpy arrays and CPU torch tensors."""
+    if _np is not None and type(data) is _np.ndarray and data.flags.c_contiguous:
+        return data.__array_interface__["data"][0], data.nbytes, data
     if isinstance(data, bytes):
         return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value, len(data), data
     t = _torch()
@@ -64,7 +82,7 @@ def _address(data):
         if isinstance(data, _np.ndarray):
             if not data.flags["C_CONTIGUOUS"]:
                 data = _np.ascontiguousarray(data)
-            return data.ctypes.data, data.nbytes, data
+            return data.__array_interface__["data"][0], data.nbytes, data
         mv = memoryview(data)
         if not mv.c_contiguous:
             raise ValueError("omniconn: the buffer is not contiguous")
@@ -82,12 +100,17 @@ def _address(data):
 class _Region:
     """Owns one C buffer handle; lives as long as the array that exposes its bytes (and so as
     long as every view of them). Its release happens at most once."""
-    __slots__ = ("handle", "__array_interface__", "__weakref__")
+    __slots__ = ("handle", "address", "size", "readonly", "__weakref__")
 
     def __init__(self, handle, address, size, readonly):
         self.handle = handle
-        self.__array_interface__ = {"data": (address, readonly), "shape": (size,), "typestr": "|u1",
-                                    "version": 3}
+        self.address = address
+        self.size = size
+        self.readonly = readonly
+
+    @property
+    def __array_interface__(self):
+        return {"data": (self.address, self.readonly), "shape": (self.size,), "typestr": "|u1", "version": 3}
 
     def release(self):
         h, self.handle = self.handle, None
@@ -144,24 +167,28 @@ class Buffer:
     block, or garbage collection) hands the bytes back; release() refuses while views made from
     this buffer are still alive, like memoryview.release(). After release every accessor raises.
     Views kept past the buffer's collection keep the bytes alive until they go."""
-    __slots__ = ("_arr", "_size", "flags", "_released", "__weakref__")
+    __slots__ = ("_arr", "_region", "_addr", "_size", "flags", "_released", "__weakref__")
 
     def __init__(self, handle, address, size, flags, readonly=True):
-        region = _Region(handle, address, size, readonly)
-        if size:
-            self._arr = _expose(region, address, size)
-        else:                               # nothing to view: give the handle back now
-            check(region.release(), "release")
-            self._arr = _np.zeros(0, _np.uint8) if _np is not None else (ctypes.c_ubyte * 0)()
+        self._region = _Region(handle, address, size, readonly)
+        self._arr = None                    # the exporting array, made on first use
+        self._addr = address
         self._size = size
         self.flags = flags
         self._released = False
+        if not size:                        # nothing to view: give the handle back now
+            check(self._region.release(), "release")
+            self._region = None
+            self._arr = _np.zeros(0, _np.uint8) if _np is not None else (ctypes.c_ubyte * 0)()
 
     # -- state
     def _live(self):
         if self._released:
             raise ValueError("omniconn: buffer used after release")
-        return self._arr
+        arr = self._arr
+        if arr is None:
+            arr = self._arr = _expose(self._region, self._addr, self._size)
+        return arr
 
     @property
     def released(self):
@@ -232,8 +259,8 @@ class Buffer:
 
     # -- lifetime
     def _exported(self):
-        # our own references: self._arr, the getrefcount argument (+ the local below)
-        return sys.getrefcount(self._arr) > 2
+        # our own references: self._arr and the getrefcount argument
+        return self._arr is not None and sys.getrefcount(self._arr) > 2
 
     def release(self, strict=True):
         """Hand the bytes back. Idempotent. While views made from this buffer are alive, raises
@@ -241,20 +268,16 @@ class Buffer:
         give the bytes back when it goes; either way this object refuses use afterwards."""
         if self._released:
             return
-        if self._size and self._exported():
+        if self._exported():
             if not strict:
                 self._released = True
-                self._arr = None
+                self._arr = self._region = None
                 return
             raise BufferError("omniconn: buffer still has %d view(s) alive; drop them before release()"
                               % (sys.getrefcount(self._arr) - 2))
-        arr = self._arr
-        region = None
-        if self._size:
-            region = arr.base if _np is not None else arr._omc_region
-        del arr
+        region = self._region
         self._released = True
-        self._arr = None
+        self._arr = self._region = None
         if region is not None:
             check(region.release(), "release")
 
@@ -266,7 +289,7 @@ class Buffer:
 
     def __del__(self):
         # dropping the last reference: the region goes with the array once no view holds it
-        self._arr = None
+        self._arr = self._region = None
 
     def __repr__(self):
         return "<omniconn.Buffer %s bytes%s%s>" % (self._size, " frame" if self.is_frame else "",
@@ -284,8 +307,7 @@ class WritableBuffer(Buffer):
             raise ValueError("omniconn: buffer used after release")
         if self._exported():
             raise BufferError("omniconn: drop the views of an alloc()ed buffer before putting it")
-        region = self._arr.base if _np is not None else self._arr._omc_region
-        return region
+        return self._region
 
 
 # ---- frames (named tensors) -------------------------------------------------------------------------
@@ -332,11 +354,7 @@ class Frame:
         self.segments = {}
         self.info = {}
         base = buffer.view
-        addr_holder = buffer._live()
-        if _np is not None:
-            address = addr_holder.ctypes.data
-        else:
-            address = ctypes.addressof(addr_holder)
+        address = buffer._addr
         count = ctypes.c_uint32()
         check(lib.omc_ffi_frame_count(address, buffer.size, 1 if verify else 0, ctypes.byref(count)), "frame decode")
         name = ctypes.create_string_buffer(256)
@@ -358,7 +376,7 @@ class Frame:
                     self.segments[key] = buffer.numpy(_DTYPES_NP[dt.value], shp, off.value)
             else:
                 self.segments[key] = base[off.value:off.value + size.value]
-        del base, addr_holder
+        del base
 
     def __getitem__(self, k):
         return self.segments[k]
@@ -425,13 +443,18 @@ class Connector:
         """Copy data (bytes, bytearray, memoryview, numpy array, CPU torch tensor) into the
         connector's memory - the only copy - and return the metadata (bytes) for the receiver."""
         addr, size, keep = _address(data)
-        buf, msize = _meta_buf()
-        r = lib.omc_ffi_put(self._c(), _b(from_stage), _b(to_stage), _b(key), addr, size,
-                            1 if frame else 0, readers, ttl_ms, buf, _META_CAP, ctypes.byref(msize))
+        st = _state()
+        h = self._h
+        if h is None:
+            self._c()
+        r = lib.omc_ffi_put(h, from_stage.encode() if type(from_stage) is str else _b(from_stage),
+                            to_stage.encode() if type(to_stage) is str else _b(to_stage),
+                            key.encode() if type(key) is str else _b(key), addr, size,
+                            1 if frame else 0, readers, ttl_ms, st.meta, _META_CAP, st.msize_ref)
         del keep
         if r != 0:
             raise error(r, "put %r" % (key,))
-        return buf.raw[:msize.value]
+        return ctypes.string_at(st.meta, st.msize.value)
 
     def alloc(self, size, timeout=None):
         """A pool buffer of size bytes to fill in place and pass to put_buffer (zero copies)."""
@@ -451,8 +474,8 @@ class Connector:
             raise error(r, "put %r" % (key,))
         region.handle = None            # the C side freed the handle with the put
         buffer._released = True
-        buffer._arr = None
-        return buf.raw[:msize.value]
+        buffer._arr = buffer._region = None
+        return ctypes.string_at(buf, msize.value)
 
     def put_tensors(self, from_stage, to_stage, key, tensors, readers=1, ttl_ms=0):
         """Put {name: numpy array | CPU tensor | bytes-like} as one frame (one copy, into the pool)."""
@@ -469,7 +492,7 @@ class Connector:
             check(lib.omc_ffi_frame_build(tmp, total.value, n, names, dtypes, ndims, shapes, sizes, datas,
                                           ctypes.byref(out)), "frame build")
             return self.put(from_stage, to_stage, key, memoryview(tmp).cast("B")[:out.value], readers, ttl_ms, True)
-        addr = wb._arr.ctypes.data if _np is not None else ctypes.addressof(wb._arr)
+        addr = wb._addr
         r = lib.omc_ffi_frame_build(addr, total.value, n, names, dtypes, ndims, shapes, sizes, datas, ctypes.byref(out))
         del keep
         if r != 0:
@@ -487,17 +510,22 @@ class Connector:
         """A zero-copy Buffer with the payload. meta: the bytes put() returned, or None (wait for
         the key to appear). timeout in seconds (None = forever, 0 = only if it is there now).
         sender: a remote connector's registered sender to ask (metadata-less gets only)."""
-        h, data, size, flags = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_uint32()
+        st = _state()
+        rh, rd, rs, rf = st.refs
+        h = self._h
+        if h is None:
+            self._c()
+        dl = _FOREVER if timeout is None else deadline(timeout)
         if sender is not None:
-            r = lib.omc_ffi_get_from(self._c(), _b(sender), _b(from_stage), _b(to_stage), _b(key), deadline(timeout),
-                                     ctypes.byref(h), ctypes.byref(data), ctypes.byref(size), ctypes.byref(flags))
+            r = lib.omc_ffi_get_from(h, _b(sender), _b(from_stage), _b(to_stage), _b(key), dl, rh, rd, rs, rf)
         else:
-            r = lib.omc_ffi_get(self._c(), _b(from_stage), _b(to_stage), _b(key), meta, len(meta) if meta else 0,
-                                deadline(timeout), ctypes.byref(h), ctypes.byref(data), ctypes.byref(size),
-                                ctypes.byref(flags))
+            r = lib.omc_ffi_get(h, from_stage.encode() if type(from_stage) is str else _b(from_stage),
+                                to_stage.encode() if type(to_stage) is str else _b(to_stage),
+                                key.encode() if type(key) is str else _b(key), meta, len(meta) if meta else 0,
+                                dl, rh, rd, rs, rf)
         if r != 0:
             raise error(r, "get %r" % (key,))
-        return Buffer(h.value, data.value, size.value, flags.value)
+        return Buffer(st.h.value, st.data.value, st.size.value, st.flags.value)
 
     def get_tensors(self, from_stage, to_stage, key, meta=None, timeout=None, as_torch=False, sender=None):
         """Get a frame put with put_tensors: a Frame of zero-copy views, released with it."""
@@ -671,6 +699,16 @@ class TcpConnector(Connector):
             check(lib.omc_tcp_add_sender_key(self._c(), _b(name), _b(host), port, _b(server_key)), "add_sender")
         else:
             check(lib.omc_tcp_add_sender(self._c(), _b(name), _b(host), port), "add_sender")
+
+    def query(self, from_stage, to_stage, key, timeout=0, sender=None):
+        """Does a sender (or any registered one) have the key now? Its size, or None. Consumes nothing."""
+        size = ctypes.c_uint64()
+        r = lib.omc_ffi_tcp_query(self._c(), _b(sender), _b(from_stage), _b(to_stage), _b(key), deadline(timeout),
+                                  ctypes.byref(size))
+        if r in (_lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT):
+            return None
+        check(r, "query %r" % (key,))
+        return size.value
 
     def remove_sender(self, name):
         r = lib.omc_tcp_remove_sender(self._c(), _b(name))

@@ -126,6 +126,7 @@ _SIGS = {
                             P(c_void_p), P(c_void_p), P(c_uint64), P(c_uint32)]),
     "omc_ffi_get_from": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_int64,
                                  P(c_void_p), P(c_void_p), P(c_uint64), P(c_uint32)]),
+    "omc_ffi_tcp_query": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_int64, P(c_uint64)]),
     "omc_ffi_buffer_release": (c_int, [c_void_p]),
     "omc_ffi_health_fields": (c_char_p, []),
     "omc_ffi_health": (c_int, [c_void_p, P(c_uint64), c_uint32, c_char_p, c_size_t]),

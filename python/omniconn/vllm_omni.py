@@ -108,8 +108,7 @@ class RawBuffer:
 
     def _seg_offset(self):
         arr = self._frame[_SEG_RAW]
-        base = self._buffer._live()
-        return arr.ctypes.data - base.ctypes.data
+        return arr.__array_interface__["data"][0] - self._buffer._addr
 
     def as_tensor(self, dtype=None, shape=None):
         if self._frame is not None and _SEG_RAW in self._frame.info:
@@ -299,7 +298,7 @@ class OmniconnConnector(_Base):
         buf.release()
         return data, len(data)
 
-    def _get(self, from_stage, to_stage, get_key, metadata, timeout):
+    def _get(self, from_stage, to_stage, get_key, metadata, timeout, poll=False):
         conn = self._c()
         meta = None
         sender = None
@@ -310,6 +309,13 @@ class OmniconnConnector(_Base):
         elif isinstance(metadata, (bytes, bytearray)):
             meta = bytes(metadata)
         try:
+            if meta is None and poll and self.protocol in ("tcp", "rdma"):
+                # a miss must be cheap and a hit must not be cut short: ask first (consumes
+                # nothing, waits at most poll_ms), then fetch with the full get timeout
+                if conn.query(from_stage, to_stage, get_key, timeout, sender) is None:
+                    self._metrics["misses"] += 1
+                    return None
+                timeout = self.get_timeout_s
             buf = conn.get(from_stage, to_stage, get_key, meta, timeout, sender)
         except (_lib.TimeoutError_, _lib.NotFoundError):
             self._metrics["misses"] += 1
@@ -331,7 +337,7 @@ class OmniconnConnector(_Base):
         else:
             timeout = 0
         try:
-            return self._get(from_stage, to_stage, get_key, metadata, timeout)
+            return self._get(from_stage, to_stage, get_key, metadata, timeout, poll=True)
         except OmniconnError as e:
             self._metrics["get_failures"] += 1
             log.error("OmniconnConnector get %s->%s %s failed: %s", from_stage, to_stage, get_key, e)

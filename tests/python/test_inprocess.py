@@ -42,7 +42,7 @@ def test_bytes_bytearray_memoryview_numpy_and_torch_go_through_unchanged(conn):
 def test_get_is_a_view_of_the_connectors_memory_not_a_copy(conn):
     meta = conn.put("a", "b", "k", np.full(1 << 20, 7, np.uint8))
     buf = _get(conn, "k", meta)
-    addr = buf._arr.ctypes.data
+    addr = buf._addr
     mv = buf.view
     arr = np.frombuffer(mv, np.uint8)
     ten = torch.frombuffer(mv, dtype=torch.uint8) if not mv.readonly else buf.as_tensor()
