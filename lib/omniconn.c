@@ -77,6 +77,10 @@ OMNICONN_API omc_result omc_ffi_frame_size(uint32_t count, const char* const* na
 OMNICONN_API omc_result omc_ffi_frame_build(void* dst, uint64_t dst_size, uint32_t count, const char* const* names,
                                             const int32_t* dtypes, const uint32_t* ndims, const int64_t* shapes,
                                             const uint64_t* sizes, const void* const* datas, uint64_t* out_size);
+OMNICONN_API omc_result omc_ffi_put_tensor(omc_conn* conn, const char* from, const char* to, const char* key,
+                                           const char* name, int32_t dtype, uint32_t ndim, const int64_t* shape,
+                                           const void* data, uint64_t size, uint32_t readers, int64_t ttl_ms,
+                                           void* meta_out, uint32_t meta_cap, uint32_t* meta_size);
 OMNICONN_API omc_result omc_ffi_frame_count(const void* src, uint64_t size, int verify, uint32_t* count);
 OMNICONN_API omc_result omc_ffi_frame_segment(const void* src, uint64_t size, uint32_t index, char* name,
                                               size_t name_size, int32_t* kind, int32_t* dtype, uint32_t* ndim,
@@ -435,6 +439,49 @@ OMNICONN_API omc_result omc_ffi_frame_build(void* dst, uint64_t dst_size, uint32
     r = omc_frame_build(dst, dst_size, s, count, 0, NULL, out_size);
     free(s);
     return r;
+}
+
+/* Put one named tensor (dtype 0: bytes) as a one-segment frame: laid out straight in a pool
+   buffer where the connector has one (one copy), else built on the heap and put (two). */
+OMNICONN_API omc_result omc_ffi_put_tensor(omc_conn* conn, const char* from, const char* to, const char* key,
+                                           const char* name, int32_t dtype, uint32_t ndim, const int64_t* shape,
+                                           const void* data, uint64_t size, uint32_t readers, int64_t ttl_ms,
+                                           void* meta_out, uint32_t meta_cap, uint32_t* meta_size) {
+    omc_segment_desc s;
+    omc_buffer* b = NULL;
+    uint64_t total = 0, used = 0;
+    uint32_t d;
+    omc_result r;
+    if (ndim > OMC_MAX_DIMS || (ndim && !shape)) return OMC_ERR_INVALID_ARG;
+    memset(&s, 0, sizeof(s));
+    s.name = name;
+    s.dtype = (omc_dtype)dtype;
+    s.ndim = dtype ? ndim : 0;
+    for (d = 0; d < s.ndim; d++) s.shape[d] = shape[d];
+    s.size = size;
+    s.data = data;
+    r = omc_frame_size(&s, 1, &total);
+    if (r != OMC_OK) return r;
+    r = omc_ffi_alloc(conn, total, OMC_WAIT_FOREVER, &b, NULL);
+    if (r == OMC_OK) {
+        r = omc_frame_build(b->data, total, &s, 1, 0, NULL, &used);
+        if (r == OMC_OK)
+            r = omc_ffi_put_buffer(conn, from, to, key, b, OMC_PAYLOAD_FRAME, readers, ttl_ms, meta_out, meta_cap,
+                                   meta_size);
+        if (r != OMC_OK) omc_ffi_buffer_release(b);
+        return r;
+    }
+    if (r != OMC_ERR_UNAVAILABLE) return r;
+    {   /* a connector without its own pool */
+        void* tmp = malloc(total ? total : 1);
+        if (!tmp) return OMC_ERR_NO_MEMORY;
+        r = omc_frame_build(tmp, total, &s, 1, 0, NULL, &used);
+        if (r == OMC_OK)
+            r = omc_ffi_put(conn, from, to, key, tmp, used, OMC_PAYLOAD_FRAME, readers, ttl_ms, meta_out, meta_cap,
+                            meta_size);
+        free(tmp);
+        return r;
+    }
 }
 
 OMNICONN_API omc_result omc_ffi_frame_count(const void* src, uint64_t size, int verify, uint32_t* count) {

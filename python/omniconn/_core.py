@@ -144,8 +144,24 @@ _TORCH_NAMES = {1: "uint8", 2: "int8", 3: "int16", 4: "int16", 5: "int32", 6: "i
                 8: "int64", 9: "float16", 10: "bfloat16", 11: "float32", 12: "float64", 13: "bool"}
 
 
+_DTYPE_CACHE = {}
+
+
 def dtype_code(dtype):
     """omc dtype code of a numpy or torch dtype (or its name)."""
+    try:
+        return _DTYPE_CACHE[dtype]
+    except (KeyError, TypeError):
+        pass
+    code = _dtype_code(dtype)
+    try:
+        _DTYPE_CACHE[dtype] = code
+    except TypeError:
+        pass
+    return code
+
+
+def _dtype_code(dtype):
     t = _torch()
     if t is not None and isinstance(dtype, t.dtype):
         name = str(dtype).replace("torch.", "")
@@ -345,6 +361,30 @@ def _segments(items):
     return n, names, dtypes, ndims, shapes, sizes, datas, keep
 
 
+class _SegState:
+    __slots__ = ("out", "refs")
+
+    def __init__(self):
+        self.out = (ctypes.create_string_buffer(256), ctypes.c_int32(), ctypes.c_int32(), ctypes.c_uint32(),
+                    (ctypes.c_int64 * 8)(), ctypes.c_uint64(), ctypes.c_uint64())
+        o = self.out
+        self.refs = (ctypes.byref(o[1]), ctypes.byref(o[2]), ctypes.byref(o[3]), o[4], ctypes.byref(o[5]),
+                     ctypes.byref(o[6]))
+
+
+def first_segment(buffer):
+    """(name, kind, omc dtype, shape, offset, size) of a frame buffer's first segment (one call)."""
+    st = getattr(_tls, "seg", None)
+    if st is None:
+        st = _tls.seg = _SegState()
+    name, kind, dt, nd, shape, off, size = st.out
+    if buffer.released:
+        raise ValueError("omniconn: buffer used after release")
+    check(lib.omc_ffi_frame_segment(buffer._addr, buffer.size, 0, name, 256, *st.refs), "frame segment")
+    return (name.value.decode(), kind.value, dt.value, tuple(shape[d] for d in range(nd.value)), off.value,
+            size.value)
+
+
 class Frame:
     """The segments of a frame get: {name: view}. Views are numpy arrays by default (torch tensors
     with as_torch=True), all zero-copy into one Buffer. release() / `with` / collection as Buffer."""
@@ -504,6 +544,31 @@ class Connector:
             if not wb.released:
                 wb.release()
             raise
+
+    def put_tensor(self, from_stage, to_stage, key, name, value, readers=1, ttl_ms=0):
+        """Put one array, tensor or bytes-like as a one-segment frame named name (one copy, into
+        the pool): the receiver gets its dtype and shape with it (first_segment, get_tensors)."""
+        t = _torch()
+        is_tensor = (t is not None and isinstance(value, t.Tensor)) or (_np is not None and isinstance(value, _np.ndarray))
+        shape = (ctypes.c_int64 * 8)()
+        nd = 0
+        code = 0
+        if is_tensor:
+            dims = value.shape
+            nd = len(dims)
+            if nd > 8:
+                raise ValueError("omniconn: %r has %d dimensions (at most 8)" % (name, nd))
+            for i, v in enumerate(dims):
+                shape[i] = v
+            code = dtype_code(value.dtype)
+        addr, size, keep = _address(value)
+        st = _state()
+        r = lib.omc_ffi_put_tensor(self._c(), _b(from_stage), _b(to_stage), _b(key), _b(name), code, nd, shape, addr,
+                                   size, readers, ttl_ms, st.meta, _META_CAP, st.msize_ref)
+        del keep
+        if r != 0:
+            raise error(r, "put %r" % (key,))
+        return ctypes.string_at(st.meta, st.msize.value)
 
     # -- get
     def get(self, from_stage, to_stage, key, meta=None, timeout=None, sender=None):

@@ -134,6 +134,8 @@ _SIGS = {
                                    P(c_uint64)]),
     "omc_ffi_frame_build": (c_int, [c_void_p, c_uint64, c_uint32, P(c_char_p), P(c_int32), P(c_uint32),
                                     P(c_int64), P(c_uint64), P(c_void_p), P(c_uint64)]),
+    "omc_ffi_put_tensor": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_int32, c_uint32, P(c_int64),
+                                   c_void_p, c_uint64, c_uint32, c_int64, c_void_p, c_uint32, P(c_uint32)]),
     "omc_ffi_frame_count": (c_int, [c_void_p, c_uint64, c_int, P(c_uint32)]),
     "omc_ffi_frame_segment": (c_int, [c_void_p, c_uint64, c_uint32, c_char_p, c_size_t, P(c_int32), P(c_int32),
                                       P(c_uint32), P(c_int64), P(c_uint64), P(c_uint64)]),

@@ -16,7 +16,7 @@ import time
 import msgpack
 
 from . import _core, _lib
-from ._core import ShmConnector, TcpConnector, RdmaConnector, LocalConnector, Frame
+from ._core import ShmConnector, TcpConnector, RdmaConnector, LocalConnector
 from ._lib import OmniconnError
 
 log = logging.getLogger("omniconn.vllm_omni")
@@ -76,57 +76,58 @@ def deserialize(data):
 # ---- raw payloads ---------------------------------------------------------------------------------
 class RawBuffer:
     """A raw payload received without a copy. .tensor (typed if the sender put a tensor, else
-    uint8), .as_tensor(dtype, shape), .numpy(), .to_bytes(), .release() (also `with`).
+    uint8), .as_tensor(dtype, shape), .numpy(), .view, .to_bytes(), .release() (also `with`).
     Release it when done: the sender's memory is held until then."""
 
-    def __init__(self, buffer):
+    def __init__(self, buffer, segment=None):
         self._buffer = buffer
-        self._frame = None
-        if buffer.is_frame:
-            self._frame = Frame(buffer, as_torch=False)
+        self._seg = segment             # (name, kind, dtype, shape, offset, size) of a tensor frame
 
     @property
     def size(self):
-        return self._buffer.size
+        return self._seg[5] if self._seg else self._buffer.size
 
     def __len__(self):
-        return self._buffer.size
+        return self.size
+
+    @property
+    def dtype_shape(self):
+        """(torch dtype name, shape) the sender's tensor had, or None for plain bytes."""
+        if self._seg and self._seg[1] == _lib.OMC_SEGMENT_TENSOR:
+            return _core._TORCH_NAMES[self._seg[2]], self._seg[3]
+        return None
 
     @property
     def tensor(self):
-        if self._frame is not None and _SEG_RAW in self._frame.info:
+        ds = self.dtype_shape
+        if ds:
             import torch
-            kind, dt, shape = self._frame.info[_SEG_RAW]
-            off = self._seg_offset()
-            return self._buffer.as_tensor(getattr(torch, _core._TORCH_NAMES[dt]), shape, off)
-        return self._buffer.as_tensor()
+            return self._buffer.as_tensor(getattr(torch, ds[0]), ds[1], self._seg[4])
+        return self.as_tensor()
 
     def numpy(self):
-        if self._frame is not None and _SEG_RAW in self._frame.info:
-            return self._frame[_SEG_RAW]
-        return self._buffer.numpy()
-
-    def _seg_offset(self):
-        arr = self._frame[_SEG_RAW]
-        return arr.__array_interface__["data"][0] - self._buffer._addr
+        if self._seg and self._seg[1] == _lib.OMC_SEGMENT_TENSOR:
+            return self._buffer.numpy(_core._DTYPES_NP[self._seg[2]], self._seg[3], self._seg[4])
+        return self._buffer.numpy("uint8", None, self._seg[4] if self._seg else 0)[:self.size]
 
     def as_tensor(self, dtype=None, shape=None):
-        if self._frame is not None and _SEG_RAW in self._frame.info:
-            return self._buffer.as_tensor(dtype, shape, self._seg_offset())
-        return self._buffer.as_tensor(dtype, shape)
+        if shape is None and dtype is not None:
+            import torch
+            item = torch.empty(0, dtype=dtype).element_size()
+            shape = (self.size // item,)
+        if shape is None:
+            shape = (self.size,)
+        return self._buffer.as_tensor(dtype, shape, self._seg[4] if self._seg else 0)
 
     @property
     def view(self):
-        if self._frame is not None and _SEG_RAW in self._frame.info:
-            return memoryview(self._frame[_SEG_RAW]).cast("B")
-        return self._buffer.view
+        off = self._seg[4] if self._seg else 0
+        return self._buffer.view[off:off + self.size]
 
     def to_bytes(self):
         return bytes(self.view)
 
     def release(self):
-        if self._frame is not None:
-            self._frame.segments.clear()
         self._buffer.release(strict=False)
 
     @property
@@ -251,14 +252,14 @@ class OmniconnConnector(_Base):
                 meta = conn.put(from_stage, to_stage, put_key, data, readers=self.fanout, ttl_ms=self.ttl_ms)
                 size = memoryview(data).nbytes
             elif kind == "tensor":
-                meta = conn.put_tensors(from_stage, to_stage, put_key, {_SEG_RAW: data}, readers=self.fanout,
-                                        ttl_ms=self.ttl_ms)
+                meta = conn.put_tensor(from_stage, to_stage, put_key, _SEG_RAW, data, readers=self.fanout,
+                                       ttl_ms=self.ttl_ms)
                 size = int(data.nbytes) if hasattr(data, "nbytes") else data.numel() * data.element_size()
             else:
                 payload = serialize(data)
                 kind = "obj"
-                meta = conn.put_tensors(from_stage, to_stage, put_key, {_SEG_OBJ: payload}, readers=self.fanout,
-                                        ttl_ms=self.ttl_ms)
+                meta = conn.put_tensor(from_stage, to_stage, put_key, _SEG_OBJ, payload, readers=self.fanout,
+                                       ttl_ms=self.ttl_ms)
                 size = len(payload)
             with self._lock:
                 self._puts[str(put_key)] = (str(from_stage), str(to_stage))
@@ -278,19 +279,17 @@ class OmniconnConnector(_Base):
     def _decode(self, buf):
         """(object, size) from a received buffer; raw payloads stay zero-copy."""
         if buf.is_frame:
-            frame = Frame(buf)
-            if _SEG_OBJ in frame.info:
-                seg = frame[_SEG_OBJ]
-                obj = deserialize(seg)
-                size = seg.nbytes
-                del seg
-                frame.release(strict=False)
-                return obj, size
+            seg = _core.first_segment(buf)
+            if seg[0] == _SEG_OBJ:
+                off, n = seg[4], seg[5]
+                obj = deserialize(buf.view[off:off + n])
+                buf.release(strict=False)
+                return obj, n
+            raw = RawBuffer(buf, seg)
             if self.supports_raw_data:
-                frame.segments.clear()
-                return RawBuffer(buf), buf.size
-            out = frame[_SEG_RAW].copy()
-            frame.release(strict=False)
+                return raw, raw.size
+            out = raw.numpy().copy()
+            raw.release()
             return out, out.nbytes
         if self.supports_raw_data:
             return RawBuffer(buf), buf.size
