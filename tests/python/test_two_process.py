@@ -132,3 +132,14 @@ def test_a_killed_reader_does_not_stop_the_sender(channel, peer):
         meta2 = sender.put("a", "b", "next", b"n" * 1000)
         with sender.get("a", "b", "next", meta2, timeout=5) as buf:
             assert buf.to_bytes() == b"n" * 1000
+
+
+def test_the_three_stage_example_checks_every_tensor_over_shm_and_tcp():
+    import subprocess
+    import sys
+    from conftest import ROOT
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python", "pipeline3.py"), "--requests", "3",
+                        "--tokens", "64"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "pipeline3 over shm: every tensor checked end to end" in r.stdout
+    assert "pipeline3 over tcp: every tensor checked end to end" in r.stdout
