@@ -22,6 +22,7 @@ CONSTANTS = {
     "OMC_ERR_NOT_FOUND": -6,
     "OMC_ERR_EXISTS": -7,
     "OMC_ERR_TOO_LARGE": -9,
+    "OMC_ERR_RDMA_DEVICE": -100,
     "OMC_ROLE_DEFAULT": 0, "OMC_ROLE_SENDER": 1, "OMC_ROLE_RECEIVER": 2, "OMC_ROLE_DUAL": 3,
     "OMC_TRANSPORT_NONE": 0, "OMC_TRANSPORT_LOCAL": 1, "OMC_TRANSPORT_SHM": 2,
     "OMC_TRANSPORT_TCP": 3, "OMC_TRANSPORT_RDMA": 4,
@@ -39,6 +40,9 @@ CONSTANTS = {
     "OMC_LOG_ERROR": 1, "OMC_LOG_WARN": 2, "OMC_LOG_INFO": 3, "OMC_LOG_DEBUG": 4,
 }
 globals().update(CONSTANTS)
+OMC_ERR_TIMEOUT, OMC_ERR_NOT_FOUND = CONSTANTS["OMC_ERR_TIMEOUT"], CONSTANTS["OMC_ERR_NOT_FOUND"]
+OMC_ERR_CLOSED, OMC_ERR_UNAVAILABLE = CONSTANTS["OMC_ERR_CLOSED"], CONSTANTS["OMC_ERR_UNAVAILABLE"]
+OMC_ERR_RDMA_DEVICE = -100      # an RDMA connector on a host without a usable device: UnavailableError
 
 # The C types behind the ctypes types used in the signatures below (sizes checked too).
 C_TYPES = {
@@ -222,11 +226,12 @@ class ClosedError(OmniconnError):
 
 
 class UnavailableError(OmniconnError):
-    """Not compiled in or not usable on this machine (OMC_ERR_UNAVAILABLE)."""
+    """Not compiled in or not usable on this machine (OMC_ERR_UNAVAILABLE; also
+    OMC_ERR_RDMA_DEVICE: no usable RDMA device). .code and .name keep the library's code."""
 
 
-_ERROR_CLASSES = {OMC_ERR_TIMEOUT: TimeoutError_, OMC_ERR_NOT_FOUND: NotFoundError,   # noqa: F821
-                  OMC_ERR_CLOSED: ClosedError, OMC_ERR_UNAVAILABLE: UnavailableError}  # noqa: F821
+_ERROR_CLASSES = {OMC_ERR_TIMEOUT: TimeoutError_, OMC_ERR_NOT_FOUND: NotFoundError, OMC_ERR_CLOSED: ClosedError,
+                  OMC_ERR_UNAVAILABLE: UnavailableError, OMC_ERR_RDMA_DEVICE: UnavailableError}
 
 
 def error(code, what=""):

@@ -15,7 +15,7 @@ int main(void) {
     int first = 1;
     printf("{\"constants\": {");
     C(OMC_OK); C(OMC_ERR_INVALID_ARG); C(OMC_ERR_UNAVAILABLE); C(OMC_ERR_TIMEOUT); C(OMC_ERR_CLOSED);
-    C(OMC_ERR_NOT_FOUND); C(OMC_ERR_EXISTS); C(OMC_ERR_TOO_LARGE);
+    C(OMC_ERR_NOT_FOUND); C(OMC_ERR_EXISTS); C(OMC_ERR_TOO_LARGE); C(OMC_ERR_RDMA_DEVICE);
     C(OMC_ROLE_DEFAULT); C(OMC_ROLE_SENDER); C(OMC_ROLE_RECEIVER); C(OMC_ROLE_DUAL);
     C(OMC_TRANSPORT_NONE); C(OMC_TRANSPORT_LOCAL); C(OMC_TRANSPORT_SHM); C(OMC_TRANSPORT_TCP); C(OMC_TRANSPORT_RDMA);
     C(OMC_FEATURE_LOCAL); C(OMC_FEATURE_SHM); C(OMC_FEATURE_ZMQ); C(OMC_FEATURE_RDMA); C(OMC_FEATURE_CUDA);
@@ -38,10 +38,6 @@ int main(void) {
         unsigned i;
         for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) printf("%s\"%s\"", i ? ", " : "", names[i]);
     }
-    printf("], \"omc_health_offsets\": {");
-    first = 1;
-#define O(f) printf("%s\"%s\": %u", first ? "" : ", ", #f, (unsigned)offsetof(omc_health, f)), first = 0
-    O(state); O(transport); O(role); O(puts); O(live_entries); O(last_error); O(last_error_text);
-    printf("}}\n");
+    printf("]}\n");
     return 0;
 }

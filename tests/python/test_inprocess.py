@@ -230,9 +230,13 @@ def test_rdma_is_constructible_and_says_unavailable_cleanly_without_a_device():
     ok, why = omniconn.available("rdma")
     try:
         c = omniconn.RdmaConnector(require=True)
-    except omniconn.OmniconnError as e:
-        assert not ok or e.name.startswith("OMC_ERR_RDMA") or e.name == "OMC_ERR_UNAVAILABLE"
-        assert e.name in ("OMC_ERR_UNAVAILABLE", "OMC_ERR_RDMA_DEVICE")
+    except omniconn.UnavailableError as e:
+        assert not ok and e.name in ("OMC_ERR_UNAVAILABLE", "OMC_ERR_RDMA_DEVICE")
+        assert "RDMA" in e.log or "rdma" in e.log       # the reason, not just a code
+        fallback = omniconn.RdmaConnector(require=False)    # without require: TCP, and it says why
+        with fallback:
+            enabled, why = fallback.rdma_status
+            assert not enabled and why
         return
     with c:     # a host with RDMA: it came up
         assert c.rdma_status[0]
