@@ -190,8 +190,8 @@ class OmniconnConnector(_Base):
         self._closed = False
         self._conn = None
         self._puts = {}                     # key -> (from, to): this side's puts not known consumed
-        self._abandoned = set()
         self._senders = {}
+        self._endpoint = None
         self._metrics = {"puts": 0, "gets": 0, "misses": 0, "bytes_put": 0, "bytes_got": 0, "put_failures": 0,
                          "get_failures": 0}
         self.role = str(extra.get("role", "dual")).lower()
@@ -230,6 +230,7 @@ class OmniconnConnector(_Base):
             if protocol == "rdma":
                 kw["require"] = bool(extra.get("require_rdma", True))
             self._conn = cls(self.role, **kw)
+            self._endpoint = self._conn.endpoint if self.role != "receiver" else None
             if self.sender_host and self.sender_port and self.role != "sender":
                 self.update_sender_info(self.sender_host, self.sender_port)
         else:
@@ -266,9 +267,8 @@ class OmniconnConnector(_Base):
                 self._metrics["puts"] += 1
                 self._metrics["bytes_put"] += size
             md = {"omc": meta, "size": size, "kind": kind, "protocol": self.protocol}
-            if self.protocol in ("tcp", "rdma"):
-                host, port, _ = conn.endpoint
-                md["host"], md["port"] = host, port
+            if self._endpoint:
+                md["host"], md["port"] = self._endpoint[0], self._endpoint[1]
             return True, size, md
         except Exception as e:
             self._metrics["put_failures"] += 1
@@ -357,9 +357,9 @@ class OmniconnConnector(_Base):
             return None
 
     def abandon_get(self, from_stage, to_stage, get_key):
-        """The receiver no longer wants this key: drop it if this connector holds it (dual role,
-        same process) and remember not to wait for it. Returns True if something was dropped."""
-        self._abandoned.add((str(from_stage), str(to_stage), str(get_key)))
+        """The receiver no longer wants this key: drop it where this connector holds it (dual
+        role, same process). Elsewhere nothing waits on the receiver's side - get() never blocks -
+        and the sender's TTL reclaims the payload. Returns True if something was dropped."""
         try:
             return self._c().cleanup(from_stage, to_stage, get_key)
         except OmniconnError:
