@@ -117,5 +117,5 @@ uninstall:
 	PREFIX=$(PREFIX) LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) PYTHONDIR=$(PYTHONDIR) DESTDIR=$(DESTDIR) \
 	    BUILD=$(BUILD) LIB_VERSION=$(LIB_VERSION) bash cmake/install.sh uninstall
 
-bench-python: deps lib $(BUILD)/bench_shm
+bench-python: deps lib
 	OMNICONN_LIBRARY=$(abspath $(BUILD))/libomniconn.so /usr/bin/python3 bench/bench_python.py bench/results/python.json

@@ -240,3 +240,27 @@ def test_rdma_is_constructible_and_says_unavailable_cleanly_without_a_device():
         return
     with c:     # a host with RDMA: it came up
         assert c.rdma_status[0]
+
+
+def test_threads_share_a_connector_safely(conn):
+    import threading
+    errors = []
+
+    def worker(t):
+        try:
+            for i in range(100):
+                key = "t%d-%d" % (t, i)
+                data = np.full(1000 + i, t, np.uint8)
+                meta = conn.put("a", "b", key, data)
+                with conn.get("a", "b", key, meta, timeout=10) as buf:
+                    if buf.to_bytes() != data.tobytes():
+                        errors.append(key)
+        except Exception as e:     # noqa: BLE001 - reported below
+            errors.append(repr(e))
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert conn.health()["live_entries"] == 0
