@@ -88,3 +88,38 @@ bench-rdma: deps $(BUILD)/bench_rdma
 
 clean:
 	rm -rf build
+
+# ---- the shared library, install, Python --------------------------------------------------------
+#   make lib            $(BUILD)/libomniconn.so (soname libomniconn.so.MAJOR, only omc_* exported)
+#   make install        headers, library, omniconn.pc, CMake package, Python package under
+#                       $(DESTDIR)$(PREFIX) (PREFIX=/usr/local); make uninstall removes them
+#   make bench-python   the Python connector against the C path -> bench/results/python.json
+.PHONY: lib install uninstall bench-python
+LIB_VERSION := $(shell sed -n 's/^\#define OMNICONN_VERSION_STRING "\(.*\)"/\1/p' omniconn.h)
+LIB_MAJOR   := $(firstword $(subst ., ,$(LIB_VERSION)))
+LIB_SONAME  := libomniconn.so.$(LIB_MAJOR)
+# libzmq: linked only by headers that do not load it at run time (no OMNICONN_ZMQ_LIBRARY)
+LIB_ZMQ     := $(if $(shell grep -l OMNICONN_ZMQ_LIBRARY omniconn.h),,-lzmq)
+LIB_LDLIBS  ?= $(LIB_ZMQ) -ldl -lpthread -lm
+PREFIX      ?= /usr/local
+LIBDIR      ?= $(PREFIX)/lib
+INCLUDEDIR  ?= $(PREFIX)/include
+PYTHONDIR   ?= $(PREFIX)/lib/python3/dist-packages
+
+lib: $(BUILD)/libomniconn.so
+$(BUILD)/libomniconn.so.$(LIB_VERSION): lib/omniconn.c lib/omniconn.map $(HEADERS) | $(BUILD)
+	$(CC) $(CFLAGS) -fPIC -shared -Wl,-soname,$(LIB_SONAME) -Wl,--version-script=lib/omniconn.map \
+	    -Wl,--no-undefined -o $@ $< $(LDFLAGS) $(LIB_LDLIBS)
+$(BUILD)/libomniconn.so: $(BUILD)/libomniconn.so.$(LIB_VERSION)
+	ln -sf libomniconn.so.$(LIB_VERSION) $(BUILD)/$(LIB_SONAME)
+	ln -sf $(LIB_SONAME) $@
+
+install: lib
+	PREFIX=$(PREFIX) LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) PYTHONDIR=$(PYTHONDIR) DESTDIR=$(DESTDIR) \
+	    BUILD=$(BUILD) LIB_VERSION=$(LIB_VERSION) bash cmake/install.sh install
+uninstall:
+	PREFIX=$(PREFIX) LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) PYTHONDIR=$(PYTHONDIR) DESTDIR=$(DESTDIR) \
+	    BUILD=$(BUILD) LIB_VERSION=$(LIB_VERSION) bash cmake/install.sh uninstall
+
+bench-python: deps lib
+	OMNICONN_LIBRARY=$(abspath $(BUILD))/libomniconn.so /usr/bin/python3 bench/bench_python.py bench/results/python.json

@@ -70,6 +70,10 @@ count "$LOGS/readme.log" "readme"
 if [ "$QUICK" -eq 0 ]; then
     run_tests build/asan asan SAN=asan
     run_tests build/tsan tsan SAN=tsan CC=clang
+    echo "== Python package and shared library (plain, then ASan+UBSan), install paths"
+    bash tests/python/run.sh >"$LOGS/python.log" 2>&1; count "$LOGS/python.log" "python"
+    bash tests/python/run.sh --asan >"$LOGS/python-asan.log" 2>&1; count "$LOGS/python-asan.log" "python-asan"
+    bash tests/install/run.sh >"$LOGS/install.log" 2>&1; count "$LOGS/install.log" "install"
     if [ -x tests/fuzz/run.sh ]; then
         echo "== fuzz smoke (${FUZZ_SECONDS:=20} s per target)"
         FUZZ_SECONDS=$FUZZ_SECONDS bash tests/fuzz/run.sh >"$LOGS/fuzz.log" 2>&1

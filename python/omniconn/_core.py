@@ -1,0 +1,849 @@
+"""Connectors, buffers and named-tensor frames over libomniconn."""
+import ctypes
+import sys
+import threading
+import time
+
+from . import _lib
+from ._lib import lib, check, error, OmniconnError
+
+try:
+    import numpy as _np
+except ImportError:     # numpy is optional: views are then ctypes arrays
+    _np = None
+
+_NO_WAIT = 0
+_FOREVER = (1 << 63) - 1
+_META_CAP = _lib.OMC_META_MAX_SIZE
+
+
+def deadline(timeout):
+    """Seconds from now -> an absolute omc deadline (None = forever, 0 = do not wait)."""
+    if timeout is None:
+        return _FOREVER
+    if timeout <= 0:
+        return _NO_WAIT
+    return time.monotonic_ns() + int(timeout * 1e9)    # CLOCK_MONOTONIC, as omc_now_ns
+
+
+def _b(s):
+    if s is None:
+        return None
+    return s if isinstance(s, bytes) else str(s).encode()
+
+
+_tls = threading.local()
+
+
+class _CallState:
+    """Per-thread out-parameters of the hot calls, allocated once (ctypes objects are not free)."""
+    __slots__ = ("meta", "msize", "msize_ref", "h", "data", "size", "flags", "refs")
+
+    def __init__(self):
+        self.meta = ctypes.create_string_buffer(_META_CAP)
+        self.msize = ctypes.c_uint32()
+        self.msize_ref = ctypes.byref(self.msize)
+        self.h, self.data, self.size, self.flags = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_uint32()
+        self.refs = (ctypes.byref(self.h), ctypes.byref(self.data), ctypes.byref(self.size), ctypes.byref(self.flags))
+
+
+def _state():
+    st = getattr(_tls, "st", None)
+    if st is None:
+        st = _tls.st = _CallState()
+    return st
+
+
+def _meta_buf():
+    st = _state()
+    return st.meta, st.msize
+
+
+# ---- where the bytes of a Python object are ------------------------------------------------------
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _address(data):
+    """(address, size, keepalive) of data's bytes, without copying when they are contiguous.
+    Accepts bytes, bytearray, memoryview (any buffer), numpy arrays and CPU torch tensors."""
+    if _np is not None and type(data) is _np.ndarray and data.flags.c_contiguous:
+        return data.__array_interface__["data"][0], data.nbytes, data
+    if isinstance(data, bytes):
+        return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value, len(data), data
+    t = _torch()
+    if t is not None and isinstance(data, t.Tensor):
+        if data.device.type != "cpu":
+            raise ValueError("omniconn: put a CPU tensor (this one is on %s)" % data.device)
+        if not data.is_contiguous():
+            data = data.contiguous()        # the one copy a strided tensor needs
+        return data.data_ptr(), data.numel() * data.element_size(), data
+    if _np is not None:
+        if isinstance(data, _np.ndarray):
+            if not data.flags["C_CONTIGUOUS"]:
+                data = _np.ascontiguousarray(data)
+            return data.__array_interface__["data"][0], data.nbytes, data
+        mv = memoryview(data)
+        if not mv.c_contiguous:
+            raise ValueError("omniconn: the buffer is not contiguous")
+        arr = _np.frombuffer(mv, dtype=_np.uint8) if mv.nbytes else _np.zeros(0, _np.uint8)
+        return arr.ctypes.data, mv.nbytes, (arr, mv)
+    mv = memoryview(data).cast("B")
+    if mv.readonly:                         # no numpy: ctypes needs a writable buffer to see its address
+        mv = memoryview(bytes(mv))
+        return ctypes.cast(ctypes.c_char_p(mv.obj), ctypes.c_void_p).value, mv.nbytes, mv
+    arr = (ctypes.c_ubyte * mv.nbytes).from_buffer(mv)
+    return ctypes.addressof(arr), mv.nbytes, (arr, mv)
+
+
+# ---- buffers ---------------------------------------------------------------------------------------
+class _Region:
+    """Owns one C buffer handle; lives as long as the array that exposes its bytes (and so as
+    long as every view of them). Its release happens at most once."""
+    __slots__ = ("handle", "address", "size", "readonly", "__weakref__")
+
+    def __init__(self, handle, address, size, readonly):
+        self.handle = handle
+        self.address = address
+        self.size = size
+        self.readonly = readonly
+
+    @property
+    def __array_interface__(self):
+        return {"data": (self.address, self.readonly), "shape": (self.size,), "typestr": "|u1", "version": 3}
+
+    def release(self):
+        h, self.handle = self.handle, None
+        if h:
+            return lib.omc_ffi_buffer_release(h)
+        return 0
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+def _expose(region, address, size):
+    """An object exporting [address, address + size) through the buffer protocol, holding region."""
+    if _np is not None:
+        return _np.asarray(region)          # an ndarray whose base is region
+    arr = (ctypes.c_ubyte * size).from_address(address)
+    arr._omc_region = region
+    return arr
+
+
+_DTYPES_NP = {}     # omc dtype -> numpy dtype name
+_NP_CODES = {"uint8": 1, "int8": 2, "uint16": 3, "int16": 4, "uint32": 5, "int32": 6, "uint64": 7,
+             "int64": 8, "float16": 9, "float32": 11, "float64": 12, "bool": 13}
+for _k, _v in _NP_CODES.items():
+    _DTYPES_NP[_v] = _k
+_DTYPES_NP[10] = "uint16"       # bfloat16: numpy has none; torch views get torch.bfloat16
+_TORCH_NAMES = {1: "uint8", 2: "int8", 3: "int16", 4: "int16", 5: "int32", 6: "int32", 7: "int64",
+                8: "int64", 9: "float16", 10: "bfloat16", 11: "float32", 12: "float64", 13: "bool"}
+
+
+_DTYPE_CACHE = {}
+
+
+def dtype_code(dtype):
+    """omc dtype code of a numpy or torch dtype (or its name)."""
+    try:
+        return _DTYPE_CACHE[dtype]
+    except (KeyError, TypeError):
+        pass
+    code = _dtype_code(dtype)
+    try:
+        _DTYPE_CACHE[dtype] = code
+    except TypeError:
+        pass
+    return code
+
+
+def _dtype_code(dtype):
+    t = _torch()
+    if t is not None and isinstance(dtype, t.dtype):
+        name = str(dtype).replace("torch.", "")
+        if name == "bfloat16":
+            return 10
+    else:
+        name = _np.dtype(dtype).name if _np is not None else str(dtype)
+    if name not in _NP_CODES:
+        raise TypeError("omniconn: dtype %s has no omc equivalent" % (dtype,))
+    return _NP_CODES[name]
+
+
+class Buffer:
+    """The bytes of one get: a zero-copy view into the connector's memory.
+
+    The bytes are reached through `.view` (a memoryview), `.numpy()`, `.as_tensor()`, `.tensor`,
+    or directly with memoryview(buf) / numpy.frombuffer(buf) / torch.frombuffer(buf) on Python 3.12
+    and later (on 3.11 pass `buf.view`). None of them copies. release() (or leaving a `with`
+    block, or garbage collection) hands the bytes back; release() refuses while views made from
+    this buffer are still alive, like memoryview.release(). After release every accessor raises.
+    Views kept past the buffer's collection keep the bytes alive until they go."""
+    __slots__ = ("_arr", "_region", "_addr", "_size", "flags", "_released", "__weakref__")
+
+    def __init__(self, handle, address, size, flags, readonly=True):
+        self._region = _Region(handle, address, size, readonly)
+        self._arr = None                    # the exporting array, made on first use
+        self._addr = address
+        self._size = size
+        self.flags = flags
+        self._released = False
+        if not size:                        # nothing to view: give the handle back now
+            check(self._region.release(), "release")
+            self._region = None
+            self._arr = _np.zeros(0, _np.uint8) if _np is not None else (ctypes.c_ubyte * 0)()
+
+    # -- state
+    def _live(self):
+        if self._released:
+            raise ValueError("omniconn: buffer used after release")
+        arr = self._arr
+        if arr is None:
+            arr = self._arr = _expose(self._region, self._addr, self._size)
+        return arr
+
+    @property
+    def released(self):
+        return self._released
+
+    @property
+    def size(self):
+        return self._size
+
+    def __len__(self):
+        return self._size
+
+    @property
+    def is_frame(self):
+        return bool(self.flags & _lib.OMC_BUFFER_FRAME)
+
+    # -- views (zero-copy)
+    @property
+    def view(self):
+        """A memoryview of the bytes (no copy)."""
+        return memoryview(self._live()).cast("B")
+
+    def __buffer__(self, flags):            # Python 3.12+: memoryview(buf), numpy.frombuffer(buf)
+        return memoryview(self._live()).cast("B")
+
+    def __release_buffer__(self, view):
+        view.release()
+
+    def numpy(self, dtype="uint8", shape=None, offset=0):
+        if _np is None:
+            raise ImportError("omniconn: numpy is not installed")
+        a = self._live()
+        dt = _np.dtype(dtype)
+        count = -1 if shape is None else int(_np.prod(shape)) if len(shape) else 1
+        out = _np.frombuffer(a, dtype=dt, count=count, offset=offset)
+        return out if shape is None else out.reshape(shape)
+
+    def as_tensor(self, dtype=None, shape=None, offset=0):
+        """A torch tensor over the bytes (no copy). dtype: torch or numpy dtype (default uint8)."""
+        import torch
+        import warnings
+        a = self._live()
+        if dtype is None:
+            dtype = torch.uint8
+        elif not isinstance(dtype, torch.dtype):
+            dtype = getattr(torch, _np.dtype(dtype).name if _np is not None else str(dtype))
+        item = torch.empty(0, dtype=dtype).element_size()
+        count = -1 if shape is None else 1
+        for d in (shape or ()):
+            count *= int(d)
+        if self._size - offset == 0 or count == 0:
+            t = torch.empty(0 if shape is None else shape, dtype=dtype)
+            return t
+        with warnings.catch_warnings():     # read-only views: torch warns that it cannot protect them
+            warnings.simplefilter("ignore")
+            t = torch.frombuffer(a, dtype=dtype, count=count if count >= 0 else (self._size - offset) // item,
+                                 offset=offset)
+        return t if shape is None else t.reshape(shape)
+
+    @property
+    def tensor(self):
+        """The payload as a uint8 torch tensor (no copy)."""
+        return self.as_tensor()
+
+    def to_bytes(self):
+        """A copy of the bytes, valid after release."""
+        return bytes(memoryview(self._live()).cast("B"))
+
+    # -- lifetime
+    def _exported(self):
+        # our own references: self._arr and the getrefcount argument
+        return self._arr is not None and sys.getrefcount(self._arr) > 2
+
+    def release(self, strict=True):
+        """Hand the bytes back. Idempotent. While views made from this buffer are alive, raises
+        BufferError (strict) or (strict=False, as on leaving a `with` block) lets the last view
+        give the bytes back when it goes; either way this object refuses use afterwards."""
+        if self._released:
+            return
+        if self._exported():
+            if not strict:
+                self._released = True
+                self._arr = self._region = None
+                return
+            raise BufferError("omniconn: buffer still has %d view(s) alive; drop them before release()"
+                              % (sys.getrefcount(self._arr) - 2))
+        region = self._region
+        self._released = True
+        self._arr = self._region = None
+        if region is not None:
+            check(region.release(), "release")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release(strict=False)
+
+    def __del__(self):
+        # dropping the last reference: the region goes with the array once no view holds it
+        self._arr = self._region = None
+
+    def __repr__(self):
+        return "<omniconn.Buffer %s bytes%s%s>" % (self._size, " frame" if self.is_frame else "",
+                                                  " released" if self._released else "")
+
+
+class WritableBuffer(Buffer):
+    """A pool buffer from alloc(): fill it through .view / .numpy() / .as_tensor(), then hand it
+    to put_buffer() (zero copies). Released unused if dropped."""
+    __slots__ = ("_conn",)
+
+    def _take(self):
+        """Detach the C handle for a put (the views must be gone: the connector owns the bytes next)."""
+        if self._released:
+            raise ValueError("omniconn: buffer used after release")
+        if self._exported():
+            raise BufferError("omniconn: drop the views of an alloc()ed buffer before putting it")
+        return self._region
+
+
+# ---- frames (named tensors) -------------------------------------------------------------------------
+def _segments(items):
+    """Flatten {name: array | tensor | bytes-like} into the FFI's arrays."""
+    n = len(items)
+    if n == 0:
+        raise ValueError("omniconn: a frame needs at least one segment")
+    names = (ctypes.c_char_p * n)()
+    dtypes = (ctypes.c_int32 * n)()
+    ndims = (ctypes.c_uint32 * n)()
+    shapes = (ctypes.c_int64 * (n * 8))()
+    sizes = (ctypes.c_uint64 * n)()
+    datas = (ctypes.c_void_p * n)()
+    keep = []
+    t = _torch()
+    for i, (name, value) in enumerate(items.items()):
+        bname = _b(name)
+        keep.append(bname)
+        names[i] = bname
+        is_tensor = (t is not None and isinstance(value, t.Tensor)) or \
+                    (_np is not None and isinstance(value, _np.ndarray))
+        if is_tensor:
+            shape = tuple(value.shape)
+            if len(shape) > 8:
+                raise ValueError("omniconn: %r has %d dimensions (at most 8)" % (name, len(shape)))
+            dtypes[i] = dtype_code(value.dtype)
+            ndims[i] = len(shape)
+            for d, v in enumerate(shape):
+                shapes[i * 8 + d] = v
+        addr, size, k = _address(value)
+        keep.append(k)
+        sizes[i] = size
+        datas[i] = addr
+    return n, names, dtypes, ndims, shapes, sizes, datas, keep
+
+
+class _SegState:
+    __slots__ = ("out", "refs")
+
+    def __init__(self):
+        self.out = (ctypes.create_string_buffer(256), ctypes.c_int32(), ctypes.c_int32(), ctypes.c_uint32(),
+                    (ctypes.c_int64 * 8)(), ctypes.c_uint64(), ctypes.c_uint64())
+        o = self.out
+        self.refs = (ctypes.byref(o[1]), ctypes.byref(o[2]), ctypes.byref(o[3]), o[4], ctypes.byref(o[5]),
+                     ctypes.byref(o[6]))
+
+
+def first_segment(buffer):
+    """(name, kind, omc dtype, shape, offset, size) of a frame buffer's first segment (one call)."""
+    st = getattr(_tls, "seg", None)
+    if st is None:
+        st = _tls.seg = _SegState()
+    name, kind, dt, nd, shape, off, size = st.out
+    if buffer.released:
+        raise ValueError("omniconn: buffer used after release")
+    check(lib.omc_ffi_frame_segment(buffer._addr, buffer.size, 0, name, 256, *st.refs), "frame segment")
+    return (name.value.decode(), kind.value, dt.value, tuple(shape[d] for d in range(nd.value)), off.value,
+            size.value)
+
+
+class Frame:
+    """The segments of a frame get: {name: view}. Views are numpy arrays by default (torch tensors
+    with as_torch=True), all zero-copy into one Buffer. release() / `with` / collection as Buffer."""
+
+    def __init__(self, buffer, as_torch=False, verify=False):
+        self.buffer = buffer
+        self.segments = {}
+        self.info = {}
+        base = buffer.view
+        address = buffer._addr
+        count = ctypes.c_uint32()
+        check(lib.omc_ffi_frame_count(address, buffer.size, 1 if verify else 0, ctypes.byref(count)), "frame decode")
+        name = ctypes.create_string_buffer(256)
+        kind, dt, nd = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_uint32()
+        shape = (ctypes.c_int64 * 8)()
+        off, size = ctypes.c_uint64(), ctypes.c_uint64()
+        for i in range(count.value):
+            check(lib.omc_ffi_frame_segment(address, buffer.size, i, name, 256, ctypes.byref(kind), ctypes.byref(dt),
+                                            ctypes.byref(nd), shape, ctypes.byref(off), ctypes.byref(size)),
+                  "frame segment")
+            key = name.value.decode()
+            shp = tuple(shape[d] for d in range(nd.value))
+            self.info[key] = (kind.value, dt.value, shp)
+            if kind.value == _lib.OMC_SEGMENT_TENSOR:
+                if as_torch:
+                    import torch
+                    self.segments[key] = buffer.as_tensor(getattr(torch, _TORCH_NAMES[dt.value]), shp, off.value)
+                else:
+                    self.segments[key] = buffer.numpy(_DTYPES_NP[dt.value], shp, off.value)
+            else:
+                self.segments[key] = base[off.value:off.value + size.value]
+        del base
+
+    def __getitem__(self, k):
+        return self.segments[k]
+
+    def __iter__(self):
+        return iter(self.segments)
+
+    def __len__(self):
+        return len(self.segments)
+
+    def keys(self):
+        return self.segments.keys()
+
+    def items(self):
+        return self.segments.items()
+
+    def release(self, strict=True):
+        """As Buffer.release: views taken out of the frame must be gone (or strict=False)."""
+        self.segments.clear()
+        self.buffer.release(strict)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release(strict=False)
+
+
+# ---- connectors ---------------------------------------------------------------------------------------
+ROLES = {None: 0, "default": 0, "dual": 3, "sender": 1, "receiver": 2, 0: 0, 1: 1, 2: 2, 3: 3}
+TRANSPORTS = {0: "none", 1: "local", 2: "shm", 3: "tcp", 4: "rdma"}
+
+
+class Connector:
+    """One omniconn connector (use LocalConnector, ShmConnector, TcpConnector, RdmaConnector).
+    Thread-safe like the C connector. close() is idempotent; `with` closes it."""
+
+    _create_lock = threading.Lock()
+
+    def __init__(self, create, *args):
+        self._h = None
+        h = ctypes.c_void_p()
+        with Connector._create_lock:
+            _lib.sync_log_level()
+            r = create(*args, ctypes.byref(h))
+        if r != 0:
+            raise error(r, "%s create" % type(self).__name__)
+        self._h = h.value
+        self._closed = False
+
+    # -- plumbing
+    def _c(self):
+        h = self._h
+        if h is None:
+            raise _lib.ClosedError(_lib.OMC_ERR_CLOSED, "connector", log="")
+        return h
+
+    @property
+    def transport(self):
+        return TRANSPORTS.get(lib.omc_conn_transport(self._c()), "none")
+
+    # -- put
+    def put(self, from_stage, to_stage, key, data, readers=1, ttl_ms=0, frame=False):
+        """Copy data (bytes, bytearray, memoryview, numpy array, CPU torch tensor) into the
+        connector's memory - the only copy - and return the metadata (bytes) for the receiver."""
+        addr, size, keep = _address(data)
+        st = _state()
+        h = self._h
+        if h is None:
+            self._c()
+        r = lib.omc_ffi_put(h, from_stage.encode() if type(from_stage) is str else _b(from_stage),
+                            to_stage.encode() if type(to_stage) is str else _b(to_stage),
+                            key.encode() if type(key) is str else _b(key), addr, size,
+                            1 if frame else 0, readers, ttl_ms, st.meta, _META_CAP, st.msize_ref)
+        del keep
+        if r != 0:
+            raise error(r, "put %r" % (key,))
+        return ctypes.string_at(st.meta, st.msize.value)
+
+    def alloc(self, size, timeout=None):
+        """A pool buffer of size bytes to fill in place and pass to put_buffer (zero copies)."""
+        h, data = ctypes.c_void_p(), ctypes.c_void_p()
+        r = lib.omc_ffi_alloc(self._c(), size, deadline(timeout), ctypes.byref(h), ctypes.byref(data))
+        if r != 0:
+            raise error(r, "alloc %d bytes" % size)
+        return WritableBuffer(h.value, data.value, size, 0, readonly=False)
+
+    def put_buffer(self, from_stage, to_stage, key, buffer, readers=1, ttl_ms=0, frame=False):
+        """Put a buffer from alloc(): the connector takes it over (buffer is released here)."""
+        region = buffer._take()
+        buf, msize = _meta_buf()
+        r = lib.omc_ffi_put_buffer(self._c(), _b(from_stage), _b(to_stage), _b(key), region.handle,
+                                   1 if frame else 0, readers, ttl_ms, buf, _META_CAP, ctypes.byref(msize))
+        if r != 0:
+            raise error(r, "put %r" % (key,))
+        region.handle = None            # the C side freed the handle with the put
+        buffer._released = True
+        buffer._arr = buffer._region = None
+        return ctypes.string_at(buf, msize.value)
+
+    def put_tensors(self, from_stage, to_stage, key, tensors, readers=1, ttl_ms=0):
+        """Put {name: numpy array | CPU tensor | bytes-like} as one frame (one copy, into the pool)."""
+        n, names, dtypes, ndims, shapes, sizes, datas, keep = _segments(tensors)
+        total = ctypes.c_uint64()
+        check(lib.omc_ffi_frame_size(n, names, dtypes, ndims, shapes, sizes, ctypes.byref(total)), "frame size")
+        try:
+            wb = self.alloc(total.value, timeout=None)
+        except _lib.UnavailableError:
+            wb = None
+        out = ctypes.c_uint64()
+        if wb is None:                  # a connector without its own pool: build, then copy in
+            tmp = ctypes.create_string_buffer(total.value)
+            check(lib.omc_ffi_frame_build(tmp, total.value, n, names, dtypes, ndims, shapes, sizes, datas,
+                                          ctypes.byref(out)), "frame build")
+            return self.put(from_stage, to_stage, key, memoryview(tmp).cast("B")[:out.value], readers, ttl_ms, True)
+        addr = wb._addr
+        r = lib.omc_ffi_frame_build(addr, total.value, n, names, dtypes, ndims, shapes, sizes, datas, ctypes.byref(out))
+        del keep
+        if r != 0:
+            wb.release()
+            raise error(r, "frame build")
+        try:
+            return self.put_buffer(from_stage, to_stage, key, wb, readers, ttl_ms, True)
+        except BaseException:
+            if not wb.released:
+                wb.release()
+            raise
+
+    def put_tensor(self, from_stage, to_stage, key, name, value, readers=1, ttl_ms=0):
+        """Put one array, tensor or bytes-like as a one-segment frame named name (one copy, into
+        the pool): the receiver gets its dtype and shape with it (first_segment, get_tensors)."""
+        t = _torch()
+        is_tensor = (t is not None and isinstance(value, t.Tensor)) or (_np is not None and isinstance(value, _np.ndarray))
+        shape = (ctypes.c_int64 * 8)()
+        nd = 0
+        code = 0
+        if is_tensor:
+            dims = value.shape
+            nd = len(dims)
+            if nd > 8:
+                raise ValueError("omniconn: %r has %d dimensions (at most 8)" % (name, nd))
+            for i, v in enumerate(dims):
+                shape[i] = v
+            code = dtype_code(value.dtype)
+        addr, size, keep = _address(value)
+        st = _state()
+        r = lib.omc_ffi_put_tensor(self._c(), _b(from_stage), _b(to_stage), _b(key), _b(name), code, nd, shape, addr,
+                                   size, readers, ttl_ms, st.meta, _META_CAP, st.msize_ref)
+        del keep
+        if r != 0:
+            raise error(r, "put %r" % (key,))
+        return ctypes.string_at(st.meta, st.msize.value)
+
+    # -- get
+    def get(self, from_stage, to_stage, key, meta=None, timeout=None, sender=None):
+        """A zero-copy Buffer with the payload. meta: the bytes put() returned, or None (wait for
+        the key to appear). timeout in seconds (None = forever, 0 = only if it is there now).
+        sender: a remote connector's registered sender to ask (metadata-less gets only)."""
+        st = _state()
+        rh, rd, rs, rf = st.refs
+        h = self._h
+        if h is None:
+            self._c()
+        dl = _FOREVER if timeout is None else deadline(timeout)
+        if sender is not None:
+            r = lib.omc_ffi_get_from(h, _b(sender), _b(from_stage), _b(to_stage), _b(key), dl, rh, rd, rs, rf)
+        else:
+            r = lib.omc_ffi_get(h, from_stage.encode() if type(from_stage) is str else _b(from_stage),
+                                to_stage.encode() if type(to_stage) is str else _b(to_stage),
+                                key.encode() if type(key) is str else _b(key), meta, len(meta) if meta else 0,
+                                dl, rh, rd, rs, rf)
+        if r != 0:
+            raise error(r, "get %r" % (key,))
+        return Buffer(st.h.value, st.data.value, st.size.value, st.flags.value)
+
+    def get_tensors(self, from_stage, to_stage, key, meta=None, timeout=None, as_torch=False, sender=None):
+        """Get a frame put with put_tensors: a Frame of zero-copy views, released with it."""
+        b = self.get(from_stage, to_stage, key, meta, timeout, sender)
+        try:
+            return Frame(b, as_torch)
+        except BaseException:
+            b.release()
+            raise
+
+    def get_copy(self, from_stage, to_stage, key, meta=None, timeout=None, out=None, max_size=None):
+        """Copy the payload out: into out (a writable buffer; returns the byte count) or, without
+        out, into new bytes (returned)."""
+        if out is None:
+            with self.get(from_stage, to_stage, key, meta, timeout) as b:
+                return b.to_bytes()
+        addr, size, keep = _address_w(out)
+        n = ctypes.c_uint64()
+        r = lib.omc_conn_get_copy(self._c(), _b(from_stage), _b(to_stage), _b(key), meta, len(meta) if meta else 0,
+                                  deadline(timeout), addr, size, ctypes.byref(n))
+        del keep
+        if r != 0:
+            e = error(r, "get_copy %r" % (key,))
+            e.needed = n.value
+            raise e
+        return n.value
+
+    # -- the rest of the contract
+    def cleanup(self, from_stage, to_stage, key):
+        """Drop a put nobody will read. Returns False if the key was not there."""
+        r = lib.omc_conn_cleanup(self._c(), _b(from_stage), _b(to_stage), _b(key))
+        if r == _lib.OMC_ERR_NOT_FOUND:
+            return False
+        check(r, "cleanup %r" % (key,))
+        return True
+
+    def exists(self, from_stage, to_stage, key):
+        """Is the key live on this connector (put and not fully consumed)? Never blocks."""
+        if not _lib.has_symbol("omc_conn_exists"):
+            raise _lib.UnavailableError(_lib.OMC_ERR_UNAVAILABLE, "exists", log="library without omc_conn_exists")
+        r = lib.omc_conn_exists(self._c(), _b(from_stage), _b(to_stage), _b(key))
+        if r == _lib.OMC_ERR_NOT_FOUND:
+            return False
+        check(r, "exists %r" % (key,))
+        return True
+
+    def list(self, from_stage=None, to_stage=None):
+        """The live keys as (from_stage, to_stage, key) tuples."""
+        if not _lib.has_symbol("omc_conn_list"):
+            raise _lib.UnavailableError(_lib.OMC_ERR_UNAVAILABLE, "list", log="library without omc_conn_list")
+        found = []
+
+        def visit(f, t, k, user):
+            found.append((f.decode(), t.decode(), k.decode()))
+            return 0
+        cb = _lib.KEY_FN(visit)
+        check(lib.omc_conn_list(self._c(), _b(from_stage), _b(to_stage), cb, None, None), "list")
+        return found
+
+    def health(self):
+        """A dict of the connector's counters (puts, gets, live_entries, pool_in_use, ...)."""
+        fields = _lib.HEALTH_FIELDS
+        vals = (ctypes.c_uint64 * len(fields))()
+        text = ctypes.create_string_buffer(160)
+        check(lib.omc_ffi_health(self._c(), vals, len(fields), text, 160), "health")
+        h = {f: vals[i] for i, f in enumerate(fields)}
+        h["last_error"] = ctypes.c_int64(h["last_error"]).value
+        h["state"] = ("healthy", "degraded", "closed")[h["state"]] if h["state"] < 3 else str(h["state"])
+        h["transport"] = TRANSPORTS.get(h["transport"], "none")
+        h["role"] = {0: "dual", 1: "sender", 2: "receiver", 3: "dual"}.get(h["role"], "dual")
+        h["last_error_name"] = _lib.result_name(h["last_error"])
+        h["last_error_text"] = text.value.decode("utf-8", "replace")
+        return h
+
+    def sweep(self):
+        """Reclaim puts whose TTL passed now; returns how many."""
+        return lib.omc_conn_sweep(self._c())
+
+    def wait_consumed(self, timeout=None):
+        """Wait until every put of this connector was consumed (or expired). Returns True if so,
+        False if the timeout passed first."""
+        if _lib.has_symbol("omc_conn_wait_consumed"):
+            r = lib.omc_conn_wait_consumed(self._c(), deadline(timeout))
+            if r == _lib.OMC_ERR_TIMEOUT:
+                return False
+            check(r, "wait_consumed")
+            return True
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.health()["live_entries"]:
+            if end is not None and time.monotonic() >= end:
+                return False
+            time.sleep(0.001)
+        return True
+
+    def close(self):
+        """Stop and free the connector. Idempotent. Buffers still held stay valid until released."""
+        h, self._h = self._h, None
+        if h:
+            lib.omc_conn_destroy(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _address_w(out):
+    if _np is not None and isinstance(out, _np.ndarray):
+        if not out.flags["C_CONTIGUOUS"] or not out.flags["WRITEABLE"]:
+            raise ValueError("omniconn: get_copy needs a writable contiguous array")
+        return out.ctypes.data, out.nbytes, out
+    t = _torch()
+    if t is not None and isinstance(out, t.Tensor):
+        return _address(out)
+    mv = memoryview(out).cast("B")
+    if mv.readonly:
+        raise ValueError("omniconn: get_copy needs a writable buffer")
+    arr = (ctypes.c_ubyte * mv.nbytes).from_buffer(mv)
+    return ctypes.addressof(arr), mv.nbytes, (arr, mv)
+
+
+def _ttl(ttl_ms):
+    return 0 if ttl_ms is None else int(ttl_ms)
+
+
+class LocalConnector(Connector):
+    """Stages in one process (buffers handed over by reference)."""
+
+    def __init__(self, role="dual", pool_size=0, ttl_ms=None):
+        super().__init__(lib.omc_ffi_local_create, ROLES[role], pool_size, _ttl(ttl_ms))
+
+
+class ShmConnector(Connector):
+    """Processes on one host, through a shared-memory segment per sender.
+    inline_threshold: payloads below it travel inside the metadata (0 = default, -1 = never)."""
+
+    def __init__(self, role="dual", channel=None, shm_dir=None, pool_size=0, ttl_ms=None,
+                 inline_threshold=0, max_entries=0):
+        super().__init__(lib.omc_ffi_shm_create, ROLES[role], _b(channel), _b(shm_dir), pool_size, _ttl(ttl_ms),
+                         inline_threshold, max_entries)
+
+
+class TcpConnector(Connector):
+    """Processes on any hosts: a ZMQ side channel and a TCP data plane (the sender listens on
+    host:port, receivers pull). port 0 = ephemeral (see .endpoint)."""
+    _rdma = 0
+
+    def __init__(self, role="dual", host=None, port=0, data_port=0, bind_host=None, pool_size=0, ttl_ms=None,
+                 secret_key=None, public_key=None, server_key=None, rdma_devices=None):
+        super().__init__(lib.omc_ffi_tcp_create, ROLES[role], _b(host), _b(bind_host), port, data_port, pool_size,
+                         _ttl(ttl_ms), _b(secret_key), _b(public_key), _b(server_key), self._rdma, _b(rdma_devices))
+
+    @property
+    def endpoint(self):
+        """(host, port, data_port) a sender listens on."""
+        host = ctypes.create_string_buffer(256)
+        port, dport = ctypes.c_uint16(), ctypes.c_uint16()
+        check(lib.omc_tcp_endpoint(self._c(), host, 256, ctypes.byref(port), ctypes.byref(dport)), "endpoint")
+        return host.value.decode(), port.value, dport.value
+
+    def add_sender(self, name, host, port, server_key=None):
+        """Receiver: register a sender for metadata-less gets."""
+        if server_key:
+            check(lib.omc_tcp_add_sender_key(self._c(), _b(name), _b(host), port, _b(server_key)), "add_sender")
+        else:
+            check(lib.omc_tcp_add_sender(self._c(), _b(name), _b(host), port), "add_sender")
+
+    def query(self, from_stage, to_stage, key, timeout=0, sender=None):
+        """Does a sender (or any registered one) have the key now? Its size, or None. Consumes nothing."""
+        size = ctypes.c_uint64()
+        r = lib.omc_ffi_tcp_query(self._c(), _b(sender), _b(from_stage), _b(to_stage), _b(key), deadline(timeout),
+                                  ctypes.byref(size))
+        if r in (_lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT):
+            return None
+        check(r, "query %r" % (key,))
+        return size.value
+
+    def remove_sender(self, name):
+        r = lib.omc_tcp_remove_sender(self._c(), _b(name))
+        if r == _lib.OMC_ERR_NOT_FOUND:
+            return False
+        check(r, "remove_sender")
+        return True
+
+
+class RdmaConnector(TcpConnector):
+    """The remote connector with the RDMA data plane (the payload is RDMA-written into the
+    receiver's memory). require=True: fail with UNAVAILABLE when RDMA cannot start here; the
+    default falls back to TCP and .rdma_status says why."""
+
+    def __init__(self, *args, require=True, **kw):
+        self._rdma = 2 if require else 1
+        super().__init__(*args, **kw)
+
+    @property
+    def rdma_status(self):
+        enabled = ctypes.c_int()
+        why = ctypes.create_string_buffer(256)
+        check(lib.omc_ffi_rdma_status(self._c(), ctypes.byref(enabled), why, 256), "rdma status")
+        return bool(enabled.value), why.value.decode()
+
+
+# ---- module helpers ------------------------------------------------------------------------------------
+def version():
+    return lib.omc_version_string().decode()
+
+
+def available(feature):
+    """(usable, why) for "local", "shm", "zmq", "rdma" or "cuda" on this machine."""
+    code = {"local": 0, "shm": 1, "zmq": 2, "tcp": 2, "rdma": 3, "cuda": 4}[feature]
+    why = ctypes.create_string_buffer(256)
+    r = lib.omc_available(code, why, 256)
+    return r == 0, why.value.decode()
+
+
+def meta_to_text(meta):
+    """The printable form of metadata ("omc1." + base64url), for text-only control planes."""
+    n = lib.omc_meta_text_size(len(meta))
+    out = ctypes.create_string_buffer(n)
+    check(lib.omc_meta_to_text(meta, len(meta), out, n), "meta_to_text")
+    return out.value.decode()
+
+
+def meta_from_text(text):
+    """Metadata bytes from meta_to_text's form (validated)."""
+    import base64
+    t = text.strip()
+    if not t.startswith("omc1."):
+        raise OmniconnError(_lib.OMC_ERR_INVALID_ARG, "meta_from_text", log="metadata text must start with omc1.")
+    body = t[5:]
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+
+
+def curve_keypair():
+    pub, sec = ctypes.create_string_buffer(41), ctypes.create_string_buffer(41)
+    check(lib.omc_tcp_curve_keypair(pub, sec), "curve_keypair")
+    return pub.value.decode(), sec.value.decode()
+
+
+def read_key(path):
+    out = ctypes.create_string_buffer(41)
+    check(lib.omc_tcp_read_key(_b(path), out), "read_key %s" % path)
+    return out.value.decode()
+
+
+def detect_host():
+    out = ctypes.create_string_buffer(256)
+    check(lib.omc_detect_host(0, out, 256, None), "detect_host")
+    return out.value.decode()
