@@ -3,6 +3,7 @@
 #   make demo        the two-process shared-memory demo (and the other transports where available)
 #   make check       unit + functional tests of the default build only (fast inner loop)
 #   make bench-alloc / bench-shm / bench-tcp / bench-rdma   benchmarks -> bench/results/*.json
+#   make bench-peers  omniconn beside ucx_perftest, iperf3 and memcpy -> bench/results/peers.json
 #   make fuzz        build the libFuzzer targets and run each for FUZZ_SECONDS
 # Variables: BUILD (output dir), SAN (asan | tsan), CC, EXTRA_CFLAGS.
 
@@ -31,7 +32,7 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps test check demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma
+.PHONY: all deps test check demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers
 
 all: tests examples benches cli
 
@@ -79,6 +80,11 @@ bench-shm: deps $(BUILD)/bench_shm
 
 bench-tcp: deps $(BUILD)/bench_tcp
 	$(BUILD)/bench_tcp bench/results/tcp.json
+
+# UCX's ucx_perftest (shm and tcp), iperf3 and omniconn in alternating rounds on loopback (about 4 min)
+#   -> bench/results/peers.json and the side-by-side table in docs/performance.md
+bench-peers: deps $(BUILD)/bench_shm $(BUILD)/bench_tcp
+	/usr/bin/python3 bench/peers.py --build $(BUILD)
 
 # ib_write_bw and omniconn's RDMA data plane in one boot of the RDMA bed -> bench/results/rdma.json
 bench-rdma: deps $(BUILD)/bench_rdma

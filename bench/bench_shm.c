@@ -4,6 +4,9 @@
    usage: bench_shm [out.json]            (make bench-shm writes bench/results/shm.json)
    env:   BENCH_SHM_QUICK=1               a fast smoke run (few iterations, no 1 GiB row)
           BENCH_SHM_SIZES=4096,1048576    only these payload sizes (bytes, comma-separated)
+          BENCH_ROUNDS=1                  fewer rounds (1..3; make bench-peers alternates single
+                                          rounds with the other tools and takes medians itself)
+          BENCH_SHM_NO_BASELINE=1         skip the per-request-segment baseline
 
    Per payload size (64 B, 4 KiB, 64 KiB, 1 MiB, 16 MiB, 186 MiB, and 1 GiB if memory allows):
      memcpy_gbps               one thread copies the payload from one private buffer into
@@ -370,7 +373,9 @@ static double loadavg(void) {
 }
 
 int main(int argc, char** argv) {
-    const int quick = getenv("BENCH_SHM_QUICK") != NULL;
+    const int quick = getenv("BENCH_SHM_QUICK") != NULL, no_base = getenv("BENCH_SHM_NO_BASELINE") != NULL;
+    const int rounds = quick ? 1 : getenv("BENCH_ROUNDS") && atoi(getenv("BENCH_ROUNDS")) >= 1 && atoi(getenv("BENCH_ROUNDS")) <= ROUNDS
+                                       ? atoi(getenv("BENCH_ROUNDS")) : ROUNDS;
     const char* path = argc > 1 ? argv[1] : NULL;
     uint64_t sizes[] = { 64, 4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 186 * MiB, 1 * GiB };
     int nsizes = 7, i, round;
@@ -412,14 +417,14 @@ int main(int argc, char** argv) {
         r->n_memcpy = iters(s, quick ? 256 * MiB : 4 * GiB, 4, 4000000);
         r->lat = (int64_t*)calloc(MAX_LAT * ROUNDS, sizeof(int64_t));
     }
-    for (round = 0; round < (quick ? 1 : ROUNDS); round++) {
+    for (round = 0; round < rounds; round++) {
         for (i = 0; i < nsizes; i++) {
             row* r = &rows[i];
             src = (uint8_t*)big_buffer(r->size, 0x5A);
             r->memcpy_gbps[round] = bench_memcpy(r->size, r->n_memcpy);
             r->omc_gbps[round] = bench_omniconn(r->size, r->n_stream, 0, src);
             if (r->size < 64 * KiB) r->omc_noinline_gbps[round] = bench_omniconn(r->size, r->n_stream, 1, src);
-            r->base_gbps[round] = bench_per_request(r->size, r->n_base, src);
+            r->base_gbps[round] = no_base ? 0 : bench_per_request(r->size, r->n_base, src);
             bench_handoff(r->size, r->n_handoff, src, r->lat, &r->nlat, MAX_LAT * ROUNDS);
             printf("  round %d %10llu B: memcpy %6.2f GB/s  omniconn %6.2f GB/s  per-request %6.3f GB/s\n", round,
                    (unsigned long long)r->size, r->memcpy_gbps[round], r->omc_gbps[round], r->base_gbps[round]);
@@ -429,7 +434,7 @@ int main(int argc, char** argv) {
     }
     load1 = loadavg();
     {
-        int nr = quick ? 1 : ROUNDS;
+        int nr = rounds;
         double min_ratio_ge_1m = 1e9, r186 = 0, r4k = 0, p50_small = 0;
         f = path ? fopen(path, "w") : stdout;
         if (!f) { perror(path); return 1; }
@@ -443,7 +448,7 @@ int main(int argc, char** argv) {
                    "per_request_segment_gbps: the seed design in C (lock file + flock, new O_EXCL segment, ftruncate, mmap, copy in; "
                    "reader flock, open, fstat, mmap, copy out, unlink segment and lock file), pipelined through a pipe. handoff: "
                    "ping-pong, time stamp in the payload, put -> metadata-less get (spin 20 us then futex) -> release. Throughput "
-                   "figures: median of the rounds; percentiles over all samples.%s\",\n", quick ? " QUICK run: rough figures." : "");
+                   "figures: median of the rounds; percentiles over all samples.%s%s\",\n", quick ? " QUICK run: rough figures." : "", no_base ? " The per-request baseline was skipped (its figures and ratios read 0)." : "");
         fprintf(f, "  \"rounds\": %d,\n  \"rows\": [\n", nr);
         for (i = 0; i < nsizes; i++) {
             row* r = &rows[i];
@@ -452,15 +457,15 @@ int main(int argc, char** argv) {
             r->p50_us = r->nlat ? (double)r->lat[r->nlat / 2] / 1000.0 : 0;
             r->p99_us = r->nlat ? (double)r->lat[(r->nlat * 99) / 100] / 1000.0 : 0;
             if (r->size >= MiB && om / mc < min_ratio_ge_1m) min_ratio_ge_1m = om / mc;
-            if (r->size == 186 * MiB) r186 = om / ba;
-            if (r->size == 4 * KiB) r4k = om / ba;
+            if (r->size == 186 * MiB) r186 = (ba > 0 ? om / ba : 0);
+            if (r->size == 4 * KiB) r4k = (ba > 0 ? om / ba : 0);
             if (r->size == 64) p50_small = r->p50_us;
             fprintf(f, "    {\"size_bytes\": %llu, \"omniconn_gbps\": %.4f, ", (unsigned long long)r->size, om);
             if (r->size < 64 * KiB) fprintf(f, "\"omniconn_noinline_gbps\": %.4f, ", median3(r->omc_noinline_gbps, nr));
             fprintf(f, "\"memcpy_gbps\": %.4f, \"per_request_segment_gbps\": %.4f, \"handoff_us_p50\": %.3f, \"handoff_us_p99\": %.3f, "
                        "\"omniconn_vs_memcpy\": %.3f, \"omniconn_vs_per_request\": %.1f, \"iterations\": {\"stream\": %llu, \"per_request\": %llu, "
                        "\"handoff\": %u, \"memcpy\": %llu}}%s\n",
-                    mc, ba, r->p50_us, r->p99_us, om / mc, om / ba, (unsigned long long)r->n_stream, (unsigned long long)r->n_base,
+                    mc, ba, r->p50_us, r->p99_us, om / mc, ba > 0 ? om / ba : 0, (unsigned long long)r->n_stream, (unsigned long long)r->n_base,
                     r->nlat, (unsigned long long)r->n_memcpy, i + 1 < nsizes ? "," : "");
         }
         fprintf(f, "  ],\n  \"targets\": {\n");
