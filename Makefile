@@ -51,10 +51,10 @@ $(BUILD)/%: examples/%.c $(HEADERS) | $(BUILD)
 $(BUILD)/%: bench/%.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -O2 -o $@ $< $(LDFLAGS) $(LDLIBS)
 # the command-line tool (omniconn bench / doctor); tests that compile in a program's source depend on it
-$(BUILD)/omniconn: tools/omniconn.c $(HEADERS) | $(BUILD)
+$(BUILD)/omniconn: tools/omniconn_cli.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
 $(BUILD)/test_pipeline3: examples/pipeline3.c
-$(BUILD)/test_cli: tools/omniconn.c
+$(BUILD)/test_cli: tools/omniconn_cli.c
 $(BUILD):
 	@mkdir -p $(BUILD)
 
