@@ -4,6 +4,7 @@
 #   make check       unit + functional tests of the default build only (fast inner loop)
 #   make bench-alloc / bench-shm / bench-tcp / bench-rdma   benchmarks -> bench/results/*.json
 #   make bench-peers  omniconn beside ucx_perftest, iperf3 and memcpy -> bench/results/peers.json
+#   make bench-scaling  cost per transfer vs size and transfers in flight -> bench/results/scaling.json, docs/scaling.png
 #   make fuzz        build the libFuzzer targets and run each for FUZZ_SECONDS
 # Variables: BUILD (output dir), SAN (asan | tsan), CC, EXTRA_CFLAGS.
 
@@ -32,7 +33,7 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps test check demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers
+.PHONY: all deps test check demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling
 
 all: tests examples benches cli
 
@@ -85,6 +86,10 @@ bench-tcp: deps $(BUILD)/bench_tcp
 #   -> bench/results/peers.json and the side-by-side table in docs/performance.md
 bench-peers: deps $(BUILD)/bench_shm $(BUILD)/bench_tcp
 	/usr/bin/python3 bench/peers.py --build $(BUILD)
+
+# omniconn bench per transport at 1/4/16/64 transfers in flight (about a minute)
+bench-scaling: $(BUILD)/omniconn
+	/usr/bin/python3 bench/scaling.py --build $(BUILD)
 
 # ib_write_bw and omniconn's RDMA data plane in one boot of the RDMA bed -> bench/results/rdma.json
 bench-rdma: deps $(BUILD)/bench_rdma
