@@ -215,6 +215,7 @@ def main():
             if s >= 4 * KiB:
                 add("omniconn_shm_gbps/%d" % s, row["omniconn_gbps"], ld)
                 add("memcpy_warm_gbps/%d" % s, row["memcpy_gbps"], ld)
+                add("memcpy_pool_gbps/%d" % s, row.get("memcpy_pool_gbps"), ld)
             add("omniconn_shm_handoff_us_p50/%d" % s, row["handoff_us_p50"], ld)
 
     def omc_tcp():
@@ -263,6 +264,9 @@ def main():
             continue
         o, c = m("omniconn_shm_gbps/%d" % s), m("memcpy_warm_gbps/%d" % s)
         row("SHM throughput %s vs memcpy (GB/s)" % human(s), o, "memcpy, warm", c, ratio(o, c), ">= 0.9x memcpy", 0.9)
+        c = m("memcpy_pool_gbps/%d" % s)
+        row("SHM throughput %s vs memcpy into a pool-sized region (GB/s)" % human(s), o, "memcpy, destination cycling", c, ratio(o, c),
+            ">= 0.9x memcpy", 0.9)
     o, u = m("omniconn_shm_handoff_us_p50/64"), m("ucx_shm_tag_lat_us_one_way/64")
     row("SHM small handoff p50, 64 B (us)", o, "UCX shm tag_lat, one way", u, ratio(u, o), "<= UCX shm tag_lat", 1.0)
     for s in SIZES:
@@ -297,8 +301,10 @@ def main():
                    "tag_lat p50 overhead (one way; 64 B over shm, 4 KiB over tcp); its MB/s are 2^20 B/s, converted. iperf3: one stream, 3 s, "
                    "127.0.0.1. omniconn: bench_shm (producer puts, consumer takes each with a metadata-less get and releases it; handoff = "
                    "ping-pong put -> get -> release, p50) and bench_tcp (one get with metadata per iteration, size / median time; get_us_p50 = "
-                   "median time of one 4 KiB get). memcpy: bench_shm's baseline, warm (source and destination faulted in and reused, so "
-                   "small sizes run from cache; above the last-level cache it is memory-bound). GB/s = 1e9 B/s. Ratios: above 1 means "
+                   "median time of one 4 KiB get). memcpy, warm: bench_shm's baseline (source and destination faulted in and reused, so "
+                   "sizes that fit the cache run from it; above the last-level cache it is memory-bound). memcpy, destination cycling: "
+                   "the same source copied into destinations cycling through a faulted-in region the size of the stream's pool (colder "
+                   "than the transfer, whose allocator hands back the range just released, while that fits the cache). GB/s = 1e9 B/s. Ratios: above 1 means "
                    "omniconn is ahead (throughput: omniconn / peer; latency: peer / omniconn)." % (UCX_SHM_TLS, UCX_TCP_TLS)),
         "medians": {k: round(v, 4) for k, v in sorted(med.items())},
         "samples": samples,
