@@ -927,8 +927,9 @@ static int cmd_bench(int argc, char** argv) {
     }
     if (rc == 0) {
         char host[256] = "";
-        fprintf(stderr, "omniconn bench: set up; measuring %d size%s (about %.1f s each)\n", o.nsizes, o.nsizes == 1 ? "" : "s",
-                o.iters ? 0.0 : 1.5 * (o.duration > 0 ? o.duration : (double)BENCH_PHASE_NS / 1e9));
+        if (o.iters) fprintf(stderr, "omniconn bench: set up; measuring %d size%s (%ld transfers each)\n", o.nsizes, o.nsizes == 1 ? "" : "s", o.iters);
+        else fprintf(stderr, "omniconn bench: set up; measuring %d size%s (at most about %.1f s each)\n", o.nsizes, o.nsizes == 1 ? "" : "s",
+                     1.5 * (o.duration > 0 ? o.duration : (double)BENCH_PHASE_NS / 1e9));
         gethostname(host, sizeof(host) - 1);
         printf("omniconn bench: %s, producer and consumer in %s, %d size%s (%s, %ld CPUs)\n", o.transport,
                processes == 2 ? "two processes" : "two threads (the same-process connector)", o.nsizes, o.nsizes == 1 ? "" : "s", host, sysconf(_SC_NPROCESSORS_ONLN));
