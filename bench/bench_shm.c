@@ -156,6 +156,9 @@ static double bench_memcpy_pool(uint64_t size, uint64_t reps) {
 /* ---- omniconn: stream and handoff ------------------------------------------------------------ */
 
 static int nchan;
+/* A private directory on /dev/shm's tmpfs for this run's segments: other programs sweeping
+   /dev/shm (every sender's start does) never see them. */
+static char bench_dir[64];
 
 static omc_conn* shm_conn(const char* ch, omc_role role, uint64_t pool, int no_inline) {
     omc_shm_desc d;
@@ -163,6 +166,7 @@ static omc_conn* shm_conn(const char* ch, omc_role role, uint64_t pool, int no_i
     memset(&d, 0, sizeof(d));
     d.channel = ch;
     d.role = role;
+    d.shm_dir = bench_dir[0] ? bench_dir : NULL;
     d.pool_size = pool;
     d.disable_inline = no_inline;
     d.max_entries = 4096;
@@ -223,7 +227,10 @@ static double bench_omniconn(uint64_t size, uint64_t n, int no_inline, const uin
     memset(&p, 0, sizeof(p));
     p.data = src;
     p.size = 8;
-    if (omc_conn_put(s, "p", "c", "warm", &p, NULL) != OMC_OK) exit(1);
+    {
+        omc_result wr = omc_conn_put(s, "p", "c", "warm", &p, NULL);
+        if (wr != OMC_OK) { fprintf(stderr, "bench_shm: warm-up put failed: %s\n", omc_result_str(wr)); exit(1); }
+    }
     wait_for(&sp->ready, 1);
     p.size = size;
     t0 = omc_now_ns();
@@ -251,13 +258,16 @@ static void bench_handoff(uint64_t size, uint64_t n, uint8_t* src, int64_t* lat,
     pid_t pid;
     snprintf(ch, sizeof(ch), "bench%ldn%d", (long)getpid(), ++nchan);
     s = shm_conn(ch, OMC_ROLE_SENDER, pool_for(size), 0);
-    if (!s) exit(1);
+    if (!s) { fprintf(stderr, "bench_shm: cannot create a %llu-byte pool (handoff)\n", (unsigned long long)pool_for(size)); exit(1); }
     pid = fork();
     if (pid == 0) consumer(ch, sp, n, 1);
     memset(&p, 0, sizeof(p));
     p.data = src;
     p.size = 8;
-    if (omc_conn_put(s, "p", "c", "warm", &p, NULL) != OMC_OK) exit(1);
+    {
+        omc_result wr = omc_conn_put(s, "p", "c", "warm", &p, NULL);
+        if (wr != OMC_OK) { fprintf(stderr, "bench_shm: warm-up put failed (handoff): %s\n", omc_result_str(wr)); exit(1); }
+    }
     wait_for(&sp->ready, 1);
     usleep(1000);
     p.size = size;
@@ -320,7 +330,7 @@ static double bench_per_request(uint64_t size, uint64_t n, const uint8_t* src) {
     omc_time_ns t0;
     double gbps = 0;
     long owner = (long)getpid();
-    if (pipe(fds) != 0) exit(1);
+    if (pipe(fds) != 0) { perror("pipe"); exit(1); }
     pid = fork();
     if (pid == 0) { close(fds[1]); base_consumer(fds[0], sp, size, n, owner); }
     close(fds[0]);
@@ -341,7 +351,7 @@ static double bench_per_request(uint64_t size, uint64_t n, const uint8_t* src) {
         close(fd);
         flock(lfd, LOCK_UN);
         close(lfd);
-        if (write(fds[1], &i, sizeof(i)) != (ssize_t)sizeof(i)) exit(1);   /* "the metadata" */
+        if (write(fds[1], &i, sizeof(i)) != (ssize_t)sizeof(i)) { perror("bench_shm: per-request pipe"); exit(1); }   /* "the metadata" */
     }
     close(fds[1]);
     if (finish_child(pid)) gbps = (double)size * (double)n / (double)(sp->t_end - t0);
@@ -416,6 +426,8 @@ int main(int argc, char** argv) {
     omc_shm_desc sd;
     memset(&sd, 0, sizeof(sd));
     omc_shm_sweep_dead(&sd, NULL);
+    snprintf(bench_dir, sizeof(bench_dir), "/dev/shm/omniconn-bench-XXXXXX");
+    if (!mkdtemp(bench_dir)) bench_dir[0] = '\0';          /* then /dev/shm itself */
     if (statvfs("/dev/shm", &sv) == 0) shm_free = (uint64_t)sv.f_bavail * sv.f_frsize;
     /* 1 GiB needs ~6 GiB: pool (3 x size) + source + memcpy pair; leave room for everyone else */
     if (quick || avail_kib < 10 * (GiB / KiB) || shm_free < 5 * GiB) nsizes = 6;
@@ -510,5 +522,6 @@ int main(int argc, char** argv) {
         fprintf(f, "  }%s\n}\n", nsizes < 7 ? ",\n  \"skipped\": \"1 GiB row: needs MemAvailable >= 10 GiB and /dev/shm free >= 5 GiB (or QUICK run)\"" : "");
         if (path) { fclose(f); printf("bench_shm: wrote %s\n", path); }
     }
+    if (bench_dir[0]) rmdir(bench_dir);
     return 0;
 }
