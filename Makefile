@@ -3,6 +3,8 @@
 #   make demo        the two-process shared-memory demo (and the other transports where available)
 #   make check       unit + functional tests of the default build only (fast inner loop)
 #   make bench-alloc / bench-shm / bench-tcp / bench-rdma   benchmarks -> bench/results/*.json
+#   make bench-peers  omniconn beside ucx_perftest, iperf3 and memcpy -> bench/results/peers.json
+#   make bench-scaling  cost per transfer vs size and transfers in flight -> bench/results/scaling.json, docs/scaling.png
 #   make fuzz        build the libFuzzer targets and run each for FUZZ_SECONDS
 # Variables: BUILD (output dir), SAN (asan | tsan), CC, EXTRA_CFLAGS.
 
@@ -33,7 +35,7 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps test check demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma
+.PHONY: all deps test check demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling
 
 all: tests examples benches cli
 
@@ -52,10 +54,10 @@ $(BUILD)/%: examples/%.c $(HEADERS) | $(BUILD)
 $(BUILD)/%: bench/%.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -O2 -o $@ $< $(LDFLAGS) $(LDLIBS)
 # the command-line tool (omniconn bench / doctor); tests that compile in a program's source depend on it
-$(BUILD)/omniconn: tools/omniconn.c $(HEADERS) | $(BUILD)
+$(BUILD)/omniconn: tools/omniconn_cli.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
 $(BUILD)/test_pipeline3: examples/pipeline3.c
-$(BUILD)/test_cli: tools/omniconn.c
+$(BUILD)/test_cli: tools/omniconn_cli.c
 $(BUILD):
 	@mkdir -p $(BUILD)
 
@@ -81,6 +83,15 @@ bench-shm: deps $(BUILD)/bench_shm
 
 bench-tcp: deps $(BUILD)/bench_tcp
 	$(BUILD)/bench_tcp bench/results/tcp.json
+
+# UCX's ucx_perftest (shm and tcp), iperf3 and omniconn in alternating rounds on loopback (about 4 min)
+#   -> bench/results/peers.json and the side-by-side table in docs/performance.md
+bench-peers: deps $(BUILD)/bench_shm $(BUILD)/bench_tcp
+	/usr/bin/python3 bench/peers.py --build $(BUILD)
+
+# omniconn bench per transport at 1/4/16/64 transfers in flight (about a minute)
+bench-scaling: $(BUILD)/omniconn
+	/usr/bin/python3 bench/scaling.py --build $(BUILD)
 
 # ib_write_bw and omniconn's RDMA data plane in one boot of the RDMA bed -> bench/results/rdma.json
 bench-rdma: deps $(BUILD)/bench_rdma

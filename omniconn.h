@@ -697,7 +697,7 @@ typedef struct omc_range {
 
 typedef struct omc_alloc_desc {
     uint64_t capacity;      /* bytes managed (required, > 0) */
-    uint64_t alignment;     /* power of two; 0 = OMNICONN_DEFAULT_ALIGNMENT (4096) */
+    uint64_t alignment;     /* power of two up to 2^32; 0 = OMNICONN_DEFAULT_ALIGNMENT (4096) */
     int thread_safe;        /* serialise calls with a mutex; needed for omc_alloc_alloc_wait */
     omc_hooks hooks;
 } omc_alloc_desc;
@@ -1828,10 +1828,14 @@ OMC__PRIVATE void omc__smap_free(omc__smap* m, const omc_hooks* hooks) {
 /* [SECTION] Implementation: the registered-memory allocator (TLSF over offsets)                */
 /* ============================================================================================== */
 /*
-    Blocks tile the managed range [0, capacity) without gaps. Each block is a record in a growable
-    array (outside the region): its offset and size, its neighbours by address (phys_prev/next),
-    and, while free, its links in one of 64 x 16 size-class lists. Sizes are kept in units of the
-    alignment ("granules"), which makes every offset aligned by construction.
+    Blocks tile the managed range [0, capacity) without gaps. Each block is a 32-byte record in a
+    growable array (outside the region): its offset and size, its neighbours by address
+    (phys_prev/next), and two words that hold, while the block is free, its links in one of
+    64 x 16 size-class lists, and while it is allocated, its generation and the slack between its
+    size and the size asked for. Records are touched at random (by the caller's handles and by
+    address neighbours), so their size sets how many of them stay in cache: 32 bytes keep two in
+    a cache line and never straddle two. Sizes are multiples of the alignment ("granule"), which
+    makes every offset aligned by construction.
 
     Size classes: a size of n granules belongs to first level fl = floor(log2 n) - 3 and second
     level sl = the next 4 bits below the leading one (sizes below 16 granules map linearly to
@@ -1849,18 +1853,22 @@ OMC__PRIVATE void omc__smap_free(omc__smap* m, const omc_hooks* hooks) {
 #define OMC__FL_COUNT 64
 #define OMC__FALLBACK_SCAN 64
 
-enum { OMC__BLK_UNUSED = 0, OMC__BLK_FREE = 1, OMC__BLK_USED = 2 };
+#define OMC__ALLOC_MAX_ALIGNMENT (1ull << 32)      /* the slack below must fit 32 bits */
+#define OMC__BLK_USED_BIT (1ull << 63)             /* in size: allocated (capacity < 2^63) */
 
 typedef struct omc__block {
     uint64_t offset;            /* bytes */
-    uint64_t size;              /* bytes, a multiple of the granule */
-    uint64_t requested;         /* bytes asked for (used blocks) */
+    uint64_t size;              /* bytes, a multiple of the granule, | OMC__BLK_USED_BIT when
+                                   allocated; 0 = a spare record */
     uint32_t phys_prev, phys_next;
-    uint32_t link_prev, link_next;  /* size-class list (free) or spare-record list (unused) */
-    uint32_t generation;
-    uint8_t state;
-    uint8_t pad[3];
+    uint32_t w0, w1;            /* free: size-class list prev, next; allocated: generation,
+                                   slack (size - bytes asked for); spare: -, next spare */
 } omc__block;
+
+#define omc__blk_size(b) ((b)->size & ~OMC__BLK_USED_BIT)
+#define omc__blk_used(b) (((b)->size & OMC__BLK_USED_BIT) != 0)
+#define omc__blk_free(b) ((b)->size != 0 && !omc__blk_used(b))
+#define omc__blk_requested(b) (omc__blk_size(b) - (b)->w1)
 
 struct omc_alloc {
     omc_hooks hooks;
@@ -1895,12 +1903,12 @@ OMC__PRIVATE void omc__size_class(uint64_t n, uint32_t* fl, uint32_t* sl) {
 OMC__PRIVATE void omc__blk_link(omc_alloc* a, uint32_t i) {
     omc__block* b = &a->blocks[i];
     uint32_t fl, sl, head;
+    b->size = omc__blk_size(b);
     omc__size_class(b->size >> a->shift, &fl, &sl);
     head = a->heads[fl][sl];
-    b->state = OMC__BLK_FREE;
-    b->link_prev = OMC__NIL;
-    b->link_next = head;
-    if (head != OMC__NIL) a->blocks[head].link_prev = i;
+    b->w0 = OMC__NIL;
+    b->w1 = head;
+    if (head != OMC__NIL) a->blocks[head].w0 = i;
     a->heads[fl][sl] = i;
     a->sl_map[fl] |= 1u << sl;
     a->fl_map |= 1ull << fl;
@@ -1911,14 +1919,14 @@ OMC__PRIVATE void omc__blk_unlink(omc_alloc* a, uint32_t i) {
     omc__block* b = &a->blocks[i];
     uint32_t fl, sl;
     omc__size_class(b->size >> a->shift, &fl, &sl);
-    if (b->link_prev != OMC__NIL) a->blocks[b->link_prev].link_next = b->link_next;
-    else a->heads[fl][sl] = b->link_next;
-    if (b->link_next != OMC__NIL) a->blocks[b->link_next].link_prev = b->link_prev;
+    if (b->w0 != OMC__NIL) a->blocks[b->w0].w1 = b->w1;
+    else a->heads[fl][sl] = b->w1;
+    if (b->w1 != OMC__NIL) a->blocks[b->w1].w0 = b->w0;
     if (a->heads[fl][sl] == OMC__NIL) {
         a->sl_map[fl] &= ~(1u << sl);
         if (!a->sl_map[fl]) a->fl_map &= ~(1ull << fl);
     }
-    b->link_prev = b->link_next = OMC__NIL;
+    b->w0 = b->w1 = OMC__NIL;
     a->free_count--;
 }
 
@@ -1940,18 +1948,18 @@ OMC__PRIVATE int omc__blk_reserve(omc_alloc* a) {
 
 OMC__PRIVATE uint32_t omc__blk_new(omc_alloc* a) {
     uint32_t i;
-    if (a->spare != OMC__NIL) { i = a->spare; a->spare = a->blocks[i].link_next; }
+    if (a->spare != OMC__NIL) { i = a->spare; a->spare = a->blocks[i].w1; }
     else i = a->count++;
     memset(&a->blocks[i], 0, sizeof(omc__block));
     a->blocks[i].phys_prev = a->blocks[i].phys_next = OMC__NIL;
-    a->blocks[i].link_prev = a->blocks[i].link_next = OMC__NIL;
+    a->blocks[i].w0 = a->blocks[i].w1 = OMC__NIL;
     return i;
 }
 
 OMC__PRIVATE void omc__blk_retire(omc_alloc* a, uint32_t i) {
-    a->blocks[i].state = OMC__BLK_UNUSED;
-    a->blocks[i].generation = 0;
-    a->blocks[i].link_next = a->spare;
+    a->blocks[i].size = 0;
+    a->blocks[i].w0 = 0;
+    a->blocks[i].w1 = a->spare;
     a->spare = i;
 }
 
@@ -1978,7 +1986,7 @@ OMC__PRIVATE uint32_t omc__blk_find(omc_alloc* a, uint64_t n) {
 OMC__PRIVATE uint32_t omc__blk_find_exact(omc_alloc* a, uint64_t n) {
     uint32_t fl, sl, i, steps = 0;
     omc__size_class(n, &fl, &sl);
-    for (i = a->heads[fl][sl]; i != OMC__NIL && steps < OMC__FALLBACK_SCAN; i = a->blocks[i].link_next, steps++)
+    for (i = a->heads[fl][sl]; i != OMC__NIL && steps < OMC__FALLBACK_SCAN; i = a->blocks[i].w1, steps++)
         if ((a->blocks[i].size >> a->shift) >= n) return i;
     return OMC__NIL;
 }
@@ -1998,8 +2006,9 @@ OMNICONN_API omc_result omc_alloc_create(const omc_alloc_desc* desc, omc_alloc**
     if (!desc) return OMC_ERR_INVALID_ARG;
     hooks = omc__hooks_resolve(&desc->hooks);
     align = desc->alignment ? desc->alignment : OMNICONN_DEFAULT_ALIGNMENT;
-    if (align & (align - 1)) {
-        OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "alignment %llu is not a power of two", (unsigned long long)align);
+    if ((align & (align - 1)) || align > OMC__ALLOC_MAX_ALIGNMENT) {
+        OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "alignment %llu is not a power of two up to 2^32",
+                 (unsigned long long)align);
         return OMC_ERR_INVALID_ARG;
     }
     cap = desc->capacity & ~(align - 1);
@@ -2077,15 +2086,15 @@ OMC__PRIVATE omc_result omc__alloc_locked(omc_alloc* a, uint64_t size, omc_range
         omc__blk_link(a, j);
     }
     b = &a->blocks[i];
-    b->state = OMC__BLK_USED;
-    b->requested = size;
-    b->generation = omc__next_generation(a);
     a->in_use += b->size;
+    b->size |= OMC__BLK_USED_BIT;
+    b->w0 = omc__next_generation(a);
+    b->w1 = (uint32_t)(need - size);    /* < granule <= 2^32 */
     a->requested += size;
     a->live++;
     out->offset = b->offset;
     out->size = size;
-    out->generation = b->generation;
+    out->generation = b->w0;
     out->slot = i;
     return OMC_OK;
 }
@@ -2098,12 +2107,12 @@ OMC__PRIVATE omc_result omc__alloc_classify(const omc_alloc* a, omc_range r) {
     end = r.offset + r.size;
     for (i = 0; i != OMC__NIL; i = a->blocks[i].phys_next) {
         const omc__block* b = &a->blocks[i];
-        uint64_t bend = b->offset + b->size;
+        uint64_t bend = b->offset + omc__blk_size(b);
         if (r.offset >= bend) continue;
-        if (b->state == OMC__BLK_USED) {
+        if (omc__blk_used(b)) {
             if (b->offset == r.offset) {
-                if (b->generation != r.generation) return OMC_ERR_STALE;
-                return (b->requested == r.size) ? OMC_OK : OMC_ERR_OVERLAP;
+                if (b->w0 != r.generation) return OMC_ERR_STALE;
+                return (omc__blk_requested(b) == r.size) ? OMC_OK : OMC_ERR_OVERLAP;
             }
             return end <= bend ? OMC_ERR_INVALID_FREE : OMC_ERR_OVERLAP;
         }
@@ -2119,9 +2128,9 @@ OMC__PRIVATE omc_result omc__alloc_lookup(const omc_alloc* a, omc_range r) {
     if (r.size == 0 || r.offset >= a->capacity || r.size > a->capacity - r.offset) return OMC_ERR_INVALID_FREE;
     if (r.slot < a->count) {
         const omc__block* b = &a->blocks[r.slot];
-        if (b->state == OMC__BLK_USED && b->offset == r.offset) {
-            if (b->generation != r.generation) return OMC_ERR_STALE;
-            return (b->requested == r.size) ? OMC_OK : OMC_ERR_OVERLAP;
+        if (omc__blk_used(b) && b->offset == r.offset) {
+            if (b->w0 != r.generation) return OMC_ERR_STALE;
+            return (omc__blk_requested(b) == r.size) ? OMC_OK : OMC_ERR_OVERLAP;
         }
     }
     {
@@ -2133,13 +2142,12 @@ OMC__PRIVATE omc_result omc__alloc_lookup(const omc_alloc* a, omc_range r) {
 OMC__PRIVATE void omc__alloc_release(omc_alloc* a, uint32_t i) {
     omc__block* b = &a->blocks[i];
     uint32_t p = b->phys_prev, n = b->phys_next;
-    a->in_use -= b->size;
-    a->requested -= b->requested;
+    a->in_use -= omc__blk_size(b);
+    a->requested -= omc__blk_requested(b);
     a->live--;
-    b->state = OMC__BLK_FREE;
-    b->requested = 0;
-    b->generation = 0;
-    if (p != OMC__NIL && a->blocks[p].state == OMC__BLK_FREE) {   /* merge into the left neighbour */
+    b->size = omc__blk_size(b);     /* free now (linked below) */
+    b->w0 = b->w1 = OMC__NIL;
+    if (p != OMC__NIL && omc__blk_free(&a->blocks[p])) {   /* merge into the left neighbour */
         omc__blk_unlink(a, p);
         a->blocks[p].size += b->size;
         a->blocks[p].phys_next = n;
@@ -2148,7 +2156,7 @@ OMC__PRIVATE void omc__alloc_release(omc_alloc* a, uint32_t i) {
         i = p;
     }
     n = a->blocks[i].phys_next;
-    if (n != OMC__NIL && a->blocks[n].state == OMC__BLK_FREE) {   /* absorb the right neighbour */
+    if (n != OMC__NIL && omc__blk_free(&a->blocks[n])) {   /* absorb the right neighbour */
         uint32_t nn = a->blocks[n].phys_next;
         omc__blk_unlink(a, n);
         a->blocks[i].size += a->blocks[n].size;
@@ -2232,7 +2240,7 @@ OMNICONN_API void omc_alloc_get_stats(omc_alloc* a, omc_alloc_stats* out) {
     omc__alloc_lock(a);
     if (a->fl_map) {    /* the largest block sits in the highest non-empty class */
         uint32_t fl = omc__msb64(a->fl_map), sl = 31u - (uint32_t)__builtin_clz(a->sl_map[fl]), i;
-        for (i = a->heads[fl][sl]; i != OMC__NIL; i = a->blocks[i].link_next)
+        for (i = a->heads[fl][sl]; i != OMC__NIL; i = a->blocks[i].w1)
             largest = omc__max(largest, a->blocks[i].size);
     }
     free_bytes = a->capacity - a->in_use;
@@ -2254,13 +2262,14 @@ OMNICONN_API omc_result omc_alloc_validate(omc_alloc* a) {
     omc__alloc_lock(a);
     for (i = 0; i != OMC__NIL; prev = i, i = a->blocks[i].phys_next) {
         const omc__block* b = &a->blocks[i];
-        if (i >= a->count || b->offset != expect || b->size == 0 || (b->size & (a->granule - 1)) ||
-            b->phys_prev != prev || (b->state != OMC__BLK_FREE && b->state != OMC__BLK_USED)) { res = OMC_ERR_INTERNAL; break; }
-        if (b->state == OMC__BLK_FREE) {
+        uint64_t size = omc__blk_size(b);
+        if (i >= a->count || b->offset != expect || size == 0 || (size & (a->granule - 1)) || b->phys_prev != prev ||
+            (omc__blk_used(b) && b->w1 >= size)) { res = OMC_ERR_INTERNAL; break; }
+        if (omc__blk_free(b)) {
             free_blocks++;
-            if (prev != OMC__NIL && a->blocks[prev].state == OMC__BLK_FREE) { res = OMC_ERR_INTERNAL; break; } /* not coalesced */
-        } else { in_use += b->size; live++; }
-        expect += b->size;
+            if (prev != OMC__NIL && omc__blk_free(&a->blocks[prev])) { res = OMC_ERR_INTERNAL; break; } /* not coalesced */
+        } else { in_use += size; live++; }
+        expect += size;
     }
     if (res == OMC_OK && (expect != a->capacity || in_use != a->in_use || live != a->live || free_blocks != a->free_count))
         res = OMC_ERR_INTERNAL;
@@ -2269,8 +2278,8 @@ OMNICONN_API omc_result omc_alloc_validate(omc_alloc* a) {
             uint32_t head = a->heads[fl][sl], f, s, p = OMC__NIL;
             int bit = (a->sl_map[fl] >> sl) & 1;
             if ((head != OMC__NIL) != bit) { res = OMC_ERR_INTERNAL; break; }
-            for (i = head; i != OMC__NIL; p = i, i = a->blocks[i].link_next) {
-                if (a->blocks[i].state != OMC__BLK_FREE || a->blocks[i].link_prev != p) { res = OMC_ERR_INTERNAL; break; }
+            for (i = head; i != OMC__NIL; p = i, i = a->blocks[i].w1) {
+                if (!omc__blk_free(&a->blocks[i]) || a->blocks[i].w0 != p) { res = OMC_ERR_INTERNAL; break; }
                 omc__size_class(a->blocks[i].size >> a->shift, &f, &s);
                 if (f != fl || s != sl) { res = OMC_ERR_INTERNAL; break; }
                 listed++;

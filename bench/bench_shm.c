@@ -4,6 +4,9 @@
    usage: bench_shm [out.json]            (make bench-shm writes bench/results/shm.json)
    env:   BENCH_SHM_QUICK=1               a fast smoke run (few iterations, no 1 GiB row)
           BENCH_SHM_SIZES=4096,1048576    only these payload sizes (bytes, comma-separated)
+          BENCH_ROUNDS=1                  fewer rounds (1..3; make bench-peers alternates single
+                                          rounds with the other tools and takes medians itself)
+          BENCH_SHM_NO_BASELINE=1         skip the per-request-segment baseline
 
    Per payload size (64 B, 4 KiB, 64 KiB, 1 MiB, 16 MiB, 186 MiB, and 1 GiB if memory allows):
      memcpy_gbps               one thread copies the payload from one private buffer into
@@ -26,6 +29,8 @@
                                (the connector's own waiting: spin 20 us, then futex), takes it,
                                releases it and records now - that time. So: put + wake-up + get
                                + release, one payload at a time.
+     memcpy_pool_gbps          the fair baseline for the stream: the same copy into destinations
+                               cycling through a faulted-in region the size of the stream's pool.
    Throughput figures are the median of ROUNDS interleaved rounds (the machine is shared);
    handoff percentiles are over all samples of all rounds. */
 #define OMNICONN_IMPLEMENTATION
@@ -123,9 +128,37 @@ static double bench_memcpy(uint64_t size, uint64_t reps) {
     return gbps;
 }
 
+/* The fair baseline for a stream: the same copy the producer makes (one source, reused) into
+   destinations that cycle through a faulted-in region as large as the stream's pool, the way the
+   allocator hands out ranges of the pool; above the last-level cache the destination is as cold
+   as the transfer's. */
+static uint64_t pool_for(uint64_t size);
+static double bench_memcpy_pool(uint64_t size, uint64_t reps) {
+    uint64_t region = pool_for(size), stride = (size + 4095) & ~4095ull, slots = region / stride, i;
+    uint8_t* src = (uint8_t*)big_buffer(size, 1);
+    uint8_t* dst = (uint8_t*)big_buffer(region, 2);
+    omc_time_ns t0;
+    double gbps;
+    if (slots == 0) slots = 1;
+    t0 = omc_now_ns();
+    for (i = 0; i < reps; i++) {
+        uint8_t* d = dst + (i % slots) * stride;
+        src[i % size] = (uint8_t)i;
+        memcpy(d, src, (size_t)size);
+        __asm__ __volatile__("" ::"r"(d) : "memory");
+    }
+    gbps = (double)size * (double)reps / (double)(omc_now_ns() - t0);
+    munmap(src, (size_t)size);
+    munmap(dst, (size_t)region);
+    return gbps;
+}
+
 /* ---- omniconn: stream and handoff ------------------------------------------------------------ */
 
 static int nchan;
+/* A private directory on /dev/shm's tmpfs for this run's segments: other programs sweeping
+   /dev/shm (every sender's start does) never see them. */
+static char bench_dir[64];
 
 static omc_conn* shm_conn(const char* ch, omc_role role, uint64_t pool, int no_inline) {
     omc_shm_desc d;
@@ -133,6 +166,7 @@ static omc_conn* shm_conn(const char* ch, omc_role role, uint64_t pool, int no_i
     memset(&d, 0, sizeof(d));
     d.channel = ch;
     d.role = role;
+    d.shm_dir = bench_dir[0] ? bench_dir : NULL;
     d.pool_size = pool;
     d.disable_inline = no_inline;
     d.max_entries = 4096;
@@ -193,7 +227,10 @@ static double bench_omniconn(uint64_t size, uint64_t n, int no_inline, const uin
     memset(&p, 0, sizeof(p));
     p.data = src;
     p.size = 8;
-    if (omc_conn_put(s, "p", "c", "warm", &p, NULL) != OMC_OK) exit(1);
+    {
+        omc_result wr = omc_conn_put(s, "p", "c", "warm", &p, NULL);
+        if (wr != OMC_OK) { fprintf(stderr, "bench_shm: warm-up put failed: %s\n", omc_result_str(wr)); exit(1); }
+    }
     wait_for(&sp->ready, 1);
     p.size = size;
     t0 = omc_now_ns();
@@ -221,13 +258,16 @@ static void bench_handoff(uint64_t size, uint64_t n, uint8_t* src, int64_t* lat,
     pid_t pid;
     snprintf(ch, sizeof(ch), "bench%ldn%d", (long)getpid(), ++nchan);
     s = shm_conn(ch, OMC_ROLE_SENDER, pool_for(size), 0);
-    if (!s) exit(1);
+    if (!s) { fprintf(stderr, "bench_shm: cannot create a %llu-byte pool (handoff)\n", (unsigned long long)pool_for(size)); exit(1); }
     pid = fork();
     if (pid == 0) consumer(ch, sp, n, 1);
     memset(&p, 0, sizeof(p));
     p.data = src;
     p.size = 8;
-    if (omc_conn_put(s, "p", "c", "warm", &p, NULL) != OMC_OK) exit(1);
+    {
+        omc_result wr = omc_conn_put(s, "p", "c", "warm", &p, NULL);
+        if (wr != OMC_OK) { fprintf(stderr, "bench_shm: warm-up put failed (handoff): %s\n", omc_result_str(wr)); exit(1); }
+    }
     wait_for(&sp->ready, 1);
     usleep(1000);
     p.size = size;
@@ -290,7 +330,7 @@ static double bench_per_request(uint64_t size, uint64_t n, const uint8_t* src) {
     omc_time_ns t0;
     double gbps = 0;
     long owner = (long)getpid();
-    if (pipe(fds) != 0) exit(1);
+    if (pipe(fds) != 0) { perror("pipe"); exit(1); }
     pid = fork();
     if (pid == 0) { close(fds[1]); base_consumer(fds[0], sp, size, n, owner); }
     close(fds[0]);
@@ -311,7 +351,7 @@ static double bench_per_request(uint64_t size, uint64_t n, const uint8_t* src) {
         close(fd);
         flock(lfd, LOCK_UN);
         close(lfd);
-        if (write(fds[1], &i, sizeof(i)) != (ssize_t)sizeof(i)) exit(1);   /* "the metadata" */
+        if (write(fds[1], &i, sizeof(i)) != (ssize_t)sizeof(i)) { perror("bench_shm: per-request pipe"); exit(1); }   /* "the metadata" */
     }
     close(fds[1]);
     if (finish_child(pid)) gbps = (double)size * (double)n / (double)(sp->t_end - t0);
@@ -324,7 +364,7 @@ static double bench_per_request(uint64_t size, uint64_t n, const uint8_t* src) {
 typedef struct row {
     uint64_t size;
     uint64_t n_stream, n_base, n_handoff, n_memcpy;
-    double memcpy_gbps[ROUNDS], omc_gbps[ROUNDS], omc_noinline_gbps[ROUNDS], base_gbps[ROUNDS];
+    double memcpy_gbps[ROUNDS], memcpy_pool_gbps[ROUNDS], omc_gbps[ROUNDS], omc_noinline_gbps[ROUNDS], base_gbps[ROUNDS];
     int64_t* lat;
     uint32_t nlat;
     double p50_us, p99_us;
@@ -370,7 +410,9 @@ static double loadavg(void) {
 }
 
 int main(int argc, char** argv) {
-    const int quick = getenv("BENCH_SHM_QUICK") != NULL;
+    const int quick = getenv("BENCH_SHM_QUICK") != NULL, no_base = getenv("BENCH_SHM_NO_BASELINE") != NULL;
+    const int rounds = quick ? 1 : getenv("BENCH_ROUNDS") && atoi(getenv("BENCH_ROUNDS")) >= 1 && atoi(getenv("BENCH_ROUNDS")) <= ROUNDS
+                                       ? atoi(getenv("BENCH_ROUNDS")) : ROUNDS;
     const char* path = argc > 1 ? argv[1] : NULL;
     uint64_t sizes[] = { 64, 4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 186 * MiB, 1 * GiB };
     int nsizes = 7, i, round;
@@ -384,6 +426,8 @@ int main(int argc, char** argv) {
     omc_shm_desc sd;
     memset(&sd, 0, sizeof(sd));
     omc_shm_sweep_dead(&sd, NULL);
+    snprintf(bench_dir, sizeof(bench_dir), "/dev/shm/omniconn-bench-XXXXXX");
+    if (!mkdtemp(bench_dir)) bench_dir[0] = '\0';          /* then /dev/shm itself */
     if (statvfs("/dev/shm", &sv) == 0) shm_free = (uint64_t)sv.f_bavail * sv.f_frsize;
     /* 1 GiB needs ~6 GiB: pool (3 x size) + source + memcpy pair; leave room for everyone else */
     if (quick || avail_kib < 10 * (GiB / KiB) || shm_free < 5 * GiB) nsizes = 6;
@@ -412,14 +456,15 @@ int main(int argc, char** argv) {
         r->n_memcpy = iters(s, quick ? 256 * MiB : 4 * GiB, 4, 4000000);
         r->lat = (int64_t*)calloc(MAX_LAT * ROUNDS, sizeof(int64_t));
     }
-    for (round = 0; round < (quick ? 1 : ROUNDS); round++) {
+    for (round = 0; round < rounds; round++) {
         for (i = 0; i < nsizes; i++) {
             row* r = &rows[i];
             src = (uint8_t*)big_buffer(r->size, 0x5A);
             r->memcpy_gbps[round] = bench_memcpy(r->size, r->n_memcpy);
+            r->memcpy_pool_gbps[round] = bench_memcpy_pool(r->size, r->n_stream);
             r->omc_gbps[round] = bench_omniconn(r->size, r->n_stream, 0, src);
             if (r->size < 64 * KiB) r->omc_noinline_gbps[round] = bench_omniconn(r->size, r->n_stream, 1, src);
-            r->base_gbps[round] = bench_per_request(r->size, r->n_base, src);
+            r->base_gbps[round] = no_base ? 0 : bench_per_request(r->size, r->n_base, src);
             bench_handoff(r->size, r->n_handoff, src, r->lat, &r->nlat, MAX_LAT * ROUNDS);
             printf("  round %d %10llu B: memcpy %6.2f GB/s  omniconn %6.2f GB/s  per-request %6.3f GB/s\n", round,
                    (unsigned long long)r->size, r->memcpy_gbps[round], r->omc_gbps[round], r->base_gbps[round]);
@@ -429,7 +474,7 @@ int main(int argc, char** argv) {
     }
     load1 = loadavg();
     {
-        int nr = quick ? 1 : ROUNDS;
+        int nr = rounds;
         double min_ratio_ge_1m = 1e9, r186 = 0, r4k = 0, p50_small = 0;
         f = path ? fopen(path, "w") : stdout;
         if (!f) { perror(path); return 1; }
@@ -439,28 +484,32 @@ int main(int argc, char** argv) {
                 cpu, sysconf(_SC_NPROCESSORS_ONLN), (double)avail_kib / (1024.0 * 1024.0), (double)shm_free / (double)GiB, load0, load1);
         fprintf(f, "  \"method\": \"two processes per measurement. omniconn_gbps: producer puts (copy path) payloads as fast as the pool "
                    "allows, consumer takes each with a metadata-less get (zero-copy view, bytes not read) and releases it; bytes / "
-                   "(first put .. last release). memcpy_gbps: one thread, one copy between two faulted-in private buffers. "
+                   "(first put .. last release). memcpy_gbps: one thread, one copy between two faulted-in private buffers (warm: small sizes run from cache). "
+                   "memcpy_pool_gbps: the same source copied into destinations cycling through a faulted-in region the size of the "
+                   "stream's pool, as many copies as the stream has transfers (as cold as the transfer's destination; the transfer's "
+                   "first pass through its fresh pool also pays page faults, this baseline does not). "
                    "per_request_segment_gbps: the seed design in C (lock file + flock, new O_EXCL segment, ftruncate, mmap, copy in; "
                    "reader flock, open, fstat, mmap, copy out, unlink segment and lock file), pipelined through a pipe. handoff: "
                    "ping-pong, time stamp in the payload, put -> metadata-less get (spin 20 us then futex) -> release. Throughput "
-                   "figures: median of the rounds; percentiles over all samples.%s\",\n", quick ? " QUICK run: rough figures." : "");
+                   "figures: median of the rounds; percentiles over all samples.%s%s\",\n", quick ? " QUICK run: rough figures." : "", no_base ? " The per-request baseline was skipped (its figures and ratios read 0)." : "");
         fprintf(f, "  \"rounds\": %d,\n  \"rows\": [\n", nr);
         for (i = 0; i < nsizes; i++) {
             row* r = &rows[i];
-            double mc = median3(r->memcpy_gbps, nr), om = median3(r->omc_gbps, nr), ba = median3(r->base_gbps, nr);
+            double mc = median3(r->memcpy_gbps, nr), mp = median3(r->memcpy_pool_gbps, nr), om = median3(r->omc_gbps, nr), ba = median3(r->base_gbps, nr);
             qsort(r->lat, r->nlat, sizeof(int64_t), cmp_i64);
             r->p50_us = r->nlat ? (double)r->lat[r->nlat / 2] / 1000.0 : 0;
             r->p99_us = r->nlat ? (double)r->lat[(r->nlat * 99) / 100] / 1000.0 : 0;
             if (r->size >= MiB && om / mc < min_ratio_ge_1m) min_ratio_ge_1m = om / mc;
-            if (r->size == 186 * MiB) r186 = om / ba;
-            if (r->size == 4 * KiB) r4k = om / ba;
+            if (r->size == 186 * MiB) r186 = (ba > 0 ? om / ba : 0);
+            if (r->size == 4 * KiB) r4k = (ba > 0 ? om / ba : 0);
             if (r->size == 64) p50_small = r->p50_us;
             fprintf(f, "    {\"size_bytes\": %llu, \"omniconn_gbps\": %.4f, ", (unsigned long long)r->size, om);
             if (r->size < 64 * KiB) fprintf(f, "\"omniconn_noinline_gbps\": %.4f, ", median3(r->omc_noinline_gbps, nr));
+            fprintf(f, "\"memcpy_pool_gbps\": %.4f, \"omniconn_vs_memcpy_pool\": %.3f, ", mp, om / mp);
             fprintf(f, "\"memcpy_gbps\": %.4f, \"per_request_segment_gbps\": %.4f, \"handoff_us_p50\": %.3f, \"handoff_us_p99\": %.3f, "
                        "\"omniconn_vs_memcpy\": %.3f, \"omniconn_vs_per_request\": %.1f, \"iterations\": {\"stream\": %llu, \"per_request\": %llu, "
                        "\"handoff\": %u, \"memcpy\": %llu}}%s\n",
-                    mc, ba, r->p50_us, r->p99_us, om / mc, om / ba, (unsigned long long)r->n_stream, (unsigned long long)r->n_base,
+                    mc, ba, r->p50_us, r->p99_us, om / mc, ba > 0 ? om / ba : 0, (unsigned long long)r->n_stream, (unsigned long long)r->n_base,
                     r->nlat, (unsigned long long)r->n_memcpy, i + 1 < nsizes ? "," : "");
         }
         fprintf(f, "  ],\n  \"targets\": {\n");
@@ -473,5 +522,6 @@ int main(int argc, char** argv) {
         fprintf(f, "  }%s\n}\n", nsizes < 7 ? ",\n  \"skipped\": \"1 GiB row: needs MemAvailable >= 10 GiB and /dev/shm free >= 5 GiB (or QUICK run)\"" : "");
         if (path) { fclose(f); printf("bench_shm: wrote %s\n", path); }
     }
+    if (bench_dir[0]) rmdir(bench_dir);
     return 0;
 }

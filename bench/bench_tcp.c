@@ -3,6 +3,9 @@
 
    usage: bench_tcp [out.json]          (make bench-tcp writes bench/results/tcp.json)
    env:   BENCH_TCP_QUICK=1             a fast smoke run (fewer iterations; figures are rough)
+          BENCH_TCP_SIZES=4096,65536    only these payload sizes (bytes, comma-separated, <= 186 MiB)
+          BENCH_ROUNDS=1                fewer rounds (1..3; make bench-peers alternates single rounds
+                                        with the other tools and takes medians itself)
 
    Method. A child process (forked before anything else exists) is the server side: an omniconn
    sender connector, a plain TCP server thread and a libzmq REP server thread. The parent is the
@@ -43,9 +46,10 @@
 #define ROUNDS 3
 #define MAX_SIZE (186 * MiB)
 
-static const uint64_t sizes[] = { 4 * KiB, 1 * MiB, 16 * MiB, 186 * MiB };
-#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
-static int quick;
+#define MAX_SIZES 8
+static uint64_t sizes[MAX_SIZES] = { 4 * KiB, 1 * MiB, 16 * MiB, 186 * MiB };
+static size_t nsizes = 4;
+static int quick, nr = ROUNDS;
 
 static double now_us(void) {
     struct timespec ts;
@@ -65,10 +69,12 @@ static double percentile(double* v, int n, double p) {
     return v[i];
 }
 
-static double median3(double a, double b, double c) {
-    double v[3];
-    v[0] = a; v[1] = b; v[2] = c;
-    return percentile(v, 3, 0.5);
+/* the median of the nr rounds' figures */
+static double med(const double* a) {
+    double v[ROUNDS];
+    int i;
+    for (i = 0; i < nr; i++) v[i] = a[i];
+    return percentile(v, nr, 0.5);
 }
 
 static int iterations_for(uint64_t size) {
@@ -335,7 +341,7 @@ int main(int argc, char** argv) {
     omc_tcp_desc d;
     omc_conn* r = NULL;
     uint8_t* buf;
-    row rows[NSIZES];
+    row rows[MAX_SIZES];
     double rtt_o[ROUNDS], rtt_z[ROUNDS], rtt_o99[ROUNDS], rtt_z99[ROUNDS];
     void *zctx, *req;
     struct sockaddr_in a;
@@ -343,6 +349,19 @@ int main(int argc, char** argv) {
     int round;
     double load0[3] = {0, 0, 0}, load1[3] = {0, 0, 0};
     quick = getenv("BENCH_TCP_QUICK") != NULL;
+    if (getenv("BENCH_ROUNDS") && atoi(getenv("BENCH_ROUNDS")) >= 1 && atoi(getenv("BENCH_ROUNDS")) <= ROUNDS) nr = atoi(getenv("BENCH_ROUNDS"));
+    if (getenv("BENCH_TCP_SIZES")) {       /* a subset or other sizes, up to MAX_SIZE each */
+        const char* p = getenv("BENCH_TCP_SIZES");
+        nsizes = 0;
+        while (*p && nsizes < MAX_SIZES) {
+            char* end;
+            uint64_t v = strtoull(p, &end, 10);
+            if (end == p) break;
+            if (v && v <= MAX_SIZE) sizes[nsizes++] = v;
+            p = *end ? end + 1 : end;
+        }
+        if (!nsizes) { fprintf(stderr, "bench_tcp: BENCH_TCP_SIZES: no size in 1..%llu\n", (unsigned long long)MAX_SIZE); return 2; }
+    }
     getloadavg(load0, 3);
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
     pid = fork();        /* before any thread or ZMQ context exists in this process */
@@ -368,32 +387,32 @@ int main(int argc, char** argv) {
     zmq_setsockopt(req, ZMQ_LINGER, &zero, sizeof(zero));
     zmq_connect(req, zep);
 
-    for (i = 0; i < NSIZES; i++) {
+    for (i = 0; i < nsizes; i++) {
         uint8_t* meta;
         char key[32];
         int iters = iterations_for(sizes[i]);
         rows[i].size = sizes[i];
         rows[i].iterations = iters;
         snprintf(key, sizeof(key), "p%zu", i);
-        meta = put_remote(sv[0], key, sizes[i], (uint32_t)(ROUNDS * 2 * (iters + 2) + 4), &n);
-        for (round = 0; round < ROUNDS; round++)
+        meta = put_remote(sv[0], key, sizes[i], (uint32_t)(nr * 2 * (iters + 2) + 4), &n);
+        for (round = 0; round < nr; round++)
             size_round(r, tfd, buf, key, meta, n, sizes[i], iters, &rows[i].omc_gbps[round], &rows[i].metaless_gbps[round],
                        &rows[i].raw_gbps[round]);
         clean_remote(sv[0], key);
         free(meta);
         fprintf(stderr, "bench_tcp: %llu B: omniconn %.3f GB/s, metadata-less %.3f GB/s, raw TCP %.3f GB/s\n",
-                (unsigned long long)sizes[i], median3(rows[i].omc_gbps[0], rows[i].omc_gbps[1], rows[i].omc_gbps[2]),
-                median3(rows[i].metaless_gbps[0], rows[i].metaless_gbps[1], rows[i].metaless_gbps[2]),
-                median3(rows[i].raw_gbps[0], rows[i].raw_gbps[1], rows[i].raw_gbps[2]));
+                (unsigned long long)sizes[i], med(rows[i].omc_gbps),
+                med(rows[i].metaless_gbps),
+                med(rows[i].raw_gbps));
     }
     free(put_remote(sv[0], "rtt", 64, 1, &n));
-    for (round = 0; round < ROUNDS; round++)
+    for (round = 0; round < nr; round++)
         rtt_round(r, req, quick ? 200 : 2000, &rtt_o[round], &rtt_z[round], &rtt_o99[round], &rtt_z99[round], &qbytes);
     getloadavg(load1, 3);
 
     {
         FILE* f = out_path ? fopen(out_path, "w") : stdout;
-        double min_ratio = 1e9, o50 = median3(rtt_o[0], rtt_o[1], rtt_o[2]), z50 = median3(rtt_z[0], rtt_z[1], rtt_z[2]);
+        double min_ratio = 1e9, o50 = med(rtt_o), z50 = med(rtt_z);
         int met_tp;
         if (!f) { perror(out_path); return 1; }
         cpu_name(cpu, sizeof(cpu));
@@ -407,20 +426,21 @@ int main(int argc, char** argv) {
                    "written from and read into faulted-in buffers. query_rtt: omc_tcp_query of an existing key vs a bare libzmq "
                    "REQ/REP round trip of the same bytes (the QUERY frame out, a QUERY_REPLY-sized frame back). The ways compared "
                    "take turns in blocks of a tenth of a round (same load for all, each still back to back); per-iteration times; throughput = size / median time; "
-                   "each figure is the median of %d rounds. GB/s = 1e9 B/s.\",\n", ROUNDS);
+                   "each figure is the median of %d rounds. GB/s = 1e9 B/s.\",\n", nr);
         fprintf(f, "  \"quick\": %s,\n  \"rows\": [\n", quick ? "true" : "false");
-        for (i = 0; i < NSIZES; i++) {
-            double o = median3(rows[i].omc_gbps[0], rows[i].omc_gbps[1], rows[i].omc_gbps[2]);
-            double ml = median3(rows[i].metaless_gbps[0], rows[i].metaless_gbps[1], rows[i].metaless_gbps[2]);
-            double t = median3(rows[i].raw_gbps[0], rows[i].raw_gbps[1], rows[i].raw_gbps[2]);
+        for (i = 0; i < nsizes; i++) {
+            double o = med(rows[i].omc_gbps);
+            double ml = med(rows[i].metaless_gbps);
+            double t = med(rows[i].raw_gbps);
             if (rows[i].size >= MiB && o / t < min_ratio) min_ratio = o / t;
             fprintf(f, "    {\"size_bytes\": %llu, \"omniconn_gbps\": %.4f, \"omniconn_metaless_gbps\": %.4f, \"raw_tcp_gbps\": %.4f, "
-                       "\"omniconn_vs_raw_tcp\": %.3f, \"iterations\": %d},\n",
-                    (unsigned long long)rows[i].size, o, ml, t, o / t, rows[i].iterations);
+                       "\"omniconn_vs_raw_tcp\": %.3f, \"omniconn_get_us_p50\": %.2f, \"raw_tcp_us_p50\": %.2f, \"iterations\": %d},\n",
+                    (unsigned long long)rows[i].size, o, ml, t, o / t, (double)rows[i].size / (o * 1e3), (double)rows[i].size / (t * 1e3),
+                    rows[i].iterations);
         }
         fprintf(f, "    {\"case\": \"query_rtt\", \"size_bytes\": %u, \"omniconn_us_p50\": %.2f, \"raw_zmq_us_p50\": %.2f, "
                    "\"omniconn_us_p99\": %.2f, \"raw_zmq_us_p99\": %.2f, \"omniconn_vs_raw_zmq\": %.3f, \"iterations\": %d}\n  ],\n",
-                qbytes, o50, z50, median3(rtt_o99[0], rtt_o99[1], rtt_o99[2]), median3(rtt_z99[0], rtt_z99[1], rtt_z99[2]), o50 / z50,
+                qbytes, o50, z50, med(rtt_o99), med(rtt_z99), o50 / z50,
                 quick ? 200 : 2000);
         met_tp = min_ratio >= 0.8;
         fprintf(f, "  \"targets\": {\n");

@@ -9,12 +9,13 @@ set -euo pipefail
 #   libibverbs-dev      verbs headers        ibverbs-providers  rdma_rxe user-space provider
 #   rdma-core iproute2  rdma link add        ibverbs-utils      ibv_devinfo
 #   perftest            ib_write_bw baseline  gnuplot-nox       the bench plot
+#   ucx-utils iperf3    the peers in make bench-peers (ucx_perftest, iperf3)
 #   qemu-system-x86 busybox-static cpio kmod   the Soft-RoCE test bed (tests/rdma/bed.sh)
 #   python3-pytest python3-msgpack   the Python package's tests, its vLLM-Omni metadata/objects
 #   python3-numpy python3-torch      zero-copy array and tensor views (optional for users)
 #   pkg-config cmake                 tests/install: building against an installed copy
 PKGS=(build-essential clang libclang-rt-14-dev libzmq3-dev libibverbs-dev ibverbs-providers ibverbs-utils
-      rdma-core iproute2 perftest gnuplot-nox qemu-system-x86 busybox-static cpio kmod
+      rdma-core iproute2 perftest gnuplot-nox ucx-utils iperf3 qemu-system-x86 busybox-static cpio kmod
       python3-pytest python3-msgpack python3-numpy python3-torch pkg-config cmake)
 [ "${OMC_DEPS_MINIMAL:-0}" = 1 ] && PKGS=(build-essential libzmq3-dev libibverbs-dev)   # the demo: verbs headers, loaded at run time
 

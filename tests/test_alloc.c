@@ -354,6 +354,19 @@ OMC_TEST(alloc_create_checks_its_desc) {
     CHECK_RES(omc_alloc_create(&d, &a), OMC_ERR_INVALID_ARG);
     d.capacity = 1 << 20; d.alignment = 96;                         /* not a power of two */
     CHECK_RES(omc_alloc_create(&d, &a), OMC_ERR_INVALID_ARG);
+    d.alignment = 1ull << 33;                                       /* more than 2^32 */
+    CHECK_RES(omc_alloc_create(&d, &a), OMC_ERR_INVALID_ARG);
+    d.alignment = 1ull << 32; d.capacity = 1ull << 34;              /* 2^32 is the largest */
+    CHECK_OK(omc_alloc_create(&d, &a));
+    {
+        omc_range r;
+        CHECK_OK(omc_alloc_alloc(a, 1, &r));                        /* the largest slack: 2^32 - 1 */
+        CHECK_EQ(r.size, 1);
+        CHECK_RES(omc_alloc_free(a, (omc_range){r.offset, 2, r.generation, r.slot}), OMC_ERR_OVERLAP);
+        CHECK_OK(omc_alloc_validate(a));
+        CHECK_OK(omc_alloc_free(a, r));
+    }
+    omc_alloc_destroy(a);
     d.alignment = 0; d.capacity = ~0ull;                            /* more than 2^63 */
     CHECK_RES(omc_alloc_create(&d, &a), OMC_ERR_INVALID_ARG);
     CHECK_RES(omc_alloc_create(NULL, &a), OMC_ERR_INVALID_ARG);

@@ -1,10 +1,13 @@
-/* The command-line tool (tools/omniconn.c, compiled into this binary without its main()):
-   `bench` over the same-process, shared-memory and TCP transports (table, JSON, the plot with and
-   without gnuplot, bad arguments, RDMA unavailable), and `doctor` (a clean config, port
-   collisions, a broken config, an RDMA config on a host without RDMA, segments left by a dead
-   owner, --sweep). Every run is a child process with its output captured. */
+/* The command-line tool (tools/omniconn_cli.c, compiled into this binary without its main()):
+   `help` and `version`; `bench` over the same-process, shared-memory and TCP transports (table,
+   JSON, the plot with and without gnuplot, bad arguments named in the message, RDMA unavailable,
+   the memory it reserves said first and refused when not there, --duration, copy puts, pinning,
+   Gb/s, message rate and latency percentiles, its segment removed on SIGTERM), and `doctor` (a
+   clean config, port collisions, a broken config, an RDMA config on a host without RDMA, segments
+   left by a dead owner, --sweep and the free space counted after it). Every run is a child
+   process with its output captured. */
 #define OMNICONN_CLI_NO_MAIN
-#include "tools/omniconn.c"         /* defines OMNICONN_IMPLEMENTATION, includes the headers */
+#include "tools/omniconn_cli.c"         /* defines OMNICONN_IMPLEMENTATION, includes the headers */
 #include "omc_test.h"
 
 /* ThreadSanitizer: libzmq is not instrumented (see tests/test_tcp.c); ignore what happens inside it. */
@@ -119,7 +122,8 @@ static void bench_small(const char* transport) {
         const char* args[] = { "bench", "--transport", transport, "--sizes", "4K,256K", "--iters", "40", "--json", json, NULL };
         cli(&r, NULL, args);
     }
-    bad = r.status != 0 || !has(&r, "4 KiB") || !has(&r, "256 KiB") || !has(&r, "lat p50 us") || !json_ok(json, transport, 2);
+    bad = r.status != 0 || !has(&r, "4 KiB") || !has(&r, "256 KiB") || !has(&r, "p99.9") || !has(&r, "reserving ") ||
+          !has(&r, "GB/s = 10^9 bytes/s") || !json_ok(json, transport, 2);
     CHECK(!bad);
     show_if(&r, bad);
     unlink(json);
@@ -174,7 +178,52 @@ OMC_TEST(bench_bad_arguments) {
     {
         const char* args[] = { "bench", "--iters", "0", NULL };
         cli(&r, NULL, args);
-        CHECK(r.status == 2 && has(&r, "usage: omniconn bench"));
+        CHECK(r.status == 2 && has(&r, "--iters '0' is not a positive number"));
+    }
+    {
+        const char* args[] = { "bench", "--frobnicate", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "omniconn bench: unknown option '--frobnicate'"));
+    }
+    {
+        const char* args[] = { "bench", "--json", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "option '--json' needs a value"));
+    }
+    {
+        const char* args[] = { "bench", "shm", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "unexpected argument 'shm'"));
+    }
+    {
+        const char* args[] = { "bench", "--put", "sideways", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--put 'sideways' is not copy or zero-copy"));
+    }
+    {
+        const char* args[] = { "bench", "--cpus", "0", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--cpus '0' is not two CPU numbers"));
+    }
+    {
+        const char* args[] = { "bench", "--inflight", "0", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--inflight '0' is not a number of transfers"));
+    }
+    {
+        const char* args[] = { "bench", "--duration", "-1", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--duration '-1' is not a number of seconds"));
+    }
+    {
+        const char* args[] = { "bench", "--sizes", "1M", "--pool", "64K", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--pool 64 KiB cannot hold one 1 MiB payload"));
+    }
+    {
+        const char* args[] = { "doctor", "--frobnicate", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "omniconn doctor: unknown option '--frobnicate'"));
     }
     {
         const char* args[] = { "bench", "-h", NULL };
@@ -186,6 +235,84 @@ OMC_TEST(bench_bad_arguments) {
         cli(&r, NULL, args);
         CHECK(r.status == 2 && has(&r, "unknown command 'frobnicate'"));
     }
+}
+
+OMC_TEST(help_and_version_are_listed) {
+    static cli_run r;
+    {
+        const char* args[] = { "help", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 0 && has(&r, "omniconn help") && has(&r, "omniconn version") && has(&r, "omniconn bench") && has(&r, "omniconn doctor"));
+    }
+    {
+        const char* args[] = { "help", "bench", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 0 && has(&r, "--duration SEC") && has(&r, "--force"));
+    }
+    {
+        const char* args[] = { "help", "pigeon", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "unknown command 'pigeon'"));
+    }
+    {
+        const char* args[] = { "version", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 0 && has(&r, omc_version_string()));
+    }
+}
+
+/* A pool far beyond this host's memory: said, refused before anything is reserved, unless forced
+   (not tried: it would reserve it). */
+OMC_TEST(bench_refuses_more_memory_than_available) {
+    static cli_run r;
+    const char* args[] = { "bench", "--transport", "tcp", "--sizes", "4K", "--pool", "1000G", NULL };
+    int bad;
+    cli(&r, NULL, args);
+    bad = r.status != 1 || !has(&r, "reserving 2.0 TiB") || !has(&r, "available (MemAvailable); use smaller --sizes or --pool, or --force") ||
+          has(&r, "setting up");
+    CHECK(!bad);
+    show_if(&r, bad);
+}
+
+/* --duration, copy puts, pinning, Gb/s, at most 4 in flight: the table and the JSON say so; message rate and every
+   latency percentile are there and ordered. */
+OMC_TEST(bench_duration_copy_put_pinned_gbits) {
+    static cli_run r;
+    char json[64];
+    char* j;
+    double rate = 0, mn = 0, p50 = 0, p999 = 0, mx = 0;
+    const char* q;
+    int bad;
+    snprintf(json, sizeof(json), "/tmp/omc_cli_%ld_dur.json", (long)getpid());
+    {
+        const char* args[] = { "bench", "--sizes", "4K", "--duration", "0.2", "--put", "copy", "--cpus", "0,0", "--gbits", "--inflight", "4",
+                               "--json", json, NULL };
+        cli(&r, NULL, args);
+    }
+    j = slurp(json);
+    bad = r.status != 0 || !j || !has(&r, "Gb/s = 10^9 bits/s") || !has(&r, "put = copy from the caller's memory") || !has(&r, "msg/s") ||
+          !has(&r, "in flight: at most 4");
+    if (j) {
+        bad |= !strstr(j, "\"put\": \"copy\"") || !strstr(j, "\"cpu_producer\": 0") || !strstr(j, "\"duration_s\": 0.200") ||
+               !strstr(j, "\"inflight\": 4");
+        const char* res = strstr(j, "\"results\"");       /* past "units", which names the same fields */
+        q = res ? strstr(res, "\"msg_rate\": ") : NULL;
+        bad |= !q || sscanf(q + 12, "%lf", &rate) != 1 || !(rate > 0);
+        q = res ? strstr(res, "\"lat_min_us\": ") : NULL;
+        bad |= !q || sscanf(q + 14, "%lf", &mn) != 1;
+        q = res ? strstr(res, "\"lat_p50_us\": ") : NULL;
+        bad |= !q || sscanf(q + 14, "%lf", &p50) != 1;
+        q = res ? strstr(res, "\"lat_p999_us\": ") : NULL;
+        bad |= !q || sscanf(q + 15, "%lf", &p999) != 1;
+        q = res ? strstr(res, "\"lat_max_us\": ") : NULL;
+        bad |= !q || sscanf(q + 14, "%lf", &mx) != 1;
+        bad |= !(mn > 0 && mn <= p50 && p50 <= p999 && p999 <= mx);
+    }
+    CHECK(!bad);
+    show_if(&r, bad);
+    if (bad && j) fprintf(stderr, "  json: %s\n", j);
+    free(j);
+    unlink(json);
 }
 
 OMC_TEST(bench_rdma_says_why) {
@@ -333,7 +460,8 @@ OMC_TEST(doctor_dead_owner_leftovers) {
         cli(&r, NULL, args);
     }
     bad = r.status != 0 || !has(&r, "OK    shm leftovers 1 segments of dead owners found, 1 removed") || access(path, F_OK) == 0 ||
-          access(live_path, F_OK) != 0;
+          access(live_path, F_OK) != 0 || !strstr(r.out, " free of ") ||
+          strstr(r.out, " free of ") < strstr(r.out, "shm leftovers");       /* the free space is counted after the sweep */
     CHECK(!bad);
     show_if(&r, bad);
     {
@@ -342,6 +470,48 @@ OMC_TEST(doctor_dead_owner_leftovers) {
     }
     CHECK(has(&r, "OK    shm leftovers 1 omniconn segments in"));       /* the live sender's */
     omc_conn_destroy(live);
+    remove_dir(dir);
+}
+
+/* SIGTERM in the middle of a run: the producer's segment goes with it. */
+OMC_TEST(bench_sigterm_removes_its_segment) {
+    const char* dir = private_shm_dir();
+    pid_t pid;
+    int st = 0, seen = 0, left = 0, i;
+    REQUIRE(dir);
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid == 0) {
+        char* argv[] = { (char*)"omniconn", (char*)"bench", (char*)"--sizes", (char*)"4K", (char*)"--duration", (char*)"20",
+                         (char*)"--shm-dir", (char*)dir, (char*)"--no-progress", NULL };
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);
+        dup2(devnull, 2);
+        exit(omniconn_main(9, argv));
+    }
+    for (i = 0; i < 200 && !seen; i++) {        /* up to 10 s for the segment to appear */
+        DIR* d = opendir(dir);
+        struct dirent* de;
+        while (d && (de = readdir(d)) != NULL) if (strncmp(de->d_name, "omc-", 4) == 0) seen = 1;
+        if (d) closedir(d);
+        if (!seen) usleep(50000);
+    }
+    usleep(300000);                             /* into the measurement */
+    kill(pid, SIGTERM);
+    waitpid(pid, &st, 0);
+    for (i = 0; i < 100; i++) {                 /* the consumer ends on EOF */
+        DIR* d = opendir(dir);
+        struct dirent* de;
+        left = 0;
+        while (d && (de = readdir(d)) != NULL) if (strncmp(de->d_name, "omc-", 4) == 0) left++;
+        if (d) closedir(d);
+        if (!left) break;
+        usleep(20000);
+    }
+    CHECK(seen);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+    CHECK_EQ(left, 0);
     remove_dir(dir);
 }
 

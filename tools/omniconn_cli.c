@@ -1,4 +1,4 @@
-/* omniconn.c - the omniconn command-line tool, built from the headers.
+/* omniconn_cli.c - the omniconn command-line tool, built from the headers.
 
      omniconn bench   throughput and latency of a transport across a size sweep, like perftest's
                       ib_write_bw for any omniconn transport: a producer and a consumer in two
@@ -9,8 +9,8 @@
                       libzmq and libibverbs
 
    Build: make cli      (or, from the repository root, one line:
-          cc -std=c99 -O2 -I. tools/omniconn.c -o omniconn -lzmq -ldl -lpthread -lm)
-   Run:   omniconn bench -h, omniconn doctor -h. docs/cli.md shows both on real runs. */
+          cc -std=c99 -O2 -I. tools/omniconn_cli.c -o omniconn -lzmq -ldl -lpthread -lm)
+   Run:   omniconn help, omniconn bench -h, omniconn doctor -h. docs/cli.md shows them on real runs. */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
 #include "omniconn_shm.h"
@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -153,10 +154,10 @@ static void json_string(FILE* f, const char* s) {
 */
 
 #define BENCH_MAX_SIZES 32
-#define BENCH_MAX_LAT 1000
+#define BENCH_MAX_LAT 10000
 #define BENCH_WARMUP 3
 
-enum { MSG_DATA = 1, MSG_LAT = 2, MSG_SYNC = 3, MSG_QUIT = 4 };
+enum { MSG_DATA = 1, MSG_LAT = 2, MSG_SYNC = 3, MSG_QUIT = 4, MSG_DATA_ACK = 5 };   /* DATA_ACK: DATA, acked (--inflight) */
 
 typedef struct bench_msg {
     uint32_t kind;
@@ -188,12 +189,20 @@ typedef struct bench_opts {
     int progress;               /* 1 on, 0 off, -1 = when stderr is a terminal */
     const char* host;           /* tcp: the producer's address */
     const char* shm_dir;
+    double duration;            /* seconds per size for the throughput phase (0 = 1 s); latency: half */
+    uint64_t pool;              /* bytes per pool (0 = four of the largest payloads + 1 MiB, 64 MiB at least) */
+    int copy_put;               /* put from the caller's memory (the connector copies) instead of alloc + memcpy + zero-copy put */
+    int gbits;                  /* report Gb/s (10^9 bits/s) instead of GB/s (10^9 bytes/s) */
+    int force;                  /* reserve more memory than is available */
+    int cpu_producer, cpu_consumer; /* -1 = not pinned */
+    long inflight;              /* at most this many transfers put and not yet released (0 = as many as the pool holds) */
 } bench_opts;
 
 typedef struct bench_row {
     uint64_t size;
     long iters, lat_iters;
-    double gbps, memcpy_gbps, p50_us, p99_us;
+    double gbps, memcpy_gbps, msg_rate;
+    double min_us, avg_us, p50_us, p99_us, p999_us, max_us;     /* one-way latency, one transfer at a time */
 } bench_row;
 
 typedef struct bench_side {
@@ -205,19 +214,20 @@ typedef struct bench_side {
 /* Without --iters, a size's throughput phase stops after about a second (and at least 16
    transfers) and its latency phase after half a second (at least 10): the sweep takes seconds on
    every transport, whatever it costs per transfer. These are the upper bounds. */
-#define BENCH_PHASE_NS 1000000000LL
+#define BENCH_PHASE_NS 1000000000LL     /* --duration's default */
 #define BENCH_MIN_ITERS 16
 #define BENCH_MIN_LAT 10
 
 static long iters_for(const bench_opts* o, uint64_t size) {
     long n;
     if (o->iters > 0) return o->iters;
+    if (o->duration > 0) return 100000000;     /* the clock decides */
     n = (long)(((uint64_t)512 << 20) / size);
     return n < BENCH_MIN_ITERS ? BENCH_MIN_ITERS : n > 20000 ? 20000 : n;
 }
 
 static long lat_iters_for(const bench_opts* o, uint64_t size) {
-    long n = (long)(((uint64_t)128 << 20) / size);
+    long n = o->duration > 0 ? BENCH_MAX_LAT : (long)(((uint64_t)128 << 20) / size);
     long cap = iters_for(o, size);
     if (n < BENCH_MIN_LAT) n = BENCH_MIN_LAT;
     if (n > BENCH_MAX_LAT) n = BENCH_MAX_LAT;
@@ -234,6 +244,7 @@ static uint64_t max_size(const bench_opts* o) {
 /* Both pools hold at least four of the largest payloads (so the producer can run ahead). */
 static uint64_t pool_for(const bench_opts* o) {
     uint64_t p = 4 * max_size(o) + (1u << 20);
+    if (o->pool) return o->pool;
     return p < (64u << 20) ? (64u << 20) : p;
 }
 
@@ -305,12 +316,12 @@ static int consumer_loop(bench_side* s) {
         if (r == OMC_OK) {
             int64_t now = omc_now_ns();
             if (m.kind == MSG_LAT && m.index < BENCH_MAX_LAT) s->sh->lat[m.index] = now - m.t0;
-            if (m.kind == MSG_DATA) s->sh->last_done = now;
+            if (m.kind == MSG_DATA || m.kind == MSG_DATA_ACK) s->sh->last_done = now;
             if (b.size != m.size || !stamped((const uint8_t*)b.data, b.size, m.index))
                 consumer_error(s->sh, "payload %llu arrived damaged (%llu bytes)", (unsigned long long)m.index, (unsigned long long)b.size);
             omc_buffer_release(&b);
         } else consumer_error(s->sh, "get of payload %llu: %s", (unsigned long long)m.index, omc_result_str(r));
-        if (m.kind == MSG_LAT && write_all(s->ack_fd, &ack, 1) != 0) break;
+        if ((m.kind == MSG_LAT || m.kind == MSG_DATA_ACK) && write_all(s->ack_fd, &ack, 1) != 0) break;
     }
     free(meta);
     return 0;
@@ -343,7 +354,7 @@ static void progress_clear(progress* p) {
 }
 
 /* One transfer: a pool buffer, one memcpy, the stamp, a zero-copy put, the metadata down the pipe. */
-static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint32_t kind, uint64_t index) {
+static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint32_t kind, uint64_t index, int copy_put) {
     omc_buffer buf;
     omc_payload p;
     omc_meta meta;
@@ -352,6 +363,16 @@ static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint
     omc_result r;
     memset(&m, 0, sizeof(m));
     m.t0 = omc_now_ns();
+    if (copy_put) {     /* from the caller's memory: the connector copies it into its pool */
+        stamp((uint8_t*)(uintptr_t)src, size, index);
+        memset(&p, 0, sizeof(p));
+        p.data = src;
+        p.size = size;
+        snprintf(key, sizeof(key), "m%llu", (unsigned long long)index);
+        r = omc_conn_put(s->conn, "producer", "consumer", key, &p, &meta);
+        if (r != OMC_OK) return r;
+        goto send;
+    }
     r = omc_conn_alloc(s->conn, size, omc_deadline_after_ms(30000), &buf);
     if (r != OMC_OK) return r;
     memcpy(buf.data, src, (size_t)size);
@@ -361,6 +382,7 @@ static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint
     snprintf(key, sizeof(key), "m%llu", (unsigned long long)index);
     r = omc_conn_put(s->conn, "producer", "consumer", key, &p, &meta);
     if (r != OMC_OK) { omc_buffer_release(&buf); return r; }
+send:
     m.kind = kind;
     m.meta_len = meta.size;
     m.index = index;
@@ -390,6 +412,10 @@ static double memcpy_gbps(uint8_t* dst, const uint8_t* src, uint64_t size) {
 static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint64_t size, const uint8_t* src, uint8_t* scratch,
                          uint64_t* next_index, bench_row* row) {
     long iters = iters_for(o, size), lat_iters = lat_iters_for(o, size), i;
+    const int64_t phase_ns = o->duration > 0 ? (int64_t)(o->duration * 1e9) : BENCH_PHASE_NS;
+    const int timed = !o->iters;        /* without --iters the clock ends each phase */
+    long acked = 0;
+    double sum = 0;
     omc_time_ns t_first;
     bench_msg m;
     char ack;
@@ -404,27 +430,38 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
     for (i = 0; i < BENCH_WARMUP + lat_iters; i++) {
         /* samples are indexed 0..lat_iters-1; warm-up transfers get numbers beyond them */
         uint64_t index = i < BENCH_WARMUP ? BENCH_MAX_LAT + (uint64_t)i : (uint64_t)(i - BENCH_WARMUP);
-        if (!o->iters && i >= BENCH_WARMUP + BENCH_MIN_LAT && omc_now_ns() - pg->start > BENCH_PHASE_NS / 2) {
+        if (timed && i >= BENCH_WARMUP + BENCH_MIN_LAT && omc_now_ns() - pg->start > phase_ns / 2) {
             lat_iters = i - BENCH_WARMUP;       /* enough samples for this size */
             break;
         }
-        r = produce(s, src, size, MSG_LAT, index);
+        r = produce(s, src, size, MSG_LAT, index, o->copy_put);
         if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); return -1; }
         if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
         progress_tick(pg, "latency", size, i + 1, BENCH_WARMUP + lat_iters, (uint64_t)(i + 1) * size);
     }
     row->lat_iters = lat_iters;
     qsort(s->sh->lat, (size_t)lat_iters, sizeof(int64_t), cmp_i64);
+    for (i = 0; i < lat_iters; i++) sum += (double)s->sh->lat[i];
+    row->min_us = (double)s->sh->lat[0] / 1e3;
+    row->avg_us = sum / (double)lat_iters / 1e3;
     row->p50_us = (double)s->sh->lat[lat_iters / 2] / 1e3;
     row->p99_us = (double)s->sh->lat[(lat_iters * 99) / 100] / 1e3;
+    row->p999_us = (double)s->sh->lat[(lat_iters * 999) / 1000] / 1e3;
+    row->max_us = (double)s->sh->lat[lat_iters - 1] / 1e3;
     /* back to back: the throughput phase */
     pg->start = pg->last = t_first = omc_now_ns();
     for (i = 0; i < iters; i++) {
-        if (!o->iters && i >= BENCH_MIN_ITERS && omc_now_ns() - t_first > BENCH_PHASE_NS) break;
-        r = produce(s, src, size, MSG_DATA, (*next_index)++);
+        if (timed && i >= BENCH_MIN_ITERS && omc_now_ns() - t_first > phase_ns) break;
+        while (o->inflight && i - acked >= o->inflight) {      /* wait for a release */
+            if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+            acked++;
+        }
+        r = produce(s, src, size, o->inflight ? MSG_DATA_ACK : MSG_DATA, (*next_index)++, o->copy_put);
         if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); return -1; }
         progress_tick(pg, "throughput", size, i + 1, iters, (uint64_t)(i + 1) * size);
     }
+    for (; o->inflight && acked < i; acked++)
+        if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
     memset(&m, 0, sizeof(m));
     m.kind = MSG_SYNC;
     if (write_all(s->msg_fd, &m, sizeof(m)) != 0 || read_all(s->ack_fd, &ack, 1) != 0) {
@@ -433,6 +470,7 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
     }
     row->iters = iters = i;
     row->gbps = (double)size * (double)iters / (double)(s->sh->last_done - t_first);
+    row->msg_rate = (double)iters * 1e9 / (double)(s->sh->last_done - t_first);
     progress_clear(pg);
     if (s->sh->errors) { fprintf(stderr, "omniconn bench: %s (%llu errors)\n", s->sh->error_text, (unsigned long long)s->sh->errors); return -1; }
     return 0;
@@ -494,18 +532,26 @@ static void* consumer_thread(void* arg) {
     return NULL;
 }
 
-static void print_row(const bench_row* r) {
+/* The table: throughput and message rate back to back, latency one transfer at a time (us). */
+static void print_header(const bench_opts* o) {
+    printf("\n  %9s  %7s  %8s  %9s  %9s  %8s  %8s  %8s  %8s  %8s  %8s\n", "size", "iters", o->gbits ? "Gb/s" : "GB/s", "msg/s",
+           "vs memcpy", "lat min", "avg", "p50", "p99", "p99.9", "max");
+}
+
+static void print_row(const bench_opts* o, const bench_row* r) {
     char sz[32];
-    /* two decimals, or four below 0.1 GB/s (software RDMA, loopback TCP at 4 KiB): never a 0.00 */
-    printf("  %9s  %7ld  %8.*f  %11.2f  %8.2fx  %10.1f  %10.1f\n", size_text(r->size, sz, sizeof(sz)), r->iters, r->gbps < 0.1 ? 4 : 2,
-           r->gbps, r->memcpy_gbps, r->memcpy_gbps > 0 ? r->gbps / r->memcpy_gbps : 0.0, r->p50_us, r->p99_us);
+    double v = o->gbits ? 8 * r->gbps : r->gbps;
+    /* two decimals, or four below 0.1 (software RDMA, loopback TCP at 4 KiB): never a 0.00 */
+    printf("  %9s  %7ld  %8.*f  %9.0f  %8.2fx  %8.1f  %8.1f  %8.1f  %8.1f  %8.1f  %8.1f\n", size_text(r->size, sz, sizeof(sz)), r->iters,
+           v < 0.1 ? 4 : 2, v, r->msg_rate, r->memcpy_gbps > 0 ? r->gbps / r->memcpy_gbps : 0.0, r->min_us, r->avg_us, r->p50_us, r->p99_us,
+           r->p999_us, r->max_us);
     fflush(stdout);
 }
 
 static const char* bench_method =
     "producer: omc_conn_alloc + one memcpy + zero-copy omc_conn_put; consumer: omc_conn_get(metadata) + release; "
-    "metadata over a pipe; latency = put start -> get returned in the other side, one at a time; "
-    "throughput = back to back; baseline = memcpy of the same size in one process";
+    "metadata over a pipe; latency = put start -> get returned in the other side, one at a time (us); "
+    "throughput = back to back (GB/s = 1e9 bytes/s; msg_rate = transfers/s); baseline = memcpy of the same size in one process";
 
 static int write_json(const bench_opts* o, const bench_row* rows, int n, int processes) {
     FILE* f = fopen(o->json, "w");
@@ -522,15 +568,24 @@ static int write_json(const bench_opts* o, const bench_row* rows, int n, int pro
     json_string(f, o->transport);
     fprintf(f, ",\n  \"processes\": %d,\n  \"host\": ", processes);
     json_string(f, host);
-    fprintf(f, ",\n  \"cpus\": %ld,\n  \"date\": \"%s\",\n  \"method\": ", sysconf(_SC_NPROCESSORS_ONLN), date);
+    {
+        double la[3] = {0, 0, 0};
+        getloadavg(la, 3);
+        fprintf(f, ",\n  \"cpus\": %ld,\n  \"load_average\": %.2f,\n  \"date\": \"%s\",\n", sysconf(_SC_NPROCESSORS_ONLN), la[0], date);
+    }
+    fprintf(f, "  \"options\": {\"put\": \"%s\", \"pool_bytes\": %llu, \"duration_s\": %.3f, \"inflight\": %ld, \"cpu_producer\": %d, "
+               "\"cpu_consumer\": %d},\n", o->copy_put ? "copy" : "zero-copy", (unsigned long long)pool_for(o),
+            o->duration > 0 ? o->duration : (double)BENCH_PHASE_NS / 1e9, o->inflight, o->cpu_producer, o->cpu_consumer);
+    fprintf(f, "  \"units\": {\"gbps\": \"1e9 bytes/s\", \"msg_rate\": \"transfers/s\", \"latency\": \"microseconds, one way\"},\n  \"method\": ");
     json_string(f, bench_method);
     fprintf(f, ",\n  \"results\": [\n");
     for (i = 0; i < n; i++)
-        fprintf(f, "    {\"size\": %llu, \"iters\": %ld, \"gbps\": %.4f, \"memcpy_gbps\": %.4f, \"ratio_vs_memcpy\": %.4f, "
-                   "\"lat_iters\": %ld, \"lat_p50_us\": %.2f, \"lat_p99_us\": %.2f}%s\n",
-                (unsigned long long)rows[i].size, rows[i].iters, rows[i].gbps, rows[i].memcpy_gbps,
-                rows[i].memcpy_gbps > 0 ? rows[i].gbps / rows[i].memcpy_gbps : 0.0, rows[i].lat_iters, rows[i].p50_us, rows[i].p99_us,
-                i + 1 < n ? "," : "");
+        fprintf(f, "    {\"size\": %llu, \"iters\": %ld, \"gbps\": %.4f, \"msg_rate\": %.1f, \"ns_per_transfer\": %.1f, \"memcpy_gbps\": %.4f, "
+                   "\"ratio_vs_memcpy\": %.4f, \"lat_iters\": %ld, \"lat_min_us\": %.2f, \"lat_avg_us\": %.2f, \"lat_p50_us\": %.2f, "
+                   "\"lat_p99_us\": %.2f, \"lat_p999_us\": %.2f, \"lat_max_us\": %.2f}%s\n",
+                (unsigned long long)rows[i].size, rows[i].iters, rows[i].gbps, rows[i].msg_rate, rows[i].msg_rate > 0 ? 1e9 / rows[i].msg_rate : 0.0,
+                rows[i].memcpy_gbps, rows[i].memcpy_gbps > 0 ? rows[i].gbps / rows[i].memcpy_gbps : 0.0, rows[i].lat_iters, rows[i].min_us,
+                rows[i].avg_us, rows[i].p50_us, rows[i].p99_us, rows[i].p999_us, rows[i].max_us, i + 1 < n ? "," : "");
     fprintf(f, "  ]\n}\n");
     if (fclose(f) != 0) { fprintf(stderr, "omniconn bench: cannot write %s\n", o->json); return -1; }
     return 0;
@@ -590,8 +645,89 @@ static void bench_usage(void) {
     printf("  --no-progress    never show progress\n");
     printf("  --host ADDR      tcp: the producer's address               (default 127.0.0.1)\n");
     printf("  --shm-dir DIR    shm: the tmpfs directory                  (default /dev/shm)\n");
-    printf("Latency is one transfer at a time (%d at most per size); the first %d transfers of a size are not counted.\n",
+    printf("  --duration SEC   seconds per size: throughput phase SEC, latency phase SEC/2 (default 1; --iters wins)\n");
+    printf("  --pool SIZE      bytes per pool                            (default 4 x the largest size + 1 MiB, 64 MiB at least)\n");
+    printf("  --put MODE       zero-copy: alloc + memcpy + put of the buffer; copy: put from your memory (default zero-copy)\n");
+    printf("  --inflight N     at most N transfers put and not yet released (default: as many as the pool holds)\n");
+    printf("  --cpus P,C       pin the producer to CPU P and the consumer to CPU C (default: not pinned)\n");
+    printf("  --gbits          report Gb/s (10^9 bits/s) instead of GB/s (10^9 bytes/s)\n");
+    printf("  --force          reserve more memory than this host has available\n");
+    printf("Units: GB/s = 10^9 bytes/s, msg/s = transfers per second, latency in microseconds, one way, one transfer at a\n");
+    printf("time (%d at most per size; p99.9 needs 1000 of them); the first %d transfers of a size are not counted.\n",
            BENCH_MAX_LAT, BENCH_WARMUP);
+}
+
+/* getopt_long with the error messages that name the argument ("omniconn bench: unknown option
+   '--frob'"), not the program's argv[0]. */
+static int next_opt(const char* cmd, int argc, char** argv, const struct option* longs) {
+    int opt;
+    opterr = 0;
+    opt = getopt_long(argc, argv, ":h", longs, NULL);
+    if (opt == '?') fprintf(stderr, "omniconn %s: unknown option '%s' (omniconn %s -h lists them)\n", cmd, argv[optind - 1], cmd);
+    else if (opt == ':') fprintf(stderr, "omniconn %s: option '%s' needs a value\n", cmd, argv[optind - 1]);
+    return opt;
+}
+
+/* ---- memory: say what the run reserves, refuse what is not there ------------------------------ */
+
+static uint64_t meminfo_bytes(const char* field) {
+    char line[256];
+    uint64_t v = 0;
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, field, strlen(field)) == 0) { v = strtoull(line + strlen(field), NULL, 10) * 1024; break; }
+    fclose(f);
+    return v;
+}
+
+/* Pools (the shm producer's in the tmpfs directory, both ends' for tcp/rdma, one double pool for
+   local) plus the source and scratch buffers of the largest size. */
+static int bench_memory_check(const bench_opts* o) {
+    uint64_t pool = pool_for(o), pools, buffers = 2 * max_size(o), need, avail = meminfo_bytes("MemAvailable:"), shm_free = 0;
+    char a[32], b[32], c[32], d[32], e[32];
+    struct statvfs sv;
+    int shm = strcmp(o->transport, "shm") == 0;
+    pools = strcmp(o->transport, "local") == 0 ? 2 * pool : shm ? pool : 2 * pool;
+    need = pools + buffers;
+    fprintf(stderr, "omniconn bench: reserving %s: %s of pools (%s each%s) + %s of payload buffers; %s available\n", size_text(need, a, sizeof(a)),
+            size_text(pools, b, sizeof(b)), size_text(pool, c, sizeof(c)), shm ? ", in the shm directory" : "", size_text(buffers, d, sizeof(d)),
+            avail ? size_text(avail, e, sizeof(e)) : "unknown");
+    if (avail && need > avail && !o->force) {
+        fprintf(stderr, "omniconn bench: that is more than the %s available (MemAvailable); use smaller --sizes or --pool, or --force\n",
+                size_text(avail, a, sizeof(a)));
+        return -1;
+    }
+    if (shm && statvfs(o->shm_dir ? o->shm_dir : "/dev/shm", &sv) == 0) {
+        shm_free = (uint64_t)sv.f_bavail * sv.f_frsize;
+        if (pool > shm_free && !o->force) {
+            fprintf(stderr, "omniconn bench: the %s pool does not fit the %s free in %s; use smaller --sizes or --pool, or --force\n",
+                    size_text(pool, a, sizeof(a)), size_text(shm_free, b, sizeof(b)), o->shm_dir ? o->shm_dir : "/dev/shm");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- Ctrl-C / SIGTERM: the producer's segment goes with the run ------------------------------- */
+
+static char bench_segment[OMC_SHM_PATH_MAX];
+static void bench_on_signal(int sig) {
+    if (bench_segment[0]) unlink(bench_segment);    /* async-signal-safe; the consumer sees EOF and ends */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static int pin_to(int cpu) {
+    cpu_set_t set;
+    if (cpu < 0) return 0;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+        fprintf(stderr, "omniconn bench: cannot pin to CPU %d: %s\n", cpu, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 static int cmd_bench(int argc, char** argv) {
@@ -599,9 +735,13 @@ static int cmd_bench(int argc, char** argv) {
         { "transport", required_argument, NULL, 't' }, { "sizes", required_argument, NULL, 's' }, { "iters", required_argument, NULL, 'n' },
         { "json", required_argument, NULL, 'j' }, { "plot", required_argument, NULL, 'p' }, { "progress", no_argument, NULL, 'P' },
         { "no-progress", no_argument, NULL, 'Q' }, { "host", required_argument, NULL, 'H' }, { "shm-dir", required_argument, NULL, 'D' },
+        { "duration", required_argument, NULL, 'd' }, { "pool", required_argument, NULL, 'o' }, { "put", required_argument, NULL, 'u' },
+        { "cpus", required_argument, NULL, 'c' }, { "gbits", no_argument, NULL, 'g' }, { "force", no_argument, NULL, 'f' },
+        { "inflight", required_argument, NULL, 'i' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     bench_opts o;
+    char* end;
     bench_row rows[BENCH_MAX_SIZES];
     bench_side prod, cons;
     progress pg;
@@ -616,12 +756,48 @@ static int cmd_bench(int argc, char** argv) {
     o.transport = "shm";
     o.progress = -1;
     o.host = "127.0.0.1";
+    o.cpu_producer = o.cpu_consumer = -1;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+    while ((opt = next_opt("bench", argc, argv, longs)) != -1) {
         switch (opt) {
             case 't': o.transport = optarg; break;
             case 's': list = optarg; break;
-            case 'n': o.iters = atol(optarg); if (o.iters <= 0) { bench_usage(); return 2; } break;
+            case 'n':
+                o.iters = strtol(optarg, &end, 10);
+                if (*end || o.iters <= 0) { fprintf(stderr, "omniconn bench: --iters '%s' is not a positive number\n", optarg); return 2; }
+                break;
+            case 'd':
+                o.duration = strtod(optarg, &end);
+                if (*end || !(o.duration > 0) || o.duration > 3600) {
+                    fprintf(stderr, "omniconn bench: --duration '%s' is not a number of seconds in (0, 3600]\n", optarg);
+                    return 2;
+                }
+                break;
+            case 'o':
+                o.pool = parse_size(optarg);
+                if (!o.pool) { fprintf(stderr, "omniconn bench: --pool '%s' is not a size (4096, 4K, 1M, 2G)\n", optarg); return 2; }
+                break;
+            case 'u':
+                if (strcmp(optarg, "copy") == 0) o.copy_put = 1;
+                else if (strcmp(optarg, "zero-copy") == 0) o.copy_put = 0;
+                else { fprintf(stderr, "omniconn bench: --put '%s' is not copy or zero-copy\n", optarg); return 2; }
+                break;
+            case 'c':
+                if (sscanf(optarg, "%d,%d", &o.cpu_producer, &o.cpu_consumer) != 2 || o.cpu_producer < 0 || o.cpu_consumer < 0 ||
+                    o.cpu_producer >= CPU_SETSIZE || o.cpu_consumer >= CPU_SETSIZE) {
+                    fprintf(stderr, "omniconn bench: --cpus '%s' is not two CPU numbers P,C\n", optarg);
+                    return 2;
+                }
+                break;
+            case 'i':
+                o.inflight = strtol(optarg, &end, 10);
+                if (*end || o.inflight <= 0 || o.inflight > 1000000) {
+                    fprintf(stderr, "omniconn bench: --inflight '%s' is not a number of transfers (1..1000000)\n", optarg);
+                    return 2;
+                }
+                break;
+            case 'g': o.gbits = 1; break;
+            case 'f': o.force = 1; break;
             case 'j': o.json = optarg; break;
             case 'p': o.plot = optarg; break;
             case 'P': o.progress = 1; break;
@@ -629,14 +805,17 @@ static int cmd_bench(int argc, char** argv) {
             case 'H': o.host = optarg; break;
             case 'D': o.shm_dir = optarg; break;
             case 'h': bench_usage(); return 0;
-            default: bench_usage(); return 2;
+            default: return 2;
         }
     }
-    if (optind != argc) { bench_usage(); return 2; }
+    if (optind != argc) { fprintf(stderr, "omniconn bench: unexpected argument '%s' (options start with --)\n", argv[optind]); return 2; }
     while (*list) {
         char item[32];
         size_t len = strcspn(list, ",");
-        if (len == 0 || len >= sizeof(item) || o.nsizes == BENCH_MAX_SIZES) { fprintf(stderr, "omniconn bench: bad --sizes\n"); return 2; }
+        if (len == 0 || len >= sizeof(item) || o.nsizes == BENCH_MAX_SIZES) {
+            fprintf(stderr, "omniconn bench: --sizes '%s': give 1..%d sizes separated by commas\n", list, BENCH_MAX_SIZES);
+            return 2;
+        }
         memcpy(item, list, len);
         item[len] = '\0';
         o.sizes[o.nsizes] = parse_size(item);
@@ -656,6 +835,16 @@ static int cmd_bench(int argc, char** argv) {
             return 1;
         }
     }
+    if (o.pool && o.pool < max_size(&o)) {
+        char a[32], b[32];
+        fprintf(stderr, "omniconn bench: --pool %s cannot hold one %s payload\n", size_text(o.pool, a, sizeof(a)), size_text(max_size(&o), b, sizeof(b)));
+        return 2;
+    }
+    if (o.cpu_producer >= 0 && (o.cpu_producer >= sysconf(_SC_NPROCESSORS_ONLN) || o.cpu_consumer >= sysconf(_SC_NPROCESSORS_ONLN))) {
+        fprintf(stderr, "omniconn bench: --cpus %d,%d: this host has CPUs 0..%ld\n", o.cpu_producer, o.cpu_consumer, sysconf(_SC_NPROCESSORS_ONLN) - 1);
+        return 2;
+    }
+    if (bench_memory_check(&o) != 0) return 1;
     signal(SIGPIPE, SIG_IGN);       /* a consumer gone: write() fails and we say so */
     if (o.progress < 0) o.progress = isatty(2);
     memset(&prod, 0, sizeof(prod));
@@ -687,12 +876,17 @@ static int cmd_bench(int argc, char** argv) {
     } else {
         fflush(stdout);
         fflush(stderr);
+        signal(SIGINT, bench_on_signal);
+        signal(SIGTERM, bench_on_signal);
         pid = fork();
         if (pid == 0) {
             /* the consumer: its own connector (a ZMQ context does not survive fork) */
             int crc = 1;
             close(fds_msg[1]);
             close(fds_ack[0]);
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            if (pin_to(o.cpu_consumer) != 0) exit(1);
             cons.conn = bench_connector(&o, OMC_ROLE_RECEIVER, channel);
             if (cons.conn) {
                 crc = consumer_loop(&cons);
@@ -727,23 +921,34 @@ static int cmd_bench(int argc, char** argv) {
         close(fds_ack[1]);
         if (pid < 0) rc = 1;
         else {
-            prod.conn = bench_connector(&o, OMC_ROLE_SENDER, channel);
+            char pool[32];
+            fprintf(stderr, "omniconn bench: setting up the producer (%s pool)...\n", size_text(pool_for(&o), pool, sizeof(pool)));
+            prod.conn = pin_to(o.cpu_producer) == 0 ? bench_connector(&o, OMC_ROLE_SENDER, channel) : NULL;
             if (!prod.conn) rc = 1;
+            else if (strcmp(o.transport, "shm") == 0) omc_shm_segment_path(prod.conn, bench_segment, sizeof(bench_segment));
         }
     }
     if (rc == 0) {
         char host[256] = "";
+        if (o.iters) fprintf(stderr, "omniconn bench: set up; measuring %d size%s (%ld transfers each)\n", o.nsizes, o.nsizes == 1 ? "" : "s", o.iters);
+        else fprintf(stderr, "omniconn bench: set up; measuring %d size%s (at most about %.1f s each)\n", o.nsizes, o.nsizes == 1 ? "" : "s",
+                     1.5 * (o.duration > 0 ? o.duration : (double)BENCH_PHASE_NS / 1e9));
         gethostname(host, sizeof(host) - 1);
-        printf("omniconn bench: %s, producer and consumer in %s, %d sizes (%s, %ld CPUs)\n", o.transport,
-               processes == 2 ? "two processes" : "two threads (the same-process connector)", o.nsizes, host, sysconf(_SC_NPROCESSORS_ONLN));
-        printf("  put = pool buffer + one memcpy + zero-copy put; get = %s; metadata over a pipe\n",
+        printf("omniconn bench: %s, producer and consumer in %s, %d size%s (%s, %ld CPUs)\n", o.transport,
+               processes == 2 ? "two processes" : "two threads (the same-process connector)", o.nsizes, o.nsizes == 1 ? "" : "s", host, sysconf(_SC_NPROCESSORS_ONLN));
+        printf("  put = %s; get = %s; metadata over a pipe\n", o.copy_put ? "put from the caller's memory (the connector copies)"
+               : "pool buffer + one memcpy + zero-copy put",
                strcmp(o.transport, "tcp") == 0 ? "pull into the consumer's pool"
                : strcmp(o.transport, "rdma") == 0 ? "the producer RDMA-WRITEs into the consumer's pool" : "a zero-copy view");
-        printf("\n  %9s  %7s  %8s  %11s  %9s  %10s  %10s\n", "size", "iters", "GB/s", "memcpy GB/s", "vs memcpy", "lat p50 us", "lat p99 us");
+        printf("  units: %s, msg/s = transfers per second; latency in us, one way, one transfer at a time; put = %s; in flight: ",
+               o.gbits ? "Gb/s = 10^9 bits/s" : "GB/s = 10^9 bytes/s", o.copy_put ? "copy from the caller's memory" : "zero-copy");
+        if (o.inflight) printf("at most %ld\n", o.inflight);
+        else printf("as many as the pool holds\n");
+        print_header(&o);
         fflush(stdout);
         for (i = 0; i < o.nsizes; i++) {
             if (producer_size(&prod, &o, &pg, o.sizes[i], src, scratch, &next_index, &rows[i]) != 0) { rc = 1; break; }
-            print_row(&rows[i]);
+            print_row(&o, &rows[i]);
         }
     }
     /* stop the consumer, then tear down */
@@ -767,6 +972,8 @@ static int cmd_bench(int argc, char** argv) {
         } else printf("\n  rdma: %llu connection(s): %s\n", (unsigned long long)prod.sh->rdma_channels, prod.sh->plane);
     }
     if (prod.conn) omc_conn_destroy(prod.conn);
+    bench_segment[0] = '\0';
+    if (processes == 2) { signal(SIGINT, SIG_DFL); signal(SIGTERM, SIG_DFL); }
     if (processes == 1) close(fds_msg[0]);
     close(fds_ack[0]);
     if (processes == 1) close(fds_ack[1]);
@@ -1303,16 +1510,16 @@ static int cmd_doctor(int argc, char** argv) {
     memset(&d, 0, sizeof(d));
     d.shm_dir = "/dev/shm";
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+    while ((opt = next_opt("doctor", argc, argv, longs)) != -1) {
         switch (opt) {
             case 'c': d.config = optarg; break;
             case 'D': d.shm_dir = optarg; break;
             case 'S': d.sweep = 1; break;
             case 'h': doctor_usage(); return 0;
-            default: doctor_usage(); return 2;
+            default: return 2;
         }
     }
-    if (optind != argc) { doctor_usage(); return 2; }
+    if (optind != argc) { fprintf(stderr, "omniconn doctor: unexpected argument '%s' (options start with --)\n", argv[optind]); return 2; }
     printf("omniconn doctor (omniconn %s)%s%s\n", omc_version_string(), d.config ? ": " : "", d.config ? d.config : "");
     if (d.config) doctor_config(&d);
     doctor_host(&d);
@@ -1320,8 +1527,8 @@ static int cmd_doctor(int argc, char** argv) {
     doctor_libs(&d);
     doctor_rdma(&d);
     doctor_memlock(&d);
+    doctor_shm_leftovers(&d);       /* first: --sweep frees space the next line then counts */
     doctor_shm_space(&d);
-    doctor_shm_leftovers(&d);
     printf("%d OK, %d WARN, %d FAIL\n", d.oks, d.warns, d.fails);
     omc_pipeline_config_destroy(d.cfg);
     return d.fails ? 1 : 0;
@@ -1333,9 +1540,10 @@ static int cmd_doctor(int argc, char** argv) {
 
 static void usage(void) {
     printf("omniconn %s - move stage payloads between processes and hosts\n", omc_version_string());
-    printf("usage: omniconn bench  [--transport local|shm|tcp|rdma] [--sizes 4K,64K,1M,16M] [--iters N] [--json FILE] [--plot FILE.png]\n");
-    printf("       omniconn doctor [--config FILE] [--shm-dir /dev/shm] [--sweep]\n");
-    printf("       omniconn <command> -h   for the options and their defaults\n");
+    printf("usage: omniconn bench   [--transport local|shm|tcp|rdma] [--sizes 4K,64K,1M,16M] [--duration SEC] [--json FILE] ...\n");
+    printf("       omniconn doctor  [--config FILE] [--shm-dir /dev/shm] [--sweep]\n");
+    printf("       omniconn help    [bench|doctor]   this text, or a command's options and their defaults\n");
+    printf("       omniconn version the library version\n");
 }
 
 static int omniconn_main(int argc, char** argv) {
@@ -1343,6 +1551,13 @@ static int omniconn_main(int argc, char** argv) {
     if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 1, argv + 1);
     if (strcmp(argv[1], "doctor") == 0) return cmd_doctor(argc - 1, argv + 1);
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) { printf("omniconn %s\n", omc_version_string()); return 0; }
+    if (strcmp(argv[1], "help") == 0) {
+        if (argc > 2 && strcmp(argv[2], "bench") == 0) bench_usage();
+        else if (argc > 2 && strcmp(argv[2], "doctor") == 0) doctor_usage();
+        else if (argc > 2) { fprintf(stderr, "omniconn help: unknown command '%s' (bench, doctor)\n", argv[2]); return 2; }
+        else usage();
+        return 0;
+    }
     fprintf(stderr, "omniconn: unknown command '%s'\n", argv[1]);
     usage();
     return 2;
