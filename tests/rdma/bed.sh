@@ -23,8 +23,8 @@
 #   OMC_RDMA_IP      address given to the veth end that carries rxe (default 10.99.0.1)
 set -euo pipefail
 
-BED_SCRIPT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
-REPO_ROOT="$(cd "$(dirname "$BED_SCRIPT")/../.." && pwd)"
+BED_SCRIPT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)/$(basename "${BASH_SOURCE[0]}")"
+REPO_ROOT="$(cd "$(dirname "$BED_SCRIPT")/../.." && pwd -P)"
 
 : "${OMC_BED_CACHE:=/var/cache/omniconn-bed}"
 : "${OMC_BED_TIMEOUT:=1200}"
@@ -240,13 +240,24 @@ mkdir -p /out /host
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 omcout /out
 . "/out/$run/guest.conf"   # sets HOST_OUT, BED_SCRIPT
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro,cache=loose hostroot /host
-mount --bind /out "/host$HOST_OUT"
+# Host folders under /tmp, /run or /dev/shm (a checkout there) would be hidden by the fresh
+# tmpfs mounts below: hold them aside first, then put them back inside the tmpfs.
+i=0
+for p in $KEEP_PATHS; do
+    i=$((i + 1)); mkdir -p /keep$i; mount --bind "/host$p" /keep$i
+done
 mount -t proc proc /host/proc
 mount -t sysfs sys /host/sys
 mount -t devtmpfs dev /host/dev
 mkdir -p /host/dev/shm /host/dev/pts
 mount -t devpts devpts /host/dev/pts
 for d in /tmp /run /dev/shm; do mount -t tmpfs tmpfs "/host$d"; done
+i=0
+for p in $KEEP_PATHS; do
+    i=$((i + 1)); mkdir -p "/host$p"; mount --bind /keep$i "/host$p"
+done
+mkdir -p "/host$HOST_OUT" 2>/dev/null
+mount --bind /out "/host$HOST_OUT"
 chroot /host /usr/bin/env PATH=/usr/sbin:/usr/bin:/sbin:/bin \
     /bin/bash "$BED_SCRIPT" --guest "$HOST_OUT/$run"
 echo "init: guest part exited with $?"
@@ -368,17 +379,26 @@ bed_qemu_rxe() {
     mkdir -p "$OMC_BED_OUT/rdma-bed"
     OMC_BED_OUT=$(cd "$OMC_BED_OUT" && pwd -P)
     [[ $OMC_BED_OUT != *[[:space:]]* ]] || { say "OMC_BED_OUT must not contain spaces"; return 2; }
-    # The guest sees the host root, but with fresh tmpfs/proc/sys/dev mounts on top.
-    case "$(pwd -P)/" in
-        /tmp/*|/run/*|/dev/*|/proc/*|/sys/*)
-            say "the current directory $(pwd -P) is not visible in the guest (fresh tmpfs there); run from elsewhere"
-            return 2 ;;
-    esac
+    # The guest sees the host root, but with fresh tmpfs on /tmp, /run and /dev/shm and its own
+    # /proc, /sys and /dev: the checkout and the current directory, if they live under one of
+    # the tmpfs folders, are mounted back into the guest at the same path (KEEP_PATHS).
+    local keep="" p k
+    for p in "$REPO_ROOT" "$(pwd -P)"; do
+        case "$p/" in
+            /tmp/*|/run/*|/dev/shm/*)
+                [[ $p != *[[:space:]]* ]] || { say "a folder under /tmp, /run or /dev/shm must not contain spaces: $p"; return 2; }
+                for k in $keep; do [[ $p/ == "$k"/* ]] && continue 2; done
+                keep="$keep $p" ;;
+            /proc/*|/sys/*|/dev/*)
+                say "the folder $p is not visible in the guest (it has its own /proc, /sys, /dev); run from elsewhere"
+                return 2 ;;
+        esac
+    done
     local run rundir
     run="rdma-bed/run-$(date +%Y%m%d-%H%M%S)-$$"
     rundir="$OMC_BED_OUT/$run"
     mkdir -p "$rundir"
-    printf 'HOST_OUT=%q\nBED_SCRIPT=%q\n' "$OMC_BED_OUT" "$BED_SCRIPT" > "$rundir/guest.conf"
+    printf 'HOST_OUT=%q\nBED_SCRIPT=%q\nKEEP_PATHS="%s"\n' "$OMC_BED_OUT" "$BED_SCRIPT" "${keep# }" > "$rundir/guest.conf"
     OMC_BED=qemu-rxe
     write_guest_env "$rundir/guest.env"
     : > "$rundir/output"
