@@ -49,9 +49,11 @@ QEMU_PKGS=(qemu-system-x86 busybox-static cpio)
 # Modules the guest loads, in this order; their dependencies are resolved from modules.dep
 # and loaded first. crc32_generic is needed because rxe asks the crypto layer for crc32 and
 # nothing autoloads it (without it `rdma link add` fails with "No such file or directory").
-# virtio_net is for the two-guest bed's links.
+# virtio_net is for the two-guest bed's links; sch_tbf and sch_netem let a test make one rail
+# slower or lossy (`tc qdisc add dev rail1 root tbf rate 16mbit burst 32kbit latency 400ms`).
 GUEST_MODULES=(virtio_pci 9pnet 9pnet_virtio netfs fscache 9p crc32_generic
-               ib_core ib_uverbs ip6_udp_tunnel udp_tunnel rdma_rxe veth virtio_net)
+               ib_core ib_uverbs ip6_udp_tunnel udp_tunnel rdma_rxe veth virtio_net
+               sch_tbf sch_netem)
 
 EXIT_SKIP=77
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Both rails of the two-guest bed measured with perftest (not a test: figures to compare as
 # ratios). One boot of tests/rdma/bed.sh --hosts 2; guest b serves, guest a writes to it:
-#   rail0 alone, rail1 alone, then both at once (one ib_write_bw per rail, started together).
+#   rail0 alone, rail1 alone, then both at once (one ib_write_bw per rail, started together),
+#   then rail1 shaped to OMC_RAILS_SHAPE (tc tbf on host a, default 16mbit) alone and with rail0.
 # Prints one line per run: "rails: <which> size=<bytes> mbps=<MB/s per rail...> total=<sum>".
 #
 #   tests/rdma/rails.sh [SIZE] [ITERATIONS]        (default 1048576 and 100)
@@ -47,6 +48,16 @@ if [ "${1:-}" = "--in-bed" ]; then
     step rail0 0
     [ "${#devs[@]}" -ge 2 ] && step rail1 1
     [ "${#devs[@]}" -ge 2 ] && step both 0 1
+    # unequal rails (what weighted striping must handle): rail1 shaped on host a's side
+    if [ "${#devs[@]}" -ge 2 ]; then
+        if [ "$OMC_BED_HOST" = a ]; then
+            tc qdisc add dev rail1 root tbf rate "${OMC_RAILS_SHAPE:-16mbit}" burst 32kbit latency 400ms \
+                || echo "rails: tc could not shape rail1"
+        fi
+        step "rail1-shaped-${OMC_RAILS_SHAPE:-16mbit}" 1
+        step "both-rail1-shaped-${OMC_RAILS_SHAPE:-16mbit}" 0 1
+        [ "$OMC_BED_HOST" = a ] && tc qdisc del dev rail1 root
+    fi
     exit 0
 fi
 
