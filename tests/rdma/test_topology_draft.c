@@ -69,6 +69,10 @@ static void build_tree(void) {
     mkdirs("class/infiniband/rxe0/ports/1/gid_attrs/ndevs");     /* rxe on a PCI NIC's netdev */
     put("class/infiniband/rxe0/ports/1/gid_attrs/ndevs/0", "ens9\n");
     link_to("class/net/ens9/device", "devices/" ETH);
+    pci(ETH "/virtio5", "");                                     /* no numa_node: its parent's counts */
+    mkdirs("class/infiniband/rxe2/ports/1/gid_attrs/ndevs");     /* rxe on a virtio netdev */
+    put("class/infiniband/rxe2/ports/1/gid_attrs/ndevs/0", "eth7\n");
+    link_to("class/net/eth7/device", "devices/" ETH "/virtio5");
     mkdirs("class/infiniband/rxe1/ports/1/gid_attrs/ndevs");     /* rxe on a veth: no PCI at all */
     put("class/infiniband/rxe1/ports/1/gid_attrs/ndevs/0", "veth0\n");
     mkdirs("class/net/veth0");
@@ -91,7 +95,7 @@ static const char* order(const omc_topo_rank* r, int n, char* buf, size_t cap) {
     fprintf(stderr, "  %s:%d: got  \"%s\"\n  expected \"%s\"\n", __FILE__, __LINE__, (a), (b)); } } while (0)
 
 OMC_TEST(reads_every_device_sorted_with_place_and_node) {
-    CHECK_EQ(g_n, 7);
+    CHECK_EQ(g_n, 8);
     CHECK_STR(g_nics[0].name, "mlx5_0");
     CHECK_STR(g_nics[0].pci_path, NIC0);
     CHECK_EQ(g_nics[0].numa_node, 0);
@@ -106,6 +110,9 @@ OMC_TEST(reads_every_device_sorted_with_place_and_node) {
     CHECK_STR(g_nics[6].name, "rxe1");
     CHECK_STR(g_nics[6].pci_path, "");
     CHECK_EQ(g_nics[6].numa_node, -1);
+    CHECK_STR(g_nics[7].name, "rxe2");
+    CHECK_STR(g_nics[7].pci_path, ETH "/virtio5");
+    CHECK_EQ(g_nics[7].numa_node, 1);           /* from the PCI function above the virtio device */
 }
 
 OMC_TEST(gpu_buffer_prefers_switch_then_root_then_node) {
@@ -116,25 +123,25 @@ OMC_TEST(gpu_buffer_prefers_switch_then_root_then_node) {
     CHECK_STR(path, GPU);
     CHECK_EQ(numa, 0);
     omc_topo_rank_nics(g_nics, g_n, -1, path, numa, r);
-    CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_0:0 mlx5_1:1 mlx5_2:2 mlx5_4:3 rxe1:3 mlx5_3:4 rxe0:4");
+    CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_0:0 mlx5_1:1 mlx5_2:2 mlx5_4:3 rxe1:3 mlx5_3:4 rxe0:4 rxe2:4");
     CHECK(strstr(r[0].why, "same PCIe switch") != NULL);
     CHECK(strstr(r[5].why, "crosses sockets") != NULL);
     CHECK(strstr(r[6].why, "software device on ens9") != NULL);
     /* an explicit buffer node overrides the GPU's for the NUMA tiers, not the PCI ones */
     omc_topo_rank_nics(g_nics, g_n, 1, path, numa, r);
-    CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_0:0 mlx5_1:1 mlx5_3:2 rxe0:2 mlx5_4:3 rxe1:3 mlx5_2:4");
+    CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_0:0 mlx5_1:1 mlx5_3:2 rxe0:2 rxe2:2 mlx5_4:3 rxe1:3 mlx5_2:4");
 }
 
 OMC_TEST(host_buffer_prefers_its_node) {
     char buf[512];
     omc_topo_rank r[16];
     omc_topo_rank_nics(g_nics, g_n, 1, NULL, -1, r);
-    CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_3:2 rxe0:2 mlx5_4:3 rxe1:3 mlx5_0:4 mlx5_1:4 mlx5_2:4");
+    CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_3:2 rxe0:2 rxe2:2 mlx5_4:3 rxe1:3 mlx5_0:4 mlx5_1:4 mlx5_2:4");
     omc_topo_rank_nics(g_nics, g_n, 0, NULL, -1, r);
-    CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_0:2 mlx5_1:2 mlx5_2:2 mlx5_4:3 rxe1:3 mlx5_3:4 rxe0:4");
+    CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_0:2 mlx5_1:2 mlx5_2:2 mlx5_4:3 rxe1:3 mlx5_3:4 rxe0:4 rxe2:4");
     /* node not known: every device ties, name order stays */
     omc_topo_rank_nics(g_nics, g_n, -1, NULL, -1, r);
-    CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_0:3 mlx5_1:3 mlx5_2:3 mlx5_3:3 mlx5_4:3 rxe0:3 rxe1:3");
+    CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_0:3 mlx5_1:3 mlx5_2:3 mlx5_3:3 mlx5_4:3 rxe0:3 rxe1:3 rxe2:3");
 }
 
 OMC_TEST(bad_inputs_are_refused_not_followed) {
@@ -145,7 +152,7 @@ OMC_TEST(bad_inputs_are_refused_not_followed) {
     CHECK_EQ(omc_topo_pci_device(g_root, "../../etc", path, sizeof(path), &numa), 0);      /* no paths */
     CHECK_EQ(omc_topo_pci_device(g_root, "", path, sizeof(path), &numa), 0);
     CHECK_EQ(omc_topo_pci_device(g_root, NULL, path, sizeof(path), &numa), 0);
-    CHECK_EQ(omc_topo_read_nics(g_root, few, 2), 7);    /* the count, with only 2 filled */
+    CHECK_EQ(omc_topo_read_nics(g_root, few, 2), 8);    /* the count, with only 2 filled */
     CHECK_STR(few[0].name, "mlx5_0");
     snprintf(other, sizeof(other), "%s/class", g_root);
     CHECK_EQ(omc_topo_read_nics(other, few, 2), -1);    /* no class/infiniband: -1, no crash */

@@ -93,9 +93,20 @@ static int omc_topo__pci_of(const char* root, const char* rel, char* path, size_
     p = real + rl + 9;                                  /* "pci0000:3a/..." */
     if (strlen(p) >= cap) return 0;
     snprintf(path, cap, "%s", p);
-    snprintf(numa_rel, sizeof(numa_rel), "devices/%s/numa_node", p);
-    *numa = omc_topo__read_line(root, numa_rel, line, sizeof(line)) ? atoi(line) : -1;
-    if (*numa < 0) *numa = -1;
+    /* the device's numa_node, or its nearest ancestor's (a virtio netdev's is on its PCI parent) */
+    snprintf(numa_rel, sizeof(numa_rel), "devices/%s", p);
+    *numa = -1;
+    for (;;) {
+        size_t l = strlen(numa_rel);
+        char* slash;
+        if (l + 11 > sizeof(numa_rel)) break;
+        memcpy(numa_rel + l, "/numa_node", 11);
+        if (omc_topo__read_line(root, numa_rel, line, sizeof(line))) { *numa = atoi(line) < 0 ? -1 : atoi(line); break; }
+        numa_rel[l] = '\0';
+        slash = strrchr(numa_rel, '/');
+        if (!slash || slash - numa_rel <= 8) break;     /* stop at "devices/" */
+        *slash = '\0';
+    }
     return 1;
 }
 
@@ -121,7 +132,7 @@ static void omc_topo__fill(const char* root, const char* name, omc_topo_nic* nic
 
 /* Every device in root/class/infiniband, in name order. Returns how many there are (may exceed
    cap: the first cap by name are filled), or -1 if the folder cannot be read. */
-static int omc_topo_read_nics(const char* root, omc_topo_nic* out, int cap) {
+static __attribute__((unused)) int omc_topo_read_nics(const char* root, omc_topo_nic* out, int cap) {
     char dir[OMC_TOPO_PATH_MAX + 32];
     char** names = NULL;
     DIR* d;
@@ -154,7 +165,7 @@ static int omc_topo_read_nics(const char* root, omc_topo_nic* out, int cap) {
 }
 
 /* A PCI device by address ("0000:3b:00.0", e.g. a GPU): its path and NUMA node. 0 if absent. */
-static int omc_topo_pci_device(const char* root, const char* addr, char* path, size_t cap, int* numa) {
+static __attribute__((unused)) int omc_topo_pci_device(const char* root, const char* addr, char* path, size_t cap, int* numa) {
     char rel[128];
     if (!addr || !addr[0] || strlen(addr) > 32 || strchr(addr, '/')) return 0;
     snprintf(rel, sizeof(rel), "bus/pci/devices/%s", addr);
@@ -180,7 +191,7 @@ static int omc_topo__common(const char* a, const char* b) {
 /* Rank n devices for memory on NUMA node buffer_numa (-1 = not known) or in the GPU at
    gpu_path (a path from omc_topo_pci_device, NULL = host memory) whose node is gpu_numa.
    out[0..n-1] gets the devices best first, each with its tier and a one-line reason. */
-static void omc_topo_rank_nics(const omc_topo_nic* nics, int n, int buffer_numa, const char* gpu_path, int gpu_numa,
+static __attribute__((unused)) void omc_topo_rank_nics(const omc_topo_nic* nics, int n, int buffer_numa, const char* gpu_path, int gpu_numa,
                                omc_topo_rank* out) {
     int i, j, numa = buffer_numa >= 0 ? buffer_numa : (gpu_path && gpu_path[0] ? gpu_numa : -1);
     for (i = 0; i < n; i++) {
