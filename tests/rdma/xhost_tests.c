@@ -35,11 +35,28 @@
 #define XH_KILL_DEADLINE_MS 20000   /* ... when its sender is killed (RDMA waits for all of it) */
 #define XH_SLACK_MS 3000            /* ... plus this (scheduling under TCG) */
 
-typedef enum xh_transport { XH_TCP = 0, XH_RDMA = 1 } xh_transport;
-static const char* xh_tname(xh_transport t) { return t == XH_RDMA ? "rdma" : "tcp"; }
+/* XH_RDMA_RAIL1: RDMA on the second rail (rxe1 on rail1, 10.99.1.0/24) */
+typedef enum xh_transport { XH_TCP = 0, XH_RDMA = 1, XH_RDMA_RAIL1 = 2 } xh_transport;
+static const char* xh_tname(xh_transport t) { return t == XH_RDMA_RAIL1 ? "rdma-rail1" : t == XH_RDMA ? "rdma" : "tcp"; }
+static xh_transport xh_tparse(const char* n) {
+    return strcmp(n, "rdma-rail1") == 0 ? XH_RDMA_RAIL1 : strcmp(n, "rdma") == 0 ? XH_RDMA : XH_TCP;
+}
 
 static const char* env_or(const char* name, const char* dflt) { const char* v = getenv(name); return v && v[0] ? v : dflt; }
-static const char* my_ip(void) { return env_or("OMC_RDMA_IP", "10.99.0.1"); }
+
+/* The rail this process uses (0 or 1): its address and device are that word of the bed's lists. */
+static int g_rail;
+static const char* rail_word(const char* list_env, const char* single_env, const char* dflt, char* buf, size_t cap) {
+    const char* v = getenv(list_env);
+    int i;
+    if (!v || !v[0]) return env_or(single_env, dflt);
+    for (i = 0; i < g_rail && *v; i++) { v += strcspn(v, " "); v += strspn(v, " "); }
+    if (!*v) return env_or(single_env, dflt);
+    snprintf(buf, cap, "%.*s", (int)strcspn(v, " "), v);
+    return buf;
+}
+static const char* my_ip(void) { static char b[64]; return rail_word("OMC_RDMA_IPS", "OMC_RDMA_IP", "10.99.0.1", b, sizeof(b)); }
+static const char* my_device(void) { static char b[64]; return rail_word("OMC_RDMA_DEVICES", "OMC_RDMA_DEVICE", "rxe0", b, sizeof(b)); }
 
 /* ---- the library's log --------------------------------------------------------------------- */
 
@@ -62,12 +79,12 @@ static omc_hooks xh_hooks(void) {
 static omc_conn* xh_sender(xh_transport t, uint16_t port, uint16_t data_port, uint64_t pool) {
     omc_conn* c = NULL;
     omc_result r;
-    if (t == XH_RDMA) {
+    if (t != XH_TCP) {
         omc_rdma_connector_desc d;
         memset(&d, 0, sizeof(d));
         d.net.role = OMC_ROLE_SENDER; d.net.host = my_ip(); d.net.port = port; d.net.data_port = data_port;
         d.net.pool_size = pool; d.net.hooks = xh_hooks();
-        d.rdma.devices = getenv("OMC_RDMA_DEVICE"); d.rdma.local_addr = my_ip(); d.rdma.hooks = xh_hooks();
+        d.rdma.devices = my_device(); d.rdma.local_addr = my_ip(); d.rdma.hooks = xh_hooks();
         d.require_rdma = 1;
         r = omc_rdma_connector_create(&d, &c);
     } else {
@@ -90,11 +107,11 @@ static omc_conn* xh_receiver(xh_transport t, const char* spec, uint64_t pool) {
     omc_result r;
     omc_tcp_found found;
     if (omc_tcp_parse_endpoint(spec, host, sizeof(host), &port) != OMC_OK) return NULL;
-    if (t == XH_RDMA) {
+    if (t != XH_TCP) {
         omc_rdma_connector_desc d;
         memset(&d, 0, sizeof(d));
         d.net.role = OMC_ROLE_RECEIVER; d.net.host = my_ip(); d.net.pool_size = pool; d.net.hooks = xh_hooks();
-        d.rdma.devices = getenv("OMC_RDMA_DEVICE"); d.rdma.local_addr = my_ip(); d.rdma.hooks = xh_hooks();
+        d.rdma.devices = my_device(); d.rdma.local_addr = my_ip(); d.rdma.hooks = xh_hooks();
         d.require_rdma = 1;
         r = omc_rdma_connector_create(&d, &c);
     } else {
@@ -206,7 +223,7 @@ static uint64_t g_seed = 100;
    (omniconn_rdma.h, ERRORS). */
 static int fault_code_ok(xh_transport t, omc_result r) {
     if (r == OMC_OK || r == OMC_ERR_CONNECTION || r == OMC_ERR_TIMEOUT) return 1;
-    return t == XH_RDMA && (r == OMC_ERR_RDMA_COMPLETION || r == OMC_ERR_RDMA_QP);
+    return t != XH_TCP && (r == OMC_ERR_RDMA_COMPLETION || r == OMC_ERR_RDMA_QP);
 }
 
 /* Receiver half shared by the fault cases: get key with meta, report the code, verify on OK. */
@@ -255,7 +272,8 @@ static int sender_main(int argc, char** argv) {
     pe.fd = atoi(argv[10]);
     size = strtoull(argv[8], NULL, 10);
     seed = strtoull(argv[9], NULL, 10);
-    c = xh_sender(strcmp(argv[2], "rdma") == 0 ? XH_RDMA : XH_TCP, (uint16_t)atoi(argv[3]), (uint16_t)atoi(argv[4]), size * 2 + 16 * MIB);
+    g_rail = xh_tparse(argv[2]) == XH_RDMA_RAIL1;
+    c = xh_sender(xh_tparse(argv[2]), (uint16_t)atoi(argv[3]), (uint16_t)atoi(argv[4]), size * 2 + 16 * MIB);
     if (!c) return 3;
     omc_tcp_endpoint(c, NULL, 0, &bound, NULL);
     snprintf(sp, sizeof(sp), "%s:%u", my_ip(), bound);
@@ -537,16 +555,17 @@ static const xh_case xh_cases[] = {
 /* One request in a child: "ct T INDEX KEY SPEC" (a contract case's consumer half, with a
    receiver built here) or "xh T INDEX KEY" (a fault case's receiver half). Answers "rc N". */
 static void serve_request(int fd, const char* req) {
-    char kind[8], tn[8], key[64], spec[300];
+    char kind[8], tn[16], key[64], spec[300];
     int index = -1, k;
     xh_transport t;
     ct_env e;
     memset(&e, 0, sizeof(e));
     e.fd = fd; e.side = 1; e.from = "stage0"; e.to = "stage1";
     spec[0] = 0;
-    k = sscanf(req, "%7s %7s %d %63s %299s", kind, tn, &index, key, spec);
+    k = sscanf(req, "%7s %15s %d %63s %299s", kind, tn, &index, key, spec);
     if (k < 4) { fprintf(stderr, "  bad request '%s'\n", req); ctl_sendf(fd, "rc 1"); return; }
-    t = strcmp(tn, "rdma") == 0 ? XH_RDMA : XH_TCP;
+    t = xh_tparse(tn);
+    g_rail = t == XH_RDMA_RAIL1;
     snprintf(e.key, sizeof(e.key), "%s", key);
     if (strcmp(kind, "ct") == 0 && index >= 0 && index < CT_NCASES && k == 5) {
         xh_usage before = usage_now();
@@ -640,7 +659,7 @@ static void contract_across_hosts(xh_transport t) {
     omc_time_ns t0 = omc_now_ns();
     prod = xh_sender(t, 0, 0, 64 * MIB);
     REQUIRE(prod != NULL);
-    CHECK_EQ(omc_conn_transport(prod), t == XH_RDMA ? OMC_TRANSPORT_RDMA : OMC_TRANSPORT_TCP);
+    CHECK_EQ(omc_conn_transport(prod), t != XH_TCP ? OMC_TRANSPORT_RDMA : OMC_TRANSPORT_TCP);
     CHECK_OK(omc_tcp_endpoint(prod, NULL, 0, &port, NULL));
     snprintf(spec, sizeof(spec), "%s:%u", my_ip(), port);
     for (i = 0; i < CT_NCASES; i++) {
@@ -662,13 +681,14 @@ static void contract_across_hosts(xh_transport t) {
         close(fd);
         omc_test_sub(name, __atomic_load_n(&omc_test_failed_checks, __ATOMIC_RELAXED) - before_checks);
     }
-    if (t == XH_RDMA) {
+    if (t != XH_TCP) {
         omc_rdma_connector_info info;
         CHECK_OK(omc_rdma_connector_query(prod, &info));
         printf("  sender: RDMA %s on %s, %llu connections accepted, %llu pushes (%llu bytes) over RDMA, %llu failed\n",
                info.rdma_enabled ? "on" : "off", info.engine.device, (unsigned long long)info.accepted,
                (unsigned long long)info.pushes, (unsigned long long)info.push_bytes, (unsigned long long)info.push_failures);
         CHECK(info.rdma_enabled);
+        CHECK(strcmp(info.engine.device, my_device()) == 0);   /* the rail asked for */
         CHECK(info.accepted > 0);
         CHECK(info.pushes >= 30);       /* the payloads crossed by RDMA, not TCP */
         CHECK_EQ(info.push_failures, 0);
@@ -703,6 +723,15 @@ static void fault_case(int index, xh_transport t) {
 OMC_TEST(contract_tcp_across_hosts) { if (on_two_hosts()) contract_across_hosts(XH_TCP); }
 OMC_TEST(contract_rdma_across_hosts) { if (on_two_hosts()) contract_across_hosts(XH_RDMA); }
 OMC_TEST(faults_tcp_across_hosts) { int i; if (on_two_hosts()) for (i = 0; i < XH_NCASES; i++) fault_case(i, XH_TCP); }
+/* The second rail on its own: the engine on rxe1 / rail1 carries the contract just as well
+   (what a multi-rail engine builds on). */
+OMC_TEST(contract_rdma_rail1_across_hosts) {
+    if (!on_two_hosts()) return;
+    if (atoi(env_or("OMC_BED_RAILS", "1")) < 2) { printf("  skipped: the bed has one rail (%s)\n", env_or("OMC_BED_RAIL_NOTE", "")); return; }
+    g_rail = 1;
+    contract_across_hosts(XH_RDMA_RAIL1);
+    g_rail = 0;
+}
 OMC_TEST(faults_rdma_across_hosts) { int i; if (on_two_hosts()) for (i = 0; i < XH_NCASES; i++) fault_case(i, XH_RDMA); }
 
 int main(int argc, char** argv) {
