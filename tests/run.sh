@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole omniconn test suite. `make test` calls this (after installing missing packages).
 #   tests/run.sh            everything: compile matrix, unit/functional tests (plain, ASan+UBSan,
-#                           TSan), fuzz smoke runs, the RDMA tests on the first bed available
+#                           TSan), fuzz smoke runs, the RDMA tests on the first bed available,
+#                           the cross-host tests on two QEMU guests
 #   tests/run.sh --quick    the plain build's tests only
 # Every test binary ends with "<name>: N passed, M failed"; this script adds them up and ends
 # with one line "N passed, M failed". Exit status 0 only if nothing failed.
@@ -84,6 +85,12 @@ if [ "$QUICK" -eq 0 ]; then
         bash tests/rdma/run-tests.sh >"$LOGS/rdma.log" 2>&1
         grep -E '^rdma bed:' "$LOGS/rdma.log" | head -n 1
         count "$LOGS/rdma.log" "rdma"
+    fi
+    if [ -x tests/rdma/xhost-tests.sh ]; then
+        echo "== cross-host tests on two guests (TCP and RDMA)"
+        bash tests/rdma/xhost-tests.sh >"$LOGS/xhost.log" 2>&1
+        grep -E '^rdma bed: qemu-rxe-2host, host a' "$LOGS/xhost.log" | head -n 1
+        count "$LOGS/xhost.log" "cross-host"
     fi
 fi
 
