@@ -4001,85 +4001,6 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
 }
 
 #if OMC__HAS_ZMQ
-/* ============================================================================================== */
-/* [SECTION] Implementation: the data-plane interface                                            */
-/* ============================================================================================== */
-/*
-    The remote connector is two layers. The side channel (ZMQ, below) does everything that is
-    not moving payload bytes: HELLO, QUERY, PULL, DONE/ERROR/ABORT, the entries table, fan-out,
-    TTL and pins, deadlines, restarts, CURVE, health. A data plane only moves the bytes of one
-    PULL from the sender's pool into the receiver's pool. The TCP data plane is built in (and is
-    written against this interface like any other); omniconn_rdma.h adds an RDMA one.
-
-    Who calls what, in order:
-
-      receiver, per channel (one DEALER socket to one sender, used by one get at a time):
-        rx_open     -> the plane's per-channel state (*chan)             before our HELLO
-        rx_hello    -> the record value we put into our HELLO (may be empty)
-        rx_ready    <- the sender's HELLO record of our kind (NULL if it sent none: return
-                       OMC_ERR_UNAVAILABLE and the channel falls back to TCP)
-        rx_reusable <- before a cached channel is used again: is the plane state still sound?
-        rx_close    <- when the channel is dropped (any failure) or the connector closes
-      receiver, per transfer (the get's destination x->dst is already allocated in our pool):
-        rx_prepare  -> descriptor bytes for the PULL (TCP: a connection token; RDMA: address,
-                       rkey, length), may block until deadline (TCP connects lazily here)
-        rx_fd       -> a file descriptor to poll while waiting, or -1 (nothing to watch)
-        rx_progress <- the fd is readable, or DONE arrived (done_received = 1); move what is
-                       ready and set x->complete once every byte is in x->dst
-        rx_end      <- the transfer finished (r = OMC_OK) or failed; after a failure the
-                       channel is closed unless the sender refused before moving any byte
-      sender:
-        tx_hello    -> our HELLO record for a receiver (rec = the receiver's record of our
-                       kind, or NULL); an RDMA plane connects a queue pair here
-        tx_push     <- one push, on a worker thread, so it may block until p->deadline:
-                       p->src/p->size (the pinned entry), the PULL's descriptor, p->abort
-                       (non-zero = stop now, return that code). Once every byte is where the
-                       descriptor said, the plane may call p->commit(p): the connector records
-                       the read and unpins the entry (src must not be read after it), and the
-                       plane may then tell the receiver by itself. After commit a push is a
-                       success whatever happens next. A plane that never calls commit is
-                       committed by the connector when tx_push returns OMC_OK, and DONE follows.
-      both: attach(pool) after the connector's pool exists (register it with the NIC there),
-            detach at destroy.
-
-    Completion on the receiver: a get ends when the plane says x->complete and DONE has
-    arrived. Two capability flags (omc__dp_vtable.flags) let a plane skip parts of that:
-      OMC__DP_FLAG_TRY_NOW       the listener starts a push itself with tx_try, which must not
-                                 block (OMC_ERR_BUSY: hand it to a worker; small payloads then
-                                 cost no thread hand-off, large ones start while a worker wakes)
-      OMC__DP_FLAG_SELF_COMPLETE the plane tells the receiver itself that the read was recorded
-                                 (TCP: a trailer written after commit): no DONE is sent, and the
-                                 receiver completes on the plane alone (one side-channel
-                                 message - two libzmq I/O thread wake-ups - less per get)
-    The built-in TCP plane sets both; the connector never tests a plane by its address.
-
-    Rules: a plane never touches the entries table, never sends on the side channel and never
-    frees the destination; errors are omc_result codes (OMC_ERR_CONNECTION for a broken peer,
-    OMC_ERR_TIMEOUT at the deadline, OMC_ERR_PROTOCOL when the peer lies); a plane must not
-    return OMC_ERR_NOT_FOUND, _STALE, _TOO_LARGE, _PEER_RESTARTED or _UNAVAILABLE from tx_push
-    (a receiver keeps its channel after those, because they promise no byte moved).
-
-    How a companion header plugs in (same translation unit, so no public symbol is needed):
-
-        static const omc__dp_vtable my_plane = { "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, ... };
-        omc__dataplane extra = { &my_plane, my_state };
-        r = omc__net_create(&tcp_desc, OMC_TRANSPORT_RDMA, &extra, &conn);
-
-    The connector then advertises the plane in HELLO (capabilities bit and a record of its kind)
-    and in its metadata; a receiver uses the extra plane for a channel when both sides have it,
-    and TCP otherwise. OMC_TRANSPORT_RDMA makes the metadata envelope say RDMA; the body is the
-    one documented for TCP.
-*/
-
-#include <netdb.h>
-#include <poll.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <ctype.h>
-
 #include <dlfcn.h>
 
 /* ============================================================================================== */
@@ -4238,6 +4159,86 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
     if (r != OMC_OK) OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "%s", why);
     return r;
 }
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the data-plane interface                                            */
+/* ============================================================================================== */
+/*
+    The remote connector is two layers. The side channel (ZMQ, below) does everything that is
+    not moving payload bytes: HELLO, QUERY, PULL, DONE/ERROR/ABORT, the entries table, fan-out,
+    TTL and pins, deadlines, restarts, CURVE, health. A data plane only moves the bytes of one
+    PULL from the sender's pool into the receiver's pool. The TCP data plane is built in (and is
+    written against this interface like any other); omniconn_rdma.h adds an RDMA one.
+
+    Who calls what, in order:
+
+      receiver, per channel (one DEALER socket to one sender, used by one get at a time):
+        rx_open     -> the plane's per-channel state (*chan)             before our HELLO
+        rx_hello    -> the record value we put into our HELLO (may be empty)
+        rx_ready    <- the sender's HELLO record of our kind (NULL if it sent none: return
+                       OMC_ERR_UNAVAILABLE and the channel falls back to TCP)
+        rx_reusable <- before a cached channel is used again: is the plane state still sound?
+        rx_close    <- when the channel is dropped (any failure) or the connector closes
+      receiver, per transfer (the get's destination x->dst is already allocated in our pool):
+        rx_prepare  -> descriptor bytes for the PULL (TCP: a connection token; RDMA: address,
+                       rkey, length), may block until deadline (TCP connects lazily here)
+        rx_fd       -> a file descriptor to poll while waiting, or -1 (nothing to watch)
+        rx_progress <- the fd is readable, or DONE arrived (done_received = 1); move what is
+                       ready and set x->complete once every byte is in x->dst
+        rx_end      <- the transfer finished (r = OMC_OK) or failed; after a failure the
+                       channel is closed unless the sender refused before moving any byte
+      sender:
+        tx_hello    -> our HELLO record for a receiver (rec = the receiver's record of our
+                       kind, or NULL); an RDMA plane connects a queue pair here
+        tx_push     <- one push, on a worker thread, so it may block until p->deadline:
+                       p->src/p->size (the pinned entry), the PULL's descriptor, p->abort
+                       (non-zero = stop now, return that code). Once every byte is where the
+                       descriptor said, the plane may call p->commit(p): the connector records
+                       the read and unpins the entry (src must not be read after it), and the
+                       plane may then tell the receiver by itself. After commit a push is a
+                       success whatever happens next. A plane that never calls commit is
+                       committed by the connector when tx_push returns OMC_OK, and DONE follows.
+      both: attach(pool) after the connector's pool exists (register it with the NIC there),
+            detach at destroy.
+
+    Completion on the receiver: a get ends when the plane says x->complete and DONE has
+    arrived. Two capability flags (omc__dp_vtable.flags) let a plane skip parts of that:
+      OMC__DP_FLAG_TRY_NOW       the listener starts a push itself with tx_try, which must not
+                                 block (OMC_ERR_BUSY: hand it to a worker; small payloads then
+                                 cost no thread hand-off, large ones start while a worker wakes)
+      OMC__DP_FLAG_SELF_COMPLETE the plane tells the receiver itself that the read was recorded
+                                 (TCP: a trailer written after commit): no DONE is sent, and the
+                                 receiver completes on the plane alone (one side-channel
+                                 message - two libzmq I/O thread wake-ups - less per get)
+    The built-in TCP plane sets both; the connector never tests a plane by its address.
+
+    Rules: a plane never touches the entries table, never sends on the side channel and never
+    frees the destination; errors are omc_result codes (OMC_ERR_CONNECTION for a broken peer,
+    OMC_ERR_TIMEOUT at the deadline, OMC_ERR_PROTOCOL when the peer lies); a plane must not
+    return OMC_ERR_NOT_FOUND, _STALE, _TOO_LARGE, _PEER_RESTARTED or _UNAVAILABLE from tx_push
+    (a receiver keeps its channel after those, because they promise no byte moved).
+
+    How a companion header plugs in (same translation unit, so no public symbol is needed):
+
+        static const omc__dp_vtable my_plane = { "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, ... };
+        omc__dataplane extra = { &my_plane, my_state };
+        r = omc__net_create(&tcp_desc, OMC_TRANSPORT_RDMA, &extra, &conn);
+
+    The connector then advertises the plane in HELLO (capabilities bit and a record of its kind)
+    and in its metadata; a receiver uses the extra plane for a channel when both sides have it,
+    and TCP otherwise. OMC_TRANSPORT_RDMA makes the metadata envelope say RDMA; the body is the
+    one documented for TCP.
+*/
+
+#include <netdb.h>
+#include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <ctype.h>
+
 
 #ifndef OMNICONN_TCP_POOL_SIZE
     #define OMNICONN_TCP_POOL_SIZE ((uint64_t)1 << 30)
