@@ -123,6 +123,10 @@ STEP BY STEP: THE PIECES OF THE CORE
        - Zero-copy put: omc_conn_alloc() a buffer from the connector's own pool, fill it (e.g.
          build a frame in place), put it with payload.buffer set: ownership moves to the
          connector on success.
+       - LMCache-style calls, on every connector: omc_conn_exists(key) and omc_conn_list() (what
+         a metadata-less get would find), omc_conn_put_batch / omc_conn_get_batch (one deadline
+         for the batch, a result per item), and omc_conn_wait_consumed(deadline) (every put of
+         this connector read, cleaned up or expired - e.g. before a producer stage exits).
        The same-process connector (omc_local_create) implements the contract fully: stages in one
        process hand buffers over by reference. It is also the reference for the contract tests
        every other connector must pass.
