@@ -3256,32 +3256,39 @@ OMC__PRIVATE omc_result omc__put_staged(omc_conn* c, const char* from, const cha
     return r;
 }
 
-OMNICONN_API omc_result omc_conn_put_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
-                                           omc_time_ns deadline) {
+/* One item of a batch; a batch attempts every item and returns the first failure. */
+typedef omc_result (*omc__item_fn)(omc_conn* c, const char* from, const char* to, omc_batch_item* it, omc_time_ns deadline);
+
+static omc_result omc__put_item(omc_conn* c, const char* from, const char* to, omc_batch_item* it, omc_time_ns deadline) {
+    it->meta.data = NULL;
+    it->meta.size = 0;
+    return omc__put_staged(c, from, to, it->key, &it->payload, deadline, &it->meta);
+}
+
+static omc_result omc__get_item(omc_conn* c, const char* from, const char* to, omc_batch_item* it, omc_time_ns deadline) {
+    return omc_conn_get(c, from, to, it->key, it->meta.size ? it->meta.data : NULL, it->meta.size, deadline, &it->buffer);
+}
+
+OMC__PRIVATE omc_result omc__batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
+                                   omc_time_ns deadline, omc__item_fn fn) {
     omc_result first = OMC_OK;
     uint32_t i;
     if (!c || (!items && count)) return OMC_ERR_INVALID_ARG;
     for (i = 0; i < count; i++) {
-        omc_batch_item* it = &items[i];
-        it->meta.data = NULL;
-        it->meta.size = 0;
-        it->result = omc__put_staged(c, from, to, it->key, &it->payload, deadline, &it->meta);
-        if (it->result != OMC_OK && first == OMC_OK) first = it->result;
+        items[i].result = fn(c, from, to, &items[i], deadline);
+        if (items[i].result != OMC_OK && first == OMC_OK) first = items[i].result;
     }
     return first;
 }
 
+OMNICONN_API omc_result omc_conn_put_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
+                                           omc_time_ns deadline) {
+    return omc__batch(c, from, to, items, count, deadline, omc__put_item);
+}
+
 OMNICONN_API omc_result omc_conn_get_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
                                            omc_time_ns deadline) {
-    omc_result first = OMC_OK;
-    uint32_t i;
-    if (!c || (!items && count)) return OMC_ERR_INVALID_ARG;
-    for (i = 0; i < count; i++) {
-        omc_batch_item* it = &items[i];
-        it->result = omc_conn_get(c, from, to, it->key, it->meta.size ? it->meta.data : NULL, it->meta.size, deadline, &it->buffer);
-        if (it->result != OMC_OK && first == OMC_OK) first = it->result;
-    }
-    return first;
+    return omc__batch(c, from, to, items, count, deadline, omc__get_item);
 }
 
 OMNICONN_API omc_result omc_conn_exists(omc_conn* c, const char* from, const char* to, const char* key) {
