@@ -123,6 +123,10 @@ STEP BY STEP: THE PIECES OF THE CORE
        - Zero-copy put: omc_conn_alloc() a buffer from the connector's own pool, fill it (e.g.
          build a frame in place), put it with payload.buffer set: ownership moves to the
          connector on success.
+       - LMCache-style calls, on every connector: omc_conn_exists(key) and omc_conn_list() (what
+         a metadata-less get would find), omc_conn_put_batch / omc_conn_get_batch (one deadline
+         for the batch, a result per item), and omc_conn_wait_consumed(deadline) (every put of
+         this connector read, cleaned up or expired - e.g. before a producer stage exits).
        The same-process connector (omc_local_create) implements the contract fully: stages in one
        process hand buffers over by reference. It is also the reference for the contract tests
        every other connector must pass.
@@ -3261,32 +3265,39 @@ OMC__PRIVATE omc_result omc__put_staged(omc_conn* c, const char* from, const cha
     return r;
 }
 
-OMNICONN_API omc_result omc_conn_put_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
-                                           omc_time_ns deadline) {
+/* One item of a batch; a batch attempts every item and returns the first failure. */
+typedef omc_result (*omc__item_fn)(omc_conn* c, const char* from, const char* to, omc_batch_item* it, omc_time_ns deadline);
+
+static omc_result omc__put_item(omc_conn* c, const char* from, const char* to, omc_batch_item* it, omc_time_ns deadline) {
+    it->meta.data = NULL;
+    it->meta.size = 0;
+    return omc__put_staged(c, from, to, it->key, &it->payload, deadline, &it->meta);
+}
+
+static omc_result omc__get_item(omc_conn* c, const char* from, const char* to, omc_batch_item* it, omc_time_ns deadline) {
+    return omc_conn_get(c, from, to, it->key, it->meta.size ? it->meta.data : NULL, it->meta.size, deadline, &it->buffer);
+}
+
+OMC__PRIVATE omc_result omc__batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
+                                   omc_time_ns deadline, omc__item_fn fn) {
     omc_result first = OMC_OK;
     uint32_t i;
     if (!c || (!items && count)) return OMC_ERR_INVALID_ARG;
     for (i = 0; i < count; i++) {
-        omc_batch_item* it = &items[i];
-        it->meta.data = NULL;
-        it->meta.size = 0;
-        it->result = omc__put_staged(c, from, to, it->key, &it->payload, deadline, &it->meta);
-        if (it->result != OMC_OK && first == OMC_OK) first = it->result;
+        items[i].result = fn(c, from, to, &items[i], deadline);
+        if (items[i].result != OMC_OK && first == OMC_OK) first = items[i].result;
     }
     return first;
 }
 
+OMNICONN_API omc_result omc_conn_put_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
+                                           omc_time_ns deadline) {
+    return omc__batch(c, from, to, items, count, deadline, omc__put_item);
+}
+
 OMNICONN_API omc_result omc_conn_get_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
                                            omc_time_ns deadline) {
-    omc_result first = OMC_OK;
-    uint32_t i;
-    if (!c || (!items && count)) return OMC_ERR_INVALID_ARG;
-    for (i = 0; i < count; i++) {
-        omc_batch_item* it = &items[i];
-        it->result = omc_conn_get(c, from, to, it->key, it->meta.size ? it->meta.data : NULL, it->meta.size, deadline, &it->buffer);
-        if (it->result != OMC_OK && first == OMC_OK) first = it->result;
-    }
-    return first;
+    return omc__batch(c, from, to, items, count, deadline, omc__get_item);
 }
 
 OMNICONN_API omc_result omc_conn_exists(omc_conn* c, const char* from, const char* to, const char* key) {
@@ -4010,85 +4021,6 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
 }
 
 #if OMC__HAS_ZMQ
-/* ============================================================================================== */
-/* [SECTION] Implementation: the data-plane interface                                            */
-/* ============================================================================================== */
-/*
-    The remote connector is two layers. The side channel (ZMQ, below) does everything that is
-    not moving payload bytes: HELLO, QUERY, PULL, DONE/ERROR/ABORT, the entries table, fan-out,
-    TTL and pins, deadlines, restarts, CURVE, health. A data plane only moves the bytes of one
-    PULL from the sender's pool into the receiver's pool. The TCP data plane is built in (and is
-    written against this interface like any other); omniconn_rdma.h adds an RDMA one.
-
-    Who calls what, in order:
-
-      receiver, per channel (one DEALER socket to one sender, used by one get at a time):
-        rx_open     -> the plane's per-channel state (*chan)             before our HELLO
-        rx_hello    -> the record value we put into our HELLO (may be empty)
-        rx_ready    <- the sender's HELLO record of our kind (NULL if it sent none: return
-                       OMC_ERR_UNAVAILABLE and the channel falls back to TCP)
-        rx_reusable <- before a cached channel is used again: is the plane state still sound?
-        rx_close    <- when the channel is dropped (any failure) or the connector closes
-      receiver, per transfer (the get's destination x->dst is already allocated in our pool):
-        rx_prepare  -> descriptor bytes for the PULL (TCP: a connection token; RDMA: address,
-                       rkey, length), may block until deadline (TCP connects lazily here)
-        rx_fd       -> a file descriptor to poll while waiting, or -1 (nothing to watch)
-        rx_progress <- the fd is readable, or DONE arrived (done_received = 1); move what is
-                       ready and set x->complete once every byte is in x->dst
-        rx_end      <- the transfer finished (r = OMC_OK) or failed; after a failure the
-                       channel is closed unless the sender refused before moving any byte
-      sender:
-        tx_hello    -> our HELLO record for a receiver (rec = the receiver's record of our
-                       kind, or NULL); an RDMA plane connects a queue pair here
-        tx_push     <- one push, on a worker thread, so it may block until p->deadline:
-                       p->src/p->size (the pinned entry), the PULL's descriptor, p->abort
-                       (non-zero = stop now, return that code). Once every byte is where the
-                       descriptor said, the plane may call p->commit(p): the connector records
-                       the read and unpins the entry (src must not be read after it), and the
-                       plane may then tell the receiver by itself. After commit a push is a
-                       success whatever happens next. A plane that never calls commit is
-                       committed by the connector when tx_push returns OMC_OK, and DONE follows.
-      both: attach(pool) after the connector's pool exists (register it with the NIC there),
-            detach at destroy.
-
-    Completion on the receiver: a get ends when the plane says x->complete and DONE has
-    arrived. Two capability flags (omc__dp_vtable.flags) let a plane skip parts of that:
-      OMC__DP_FLAG_TRY_NOW       the listener starts a push itself with tx_try, which must not
-                                 block (OMC_ERR_BUSY: hand it to a worker; small payloads then
-                                 cost no thread hand-off, large ones start while a worker wakes)
-      OMC__DP_FLAG_SELF_COMPLETE the plane tells the receiver itself that the read was recorded
-                                 (TCP: a trailer written after commit): no DONE is sent, and the
-                                 receiver completes on the plane alone (one side-channel
-                                 message - two libzmq I/O thread wake-ups - less per get)
-    The built-in TCP plane sets both; the connector never tests a plane by its address.
-
-    Rules: a plane never touches the entries table, never sends on the side channel and never
-    frees the destination; errors are omc_result codes (OMC_ERR_CONNECTION for a broken peer,
-    OMC_ERR_TIMEOUT at the deadline, OMC_ERR_PROTOCOL when the peer lies); a plane must not
-    return OMC_ERR_NOT_FOUND, _STALE, _TOO_LARGE, _PEER_RESTARTED or _UNAVAILABLE from tx_push
-    (a receiver keeps its channel after those, because they promise no byte moved).
-
-    How a companion header plugs in (same translation unit, so no public symbol is needed):
-
-        static const omc__dp_vtable my_plane = { "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, ... };
-        omc__dataplane extra = { &my_plane, my_state };
-        r = omc__net_create(&tcp_desc, OMC_TRANSPORT_RDMA, &extra, &conn);
-
-    The connector then advertises the plane in HELLO (capabilities bit and a record of its kind)
-    and in its metadata; a receiver uses the extra plane for a channel when both sides have it,
-    and TCP otherwise. OMC_TRANSPORT_RDMA makes the metadata envelope say RDMA; the body is the
-    one documented for TCP.
-*/
-
-#include <netdb.h>
-#include <poll.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <ctype.h>
-
 #include <dlfcn.h>
 
 /* ============================================================================================== */
@@ -4247,6 +4179,86 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
     if (r != OMC_OK) OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "%s", why);
     return r;
 }
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: the data-plane interface                                            */
+/* ============================================================================================== */
+/*
+    The remote connector is two layers. The side channel (ZMQ, below) does everything that is
+    not moving payload bytes: HELLO, QUERY, PULL, DONE/ERROR/ABORT, the entries table, fan-out,
+    TTL and pins, deadlines, restarts, CURVE, health. A data plane only moves the bytes of one
+    PULL from the sender's pool into the receiver's pool. The TCP data plane is built in (and is
+    written against this interface like any other); omniconn_rdma.h adds an RDMA one.
+
+    Who calls what, in order:
+
+      receiver, per channel (one DEALER socket to one sender, used by one get at a time):
+        rx_open     -> the plane's per-channel state (*chan)             before our HELLO
+        rx_hello    -> the record value we put into our HELLO (may be empty)
+        rx_ready    <- the sender's HELLO record of our kind (NULL if it sent none: return
+                       OMC_ERR_UNAVAILABLE and the channel falls back to TCP)
+        rx_reusable <- before a cached channel is used again: is the plane state still sound?
+        rx_close    <- when the channel is dropped (any failure) or the connector closes
+      receiver, per transfer (the get's destination x->dst is already allocated in our pool):
+        rx_prepare  -> descriptor bytes for the PULL (TCP: a connection token; RDMA: address,
+                       rkey, length), may block until deadline (TCP connects lazily here)
+        rx_fd       -> a file descriptor to poll while waiting, or -1 (nothing to watch)
+        rx_progress <- the fd is readable, or DONE arrived (done_received = 1); move what is
+                       ready and set x->complete once every byte is in x->dst
+        rx_end      <- the transfer finished (r = OMC_OK) or failed; after a failure the
+                       channel is closed unless the sender refused before moving any byte
+      sender:
+        tx_hello    -> our HELLO record for a receiver (rec = the receiver's record of our
+                       kind, or NULL); an RDMA plane connects a queue pair here
+        tx_push     <- one push, on a worker thread, so it may block until p->deadline:
+                       p->src/p->size (the pinned entry), the PULL's descriptor, p->abort
+                       (non-zero = stop now, return that code). Once every byte is where the
+                       descriptor said, the plane may call p->commit(p): the connector records
+                       the read and unpins the entry (src must not be read after it), and the
+                       plane may then tell the receiver by itself. After commit a push is a
+                       success whatever happens next. A plane that never calls commit is
+                       committed by the connector when tx_push returns OMC_OK, and DONE follows.
+      both: attach(pool) after the connector's pool exists (register it with the NIC there),
+            detach at destroy.
+
+    Completion on the receiver: a get ends when the plane says x->complete and DONE has
+    arrived. Two capability flags (omc__dp_vtable.flags) let a plane skip parts of that:
+      OMC__DP_FLAG_TRY_NOW       the listener starts a push itself with tx_try, which must not
+                                 block (OMC_ERR_BUSY: hand it to a worker; small payloads then
+                                 cost no thread hand-off, large ones start while a worker wakes)
+      OMC__DP_FLAG_SELF_COMPLETE the plane tells the receiver itself that the read was recorded
+                                 (TCP: a trailer written after commit): no DONE is sent, and the
+                                 receiver completes on the plane alone (one side-channel
+                                 message - two libzmq I/O thread wake-ups - less per get)
+    The built-in TCP plane sets both; the connector never tests a plane by its address.
+
+    Rules: a plane never touches the entries table, never sends on the side channel and never
+    frees the destination; errors are omc_result codes (OMC_ERR_CONNECTION for a broken peer,
+    OMC_ERR_TIMEOUT at the deadline, OMC_ERR_PROTOCOL when the peer lies); a plane must not
+    return OMC_ERR_NOT_FOUND, _STALE, _TOO_LARGE, _PEER_RESTARTED or _UNAVAILABLE from tx_push
+    (a receiver keeps its channel after those, because they promise no byte moved).
+
+    How a companion header plugs in (same translation unit, so no public symbol is needed):
+
+        static const omc__dp_vtable my_plane = { "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, ... };
+        omc__dataplane extra = { &my_plane, my_state };
+        r = omc__net_create(&tcp_desc, OMC_TRANSPORT_RDMA, &extra, &conn);
+
+    The connector then advertises the plane in HELLO (capabilities bit and a record of its kind)
+    and in its metadata; a receiver uses the extra plane for a channel when both sides have it,
+    and TCP otherwise. OMC_TRANSPORT_RDMA makes the metadata envelope say RDMA; the body is the
+    one documented for TCP.
+*/
+
+#include <netdb.h>
+#include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <ctype.h>
+
 
 #ifndef OMNICONN_TCP_POOL_SIZE
     #define OMNICONN_TCP_POOL_SIZE ((uint64_t)1 << 30)
@@ -6895,190 +6907,258 @@ OMC__PRIVATE void omc__net_slot_drop(omc__net* N, omc__net_slot* s, omc_result w
     s->next_query = retry_at;
 }
 
-/* Ask the senders (every registered one, or the one named) for a key until one has it or the
-   deadline passes; then pull it (query_only: just report it). */
-OMC__PRIVATE omc_result omc__net_find(omc__net* N, const char* only, const char* qkey, uint32_t qlen, omc_time_ns deadline,
-                                      int query_only, uint64_t max_size, omc_buffer* out, omc_tcp_found* found) {
+/* A metadata-less get or a query: every registered sender (or the one named) is asked for a key
+   until one has it or the deadline passes; a get then pulls it, a query only reports it. The
+   steps below share this state. */
+typedef struct omc__net_search {
+    omc__net* N;
+    const char* qkey;
+    uint32_t qlen;
+    omc_time_ns deadline;
+    int pull;                           /* 1: get (pull what is found); 0: query (report it) */
+    uint64_t max_size;                  /* get */
+    omc_buffer* out;                    /* get */
+    omc_tcp_found* found;               /* query */
+    uint64_t xfer;
     omc__net_slot* slots;
+    uint32_t ns;
     omc__zmq_pollitem* items;
-    int* owner;
-    uint32_t ns = 0, i;
-    uint64_t xfer = omc__add(&N->next_xfer, 1u);
-    omc_result r = OMC_ERR_TIMEOUT;
+    int* owner;                         /* items[i] belongs to slots[owner[i]] */
+    int finished, asked, first_wait;
+    omc_result r;
+} omc__net_search;
+
+/* Step 1: one slot per registered sender (or the one named). */
+OMC__PRIVATE omc_result omc__net_search_open(omc__net_search* S, const char* only) {
+    omc__net* N = S->N;
     omc__net_peer* p;
-    int finished = 0, asked = 0, first_wait = 0;
+    uint32_t ns = 0, i;
     pthread_mutex_lock(&N->peer_mu);
     for (p = N->peers; p; p = p->next) if (p->registered && (!only || strcmp(p->name, only) == 0)) ns++;
-    slots = ns ? (omc__net_slot*)omc__calloc(&N->conn->hooks, sizeof(omc__net_slot) * ns) : NULL;
-    items = ns ? (omc__zmq_pollitem*)omc__calloc(&N->conn->hooks, sizeof(omc__zmq_pollitem) * ns * 2) : NULL;
-    owner = ns ? (int*)omc__calloc(&N->conn->hooks, sizeof(int) * ns * 2) : NULL;
-    if (slots && items && owner) {
-        ns = 0;
+    S->slots = ns ? (omc__net_slot*)omc__calloc(&N->conn->hooks, sizeof(omc__net_slot) * ns) : NULL;
+    S->items = ns ? (omc__zmq_pollitem*)omc__calloc(&N->conn->hooks, sizeof(omc__zmq_pollitem) * ns * 2) : NULL;
+    S->owner = ns ? (int*)omc__calloc(&N->conn->hooks, sizeof(int) * ns * 2) : NULL;
+    if (S->slots && S->items && S->owner)
         for (p = N->peers; p; p = p->next)
-            if (p->registered && (!only || strcmp(p->name, only) == 0)) { slots[ns++].peer = p; p->requests++; }
-    }
+            if (p->registered && (!only || strcmp(p->name, only) == 0)) { S->slots[S->ns++].peer = p; p->requests++; }
     pthread_mutex_unlock(&N->peer_mu);
     if (!ns) {
         OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, only ? "no registered sender named '%s'" : "%s",
                  only ? only : "metadata-less get, but no sender is registered (omc_tcp_add_sender)");
         return OMC_ERR_NOT_FOUND;
     }
-    if (!slots || !items || !owner) {
-        omc__free(&N->conn->hooks, slots); omc__free(&N->conn->hooks, items); omc__free(&N->conn->hooks, owner);
-        return OMC_ERR_NO_MEMORY;
+    if (!S->slots || !S->items || !S->owner) return OMC_ERR_NO_MEMORY;
+    for (i = 0; i < S->ns; i++) S->slots[i].last = OMC_ERR_CONNECTION;
+    S->xfer = omc__add(&N->next_xfer, 1u);
+    return OMC_OK;
+}
+
+/* Step 2: make sure one sender is being asked (channel, HELLO, QUERY pipelined behind it) and
+   add its sockets to the poll set. 1 if the sender still counts, 0 if it said NOT_FOUND to a
+   query. */
+OMC__PRIVATE int omc__net_search_ask(omc__net_search* S, uint32_t i, omc_time_ns now, omc_time_ns* wake, int* n) {
+    omc__net* N = S->N;
+    omc__net_slot* s = &S->slots[i];
+    omc__wire m;
+    int fresh;
+    if (s->done) return 0;
+    if (!s->ch && now >= s->next_query) {
+        omc_result r = omc__net_chan_checkout(N, s->peer, &s->ch, &fresh);
+        if (r != OMC_OK) { s->ch = NULL; s->last = r; s->next_query = now + OMC__NET_RETRY_MS * 1000000LL; }
+        else { s->ch->xfer = S->xfer; s->ch->deadline = S->deadline; }
     }
-    for (i = 0; i < ns; i++) slots[i].last = OMC_ERR_CONNECTION;
-    while (!finished) {
-        omc_time_ns now = omc_now_ns(), wake = deadline;
-        int n = 0, all_done = 1;
-        if (omc__net_closed(N)) { r = OMC_ERR_CLOSED; break; }
-        if (deadline != OMC_WAIT_FOREVER && now >= deadline) break;
-        /* ask every sender that is not being asked already */
-        for (i = 0; i < ns; i++) {
-            omc__net_slot* s = &slots[i];
-            omc__wire m;
-            int fresh;
-            if (s->done) continue;
-            all_done = 0;
-            if (!s->ch && now >= s->next_query) {
-                r = omc__net_chan_checkout(N, s->peer, &s->ch, &fresh);
-                if (r != OMC_OK) { s->ch = NULL; s->last = r; s->next_query = now + OMC__NET_RETRY_MS * 1000000LL; }
-                else { s->ch->xfer = xfer; s->ch->deadline = deadline; }
-            }
-            if (!s->ch) { if (s->next_query < wake) wake = s->next_query; continue; }
-            if (!s->ch->incarnation && !s->ch->hello_seq && omc__net_chan_send_hello(N, s->ch) != OMC_OK) {
-                omc__net_slot_drop(N, s, OMC_ERR_CONNECTION, now + OMC__NET_RETRY_MS * 1000000LL);
-                continue;
-            }
-            if (!s->querying && now >= s->next_query) {
-                /* pipelined behind the HELLO on a new channel: no extra round trip. The sender
-                   holds it a little less than we wait, so its NOT_FOUND arrives before our
-                   deadline and the get can tell "absent" (TIMEOUT) from "silent" (CONNECTION). */
-                int left = deadline == OMC_WAIT_FOREVER ? OMNICONN_TCP_MAX_WAIT_MS : omc__poll_ms(deadline, OMNICONN_TCP_MAX_WAIT_MS + 20);
-                left = left > 40 ? omc__min(left - 20, OMNICONN_TCP_MAX_WAIT_MS) : left / 2;
-                memset(&m, 0, sizeof(m));
-                m.type = OMC__MSG_QUERY;
-                m.wait_ms = query_only ? 0 : (uint32_t)left;
-                m.key = qkey;
-                m.key_len = qlen;
-                if (omc__net_chan_send(N, s->ch, &m) != OMC_OK) { omc__net_slot_drop(N, s, OMC_ERR_CONNECTION, now + OMC__NET_RETRY_MS * 1000000LL); continue; }
-                s->querying = 1;
-                asked = 1;
-                s->next_query = now + OMC__NET_REQUERY_MS * 1000000LL;
-            }
-            if (s->ch->mon) { memset(&items[n], 0, sizeof(items[n])); items[n].socket = s->ch->mon; items[n].events = ZMQ_POLLIN; owner[n++] = (int)i; }
-            memset(&items[n], 0, sizeof(items[n]));
-            items[n].socket = s->ch->sock;
-            items[n].events = ZMQ_POLLIN;
-            owner[n++] = (int)i;
-            if (!s->querying && s->next_query < wake) wake = s->next_query;
+    if (!s->ch) { if (s->next_query < *wake) *wake = s->next_query; return 1; }
+    if (!s->ch->incarnation && !s->ch->hello_seq && omc__net_chan_send_hello(N, s->ch) != OMC_OK) {
+        omc__net_slot_drop(N, s, OMC_ERR_CONNECTION, now + OMC__NET_RETRY_MS * 1000000LL);
+        return 1;
+    }
+    if (!s->querying && now >= s->next_query) {
+        /* pipelined behind the HELLO on a new channel: no extra round trip. The sender holds it
+           a little less than we wait, so its NOT_FOUND arrives before our deadline and the get
+           can tell "absent" (TIMEOUT) from "silent" (CONNECTION). */
+        int left = S->deadline == OMC_WAIT_FOREVER ? OMNICONN_TCP_MAX_WAIT_MS : omc__poll_ms(S->deadline, OMNICONN_TCP_MAX_WAIT_MS + 20);
+        left = left > 40 ? omc__min(left - 20, OMNICONN_TCP_MAX_WAIT_MS) : left / 2;
+        memset(&m, 0, sizeof(m));
+        m.type = OMC__MSG_QUERY;
+        m.wait_ms = S->pull ? (uint32_t)left : 0;
+        m.key = S->qkey;
+        m.key_len = S->qlen;
+        if (omc__net_chan_send(N, s->ch, &m) != OMC_OK) {
+            omc__net_slot_drop(N, s, OMC_ERR_CONNECTION, now + OMC__NET_RETRY_MS * 1000000LL);
+            return 1;
         }
-        if (all_done) { r = OMC_ERR_NOT_FOUND; break; }   /* query mode: everyone said no */
-        r = OMC_ERR_TIMEOUT;
-        if (n == 1) {   /* one sender, handshake done: wait in the receive itself */
-            first_wait = omc__poll_ms(wake, OMC__NET_SLICE_MS);
-            items[0].revents = ZMQ_POLLIN;
-        } else omc__zmq_poll(items, n, omc__poll_ms(wake, OMC__NET_SLICE_MS));
-        for (i = 0; i < (uint32_t)n && !finished; i++) {
-            omc__net_slot* s = &slots[owner[i]];
-            uint8_t buf[OMC__WIRE_MAX];
-            omc__wire m;
-            int got = 0;
-            omc_result rr;
-            if (!s->ch || !items[i].revents) continue;
-            if (items[i].socket != s->ch->sock) { omc__net_chan_events(s->ch); continue; }
-            for (;;) {
-                int had_hello = s->ch->incarnation != 0;
-                rr = omc__net_chan_recv(N, s->ch, &m, buf, &got, first_wait);
-                first_wait = 0;
-                if (rr == OMC_OK && !had_hello && s->ch->incarnation) s->answered = 1;     /* it is alive and talks to us */
-                if (rr != OMC_OK || !got) break;
-                s->answered = 1;
-                s->querying = 0;
-                if (m.type == OMC__MSG_NOT_FOUND) { if (query_only) s->done = 1; continue; }
-                if (m.type == OMC__MSG_ERROR) {
-                    rr = omc__net_remote_code(m.code);
-                    OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "sender %s refused a QUERY: %s", s->peer->name, omc_result_str(rr));
-                    break;
-                }
-                if (m.type != OMC__MSG_QUERY_REPLY) { rr = OMC_ERR_PROTOCOL; break; }
-                if (query_only) {
-                    memset(found, 0, sizeof(*found));
-                    found->size = m.size;
-                    found->flags = m.pflags;
-                    found->readers_left = m.readers_left;
-                    found->incarnation = s->ch->incarnation;
-                    snprintf(found->sender, sizeof(found->sender), "%s", s->peer->name);
-                    r = OMC_OK;
-                    finished = 1;
-                    break;
-                }
-                if (max_size && m.size > max_size) { out->size = m.size; r = OMC_ERR_TOO_LARGE; finished = 1; break; }
-                {
-                    int keep = 0;
-                    uint64_t size = m.size;
-                    rr = omc__net_pull(N, s->ch, qkey, qlen, m.entry_id, m.size, m.pflags, deadline, out, &keep);
-                    if (rr == OMC_OK) {
-                        pthread_mutex_lock(&N->peer_mu);
-                        s->peer->bytes += size;
-                        pthread_mutex_unlock(&N->peer_mu);
-                        omc__net_peer_result(N, s->peer, OMC_OK, "%s", "");
-                        r = OMC_OK;
-                        finished = 1;
-                        break;
-                    }
-                    /* someone else took it, or it went away: keep asking */
-                    if (rr == OMC_ERR_NOT_FOUND || rr == OMC_ERR_STALE) { s->next_query = omc_now_ns(); rr = OMC_OK; got = 0; break; }
-                    if (rr == OMC_ERR_TIMEOUT || rr == OMC_ERR_CLOSED || rr == OMC_ERR_TOO_LARGE || rr == OMC_ERR_POOL_FULL ||
-                        rr == OMC_ERR_NO_MEMORY) {
-                        r = rr;
-                        finished = 1;
-                        if (!keep) omc__net_slot_drop(N, s, rr, 0);
-                        break;
-                    }
-                    omc__net_peer_result(N, s->peer, rr, "pull: %s", omc_result_str(rr));
-                    if (keep) { s->last = rr; rr = OMC_OK; s->next_query = omc_now_ns() + OMC__NET_RETRY_MS * 1000000LL; }
-                    break;
-                }
-            }
-            if (rr != OMC_OK && !finished) {
-                if (rr == OMC_ERR_PEER_RESTARTED) omc__net_slot_drop(N, s, rr, 0);    /* ask the new process at once */
-                else {
-                    omc__net_peer_result(N, s->peer, rr, "metadata-less get: %s", omc_result_str(rr));
-                    omc__net_slot_drop(N, s, rr, omc_now_ns() + OMC__NET_RETRY_MS * 1000000LL);
-                }
-            }
+        s->querying = 1;
+        S->asked = 1;
+        s->next_query = now + OMC__NET_REQUERY_MS * 1000000LL;
+    }
+    if (s->ch->mon) { memset(&S->items[*n], 0, sizeof(S->items[*n])); S->items[*n].socket = s->ch->mon; S->items[*n].events = ZMQ_POLLIN; S->owner[(*n)++] = (int)i; }
+    memset(&S->items[*n], 0, sizeof(S->items[*n]));
+    S->items[*n].socket = s->ch->sock;
+    S->items[*n].events = ZMQ_POLLIN;
+    S->owner[(*n)++] = (int)i;
+    if (!s->querying && s->next_query < *wake) *wake = s->next_query;
+    return 1;
+}
+
+/* Step 3 (get): a sender has the key: pull it. OMC_OK to keep searching (someone else took
+   it), anything else ends the slot (S->finished says whether it ends the search too). */
+OMC__PRIVATE omc_result omc__net_search_pull(omc__net_search* S, omc__net_slot* s, const omc__wire* m) {
+    omc__net* N = S->N;
+    int keep = 0;
+    omc_result rr;
+    if (S->max_size && m->size > S->max_size) { S->out->size = m->size; S->r = OMC_ERR_TOO_LARGE; S->finished = 1; return OMC_OK; }
+    rr = omc__net_pull(N, s->ch, S->qkey, S->qlen, m->entry_id, m->size, m->pflags, S->deadline, S->out, &keep);
+    if (rr == OMC_OK) {
+        pthread_mutex_lock(&N->peer_mu);
+        s->peer->bytes += m->size;
+        pthread_mutex_unlock(&N->peer_mu);
+        omc__net_peer_result(N, s->peer, OMC_OK, "%s", "");
+        S->r = OMC_OK;
+        S->finished = 1;
+        return OMC_OK;
+    }
+    /* someone else took it, or it went away: keep asking */
+    if (rr == OMC_ERR_NOT_FOUND || rr == OMC_ERR_STALE) { s->next_query = omc_now_ns(); return OMC_OK; }
+    if (rr == OMC_ERR_TIMEOUT || rr == OMC_ERR_CLOSED || rr == OMC_ERR_TOO_LARGE || rr == OMC_ERR_POOL_FULL || rr == OMC_ERR_NO_MEMORY) {
+        S->r = rr;
+        S->finished = 1;
+        if (!keep) omc__net_slot_drop(N, s, rr, 0);
+        return OMC_OK;
+    }
+    omc__net_peer_result(N, s->peer, rr, "pull: %s", omc_result_str(rr));
+    if (keep) { s->last = rr; s->next_query = omc_now_ns() + OMC__NET_RETRY_MS * 1000000LL; return OMC_OK; }
+    return rr;
+}
+
+/* Step 3: read what one sender's channel has for us and act on the replies. */
+OMC__PRIVATE void omc__net_search_read(omc__net_search* S, omc__net_slot* s) {
+    omc__net* N = S->N;
+    omc_result rr;
+    for (;;) {
+        uint8_t buf[OMC__WIRE_MAX];
+        omc__wire m;
+        int got = 0, had_hello = s->ch->incarnation != 0;
+        rr = omc__net_chan_recv(N, s->ch, &m, buf, &got, S->first_wait);
+        S->first_wait = 0;
+        if (rr == OMC_OK && !had_hello && s->ch->incarnation) s->answered = 1;     /* it is alive and talks to us */
+        if (rr != OMC_OK || !got) break;
+        s->answered = 1;
+        s->querying = 0;
+        if (m.type == OMC__MSG_NOT_FOUND) { if (!S->pull) s->done = 1; continue; }
+        if (m.type == OMC__MSG_ERROR) {
+            rr = omc__net_remote_code(m.code);
+            OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "sender %s refused a QUERY: %s", s->peer->name, omc_result_str(rr));
+            break;
+        }
+        if (m.type != OMC__MSG_QUERY_REPLY) { rr = OMC_ERR_PROTOCOL; break; }
+        if (!S->pull) {
+            memset(S->found, 0, sizeof(*S->found));
+            S->found->size = m.size;
+            S->found->flags = m.pflags;
+            S->found->readers_left = m.readers_left;
+            S->found->incarnation = s->ch->incarnation;
+            snprintf(S->found->sender, sizeof(S->found->sender), "%s", s->peer->name);
+            S->r = OMC_OK;
+            S->finished = 1;
+            return;
+        }
+        rr = omc__net_search_pull(S, s, &m);
+        break;
+    }
+    if (rr != OMC_OK && !S->finished) {
+        if (rr == OMC_ERR_PEER_RESTARTED) omc__net_slot_drop(N, s, rr, 0);    /* ask the new process at once */
+        else {
+            omc__net_peer_result(N, s->peer, rr, "metadata-less get: %s", omc_result_str(rr));
+            omc__net_slot_drop(N, s, rr, omc_now_ns() + OMC__NET_RETRY_MS * 1000000LL);
         }
     }
-    if (r == OMC_ERR_TIMEOUT) {
-        /* why nobody had it: TIMEOUT if a sender answered, else AUTH or CONNECTION */
-        int answered = 0, auth = 0;
-        for (i = 0; i < ns; i++) {
-            answered |= slots[i].answered;
-            auth |= slots[i].hs_failed | (slots[i].ch ? slots[i].ch->hs_failed : 0);
-        }
-        if (!answered && asked) r = auth ? OMC_ERR_AUTH : OMC_ERR_CONNECTION;   /* never asked (OMC_NO_WAIT): TIMEOUT */
-        if (query_only && answered) r = OMC_ERR_NOT_FOUND;
-        for (i = 0; i < ns; i++)
-            if (!slots[i].answered)
-                omc__net_peer_result(N, slots[i].peer, slots[i].hs_failed || (slots[i].ch && slots[i].ch->hs_failed) ? OMC_ERR_AUTH : OMC_ERR_TIMEOUT,
-                                     "no answer by the deadline%s", slots[i].hs_failed || (slots[i].ch && slots[i].ch->hs_failed) ? " (handshake failed: CURVE key?)" : "");
+}
+
+/* Step 4: why nobody had it by the deadline: TIMEOUT if a sender answered, else AUTH or
+   CONNECTION (a query whose senders answered: NOT_FOUND). */
+OMC__PRIVATE omc_result omc__net_search_why(omc__net_search* S) {
+    int answered = 0, auth = 0;
+    uint32_t i;
+    omc_result r = OMC_ERR_TIMEOUT;
+    for (i = 0; i < S->ns; i++) {
+        answered |= S->slots[i].answered;
+        auth |= S->slots[i].hs_failed | (S->slots[i].ch ? S->slots[i].ch->hs_failed : 0);
     }
-    for (i = 0; i < ns; i++) {
-        omc__net_slot* s = &slots[i];
+    if (!answered && S->asked) r = auth ? OMC_ERR_AUTH : OMC_ERR_CONNECTION;   /* never asked (OMC_NO_WAIT): TIMEOUT */
+    if (!S->pull && answered) r = OMC_ERR_NOT_FOUND;
+    for (i = 0; i < S->ns; i++) {
+        omc__net_slot* s = &S->slots[i];
+        int hs = s->hs_failed || (s->ch && s->ch->hs_failed);
+        if (!s->answered)
+            omc__net_peer_result(S->N, s->peer, hs ? OMC_ERR_AUTH : OMC_ERR_TIMEOUT, "no answer by the deadline%s",
+                                 hs ? " (handshake failed: CURVE key?)" : "");
+    }
+    return r;
+}
+
+/* Step 5: forget held queries (ABORT), put the channels back, free. */
+OMC__PRIVATE void omc__net_search_close(omc__net_search* S) {
+    uint32_t i;
+    for (i = 0; i < S->ns; i++) {
+        omc__net_slot* s = &S->slots[i];
         if (!s->ch) continue;
         if (s->querying && s->ch->incarnation) {
             omc__wire m;
             memset(&m, 0, sizeof(m));
             m.type = OMC__MSG_ABORT;        /* the sender forgets the held query at once */
-            omc__net_chan_send(N, s->ch, &m);
+            omc__net_chan_send(S->N, s->ch, &m);
         }
-        omc__net_chan_checkin(N, s->ch, s->ch->incarnation != 0);
+        omc__net_chan_checkin(S->N, s->ch, s->ch->incarnation != 0);
     }
-    omc__free(&N->conn->hooks, slots);
-    omc__free(&N->conn->hooks, items);
-    omc__free(&N->conn->hooks, owner);
-    return r;
+    omc__free(&S->N->conn->hooks, S->slots);
+    omc__free(&S->N->conn->hooks, S->items);
+    omc__free(&S->N->conn->hooks, S->owner);
+}
+
+/* The search loop: ask, wait, read, until a result or the deadline. */
+OMC__PRIVATE omc_result omc__net_search_run(omc__net_search* S, const char* only) {
+    omc_result r = omc__net_search_open(S, only);
+    if (r != OMC_OK) { omc__net_search_close(S); return r; }
+    S->r = OMC_ERR_TIMEOUT;
+    while (!S->finished) {
+        omc_time_ns now = omc_now_ns(), wake = S->deadline;
+        int n = 0, counting = 0;
+        uint32_t i;
+        if (omc__net_closed(S->N)) { S->r = OMC_ERR_CLOSED; break; }
+        if (S->deadline != OMC_WAIT_FOREVER && now >= S->deadline) { S->r = omc__net_search_why(S); break; }
+        for (i = 0; i < S->ns; i++) counting += omc__net_search_ask(S, i, now, &wake, &n);
+        if (!counting) { S->r = OMC_ERR_NOT_FOUND; break; }   /* query: every sender said no */
+        if (n == 1) {   /* one sender, handshake done: wait in the receive itself */
+            S->first_wait = omc__poll_ms(wake, OMC__NET_SLICE_MS);
+            S->items[0].revents = ZMQ_POLLIN;
+        } else omc__zmq_poll(S->items, n, omc__poll_ms(wake, OMC__NET_SLICE_MS));
+        for (i = 0; i < (uint32_t)n && !S->finished; i++) {
+            omc__net_slot* s = &S->slots[S->owner[i]];
+            if (!s->ch || !S->items[i].revents) continue;
+            if (S->items[i].socket != s->ch->sock) { omc__net_chan_events(s->ch); continue; }
+            omc__net_search_read(S, s);
+        }
+    }
+    omc__net_search_close(S);
+    return S->r;
+}
+
+/* A metadata-less get: pull the key from whichever registered sender (or the one named) has it. */
+OMC__PRIVATE omc_result omc__net_get_any(omc__net* N, const char* only, const char* qkey, uint32_t qlen, omc_time_ns deadline,
+                                         uint64_t max_size, omc_buffer* out) {
+    omc__net_search S;
+    memset(&S, 0, sizeof(S));
+    S.N = N; S.qkey = qkey; S.qlen = qlen; S.deadline = deadline; S.pull = 1; S.max_size = max_size; S.out = out;
+    return omc__net_search_run(&S, only);
+}
+
+/* A query: which sender has the key now (nothing is pulled). */
+OMC__PRIVATE omc_result omc__net_query(omc__net* N, const char* only, const char* qkey, uint32_t qlen, omc_time_ns deadline,
+                                       omc_tcp_found* found) {
+    omc__net_search S;
+    memset(&S, 0, sizeof(S));
+    S.N = N; S.qkey = qkey; S.qlen = qlen; S.deadline = deadline; S.found = found;
+    return omc__net_search_run(&S, only);
 }
 
 /* ============================================================================================== */
@@ -7109,7 +7189,7 @@ static omc_result omc__net_get(omc_conn* c, const char* qkey, uint32_t qlen, con
                                uint64_t max_size, omc_buffer* out) {
     omc__net* N = (omc__net*)c->impl;
     if (meta) return omc__net_get_meta(N, qkey, qlen, meta, deadline, max_size, out);
-    return omc__net_find(N, NULL, qkey, qlen, deadline, 0, max_size, out, NULL);
+    return omc__net_get_any(N, NULL, qkey, qlen, deadline, max_size, out);
 }
 
 static omc_result omc__net_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
@@ -7280,7 +7360,7 @@ static omc_result omc__net_exists(omc_conn* c, const char* qkey, uint32_t qlen) 
     omc_result r;
     if (N->sender && omc__owner_exists(&N->own, qkey, qlen) == OMC_OK) return OMC_OK;
     if (!N->receiver || !omc__net_has_senders(N)) return OMC_ERR_NOT_FOUND;
-    r = omc__net_find(N, NULL, qkey, qlen, omc_deadline_after_ms(OMC__NET_ASK_MS), 1, 0, NULL, &found);
+    r = omc__net_query(N, NULL, qkey, qlen, omc_deadline_after_ms(OMC__NET_ASK_MS), &found);
     return r == OMC_ERR_TIMEOUT ? OMC_ERR_NOT_FOUND : r;
 }
 
@@ -7619,7 +7699,7 @@ OMNICONN_API omc_result omc_tcp_get_from(omc_conn* c, const char* sender, const 
     if (!N || !sender) return OMC_ERR_INVALID_ARG;
     r = omc__conn_enter(c, OMC_ROLE_RECEIVER, from, to, key, qkey, &qlen);
     if (r != OMC_OK) { if (r != OMC_ERR_CLOSED) omc__add(&c->errors, 1u); return r; }
-    r = omc__net_find(N, sender, qkey, qlen, deadline, 0, 0, out, NULL);
+    r = omc__net_get_any(N, sender, qkey, qlen, deadline, 0, out);
     if (r != OMC_OK) {
         omc__conn_count_error(c, r, "get", qkey, qlen);
         memset(out, 0, sizeof(*out));
@@ -7641,7 +7721,7 @@ OMNICONN_API omc_result omc_tcp_query(omc_conn* c, const char* sender, const cha
     if (!N) return OMC_ERR_INVALID_ARG;
     r = omc__conn_enter(c, OMC_ROLE_RECEIVER, from, to, key, qkey, &qlen);
     if (r != OMC_OK) return r;
-    return omc__net_find(N, sender, qkey, qlen, deadline, 1, 0, NULL, out);
+    return omc__net_query(N, sender, qkey, qlen, deadline, out);
 }
 
 OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
