@@ -113,13 +113,39 @@ static int json_ok(const char* path, const char* transport, int sizes) {
 
 /* ---- bench ---------------------------------------------------------------------------------- */
 
+/* A private directory on tmpfs, so the checks see only what the test puts there. */
+static const char* private_shm_dir(void) {
+    static char dir[64];         /* one at a time */
+    snprintf(dir, sizeof(dir), "/dev/shm/omc_cli_XXXXXX");
+    return mkdtemp(dir);
+}
+
+static void remove_dir(const char* dir) {
+    DIR* d = opendir(dir);
+    struct dirent* de;
+    char path[512];
+    if (!d) return;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* The bench runs put their segments in a private directory too: other programs on the host sweep
+   /dev/shm, and a sweep that misjudged a live segment would fail a run for reasons not its own. */
+
 static void bench_small(const char* transport) {
     static cli_run r;
     char json[64];
     int bad;
+    const char* dir = private_shm_dir();
+    REQUIRE(dir);
     snprintf(json, sizeof(json), "/tmp/omc_cli_%ld_%s.json", (long)getpid(), transport);
     {
-        const char* args[] = { "bench", "--transport", transport, "--sizes", "4K,256K", "--iters", "40", "--json", json, NULL };
+        const char* args[] = { "bench", "--transport", transport, "--sizes", "4K,256K", "--iters", "40", "--json", json, "--shm-dir", dir, NULL };
         cli(&r, NULL, args);
     }
     bad = r.status != 0 || !has(&r, "4 KiB") || !has(&r, "256 KiB") || !has(&r, "p99.9") || !has(&r, "reserving ") ||
@@ -127,6 +153,7 @@ static void bench_small(const char* transport) {
     CHECK(!bad);
     show_if(&r, bad);
     unlink(json);
+    remove_dir(dir);
 }
 
 OMC_TEST(bench_local) { bench_small("local"); }
@@ -136,11 +163,13 @@ OMC_TEST(bench_tcp) { bench_small("tcp"); }
 OMC_TEST(bench_plot_with_and_without_gnuplot) {
     static cli_run r;
     char png[64], json[64];
+    const char* dir = private_shm_dir();
+    REQUIRE(dir);
     snprintf(png, sizeof(png), "/tmp/omc_cli_%ld.png", (long)getpid());
     snprintf(json, sizeof(json), "/tmp/omc_cli_%ld_plot.json", (long)getpid());
     unlink(png);
     if (in_path("gnuplot")) {
-        const char* args[] = { "bench", "--sizes", "4K,64K", "--iters", "20", "--plot", png, NULL };
+        const char* args[] = { "bench", "--sizes", "4K,64K", "--iters", "20", "--plot", png, "--shm-dir", dir, NULL };
         char* img;
         int bad;
         cli(&r, NULL, args);
@@ -153,7 +182,7 @@ OMC_TEST(bench_plot_with_and_without_gnuplot) {
     } else printf("  (gnuplot is not installed here: only the path without it is tested)\n");
     {
         /* no gnuplot in $PATH: the plot is skipped with a clear message, the rest still works */
-        const char* args[] = { "bench", "--sizes", "4K", "--iters", "20", "--plot", png, "--json", json, NULL };
+        const char* args[] = { "bench", "--sizes", "4K", "--iters", "20", "--plot", png, "--json", json, "--shm-dir", dir, NULL };
         int bad;
         cli(&r, "/nonexistent", args);
         bad = r.status != 0 || !has(&r, "gnuplot not found") || access(png, F_OK) == 0 || !json_ok(json, "shm", 1);
@@ -161,6 +190,7 @@ OMC_TEST(bench_plot_with_and_without_gnuplot) {
         show_if(&r, bad);
         unlink(json);
     }
+    remove_dir(dir);
 }
 
 OMC_TEST(bench_bad_arguments) {
@@ -283,10 +313,12 @@ OMC_TEST(bench_duration_copy_put_pinned_gbits) {
     double rate = 0, mn = 0, p50 = 0, p999 = 0, mx = 0;
     const char* q;
     int bad;
+    const char* dir = private_shm_dir();
+    REQUIRE(dir);
     snprintf(json, sizeof(json), "/tmp/omc_cli_%ld_dur.json", (long)getpid());
     {
         const char* args[] = { "bench", "--sizes", "4K", "--duration", "0.2", "--put", "copy", "--cpus", "0,0", "--gbits", "--inflight", "4",
-                               "--json", json, NULL };
+                               "--json", json, "--shm-dir", dir, NULL };
         cli(&r, NULL, args);
     }
     j = slurp(json);
@@ -313,6 +345,7 @@ OMC_TEST(bench_duration_copy_put_pinned_gbits) {
     if (bad && j) fprintf(stderr, "  json: %s\n", j);
     free(j);
     unlink(json);
+    remove_dir(dir);
 }
 
 OMC_TEST(bench_rdma_says_why) {
@@ -327,27 +360,6 @@ OMC_TEST(bench_rdma_says_why) {
 }
 
 /* ---- doctor --------------------------------------------------------------------------------- */
-
-/* A private directory on tmpfs, so the checks see only what the test puts there. */
-static const char* private_shm_dir(void) {
-    static char dir[64];
-    snprintf(dir, sizeof(dir), "/dev/shm/omc_cli_XXXXXX");
-    return mkdtemp(dir);
-}
-
-static void remove_dir(const char* dir) {
-    DIR* d = opendir(dir);
-    struct dirent* de;
-    char path[512];
-    if (!d) return;
-    while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.') continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 OMC_TEST(doctor_clean_config) {
     static cli_run r;

@@ -919,10 +919,18 @@ static int cmd_bench(int argc, char** argv) {
         if (pid < 0) rc = 1;
         else {
             char pool[32];
+            sigset_t stop, old;
+            /* Ctrl-C or SIGTERM while the segment is being made waits until its name is known,
+               then removes it */
+            sigemptyset(&stop);
+            sigaddset(&stop, SIGINT);
+            sigaddset(&stop, SIGTERM);
+            sigprocmask(SIG_BLOCK, &stop, &old);
             fprintf(stderr, "omniconn bench: setting up the producer (%s pool)...\n", size_text(pool_for(&o), pool, sizeof(pool)));
             prod.conn = pin_to(o.cpu_producer) == 0 ? bench_connector(&o, OMC_ROLE_SENDER, channel) : NULL;
             if (!prod.conn) rc = 1;
             else if (strcmp(o.transport, "shm") == 0) omc_shm_segment_path(prod.conn, bench_segment, sizeof(bench_segment));
+            sigprocmask(SIG_SETMASK, &old, NULL);
         }
     }
     if (rc == 0) {
