@@ -2,7 +2,8 @@
    `help` and `version`; `bench` over the same-process, shared-memory and TCP transports (table,
    JSON, the plot with and without gnuplot, bad arguments named in the message, RDMA unavailable,
    the memory it reserves said first and refused when not there, --duration, copy puts, pinning,
-   Gb/s, message rate and latency percentiles, its segment removed on SIGTERM), and `doctor` (a
+   Gb/s, message rate and latency percentiles, its segment removed on SIGTERM, two hosts over
+   loopback), and `doctor` (a
    clean config, port collisions, a broken config, an RDMA config on a host without RDMA, segments
    left by a dead owner, --sweep and the free space counted after it). Every run is a child
    process with its output captured. */
@@ -221,9 +222,14 @@ OMC_TEST(bench_bad_arguments) {
         CHECK(r.status == 2 && has(&r, "option '--json' needs a value"));
     }
     {
-        const char* args[] = { "bench", "shm", NULL };
+        const char* args[] = { "bench", "127.0.0.1", "extra", NULL };
         cli(&r, NULL, args);
-        CHECK(r.status == 2 && has(&r, "unexpected argument 'shm'"));
+        CHECK(r.status == 2 && has(&r, "unexpected argument 'extra'"));
+    }
+    {
+        const char* args[] = { "bench", "no-such-host.invalid", NULL };    /* a word where a host goes: named */
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "omniconn bench: 'no-such-host.invalid': "));
     }
     {
         const char* args[] = { "bench", "--put", "sideways", NULL };
@@ -346,6 +352,55 @@ OMC_TEST(bench_duration_copy_put_pinned_gbits) {
     free(j);
     unlink(json);
     remove_dir(dir);
+}
+
+/* Two hosts, here both on loopback: omniconn bench --serve (the producer, which prints the
+   results) and omniconn bench 127.0.0.1 (the consumer). */
+OMC_TEST(bench_two_hosts_serve_and_connect) {
+    static cli_run r;
+    char out[64], port[16], *text;
+    pid_t server;
+    int st = 0, i, bad;
+    snprintf(out, sizeof(out), "/tmp/omc_cli_%ld_serve.txt", (long)getpid());
+    snprintf(port, sizeof(port), "%d", 20000 + (int)(getpid() % 20000));
+    fflush(stdout);
+    fflush(stderr);
+    server = fork();
+    if (server == 0) {
+        char* argv[] = { (char*)"omniconn", (char*)"bench", (char*)"--serve", (char*)"--transport", (char*)"tcp", (char*)"--sizes", (char*)"4K,64K",
+                         (char*)"--iters", (char*)"30", (char*)"--port", port, NULL };
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        alarm(60);
+        exit(omniconn_main(11, argv));
+    }
+    for (i = 0; i < 100; i++) {                 /* until the producer listens */
+        const char* args[] = { "bench", "127.0.0.1", "--port", port, NULL };
+        cli(&r, NULL, args);
+        if (!has(&r, "no producer on")) break;
+        usleep(100000);
+    }
+    waitpid(server, &st, 0);
+    text = slurp(out);
+    bad = r.status != 0 || !has(&r, "consumer for the tcp producer on 127.0.0.1") || !has(&r, "the producer on 127.0.0.1 has the results") ||
+          !text || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || !strstr(text, "two hosts") || !strstr(text, "round trip") ||
+          !strstr(text, "4 KiB") || !strstr(text, "64 KiB");
+    CHECK(!bad);
+    show_if(&r, bad);
+    if (bad && text) fprintf(stderr, "  ---- the producer ----\n%s\n", text);
+    free(text);
+    unlink(out);
+    {
+        const char* args[] = { "bench", "--serve", "--transport", "shm", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--serve needs --transport tcp or rdma"));
+    }
+    {
+        const char* args[] = { "bench", "127.0.0.1", "--port", "1", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 1 && has(&r, "no producer on 127.0.0.1 port 1"));
+    }
 }
 
 OMC_TEST(bench_rdma_says_why) {
