@@ -2,6 +2,7 @@
    `help` and `version`; `bench` over the same-process, shared-memory and TCP transports (table,
    JSON, the plot with and without gnuplot, bad arguments named in the message, RDMA unavailable,
    the memory it reserves said first and refused when not there, --duration, copy puts, pinning,
+   fan-out readers,
    Gb/s, message rate and latency percentiles, its segment removed on SIGTERM, two hosts over
    loopback), and `doctor` (a
    clean config, port collisions, a broken config, an RDMA config on a host without RDMA, segments
@@ -242,6 +243,11 @@ OMC_TEST(bench_bad_arguments) {
         CHECK(r.status == 2 && has(&r, "--cpus '0' is not two CPU numbers"));
     }
     {
+        const char* args[] = { "bench", "--readers", "0", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--readers '0' is not a number of readers"));
+    }
+    {
         const char* args[] = { "bench", "--inflight", "0", NULL };
         cli(&r, NULL, args);
         CHECK(r.status == 2 && has(&r, "--inflight '0' is not a number of transfers"));
@@ -310,7 +316,7 @@ OMC_TEST(bench_refuses_more_memory_than_available) {
     show_if(&r, bad);
 }
 
-/* --duration, copy puts, pinning, Gb/s, at most 4 in flight: the table and the JSON say so; message rate and every
+/* --duration, copy puts, pinning, Gb/s, at most 4 in flight, 3 readers per payload: the table and the JSON say so; message rate and every
    latency percentile are there and ordered. */
 OMC_TEST(bench_duration_copy_put_pinned_gbits) {
     static cli_run r;
@@ -324,15 +330,15 @@ OMC_TEST(bench_duration_copy_put_pinned_gbits) {
     snprintf(json, sizeof(json), "/tmp/omc_cli_%ld_dur.json", (long)getpid());
     {
         const char* args[] = { "bench", "--sizes", "4K", "--duration", "0.2", "--put", "copy", "--cpus", "0,0", "--gbits", "--inflight", "4",
-                               "--json", json, "--shm-dir", dir, NULL };
+                               "--readers", "3", "--json", json, "--shm-dir", dir, NULL };
         cli(&r, NULL, args);
     }
     j = slurp(json);
     bad = r.status != 0 || !j || !has(&r, "Gb/s = 10^9 bits/s") || !has(&r, "put = copy from the caller's memory") || !has(&r, "msg/s") ||
-          !has(&r, "in flight: at most 4");
+          !has(&r, "in flight: at most 4") || !has(&r, "fan-out: 3 gets per payload");
     if (j) {
         bad |= !strstr(j, "\"put\": \"copy\"") || !strstr(j, "\"cpu_producer\": 0") || !strstr(j, "\"duration_s\": 0.200") ||
-               !strstr(j, "\"inflight\": 4");
+               !strstr(j, "\"inflight\": 4") || !strstr(j, "\"readers\": 3");
         const char* res = strstr(j, "\"results\"");       /* past "units", which names the same fields */
         q = res ? strstr(res, "\"msg_rate\": ") : NULL;
         bad |= !q || sscanf(q + 12, "%lf", &rate) != 1 || !(rate > 0);

@@ -164,6 +164,8 @@ typedef struct bench_msg {
     uint64_t index;             /* the key is "m<index>"; also stamped into the payload */
     uint64_t size;
     int64_t t0;                 /* producer's clock at put start (CLOCK_MONOTONIC: one host) */
+    uint32_t readers;           /* gets of this payload (fan-out); 0 = 1 */
+    uint32_t pad;
 } bench_msg;
 
 /* What the consumer reports back (memory shared by both sides). */
@@ -198,6 +200,7 @@ typedef struct bench_opts {
     int serve;                  /* two hosts: the producer, waiting for a consumer on port */
     const char* peer;           /* two hosts: the consumer, connecting to this producer */
     unsigned port;              /* two hosts: the control connection's port */
+    uint32_t readers;           /* fan-out: gets per payload (0 = 1) */
     int remote;                 /* the consumer is on another host: latency is a round trip measured here */
 } bench_opts;
 
@@ -328,15 +331,21 @@ static int consumer_loop(bench_side* s) {
         }
         if (m.meta_len > OMC_META_MAX_SIZE || reader_get(&rd, meta, m.meta_len) != 0) break;
         snprintf(key, sizeof(key), "m%llu", (unsigned long long)m.index);
-        r = omc_conn_get(s->conn, "producer", "consumer", key, meta, m.meta_len, omc_deadline_after_ms(30000), &b);
-        if (r == OMC_OK) {
-            int64_t now = omc_now_ns();
-            if (m.kind == MSG_LAT && m.index < BENCH_MAX_LAT) s->sh->lat[m.index] = now - m.t0;
-            if (m.kind == MSG_DATA || m.kind == MSG_DATA_ACK) s->sh->last_done = now;
-            if (b.size != m.size || !stamped((const uint8_t*)b.data, b.size, m.index))
-                consumer_error(s->sh, "payload %llu arrived damaged (%llu bytes)", (unsigned long long)m.index, (unsigned long long)b.size);
-            omc_buffer_release(&b);
-        } else consumer_error(s->sh, "get of payload %llu: %s", (unsigned long long)m.index, omc_result_str(r));
+        {
+            uint32_t k, readers = m.readers ? m.readers : 1;
+            for (k = 0; k < readers; k++) {     /* fan-out: every reader's get, one after the other */
+                r = omc_conn_get(s->conn, "producer", "consumer", key, meta, m.meta_len, omc_deadline_after_ms(30000), &b);
+                if (r != OMC_OK) { consumer_error(s->sh, "get %u of payload %llu: %s", k + 1, (unsigned long long)m.index, omc_result_str(r)); break; }
+                if (b.size != m.size || !stamped((const uint8_t*)b.data, b.size, m.index))
+                    consumer_error(s->sh, "payload %llu arrived damaged (%llu bytes)", (unsigned long long)m.index, (unsigned long long)b.size);
+                omc_buffer_release(&b);
+            }
+            if (r == OMC_OK) {
+                int64_t now = omc_now_ns();
+                if (m.kind == MSG_LAT && m.index < BENCH_MAX_LAT) s->sh->lat[m.index] = now - m.t0;
+                if (m.kind == MSG_DATA || m.kind == MSG_DATA_ACK) s->sh->last_done = now;
+            }
+        }
         if ((m.kind == MSG_LAT || m.kind == MSG_DATA_ACK) && write_all(s->ack_fd, &ack, 1) != 0) break;
     }
     free(meta);
@@ -370,7 +379,8 @@ static void progress_clear(progress* p) {
 }
 
 /* One transfer: a pool buffer, one memcpy, the stamp, a zero-copy put, the metadata down the pipe. */
-static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint32_t kind, uint64_t index, int copy_put) {
+static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint32_t kind, uint64_t index, const bench_opts* o) {
+    const int copy_put = o->copy_put;
     omc_buffer buf;
     omc_payload p;
     omc_meta meta;
@@ -384,6 +394,7 @@ static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint
         memset(&p, 0, sizeof(p));
         p.data = src;
         p.size = size;
+        p.readers = o->readers;
         snprintf(key, sizeof(key), "m%llu", (unsigned long long)index);
         r = omc_conn_put(s->conn, "producer", "consumer", key, &p, &meta);
         if (r != OMC_OK) return r;
@@ -395,6 +406,7 @@ static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint
     stamp((uint8_t*)buf.data, size, index);
     memset(&p, 0, sizeof(p));
     p.buffer = &buf;
+    p.readers = o->readers;
     snprintf(key, sizeof(key), "m%llu", (unsigned long long)index);
     r = omc_conn_put(s->conn, "producer", "consumer", key, &p, &meta);
     if (r != OMC_OK) { omc_buffer_release(&buf); return r; }
@@ -403,6 +415,7 @@ send:
     m.meta_len = meta.size;
     m.index = index;
     m.size = size;
+    m.readers = o->readers;
     r = write_all(s->msg_fd, &m, sizeof(m)) == 0 && write_all(s->msg_fd, meta.data, meta.size) == 0 ? OMC_OK : OMC_ERR_CONNECTION;
     omc_meta_free(&meta);
     return r;
@@ -451,7 +464,7 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
             break;
         }
         omc_time_ns t_put = omc_now_ns();
-        r = produce(s, src, size, MSG_LAT, index, o->copy_put);
+        r = produce(s, src, size, MSG_LAT, index, o);
         if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); return -1; }
         if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
         /* another host has another clock: there, latency is the round trip put -> get -> ack */
@@ -475,7 +488,7 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
             if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
             acked++;
         }
-        r = produce(s, src, size, o->inflight ? MSG_DATA_ACK : MSG_DATA, (*next_index)++, o->copy_put);
+        r = produce(s, src, size, o->inflight ? MSG_DATA_ACK : MSG_DATA, (*next_index)++, o);
         if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); return -1; }
         progress_tick(pg, "throughput", size, i + 1, iters, (uint64_t)(i + 1) * size);
     }
@@ -492,7 +505,8 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
         if (ack != 1) { fprintf(stderr, "omniconn bench: the consumer reports failed or damaged gets (its host says which)\n"); return -1; }
     }
     row->iters = iters = i;
-    row->gbps = (double)size * (double)iters / (double)(s->sh->last_done - t_first);
+    /* with fan-out every payload is read readers times: GB/s counts the bytes read */
+    row->gbps = (double)size * (double)(o->readers ? o->readers : 1) * (double)iters / (double)(s->sh->last_done - t_first);
     row->msg_rate = (double)iters * 1e9 / (double)(s->sh->last_done - t_first);
     progress_clear(pg);
     if (s->sh->errors) { fprintf(stderr, "omniconn bench: %s (%llu errors)\n", s->sh->error_text, (unsigned long long)s->sh->errors); return -1; }
@@ -597,8 +611,8 @@ static int write_json(const bench_opts* o, const bench_row* rows, int n, int pro
         fprintf(f, ",\n  \"cpus\": %ld,\n  \"load_average\": %.2f,\n  \"date\": \"%s\",\n", sysconf(_SC_NPROCESSORS_ONLN), la[0], date);
     }
     fprintf(f, "  \"options\": {\"put\": \"%s\", \"pool_bytes\": %llu, \"duration_s\": %.3f, \"inflight\": %ld, \"cpu_producer\": %d, "
-               "\"cpu_consumer\": %d},\n", o->copy_put ? "copy" : "zero-copy", (unsigned long long)pool_for(o),
-            o->duration > 0 ? o->duration : (double)BENCH_PHASE_NS / 1e9, o->inflight, o->cpu_producer, o->cpu_consumer);
+               "\"cpu_consumer\": %d, \"readers\": %u},\n", o->copy_put ? "copy" : "zero-copy", (unsigned long long)pool_for(o),
+            o->duration > 0 ? o->duration : (double)BENCH_PHASE_NS / 1e9, o->inflight, o->cpu_producer, o->cpu_consumer, o->readers ? o->readers : 1);
     fprintf(f, "  \"units\": {\"gbps\": \"1e9 bytes/s\", \"msg_rate\": \"transfers/s\", \"latency\": \"microseconds, one way\"},\n  \"method\": ");
     json_string(f, bench_method);
     fprintf(f, ",\n  \"results\": [\n");
@@ -673,6 +687,7 @@ static void bench_usage(void) {
     printf("  --duration SEC   seconds per size: throughput phase SEC, latency phase SEC/2 (default 1; --iters wins)\n");
     printf("  --pool SIZE      bytes per pool                            (default 4 x the largest size + 1 MiB, 64 MiB at least)\n");
     printf("  --put MODE       zero-copy: alloc + memcpy + put of the buffer; copy: put from your memory (default zero-copy)\n");
+    printf("  --readers N      fan-out: each payload is read by N gets (GB/s counts the bytes read) (default 1)\n");
     printf("  --inflight N     at most N transfers put and not yet released (default: as many as the pool holds)\n");
     printf("  --cpus P,C       pin the producer to CPU P and the consumer to CPU C (default: not pinned)\n");
     printf("  --gbits          report Gb/s (10^9 bits/s) instead of GB/s (10^9 bytes/s)\n");
@@ -846,7 +861,7 @@ static int cmd_bench(int argc, char** argv) {
         { "no-progress", no_argument, NULL, 'Q' }, { "host", required_argument, NULL, 'H' }, { "shm-dir", required_argument, NULL, 'D' },
         { "duration", required_argument, NULL, 'd' }, { "pool", required_argument, NULL, 'o' }, { "put", required_argument, NULL, 'u' },
         { "cpus", required_argument, NULL, 'c' }, { "gbits", no_argument, NULL, 'g' }, { "force", no_argument, NULL, 'f' },
-        { "inflight", required_argument, NULL, 'i' }, { "serve", no_argument, NULL, 'S' }, { "port", required_argument, NULL, 'O' },
+        { "inflight", required_argument, NULL, 'i' }, { "serve", no_argument, NULL, 'S' }, { "readers", required_argument, NULL, 'r' }, { "port", required_argument, NULL, 'O' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     bench_opts o;
@@ -907,6 +922,12 @@ static int cmd_bench(int argc, char** argv) {
                 break;
             case 'g': o.gbits = 1; break;
             case 'S': o.serve = 1; break;
+            case 'r': {
+                unsigned long v = strtoul(optarg, &end, 10);
+                if (*end || v == 0 || v > 1024) { fprintf(stderr, "omniconn bench: --readers '%s' is not a number of readers (1..1024)\n", optarg); return 2; }
+                o.readers = (uint32_t)v;
+                break;
+            }
             case 'O':
                 o.port = (unsigned)strtoul(optarg, &end, 10);
                 if (*end || o.port == 0 || o.port > 65535) { fprintf(stderr, "omniconn bench: --port '%s' is not a port (1..65535)\n", optarg); return 2; }
@@ -1086,8 +1107,10 @@ static int cmd_bench(int argc, char** argv) {
         printf("  units: %s, msg/s = transfers per second; latency in us, %s, one transfer at a time; put = %s; in flight: ",
                o.gbits ? "Gb/s = 10^9 bits/s" : "GB/s = 10^9 bytes/s", o.remote ? "round trip (put -> get there -> ack back)" : "one way",
                o.copy_put ? "copy from the caller's memory" : "zero-copy");
-        if (o.inflight) printf("at most %ld\n", o.inflight);
-        else printf("as many as the pool holds\n");
+        if (o.inflight) printf("at most %ld", o.inflight);
+        else printf("as many as the pool holds");
+        if (o.readers > 1) printf("; fan-out: %u gets per payload, GB/s counts the bytes read\n", o.readers);
+        else printf("\n");
         print_header(&o);
         fflush(stdout);
         for (i = 0; i < o.nsizes; i++) {
