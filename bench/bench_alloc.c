@@ -560,7 +560,7 @@ int main(int argc, char** argv) {
                 o1k->p50, o100k->p50, scale_ratio, met_scale ? "true" : "false",
                 met_scale ? "" : ", \"note\": \"missed: the work per call is constant, but at 100k live the allocator's records "
                 "(see the omniconn rows' notes) no longer fit the 2 MiB L2 cache and each call's few random record touches "
-                "become L3 accesses; omniconn_cache_curve shows the step between 10k and 30k live and a flat tail after\"");
+                "become L3 accesses; omniconn_cache_curve shows ns/op rising once the records outgrow L2 (docs/performance.md has the cache-miss profile)\"");
         fprintf(f, "    \"speedup_vs_first_fit_at_10k_ge_10x\": {\"omniconn_ns\": %.1f, \"first_fit_ns\": %.1f, \"ratio\": %.1f, \"limit\": 10, \"met\": %s},\n",
                 o10k->p50, ff10k->p50, speedup, met_speed ? "true" : "false");
         fprintf(f, "    \"uniform_utilisation_ge_0_85\": {\"measured\": %.4f, \"ratio\": %.4f, \"limit\": 0.85, \"met\": %s}\n",

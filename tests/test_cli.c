@@ -2,7 +2,9 @@
    `help` and `version`; `bench` over the same-process, shared-memory and TCP transports (table,
    JSON, the plot with and without gnuplot, bad arguments named in the message, RDMA unavailable,
    the memory it reserves said first and refused when not there, --duration, copy puts, pinning,
-   Gb/s, message rate and latency percentiles, its segment removed on SIGTERM), and `doctor` (a
+   fan-out readers,
+   Gb/s, message rate and latency percentiles, its segment removed on SIGTERM, two hosts over
+   loopback), and `doctor` (a
    clean config, port collisions, a broken config, an RDMA config on a host without RDMA, segments
    left by a dead owner, --sweep and the free space counted after it). Every run is a child
    process with its output captured. */
@@ -113,13 +115,39 @@ static int json_ok(const char* path, const char* transport, int sizes) {
 
 /* ---- bench ---------------------------------------------------------------------------------- */
 
+/* A private directory on tmpfs, so the checks see only what the test puts there. */
+static const char* private_shm_dir(void) {
+    static char dir[64];         /* one at a time */
+    snprintf(dir, sizeof(dir), "/dev/shm/omc_cli_XXXXXX");
+    return mkdtemp(dir);
+}
+
+static void remove_dir(const char* dir) {
+    DIR* d = opendir(dir);
+    struct dirent* de;
+    char path[512];
+    if (!d) return;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* The bench runs put their segments in a private directory too: other programs on the host sweep
+   /dev/shm, and a sweep that misjudged a live segment would fail a run for reasons not its own. */
+
 static void bench_small(const char* transport) {
     static cli_run r;
     char json[64];
     int bad;
+    const char* dir = private_shm_dir();
+    REQUIRE(dir);
     snprintf(json, sizeof(json), "/tmp/omc_cli_%ld_%s.json", (long)getpid(), transport);
     {
-        const char* args[] = { "bench", "--transport", transport, "--sizes", "4K,256K", "--iters", "40", "--json", json, NULL };
+        const char* args[] = { "bench", "--transport", transport, "--sizes", "4K,256K", "--iters", "40", "--json", json, "--shm-dir", dir, NULL };
         cli(&r, NULL, args);
     }
     bad = r.status != 0 || !has(&r, "4 KiB") || !has(&r, "256 KiB") || !has(&r, "p99.9") || !has(&r, "reserving ") ||
@@ -127,6 +155,7 @@ static void bench_small(const char* transport) {
     CHECK(!bad);
     show_if(&r, bad);
     unlink(json);
+    remove_dir(dir);
 }
 
 OMC_TEST(bench_local) { bench_small("local"); }
@@ -136,11 +165,13 @@ OMC_TEST(bench_tcp) { bench_small("tcp"); }
 OMC_TEST(bench_plot_with_and_without_gnuplot) {
     static cli_run r;
     char png[64], json[64];
+    const char* dir = private_shm_dir();
+    REQUIRE(dir);
     snprintf(png, sizeof(png), "/tmp/omc_cli_%ld.png", (long)getpid());
     snprintf(json, sizeof(json), "/tmp/omc_cli_%ld_plot.json", (long)getpid());
     unlink(png);
     if (in_path("gnuplot")) {
-        const char* args[] = { "bench", "--sizes", "4K,64K", "--iters", "20", "--plot", png, NULL };
+        const char* args[] = { "bench", "--sizes", "4K,64K", "--iters", "20", "--plot", png, "--shm-dir", dir, NULL };
         char* img;
         int bad;
         cli(&r, NULL, args);
@@ -153,7 +184,7 @@ OMC_TEST(bench_plot_with_and_without_gnuplot) {
     } else printf("  (gnuplot is not installed here: only the path without it is tested)\n");
     {
         /* no gnuplot in $PATH: the plot is skipped with a clear message, the rest still works */
-        const char* args[] = { "bench", "--sizes", "4K", "--iters", "20", "--plot", png, "--json", json, NULL };
+        const char* args[] = { "bench", "--sizes", "4K", "--iters", "20", "--plot", png, "--json", json, "--shm-dir", dir, NULL };
         int bad;
         cli(&r, "/nonexistent", args);
         bad = r.status != 0 || !has(&r, "gnuplot not found") || access(png, F_OK) == 0 || !json_ok(json, "shm", 1);
@@ -161,6 +192,7 @@ OMC_TEST(bench_plot_with_and_without_gnuplot) {
         show_if(&r, bad);
         unlink(json);
     }
+    remove_dir(dir);
 }
 
 OMC_TEST(bench_bad_arguments) {
@@ -191,9 +223,14 @@ OMC_TEST(bench_bad_arguments) {
         CHECK(r.status == 2 && has(&r, "option '--json' needs a value"));
     }
     {
-        const char* args[] = { "bench", "shm", NULL };
+        const char* args[] = { "bench", "127.0.0.1", "extra", NULL };
         cli(&r, NULL, args);
-        CHECK(r.status == 2 && has(&r, "unexpected argument 'shm'"));
+        CHECK(r.status == 2 && has(&r, "unexpected argument 'extra'"));
+    }
+    {
+        const char* args[] = { "bench", "no-such-host.invalid", NULL };    /* a word where a host goes: named */
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "omniconn bench: 'no-such-host.invalid': "));
     }
     {
         const char* args[] = { "bench", "--put", "sideways", NULL };
@@ -204,6 +241,11 @@ OMC_TEST(bench_bad_arguments) {
         const char* args[] = { "bench", "--cpus", "0", NULL };
         cli(&r, NULL, args);
         CHECK(r.status == 2 && has(&r, "--cpus '0' is not two CPU numbers"));
+    }
+    {
+        const char* args[] = { "bench", "--readers", "0", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--readers '0' is not a number of readers"));
     }
     {
         const char* args[] = { "bench", "--inflight", "0", NULL };
@@ -274,7 +316,7 @@ OMC_TEST(bench_refuses_more_memory_than_available) {
     show_if(&r, bad);
 }
 
-/* --duration, copy puts, pinning, Gb/s, at most 4 in flight: the table and the JSON say so; message rate and every
+/* --duration, copy puts, pinning, Gb/s, at most 4 in flight, 3 readers per payload: the table and the JSON say so; message rate and every
    latency percentile are there and ordered. */
 OMC_TEST(bench_duration_copy_put_pinned_gbits) {
     static cli_run r;
@@ -283,18 +325,20 @@ OMC_TEST(bench_duration_copy_put_pinned_gbits) {
     double rate = 0, mn = 0, p50 = 0, p999 = 0, mx = 0;
     const char* q;
     int bad;
+    const char* dir = private_shm_dir();
+    REQUIRE(dir);
     snprintf(json, sizeof(json), "/tmp/omc_cli_%ld_dur.json", (long)getpid());
     {
         const char* args[] = { "bench", "--sizes", "4K", "--duration", "0.2", "--put", "copy", "--cpus", "0,0", "--gbits", "--inflight", "4",
-                               "--json", json, NULL };
+                               "--readers", "3", "--json", json, "--shm-dir", dir, NULL };
         cli(&r, NULL, args);
     }
     j = slurp(json);
     bad = r.status != 0 || !j || !has(&r, "Gb/s = 10^9 bits/s") || !has(&r, "put = copy from the caller's memory") || !has(&r, "msg/s") ||
-          !has(&r, "in flight: at most 4");
+          !has(&r, "in flight: at most 4") || !has(&r, "fan-out: 3 gets per payload");
     if (j) {
         bad |= !strstr(j, "\"put\": \"copy\"") || !strstr(j, "\"cpu_producer\": 0") || !strstr(j, "\"duration_s\": 0.200") ||
-               !strstr(j, "\"inflight\": 4");
+               !strstr(j, "\"inflight\": 4") || !strstr(j, "\"readers\": 3");
         const char* res = strstr(j, "\"results\"");       /* past "units", which names the same fields */
         q = res ? strstr(res, "\"msg_rate\": ") : NULL;
         bad |= !q || sscanf(q + 12, "%lf", &rate) != 1 || !(rate > 0);
@@ -313,6 +357,56 @@ OMC_TEST(bench_duration_copy_put_pinned_gbits) {
     if (bad && j) fprintf(stderr, "  json: %s\n", j);
     free(j);
     unlink(json);
+    remove_dir(dir);
+}
+
+/* Two hosts, here both on loopback: omniconn bench --serve (the producer, which prints the
+   results) and omniconn bench 127.0.0.1 (the consumer). */
+OMC_TEST(bench_two_hosts_serve_and_connect) {
+    static cli_run r;
+    char out[64], port[16], *text;
+    pid_t server;
+    int st = 0, i, bad;
+    snprintf(out, sizeof(out), "/tmp/omc_cli_%ld_serve.txt", (long)getpid());
+    snprintf(port, sizeof(port), "%d", 20000 + (int)(getpid() % 20000));
+    fflush(stdout);
+    fflush(stderr);
+    server = fork();
+    if (server == 0) {
+        char* argv[] = { (char*)"omniconn", (char*)"bench", (char*)"--serve", (char*)"--transport", (char*)"tcp", (char*)"--sizes", (char*)"4K,64K",
+                         (char*)"--iters", (char*)"30", (char*)"--port", port, NULL };
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        alarm(60);
+        exit(omniconn_main(11, argv));
+    }
+    for (i = 0; i < 100; i++) {                 /* until the producer listens */
+        const char* args[] = { "bench", "127.0.0.1", "--port", port, NULL };
+        cli(&r, NULL, args);
+        if (!has(&r, "no producer on")) break;
+        usleep(100000);
+    }
+    waitpid(server, &st, 0);
+    text = slurp(out);
+    bad = r.status != 0 || !has(&r, "consumer for the tcp producer on 127.0.0.1") || !has(&r, "the producer on 127.0.0.1 has the results") ||
+          !text || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || !strstr(text, "two hosts") || !strstr(text, "round trip") ||
+          !strstr(text, "4 KiB") || !strstr(text, "64 KiB");
+    CHECK(!bad);
+    show_if(&r, bad);
+    if (bad && text) fprintf(stderr, "  ---- the producer ----\n%s\n", text);
+    free(text);
+    unlink(out);
+    {
+        const char* args[] = { "bench", "--serve", "--transport", "shm", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--serve needs --transport tcp or rdma"));
+    }
+    {
+        const char* args[] = { "bench", "127.0.0.1", "--port", "1", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 1 && has(&r, "no producer on 127.0.0.1 port 1"));
+    }
 }
 
 OMC_TEST(bench_rdma_says_why) {
@@ -327,27 +421,6 @@ OMC_TEST(bench_rdma_says_why) {
 }
 
 /* ---- doctor --------------------------------------------------------------------------------- */
-
-/* A private directory on tmpfs, so the checks see only what the test puts there. */
-static const char* private_shm_dir(void) {
-    static char dir[64];
-    snprintf(dir, sizeof(dir), "/dev/shm/omc_cli_XXXXXX");
-    return mkdtemp(dir);
-}
-
-static void remove_dir(const char* dir) {
-    DIR* d = opendir(dir);
-    struct dirent* de;
-    char path[512];
-    if (!d) return;
-    while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.') continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 OMC_TEST(doctor_clean_config) {
     static cli_run r;

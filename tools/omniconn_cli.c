@@ -31,7 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -165,6 +167,8 @@ typedef struct bench_msg {
     uint64_t index;             /* the key is "m<index>"; also stamped into the payload */
     uint64_t size;
     int64_t t0;                 /* producer's clock at put start (CLOCK_MONOTONIC: one host) */
+    uint32_t readers;           /* gets of this payload (fan-out); 0 = 1 */
+    uint32_t pad;
 } bench_msg;
 
 /* What the consumer reports back (memory shared by both sides). */
@@ -196,7 +200,21 @@ typedef struct bench_opts {
     int force;                  /* reserve more memory than is available */
     int cpu_producer, cpu_consumer; /* -1 = not pinned */
     long inflight;              /* at most this many transfers put and not yet released (0 = as many as the pool holds) */
+    int serve;                  /* two hosts: the producer, waiting for a consumer on port */
+    const char* peer;           /* two hosts: the consumer, connecting to this producer */
+    unsigned port;              /* two hosts: the control connection's port */
+    uint32_t readers;           /* fan-out: gets per payload (0 = 1) */
+    int remote;                 /* the consumer is on another host: latency is a round trip measured here */
 } bench_opts;
+
+#define BENCH_PORT 18620        /* the control connection of the two-host mode */
+
+/* What the producer tells a consumer on another host when it connects. */
+typedef struct bench_hello {
+    char magic[16];             /* "omniconn-bench1" */
+    char transport[8];          /* "tcp" or "rdma" */
+    uint64_t pool;              /* bytes: the consumer's pool */
+} bench_hello;
 
 typedef struct bench_row {
     uint64_t size;
@@ -309,18 +327,28 @@ static int consumer_loop(bench_side* s) {
         omc_result r;
         char ack = 1;
         if (reader_get(&rd, &m, sizeof(m)) != 0 || m.kind == MSG_QUIT) break;
-        if (m.kind == MSG_SYNC) { if (write_all(s->ack_fd, &ack, 1) != 0) break; continue; }
+        if (m.kind == MSG_SYNC) {       /* 2: some gets failed (the text is in sh, or on the consumer's host) */
+            ack = s->sh->errors ? 2 : 1;
+            if (write_all(s->ack_fd, &ack, 1) != 0) break;
+            continue;
+        }
         if (m.meta_len > OMC_META_MAX_SIZE || reader_get(&rd, meta, m.meta_len) != 0) break;
         snprintf(key, sizeof(key), "m%llu", (unsigned long long)m.index);
-        r = omc_conn_get(s->conn, "producer", "consumer", key, meta, m.meta_len, omc_deadline_after_ms(30000), &b);
-        if (r == OMC_OK) {
-            int64_t now = omc_now_ns();
-            if (m.kind == MSG_LAT && m.index < BENCH_MAX_LAT) s->sh->lat[m.index] = now - m.t0;
-            if (m.kind == MSG_DATA || m.kind == MSG_DATA_ACK) s->sh->last_done = now;
-            if (b.size != m.size || !stamped((const uint8_t*)b.data, b.size, m.index))
-                consumer_error(s->sh, "payload %llu arrived damaged (%llu bytes)", (unsigned long long)m.index, (unsigned long long)b.size);
-            omc_buffer_release(&b);
-        } else consumer_error(s->sh, "get of payload %llu: %s", (unsigned long long)m.index, omc_result_str(r));
+        {
+            uint32_t k, readers = m.readers ? m.readers : 1;
+            for (k = 0; k < readers; k++) {     /* fan-out: every reader's get, one after the other */
+                r = omc_conn_get(s->conn, "producer", "consumer", key, meta, m.meta_len, omc_deadline_after_ms(30000), &b);
+                if (r != OMC_OK) { consumer_error(s->sh, "get %u of payload %llu: %s", k + 1, (unsigned long long)m.index, omc_result_str(r)); break; }
+                if (b.size != m.size || !stamped((const uint8_t*)b.data, b.size, m.index))
+                    consumer_error(s->sh, "payload %llu arrived damaged (%llu bytes)", (unsigned long long)m.index, (unsigned long long)b.size);
+                omc_buffer_release(&b);
+            }
+            if (r == OMC_OK) {
+                int64_t now = omc_now_ns();
+                if (m.kind == MSG_LAT && m.index < BENCH_MAX_LAT) s->sh->lat[m.index] = now - m.t0;
+                if (m.kind == MSG_DATA || m.kind == MSG_DATA_ACK) s->sh->last_done = now;
+            }
+        }
         if ((m.kind == MSG_LAT || m.kind == MSG_DATA_ACK) && write_all(s->ack_fd, &ack, 1) != 0) break;
     }
     free(meta);
@@ -354,7 +382,8 @@ static void progress_clear(progress* p) {
 }
 
 /* One transfer: a pool buffer, one memcpy, the stamp, a zero-copy put, the metadata down the pipe. */
-static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint32_t kind, uint64_t index, int copy_put) {
+static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint32_t kind, uint64_t index, const bench_opts* o) {
+    const int copy_put = o->copy_put;
     omc_buffer buf;
     omc_payload p;
     omc_meta meta;
@@ -368,6 +397,7 @@ static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint
         memset(&p, 0, sizeof(p));
         p.data = src;
         p.size = size;
+        p.readers = o->readers;
         snprintf(key, sizeof(key), "m%llu", (unsigned long long)index);
         r = omc_conn_put(s->conn, "producer", "consumer", key, &p, &meta);
         if (r != OMC_OK) return r;
@@ -379,6 +409,7 @@ static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint
     stamp((uint8_t*)buf.data, size, index);
     memset(&p, 0, sizeof(p));
     p.buffer = &buf;
+    p.readers = o->readers;
     snprintf(key, sizeof(key), "m%llu", (unsigned long long)index);
     r = omc_conn_put(s->conn, "producer", "consumer", key, &p, &meta);
     if (r != OMC_OK) { omc_buffer_release(&buf); return r; }
@@ -387,6 +418,7 @@ send:
     m.meta_len = meta.size;
     m.index = index;
     m.size = size;
+    m.readers = o->readers;
     r = write_all(s->msg_fd, &m, sizeof(m)) == 0 && write_all(s->msg_fd, meta.data, meta.size) == 0 ? OMC_OK : OMC_ERR_CONNECTION;
     omc_meta_free(&meta);
     return r;
@@ -434,9 +466,12 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
             lat_iters = i - BENCH_WARMUP;       /* enough samples for this size */
             break;
         }
-        r = produce(s, src, size, MSG_LAT, index, o->copy_put);
+        omc_time_ns t_put = omc_now_ns();
+        r = produce(s, src, size, MSG_LAT, index, o);
         if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); return -1; }
         if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+        /* another host has another clock: there, latency is the round trip put -> get -> ack */
+        if (o->remote && index < BENCH_MAX_LAT) s->sh->lat[index] = omc_now_ns() - t_put;
         progress_tick(pg, "latency", size, i + 1, BENCH_WARMUP + lat_iters, (uint64_t)(i + 1) * size);
     }
     row->lat_iters = lat_iters;
@@ -456,7 +491,7 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
             if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
             acked++;
         }
-        r = produce(s, src, size, o->inflight ? MSG_DATA_ACK : MSG_DATA, (*next_index)++, o->copy_put);
+        r = produce(s, src, size, o->inflight ? MSG_DATA_ACK : MSG_DATA, (*next_index)++, o);
         if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); return -1; }
         progress_tick(pg, "throughput", size, i + 1, iters, (uint64_t)(i + 1) * size);
     }
@@ -468,8 +503,13 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
         fprintf(stderr, "omniconn bench: the consumer is gone\n");
         return -1;
     }
+    if (o->remote) {
+        s->sh->last_done = omc_now_ns();        /* the SYNC's round trip is included: one among many transfers */
+        if (ack != 1) { fprintf(stderr, "omniconn bench: the consumer reports failed or damaged gets (its host says which)\n"); return -1; }
+    }
     row->iters = iters = i;
-    row->gbps = (double)size * (double)iters / (double)(s->sh->last_done - t_first);
+    /* with fan-out every payload is read readers times: GB/s counts the bytes read */
+    row->gbps = (double)size * (double)(o->readers ? o->readers : 1) * (double)iters / (double)(s->sh->last_done - t_first);
     row->msg_rate = (double)iters * 1e9 / (double)(s->sh->last_done - t_first);
     progress_clear(pg);
     if (s->sh->errors) { fprintf(stderr, "omniconn bench: %s (%llu errors)\n", s->sh->error_text, (unsigned long long)s->sh->errors); return -1; }
@@ -574,8 +614,8 @@ static int write_json(const bench_opts* o, const bench_row* rows, int n, int pro
         fprintf(f, ",\n  \"cpus\": %ld,\n  \"load_average\": %.2f,\n  \"date\": \"%s\",\n", sysconf(_SC_NPROCESSORS_ONLN), la[0], date);
     }
     fprintf(f, "  \"options\": {\"put\": \"%s\", \"pool_bytes\": %llu, \"duration_s\": %.3f, \"inflight\": %ld, \"cpu_producer\": %d, "
-               "\"cpu_consumer\": %d},\n", o->copy_put ? "copy" : "zero-copy", (unsigned long long)pool_for(o),
-            o->duration > 0 ? o->duration : (double)BENCH_PHASE_NS / 1e9, o->inflight, o->cpu_producer, o->cpu_consumer);
+               "\"cpu_consumer\": %d, \"readers\": %u},\n", o->copy_put ? "copy" : "zero-copy", (unsigned long long)pool_for(o),
+            o->duration > 0 ? o->duration : (double)BENCH_PHASE_NS / 1e9, o->inflight, o->cpu_producer, o->cpu_consumer, o->readers ? o->readers : 1);
     fprintf(f, "  \"units\": {\"gbps\": \"1e9 bytes/s\", \"msg_rate\": \"transfers/s\", \"latency\": \"microseconds, one way\"},\n  \"method\": ");
     json_string(f, bench_method);
     fprintf(f, ",\n  \"results\": [\n");
@@ -635,7 +675,9 @@ static int write_plot(const bench_opts* o, const bench_row* rows, int n, int pro
 }
 
 static void bench_usage(void) {
-    printf("usage: omniconn bench [options]\n");
+    printf("usage: omniconn bench [options]                 producer and consumer on this host\n");
+    printf("       omniconn bench --serve [options]         two hosts: the producer (prints the results)\n");
+    printf("       omniconn bench HOST [--port P]           two hosts: the consumer, for the producer on HOST\n");
     printf("  --transport T    local | shm | tcp | rdma                  (default shm)\n");
     printf("  --sizes LIST     payload sizes, K/M/G = KiB/MiB/GiB        (default 4K,64K,1M,16M)\n");
     printf("  --iters N        transfers per size (throughput phase)     (default: about 1 s per size, 16..20000)\n");
@@ -648,10 +690,14 @@ static void bench_usage(void) {
     printf("  --duration SEC   seconds per size: throughput phase SEC, latency phase SEC/2 (default 1; --iters wins)\n");
     printf("  --pool SIZE      bytes per pool                            (default 4 x the largest size + 1 MiB, 64 MiB at least)\n");
     printf("  --put MODE       zero-copy: alloc + memcpy + put of the buffer; copy: put from your memory (default zero-copy)\n");
+    printf("  --readers N      fan-out: each payload is read by N gets (GB/s counts the bytes read) (default 1)\n");
     printf("  --inflight N     at most N transfers put and not yet released (default: as many as the pool holds)\n");
     printf("  --cpus P,C       pin the producer to CPU P and the consumer to CPU C (default: not pinned)\n");
     printf("  --gbits          report Gb/s (10^9 bits/s) instead of GB/s (10^9 bytes/s)\n");
     printf("  --force          reserve more memory than this host has available\n");
+    printf("  --serve          two hosts, tcp or rdma: be the producer and wait for a consumer; --host is the address\n");
+    printf("                   the consumer reaches this host's data plane at. The other host runs: omniconn bench HOST\n");
+    printf("  --port P         two hosts: the control connection's port        (default %d)\n", BENCH_PORT);
     printf("Units: GB/s = 10^9 bytes/s, msg/s = transfers per second, latency in microseconds, one way, one transfer at a\n");
     printf("time (%d at most per size; p99.9 needs 1000 of them); the first %d transfers of a size are not counted.\n",
            BENCH_MAX_LAT, BENCH_WARMUP);
@@ -730,6 +776,87 @@ static int pin_to(int cpu) {
     return 0;
 }
 
+/* ---- two hosts ------------------------------------------------------------------------------- */
+
+/* The producer's side: listen on the control port, take one consumer, tell it the transport and
+   the pool size. The control connection then carries what the pipe carries in one host. */
+static int bench_wait_for_consumer(const bench_opts* o) {
+    struct sockaddr_in a;
+    bench_hello h;
+    int ls = socket(AF_INET, SOCK_STREAM, 0), s = -1, one = 1;
+    if (ls < 0) { fprintf(stderr, "omniconn bench: socket: %s\n", strerror(errno)); return -1; }
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)o->port);
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (bind(ls, (struct sockaddr*)&a, sizeof(a)) != 0 || listen(ls, 1) != 0) {
+        fprintf(stderr, "omniconn bench: cannot listen on port %u: %s (--port another)\n", o->port, strerror(errno));
+        close(ls);
+        return -1;
+    }
+    fprintf(stderr, "omniconn bench: waiting for a consumer on port %u (on the other host: omniconn bench <this host> --port %u)\n", o->port, o->port);
+    while (s < 0) {
+        s = accept(ls, NULL, NULL);
+        if (s < 0 && errno != EINTR) { fprintf(stderr, "omniconn bench: accept: %s\n", strerror(errno)); close(ls); return -1; }
+    }
+    close(ls);
+    memset(&h, 0, sizeof(h));
+    snprintf(h.magic, sizeof(h.magic), "omniconn-bench1");
+    snprintf(h.transport, sizeof(h.transport), "%s", o->transport);
+    h.pool = pool_for(o);
+    if (write_all(s, &h, sizeof(h)) != 0) { fprintf(stderr, "omniconn bench: the consumer hung up\n"); close(s); return -1; }
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    fprintf(stderr, "omniconn bench: a consumer connected\n");
+    return s;
+}
+
+/* The consumer's side (omniconn bench HOST): connect, learn the transport, take every payload
+   until the producer says quit. The producer prints the results. */
+static int bench_consumer_for(bench_opts* o) {
+    struct addrinfo hints, *res = NULL, *ai;
+    char port[16];
+    bench_hello h;
+    bench_side cons;
+    int s = -1, one = 1, gai, rc;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(port, sizeof(port), "%u", o->port);
+    if ((gai = getaddrinfo(o->peer, port, &hints, &res)) != 0) {
+        fprintf(stderr, "omniconn bench: '%s': %s\n", o->peer, gai_strerror(gai));
+        return 2;
+    }
+    for (ai = res; ai && s < 0; ai = ai->ai_next) {
+        s = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+        if (s >= 0 && connect(s, ai->ai_addr, ai->ai_addrlen) != 0) { close(s); s = -1; }
+    }
+    freeaddrinfo(res);
+    if (s < 0) { fprintf(stderr, "omniconn bench: no producer on %s port %u (start omniconn bench --serve there first)\n", o->peer, o->port); return 1; }
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (read_all(s, &h, sizeof(h)) != 0 || memcmp(h.magic, "omniconn-bench1", 15) != 0 || !memchr(h.transport, 0, sizeof(h.transport))) {
+        fprintf(stderr, "omniconn bench: %s port %u is not an omniconn bench producer\n", o->peer, o->port);
+        close(s);
+        return 1;
+    }
+    o->transport = h.transport;
+    o->pool = h.pool;
+    fprintf(stderr, "omniconn bench: consumer for the %s producer on %s (a %llu-byte pool here)\n", o->transport, o->peer, (unsigned long long)h.pool);
+    memset(&cons, 0, sizeof(cons));
+    cons.sh = (bench_shared*)calloc(1, sizeof(bench_shared));
+    cons.msg_fd = cons.ack_fd = s;
+    cons.conn = cons.sh ? bench_connector(o, OMC_ROLE_RECEIVER, "bench") : NULL;
+    if (!cons.conn) { free(cons.sh); close(s); return 1; }
+    consumer_loop(&cons);
+    rc = cons.sh->errors ? 1 : 0;
+    if (cons.sh->errors) fprintf(stderr, "omniconn bench: %s (%llu errors)\n", cons.sh->error_text, (unsigned long long)cons.sh->errors);
+    else fprintf(stderr, "omniconn bench: done; the producer on %s has the results\n", o->peer);
+    omc_conn_destroy(cons.conn);
+    free(cons.sh);
+    close(s);
+    return rc;
+}
+
 static int cmd_bench(int argc, char** argv) {
     static const struct option longs[] = {
         { "transport", required_argument, NULL, 't' }, { "sizes", required_argument, NULL, 's' }, { "iters", required_argument, NULL, 'n' },
@@ -737,7 +864,7 @@ static int cmd_bench(int argc, char** argv) {
         { "no-progress", no_argument, NULL, 'Q' }, { "host", required_argument, NULL, 'H' }, { "shm-dir", required_argument, NULL, 'D' },
         { "duration", required_argument, NULL, 'd' }, { "pool", required_argument, NULL, 'o' }, { "put", required_argument, NULL, 'u' },
         { "cpus", required_argument, NULL, 'c' }, { "gbits", no_argument, NULL, 'g' }, { "force", no_argument, NULL, 'f' },
-        { "inflight", required_argument, NULL, 'i' },
+        { "inflight", required_argument, NULL, 'i' }, { "serve", no_argument, NULL, 'S' }, { "readers", required_argument, NULL, 'r' }, { "port", required_argument, NULL, 'O' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     bench_opts o;
@@ -797,6 +924,17 @@ static int cmd_bench(int argc, char** argv) {
                 }
                 break;
             case 'g': o.gbits = 1; break;
+            case 'S': o.serve = 1; break;
+            case 'r': {
+                unsigned long v = strtoul(optarg, &end, 10);
+                if (*end || v == 0 || v > 1024) { fprintf(stderr, "omniconn bench: --readers '%s' is not a number of readers (1..1024)\n", optarg); return 2; }
+                o.readers = (uint32_t)v;
+                break;
+            }
+            case 'O':
+                o.port = (unsigned)strtoul(optarg, &end, 10);
+                if (*end || o.port == 0 || o.port > 65535) { fprintf(stderr, "omniconn bench: --port '%s' is not a port (1..65535)\n", optarg); return 2; }
+                break;
             case 'f': o.force = 1; break;
             case 'j': o.json = optarg; break;
             case 'p': o.plot = optarg; break;
@@ -808,7 +946,10 @@ static int cmd_bench(int argc, char** argv) {
             default: return 2;
         }
     }
+    if (!o.port) o.port = BENCH_PORT;
+    if (optind < argc && !o.serve && argv[optind][0] != '-') o.peer = argv[optind++];    /* omniconn bench HOST */
     if (optind != argc) { fprintf(stderr, "omniconn bench: unexpected argument '%s' (options start with --)\n", argv[optind]); return 2; }
+    if (o.peer) return bench_consumer_for(&o);
     while (*list) {
         char item[32];
         size_t len = strcspn(list, ",");
@@ -844,6 +985,10 @@ static int cmd_bench(int argc, char** argv) {
         fprintf(stderr, "omniconn bench: --cpus %d,%d: this host has CPUs 0..%ld\n", o.cpu_producer, o.cpu_consumer, sysconf(_SC_NPROCESSORS_ONLN) - 1);
         return 2;
     }
+    if (o.serve && strcmp(o.transport, "tcp") && strcmp(o.transport, "rdma")) {
+        fprintf(stderr, "omniconn bench: --serve needs --transport tcp or rdma (%s cannot span hosts)\n", o.transport);
+        return 2;
+    }
     if (bench_memory_check(&o) != 0) return 1;
     signal(SIGPIPE, SIG_IGN);       /* a consumer gone: write() fails and we say so */
     if (o.progress < 0) o.progress = isatty(2);
@@ -867,7 +1012,20 @@ static int cmd_bench(int argc, char** argv) {
     cons.msg_fd = fds_msg[0];
     cons.ack_fd = fds_ack[1];
     snprintf(channel, sizeof(channel), "bench_%ld", (long)getpid());
-    if (strcmp(o.transport, "local") == 0) {
+    if (o.serve) {
+        int sock = bench_wait_for_consumer(&o);
+        close(fds_msg[0]); close(fds_msg[1]); close(fds_ack[0]); close(fds_ack[1]);
+        fds_msg[1] = sock;
+        fds_ack[0] = sock >= 0 ? dup(sock) : -1;
+        prod.msg_fd = fds_msg[1];
+        prod.ack_fd = fds_ack[0];
+        o.remote = 1;
+        if (sock < 0 || fds_ack[0] < 0) rc = 1;
+        else {
+            prod.conn = bench_connector(&o, OMC_ROLE_SENDER, channel);
+            if (!prod.conn) rc = 1;
+        }
+    } else if (strcmp(o.transport, "local") == 0) {
         /* the same-process connector cannot span processes: two threads, one connector */
         processes = 1;
         prod.conn = cons.conn = bench_connector(&o, OMC_ROLE_DUAL, channel);
@@ -922,10 +1080,18 @@ static int cmd_bench(int argc, char** argv) {
         if (pid < 0) rc = 1;
         else {
             char pool[32];
+            sigset_t stop, old;
+            /* Ctrl-C or SIGTERM while the segment is being made waits until its name is known,
+               then removes it */
+            sigemptyset(&stop);
+            sigaddset(&stop, SIGINT);
+            sigaddset(&stop, SIGTERM);
+            sigprocmask(SIG_BLOCK, &stop, &old);
             fprintf(stderr, "omniconn bench: setting up the producer (%s pool)...\n", size_text(pool_for(&o), pool, sizeof(pool)));
             prod.conn = pin_to(o.cpu_producer) == 0 ? bench_connector(&o, OMC_ROLE_SENDER, channel) : NULL;
             if (!prod.conn) rc = 1;
             else if (strcmp(o.transport, "shm") == 0) omc_shm_segment_path(prod.conn, bench_segment, sizeof(bench_segment));
+            sigprocmask(SIG_SETMASK, &old, NULL);
         }
     }
     if (rc == 0) {
@@ -935,15 +1101,19 @@ static int cmd_bench(int argc, char** argv) {
                      1.5 * (o.duration > 0 ? o.duration : (double)BENCH_PHASE_NS / 1e9));
         gethostname(host, sizeof(host) - 1);
         printf("omniconn bench: %s, producer and consumer in %s, %d size%s (%s, %ld CPUs)\n", o.transport,
-               processes == 2 ? "two processes" : "two threads (the same-process connector)", o.nsizes, o.nsizes == 1 ? "" : "s", host, sysconf(_SC_NPROCESSORS_ONLN));
-        printf("  put = %s; get = %s; metadata over a pipe\n", o.copy_put ? "put from the caller's memory (the connector copies)"
+               o.remote ? "two hosts (the consumer connected from the other)" : processes == 2 ? "two processes" : "two threads (the same-process connector)", o.nsizes, o.nsizes == 1 ? "" : "s", host, sysconf(_SC_NPROCESSORS_ONLN));
+        printf("  put = %s; get = %s; metadata over %s\n", o.copy_put ? "put from the caller's memory (the connector copies)"
                : "pool buffer + one memcpy + zero-copy put",
                strcmp(o.transport, "tcp") == 0 ? "pull into the consumer's pool"
-               : strcmp(o.transport, "rdma") == 0 ? "the producer RDMA-WRITEs into the consumer's pool" : "a zero-copy view");
-        printf("  units: %s, msg/s = transfers per second; latency in us, one way, one transfer at a time; put = %s; in flight: ",
-               o.gbits ? "Gb/s = 10^9 bits/s" : "GB/s = 10^9 bytes/s", o.copy_put ? "copy from the caller's memory" : "zero-copy");
-        if (o.inflight) printf("at most %ld\n", o.inflight);
-        else printf("as many as the pool holds\n");
+               : strcmp(o.transport, "rdma") == 0 ? "the producer RDMA-WRITEs into the consumer's pool" : "a zero-copy view",
+               o.remote ? "the control connection" : "a pipe");
+        printf("  units: %s, msg/s = transfers per second; latency in us, %s, one transfer at a time; put = %s; in flight: ",
+               o.gbits ? "Gb/s = 10^9 bits/s" : "GB/s = 10^9 bytes/s", o.remote ? "round trip (put -> get there -> ack back)" : "one way",
+               o.copy_put ? "copy from the caller's memory" : "zero-copy");
+        if (o.inflight) printf("at most %ld", o.inflight);
+        else printf("as many as the pool holds");
+        if (o.readers > 1) printf("; fan-out: %u gets per payload, GB/s counts the bytes read\n", o.readers);
+        else printf("\n");
         print_header(&o);
         fflush(stdout);
         for (i = 0; i < o.nsizes; i++) {
