@@ -318,6 +318,11 @@ CONFIGURATION
     OMNICONN_DEFAULT_ALIGNMENT   4096        impl file    pool alignment when the desc says 0
     OMNICONN_DEFAULT_TTL_MS      300000      impl file    lifetime of an unconsumed put (seed: 300 s)
 
+    environment variable         default     meaning
+    ---------------------------  ----------  ---------------------------------------------------
+    OMNICONN_LOG                 warn        level of the built-in stderr logger: off, error, warn,
+                                             info, debug (see ERRORS & LOGGING); read once
+
     omc_has(OMC_FEATURE_x) says what was compiled in; omc_available(OMC_FEATURE_x, why, n) says
     whether it is usable on this machine now, and if not, why.
 
@@ -338,9 +343,24 @@ ERRORS & LOGGING
     Every fallible call returns omc_result: OMC_OK (0) or a negative code, grouped by area
     (-1.. general, -20.. allocator, -40.. formats, -60.. shared memory, -80.. network,
     -100.. RDMA). omc_result_str() names a code. Outputs go through out-parameters.
-    The library never prints and never aborts at run time, not even on out-of-memory. It reports
-    through your log_fn: (level, item id, message, file, line, user_data). omc_log_stderr is a
-    ready-made log_fn that prints to stderr; it is used only if you set it.
+    The library never aborts at run time, not even on out-of-memory, and writes only through its
+    logger. A logger receives (level, item id, message, file, line, user_data); the items are one
+    list (OMC_LOGITEM_*, named by omc_log_item_name()).
+
+    Without a logger of your own, warnings and errors go to stderr, one line each:
+        omniconn WARN [CONN_ERROR] get a/b/req-7: deadline passed (omniconn.h:3061)
+        ^prefix  ^level ^item      ^message                        ^where
+    $OMNICONN_LOG sets the level of that built-in logger without recompiling: off, error, warn
+    (the default), info or debug (any case). It is read once, by the first message. An unknown
+    value is reported once (item LOG_SETTING) and logging stays at warn.
+        OMNICONN_LOG=debug ./app      everything the library has to say
+        OMNICONN_LOG=off ./app        nothing
+
+    Your own logger replaces the built-in one entirely ($OMNICONN_LOG then has no effect): set
+    hooks.log_fn (and hooks.max_level, default WARN) in a desc for that object, or in
+    omc_set_default_hooks() for every object whose desc leaves its hooks zero. omc_log_stderr is
+    the built-in logger as a log_fn (to use it at your own level); omc_log_discard silences the
+    library in code.
 
 ================================================================================================
 THREAD SAFETY
@@ -595,7 +615,8 @@ typedef enum omc_log_level {
     X(OMC_LOGITEM_PIPELINE,           "transfer-id map or stream event") \
     X(OMC_LOGITEM_SHM,                "shared-memory connector event") \
     X(OMC_LOGITEM_NET,                "side channel or TCP data plane event") \
-    X(OMC_LOGITEM_RDMA,               "RDMA engine event")
+    X(OMC_LOGITEM_RDMA,               "RDMA engine event") \
+    X(OMC_LOGITEM_LOG_SETTING,        "OMNICONN_LOG has a value the library does not know")
 
 typedef enum omc_log_item {
 #define OMC__X(name, text) name,
@@ -612,17 +633,25 @@ typedef void (*omc_log_fn)(omc_log_level level, omc_log_item item, const char* m
 typedef struct omc_hooks {
     void* (*alloc_fn)(size_t size, void* user_data);
     void  (*free_fn)(void* ptr, void* user_data);
-    omc_log_fn log_fn;              /* NULL = silent */
-    omc_log_level max_level;        /* most verbose level delivered; 0 = OMC_LOG_WARN */
+    omc_log_fn log_fn;              /* NULL = the built-in logger (stderr; see ERRORS & LOGGING) */
+    omc_log_level max_level;        /* most verbose level delivered; 0 = OMC_LOG_WARN (for the
+                                       built-in logger, $OMNICONN_LOG overrides it when set) */
     void* user_data;
 } omc_hooks;
 
 /* Set the hooks used by every desc whose hooks are all zero. Not thread-safe: call it once at
-   start-up, before creating anything. Passing NULL restores malloc/free and silence. */
+   start-up, before creating anything. Passing NULL restores malloc/free and the built-in logger. */
 OMNICONN_API void omc_set_default_hooks(const omc_hooks* hooks);
-/* A ready-made log_fn that writes one line to stderr. Only used if you set it. */
+/* The built-in logger, also usable as a log_fn: one line to stderr,
+   "omniconn WARN [CONN_ERROR] message (omniconn.h:1234)". */
 OMNICONN_API void omc_log_stderr(omc_log_level level, omc_log_item item, const char* message,
                                  const char* file, int line, void* user_data);
+/* A log_fn that drops everything: set it to silence the library in code (OMNICONN_LOG=off does
+   the same without recompiling). */
+OMNICONN_API void omc_log_discard(omc_log_level level, omc_log_item item, const char* message,
+                                  const char* file, int line, void* user_data);
+/* The short name of a log item ("CONN_ERROR"), as the built-in logger prints it; never NULL. */
+OMNICONN_API const char* omc_log_item_name(omc_log_item item);
 /* The short description of a log item; never NULL. */
 OMNICONN_API const char* omc_log_item_str(omc_log_item item);
 
@@ -1333,6 +1362,7 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
     Memory, logging, time
       omc__hooks_resolve omc__malloc omc__calloc omc__free   the desc's hooks, resolved
       OMC__LOG               log through the hooks (level, item, printf format)
+      omc__log_emit          deliver a message already formatted (hooks or the built-in logger)
       omc__cond_init_monotonic omc__cond_wait_until          CLOCK_MONOTONIC condition variables
       omc__random_u64 omc__random_bytes                       getrandom-backed randomness
     Bytes
@@ -1405,13 +1435,24 @@ static const char* omc__log_item_texts[OMC_LOGITEM_COUNT] = {
     OMC__LOG_ITEMS(OMC__X)
 #undef OMC__X
 };
+/* "OMC_LOGITEM_CONN_ERROR" + 12 = "CONN_ERROR" */
+static const char* omc__log_item_names[OMC_LOGITEM_COUNT] = {
+#define OMC__X(name, text) &#name[12],
+    OMC__LOG_ITEMS(OMC__X)
+#undef OMC__X
+};
 
 OMNICONN_API const char* omc_log_item_str(omc_log_item item) {
     if ((int)item < 0 || item >= OMC_LOGITEM_COUNT) return "unknown log item";
     return omc__log_item_texts[item];
 }
 
-static omc_hooks omc__default_hooks; /* zero: malloc/free, silent */
+OMNICONN_API const char* omc_log_item_name(omc_log_item item) {
+    if ((int)item < 0 || item >= OMC_LOGITEM_COUNT) return "UNKNOWN";
+    return omc__log_item_names[item];
+}
+
+static omc_hooks omc__default_hooks; /* zero: malloc/free, the built-in logger */
 
 OMNICONN_API void omc_set_default_hooks(const omc_hooks* hooks) {
     if (hooks) omc__default_hooks = *hooks;
@@ -1420,11 +1461,67 @@ OMNICONN_API void omc_set_default_hooks(const omc_hooks* hooks) {
 
 OMNICONN_API void omc_log_stderr(omc_log_level level, omc_log_item item, const char* message,
                                  const char* file, int line, void* user_data) {
-    static const char* names[] = { "log", "error", "warn", "info", "debug" };
-    const char* lv = ((int)level >= 0 && (int)level <= 4) ? names[level] : "log";
+    static const char* names[] = { "LOG", "ERROR", "WARN", "INFO", "DEBUG" };
+    const char* lv = ((int)level >= 0 && (int)level <= 4) ? names[level] : "LOG";
+    const char* base = file ? strrchr(file, '/') : NULL;
     (void)user_data;
-    fprintf(stderr, "omniconn %s [%s] %s (%s:%d)\n", lv, omc_log_item_str(item), message ? message : "",
-            file ? file : "?", line);
+    /* one fprintf per line: stdio locks stderr per call, so lines of two threads never mix */
+    fprintf(stderr, "omniconn %s [%s] %s (%s:%d)\n", lv, omc_log_item_name(item), message ? message : "",
+            base ? base + 1 : (file ? file : "?"), line);
+}
+
+OMNICONN_API void omc_log_discard(omc_log_level level, omc_log_item item, const char* message,
+                                  const char* file, int line, void* user_data) {
+    (void)level; (void)item; (void)message; (void)file; (void)line; (void)user_data;
+}
+
+/* $OMNICONN_LOG, read once by the first message that reaches the built-in logger:
+   -1 unset, 0 off, else the level; an unknown value is reported (once) and ignored. */
+static int omc__env_level = -1;
+static char omc__env_bad[40];
+static pthread_once_t omc__env_once = PTHREAD_ONCE_INIT;
+static void omc__env_read(void) {
+    static const char* names[] = { "off", "error", "warn", "info", "debug" };
+    const char* v = getenv("OMNICONN_LOG");
+    char low[16];
+    size_t i, n;
+    if (!v || !v[0]) return;
+    n = strlen(v);
+    for (i = 0; i < n && i < sizeof(low) - 1; i++) low[i] = (char)(v[i] >= 'A' && v[i] <= 'Z' ? v[i] - 'A' + 'a' : v[i]);
+    low[i] = '\0';
+    if (n < sizeof(low))
+        for (i = 0; i < 5; i++) if (strcmp(low, names[i]) == 0) { omc__env_level = (int)i; return; }
+    snprintf(omc__env_bad, sizeof(omc__env_bad), "%.32s%s", v, n > 32 ? "..." : "");
+}
+
+/* The most verbose level that reaches a logger through these hooks (NULL = the process
+   default): the application's max_level, or for the built-in logger $OMNICONN_LOG when set. */
+static int omc__log_max(const omc_hooks* h) {
+    int max;
+    if (!h) h = &omc__default_hooks;
+    max = h->max_level ? (int)h->max_level : (int)OMC_LOG_WARN;
+    if (h->log_fn) return max;
+    pthread_once(&omc__env_once, omc__env_read);
+    return omc__env_level >= 0 ? omc__env_level : max;
+}
+
+/* Deliver one formatted message: the hooks' log_fn if set, else the built-in logger.
+   Companions with their own formatting call this. */
+OMC__PRIVATE void omc__log_emit(const omc_hooks* h, omc_log_level level, omc_log_item item,
+                                const char* file, int line, const char* msg) {
+    if (!h) h = &omc__default_hooks;
+    if ((int)level > omc__log_max(h)) return;
+    if (h->log_fn) { h->log_fn(level, item, msg, file, line, h->user_data); return; }
+    if (omc__env_bad[0]) {
+        static int told;
+        if (!__atomic_exchange_n(&told, 1, __ATOMIC_ACQ_REL)) {
+            char m[160];
+            snprintf(m, sizeof(m), "OMNICONN_LOG=%s is not a level: use off, error, warn, info or debug "
+                     "(logging at warn)", omc__env_bad);
+            omc_log_stderr(OMC_LOG_WARN, OMC_LOGITEM_LOG_SETTING, m, __FILE__, __LINE__, NULL);
+        }
+    }
+    omc_log_stderr(level, item, msg, file, line, NULL);
 }
 
 /* A desc's hooks if it set any, else the process default; alloc/free fall back to the libc pair. */
@@ -1462,11 +1559,11 @@ OMC__PRIVATE void omc__log(const omc_hooks* h, omc_log_level level, omc_log_item
                            const char* file, int line, const char* fmt, ...) {
     char msg[512];
     va_list ap;
-    if (!h || !h->log_fn || level > h->max_level) return;
+    if ((int)level > omc__log_max(h)) return;      /* before the formatting */
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    h->log_fn(level, item, msg, file, line, h->user_data);
+    omc__log_emit(h, level, item, file, line, msg);
 }
 #define OMC__LOG(h, level, item, ...) omc__log((h), (level), (item), __FILE__, __LINE__, __VA_ARGS__)
 
