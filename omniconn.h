@@ -683,7 +683,9 @@ typedef int64_t omc_time_ns;
 #define OMC_NO_WAIT ((omc_time_ns)0)
 #define OMC_WAIT_FOREVER ((omc_time_ns)INT64_MAX)
 OMNICONN_API omc_time_ns omc_now_ns(void);
-/* now + ms (ms < 0 means forever). */
+/* now + ms. A negative ms is a deadline that has already passed (a budget that ran out), never
+   "forever": only OMC_WAIT_FOREVER waits without end. A sum beyond the clock's range saturates
+   at OMC_WAIT_FOREVER. */
 OMNICONN_API omc_time_ns omc_deadline_after_ms(int64_t ms);
 
 /* A random 64-bit id chosen once per process start (peers use it to notice restarts). */
@@ -1582,7 +1584,8 @@ OMNICONN_API omc_time_ns omc_now_ns(void) {
 
 OMNICONN_API omc_time_ns omc_deadline_after_ms(int64_t ms) {
     omc_time_ns now = omc_now_ns();
-    if (ms < 0 || ms > (INT64_MAX - now) / 1000000LL) return OMC_WAIT_FOREVER;
+    if (ms < 0) return ms < -(now / 1000000LL) ? OMC_NO_WAIT : now + ms * 1000000LL;   /* passed */
+    if (ms > (INT64_MAX - now) / 1000000LL) return OMC_WAIT_FOREVER;
     return now + ms * 1000000LL;
 }
 

@@ -111,6 +111,26 @@ OMC_TEST(local_close_wakes_waiting_getter) {
     omc_conn_destroy(c);
 }
 
+/* A budget that ran out is a deadline in the past: the get times out at once instead of waiting
+   for ever (the closer turns a wrong wait into OMC_ERR_CLOSED instead of a hang). */
+OMC_TEST(deadline_after_negative_ms_has_already_passed) {
+    omc_conn* c = make_local(1u << 20, OMC_ROLE_DEFAULT);
+    pthread_t th;
+    omc_buffer b;
+    omc_time_ns t0 = omc_now_ns();
+    REQUIRE(c);
+    CHECK(omc_deadline_after_ms(-1) <= omc_now_ns());
+    CHECK(omc_deadline_after_ms(-1) != OMC_WAIT_FOREVER);
+    CHECK(omc_deadline_after_ms(INT64_MIN) == OMC_NO_WAIT);            /* no overflow */
+    CHECK(omc_deadline_after_ms(-1000) <= t0 - 999000000LL || omc_deadline_after_ms(-1000) == OMC_NO_WAIT);
+    CHECK(omc_deadline_after_ms(INT64_MAX) == OMC_WAIT_FOREVER);       /* saturates the other way */
+    pthread_create(&th, NULL, close_later, c);
+    CHECK_RES(omc_conn_get(c, "a", "b", "never", NULL, 0, omc_deadline_after_ms(-5), &b), OMC_ERR_TIMEOUT);
+    CHECK(omc_now_ns() - t0 < 50000000LL);
+    pthread_join(th, NULL);
+    omc_conn_destroy(c);
+}
+
 OMC_TEST(local_pool_full_and_foreign_buffer) {
     omc_conn* c = make_local(64 * 1024, OMC_ROLE_DEFAULT);
     omc_conn* d = make_local(64 * 1024, OMC_ROLE_DEFAULT);
