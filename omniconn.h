@@ -317,6 +317,13 @@ CONFIGURATION
     OMNICONN_ASSERT(c)           assert(c)   impl file    programmer errors only (never run-time ones)
     OMNICONN_DEFAULT_ALIGNMENT   4096        impl file    pool alignment when the desc says 0
     OMNICONN_DEFAULT_TTL_MS      300000      impl file    lifetime of an unconsumed put (seed: 300 s)
+    _GNU_SOURCE                  (defined)   impl file    defined by omniconn.h in the file that defines
+                                                          OMNICONN_IMPLEMENTATION (the implementation
+                                                          needs Linux extensions) and so in force for
+                                                          that whole file; include omniconn.h there
+                                                          before any system header (else #error with
+                                                          the fix), or define it yourself first.
+                                                          Other files are untouched.
 
     environment variable         default     meaning
     ---------------------------  ----------  ---------------------------------------------------
@@ -468,9 +475,17 @@ LICENSE: see the end of this file (MIT or public domain, your choice).
 
 /* The implementation needs Linux extensions (MAP_ANONYMOUS, MAP_HUGETLB, getrandom, futex). They
    must be requested before the first system header, so include omniconn.h first in the file that
-   defines OMNICONN_IMPLEMENTATION (or build it with -D_GNU_SOURCE). */
+   defines OMNICONN_IMPLEMENTATION (or build it with -D_GNU_SOURCE). That file then has _GNU_SOURCE
+   for all of its code; other files are untouched. A system header seen earlier has already fixed
+   the feature set (the C library's features.h, _FEATURES_H, is in): defining _GNU_SOURCE now would
+   change nothing, so stop with the fix instead of 27 errors about undeclared names. */
 #if defined(OMNICONN_IMPLEMENTATION) && !defined(_GNU_SOURCE)
-    #define _GNU_SOURCE 1
+    #if defined(_FEATURES_H) || defined(__GLIBC__)
+        #error "omniconn: a system header was included before omniconn.h in the file that defines OMNICONN_IMPLEMENTATION. Include omniconn.h before any system header in that file, or define _GNU_SOURCE yourself (first line of the file, or -D_GNU_SOURCE)."
+        #define OMNICONN_IMPL_INCLUDED 1    /* skip the implementation: this error is the message */
+    #else
+        #define _GNU_SOURCE 1
+    #endif
 #endif
 #include <stddef.h>
 #include <stdint.h>
@@ -1275,6 +1290,12 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
 /*                                     IMPLEMENTATION                                             */
 /*                                                                                                */
 /* ============================================================================================== */
+/* omniconn.h was included once without OMNICONN_IMPLEMENTATION (so _GNU_SOURCE was not requested)
+   and again with it: the system headers are already in without the Linux extensions. */
+#if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_IMPL_INCLUDED) && !defined(_GNU_SOURCE)
+    #error "omniconn: OMNICONN_IMPLEMENTATION was defined after omniconn.h (or a companion) was already included in this file. Define OMNICONN_IMPLEMENTATION before the first omniconn include and before any system header, or define _GNU_SOURCE yourself (first line of the file, or -D_GNU_SOURCE)."
+    #define OMNICONN_IMPL_INCLUDED 1        /* skip the implementation: this error is the message */
+#endif
 #if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_IMPL_INCLUDED)
 #define OMNICONN_IMPL_INCLUDED
 
