@@ -355,8 +355,13 @@ ERRORS & LOGGING
     list (OMC_LOGITEM_*, named by omc_log_item_name()).
 
     Without a logger of your own, warnings and errors go to stderr, one line each:
-        omniconn WARN [CONN_ERROR] get a/b/req-7: deadline passed (omniconn.h:3061)
-        ^prefix  ^level ^item      ^message                        ^where
+        omniconn WARN [META_MALFORMED] get a/b/req-2: metadata refused: invalid argument; the
+        metadata is for key a/b/req-1, not a/b/req-2: pass the metadata that put() returned for
+        this key (or NULL to look the key up) (omniconn.h:3312)
+    that is: the prefix, the level, the item, the message, where it was logged. A refused put or
+    get names the key, the side (sender or receiver), the sizes involved and what to change (the
+    desc field to raise, the call to make). A get that finds nothing before its deadline
+    (OMC_ERR_TIMEOUT, OMC_ERR_NOT_FOUND) is an INFO message: waiting is not a fault.
     $OMNICONN_LOG sets the level of that built-in logger without recompiling: off, error, warn
     (the default), info or debug (any case). It is read once, by the first message. An unknown
     value is reported once (item LOG_SETTING) and logging stays at warn.
@@ -1395,7 +1400,7 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
       omc__smap omc__smap_get omc__smap_put omc__smap_del omc__smap_next omc__smap_free
     Connectors (a companion that adds one)
       omc__conn_vtable       the transport table (family, transport, put ... pending)
-      omc__conn_create omc__conn_ref omc__conn_unref omc__conn_is omc__conn_fail
+      omc__conn_create omc__conn_ref omc__conn_unref omc__conn_is omc__conn_fail omc__conn_fail_at
       omc__key_sink          what a vtable's list() hands keys to
       omc_conn fields a companion may read or write: impl (its state), hooks, closed (atomic),
                              ttl_reclaims and releases (atomic counters)
@@ -3090,29 +3095,117 @@ OMC__PRIVATE void omc__conn_unref(omc_conn* c) {
 }
 
 /* Remember the last failure (health() reports it) and log it. */
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-OMC__PRIVATE void omc__conn_fail(omc_conn* c, omc_result r, const char* fmt, ...) {
-    va_list ap;
+static void omc__conn_failv(omc_conn* c, omc_result r, omc_log_item item, const char* file, int line, const char* fmt, va_list ap) {
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     pthread_mutex_lock(&c->err_mu);
     c->last_error = r;
-    va_start(ap, fmt);
-    vsnprintf(c->last_error_text, sizeof(c->last_error_text), fmt, ap);
-    va_end(ap);
-    OMC__LOG(&c->hooks, r == OMC_ERR_TIMEOUT || r == OMC_ERR_NOT_FOUND ? OMC_LOG_INFO : OMC_LOG_WARN,
-             OMC_LOGITEM_CONN_ERROR, "%s", c->last_error_text);
+    {   /* health() keeps the start */
+        size_t n = strlen(msg);
+        if (n > sizeof(c->last_error_text) - 1) n = sizeof(c->last_error_text) - 1;
+        memcpy(c->last_error_text, msg, n);
+        c->last_error_text[n] = '\0';
+    }
+    omc__log(&c->hooks, r == OMC_ERR_TIMEOUT || r == OMC_ERR_NOT_FOUND ? OMC_LOG_INFO : OMC_LOG_WARN, item, file, line, "%s", msg);
     pthread_mutex_unlock(&c->err_mu);
 }
 
-OMC__PRIVATE void omc__conn_count_error(omc_conn* c, omc_result r, const char* op, const char* qkey, uint32_t qlen) {
-    char printable[OMC_KEY_MAX];
+/* omc__conn_fail(c, r, fmt, ...): the log line points at the caller */
+#if defined(__GNUC__)
+__attribute__((format(printf, 5, 6)))
+#endif
+OMC__PRIVATE void omc__conn_fail_at(omc_conn* c, omc_result r, const char* file, int line, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    omc__conn_failv(c, r, OMC_LOGITEM_CONN_ERROR, file, line, fmt, ap);
+    va_end(ap);
+}
+#define omc__conn_fail(c, r, ...) omc__conn_fail_at((c), (r), __FILE__, __LINE__, __VA_ARGS__)
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 6, 7)))
+#endif
+static void omc__conn_fail_item(omc_conn* c, omc_result r, omc_log_item item, const char* file, int line, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    omc__conn_failv(c, r, item, file, line, fmt, ap);
+    va_end(ap);
+}
+
+static const char* omc__transport_text(omc_transport t) {
+    switch (t) {
+        case OMC_TRANSPORT_LOCAL: return "same-process";
+        case OMC_TRANSPORT_SHM: return "shared-memory";
+        case OMC_TRANSPORT_TCP: return "TCP";
+        case OMC_TRANSPORT_RDMA: return "RDMA";
+        default: return "unknown";
+    }
+}
+
+/* A qualified key as a user wrote it: "from/to/key". */
+static void omc__key_printable(const char* qkey, uint32_t qlen, char out[OMC_KEY_MAX]) {
     uint32_t i;
+    for (i = 0; i < qlen && i < OMC_KEY_MAX - 1; i++) out[i] = qkey[i] == '\x1f' ? '/' : qkey[i];
+    out[i] = '\0';
+}
+
+/* The desc a user edits to change this connector's pool. */
+static const char* omc__conn_desc_name(const omc_conn* c) {
+    if (omc__conn_is(c, "local")) return "omc_local_desc";
+    if (omc__conn_is(c, "shm")) return "omc_shm_desc";
+    if (omc__conn_is(c, "remote") && c->vt->transport == OMC_TRANSPORT_TCP) return "omc_tcp_desc";
+    return "the connector's desc";
+}
+
+/* Count a failed call and log it once: "op from/to/key: what; which side, the sizes, the fix". */
+static void omc__conn_count_error_at(omc_conn* c, omc_result r, const char* op, const char* qkey, uint32_t qlen,
+                                     const char* hint, const char* file, int line) {
+    char printable[OMC_KEY_MAX];
     omc__add(&c->errors, 1u);
     if (r == OMC_ERR_TIMEOUT) omc__add(&c->timeouts, 1u);
-    for (i = 0; i < qlen && i < OMC_KEY_MAX - 1; i++) printable[i] = qkey[i] == '\x1f' ? '/' : qkey[i];
-    printable[i] = '\0';
-    omc__conn_fail(c, r, "%s %s: %s", op, printable, omc_result_str(r));
+    omc__key_printable(qkey, qlen, printable);
+    omc__conn_fail_at(c, r, file, line, "%s %s: %s%s%s", op, printable, omc_result_str(r), hint && hint[0] ? "; " : "",
+                      hint ? hint : "");
+}
+#define omc__conn_count_error_hint(c, r, op, qkey, qlen, hint) \
+    omc__conn_count_error_at((c), (r), (op), (qkey), (qlen), (hint), __FILE__, __LINE__)
+#define omc__conn_count_error(c, r, op, qkey, qlen) \
+    omc__conn_count_error_at((c), (r), (op), (qkey), (qlen), NULL, __FILE__, __LINE__)
+
+/* Why a put or get was refused, for the codes a user can act on: which side, the sizes, what to
+   change. size is the payload's size (0 if unknown). */
+static void omc__conn_hint(omc_conn* c, omc_result r, int is_put, const omc_payload* p, uint64_t size, int with_meta,
+                           char* out, size_t n) {
+    omc_health h;
+    const char* side = is_put ? "sender" : "receiver";
+    out[0] = '\0';
+    memset(&h, 0, sizeof(h));
+    if ((r == OMC_ERR_TOO_LARGE || r == OMC_ERR_POOL_FULL) && c->vt->health) c->vt->health(c, &h);
+    if (r == OMC_ERR_TOO_LARGE && is_put && p && p->buffer && p->size > p->buffer->size)
+        snprintf(out, n, "payload.size (%llu bytes) is larger than its buffer (%llu bytes)",
+                 (unsigned long long)p->size, (unsigned long long)p->buffer->size);
+    else if (r == OMC_ERR_TOO_LARGE && h.pool_capacity && size)
+        snprintf(out, n, "the payload (%llu bytes) is larger than this %s's whole pool (%llu bytes): raise pool_size in the %s's %s",
+                 (unsigned long long)size, side, (unsigned long long)h.pool_capacity, side, omc__conn_desc_name(c));
+    else if (r == OMC_ERR_TOO_LARGE && h.pool_capacity)
+        snprintf(out, n, "the payload is larger than this %s's whole pool (%llu bytes): raise pool_size in the %s's %s",
+                 side, (unsigned long long)h.pool_capacity, side, omc__conn_desc_name(c));
+    else if (r == OMC_ERR_POOL_FULL && h.pool_capacity)
+        snprintf(out, n, "%llu of the %s's %llu pool bytes are in use (%llu more wanted): consume, release or clean up earlier "
+                 "payloads, put with a deadline to wait for space (omc_conn_put_batch), or raise pool_size in its %s",
+                 (unsigned long long)h.pool_in_use, side, (unsigned long long)h.pool_capacity, (unsigned long long)size,
+                 omc__conn_desc_name(c));
+    else if (r == OMC_ERR_EXISTS)
+        snprintf(out, n, "an earlier put of this key is still waiting for its readers on this sender: get it, clean it up "
+                 "(omc_conn_cleanup) or use a new key");
+    else if (r == OMC_ERR_INVALID_ARG && is_put && p && p->buffer)
+        snprintf(out, n, "the zero-copy buffer is not from this sender's pool: allocate it with omc_conn_alloc on this "
+                 "connector, or pass data and size to copy it");
+    else if (r == OMC_ERR_STALE && with_meta)
+        snprintf(out, n, "the metadata names an earlier put of this key that a newer put replaced: pass the newest put's metadata");
+    else if (r == OMC_ERR_NOT_FOUND && with_meta)
+        snprintf(out, n, "the put this metadata names is gone from the sender (read by all its readers, cleaned up, or past "
+                 "its TTL)");
 }
 
 OMNICONN_API omc_result omc_qualify_key(const char* from_stage, const char* to_stage, const char* key,
@@ -3167,12 +3260,21 @@ OMNICONN_API omc_result omc_conn_put(omc_conn* c, const char* from, const char* 
     r = omc__conn_enter(c, OMC_ROLE_SENDER, from, to, key, qkey, &qlen);
     if (r == OMC_OK && !p->buffer && !p->data && p->size) r = OMC_ERR_INVALID_ARG;
     if (r == OMC_OK && p->buffer && p->size > p->buffer->size) r = OMC_ERR_TOO_LARGE;
+    if (r == OMC_ERR_INVALID_ARG && qlen) { omc__conn_count_error_hint(c, r, "put", qkey, qlen, "payload.size is set but payload.data is NULL"); return r; }
+    if (r == OMC_ERR_TOO_LARGE) {
+        char hint[400];
+        omc__conn_hint(c, r, 1, p, p->size, 0, hint, sizeof(hint));
+        omc__conn_count_error_hint(c, r, "put", qkey, qlen, hint);
+        return r;
+    }
     if (r != OMC_OK) { if (r != OMC_ERR_CLOSED) omc__add(&c->errors, 1u); return r; }
     size = p->buffer ? (p->size ? p->size : p->buffer->size) : p->size;
     r = c->vt->put(c, qkey, qlen, p, &tmp);
     if (r != OMC_OK) {
+        char hint[400];
         omc_meta_free(&tmp);
-        omc__conn_count_error(c, r, "put", qkey, qlen);
+        omc__conn_hint(c, r, 1, p, size, 0, hint, sizeof(hint));
+        omc__conn_count_error_hint(c, r, "put", qkey, qlen, hint);
         return r;
     }
     omc__add(&c->puts, 1u);
@@ -3193,19 +3295,46 @@ OMC__PRIVATE omc_result omc__conn_get(omc_conn* c, const char* from, const char*
     r = omc__conn_enter(c, OMC_ROLE_RECEIVER, from, to, key, qkey, &qlen);
     if (r != OMC_OK) { if (r != OMC_ERR_CLOSED) omc__add(&c->errors, 1u); return r; }
     if (meta) {
+        char hint[1024];
+        hint[0] = '\0';
         r = omc_meta_parse(meta, meta_size, &info);
-        if (r == OMC_OK && info.transport != c->vt->transport) r = OMC_ERR_TYPE;
-        if (r == OMC_OK && (info.key_len != qlen || memcmp(info.key, qkey, qlen) != 0)) r = OMC_ERR_INVALID_ARG;
+        if (r == OMC_OK && info.transport != c->vt->transport) {
+            r = OMC_ERR_TYPE;
+            snprintf(hint, sizeof(hint), "the metadata was written by a %s connector and this receiver is a %s one: "
+                     "get it with a connector of the transport that put it", omc__transport_text(info.transport),
+                     omc__transport_text(c->vt->transport));
+        }
+        if (r == OMC_OK && (info.key_len != qlen || memcmp(info.key, qkey, qlen) != 0)) {
+            char theirs[OMC_KEY_MAX], ours[OMC_KEY_MAX];
+            r = OMC_ERR_INVALID_ARG;
+            omc__key_printable(info.key, info.key_len, theirs);
+            omc__key_printable(qkey, qlen, ours);
+            snprintf(hint, sizeof(hint), "the metadata is for key %s, not %s: pass the metadata that put() returned "
+                     "for this key (or NULL to look the key up)", theirs, ours);
+        }
         if (r != OMC_OK) {
-            OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_META_MALFORMED, "metadata rejected: %s", omc_result_str(r));
-            omc__conn_count_error(c, r, "get", qkey, qlen);
+            if (!hint[0]) snprintf(hint, sizeof(hint), "the metadata blob is damaged or not omniconn metadata "
+                                   "(pass it on unchanged: omc_meta_to_text/omc_meta_from_text for text channels)");
+            omc__add(&c->errors, 1u);
+            {
+                char ours[OMC_KEY_MAX];
+                omc__key_printable(qkey, qlen, ours);
+                omc__conn_fail_item(c, r, OMC_LOGITEM_META_MALFORMED, __FILE__, __LINE__, "get %s: metadata refused: %s; %s", ours,
+                                    omc_result_str(r), hint);
+            }
             return r;
         }
     }
     r = c->vt->get(c, qkey, qlen, meta ? &info : NULL, deadline, max_size, out);
     if (r != OMC_OK) {
         uint64_t need = out->size;
-        if (r != OMC_ERR_TOO_LARGE) omc__conn_count_error(c, r, "get", qkey, qlen);
+        /* TOO_LARGE with max_size is get_copy asking how much room it needs: no error; without
+           it, the payload does not fit this receiver at all */
+        if (r != OMC_ERR_TOO_LARGE || max_size == 0) {
+            char hint[1024];
+            omc__conn_hint(c, r, 0, NULL, need ? need : (meta ? info.data_size : 0), meta != NULL, hint, sizeof(hint));
+            omc__conn_count_error_hint(c, r, "get", qkey, qlen, hint);
+        }
         memset(out, 0, sizeof(*out));
         out->size = need;
         return r;
