@@ -344,6 +344,18 @@ CONFIGURATION
     OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
     OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
                                                           (without blocking) before a worker takes over
+    _GNU_SOURCE                  (defined)   impl file    defined by omniconn.h in the file that defines
+                                                          OMNICONN_IMPLEMENTATION (the implementation
+                                                          needs Linux extensions) and so in force for
+                                                          that whole file; include omniconn.h there
+                                                          before any system header (else #error with
+                                                          the fix), or define it yourself first.
+                                                          Other files are untouched.
+
+    environment variable         default     meaning
+    ---------------------------  ----------  ---------------------------------------------------
+    OMNICONN_LOG                 warn        level of the built-in stderr logger: off, error, warn,
+                                             info, debug (see ERRORS & LOGGING); read once
 
     omc_has(OMC_FEATURE_x) says what was compiled in; omc_available(OMC_FEATURE_x, why, n) says
     whether it is usable on this machine now, and if not, why.
@@ -365,9 +377,29 @@ ERRORS & LOGGING
     Every fallible call returns omc_result: OMC_OK (0) or a negative code, grouped by area
     (-1.. general, -20.. allocator, -40.. formats, -60.. shared memory, -80.. network,
     -100.. RDMA). omc_result_str() names a code. Outputs go through out-parameters.
-    The library never prints and never aborts at run time, not even on out-of-memory. It reports
-    through your log_fn: (level, item id, message, file, line, user_data). omc_log_stderr is a
-    ready-made log_fn that prints to stderr; it is used only if you set it.
+    The library never aborts at run time, not even on out-of-memory, and writes only through its
+    logger. A logger receives (level, item id, message, file, line, user_data); the items are one
+    list (OMC_LOGITEM_*, named by omc_log_item_name()).
+
+    Without a logger of your own, warnings and errors go to stderr, one line each:
+        omniconn WARN [META_MALFORMED] get a/b/req-2: metadata refused: invalid argument; the
+        metadata is for key a/b/req-1, not a/b/req-2: pass the metadata that put() returned for
+        this key (or NULL to look the key up) (omniconn.h:3312)
+    that is: the prefix, the level, the item, the message, where it was logged. A refused put or
+    get names the key, the side (sender or receiver), the sizes involved and what to change (the
+    desc field to raise, the call to make). A get that finds nothing before its deadline
+    (OMC_ERR_TIMEOUT, OMC_ERR_NOT_FOUND) is an INFO message: waiting is not a fault.
+    $OMNICONN_LOG sets the level of that built-in logger without recompiling: off, error, warn
+    (the default), info or debug (any case). It is read once, by the first message. An unknown
+    value is reported once (item LOG_SETTING) and logging stays at warn.
+        OMNICONN_LOG=debug ./app      everything the library has to say
+        OMNICONN_LOG=off ./app        nothing
+
+    Your own logger replaces the built-in one entirely ($OMNICONN_LOG then has no effect): set
+    hooks.log_fn (and hooks.max_level, default WARN) in a desc for that object, or in
+    omc_set_default_hooks() for every object whose desc leaves its hooks zero. omc_log_stderr is
+    the built-in logger as a log_fn (to use it at your own level); omc_log_discard silences the
+    library in code.
 
 ================================================================================================
 THREAD SAFETY
@@ -475,9 +507,17 @@ LICENSE: see the end of this file (MIT or public domain, your choice).
 
 /* The implementation needs Linux extensions (MAP_ANONYMOUS, MAP_HUGETLB, getrandom, futex). They
    must be requested before the first system header, so include omniconn.h first in the file that
-   defines OMNICONN_IMPLEMENTATION (or build it with -D_GNU_SOURCE). */
+   defines OMNICONN_IMPLEMENTATION (or build it with -D_GNU_SOURCE). That file then has _GNU_SOURCE
+   for all of its code; other files are untouched. A system header seen earlier has already fixed
+   the feature set (the C library's features.h, _FEATURES_H, is in): defining _GNU_SOURCE now would
+   change nothing, so stop with the fix instead of 27 errors about undeclared names. */
 #if defined(OMNICONN_IMPLEMENTATION) && !defined(_GNU_SOURCE)
-    #define _GNU_SOURCE 1
+    #if defined(_FEATURES_H) || defined(__GLIBC__)
+        #error "omniconn: a system header was included before omniconn.h in the file that defines OMNICONN_IMPLEMENTATION. Include omniconn.h before any system header in that file, or define _GNU_SOURCE yourself (first line of the file, or -D_GNU_SOURCE)."
+        #define OMNICONN_IMPL_INCLUDED 1    /* skip the implementation: this error is the message */
+    #else
+        #define _GNU_SOURCE 1
+    #endif
 #endif
 #include <stddef.h>
 #include <stdint.h>
@@ -622,7 +662,8 @@ typedef enum omc_log_level {
     X(OMC_LOGITEM_PIPELINE,           "transfer-id map or stream event") \
     X(OMC_LOGITEM_SHM,                "shared-memory connector event") \
     X(OMC_LOGITEM_NET,                "side channel or TCP data plane event") \
-    X(OMC_LOGITEM_RDMA,               "RDMA engine event")
+    X(OMC_LOGITEM_RDMA,               "RDMA engine event") \
+    X(OMC_LOGITEM_LOG_SETTING,        "OMNICONN_LOG has a value the library does not know")
 
 typedef enum omc_log_item {
 #define OMC__X(name, text) name,
@@ -639,17 +680,25 @@ typedef void (*omc_log_fn)(omc_log_level level, omc_log_item item, const char* m
 typedef struct omc_hooks {
     void* (*alloc_fn)(size_t size, void* user_data);
     void  (*free_fn)(void* ptr, void* user_data);
-    omc_log_fn log_fn;              /* NULL = silent */
-    omc_log_level max_level;        /* most verbose level delivered; 0 = OMC_LOG_WARN */
+    omc_log_fn log_fn;              /* NULL = the built-in logger (stderr; see ERRORS & LOGGING) */
+    omc_log_level max_level;        /* most verbose level delivered; 0 = OMC_LOG_WARN (for the
+                                       built-in logger, $OMNICONN_LOG overrides it when set) */
     void* user_data;
 } omc_hooks;
 
 /* Set the hooks used by every desc whose hooks are all zero. Not thread-safe: call it once at
-   start-up, before creating anything. Passing NULL restores malloc/free and silence. */
+   start-up, before creating anything. Passing NULL restores malloc/free and the built-in logger. */
 OMNICONN_API void omc_set_default_hooks(const omc_hooks* hooks);
-/* A ready-made log_fn that writes one line to stderr. Only used if you set it. */
+/* The built-in logger, also usable as a log_fn: one line to stderr,
+   "omniconn WARN [CONN_ERROR] message (omniconn.h:1234)". */
 OMNICONN_API void omc_log_stderr(omc_log_level level, omc_log_item item, const char* message,
                                  const char* file, int line, void* user_data);
+/* A log_fn that drops everything: set it to silence the library in code (OMNICONN_LOG=off does
+   the same without recompiling). */
+OMNICONN_API void omc_log_discard(omc_log_level level, omc_log_item item, const char* message,
+                                  const char* file, int line, void* user_data);
+/* The short name of a log item ("CONN_ERROR"), as the built-in logger prints it; never NULL. */
+OMNICONN_API const char* omc_log_item_name(omc_log_item item);
 /* The short description of a log item; never NULL. */
 OMNICONN_API const char* omc_log_item_str(omc_log_item item);
 
@@ -681,7 +730,9 @@ typedef int64_t omc_time_ns;
 #define OMC_NO_WAIT ((omc_time_ns)0)
 #define OMC_WAIT_FOREVER ((omc_time_ns)INT64_MAX)
 OMNICONN_API omc_time_ns omc_now_ns(void);
-/* now + ms (ms < 0 means forever). */
+/* now + ms. A negative ms is a deadline that has already passed (a budget that ran out), never
+   "forever": only OMC_WAIT_FOREVER waits without end. A sum beyond the clock's range saturates
+   at OMC_WAIT_FOREVER. */
 OMNICONN_API omc_time_ns omc_deadline_after_ms(int64_t ms);
 
 /* A random 64-bit id chosen once per process start (peers use it to notice restarts). */
@@ -1271,6 +1322,12 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
 /*                                     IMPLEMENTATION                                             */
 /*                                                                                                */
 /* ============================================================================================== */
+/* omniconn.h was included once without OMNICONN_IMPLEMENTATION (so _GNU_SOURCE was not requested)
+   and again with it: the system headers are already in without the Linux extensions. */
+#if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_IMPL_INCLUDED) && !defined(_GNU_SOURCE)
+    #error "omniconn: OMNICONN_IMPLEMENTATION was defined after omniconn.h (or a companion) was already included in this file. Define OMNICONN_IMPLEMENTATION before the first omniconn include and before any system header, or define _GNU_SOURCE yourself (first line of the file, or -D_GNU_SOURCE)."
+    #define OMNICONN_IMPL_INCLUDED 1        /* skip the implementation: this error is the message */
+#endif
 #if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_IMPL_INCLUDED)
 #define OMNICONN_IMPL_INCLUDED
 
@@ -1360,6 +1417,7 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
     Memory, logging, time
       omc__hooks_resolve omc__malloc omc__calloc omc__free   the desc's hooks, resolved
       OMC__LOG               log through the hooks (level, item, printf format)
+      omc__log_emit          deliver a message already formatted (hooks or the built-in logger)
       omc__cond_init_monotonic omc__cond_wait_until          CLOCK_MONOTONIC condition variables
       omc__random_u64 omc__random_bytes                       getrandom-backed randomness
     Bytes
@@ -1369,7 +1427,7 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
       omc__smap omc__smap_get omc__smap_put omc__smap_del omc__smap_next omc__smap_free
     Connectors (a companion that adds one)
       omc__conn_vtable       the transport table (family, transport, put ... pending)
-      omc__conn_create omc__conn_ref omc__conn_unref omc__conn_is omc__conn_fail
+      omc__conn_create omc__conn_ref omc__conn_unref omc__conn_is omc__conn_fail omc__conn_fail_at
       omc__key_sink          what a vtable's list() hands keys to
       omc_conn fields a companion may read or write: impl (its state), hooks, closed (atomic),
                              ttl_reclaims and releases (atomic counters)
@@ -1445,13 +1503,24 @@ static const char* omc__log_item_texts[OMC_LOGITEM_COUNT] = {
     OMC__LOG_ITEMS(OMC__X)
 #undef OMC__X
 };
+/* "OMC_LOGITEM_CONN_ERROR" + 12 = "CONN_ERROR" */
+static const char* omc__log_item_names[OMC_LOGITEM_COUNT] = {
+#define OMC__X(name, text) &#name[12],
+    OMC__LOG_ITEMS(OMC__X)
+#undef OMC__X
+};
 
 OMNICONN_API const char* omc_log_item_str(omc_log_item item) {
     if ((int)item < 0 || item >= OMC_LOGITEM_COUNT) return "unknown log item";
     return omc__log_item_texts[item];
 }
 
-static omc_hooks omc__default_hooks; /* zero: malloc/free, silent */
+OMNICONN_API const char* omc_log_item_name(omc_log_item item) {
+    if ((int)item < 0 || item >= OMC_LOGITEM_COUNT) return "UNKNOWN";
+    return omc__log_item_names[item];
+}
+
+static omc_hooks omc__default_hooks; /* zero: malloc/free, the built-in logger */
 
 OMNICONN_API void omc_set_default_hooks(const omc_hooks* hooks) {
     if (hooks) omc__default_hooks = *hooks;
@@ -1460,11 +1529,67 @@ OMNICONN_API void omc_set_default_hooks(const omc_hooks* hooks) {
 
 OMNICONN_API void omc_log_stderr(omc_log_level level, omc_log_item item, const char* message,
                                  const char* file, int line, void* user_data) {
-    static const char* names[] = { "log", "error", "warn", "info", "debug" };
-    const char* lv = ((int)level >= 0 && (int)level <= 4) ? names[level] : "log";
+    static const char* names[] = { "LOG", "ERROR", "WARN", "INFO", "DEBUG" };
+    const char* lv = ((int)level >= 0 && (int)level <= 4) ? names[level] : "LOG";
+    const char* base = file ? strrchr(file, '/') : NULL;
     (void)user_data;
-    fprintf(stderr, "omniconn %s [%s] %s (%s:%d)\n", lv, omc_log_item_str(item), message ? message : "",
-            file ? file : "?", line);
+    /* one fprintf per line: stdio locks stderr per call, so lines of two threads never mix */
+    fprintf(stderr, "omniconn %s [%s] %s (%s:%d)\n", lv, omc_log_item_name(item), message ? message : "",
+            base ? base + 1 : (file ? file : "?"), line);
+}
+
+OMNICONN_API void omc_log_discard(omc_log_level level, omc_log_item item, const char* message,
+                                  const char* file, int line, void* user_data) {
+    (void)level; (void)item; (void)message; (void)file; (void)line; (void)user_data;
+}
+
+/* $OMNICONN_LOG, read once by the first message that reaches the built-in logger:
+   -1 unset, 0 off, else the level; an unknown value is reported (once) and ignored. */
+static int omc__env_level = -1;
+static char omc__env_bad[40];
+static pthread_once_t omc__env_once = PTHREAD_ONCE_INIT;
+static void omc__env_read(void) {
+    static const char* names[] = { "off", "error", "warn", "info", "debug" };
+    const char* v = getenv("OMNICONN_LOG");
+    char low[16];
+    size_t i, n;
+    if (!v || !v[0]) return;
+    n = strlen(v);
+    for (i = 0; i < n && i < sizeof(low) - 1; i++) low[i] = (char)(v[i] >= 'A' && v[i] <= 'Z' ? v[i] - 'A' + 'a' : v[i]);
+    low[i] = '\0';
+    if (n < sizeof(low))
+        for (i = 0; i < 5; i++) if (strcmp(low, names[i]) == 0) { omc__env_level = (int)i; return; }
+    snprintf(omc__env_bad, sizeof(omc__env_bad), "%.32s%s", v, n > 32 ? "..." : "");
+}
+
+/* The most verbose level that reaches a logger through these hooks (NULL = the process
+   default): the application's max_level, or for the built-in logger $OMNICONN_LOG when set. */
+static int omc__log_max(const omc_hooks* h) {
+    int max;
+    if (!h) h = &omc__default_hooks;
+    max = h->max_level ? (int)h->max_level : (int)OMC_LOG_WARN;
+    if (h->log_fn) return max;
+    pthread_once(&omc__env_once, omc__env_read);
+    return omc__env_level >= 0 ? omc__env_level : max;
+}
+
+/* Deliver one formatted message: the hooks' log_fn if set, else the built-in logger.
+   Companions with their own formatting call this. */
+OMC__PRIVATE void omc__log_emit(const omc_hooks* h, omc_log_level level, omc_log_item item,
+                                const char* file, int line, const char* msg) {
+    if (!h) h = &omc__default_hooks;
+    if ((int)level > omc__log_max(h)) return;
+    if (h->log_fn) { h->log_fn(level, item, msg, file, line, h->user_data); return; }
+    if (omc__env_bad[0]) {
+        static int told;
+        if (!__atomic_exchange_n(&told, 1, __ATOMIC_ACQ_REL)) {
+            char m[160];
+            snprintf(m, sizeof(m), "OMNICONN_LOG=%s is not a level: use off, error, warn, info or debug "
+                     "(logging at warn)", omc__env_bad);
+            omc_log_stderr(OMC_LOG_WARN, OMC_LOGITEM_LOG_SETTING, m, __FILE__, __LINE__, NULL);
+        }
+    }
+    omc_log_stderr(level, item, msg, file, line, NULL);
 }
 
 /* A desc's hooks if it set any, else the process default; alloc/free fall back to the libc pair. */
@@ -1502,11 +1627,11 @@ OMC__PRIVATE void omc__log(const omc_hooks* h, omc_log_level level, omc_log_item
                            const char* file, int line, const char* fmt, ...) {
     char msg[512];
     va_list ap;
-    if (!h || !h->log_fn || level > h->max_level) return;
+    if ((int)level > omc__log_max(h)) return;      /* before the formatting */
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    h->log_fn(level, item, msg, file, line, h->user_data);
+    omc__log_emit(h, level, item, file, line, msg);
 }
 #define OMC__LOG(h, level, item, ...) omc__log((h), (level), (item), __FILE__, __LINE__, __VA_ARGS__)
 
@@ -1525,7 +1650,8 @@ OMNICONN_API omc_time_ns omc_now_ns(void) {
 
 OMNICONN_API omc_time_ns omc_deadline_after_ms(int64_t ms) {
     omc_time_ns now = omc_now_ns();
-    if (ms < 0 || ms > (INT64_MAX - now) / 1000000LL) return OMC_WAIT_FOREVER;
+    if (ms < 0) return ms < -(now / 1000000LL) ? OMC_NO_WAIT : now + ms * 1000000LL;   /* passed */
+    if (ms > (INT64_MAX - now) / 1000000LL) return OMC_WAIT_FOREVER;
     return now + ms * 1000000LL;
 }
 
@@ -3018,29 +3144,117 @@ OMC__PRIVATE void omc__conn_unref(omc_conn* c) {
 }
 
 /* Remember the last failure (health() reports it) and log it. */
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-OMC__PRIVATE void omc__conn_fail(omc_conn* c, omc_result r, const char* fmt, ...) {
-    va_list ap;
+static void omc__conn_failv(omc_conn* c, omc_result r, omc_log_item item, const char* file, int line, const char* fmt, va_list ap) {
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     pthread_mutex_lock(&c->err_mu);
     c->last_error = r;
-    va_start(ap, fmt);
-    vsnprintf(c->last_error_text, sizeof(c->last_error_text), fmt, ap);
-    va_end(ap);
-    OMC__LOG(&c->hooks, r == OMC_ERR_TIMEOUT || r == OMC_ERR_NOT_FOUND ? OMC_LOG_INFO : OMC_LOG_WARN,
-             OMC_LOGITEM_CONN_ERROR, "%s", c->last_error_text);
+    {   /* health() keeps the start */
+        size_t n = strlen(msg);
+        if (n > sizeof(c->last_error_text) - 1) n = sizeof(c->last_error_text) - 1;
+        memcpy(c->last_error_text, msg, n);
+        c->last_error_text[n] = '\0';
+    }
+    omc__log(&c->hooks, r == OMC_ERR_TIMEOUT || r == OMC_ERR_NOT_FOUND ? OMC_LOG_INFO : OMC_LOG_WARN, item, file, line, "%s", msg);
     pthread_mutex_unlock(&c->err_mu);
 }
 
-OMC__PRIVATE void omc__conn_count_error(omc_conn* c, omc_result r, const char* op, const char* qkey, uint32_t qlen) {
-    char printable[OMC_KEY_MAX];
+/* omc__conn_fail(c, r, fmt, ...): the log line points at the caller */
+#if defined(__GNUC__)
+__attribute__((format(printf, 5, 6)))
+#endif
+OMC__PRIVATE void omc__conn_fail_at(omc_conn* c, omc_result r, const char* file, int line, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    omc__conn_failv(c, r, OMC_LOGITEM_CONN_ERROR, file, line, fmt, ap);
+    va_end(ap);
+}
+#define omc__conn_fail(c, r, ...) omc__conn_fail_at((c), (r), __FILE__, __LINE__, __VA_ARGS__)
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 6, 7)))
+#endif
+static void omc__conn_fail_item(omc_conn* c, omc_result r, omc_log_item item, const char* file, int line, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    omc__conn_failv(c, r, item, file, line, fmt, ap);
+    va_end(ap);
+}
+
+static const char* omc__transport_text(omc_transport t) {
+    switch (t) {
+        case OMC_TRANSPORT_LOCAL: return "same-process";
+        case OMC_TRANSPORT_SHM: return "shared-memory";
+        case OMC_TRANSPORT_TCP: return "TCP";
+        case OMC_TRANSPORT_RDMA: return "RDMA";
+        default: return "unknown";
+    }
+}
+
+/* A qualified key as a user wrote it: "from/to/key". */
+static void omc__key_printable(const char* qkey, uint32_t qlen, char out[OMC_KEY_MAX]) {
     uint32_t i;
+    for (i = 0; i < qlen && i < OMC_KEY_MAX - 1; i++) out[i] = qkey[i] == '\x1f' ? '/' : qkey[i];
+    out[i] = '\0';
+}
+
+/* The desc a user edits to change this connector's pool. */
+static const char* omc__conn_desc_name(const omc_conn* c) {
+    if (omc__conn_is(c, "local")) return "omc_local_desc";
+    if (omc__conn_is(c, "shm")) return "omc_shm_desc";
+    if (omc__conn_is(c, "remote") && c->vt->transport == OMC_TRANSPORT_TCP) return "omc_tcp_desc";
+    return "the connector's desc";
+}
+
+/* Count a failed call and log it once: "op from/to/key: what; which side, the sizes, the fix". */
+static void omc__conn_count_error_at(omc_conn* c, omc_result r, const char* op, const char* qkey, uint32_t qlen,
+                                     const char* hint, const char* file, int line) {
+    char printable[OMC_KEY_MAX];
     omc__add(&c->errors, 1u);
     if (r == OMC_ERR_TIMEOUT) omc__add(&c->timeouts, 1u);
-    for (i = 0; i < qlen && i < OMC_KEY_MAX - 1; i++) printable[i] = qkey[i] == '\x1f' ? '/' : qkey[i];
-    printable[i] = '\0';
-    omc__conn_fail(c, r, "%s %s: %s", op, printable, omc_result_str(r));
+    omc__key_printable(qkey, qlen, printable);
+    omc__conn_fail_at(c, r, file, line, "%s %s: %s%s%s", op, printable, omc_result_str(r), hint && hint[0] ? "; " : "",
+                      hint ? hint : "");
+}
+#define omc__conn_count_error_hint(c, r, op, qkey, qlen, hint) \
+    omc__conn_count_error_at((c), (r), (op), (qkey), (qlen), (hint), __FILE__, __LINE__)
+#define omc__conn_count_error(c, r, op, qkey, qlen) \
+    omc__conn_count_error_at((c), (r), (op), (qkey), (qlen), NULL, __FILE__, __LINE__)
+
+/* Why a put or get was refused, for the codes a user can act on: which side, the sizes, what to
+   change. size is the payload's size (0 if unknown). */
+static void omc__conn_hint(omc_conn* c, omc_result r, int is_put, const omc_payload* p, uint64_t size, int with_meta,
+                           char* out, size_t n) {
+    omc_health h;
+    const char* side = is_put ? "sender" : "receiver";
+    out[0] = '\0';
+    memset(&h, 0, sizeof(h));
+    if ((r == OMC_ERR_TOO_LARGE || r == OMC_ERR_POOL_FULL) && c->vt->health) c->vt->health(c, &h);
+    if (r == OMC_ERR_TOO_LARGE && is_put && p && p->buffer && p->size > p->buffer->size)
+        snprintf(out, n, "payload.size (%llu bytes) is larger than its buffer (%llu bytes)",
+                 (unsigned long long)p->size, (unsigned long long)p->buffer->size);
+    else if (r == OMC_ERR_TOO_LARGE && h.pool_capacity && size)
+        snprintf(out, n, "the payload (%llu bytes) is larger than this %s's whole pool (%llu bytes): raise pool_size in the %s's %s",
+                 (unsigned long long)size, side, (unsigned long long)h.pool_capacity, side, omc__conn_desc_name(c));
+    else if (r == OMC_ERR_TOO_LARGE && h.pool_capacity)
+        snprintf(out, n, "the payload is larger than this %s's whole pool (%llu bytes): raise pool_size in the %s's %s",
+                 side, (unsigned long long)h.pool_capacity, side, omc__conn_desc_name(c));
+    else if (r == OMC_ERR_POOL_FULL && h.pool_capacity)
+        snprintf(out, n, "%llu of the %s's %llu pool bytes are in use (%llu more wanted): consume, release or clean up earlier "
+                 "payloads, put with a deadline to wait for space (omc_conn_put_batch), or raise pool_size in its %s",
+                 (unsigned long long)h.pool_in_use, side, (unsigned long long)h.pool_capacity, (unsigned long long)size,
+                 omc__conn_desc_name(c));
+    else if (r == OMC_ERR_EXISTS)
+        snprintf(out, n, "an earlier put of this key is still waiting for its readers on this sender: get it, clean it up "
+                 "(omc_conn_cleanup) or use a new key");
+    else if (r == OMC_ERR_INVALID_ARG && is_put && p && p->buffer)
+        snprintf(out, n, "the zero-copy buffer is not from this sender's pool: allocate it with omc_conn_alloc on this "
+                 "connector, or pass data and size to copy it");
+    else if (r == OMC_ERR_STALE && with_meta)
+        snprintf(out, n, "the metadata names an earlier put of this key that a newer put replaced: pass the newest put's metadata");
+    else if (r == OMC_ERR_NOT_FOUND && with_meta)
+        snprintf(out, n, "the put this metadata names is gone from the sender (read by all its readers, cleaned up, or past "
+                 "its TTL)");
 }
 
 OMNICONN_API omc_result omc_qualify_key(const char* from_stage, const char* to_stage, const char* key,
@@ -3095,12 +3309,21 @@ OMNICONN_API omc_result omc_conn_put(omc_conn* c, const char* from, const char* 
     r = omc__conn_enter(c, OMC_ROLE_SENDER, from, to, key, qkey, &qlen);
     if (r == OMC_OK && !p->buffer && !p->data && p->size) r = OMC_ERR_INVALID_ARG;
     if (r == OMC_OK && p->buffer && p->size > p->buffer->size) r = OMC_ERR_TOO_LARGE;
+    if (r == OMC_ERR_INVALID_ARG && qlen) { omc__conn_count_error_hint(c, r, "put", qkey, qlen, "payload.size is set but payload.data is NULL"); return r; }
+    if (r == OMC_ERR_TOO_LARGE) {
+        char hint[400];
+        omc__conn_hint(c, r, 1, p, p->size, 0, hint, sizeof(hint));
+        omc__conn_count_error_hint(c, r, "put", qkey, qlen, hint);
+        return r;
+    }
     if (r != OMC_OK) { if (r != OMC_ERR_CLOSED) omc__add(&c->errors, 1u); return r; }
     size = p->buffer ? (p->size ? p->size : p->buffer->size) : p->size;
     r = c->vt->put(c, qkey, qlen, p, &tmp);
     if (r != OMC_OK) {
+        char hint[400];
         omc_meta_free(&tmp);
-        omc__conn_count_error(c, r, "put", qkey, qlen);
+        omc__conn_hint(c, r, 1, p, size, 0, hint, sizeof(hint));
+        omc__conn_count_error_hint(c, r, "put", qkey, qlen, hint);
         return r;
     }
     omc__add(&c->puts, 1u);
@@ -3121,19 +3344,46 @@ OMC__PRIVATE omc_result omc__conn_get(omc_conn* c, const char* from, const char*
     r = omc__conn_enter(c, OMC_ROLE_RECEIVER, from, to, key, qkey, &qlen);
     if (r != OMC_OK) { if (r != OMC_ERR_CLOSED) omc__add(&c->errors, 1u); return r; }
     if (meta) {
+        char hint[1024];
+        hint[0] = '\0';
         r = omc_meta_parse(meta, meta_size, &info);
-        if (r == OMC_OK && info.transport != c->vt->transport) r = OMC_ERR_TYPE;
-        if (r == OMC_OK && (info.key_len != qlen || memcmp(info.key, qkey, qlen) != 0)) r = OMC_ERR_INVALID_ARG;
+        if (r == OMC_OK && info.transport != c->vt->transport) {
+            r = OMC_ERR_TYPE;
+            snprintf(hint, sizeof(hint), "the metadata was written by a %s connector and this receiver is a %s one: "
+                     "get it with a connector of the transport that put it", omc__transport_text(info.transport),
+                     omc__transport_text(c->vt->transport));
+        }
+        if (r == OMC_OK && (info.key_len != qlen || memcmp(info.key, qkey, qlen) != 0)) {
+            char theirs[OMC_KEY_MAX], ours[OMC_KEY_MAX];
+            r = OMC_ERR_INVALID_ARG;
+            omc__key_printable(info.key, info.key_len, theirs);
+            omc__key_printable(qkey, qlen, ours);
+            snprintf(hint, sizeof(hint), "the metadata is for key %s, not %s: pass the metadata that put() returned "
+                     "for this key (or NULL to look the key up)", theirs, ours);
+        }
         if (r != OMC_OK) {
-            OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_META_MALFORMED, "metadata rejected: %s", omc_result_str(r));
-            omc__conn_count_error(c, r, "get", qkey, qlen);
+            if (!hint[0]) snprintf(hint, sizeof(hint), "the metadata blob is damaged or not omniconn metadata "
+                                   "(pass it on unchanged: omc_meta_to_text/omc_meta_from_text for text channels)");
+            omc__add(&c->errors, 1u);
+            {
+                char ours[OMC_KEY_MAX];
+                omc__key_printable(qkey, qlen, ours);
+                omc__conn_fail_item(c, r, OMC_LOGITEM_META_MALFORMED, __FILE__, __LINE__, "get %s: metadata refused: %s; %s", ours,
+                                    omc_result_str(r), hint);
+            }
             return r;
         }
     }
     r = c->vt->get(c, qkey, qlen, meta ? &info : NULL, deadline, max_size, out);
     if (r != OMC_OK) {
         uint64_t need = out->size;
-        if (r != OMC_ERR_TOO_LARGE) omc__conn_count_error(c, r, "get", qkey, qlen);
+        /* TOO_LARGE with max_size is get_copy asking how much room it needs: no error; without
+           it, the payload does not fit this receiver at all */
+        if (r != OMC_ERR_TOO_LARGE || max_size == 0) {
+            char hint[1024];
+            omc__conn_hint(c, r, 0, NULL, need ? need : (meta ? info.data_size : 0), meta != NULL, hint, sizeof(hint));
+            omc__conn_count_error_hint(c, r, "get", qkey, qlen, hint);
+        }
         memset(out, 0, sizeof(*out));
         out->size = need;
         return r;

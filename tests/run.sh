@@ -46,6 +46,9 @@ run_tests() {   # run_tests BUILD_DIR LABEL [make args...]
     done
 }
 
+# the library's built-in logger prints warnings to stderr; several tests provoke thousands on
+# purpose (random bad frees), so the logs keep errors only unless you ask: OMNICONN_LOG=debug make check
+export OMNICONN_LOG=${OMNICONN_LOG:-error}
 # sanitizers: fail on the first report; leaks count as failures
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

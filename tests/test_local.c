@@ -111,6 +111,26 @@ OMC_TEST(local_close_wakes_waiting_getter) {
     omc_conn_destroy(c);
 }
 
+/* A budget that ran out is a deadline in the past: the get times out at once instead of waiting
+   for ever (the closer turns a wrong wait into OMC_ERR_CLOSED instead of a hang). */
+OMC_TEST(deadline_after_negative_ms_has_already_passed) {
+    omc_conn* c = make_local(1u << 20, OMC_ROLE_DEFAULT);
+    pthread_t th;
+    omc_buffer b;
+    omc_time_ns t0 = omc_now_ns();
+    REQUIRE(c);
+    CHECK(omc_deadline_after_ms(-1) <= omc_now_ns());
+    CHECK(omc_deadline_after_ms(-1) != OMC_WAIT_FOREVER);
+    CHECK(omc_deadline_after_ms(INT64_MIN) == OMC_NO_WAIT);            /* no overflow */
+    CHECK(omc_deadline_after_ms(-1000) <= t0 - 999000000LL || omc_deadline_after_ms(-1000) == OMC_NO_WAIT);
+    CHECK(omc_deadline_after_ms(INT64_MAX) == OMC_WAIT_FOREVER);       /* saturates the other way */
+    pthread_create(&th, NULL, close_later, c);
+    CHECK_RES(omc_conn_get(c, "a", "b", "never", NULL, 0, omc_deadline_after_ms(-5), &b), OMC_ERR_TIMEOUT);
+    CHECK(omc_now_ns() - t0 < 50000000LL);
+    pthread_join(th, NULL);
+    omc_conn_destroy(c);
+}
+
 OMC_TEST(local_pool_full_and_foreign_buffer) {
     omc_conn* c = make_local(64 * 1024, OMC_ROLE_DEFAULT);
     omc_conn* d = make_local(64 * 1024, OMC_ROLE_DEFAULT);
@@ -187,6 +207,124 @@ OMC_TEST(local_metadata_of_older_put_is_stale) {
     omc_meta_free(&m1);
     omc_meta_free(&m2);
     omc_conn_destroy(c);
+}
+
+/* ---- refusals say which object, which side and the fix (a capturing logger) ------------------ */
+
+static char cap_text[8][600];
+static int cap_items[8], cap_levels[8], cap_n;
+static void cap_log(omc_log_level l, omc_log_item item, const char* msg, const char* f, int line, void* u) {
+    (void)f; (void)line; (void)u;
+    if (cap_n < 8) {
+        snprintf(cap_text[cap_n], sizeof(cap_text[0]), "%s", msg);
+        cap_items[cap_n] = (int)item;
+        cap_levels[cap_n] = (int)l;
+    }
+    cap_n++;
+}
+static omc_conn* make_captured(uint64_t pool) {
+    omc_local_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.pool_size = pool;
+    d.hooks.log_fn = cap_log;
+    if (omc_local_create(&d, &c) != OMC_OK) return NULL;
+    cap_n = 0;
+    return c;
+}
+/* one message logged since the last check was a WARN with this item containing every needle
+   (the pool's allocator may add its own line about the same refusal) */
+static int logged_once(int item, const char* a, const char* b, const char* c3, const char* d) {
+    const char* needles[4];
+    int i, k, found = 0;
+    needles[0] = a; needles[1] = b; needles[2] = c3; needles[3] = d;
+    for (k = 0; k < cap_n && k < 8; k++) {
+        int ok = cap_items[k] == item && cap_levels[k] == OMC_LOG_WARN;
+        for (i = 0; i < 4 && ok; i++) if (needles[i] && !strstr(cap_text[k], needles[i])) ok = 0;
+        found += ok;
+    }
+    if (found != 1) {
+        fprintf(stderr, "  %d message(s) logged, %d matching:\n", cap_n, found);
+        for (k = 0; k < cap_n && k < 8; k++) fprintf(stderr, "    item %d level %d: %s\n", cap_items[k], cap_levels[k], cap_text[k]);
+    }
+    cap_n = 0;
+    return found == 1;
+}
+
+OMC_TEST(metadata_for_another_key_names_both_keys_and_the_fix) {
+    omc_conn* c = make_captured(1u << 20);
+    omc_payload p;
+    omc_meta m = {0};
+    omc_buffer b;
+    char x = 1;
+    REQUIRE(c);
+    memset(&p, 0, sizeof(p));
+    p.data = &x; p.size = 1;
+    CHECK_OK(omc_conn_put(c, "thinker", "talker", "req-1", &p, &m));
+    CHECK_RES(omc_conn_get(c, "thinker", "talker", "req-2", m.data, m.size, OMC_NO_WAIT, &b), OMC_ERR_INVALID_ARG);
+    CHECK(logged_once(OMC_LOGITEM_META_MALFORMED, "thinker/talker/req-1", "thinker/talker/req-2",
+                      "pass the metadata that put() returned", NULL));
+    /* damaged metadata: says so, and how metadata should travel */
+    ((uint8_t*)m.data)[m.size - 1] ^= 0xFF;
+    CHECK_RES(omc_conn_get(c, "thinker", "talker", "req-1", m.data, m.size, OMC_NO_WAIT, &b), OMC_ERR_CHECKSUM);
+    CHECK(logged_once(OMC_LOGITEM_META_MALFORMED, "thinker/talker/req-1", "checksum", "omc_meta_to_text", NULL));
+    omc_meta_free(&m);
+    omc_conn_destroy(c);
+}
+
+OMC_TEST(local_put_larger_than_the_pool_names_both_sizes_and_the_desc_field) {
+    omc_conn* c = make_captured(64 * 1024);
+    omc_payload p;
+    static char big[100000];
+    REQUIRE(c);
+    memset(&p, 0, sizeof(p));
+    p.data = big; p.size = sizeof(big);
+    CHECK_RES(omc_conn_put(c, "a", "b", "k", &p, NULL), OMC_ERR_TOO_LARGE);
+    CHECK(logged_once(OMC_LOGITEM_CONN_ERROR, "put a/b/k", "100000 bytes", "65536 bytes", "sender's omc_local_desc"));
+    omc_conn_destroy(c);
+}
+
+OMC_TEST(local_refusals_name_the_side_and_the_fix) {
+    omc_conn* c = make_captured(64 * 1024);
+    omc_conn* other = make_local(64 * 1024, OMC_ROLE_DEFAULT);
+    omc_payload p;
+    omc_buffer b;
+    omc_meta m1 = {0}, m2 = {0};
+    static char data[40000];
+    REQUIRE(c && other);
+    memset(&p, 0, sizeof(p));
+    p.data = data; p.size = 10;
+    CHECK_OK(omc_conn_put(c, "a", "b", "k1", &p, &m1));
+    cap_n = 0;
+    /* the same key again while the first put waits for its reader */
+    CHECK_RES(omc_conn_put(c, "a", "b", "k1", &p, NULL), OMC_ERR_EXISTS);
+    CHECK(logged_once(OMC_LOGITEM_CONN_ERROR, "put a/b/k1", "still waiting for its readers on this sender",
+                      "omc_conn_cleanup", NULL));
+    /* no room left: how much is in use and what to do */
+    p.size = sizeof(data);
+    CHECK_OK(omc_conn_put(c, "a", "b", "k2", &p, NULL));
+    CHECK_RES(omc_conn_put(c, "a", "b", "k4", &p, NULL), OMC_ERR_POOL_FULL);
+    CHECK(logged_once(OMC_LOGITEM_CONN_ERROR, "put a/b/k4", "of the sender's 65536 pool bytes are in use", "40000 more wanted",
+                      "omc_local_desc"));
+    /* a zero-copy buffer of another connector */
+    CHECK_OK(omc_conn_alloc(other, 1000, OMC_NO_WAIT, &b));
+    memset(&p, 0, sizeof(p));
+    p.buffer = &b;
+    CHECK_RES(omc_conn_put(c, "a", "b", "k3", &p, NULL), OMC_ERR_INVALID_ARG);
+    CHECK(logged_once(OMC_LOGITEM_CONN_ERROR, "put a/b/k3", "not from this sender's pool", "omc_conn_alloc", NULL));
+    CHECK_OK(omc_buffer_release(&b));
+    /* metadata of a put that a newer put of the key replaced */
+    CHECK_OK(omc_conn_cleanup(c, "a", "b", "k1"));
+    memset(&p, 0, sizeof(p));
+    p.data = data; p.size = 10;
+    CHECK_OK(omc_conn_put(c, "a", "b", "k1", &p, &m2));
+    cap_n = 0;
+    CHECK_RES(omc_conn_get(c, "a", "b", "k1", m1.data, m1.size, OMC_NO_WAIT, &b), OMC_ERR_STALE);
+    CHECK(logged_once(OMC_LOGITEM_CONN_ERROR, "get a/b/k1", "a newer put replaced", "newest put's metadata", NULL));
+    omc_meta_free(&m1);
+    omc_meta_free(&m2);
+    omc_conn_destroy(c);
+    omc_conn_destroy(other);
 }
 
 OMC_TEST_MAIN()

@@ -742,7 +742,7 @@ OMC_TEST(result_codes_have_distinct_names_and_texts) {
 OMC_TEST(deadlines_saturate) {
     omc_time_ns now = omc_now_ns(), d;
     CHECK(now > 0);
-    CHECK(omc_deadline_after_ms(-1) == OMC_WAIT_FOREVER);
+    CHECK(omc_deadline_after_ms(-1) <= omc_now_ns());                 /* negative: already passed */
     CHECK(omc_deadline_after_ms(INT64_MAX) == OMC_WAIT_FOREVER);      /* no overflow into the past */
     d = omc_deadline_after_ms(1000);
     CHECK(d >= now + 1000000000LL && d < now + 60000000000LL);

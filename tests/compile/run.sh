@@ -114,5 +114,28 @@ else
     echo "SKIP compile.features.enable_cuda (no CUDA headers at $CUDA_INC)"
 fi
 
+# Include order in the implementation file: a system header before omniconn.h (without
+# _GNU_SOURCE) stops with one #error that says the fix; with _GNU_SOURCE defined by the user
+# first, the same order compiles warning-free; OMNICONN_IMPLEMENTATION defined only for a second
+# include stops with its own fix.
+expect_error() {   # expect_error TEXT COMMAND...: passes when the command fails and prints TEXT
+    local text=$1; shift
+    if "$@"; then echo "compiled, but should have stopped with: $text"; return 1; fi
+    grep -qF "$text" "$OUT/last_expect.log" 2>/dev/null || { echo "no fix text ($text) in the errors"; return 1; }
+}
+io=$OUT/include_order
+mkdir -p "$io"
+printf '#include <stdio.h>\n#define OMNICONN_IMPLEMENTATION\n#include "omniconn.h"\nint main(void) { puts(omc_version_string()); return 0; }\n' > "$io/system_first.c"
+printf '#define _GNU_SOURCE 1\n#include <stdio.h>\n#define OMNICONN_IMPLEMENTATION\n#include "omniconn.h"\nint main(void) { puts(omc_version_string()); return 0; }\n' > "$io/gnu_source_by_user.c"
+printf '#include "omniconn.h"\n#define OMNICONN_IMPLEMENTATION\n#include "omniconn.h"\nint main(void) { return (int)omc_version(); }\n' > "$io/impl_defined_late.c"
+compile_io() { gcc -std=c99 $CWARN -I. "$1" -o "$io/a.out" $LIBS >"$OUT/last_expect.log" 2>&1; local rc=$?; cat "$OUT/last_expect.log"; return $rc; }
+cell "include-order.system-header-first.errors-with-fix" \
+    expect_error "Include omniconn.h before any system header in that file, or define _GNU_SOURCE yourself" compile_io "$io/system_first.c"
+cell "include-order.system-header-first.only-that-error" \
+    bash -c "[ \$(grep -c 'error' '$OUT/last_expect.log') -le 2 ] || { echo 'more than the one #error:'; cat '$OUT/last_expect.log'; exit 1; }"
+cell "include-order.gnu-source-by-user.compiles" compile_io "$io/gnu_source_by_user.c"
+cell "include-order.implementation-defined-late.errors-with-fix" \
+    expect_error "Define OMNICONN_IMPLEMENTATION before the first omniconn include" compile_io "$io/impl_defined_late.c"
+
 echo "compile-matrix: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
