@@ -67,8 +67,12 @@ STEP BY STEP: HOW IT WORKS
        lays it out as: header page | entry table | key index | dirty bitmap | data area (see
        WIRE FORMATS). The data area is an
        omc_pool (OMC_MEMORY_EXTERNAL): the allocator's bookkeeping lives in the owner's heap,
-       where no other process can corrupt it. The header records owner pid, process start time,
-       uid and a random incarnation, so anyone can tell whether the owner still lives.
+       where no other process can corrupt it. Right after creating the file, before anything
+       else, the owner takes an open-file-description lock (F_OFD_SETLK) on byte 0 and holds it
+       for its whole life: the kernel drops it when the process ends, however it ends, so
+       anyone in any pid namespace, with or without /proc, can tell whether the owner still
+       lives by trying to take that lock. The header also records owner pid, start time, uid and
+       a random incarnation (for logs and for kernels without OFD locks).
 
     2. put. The payload is copied into a pool range (or a buffer from omc_conn_alloc is adopted),
        then an entry is filled in - key, range, one claim slot per allowed reader - published in
@@ -78,9 +82,11 @@ STEP BY STEP: HOW IT WORKS
     3. get with metadata. The receiver maps the sender's segment once (cached per segment) after
        checking it with fstat and a pread of the header before touching a byte: a regular file,
        ours (uid), its size equal to what its header describes, the id and inode the metadata
-       says. It checks the metadata against the segment (entry in range, range inside the data
-       area, generation current) and claims one slot with a compare-and-swap: AVAILABLE ->
-       HELD by our pid. The view points straight into the mapping.
+       says. With the mapping it takes a reader id: a random byte in 1..2^24-1 of the segment
+       that nobody else holds a lock on, locked for as long as the mapping lives. It checks the
+       metadata against the segment (entry in range, range inside the data area, generation
+       current) and claims one slot with a compare-and-swap: AVAILABLE -> HELD by our reader
+       id. The view points straight into the mapping.
 
     4. release. One compare-and-swap HELD -> DONE, one bit set in the segment's dirty bitmap,
        one atomic increment of release_seq. The owner frees ranges whose slots are all DONE on
@@ -113,12 +119,21 @@ STEP BY STEP: HOW IT WORKS
        - close() withdraws everything, marks the segment CLOSED and unlinks it. Views held by
          other processes stay valid (their mapping keeps the pages) and the memory goes back to
          the system with the last unmap; receivers unmap unlinked segments when unused.
-       - A reader killed while holding views: its HELD slots carry its pid; the owner's periodic
-         pass (every 100 ms from its own calls, or omc_conn_sweep) finds the pid dead and
-         finishes the release for it.
-       - An owner killed: its segment stays until omc_shm_sweep_dead (run by every
-         omc_shm_create, callable any time) sees that pid + start time no longer run, and
-         unlinks it. Data already published stays readable until then: receivers lose nothing.
+       - A reader killed while holding views: its HELD slots carry its reader id; the owner's
+         periodic pass (every 100 ms from its own calls, or omc_conn_sweep) finds that id's lock
+         byte free (the kernel released it with the process) and finishes the release for it.
+         A held lock, or any doubt, means alive: a live reader's view is never reclaimed.
+       - An owner that exits or is killed: its lock goes with it. omc_shm_sweep_dead (run by
+         every omc_shm_create, callable any time) removes a segment only when it can take the
+         owner's lock byte itself (nobody holds it) AND no put in it can still be read.
+       - Lifetime after the producer exits. A payload stays readable after its producer exits
+         without closing (returns from main, calls exit, or is killed) until it is consumed or
+         its TTL passes: the data and the key index are in the segment, and every entry records
+         the end of its TTL. A sweep (any process's omc_shm_create, or omc_shm_sweep_dead)
+         leaves such a segment alone, consumers still find it by its key or metadata, and the
+         first sweep after its last put is consumed or expired removes it. A producer that
+         wants to know its puts were read calls omc_conn_wait_consumed(conn, deadline) before
+         it exits; omc_conn_close/destroy, by contrast, withdraw what is left (see close()).
 
     9. Bad input. Every field of metadata and every byte of a segment is untrusted (any process
        of our uid can write it): names are checked (omc-<our uid>-..., no '/'), files are opened
@@ -221,7 +236,8 @@ THREAD SAFETY (and process safety)
 DEPENDENCIES & LINKING
 ================================================================================================
 
-    Linux (tmpfs, posix_fallocate, futex, /proc for liveness; without /proc, kill(pid, 0)),
+    Linux 3.15 or later (tmpfs, posix_fallocate, futex, OFD locks for liveness; /proc is not
+    needed),
     pthreads, and omniconn.h of the same version (checked at compile time). Nothing to link
     beyond what omniconn.h needs.
 
@@ -230,14 +246,19 @@ LIMITS
 ================================================================================================
 
     - One host, one uid: receivers accept only segments owned by their own effective uid.
-    - All processes that share a shm_dir must share a pid namespace (liveness is pid + start
-      time; containers: --ipc=host needs --pid=host too).
+    - Processes that share a shm_dir need not share a pid namespace or /proc (two containers
+      in one pod): liveness is a lock on the segment file, the same object everywhere.
     - Fan-out <= 16 readers per put; <= max_entries puts in flight; keys <= 255 bytes.
     - A connector belongs to the process that created it: after fork(), create new ones in the
-      child (claims record the creator's pid; the parent's mappings and locks are not the
+      child (claims record the creator's reader ids; the parent's mappings and locks are not the
       child's to use).
-    - A reader's pid reused by a new process before the owner's check keeps that reader's held
-      ranges until the new process exits too (start times are recorded for owners only).
+    - A reader id (one of 2^24 - 1, chosen at random) taken by a new reader before the owner
+      noticed the old one died keeps the old reader's held ranges until the new one unmaps the
+      segment too. A process that inherits a connector's descriptors through fork() keeps its
+      locks held (and so its views and segment alive) until it exits or closes them.
+    - On kernels without OFD locks (before 3.15) owners fall back to pid + start time from
+      /proc (pid namespaces then must be shared) and views of dead readers are never reclaimed
+      (the owner's close frees them).
     - Residual SIGBUS risk: a process of our own uid that truncates a segment AFTER the last
       size check (at most 1 ms old) - or while you hold a view - can still make a touch of the
       missing pages fault. Nothing short of a signal handler prevents that; omniconn installs
@@ -253,7 +274,7 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
 
     Segment header (page 0, 4096 bytes):
         0   u32  magic 0x53434D4F ("OMCS")
-        4   u16  version (1)
+        4   u16  version (2)
         6   u16  header size (4096)
         8   u64  total size of the file in bytes
         16  u64  entry table offset (4096)
@@ -298,13 +319,18 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
         32  u64  hash of the key: h = 0x9E3779B97F4A7C15 ^ length; for each key word w (below):
                  h = (h ^ w) * 0xBF58476D1CE4E5B9; h ^= h >> 31
         40  i64  put time, CLOCK_MONOTONIC ns
-        48  u64[2] reserved
+        48  i64  end of its TTL, CLOCK_MONOTONIC ns, 0 = none
+        56  u64  reserved
         64  u64[16] claim slots
         192 u8[256] qualified key as 64-bit words; the last word it occupies is zero padded,
                 the words after it are unspecified (compare key length first)
         448 u64[8] reserved
     Claim slot (u64): bits 63..32 generation, 31..30 state (0 empty, 1 available, 2 held,
-        3 done), 29..0 pid of the holder (held only).
+        3 done), 29..0 reader id of the holder (held only): 1..2^24-1, or 0x3FFFFFFF for the
+        owner's own receiver half.
+    Locks (fcntl F_OFD_SETLK, advisory, one byte each, on the segment file): byte 0 write-
+        locked by the owner for its life; byte r write-locked by the reader with id r while it
+        has the segment mapped. Free = that process is gone.
     Key index bucket (u32): 0 empty, 0xFFFFFFFF deleted, else entry index + 1; linear probing
         from hash & (buckets - 1).
 
@@ -394,10 +420,12 @@ typedef struct omc_shm_desc {
    Thread safety: the connector is thread-safe like every omc_conn. */
 OMNICONN_API omc_result omc_shm_create(const omc_shm_desc* desc, omc_conn** out);
 
-/* Remove the segments in desc->shm_dir (NULL desc = defaults) whose owner process is dead: only
-   regular files named omc-<our uid>-..., owned by our uid, never through a symbolic link. An owner
-   is alive when its pid exists, is not a zombie, and has the start time recorded in the segment.
-   removed (optional) receives the count. Safe to call at any time from any process. */
+/* Remove the segments in desc->shm_dir (NULL desc = defaults) whose owner is gone and in which
+   nothing can still be read: only regular files named omc-<our uid>-..., owned by our uid (looked
+   at with fstatat before opening; never through a symbolic link). An owner is alive while it holds
+   its lock on the segment (any pid namespace, no /proc needed); a segment of an exited owner stays
+   while one of its puts has a read left and its TTL has not passed. removed (optional) receives
+   the count. Safe to call at any time from any process. */
 OMNICONN_API omc_result omc_shm_sweep_dead(const omc_shm_desc* desc, uint32_t* removed);
 
 /* The full path of a sender connector's segment ("/dev/shm/omc-0-default-4242-1f2e..."), for
@@ -452,7 +480,7 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 /* ============================================================================================== */
 
 #define OMC__SHM_MAGIC          0x53434D4Fu     /* "OMCS" */
-#define OMC__SHM_VERSION        1
+#define OMC__SHM_VERSION        2
 #define OMC__SHM_HEADER_SIZE    4096u
 #define OMC__SHM_ENTRY_SIZE     512u
 #define OMC__SHM_KEY_WORDS      32              /* 256 key bytes, zero padded */
@@ -515,7 +543,9 @@ typedef struct omc__shm_entry {
     uint32_t key_len;           /*  28 */
     uint64_t key_hash;          /*  32  hash of the key words (omc__shm_key_make) */
     int64_t  put_time_ns;       /*  40  CLOCK_MONOTONIC (diagnostics) */
-    uint64_t reserved0[2];      /*  48 */
+    int64_t  expires_ns;        /*  48  CLOCK_MONOTONIC end of the TTL, 0 = none: lets a sweep
+                                        tell whether an exited owner's put may still be read */
+    uint64_t reserved0;         /*  56 */
     uint64_t slots[OMC_SHM_MAX_READERS];    /*  64  one claim word per allowed read */
     uint64_t key[OMC__SHM_KEY_WORDS];       /* 192  qualified key, its last word zero padded */
     uint64_t reserved1[8];      /* 448 */
@@ -532,10 +562,10 @@ typedef char omc__shm_slots_offset_check[offsetof(omc__shm_entry, slots) == 64 ?
 #define OMC__SHM_ENTRY_INLINE 0x1u
 #define OMC__SHM_ENTRY_FRAME  0x2u
 
-/* A claim slot (64 bits): generation << 32 | state << 30 | holder pid.
+/* A claim slot (64 bits): generation << 32 | state << 30 | holder's reader id.
    Every transition is one compare-and-swap, so a process killed at any instruction leaves each
-   slot in a state the owner can finish: AVAILABLE (a read remains), HELD by a pid (a reader holds
-   a view: the owner reclaims it when that pid is dead), DONE. The generation in every slot makes
+   slot in a state the owner can finish: AVAILABLE (a read remains), HELD by a reader id (a reader
+   holds a view: the owner reclaims it when that id's lock byte is free), DONE. The generation in every slot makes
    a claim with a stale generation fail even after the entry was reused. */
 enum { OMC__SLOT_EMPTY = 0, OMC__SLOT_AVAILABLE = 1, OMC__SLOT_HELD = 2, OMC__SLOT_DONE = 3 };
 
@@ -714,6 +744,44 @@ OMC__PRIVATE int omc__shm_pid_alive(uint32_t pid, uint64_t start_time) {
     return kill((pid_t)pid, 0) == 0 || errno == EPERM;   /* no /proc: the pid alone */
 }
 
+/* ---- liveness by lock, not by pid ----
+   An owner holds an open-file-description lock (F_OFD_SETLK, write) on byte 0 of its segment
+   for as long as its file descriptor is open, that is for the life of the connector or of the
+   process, whichever ends first: the kernel drops it when the process dies, however it dies.
+   A reader holds a write lock on one byte of its own (its reader id, 1..2^24-1) of every segment
+   it has mapped, and its claims carry that id instead of a pid. A lock is the same object in
+   every pid namespace and needs no /proc, so "held" means alive wherever the test runs from;
+   "free" means nobody who could still use the memory is left. Locks are advisory: they order
+   omniconn processes, they do not protect the bytes. */
+#define OMC__SHM_LOCK_OWNER     0u              /* byte of the owner's lock */
+#define OMC__SHM_READER_IDS     (1u << 24)      /* reader ids (lock bytes) 1 .. 2^24 - 1 */
+#define OMC__SHM_SELF_READER    0x3FFFFFFFu     /* a claim by the owner's own receiver half */
+
+/* Take a lock of type (F_RDLCK, F_WRLCK) on one byte without waiting. 0 or an errno: EAGAIN
+   someone else holds a conflicting one, EINVAL the kernel has no OFD locks (before 3.15). */
+OMC__PRIVATE int omc__shm_lock(int fd, uint64_t byte, short type) {
+    struct flock fl;
+    memset(&fl, 0, sizeof(fl));
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (off_t)byte;
+    fl.l_len = 1;
+    if (fcntl(fd, F_OFD_SETLK, &fl) == 0) return 0;
+    return errno == EACCES ? EAGAIN : errno;
+}
+
+/* Does another open file description hold a lock on this byte? 1 yes, 0 no, -1 cannot tell. */
+OMC__PRIVATE int omc__shm_lock_held(int fd, uint64_t byte) {
+    struct flock fl;
+    memset(&fl, 0, sizeof(fl));
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (off_t)byte;
+    fl.l_len = 1;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return -1;
+    return fl.l_type != F_UNLCK;
+}
+
 OMC__PRIVATE uint64_t omc__shm_self_start_time(void) {
     char state;
     uint64_t st = 0;
@@ -775,6 +843,7 @@ typedef struct omc__shm_peer {
     omc__shm_layout lay;
     uint64_t seg_id, ino;
     uint32_t owner_pid;
+    uint32_t reader_id;         /* our claims in this segment carry it; we hold its lock byte */
     uint32_t pins;              /* views held + threads waiting on it: not unmapped while > 0 */
     omc_time_ns checked;        /* last fstat */
     omc_result broken;          /* OMC_OK, or why the segment must not be touched any more */
@@ -1007,7 +1076,16 @@ OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hook
         snprintf(S->name, sizeof(S->name), "omc-%u-%s-%u-%016llx", S->uid, S->channel, S->pid, (unsigned long long)S->seg_id);
         snprintf(S->path, sizeof(S->path), "%s/%s", S->dir, S->name);
         S->fd = open(S->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (S->fd < 0 && errno != EEXIST) break;
+        if (S->fd < 0) { if (errno != EEXIST) break; continue; }
+        /* the owner's lock, before anything else: from now on every sweep sees us alive. A sweep
+           that looked at the new, empty file first holds its own lock (EAGAIN) or has already
+           removed the name (no link left): leave the file to it and take another name. */
+        e = omc__shm_lock(S->fd, OMC__SHM_LOCK_OWNER, F_WRLCK);
+        if ((e != 0 && e != EINVAL) || fstat(S->fd, &st) != 0 || st.st_nlink == 0) {
+            close(S->fd);
+            S->fd = -1;
+            errno = EEXIST;
+        }
     }
     if (S->fd < 0) {
         e = errno;
@@ -1121,12 +1199,15 @@ OMC__PRIVATE void omc__shm_retire(omc__shm* S, uint32_t i) {
    many views it holds). */
 typedef struct omc__shm_pids { uint32_t pid[16], alive[16], n; } omc__shm_pids;
 
-OMC__PRIVATE int omc__shm_reader_alive(omc__shm_pids* seen, uint32_t pid) {
+/* Is the reader whose claims carry this id still there? Its lock byte is held (or we cannot
+   tell: never reclaim on doubt). One fcntl per reader per pass, however many views it holds. */
+OMC__PRIVATE int omc__shm_reader_alive(omc__shm* S, omc__shm_pids* seen, uint32_t id) {
     uint32_t k;
     int alive;
-    for (k = 0; k < seen->n; k++) if (seen->pid[k] == pid) return (int)seen->alive[k];
-    alive = omc__shm_pid_alive(pid, 0);
-    if (seen->n < 16) { seen->pid[seen->n] = pid; seen->alive[seen->n] = (uint32_t)alive; seen->n++; }
+    if (id == 0 || id >= OMC__SHM_READER_IDS) return 1;    /* ours, or not a reader id at all: keep */
+    for (k = 0; k < seen->n; k++) if (seen->pid[k] == id) return (int)seen->alive[k];
+    alive = omc__shm_lock_held(S->fd, id) != 0;
+    if (seen->n < 16) { seen->pid[seen->n] = id; seen->alive[seen->n] = (uint32_t)alive; seen->n++; }
     return alive;
 }
 
@@ -1139,10 +1220,10 @@ OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i, omc
     for (s = 0; s < OMC_SHM_MAX_READERS; s++) {
         uint64_t w = __atomic_load_n(&e->slots[s], __ATOMIC_ACQUIRE);
         uint32_t pid = omc__slot_pid(w);
-        if (omc__slot_gen(w) != gen || omc__slot_state(w) != OMC__SLOT_HELD || pid == S->pid) continue;
-        if (omc__shm_reader_alive(seen, pid)) continue;
+        if (omc__slot_gen(w) != gen || omc__slot_state(w) != OMC__SLOT_HELD) continue;
+        if (omc__shm_reader_alive(S, seen, pid)) continue;
         if (__atomic_compare_exchange_n(&e->slots[s], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-            OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "reader pid %u died holding a view of entry %u (%llu bytes) of %s: reclaimed",
+            OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "reader %u (lock byte free: its process is gone) died holding a view of entry %u (%llu bytes) of %s: reclaimed",
                      pid, i, (unsigned long long)S->tab.ent[i].range.size, S->name);
             n++;
         }
@@ -1233,7 +1314,7 @@ OMC__PRIVATE void omc__shm_reclaim_harder(omc__shm* S, omc_time_ns now) {
    seqlock), then the index bucket, then put_seq. Each store is a release, so a reader that sees
    the bucket sees the entry, and one that claims a slot sees the payload bytes. */
 OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const omc_range* range, uint64_t size, uint32_t flags,
-                                   uint32_t readers, const omc__shm_key* k, omc_time_ns now) {
+                                   uint32_t readers, const omc__shm_key* k, omc_time_ns now, omc_time_ns expires) {
     omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
     uint32_t s;
     __atomic_store_n(&e->gen, 0u, __ATOMIC_RELAXED);
@@ -1245,6 +1326,7 @@ OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const 
     __atomic_store_n(&e->key_len, k->len, __ATOMIC_RELAXED);
     __atomic_store_n(&e->key_hash, k->hash, __ATOMIC_RELAXED);
     __atomic_store_n(&e->put_time_ns, now, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->expires_ns, expires, __ATOMIC_RELAXED);
     for (s = 0; s < k->nwords; s++) __atomic_store_n(&e->key[s], k->words[s], __ATOMIC_RELAXED);
     for (s = 0; s < readers; s++)   /* the other slots are empty: zeroed when the entry was freed */
         __atomic_store_n(&e->slots[s], omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0), __ATOMIC_RELEASE);
@@ -1305,7 +1387,7 @@ OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, co
     o->size = size;
     o->readers_left = readers;
     o->expires = omc__expiry(ttl_ms, ttl_ms, now);
-    omc__shm_publish(S, i, gen, range, size, flags, readers, k, now);
+    omc__shm_publish(S, i, gen, range, size, flags, readers, k, now, o->expires);
     return OMC_OK;
 }
 
@@ -1490,6 +1572,19 @@ OMC__PRIVATE omc_result omc__shm_peer_open(omc__shm* S, const char* name, uint64
     }
     P = (omc__shm_peer*)omc__calloc(&S->conn->hooks, sizeof(omc__shm_peer));
     if (!P) { munmap(p, (size_t)lay.total); close(fd); return OMC_ERR_NO_MEMORY; }
+    /* our reader id in this segment: a random lock byte nobody holds, held as long as the
+       mapping (the fd) lives. Its owner reclaims our views only once the lock is free. */
+    for (e = 0; e < 64 && !P->reader_id; e++) {
+        uint32_t id = 1u + (uint32_t)(omc__random_u64() % (OMC__SHM_READER_IDS - 1u));
+        int le = omc__shm_lock(fd, id, F_WRLCK);
+        if (le == 0) P->reader_id = id;
+        else if (le != EAGAIN) break;
+    }
+    if (!P->reader_id) {
+        /* no OFD locks here: claims carry an id no owner ever reclaims (never reclaim on
+           doubt: views of a reader that dies then stay held until the owner closes) */
+        P->reader_id = OMC__SHM_SELF_READER;
+    }
     snprintf(P->name, sizeof(P->name), "%s", name);
     P->fd = fd;
     P->base = (uint8_t*)p;
@@ -1655,7 +1750,7 @@ OMC__PRIVATE omc_result omc__shm_take_view(omc__shm* S, omc__shm_peer* P, uint32
     int slot;
     omc_result r = omc__shm_view_new(S, &vi);
     if (r != OMC_OK) return r;
-    slot = omc__shm_claim(e, snap->gen, OMC__SLOT_HELD, S->pid);
+    slot = omc__shm_claim(e, snap->gen, OMC__SLOT_HELD, P->reader_id);
     if (slot < 0) { omc__shm_view_drop(S, vi); return OMC_ERR_NOT_FOUND; }
     __atomic_add_fetch(&P->hdr->claims, (uint64_t)1, __ATOMIC_RELAXED);
     S->views[vi].peer = P;
@@ -1881,7 +1976,7 @@ static omc_result omc__shm_release(omc_buffer* b) {
         omc__shm_peer* P = v->peer;
         if (P) {
             if (omc__shm_peer_check(S, P, omc_now_ns(), 0) == OMC_OK) {
-                if (omc__shm_unclaim(omc__shm_entry_at(P->base, &P->lay, v->entry), v->slot, v->entry_gen, S->pid)) {
+                if (omc__shm_unclaim(omc__shm_entry_at(P->base, &P->lay, v->entry), v->slot, v->entry_gen, P->reader_id)) {
                     __atomic_add_fetch(&P->hdr->releases, (uint64_t)1, __ATOMIC_RELAXED);
                     omc__shm_notify_release(P->base, &P->lay, v->entry);
                 } else OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "view of %s entry %u was reclaimed before its release", P->name, v->entry);
@@ -2206,6 +2301,7 @@ OMC__PRIVATE omc_result omc__shm_owner_init(omc__shm* S, const omc_shm_desc* d, 
     P->seg_id = S->seg_id;
     P->ino = S->ino;
     P->owner_pid = S->pid;
+    P->reader_id = OMC__SHM_SELF_READER;
     P->self = 1;
     P->in_channel = 1;
     r = omc__smap_put(&S->peers, hooks, P->name, (uint32_t)strlen(P->name), P);
@@ -2273,23 +2369,55 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* c, char* out, size_t out_
 /* [SECTION] SHM: the dead-owner sweep                                                           */
 /* ============================================================================================== */
 
-/* Who owns a segment file: from its header if it has one, else from its name (a segment still
-   being created, or a damaged one). *start_time 0 = unknown. */
-OMC__PRIVATE uint32_t omc__shm_file_owner(int fd, const struct stat* st, const char* name, uint32_t uid, uint64_t* start_time) {
+/* Does a segment whose owner is gone still hold a put someone may read: a published entry
+   with a read left (AVAILABLE) whose TTL has not passed? Such a segment stays until its last
+   put is consumed or expires (a payload outlives the producer that exited after putting it).
+   Read with pread, never mapped: the sweep cannot fault on a file someone shrinks meanwhile. */
+OMC__PRIVATE int omc__shm_file_has_payloads(int fd, const struct stat* st, omc_time_ns now) {
     omc__shm_header h;
-    *start_time = 0;
+    omc__shm_layout lay;
+    omc__shm_entry ents[64];
+    uint32_t i, k, s;
+    if ((uint64_t)st->st_size < OMC__SHM_HEADER_SIZE || pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) return 0;
+    if (h.state != OMC__SHM_READY || omc__shm_layout_check(&h, (uint64_t)st->st_size, &lay) != OMC_OK) return 0;
+    for (i = 0; i < lay.entry_count; i += 64) {
+        uint32_t n = lay.entry_count - i < 64 ? lay.entry_count - i : 64;
+        size_t want = (size_t)n * OMC__SHM_ENTRY_SIZE;
+        if (pread(fd, ents, want, (off_t)(lay.entries_off + (uint64_t)i * OMC__SHM_ENTRY_SIZE)) != (ssize_t)want) return 0;
+        for (k = 0; k < n; k++) {
+            const omc__shm_entry* e = &ents[k];
+            if (e->gen == 0 || (e->expires_ns && now >= e->expires_ns)) continue;
+            for (s = 0; s < OMC_SHM_MAX_READERS; s++)
+                if (omc__slot_gen(e->slots[s]) == e->gen && omc__slot_state(e->slots[s]) == OMC__SLOT_AVAILABLE) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Is the owner of an open segment file alive? Its lock on byte 0 says so (we try to take a
+   read lock: refused = held = alive). Where the kernel has no OFD locks, the pid and start time
+   from the header (or the name) are all there is. */
+OMC__PRIVATE int omc__shm_owner_alive(int fd, const struct stat* st, const char* name, uint32_t uid) {
+    omc__shm_header h;
+    uint64_t start = 0;
+    uint32_t pid;
+    int e = omc__shm_lock(fd, OMC__SHM_LOCK_OWNER, F_RDLCK);
+    if (e == 0) return 0;
+    if (e != EINVAL) return 1;      /* held, or an error: never remove on doubt */
+    pid = omc__shm_name_pid(name);
     if ((uint64_t)st->st_size >= OMC__SHM_HEADER_SIZE && pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
         h.magic == OMC__SHM_MAGIC && h.owner_uid == uid && h.owner_pid) {
-        *start_time = h.owner_start_time;
-        return h.owner_pid;
+        start = h.owner_start_time;
+        pid = h.owner_pid;
     }
-    return omc__shm_name_pid(name);
+    return pid && omc__shm_pid_alive(pid, start);
 }
 
 OMNICONN_API omc_result omc_shm_sweep_dead(const omc_shm_desc* desc, uint32_t* removed) {
     const char* dir = desc && desc->shm_dir ? desc->shm_dir : OMNICONN_SHM_DIR;
     omc_hooks hooks = omc__hooks_resolve(desc ? &desc->hooks : NULL);
-    uint32_t uid = (uint32_t)geteuid(), n = 0;
+    uint32_t uid = (uint32_t)geteuid(), n = 0, foreign = 0;
+    omc_time_ns now = omc_now_ns();
     char prefix[32];
     size_t plen;
     struct dirent* de;
@@ -2304,27 +2432,30 @@ OMNICONN_API omc_result omc_shm_sweep_dead(const omc_shm_desc* desc, uint32_t* r
     dfd = dirfd(d);
     plen = (size_t)snprintf(prefix, sizeof(prefix), "omc-%u-", uid);
     while ((de = readdir(d)) != NULL) {
-        struct stat st;
-        uint64_t start = 0;
-        uint32_t pid;
+        struct stat st, fst;
         int fd;
         if (strncmp(de->d_name, prefix, plen) != 0) continue;
+        /* look before opening: a link, or a file of another uid planted under our prefix, is
+           never opened (that would cost a system call per scan, and could block on a FIFO) */
+        if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (S_ISLNK(st.st_mode)) { OMC__LOG(&hooks, OMC_LOG_INFO, OMC_LOGITEM_SHM, "sweep: %s/%s is a symbolic link: left alone", dir, de->d_name); continue; }
+        if (!S_ISREG(st.st_mode) || (uint32_t)st.st_uid != uid) { foreign++; continue; }
         fd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (fd < 0) {
-            if (errno == ELOOP) OMC__LOG(&hooks, OMC_LOG_INFO, OMC_LOGITEM_SHM, "sweep: %s/%s is a symbolic link: left alone", dir, de->d_name);
-            continue;
-        }
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint32_t)st.st_uid != uid) { close(fd); continue; }
-        pid = omc__shm_file_owner(fd, &st, de->d_name, uid, &start);
-        close(fd);
-        if (pid && omc__shm_pid_alive(pid, start)) continue;
-        if (unlinkat(dfd, de->d_name, 0) == 0) {
+        if (fd < 0) continue;
+        if (fstat(fd, &fst) != 0 || fst.st_ino != st.st_ino || !S_ISREG(fst.st_mode) || (uint32_t)fst.st_uid != uid) { close(fd); continue; }
+        /* our read lock (if we got it) is held until close: an owner that opened this file a
+           moment ago cannot take its lock meanwhile, sees the name gone and takes another */
+        if (omc__shm_owner_alive(fd, &fst, de->d_name, uid) || omc__shm_file_has_payloads(fd, &fst, now)) { close(fd); continue; }
+        if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == fst.st_ino && unlinkat(dfd, de->d_name, 0) == 0) {
             n++;
-            OMC__LOG(&hooks, OMC_LOG_INFO, OMC_LOGITEM_SHM, "sweep: removed %s/%s (%lld bytes) of dead owner pid %u",
-                     dir, de->d_name, (long long)st.st_size, pid);
+            OMC__LOG(&hooks, OMC_LOG_INFO, OMC_LOGITEM_SHM, "sweep: removed %s/%s (%lld bytes): its owner is gone and nothing in it "
+                     "can still be read", dir, de->d_name, (long long)fst.st_size);
         }
+        close(fd);
     }
     closedir(d);
+    if (foreign) OMC__LOG(&hooks, OMC_LOG_DEBUG, OMC_LOGITEM_SHM, "sweep: %u files in %s named like our segments are not ours "
+                          "(another uid, or not regular files): left alone, not opened", foreign, dir);
     if (removed) *removed = n;
     return OMC_OK;
 }

@@ -56,10 +56,6 @@ static const known_open_case known_open[] = {
     { "emfile_on_the_data_port_backs_off_and_logs_once_per_interval", 2 },
     /* KNOWN_OPEN: stalled_pullers_cannot_starve_a_legitimate_get — finding 3 */
     { "stalled_pullers_cannot_starve_a_legitimate_get", 3 },
-    /* KNOWN_OPEN: shm_live_owner_survives_a_sweep_from_another_pid_namespace — finding 4 */
-    { "shm_live_owner_survives_a_sweep_from_another_pid_namespace", 4 },
-    /* KNOWN_OPEN: shm_live_owner_survives_a_sweep_from_a_process_without_proc — finding 4 */
-    { "shm_live_owner_survives_a_sweep_from_a_process_without_proc", 4 },
     /* KNOWN_OPEN: truncating_a_busy_owners_segment_does_not_kill_it — finding 5 */
     { "truncating_a_busy_owners_segment_does_not_kill_it", 5 },
     /* KNOWN_OPEN: metadataless_get_after_the_sender_died_mid_transfer_fails_fast — finding 7 */

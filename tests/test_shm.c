@@ -778,6 +778,133 @@ OMC_TEST(shm_sigkill_consumer_holding_views_then_sweep_reclaims_all) {
     }
 }
 
+/* ---- lifetime after the producer exits ---------------------------------------------------- */
+
+/* A producer that puts one payload (and hands its metadata to the parent through fd), then
+   leaves: how = 0 returns from "main" without closing anything (exit), 1 waits to be SIGKILLed,
+   2 puts with a 200 ms TTL and exits. */
+static void producer_put_and_leave(const char* ch, int fd, int how) {
+    omc_conn* s = make_priv(ch, OMC_ROLE_SENDER, 4u << 20);
+    omc_meta m;
+    omc_payload p;
+    uint32_t len;
+    static uint8_t data[300000];
+    if (!s) _exit(2);
+    memset(&p, 0, sizeof(p));
+    omc_test_fill(data, sizeof(data), 77);
+    p.data = data;
+    p.size = sizeof(data);
+    if (how == 2) p.ttl_ms = 200;
+    if (omc_conn_put(s, "a", "b", "left", &p, &m) != OMC_OK) _exit(3);
+    len = (uint32_t)m.size;
+    if (write_all(fd, &len, sizeof(len)) != 0 || write_all(fd, m.data, m.size) != 0) _exit(4);
+    omc_meta_free(&m);
+    if (how == 1) for (;;) pause();
+    _exit(0);       /* no destroy: what a program that returns from main after its put does */
+}
+
+static void payload_outlives_producer(int how) {
+    char ch[32];
+    omc_shm_desc sd;
+    omc_conn* r;
+    omc_buffer b;
+    uint8_t meta[4096];
+    uint32_t len = 0, removed = 0;
+    int fds[2], status;
+    pid_t pid;
+    unique_channel(ch, sizeof(ch));
+    REQUIRE(pipe(fds) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) producer_put_and_leave(ch, fds[1], how);
+    REQUIRE(read_all(fds[0], &len, sizeof(len)) == 0 && len <= sizeof(meta) && read_all(fds[0], meta, len) == 0);
+    if (how == 1) kill(pid, SIGKILL);
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(how == 1 ? WIFSIGNALED(status) : (WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    memset(&sd, 0, sizeof(sd));
+    sd.shm_dir = priv_dir;
+    if (how == 2) {         /* never consumed: once its TTL passed, a sweep may remove it */
+        CHECK_OK(omc_shm_sweep_dead(&sd, &removed));
+        CHECK_EQ(removed, 0);
+        usleep(300000);
+        CHECK_OK(omc_shm_sweep_dead(&sd, &removed));
+        CHECK_EQ(removed, 1);
+        CHECK_EQ(count_segments(priv_dir, ch), 0);
+        close(fds[0]); close(fds[1]);
+        return;
+    }
+    /* the consumer starts after the producer is gone; its create sweeps the directory */
+    r = make_priv(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(r);
+    CHECK_EQ(count_segments(priv_dir, ch), 1);
+    CHECK_OK(omc_shm_sweep_dead(&sd, &removed));        /* unconsumed: no sweep removes it */
+    CHECK_EQ(removed, 0);
+    memset(&b, 0, sizeof(b));
+    if (how == 0) CHECK_OK(omc_conn_get(r, "a", "b", "left", meta, len, omc_deadline_after_ms(1000), &b));
+    else CHECK_OK(omc_conn_get(r, "a", "b", "left", NULL, 0, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == 300000 && omc_test_verify(b.data, b.size, 77));
+    CHECK_OK(omc_buffer_release(&b));
+    CHECK_OK(omc_shm_sweep_dead(&sd, &removed));        /* consumed: now it goes */
+    CHECK_EQ(removed, 1);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+    omc_conn_sweep(r);
+    CHECK_EQ(count_mappings(ch), 0);
+    omc_conn_destroy(r);
+    close(fds[0]); close(fds[1]);
+}
+
+OMC_TEST(shm_payload_stays_readable_after_its_producer_exits) { payload_outlives_producer(0); }
+OMC_TEST(shm_payload_stays_readable_after_its_producer_is_killed) { payload_outlives_producer(1); }
+OMC_TEST(shm_unconsumed_payload_of_an_exited_producer_goes_when_its_ttl_passes) { payload_outlives_producer(2); }
+
+/* The producer of the README: put, hand the metadata over as text, wait until it is consumed,
+   close, exit. wait_consumed returns once the consumer's get took the read, not before. */
+OMC_TEST(shm_producer_waits_for_consumption_then_exits) {
+    char ch[32], text[8192];
+    omc_conn* r;
+    omc_meta m;
+    omc_buffer b;
+    uint32_t len = 0;
+    int fds[2], status;
+    pid_t pid;
+    unique_channel(ch, sizeof(ch));
+    REQUIRE(pipe(fds) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        omc_conn* s = make_priv(ch, OMC_ROLE_SENDER, 4u << 20);
+        omc_meta pm;
+        char t[8192];
+        int rc;
+        if (!s || put_pattern(s, "hello", 100000, 5, 1, &pm) != OMC_OK) _exit(2);
+        if (omc_meta_to_text(pm.data, pm.size, t, sizeof(t)) != OMC_OK) _exit(3);
+        len = (uint32_t)strlen(t);
+        if (write_all(fds[1], &len, sizeof(len)) != 0 || write_all(fds[1], t, len) != 0) _exit(4);
+        omc_meta_free(&pm);
+        if (omc_conn_wait_consumed(s, omc_deadline_after_ms(50)) != OMC_ERR_TIMEOUT) _exit(5);   /* nobody read yet */
+        rc = omc_conn_wait_consumed(s, omc_deadline_after_ms(5000)) == OMC_OK ? 0 : 6;
+        omc_conn_destroy(s);
+        _exit(rc);
+    }
+    REQUIRE(read_all(fds[0], &len, sizeof(len)) == 0 && len < sizeof(text) && read_all(fds[0], text, len) == 0);
+    text[len] = '\0';
+    usleep(100000);
+    CHECK(waitpid(pid, &status, WNOHANG) == 0);      /* still waiting for its consumer */
+    r = make_priv(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(r);
+    CHECK_OK(omc_meta_from_text(text, len, &m));
+    CHECK_OK(omc_conn_get(r, "a", "b", "hello", m.data, m.size, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 5));
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_sweep(r);
+    omc_conn_destroy(r);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+    close(fds[0]); close(fds[1]);
+}
+
 OMC_TEST(shm_sweep_removes_dead_owners_only) {
     char ch[32], path[OMC_SHM_PATH_MAX], dead[OMC_SHM_PATH_MAX], link_path[OMC_SHM_PATH_MAX], target[OMC_SHM_PATH_MAX];
     omc_shm_desc sd;
