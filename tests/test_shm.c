@@ -905,6 +905,96 @@ OMC_TEST(shm_producer_waits_for_consumption_then_exits) {
     close(fds[0]); close(fds[1]);
 }
 
+/* ---- first contact: a consumer started first, a large sender pool ---------------------------- */
+
+static uint64_t alarm_lines;
+static void alarm_log(omc_log_level level, omc_log_item item, const char* msg, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level <= OMC_LOG_WARN) {
+        __atomic_add_fetch(&alarm_lines, 1u, __ATOMIC_RELAXED);
+        printf("  logged: %s\n", msg);
+    }
+}
+
+/* The consumer is waiting (metadata-less get) before the producer exists; the producer's create
+   of a 128 MiB segment takes long enough that the consumer's scans see the file empty, being
+   reserved, and with its header half written. None of that is a problem worth a WARN. */
+OMC_TEST(shm_consumer_started_first_logs_no_alarm_while_the_producer_creates) {
+    int round;
+    for (round = 0; round < 3; round++) {
+        char ch[32];
+        omc_shm_desc d;
+        omc_conn* r = NULL;
+        omc_buffer b;
+        int status;
+        pid_t pid;
+        unique_channel(ch, sizeof(ch));
+        memset(&d, 0, sizeof(d));
+        d.shm_dir = priv_dir;
+        d.channel = ch;
+        d.role = OMC_ROLE_RECEIVER;
+        d.hooks.log_fn = alarm_log;
+        d.hooks.max_level = OMC_LOG_WARN;
+        REQUIRE(omc_shm_create(&d, &r) == OMC_OK);
+        alarm_lines = 0;
+        pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            omc_conn* s;
+            usleep((useconds_t)(round * 20000));
+            s = make_priv(ch, OMC_ROLE_SENDER, 128u << 20);
+            if (!s || put_pattern(s, "k", 100000, 9, 1, NULL) != OMC_OK) _exit(2);
+            _exit(omc_conn_wait_consumed(s, omc_deadline_after_ms(10000)) == OMC_OK ? 0 : 3);
+        }
+        memset(&b, 0, sizeof(b));
+        CHECK_OK(omc_conn_get(r, "a", "b", "k", NULL, 0, omc_deadline_after_ms(10000), &b));
+        CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 9));
+        omc_buffer_release(&b);
+        CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        CHECK_EQ(__atomic_load_n(&alarm_lines, __ATOMIC_RELAXED), 0);
+        omc_shm_sweep_dead(&d, NULL);
+        omc_conn_sweep(r);
+        omc_conn_destroy(r);
+        CHECK_EQ(count_segments(priv_dir, ch), 0);
+    }
+}
+
+/* A receiver's first get from a sender with a 1 GiB pool: it maps the segment, but touches only
+   the pages it reads. Want: well inside a 50 ms deadline, with metadata and without. */
+OMC_TEST(shm_first_get_cost_does_not_grow_with_the_senders_pool) {
+    char ch[32];
+    omc_conn *s, *r1, *r2;
+    omc_meta m;
+    omc_buffer b;
+    double t0, t1, t2;
+    omc_result res;
+    unique_channel(ch, sizeof(ch));
+    s = make_priv(ch, OMC_ROLE_SENDER, 1u << 30);
+    REQUIRE(s);
+    r1 = make_priv(ch, OMC_ROLE_RECEIVER, 0);
+    r2 = make_priv(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(r1 && r2);
+    CHECK_OK(put_pattern(s, "with-meta", 100000, 3, 1, &m));
+    CHECK_OK(put_pattern(s, "by-key", 100000, 4, 1, NULL));
+    t0 = (double)omc_now_ns() / 1e9;
+    res = omc_conn_get(r1, "a", "b", "with-meta", m.data, m.size, omc_deadline_after_ms(50), &b);
+    t1 = (double)omc_now_ns() / 1e9;
+    CHECK_OK(res);
+    if (res == OMC_OK) { CHECK(omc_test_verify(b.data, b.size, 3)); omc_buffer_release(&b); }
+    res = omc_conn_get(r2, "a", "b", "by-key", NULL, 0, omc_deadline_after_ms(50), &b);
+    t2 = (double)omc_now_ns() / 1e9;
+    CHECK_OK(res);
+    if (res == OMC_OK) { CHECK(omc_test_verify(b.data, b.size, 4)); omc_buffer_release(&b); }
+    printf("  first get from a 1 GiB pool: %.2f ms with metadata, %.2f ms by key (deadline 50 ms)\n", (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+    CHECK(t1 - t0 < 0.05);
+    CHECK(t2 - t1 < 0.05);
+    omc_meta_free(&m);
+    omc_conn_destroy(r1);
+    omc_conn_destroy(r2);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+}
+
 OMC_TEST(shm_sweep_removes_dead_owners_only) {
     char ch[32], path[OMC_SHM_PATH_MAX], dead[OMC_SHM_PATH_MAX], link_path[OMC_SHM_PATH_MAX], target[OMC_SHM_PATH_MAX];
     omc_shm_desc sd;
