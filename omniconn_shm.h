@@ -217,6 +217,14 @@ ERRORS & LOGGING
                             such entry, a name that is not a segment of ours, ...).
     OMC_ERR_POOL_FULL       no free range (put), or all max_entries are in flight.
     OMC_ERR_INVALID_ARG     a desc field out of range, more than 16 readers, a foreign buffer.
+    Every refusal is logged with the object, the side and the fix: the desc field and what it
+    accepts ("omc_shm_desc.pool_size 1 bytes is out of range: at least the alignment (4096
+    bytes), ..."), the key and side of a get whose payload exceeds the caller's buffer
+    (OMC_ERR_TOO_LARGE) or of a put whose key still has unread reads (OMC_ERR_EXISTS).
+    Two producers of one channel that put the same key deliver it twice (each segment has its
+    own index; no process owns the channel): the consumer that finds a key in two segments logs
+    one WARN per pair of segments naming both producer pids and segments. Give each producer
+    its own channel or its own keys.
 
 ================================================================================================
 THREAD SAFETY (and process safety)
@@ -698,6 +706,14 @@ OMC__PRIVATE void omc__shm_key_make(omc__shm_key* k, const char* qkey, uint32_t 
     }
 }
 
+/* A qualified key for a log line: from/to/key (the separators shown as '/'). */
+OMC__PRIVATE const char* omc__shm_key_show(const omc__shm_key* k, char* out, size_t n) {
+    size_t i;
+    for (i = 0; i < k->len && i + 1 < n; i++) out[i] = k->s[i] == 0x1f ? '/' : k->s[i];
+    out[i] = '\0';
+    return out;
+}
+
 /* ============================================================================================== */
 /* [SECTION] SHM: system helpers (futex, processes, names)                                       */
 /* ============================================================================================== */
@@ -868,6 +884,7 @@ typedef struct omc__shm_peer {
     int unlinked;               /* the name is gone (owner closed, swept, or replaced it) */
     int in_channel;             /* found by the channel scan: metadata-less gets look here */
     int self;                   /* our own segment: mapping owned by the sender half */
+    uint64_t dup_warned;        /* segment id of another producer we warned publishes our keys */
 } omc__shm_peer;
 
 /* A view handed out by get (receiver side). cookie[0] = index, cookie[1] = gen. */
@@ -1392,7 +1409,13 @@ OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, co
     old = omc__etab_find(&S->tab, k->s, k->len, k->hash);
     if (old != OMC__NIL) {
         omc__shm_count cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, old), S->tab.ent[old].gen, S->tab.ent[old].readers_left);
-        if (cnt.avail > 0) return OMC_ERR_EXISTS;
+        if (cnt.avail > 0) {
+            char shown[OMC_KEY_MAX + 1];
+            OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "put of '%s' on channel '%s' (sender side, segment %s) refused: "
+                     "the key's previous put still has %u unread read%s. Fix: let it be consumed, omc_conn_cleanup it, or use a "
+                     "new key", omc__shm_key_show(k, shown, sizeof(shown)), S->channel, S->name, cnt.avail, cnt.avail == 1 ? "" : "s");
+            return OMC_ERR_EXISTS;
+        }
         omc__shm_unindex(S, old);   /* fully read: the key is free again, views drain on their own */
     }
     if (S->tab.free_head == OMC__NIL) omc__shm_reclaim_harder(S, omc_now_ns());
@@ -1455,7 +1478,12 @@ static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, con
     r = omc__shm_self_check(S, now, 0);
     if (r != OMC_OK) return r;
     if (p->buffer) {    /* zero copy: a live range of our own pool, filled by the caller */
-        if (p->buffer->pool != S->pool || p->buffer->release_fn) return OMC_ERR_INVALID_ARG;
+        if (p->buffer->pool != S->pool || p->buffer->release_fn) {
+            OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "put on channel '%s' (sender side) refused: payload.buffer "
+                     "is not a buffer of this connector's pool. Fix: get it from omc_conn_alloc on this connector, or pass "
+                     "payload.data instead", S->channel);
+            return OMC_ERR_INVALID_ARG;
+        }
         r = omc_alloc_check(omc_pool_allocator(S->pool), p->buffer->range);
         if (r != OMC_OK) return r;
         range = p->buffer->range;
@@ -1842,6 +1870,38 @@ OMC__PRIVATE int omc__shm_snap_in_bounds(const omc__shm_peer* P, const omc__shm_
 /* [SECTION] SHM: the receiver half - get with metadata                                         */
 /* ============================================================================================== */
 
+/* Two producers of one channel that publish the same key deliver it twice (each segment has its
+   own index; a metadata-less get takes whichever it finds first). TCP refuses that at the
+   sender; here nobody owns the channel, so the consumer that sees it says so, once per pair of
+   segments, naming both processes. Called when key k was found in P (caller holds rmu). */
+OMC__PRIVATE void omc__shm_dup_check(omc__shm* S, omc__shm_peer* P, const omc__shm_key* k, omc_time_ns now) {
+    uint32_t it = 0;
+    void* v;
+    while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
+        omc__shm_peer* Q = (omc__shm_peer*)v;
+        omc__shm_snap snap;
+        char shown[OMC_KEY_MAX + 1];
+        int64_t idx;
+        if (Q == P || !Q->in_channel || Q->seg_id == P->dup_warned || omc__shm_peer_check(S, Q, now, 0) != OMC_OK) continue;
+        idx = omc__shm_index_find(Q->base, &Q->lay, k, &snap);
+        if (idx < 0 || omc__shm_slots(omc__shm_entry_at(Q->base, &Q->lay, (uint32_t)idx), snap.gen, snap.readers).avail == 0) continue;
+        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "key '%s' is published by two producers of channel '%s': pid %u "
+                 "(%s) and pid %u (%s); each copy will be delivered. Fix: one producer per key - give each producer its own "
+                 "channel or its own keys", omc__shm_key_show(k, shown, sizeof(shown)), S->channel, P->owner_pid, P->name, Q->owner_pid, Q->name);
+        P->dup_warned = Q->seg_id;
+        Q->dup_warned = P->seg_id;
+    }
+}
+
+/* A payload larger than the caller's buffer (receiver side): say which, how large, and the fix. */
+OMC__PRIVATE omc_result omc__shm_too_large(omc__shm* S, const omc__shm_key* k, uint64_t size, uint64_t max_size) {
+    char shown[OMC_KEY_MAX + 1];
+    OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "get of '%s' on channel '%s' (receiver side) refused: the payload "
+             "is %llu bytes, the caller allows %llu. Fix: a buffer of at least %llu bytes", omc__shm_key_show(k, shown, sizeof(shown)), S->channel,
+             (unsigned long long)size, (unsigned long long)max_size, (unsigned long long)size);
+    return OMC_ERR_TOO_LARGE;
+}
+
 typedef struct omc__shm_body {
     uint64_t seg_id, ino, offset, size;
     uint32_t owner_pid, entry, gen;
@@ -1930,7 +1990,7 @@ OMC__PRIVATE omc_result omc__shm_get_meta(omc__shm* S, const omc__shm_key* k, co
             r = omc__shm_why_absent(P, k, b.gen);
         else if (snap.offset != b.offset || snap.size != b.size || ((snap.flags & OMC__SHM_ENTRY_INLINE) != 0) != (b.inline_bytes != NULL))
             r = OMC_ERR_MALFORMED;
-        else if (max_size && b.size > max_size) { out->size = b.size; r = OMC_ERR_TOO_LARGE; }
+        else if (max_size && b.size > max_size) { out->size = b.size; r = omc__shm_too_large(S, k, b.size, max_size); }
         else if (b.inline_bytes) r = omc__shm_take_inline(S, P, &b, &snap, out);
         else r = omc__shm_take_view(S, P, b.entry, &snap, out);
     }
@@ -1961,7 +2021,8 @@ OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, const
         idx = omc__shm_index_find(P->base, &P->lay, k, &snap);
         if (idx >= 0 && omc__shm_snap_in_bounds(P, &snap)) {
             omc_result r;
-            if (max_size && snap.size > max_size) { out->size = snap.size; return OMC_ERR_TOO_LARGE; }
+            omc__shm_dup_check(S, P, k, now);
+            if (max_size && snap.size > max_size) { out->size = snap.size; return omc__shm_too_large(S, k, snap.size, max_size); }
             r = omc__shm_take_view(S, P, (uint32_t)idx, &snap, out);   /* inline or not: the pool has the bytes */
             if (r != OMC_ERR_NOT_FOUND) return r;
         }
@@ -2315,29 +2376,39 @@ OMC__PRIVATE omc_result omc__shm_resolve(const omc_shm_desc* in, const omc_hooks
     if (!d->default_ttl_ms) d->default_ttl_ms = OMNICONN_DEFAULT_TTL_MS;
     if (!d->spin_ns) d->spin_ns = OMNICONN_SHM_SPIN_NS;
     if (!omc__shm_channel_ok(d->channel)) {
-        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "channel '%s' must be 1..%d characters of [A-Za-z0-9_.]", d->channel, OMC_SHM_CHANNEL_MAX);
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.channel '%s' must be 1..%d characters of [A-Za-z0-9_.]", d->channel, OMC_SHM_CHANNEL_MAX);
         return OMC_ERR_INVALID_ARG;
     }
     if (!d->shm_dir[0] || strlen(d->shm_dir) + OMC__SHM_NAME_MAX + 2 > OMC_SHM_PATH_MAX) {
-        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "shm_dir must be a directory path shorter than %d bytes", OMC_SHM_PATH_MAX - OMC__SHM_NAME_MAX - 2);
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.shm_dir must be a directory path of 1..%d bytes", OMC_SHM_PATH_MAX - OMC__SHM_NAME_MAX - 2);
         return OMC_ERR_INVALID_ARG;
     }
     if (d->alignment < 64 || d->alignment > OMC__SHM_PAGE || (d->alignment & (d->alignment - 1))) {
-        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "alignment %llu: a power of two from 64 to %u (the segment is page-aligned)",
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.alignment %llu: a power of two from 64 to %u (the segment is page-aligned; 0 = 4096)",
                  (unsigned long long)d->alignment, OMC__SHM_PAGE);
         return OMC_ERR_INVALID_ARG;
     }
     if (d->inline_threshold > OMC_SHM_MAX_INLINE) {
-        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "inline_threshold %llu exceeds %llu (the metadata body limit)",
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.inline_threshold %llu exceeds the maximum %llu (the metadata body limit)",
                  (unsigned long long)d->inline_threshold, (unsigned long long)OMC_SHM_MAX_INLINE);
         return OMC_ERR_INVALID_ARG;
     }
-    if (d->max_entries > OMC__SHM_MAX_ENTRIES || d->pool_size < d->alignment || d->pool_size > ((uint64_t)1 << 46)) {
-        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "max_entries %u (at most %u) or pool_size %llu out of range",
-                 d->max_entries, OMC__SHM_MAX_ENTRIES, (unsigned long long)d->pool_size);
+    if (d->max_entries > OMC__SHM_MAX_ENTRIES) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.max_entries %u is too many: at most %u (0 = %u)",
+                 d->max_entries, OMC__SHM_MAX_ENTRIES, OMNICONN_SHM_MAX_ENTRIES);
         return OMC_ERR_INVALID_ARG;
     }
-    if (d->role != OMC_ROLE_DEFAULT && d->role != OMC_ROLE_SENDER && d->role != OMC_ROLE_RECEIVER && d->role != OMC_ROLE_DUAL) return OMC_ERR_INVALID_ARG;
+    if (d->pool_size < d->alignment || d->pool_size > ((uint64_t)1 << 46)) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.pool_size %llu bytes is out of range: at least the "
+                 "alignment (%llu bytes), at most 64 TiB (0 = %llu MiB)", (unsigned long long)d->pool_size,
+                 (unsigned long long)d->alignment, (unsigned long long)(OMNICONN_SHM_POOL_SIZE >> 20));
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (d->role != OMC_ROLE_DEFAULT && d->role != OMC_ROLE_SENDER && d->role != OMC_ROLE_RECEIVER && d->role != OMC_ROLE_DUAL) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.role %d: use OMC_ROLE_SENDER, OMC_ROLE_RECEIVER or "
+                 "OMC_ROLE_DUAL (0 = dual)", (int)d->role);
+        return OMC_ERR_INVALID_ARG;
+    }
     return OMC_OK;
 }
 

@@ -995,6 +995,118 @@ OMC_TEST(shm_first_get_cost_does_not_grow_with_the_senders_pool) {
     CHECK_EQ(count_segments(priv_dir, ch), 0);
 }
 
+/* ---- refusals that say which side, which object and the fix -------------------------------- */
+
+static char said[8][1024];
+static int nsaid;
+static void said_log(omc_log_level level, omc_log_item item, const char* msg, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level <= OMC_LOG_WARN && nsaid < 8) snprintf(said[nsaid++], sizeof(said[0]), "%s", msg);
+}
+static int said_has(const char* a, const char* b) {
+    int i;
+    for (i = 0; i < nsaid; i++) if (strstr(said[i], a) && (!b || strstr(said[i], b))) return 1;
+    return 0;
+}
+
+/* Two producers of one channel put the same key (the second in another process): a consumer
+   that sees both says so, naming both processes, once. */
+OMC_TEST(shm_two_producers_of_one_key_are_reported_naming_both) {
+    char ch[32], pidtxt[32];
+    omc_shm_desc d;
+    omc_conn *s, *r = NULL;
+    omc_buffer b;
+    int fds[2], go[2], status, warned;
+    char one;
+    pid_t pid;
+    unique_channel(ch, sizeof(ch));
+    REQUIRE(pipe(fds) == 0 && pipe(go) == 0);
+    s = make_priv(ch, OMC_ROLE_SENDER, 1u << 20);
+    REQUIRE(s);
+    CHECK_OK(put_pattern(s, "dup", 100000, 1, 1, NULL));
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        omc_conn* s2 = make_priv(ch, OMC_ROLE_SENDER, 1u << 20);
+        if (!s2 || put_pattern(s2, "dup", 100000, 2, 1, NULL) != OMC_OK) _exit(2);
+        one = 1;
+        if (write_all(fds[1], &one, 1) != 0 || read_all(go[0], &one, 1) != 0) _exit(3);
+        omc_conn_destroy(s2);
+        _exit(0);
+    }
+    REQUIRE(read_all(fds[0], &one, 1) == 0);
+    memset(&d, 0, sizeof(d));
+    d.shm_dir = priv_dir;
+    d.channel = ch;
+    d.role = OMC_ROLE_RECEIVER;
+    d.hooks.log_fn = said_log;
+    d.hooks.max_level = OMC_LOG_WARN;
+    REQUIRE(omc_shm_create(&d, &r) == OMC_OK);
+    nsaid = 0;
+    CHECK_OK(omc_conn_get(r, "a", "b", "dup", NULL, 0, omc_deadline_after_ms(1000), &b));
+    omc_buffer_release(&b);
+    CHECK_OK(omc_conn_get(r, "a", "b", "dup", NULL, 0, omc_deadline_after_ms(1000), &b));   /* the other copy */
+    omc_buffer_release(&b);
+    snprintf(pidtxt, sizeof(pidtxt), "pid %ld ", (long)pid);
+    warned = said_has("two producers", pidtxt);
+    CHECK(warned);
+    snprintf(pidtxt, sizeof(pidtxt), "pid %ld ", (long)getpid());
+    CHECK(said_has("two producers", pidtxt));
+    CHECK_EQ(nsaid, 1);                                 /* once, not per get */
+    if (!warned) printf("  nothing said about the duplicate key\n");
+    one = 1;
+    CHECK(write_all(go[1], &one, 1) == 0);
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+    close(fds[0]); close(fds[1]); close(go[0]); close(go[1]);
+}
+
+/* Each refusal names the field (or the side and the key) and says what would be accepted. */
+OMC_TEST(shm_refusals_name_the_field_the_side_and_the_fix) {
+    char ch[32];
+    omc_shm_desc d;
+    omc_conn *c = NULL, *s, *r = NULL;
+    omc_meta m;
+    uint8_t small[10];
+    uint64_t need = 0;
+    unique_channel(ch, sizeof(ch));
+    memset(&d, 0, sizeof(d));
+    d.shm_dir = priv_dir;
+    d.channel = ch;
+    d.hooks.log_fn = said_log;
+    d.hooks.max_level = OMC_LOG_WARN;
+    nsaid = 0;
+    d.pool_size = 1;
+    CHECK_RES(omc_shm_create(&d, &c), OMC_ERR_INVALID_ARG);
+    CHECK(said_has("pool_size 1 ", "at least the alignment (4096 bytes)"));
+    nsaid = 0;
+    d.pool_size = 0;
+    d.max_entries = 1u << 21;
+    CHECK_RES(omc_shm_create(&d, &c), OMC_ERR_INVALID_ARG);
+    CHECK(said_has("max_entries 2097152", "at most 1048576"));
+    CHECK(!said_has("pool_size", NULL));
+    d.max_entries = 0;
+    d.role = OMC_ROLE_SENDER;
+    d.pool_size = 1u << 20;
+    REQUIRE(omc_shm_create(&d, &s) == OMC_OK);
+    d.role = OMC_ROLE_RECEIVER;
+    REQUIRE(omc_shm_create(&d, &r) == OMC_OK);
+    CHECK_OK(put_pattern(s, "big", 100000, 1, 1, &m));
+    nsaid = 0;                                          /* a receiver buffer smaller than the payload */
+    CHECK_RES(omc_conn_get_copy(r, "a", "b", "big", m.data, m.size, omc_deadline_after_ms(100), small, sizeof(small), &need), OMC_ERR_TOO_LARGE);
+    CHECK_EQ(need, 100000);
+    CHECK(said_has("receiver side", "100000 bytes"));
+    nsaid = 0;                                          /* the same key again while unread */
+    CHECK_RES(put_pattern(s, "big", 1000, 1, 1, NULL), OMC_ERR_EXISTS);
+    CHECK(said_has("sender side", "unread"));
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+}
+
 OMC_TEST(shm_sweep_removes_dead_owners_only) {
     char ch[32], path[OMC_SHM_PATH_MAX], dead[OMC_SHM_PATH_MAX], link_path[OMC_SHM_PATH_MAX], target[OMC_SHM_PATH_MAX];
     omc_shm_desc sd;
