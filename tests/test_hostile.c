@@ -56,8 +56,6 @@ static const known_open_case known_open[] = {
     { "emfile_on_the_data_port_backs_off_and_logs_once_per_interval", 2 },
     /* KNOWN_OPEN: stalled_pullers_cannot_starve_a_legitimate_get — finding 3 */
     { "stalled_pullers_cannot_starve_a_legitimate_get", 3 },
-    /* KNOWN_OPEN: truncating_a_busy_owners_segment_does_not_kill_it — finding 5 */
-    { "truncating_a_busy_owners_segment_does_not_kill_it", 5 },
     /* KNOWN_OPEN: metadataless_get_after_the_sender_died_mid_transfer_fails_fast — finding 7 */
     { "metadataless_get_after_the_sender_died_mid_transfer_fails_fast", 7 },
     /* KNOWN_OPEN: a_peer_that_drops_the_handshake_without_curve_is_a_connection_error — finding 7 */
