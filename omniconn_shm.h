@@ -1764,7 +1764,7 @@ OMC__PRIVATE void omc__shm_scan_channel(omc__shm* S) {
         if (v && (uint64_t)(uintptr_t)v == ((uint64_t)de->d_ino ? (uint64_t)de->d_ino : 1u)) continue;
         if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
         if (!S_ISREG(st.st_mode) || (uint32_t)st.st_uid != S->uid) {
-            if (!foreign++) { snprintf(first, sizeof(first), "%s", de->d_name); first_uid = (uint32_t)st.st_uid; }
+            if (!foreign++) { memcpy(first, de->d_name, n + 1); first_uid = (uint32_t)st.st_uid; }   /* n < sizeof(first) */
             omc__shm_refuse(S, de->d_name, (uint32_t)n, (uint64_t)st.st_ino);
             continue;
         }
