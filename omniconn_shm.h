@@ -93,8 +93,12 @@ STEP BY STEP: HOW IT WORKS
        lays it out as: header page | entry table | key index | dirty bitmap | data area (see
        WIRE FORMATS). The data area is an
        omc_pool (OMC_MEMORY_EXTERNAL): the allocator's bookkeeping lives in the owner's heap,
-       where no other process can corrupt it. The header records owner pid, process start time,
-       uid and a random incarnation, so anyone can tell whether the owner still lives.
+       where no other process can corrupt it. Right after creating the file, before anything
+       else, the owner takes an open-file-description lock (F_OFD_SETLK) on byte 0 and holds it
+       for its whole life: the kernel drops it when the process ends, however it ends, so
+       anyone in any pid namespace, with or without /proc, can tell whether the owner still
+       lives by trying to take that lock. The header also records owner pid, start time, uid and
+       a random incarnation (for logs and for kernels without OFD locks).
 
     2. put. The payload is copied into a pool range (or a buffer from omc_conn_alloc is adopted),
        then an entry is filled in - key, range, one claim slot per allowed reader - published in
@@ -104,9 +108,11 @@ STEP BY STEP: HOW IT WORKS
     3. get with metadata. The receiver maps the sender's segment once (cached per segment) after
        checking it with fstat and a pread of the header before touching a byte: a regular file,
        ours (uid), its size equal to what its header describes, the id and inode the metadata
-       says. It checks the metadata against the segment (entry in range, range inside the data
-       area, generation current) and claims one slot with a compare-and-swap: AVAILABLE ->
-       HELD by our pid. The view points straight into the mapping.
+       says. With the mapping it takes a reader id: a random byte in 1..2^24-1 of the segment
+       that nobody else holds a lock on, locked for as long as the mapping lives. It checks the
+       metadata against the segment (entry in range, range inside the data area, generation
+       current) and claims one slot with a compare-and-swap: AVAILABLE -> HELD by our reader
+       id. The view points straight into the mapping.
 
     4. release. One compare-and-swap HELD -> DONE, one bit set in the segment's dirty bitmap,
        one atomic increment of release_seq. The owner frees ranges whose slots are all DONE on
@@ -139,12 +145,21 @@ STEP BY STEP: HOW IT WORKS
        - close() withdraws everything, marks the segment CLOSED and unlinks it. Views held by
          other processes stay valid (their mapping keeps the pages) and the memory goes back to
          the system with the last unmap; receivers unmap unlinked segments when unused.
-       - A reader killed while holding views: its HELD slots carry its pid; the owner's periodic
-         pass (every 100 ms from its own calls, or omc_conn_sweep) finds the pid dead and
-         finishes the release for it.
-       - An owner killed: its segment stays until omc_shm_sweep_dead (run by every
-         omc_shm_create, callable any time) sees that pid + start time no longer run, and
-         unlinks it. Data already published stays readable until then: receivers lose nothing.
+       - A reader killed while holding views: its HELD slots carry its reader id; the owner's
+         periodic pass (every 100 ms from its own calls, or omc_conn_sweep) finds that id's lock
+         byte free (the kernel released it with the process) and finishes the release for it.
+         A held lock, or any doubt, means alive: a live reader's view is never reclaimed.
+       - An owner that exits or is killed: its lock goes with it. omc_shm_sweep_dead (run by
+         every omc_shm_create, callable any time) removes a segment only when it can take the
+         owner's lock byte itself (nobody holds it) AND no put in it can still be read.
+       - Lifetime after the producer exits. A payload stays readable after its producer exits
+         without closing (returns from main, calls exit, or is killed) until it is consumed or
+         its TTL passes: the data and the key index are in the segment, and every entry records
+         the end of its TTL. A sweep (any process's omc_shm_create, or omc_shm_sweep_dead)
+         leaves such a segment alone, consumers still find it by its key or metadata, and the
+         first sweep after its last put is consumed or expired removes it. A producer that
+         wants to know its puts were read calls omc_conn_wait_consumed(conn, deadline) before
+         it exits; omc_conn_close/destroy, by contrast, withdraw what is left (see close()).
 
     9. Bad input. Every field of metadata and every byte of a segment is untrusted (any process
        of our uid can write it): names are checked (omc-<our uid>-..., no '/'), files are opened
@@ -153,6 +168,24 @@ STEP BY STEP: HOW IT WORKS
        checked against it; every probe of the shared index is bounded. A segment that another
        process truncated is detected by fstat (at map time, and again at most every 1 ms while in
        use) and never touched again: OMC_ERR_SHM_CHANGED.
+
+   10. Trusting the directory. /dev/shm is writable by every uid, so anyone can create names
+       there that look like ours. The rules: a name is looked at with fstatat (no symlink
+       followed) before anything opens it; a file that is not a regular file owned by our uid
+       is never opened, read or removed; every refusal (such a file, or a file whose header is
+       not a valid segment) is remembered by name and inode, so later scans skip it without a
+       system call, and the log says it once (one WARN per scan that finds new ones, with a
+       count and an example). A file that is still being created by a live owner (empty, or
+       its header not yet READY) is not a problem: it is skipped silently and looked at again
+       on the next scan, so a consumer started before its producer logs nothing. For a pipeline
+       that wants no strangers at all, give it a shm_dir only its uid can write
+       (mkdir -m 0700 /dev/shm/mypipe) on both sides.
+
+   11. First contact costs the same for any pool size. A receiver maps a sender's segment
+       without MAP_POPULATE: the pages exist already (tmpfs, reserved by the owner), and a get
+       touches only the entry, index and payload pages it reads (a minor fault each, about a
+       microsecond). Measured: the first get from a 1 GiB pool takes 0.03 ms with metadata and
+       0.1 ms by key (it was 200 ms when the whole mapping was populated).
 
 ================================================================================================
 CONFIGURATION
@@ -201,7 +234,8 @@ ERRORS & LOGGING
     Everything is logged through the hooks with OMC_LOGITEM_SHM (or META_MALFORMED, CONN_*).
     OMC_ERR_SHM_FULL        create: the tmpfs has no room for the segment (the log says how
                             much was asked, and how to make room).
-    OMC_ERR_SHM_CHANGED     a segment was truncated, replaced (unlinked and recreated: other
+    OMC_ERR_SHM_CHANGED     a segment was truncated (seen by fstat, or a SIGBUS caught inside an
+                            owner's call: see LIMITS), replaced (unlinked and recreated: other
                             inode or id), reached through a symlink, or is owned by another uid.
     OMC_ERR_PEER_DEAD       the segment named by the metadata is gone and so is its owner.
     OMC_ERR_NOT_FOUND       consumed, cleaned up, expired, or the owner closed.
@@ -210,6 +244,14 @@ ERRORS & LOGGING
                             such entry, a name that is not a segment of ours, ...).
     OMC_ERR_POOL_FULL       no free range (put), or all max_entries are in flight.
     OMC_ERR_INVALID_ARG     a desc field out of range, more than 16 readers, a foreign buffer.
+    Every refusal is logged with the object, the side and the fix: the desc field and what it
+    accepts ("omc_shm_desc.pool_size 1 bytes is out of range: at least the alignment (4096
+    bytes), ..."), the key and side of a get whose payload exceeds the caller's buffer
+    (OMC_ERR_TOO_LARGE) or of a put whose key still has unread reads (OMC_ERR_EXISTS).
+    Two producers of one channel that put the same key deliver it twice (each segment has its
+    own index; no process owns the channel): the consumer that finds a key in two segments logs
+    one WARN per pair of segments naming both producer pids and segments. Give each producer
+    its own channel or its own keys.
 
 ================================================================================================
 THREAD SAFETY (and process safety)
@@ -247,7 +289,8 @@ THREAD SAFETY (and process safety)
 DEPENDENCIES & LINKING
 ================================================================================================
 
-    Linux (tmpfs, posix_fallocate, futex, /proc for liveness; without /proc, kill(pid, 0)),
+    Linux 3.15 or later (tmpfs, posix_fallocate, futex, OFD locks for liveness; /proc is not
+    needed),
     pthreads, and omniconn.h of the same version (checked at compile time). Nothing to link
     beyond what omniconn.h needs.
 
@@ -256,18 +299,30 @@ LIMITS
 ================================================================================================
 
     - One host, one uid: receivers accept only segments owned by their own effective uid.
-    - All processes that share a shm_dir must share a pid namespace (liveness is pid + start
-      time; containers: --ipc=host needs --pid=host too).
+    - Processes that share a shm_dir need not share a pid namespace or /proc (two containers
+      in one pod): liveness is a lock on the segment file, the same object everywhere.
     - Fan-out <= 16 readers per put; <= max_entries puts in flight; keys <= 255 bytes.
     - A connector belongs to the process that created it: after fork(), create new ones in the
-      child (claims record the creator's pid; the parent's mappings and locks are not the
+      child (claims record the creator's reader ids; the parent's mappings and locks are not the
       child's to use).
-    - A reader's pid reused by a new process before the owner's check keeps that reader's held
-      ranges until the new process exits too (start times are recorded for owners only).
-    - Residual SIGBUS risk: a process of our own uid that truncates a segment AFTER the last
-      size check (at most 1 ms old) - or while you hold a view - can still make a touch of the
-      missing pages fault. Nothing short of a signal handler prevents that; omniconn installs
-      none. Other users cannot do it (mode 0600).
+    - A reader id (one of 2^24 - 1, chosen at random) taken by a new reader before the owner
+      noticed the old one died keeps the old reader's held ranges until the new one unmaps the
+      segment too. A process that inherits a connector's descriptors through fork() keeps its
+      locks held (and so its views and segment alive) until it exits or closes them.
+    - On kernels without OFD locks (before 3.15) owners fall back to pid + start time from
+      /proc (pid namespaces then must be shared) and views of dead readers are never reclaimed
+      (the owner's close frees them).
+    - Truncation by a process of our own uid (other users cannot: mode 0600). Owners survive
+      it: every owner-side call (put, alloc, cleanup, health, sweep, wait_consumed, close) runs
+      under a guard, and the first owner in a process installs a SIGBUS handler that acts only
+      on a fault at an address inside the segment of the guarded call running on the faulting
+      thread: that call returns OMC_ERR_SHM_CHANGED and the segment is never touched again.
+      Every other SIGBUS goes to the handler installed before ours, or to the default action.
+      An application that installs its own SIGBUS handler later replaces ours (owners then die
+      of a truncation again). Receivers are not guarded: a truncation after the last size check
+      (at most 1 ms old) - or while you hold a view - can still make a touch of the missing
+      pages fault in a receiver. Measured: a busy owner truncated while it puts survived 6 of
+      6 trials (it died in 5-6 of 6 without the guard).
     - Transparent huge pages are not used (tmpfs default); pool pages are 4 KiB.
 
 ================================================================================================
@@ -279,7 +334,7 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
 
     Segment header (page 0, 4096 bytes):
         0   u32  magic 0x53434D4F ("OMCS")
-        4   u16  version (1)
+        4   u16  version (2)
         6   u16  header size (4096)
         8   u64  total size of the file in bytes
         16  u64  entry table offset (4096)
@@ -324,13 +379,18 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
         32  u64  hash of the key: h = 0x9E3779B97F4A7C15 ^ length; for each key word w (below):
                  h = (h ^ w) * 0xBF58476D1CE4E5B9; h ^= h >> 31
         40  i64  put time, CLOCK_MONOTONIC ns
-        48  u64[2] reserved
+        48  i64  end of its TTL, CLOCK_MONOTONIC ns, 0 = none
+        56  u64  reserved
         64  u64[16] claim slots
         192 u8[256] qualified key as 64-bit words; the last word it occupies is zero padded,
                 the words after it are unspecified (compare key length first)
         448 u64[8] reserved
     Claim slot (u64): bits 63..32 generation, 31..30 state (0 empty, 1 available, 2 held,
-        3 done), 29..0 pid of the holder (held only).
+        3 done), 29..0 reader id of the holder (held only): 1..2^24-1, or 0x3FFFFFFF for the
+        owner's own receiver half.
+    Locks (fcntl F_OFD_SETLK, advisory, one byte each, on the segment file): byte 0 write-
+        locked by the owner for its life; byte r write-locked by the reader with id r while it
+        has the segment mapped. Free = that process is gone.
     Key index bucket (u32): 0 empty, 0xFFFFFFFF deleted, else entry index + 1; linear probing
         from hash & (buckets - 1).
 
@@ -420,10 +480,12 @@ typedef struct omc_shm_desc {
    Thread safety: the connector is thread-safe like every omc_conn. */
 OMNICONN_API omc_result omc_shm_create(const omc_shm_desc* desc, omc_conn** out);
 
-/* Remove the segments in desc->shm_dir (NULL desc = defaults) whose owner process is dead: only
-   regular files named omc-<our uid>-..., owned by our uid, never through a symbolic link. An owner
-   is alive when its pid exists, is not a zombie, and has the start time recorded in the segment.
-   removed (optional) receives the count. Safe to call at any time from any process. */
+/* Remove the segments in desc->shm_dir (NULL desc = defaults) whose owner is gone and in which
+   nothing can still be read: only regular files named omc-<our uid>-..., owned by our uid (looked
+   at with fstatat before opening; never through a symbolic link). An owner is alive while it holds
+   its lock on the segment (any pid namespace, no /proc needed); a segment of an exited owner stays
+   while one of its puts has a read left and its TTL has not passed. removed (optional) receives
+   the count. Safe to call at any time from any process. */
 OMNICONN_API omc_result omc_shm_sweep_dead(const omc_shm_desc* desc, uint32_t* removed);
 
 /* The full path of a sender connector's segment ("/dev/shm/omc-0-default-4242-1f2e..."), for
@@ -449,6 +511,7 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 #if OMC__HAS_SHM
 
 #include <dirent.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -478,7 +541,7 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 /* ============================================================================================== */
 
 #define OMC__SHM_MAGIC          0x53434D4Fu     /* "OMCS" */
-#define OMC__SHM_VERSION        1
+#define OMC__SHM_VERSION        2
 #define OMC__SHM_HEADER_SIZE    4096u
 #define OMC__SHM_ENTRY_SIZE     512u
 #define OMC__SHM_KEY_WORDS      32              /* 256 key bytes, zero padded */
@@ -541,7 +604,9 @@ typedef struct omc__shm_entry {
     uint32_t key_len;           /*  28 */
     uint64_t key_hash;          /*  32  hash of the key words (omc__shm_key_make) */
     int64_t  put_time_ns;       /*  40  CLOCK_MONOTONIC (diagnostics) */
-    uint64_t reserved0[2];      /*  48 */
+    int64_t  expires_ns;        /*  48  CLOCK_MONOTONIC end of the TTL, 0 = none: lets a sweep
+                                        tell whether an exited owner's put may still be read */
+    uint64_t reserved0;         /*  56 */
     uint64_t slots[OMC_SHM_MAX_READERS];    /*  64  one claim word per allowed read */
     uint64_t key[OMC__SHM_KEY_WORDS];       /* 192  qualified key, its last word zero padded */
     uint64_t reserved1[8];      /* 448 */
@@ -558,10 +623,10 @@ typedef char omc__shm_slots_offset_check[offsetof(omc__shm_entry, slots) == 64 ?
 #define OMC__SHM_ENTRY_INLINE 0x1u
 #define OMC__SHM_ENTRY_FRAME  0x2u
 
-/* A claim slot (64 bits): generation << 32 | state << 30 | holder pid.
+/* A claim slot (64 bits): generation << 32 | state << 30 | holder's reader id.
    Every transition is one compare-and-swap, so a process killed at any instruction leaves each
-   slot in a state the owner can finish: AVAILABLE (a read remains), HELD by a pid (a reader holds
-   a view: the owner reclaims it when that pid is dead), DONE. The generation in every slot makes
+   slot in a state the owner can finish: AVAILABLE (a read remains), HELD by a reader id (a reader
+   holds a view: the owner reclaims it when that id's lock byte is free), DONE. The generation in every slot makes
    a claim with a stale generation fail even after the entry was reused. */
 enum { OMC__SLOT_EMPTY = 0, OMC__SLOT_AVAILABLE = 1, OMC__SLOT_HELD = 2, OMC__SLOT_DONE = 3 };
 
@@ -676,6 +741,14 @@ OMC__PRIVATE void omc__shm_key_make(omc__shm_key* k, const char* qkey, uint32_t 
     }
 }
 
+/* A qualified key for a log line: from/to/key (the separators shown as '/'). */
+OMC__PRIVATE const char* omc__shm_key_show(const omc__shm_key* k, char* out, size_t n) {
+    size_t i;
+    for (i = 0; i < k->len && i + 1 < n; i++) out[i] = k->s[i] == 0x1f ? '/' : k->s[i];
+    out[i] = '\0';
+    return out;
+}
+
 /* ============================================================================================== */
 /* [SECTION] SHM: system helpers (futex, processes, names)                                       */
 /* ============================================================================================== */
@@ -740,6 +813,44 @@ OMC__PRIVATE int omc__shm_pid_alive(uint32_t pid, uint64_t start_time) {
     return kill((pid_t)pid, 0) == 0 || errno == EPERM;   /* no /proc: the pid alone */
 }
 
+/* ---- liveness by lock, not by pid ----
+   An owner holds an open-file-description lock (F_OFD_SETLK, write) on byte 0 of its segment
+   for as long as its file descriptor is open, that is for the life of the connector or of the
+   process, whichever ends first: the kernel drops it when the process dies, however it dies.
+   A reader holds a write lock on one byte of its own (its reader id, 1..2^24-1) of every segment
+   it has mapped, and its claims carry that id instead of a pid. A lock is the same object in
+   every pid namespace and needs no /proc, so "held" means alive wherever the test runs from;
+   "free" means nobody who could still use the memory is left. Locks are advisory: they order
+   omniconn processes, they do not protect the bytes. */
+#define OMC__SHM_LOCK_OWNER     0u              /* byte of the owner's lock */
+#define OMC__SHM_READER_IDS     (1u << 24)      /* reader ids (lock bytes) 1 .. 2^24 - 1 */
+#define OMC__SHM_SELF_READER    0x3FFFFFFFu     /* a claim by the owner's own receiver half */
+
+/* Take a lock of type (F_RDLCK, F_WRLCK) on one byte without waiting. 0 or an errno: EAGAIN
+   someone else holds a conflicting one, EINVAL the kernel has no OFD locks (before 3.15). */
+OMC__PRIVATE int omc__shm_lock(int fd, uint64_t byte, short type) {
+    struct flock fl;
+    memset(&fl, 0, sizeof(fl));
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (off_t)byte;
+    fl.l_len = 1;
+    if (fcntl(fd, F_OFD_SETLK, &fl) == 0) return 0;
+    return errno == EACCES ? EAGAIN : errno;
+}
+
+/* Does another open file description hold a lock on this byte? 1 yes, 0 no, -1 cannot tell. */
+OMC__PRIVATE int omc__shm_lock_held(int fd, uint64_t byte) {
+    struct flock fl;
+    memset(&fl, 0, sizeof(fl));
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (off_t)byte;
+    fl.l_len = 1;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return -1;
+    return fl.l_type != F_UNLCK;
+}
+
 OMC__PRIVATE uint64_t omc__shm_self_start_time(void) {
     char state;
     uint64_t st = 0;
@@ -801,12 +912,14 @@ typedef struct omc__shm_peer {
     omc__shm_layout lay;
     uint64_t seg_id, ino;
     uint32_t owner_pid;
+    uint32_t reader_id;         /* our claims in this segment carry it; we hold its lock byte */
     uint32_t pins;              /* views held + threads waiting on it: not unmapped while > 0 */
     omc_time_ns checked;        /* last fstat */
     omc_result broken;          /* OMC_OK, or why the segment must not be touched any more */
     int unlinked;               /* the name is gone (owner closed, swept, or replaced it) */
     int in_channel;             /* found by the channel scan: metadata-less gets look here */
     int self;                   /* our own segment: mapping owned by the sender half */
+    uint64_t dup_warned;        /* segment id of another producer we warned publishes our keys */
 } omc__shm_peer;
 
 /* A view handed out by get (receiver side). cookie[0] = index, cookie[1] = gen. */
@@ -856,12 +969,25 @@ typedef struct omc__shm {
     /* ---- the receiver half: mapped peers and the views we hold ---- */
     pthread_mutex_t rmu;
     omc__smap peers;            /* segment name -> omc__shm_peer* */
+    omc__smap refused;          /* names the channel scan will not look at again -> the inode
+                                   readdir reported (a file of another uid planted under our
+                                   prefix, or one that is not a segment): no system call and no
+                                   log line per scan, however many there are */
     omc__shm_peer* self_peer;
     omc__shm_view* views;
     uint32_t view_cap, view_free, views_used;
     omc_time_ns next_scan, next_maint;
     uint32_t idle_word;         /* futex for getters that have no peer to wait on */
 } omc__shm;
+
+/* The connector's mutexes, with a note of which this thread holds: after a SIGBUS caught inside
+   a guarded call (see the guard below) exactly those are released. */
+static __thread omc__shm* omc__shm_mu_held;
+static __thread omc__shm* omc__shm_rmu_held;
+OMC__PRIVATE void omc__shm_mu_lock(omc__shm* S) { pthread_mutex_lock(&S->mu); omc__shm_mu_held = S; }
+OMC__PRIVATE void omc__shm_mu_unlock(omc__shm* S) { omc__shm_mu_held = NULL; pthread_mutex_unlock(&S->mu); }
+OMC__PRIVATE void omc__shm_rmu_lock(omc__shm* S) { pthread_mutex_lock(&S->rmu); omc__shm_rmu_held = S; }
+OMC__PRIVATE void omc__shm_rmu_unlock(omc__shm* S) { omc__shm_rmu_held = NULL; pthread_mutex_unlock(&S->rmu); }
 
 #define OMC__SHM_PASS_NS 100000000LL        /* TTL and dead-reader checks: every 100 ms */
 #define OMC__SHM_FULL_MIN_NS 10000000LL     /* out of space: a full walk at most every 10 ms */
@@ -1033,7 +1159,16 @@ OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hook
         snprintf(S->name, sizeof(S->name), "omc-%u-%s-%u-%016llx", S->uid, S->channel, S->pid, (unsigned long long)S->seg_id);
         snprintf(S->path, sizeof(S->path), "%s/%s", S->dir, S->name);
         S->fd = open(S->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (S->fd < 0 && errno != EEXIST) break;
+        if (S->fd < 0) { if (errno != EEXIST) break; continue; }
+        /* the owner's lock, before anything else: from now on every sweep sees us alive. A sweep
+           that looked at the new, empty file first holds its own lock (EAGAIN) or has already
+           removed the name (no link left): leave the file to it and take another name. */
+        e = omc__shm_lock(S->fd, OMC__SHM_LOCK_OWNER, F_WRLCK);
+        if ((e != 0 && e != EINVAL) || fstat(S->fd, &st) != 0 || st.st_nlink == 0) {
+            close(S->fd);
+            S->fd = -1;
+            errno = EEXIST;
+        }
     }
     if (S->fd < 0) {
         e = errno;
@@ -1147,12 +1282,15 @@ OMC__PRIVATE void omc__shm_retire(omc__shm* S, uint32_t i) {
    many views it holds). */
 typedef struct omc__shm_pids { uint32_t pid[16], alive[16], n; } omc__shm_pids;
 
-OMC__PRIVATE int omc__shm_reader_alive(omc__shm_pids* seen, uint32_t pid) {
+/* Is the reader whose claims carry this id still there? Its lock byte is held (or we cannot
+   tell: never reclaim on doubt). One fcntl per reader per pass, however many views it holds. */
+OMC__PRIVATE int omc__shm_reader_alive(omc__shm* S, omc__shm_pids* seen, uint32_t id) {
     uint32_t k;
     int alive;
-    for (k = 0; k < seen->n; k++) if (seen->pid[k] == pid) return (int)seen->alive[k];
-    alive = omc__shm_pid_alive(pid, 0);
-    if (seen->n < 16) { seen->pid[seen->n] = pid; seen->alive[seen->n] = (uint32_t)alive; seen->n++; }
+    if (id == 0 || id >= OMC__SHM_READER_IDS) return 1;    /* ours, or not a reader id at all: keep */
+    for (k = 0; k < seen->n; k++) if (seen->pid[k] == id) return (int)seen->alive[k];
+    alive = omc__shm_lock_held(S->fd, id) != 0;
+    if (seen->n < 16) { seen->pid[seen->n] = id; seen->alive[seen->n] = (uint32_t)alive; seen->n++; }
     return alive;
 }
 
@@ -1165,10 +1303,10 @@ OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i, omc
     for (s = 0; s < OMC_SHM_MAX_READERS; s++) {
         uint64_t w = __atomic_load_n(&e->slots[s], __ATOMIC_ACQUIRE);
         uint32_t pid = omc__slot_pid(w);
-        if (omc__slot_gen(w) != gen || omc__slot_state(w) != OMC__SLOT_HELD || pid == S->pid) continue;
-        if (omc__shm_reader_alive(seen, pid)) continue;
+        if (omc__slot_gen(w) != gen || omc__slot_state(w) != OMC__SLOT_HELD) continue;
+        if (omc__shm_reader_alive(S, seen, pid)) continue;
         if (__atomic_compare_exchange_n(&e->slots[s], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-            OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "reader pid %u died holding a view of entry %u (%llu bytes) of %s: reclaimed",
+            OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "reader %u (lock byte free: its process is gone) died holding a view of entry %u (%llu bytes) of %s: reclaimed",
                      pid, i, (unsigned long long)S->tab.ent[i].range.size, S->name);
             n++;
         }
@@ -1259,7 +1397,7 @@ OMC__PRIVATE void omc__shm_reclaim_harder(omc__shm* S, omc_time_ns now) {
    seqlock), then the index bucket, then put_seq. Each store is a release, so a reader that sees
    the bucket sees the entry, and one that claims a slot sees the payload bytes. */
 OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const omc_range* range, uint64_t size, uint32_t flags,
-                                   uint32_t readers, const omc__shm_key* k, omc_time_ns now) {
+                                   uint32_t readers, const omc__shm_key* k, omc_time_ns now, omc_time_ns expires) {
     omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
     uint32_t s;
     __atomic_store_n(&e->gen, 0u, __ATOMIC_RELAXED);
@@ -1271,6 +1409,7 @@ OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const 
     __atomic_store_n(&e->key_len, k->len, __ATOMIC_RELAXED);
     __atomic_store_n(&e->key_hash, k->hash, __ATOMIC_RELAXED);
     __atomic_store_n(&e->put_time_ns, now, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->expires_ns, expires, __ATOMIC_RELAXED);
     for (s = 0; s < k->nwords; s++) __atomic_store_n(&e->key[s], k->words[s], __ATOMIC_RELAXED);
     for (s = 0; s < readers; s++)   /* the other slots are empty: zeroed when the entry was freed */
         __atomic_store_n(&e->slots[s], omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0), __ATOMIC_RELEASE);
@@ -1314,7 +1453,13 @@ OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, co
     old = omc__etab_find(&S->tab, k->s, k->len, k->hash);
     if (old != OMC__NIL) {
         omc__shm_count cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, old), S->tab.ent[old].gen, S->tab.ent[old].readers_left);
-        if (cnt.avail > 0) return OMC_ERR_EXISTS;
+        if (cnt.avail > 0) {
+            char shown[OMC_KEY_MAX + 1];
+            OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "put of '%s' on channel '%s' (sender side, segment %s) refused: "
+                     "the key's previous put still has %u unread read%s. Fix: let it be consumed, omc_conn_cleanup it, or use a "
+                     "new key", omc__shm_key_show(k, shown, sizeof(shown)), S->channel, S->name, cnt.avail, cnt.avail == 1 ? "" : "s");
+            return OMC_ERR_EXISTS;
+        }
         omc__shm_unindex(S, old);   /* fully read: the key is free again, views drain on their own */
     }
     if (S->tab.free_head == OMC__NIL) omc__shm_reclaim_harder(S, omc_now_ns());
@@ -1331,7 +1476,7 @@ OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, co
     o->size = size;
     o->readers_left = readers;
     o->expires = omc__expiry(ttl_ms, ttl_ms, now);
-    omc__shm_publish(S, i, gen, range, size, flags, readers, k, now);
+    omc__shm_publish(S, i, gen, range, size, flags, readers, k, now, o->expires);
     return OMC_OK;
 }
 
@@ -1340,9 +1485,9 @@ OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, co
    the next cold one. When the pool is full, reclaim harder and try once more. */
 OMC__PRIVATE void omc__shm_reclaim_released(omc__shm* S, omc_time_ns now) {
     if (__atomic_load_n(&S->hdr->release_seq, __ATOMIC_ACQUIRE) == __atomic_load_n(&S->seen_release, __ATOMIC_RELAXED)) return;
-    pthread_mutex_lock(&S->mu);
+    omc__shm_mu_lock(S);
     omc__shm_pass(S, now, 0);
-    pthread_mutex_unlock(&S->mu);
+    omc__shm_mu_unlock(S);
 }
 
 OMC__PRIVATE omc_result omc__shm_alloc_range(omc__shm* S, uint64_t size, omc_time_ns now, omc_range* out) {
@@ -1351,9 +1496,9 @@ OMC__PRIVATE omc_result omc__shm_alloc_range(omc__shm* S, uint64_t size, omc_tim
     omc__shm_reclaim_released(S, now);
     r = omc_alloc_alloc(a, size, out);
     if (r != OMC_ERR_POOL_FULL) return r;
-    pthread_mutex_lock(&S->mu);
+    omc__shm_mu_lock(S);
     omc__shm_reclaim_harder(S, omc_now_ns());
-    pthread_mutex_unlock(&S->mu);
+    omc__shm_mu_unlock(S);
     return omc_alloc_alloc(a, size, out);
 }
 
@@ -1361,7 +1506,7 @@ OMC__PRIVATE omc_result omc__shm_alloc_range(omc__shm* S, uint64_t size, omc_tim
 /* [SECTION] SHM: the sender half - put, alloc, cleanup                                         */
 /* ============================================================================================== */
 
-static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out) {
+static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out) {
     omc__shm* S = (omc__shm*)c->impl;
     uint64_t size = p->buffer ? (p->size ? p->size : p->buffer->size) : p->size;
     uint32_t readers = p->readers ? p->readers : 1, flags = 0;
@@ -1377,7 +1522,12 @@ static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, con
     r = omc__shm_self_check(S, now, 0);
     if (r != OMC_OK) return r;
     if (p->buffer) {    /* zero copy: a live range of our own pool, filled by the caller */
-        if (p->buffer->pool != S->pool || p->buffer->release_fn) return OMC_ERR_INVALID_ARG;
+        if (p->buffer->pool != S->pool || p->buffer->release_fn) {
+            OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "put on channel '%s' (sender side) refused: payload.buffer "
+                     "is not a buffer of this connector's pool. Fix: get it from omc_conn_alloc on this connector, or pass "
+                     "payload.data instead", S->channel);
+            return OMC_ERR_INVALID_ARG;
+        }
         r = omc_alloc_check(omc_pool_allocator(S->pool), p->buffer->range);
         if (r != OMC_OK) return r;
         range = p->buffer->range;
@@ -1389,9 +1539,9 @@ static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, con
     if (S->inline_threshold && size < S->inline_threshold) flags |= OMC__SHM_ENTRY_INLINE;
     if (p->flags & OMC_PAYLOAD_FRAME) flags |= OMC__SHM_ENTRY_FRAME;
     omc__shm_key_make(&k, qkey, qlen);
-    pthread_mutex_lock(&S->mu);
+    omc__shm_mu_lock(S);
     r = omc__shm_register(S, &k, &range, size, flags, readers, ttl, now, meta_out);
-    pthread_mutex_unlock(&S->mu);
+    omc__shm_mu_unlock(S);
     if (r != OMC_OK) {
         if (!p->buffer) omc_alloc_free(omc_pool_allocator(S->pool), range);
         return r;
@@ -1405,7 +1555,7 @@ static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, con
 
 /* A buffer for a zero-copy put. Space comes back when receivers release: reclaim, and sleep on
    release_seq (a receiver wakes us) until the deadline. */
-static omc_result omc__shm_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
+static omc_result omc__shm_alloc_body(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
     omc__shm* S = (omc__shm*)c->impl;
     omc_result r;
     if (!S->is_owner) return OMC_ERR_WRONG_ROLE;
@@ -1417,9 +1567,9 @@ static omc_result omc__shm_alloc(omc_conn* c, uint64_t size, omc_time_ns deadlin
         omc__shm_reclaim_released(S, omc_now_ns());
         r = omc_pool_alloc_buffer(S->pool, size, out);
         if (r != OMC_ERR_POOL_FULL) return r;
-        pthread_mutex_lock(&S->mu);
+        omc__shm_mu_lock(S);
         omc__shm_reclaim_harder(S, omc_now_ns());
-        pthread_mutex_unlock(&S->mu);
+        omc__shm_mu_unlock(S);
         r = omc_pool_alloc_buffer(S->pool, size, out);
         if (r != OMC_ERR_POOL_FULL) return r;
         if (omc__load(&c->closed)) return OMC_ERR_CLOSED;
@@ -1439,7 +1589,7 @@ static omc_result omc__shm_alloc(omc_conn* c, uint64_t size, omc_time_ns deadlin
 OMC__PRIVATE omc_result omc__shm_owner_cleanup(omc__shm* S, const omc__shm_key* k) {
     uint32_t i;
     omc_result r = OMC_ERR_NOT_FOUND;
-    pthread_mutex_lock(&S->mu);
+    omc__shm_mu_lock(S);
     i = omc__etab_find(&S->tab, k->s, k->len, k->hash);
     if (i != OMC__NIL) {
         omc__shm_count cnt;
@@ -1448,7 +1598,7 @@ OMC__PRIVATE omc_result omc__shm_owner_cleanup(omc__shm* S, const omc__shm_key* 
         if (cnt.held == 0) omc__shm_free_entry(S, i);
         r = OMC_OK;
     }
-    pthread_mutex_unlock(&S->mu);
+    omc__shm_mu_unlock(S);
     return r;
 }
 
@@ -1494,9 +1644,17 @@ OMC__PRIVATE omc_result omc__shm_peer_open(omc__shm* S, const char* name, uint64
     if (fstat(fd, &st) != 0) { why = "fstat failed"; r = OMC_ERR_SYSTEM; }
     else if (!S_ISREG(st.st_mode) || (uint32_t)st.st_uid != S->uid) { why = "not a regular file owned by our uid"; r = OMC_ERR_SHM_CHANGED; }
     else if ((uint64_t)st.st_size < OMC__SHM_HEADER_SIZE || pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
-        why = "shorter than a segment header"; r = OMC_ERR_SHM_CHANGED;
+        /* found by a scan, empty or not reserved yet: an owner creating its segment (it holds
+           its lock from the first moment) is no alarm; we look again on the next scan. Named by
+           metadata, the segment was complete once: now it is damaged. */
+        if (!want_id && (st.st_size == 0 || omc__shm_lock_held(fd, OMC__SHM_LOCK_OWNER) == 1)) r = OMC_ERR_NOT_FOUND;
+        else { why = "shorter than a segment header"; r = OMC_ERR_SHM_CHANGED; }
     }
-    else if ((r = omc__shm_layout_check(&h, (uint64_t)st.st_size, &lay)) != OMC_OK) why = "its header does not match its size or layout";
+    else if (h.state == OMC__SHM_CREATING || h.state == OMC__SHM_CLOSED)
+        r = OMC_ERR_NOT_FOUND;      /* header still being written, or closed by its owner: silent */
+    else if ((r = omc__shm_layout_check(&h, (uint64_t)st.st_size, &lay)) != OMC_OK)
+        why = r == OMC_ERR_VERSION ? "it was written by another omniconn release (segment layout version differs): run the same "
+                                     "release on both sides" : "its header does not match its size or layout";
     else if (h.owner_uid != S->uid) { why = "its header names another owner uid"; r = OMC_ERR_SHM_CHANGED; }
     else if ((want_id && h.segment_id != want_id) || (want_ino && (uint64_t)st.st_ino != want_ino)) {
         why = "it was replaced: segment id or inode differ from the metadata"; r = OMC_ERR_SHM_CHANGED;
@@ -1507,7 +1665,11 @@ OMC__PRIVATE omc_result omc__shm_peer_open(omc__shm* S, const char* name, uint64
         close(fd);
         return r;
     }
-    p = mmap(NULL, (size_t)lay.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    /* no MAP_POPULATE: the owner's pages are all there already (tmpfs, reserved and touched by
+       the owner), so a receiver's first touch of a page is a minor fault of about a
+       microsecond, and only for the pages it reads; populating the whole mapping would make
+       the first get cost time proportional to the sender's pool (0.2 s for 1 GiB) */
+    p = mmap(NULL, (size_t)lay.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         e = errno;
         OMC__LOG(&S->conn->hooks, OMC_LOG_ERROR, OMC_LOGITEM_SHM, "cannot map segment %s: %s", path, strerror(e));
@@ -1516,6 +1678,19 @@ OMC__PRIVATE omc_result omc__shm_peer_open(omc__shm* S, const char* name, uint64
     }
     P = (omc__shm_peer*)omc__calloc(&S->conn->hooks, sizeof(omc__shm_peer));
     if (!P) { munmap(p, (size_t)lay.total); close(fd); return OMC_ERR_NO_MEMORY; }
+    /* our reader id in this segment: a random lock byte nobody holds, held as long as the
+       mapping (the fd) lives. Its owner reclaims our views only once the lock is free. */
+    for (e = 0; e < 64 && !P->reader_id; e++) {
+        uint32_t id = 1u + (uint32_t)(omc__random_u64() % (OMC__SHM_READER_IDS - 1u));
+        int le = omc__shm_lock(fd, id, F_WRLCK);
+        if (le == 0) P->reader_id = id;
+        else if (le != EAGAIN) break;
+    }
+    if (!P->reader_id) {
+        /* no OFD locks here: claims carry an id no owner ever reclaims (never reclaim on
+           doubt: views of a reader that dies then stay held until the owner closes) */
+        P->reader_id = OMC__SHM_SELF_READER;
+    }
     snprintf(P->name, sizeof(P->name), "%s", name);
     P->fd = fd;
     P->base = (uint8_t*)p;
@@ -1577,28 +1752,62 @@ OMC__PRIVATE omc_result omc__shm_peer_get(omc__shm* S, const char* name, uint64_
     return OMC_OK;
 }
 
+#define OMC__SHM_REFUSED_MAX 65536u     /* names remembered as refused, per connector */
+
+/* Remember a refused name with its inode (caller holds rmu). */
+OMC__PRIVATE void omc__shm_refuse(omc__shm* S, const char* name, uint32_t n, uint64_t ino) {
+    if (S->refused.count < OMC__SHM_REFUSED_MAX || omc__smap_get(&S->refused, name, n))
+        omc__smap_put(&S->refused, &S->conn->hooks, name, n, (void*)(uintptr_t)(ino ? ino : 1));
+}
+
 /* Map every segment of our channel that we do not know yet (caller holds rmu). The directory is
-   the registry: segment names carry uid and channel, so no other shared state is needed. */
+   the registry: segment names carry uid and channel, so no other shared state is needed. The
+   directory may be world-writable: a name is looked at with fstatat before it is opened, files
+   that are not regular or not ours are never opened, and every refusal is remembered (by name
+   and inode, as readdir reports them) so the next scans skip it without a system call and the
+   log says it once. */
 OMC__PRIVATE void omc__shm_scan_channel(omc__shm* S) {
-    char prefix[64];
+    char prefix[64], first[OMC__SHM_NAME_MAX];
     size_t plen;
     DIR* d = opendir(S->dir);
     struct dirent* de;
+    uint32_t foreign = 0, first_uid = 0;
+    int dfd;
     if (!d) return;
+    dfd = dirfd(d);
+    first[0] = '\0';
     plen = (size_t)snprintf(prefix, sizeof(prefix), "omc-%u-%s-", S->uid, S->channel);
     while ((de = readdir(d)) != NULL) {
         omc__shm_peer* P;
+        struct stat st;
+        void* v;
         size_t n = strlen(de->d_name);
+        omc_result r;
         if (n >= OMC__SHM_NAME_MAX || strncmp(de->d_name, prefix, plen) != 0) continue;
         P = (omc__shm_peer*)omc__smap_get(&S->peers, de->d_name, (uint32_t)n);
-        if (!P && omc__shm_peer_open(S, de->d_name, 0, 0, &P) == OMC_OK &&
-            omc__smap_put(&S->peers, &S->conn->hooks, P->name, (uint32_t)n, P) != OMC_OK) {
+        if (P) { P->in_channel = 1; continue; }
+        v = omc__smap_get(&S->refused, de->d_name, (uint32_t)n);
+        if (v && (uint64_t)(uintptr_t)v == ((uint64_t)de->d_ino ? (uint64_t)de->d_ino : 1u)) continue;
+        if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (!S_ISREG(st.st_mode) || (uint32_t)st.st_uid != S->uid) {
+            if (!foreign++) { memcpy(first, de->d_name, n + 1); first_uid = (uint32_t)st.st_uid; }   /* n < sizeof(first) */
+            omc__shm_refuse(S, de->d_name, (uint32_t)n, (uint64_t)st.st_ino);
+            continue;
+        }
+        r = omc__shm_peer_open(S, de->d_name, 0, 0, &P);
+        if (r == OMC_OK && omc__smap_put(&S->peers, &S->conn->hooks, P->name, (uint32_t)n, P) != OMC_OK) {
             omc__shm_peer_free(S, P);
             P = NULL;
         }
-        if (P) P->in_channel = 1;
+        if (r == OMC_ERR_SHM_CHANGED || r == OMC_ERR_VERSION) omc__shm_refuse(S, de->d_name, (uint32_t)n, (uint64_t)st.st_ino);
+        if (r == OMC_OK && P) P->in_channel = 1;
     }
     closedir(d);
+    if (foreign)
+        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "%u file%s in %s named like segments of channel '%s' %s not ours "
+                 "(e.g. %s: %s of uid %u): ignored, never opened, and not reported again. Fix: remove them, or give this "
+                 "pipeline a shm_dir only its uid can write (mkdir -m 0700)", foreign, foreign == 1 ? "" : "s", S->dir, S->channel,
+                 foreign == 1 ? "is" : "are", first, "a file or link", first_uid);
 }
 
 /* Unmap the segments nobody uses any more whose name is gone or that broke (caller holds rmu):
@@ -1681,7 +1890,7 @@ OMC__PRIVATE omc_result omc__shm_take_view(omc__shm* S, omc__shm_peer* P, uint32
     int slot;
     omc_result r = omc__shm_view_new(S, &vi);
     if (r != OMC_OK) return r;
-    slot = omc__shm_claim(e, snap->gen, OMC__SLOT_HELD, S->pid);
+    slot = omc__shm_claim(e, snap->gen, OMC__SLOT_HELD, P->reader_id);
     if (slot < 0) { omc__shm_view_drop(S, vi); return OMC_ERR_NOT_FOUND; }
     __atomic_add_fetch(&P->hdr->claims, (uint64_t)1, __ATOMIC_RELAXED);
     S->views[vi].peer = P;
@@ -1704,6 +1913,38 @@ OMC__PRIVATE int omc__shm_snap_in_bounds(const omc__shm_peer* P, const omc__shm_
 /* ============================================================================================== */
 /* [SECTION] SHM: the receiver half - get with metadata                                         */
 /* ============================================================================================== */
+
+/* Two producers of one channel that publish the same key deliver it twice (each segment has its
+   own index; a metadata-less get takes whichever it finds first). TCP refuses that at the
+   sender; here nobody owns the channel, so the consumer that sees it says so, once per pair of
+   segments, naming both processes. Called when key k was found in P (caller holds rmu). */
+OMC__PRIVATE void omc__shm_dup_check(omc__shm* S, omc__shm_peer* P, const omc__shm_key* k, omc_time_ns now) {
+    uint32_t it = 0;
+    void* v;
+    while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
+        omc__shm_peer* Q = (omc__shm_peer*)v;
+        omc__shm_snap snap;
+        char shown[OMC_KEY_MAX + 1];
+        int64_t idx;
+        if (Q == P || !Q->in_channel || Q->seg_id == P->dup_warned || omc__shm_peer_check(S, Q, now, 0) != OMC_OK) continue;
+        idx = omc__shm_index_find(Q->base, &Q->lay, k, &snap);
+        if (idx < 0 || omc__shm_slots(omc__shm_entry_at(Q->base, &Q->lay, (uint32_t)idx), snap.gen, snap.readers).avail == 0) continue;
+        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "key '%s' is published by two producers of channel '%s': pid %u "
+                 "(%s) and pid %u (%s); each copy will be delivered. Fix: one producer per key - give each producer its own "
+                 "channel or its own keys", omc__shm_key_show(k, shown, sizeof(shown)), S->channel, P->owner_pid, P->name, Q->owner_pid, Q->name);
+        P->dup_warned = Q->seg_id;
+        Q->dup_warned = P->seg_id;
+    }
+}
+
+/* A payload larger than the caller's buffer (receiver side): say which, how large, and the fix. */
+OMC__PRIVATE omc_result omc__shm_too_large(omc__shm* S, const omc__shm_key* k, uint64_t size, uint64_t max_size) {
+    char shown[OMC_KEY_MAX + 1];
+    OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "get of '%s' on channel '%s' (receiver side) refused: the payload "
+             "is %llu bytes, the caller allows %llu. Fix: a buffer of at least %llu bytes", omc__shm_key_show(k, shown, sizeof(shown)), S->channel,
+             (unsigned long long)size, (unsigned long long)max_size, (unsigned long long)size);
+    return OMC_ERR_TOO_LARGE;
+}
 
 typedef struct omc__shm_body {
     uint64_t seg_id, ino, offset, size;
@@ -1778,7 +2019,7 @@ OMC__PRIVATE omc_result omc__shm_get_meta(omc__shm* S, const omc__shm_key* k, co
     omc__shm_snap snap;
     omc_result r = omc__shm_parse_body(S, m, &b);
     if (r != OMC_OK) return r;
-    pthread_mutex_lock(&S->rmu);
+    omc__shm_rmu_lock(S);
     r = omc__shm_peer_get(S, b.name, b.seg_id, b.ino, &P);
     if (r == OMC_ERR_NOT_FOUND && !omc__shm_pid_alive(b.owner_pid, 0)) r = OMC_ERR_PEER_DEAD;
     if (r == OMC_OK && (b.entry >= P->lay.entry_count ||
@@ -1793,11 +2034,11 @@ OMC__PRIVATE omc_result omc__shm_get_meta(omc__shm* S, const omc__shm_key* k, co
             r = omc__shm_why_absent(P, k, b.gen);
         else if (snap.offset != b.offset || snap.size != b.size || ((snap.flags & OMC__SHM_ENTRY_INLINE) != 0) != (b.inline_bytes != NULL))
             r = OMC_ERR_MALFORMED;
-        else if (max_size && b.size > max_size) { out->size = b.size; r = OMC_ERR_TOO_LARGE; }
+        else if (max_size && b.size > max_size) { out->size = b.size; r = omc__shm_too_large(S, k, b.size, max_size); }
         else if (b.inline_bytes) r = omc__shm_take_inline(S, P, &b, &snap, out);
         else r = omc__shm_take_view(S, P, b.entry, &snap, out);
     }
-    pthread_mutex_unlock(&S->rmu);
+    omc__shm_rmu_unlock(S);
     return r;
 }
 
@@ -1824,7 +2065,8 @@ OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, const
         idx = omc__shm_index_find(P->base, &P->lay, k, &snap);
         if (idx >= 0 && omc__shm_snap_in_bounds(P, &snap)) {
             omc_result r;
-            if (max_size && snap.size > max_size) { out->size = snap.size; return OMC_ERR_TOO_LARGE; }
+            omc__shm_dup_check(S, P, k, now);
+            if (max_size && snap.size > max_size) { out->size = snap.size; return omc__shm_too_large(S, k, snap.size, max_size); }
             r = omc__shm_take_view(S, P, (uint32_t)idx, &snap, out);   /* inline or not: the pool has the bytes */
             if (r != OMC_ERR_NOT_FOUND) return r;
         }
@@ -1859,21 +2101,21 @@ OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const omc__shm_key* k, om
         omc_time_ns now;
         omc_result r;
         if (omc__load(&S->conn->closed)) return OMC_ERR_CLOSED;
-        pthread_mutex_lock(&S->rmu);
+        omc__shm_rmu_lock(S);
         now = omc_now_ns();
         if (now >= S->next_scan) { omc__shm_scan_channel(S); S->next_scan = now + OMC__SHM_SCAN_NS; }
         omc__shm_peers_maintain(S, now, 0);
         r = omc__shm_try_channel(S, now, k, max_size, out, &wp, &wseq, &npeers);
         if (r == OMC_ERR_NOT_FOUND && wp) wp->pins++;   /* keep it mapped while we sleep on it */
-        pthread_mutex_unlock(&S->rmu);
+        omc__shm_rmu_unlock(S);
         if (r != OMC_ERR_NOT_FOUND) return r;
         if (deadline == OMC_NO_WAIT || omc_now_ns() >= deadline) r = OMC_ERR_TIMEOUT;
         else if (wp) omc__shm_wait_put(S, wp, wseq, deadline, &spin_until, npeers > 1 ? 2000000LL : OMC__SHM_SCAN_NS);
         else omc__futex_wait(&S->idle_word, idle, deadline, OMC__SHM_SCAN_NS / 2);  /* no sender yet */
         if (wp) {
-            pthread_mutex_lock(&S->rmu);
+            omc__shm_rmu_lock(S);
             wp->pins--;
-            pthread_mutex_unlock(&S->rmu);
+            omc__shm_rmu_unlock(S);
         }
         if (r == OMC_ERR_TIMEOUT) return r;
     }
@@ -1900,14 +2142,14 @@ static omc_result omc__shm_release(omc_buffer* b) {
     uint64_t vi = b->cookie[0];
     if (!S) return OMC_ERR_INVALID_ARG;
     c = S->conn;
-    pthread_mutex_lock(&S->rmu);
+    omc__shm_rmu_lock(S);
     if (vi >= S->view_cap || !S->views[vi].used || S->views[vi].gen != b->cookie[1]) r = OMC_ERR_STALE;
     else {
         omc__shm_view* v = &S->views[vi];
         omc__shm_peer* P = v->peer;
         if (P) {
             if (omc__shm_peer_check(S, P, omc_now_ns(), 0) == OMC_OK) {
-                if (omc__shm_unclaim(omc__shm_entry_at(P->base, &P->lay, v->entry), v->slot, v->entry_gen, S->pid)) {
+                if (omc__shm_unclaim(omc__shm_entry_at(P->base, &P->lay, v->entry), v->slot, v->entry_gen, P->reader_id)) {
                     __atomic_add_fetch(&P->hdr->releases, (uint64_t)1, __ATOMIC_RELAXED);
                     omc__shm_notify_release(P->base, &P->lay, v->entry);
                 } else OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "view of %s entry %u was reclaimed before its release", P->name, v->entry);
@@ -1916,7 +2158,7 @@ static omc_result omc__shm_release(omc_buffer* b) {
         } else heap = v->heap;
         omc__shm_view_drop(S, (uint32_t)vi);
     }
-    pthread_mutex_unlock(&S->rmu);
+    omc__shm_rmu_unlock(S);
     if (r != OMC_OK) {
         OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_ALLOC_BAD_FREE, "release of a view that is no longer held");
         return r;
@@ -1933,7 +2175,7 @@ OMC__PRIVATE omc_result omc__shm_receiver_cleanup(omc__shm* S, const omc__shm_ke
     omc_time_ns now = omc_now_ns();
     uint32_t it = 0;
     void* v;
-    pthread_mutex_lock(&S->rmu);
+    omc__shm_rmu_lock(S);
     if (now >= S->next_scan) { omc__shm_scan_channel(S); S->next_scan = now + OMC__SHM_SCAN_NS; }
     while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
         omc__shm_peer* P = (omc__shm_peer*)v;
@@ -1947,7 +2189,7 @@ OMC__PRIVATE omc_result omc__shm_receiver_cleanup(omc__shm* S, const omc__shm_ke
             if (r == OMC_OK) omc__shm_notify_release(P->base, &P->lay, (uint32_t)idx);
         }
     }
-    pthread_mutex_unlock(&S->rmu);
+    omc__shm_rmu_unlock(S);
     return r;
 }
 
@@ -1955,7 +2197,7 @@ OMC__PRIVATE omc_result omc__shm_receiver_cleanup(omc__shm* S, const omc__shm_ke
 /* [SECTION] SHM: connector glue (cleanup, health, sweep, close, destroy, create)               */
 /* ============================================================================================== */
 
-static omc_result omc__shm_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) {
+static omc_result omc__shm_cleanup_body(omc_conn* c, const char* qkey, uint32_t qlen) {
     omc__shm* S = (omc__shm*)c->impl;
     omc_result r = OMC_ERR_NOT_FOUND;
     omc__shm_key k;
@@ -1969,7 +2211,7 @@ static omc_result omc__shm_cleanup(omc_conn* c, const char* qkey, uint32_t qlen)
     return r;
 }
 
-static void omc__shm_health(omc_conn* c, omc_health* h) {
+static void omc__shm_health_body(omc_conn* c, omc_health* h) {
     omc__shm* S = (omc__shm*)c->impl;
     uint32_t it = 0;
     void* v;
@@ -1977,34 +2219,34 @@ static void omc__shm_health(omc_conn* c, omc_health* h) {
         omc_alloc_stats st;
         if (omc__shm_self_check(S, omc_now_ns(), 1) != OMC_OK) h->state = OMC_CONN_DEGRADED;
         else {
-            pthread_mutex_lock(&S->mu);
+            omc__shm_mu_lock(S);
             omc__shm_pass(S, omc_now_ns(), 0);
-            pthread_mutex_unlock(&S->mu);
+            omc__shm_mu_unlock(S);
         }
-        pthread_mutex_lock(&S->mu);
+        omc__shm_mu_lock(S);
         h->live_entries = S->tab.live;
-        pthread_mutex_unlock(&S->mu);
+        omc__shm_mu_unlock(S);
         omc_alloc_get_stats(omc_pool_allocator(S->pool), &st);
         h->pool_capacity = st.capacity;
         h->pool_in_use = st.bytes_in_use;
     }
-    pthread_mutex_lock(&S->rmu);
+    omc__shm_rmu_lock(S);
     while (omc__smap_next(&S->peers, &it, NULL, NULL, &v))
         if (((omc__shm_peer*)v)->pins && ((omc__shm_peer*)v)->broken != OMC_OK) h->state = OMC_CONN_DEGRADED;
-    pthread_mutex_unlock(&S->rmu);
+    omc__shm_rmu_unlock(S);
 }
 
-static uint64_t omc__shm_sweep(omc_conn* c) {
+static uint64_t omc__shm_sweep_body(omc_conn* c) {
     omc__shm* S = (omc__shm*)c->impl;
     uint64_t n = 0;
     if (S->is_owner && omc__shm_self_check(S, omc_now_ns(), 1) == OMC_OK) {
-        pthread_mutex_lock(&S->mu);
+        omc__shm_mu_lock(S);
         n = omc__shm_pass(S, omc_now_ns(), 1);
-        pthread_mutex_unlock(&S->mu);
+        omc__shm_mu_unlock(S);
     }
-    pthread_mutex_lock(&S->rmu);
+    omc__shm_rmu_lock(S);
     omc__shm_peers_maintain(S, omc_now_ns(), 1);
-    pthread_mutex_unlock(&S->rmu);
+    omc__shm_rmu_unlock(S);
     return n;
 }
 
@@ -2015,12 +2257,12 @@ OMC__PRIVATE void omc__shm_unlink_own(omc__shm* S) {
     if (lstat(S->path, &st) == 0 && (uint64_t)st.st_ino == S->ino && S_ISREG(st.st_mode)) unlink(S->path);
 }
 
-static void omc__shm_close(omc_conn* c) {
+static void omc__shm_close_body(omc_conn* c) {
     omc__shm* S = (omc__shm*)c->impl;
     uint32_t it = 0;
     void* v;
     if (S->is_owner) {
-        pthread_mutex_lock(&S->mu);
+        omc__shm_mu_lock(S);
         if (omc__shm_self_check(S, omc_now_ns(), 1) == OMC_OK) {  /* never touch a mapping someone truncated */
             uint32_t i, next;
             __atomic_store_n(&S->hdr->state, (uint32_t)OMC__SHM_CLOSED, __ATOMIC_RELEASE);
@@ -2036,9 +2278,9 @@ static void omc__shm_close(omc_conn* c) {
         }
         __atomic_store_n(&S->unlinked, 1, __ATOMIC_RELEASE);
         omc__shm_unlink_own(S);     /* views held elsewhere keep their mappings, and so the bytes */
-        pthread_mutex_unlock(&S->mu);
+        omc__shm_mu_unlock(S);
     }
-    pthread_mutex_lock(&S->rmu);   /* wake our getters asleep on any segment: they see closed */
+    omc__shm_rmu_lock(S);   /* wake our getters asleep on any segment: they see closed */
     while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
         omc__shm_peer* P = (omc__shm_peer*)v;
         if (P->pins && P->broken == OMC_OK && !P->self) {
@@ -2046,7 +2288,7 @@ static void omc__shm_close(omc_conn* c) {
             omc__futex_wake_all(&P->hdr->put_seq);
         }
     }
-    pthread_mutex_unlock(&S->rmu);
+    omc__shm_rmu_unlock(S);
     __atomic_add_fetch(&S->idle_word, 1u, __ATOMIC_SEQ_CST);
     omc__futex_wake_all(&S->idle_word);
 }
@@ -2057,6 +2299,7 @@ OMC__PRIVATE void omc__shm_teardown(omc__shm* S, const omc_hooks* hooks) {
     void* v;
     while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) omc__shm_peer_free(S, (omc__shm_peer*)v);
     omc__smap_free(&S->peers, hooks);
+    omc__smap_free(&S->refused, hooks);
     for (i = 0; i < S->view_cap; i++) if (S->views[i].used) omc__free(hooks, S->views[i].heap);
     omc__free(hooks, S->views);
     if (S->pool) omc_pool_destroy(S->pool);
@@ -2074,7 +2317,7 @@ static void omc__shm_destroy(omc_conn* c) { omc__shm_teardown((omc__shm*)c->impl
    too), through the shared index and entries, lock-free like a reader. A key counts while a
    read of it is still available. */
 OMC__PRIVATE void omc__shm_channel_begin(omc__shm* S, omc_time_ns now) {
-    pthread_mutex_lock(&S->rmu);
+    omc__shm_rmu_lock(S);
     if (now >= S->next_scan) { omc__shm_scan_channel(S); S->next_scan = now + OMC__SHM_SCAN_NS; }
 }
 
@@ -2095,7 +2338,7 @@ static omc_result omc__shm_exists(omc_conn* c, const char* qkey, uint32_t qlen) 
         idx = omc__shm_index_find(P->base, &P->lay, &k, &snap);
         if (idx >= 0 && omc__shm_slots(omc__shm_entry_at(P->base, &P->lay, (uint32_t)idx), snap.gen, snap.readers).avail > 0) r = OMC_OK;
     }
-    pthread_mutex_unlock(&S->rmu);
+    omc__shm_rmu_unlock(S);
     return r;
 }
 
@@ -2132,7 +2375,7 @@ static omc_result omc__shm_list(omc_conn* c, omc__key_sink sink, void* user) {
         for (i = 0; r == OMC_OK && i < P->lay.entry_count; i++)
             if (omc__shm_entry_key(P->base, &P->lay, i, key, &len) && memchr(key, 0x1f, len)) r = sink(key, len, user);
     }
-    pthread_mutex_unlock(&S->rmu);
+    omc__shm_rmu_unlock(S);
     return r;
 }
 
@@ -2148,15 +2391,176 @@ static omc_result omc__shm_available(char* why, size_t n) {
 __attribute__((constructor)) static void omc__shm_register_probe(void) { omc__register_probe(OMC_FEATURE_SHM, omc__shm_available); }
 
 /* Puts of this connector whose reads are not all taken yet (after looking at what came back). */
-static uint64_t omc__shm_pending(omc_conn* c) {
+static uint64_t omc__shm_pending_body(omc_conn* c) {
     omc__shm* S = (omc__shm*)c->impl;
     uint64_t n;
     if (!S->is_owner) return 0;
-    pthread_mutex_lock(&S->mu);
+    omc__shm_mu_lock(S);
     omc__shm_pass(S, omc_now_ns(), 1);
     n = S->tab.live;
-    pthread_mutex_unlock(&S->mu);
+    omc__shm_mu_unlock(S);
     return n;
+}
+
+/* ============================================================================================== */
+/* [SECTION] SHM: the owner's guard against a truncated segment                                  */
+/* ============================================================================================== */
+/*
+    Any process of our uid can truncate our segment file; the next touch of a page past the new
+    end raises SIGBUS, which kills the process by default. The fstat checks (at most 1 ms old)
+    narrow the window but cannot close it. So every owner-side call (put, alloc, cleanup, health,
+    sweep, wait_consumed, close) runs under a guard: a SIGBUS handler, installed once by the first
+    owner, turns a fault whose address lies inside the segment of the call that is running on
+    this thread into OMC_ERR_SHM_CHANGED for that call, marks the connector's segment broken (it
+    is never touched again), and lets the process live. Every other SIGBUS - another address,
+    another thread, no guarded call running - goes to the handler that was installed before ours,
+    or to the default action, exactly as if we were not there. The guard costs a sigsetjmp
+    without saving the signal mask (no system call) per call.
+    Not guarded: receivers' reads of other processes' segments and the application's own reads
+    of a view (the manual's LIMITS).
+*/
+typedef struct omc__shm_guard {
+    sigjmp_buf jb;
+    const uint8_t* lo;
+    const uint8_t* hi;
+    struct omc__shm_guard* prev;
+} omc__shm_guard;
+
+static __thread omc__shm_guard* omc__shm_guard_top;
+static struct sigaction omc__shm_prev_bus;
+static pthread_once_t omc__shm_bus_once = PTHREAD_ONCE_INIT;
+
+static void omc__shm_on_sigbus(int sig, siginfo_t* si, void* uc) {
+    omc__shm_guard* g = omc__shm_guard_top;
+    struct sigaction dfl;
+    if (g && si && (const uint8_t*)si->si_addr >= g->lo && (const uint8_t*)si->si_addr < g->hi) {
+        omc__shm_guard_top = g->prev;
+        siglongjmp(g->jb, 1);
+    }
+    if (omc__shm_prev_bus.sa_flags & SA_SIGINFO) {
+        if (omc__shm_prev_bus.sa_sigaction) { omc__shm_prev_bus.sa_sigaction(sig, si, uc); return; }
+    } else if (omc__shm_prev_bus.sa_handler != SIG_DFL && omc__shm_prev_bus.sa_handler != SIG_IGN) {
+        omc__shm_prev_bus.sa_handler(sig);
+        return;
+    }
+    /* nobody else wanted it: the default action. Returning re-runs the faulting access, which
+       then ends the process as it would have without us. */
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGBUS, &dfl, NULL);
+}
+
+static void omc__shm_bus_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = omc__shm_on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, &omc__shm_prev_bus) != 0) memset(&omc__shm_prev_bus, 0, sizeof(omc__shm_prev_bus));
+}
+
+OMC__PRIVATE void omc__shm_guard_push(omc__shm* S, omc__shm_guard* g) {
+    g->lo = S->base;
+    g->hi = S->base ? S->base + S->lay.total : S->base;
+    g->prev = omc__shm_guard_top;
+    omc__shm_guard_top = g;
+}
+OMC__PRIVATE void omc__shm_guard_pop(omc__shm_guard* g) { omc__shm_guard_top = g->prev; }
+
+/* After a fault inside a guarded call: SIGBUS is still blocked (we left the handler by a jump
+   that did not restore the mask), this thread may hold our mutexes (it noted which), and the
+   segment is gone for good. */
+OMC__PRIVATE omc_result omc__shm_faulted(omc__shm* S) {
+    sigset_t ss;
+    sigemptyset(&ss);
+    sigaddset(&ss, SIGBUS);
+    pthread_sigmask(SIG_UNBLOCK, &ss, NULL);
+    if (omc__shm_mu_held == S) omc__shm_mu_unlock(S);
+    if (omc__shm_rmu_held == S) omc__shm_rmu_unlock(S);
+    if (!__atomic_exchange_n(&S->self_broken, (int)OMC_ERR_SHM_CHANGED, __ATOMIC_ACQ_REL))
+        omc__conn_fail(S->conn, OMC_ERR_SHM_CHANGED, "segment %s was truncated by another process while this connector was "
+                       "using it (a SIGBUS was caught); this connector stops using it (recreate the connector)", S->path);
+    return OMC_ERR_SHM_CHANGED;
+}
+
+/* The owner-side entries of the vtable, each under the guard (S only is used after a jump). */
+static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out) {
+    omc__shm* S = (omc__shm*)c->impl;
+    omc__shm_guard g;
+    omc_result r;
+    if (!S->is_owner) return omc__shm_put_body(c, qkey, qlen, p, meta_out);
+    if (sigsetjmp(g.jb, 0)) return omc__shm_faulted(S);
+    omc__shm_guard_push(S, &g);
+    r = omc__shm_put_body(c, qkey, qlen, p, meta_out);
+    omc__shm_guard_pop(&g);
+    return r;
+}
+static omc_result omc__shm_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
+    omc__shm* S = (omc__shm*)c->impl;
+    omc__shm_guard g;
+    omc_result r;
+    if (!S->is_owner) return omc__shm_alloc_body(c, size, deadline, out);
+    if (sigsetjmp(g.jb, 0)) return omc__shm_faulted(S);
+    omc__shm_guard_push(S, &g);
+    r = omc__shm_alloc_body(c, size, deadline, out);
+    omc__shm_guard_pop(&g);
+    return r;
+}
+static omc_result omc__shm_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) {
+    omc__shm* S = (omc__shm*)c->impl;
+    omc__shm_guard g;
+    omc_result r;
+    if (!S->is_owner) return omc__shm_cleanup_body(c, qkey, qlen);
+    if (sigsetjmp(g.jb, 0)) return omc__shm_faulted(S);
+    omc__shm_guard_push(S, &g);
+    r = omc__shm_cleanup_body(c, qkey, qlen);
+    omc__shm_guard_pop(&g);
+    return r;
+}
+static void omc__shm_health(omc_conn* c, omc_health* h) {
+    omc__shm* S = (omc__shm*)c->impl;
+    omc__shm_guard g;
+    if (!S->is_owner) { omc__shm_health_body(c, h); return; }
+    if (sigsetjmp(g.jb, 0)) { omc__shm_faulted(S); h->state = OMC_CONN_DEGRADED; return; }
+    omc__shm_guard_push(S, &g);
+    omc__shm_health_body(c, h);
+    omc__shm_guard_pop(&g);
+}
+static uint64_t omc__shm_sweep(omc_conn* c) {
+    omc__shm* S = (omc__shm*)c->impl;
+    omc__shm_guard g;
+    uint64_t n;
+    if (!S->is_owner) return omc__shm_sweep_body(c);
+    if (sigsetjmp(g.jb, 0)) { omc__shm_faulted(S); return 0; }
+    omc__shm_guard_push(S, &g);
+    n = omc__shm_sweep_body(c);
+    omc__shm_guard_pop(&g);
+    return n;
+}
+static uint64_t omc__shm_pending(omc_conn* c) {
+    omc__shm* S = (omc__shm*)c->impl;
+    omc__shm_guard g;
+    uint64_t n;
+    if (!S->is_owner) return omc__shm_pending_body(c);
+    if (sigsetjmp(g.jb, 0)) { omc__shm_faulted(S); return 0; }
+    omc__shm_guard_push(S, &g);
+    n = omc__shm_pending_body(c);
+    omc__shm_guard_pop(&g);
+    return n;
+}
+static void omc__shm_close(omc_conn* c) {
+    omc__shm* S = (omc__shm*)c->impl;
+    omc__shm_guard g;
+    if (!S->is_owner) { omc__shm_close_body(c); return; }
+    if (sigsetjmp(g.jb, 0)) {
+        omc__shm_faulted(S);
+        omc__shm_close_body(c);     /* again: the segment is broken now, so nothing touches it */
+        return;
+    }
+    omc__shm_guard_push(S, &g);
+    omc__shm_close_body(c);
+    omc__shm_guard_pop(&g);
 }
 
 static const omc__conn_vtable omc__shm_vtable = {
@@ -2177,29 +2581,39 @@ OMC__PRIVATE omc_result omc__shm_resolve(const omc_shm_desc* in, const omc_hooks
     if (!d->default_ttl_ms) d->default_ttl_ms = OMNICONN_DEFAULT_TTL_MS;
     if (!d->spin_ns) d->spin_ns = OMNICONN_SHM_SPIN_NS;
     if (!omc__shm_channel_ok(d->channel)) {
-        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "channel '%s' must be 1..%d characters of [A-Za-z0-9_.]", d->channel, OMC_SHM_CHANNEL_MAX);
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.channel '%s' must be 1..%d characters of [A-Za-z0-9_.]", d->channel, OMC_SHM_CHANNEL_MAX);
         return OMC_ERR_INVALID_ARG;
     }
     if (!d->shm_dir[0] || strlen(d->shm_dir) + OMC__SHM_NAME_MAX + 2 > OMC_SHM_PATH_MAX) {
-        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "shm_dir must be a directory path shorter than %d bytes", OMC_SHM_PATH_MAX - OMC__SHM_NAME_MAX - 2);
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.shm_dir must be a directory path of 1..%d bytes", OMC_SHM_PATH_MAX - OMC__SHM_NAME_MAX - 2);
         return OMC_ERR_INVALID_ARG;
     }
     if (d->alignment < 64 || d->alignment > OMC__SHM_PAGE || (d->alignment & (d->alignment - 1))) {
-        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "alignment %llu: a power of two from 64 to %u (the segment is page-aligned)",
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.alignment %llu: a power of two from 64 to %u (the segment is page-aligned; 0 = 4096)",
                  (unsigned long long)d->alignment, OMC__SHM_PAGE);
         return OMC_ERR_INVALID_ARG;
     }
     if (d->inline_threshold > OMC_SHM_MAX_INLINE) {
-        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "inline_threshold %llu exceeds %llu (the metadata body limit)",
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.inline_threshold %llu exceeds the maximum %llu (the metadata body limit)",
                  (unsigned long long)d->inline_threshold, (unsigned long long)OMC_SHM_MAX_INLINE);
         return OMC_ERR_INVALID_ARG;
     }
-    if (d->max_entries > OMC__SHM_MAX_ENTRIES || d->pool_size < d->alignment || d->pool_size > ((uint64_t)1 << 46)) {
-        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "max_entries %u (at most %u) or pool_size %llu out of range",
-                 d->max_entries, OMC__SHM_MAX_ENTRIES, (unsigned long long)d->pool_size);
+    if (d->max_entries > OMC__SHM_MAX_ENTRIES) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.max_entries %u is too many: at most %u (0 = %u)",
+                 d->max_entries, OMC__SHM_MAX_ENTRIES, OMNICONN_SHM_MAX_ENTRIES);
         return OMC_ERR_INVALID_ARG;
     }
-    if (d->role != OMC_ROLE_DEFAULT && d->role != OMC_ROLE_SENDER && d->role != OMC_ROLE_RECEIVER && d->role != OMC_ROLE_DUAL) return OMC_ERR_INVALID_ARG;
+    if (d->pool_size < d->alignment || d->pool_size > ((uint64_t)1 << 46)) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.pool_size %llu bytes is out of range: at least the "
+                 "alignment (%llu bytes), at most 64 TiB (0 = %llu MiB)", (unsigned long long)d->pool_size,
+                 (unsigned long long)d->alignment, (unsigned long long)(OMNICONN_SHM_POOL_SIZE >> 20));
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (d->role != OMC_ROLE_DEFAULT && d->role != OMC_ROLE_SENDER && d->role != OMC_ROLE_RECEIVER && d->role != OMC_ROLE_DUAL) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.role %d: use OMC_ROLE_SENDER, OMC_ROLE_RECEIVER or "
+                 "OMC_ROLE_DUAL (0 = dual)", (int)d->role);
+        return OMC_ERR_INVALID_ARG;
+    }
     return OMC_OK;
 }
 
@@ -2232,6 +2646,7 @@ OMC__PRIVATE omc_result omc__shm_owner_init(omc__shm* S, const omc_shm_desc* d, 
     P->seg_id = S->seg_id;
     P->ino = S->ino;
     P->owner_pid = S->pid;
+    P->reader_id = OMC__SHM_SELF_READER;
     P->self = 1;
     P->in_channel = 1;
     r = omc__smap_put(&S->peers, hooks, P->name, (uint32_t)strlen(P->name), P);
@@ -2276,6 +2691,7 @@ OMNICONN_API omc_result omc_shm_create(const omc_shm_desc* desc, omc_conn** out)
     }
     if (r == OMC_OK) omc_shm_sweep_dead(&d, NULL);  /* segments of dead owners go first */
     if (r == OMC_OK && c->role != OMC_ROLE_RECEIVER) {
+        pthread_once(&omc__shm_bus_once, omc__shm_bus_install);
         r = omc__shm_owner_init(S, &d, &hooks);
         if (r != OMC_OK && S->base) omc__shm_unlink_own(S);
     }
@@ -2299,23 +2715,55 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* c, char* out, size_t out_
 /* [SECTION] SHM: the dead-owner sweep                                                           */
 /* ============================================================================================== */
 
-/* Who owns a segment file: from its header if it has one, else from its name (a segment still
-   being created, or a damaged one). *start_time 0 = unknown. */
-OMC__PRIVATE uint32_t omc__shm_file_owner(int fd, const struct stat* st, const char* name, uint32_t uid, uint64_t* start_time) {
+/* Does a segment whose owner is gone still hold a put someone may read: a published entry
+   with a read left (AVAILABLE) whose TTL has not passed? Such a segment stays until its last
+   put is consumed or expires (a payload outlives the producer that exited after putting it).
+   Read with pread, never mapped: the sweep cannot fault on a file someone shrinks meanwhile. */
+OMC__PRIVATE int omc__shm_file_has_payloads(int fd, const struct stat* st, omc_time_ns now) {
     omc__shm_header h;
-    *start_time = 0;
+    omc__shm_layout lay;
+    omc__shm_entry ents[64];
+    uint32_t i, k, s;
+    if ((uint64_t)st->st_size < OMC__SHM_HEADER_SIZE || pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) return 0;
+    if (h.state != OMC__SHM_READY || omc__shm_layout_check(&h, (uint64_t)st->st_size, &lay) != OMC_OK) return 0;
+    for (i = 0; i < lay.entry_count; i += 64) {
+        uint32_t n = lay.entry_count - i < 64 ? lay.entry_count - i : 64;
+        size_t want = (size_t)n * OMC__SHM_ENTRY_SIZE;
+        if (pread(fd, ents, want, (off_t)(lay.entries_off + (uint64_t)i * OMC__SHM_ENTRY_SIZE)) != (ssize_t)want) return 0;
+        for (k = 0; k < n; k++) {
+            const omc__shm_entry* e = &ents[k];
+            if (e->gen == 0 || (e->expires_ns && now >= e->expires_ns)) continue;
+            for (s = 0; s < OMC_SHM_MAX_READERS; s++)
+                if (omc__slot_gen(e->slots[s]) == e->gen && omc__slot_state(e->slots[s]) == OMC__SLOT_AVAILABLE) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Is the owner of an open segment file alive? Its lock on byte 0 says so (we try to take a
+   read lock: refused = held = alive). Where the kernel has no OFD locks, the pid and start time
+   from the header (or the name) are all there is. */
+OMC__PRIVATE int omc__shm_owner_alive(int fd, const struct stat* st, const char* name, uint32_t uid) {
+    omc__shm_header h;
+    uint64_t start = 0;
+    uint32_t pid;
+    int e = omc__shm_lock(fd, OMC__SHM_LOCK_OWNER, F_RDLCK);
+    if (e == 0) return 0;
+    if (e != EINVAL) return 1;      /* held, or an error: never remove on doubt */
+    pid = omc__shm_name_pid(name);
     if ((uint64_t)st->st_size >= OMC__SHM_HEADER_SIZE && pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
         h.magic == OMC__SHM_MAGIC && h.owner_uid == uid && h.owner_pid) {
-        *start_time = h.owner_start_time;
-        return h.owner_pid;
+        start = h.owner_start_time;
+        pid = h.owner_pid;
     }
-    return omc__shm_name_pid(name);
+    return pid && omc__shm_pid_alive(pid, start);
 }
 
 OMNICONN_API omc_result omc_shm_sweep_dead(const omc_shm_desc* desc, uint32_t* removed) {
     const char* dir = desc && desc->shm_dir ? desc->shm_dir : OMNICONN_SHM_DIR;
     omc_hooks hooks = omc__hooks_resolve(desc ? &desc->hooks : NULL);
-    uint32_t uid = (uint32_t)geteuid(), n = 0;
+    uint32_t uid = (uint32_t)geteuid(), n = 0, foreign = 0;
+    omc_time_ns now = omc_now_ns();
     char prefix[32];
     size_t plen;
     struct dirent* de;
@@ -2330,27 +2778,30 @@ OMNICONN_API omc_result omc_shm_sweep_dead(const omc_shm_desc* desc, uint32_t* r
     dfd = dirfd(d);
     plen = (size_t)snprintf(prefix, sizeof(prefix), "omc-%u-", uid);
     while ((de = readdir(d)) != NULL) {
-        struct stat st;
-        uint64_t start = 0;
-        uint32_t pid;
+        struct stat st, fst;
         int fd;
         if (strncmp(de->d_name, prefix, plen) != 0) continue;
+        /* look before opening: a link, or a file of another uid planted under our prefix, is
+           never opened (that would cost a system call per scan, and could block on a FIFO) */
+        if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (S_ISLNK(st.st_mode)) { OMC__LOG(&hooks, OMC_LOG_INFO, OMC_LOGITEM_SHM, "sweep: %s/%s is a symbolic link: left alone", dir, de->d_name); continue; }
+        if (!S_ISREG(st.st_mode) || (uint32_t)st.st_uid != uid) { foreign++; continue; }
         fd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (fd < 0) {
-            if (errno == ELOOP) OMC__LOG(&hooks, OMC_LOG_INFO, OMC_LOGITEM_SHM, "sweep: %s/%s is a symbolic link: left alone", dir, de->d_name);
-            continue;
-        }
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint32_t)st.st_uid != uid) { close(fd); continue; }
-        pid = omc__shm_file_owner(fd, &st, de->d_name, uid, &start);
-        close(fd);
-        if (pid && omc__shm_pid_alive(pid, start)) continue;
-        if (unlinkat(dfd, de->d_name, 0) == 0) {
+        if (fd < 0) continue;
+        if (fstat(fd, &fst) != 0 || fst.st_ino != st.st_ino || !S_ISREG(fst.st_mode) || (uint32_t)fst.st_uid != uid) { close(fd); continue; }
+        /* our read lock (if we got it) is held until close: an owner that opened this file a
+           moment ago cannot take its lock meanwhile, sees the name gone and takes another */
+        if (omc__shm_owner_alive(fd, &fst, de->d_name, uid) || omc__shm_file_has_payloads(fd, &fst, now)) { close(fd); continue; }
+        if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == fst.st_ino && unlinkat(dfd, de->d_name, 0) == 0) {
             n++;
-            OMC__LOG(&hooks, OMC_LOG_INFO, OMC_LOGITEM_SHM, "sweep: removed %s/%s (%lld bytes) of dead owner pid %u",
-                     dir, de->d_name, (long long)st.st_size, pid);
+            OMC__LOG(&hooks, OMC_LOG_INFO, OMC_LOGITEM_SHM, "sweep: removed %s/%s (%lld bytes): its owner is gone and nothing in it "
+                     "can still be read", dir, de->d_name, (long long)fst.st_size);
         }
+        close(fd);
     }
     closedir(d);
+    if (foreign) OMC__LOG(&hooks, OMC_LOG_DEBUG, OMC_LOGITEM_SHM, "sweep: %u files in %s named like our segments are not ours "
+                          "(another uid, or not regular files): left alone, not opened", foreign, dir);
     if (removed) *removed = n;
     return OMC_OK;
 }

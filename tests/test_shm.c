@@ -767,6 +767,335 @@ OMC_TEST(shm_sigkill_consumer_holding_views_then_sweep_reclaims_all) {
     }
 }
 
+/* ---- lifetime after the producer exits ---------------------------------------------------- */
+
+/* A producer that puts one payload (and hands its metadata to the parent through fd), then
+   leaves: how = 0 returns from "main" without closing anything (exit), 1 waits to be SIGKILLed,
+   2 puts with a 200 ms TTL and exits. */
+static void producer_put_and_leave(const char* ch, int fd, int how) {
+    omc_conn* s = make_priv(ch, OMC_ROLE_SENDER, 4u << 20);
+    omc_meta m;
+    omc_payload p;
+    uint32_t len;
+    static uint8_t data[300000];
+    if (!s) _exit(2);
+    memset(&p, 0, sizeof(p));
+    omc_test_fill(data, sizeof(data), 77);
+    p.data = data;
+    p.size = sizeof(data);
+    if (how == 2) p.ttl_ms = 200;
+    if (omc_conn_put(s, "a", "b", "left", &p, &m) != OMC_OK) _exit(3);
+    len = (uint32_t)m.size;
+    if (write_all(fd, &len, sizeof(len)) != 0 || write_all(fd, m.data, m.size) != 0) _exit(4);
+    omc_meta_free(&m);
+    if (how == 1) for (;;) pause();
+    _exit(0);       /* no destroy: what a program that returns from main after its put does */
+}
+
+static void payload_outlives_producer(int how) {
+    char ch[32];
+    omc_shm_desc sd;
+    omc_conn* r;
+    omc_buffer b;
+    uint8_t meta[4096];
+    uint32_t len = 0, removed = 0;
+    int fds[2], status;
+    pid_t pid;
+    unique_channel(ch, sizeof(ch));
+    REQUIRE(pipe(fds) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) producer_put_and_leave(ch, fds[1], how);
+    REQUIRE(read_all(fds[0], &len, sizeof(len)) == 0 && len <= sizeof(meta) && read_all(fds[0], meta, len) == 0);
+    if (how == 1) kill(pid, SIGKILL);
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(how == 1 ? WIFSIGNALED(status) : (WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    memset(&sd, 0, sizeof(sd));
+    sd.shm_dir = priv_dir;
+    if (how == 2) {         /* never consumed: once its TTL passed, a sweep may remove it */
+        CHECK_OK(omc_shm_sweep_dead(&sd, &removed));
+        CHECK_EQ(removed, 0);
+        usleep(300000);
+        CHECK_OK(omc_shm_sweep_dead(&sd, &removed));
+        CHECK_EQ(removed, 1);
+        CHECK_EQ(count_segments(priv_dir, ch), 0);
+        close(fds[0]); close(fds[1]);
+        return;
+    }
+    /* the consumer starts after the producer is gone; its create sweeps the directory */
+    r = make_priv(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(r);
+    CHECK_EQ(count_segments(priv_dir, ch), 1);
+    CHECK_OK(omc_shm_sweep_dead(&sd, &removed));        /* unconsumed: no sweep removes it */
+    CHECK_EQ(removed, 0);
+    memset(&b, 0, sizeof(b));
+    if (how == 0) CHECK_OK(omc_conn_get(r, "a", "b", "left", meta, len, omc_deadline_after_ms(1000), &b));
+    else CHECK_OK(omc_conn_get(r, "a", "b", "left", NULL, 0, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == 300000 && omc_test_verify(b.data, b.size, 77));
+    CHECK_OK(omc_buffer_release(&b));
+    CHECK_OK(omc_shm_sweep_dead(&sd, &removed));        /* consumed: now it goes */
+    CHECK_EQ(removed, 1);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+    omc_conn_sweep(r);
+    CHECK_EQ(count_mappings(ch), 0);
+    omc_conn_destroy(r);
+    close(fds[0]); close(fds[1]);
+}
+
+OMC_TEST(shm_payload_stays_readable_after_its_producer_exits) { payload_outlives_producer(0); }
+OMC_TEST(shm_payload_stays_readable_after_its_producer_is_killed) { payload_outlives_producer(1); }
+OMC_TEST(shm_unconsumed_payload_of_an_exited_producer_goes_when_its_ttl_passes) { payload_outlives_producer(2); }
+
+/* The producer of the README: put, hand the metadata over as text, wait until it is consumed,
+   close, exit. wait_consumed returns once the consumer's get took the read, not before. */
+OMC_TEST(shm_producer_waits_for_consumption_then_exits) {
+    char ch[32], text[8192];
+    omc_conn* r;
+    omc_meta m;
+    omc_buffer b;
+    uint32_t len = 0;
+    int fds[2], status;
+    pid_t pid;
+    unique_channel(ch, sizeof(ch));
+    REQUIRE(pipe(fds) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        omc_conn* s = make_priv(ch, OMC_ROLE_SENDER, 4u << 20);
+        omc_meta pm;
+        char t[8192];
+        int rc;
+        if (!s || put_pattern(s, "hello", 100000, 5, 1, &pm) != OMC_OK) _exit(2);
+        if (omc_meta_to_text(pm.data, pm.size, t, sizeof(t)) != OMC_OK) _exit(3);
+        len = (uint32_t)strlen(t);
+        if (write_all(fds[1], &len, sizeof(len)) != 0 || write_all(fds[1], t, len) != 0) _exit(4);
+        omc_meta_free(&pm);
+        if (omc_conn_wait_consumed(s, omc_deadline_after_ms(50)) != OMC_ERR_TIMEOUT) _exit(5);   /* nobody read yet */
+        rc = omc_conn_wait_consumed(s, omc_deadline_after_ms(5000)) == OMC_OK ? 0 : 6;
+        omc_conn_destroy(s);
+        _exit(rc);
+    }
+    REQUIRE(read_all(fds[0], &len, sizeof(len)) == 0 && len < sizeof(text) && read_all(fds[0], text, len) == 0);
+    text[len] = '\0';
+    usleep(100000);
+    CHECK(waitpid(pid, &status, WNOHANG) == 0);      /* still waiting for its consumer */
+    r = make_priv(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(r);
+    CHECK_OK(omc_meta_from_text(text, len, &m));
+    CHECK_OK(omc_conn_get(r, "a", "b", "hello", m.data, m.size, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 5));
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_sweep(r);
+    omc_conn_destroy(r);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+    close(fds[0]); close(fds[1]);
+}
+
+/* ---- first contact: a consumer started first, a large sender pool ---------------------------- */
+
+static uint64_t alarm_lines;
+static void alarm_log(omc_log_level level, omc_log_item item, const char* msg, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level <= OMC_LOG_WARN) {
+        __atomic_add_fetch(&alarm_lines, 1u, __ATOMIC_RELAXED);
+        printf("  logged: %s\n", msg);
+    }
+}
+
+/* The consumer is waiting (metadata-less get) before the producer exists; the producer's create
+   of a 128 MiB segment takes long enough that the consumer's scans see the file empty, being
+   reserved, and with its header half written. None of that is a problem worth a WARN. */
+OMC_TEST(shm_consumer_started_first_logs_no_alarm_while_the_producer_creates) {
+    int round;
+    for (round = 0; round < 3; round++) {
+        char ch[32];
+        omc_shm_desc d;
+        omc_conn* r = NULL;
+        omc_buffer b;
+        int status;
+        pid_t pid;
+        unique_channel(ch, sizeof(ch));
+        memset(&d, 0, sizeof(d));
+        d.shm_dir = priv_dir;
+        d.channel = ch;
+        d.role = OMC_ROLE_RECEIVER;
+        d.hooks.log_fn = alarm_log;
+        d.hooks.max_level = OMC_LOG_WARN;
+        REQUIRE(omc_shm_create(&d, &r) == OMC_OK);
+        alarm_lines = 0;
+        pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            omc_conn* s;
+            usleep((useconds_t)(round * 20000));
+            s = make_priv(ch, OMC_ROLE_SENDER, 128u << 20);
+            if (!s || put_pattern(s, "k", 100000, 9, 1, NULL) != OMC_OK) _exit(2);
+            _exit(omc_conn_wait_consumed(s, omc_deadline_after_ms(10000)) == OMC_OK ? 0 : 3);
+        }
+        memset(&b, 0, sizeof(b));
+        CHECK_OK(omc_conn_get(r, "a", "b", "k", NULL, 0, omc_deadline_after_ms(10000), &b));
+        CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 9));
+        omc_buffer_release(&b);
+        CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        CHECK_EQ(__atomic_load_n(&alarm_lines, __ATOMIC_RELAXED), 0);
+        omc_shm_sweep_dead(&d, NULL);
+        omc_conn_sweep(r);
+        omc_conn_destroy(r);
+        CHECK_EQ(count_segments(priv_dir, ch), 0);
+    }
+}
+
+/* A receiver's first get from a sender with a 1 GiB pool: it maps the segment, but touches only
+   the pages it reads. Want: well inside a 50 ms deadline, with metadata and without. */
+OMC_TEST(shm_first_get_cost_does_not_grow_with_the_senders_pool) {
+    char ch[32];
+    omc_conn *s, *r1, *r2;
+    omc_meta m;
+    omc_buffer b;
+    double t0, t1, t2;
+    omc_result res;
+    unique_channel(ch, sizeof(ch));
+    s = make_priv(ch, OMC_ROLE_SENDER, 1u << 30);
+    REQUIRE(s);
+    r1 = make_priv(ch, OMC_ROLE_RECEIVER, 0);
+    r2 = make_priv(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(r1 && r2);
+    CHECK_OK(put_pattern(s, "with-meta", 100000, 3, 1, &m));
+    CHECK_OK(put_pattern(s, "by-key", 100000, 4, 1, NULL));
+    t0 = (double)omc_now_ns() / 1e9;
+    res = omc_conn_get(r1, "a", "b", "with-meta", m.data, m.size, omc_deadline_after_ms(50), &b);
+    t1 = (double)omc_now_ns() / 1e9;
+    CHECK_OK(res);
+    if (res == OMC_OK) { CHECK(omc_test_verify(b.data, b.size, 3)); omc_buffer_release(&b); }
+    res = omc_conn_get(r2, "a", "b", "by-key", NULL, 0, omc_deadline_after_ms(50), &b);
+    t2 = (double)omc_now_ns() / 1e9;
+    CHECK_OK(res);
+    if (res == OMC_OK) { CHECK(omc_test_verify(b.data, b.size, 4)); omc_buffer_release(&b); }
+    printf("  first get from a 1 GiB pool: %.2f ms with metadata, %.2f ms by key (deadline 50 ms)\n", (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+    CHECK(t1 - t0 < 0.05);
+    CHECK(t2 - t1 < 0.05);
+    omc_meta_free(&m);
+    omc_conn_destroy(r1);
+    omc_conn_destroy(r2);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+}
+
+/* ---- refusals that say which side, which object and the fix -------------------------------- */
+
+static char said[8][1024];
+static int nsaid;
+static void said_log(omc_log_level level, omc_log_item item, const char* msg, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level <= OMC_LOG_WARN && nsaid < 8) snprintf(said[nsaid++], sizeof(said[0]), "%s", msg);
+}
+static int said_has(const char* a, const char* b) {
+    int i;
+    for (i = 0; i < nsaid; i++) if (strstr(said[i], a) && (!b || strstr(said[i], b))) return 1;
+    return 0;
+}
+
+/* Two producers of one channel put the same key (the second in another process): a consumer
+   that sees both says so, naming both processes, once. */
+OMC_TEST(shm_two_producers_of_one_key_are_reported_naming_both) {
+    char ch[32], pidtxt[32];
+    omc_shm_desc d;
+    omc_conn *s, *r = NULL;
+    omc_buffer b;
+    int fds[2], go[2], status, warned;
+    char one;
+    pid_t pid;
+    unique_channel(ch, sizeof(ch));
+    REQUIRE(pipe(fds) == 0 && pipe(go) == 0);
+    s = make_priv(ch, OMC_ROLE_SENDER, 1u << 20);
+    REQUIRE(s);
+    CHECK_OK(put_pattern(s, "dup", 100000, 1, 1, NULL));
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        omc_conn* s2 = make_priv(ch, OMC_ROLE_SENDER, 1u << 20);
+        if (!s2 || put_pattern(s2, "dup", 100000, 2, 1, NULL) != OMC_OK) _exit(2);
+        one = 1;
+        if (write_all(fds[1], &one, 1) != 0 || read_all(go[0], &one, 1) != 0) _exit(3);
+        omc_conn_destroy(s2);
+        _exit(0);
+    }
+    REQUIRE(read_all(fds[0], &one, 1) == 0);
+    memset(&d, 0, sizeof(d));
+    d.shm_dir = priv_dir;
+    d.channel = ch;
+    d.role = OMC_ROLE_RECEIVER;
+    d.hooks.log_fn = said_log;
+    d.hooks.max_level = OMC_LOG_WARN;
+    REQUIRE(omc_shm_create(&d, &r) == OMC_OK);
+    nsaid = 0;
+    CHECK_OK(omc_conn_get(r, "a", "b", "dup", NULL, 0, omc_deadline_after_ms(1000), &b));
+    omc_buffer_release(&b);
+    CHECK_OK(omc_conn_get(r, "a", "b", "dup", NULL, 0, omc_deadline_after_ms(1000), &b));   /* the other copy */
+    omc_buffer_release(&b);
+    snprintf(pidtxt, sizeof(pidtxt), "pid %ld ", (long)pid);
+    warned = said_has("two producers", pidtxt);
+    CHECK(warned);
+    snprintf(pidtxt, sizeof(pidtxt), "pid %ld ", (long)getpid());
+    CHECK(said_has("two producers", pidtxt));
+    CHECK_EQ(nsaid, 1);                                 /* once, not per get */
+    if (!warned) printf("  nothing said about the duplicate key\n");
+    one = 1;
+    CHECK(write_all(go[1], &one, 1) == 0);
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+    close(fds[0]); close(fds[1]); close(go[0]); close(go[1]);
+}
+
+/* Each refusal names the field (or the side and the key) and says what would be accepted. */
+OMC_TEST(shm_refusals_name_the_field_the_side_and_the_fix) {
+    char ch[32];
+    omc_shm_desc d;
+    omc_conn *c = NULL, *s, *r = NULL;
+    omc_meta m;
+    uint8_t small[10];
+    uint64_t need = 0;
+    unique_channel(ch, sizeof(ch));
+    memset(&d, 0, sizeof(d));
+    d.shm_dir = priv_dir;
+    d.channel = ch;
+    d.hooks.log_fn = said_log;
+    d.hooks.max_level = OMC_LOG_WARN;
+    nsaid = 0;
+    d.pool_size = 1;
+    CHECK_RES(omc_shm_create(&d, &c), OMC_ERR_INVALID_ARG);
+    CHECK(said_has("pool_size 1 ", "at least the alignment (4096 bytes)"));
+    nsaid = 0;
+    d.pool_size = 0;
+    d.max_entries = 1u << 21;
+    CHECK_RES(omc_shm_create(&d, &c), OMC_ERR_INVALID_ARG);
+    CHECK(said_has("max_entries 2097152", "at most 1048576"));
+    CHECK(!said_has("pool_size", NULL));
+    d.max_entries = 0;
+    d.role = OMC_ROLE_SENDER;
+    d.pool_size = 1u << 20;
+    REQUIRE(omc_shm_create(&d, &s) == OMC_OK);
+    d.role = OMC_ROLE_RECEIVER;
+    REQUIRE(omc_shm_create(&d, &r) == OMC_OK);
+    CHECK_OK(put_pattern(s, "big", 100000, 1, 1, &m));
+    nsaid = 0;                                          /* a receiver buffer smaller than the payload */
+    CHECK_RES(omc_conn_get_copy(r, "a", "b", "big", m.data, m.size, omc_deadline_after_ms(100), small, sizeof(small), &need), OMC_ERR_TOO_LARGE);
+    CHECK_EQ(need, 100000);
+    CHECK(said_has("receiver side", "100000 bytes"));
+    nsaid = 0;                                          /* the same key again while unread */
+    CHECK_RES(put_pattern(s, "big", 1000, 1, 1, NULL), OMC_ERR_EXISTS);
+    CHECK(said_has("sender side", "unread"));
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+}
+
 OMC_TEST(shm_sweep_removes_dead_owners_only) {
     char ch[32], path[OMC_SHM_PATH_MAX], dead[OMC_SHM_PATH_MAX], link_path[OMC_SHM_PATH_MAX], target[OMC_SHM_PATH_MAX];
     omc_shm_desc sd;
