@@ -786,7 +786,7 @@ static void producer_put_and_leave(const char* ch, int fd, int how) {
     if (how == 2) p.ttl_ms = 200;
     if (omc_conn_put(s, "a", "b", "left", &p, &m) != OMC_OK) _exit(3);
     len = (uint32_t)m.size;
-    if (write_all(fd, &len, sizeof(len)) != 0 || write_all(fd, m.data, m.size) != 0) _exit(4);
+    if (omc_test_write_all(fd, &len, sizeof(len)) != 0 || omc_test_write_all(fd, m.data, m.size) != 0) _exit(4);
     omc_meta_free(&m);
     if (how == 1) for (;;) pause();
     _exit(0);       /* no destroy: what a program that returns from main after its put does */
@@ -806,7 +806,7 @@ static void payload_outlives_producer(int how) {
     pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) producer_put_and_leave(ch, fds[1], how);
-    REQUIRE(read_all(fds[0], &len, sizeof(len)) == 0 && len <= sizeof(meta) && read_all(fds[0], meta, len) == 0);
+    REQUIRE(omc_test_read_all(fds[0], &len, sizeof(len)) == 0 && len <= sizeof(meta) && omc_test_read_all(fds[0], meta, len) == 0);
     if (how == 1) kill(pid, SIGKILL);
     CHECK(waitpid(pid, &status, 0) == pid);
     CHECK(how == 1 ? WIFSIGNALED(status) : (WIFEXITED(status) && WEXITSTATUS(status) == 0));
@@ -868,14 +868,14 @@ OMC_TEST(shm_producer_waits_for_consumption_then_exits) {
         if (!s || put_pattern(s, "hello", 100000, 5, 1, &pm) != OMC_OK) _exit(2);
         if (omc_meta_to_text(pm.data, pm.size, t, sizeof(t)) != OMC_OK) _exit(3);
         len = (uint32_t)strlen(t);
-        if (write_all(fds[1], &len, sizeof(len)) != 0 || write_all(fds[1], t, len) != 0) _exit(4);
+        if (omc_test_write_all(fds[1], &len, sizeof(len)) != 0 || omc_test_write_all(fds[1], t, len) != 0) _exit(4);
         omc_meta_free(&pm);
         if (omc_conn_wait_consumed(s, omc_deadline_after_ms(50)) != OMC_ERR_TIMEOUT) _exit(5);   /* nobody read yet */
         rc = omc_conn_wait_consumed(s, omc_deadline_after_ms(5000)) == OMC_OK ? 0 : 6;
         omc_conn_destroy(s);
         _exit(rc);
     }
-    REQUIRE(read_all(fds[0], &len, sizeof(len)) == 0 && len < sizeof(text) && read_all(fds[0], text, len) == 0);
+    REQUIRE(omc_test_read_all(fds[0], &len, sizeof(len)) == 0 && len < sizeof(text) && omc_test_read_all(fds[0], text, len) == 0);
     text[len] = '\0';
     usleep(100000);
     CHECK(waitpid(pid, &status, WNOHANG) == 0);      /* still waiting for its consumer */
@@ -1019,11 +1019,11 @@ OMC_TEST(shm_two_producers_of_one_key_are_reported_naming_both) {
         omc_conn* s2 = make_priv(ch, OMC_ROLE_SENDER, 1u << 20);
         if (!s2 || put_pattern(s2, "dup", 100000, 2, 1, NULL) != OMC_OK) _exit(2);
         one = 1;
-        if (write_all(fds[1], &one, 1) != 0 || read_all(go[0], &one, 1) != 0) _exit(3);
+        if (omc_test_write_all(fds[1], &one, 1) != 0 || omc_test_read_all(go[0], &one, 1) != 0) _exit(3);
         omc_conn_destroy(s2);
         _exit(0);
     }
-    REQUIRE(read_all(fds[0], &one, 1) == 0);
+    REQUIRE(omc_test_read_all(fds[0], &one, 1) == 0);
     memset(&d, 0, sizeof(d));
     d.shm_dir = priv_dir;
     d.channel = ch;
@@ -1044,7 +1044,7 @@ OMC_TEST(shm_two_producers_of_one_key_are_reported_naming_both) {
     CHECK_EQ(nsaid, 1);                                 /* once, not per get */
     if (!warned) printf("  nothing said about the duplicate key\n");
     one = 1;
-    CHECK(write_all(go[1], &one, 1) == 0);
+    CHECK(omc_test_write_all(go[1], &one, 1) == 0);
     CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     omc_conn_destroy(r);
     omc_conn_destroy(s);
