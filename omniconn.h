@@ -158,9 +158,12 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
          (curve.secret_key) and the receivers its public key (curve.server_key); a receiver
          without it is refused, its get fails at its deadline with OMC_ERR_AUTH, and the sender
          counts it (omc_tcp_health().auth_failures). curve.allowed_clients restricts senders to
-         known receiver keys (a ZAP handler). The TCP data plane is not encrypted: CURVE decides
-         who may ask for data (a data connection is only used for a PULL that came over the
-         authenticated channel), not who can read a wire. Use a private network or IPsec for that.
+         known receiver keys (a ZAP handler). The TCP data port admits only connections that
+         show a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on),
+         and a connection serves only PULLs of the session that got the ticket; anything else
+         is closed at its first bytes and never counts against a limit. The TCP data plane is
+         not encrypted: CURVE decides who may ask for data, not who can read a wire. Use a
+         private network or IPsec for that.
        - Helpers from the seed's orchestration: omc_port_compute() (the port-offset scheme),
          omc_port_check() (collisions in a set of edges), omc_detect_host() ("auto").
 
@@ -177,6 +180,8 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
     OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
     OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
                                                           (without blocking) before a worker takes over
+    OMNICONN_TCP_IDLE_MS         120000      impl file    a sender closes a TCP data connection idle
+                                                          this long (a receiver re-opens its channel)
 
     The remote connector (docs/wire.md walks through these with examples):
 
@@ -203,8 +208,11 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
             type 1, TCP data endpoint (sender only): u16 port (non-zero), u16 reserved (0),
                     host text (0..255 bytes, no NUL; empty = the host the side channel reached)
             type 2, RDMA endpoint: defined by omniconn_rdma.h
-            a record type is the data plane's kind; any other type is skipped by a peer that
-            does not know it: a new transport adds a record type, not a protocol version
+            type 0x100, data-connection ticket (sender only, in every answer to a HELLO): 16
+                    random bytes, one ticket per side-channel session (ZMQ routing id), the
+                    same on a repeated HELLO; the session's TCP data connections must show it
+            a record type below 0x100 is a data plane's kind; any type a peer does not know is
+            skipped: a new transport adds a record type, not a protocol version
       QUERY body (receiver -> sender), 8 + key length bytes:
         0   u32  wait in ms (hold the query while the key is absent, at most this long and at
                  most OMNICONN_TCP_MAX_WAIT_MS; 0 = answer now)
@@ -261,14 +269,24 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
 
     TCP data plane: a receiver opens one connection per channel to the port in the sender's
     type-1 record; at most one transfer is in flight on a connection.
-      hello, receiver -> sender, 24 bytes:
+      hello, receiver -> sender, version 2, 40 bytes:
         0   u32  magic 0x54434D4F ("OMCT")
-        4   u16  version (1)
+        4   u16  version (2)
         6   u16  reserved (0)
         8   u64  token (random, non-zero; PULL descriptors name the connection by it)
         16  u64  receiver incarnation
+        24  u8[16] the ticket from the sender's answer to this channel's HELLO (record 0x100)
       ack, sender -> receiver, 8 bytes: 0 u32 magic 0x41434D4F ("OMCA"), 4 i32 status (0 = OK,
-        else an omc_result: the connection is closed after it)
+        else an omc_result: the connection is closed after it). A hello that is not version 2
+        gets OMC_ERR_MALFORMED or OMC_ERR_VERSION (a version-1 hello, 24 bytes without the
+        ticket, is what a receiver of the first release sends; it still sends it to a sender
+        whose HELLO carries no ticket); a ticket the sender did not hand out gets no ack at
+        all: the connection is closed. A ticket registers at most 16 connections (then
+        OMC_ERR_BUSY), a token at most once per ticket (then OMC_ERR_EXISTS).
+      A sender keeps at most 64 connections waiting for their hello (a new one closes the
+      oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS,
+      and serves a PULL only on a connection registered with the ticket of the PULL's own
+      side-channel session (otherwise: ERROR OMC_ERR_CONNECTION, nothing written).
       per transfer, sender -> receiver: a 24-byte header, exactly size payload bytes, and an
       8-byte trailer:
         header:
@@ -4218,6 +4236,15 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
 #ifndef OMNICONN_TCP_INLINE
     #define OMNICONN_TCP_INLINE ((uint32_t)256 << 10)   /* bytes the listener writes before a worker takes over */
 #endif
+#ifndef OMNICONN_TCP_IDLE_MS
+    #define OMNICONN_TCP_IDLE_MS 120000     /* a sender closes a data connection idle this long */
+#endif
+#ifndef OMNICONN_TCP_MAX_PUSH_MS
+    #define OMNICONN_TCP_MAX_PUSH_MS 600000 /* the longest budget a sender grants one push */
+#endif
+#ifndef OMNICONN_TCP_STALL_MS
+    #define OMNICONN_TCP_STALL_MS 5000      /* a push whose receiver takes no byte this long is aborted */
+#endif
 
 #define OMC__DP_TCP  1
 #define OMC__DP_RDMA 2
@@ -4250,6 +4277,8 @@ struct omc__dp_push {
     void (*commit)(const omc__dp_push* p);  /* every byte is in place: record the read, unpin */
     void* commit_ctx;                   /* the connector's */
     uint64_t resume;                    /* TCP: stream bytes the listener's non-blocking start moved */
+    const uint8_t* channel;             /* the side-channel session that sent the PULL (its ZMQ */
+    uint32_t channel_len;               /* routing id): a plane binds its connections to it */
 };
 
 /* What a receiver-side plane learns about a sender from its HELLO. */
@@ -4259,6 +4288,8 @@ typedef struct omc__dp_peer {
     uint64_t incarnation;
     const uint8_t* record;              /* the sender's record of this plane's kind, or NULL */
     uint32_t record_len;
+    const uint8_t* ticket;              /* the sender's data-connection ticket record, or NULL */
+    uint32_t ticket_len;
 } omc__dp_peer;
 
 #define OMC__DP_FLAG_TRY_NOW       0x1u     /* tx_try starts a push on the listener without blocking */
@@ -4622,7 +4653,10 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_DATA_MAGIC  0x44434D4Fu    /* "OMCD" */
 #define OMC__TCP_END_MAGIC   0x45434D4Fu    /* "OMCE" */
 #define OMC__TCP_TRAILER_SIZE 8
-#define OMC__TCP_HELLO_SIZE  24
+#define OMC__TCP_HELLO_SIZE  40         /* version 2: with the ticket */
+#define OMC__TCP_HELLO1_SIZE 24         /* version 1 (no ticket): refused by a sender now */
+#define OMC__TCP_TICKET_SIZE 16         /* the per-channel ticket of the sender's HELLO */
+#define OMC__REC_TICKET      0x0100u    /* HELLO record type: the data-connection ticket */
 #define OMC__TCP_ACK_SIZE    8
 #define OMC__TCP_HEADER_SIZE 24
 
@@ -4638,20 +4672,34 @@ OMC__PRIVATE omc_result omc__tcp_record_decode(const uint8_t* v, uint32_t n, uin
     return OMC_OK;
 }
 
-OMC__PRIVATE void omc__tcp_hello_encode(uint8_t* p, uint64_t token, uint64_t incarnation) {
+/* The data hello, version 2 (40 bytes); ticket NULL writes version 1 (24 bytes, what a sender
+   of the first release expects). */
+OMC__PRIVATE void omc__tcp_hello_encode(uint8_t* p, uint64_t token, uint64_t incarnation, const uint8_t* ticket) {
     omc__put_u32(p, OMC__TCP_HELLO_MAGIC);
-    omc__put_u16(p + 4, 1);
+    omc__put_u16(p + 4, ticket ? 2 : 1);
     omc__put_u16(p + 6, 0);
     omc__put_u64(p + 8, token);
     omc__put_u64(p + 16, incarnation);
+    if (ticket) memcpy(p + 24, ticket, OMC__TCP_TICKET_SIZE);
 }
 
-OMC__PRIVATE omc_result omc__tcp_hello_decode(const uint8_t* p, size_t n, uint64_t* token, uint64_t* incarnation) {
-    if (n != OMC__TCP_HELLO_SIZE || omc__get_u32(p) != OMC__TCP_HELLO_MAGIC) return OMC_ERR_MALFORMED;
-    if (omc__get_u16(p + 4) != 1) return OMC_ERR_VERSION;
+/* The first 8 bytes of a data hello: OMC_OK if they start a version-2 hello. */
+OMC__PRIVATE omc_result omc__tcp_hello_start(const uint8_t* p, size_t n) {
+    if (n < 8 || omc__get_u32(p) != OMC__TCP_HELLO_MAGIC) return OMC_ERR_MALFORMED;
+    if (omc__get_u16(p + 4) != 2) return OMC_ERR_VERSION;
+    if (omc__get_u16(p + 6) != 0) return OMC_ERR_MALFORMED;
+    return OMC_OK;
+}
+
+/* A whole version-2 hello; ticket (16 bytes) receives the ticket it presents. */
+OMC__PRIVATE omc_result omc__tcp_hello_decode(const uint8_t* p, size_t n, uint64_t* token, uint64_t* incarnation, uint8_t* ticket) {
+    omc_result r = omc__tcp_hello_start(p, n);
+    if (r != OMC_OK) return r;
+    if (n != OMC__TCP_HELLO_SIZE) return OMC_ERR_MALFORMED;
     *token = omc__get_u64(p + 8);
     *incarnation = omc__get_u64(p + 16);
-    if (omc__get_u16(p + 6) != 0 || *token == 0) return OMC_ERR_MALFORMED;
+    memcpy(ticket, p + 24, OMC__TCP_TICKET_SIZE);
+    if (*token == 0) return OMC_ERR_MALFORMED;
     return OMC_OK;
 }
 
@@ -4877,8 +4925,25 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 #define OMC__TCP_MAX_PENDING 64         /* accepted connections still owing their hello */
 #define OMC__TCP_MAX_CONNS   4096       /* registered data connections per sender */
 #define OMC__TCP_HELLO_MS    5000       /* a connection must say hello within this */
+#define OMC__TCP_MAX_TICKETS 4096       /* tickets (side-channel sessions) a sender remembers */
+#define OMC__TCP_PER_TICKET  16         /* data connections one ticket may register */
+#define OMC__TCP_TICKET_IDLE_MS 600000  /* a ticket with no data connection lives this long */
+#define OMC__TCP_PAUSE_MS    100        /* accept() out of descriptors: stop polling the port this long */
+#define OMC__TCP_FLOOD_LOG_MS 10000     /* at most one WARN per kind of flood per this interval */
 
 enum { OMC__TCONN_PENDING = 0, OMC__TCONN_IDLE, OMC__TCONN_BUSY, OMC__TCONN_DEAD };
+
+/* A ticket: handed to one side-channel session (a ZMQ routing id) in the HELLO answer, and
+   required in the data hello: a data connection belongs to the session whose ticket it showed,
+   and only a PULL from that session may name it. */
+typedef struct omc__tcp_ticket {
+    struct omc__tcp_ticket* next;
+    uint8_t ticket[OMC__TCP_TICKET_SIZE];
+    uint32_t rid_len;
+    uint8_t rid[256];
+    uint32_t nconns;                    /* registered data connections that showed it */
+    omc_time_ns last_used;
+} omc__tcp_ticket;
 
 typedef struct omc__tcp_conn {
     struct omc__tcp_conn* next;
@@ -4886,7 +4951,10 @@ typedef struct omc__tcp_conn {
     int state;                          /* OMC__TCONN_* (under the plane's mu) */
     uint64_t token;
     uint64_t incarnation;               /* the receiver's */
+    omc__tcp_ticket* ticket;            /* registered connections: the session it belongs to */
+    uint8_t key[OMC__TCP_TICKET_SIZE + 8];  /* ticket | token: its name in the plane's map */
     omc_time_ns hello_deadline;
+    omc_time_ns idle_since;
     uint32_t hello_got;
     uint8_t hello[OMC__TCP_HELLO_SIZE];
 } omc__tcp_conn;
@@ -4899,8 +4967,15 @@ typedef struct omc__tcp_plane {
     pthread_mutex_t mu;
     pthread_cond_t idle_cv;             /* a busy connection became idle */
     omc__tcp_conn* conns;               /* every accepted connection */
-    omc__smap tokens;                   /* token (8 bytes) -> registered connection */
+    omc__smap tokens;                   /* ticket | token (24 bytes) -> registered connection */
+    omc__tcp_ticket* tickets;           /* every ticket, newest first */
+    omc__smap by_ticket, by_rid;        /* ticket -> ticket; routing id -> ticket */
+    uint32_t ntickets;
     uint32_t npending;
+    omc_time_ns paused_until;           /* listener only: accept() ran out of descriptors */
+    omc_time_ns next_sweep;             /* listener only: idle connections and tickets */
+    omc_time_ns flood_logged[3];        /* listener only: out of descriptors, pending full, bad hellos */
+    uint64_t flood_quiet[3];            /* events since that log line */
     uint64_t nregistered;               /* atomic: for health */
     uint64_t protocol_errors;           /* atomic */
 } omc__tcp_plane;
@@ -4909,6 +4984,8 @@ typedef struct omc__tcp_plane {
 typedef struct omc__tcp_rx {
     int fd;                             /* -1 until the first PULL */
     uint64_t token;
+    int has_ticket;                     /* the sender's HELLO carried a ticket (every sender */
+    uint8_t ticket[OMC__TCP_TICKET_SIZE];   /* but one of the first release does) */
     char host[OMC_TCP_HOST_MAX];
     uint16_t port;
     uint32_t hdr_got, trl_got;
@@ -4949,24 +5026,114 @@ OMC__PRIVATE omc_result omc__tcp_listen(omc__tcp_plane* T, const char* bind_host
     return OMC_OK;
 }
 
+/* A flood (0 out of descriptors, 1 too many connections, 2 bad hellos) is logged at most once
+   per OMC__TCP_FLOOD_LOG_MS, saying how many events the quiet time hid (listener only). */
+OMC__PRIVATE int omc__tcp_flood(omc__tcp_plane* T, int kind, unsigned long long* hidden) {
+    omc_time_ns now = omc_now_ns();
+    T->flood_quiet[kind]++;
+    if (T->flood_logged[kind] && now - T->flood_logged[kind] < (omc_time_ns)OMC__TCP_FLOOD_LOG_MS * 1000000LL) return 0;
+    T->flood_logged[kind] = now;
+    *hidden = (unsigned long long)(T->flood_quiet[kind] - 1);
+    T->flood_quiet[kind] = 0;
+    return 1;
+}
+
+/* Forget a registered connection's name and its place in its ticket's count (holds mu). */
+OMC__PRIVATE void omc__tcp_unregister(omc__tcp_plane* T, omc__tcp_conn* c) {
+    if (!c->ticket) return;
+    if (omc__smap_get(&T->tokens, (const char*)c->key, sizeof(c->key)) == c) omc__smap_del(&T->tokens, &T->hooks, (const char*)c->key, sizeof(c->key));
+    omc__sub(&T->nregistered, 1u);
+    c->ticket->nconns--;
+    c->ticket->last_used = omc_now_ns();
+    c->ticket = NULL;
+}
+
 /* Close and free one connection (caller holds mu; the connection is unlinked here). */
 OMC__PRIVATE void omc__tcp_conn_free(omc__tcp_plane* T, omc__tcp_conn* c) {
     omc__tcp_conn** pp;
     for (pp = &T->conns; *pp; pp = &(*pp)->next)
         if (*pp == c) { *pp = c->next; break; }
     if (c->state == OMC__TCONN_PENDING) T->npending--;
-    if ((c->state == OMC__TCONN_IDLE || c->state == OMC__TCONN_BUSY) && omc__smap_get(&T->tokens, (const char*)&c->token, 8) == c) {
-        omc__smap_del(&T->tokens, &T->hooks, (const char*)&c->token, 8);
-        omc__sub(&T->nregistered, 1u);
-    }
+    omc__tcp_unregister(T, c);
     if (c->fd >= 0) close(c->fd);
     omc__free(&T->hooks, c);
 }
 
+/* Drop a ticket nobody uses (holds mu). */
+OMC__PRIVATE void omc__tcp_ticket_free(omc__tcp_plane* T, omc__tcp_ticket* t) {
+    omc__tcp_ticket** pp;
+    for (pp = &T->tickets; *pp; pp = &(*pp)->next)
+        if (*pp == t) { *pp = t->next; break; }
+    omc__smap_del(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE);
+    omc__smap_del(&T->by_rid, &T->hooks, (const char*)t->rid, t->rid_len);
+    T->ntickets--;
+    omc__free(&T->hooks, t);
+}
+
+/* The ticket of a side-channel session (its ZMQ routing id), made on its first HELLO: 16 random
+   bytes, answered inside the HELLO reply (CURVE-encrypted when CURVE is on). A full table drops
+   the ticket unused longest; OMC_ERR_BUSY if every ticket has data connections. */
+OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, uint8_t* out) {
+    omc__tcp_ticket *t, *old = NULL;
+    omc_result r = OMC_OK;
+    if (T->listen_fd < 0 || rid_len == 0 || rid_len > 255) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&T->mu);
+    t = (omc__tcp_ticket*)omc__smap_get(&T->by_rid, (const char*)rid, rid_len);
+    if (!t && T->ntickets >= OMC__TCP_MAX_TICKETS) {
+        for (t = T->tickets; t; t = t->next)
+            if (t->nconns == 0 && (!old || t->last_used < old->last_used)) old = t;
+        if (old) omc__tcp_ticket_free(T, old);
+        t = NULL;
+    }
+    if (!t && T->ntickets >= OMC__TCP_MAX_TICKETS) r = OMC_ERR_BUSY;
+    else if (!t) {
+        t = (omc__tcp_ticket*)omc__calloc(&T->hooks, sizeof(*t));
+        if (!t) r = OMC_ERR_NO_MEMORY;
+        else {
+            do { omc__random_bytes(t->ticket, sizeof(t->ticket)); } while (omc__smap_get(&T->by_ticket, (const char*)t->ticket, OMC__TCP_TICKET_SIZE));
+            t->rid_len = rid_len;
+            memcpy(t->rid, rid, rid_len);
+            if (omc__smap_put(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE, t) != OMC_OK) r = OMC_ERR_NO_MEMORY;
+            else if (omc__smap_put(&T->by_rid, &T->hooks, (const char*)rid, rid_len, t) != OMC_OK) {
+                omc__smap_del(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE);
+                r = OMC_ERR_NO_MEMORY;
+            }
+            if (r != OMC_OK) { omc__free(&T->hooks, t); t = NULL; }
+            else { t->next = T->tickets; T->tickets = t; T->ntickets++; }
+        }
+    }
+    if (t) { t->last_used = omc_now_ns(); memcpy(out, t->ticket, OMC__TCP_TICKET_SIZE); }
+    pthread_mutex_unlock(&T->mu);
+    return r;
+}
+
+/* Once a second (listener): close registered connections idle longer than OMNICONN_TCP_IDLE_MS
+   (a receiver drops its cached channels well before) and forget tickets nobody used for
+   OMC__TCP_TICKET_IDLE_MS. Holds mu. */
+OMC__PRIVATE void omc__tcp_sweep(omc__tcp_plane* T, omc_time_ns now) {
+    omc__tcp_conn *c, *next;
+    omc__tcp_ticket *t, *tn;
+    if (now < T->next_sweep) return;
+    T->next_sweep = now + 1000000000LL;
+    for (c = T->conns; c; c = next) {
+        next = c->next;
+        if (c->state == OMC__TCONN_IDLE && now - c->idle_since > (omc_time_ns)OMNICONN_TCP_IDLE_MS * 1000000LL) {
+            OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data port: connection idle for %d ms, closed", (int)OMNICONN_TCP_IDLE_MS);
+            omc__tcp_conn_free(T, c);
+        }
+    }
+    for (t = T->tickets; t; t = tn) {
+        tn = t->next;
+        if (t->nconns == 0 && now - t->last_used > (omc_time_ns)OMC__TCP_TICKET_IDLE_MS * 1000000LL) omc__tcp_ticket_free(T, t);
+    }
+}
+
 /* Listener: fill poll items for the data port and the connections it watches; who[i] is the
-   connection of item i (NULL for the data port). Reaps dead connections first. */
+   connection of item i (NULL for the data port). Reaps dead connections first; leaves the data
+   port out while accept() is paused for lack of descriptors. */
 OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, omc__tcp_conn** who, int max) {
     omc__tcp_conn *c, *next;
+    omc_time_ns now = omc_now_ns();
     int n = 0;
     if (T->listen_fd < 0 || max < 1) return 0;
     pthread_mutex_lock(&T->mu);
@@ -4974,10 +5141,13 @@ OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, omc__tc
         next = c->next;
         if (c->state == OMC__TCONN_DEAD) omc__tcp_conn_free(T, c);
     }
-    items[n].fd = T->listen_fd;
-    items[n].events = POLLIN;
-    items[n].revents = 0;
-    who[n++] = NULL;
+    omc__tcp_sweep(T, now);
+    if (now >= T->paused_until) {
+        items[n].fd = T->listen_fd;
+        items[n].events = POLLIN;
+        items[n].revents = 0;
+        who[n++] = NULL;
+    }
     for (c = T->conns; c && n < max; c = c->next) {
         if (c->state != OMC__TCONN_PENDING && c->state != OMC__TCONN_IDLE) continue;
         items[n].fd = c->fd;
@@ -4989,24 +5159,50 @@ OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, omc__tc
     return n;
 }
 
-/* Listener: accept what is waiting on the data port. */
+/* The connection that has waited longest for its hello, or NULL (holds mu). It has shown
+   nothing yet, so a newer connection may take its place. */
+OMC__PRIVATE omc__tcp_conn* omc__tcp_oldest_pending(omc__tcp_plane* T) {
+    omc__tcp_conn *c, *old = NULL;
+    for (c = T->conns; c; c = c->next)
+        if (c->state == OMC__TCONN_PENDING) old = c;     /* the list is newest first */
+    return old;
+}
+
+/* Listener: accept what is waiting on the data port. Out of descriptors (EMFILE, ENFILE): the
+   oldest connection still owing its hello is closed and the port is not polled for
+   OMC__TCP_PAUSE_MS, so a flood costs neither a spinning core nor a log line per event. */
 OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
+    unsigned long long hidden = 0;
     for (;;) {
         omc__tcp_conn* c;
         int fd = accept4(T->listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EINTR) continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "accept on the data port: %s", strerror(errno));
+            int e = errno;
+            if (e == EINTR) continue;
+            if (e == EAGAIN || e == EWOULDBLOCK) return;
+            if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+                T->paused_until = omc_now_ns() + (omc_time_ns)OMC__TCP_PAUSE_MS * 1000000LL;
+                pthread_mutex_lock(&T->mu);
+                c = omc__tcp_oldest_pending(T);
+                if (c) omc__tcp_conn_free(T, c);
+                pthread_mutex_unlock(&T->mu);
+            }
+            if (omc__tcp_flood(T, 0, &hidden))
+                OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
+                         "data port %u: accept failed (%s): retrying in %d ms%s (%llu more since the last report)", (unsigned)T->port,
+                         strerror(e), OMC__TCP_PAUSE_MS, e == EMFILE || e == ENFILE ? "; raise the descriptor limit (ulimit -n)" : "", hidden);
             return;
         }
         pthread_mutex_lock(&T->mu);
-        if (T->npending >= OMC__TCP_MAX_PENDING || omc__load(&T->nregistered) >= OMC__TCP_MAX_CONNS) {
+        if (omc__load(&T->nregistered) >= OMC__TCP_MAX_CONNS) {
             pthread_mutex_unlock(&T->mu);
-            OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port: too many connections, refusing one");
+            if (omc__tcp_flood(T, 1, &hidden))
+                OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port %u: %d data connections registered, refusing new ones (%llu more since the last report)",
+                         (unsigned)T->port, OMC__TCP_MAX_CONNS, hidden);
             close(fd);
             continue;
         }
+        if (T->npending >= OMC__TCP_MAX_PENDING && (c = omc__tcp_oldest_pending(T)) != NULL) omc__tcp_conn_free(T, c);
         c = (omc__tcp_conn*)omc__calloc(&T->hooks, sizeof(*c));
         if (!c) { pthread_mutex_unlock(&T->mu); close(fd); continue; }
         c->fd = fd;
@@ -5021,35 +5217,66 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
     }
 }
 
-/* Listener: a pending connection is readable: take its hello bytes; register when complete. */
+/* Listener, holds mu: refuse a data hello. An ack with the code for a hello that is not a
+   version-2 hello (a receiver of the first release learns why); nothing at all for a wrong
+   ticket (a port scanner learns nothing). Never registered, so never counted. */
+OMC__PRIVATE void omc__tcp_refuse(omc__tcp_plane* T, omc__tcp_conn* c, omc_result r, int ack_it) {
+    unsigned long long hidden = 0;
+    if (ack_it) {
+        uint8_t ack[OMC__TCP_ACK_SIZE];
+        ssize_t k;
+        omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
+        omc__put_u32(ack + 4, (uint32_t)(int32_t)r);
+        k = send(c->fd, ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)k;
+    }
+    if (r != OMC_ERR_BUSY) omc__add(&T->protocol_errors, 1u);
+    if (omc__tcp_flood(T, 2, &hidden))
+        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
+                 "data port %u: data hello refused (%s), connection closed%s (%llu more since the last report)", (unsigned)T->port,
+                 omc_result_str(r),
+                 r == OMC_ERR_AUTH ? ": no valid ticket (a data connection must show the ticket of a side-channel HELLO)"
+                 : r == OMC_ERR_VERSION ? ": the receiver predates data hello version 2; upgrade it"
+                 : r == OMC_ERR_BUSY ? ": too many data connections for one side-channel session" : "",
+                 hidden);
+    omc__tcp_conn_free(T, c);
+}
+
+/* Listener: a pending connection is readable: take its hello bytes; register when complete and
+   its ticket is one we handed out. */
 OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
-    uint8_t ack[OMC__TCP_ACK_SIZE];
+    uint8_t ack[OMC__TCP_ACK_SIZE], ticket[OMC__TCP_TICKET_SIZE];
+    omc__tcp_ticket* t;
     omc_result r;
     ssize_t k = recv(c->fd, c->hello + c->hello_got, OMC__TCP_HELLO_SIZE - c->hello_got, MSG_DONTWAIT);
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     if (k <= 0) { omc__tcp_conn_free(T, c); return; }
     c->hello_got += (uint32_t)k;
+    if (c->hello_got >= 8 && (r = omc__tcp_hello_start(c->hello, c->hello_got)) != OMC_OK) { omc__tcp_refuse(T, c, r, 1); return; }
     if (c->hello_got < OMC__TCP_HELLO_SIZE) return;
-    r = omc__tcp_hello_decode(c->hello, OMC__TCP_HELLO_SIZE, &c->token, &c->incarnation);
-    if (r == OMC_OK && omc__smap_get(&T->tokens, (const char*)&c->token, 8)) r = OMC_ERR_EXISTS;
-    if (r == OMC_OK) r = omc__smap_put(&T->tokens, &T->hooks, (const char*)&c->token, 8, c);
+    r = omc__tcp_hello_decode(c->hello, OMC__TCP_HELLO_SIZE, &c->token, &c->incarnation, ticket);
+    if (r != OMC_OK) { omc__tcp_refuse(T, c, r, 1); return; }
+    t = (omc__tcp_ticket*)omc__smap_get(&T->by_ticket, (const char*)ticket, OMC__TCP_TICKET_SIZE);
+    if (!t) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
+    if (t->nconns >= OMC__TCP_PER_TICKET) { omc__tcp_refuse(T, c, OMC_ERR_BUSY, 1); return; }
+    memcpy(c->key, ticket, OMC__TCP_TICKET_SIZE);
+    memcpy(c->key + OMC__TCP_TICKET_SIZE, c->hello + 8, 8);
+    if (omc__smap_get(&T->tokens, (const char*)c->key, sizeof(c->key))) { omc__tcp_refuse(T, c, OMC_ERR_EXISTS, 1); return; }
+    if (omc__smap_put(&T->tokens, &T->hooks, (const char*)c->key, sizeof(c->key), c) != OMC_OK) { omc__tcp_conn_free(T, c); return; }
     omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
-    omc__put_u32(ack + 4, (uint32_t)(int32_t)r);
+    omc__put_u32(ack + 4, 0);
     /* a fresh socket always has room for 8 bytes; anything else means it is already broken */
-    if (send(c->fd, ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack) && r == OMC_OK) {
-        omc__smap_del(&T->tokens, &T->hooks, (const char*)&c->token, 8);
-        r = OMC_ERR_CONNECTION;
-    }
-    if (r != OMC_OK) {
-        if (r == OMC_ERR_MALFORMED || r == OMC_ERR_VERSION || r == OMC_ERR_EXISTS) {
-            omc__add(&T->protocol_errors, 1u);
-            OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port: bad hello (%s), connection closed", omc_result_str(r));
-        }
+    if (send(c->fd, ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack)) {
+        omc__smap_del(&T->tokens, &T->hooks, (const char*)c->key, sizeof(c->key));
         omc__tcp_conn_free(T, c);
         return;
     }
     T->npending--;
     c->state = OMC__TCONN_IDLE;
+    c->idle_since = omc_now_ns();
+    c->ticket = t;
+    t->nconns++;
+    t->last_used = c->idle_since;
     omc__add(&T->nregistered, 1u);
 }
 
@@ -5078,7 +5305,7 @@ OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, 
     for (c = T->conns; c; c = next) {
         next = c->next;
         if (c->state == OMC__TCONN_PENDING && now >= c->hello_deadline) {
-            OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data port: no hello within %d ms, connection closed", OMC__TCP_HELLO_MS);
+            OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data port: no hello within %d ms, connection closed", OMC__TCP_HELLO_MS);
             omc__tcp_conn_free(T, c);
         }
     }
@@ -5089,7 +5316,10 @@ OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, 
 OMC__PRIVATE void omc__tcp_shutdown(omc__tcp_plane* T) {
     pthread_mutex_lock(&T->mu);
     while (T->conns) omc__tcp_conn_free(T, T->conns);
+    while (T->tickets) omc__tcp_ticket_free(T, T->tickets);
     omc__smap_free(&T->tokens, &T->hooks);
+    omc__smap_free(&T->by_ticket, &T->hooks);
+    omc__smap_free(&T->by_rid, &T->hooks);
     pthread_mutex_unlock(&T->mu);
     if (T->listen_fd >= 0) close(T->listen_fd);
     T->listen_fd = -1;
@@ -5160,30 +5390,36 @@ OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const 
    so it can never carry another one). The listener frees dead ones. */
 OMC__PRIVATE void omc__tcp_conn_release(omc__tcp_plane* T, omc__tcp_conn* c, int ok) {
     pthread_mutex_lock(&T->mu);
-    if (ok) c->state = OMC__TCONN_IDLE;
+    if (ok) { c->state = OMC__TCONN_IDLE; c->idle_since = omc_now_ns(); }
     else {
         shutdown(c->fd, SHUT_RDWR);
-        omc__smap_del(&T->tokens, &T->hooks, (const char*)&c->token, 8);
-        omc__sub(&T->nregistered, 1u);
+        omc__tcp_unregister(T, c);
         c->state = OMC__TCONN_DEAD;
     }
     pthread_cond_broadcast(&T->idle_cv);
     pthread_mutex_unlock(&T->mu);
 }
 
-/* The connection a PULL names. take = 1: wait (until the deadline) for it to be idle and mark
-   it busy - a receiver that has read a trailer may ask again before the pusher has marked the
+/* The connection a PULL names: the token in its descriptor, among the connections registered
+   with the ticket of the PULL's own side-channel session (a PULL can never name another
+   session's connection). take = 1: wait (until the deadline) for it to be idle and mark it busy
+   - a receiver that has read a trailer may ask again before the pusher has marked the
    connection idle. take = 0: the caller already owns it (a push the listener started). */
 OMC__PRIVATE omc_result omc__tcp_find_conn(omc__tcp_plane* T, const omc__dp_push* p, int take, int may_wait, omc__tcp_conn** out) {
-    omc__tcp_conn* c;
-    uint64_t token;
+    omc__tcp_conn* c = NULL;
+    omc__tcp_ticket* t;
+    uint8_t key[OMC__TCP_TICKET_SIZE + 8];
     omc_result r = OMC_OK;
     *out = NULL;
     if (p->desc_len != 8) return OMC_ERR_PROTOCOL;
-    token = omc__get_u64(p->desc);
     pthread_mutex_lock(&T->mu);
+    t = p->channel_len ? (omc__tcp_ticket*)omc__smap_get(&T->by_rid, (const char*)p->channel, p->channel_len) : NULL;
+    if (t) {
+        memcpy(key, t->ticket, OMC__TCP_TICKET_SIZE);
+        memcpy(key + OMC__TCP_TICKET_SIZE, p->desc, 8);
+    }
     for (;;) {
-        c = (omc__tcp_conn*)omc__smap_get(&T->tokens, (const char*)&token, 8);
+        c = t ? (omc__tcp_conn*)omc__smap_get(&T->tokens, (const char*)key, sizeof(key)) : NULL;
         if (!c) { r = OMC_ERR_CONNECTION; break; }
         if (!take) { if (c->state != OMC__TCONN_BUSY) r = OMC_ERR_INTERNAL; break; }
         if (c->state == OMC__TCONN_IDLE) { c->state = OMC__TCONN_BUSY; break; }
@@ -5195,8 +5431,8 @@ OMC__PRIVATE omc_result omc__tcp_find_conn(omc__tcp_plane* T, const omc__dp_push
     pthread_mutex_unlock(&T->mu);
     if (r == OMC_OK) *out = c;
     else if (r == OMC_ERR_CONNECTION)
-        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "push %llu: no data connection with token %016llx",
-                 (unsigned long long)p->transfer_id, (unsigned long long)token);
+        OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "push %llu: this side-channel session has no data connection with token %016llx",
+                 (unsigned long long)p->transfer_id, (unsigned long long)omc__get_u64(p->desc));
     return r;
 }
 
@@ -5268,6 +5504,9 @@ OMC__PRIVATE omc_result omc__tcp_rx_ready(void* user, void* chan, const omc__dp_
     (void)user; (void)deadline;
     if (!peer->record) return OMC_ERR_UNAVAILABLE;
     if (omc__tcp_record_decode(peer->record, peer->record_len, &x->port, x->host, sizeof(x->host)) != OMC_OK) return OMC_ERR_PROTOCOL;
+    if (peer->ticket && peer->ticket_len != OMC__TCP_TICKET_SIZE) return OMC_ERR_PROTOCOL;
+    x->has_ticket = peer->ticket != NULL;
+    if (peer->ticket) memcpy(x->ticket, peer->ticket, OMC__TCP_TICKET_SIZE);
     if (!x->host[0]) snprintf(x->host, sizeof(x->host), "%s", peer->host);
     return OMC_OK;
 }
@@ -5291,8 +5530,8 @@ OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, o
         return r;
     }
     do { x->token = omc__random_u64(); } while (x->token == 0);
-    omc__tcp_hello_encode(hello, x->token, omc_incarnation());
-    r = omc__fd_write_all(x->fd, hello, sizeof(hello), deadline, NULL);
+    omc__tcp_hello_encode(hello, x->token, omc_incarnation(), x->has_ticket ? x->ticket : NULL);
+    r = omc__fd_write_all(x->fd, hello, x->has_ticket ? OMC__TCP_HELLO_SIZE : OMC__TCP_HELLO1_SIZE, deadline, NULL);
     if (r == OMC_OK) r = omc__fd_read_all(x->fd, ack, sizeof(ack), deadline);
     if (r == OMC_OK && (omc__get_u32(ack) != OMC__TCP_ACK_MAGIC || omc__get_u32(ack + 4) != 0)) r = OMC_ERR_PROTOCOL;
     if (r != OMC_OK) {
@@ -5636,6 +5875,8 @@ OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KE
 #define OMC__NET_MAX_PEERS   4096       /* senders a receiver remembers */
 #define OMC__NET_HANDSHAKE_MS 10000     /* a ZMTP handshake (incl. CURVE) must finish within this */
 #define OMC__NET_RETRY_MS    100        /* pause before a failed sender is asked again */
+#define OMC__NET_CHAN_IDLE_MS 60000     /* a receiver drops a channel cached longer (before its
+                                           sender closes the data connection or forgets the ticket) */
 #define OMC__NET_REQUERY_MS  5          /* at least this between two QUERYs to one sender */
 #define OMC__NET_MON_EVENTS  (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
 
@@ -5708,6 +5949,7 @@ struct omc__net_chan {
     uint64_t xfer;                      /* the get using the channel now */
     omc_time_ns deadline;               /* that get's deadline */
     int hs_failed;                      /* the monitor saw a failed handshake */
+    omc_time_ns idle_since;             /* when it went back into the cache */
 };
 
 struct omc__net {
@@ -5865,6 +6107,8 @@ OMC__PRIVATE void omc__net_job_push(omc__net* N, omc__net_job* j, omc__dp_push* 
     p->commit = omc__net_commit;
     p->commit_ctx = j;
     p->resume = j->resume;
+    p->channel = j->rid;
+    p->channel_len = j->rid_len;
 }
 
 /* A job has ended (listener thread): settle the entry, answer DONE or ERROR, free the job. */
@@ -5928,6 +6172,12 @@ OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t ri
         const uint8_t* theirs = omc__wire_find_record(in, p->vt->kind, &theirs_len);
         if (p->vt->tx_hello && p->vt->tx_hello(p->user, theirs, theirs_len, val, sizeof(val), &vlen) == OMC_OK)
             omc__wire_add_record(recs, sizeof(recs), &rlen, &count, p->vt->kind, val, vlen);
+    }
+    if (N->tcp.listen_fd >= 0) {    /* the session's ticket: its data connections must show it */
+        uint8_t ticket[OMC__TCP_TICKET_SIZE];
+        omc_result r = omc__tcp_ticket_issue(&N->tcp, rid, rid_len, ticket);
+        if (r == OMC_OK) omc__wire_add_record(recs, sizeof(recs), &rlen, &count, OMC__REC_TICKET, ticket, sizeof(ticket));
+        else OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "HELLO answered without a data ticket (%s): that receiver cannot pull", omc_result_str(r));
     }
     memset(&m, 0, sizeof(m));
     m.type = OMC__MSG_HELLO;
@@ -6496,7 +6746,8 @@ OMC__PRIVATE omc_result omc__net_chan_checkout(omc__net* N, omc__net_peer* p, om
         if (ch) { p->idle = ch->next; p->nidle--; ch->next = NULL; }
         pthread_mutex_unlock(&N->peer_mu);
         if (!ch) break;
-        if (!ch->dp->vt->rx_reusable || ch->dp->vt->rx_reusable(ch->dp->user, ch->dpc)) {
+        if (omc_now_ns() - ch->idle_since < (omc_time_ns)OMC__NET_CHAN_IDLE_MS * 1000000LL &&
+            (!ch->dp->vt->rx_reusable || ch->dp->vt->rx_reusable(ch->dp->user, ch->dpc))) {
             ch->hs_failed = 0;
             *out = ch;
             *fresh = 0;
@@ -6516,6 +6767,7 @@ OMC__PRIVATE void omc__net_chan_checkin(omc__net* N, omc__net_chan* ch, int soun
         pthread_mutex_lock(&N->peer_mu);
         if (p->nidle < N->max_idle && p->incarnation == ch->incarnation) {
             ch->next = p->idle;
+            ch->idle_since = omc_now_ns();
             p->idle = ch;
             p->nidle++;
             keep = 1;
@@ -6592,6 +6844,7 @@ OMC__PRIVATE omc_result omc__net_chan_on_hello(omc__net* N, omc__net_chan* ch, c
     dpeer.port = p->port;
     dpeer.incarnation = m->incarnation;
     dpeer.record = omc__wire_find_record(m, ch->dp->vt->kind, &dpeer.record_len);
+    dpeer.ticket = omc__wire_find_record(m, OMC__REC_TICKET, &dpeer.ticket_len);
     r = ch->dp->vt->rx_ready(ch->dp->user, ch->dpc, &dpeer, ch->deadline);
     if (r == OMC_ERR_UNAVAILABLE && ch->dp != &N->planes[0]) {
         ch->dp->vt->rx_close(ch->dp->user, ch->dpc);

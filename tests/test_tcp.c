@@ -652,7 +652,7 @@ OMC_TEST(tcp_garbage_on_the_listener) {
     fd = raw_connect(dport);
     if (fd >= 0) {
         uint8_t h[OMC__TCP_HELLO_SIZE], ack[8];
-        omc__tcp_hello_encode(h, 42, 1);
+        omc__tcp_hello_encode(h, 42, 1, NULL);
         h[0] ^= 0xFF;
         CHECK(write(fd, h, sizeof(h)) == (ssize_t)sizeof(h));
         CHECK(read(fd, ack, sizeof(ack)) == 8 && (int32_t)omc__get_u32(ack + 4) == OMC_ERR_MALFORMED);
@@ -869,7 +869,7 @@ static void* fake_main(void* arg) {
         it[1].fd = f->lfd; it[1].events = ZMQ_POLLIN;
         if (zmq_poll(it, n, 50) <= 0) continue;
         if (it[1].revents) {    /* a data connection: take its hello, ack it */
-            uint8_t h[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE];
+            uint8_t h[OMC__TCP_HELLO1_SIZE], ack[OMC__TCP_ACK_SIZE];   /* a sender of the first release: no ticket */
             int fd = accept(f->lfd, NULL, NULL);
             if (fd >= 0 && recv(fd, h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
                 omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
