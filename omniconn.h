@@ -94,7 +94,8 @@ STEP BY STEP: THE PIECES OF THE CORE
        put(from_stage, to_stage, key, payload) -> metadata blob (binary; omc_meta_to_text gives a
        printable form for JSON or a text queue). get(from_stage, to_stage, key, metadata or NULL,
        deadline) -> a zero-copy buffer you release (or omc_conn_get_copy into your memory).
-       cleanup(key), health(), close() (idempotent) and destroy(). Keys are qualified internally
+       cleanup(key), health(), close() (idempotent) and destroy(). health() counts a failed
+       call in errors, except a timed-out one, which counts only in timeouts. Keys are qualified internally
        by both stage names, so "req-1" from stage 0->1 and from 1->2 never collide.
        - Fan-out: payload.readers = N. The data stays until the N-th get has released its view,
          or until its TTL passes; a TTL never frees a range that a reader still holds.
@@ -988,7 +989,9 @@ typedef struct omc_health {
     omc_role role;
     uint64_t puts, gets, releases;
     uint64_t bytes_put, bytes_got;
-    uint64_t errors, timeouts, ttl_reclaims;
+    uint64_t errors;            /* failed calls, timeouts not included */
+    uint64_t timeouts;          /* calls that failed with OMC_ERR_TIMEOUT (counted only here) */
+    uint64_t ttl_reclaims;
     uint64_t live_entries;      /* puts not yet fully consumed */
     uint64_t pool_capacity, pool_in_use;
     omc_result last_error;
@@ -3005,8 +3008,8 @@ OMC__PRIVATE void omc__conn_fail(omc_conn* c, omc_result r, const char* fmt, ...
 OMC__PRIVATE void omc__conn_count_error(omc_conn* c, omc_result r, const char* op, const char* qkey, uint32_t qlen) {
     char printable[OMC_KEY_MAX];
     uint32_t i;
-    omc__add(&c->errors, 1u);
-    if (r == OMC_ERR_TIMEOUT) omc__add(&c->timeouts, 1u);
+    /* a timeout is counted once, as a timeout (as vLLM-Omni's connectors count it) */
+    omc__add(r == OMC_ERR_TIMEOUT ? &c->timeouts : &c->errors, 1u);
     for (i = 0; i < qlen && i < OMC_KEY_MAX - 1; i++) printable[i] = qkey[i] == '\x1f' ? '/' : qkey[i];
     printable[i] = '\0';
     omc__conn_fail(c, r, "%s %s: %s", op, printable, omc_result_str(r));
@@ -5344,6 +5347,7 @@ OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const 
                                               const int* abort) {
     const uint8_t* seg[3];
     uint64_t seglen[3], moved = 0;
+    omc_time_ns progress = blocking ? omc_now_ns() : 0;    /* last time the receiver took a byte */
     seg[0] = hdr; seglen[0] = OMC__TCP_HEADER_SIZE;
     seg[1] = src; seglen[1] = size;
     seg[2] = trl; seglen[2] = OMC__TCP_TRAILER_SIZE;
@@ -5373,6 +5377,7 @@ OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const 
         if (k > 0) {
             *pos += (uint64_t)k;
             moved += (uint64_t)k;
+            if (blocking) progress = omc_now_ns();
             if (!blocking && moved >= budget && *pos < end) return OMC_ERR_BUSY;
         } else if (k < 0 && errno == EINTR) {
         } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -5381,6 +5386,8 @@ OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const 
         if (blocking && *pos < end) {
             if (abort && omc__load(abort)) return (omc_result)omc__load(abort);
             if (omc__deadline_passed(deadline)) return OMC_ERR_TIMEOUT;
+            /* a receiver that takes nothing for OMNICONN_TCP_STALL_MS is dead or hostile */
+            if (omc_now_ns() - progress > (omc_time_ns)OMNICONN_TCP_STALL_MS * 1000000LL) return OMC_ERR_TIMEOUT;
         }
     }
     return OMC_OK;
@@ -5469,7 +5476,12 @@ OMC__PRIVATE omc_result omc__tcp_tx_push(void* user, const omc__dp_push* p) {
     uint8_t hdr[OMC__TCP_HEADER_SIZE], trl[OMC__TCP_TRAILER_SIZE];
     uint64_t pos = p->resume, end = OMC__TCP_HEADER_SIZE + p->size;
     omc__tcp_conn* c;
-    omc_result r = omc__tcp_find_conn(T, p, p->resume == 0, 1, &c);
+    omc_result r;
+    if (p->abort && omc__load(p->abort)) {      /* aborted before it got a worker */
+        if (p->resume && omc__tcp_find_conn(T, p, 0, 0, &c) == OMC_OK) omc__tcp_conn_release(T, c, 0);
+        return (omc_result)omc__load(p->abort);
+    }
+    r = omc__tcp_find_conn(T, p, p->resume == 0, 1, &c);
     if (r != OMC_OK) return r == OMC_ERR_BUSY ? OMC_ERR_CONNECTION : r;
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
     omc__put_u32(trl, OMC__TCP_END_MAGIC);
@@ -5985,6 +5997,7 @@ struct omc__net {
     pthread_mutex_t job_mu;
     pthread_cond_t job_cv;
     omc__net_job* queue;
+    omc__net_job* running;              /* jobs a worker is pushing now (under job_mu) */
     omc__net_job** queue_tail;
     omc__net_job* done;
     struct pollfd* items;               /* listener poll set, grown as needed */
@@ -6344,7 +6357,9 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     memcpy(job->rid, rid, rid_len);
     job->desc_len = in->desc_len;
     if (in->desc_len) memcpy(job->desc, in->desc, in->desc_len);
-    job->deadline = omc_now_ns() + (in->budget_ms ? (omc_time_ns)in->budget_ms * 1000000LL : omc__net_seed_budget_ns(job->size));
+    /* the receiver's budget (or the seed's rule), never more than OMNICONN_TCP_MAX_PUSH_MS */
+    job->deadline = omc_now_ns() + omc__min(in->budget_ms ? (omc_time_ns)in->budget_ms * 1000000LL : omc__net_seed_budget_ns(job->size),
+                                            (omc_time_ns)OMNICONN_TCP_MAX_PUSH_MS * 1000000LL);
     job->owner = N;
     job->next_live = N->live;
     N->live = job;
@@ -6364,12 +6379,45 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     pthread_mutex_unlock(&N->job_mu);
 }
 
+/* Take a job out of the workers' queue if no worker has taken it yet (listener). */
+OMC__PRIVATE int omc__net_unqueue(omc__net* N, omc__net_job* j) {
+    omc__net_job** pp;
+    int found = 0;
+    pthread_mutex_lock(&N->job_mu);
+    for (pp = &N->queue; *pp; pp = &(*pp)->next)
+        if (*pp == j) {
+            *pp = j->next;
+            if (!*pp) N->queue_tail = pp;
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&N->job_mu);
+    return found;
+}
+
+/* ABORT: a push in progress stops at its next wait; a push still queued is dropped now - its
+   pin released and, if the listener had started it, its data connection closed (the plane's
+   tx_push with abort set does that without blocking). */
 OMC__PRIVATE void omc__net_on_abort(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
     omc__net_job* j;
     omc__net_held** pp = &N->held;
-    for (j = N->live; j; j = j->next_live)
-        if (j->xfer == in->xfer && j->rid_len == rid_len && memcmp(j->rid, rid, rid_len) == 0)
+    for (j = N->live; j; ) {
+        if (j->xfer == in->xfer && j->rid_len == rid_len && memcmp(j->rid, rid, rid_len) == 0 && !omc__load(&j->abort)) {
             omc__store(&j->abort, (int)OMC_ERR_TIMEOUT);
+            if (omc__net_unqueue(N, j)) {
+                if (j->resume) {
+                    omc__dp_push p;
+                    omc__net_job_push(N, j, &p);
+                    j->dp->vt->tx_push(j->dp->user, &p);
+                }
+                j->result = OMC_ERR_TIMEOUT;
+                omc__net_finish(N, j, 0);   /* unlinks and frees j: walk again from the start */
+                j = N->live;
+                continue;
+            }
+        }
+        j = j->next_live;
+    }
     while (*pp) {
         omc__net_held* h = *pp;
         if (h->xfer == in->xfer && h->rid_len == rid_len && memcmp(h->rid, rid, rid_len) == 0) {
@@ -6585,25 +6633,47 @@ static void* omc__net_listener_main(void* arg) {
     return NULL;
 }
 
+/* The first queued job whose side-channel session has no push running (holds job_mu), taken
+   out of the queue. One push at a time per session: a receiver's channel has at most one
+   transfer in flight anyway, so only a peer that misbehaves waits here - and it cannot hold
+   more than one worker, whatever budget it asks for. */
+OMC__PRIVATE omc__net_job* omc__net_pick(omc__net* N) {
+    omc__net_job **pp, *r;
+    for (pp = &N->queue; *pp; pp = &(*pp)->next) {
+        omc__net_job* j = *pp;
+        for (r = N->running; r; r = r->next)
+            if (r->rid_len == j->rid_len && memcmp(r->rid, j->rid, j->rid_len) == 0) break;
+        if (r) continue;
+        *pp = j->next;
+        if (!*pp) N->queue_tail = pp;
+        return j;
+    }
+    return NULL;
+}
+
 static void* omc__net_worker_main(void* arg) {
     omc__net* N = (omc__net*)arg;
     for (;;) {
-        omc__net_job* j;
+        omc__net_job *j, **pp;
         omc__dp_push p;
         int a;
         pthread_mutex_lock(&N->job_mu);
-        while (!N->queue && !omc__load(&N->stop)) pthread_cond_wait(&N->job_cv, &N->job_mu);
-        j = N->queue;
+        while (!(j = omc__net_pick(N)) && !omc__load(&N->stop)) pthread_cond_wait(&N->job_cv, &N->job_mu);
         if (!j) { pthread_mutex_unlock(&N->job_mu); break; }
-        N->queue = j->next;
-        if (!N->queue) N->queue_tail = &N->queue;
+        j->next = N->running;
+        N->running = j;
         pthread_mutex_unlock(&N->job_mu);
         omc__net_job_push(N, j, &p);
         a = omc__load(&j->abort);
-        j->result = a ? (omc_result)a : j->dp->vt->tx_push(j->dp->user, &p);
+        /* aborted meanwhile: a push the listener started still goes to the plane, which
+           releases what it holds */
+        j->result = a && !j->resume ? (omc_result)a : j->dp->vt->tx_push(j->dp->user, &p);
         pthread_mutex_lock(&N->job_mu);
+        for (pp = &N->running; *pp; pp = &(*pp)->next)
+            if (*pp == j) { *pp = j->next; break; }
         j->next = N->done;
         N->done = j;
+        if (N->queue) pthread_cond_broadcast(&N->job_cv);   /* a job of that session may go now */
         pthread_mutex_unlock(&N->job_mu);
         omc__net_wake(N);
     }
