@@ -144,10 +144,16 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
        - Deadlines: every blocking step of a get (connect, HELLO, QUERY, PULL, every read) is
          bounded by the get's deadline; the sender bounds a push by the budget in the PULL (and
          by the seed's rule, 30 s + 5 s per 100 MiB, when the receiver waits forever; the
-         receiver applies the same rule to its own wait then). When a get fails at its deadline,
+         receiver applies the same rule to its own wait then), never longer than
+         OMNICONN_TCP_MAX_PUSH_MS, and aborts a push whose receiver takes no byte for
+         OMNICONN_TCP_STALL_MS. A sender runs one push at a time per side-channel session (a
+         channel has at most one transfer in flight), so no receiver holds more than one push
+         worker; an ABORT drops a push still waiting for a worker at once. When a get fails at its deadline,
          the code says why: OMC_ERR_TIMEOUT (the senders answered, the key never came, or the
          push did not finish), OMC_ERR_CONNECTION (no sender ever answered, or a connection
-         broke), OMC_ERR_AUTH (the CURVE handshake failed).
+         broke: a get whose transfer broke - the sender died - says so at once, not at its
+         deadline), OMC_ERR_AUTH (the CURVE handshake failed; without CURVE a handshake that
+         fails is a connection error).
        - Restarts: every message carries its author's incarnation (omc_incarnation()). Metadata
          from a sender process that has since restarted gets OMC_ERR_PEER_RESTARTED; cached
          connections to the old process are dropped; new puts work at once.
@@ -183,6 +189,10 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
                                                           (without blocking) before a worker takes over
     OMNICONN_TCP_IDLE_MS         120000      impl file    a sender closes a TCP data connection idle
                                                           this long (a receiver re-opens its channel)
+    OMNICONN_TCP_MAX_PUSH_MS     600000      impl file    the longest budget a sender grants a push,
+                                                          whatever the PULL asks for
+    OMNICONN_TCP_STALL_MS        5000        impl file    a push whose receiver takes no byte this
+                                                          long is aborted (its entry unpinned)
 
     The remote connector (docs/wire.md walks through these with examples):
 
@@ -230,7 +240,8 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
         0   u64  entry id (0 = whatever entry the key has now)
         8   u64  expected sender incarnation (0 = any)
         16  u64  destination capacity in bytes (a larger payload is refused: OMC_ERR_TOO_LARGE)
-        24  u32  time budget in ms (the sender abandons the push after it; 0 = the seed's rule)
+        24  u32  time budget in ms (the sender abandons the push after it; 0 = the seed's rule;
+                 a sender grants at most OMNICONN_TCP_MAX_PUSH_MS whatever is asked)
         28  u16  key length (1..255)
         30  u8   data plane kind: 1 TCP, 2 RDMA
         31  u8   reserved (0)
@@ -5960,7 +5971,8 @@ struct omc__net_chan {
     uint32_t hello_seq;                 /* of an unanswered HELLO, 0 = none */
     uint64_t xfer;                      /* the get using the channel now */
     omc_time_ns deadline;               /* that get's deadline */
-    int hs_failed;                      /* the monitor saw a failed handshake */
+    int hs_failed;                      /* the monitor saw a failed CURVE handshake */
+    int curve;                          /* the channel uses CURVE */
     omc_time_ns idle_since;             /* when it went back into the cache */
 };
 
@@ -6729,14 +6741,20 @@ OMC__PRIVATE omc__net_peer* omc__net_peer_locked(omc__net* N, const char* host, 
     return p;
 }
 
-/* Drain the channel's monitor: remember a failed handshake (the get's final code says AUTH). */
+/* Drain the channel's monitor: remember a failed handshake (the get's final code says AUTH).
+   Without CURVE on our side only a sender that asks for a key we lack (a mechanism mismatch)
+   is an authentication matter; a peer that hangs up, a port that is not a sender, is a
+   connection error. */
 OMC__PRIVATE void omc__net_chan_events(omc__net_chan* ch) {
     while (ch->mon) {
         uint8_t ev[6];
         int n = omc__zmq_recv(ch->mon, ev, sizeof(ev), ZMQ_DONTWAIT);
         if (n < 0) return;
         omc__zmq_recv(ch->mon, NULL, 0, 0);      /* the address frame */
-        if (n == 6 && (omc__get_u16(ev) & OMC__NET_MON_EVENTS)) ch->hs_failed = 1;
+        if (n == 6 && (omc__get_u16(ev) & OMC__NET_MON_EVENTS) &&
+            (ch->curve || omc__get_u16(ev) == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
+             (omc__get_u16(ev) == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && omc__get_u32(ev + 2) == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)))
+            ch->hs_failed = 1;      /* without CURVE: only a peer that asks for a key we lack */
     }
 }
 
@@ -6781,6 +6799,7 @@ OMC__PRIVATE omc_result omc__net_chan_open(omc__net* N, omc__net_peer* p, omc__n
     if (strchr(p->host, ':')) omc__zmq_setsockopt(ch->sock, ZMQ_IPV6, &one, sizeof(one));
     pthread_mutex_lock(&N->peer_mu);
     server_key = p->server_key[0] ? p->server_key : N->curve_server_key[0] ? N->curve_server_key : NULL;
+    ch->curve = server_key != NULL;
     if (server_key) {
         omc__zmq_setsockopt(ch->sock, ZMQ_CURVE_SERVERKEY, server_key, OMC_CURVE_KEY_LEN);
         omc__zmq_setsockopt(ch->sock, ZMQ_CURVE_PUBLICKEY, N->curve_public, OMC_CURVE_KEY_LEN);
@@ -7307,6 +7326,13 @@ OMC__PRIVATE omc_result omc__net_find(omc__net* N, const char* only, const char*
                     }
                     /* someone else took it, or it went away: keep asking */
                     if (rr == OMC_ERR_NOT_FOUND || rr == OMC_ERR_STALE) { s->next_query = omc_now_ns(); rr = OMC_OK; got = 0; break; }
+                    if (rr == OMC_ERR_CONNECTION) {     /* it had the key and the transfer broke: say so now */
+                        omc__net_peer_result(N, s->peer, rr, "pull: %s", omc_result_str(rr));
+                        r = rr;
+                        finished = 1;
+                        if (!keep) omc__net_slot_drop(N, s, rr, 0);
+                        break;
+                    }
                     if (rr == OMC_ERR_TIMEOUT || rr == OMC_ERR_CLOSED || rr == OMC_ERR_TOO_LARGE || rr == OMC_ERR_POOL_FULL ||
                         rr == OMC_ERR_NO_MEMORY) {
                         r = rr;

@@ -54,10 +54,6 @@ static const known_open_case known_open[] = {
     { "shm_live_owner_survives_a_sweep_from_a_process_without_proc", 4 },
     /* KNOWN_OPEN: truncating_a_busy_owners_segment_does_not_kill_it — finding 5 */
     { "truncating_a_busy_owners_segment_does_not_kill_it", 5 },
-    /* KNOWN_OPEN: metadataless_get_after_the_sender_died_mid_transfer_fails_fast — finding 7 */
-    { "metadataless_get_after_the_sender_died_mid_transfer_fails_fast", 7 },
-    /* KNOWN_OPEN: a_peer_that_drops_the_handshake_without_curve_is_a_connection_error — finding 7 */
-    { "a_peer_that_drops_the_handshake_without_curve_is_a_connection_error", 7 },
     /* KNOWN_OPEN: planted_files_in_the_shm_dir_cost_no_cpu_and_are_logged_once — finding 8 */
     { "planted_files_in_the_shm_dir_cost_no_cpu_and_are_logged_once", 8 },
     /* KNOWN_OPEN: small_payload_pulled_by_a_receiver_that_never_reads_is_not_consumed — finding 11 */
