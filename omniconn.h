@@ -128,6 +128,7 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
                                        ---- HELLO: incarnation, TCP data port ---->
                                        <--- PULL (entry, capacity, data token) ---
              listener/worker: push     ==== TCP: header + payload ====>  recv() into pool buffer
+                                       <=== TCP: receipt ==============  every byte is in place
              record the read           ==== TCP: trailer ============>  return the buffer
                                        (other data planes: ---- DONE ---->)
 
@@ -299,15 +300,21 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
       oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS,
       and serves a PULL only on a connection registered with the ticket of the PULL's own
       side-channel session (otherwise: ERROR OMC_ERR_CONNECTION, nothing written).
-      per transfer, sender -> receiver: a 24-byte header, exactly size payload bytes, and an
-      8-byte trailer:
+      per transfer, sender -> receiver: a 24-byte header and exactly size payload bytes; then
+      receiver -> sender an 8-byte receipt; then sender -> receiver an 8-byte trailer:
         header:
         0   u32  magic 0x44434D4F ("OMCD")
         4   u32  reserved (0)
         8   u64  transfer id
         16  u64  payload size
-        trailer (written only after the sender has recorded the read - the entry's reader is
-        used up, a last reader's entry is gone - so it tells the receiver what DONE would):
+        receipt (sent by the receiver once every payload byte is in its destination buffer;
+        only on a connection opened with a version-2 hello):
+        0   u32  magic 0x52434D4F ("OMCR")
+        4   u32  reserved (0)
+        trailer (written only after the receipt came and the sender recorded the read - the
+        entry's reader is used up, a last reader's entry is gone - so it tells the receiver
+        what DONE would). A receiver that dies before its receipt uses up nothing: the push
+        fails (EOF, or OMNICONN_TCP_STALL_MS without the receipt) and the reader is given back.
         0   u32  magic 0x45434D4F ("OMCE")
         4   u32  reserved (0)
       The receiver checks the header (transfer id; size equal to what the metadata or the
@@ -4041,8 +4048,9 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     Completion on the receiver: a get ends when the plane says x->complete and DONE has
     arrived. Two capability flags (omc__dp_vtable.flags) let a plane skip parts of that:
       OMC__DP_FLAG_TRY_NOW       the listener starts a push itself with tx_try, which must not
-                                 block (OMC_ERR_BUSY: hand it to a worker; small payloads then
-                                 cost no thread hand-off, large ones start while a worker wakes)
+                                 block (OMC_ERR_BUSY: hand it to a worker; the first bytes go
+                                 while a worker wakes; TCP hands every push on, because only a
+                                 worker may wait for the receiver's receipt)
       OMC__DP_FLAG_SELF_COMPLETE the plane tells the receiver itself that the read was recorded
                                  (TCP: a trailer written after commit): no DONE is sent, and the
                                  receiver completes on the plane alone (one side-channel
@@ -4666,6 +4674,8 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_ACK_MAGIC   0x41434D4Fu    /* "OMCA" */
 #define OMC__TCP_DATA_MAGIC  0x44434D4Fu    /* "OMCD" */
 #define OMC__TCP_END_MAGIC   0x45434D4Fu    /* "OMCE" */
+#define OMC__TCP_RECEIPT_MAGIC 0x52434D4Fu  /* "OMCR" */
+#define OMC__TCP_RECEIPT_SIZE 8
 #define OMC__TCP_TRAILER_SIZE 8
 #define OMC__TCP_HELLO_SIZE  40         /* version 2: with the ticket */
 #define OMC__TCP_HELLO1_SIZE 24         /* version 1 (no ticket): refused by a sender now */
@@ -5003,6 +5013,7 @@ typedef struct omc__tcp_rx {
     char host[OMC_TCP_HOST_MAX];
     uint16_t port;
     uint32_t hdr_got, trl_got;
+    int receipt_sent;                   /* this transfer's receipt is on its way */
     uint8_t hdr[OMC__TCP_HEADER_SIZE];
     uint8_t trl[OMC__TCP_TRAILER_SIZE];
     omc_time_ns deadline;               /* of the transfer in progress */
@@ -5410,8 +5421,8 @@ OMC__PRIVATE void omc__tcp_conn_release(omc__tcp_plane* T, omc__tcp_conn* c, int
     pthread_mutex_lock(&T->mu);
     if (ok) { c->state = OMC__TCONN_IDLE; c->idle_since = omc_now_ns(); }
     else {
+        omc__tcp_unregister(T, c);      /* first: a peer that sees the shutdown sees it gone */
         shutdown(c->fd, SHUT_RDWR);
-        omc__tcp_unregister(T, c);
         c->state = OMC__TCONN_DEAD;
     }
     pthread_cond_broadcast(&T->idle_cv);
@@ -5454,34 +5465,53 @@ OMC__PRIVATE omc_result omc__tcp_find_conn(omc__tcp_plane* T, const omc__dp_push
     return r;
 }
 
-/* The listener starts a push without blocking: header and up to OMNICONN_TCP_INLINE bytes, then
-   the trailer if everything went. OMC_OK: done (committed). OMC_ERR_BUSY: *resume bytes of the
-   stream went; a worker finishes with tx_push (the connection stays ours). */
+/* The listener starts a push without blocking: header and up to OMNICONN_TCP_INLINE bytes.
+   Always OMC_ERR_BUSY on success: *resume bytes of the stream went, and a worker waits for the
+   receiver's receipt, commits and writes the trailer (the connection stays ours). */
 static omc_result omc__tcp_tx_try(void* user, const omc__dp_push* p, uint64_t* resume) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
-    uint8_t hdr[OMC__TCP_HEADER_SIZE], trl[OMC__TCP_TRAILER_SIZE];
+    uint8_t hdr[OMC__TCP_HEADER_SIZE];
     uint64_t pos = 0, end = OMC__TCP_HEADER_SIZE + p->size;
     omc__tcp_conn* c;
     omc_result r = omc__tcp_find_conn(T, p, 1, 0, &c);
     *resume = 0;
     if (r != OMC_OK) return r;      /* BUSY: a worker waits for the connection */
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
-    omc__put_u32(trl, OMC__TCP_END_MAGIC);
-    omc__put_u32(trl + 4, 0);
-    r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end, 0, OMNICONN_TCP_INLINE, 0, NULL);
-    if (r == OMC_OK) {
-        p->commit(p);                               /* every payload byte is with the kernel */
-        r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end + OMC__TCP_TRAILER_SIZE, 0, OMC__TCP_TRAILER_SIZE, 0, NULL);
-    }
+    r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, NULL, &pos, end, 0, OMNICONN_TCP_INLINE, 0, NULL);
     *resume = pos;
-    if (r == OMC_ERR_BUSY) return r;
-    omc__tcp_conn_release(T, c, r == OMC_OK);
-    return pos >= end ? OMC_OK : r;                 /* committed: a success, even if the trailer failed */
+    if ((r == OMC_OK || r == OMC_ERR_BUSY) && pos) return OMC_ERR_BUSY;
+    omc__tcp_conn_release(T, c, r == OMC_OK || r == OMC_ERR_BUSY);    /* nothing went: a worker starts afresh */
+    return r == OMC_OK ? OMC_ERR_BUSY : r;
+}
+
+/* Wait for the receiver's receipt (8 bytes: "OMCR", 0) after the last payload byte: it says
+   the bytes are in the receiver's buffer, not just in a kernel. Bounded by the deadline, ABORT
+   and OMNICONN_TCP_STALL_MS; EOF or anything else than a receipt fails the push. */
+OMC__PRIVATE omc_result omc__tcp_read_receipt(int fd, omc_time_ns deadline, const int* abort) {
+    uint8_t b[OMC__TCP_RECEIPT_SIZE];
+    size_t got = 0;
+    omc_time_ns since = omc_now_ns();
+    while (got < sizeof(b)) {
+        struct pollfd pf;
+        ssize_t k;
+        if (abort && omc__load(abort)) return (omc_result)omc__load(abort);
+        if (omc__deadline_passed(deadline) || omc_now_ns() - since > (omc_time_ns)OMNICONN_TCP_STALL_MS * 1000000LL) return OMC_ERR_TIMEOUT;
+        pf.fd = fd; pf.events = POLLIN; pf.revents = 0;
+        if (poll(&pf, 1, omc__poll_ms(deadline, OMC__NET_SLICE_MS)) <= 0) continue;
+        k = recv(fd, b + got, sizeof(b) - got, MSG_DONTWAIT);
+        if (k == 0) return OMC_ERR_CONNECTION;
+        if (k < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+            return OMC_ERR_CONNECTION;
+        }
+        got += (size_t)k;
+    }
+    return omc__get_u32(b) == OMC__TCP_RECEIPT_MAGIC && omc__get_u32(b + 4) == 0 ? OMC_OK : OMC_ERR_PROTOCOL;
 }
 
 /* A push on a worker: take the connection (or continue what the listener started), write the
-   rest of header and payload, commit, then the trailer - which is how the receiver learns that
-   the read was recorded without waiting for DONE. */
+   rest of header and payload, wait for the receiver's receipt, commit, then the trailer - which
+   is how the receiver learns that the read was recorded without waiting for DONE. */
 OMC__PRIVATE omc_result omc__tcp_tx_push(void* user, const omc__dp_push* p) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
     uint8_t hdr[OMC__TCP_HEADER_SIZE], trl[OMC__TCP_TRAILER_SIZE];
@@ -5497,11 +5527,10 @@ OMC__PRIVATE omc_result omc__tcp_tx_push(void* user, const omc__dp_push* p) {
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
     omc__put_u32(trl, OMC__TCP_END_MAGIC);
     omc__put_u32(trl + 4, 0);
-    if (pos < end) {
-        r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end, 1, 0, p->deadline, p->abort);
-        if (r != OMC_OK) { omc__tcp_conn_release(T, c, 0); return r; }
-        if (p->commit) p->commit(p);
-    }
+    if (pos < end) r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end, 1, 0, p->deadline, p->abort);
+    if (r == OMC_OK) r = omc__tcp_read_receipt(c->fd, p->deadline, p->abort);
+    if (r != OMC_OK) { omc__tcp_conn_release(T, c, 0); return r; }
+    if (p->commit) p->commit(p);        /* the receiver has every byte: the read counts now */
     r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end + OMC__TCP_TRAILER_SIZE, 1, 0, p->deadline, p->abort);
     omc__tcp_conn_release(T, c, r == OMC_OK);
     return OMC_OK;      /* committed: the receiver may miss the trailer, but the read counts */
@@ -5575,6 +5604,7 @@ OMC__PRIVATE omc_result omc__tcp_rx_prepare(void* user, void* chan, omc__dp_xfer
     }
     x->hdr_got = 0;
     x->trl_got = 0;
+    x->receipt_sent = 0;
     x->deadline = deadline;
     xf->received = 0;
     xf->complete = 0;
@@ -5596,6 +5626,15 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
     while (!xf->complete) {
         ssize_t k;
         int part = x->hdr_got < OMC__TCP_HEADER_SIZE ? 0 : xf->received < xf->size ? 1 : 2;
+        if (part == 2 && x->has_ticket && !x->receipt_sent) {
+            /* every byte is in the destination: tell the sender, which records the read only
+               now (a sender of the first release - no ticket - expects no receipt) */
+            uint8_t rc[OMC__TCP_RECEIPT_SIZE];
+            omc__put_u32(rc, OMC__TCP_RECEIPT_MAGIC);
+            omc__put_u32(rc + 4, 0);
+            if (send(x->fd, rc, sizeof(rc), MSG_NOSIGNAL) != (ssize_t)sizeof(rc)) return OMC_ERR_CONNECTION;
+            x->receipt_sent = 1;
+        }
         /* once a valid header came, the sender is pushing: wait in recv itself for the rest
            (MSG_WAITALL, at most a slice per call, never past the get's deadline) */
         int wait = part > 0 && (x->deadline == OMC_WAIT_FOREVER || x->deadline - omc_now_ns() > OMC__NET_SLICE_MS * 1000000LL)

@@ -56,8 +56,6 @@ static const known_open_case known_open[] = {
     { "truncating_a_busy_owners_segment_does_not_kill_it", 5 },
     /* KNOWN_OPEN: planted_files_in_the_shm_dir_cost_no_cpu_and_are_logged_once — finding 8 */
     { "planted_files_in_the_shm_dir_cost_no_cpu_and_are_logged_once", 8 },
-    /* KNOWN_OPEN: small_payload_pulled_by_a_receiver_that_never_reads_is_not_consumed — finding 11 */
-    { "small_payload_pulled_by_a_receiver_that_never_reads_is_not_consumed", 11 },
 };
 
 static int open_finding(const char* name) {
