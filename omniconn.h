@@ -164,9 +164,11 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
        - Who may talk to a sender: optional CURVE (libzmq's Curve25519 authentication and
          encryption of the side channel), off by default. Give the sender a keypair
          (curve.secret_key) and the receivers its public key (curve.server_key); a receiver
-         without it is refused, its get fails at its deadline with OMC_ERR_AUTH, and the sender
-         counts it (omc_tcp_health().auth_failures). curve.allowed_clients restricts senders to
-         known receiver keys (a ZAP handler). The TCP data port admits only connections that
+         without it is refused and the sender counts it (omc_tcp_health().auth_failures). The
+         receiver's get fails at its deadline with OMC_ERR_AUTH if it has CURVE configured (a
+         wrong key), with OMC_ERR_CONNECTION if not (it cannot tell a CURVE sender that hangs up
+         on it from a dying one; its log says which key would help). curve.allowed_clients
+         restricts senders to known receiver keys (a ZAP handler). The TCP data port admits only connections that
          show a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on),
          and a connection serves only PULLs of the session that got the ticket; anything else
          is closed at its first bytes and never counts against a limit. The TCP data plane is
@@ -210,9 +212,14 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
         8   u64  transfer id (chosen by the receiver, unique per get; 0 only in an ERROR that
                  answers a message too broken to name one)
         16  u64  incarnation of the message's author (random per process start, never 0)
-        24  u32  sequence number of the request on its channel
+        24  u32  sequence number of the request on its channel: per channel, the first request
+                 (the HELLO) is 1, +1 per request, after 0xFFFFFFFF it wraps to 1 (never 0); a
+                 sender echoes it and checks nothing about it
         28  u32  body length (the frame is exactly 32 + body length bytes, at most 8192)
-      HELLO body (receiver -> sender; the sender answers with its own HELLO), 8 + records:
+      HELLO body (receiver -> sender; the sender answers with its own HELLO), 8 + records.
+      A receiver's HELLO (sequence 1, the QUERY of a metadata-less get pipelined right behind
+      it) has capability bit 0 set, no type-1 record, and a type-2 record only with an RDMA
+      plane:
         0   u32  capabilities: bit 0 TCP data plane, bit 1 RDMA data plane
         4   u16  endpoint record count (<= 32)
         6   u16  reserved (0)
@@ -227,7 +234,8 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
             skipped: a new transport adds a record type, not a protocol version
       QUERY body (receiver -> sender), 8 + key length bytes:
         0   u32  wait in ms (hold the query while the key is absent, at most this long and at
-                 most OMNICONN_TCP_MAX_WAIT_MS; 0 = answer now)
+                 most OMNICONN_TCP_MAX_WAIT_MS; 0 = answer now). A sender holds at most 1024
+                 queries at once; a further one gets NOT_FOUND at once whatever its wait
         4   u16  key length (1..255)
         6   u16  reserved (0)
         8   the qualified key
@@ -252,14 +260,23 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
       DONE body (sender -> receiver, only once the data plane has moved every byte and the
         read is recorded; not sent after a TCP push, whose trailer says the same), 8 bytes:
         0   u64  bytes moved (= the payload size)
-      ERROR body (either direction), 16 + text length bytes:
+      ERROR body (sender -> receiver; a sender answers an ERROR it receives with ERROR
+        OMC_ERR_PROTOCOL and counts it in protocol_errors), 16 + text length bytes:
         0   i32  omc_result code (negative)
         4   u16  text length (0..255)
         6   u16  reserved (0)
         8   u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
         16  text (not NUL-terminated)
         A sender answers a PULL with OMC_ERR_NOT_FOUND, OMC_ERR_STALE, OMC_ERR_TOO_LARGE,
-        OMC_ERR_PEER_RESTARTED or OMC_ERR_UNAVAILABLE only before it has moved any byte.
+        OMC_ERR_PEER_RESTARTED or OMC_ERR_UNAVAILABLE only before it has moved any byte; before
+        any byte moves a PULL may also get OMC_ERR_NO_MEMORY (the sender's) or a validation
+        ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION, OMC_ERR_PROTOCOL). When a push fails (its
+        data connection broke or is not this session's, the budget or the stall timeout
+        passed) the sender answers ERROR with the push's code (OMC_ERR_CONNECTION,
+        OMC_ERR_TIMEOUT, ...), and the read is not used up.
+        A replayed PULL (same key, another transfer id) is served again and uses another
+        reader: inside an authenticated session that is the receiver asking twice; with CURVE
+        nobody else can replay one (messages are encrypted and ordered).
       ABORT: empty body (the receiver gave up this transfer id: a held query is dropped without
         an answer, a push in progress stops at its next chunk)
       LIST body (receiver -> sender; omc_conn_list), 8 bytes:
@@ -439,9 +456,13 @@ WIRE FORMATS (all integers little-endian)
         24  u16  qualified key length (1..OMC_KEY_MAX-1)
         26  u16  reserved, zero
         28  u32  body length (<= OMC_META_MAX_BODY)
-        32  u32  CRC-32C of bytes 0..31 (this field zero), key and body
+        32  u32  CRC-32C of bytes 0..39 (the whole header, with this field, 32..35, as zero),
+                 then the key and the body
         36  u32  reserved, zero
         40  ...  qualified key bytes, then the transport's body
+      CRC-32C everywhere is Castagnoli: polynomial 0x1EDC6F41 (reflected 0x82F63B78), initial
+      value 0xFFFFFFFF, input and output reflected, final XOR 0xFFFFFFFF; the check value of
+      "123456789" is 0xE3069283.
       The printable form is "omc1." followed by the envelope in unpadded base64url.
       A qualified key is from_stage, 0x1F, to_stage, 0x1F, key (0x1F is not allowed in the parts).
 
@@ -6012,6 +6033,8 @@ struct omc__net_chan {
     omc_time_ns deadline;               /* that get's deadline */
     int hs_failed;                      /* the monitor saw a failed CURVE handshake */
     int curve;                          /* the channel uses CURVE */
+    int hs_logged;                      /* a failed handshake without CURVE was logged */
+    const omc_hooks* hooks;
     omc_time_ns idle_since;             /* when it went back into the cache */
 };
 
@@ -6396,8 +6419,19 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     }
     pthread_mutex_unlock(&N->own.mu);
     if (r != OMC_OK) {
+        char key[OMC__WIRE_MAX_KEY + 1];
+        uint32_t k;
+        for (k = 0; k < in->key_len && k < OMC__WIRE_MAX_KEY; k++) key[k] = in->key[k] == 0x1f ? '/' : in->key[k];
+        key[k] = '\0';
         omc__free(&N->conn->hooks, job);
-        omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, r, detail, "%s", omc_result_str(r));
+        if (r == OMC_ERR_TOO_LARGE)
+            omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, r, detail,
+                                 "sender: %s is %llu bytes, the receiver's destination holds %llu: give the receiver a larger pool", key,
+                                 (unsigned long long)detail, (unsigned long long)in->capacity);
+        else if (r == OMC_ERR_STALE)
+            omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, r, 0, "sender: the metadata names an older put of %s: use the newest metadata", key);
+        else
+            omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, r, 0, "sender: %s has no read left (consumed, cleaned up, expired or never put)", key);
         return;
     }
     job->dp = dp;
@@ -6780,20 +6814,24 @@ OMC__PRIVATE omc__net_peer* omc__net_peer_locked(omc__net* N, const char* host, 
     return p;
 }
 
-/* Drain the channel's monitor: remember a failed handshake (the get's final code says AUTH).
-   Without CURVE on our side only a sender that asks for a key we lack (a mechanism mismatch)
-   is an authentication matter; a peer that hangs up, a port that is not a sender, is a
-   connection error. */
+/* Drain the channel's monitor: remember a failed CURVE handshake (the get's final code says
+   AUTH). Without CURVE on our side a failed handshake is a connection error: a receiver with no
+   key cannot tell a CURVE sender that hangs up on it from a dying sender or a port that is not a
+   sender (libzmq reports all three alike); the log says which key would help. */
 OMC__PRIVATE void omc__net_chan_events(omc__net_chan* ch) {
     while (ch->mon) {
         uint8_t ev[6];
         int n = omc__zmq_recv(ch->mon, ev, sizeof(ev), ZMQ_DONTWAIT);
         if (n < 0) return;
         omc__zmq_recv(ch->mon, NULL, 0, 0);      /* the address frame */
-        if (n == 6 && (omc__get_u16(ev) & OMC__NET_MON_EVENTS) &&
-            (ch->curve || omc__get_u16(ev) == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
-             (omc__get_u16(ev) == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && omc__get_u32(ev + 2) == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)))
-            ch->hs_failed = 1;      /* without CURVE: only a peer that asks for a key we lack */
+        if (n != 6 || !(omc__get_u16(ev) & OMC__NET_MON_EVENTS)) continue;
+        if (ch->curve) ch->hs_failed = 1;
+        else if (!ch->hs_logged) {
+            ch->hs_logged = 1;
+            OMC__LOG(ch->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET,
+                     "receiver: handshake with sender %s failed (event 0x%x): if it requires CURVE, give this receiver its public key "
+                     "(curve.server_key or omc_tcp_add_sender_key)", ch->peer->name, (unsigned)omc__get_u16(ev));
+        }
     }
 }
 
@@ -6839,6 +6877,7 @@ OMC__PRIVATE omc_result omc__net_chan_open(omc__net* N, omc__net_peer* p, omc__n
     pthread_mutex_lock(&N->peer_mu);
     server_key = p->server_key[0] ? p->server_key : N->curve_server_key[0] ? N->curve_server_key : NULL;
     ch->curve = server_key != NULL;
+    ch->hooks = &N->conn->hooks;
     if (server_key) {
         omc__zmq_setsockopt(ch->sock, ZMQ_CURVE_SERVERKEY, server_key, OMC_CURVE_KEY_LEN);
         omc__zmq_setsockopt(ch->sock, ZMQ_CURVE_PUBLICKEY, N->curve_public, OMC_CURVE_KEY_LEN);
@@ -7892,10 +7931,16 @@ OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, co
     omc__net_peer* p;
     omc_result r;
     size_t nl;
-    if (!N || !name || !host || !host[0] || strlen(host) >= OMC_TCP_HOST_MAX || port == 0) return OMC_ERR_INVALID_ARG;
-    nl = strlen(name);
-    if (nl == 0 || nl >= OMC_TCP_NAME_MAX) return OMC_ERR_INVALID_ARG;
-    if (server_key && !omc__curve_key_ok(server_key)) return OMC_ERR_INVALID_ARG;
+    if (!N) return OMC_ERR_INVALID_ARG;
+    if (!name || !host || !host[0] || strlen(host) >= OMC_TCP_HOST_MAX || port == 0 || (nl = strlen(name)) == 0 || nl >= OMC_TCP_NAME_MAX ||
+        (server_key && !omc__curve_key_ok(server_key))) {
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
+                 "receiver: omc_tcp_add_sender('%s', %s:%u) refused: %s", name ? name : "(null)", host ? host : "(null)", (unsigned)port,
+                 !name || !name[0] || strlen(name) >= OMC_TCP_NAME_MAX ? "the name must be 1..63 bytes"
+                 : !host || !host[0] || strlen(host) >= OMC_TCP_HOST_MAX ? "the host must be 1..255 bytes"
+                 : port == 0 ? "the port must be 1..65535" : "the server key is not a 40-character Z85 CURVE public key");
+        return OMC_ERR_INVALID_ARG;
+    }
     if (server_key && !N->curve_client) {
         /* CURVE was not configured at create: make a client keypair now */
         pthread_mutex_lock(&N->peer_mu);
@@ -7903,12 +7948,25 @@ OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, co
         pthread_mutex_unlock(&N->peer_mu);
         if (!N->curve_client) return OMC_ERR_UNAVAILABLE;
     }
-    if (!N->receiver) return OMC_ERR_WRONG_ROLE;
+    if (!N->receiver) {
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
+                 "omc_tcp_add_sender('%s'): this connector is a sender only; create it with role OMC_ROLE_RECEIVER or OMC_ROLE_DUAL", name);
+        return OMC_ERR_WRONG_ROLE;
+    }
     pthread_mutex_lock(&N->peer_mu);
-    if (omc__smap_get(&N->peers_by_name, name, (uint32_t)nl)) r = OMC_ERR_EXISTS;
-    else {
+    if ((p = (omc__net_peer*)omc__smap_get(&N->peers_by_name, name, (uint32_t)nl)) != NULL) {
+        r = OMC_ERR_EXISTS;
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
+                 "receiver: omc_tcp_add_sender('%s', %s:%u): the name '%s' is taken already (by %s:%u); pick another name, "
+                 "or omc_tcp_remove_sender('%s') first", name, host, (unsigned)port, name, p->host, (unsigned)p->port, name);
+    } else {
         p = omc__net_peer_locked(N, host, port, 1, &r);
-        if (p && p->registered) r = OMC_ERR_EXISTS;
+        if (p && p->registered) {
+            r = OMC_ERR_EXISTS;
+            OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
+                     "receiver: omc_tcp_add_sender('%s', %s:%u): that endpoint is registered already, as '%s'; use that name, "
+                     "or omc_tcp_remove_sender('%s') first", name, host, (unsigned)port, p->name, p->name);
+        }
         else if (p) {
             r = omc__smap_put(&N->peers_by_name, &N->conn->hooks, name, (uint32_t)nl, p);
             if (r == OMC_OK) {
@@ -7919,9 +7977,6 @@ OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, co
         }
     }
     pthread_mutex_unlock(&N->peer_mu);
-    if (r == OMC_ERR_EXISTS)
-        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "sender '%s' (%s:%u): the name or the endpoint is registered already",
-                 name, host, (unsigned)port);
     return r;
 }
 

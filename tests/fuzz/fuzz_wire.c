@@ -37,7 +37,7 @@ static void check_message(const uint8_t* data, size_t size) {
         return;
     }
     FUZZ_REQUIRE(size >= OMC__WIRE_HEADER && size <= OMC__WIRE_MAX);
-    FUZZ_REQUIRE(m.type >= OMC__MSG_HELLO && m.type <= OMC__MSG_ABORT);
+    FUZZ_REQUIRE(m.type >= OMC__MSG_HELLO && m.type <= OMC__MSG_LIST_REPLY);
     FUZZ_REQUIRE(inside(m.key, m.key_len, data, size) && inside(m.desc, m.desc_len, data, size));
     FUZZ_REQUIRE(inside(m.text, m.text_len, data, size) && inside(m.records, m.records_len, data, size));
     if (m.type == OMC__MSG_QUERY || m.type == OMC__MSG_PULL) FUZZ_REQUIRE(m.key_len >= 1 && m.key_len <= OMC__WIRE_MAX_KEY);
