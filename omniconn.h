@@ -7129,7 +7129,18 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
     x.transfer_id = ch->xfer;
     x.size = size;
     r = omc_pool_alloc_buffer_wait(N->pool, size ? size : 1, deadline, &x.dst);
-    if (r != OMC_OK) { *keep = 1; return r; }
+    if (r != OMC_OK) {
+        char key[OMC_KEY_MAX];
+        uint32_t k;
+        for (k = 0; k < qlen && k < OMC_KEY_MAX - 1; k++) key[k] = qkey[k] == 0x1f ? '/' : qkey[k];
+        key[k] = '\0';
+        OMC__LOG(&N->conn->hooks, r == OMC_ERR_TIMEOUT ? OMC_LOG_INFO : OMC_LOG_WARN, OMC_LOGITEM_NET,
+                 "receiver: no room for %s (%llu bytes) in this receiver's pool of %llu bytes (%s): %s", key, (unsigned long long)size,
+                 (unsigned long long)omc_pool_size(N->pool), omc_result_str(r),
+                 r == OMC_ERR_TOO_LARGE ? "create the receiver with a larger pool_size" : "release buffers you hold, or give it a larger pool_size");
+        *keep = 1;
+        return r;
+    }
     memset(&m, 0, sizeof(m));
     r = vt->rx_prepare(ch->dp->user, ch->dpc, &x, deadline, desc, sizeof(desc), &m.desc_len);
     if (r == OMC_OK) {
