@@ -113,7 +113,8 @@ STEP BY STEP: THE PIECES OF THE CORE
        put(from_stage, to_stage, key, payload) -> metadata blob (binary; omc_meta_to_text gives a
        printable form for JSON or a text queue). get(from_stage, to_stage, key, metadata or NULL,
        deadline) -> a zero-copy buffer you release (or omc_conn_get_copy into your memory).
-       cleanup(key), health(), close() (idempotent) and destroy(). Keys are qualified internally
+       cleanup(key), health(), close() (idempotent) and destroy(). health() counts a failed
+       call in errors, except a timed-out one, which counts only in timeouts. Keys are qualified internally
        by both stage names, so "req-1" from stage 0->1 and from 1->2 never collide.
        - Fan-out: payload.readers = N. The data stays until the N-th get has released its view,
          or until its TTL passes; a TTL never frees a range that a reader still holds.
@@ -150,6 +151,7 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
                                        ---- HELLO: incarnation, TCP data port ---->
                                        <--- PULL (entry, capacity, data token) ---
              listener/worker: push     ==== TCP: header + payload ====>  recv() into pool buffer
+                                       <=== TCP: receipt ==============  every byte is in place
              record the read           ==== TCP: trailer ============>  return the buffer
                                        (other data planes: ---- DONE ---->)
 
@@ -166,10 +168,16 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
        - Deadlines: every blocking step of a get (connect, HELLO, QUERY, PULL, every read) is
          bounded by the get's deadline; the sender bounds a push by the budget in the PULL (and
          by vLLM-Omni's rule, 30 s + 5 s per 100 MiB, when the receiver waits forever; the
-         receiver applies the same rule to its own wait then). When a get fails at its deadline,
+         receiver applies the same rule to its own wait then), never longer than
+         OMNICONN_TCP_MAX_PUSH_MS, and aborts a push whose receiver takes no byte for
+         OMNICONN_TCP_STALL_MS. A sender runs one push at a time per side-channel session (a
+         channel has at most one transfer in flight), so no receiver holds more than one push
+         worker; an ABORT drops a push still waiting for a worker at once. When a get fails at its deadline,
          the code says why: OMC_ERR_TIMEOUT (the senders answered, the key never came, or the
          push did not finish), OMC_ERR_CONNECTION (no sender ever answered, or a connection
-         broke), OMC_ERR_AUTH (the CURVE handshake failed).
+         broke: a get whose transfer broke - the sender died - says so at once, not at its
+         deadline), OMC_ERR_AUTH (the CURVE handshake failed; without CURVE a handshake that
+         fails is a connection error).
        - Restarts: every message carries its author's incarnation (omc_incarnation()). Metadata
          from a sender process that has since restarted gets OMC_ERR_PEER_RESTARTED; cached
          connections to the old process are dropped; new puts work at once.
@@ -179,11 +187,16 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
        - Who may talk to a sender: optional CURVE (libzmq's Curve25519 authentication and
          encryption of the side channel), off by default. Give the sender a keypair
          (curve.secret_key) and the receivers its public key (curve.server_key); a receiver
-         without it is refused, its get fails at its deadline with OMC_ERR_AUTH, and the sender
-         counts it (omc_tcp_health().auth_failures). curve.allowed_clients restricts senders to
-         known receiver keys (a ZAP handler). The TCP data plane is not encrypted: CURVE decides
-         who may ask for data (a data connection is only used for a PULL that came over the
-         authenticated channel), not who can read a wire. Use a private network or IPsec for that.
+         without it is refused and the sender counts it (omc_tcp_health().auth_failures). The
+         receiver's get fails at its deadline with OMC_ERR_AUTH if it has CURVE configured (a
+         wrong key), with OMC_ERR_CONNECTION if not (it cannot tell a CURVE sender that hangs up
+         on it from a dying one; its log says which key would help). curve.allowed_clients
+         restricts senders to known receiver keys (a ZAP handler). The TCP data port admits only connections that
+         show a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on),
+         and a connection serves only PULLs of the session that got the ticket; anything else
+         is closed at its first bytes and never counts against a limit. The TCP data plane is
+         not encrypted: CURVE decides who may ask for data, not who can read a wire. Use a
+         private network or IPsec for that.
        - Helpers from vLLM-Omni's orchestration: omc_port_compute() (the port-offset scheme),
          omc_port_check() (collisions in a set of edges), omc_detect_host() ("auto").
 
@@ -208,9 +221,14 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
         8   u64  transfer id (chosen by the receiver, unique per get; 0 only in an ERROR that
                  answers a message too broken to name one)
         16  u64  incarnation of the message's author (random per process start, never 0)
-        24  u32  sequence number of the request on its channel
+        24  u32  sequence number of the request on its channel: per channel, the first request
+                 (the HELLO) is 1, +1 per request, after 0xFFFFFFFF it wraps to 1 (never 0); a
+                 sender echoes it and checks nothing about it
         28  u32  body length (the frame is exactly 32 + body length bytes, at most 8192)
-      HELLO body (receiver -> sender; the sender answers with its own HELLO), 8 + records:
+      HELLO body (receiver -> sender; the sender answers with its own HELLO), 8 + records.
+      A receiver's HELLO (sequence 1, the QUERY of a metadata-less get pipelined right behind
+      it) has capability bit 0 set, no type-1 record, and a type-2 record only with an RDMA
+      plane:
         0   u32  capabilities: bit 0 TCP data plane, bit 1 RDMA data plane
         4   u16  endpoint record count (<= 32)
         6   u16  reserved (0)
@@ -218,11 +236,15 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
             type 1, TCP data endpoint (sender only): u16 port (non-zero), u16 reserved (0),
                     host text (0..255 bytes, no NUL; empty = the host the side channel reached)
             type 2, RDMA endpoint: defined by omniconn_rdma.h
-            a record type is the data plane's kind; any other type is skipped by a peer that
-            does not know it: a new transport adds a record type, not a protocol version
+            type 0x100, data-connection ticket (sender only, in every answer to a HELLO): 16
+                    random bytes, one ticket per side-channel session (ZMQ routing id), the
+                    same on a repeated HELLO; the session's TCP data connections must show it
+            a record type below 0x100 is a data plane's kind; any type a peer does not know is
+            skipped: a new transport adds a record type, not a protocol version
       QUERY body (receiver -> sender), 8 + key length bytes:
         0   u32  wait in ms (hold the query while the key is absent, at most this long and at
-                 most OMNICONN_TCP_MAX_WAIT_MS; 0 = answer now)
+                 most OMNICONN_TCP_MAX_WAIT_MS; 0 = answer now). A sender holds at most 1024
+                 queries at once; a further one gets NOT_FOUND at once whatever its wait
         4   u16  key length (1..255)
         6   u16  reserved (0)
         8   the qualified key
@@ -236,7 +258,8 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
         0   u64  entry id (0 = whatever entry the key has now)
         8   u64  expected sender incarnation (0 = any)
         16  u64  destination capacity in bytes (a larger payload is refused: OMC_ERR_TOO_LARGE)
-        24  u32  time budget in ms (the sender abandons the push after it; 0 = vLLM-Omni's rule)
+        24  u32  time budget in ms (the sender abandons the push after it; 0 = vLLM-Omni's rule;
+                 a sender grants at most OMNICONN_TCP_MAX_PUSH_MS whatever is asked)
         28  u16  key length (1..255)
         30  u8   data plane kind: 1 TCP, 2 RDMA
         31  u8   reserved (0)
@@ -246,14 +269,23 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
       DONE body (sender -> receiver, only once the data plane has moved every byte and the
         read is recorded; not sent after a TCP push, whose trailer says the same), 8 bytes:
         0   u64  bytes moved (= the payload size)
-      ERROR body (either direction), 16 + text length bytes:
+      ERROR body (sender -> receiver; a sender answers an ERROR it receives with ERROR
+        OMC_ERR_PROTOCOL and counts it in protocol_errors), 16 + text length bytes:
         0   i32  omc_result code (negative)
         4   u16  text length (0..255)
         6   u16  reserved (0)
         8   u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
         16  text (not NUL-terminated)
         A sender answers a PULL with OMC_ERR_NOT_FOUND, OMC_ERR_STALE, OMC_ERR_TOO_LARGE,
-        OMC_ERR_PEER_RESTARTED or OMC_ERR_UNAVAILABLE only before it has moved any byte.
+        OMC_ERR_PEER_RESTARTED or OMC_ERR_UNAVAILABLE only before it has moved any byte; before
+        any byte moves a PULL may also get OMC_ERR_NO_MEMORY (the sender's) or a validation
+        ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION, OMC_ERR_PROTOCOL). When a push fails (its
+        data connection broke or is not this session's, the budget or the stall timeout
+        passed) the sender answers ERROR with the push's code (OMC_ERR_CONNECTION,
+        OMC_ERR_TIMEOUT, ...), and the read is not used up.
+        A replayed PULL (same key, another transfer id) is served again and uses another
+        reader: inside an authenticated session that is the receiver asking twice; with CURVE
+        nobody else can replay one (messages are encrypted and ordered).
       ABORT: empty body (the receiver gave up this transfer id: a held query is dropped without
         an answer, a push in progress stops at its next chunk)
       LIST body (receiver -> sender; omc_conn_list), 8 bytes:
@@ -276,23 +308,39 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
 
     TCP data plane: a receiver opens one connection per channel to the port in the sender's
     type-1 record; at most one transfer is in flight on a connection.
-      hello, receiver -> sender, 24 bytes:
+      hello, receiver -> sender, version 2, 40 bytes:
         0   u32  magic 0x54434D4F ("OMCT")
-        4   u16  version (1)
+        4   u16  version (2)
         6   u16  reserved (0)
         8   u64  token (random, non-zero; PULL descriptors name the connection by it)
         16  u64  receiver incarnation
+        24  u8[16] the ticket from the sender's answer to this channel's HELLO (record 0x100)
       ack, sender -> receiver, 8 bytes: 0 u32 magic 0x41434D4F ("OMCA"), 4 i32 status (0 = OK,
-        else an omc_result: the connection is closed after it)
-      per transfer, sender -> receiver: a 24-byte header, exactly size payload bytes, and an
-      8-byte trailer:
+        else an omc_result: the connection is closed after it). A hello that is not version 2
+        gets OMC_ERR_MALFORMED or OMC_ERR_VERSION (a version-1 hello, 24 bytes without the
+        ticket, is what a receiver of the first release sends; it still sends it to a sender
+        whose HELLO carries no ticket); a ticket the sender did not hand out gets no ack at
+        all: the connection is closed. A ticket registers at most 16 connections (then
+        OMC_ERR_BUSY), a token at most once per ticket (then OMC_ERR_EXISTS).
+      A sender keeps at most 64 connections waiting for their hello (a new one closes the
+      oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS,
+      and serves a PULL only on a connection registered with the ticket of the PULL's own
+      side-channel session (otherwise: ERROR OMC_ERR_CONNECTION, nothing written).
+      per transfer, sender -> receiver: a 24-byte header and exactly size payload bytes; then
+      receiver -> sender an 8-byte receipt; then sender -> receiver an 8-byte trailer:
         header:
         0   u32  magic 0x44434D4F ("OMCD")
         4   u32  reserved (0)
         8   u64  transfer id
         16  u64  payload size
-        trailer (written only after the sender has recorded the read - the entry's reader is
-        used up, a last reader's entry is gone - so it tells the receiver what DONE would):
+        receipt (sent by the receiver once every payload byte is in its destination buffer;
+        only on a connection opened with a version-2 hello):
+        0   u32  magic 0x52434D4F ("OMCR")
+        4   u32  reserved (0)
+        trailer (written only after the receipt came and the sender recorded the read - the
+        entry's reader is used up, a last reader's entry is gone - so it tells the receiver
+        what DONE would). A receiver that dies before its receipt uses up nothing: the push
+        fails (EOF, or OMNICONN_TCP_STALL_MS without the receipt) and the reader is given back.
         0   u32  magic 0x45434D4F ("OMCE")
         4   u32  reserved (0)
       The receiver checks the header (transfer id; size equal to what the metadata or the
@@ -344,6 +392,12 @@ CONFIGURATION
     OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
     OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
                                                           (without blocking) before a worker takes over
+    OMNICONN_TCP_IDLE_MS         120000      impl file    a sender closes a TCP data connection idle
+                                                          this long (a receiver re-opens its channel)
+    OMNICONN_TCP_MAX_PUSH_MS     600000      impl file    the longest budget a sender grants a push,
+                                                          whatever the PULL asks for
+    OMNICONN_TCP_STALL_MS        5000        impl file    a push whose receiver takes no byte this
+                                                          long is aborted (its entry unpinned)
     _GNU_SOURCE                  (defined)   impl file    defined by omniconn.h in the file that defines
                                                           OMNICONN_IMPLEMENTATION (the implementation
                                                           needs Linux extensions) and so in force for
@@ -461,9 +515,13 @@ WIRE FORMATS (all integers little-endian)
         24  u16  qualified key length (1..OMC_KEY_MAX-1)
         26  u16  reserved, zero
         28  u32  body length (<= OMC_META_MAX_BODY)
-        32  u32  CRC-32C of bytes 0..31 (this field zero), key and body
+        32  u32  CRC-32C of bytes 0..39 (the whole header, with this field, 32..35, as zero),
+                 then the key and the body
         36  u32  reserved, zero
         40  ...  qualified key bytes, then the transport's body
+      CRC-32C everywhere is Castagnoli: polynomial 0x1EDC6F41 (reflected 0x82F63B78), initial
+      value 0xFFFFFFFF, input and output reflected, final XOR 0xFFFFFFFF; the check value of
+      "123456789" is 0xE3069283.
       The printable form is "omc1." followed by the envelope in unpadded base64url.
       A qualified key is from_stage, 0x1F, to_stage, 0x1F, key (0x1F is not allowed in the parts).
 
@@ -1048,7 +1106,9 @@ typedef struct omc_health {
     omc_role role;
     uint64_t puts, gets, releases;
     uint64_t bytes_put, bytes_got;
-    uint64_t errors, timeouts, ttl_reclaims;
+    uint64_t errors;            /* failed calls, timeouts not included */
+    uint64_t timeouts;          /* calls that failed with OMC_ERR_TIMEOUT (counted only here) */
+    uint64_t ttl_reclaims;
     uint64_t live_entries;      /* puts not yet fully consumed */
     uint64_t pool_capacity, pool_in_use;
     omc_result last_error;
@@ -3210,8 +3270,8 @@ static const char* omc__conn_desc_name(const omc_conn* c) {
 static void omc__conn_count_error_at(omc_conn* c, omc_result r, const char* op, const char* qkey, uint32_t qlen,
                                      const char* hint, const char* file, int line) {
     char printable[OMC_KEY_MAX];
-    omc__add(&c->errors, 1u);
-    if (r == OMC_ERR_TIMEOUT) omc__add(&c->timeouts, 1u);
+    /* a timeout is counted once, as a timeout (as vLLM-Omni's connectors count it) */
+    omc__add(r == OMC_ERR_TIMEOUT ? &c->timeouts : &c->errors, 1u);
     omc__key_printable(qkey, qlen, printable);
     omc__conn_fail_at(c, r, file, line, "%s %s: %s%s%s", op, printable, omc_result_str(r), hint && hint[0] ? "; " : "",
                       hint ? hint : "");
@@ -4474,8 +4534,9 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
     Completion on the receiver: a get ends when the plane says x->complete and DONE has
     arrived. Two capability flags (omc__dp_vtable.flags) let a plane skip parts of that:
       OMC__DP_FLAG_TRY_NOW       the listener starts a push itself with tx_try, which must not
-                                 block (OMC_ERR_BUSY: hand it to a worker; small payloads then
-                                 cost no thread hand-off, large ones start while a worker wakes)
+                                 block (OMC_ERR_BUSY: hand it to a worker; the first bytes go
+                                 while a worker wakes; TCP hands every push on, because only a
+                                 worker may wait for the receiver's receipt)
       OMC__DP_FLAG_SELF_COMPLETE the plane tells the receiver itself that the read was recorded
                                  (TCP: a trailer written after commit): no DONE is sent, and the
                                  receiver completes on the plane alone (one side-channel
@@ -4525,6 +4586,15 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
 #ifndef OMNICONN_TCP_INLINE
     #define OMNICONN_TCP_INLINE ((uint32_t)256 << 10)   /* bytes the listener writes before a worker takes over */
 #endif
+#ifndef OMNICONN_TCP_IDLE_MS
+    #define OMNICONN_TCP_IDLE_MS 120000     /* a sender closes a data connection idle this long */
+#endif
+#ifndef OMNICONN_TCP_MAX_PUSH_MS
+    #define OMNICONN_TCP_MAX_PUSH_MS 600000 /* the longest budget a sender grants one push */
+#endif
+#ifndef OMNICONN_TCP_STALL_MS
+    #define OMNICONN_TCP_STALL_MS 5000      /* a push whose receiver takes no byte this long is aborted */
+#endif
 
 #define OMC__DP_TCP  1
 #define OMC__DP_RDMA 2
@@ -4557,6 +4627,8 @@ struct omc__dp_push {
     void (*commit)(const omc__dp_push* p);  /* every byte is in place: record the read, unpin */
     void* commit_ctx;                   /* the connector's */
     uint64_t resume;                    /* TCP: stream bytes the listener's non-blocking start moved */
+    const uint8_t* channel;             /* the side-channel session that sent the PULL (its ZMQ */
+    uint32_t channel_len;               /* routing id): a plane binds its connections to it */
 };
 
 /* What a receiver-side plane learns about a sender from its HELLO. */
@@ -4566,6 +4638,8 @@ typedef struct omc__dp_peer {
     uint64_t incarnation;
     const uint8_t* record;              /* the sender's record of this plane's kind, or NULL */
     uint32_t record_len;
+    const uint8_t* ticket;              /* the sender's data-connection ticket record, or NULL */
+    uint32_t ticket_len;
 } omc__dp_peer;
 
 #define OMC__DP_FLAG_TRY_NOW       0x1u     /* tx_try starts a push on the listener without blocking */
@@ -4928,8 +5002,13 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_ACK_MAGIC   0x41434D4Fu    /* "OMCA" */
 #define OMC__TCP_DATA_MAGIC  0x44434D4Fu    /* "OMCD" */
 #define OMC__TCP_END_MAGIC   0x45434D4Fu    /* "OMCE" */
+#define OMC__TCP_RECEIPT_MAGIC 0x52434D4Fu  /* "OMCR" */
+#define OMC__TCP_RECEIPT_SIZE 8
 #define OMC__TCP_TRAILER_SIZE 8
-#define OMC__TCP_HELLO_SIZE  24
+#define OMC__TCP_HELLO_SIZE  40         /* version 2: with the ticket */
+#define OMC__TCP_HELLO1_SIZE 24         /* version 1 (no ticket): refused by a sender now */
+#define OMC__TCP_TICKET_SIZE 16         /* the per-channel ticket of the sender's HELLO */
+#define OMC__REC_TICKET      0x0100u    /* HELLO record type: the data-connection ticket */
 #define OMC__TCP_ACK_SIZE    8
 #define OMC__TCP_HEADER_SIZE 24
 
@@ -4945,20 +5024,34 @@ OMC__PRIVATE omc_result omc__tcp_record_decode(const uint8_t* v, uint32_t n, uin
     return OMC_OK;
 }
 
-OMC__PRIVATE void omc__tcp_hello_encode(uint8_t* p, uint64_t token, uint64_t incarnation) {
+/* The data hello, version 2 (40 bytes); ticket NULL writes version 1 (24 bytes, what a sender
+   of the first release expects). */
+OMC__PRIVATE void omc__tcp_hello_encode(uint8_t* p, uint64_t token, uint64_t incarnation, const uint8_t* ticket) {
     omc__put_u32(p, OMC__TCP_HELLO_MAGIC);
-    omc__put_u16(p + 4, 1);
+    omc__put_u16(p + 4, ticket ? 2 : 1);
     omc__put_u16(p + 6, 0);
     omc__put_u64(p + 8, token);
     omc__put_u64(p + 16, incarnation);
+    if (ticket) memcpy(p + 24, ticket, OMC__TCP_TICKET_SIZE);
 }
 
-OMC__PRIVATE omc_result omc__tcp_hello_decode(const uint8_t* p, size_t n, uint64_t* token, uint64_t* incarnation) {
-    if (n != OMC__TCP_HELLO_SIZE || omc__get_u32(p) != OMC__TCP_HELLO_MAGIC) return OMC_ERR_MALFORMED;
-    if (omc__get_u16(p + 4) != 1) return OMC_ERR_VERSION;
+/* The first 8 bytes of a data hello: OMC_OK if they start a version-2 hello. */
+OMC__PRIVATE omc_result omc__tcp_hello_start(const uint8_t* p, size_t n) {
+    if (n < 8 || omc__get_u32(p) != OMC__TCP_HELLO_MAGIC) return OMC_ERR_MALFORMED;
+    if (omc__get_u16(p + 4) != 2) return OMC_ERR_VERSION;
+    if (omc__get_u16(p + 6) != 0) return OMC_ERR_MALFORMED;
+    return OMC_OK;
+}
+
+/* A whole version-2 hello; ticket (16 bytes) receives the ticket it presents. */
+OMC__PRIVATE omc_result omc__tcp_hello_decode(const uint8_t* p, size_t n, uint64_t* token, uint64_t* incarnation, uint8_t* ticket) {
+    omc_result r = omc__tcp_hello_start(p, n);
+    if (r != OMC_OK) return r;
+    if (n != OMC__TCP_HELLO_SIZE) return OMC_ERR_MALFORMED;
     *token = omc__get_u64(p + 8);
     *incarnation = omc__get_u64(p + 16);
-    if (omc__get_u16(p + 6) != 0 || *token == 0) return OMC_ERR_MALFORMED;
+    memcpy(ticket, p + 24, OMC__TCP_TICKET_SIZE);
+    if (*token == 0) return OMC_ERR_MALFORMED;
     return OMC_OK;
 }
 
@@ -5184,8 +5277,25 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 #define OMC__TCP_MAX_PENDING 64         /* accepted connections still owing their hello */
 #define OMC__TCP_MAX_CONNS   4096       /* registered data connections per sender */
 #define OMC__TCP_HELLO_MS    5000       /* a connection must say hello within this */
+#define OMC__TCP_MAX_TICKETS 4096       /* tickets (side-channel sessions) a sender remembers */
+#define OMC__TCP_PER_TICKET  16         /* data connections one ticket may register */
+#define OMC__TCP_TICKET_IDLE_MS 600000  /* a ticket with no data connection lives this long */
+#define OMC__TCP_PAUSE_MS    100        /* accept() out of descriptors: stop polling the port this long */
+#define OMC__TCP_FLOOD_LOG_MS 10000     /* at most one WARN per kind of flood per this interval */
 
 enum { OMC__TCONN_PENDING = 0, OMC__TCONN_IDLE, OMC__TCONN_BUSY, OMC__TCONN_DEAD };
+
+/* A ticket: handed to one side-channel session (a ZMQ routing id) in the HELLO answer, and
+   required in the data hello: a data connection belongs to the session whose ticket it showed,
+   and only a PULL from that session may name it. */
+typedef struct omc__tcp_ticket {
+    struct omc__tcp_ticket* next;
+    uint8_t ticket[OMC__TCP_TICKET_SIZE];
+    uint32_t rid_len;
+    uint8_t rid[256];
+    uint32_t nconns;                    /* registered data connections that showed it */
+    omc_time_ns last_used;
+} omc__tcp_ticket;
 
 typedef struct omc__tcp_conn {
     struct omc__tcp_conn* next;
@@ -5193,7 +5303,10 @@ typedef struct omc__tcp_conn {
     int state;                          /* OMC__TCONN_* (under the plane's mu) */
     uint64_t token;
     uint64_t incarnation;               /* the receiver's */
+    omc__tcp_ticket* ticket;            /* registered connections: the session it belongs to */
+    uint8_t key[OMC__TCP_TICKET_SIZE + 8];  /* ticket | token: its name in the plane's map */
     omc_time_ns hello_deadline;
+    omc_time_ns idle_since;
     uint32_t hello_got;
     uint8_t hello[OMC__TCP_HELLO_SIZE];
 } omc__tcp_conn;
@@ -5206,8 +5319,15 @@ typedef struct omc__tcp_plane {
     pthread_mutex_t mu;
     pthread_cond_t idle_cv;             /* a busy connection became idle */
     omc__tcp_conn* conns;               /* every accepted connection */
-    omc__smap tokens;                   /* token (8 bytes) -> registered connection */
+    omc__smap tokens;                   /* ticket | token (24 bytes) -> registered connection */
+    omc__tcp_ticket* tickets;           /* every ticket, newest first */
+    omc__smap by_ticket, by_rid;        /* ticket -> ticket; routing id -> ticket */
+    uint32_t ntickets;
     uint32_t npending;
+    omc_time_ns paused_until;           /* listener only: accept() ran out of descriptors */
+    omc_time_ns next_sweep;             /* listener only: idle connections and tickets */
+    omc_time_ns flood_logged[3];        /* listener only: out of descriptors, pending full, bad hellos */
+    uint64_t flood_quiet[3];            /* events since that log line */
     uint64_t nregistered;               /* atomic: for health */
     uint64_t protocol_errors;           /* atomic */
 } omc__tcp_plane;
@@ -5216,9 +5336,12 @@ typedef struct omc__tcp_plane {
 typedef struct omc__tcp_rx {
     int fd;                             /* -1 until the first PULL */
     uint64_t token;
+    int has_ticket;                     /* the sender's HELLO carried a ticket (every sender */
+    uint8_t ticket[OMC__TCP_TICKET_SIZE];   /* but one of the first release does) */
     char host[OMC_TCP_HOST_MAX];
     uint16_t port;
     uint32_t hdr_got, trl_got;
+    int receipt_sent;                   /* this transfer's receipt is on its way */
     uint8_t hdr[OMC__TCP_HEADER_SIZE];
     uint8_t trl[OMC__TCP_TRAILER_SIZE];
     omc_time_ns deadline;               /* of the transfer in progress */
@@ -5256,24 +5379,114 @@ OMC__PRIVATE omc_result omc__tcp_listen(omc__tcp_plane* T, const char* bind_host
     return OMC_OK;
 }
 
+/* A flood (0 out of descriptors, 1 too many connections, 2 bad hellos) is logged at most once
+   per OMC__TCP_FLOOD_LOG_MS, saying how many events the quiet time hid (listener only). */
+OMC__PRIVATE int omc__tcp_flood(omc__tcp_plane* T, int kind, unsigned long long* hidden) {
+    omc_time_ns now = omc_now_ns();
+    T->flood_quiet[kind]++;
+    if (T->flood_logged[kind] && now - T->flood_logged[kind] < (omc_time_ns)OMC__TCP_FLOOD_LOG_MS * 1000000LL) return 0;
+    T->flood_logged[kind] = now;
+    *hidden = (unsigned long long)(T->flood_quiet[kind] - 1);
+    T->flood_quiet[kind] = 0;
+    return 1;
+}
+
+/* Forget a registered connection's name and its place in its ticket's count (holds mu). */
+OMC__PRIVATE void omc__tcp_unregister(omc__tcp_plane* T, omc__tcp_conn* c) {
+    if (!c->ticket) return;
+    if (omc__smap_get(&T->tokens, (const char*)c->key, sizeof(c->key)) == c) omc__smap_del(&T->tokens, &T->hooks, (const char*)c->key, sizeof(c->key));
+    omc__sub(&T->nregistered, 1u);
+    c->ticket->nconns--;
+    c->ticket->last_used = omc_now_ns();
+    c->ticket = NULL;
+}
+
 /* Close and free one connection (caller holds mu; the connection is unlinked here). */
 OMC__PRIVATE void omc__tcp_conn_free(omc__tcp_plane* T, omc__tcp_conn* c) {
     omc__tcp_conn** pp;
     for (pp = &T->conns; *pp; pp = &(*pp)->next)
         if (*pp == c) { *pp = c->next; break; }
     if (c->state == OMC__TCONN_PENDING) T->npending--;
-    if ((c->state == OMC__TCONN_IDLE || c->state == OMC__TCONN_BUSY) && omc__smap_get(&T->tokens, (const char*)&c->token, 8) == c) {
-        omc__smap_del(&T->tokens, &T->hooks, (const char*)&c->token, 8);
-        omc__sub(&T->nregistered, 1u);
-    }
+    omc__tcp_unregister(T, c);
     if (c->fd >= 0) close(c->fd);
     omc__free(&T->hooks, c);
 }
 
+/* Drop a ticket nobody uses (holds mu). */
+OMC__PRIVATE void omc__tcp_ticket_free(omc__tcp_plane* T, omc__tcp_ticket* t) {
+    omc__tcp_ticket** pp;
+    for (pp = &T->tickets; *pp; pp = &(*pp)->next)
+        if (*pp == t) { *pp = t->next; break; }
+    omc__smap_del(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE);
+    omc__smap_del(&T->by_rid, &T->hooks, (const char*)t->rid, t->rid_len);
+    T->ntickets--;
+    omc__free(&T->hooks, t);
+}
+
+/* The ticket of a side-channel session (its ZMQ routing id), made on its first HELLO: 16 random
+   bytes, answered inside the HELLO reply (CURVE-encrypted when CURVE is on). A full table drops
+   the ticket unused longest; OMC_ERR_BUSY if every ticket has data connections. */
+OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, uint8_t* out) {
+    omc__tcp_ticket *t, *old = NULL;
+    omc_result r = OMC_OK;
+    if (T->listen_fd < 0 || rid_len == 0 || rid_len > 255) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&T->mu);
+    t = (omc__tcp_ticket*)omc__smap_get(&T->by_rid, (const char*)rid, rid_len);
+    if (!t && T->ntickets >= OMC__TCP_MAX_TICKETS) {
+        for (t = T->tickets; t; t = t->next)
+            if (t->nconns == 0 && (!old || t->last_used < old->last_used)) old = t;
+        if (old) omc__tcp_ticket_free(T, old);
+        t = NULL;
+    }
+    if (!t && T->ntickets >= OMC__TCP_MAX_TICKETS) r = OMC_ERR_BUSY;
+    else if (!t) {
+        t = (omc__tcp_ticket*)omc__calloc(&T->hooks, sizeof(*t));
+        if (!t) r = OMC_ERR_NO_MEMORY;
+        else {
+            do { omc__random_bytes(t->ticket, sizeof(t->ticket)); } while (omc__smap_get(&T->by_ticket, (const char*)t->ticket, OMC__TCP_TICKET_SIZE));
+            t->rid_len = rid_len;
+            memcpy(t->rid, rid, rid_len);
+            if (omc__smap_put(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE, t) != OMC_OK) r = OMC_ERR_NO_MEMORY;
+            else if (omc__smap_put(&T->by_rid, &T->hooks, (const char*)rid, rid_len, t) != OMC_OK) {
+                omc__smap_del(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE);
+                r = OMC_ERR_NO_MEMORY;
+            }
+            if (r != OMC_OK) { omc__free(&T->hooks, t); t = NULL; }
+            else { t->next = T->tickets; T->tickets = t; T->ntickets++; }
+        }
+    }
+    if (t) { t->last_used = omc_now_ns(); memcpy(out, t->ticket, OMC__TCP_TICKET_SIZE); }
+    pthread_mutex_unlock(&T->mu);
+    return r;
+}
+
+/* Once a second (listener): close registered connections idle longer than OMNICONN_TCP_IDLE_MS
+   (a receiver drops its cached channels well before) and forget tickets nobody used for
+   OMC__TCP_TICKET_IDLE_MS. Holds mu. */
+OMC__PRIVATE void omc__tcp_sweep(omc__tcp_plane* T, omc_time_ns now) {
+    omc__tcp_conn *c, *next;
+    omc__tcp_ticket *t, *tn;
+    if (now < T->next_sweep) return;
+    T->next_sweep = now + 1000000000LL;
+    for (c = T->conns; c; c = next) {
+        next = c->next;
+        if (c->state == OMC__TCONN_IDLE && now - c->idle_since > (omc_time_ns)OMNICONN_TCP_IDLE_MS * 1000000LL) {
+            OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data port: connection idle for %d ms, closed", (int)OMNICONN_TCP_IDLE_MS);
+            omc__tcp_conn_free(T, c);
+        }
+    }
+    for (t = T->tickets; t; t = tn) {
+        tn = t->next;
+        if (t->nconns == 0 && now - t->last_used > (omc_time_ns)OMC__TCP_TICKET_IDLE_MS * 1000000LL) omc__tcp_ticket_free(T, t);
+    }
+}
+
 /* Listener: fill poll items for the data port and the connections it watches; who[i] is the
-   connection of item i (NULL for the data port). Reaps dead connections first. */
+   connection of item i (NULL for the data port). Reaps dead connections first; leaves the data
+   port out while accept() is paused for lack of descriptors. */
 OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, omc__tcp_conn** who, int max) {
     omc__tcp_conn *c, *next;
+    omc_time_ns now = omc_now_ns();
     int n = 0;
     if (T->listen_fd < 0 || max < 1) return 0;
     pthread_mutex_lock(&T->mu);
@@ -5281,10 +5494,13 @@ OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, omc__tc
         next = c->next;
         if (c->state == OMC__TCONN_DEAD) omc__tcp_conn_free(T, c);
     }
-    items[n].fd = T->listen_fd;
-    items[n].events = POLLIN;
-    items[n].revents = 0;
-    who[n++] = NULL;
+    omc__tcp_sweep(T, now);
+    if (now >= T->paused_until) {
+        items[n].fd = T->listen_fd;
+        items[n].events = POLLIN;
+        items[n].revents = 0;
+        who[n++] = NULL;
+    }
     for (c = T->conns; c && n < max; c = c->next) {
         if (c->state != OMC__TCONN_PENDING && c->state != OMC__TCONN_IDLE) continue;
         items[n].fd = c->fd;
@@ -5296,24 +5512,50 @@ OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, omc__tc
     return n;
 }
 
-/* Listener: accept what is waiting on the data port. */
+/* The connection that has waited longest for its hello, or NULL (holds mu). It has shown
+   nothing yet, so a newer connection may take its place. */
+OMC__PRIVATE omc__tcp_conn* omc__tcp_oldest_pending(omc__tcp_plane* T) {
+    omc__tcp_conn *c, *old = NULL;
+    for (c = T->conns; c; c = c->next)
+        if (c->state == OMC__TCONN_PENDING) old = c;     /* the list is newest first */
+    return old;
+}
+
+/* Listener: accept what is waiting on the data port. Out of descriptors (EMFILE, ENFILE): the
+   oldest connection still owing its hello is closed and the port is not polled for
+   OMC__TCP_PAUSE_MS, so a flood costs neither a spinning core nor a log line per event. */
 OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
+    unsigned long long hidden = 0;
     for (;;) {
         omc__tcp_conn* c;
         int fd = accept4(T->listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EINTR) continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "accept on the data port: %s", strerror(errno));
+            int e = errno;
+            if (e == EINTR) continue;
+            if (e == EAGAIN || e == EWOULDBLOCK) return;
+            if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+                T->paused_until = omc_now_ns() + (omc_time_ns)OMC__TCP_PAUSE_MS * 1000000LL;
+                pthread_mutex_lock(&T->mu);
+                c = omc__tcp_oldest_pending(T);
+                if (c) omc__tcp_conn_free(T, c);
+                pthread_mutex_unlock(&T->mu);
+            }
+            if (omc__tcp_flood(T, 0, &hidden))
+                OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
+                         "data port %u: accept failed (%s): retrying in %d ms%s (%llu more since the last report)", (unsigned)T->port,
+                         strerror(e), OMC__TCP_PAUSE_MS, e == EMFILE || e == ENFILE ? "; raise the descriptor limit (ulimit -n)" : "", hidden);
             return;
         }
         pthread_mutex_lock(&T->mu);
-        if (T->npending >= OMC__TCP_MAX_PENDING || omc__load(&T->nregistered) >= OMC__TCP_MAX_CONNS) {
+        if (omc__load(&T->nregistered) >= OMC__TCP_MAX_CONNS) {
             pthread_mutex_unlock(&T->mu);
-            OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port: too many connections, refusing one");
+            if (omc__tcp_flood(T, 1, &hidden))
+                OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port %u: %d data connections registered, refusing new ones (%llu more since the last report)",
+                         (unsigned)T->port, OMC__TCP_MAX_CONNS, hidden);
             close(fd);
             continue;
         }
+        if (T->npending >= OMC__TCP_MAX_PENDING && (c = omc__tcp_oldest_pending(T)) != NULL) omc__tcp_conn_free(T, c);
         c = (omc__tcp_conn*)omc__calloc(&T->hooks, sizeof(*c));
         if (!c) { pthread_mutex_unlock(&T->mu); close(fd); continue; }
         c->fd = fd;
@@ -5328,35 +5570,66 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
     }
 }
 
-/* Listener: a pending connection is readable: take its hello bytes; register when complete. */
+/* Listener, holds mu: refuse a data hello. An ack with the code for a hello that is not a
+   version-2 hello (a receiver of the first release learns why); nothing at all for a wrong
+   ticket (a port scanner learns nothing). Never registered, so never counted. */
+OMC__PRIVATE void omc__tcp_refuse(omc__tcp_plane* T, omc__tcp_conn* c, omc_result r, int ack_it) {
+    unsigned long long hidden = 0;
+    if (ack_it) {
+        uint8_t ack[OMC__TCP_ACK_SIZE];
+        ssize_t k;
+        omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
+        omc__put_u32(ack + 4, (uint32_t)(int32_t)r);
+        k = send(c->fd, ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)k;
+    }
+    if (r != OMC_ERR_BUSY) omc__add(&T->protocol_errors, 1u);
+    if (omc__tcp_flood(T, 2, &hidden))
+        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
+                 "data port %u: data hello refused (%s), connection closed%s (%llu more since the last report)", (unsigned)T->port,
+                 omc_result_str(r),
+                 r == OMC_ERR_AUTH ? ": no valid ticket (a data connection must show the ticket of a side-channel HELLO)"
+                 : r == OMC_ERR_VERSION ? ": the receiver predates data hello version 2; upgrade it"
+                 : r == OMC_ERR_BUSY ? ": too many data connections for one side-channel session" : "",
+                 hidden);
+    omc__tcp_conn_free(T, c);
+}
+
+/* Listener: a pending connection is readable: take its hello bytes; register when complete and
+   its ticket is one we handed out. */
 OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
-    uint8_t ack[OMC__TCP_ACK_SIZE];
+    uint8_t ack[OMC__TCP_ACK_SIZE], ticket[OMC__TCP_TICKET_SIZE];
+    omc__tcp_ticket* t;
     omc_result r;
     ssize_t k = recv(c->fd, c->hello + c->hello_got, OMC__TCP_HELLO_SIZE - c->hello_got, MSG_DONTWAIT);
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     if (k <= 0) { omc__tcp_conn_free(T, c); return; }
     c->hello_got += (uint32_t)k;
+    if (c->hello_got >= 8 && (r = omc__tcp_hello_start(c->hello, c->hello_got)) != OMC_OK) { omc__tcp_refuse(T, c, r, 1); return; }
     if (c->hello_got < OMC__TCP_HELLO_SIZE) return;
-    r = omc__tcp_hello_decode(c->hello, OMC__TCP_HELLO_SIZE, &c->token, &c->incarnation);
-    if (r == OMC_OK && omc__smap_get(&T->tokens, (const char*)&c->token, 8)) r = OMC_ERR_EXISTS;
-    if (r == OMC_OK) r = omc__smap_put(&T->tokens, &T->hooks, (const char*)&c->token, 8, c);
+    r = omc__tcp_hello_decode(c->hello, OMC__TCP_HELLO_SIZE, &c->token, &c->incarnation, ticket);
+    if (r != OMC_OK) { omc__tcp_refuse(T, c, r, 1); return; }
+    t = (omc__tcp_ticket*)omc__smap_get(&T->by_ticket, (const char*)ticket, OMC__TCP_TICKET_SIZE);
+    if (!t) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
+    if (t->nconns >= OMC__TCP_PER_TICKET) { omc__tcp_refuse(T, c, OMC_ERR_BUSY, 1); return; }
+    memcpy(c->key, ticket, OMC__TCP_TICKET_SIZE);
+    memcpy(c->key + OMC__TCP_TICKET_SIZE, c->hello + 8, 8);
+    if (omc__smap_get(&T->tokens, (const char*)c->key, sizeof(c->key))) { omc__tcp_refuse(T, c, OMC_ERR_EXISTS, 1); return; }
+    if (omc__smap_put(&T->tokens, &T->hooks, (const char*)c->key, sizeof(c->key), c) != OMC_OK) { omc__tcp_conn_free(T, c); return; }
     omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
-    omc__put_u32(ack + 4, (uint32_t)(int32_t)r);
+    omc__put_u32(ack + 4, 0);
     /* a fresh socket always has room for 8 bytes; anything else means it is already broken */
-    if (send(c->fd, ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack) && r == OMC_OK) {
-        omc__smap_del(&T->tokens, &T->hooks, (const char*)&c->token, 8);
-        r = OMC_ERR_CONNECTION;
-    }
-    if (r != OMC_OK) {
-        if (r == OMC_ERR_MALFORMED || r == OMC_ERR_VERSION || r == OMC_ERR_EXISTS) {
-            omc__add(&T->protocol_errors, 1u);
-            OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port: bad hello (%s), connection closed", omc_result_str(r));
-        }
+    if (send(c->fd, ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack)) {
+        omc__smap_del(&T->tokens, &T->hooks, (const char*)c->key, sizeof(c->key));
         omc__tcp_conn_free(T, c);
         return;
     }
     T->npending--;
     c->state = OMC__TCONN_IDLE;
+    c->idle_since = omc_now_ns();
+    c->ticket = t;
+    t->nconns++;
+    t->last_used = c->idle_since;
     omc__add(&T->nregistered, 1u);
 }
 
@@ -5385,7 +5658,7 @@ OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, 
     for (c = T->conns; c; c = next) {
         next = c->next;
         if (c->state == OMC__TCONN_PENDING && now >= c->hello_deadline) {
-            OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data port: no hello within %d ms, connection closed", OMC__TCP_HELLO_MS);
+            OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data port: no hello within %d ms, connection closed", OMC__TCP_HELLO_MS);
             omc__tcp_conn_free(T, c);
         }
     }
@@ -5396,7 +5669,10 @@ OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, 
 OMC__PRIVATE void omc__tcp_shutdown(omc__tcp_plane* T) {
     pthread_mutex_lock(&T->mu);
     while (T->conns) omc__tcp_conn_free(T, T->conns);
+    while (T->tickets) omc__tcp_ticket_free(T, T->tickets);
     omc__smap_free(&T->tokens, &T->hooks);
+    omc__smap_free(&T->by_ticket, &T->hooks);
+    omc__smap_free(&T->by_rid, &T->hooks);
     pthread_mutex_unlock(&T->mu);
     if (T->listen_fd >= 0) close(T->listen_fd);
     T->listen_fd = -1;
@@ -5421,6 +5697,7 @@ OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const 
                                               const int* abort) {
     const uint8_t* seg[3];
     uint64_t seglen[3], moved = 0;
+    omc_time_ns progress = blocking ? omc_now_ns() : 0;    /* last time the receiver took a byte */
     seg[0] = hdr; seglen[0] = OMC__TCP_HEADER_SIZE;
     seg[1] = src; seglen[1] = size;
     seg[2] = trl; seglen[2] = OMC__TCP_TRAILER_SIZE;
@@ -5450,6 +5727,7 @@ OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const 
         if (k > 0) {
             *pos += (uint64_t)k;
             moved += (uint64_t)k;
+            if (blocking) progress = omc_now_ns();
             if (!blocking && moved >= budget && *pos < end) return OMC_ERR_BUSY;
         } else if (k < 0 && errno == EINTR) {
         } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -5458,6 +5736,8 @@ OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const 
         if (blocking && *pos < end) {
             if (abort && omc__load(abort)) return (omc_result)omc__load(abort);
             if (omc__deadline_passed(deadline)) return OMC_ERR_TIMEOUT;
+            /* a receiver that takes nothing for OMNICONN_TCP_STALL_MS is dead or hostile */
+            if (omc_now_ns() - progress > (omc_time_ns)OMNICONN_TCP_STALL_MS * 1000000LL) return OMC_ERR_TIMEOUT;
         }
     }
     return OMC_OK;
@@ -5467,30 +5747,36 @@ OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const 
    so it can never carry another one). The listener frees dead ones. */
 OMC__PRIVATE void omc__tcp_conn_release(omc__tcp_plane* T, omc__tcp_conn* c, int ok) {
     pthread_mutex_lock(&T->mu);
-    if (ok) c->state = OMC__TCONN_IDLE;
+    if (ok) { c->state = OMC__TCONN_IDLE; c->idle_since = omc_now_ns(); }
     else {
+        omc__tcp_unregister(T, c);      /* first: a peer that sees the shutdown sees it gone */
         shutdown(c->fd, SHUT_RDWR);
-        omc__smap_del(&T->tokens, &T->hooks, (const char*)&c->token, 8);
-        omc__sub(&T->nregistered, 1u);
         c->state = OMC__TCONN_DEAD;
     }
     pthread_cond_broadcast(&T->idle_cv);
     pthread_mutex_unlock(&T->mu);
 }
 
-/* The connection a PULL names. take = 1: wait (until the deadline) for it to be idle and mark
-   it busy - a receiver that has read a trailer may ask again before the pusher has marked the
+/* The connection a PULL names: the token in its descriptor, among the connections registered
+   with the ticket of the PULL's own side-channel session (a PULL can never name another
+   session's connection). take = 1: wait (until the deadline) for it to be idle and mark it busy
+   - a receiver that has read a trailer may ask again before the pusher has marked the
    connection idle. take = 0: the caller already owns it (a push the listener started). */
 OMC__PRIVATE omc_result omc__tcp_find_conn(omc__tcp_plane* T, const omc__dp_push* p, int take, int may_wait, omc__tcp_conn** out) {
-    omc__tcp_conn* c;
-    uint64_t token;
+    omc__tcp_conn* c = NULL;
+    omc__tcp_ticket* t;
+    uint8_t key[OMC__TCP_TICKET_SIZE + 8];
     omc_result r = OMC_OK;
     *out = NULL;
     if (p->desc_len != 8) return OMC_ERR_PROTOCOL;
-    token = omc__get_u64(p->desc);
     pthread_mutex_lock(&T->mu);
+    t = p->channel_len ? (omc__tcp_ticket*)omc__smap_get(&T->by_rid, (const char*)p->channel, p->channel_len) : NULL;
+    if (t) {
+        memcpy(key, t->ticket, OMC__TCP_TICKET_SIZE);
+        memcpy(key + OMC__TCP_TICKET_SIZE, p->desc, 8);
+    }
     for (;;) {
-        c = (omc__tcp_conn*)omc__smap_get(&T->tokens, (const char*)&token, 8);
+        c = t ? (omc__tcp_conn*)omc__smap_get(&T->tokens, (const char*)key, sizeof(key)) : NULL;
         if (!c) { r = OMC_ERR_CONNECTION; break; }
         if (!take) { if (c->state != OMC__TCONN_BUSY) r = OMC_ERR_INTERNAL; break; }
         if (c->state == OMC__TCONN_IDLE) { c->state = OMC__TCONN_BUSY; break; }
@@ -5502,54 +5788,77 @@ OMC__PRIVATE omc_result omc__tcp_find_conn(omc__tcp_plane* T, const omc__dp_push
     pthread_mutex_unlock(&T->mu);
     if (r == OMC_OK) *out = c;
     else if (r == OMC_ERR_CONNECTION)
-        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "push %llu: no data connection with token %016llx",
-                 (unsigned long long)p->transfer_id, (unsigned long long)token);
+        OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "push %llu: this side-channel session has no data connection with token %016llx",
+                 (unsigned long long)p->transfer_id, (unsigned long long)omc__get_u64(p->desc));
     return r;
 }
 
-/* The listener starts a push without blocking: header and up to OMNICONN_TCP_INLINE bytes, then
-   the trailer if everything went. OMC_OK: done (committed). OMC_ERR_BUSY: *resume bytes of the
-   stream went; a worker finishes with tx_push (the connection stays ours). */
+/* The listener starts a push without blocking: header and up to OMNICONN_TCP_INLINE bytes.
+   Always OMC_ERR_BUSY on success: *resume bytes of the stream went, and a worker waits for the
+   receiver's receipt, commits and writes the trailer (the connection stays ours). */
 static omc_result omc__tcp_tx_try(void* user, const omc__dp_push* p, uint64_t* resume) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
-    uint8_t hdr[OMC__TCP_HEADER_SIZE], trl[OMC__TCP_TRAILER_SIZE];
+    uint8_t hdr[OMC__TCP_HEADER_SIZE];
     uint64_t pos = 0, end = OMC__TCP_HEADER_SIZE + p->size;
     omc__tcp_conn* c;
     omc_result r = omc__tcp_find_conn(T, p, 1, 0, &c);
     *resume = 0;
     if (r != OMC_OK) return r;      /* BUSY: a worker waits for the connection */
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
-    omc__put_u32(trl, OMC__TCP_END_MAGIC);
-    omc__put_u32(trl + 4, 0);
-    r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end, 0, OMNICONN_TCP_INLINE, 0, NULL);
-    if (r == OMC_OK) {
-        p->commit(p);                               /* every payload byte is with the kernel */
-        r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end + OMC__TCP_TRAILER_SIZE, 0, OMC__TCP_TRAILER_SIZE, 0, NULL);
-    }
+    r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, NULL, &pos, end, 0, OMNICONN_TCP_INLINE, 0, NULL);
     *resume = pos;
-    if (r == OMC_ERR_BUSY) return r;
-    omc__tcp_conn_release(T, c, r == OMC_OK);
-    return pos >= end ? OMC_OK : r;                 /* committed: a success, even if the trailer failed */
+    if ((r == OMC_OK || r == OMC_ERR_BUSY) && pos) return OMC_ERR_BUSY;
+    omc__tcp_conn_release(T, c, r == OMC_OK || r == OMC_ERR_BUSY);    /* nothing went: a worker starts afresh */
+    return r == OMC_OK ? OMC_ERR_BUSY : r;
+}
+
+/* Wait for the receiver's receipt (8 bytes: "OMCR", 0) after the last payload byte: it says
+   the bytes are in the receiver's buffer, not just in a kernel. Bounded by the deadline, ABORT
+   and OMNICONN_TCP_STALL_MS; EOF or anything else than a receipt fails the push. */
+OMC__PRIVATE omc_result omc__tcp_read_receipt(int fd, omc_time_ns deadline, const int* abort) {
+    uint8_t b[OMC__TCP_RECEIPT_SIZE];
+    size_t got = 0;
+    omc_time_ns since = omc_now_ns();
+    while (got < sizeof(b)) {
+        struct pollfd pf;
+        ssize_t k;
+        if (abort && omc__load(abort)) return (omc_result)omc__load(abort);
+        if (omc__deadline_passed(deadline) || omc_now_ns() - since > (omc_time_ns)OMNICONN_TCP_STALL_MS * 1000000LL) return OMC_ERR_TIMEOUT;
+        pf.fd = fd; pf.events = POLLIN; pf.revents = 0;
+        if (poll(&pf, 1, omc__poll_ms(deadline, OMC__NET_SLICE_MS)) <= 0) continue;
+        k = recv(fd, b + got, sizeof(b) - got, MSG_DONTWAIT);
+        if (k == 0) return OMC_ERR_CONNECTION;
+        if (k < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+            return OMC_ERR_CONNECTION;
+        }
+        got += (size_t)k;
+    }
+    return omc__get_u32(b) == OMC__TCP_RECEIPT_MAGIC && omc__get_u32(b + 4) == 0 ? OMC_OK : OMC_ERR_PROTOCOL;
 }
 
 /* A push on a worker: take the connection (or continue what the listener started), write the
-   rest of header and payload, commit, then the trailer - which is how the receiver learns that
-   the read was recorded without waiting for DONE. */
+   rest of header and payload, wait for the receiver's receipt, commit, then the trailer - which
+   is how the receiver learns that the read was recorded without waiting for DONE. */
 OMC__PRIVATE omc_result omc__tcp_tx_push(void* user, const omc__dp_push* p) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
     uint8_t hdr[OMC__TCP_HEADER_SIZE], trl[OMC__TCP_TRAILER_SIZE];
     uint64_t pos = p->resume, end = OMC__TCP_HEADER_SIZE + p->size;
     omc__tcp_conn* c;
-    omc_result r = omc__tcp_find_conn(T, p, p->resume == 0, 1, &c);
+    omc_result r;
+    if (p->abort && omc__load(p->abort)) {      /* aborted before it got a worker */
+        if (p->resume && omc__tcp_find_conn(T, p, 0, 0, &c) == OMC_OK) omc__tcp_conn_release(T, c, 0);
+        return (omc_result)omc__load(p->abort);
+    }
+    r = omc__tcp_find_conn(T, p, p->resume == 0, 1, &c);
     if (r != OMC_OK) return r == OMC_ERR_BUSY ? OMC_ERR_CONNECTION : r;
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
     omc__put_u32(trl, OMC__TCP_END_MAGIC);
     omc__put_u32(trl + 4, 0);
-    if (pos < end) {
-        r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end, 1, 0, p->deadline, p->abort);
-        if (r != OMC_OK) { omc__tcp_conn_release(T, c, 0); return r; }
-        if (p->commit) p->commit(p);
-    }
+    if (pos < end) r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end, 1, 0, p->deadline, p->abort);
+    if (r == OMC_OK) r = omc__tcp_read_receipt(c->fd, p->deadline, p->abort);
+    if (r != OMC_OK) { omc__tcp_conn_release(T, c, 0); return r; }
+    if (p->commit) p->commit(p);        /* the receiver has every byte: the read counts now */
     r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, trl, &pos, end + OMC__TCP_TRAILER_SIZE, 1, 0, p->deadline, p->abort);
     omc__tcp_conn_release(T, c, r == OMC_OK);
     return OMC_OK;      /* committed: the receiver may miss the trailer, but the read counts */
@@ -5575,6 +5884,9 @@ OMC__PRIVATE omc_result omc__tcp_rx_ready(void* user, void* chan, const omc__dp_
     (void)user; (void)deadline;
     if (!peer->record) return OMC_ERR_UNAVAILABLE;
     if (omc__tcp_record_decode(peer->record, peer->record_len, &x->port, x->host, sizeof(x->host)) != OMC_OK) return OMC_ERR_PROTOCOL;
+    if (peer->ticket && peer->ticket_len != OMC__TCP_TICKET_SIZE) return OMC_ERR_PROTOCOL;
+    x->has_ticket = peer->ticket != NULL;
+    if (peer->ticket) memcpy(x->ticket, peer->ticket, OMC__TCP_TICKET_SIZE);
     if (!x->host[0]) snprintf(x->host, sizeof(x->host), "%s", peer->host);
     return OMC_OK;
 }
@@ -5598,8 +5910,8 @@ OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, o
         return r;
     }
     do { x->token = omc__random_u64(); } while (x->token == 0);
-    omc__tcp_hello_encode(hello, x->token, omc_incarnation());
-    r = omc__fd_write_all(x->fd, hello, sizeof(hello), deadline, NULL);
+    omc__tcp_hello_encode(hello, x->token, omc_incarnation(), x->has_ticket ? x->ticket : NULL);
+    r = omc__fd_write_all(x->fd, hello, x->has_ticket ? OMC__TCP_HELLO_SIZE : OMC__TCP_HELLO1_SIZE, deadline, NULL);
     if (r == OMC_OK) r = omc__fd_read_all(x->fd, ack, sizeof(ack), deadline);
     if (r == OMC_OK && (omc__get_u32(ack) != OMC__TCP_ACK_MAGIC || omc__get_u32(ack + 4) != 0)) r = OMC_ERR_PROTOCOL;
     if (r != OMC_OK) {
@@ -5620,6 +5932,7 @@ OMC__PRIVATE omc_result omc__tcp_rx_prepare(void* user, void* chan, omc__dp_xfer
     }
     x->hdr_got = 0;
     x->trl_got = 0;
+    x->receipt_sent = 0;
     x->deadline = deadline;
     xf->received = 0;
     xf->complete = 0;
@@ -5641,6 +5954,15 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
     while (!xf->complete) {
         ssize_t k;
         int part = x->hdr_got < OMC__TCP_HEADER_SIZE ? 0 : xf->received < xf->size ? 1 : 2;
+        if (part == 2 && x->has_ticket && !x->receipt_sent) {
+            /* every byte is in the destination: tell the sender, which records the read only
+               now (a sender of the first release - no ticket - expects no receipt) */
+            uint8_t rc[OMC__TCP_RECEIPT_SIZE];
+            omc__put_u32(rc, OMC__TCP_RECEIPT_MAGIC);
+            omc__put_u32(rc + 4, 0);
+            if (send(x->fd, rc, sizeof(rc), MSG_NOSIGNAL) != (ssize_t)sizeof(rc)) return OMC_ERR_CONNECTION;
+            x->receipt_sent = 1;
+        }
         /* once a valid header came, the sender is pushing: wait in recv itself for the rest
            (MSG_WAITALL, at most a slice per call, never past the get's deadline) */
         int wait = part > 0 && (x->deadline == OMC_WAIT_FOREVER || x->deadline - omc_now_ns() > OMC__NET_SLICE_MS * 1000000LL)
@@ -5943,6 +6265,8 @@ OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KE
 #define OMC__NET_MAX_PEERS   4096       /* senders a receiver remembers */
 #define OMC__NET_HANDSHAKE_MS 10000     /* a ZMTP handshake (incl. CURVE) must finish within this */
 #define OMC__NET_RETRY_MS    100        /* pause before a failed sender is asked again */
+#define OMC__NET_CHAN_IDLE_MS 60000     /* a receiver drops a channel cached longer (before its
+                                           sender closes the data connection or forgets the ticket) */
 #define OMC__NET_REQUERY_MS  5          /* at least this between two QUERYs to one sender */
 #define OMC__NET_MON_EVENTS  (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
 
@@ -6014,7 +6338,11 @@ struct omc__net_chan {
     uint32_t hello_seq;                 /* of an unanswered HELLO, 0 = none */
     uint64_t xfer;                      /* the get using the channel now */
     omc_time_ns deadline;               /* that get's deadline */
-    int hs_failed;                      /* the monitor saw a failed handshake */
+    int hs_failed;                      /* the monitor saw a failed CURVE handshake */
+    int curve;                          /* the channel uses CURVE */
+    int hs_logged;                      /* a failed handshake without CURVE was logged */
+    const omc_hooks* hooks;
+    omc_time_ns idle_since;             /* when it went back into the cache */
 };
 
 struct omc__net {
@@ -6050,6 +6378,7 @@ struct omc__net {
     pthread_mutex_t job_mu;
     pthread_cond_t job_cv;
     omc__net_job* queue;
+    omc__net_job* running;              /* jobs a worker is pushing now (under job_mu) */
     omc__net_job** queue_tail;
     omc__net_job* done;
     struct pollfd* items;               /* listener poll set, grown as needed */
@@ -6172,6 +6501,8 @@ OMC__PRIVATE void omc__net_job_push(omc__net* N, omc__net_job* j, omc__dp_push* 
     p->commit = omc__net_commit;
     p->commit_ctx = j;
     p->resume = j->resume;
+    p->channel = j->rid;
+    p->channel_len = j->rid_len;
 }
 
 /* A job has ended (listener thread): settle the entry, answer DONE or ERROR, free the job. */
@@ -6235,6 +6566,12 @@ OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t ri
         const uint8_t* theirs = omc__wire_find_record(in, p->vt->kind, &theirs_len);
         if (p->vt->tx_hello && p->vt->tx_hello(p->user, theirs, theirs_len, val, sizeof(val), &vlen) == OMC_OK)
             omc__wire_add_record(recs, sizeof(recs), &rlen, &count, p->vt->kind, val, vlen);
+    }
+    if (N->tcp.listen_fd >= 0) {    /* the session's ticket: its data connections must show it */
+        uint8_t ticket[OMC__TCP_TICKET_SIZE];
+        omc_result r = omc__tcp_ticket_issue(&N->tcp, rid, rid_len, ticket);
+        if (r == OMC_OK) omc__wire_add_record(recs, sizeof(recs), &rlen, &count, OMC__REC_TICKET, ticket, sizeof(ticket));
+        else OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "HELLO answered without a data ticket (%s): that receiver cannot pull", omc_result_str(r));
     }
     memset(&m, 0, sizeof(m));
     m.type = OMC__MSG_HELLO;
@@ -6389,8 +6726,19 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     }
     pthread_mutex_unlock(&N->own.mu);
     if (r != OMC_OK) {
+        char key[OMC__WIRE_MAX_KEY + 1];
+        uint32_t k;
+        for (k = 0; k < in->key_len && k < OMC__WIRE_MAX_KEY; k++) key[k] = in->key[k] == 0x1f ? '/' : in->key[k];
+        key[k] = '\0';
         omc__free(&N->conn->hooks, job);
-        omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, r, detail, "%s", omc_result_str(r));
+        if (r == OMC_ERR_TOO_LARGE)
+            omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, r, detail,
+                                 "sender: %s is %llu bytes, the receiver's destination holds %llu: give the receiver a larger pool", key,
+                                 (unsigned long long)detail, (unsigned long long)in->capacity);
+        else if (r == OMC_ERR_STALE)
+            omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, r, 0, "sender: the metadata names an older put of %s: use the newest metadata", key);
+        else
+            omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, r, 0, "sender: %s has no read left (consumed, cleaned up, expired or never put)", key);
         return;
     }
     job->dp = dp;
@@ -6401,7 +6749,9 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     memcpy(job->rid, rid, rid_len);
     job->desc_len = in->desc_len;
     if (in->desc_len) memcpy(job->desc, in->desc, in->desc_len);
-    job->deadline = omc_now_ns() + (in->budget_ms ? (omc_time_ns)in->budget_ms * 1000000LL : omc__net_default_budget_ns(job->size));
+    /* the receiver's budget (or vLLM-Omni's rule), never more than OMNICONN_TCP_MAX_PUSH_MS */
+    job->deadline = omc_now_ns() + omc__min(in->budget_ms ? (omc_time_ns)in->budget_ms * 1000000LL : omc__net_default_budget_ns(job->size),
+                                            (omc_time_ns)OMNICONN_TCP_MAX_PUSH_MS * 1000000LL);
     job->owner = N;
     job->next_live = N->live;
     N->live = job;
@@ -6421,12 +6771,45 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     pthread_mutex_unlock(&N->job_mu);
 }
 
+/* Take a job out of the workers' queue if no worker has taken it yet (listener). */
+OMC__PRIVATE int omc__net_unqueue(omc__net* N, omc__net_job* j) {
+    omc__net_job** pp;
+    int found = 0;
+    pthread_mutex_lock(&N->job_mu);
+    for (pp = &N->queue; *pp; pp = &(*pp)->next)
+        if (*pp == j) {
+            *pp = j->next;
+            if (!*pp) N->queue_tail = pp;
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&N->job_mu);
+    return found;
+}
+
+/* ABORT: a push in progress stops at its next wait; a push still queued is dropped now - its
+   pin released and, if the listener had started it, its data connection closed (the plane's
+   tx_push with abort set does that without blocking). */
 OMC__PRIVATE void omc__net_on_abort(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
     omc__net_job* j;
     omc__net_held** pp = &N->held;
-    for (j = N->live; j; j = j->next_live)
-        if (j->xfer == in->xfer && j->rid_len == rid_len && memcmp(j->rid, rid, rid_len) == 0)
+    for (j = N->live; j; ) {
+        if (j->xfer == in->xfer && j->rid_len == rid_len && memcmp(j->rid, rid, rid_len) == 0 && !omc__load(&j->abort)) {
             omc__store(&j->abort, (int)OMC_ERR_TIMEOUT);
+            if (omc__net_unqueue(N, j)) {
+                if (j->resume) {
+                    omc__dp_push p;
+                    omc__net_job_push(N, j, &p);
+                    j->dp->vt->tx_push(j->dp->user, &p);
+                }
+                j->result = OMC_ERR_TIMEOUT;
+                omc__net_finish(N, j, 0);   /* unlinks and frees j: walk again from the start */
+                j = N->live;
+                continue;
+            }
+        }
+        j = j->next_live;
+    }
     while (*pp) {
         omc__net_held* h = *pp;
         if (h->xfer == in->xfer && h->rid_len == rid_len && memcmp(h->rid, rid, rid_len) == 0) {
@@ -6642,25 +7025,47 @@ static void* omc__net_listener_main(void* arg) {
     return NULL;
 }
 
+/* The first queued job whose side-channel session has no push running (holds job_mu), taken
+   out of the queue. One push at a time per session: a receiver's channel has at most one
+   transfer in flight anyway, so only a peer that misbehaves waits here - and it cannot hold
+   more than one worker, whatever budget it asks for. */
+OMC__PRIVATE omc__net_job* omc__net_pick(omc__net* N) {
+    omc__net_job **pp, *r;
+    for (pp = &N->queue; *pp; pp = &(*pp)->next) {
+        omc__net_job* j = *pp;
+        for (r = N->running; r; r = r->next)
+            if (r->rid_len == j->rid_len && memcmp(r->rid, j->rid, j->rid_len) == 0) break;
+        if (r) continue;
+        *pp = j->next;
+        if (!*pp) N->queue_tail = pp;
+        return j;
+    }
+    return NULL;
+}
+
 static void* omc__net_worker_main(void* arg) {
     omc__net* N = (omc__net*)arg;
     for (;;) {
-        omc__net_job* j;
+        omc__net_job *j, **pp;
         omc__dp_push p;
         int a;
         pthread_mutex_lock(&N->job_mu);
-        while (!N->queue && !omc__load(&N->stop)) pthread_cond_wait(&N->job_cv, &N->job_mu);
-        j = N->queue;
+        while (!(j = omc__net_pick(N)) && !omc__load(&N->stop)) pthread_cond_wait(&N->job_cv, &N->job_mu);
         if (!j) { pthread_mutex_unlock(&N->job_mu); break; }
-        N->queue = j->next;
-        if (!N->queue) N->queue_tail = &N->queue;
+        j->next = N->running;
+        N->running = j;
         pthread_mutex_unlock(&N->job_mu);
         omc__net_job_push(N, j, &p);
         a = omc__load(&j->abort);
-        j->result = a ? (omc_result)a : j->dp->vt->tx_push(j->dp->user, &p);
+        /* aborted meanwhile: a push the listener started still goes to the plane, which
+           releases what it holds */
+        j->result = a && !j->resume ? (omc_result)a : j->dp->vt->tx_push(j->dp->user, &p);
         pthread_mutex_lock(&N->job_mu);
+        for (pp = &N->running; *pp; pp = &(*pp)->next)
+            if (*pp == j) { *pp = j->next; break; }
         j->next = N->done;
         N->done = j;
+        if (N->queue) pthread_cond_broadcast(&N->job_cv);   /* a job of that session may go now */
         pthread_mutex_unlock(&N->job_mu);
         omc__net_wake(N);
     }
@@ -6716,14 +7121,24 @@ OMC__PRIVATE omc__net_peer* omc__net_peer_locked(omc__net* N, const char* host, 
     return p;
 }
 
-/* Drain the channel's monitor: remember a failed handshake (the get's final code says AUTH). */
+/* Drain the channel's monitor: remember a failed CURVE handshake (the get's final code says
+   AUTH). Without CURVE on our side a failed handshake is a connection error: a receiver with no
+   key cannot tell a CURVE sender that hangs up on it from a dying sender or a port that is not a
+   sender (libzmq reports all three alike); the log says which key would help. */
 OMC__PRIVATE void omc__net_chan_events(omc__net_chan* ch) {
     while (ch->mon) {
         uint8_t ev[6];
         int n = omc__zmq_recv(ch->mon, ev, sizeof(ev), ZMQ_DONTWAIT);
         if (n < 0) return;
         omc__zmq_recv(ch->mon, NULL, 0, 0);      /* the address frame */
-        if (n == 6 && (omc__get_u16(ev) & OMC__NET_MON_EVENTS)) ch->hs_failed = 1;
+        if (n != 6 || !(omc__get_u16(ev) & OMC__NET_MON_EVENTS)) continue;
+        if (ch->curve) ch->hs_failed = 1;
+        else if (!ch->hs_logged) {
+            ch->hs_logged = 1;
+            OMC__LOG(ch->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET,
+                     "receiver: handshake with sender %s failed (event 0x%x): if it requires CURVE, give this receiver its public key "
+                     "(curve.server_key or omc_tcp_add_sender_key)", ch->peer->name, (unsigned)omc__get_u16(ev));
+        }
     }
 }
 
@@ -6768,6 +7183,8 @@ OMC__PRIVATE omc_result omc__net_chan_open(omc__net* N, omc__net_peer* p, omc__n
     if (strchr(p->host, ':')) omc__zmq_setsockopt(ch->sock, ZMQ_IPV6, &one, sizeof(one));
     pthread_mutex_lock(&N->peer_mu);
     server_key = p->server_key[0] ? p->server_key : N->curve_server_key[0] ? N->curve_server_key : NULL;
+    ch->curve = server_key != NULL;
+    ch->hooks = &N->conn->hooks;
     if (server_key) {
         omc__zmq_setsockopt(ch->sock, ZMQ_CURVE_SERVERKEY, server_key, OMC_CURVE_KEY_LEN);
         omc__zmq_setsockopt(ch->sock, ZMQ_CURVE_PUBLICKEY, N->curve_public, OMC_CURVE_KEY_LEN);
@@ -6803,7 +7220,8 @@ OMC__PRIVATE omc_result omc__net_chan_checkout(omc__net* N, omc__net_peer* p, om
         if (ch) { p->idle = ch->next; p->nidle--; ch->next = NULL; }
         pthread_mutex_unlock(&N->peer_mu);
         if (!ch) break;
-        if (!ch->dp->vt->rx_reusable || ch->dp->vt->rx_reusable(ch->dp->user, ch->dpc)) {
+        if (omc_now_ns() - ch->idle_since < (omc_time_ns)OMC__NET_CHAN_IDLE_MS * 1000000LL &&
+            (!ch->dp->vt->rx_reusable || ch->dp->vt->rx_reusable(ch->dp->user, ch->dpc))) {
             ch->hs_failed = 0;
             *out = ch;
             *fresh = 0;
@@ -6823,6 +7241,7 @@ OMC__PRIVATE void omc__net_chan_checkin(omc__net* N, omc__net_chan* ch, int soun
         pthread_mutex_lock(&N->peer_mu);
         if (p->nidle < N->max_idle && p->incarnation == ch->incarnation) {
             ch->next = p->idle;
+            ch->idle_since = omc_now_ns();
             p->idle = ch;
             p->nidle++;
             keep = 1;
@@ -6899,6 +7318,7 @@ OMC__PRIVATE omc_result omc__net_chan_on_hello(omc__net* N, omc__net_chan* ch, c
     dpeer.port = p->port;
     dpeer.incarnation = m->incarnation;
     dpeer.record = omc__wire_find_record(m, ch->dp->vt->kind, &dpeer.record_len);
+    dpeer.ticket = omc__wire_find_record(m, OMC__REC_TICKET, &dpeer.ticket_len);
     r = ch->dp->vt->rx_ready(ch->dp->user, ch->dpc, &dpeer, ch->deadline);
     if (r == OMC_ERR_UNAVAILABLE && ch->dp != &N->planes[0]) {
         ch->dp->vt->rx_close(ch->dp->user, ch->dpc);
@@ -7016,7 +7436,18 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
     x.transfer_id = ch->xfer;
     x.size = size;
     r = omc_pool_alloc_buffer_wait(N->pool, size ? size : 1, deadline, &x.dst);
-    if (r != OMC_OK) { *keep = 1; return r; }
+    if (r != OMC_OK) {
+        char key[OMC_KEY_MAX];
+        uint32_t k;
+        for (k = 0; k < qlen && k < OMC_KEY_MAX - 1; k++) key[k] = qkey[k] == 0x1f ? '/' : qkey[k];
+        key[k] = '\0';
+        OMC__LOG(&N->conn->hooks, r == OMC_ERR_TIMEOUT ? OMC_LOG_INFO : OMC_LOG_WARN, OMC_LOGITEM_NET,
+                 "receiver: no room for %s (%llu bytes) in this receiver's pool of %llu bytes (%s): %s", key, (unsigned long long)size,
+                 (unsigned long long)omc_pool_size(N->pool), omc_result_str(r),
+                 r == OMC_ERR_TOO_LARGE ? "create the receiver with a larger pool_size" : "release buffers you hold, or give it a larger pool_size");
+        *keep = 1;
+        return r;
+    }
     memset(&m, 0, sizeof(m));
     r = vt->rx_prepare(ch->dp->user, ch->dpc, &x, deadline, desc, sizeof(desc), &m.desc_len);
     if (r == OMC_OK) {
@@ -7269,6 +7700,13 @@ OMC__PRIVATE omc_result omc__net_search_pull(omc__net_search* S, omc__net_slot* 
     }
     /* someone else took it, or it went away: keep asking */
     if (rr == OMC_ERR_NOT_FOUND || rr == OMC_ERR_STALE) { s->next_query = omc_now_ns(); return OMC_OK; }
+    if (rr == OMC_ERR_CONNECTION) {     /* it had the key and the transfer broke: say so now */
+        omc__net_peer_result(N, s->peer, rr, "pull: %s", omc_result_str(rr));
+        S->r = rr;
+        S->finished = 1;
+        if (!keep) omc__net_slot_drop(N, s, rr, 0);
+        return OMC_OK;
+    }
     if (rr == OMC_ERR_TIMEOUT || rr == OMC_ERR_CLOSED || rr == OMC_ERR_TOO_LARGE || rr == OMC_ERR_POOL_FULL || rr == OMC_ERR_NO_MEMORY) {
         S->r = rr;
         S->finished = 1;
@@ -7879,10 +8317,16 @@ OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, co
     omc__net_peer* p;
     omc_result r;
     size_t nl;
-    if (!N || !name || !host || !host[0] || strlen(host) >= OMC_TCP_HOST_MAX || port == 0) return OMC_ERR_INVALID_ARG;
-    nl = strlen(name);
-    if (nl == 0 || nl >= OMC_TCP_NAME_MAX) return OMC_ERR_INVALID_ARG;
-    if (server_key && !omc__curve_key_ok(server_key)) return OMC_ERR_INVALID_ARG;
+    if (!N) return OMC_ERR_INVALID_ARG;
+    if (!name || !host || !host[0] || strlen(host) >= OMC_TCP_HOST_MAX || port == 0 || (nl = strlen(name)) == 0 || nl >= OMC_TCP_NAME_MAX ||
+        (server_key && !omc__curve_key_ok(server_key))) {
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
+                 "receiver: omc_tcp_add_sender('%s', %s:%u) refused: %s", name ? name : "(null)", host ? host : "(null)", (unsigned)port,
+                 !name || !name[0] || strlen(name) >= OMC_TCP_NAME_MAX ? "the name must be 1..63 bytes"
+                 : !host || !host[0] || strlen(host) >= OMC_TCP_HOST_MAX ? "the host must be 1..255 bytes"
+                 : port == 0 ? "the port must be 1..65535" : "the server key is not a 40-character Z85 CURVE public key");
+        return OMC_ERR_INVALID_ARG;
+    }
     if (server_key && !N->curve_client) {
         /* CURVE was not configured at create: make a client keypair now */
         pthread_mutex_lock(&N->peer_mu);
@@ -7890,12 +8334,25 @@ OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, co
         pthread_mutex_unlock(&N->peer_mu);
         if (!N->curve_client) return OMC_ERR_UNAVAILABLE;
     }
-    if (!N->receiver) return OMC_ERR_WRONG_ROLE;
+    if (!N->receiver) {
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
+                 "omc_tcp_add_sender('%s'): this connector is a sender only; create it with role OMC_ROLE_RECEIVER or OMC_ROLE_DUAL", name);
+        return OMC_ERR_WRONG_ROLE;
+    }
     pthread_mutex_lock(&N->peer_mu);
-    if (omc__smap_get(&N->peers_by_name, name, (uint32_t)nl)) r = OMC_ERR_EXISTS;
-    else {
+    if ((p = (omc__net_peer*)omc__smap_get(&N->peers_by_name, name, (uint32_t)nl)) != NULL) {
+        r = OMC_ERR_EXISTS;
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
+                 "receiver: omc_tcp_add_sender('%s', %s:%u): the name '%s' is taken already (by %s:%u); pick another name, "
+                 "or omc_tcp_remove_sender('%s') first", name, host, (unsigned)port, name, p->host, (unsigned)p->port, name);
+    } else {
         p = omc__net_peer_locked(N, host, port, 1, &r);
-        if (p && p->registered) r = OMC_ERR_EXISTS;
+        if (p && p->registered) {
+            r = OMC_ERR_EXISTS;
+            OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
+                     "receiver: omc_tcp_add_sender('%s', %s:%u): that endpoint is registered already, as '%s'; use that name, "
+                     "or omc_tcp_remove_sender('%s') first", name, host, (unsigned)port, p->name, p->name);
+        }
         else if (p) {
             r = omc__smap_put(&N->peers_by_name, &N->conn->hooks, name, (uint32_t)nl, p);
             if (r == OMC_OK) {
@@ -7906,9 +8363,6 @@ OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, co
         }
     }
     pthread_mutex_unlock(&N->peer_mu);
-    if (r == OMC_ERR_EXISTS)
-        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "sender '%s' (%s:%u): the name or the endpoint is registered already",
-                 name, host, (unsigned)port);
     return r;
 }
 

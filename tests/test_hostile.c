@@ -48,26 +48,6 @@ static const known_open_case known_open[] = {
     { "pipeline_listener_on_a_host_address_without_curve_is_refused", 1 },
     /* KNOWN_OPEN: stream_keys_carry_an_unguessable_part — finding 1 */
     { "stream_keys_carry_an_unguessable_part", 1 },
-    /* KNOWN_OPEN: data_hello_without_a_ticket_is_closed_and_never_registered — finding 2 */
-    { "data_hello_without_a_ticket_is_closed_and_never_registered", 2 },
-    /* KNOWN_OPEN: silent_data_connections_do_not_block_fresh_gets — finding 2 */
-    { "silent_data_connections_do_not_block_fresh_gets", 2 },
-    /* KNOWN_OPEN: emfile_on_the_data_port_backs_off_and_logs_once_per_interval — finding 2 */
-    { "emfile_on_the_data_port_backs_off_and_logs_once_per_interval", 2 },
-    /* KNOWN_OPEN: stalled_pullers_cannot_starve_a_legitimate_get — finding 3 */
-    { "stalled_pullers_cannot_starve_a_legitimate_get", 3 },
-    /* KNOWN_OPEN: metadataless_get_after_the_sender_died_mid_transfer_fails_fast — finding 7 */
-    { "metadataless_get_after_the_sender_died_mid_transfer_fails_fast", 7 },
-    /* KNOWN_OPEN: a_peer_that_drops_the_handshake_without_curve_is_a_connection_error — finding 7 */
-    { "a_peer_that_drops_the_handshake_without_curve_is_a_connection_error", 7 },
-    /* KNOWN_OPEN: small_payload_pulled_by_a_receiver_that_never_reads_is_not_consumed — finding 11 */
-    { "small_payload_pulled_by_a_receiver_that_never_reads_is_not_consumed", 11 },
-    /* KNOWN_OPEN: abort_of_a_queued_push_releases_its_data_connection — finding 12 */
-    { "abort_of_a_queued_push_releases_its_data_connection", 12 },
-    /* KNOWN_OPEN: pull_naming_another_channels_data_token_is_refused — finding 13 */
-    { "pull_naming_another_channels_data_token_is_refused", 13 },
-    /* KNOWN_OPEN: timed_out_get_counts_only_as_a_timeout — finding 14 */
-    { "timed_out_get_counts_only_as_a_timeout", 14 },
 };
 
 static int open_finding(const char* name) {
@@ -149,7 +129,7 @@ static omc_result put_bytes(omc_conn* c, const char* key, uint64_t n, uint64_t s
 
 enum { HZ_HELLO = 1, HZ_QUERY, HZ_QUERY_REPLY, HZ_NOT_FOUND, HZ_PULL, HZ_DONE, HZ_ERROR, HZ_ABORT };
 
-typedef struct hz { void* ctx; void* sock; uint32_t seq; } hz;
+typedef struct hz { void* ctx; void* sock; uint32_t seq; uint8_t ticket[16]; int has_ticket; } hz;
 
 static void le16(uint8_t* p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 static void le32(uint8_t* p, uint32_t v) { le16(p, (uint16_t)v); le16(p + 2, (uint16_t)(v >> 16)); }
@@ -203,10 +183,19 @@ static int hz_recv(hz* h, uint8_t* buf, size_t cap, int timeout_ms, int* len) {
     return buf[5];
 }
 
+/* HELLO; the sender's answer carries this session's data-connection ticket (record type 0x100,
+   16 bytes), which the data hello of a connection used by this session must show. */
 static int hz_hello(hz* h) {
     uint8_t body[8] = {1, 0, 0, 0, 0, 0, 0, 0}, rep[8192];
+    int len = 0, t, off;
     if (hz_send(h, HZ_HELLO, 1, body, 8) != 0) return -1;
-    return hz_recv(h, rep, sizeof(rep), 2000, NULL);
+    t = hz_recv(h, rep, sizeof(rep), 2000, &len);
+    for (off = 40; t == HZ_HELLO && off + 4 <= len; ) {
+        int type = rep[off] | rep[off + 1] << 8, vl = rep[off + 2] | rep[off + 3] << 8;
+        if (type == 0x100 && vl == 16 && off + 4 + vl <= len) { memcpy(h->ticket, rep + off + 4, 16); h->has_ticket = 1; }
+        off += 4 + vl;
+    }
+    return t;
 }
 
 static int hz_query(hz* h, uint64_t xfer, const char* qkey, uint32_t wait_ms, int timeout_ms, uint64_t* size) {
@@ -249,13 +238,15 @@ static int tcp_connect(uint16_t port, int rcvbuf) {
     return fd;
 }
 
-/* The data hello (magic "OMCT", version 1, token, incarnation); returns the ack status, or 1 if
-   the sender closed the connection instead of answering. */
-static int data_hello(int fd, uint64_t token) {
-    uint8_t hello[24], ack[8];
-    size_t got = 0;
-    le32(hello, 0x54434D4Fu); le16(hello + 4, 1); le16(hello + 6, 0); le64(hello + 8, token); le64(hello + 16, 0x0BADC0DEull);
-    if (write(fd, hello, sizeof(hello)) != (ssize_t)sizeof(hello)) return 1;
+/* The data hello (magic "OMCT", version, token, incarnation, and in version 2 the session's
+   16-byte ticket; ticket NULL = version 1, 24 bytes); returns the ack status, or 1 if the sender
+   closed the connection instead of answering. */
+static int data_hello(int fd, uint64_t token, const uint8_t* ticket) {
+    uint8_t hello[40], ack[8];
+    size_t got = 0, hl = ticket ? 40 : 24;
+    le32(hello, 0x54434D4Fu); le16(hello + 4, ticket ? 2 : 1); le16(hello + 6, 0); le64(hello + 8, token); le64(hello + 16, 0x0BADC0DEull);
+    if (ticket) memcpy(hello + 24, ticket, 16);
+    if (write(fd, hello, hl) != (ssize_t)hl) return 1;
     while (got < sizeof(ack)) {
         ssize_t n = read(fd, ack + got, sizeof(ack) - got);
         if (n <= 0) return 1;
@@ -453,11 +444,22 @@ OMC_TEST(data_hello_without_a_ticket_is_closed_and_never_registered) {
     ports_of(s, NULL, &dport);
     fd = tcp_connect(dport, 0);
     REQUIRE(fd >= 0);
-    st = data_hello(fd, 0x1122334455667788ull);
+    st = data_hello(fd, 0x1122334455667788ull, NULL);
     CHECK(st != 0);                                 /* refused in the ack, or closed */
     CHECK(closed_within(fd, 1000));
     CHECK_EQ(tcp_data_connections(s), 0);
     close(fd);
+    {   /* a version-2 hello with a made-up ticket: closed without an answer */
+        uint8_t forged[16];
+        int i;
+        for (i = 0; i < 16; i++) forged[i] = (uint8_t)(0x5A ^ i);
+        fd = tcp_connect(dport, 0);
+        REQUIRE(fd >= 0);
+        CHECK_EQ(data_hello(fd, 0x1122334455667789ull, forged), 1);
+        CHECK(closed_within(fd, 1000));
+        CHECK_EQ(tcp_data_connections(s), 0);
+        close(fd);
+    }
     omc_conn_destroy(s);
 }
 
@@ -569,7 +571,7 @@ OMC_TEST(stalled_pullers_cannot_starve_a_legitimate_get) {
     for (i = 0; i < 2; i++) {
         fd[i] = tcp_connect(dport, 4096);           /* a tiny window that nobody drains */
         REQUIRE(fd[i] >= 0);
-        CHECK_EQ(data_hello(fd[i], 0xA000u + (uint64_t)i), 0);
+        CHECK_EQ(data_hello(fd[i], 0xA000u + (uint64_t)i, h.ticket), 0);
         CHECK(hz_pull(&h, 100u + (uint64_t)i, i == 0 ? QKEY("a") : QKEY("b"), big, 0xFFFFFFFFu, 0xA000u + (uint64_t)i) == 0);
     }
     usleep(300000);
@@ -1052,7 +1054,7 @@ OMC_TEST(small_payload_pulled_by_a_receiver_that_never_reads_is_not_consumed) {
     CHECK(hz_hello(&h) == HZ_HELLO);
     fd = tcp_connect(dport, 0);
     REQUIRE(fd >= 0);
-    CHECK_EQ(data_hello(fd, 0xBEEFu), 0);
+    CHECK_EQ(data_hello(fd, 0xBEEFu, h.ticket), 0);
     CHECK(hz_pull(&h, 5, QKEY("small"), 1u << 20, 2000, 0xBEEFu) == 0);
     pf.fd = fd; pf.events = POLLIN; pf.revents = 0;
     CHECK(poll(&pf, 1, 2000) == 1);         /* the bytes are in our socket buffer */
@@ -1091,8 +1093,8 @@ OMC_TEST(abort_of_a_queued_push_releases_its_data_connection) {
     busy = tcp_connect(dport, 4096);
     queued = tcp_connect(dport, 4096);
     REQUIRE(busy >= 0 && queued >= 0);
-    CHECK_EQ(data_hello(busy, 0xC001u), 0);
-    CHECK_EQ(data_hello(queued, 0xC002u), 0);
+    CHECK_EQ(data_hello(busy, 0xC001u, h.ticket), 0);
+    CHECK_EQ(data_hello(queued, 0xC002u, h.ticket), 0);
     CHECK(hz_pull(&h, 1, QKEY("big"), 64u << 20, 60000, 0xC001u) == 0);
     usleep(200000);
     CHECK(hz_pull(&h, 2, QKEY("mid"), 16u << 20, 60000, 0xC002u) == 0);
@@ -1222,9 +1224,10 @@ OMC_TEST(pull_naming_another_channels_data_token_is_refused) {
     REQUIRE(hz_open(&victim, port) == 0 && hz_open(&thief, port) == 0);
     CHECK(hz_hello(&victim) == HZ_HELLO);
     CHECK(hz_hello(&thief) == HZ_HELLO);
+    CHECK(victim.has_ticket && thief.has_ticket && memcmp(victim.ticket, thief.ticket, 16) != 0);
     fd = tcp_connect(dport, 0);                 /* the victim's data connection */
     REQUIRE(fd >= 0);
-    CHECK_EQ(data_hello(fd, 0xD00Du), 0);
+    CHECK_EQ(data_hello(fd, 0xD00Du, victim.ticket), 0);
     CHECK(hz_pull(&thief, 9, QKEY("k"), 1u << 20, 2000, 0xD00Du) == 0);
     t = hz_recv(&thief, rep, sizeof(rep), 2000, NULL);
     CHECK_EQ(t, HZ_ERROR);
@@ -1326,6 +1329,11 @@ OMC_TEST(timed_out_get_counts_only_as_a_timeout) {
         uint16_t port = 0;
         ports_of(s, &port, NULL);
         CHECK_OK(omc_tcp_add_sender(r, "up", "127.0.0.1", port));
+        {   /* a channel in the cache first: a 100 ms get on a loaded machine must not spend its
+               time on the first HELLO (no answer at all is a connection error, not a timeout) */
+            omc_tcp_found f;
+            CHECK_RES(omc_tcp_query(r, NULL, "s0", "s1", "absent", omc_deadline_after_ms(2000), &f), OMC_ERR_NOT_FOUND);
+        }
         timeout_counts_once(r, "tcp");
     }
     if (r) omc_conn_destroy(r);

@@ -648,7 +648,7 @@ OMC_TEST(tcp_garbage_on_the_listener) {
     fd = raw_connect(dport);
     if (fd >= 0) {
         uint8_t h[OMC__TCP_HELLO_SIZE], ack[8];
-        omc__tcp_hello_encode(h, 42, 1);
+        omc__tcp_hello_encode(h, 42, 1, NULL);
         h[0] ^= 0xFF;
         CHECK(write(fd, h, sizeof(h)) == (ssize_t)sizeof(h));
         CHECK(read(fd, ack, sizeof(ack)) == 8 && (int32_t)omc__get_u32(ack + 4) == OMC_ERR_MALFORMED);
@@ -686,13 +686,90 @@ OMC_TEST(tcp_garbage_on_the_listener) {
     omc_conn_destroy(s);
 }
 
+/* ---- pushes the sender bounds ------------------------------------------------------------------ */
+
+/* A raw session (DEALER + the library's own codec): HELLO, the ticket from the answer, a data
+   connection with a 4 KiB window that nobody drains, and a PULL of 32 MiB with a 60 s budget.
+   Want: the sender aborts the push once the receiver has taken no byte for
+   OMNICONN_TCP_STALL_MS - ERROR OMC_ERR_TIMEOUT long before the budget - and gives the reader
+   back, so a real receiver then gets the payload. */
+OMC_TEST(tcp_a_push_whose_receiver_takes_nothing_is_aborted_at_the_stall_timeout) {
+    const uint64_t size = 32u << 20;
+    omc_conn *s = make_sender(0, 128u << 20), *r = make_receiver(64u << 20);
+    void* ctx = zmq_ctx_new();
+    void* d = zmq_socket(ctx, ZMQ_DEALER);
+    uint8_t buf[OMC__WIRE_MAX], hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], desc[8];
+    const uint8_t* ticket;
+    uint32_t len = 0, tlen = 0;
+    uint16_t port = 0, dport = 0;
+    omc__wire m;
+    omc_meta meta = {0};
+    omc_buffer b;
+    zmq_pollitem_t it;
+    char ep[64];
+    int zero = 0, fd, n, rcv = 4096;
+    omc_time_ns t0;
+    double waited;
+    REQUIRE(s && r && ctx && d);
+    put_bytes(s, "k", size, 61, 1, 0, &meta);
+    CHECK_OK(omc_tcp_endpoint(s, NULL, 0, &port, &dport));
+    zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof(zero));
+    snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%u", (unsigned)port);
+    CHECK(zmq_connect(d, ep) == 0);
+    memset(&m, 0, sizeof(m));
+    m.type = OMC__MSG_HELLO; m.xfer = 1; m.incarnation = 7; m.seq = 1; m.caps = OMC_NET_CAP_TCP;
+    CHECK_OK(omc__wire_encode(&m, buf, sizeof(buf), &len));
+    CHECK(zmq_send(d, buf, len, 0) == (int)len);
+    memset(&it, 0, sizeof(it));
+    it.socket = d; it.events = ZMQ_POLLIN;
+    REQUIRE(zmq_poll(&it, 1, 3000) == 1);
+    n = zmq_recv(d, buf, sizeof(buf), 0);
+    REQUIRE(n > 0 && omc__wire_decode(buf, (size_t)n, &m) == OMC_OK && m.type == OMC__MSG_HELLO);
+    ticket = omc__wire_find_record(&m, OMC__REC_TICKET, &tlen);
+    REQUIRE(ticket && tlen == OMC__TCP_TICKET_SIZE);
+    omc__tcp_hello_encode(hello, 0xABCD, 7, ticket);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
+    {
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof(a));
+        a.sin_family = AF_INET; a.sin_port = htons(dport); a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(connect(fd, (struct sockaddr*)&a, sizeof(a)) == 0);
+    }
+    CHECK(write(fd, hello, sizeof(hello)) == (ssize_t)sizeof(hello));
+    CHECK(recv(fd, ack, sizeof(ack), MSG_WAITALL) == (ssize_t)sizeof(ack) && omc__get_u32(ack + 4) == 0);
+    omc__put_u64(desc, 0xABCD);
+    memset(&m, 0, sizeof(m));
+    m.type = OMC__MSG_PULL; m.xfer = 2; m.incarnation = 7; m.seq = 2; m.capacity = size; m.budget_ms = 60000;
+    m.key = "s0\x1fs1\x1fk"; m.key_len = 7; m.dp_kind = OMC__DP_TCP; m.desc = desc; m.desc_len = 8;
+    CHECK_OK(omc__wire_encode(&m, buf, sizeof(buf), &len));
+    t0 = omc_now_ns();
+    CHECK(zmq_send(d, buf, len, 0) == (int)len);
+    n = zmq_poll(&it, 1, OMNICONN_TCP_STALL_MS + 4000) == 1 ? zmq_recv(d, buf, sizeof(buf), 0) : -1;
+    waited = (double)(omc_now_ns() - t0) / 1e9;
+    printf("  push aborted after %.2f s (stall timeout %d ms, budget 60 s)\n", waited, (int)OMNICONN_TCP_STALL_MS);
+    CHECK(n > 0 && omc__wire_decode(buf, (size_t)n, &m) == OMC_OK && m.type == OMC__MSG_ERROR && m.code == (int32_t)OMC_ERR_TIMEOUT);
+    CHECK(waited >= OMNICONN_TCP_STALL_MS / 1000.0 - 0.5 && waited < OMNICONN_TCP_STALL_MS / 1000.0 + 4.0);
+    close(fd);
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "k", meta.data, meta.size, omc_deadline_after_ms(10000), &b));
+    CHECK(b.size == size && omc_test_verify(b.data, b.size, 61));
+    omc_buffer_release(&b);
+    omc_meta_free(&meta);
+    zmq_close(d);
+    zmq_ctx_term(ctx);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
 /* ---- CURVE ------------------------------------------------------------------------------------ */
 
-/* A get that must be refused for want of the right key: OMC_ERR_AUTH at its deadline. */
-static void get_refused(omc_conn* r, const omc_meta* m, const char* key) {
+/* A get that must be refused for want of the right key, at its deadline: OMC_ERR_AUTH with a
+   wrong key, OMC_ERR_CONNECTION with no CURVE at all (a dropped handshake, as from a dying peer). */
+static void get_refused(omc_conn* r, const omc_meta* m, const char* key, omc_result want) {
     omc_buffer b;
     omc_time_ns t0 = omc_now_ns(), dt;
-    CHECK_RES(omc_conn_get(r, "s0", "s1", key, m->data, m->size, omc_deadline_after_ms(600), &b), OMC_ERR_AUTH);
+    CHECK_RES(omc_conn_get(r, "s0", "s1", key, m->data, m->size, omc_deadline_after_ms(600), &b), want);
     dt = omc_now_ns() - t0;
     CHECK(dt >= 550000000LL && dt < 1500000000LL);
 }
@@ -728,10 +805,10 @@ OMC_TEST(tcp_curve_right_key_works_wrong_or_none_refused) {
     CHECK_EQ(th.curve, 1);
     put_bytes(s, "k", 100000, 101, 3, 0, &m);
     get_and_verify(good, "k", m.data, m.size, 100000, 101);
-    get_refused(wrong, &m, "k");
+    get_refused(wrong, &m, "k", OMC_ERR_AUTH);
     af = auth_failures_after(s, 1);
     CHECK(af >= 1);
-    get_refused(none, &m, "k");
+    get_refused(none, &m, "k", OMC_ERR_CONNECTION);
     CHECK(auth_failures_after(s, af + 1) >= af + 1);
     /* refusals consumed nothing: the two readers left still read it */
     get_and_verify(good, "k", m.data, m.size, 100000, 101);
@@ -783,7 +860,7 @@ OMC_TEST(tcp_curve_allowed_clients) {
     intruder = make_receiver_ex(0, spub, NULL);     /* knows the server key, is not on the list */
     REQUIRE(s && a && intruder);
     put_bytes(s, "k", 5000, 111, 1, 0, &m);
-    get_refused(intruder, &m, "k");
+    get_refused(intruder, &m, "k", OMC_ERR_AUTH);
     CHECK(auth_failures_after(s, 1) >= 1);
     get_and_verify(a, "k", m.data, m.size, 5000, 111);
     omc_meta_free(&m);
@@ -865,7 +942,7 @@ static void* fake_main(void* arg) {
         it[1].fd = f->lfd; it[1].events = ZMQ_POLLIN;
         if (zmq_poll(it, n, 50) <= 0) continue;
         if (it[1].revents) {    /* a data connection: take its hello, ack it */
-            uint8_t h[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE];
+            uint8_t h[OMC__TCP_HELLO1_SIZE], ack[OMC__TCP_ACK_SIZE];   /* a sender of the first release: no ticket */
             int fd = accept(f->lfd, NULL, NULL);
             if (fd >= 0 && recv(fd, h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
                 omc__put_u32(ack, OMC__TCP_ACK_MAGIC);

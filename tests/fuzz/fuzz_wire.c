@@ -37,7 +37,7 @@ static void check_message(const uint8_t* data, size_t size) {
         return;
     }
     FUZZ_REQUIRE(size >= OMC__WIRE_HEADER && size <= OMC__WIRE_MAX);
-    FUZZ_REQUIRE(m.type >= OMC__MSG_HELLO && m.type <= OMC__MSG_ABORT);
+    FUZZ_REQUIRE(m.type >= OMC__MSG_HELLO && m.type <= OMC__MSG_LIST_REPLY);
     FUZZ_REQUIRE(inside(m.key, m.key_len, data, size) && inside(m.desc, m.desc_len, data, size));
     FUZZ_REQUIRE(inside(m.text, m.text_len, data, size) && inside(m.records, m.records_len, data, size));
     if (m.type == OMC__MSG_QUERY || m.type == OMC__MSG_PULL) FUZZ_REQUIRE(m.key_len >= 1 && m.key_len <= OMC__WIRE_MAX_KEY);
@@ -70,13 +70,14 @@ static void check_message(const uint8_t* data, size_t size) {
 
 static void check_tcp(const uint8_t* data, size_t size) {
     uint64_t token = 0, inc = 0;
+    uint8_t ticket[OMC__TCP_TICKET_SIZE];
     if (size >= OMC__TCP_HELLO_SIZE) {
-        omc_result r = omc__tcp_hello_decode(data, OMC__TCP_HELLO_SIZE, &token, &inc);
+        omc_result r = omc__tcp_hello_decode(data, OMC__TCP_HELLO_SIZE, &token, &inc, ticket);
         FUZZ_REQUIRE(r == OMC_OK || r == OMC_ERR_MALFORMED || r == OMC_ERR_VERSION);
         if (r == OMC_OK) {
             uint8_t again[OMC__TCP_HELLO_SIZE];
             FUZZ_REQUIRE(token != 0);
-            omc__tcp_hello_encode(again, token, inc);
+            omc__tcp_hello_encode(again, token, inc, ticket);
             FUZZ_REQUIRE(memcmp(again, data, sizeof(again)) == 0);
         }
     }
@@ -164,7 +165,7 @@ int main(int argc, char** argv) {
         snprintf(name, sizeof(name), "msg-%s", omc__wire_type_name((uint8_t)t));
         rc |= write_file(argv[1], name, buf, len);
     }
-    omc__tcp_hello_encode(buf, 0x1122334455667788ull, 0xABCDEF);
+    omc__tcp_hello_encode(buf, 0x1122334455667788ull, 0xABCDEF, (const uint8_t*)"0123456789abcdef");
     rc |= write_file(argv[1], "tcp-hello", buf, OMC__TCP_HELLO_SIZE);
     omc__tcp_header_encode(buf, 77, 1u << 20);
     rc |= write_file(argv[1], "tcp-header", buf, OMC__TCP_HEADER_SIZE);
