@@ -455,6 +455,14 @@ typedef struct omc_connector_spec {
     uint64_t shm_threshold_bytes;
     int auto_filled;                /* 1 for "auto_shm" */
     uint32_t line, column;          /* where it is defined (0 for auto_shm) */
+    /* CURVE on the side channel of TCP/RDMA edges (see omc_pipeline_connect). NULL = not set;
+       a relative path is taken relative to the configuration file's directory. */
+    const char* curve_server_public_key_file;   /* receivers: the senders' public key */
+    const char* curve_server_secret_key_file;   /* senders: their secret key (turns CURVE on) */
+    const char* curve_client_secret_key_file;   /* receivers: their own secret key */
+    const char* curve_allowed_clients_file;     /* senders: receiver public keys let in, one a line */
+    int insecure;                   /* insecure: true - a sender may listen on a non-loopback
+                                       address without CURVE (logged at WARN) */
 } omc_connector_spec;
 
 typedef struct omc_pipeline_stage {
@@ -709,6 +717,14 @@ typedef struct omc_pipeline_connect_desc {
                                        omc_rdma_pipeline_connector, or your own; NULL = the one
                                        this program's omniconn_rdma.h implementation offers (any
                                        include order); none: RDMA edges fail, saying so */
+    /* CURVE for TCP/RDMA edges: each overrides the extra key of the same name (NULL = the
+       file's; see omc_pipeline_connect for which keys a sender and a receiver read). */
+    const char* curve_server_public_key_file;
+    const char* curve_server_secret_key_file;
+    const char* curve_client_secret_key_file;
+    const char* curve_allowed_clients_file;
+    int insecure;                   /* 1: as insecure: true in the file (a listener on a
+                                       non-loopback address without CURVE is allowed, with a WARN) */
 } omc_pipeline_connect_desc;
 
 /* Create the connector stage `stage_id` uses on edge `edge` (an index for
@@ -1781,6 +1797,7 @@ struct omc_pipeline_config {
     omc_hooks hooks;
     omc__arena arena;
     const char* name;
+    const char* dir;                /* the file's directory (relative key paths join it); "" for text */
     const omc__cnode* root;
     omc__cconn* conns;
     uint32_t nconn, capconn;
@@ -1963,7 +1980,28 @@ OMC__PRIVATE void omc__spec_finish(omc_connector_spec* s) {
 }
 
 static const char* const omc__option_names[] = { "host", "zmq_port", "protocol", "device_name", "memory_pool_size",
-                                                 "memory_pool_device", "shm_threshold_bytes", NULL };
+                                                 "memory_pool_device", "shm_threshold_bytes", "insecure",
+                                                 "curve_server_public_key_file", "curve_server_secret_key_file",
+                                                 "curve_client_secret_key_file", "curve_allowed_clients_file", NULL };
+
+/* A key-file option: a non-empty string; a relative path joins the configuration file's directory. */
+OMC__PRIVATE int omc__cr_path(omc__cres* r, const omc__cnode* v, const char* what, const char** out) {
+    const char* dir = r->cfg->dir;
+    size_t dl, vl;
+    char* joined;
+    if (!omc__cr_expect(r, v, OMC_CONFIG_STRING, what)) return 0;
+    if (!v->len) return omc__cr_fail(r, OMC_CONFIG_ERR_VALUE, v->line, v->col, "%s is empty (a key file's path)", what);
+    if (v->str[0] == '/' || !dir || !dir[0]) { *out = v->str; return 1; }
+    dl = strlen(dir);
+    vl = strlen(v->str);
+    joined = (char*)omc__arena_alloc(&r->cfg->arena, dl + vl + 2);
+    if (!joined) return omc__cr_fail(r, OMC_CONFIG_ERR_NO_MEMORY, 0, 0, "out of memory");
+    memcpy(joined, dir, dl);
+    joined[dl] = '/';
+    memcpy(joined + dl + 1, v->str, vl + 1);
+    *out = joined;
+    return 1;
+}
 
 /* One option of an extra mapping into the spec. */
 OMC__PRIVATE int omc__cr_option(omc__cres* r, omc_connector_spec* s, const omc__cnode* v, const char* cname) {
@@ -1999,6 +2037,17 @@ OMC__PRIVATE int omc__cr_option(omc__cres* r, omc_connector_spec* s, const omc__
     } else if (strcmp(v->key, "shm_threshold_bytes") == 0) {
         if (!omc__cr_int(r, v, what, 0, INT64_MAX, &iv)) return 0;
         s->shm_threshold_bytes = (uint64_t)iv;
+    } else if (strcmp(v->key, "insecure") == 0) {
+        if (!omc__cr_expect(r, v, OMC_CONFIG_BOOL, what)) return 0;
+        s->insecure = v->boolean;
+    } else if (strcmp(v->key, "curve_server_public_key_file") == 0) {
+        return omc__cr_path(r, v, what, &s->curve_server_public_key_file);
+    } else if (strcmp(v->key, "curve_server_secret_key_file") == 0) {
+        return omc__cr_path(r, v, what, &s->curve_server_secret_key_file);
+    } else if (strcmp(v->key, "curve_client_secret_key_file") == 0) {
+        return omc__cr_path(r, v, what, &s->curve_client_secret_key_file);
+    } else if (strcmp(v->key, "curve_allowed_clients_file") == 0) {
+        return omc__cr_path(r, v, what, &s->curve_allowed_clients_file);
     } else if (strcmp(v->key, "role") == 0 || strcmp(v->key, "sender_host") == 0 || strcmp(v->key, "sender_zmq_port") == 0) {
         omc__cr_warn(r, OMC_CONFIG_WARN_IGNORED_KEY, v->key_line, v->key_col,
                      "connector '%s': '%s' is injected per stage from the edges; the value in the file is ignored", cname, v->key);
@@ -2047,6 +2096,14 @@ OMC__PRIVATE int omc__cr_connector(omc__cres* r, const char* cname, const omc__c
         c->extra = extra;
         for (v = extra->first; v; v = v->next)
             if (!omc__cr_option(r, &c->spec, v, cname)) return 0;
+        v = omc__cnode_get(extra, "curve_allowed_clients_file");
+        if (c->spec.curve_allowed_clients_file && !c->spec.curve_server_secret_key_file)
+            return omc__cr_fail(r, OMC_CONFIG_ERR_MISSING, v->line, v->col, "connector '%s': curve_allowed_clients_file needs "
+                                "curve_server_secret_key_file (the senders' secret key, which turns CURVE on)", cname);
+        v = omc__cnode_get(extra, "curve_client_secret_key_file");
+        if (c->spec.curve_client_secret_key_file && !c->spec.curve_server_public_key_file)
+            return omc__cr_fail(r, OMC_CONFIG_ERR_MISSING, v->line, v->col, "connector '%s': curve_client_secret_key_file needs "
+                                "curve_server_public_key_file (the senders' public key, which receivers authenticate them by)", cname);
     }
     omc__spec_finish(&c->spec);
     *out = cfg->nconn++;
@@ -2583,7 +2640,7 @@ OMC__PRIVATE omc_result omc__config_error(const omc_hooks* hooks, omc_config_dia
     return err->result;
 }
 
-OMC__PRIVATE omc_result omc__config_load(const char* text, size_t len, omc_config_format format, const char* name,
+OMC__PRIVATE omc_result omc__config_load(const char* text, size_t len, omc_config_format format, const char* name, const char* dir,
                                          const omc_pipeline_config_desc* d, const omc_hooks* hooks,
                                          omc_pipeline_config** out, omc_config_diag* err) {
     omc_pipeline_config* cfg;
@@ -2600,7 +2657,8 @@ OMC__PRIVATE omc_result omc__config_load(const char* text, size_t len, omc_confi
     cfg->auto_shm = OMC__NIL;
     cfg->skip_port_check = d->skip_port_check;
     cfg->name = omc__arena_strndup(&cfg->arena, name, strlen(name));
-    if (!cfg->name) { omc_pipeline_config_destroy(cfg); return omc__config_error(hooks, err, name, OMC_CONFIG_ERR_NO_MEMORY, 0, "out of memory"); }
+    cfg->dir = omc__arena_strndup(&cfg->arena, dir, strlen(dir));
+    if (!cfg->name || !cfg->dir) { omc_pipeline_config_destroy(cfg); return omc__config_error(hooks, err, name, OMC_CONFIG_ERR_NO_MEMORY, 0, "out of memory"); }
     memset(&p, 0, sizeof(p));
     p.s = text;
     p.n = len;
@@ -2649,7 +2707,7 @@ OMNICONN_API omc_result omc_pipeline_config_load_string(const char* text, size_t
     hooks = omc__hooks_resolve(&d.hooks);
     if (!out || (!text && len))
         return omc__config_error(&hooks, err, d.name ? d.name : "<string>", OMC_CONFIG_ERR_VALUE, 0, "invalid argument (out or text is NULL)");
-    return omc__config_load(text ? text : "", len, d.format, d.name ? d.name : "<string>", &d, &hooks, out, err);
+    return omc__config_load(text ? text : "", len, d.format, d.name ? d.name : "<string>", "", &d, &hooks, out, err);
 }
 
 OMC__PRIVATE int omc__ends_with(const char* s, const char* suffix) {
@@ -2709,7 +2767,14 @@ OMNICONN_API omc_result omc_pipeline_config_load_file(const char* path, const om
         if (omc__ends_with(path, ".json")) d.format = OMC_CONFIG_FORMAT_JSON;
         else if (omc__ends_with(path, ".yaml") || omc__ends_with(path, ".yml")) d.format = OMC_CONFIG_FORMAT_YAML;
     }
-    r = omc__config_load(buf ? buf : "", len, d.format, name, &d, &hooks, out, err);
+    {   /* relative key-file paths in the file are relative to the file */
+        const char* slash = strrchr(path, '/');
+        char dir[1024];
+        if (!slash) dir[0] = '\0';
+        else if (slash == path) snprintf(dir, sizeof(dir), "/");
+        else snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+        r = omc__config_load(buf ? buf : "", len, d.format, name, dir, &d, &hooks, out, err);
+    }
     omc__free(&hooks, buf);
     return r;
 }
@@ -3618,9 +3683,200 @@ OMC__PRIVATE omc_result omc__pc_rdma_create(const omc_tcp_desc* td, const omc_co
 }
 #endif
 
-OMC__PRIVATE omc_result omc__pc_tcp(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
-                                    int stage, omc_role role, const omc_pipeline_connect_desc* d, const omc_hooks* h,
-                                    const char* where, omc_conn** out) {
+/* ---- CURVE from key files ---------------------------------------------------------------------- */
+
+#define OMC__PC_MAX_ALLOWED 4096        /* keys in one allow-list file */
+
+typedef struct omc__pc_curve {
+    char server_public[OMC_CURVE_KEY_LEN + 1], server_secret[OMC_CURVE_KEY_LEN + 1], client_secret[OMC_CURVE_KEY_LEN + 1];
+    char (*allowed)[OMC_CURVE_KEY_LEN + 1];
+    const char** allowed_ptr;
+    uint32_t nallowed;
+} omc__pc_curve;
+
+/* Where a key-file option comes from, for messages: "pipeline.yaml:9:39: curve_..._file" or
+   "desc.curve_..._file". */
+OMC__PRIVATE void omc__pc_origin(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const char* key, int from_desc,
+                                 char* buf, size_t n) {
+    omc_config_value v;
+    if (!from_desc && omc_pipeline_connector_option(cfg, e->connector, key, &v) == OMC_OK)
+        snprintf(buf, n, "%s:%u:%u: %s", cfg->name, v.line, v.column, key);
+    else snprintf(buf, n, "%s%s", from_desc ? "desc." : "", key);
+}
+
+/* The path of one key-file option (the desc's, else the spec's), or NULL. */
+OMC__PRIVATE const char* omc__pc_keypath(const char* from_desc, const char* from_spec, int* desc_wins) {
+    *desc_wins = from_desc != NULL;
+    return from_desc ? from_desc : from_spec;
+}
+
+/* Read one key file named by option `key`; 0 = not configured, 1 = read, -1 = failed (logged). */
+OMC__PRIVATE int omc__pc_read_key(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const char* key, const char* dpath,
+                                  const char* spath, const omc_hooks* h, const char* where, char out[OMC_CURVE_KEY_LEN + 1],
+                                  omc_result* res) {
+    char origin[512];
+    int from_desc;
+    const char* path = omc__pc_keypath(dpath, spath, &from_desc);
+    omc_result r;
+    if (!path) return 0;
+    r = omc_tcp_read_key(path, out);
+    if (r == OMC_OK) return 1;
+    omc__pc_origin(cfg, e, key, from_desc, origin, sizeof(origin));
+    OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: '%s': %s (%s)", origin, path,
+             r == OMC_ERR_NOT_FOUND ? "cannot open the key file" : "the file does not hold one 40-character Z85 CURVE key "
+             "(make a pair with omc_tcp_curve_keypair or libzmq's curve_keygen)", where);
+    *res = r == OMC_ERR_NOT_FOUND ? OMC_ERR_NOT_FOUND : OMC_ERR_INVALID_ARG;
+    return -1;
+}
+
+OMC__PRIVATE int omc__pc_z85(const char* k) {
+    static const char alphabet[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+    size_t i;
+    if (strlen(k) != OMC_CURVE_KEY_LEN) return 0;
+    for (i = 0; i < OMC_CURVE_KEY_LEN; i++) if (!strchr(alphabet, k[i])) return 0;
+    return 1;
+}
+
+/* The allow-list: one Z85 public key a line; blank lines and lines starting with '#' are skipped.
+   Returns OMC_OK, or an error (logged with the file and line). */
+OMC__PRIVATE omc_result omc__pc_read_allowed(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const char* dpath,
+                                             const char* spath, const omc_hooks* h, const char* where, omc__pc_curve* cv) {
+    char origin[512], line[512];
+    int from_desc;
+    const char* path = omc__pc_keypath(dpath, spath, &from_desc);
+    uint32_t lineno = 0, cap = 0;
+    FILE* f;
+    if (!path) return OMC_OK;
+    omc__pc_origin(cfg, e, "curve_allowed_clients_file", from_desc, origin, sizeof(origin));
+    f = fopen(path, "r");
+    if (!f) {
+        OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: '%s': cannot open the allow-list: %s (%s)", origin, path, strerror(errno), where);
+        return OMC_ERR_NOT_FOUND;
+    }
+    while (fgets(line, sizeof(line), f)) {
+        char* k = line;
+        size_t n;
+        lineno++;
+        while (*k == ' ' || *k == '\t') k++;
+        n = strlen(k);
+        while (n && (k[n - 1] == '\n' || k[n - 1] == '\r' || k[n - 1] == ' ' || k[n - 1] == '\t')) k[--n] = '\0';
+        if (!n || k[0] == '#') continue;
+        if (!omc__pc_z85(k)) {
+            OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s:%u: not a 40-character Z85 CURVE public key (allow-list of %s; %s)",
+                     path, lineno, origin, where);
+            fclose(f);
+            return OMC_ERR_INVALID_ARG;
+        }
+        if (cv->nallowed >= OMC__PC_MAX_ALLOWED) {
+            OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s:%u: more than %d keys in one allow-list (%s)", path, lineno,
+                     OMC__PC_MAX_ALLOWED, where);
+            fclose(f);
+            return OMC_ERR_TOO_LARGE;
+        }
+        if (!omc__vec_room(h, &cv->allowed, cv->nallowed, &cap, sizeof(*cv->allowed))) { fclose(f); return OMC_ERR_NO_MEMORY; }
+        memcpy(cv->allowed[cv->nallowed++], k, OMC_CURVE_KEY_LEN + 1);
+    }
+    fclose(f);
+    if (!cv->nallowed) {
+        OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: '%s' lists no key: no receiver could connect (%s)", origin, path, where);
+        return OMC_ERR_INVALID_ARG;
+    }
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__pc_curve_free(omc__pc_curve* cv, const omc_hooks* h) {
+    omc__free(h, cv->allowed);
+    omc__free(h, (void*)cv->allowed_ptr);
+    memset(cv, 0, sizeof(*cv));
+}
+
+/* Is host (as the listener would bind it) a loopback address? "auto" asks omc_detect_host. */
+OMC__PRIVATE int omc__pc_loopback(const char* host, char* resolved, size_t n) {
+    const char* how = NULL;
+    snprintf(resolved, n, "%s", host);
+    if (strcmp(host, "auto") == 0) {
+        if (omc_detect_host(0, resolved, n, &how) != OMC_OK) return 0;
+        if (how && strcmp(how, "loopback") == 0) return 1;
+        host = resolved;
+    }
+    return strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 || strcmp(host, "[::1]") == 0;
+}
+
+/* Fill td->curve from the key files for this role, and refuse an open listener on a host
+   address. A sender reads the server's secret key and the allow-list, a receiver the server's
+   public key and its own secret key. A dual connector pulls with the server keypair (the
+   connector has one identity), so a sender's allow-list always admits the server's public key
+   when the spec names it. */
+OMC__PRIVATE omc_result omc__pc_curve_setup(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
+                                            omc_role role, const omc_pipeline_connect_desc* d, const omc_hooks* h, const char* where,
+                                            omc_tcp_desc* td, omc__pc_curve* cv) {
+    omc_result r = OMC_OK;
+    int have_secret = 0, have_public, have_client = 0;
+    uint32_t i;
+    have_public = omc__pc_read_key(cfg, e, "curve_server_public_key_file", d->curve_server_public_key_file,
+                                   s->curve_server_public_key_file, h, where, cv->server_public, &r);
+    if (have_public < 0) return r;
+    if (role != OMC_ROLE_RECEIVER) {
+        char addr[OMC_TCP_HOST_MAX];
+        have_secret = omc__pc_read_key(cfg, e, "curve_server_secret_key_file", d->curve_server_secret_key_file,
+                                       s->curve_server_secret_key_file, h, where, cv->server_secret, &r);
+        if (have_secret < 0) return r;
+        if (!have_secret && (d->curve_allowed_clients_file || s->curve_allowed_clients_file)) {
+            OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: curve_allowed_clients_file is set but curve_server_secret_key_file "
+                     "is not: set both (the secret key turns CURVE on)", where);
+            return OMC_ERR_INVALID_ARG;
+        }
+        if (have_secret) {
+            r = omc__pc_read_allowed(cfg, e, d->curve_allowed_clients_file, s->curve_allowed_clients_file, h, where, cv);
+            if (r != OMC_OK) return r;
+            if (cv->nallowed && have_public) {     /* the spec's dual stages pull with the server keypair */
+                char (*grown)[OMC_CURVE_KEY_LEN + 1] = cv->allowed;
+                uint32_t cap = cv->nallowed;    /* vec_room grows from a full array */
+                if (!omc__vec_room(h, &grown, cv->nallowed, &cap, sizeof(*grown))) return OMC_ERR_NO_MEMORY;
+                cv->allowed = grown;
+                memcpy(cv->allowed[cv->nallowed++], cv->server_public, OMC_CURVE_KEY_LEN + 1);
+            }
+            if (cv->nallowed) {
+                cv->allowed_ptr = (const char**)omc__malloc(h, sizeof(const char*) * cv->nallowed);
+                if (!cv->allowed_ptr) return OMC_ERR_NO_MEMORY;
+                for (i = 0; i < cv->nallowed; i++) cv->allowed_ptr[i] = cv->allowed[i];
+                td->curve.allowed_clients = cv->allowed_ptr;
+                td->curve.allowed_count = cv->nallowed;
+            } else {
+                OMC__LOG(h, OMC_LOG_WARN, OMC_LOGITEM_PIPELINE, "%s: CURVE without an allow-list: any receiver that knows this "
+                         "sender's public key gets in (the public key is no secret); set curve_allowed_clients_file", where);
+            }
+            td->curve.secret_key = cv->server_secret;
+        } else if (!omc__pc_loopback(s->host, addr, sizeof(addr))) {
+            if (!s->insecure && !d->insecure) {
+                OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: refusing to listen on %s (host: %s) without CURVE: anyone who "
+                         "can reach that address could read and take this stage's payloads. Set curve_server_secret_key_file and "
+                         "curve_allowed_clients_file in the connector's extra (omc_tcp_curve_keypair or libzmq's curve_keygen make keys), or host: 127.0.0.1 "
+                         "for stages on one machine, or insecure: true on a network you trust", where, addr, s->host);
+                return OMC_ERR_INVALID_ARG;
+            }
+            OMC__LOG(h, OMC_LOG_WARN, OMC_LOGITEM_PIPELINE, "%s: insecure: listening on %s (host: %s) without CURVE: anyone who can "
+                     "reach that address can read and take this stage's payloads", where, addr, s->host);
+        }
+    }
+    if (role != OMC_ROLE_SENDER && have_public) {
+        td->curve.server_key = cv->server_public;
+        if (role == OMC_ROLE_RECEIVER) {
+            have_client = omc__pc_read_key(cfg, e, "curve_client_secret_key_file", d->curve_client_secret_key_file,
+                                           s->curve_client_secret_key_file, h, where, cv->client_secret, &r);
+            if (have_client < 0) return r;
+            if (have_client) td->curve.secret_key = cv->client_secret;
+        } else if (d->curve_client_secret_key_file || s->curve_client_secret_key_file) {
+            OMC__LOG(h, OMC_LOG_DEBUG, OMC_LOGITEM_PIPELINE, "%s: a dual stage pulls with its server keypair (its public key is "
+                     "admitted by its own allow-list); curve_client_secret_key_file is not used here", where);
+        }
+    }
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__pc_tcp_make(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
+                                         int stage, omc_role role, const omc_pipeline_connect_desc* d, const omc_hooks* h,
+                                         const char* where, omc__pc_curve* cv, omc_conn** out) {
     omc_tcp_desc td;
     omc_conn* conn = NULL;
     char detected[OMC_TCP_HOST_MAX];
@@ -3637,6 +3893,8 @@ OMC__PRIVATE omc_result omc__pc_tcp(const omc_pipeline_config* cfg, const omc_pi
     td.pool_size = omc__pc_pool(cfg, e, s, d);
     td.default_ttl_ms = d->default_ttl_ms;
     td.hooks = d->hooks;
+    r = omc__pc_curve_setup(cfg, e, s, role, d, h, where, &td, cv);
+    if (r != OMC_OK) return r;
     if (role != OMC_ROLE_RECEIVER) {
         r = omc__pc_port(cfg, e->connector, stage, d->purpose, d->dp_index, d->tp_rank, &td.port);
         if (r != OMC_OK) {
@@ -3669,6 +3927,18 @@ OMC__PRIVATE omc_result omc__pc_tcp(const omc_pipeline_config* cfg, const omc_pi
     }
     *out = conn;
     return OMC_OK;
+}
+
+/* The connector copies the keys it is given: the file contents live only for the call. */
+OMC__PRIVATE omc_result omc__pc_tcp(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
+                                    int stage, omc_role role, const omc_pipeline_connect_desc* d, const omc_hooks* h,
+                                    const char* where, omc_conn** out) {
+    omc__pc_curve cv;
+    omc_result r;
+    memset(&cv, 0, sizeof(cv));
+    r = omc__pc_tcp_make(cfg, e, s, stage, role, d, h, where, &cv, out);
+    omc__pc_curve_free(&cv, h);
+    return r;
 }
 #endif
 

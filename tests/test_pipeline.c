@@ -9,6 +9,9 @@
 #include "omc_test.h"
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h>
+
+#define CHECK_STR(a, b) CHECK((a) != NULL && strcmp((a), (b)) == 0)
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
@@ -725,6 +728,220 @@ OMC_TEST(rdma_edge_needs_the_rdma_header_or_an_explicit_constructor) {
     d.rdma_connector = rdma_fake;
     CHECK_RES(omc_pipeline_connect(cfg, 0, 0, &d, &c), OMC_ERR_RDMA_DEVICE);
     CHECK_EQ(rdma_fake_calls, 1);
+    omc_pipeline_config_destroy(cfg);
+}
+
+/* ---- CURVE and insecure listeners on TCP/RDMA edges -------------------------------------------- */
+
+/* Every pipeline log line of one call, and how many WARNs. */
+typedef struct pipe_log { int warnings, errors; char text[4096]; } pipe_log;
+static void pipe_logger(omc_log_level level, omc_log_item item, const char* msg, const char* file, int line, void* user) {
+    pipe_log* pl = (pipe_log*)user;
+    size_t n = strlen(pl->text);
+    (void)file; (void)line;
+    if (item != OMC_LOGITEM_PIPELINE) return;
+    if (level == OMC_LOG_WARN) pl->warnings++;
+    if (level == OMC_LOG_ERROR) pl->errors++;
+    if (level <= OMC_LOG_WARN) snprintf(pl->text + n, sizeof(pl->text) - n, "%s\n", msg);
+}
+
+static void write_text(const char* path, const char* text) {
+    FILE* f = fopen(path, "w");
+    REQUIRE(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int test_port_base(void) { return 30000 + (int)(getpid() * 13 % 20000); }
+
+OMC_TEST(config_curve_keys_insecure_and_their_errors) {
+    char dir[] = "/tmp/omc-curve-cfg-XXXXXX", path[300], want[320];
+    omc_pipeline_config* cfg = NULL;
+    omc_connector_spec spec;
+    omc_config_diag err;
+    static const char good[] =
+        "runtime:\n  connectors:\n    t:\n      name: TcpConnector\n      extra:\n        host: 127.0.0.1\n"
+        "        curve_server_secret_key_file: keys/server.key\n"
+        "        curve_server_public_key_file: /etc/omc/server.pub\n"
+        "        curve_client_secret_key_file: keys/client.key\n"
+        "        curve_allowed_clients_file: keys/allowed\n"
+        "        insecure: true\n"
+        "stage_args:\n  - {stage_id: 0, output_connectors: {to_stage_1: t}}\n  - {stage_id: 1}\n";
+    /* from text: paths as written */
+    REQUIRE(load_text(good, &cfg, &err) == OMC_OK);
+    CHECK_EQ(omc_pipeline_config_warning_count(cfg), 0);
+    CHECK_OK(omc_pipeline_config_connector(cfg, 0, &spec));
+    CHECK_STR(spec.curve_server_secret_key_file, "keys/server.key");
+    CHECK_STR(spec.curve_server_public_key_file, "/etc/omc/server.pub");
+    CHECK_STR(spec.curve_client_secret_key_file, "keys/client.key");
+    CHECK_STR(spec.curve_allowed_clients_file, "keys/allowed");
+    CHECK_EQ(spec.insecure, 1);
+    omc_pipeline_config_destroy(cfg);
+    /* from a file: relative paths are relative to the file, absolute ones stay */
+    REQUIRE(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/p.yaml", dir);
+    write_text(path, good);
+    REQUIRE(omc_pipeline_config_load_file(path, NULL, &cfg, &err) == OMC_OK);
+    CHECK_OK(omc_pipeline_config_connector(cfg, 0, &spec));
+    snprintf(want, sizeof(want), "%s/keys/server.key", dir);
+    CHECK_STR(spec.curve_server_secret_key_file, want);
+    CHECK_STR(spec.curve_server_public_key_file, "/etc/omc/server.pub");
+    omc_pipeline_config_destroy(cfg);
+    unlink(path);
+    rmdir(dir);
+    /* unset: NULL, and insecure is off */
+    REQUIRE(load_text("runtime: {connectors: {t: {name: tcp, extra: {host: 127.0.0.1}}}}\nstage_args: [{stage_id: 0}]\n",
+                      &cfg, &err) == OMC_OK);
+    CHECK_OK(omc_pipeline_config_connector(cfg, 0, &spec));
+    CHECK(spec.curve_server_secret_key_file == NULL && spec.curve_allowed_clients_file == NULL && spec.insecure == 0);
+    omc_pipeline_config_destroy(cfg);
+    /* errors name the check and the position */
+    CHECK_RES(load_text("runtime:\n  connectors:\n    t:\n      name: tcp\n      extra: {insecure: \"yes\"}\nstage_args: [{stage_id: 0}]\n",
+                        &cfg, &err), OMC_ERR_TYPE);
+    CHECK_EQ(err.code, OMC_CONFIG_ERR_TYPE);
+    CHECK(strncmp(err.message, "inline:5:25: insecure", 21) == 0);
+    CHECK_RES(load_text("runtime:\n  connectors:\n    t:\n      name: tcp\n      extra:\n        curve_server_secret_key_file: 7\n"
+                        "stage_args: [{stage_id: 0}]\n", &cfg, &err), OMC_ERR_TYPE);
+    CHECK(strncmp(err.message, "inline:6:39: curve_server_secret_key_file", 41) == 0);
+    CHECK_RES(load_text("runtime:\n  connectors:\n    t:\n      name: tcp\n      extra:\n        curve_server_public_key_file: \"\"\n"
+                        "stage_args: [{stage_id: 0}]\n", &cfg, &err), OMC_ERR_INVALID_ARG);
+    CHECK_EQ(err.code, OMC_CONFIG_ERR_VALUE);
+    CHECK_RES(load_text("runtime:\n  connectors:\n    t:\n      name: tcp\n      extra:\n        curve_allowed_clients_file: a\n"
+                        "stage_args: [{stage_id: 0}]\n", &cfg, &err), OMC_ERR_INVALID_ARG);
+    CHECK_EQ(err.code, OMC_CONFIG_ERR_MISSING);
+    CHECK(strncmp(err.message, "inline:6:37: ", 13) == 0 && strstr(err.message, "curve_server_secret_key_file") != NULL);
+    CHECK(cfg == NULL);
+}
+
+/* A key file that is missing or malformed, and an allow-list with a bad line: the connector is
+   not created, and the log names the option's file:line:column and the path. */
+OMC_TEST(connect_bad_key_files_name_the_file_and_line) {
+    char dir[] = "/tmp/omc-curve-keys-XXXXXX", sec[300], bad[300], allowed[300], text[2048];
+    char pub_k[OMC_CURVE_KEY_LEN + 1], sec_k[OMC_CURVE_KEY_LEN + 1], line[400];
+    omc_pipeline_config* cfg = NULL;
+    omc_pipeline_connect_desc d;
+    omc_config_diag err;
+    omc_tcp_health_info th;
+    omc_conn* c = NULL;
+    pipe_log pl;
+    int base = test_port_base();
+    REQUIRE(mkdtemp(dir) != NULL);
+    REQUIRE(omc_tcp_curve_keypair(pub_k, sec_k) == OMC_OK);
+    snprintf(sec, sizeof(sec), "%s/server.key", dir);
+    snprintf(bad, sizeof(bad), "%s/garbage.key", dir);
+    snprintf(allowed, sizeof(allowed), "%s/allowed", dir);
+    write_text(sec, sec_k);
+    write_text(bad, "not a key\n");
+    snprintf(line, sizeof(line), "# receivers\n%s\nshort\n", pub_k);
+    write_text(allowed, line);
+    snprintf(text, sizeof(text),
+             "runtime:\n  connectors:\n    t:\n      name: TcpConnector\n      extra:\n        host: 127.0.0.1\n"
+             "        zmq_port: %d\n        curve_server_secret_key_file: %s/missing.key\n"
+             "stage_args:\n  - {stage_id: 0, output_connectors: {to_stage_1: t}}\n  - {stage_id: 1}\n", base, dir);
+    REQUIRE(load_text(text, &cfg, &err) == OMC_OK);
+    memset(&d, 0, sizeof(d));
+    memset(&pl, 0, sizeof(pl));
+    d.hooks.log_fn = pipe_logger;
+    d.hooks.user_data = &pl;
+    d.hooks.max_level = OMC_LOG_WARN;
+    CHECK_RES(omc_pipeline_connect(cfg, 0, 0, &d, &c), OMC_ERR_NOT_FOUND);
+    CHECK(c == NULL);
+    CHECK(strstr(pl.text, "inline:8:39: curve_server_secret_key_file") != NULL && strstr(pl.text, "missing.key") != NULL);
+    /* the desc overrides the file: a malformed key */
+    memset(&pl, 0, sizeof(pl));
+    d.curve_server_secret_key_file = bad;
+    CHECK_RES(omc_pipeline_connect(cfg, 0, 0, &d, &c), OMC_ERR_INVALID_ARG);
+    CHECK(strstr(pl.text, "desc.curve_server_secret_key_file") != NULL && strstr(pl.text, "garbage.key") != NULL);
+    /* a good key, an allow-list whose third line is not a key */
+    memset(&pl, 0, sizeof(pl));
+    d.curve_server_secret_key_file = sec;
+    d.curve_allowed_clients_file = allowed;
+    CHECK_RES(omc_pipeline_connect(cfg, 0, 0, &d, &c), OMC_ERR_INVALID_ARG);
+    snprintf(line, sizeof(line), "%s:3: not a 40-character Z85", allowed);
+    CHECK(strstr(pl.text, line) != NULL);
+    /* a good allow-list: CURVE on, no warning */
+    snprintf(line, sizeof(line), "# receivers\n%s\n\n", pub_k);
+    write_text(allowed, line);
+    memset(&pl, 0, sizeof(pl));
+    CHECK_OK(omc_pipeline_connect(cfg, 0, 0, &d, &c));
+    REQUIRE(c);
+    memset(&th, 0, sizeof(th));
+    CHECK_OK(omc_tcp_health(c, &th));
+    CHECK_EQ(th.curve, 1);
+    CHECK_EQ(pl.warnings, 0);
+    omc_conn_destroy(c);
+    c = NULL;
+    /* CURVE without an allow-list works and says what it admits */
+    memset(&pl, 0, sizeof(pl));
+    d.curve_allowed_clients_file = NULL;
+    CHECK_OK(omc_pipeline_connect(cfg, 0, 0, &d, &c));
+    CHECK_EQ(pl.warnings, 1);
+    CHECK(strstr(pl.text, "allow-list") != NULL);
+    omc_conn_destroy(c);
+    omc_pipeline_config_destroy(cfg);
+    unlink(sec); unlink(bad); unlink(allowed);
+    rmdir(dir);
+}
+
+/* A listener on the host's own address without CURVE: refused, saying which edge, which address
+   and what to do; with insecure (file or desc) it listens and warns once. */
+OMC_TEST(connect_insecure_listener_is_refused_unless_the_config_says_so) {
+    char text[1024], host[OMC_TCP_HOST_MAX];
+    const char* how = NULL;
+    omc_pipeline_config* cfg = NULL;
+    omc_pipeline_connect_desc d;
+    omc_config_diag err;
+    omc_conn* c = NULL;
+    pipe_log pl;
+    int base = test_port_base() + 100;
+    if (omc_detect_host(0, host, sizeof(host), &how) != OMC_OK || (how && strcmp(how, "loopback") == 0)) {
+        printf("  (this host has no address but loopback: nothing to refuse)\n");
+        return;
+    }
+    snprintf(text, sizeof(text), "runtime: {connectors: {t: {name: tcp, extra: {host: auto, zmq_port: %d}}}}\n"
+             "stage_args:\n  - {stage_id: 0, output_connectors: {to_stage_1: t}}\n  - {stage_id: 1}\n", base);
+    REQUIRE(load_text(text, &cfg, &err) == OMC_OK);
+    memset(&d, 0, sizeof(d));
+    memset(&pl, 0, sizeof(pl));
+    d.hooks.log_fn = pipe_logger;
+    d.hooks.user_data = &pl;
+    d.hooks.max_level = OMC_LOG_WARN;
+    CHECK_RES(omc_pipeline_connect(cfg, 0, 0, &d, &c), OMC_ERR_INVALID_ARG);
+    CHECK(c == NULL);
+    CHECK(strstr(pl.text, "edge 0->1") != NULL && strstr(pl.text, host) != NULL && strstr(pl.text, "without CURVE") != NULL &&
+          strstr(pl.text, "curve_server_secret_key_file") != NULL && strstr(pl.text, "insecure: true") != NULL);
+    /* the receiving stage does not listen: nothing to refuse */
+    CHECK_OK(omc_pipeline_connect(cfg, 0, 1, &d, &c));
+    omc_conn_destroy(c);
+    c = NULL;
+    /* desc.insecure */
+    memset(&pl, 0, sizeof(pl));
+    d.insecure = 1;
+    CHECK_OK(omc_pipeline_connect(cfg, 0, 0, &d, &c));
+    CHECK_EQ(pl.warnings, 1);
+    CHECK(strstr(pl.text, "insecure") != NULL);
+    omc_conn_destroy(c);
+    c = NULL;
+    omc_pipeline_config_destroy(cfg);
+    /* insecure: true in the file */
+    snprintf(text, sizeof(text), "runtime: {connectors: {t: {name: tcp, extra: {host: auto, zmq_port: %d, insecure: true}}}}\n"
+             "stage_args:\n  - {stage_id: 0, output_connectors: {to_stage_1: t}}\n  - {stage_id: 1}\n", base);
+    REQUIRE(load_text(text, &cfg, &err) == OMC_OK);
+    memset(&pl, 0, sizeof(pl));
+    d.insecure = 0;
+    CHECK_OK(omc_pipeline_connect(cfg, 0, 0, &d, &c));
+    CHECK_EQ(pl.warnings, 1);
+    omc_conn_destroy(c);
+    omc_pipeline_config_destroy(cfg);
+    /* loopback needs neither */
+    snprintf(text, sizeof(text), "runtime: {connectors: {t: {name: tcp, extra: {host: 127.0.0.1, zmq_port: %d}}}}\n"
+             "stage_args:\n  - {stage_id: 0, output_connectors: {to_stage_1: t}}\n  - {stage_id: 1}\n", base);
+    REQUIRE(load_text(text, &cfg, &err) == OMC_OK);
+    memset(&pl, 0, sizeof(pl));
+    c = NULL;
+    CHECK_OK(omc_pipeline_connect(cfg, 0, 0, &d, &c));
+    CHECK_EQ(pl.warnings, 0);
+    omc_conn_destroy(c);
     omc_pipeline_config_destroy(cfg);
 }
 
