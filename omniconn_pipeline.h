@@ -611,10 +611,22 @@ OMNICONN_API uint64_t   omc_xfer_map_sweep(omc_xfer_map* map);
 #define OMC_STREAM_ERROR        0x2u    /* the producer failed (error code and text, no data) */
 #define OMC_STREAM_DATA         0x4u    /* a chunk is stored under the chunk key */
 
+#define OMC_STREAM_TOKEN_SIZE   33      /* 32 lowercase hex digits (128 random bits) + terminator */
+
 typedef struct omc_stream_desc {
     int64_t ttl_ms;                 /* of the writer's puts; 0 = the connector's default */
+    const char* token;              /* the stream's unguessable part, carried by every key of
+                                       the stream (see FORMATS). Writer: NULL = a fresh one
+                                       (omc_stream_writer_token tells it), or one agreed in
+                                       advance (omc_stream_token_generate). Reader: required,
+                                       the writer's token, received from the producing stage
+                                       the way put()'s metadata is */
     omc_hooks hooks;
 } omc_stream_desc;
+
+/* A fresh stream token: 128 bits from the library's randomness, as 32 lowercase hex digits.
+   For an orchestrator that hands the same token to a writer and its reader up front. */
+OMNICONN_API omc_result omc_stream_token_generate(char out[OMC_STREAM_TOKEN_SIZE]);
 
 typedef struct omc_stream_writer omc_stream_writer;
 typedef struct omc_stream_reader omc_stream_reader;
@@ -637,6 +649,8 @@ OMNICONN_API omc_result omc_stream_finish(omc_stream_writer* w, omc_time_ns dead
 /* Fail the stream: a control-only ERROR record (code, text up to 255 bytes) after the highest
    chunk sent. The reader gets OMC_ERR_REMOTE with both. */
 OMNICONN_API omc_result omc_stream_fail(omc_stream_writer* w, int32_t code, const char* text, omc_time_ns deadline);
+/* The writer's token (desc.token, or the one it generated): give it to the reader's stage. */
+OMNICONN_API omc_result omc_stream_writer_token(const omc_stream_writer* w, char out[OMC_STREAM_TOKEN_SIZE]);
 /* Take back every chunk and record this writer put that no reader has taken (the abort path). */
 OMNICONN_API void       omc_stream_writer_abort(omc_stream_writer* w);
 /* Free the writer. What it sent stays for the reader (abort first to drop it). */
@@ -650,7 +664,8 @@ typedef struct omc_stream_chunk {
     char text[OMC_STREAM_MAX_TEXT + 1];     /* ERROR: the producer's message */
 } omc_stream_chunk;
 
-/* A consumer of the stream for `key` on the edge (conn must be able to get). desc may be NULL. */
+/* A consumer of the stream for `key` on the edge (conn must be able to get). desc->token must be
+   the writer's token (OMC_ERR_INVALID_ARG without one: a reader cannot find the keys). */
 OMNICONN_API omc_result omc_stream_reader_create(omc_conn* conn, const char* from_stage, const char* to_stage,
                                                  const char* key, const omc_stream_desc* desc, omc_stream_reader** out);
 /* The next chunk in index order. OMC_OK: out holds it (flags END: the last one; an END without
@@ -3201,7 +3216,7 @@ OMC__PRIVATE omc_result omc__stream_put(omc_conn* c, const char* from, const cha
     always consume, and so free, what the writer waits for.
 */
 
-#define OMC__STREAM_SUFFIX_MAX 22       /* "#c" + 20 digits */
+#define OMC__STREAM_SUFFIX_MAX (1 + 32 + 22)     /* "#" + token + "#c" + 20 digits */
 
 enum { OMC__STREAM_OPEN = 0, OMC__STREAM_ENDED, OMC__STREAM_BROKEN };
 enum { OMC__STREAM_MODE_NONE = 0, OMC__STREAM_MODE_SEQUENTIAL, OMC__STREAM_MODE_INDEXED };
@@ -3210,7 +3225,25 @@ typedef struct omc__stream_names {
     omc_conn* conn;
     omc_hooks hooks;
     char from[OMC_KEY_MAX], to[OMC_KEY_MAX], key[OMC_KEY_MAX];
+    char token[OMC_STREAM_TOKEN_SIZE];
 } omc__stream_names;
+
+OMNICONN_API omc_result omc_stream_token_generate(char out[OMC_STREAM_TOKEN_SIZE]) {
+    static const char hex[] = "0123456789abcdef";
+    uint8_t b[16];
+    int i;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    omc__random_bytes(b, sizeof(b));
+    for (i = 0; i < 16; i++) { out[2 * i] = hex[b[i] >> 4]; out[2 * i + 1] = hex[b[i] & 15]; }
+    out[32] = '\0';
+    return OMC_OK;
+}
+
+OMC__PRIVATE int omc__stream_token_ok(const char* t) {
+    int i;
+    for (i = 0; i < 32; i++) if (!((t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f'))) return 0;
+    return t[32] == '\0';
+}
 
 struct omc_stream_writer {
     omc__stream_names n;
@@ -3236,14 +3269,25 @@ struct omc_stream_reader {
 
 /* Check and copy the names; key must leave room for the longest suffix. */
 OMC__PRIVATE omc_result omc__stream_names_init(omc__stream_names* n, omc_conn* c, const char* from, const char* to, const char* key,
-                                               const omc_stream_desc* desc) {
+                                               const omc_stream_desc* desc, int writer) {
     char probe[OMC_KEY_MAX], q[OMC_KEY_MAX];
+    const char* token = desc ? desc->token : NULL;
     size_t kl;
     if (!c || !key || !key[0]) return OMC_ERR_INVALID_ARG;
+    if (token && !omc__stream_token_ok(token)) {
+        OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "stream %s: desc.token must be 32 lowercase hex digits "
+                 "(omc_stream_writer_token, omc_stream_token_generate)", key);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (!token && !writer) {
+        OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "stream %s: a reader needs the writer's token in desc.token "
+                 "(omc_stream_writer_token on the producing stage; the keys carry it, so nobody without it can name them)", key);
+        return OMC_ERR_INVALID_ARG;
+    }
     kl = strlen(key);
     if (kl + OMC__STREAM_SUFFIX_MAX >= OMC_KEY_MAX) return OMC_ERR_INVALID_ARG;
     memcpy(probe, key, kl);
-    memcpy(probe + kl, "#c18446744073709551615", OMC__STREAM_SUFFIX_MAX + 1);
+    memcpy(probe + kl, "#0123456789abcdef0123456789abcdef#c18446744073709551615", OMC__STREAM_SUFFIX_MAX + 1);
     if (omc_qualify_key(from, to, probe, q, NULL) != OMC_OK) {
         OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_CONN_KEY, "stream key '%s' leaves no room for the %d-byte chunk suffix", key, OMC__STREAM_SUFFIX_MAX);
         return OMC_ERR_INVALID_ARG;
@@ -3254,16 +3298,21 @@ OMC__PRIVATE omc_result omc__stream_names_init(omc__stream_names* n, omc_conn* c
     snprintf(n->from, sizeof(n->from), "%s", from ? from : "");
     snprintf(n->to, sizeof(n->to), "%s", to ? to : "");
     memcpy(n->key, key, kl + 1);
+    if (token) memcpy(n->token, token, OMC_STREAM_TOKEN_SIZE);
+    else omc_stream_token_generate(n->token);
     return OMC_OK;
 }
 
-/* "K#<index>" or "K#c<index>"; the key's length was checked at create to leave room. */
+/* "K#<token>#<index>" or "K#<token>#c<index>"; the key's length was checked at create. */
 OMC__PRIVATE void omc__stream_chunk_key(const omc__stream_names* n, uint64_t index, int control, char out[OMC_KEY_MAX]) {
     char digits[24];
     size_t kl = strlen(n->key), d = 0, o;
     do { digits[d++] = (char)('0' + index % 10); index /= 10; } while (index);
     memcpy(out, n->key, kl);
     o = kl;
+    out[o++] = '#';
+    memcpy(out + o, n->token, 32);
+    o += 32;
     out[o++] = '#';
     if (control) out[o++] = 'c';
     while (d) out[o++] = digits[--d];
@@ -3277,7 +3326,7 @@ OMNICONN_API omc_result omc_stream_writer_create(omc_conn* c, const char* from, 
     omc_result r;
     if (!out) return OMC_ERR_INVALID_ARG;
     *out = NULL;
-    r = omc__stream_names_init(&n, c, from, to, key, desc);
+    r = omc__stream_names_init(&n, c, from, to, key, desc, 1);
     if (r != OMC_OK) return r;
     if (c->role == OMC_ROLE_RECEIVER) return OMC_ERR_WRONG_ROLE;
     w = (omc_stream_writer*)omc__calloc(&n.hooks, sizeof(omc_stream_writer));
@@ -3421,6 +3470,12 @@ OMNICONN_API omc_result omc_stream_fail(omc_stream_writer* w, int32_t code, cons
     return omc__stream_terminate(w, OMC_STREAM_ERROR, code, text, deadline);
 }
 
+OMNICONN_API omc_result omc_stream_writer_token(const omc_stream_writer* w, char out[OMC_STREAM_TOKEN_SIZE]) {
+    if (!w || !out) return OMC_ERR_INVALID_ARG;
+    memcpy(out, w->n.token, OMC_STREAM_TOKEN_SIZE);
+    return OMC_OK;
+}
+
 OMNICONN_API void omc_stream_writer_abort(omc_stream_writer* w) {
     uint32_t i;
     if (!w) return;
@@ -3454,7 +3509,7 @@ OMNICONN_API omc_result omc_stream_reader_create(omc_conn* c, const char* from, 
     omc_result r;
     if (!out) return OMC_ERR_INVALID_ARG;
     *out = NULL;
-    r = omc__stream_names_init(&n, c, from, to, key, desc);
+    r = omc__stream_names_init(&n, c, from, to, key, desc, 0);
     if (r != OMC_OK) return r;
     if (c->role == OMC_ROLE_SENDER) return OMC_ERR_WRONG_ROLE;
     rd = (omc_stream_reader*)omc__calloc(&n.hooks, sizeof(omc_stream_reader));

@@ -1372,6 +1372,8 @@ typedef struct stream_side {
     int n;                          /* chunks */
     const uint64_t* order;          /* send_at order, or NULL for send */
     int fail_at;                    /* producer: fail instead of sending chunk fail_at (-1: never) */
+    char token[OMC_STREAM_TOKEN_SIZE];      /* agreed up front: the consumer may start first */
+    omc_stream_desc desc;
     int hold_ms;                    /* consumer: how long it holds each chunk */
     int errors;
     int received;
@@ -1385,7 +1387,7 @@ static void* stream_producer(void* arg) {
     omc_stream_writer* w = NULL;
     static uint8_t buf[2][50001];
     int i;
-    if (omc_stream_writer_create(s->c, "thinker", "talker", s->key, NULL, &w) != OMC_OK) { s->errors++; return NULL; }
+    if (omc_stream_writer_create(s->c, "thinker", "talker", s->key, &s->desc, &w) != OMC_OK) { s->errors++; return NULL; }
     for (i = 0; i < s->n; i++) {
         uint64_t idx = s->order ? s->order[i] : (uint64_t)i;
         uint8_t* b = buf[s->order ? 1 : 0];
@@ -1420,7 +1422,7 @@ static void* stream_consumer(void* arg) {
     omc_stream_reader* rd = NULL;
     omc_stream_chunk ch;
     uint64_t expect = 0;
-    if (omc_stream_reader_create(s->c, "thinker", "talker", s->key, NULL, &rd) != OMC_OK) { s->errors++; return NULL; }
+    if (omc_stream_reader_create(s->c, "thinker", "talker", s->key, &s->desc, &rd) != OMC_OK) { s->errors++; return NULL; }
     for (;;) {
         omc_result r = omc_stream_next(rd, omc_deadline_after_ms(10000), &ch);
         s->last = r;
@@ -1466,6 +1468,10 @@ static void stream_sides(stream_side* p, stream_side* q, omc_conn* c, const char
     p->key = q->key = key;
     p->n = q->n = n;
     p->fail_at = q->fail_at = -1;
+    omc_stream_token_generate(p->token);
+    memcpy(q->token, p->token, sizeof(q->token));
+    p->desc.token = p->token;
+    q->desc.token = q->token;
 }
 
 static uint64_t live_entries(omc_conn* c) {
@@ -1563,7 +1569,7 @@ OMC_TEST(stream_parallel_producers) {
     int i;
     REQUIRE(c);
     stream_sides(&unused, &q, c, "req-par", 30);
-    REQUIRE(omc_stream_writer_create(c, "thinker", "talker", "req-par", NULL, &w) == OMC_OK);
+    REQUIRE(omc_stream_writer_create(c, "thinker", "talker", "req-par", &q.desc, &w) == OMC_OK);
     pthread_create(&tc, NULL, stream_consumer, &q);
     for (i = 0; i < 2; i++) { h[i].w = w; h[i].parity = i; h[i].n = 30; h[i].errors = 0; pthread_create(&t[i], NULL, half_send, &h[i]); }
     for (i = 0; i < 2; i++) { pthread_join(t[i], NULL); CHECK_EQ(h[i].errors, 0); }
@@ -1593,6 +1599,17 @@ static void* seq_send(void* arg) {
     return NULL;
 }
 
+/* A reader of writer w's stream: the writer's token, handed over as a stage would. */
+static omc_result reader_of(omc_conn* c, omc_stream_writer* w, const char* from, const char* to, const char* key, omc_stream_reader** rd) {
+    char token[OMC_STREAM_TOKEN_SIZE];
+    omc_stream_desc d;
+    omc_result r = omc_stream_writer_token(w, token);
+    if (r != OMC_OK) return r;
+    memset(&d, 0, sizeof(d));
+    d.token = token;
+    return omc_stream_reader_create(c, from, to, key, &d, rd);
+}
+
 OMC_TEST(stream_concurrent_sends_take_turns) {
     omc_conn* c = make_local(4u << 20, OMC_ROLE_DEFAULT);
     omc_stream_writer* w = NULL;
@@ -1603,7 +1620,7 @@ OMC_TEST(stream_concurrent_sends_take_turns) {
     uint32_t next_seq[2] = { 0, 0 }, i;
     REQUIRE(c);
     REQUIRE(omc_stream_writer_create(c, "0", "1", "seq", NULL, &w) == OMC_OK);
-    REQUIRE(omc_stream_reader_create(c, "0", "1", "seq", NULL, &rd) == OMC_OK);
+    REQUIRE(reader_of(c, w, "0", "1", "seq", &rd) == OMC_OK);
     for (i = 0; i < 2; i++) { ss[i].w = w; ss[i].id = i; ss[i].errors = 0; pthread_create(&t[i], NULL, seq_send, &ss[i]); }
     for (i = 0; i < 2; i++) { pthread_join(t[i], NULL); CHECK_EQ(ss[i].errors, 0); }
     CHECK_OK(omc_stream_finish(w, OMC_NO_WAIT));
@@ -1634,6 +1651,7 @@ OMC_TEST(stream_details) {
     omc_payload p;
     omc_buffer zb;
     char longkey[300];
+    omc_stream_desc sd;
     uint64_t n;
     REQUIRE(c && rx);
     /* names: the key must leave room for the suffix; roles */
@@ -1644,7 +1662,7 @@ OMC_TEST(stream_details) {
     CHECK_RES(omc_stream_writer_create(rx, "a", "b", "k", NULL, &w), OMC_ERR_WRONG_ROLE);
     CHECK(w == NULL);
     REQUIRE(omc_stream_writer_create(c, "a", "b", "s", NULL, &w) == OMC_OK);
-    REQUIRE(omc_stream_reader_create(c, "a", "b", "s", NULL, &rd) == OMC_OK);
+    REQUIRE(reader_of(c, w, "a", "b", "s", &rd) == OMC_OK);
     /* nothing yet: a timeout, and nothing lost */
     CHECK_RES(omc_stream_next(rd, OMC_NO_WAIT, &ch), OMC_ERR_TIMEOUT);
     /* a zero-copy chunk with END: the last chunk carries data */
@@ -1680,10 +1698,13 @@ OMC_TEST(stream_details) {
     CHECK_RES(omc_stream_send(w, &p, 0, OMC_NO_WAIT), OMC_ERR_CLOSED);
     omc_stream_writer_destroy(w);
 
-    /* a forged control record breaks the stream for good, with a clear result */
-    REQUIRE(omc_stream_reader_create(c, "a", "b", "forged", NULL, &rd) == OMC_OK);
+    /* a forged control record breaks the stream for good, with a clear result (whoever forges
+       it knows the token: a stage that holds it, or a bug) */
+    memset(&sd, 0, sizeof(sd));
+    sd.token = "00112233445566778899aabbccddeeff";
+    REQUIRE(omc_stream_reader_create(c, "a", "b", "forged", &sd, &rd) == OMC_OK);
     p.data = "not a control record at all, but long enough"; p.size = 44;
-    CHECK_OK(omc_conn_put(c, "a", "b", "forged#c0", &p, NULL));
+    CHECK_OK(omc_conn_put(c, "a", "b", "forged#00112233445566778899aabbccddeeff#c0", &p, NULL));
     CHECK_RES(omc_stream_next(rd, OMC_NO_WAIT, &ch), OMC_ERR_MALFORMED);
     CHECK_RES(omc_stream_next(rd, OMC_NO_WAIT, &ch), OMC_ERR_MALFORMED);
     omc_stream_reader_destroy(rd);
@@ -1696,18 +1717,23 @@ OMC_TEST(stream_details) {
         rec.index = 3;
         rec.flags = OMC_STREAM_END;
         CHECK_OK(omc_stream_record_encode(&rec, bytes, sizeof(bytes), &len));
-        REQUIRE(omc_stream_reader_create(c, "a", "b", "wrong", NULL, &rd) == OMC_OK);
+        REQUIRE(omc_stream_reader_create(c, "a", "b", "wrong", &sd, &rd) == OMC_OK);
         p.data = bytes; p.size = len;
-        CHECK_OK(omc_conn_put(c, "a", "b", "wrong#c0", &p, NULL));
+        CHECK_OK(omc_conn_put(c, "a", "b", "wrong#00112233445566778899aabbccddeeff#c0", &p, NULL));
         CHECK_RES(omc_stream_next(rd, OMC_NO_WAIT, &ch), OMC_ERR_MALFORMED);
         omc_stream_reader_destroy(rd);
     }
     /* an announced chunk that is gone (cleaned up) */
     REQUIRE(omc_stream_writer_create(c, "a", "b", "lost", NULL, &w) == OMC_OK);
-    REQUIRE(omc_stream_reader_create(c, "a", "b", "lost", NULL, &rd) == OMC_OK);
+    REQUIRE(reader_of(c, w, "a", "b", "lost", &rd) == OMC_OK);
     p.data = longkey; p.size = 10;
     CHECK_OK(omc_stream_send(w, &p, 0, OMC_NO_WAIT));
-    CHECK_OK(omc_conn_cleanup(c, "a", "b", "lost#0"));
+    {
+        char tok[OMC_STREAM_TOKEN_SIZE], k[128];
+        CHECK_OK(omc_stream_writer_token(w, tok));
+        snprintf(k, sizeof(k), "lost#%s#0", tok);
+        CHECK_OK(omc_conn_cleanup(c, "a", "b", k));
+    }
     CHECK_RES(omc_stream_next(rd, OMC_NO_WAIT, &ch), OMC_ERR_NOT_FOUND);
     CHECK_RES(omc_stream_next(rd, OMC_NO_WAIT, &ch), OMC_ERR_NOT_FOUND);
     omc_stream_reader_destroy(rd);
@@ -1716,6 +1742,65 @@ OMC_TEST(stream_details) {
     CHECK_EQ(live_entries(c), 0);
     omc_conn_destroy(c);
     omc_conn_destroy(rx);
+}
+
+/* Every key of a stream carries the writer's 128-bit token: "K#<token>#<i>", "K#<token>#c<i>".
+   A reader without it cannot be created; one with another token finds nothing. */
+static int collect_stream_key(const char* from, const char* to, const char* key, void* user) {
+    char* out = (char*)user;
+    (void)from; (void)to;
+    size_t n = strlen(key);
+    if (n > 3 && strcmp(key + n - 3, "#c0") == 0) snprintf(out, 128, "%s", key);     /* the control record */
+    return 0;
+}
+
+OMC_TEST(stream_keys_carry_the_writers_token) {
+    omc_conn* c = make_local(4u << 20, OMC_ROLE_DEFAULT);
+    omc_stream_writer *w = NULL, *w2 = NULL;
+    omc_stream_reader* rd = NULL;
+    omc_stream_desc sd;
+    omc_stream_chunk ch;
+    omc_payload p;
+    char tok[OMC_STREAM_TOKEN_SIZE], tok2[OMC_STREAM_TOKEN_SIZE], want[128], seen[128] = "";
+    int i;
+    REQUIRE(c);
+    REQUIRE(omc_stream_writer_create(c, "a", "b", "req", NULL, &w) == OMC_OK);
+    REQUIRE(omc_stream_writer_create(c, "a", "b", "req2", NULL, &w2) == OMC_OK);
+    CHECK_OK(omc_stream_writer_token(w, tok));
+    CHECK_OK(omc_stream_writer_token(w2, tok2));
+    CHECK_EQ(strlen(tok), 32);
+    for (i = 0; i < 32; i++) CHECK((tok[i] >= '0' && tok[i] <= '9') || (tok[i] >= 'a' && tok[i] <= 'f'));
+    CHECK(strcmp(tok, tok2) != 0);
+    memset(&p, 0, sizeof(p));
+    p.data = "chunk"; p.size = 5;
+    CHECK_OK(omc_stream_send(w, &p, OMC_STREAM_END, OMC_NO_WAIT));
+    CHECK_OK(omc_conn_list(c, "a", "b", collect_stream_key, seen, NULL));
+    snprintf(want, sizeof(want), "req#%s#c0", tok);
+    CHECK_STR(seen, want);
+    CHECK_RES(omc_conn_exists(c, "a", "b", "req#c0"), OMC_ERR_NOT_FOUND);
+    CHECK_RES(omc_conn_exists(c, "a", "b", "req#0"), OMC_ERR_NOT_FOUND);
+    /* no token, a malformed one, another writer's */
+    CHECK_RES(omc_stream_reader_create(c, "a", "b", "req", NULL, &rd), OMC_ERR_INVALID_ARG);
+    memset(&sd, 0, sizeof(sd));
+    sd.token = "0123456789ABCDEF0123456789abcdef";
+    CHECK_RES(omc_stream_reader_create(c, "a", "b", "req", &sd, &rd), OMC_ERR_INVALID_ARG);
+    sd.token = "0123";
+    CHECK_RES(omc_stream_writer_create(c, "a", "b", "req", &sd, &w2), OMC_ERR_INVALID_ARG);
+    sd.token = tok2;
+    REQUIRE(omc_stream_reader_create(c, "a", "b", "req", &sd, &rd) == OMC_OK);
+    CHECK_RES(omc_stream_next(rd, OMC_NO_WAIT, &ch), OMC_ERR_TIMEOUT);
+    omc_stream_reader_destroy(rd);
+    /* the writer's token reads it */
+    sd.token = tok;
+    REQUIRE(omc_stream_reader_create(c, "a", "b", "req", &sd, &rd) == OMC_OK);
+    CHECK_OK(omc_stream_next(rd, OMC_NO_WAIT, &ch));
+    CHECK(ch.buffer.size == 5 && memcmp(ch.buffer.data, "chunk", 5) == 0);
+    omc_buffer_release(&ch.buffer);
+    omc_stream_reader_destroy(rd);
+    omc_stream_writer_destroy(w);
+    omc_stream_writer_destroy(w2);
+    CHECK_EQ(live_entries(c), 0);
+    omc_conn_destroy(c);
 }
 
 OMC_TEST(stream_record_codec) {

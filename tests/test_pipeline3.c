@@ -486,13 +486,16 @@ OMC_TEST(pipeline3_tcp_three_processes) {
 
 /* Three separate --stage processes, started downstream first: receivers wait for senders that
    do not exist yet (no launcher orders them), over SHM and over TCP. */
+/* stages started on their own agree on the "requests" streams' token */
+#define P3_TOKEN "5f0c2a9e81d34b7796a1c0de3b2f4e68"
+
 static void stages_apart(const char* config, const char* channel) {
     static run_result r[3];
     run_handle h[3];
     int k, bad = 0;
     for (k = 2; k >= 0; k--) {
         char id[4];
-        const char* args[] = { "--config", config, "--stage", id, "--channel", channel, SMALL, "--timeout", "20", NULL };
+        const char* args[] = { "--config", config, "--stage", id, "--channel", channel, "--token", P3_TOKEN, SMALL, "--timeout", "20", NULL };
         snprintf(id, sizeof(id), "%d", k);
         h[k] = start_run(args);
         usleep(30000);
@@ -526,11 +529,22 @@ OMC_TEST(pipeline3_detects_a_corrupted_request) {
     show_on_failure(&r, bad);
 }
 
+/* A stage started on its own cannot guess the "requests" streams' token: it must be given one. */
+OMC_TEST(pipeline3_stage_without_a_token_is_refused) {
+    static run_result r;
+    const char* args[] = { "--config", omc_test_repo_path("examples/configs/pipeline3_shm.yaml"), "--stage", "1", NULL };
+    int bad;
+    run(args, &r);
+    bad = r.status != 2 || !contains(r.out, "--stage needs --token");
+    CHECK(!bad);
+    show_on_failure(&r, bad);
+}
+
 /* A thinker alone: nobody takes its data; it must say so and fail at its timeout, not hang. */
 OMC_TEST(pipeline3_missing_stage_fails_at_the_timeout) {
     static run_result r;
     char chan[32];
-    const char* args[] = { "--config", omc_test_repo_path("examples/configs/pipeline3_shm.yaml"), "--stage", "0", "--channel", chan, SMALL,
+    const char* args[] = { "--config", omc_test_repo_path("examples/configs/pipeline3_shm.yaml"), "--stage", "0", "--channel", chan, "--token", P3_TOKEN, SMALL,
                            "--timeout", "2", NULL };
     int bad;
     snprintf(chan, sizeof(chan), "t3m_%ld", (long)getpid());
