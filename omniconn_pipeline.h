@@ -66,8 +66,11 @@ QUICK START
 
         // producer                                   // consumer
         omc_stream_writer* w;                         omc_stream_reader* r;
-        omc_stream_writer_create(conn, "0", "1",      omc_stream_reader_create(conn, "0", "1",
-                                 "req-7", NULL, &w);                           "req-7", NULL, &r);
+        char token[OMC_STREAM_TOKEN_SIZE];            omc_stream_desc d = {0};
+        omc_stream_writer_create(conn, "0", "1",      d.token = token;    // the producer's, handed over
+                                 "req-7", NULL, &w);  omc_stream_reader_create(conn, "0", "1",
+        omc_stream_writer_token(w, token);                                     "req-7", &d, &r);
+        // ... give `token` to the consumer with the request, as you would put()'s metadata
         for (each chunk) {                            omc_stream_chunk ch;
             omc_payload p = {0};                      while (omc_stream_next(r, deadline, &ch) == OMC_OK) {
             p.data = bytes; p.size = n;                   use(ch.buffer.data, ch.buffer.size);
@@ -145,9 +148,14 @@ STEP BY STEP
        get would.
 
     5. Streams (omc_stream_*)
-       Chunk i of request key K travels as an ordinary put under "K#<i>" and is announced by a
-       small control record (index, flags END/ERROR/DATA, error code and text, the chunk's own
-       metadata) put under "K#c<i>". The writer stages chunk i and publishes its control record
+       Chunk i of request key K travels as an ordinary put under "K#<T>#<i>" and is announced by
+       a small control record (index, flags END/ERROR/DATA, error code and text, the chunk's own
+       metadata) put under "K#<T>#c<i>". T is the stream's token, 128 random bits the writer
+       makes (omc_stream_writer_token) or is given (desc.token, omc_stream_token_generate); the
+       reader must be given it in desc.token - hand it over with the request, as you would
+       put()'s metadata. Without it nobody can name the stream's keys, so a neighbour who can
+       reach a sender cannot guess "requests#c0" and take a chunk before the real reader (CURVE,
+       below, decides who can reach the sender at all). The writer stages chunk i and publishes its control record
        before it waits for anything else (pool space for chunk i+1): a credit-limited receiver can
        always make progress. The reader asks for control record 0, 1, 2, ... by key, so chunks
        arrive in any order and are delivered in index order.
@@ -169,7 +177,22 @@ STEP BY STEP
                    omc_pipeline_connect(cfg, i, N, &desc, &conn_of_spec[e.connector]);
            }
 
-       examples/pipeline3.c runs a three-stage pipeline this way (docs/cli.md, examples/README.md).
+       Security: TCP/RDMA edges are network services. CURVE comes from key files in the spec's
+       extra block (or the same fields of the desc, which win):
+           curve_server_secret_key_file   senders: their secret key; turns CURVE on
+           curve_allowed_clients_file     senders: receiver public keys let in, one a line
+           curve_server_public_key_file   receivers: the senders' public key
+           curve_client_secret_key_file   receivers: their own secret key
+       (relative paths: relative to the configuration file). A sending stage whose host is not a
+       loopback address ("auto" detects the host's own) and that has no CURVE is refused with
+       OMC_ERR_INVALID_ARG and an ERROR naming the edge, the address and these keys, unless the
+       spec says insecure: true (or desc.insecure): then it listens and logs one WARN. CURVE
+       without an allow-list logs one WARN too: the public key is no secret, so anyone who has
+       it gets in. Use an allow-list.
+
+       examples/pipeline3.c runs a three-stage pipeline this way (docs/cli.md, examples/README.md);
+       its TCP and RDMA configs use CURVE with an allow-list and TEST-ONLY keys
+       (examples/configs/test-keys: published, so make your own for anything real).
 
 ================================================================================================
 CONFIGURATION
@@ -269,9 +292,10 @@ FORMATS
       Format choice: OMC_CONFIG_FORMAT_YAML / _JSON in the desc, else the file extension (.json,
       .yaml, .yml), else the content: JSON if the first non-blank character is '{' or '['.
 
-    Stream keys: chunk i of key K is put under "K#<i>" and its control record under "K#c<i>",
-    i in decimal without leading zeros; both are qualified by the stage names as usual, so the
-    key K plus 22 bytes must fit (OMC_ERR_INVALID_ARG at create otherwise).
+    Stream keys: chunk i of key K is put under "K#<T>#<i>" and its control record under
+    "K#<T>#c<i>", T the stream's token (32 lowercase hex digits: 128 bits from getrandom), i in
+    decimal without leading zeros; both are qualified by the stage names as usual, so the key K
+    plus 55 bytes must fit (OMC_ERR_INVALID_ARG at create otherwise).
 
     Stream control record, version 1 (all integers little-endian):
         0   u32  magic 0x53434D4F ("OMCS")
@@ -308,6 +332,9 @@ RECENT REVISIONS
 
     0.1.0 (2026-11-22)  first release: configuration loader, ports, transfer-id map, batches,
                         exists/list (same-process connector), streams, omc_pipeline_connect.
+                        Edges: CURVE key files and an allow-list in the config and the connect
+                        desc; a non-loopback listener without CURVE needs insecure: true.
+                        Stream keys carry a 128-bit token the reader is given (desc.token).
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -766,8 +793,14 @@ typedef struct omc_pipeline_connect_desc {
    this once per spec and reuse the handle for the stage's other edges on it. The role is the
    stage's role on those edges: SENDER if it only sends on them, RECEIVER if it only receives,
    DUAL if both (equal to omc_pipeline_stage.role when the stage uses one spec for everything).
+   CURVE (TCP/RDMA): a sender reads curve_server_secret_key_file and curve_allowed_clients_file,
+   a receiver curve_server_public_key_file and curve_client_secret_key_file (the desc's fields
+   win over the spec's); a dual connector pulls with the server keypair, which the allow-list
+   admits. A sender on a non-loopback host without CURVE is refused unless insecure (see STEP 6).
    desc may be NULL (all defaults). Returns OMC_ERR_INVALID_ARG (NULL cfg/out, stage not on the
-   edge, dp_index/tp_rank outside the stage's engine_args), OMC_ERR_NOT_FOUND (no such edge),
+   edge, dp_index/tp_rank outside the stage's engine_args, a listener on a non-loopback address
+   without CURVE or insecure, a malformed key file or allow-list), OMC_ERR_NOT_FOUND (no such
+   edge, a key file that cannot be opened),
    OMC_ERR_UNAVAILABLE (transport not compiled in or not usable here, a CUDA pool on a host-memory
    connector), or whatever the connector's create or omc_tcp_add_sender returns; every failure
    is logged with the edge, the spec and its position in the file. *out is NULL on failure.
