@@ -1785,7 +1785,11 @@ OMC_TEST(stream_keys_carry_the_writers_token) {
     sd.token = "0123456789ABCDEF0123456789abcdef";
     CHECK_RES(omc_stream_reader_create(c, "a", "b", "req", &sd, &rd), OMC_ERR_INVALID_ARG);
     sd.token = "0123";
-    CHECK_RES(omc_stream_writer_create(c, "a", "b", "req", &sd, &w2), OMC_ERR_INVALID_ARG);
+    {
+        omc_stream_writer* w3 = NULL;
+        CHECK_RES(omc_stream_writer_create(c, "a", "b", "req", &sd, &w3), OMC_ERR_INVALID_ARG);
+        CHECK(w3 == NULL);
+    }
     sd.token = tok2;
     REQUIRE(omc_stream_reader_create(c, "a", "b", "req", &sd, &rd) == OMC_OK);
     CHECK_RES(omc_stream_next(rd, OMC_NO_WAIT, &ch), OMC_ERR_TIMEOUT);
