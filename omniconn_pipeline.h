@@ -3241,8 +3241,9 @@ OMC__PRIVATE omc_result omc__stream_put(omc_conn* c, const char* from, const cha
 /* [SECTION] Implementation: streams                                                             */
 /* ============================================================================================== */
 /*
-    A stream is nothing but puts and gets on one edge: chunk i under "K#<i>", its control record
-    under "K#c<i>". The reader asks for the control record of the next index by key (a
+    A stream is nothing but puts and gets on one edge: chunk i under "K#<T>#<i>", its control
+    record under "K#<T>#c<i>" (T the stream's random token, which only writer and reader know:
+    nobody else can name the keys). The reader asks for the control record of the next index by key (a
     metadata-less get waits for it to appear), then for the chunk with the metadata the record
     carries. Order of arrival therefore never matters, and every wait the writer does (pool space
     for the next chunk) happens after everything it staged has been announced: the reader can
