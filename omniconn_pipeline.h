@@ -66,8 +66,11 @@ QUICK START
 
         // producer                                   // consumer
         omc_stream_writer* w;                         omc_stream_reader* r;
-        omc_stream_writer_create(conn, "0", "1",      omc_stream_reader_create(conn, "0", "1",
-                                 "req-7", NULL, &w);                           "req-7", NULL, &r);
+        char token[OMC_STREAM_TOKEN_SIZE];            omc_stream_desc d = {0};
+        omc_stream_writer_create(conn, "0", "1",      d.token = token;    // the producer's, handed over
+                                 "req-7", NULL, &w);  omc_stream_reader_create(conn, "0", "1",
+        omc_stream_writer_token(w, token);                                     "req-7", &d, &r);
+        // ... give `token` to the consumer with the request, as you would put()'s metadata
         for (each chunk) {                            omc_stream_chunk ch;
             omc_payload p = {0};                      while (omc_stream_next(r, deadline, &ch) == OMC_OK) {
             p.data = bytes; p.size = n;                   use(ch.buffer.data, ch.buffer.size);
@@ -145,9 +148,14 @@ STEP BY STEP
        get would.
 
     5. Streams (omc_stream_*)
-       Chunk i of request key K travels as an ordinary put under "K#<i>" and is announced by a
-       small control record (index, flags END/ERROR/DATA, error code and text, the chunk's own
-       metadata) put under "K#c<i>". The writer stages chunk i and publishes its control record
+       Chunk i of request key K travels as an ordinary put under "K#<T>#<i>" and is announced by
+       a small control record (index, flags END/ERROR/DATA, error code and text, the chunk's own
+       metadata) put under "K#<T>#c<i>". T is the stream's token, 128 random bits the writer
+       makes (omc_stream_writer_token) or is given (desc.token, omc_stream_token_generate); the
+       reader must be given it in desc.token - hand it over with the request, as you would
+       put()'s metadata. Without it nobody can name the stream's keys, so a neighbour who can
+       reach a sender cannot guess "requests#c0" and take a chunk before the real reader (CURVE,
+       below, decides who can reach the sender at all). The writer stages chunk i and publishes its control record
        before it waits for anything else (pool space for chunk i+1): a credit-limited receiver can
        always make progress. The reader asks for control record 0, 1, 2, ... by key, so chunks
        arrive in any order and are delivered in index order.
@@ -169,7 +177,22 @@ STEP BY STEP
                    omc_pipeline_connect(cfg, i, N, &desc, &conn_of_spec[e.connector]);
            }
 
-       examples/pipeline3.c runs a three-stage pipeline this way (docs/cli.md, examples/README.md).
+       Security: TCP/RDMA edges are network services. CURVE comes from key files in the spec's
+       extra block (or the same fields of the desc, which win):
+           curve_server_secret_key_file   senders: their secret key; turns CURVE on
+           curve_allowed_clients_file     senders: receiver public keys let in, one a line
+           curve_server_public_key_file   receivers: the senders' public key
+           curve_client_secret_key_file   receivers: their own secret key
+       (relative paths: relative to the configuration file). A sending stage whose host is not a
+       loopback address ("auto" detects the host's own) and that has no CURVE is refused with
+       OMC_ERR_INVALID_ARG and an ERROR naming the edge, the address and these keys, unless the
+       spec says insecure: true (or desc.insecure): then it listens and logs one WARN. CURVE
+       without an allow-list logs one WARN too: the public key is no secret, so anyone who has
+       it gets in. Use an allow-list.
+
+       examples/pipeline3.c runs a three-stage pipeline this way (docs/cli.md, examples/README.md);
+       its TCP and RDMA configs use CURVE with an allow-list and TEST-ONLY keys
+       (examples/configs/test-keys: published, so make your own for anything real).
 
 ================================================================================================
 CONFIGURATION
@@ -269,9 +292,10 @@ FORMATS
       Format choice: OMC_CONFIG_FORMAT_YAML / _JSON in the desc, else the file extension (.json,
       .yaml, .yml), else the content: JSON if the first non-blank character is '{' or '['.
 
-    Stream keys: chunk i of key K is put under "K#<i>" and its control record under "K#c<i>",
-    i in decimal without leading zeros; both are qualified by the stage names as usual, so the
-    key K plus 22 bytes must fit (OMC_ERR_INVALID_ARG at create otherwise).
+    Stream keys: chunk i of key K is put under "K#<T>#<i>" and its control record under
+    "K#<T>#c<i>", T the stream's token (32 lowercase hex digits: 128 bits from getrandom), i in
+    decimal without leading zeros; both are qualified by the stage names as usual, so the key K
+    plus 55 bytes must fit (OMC_ERR_INVALID_ARG at create otherwise).
 
     Stream control record, version 1 (all integers little-endian):
         0   u32  magic 0x53434D4F ("OMCS")
@@ -308,6 +332,9 @@ RECENT REVISIONS
 
     0.1.0 (2026-11-22)  first release: configuration loader, ports, transfer-id map, batches,
                         exists/list (same-process connector), streams, omc_pipeline_connect.
+                        Edges: CURVE key files and an allow-list in the config and the connect
+                        desc; a non-loopback listener without CURVE needs insecure: true.
+                        Stream keys carry a 128-bit token the reader is given (desc.token).
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -455,6 +482,14 @@ typedef struct omc_connector_spec {
     uint64_t shm_threshold_bytes;
     int auto_filled;                /* 1 for "auto_shm" */
     uint32_t line, column;          /* where it is defined (0 for auto_shm) */
+    /* CURVE on the side channel of TCP/RDMA edges (see omc_pipeline_connect). NULL = not set;
+       a relative path is taken relative to the configuration file's directory. */
+    const char* curve_server_public_key_file;   /* receivers: the senders' public key */
+    const char* curve_server_secret_key_file;   /* senders: their secret key (turns CURVE on) */
+    const char* curve_client_secret_key_file;   /* receivers: their own secret key */
+    const char* curve_allowed_clients_file;     /* senders: receiver public keys let in, one a line */
+    int insecure;                   /* insecure: true - a sender may listen on a non-loopback
+                                       address without CURVE (logged at WARN) */
 } omc_connector_spec;
 
 typedef struct omc_pipeline_stage {
@@ -603,10 +638,22 @@ OMNICONN_API uint64_t   omc_xfer_map_sweep(omc_xfer_map* map);
 #define OMC_STREAM_ERROR        0x2u    /* the producer failed (error code and text, no data) */
 #define OMC_STREAM_DATA         0x4u    /* a chunk is stored under the chunk key */
 
+#define OMC_STREAM_TOKEN_SIZE   33      /* 32 lowercase hex digits (128 random bits) + terminator */
+
 typedef struct omc_stream_desc {
     int64_t ttl_ms;                 /* of the writer's puts; 0 = the connector's default */
+    const char* token;              /* the stream's unguessable part, carried by every key of
+                                       the stream (see FORMATS). Writer: NULL = a fresh one
+                                       (omc_stream_writer_token tells it), or one agreed in
+                                       advance (omc_stream_token_generate). Reader: required,
+                                       the writer's token, received from the producing stage
+                                       the way put()'s metadata is */
     omc_hooks hooks;
 } omc_stream_desc;
+
+/* A fresh stream token: 128 bits from the library's randomness, as 32 lowercase hex digits.
+   For an orchestrator that hands the same token to a writer and its reader up front. */
+OMNICONN_API omc_result omc_stream_token_generate(char out[OMC_STREAM_TOKEN_SIZE]);
 
 typedef struct omc_stream_writer omc_stream_writer;
 typedef struct omc_stream_reader omc_stream_reader;
@@ -629,6 +676,8 @@ OMNICONN_API omc_result omc_stream_finish(omc_stream_writer* w, omc_time_ns dead
 /* Fail the stream: a control-only ERROR record (code, text up to 255 bytes) after the highest
    chunk sent. The reader gets OMC_ERR_REMOTE with both. */
 OMNICONN_API omc_result omc_stream_fail(omc_stream_writer* w, int32_t code, const char* text, omc_time_ns deadline);
+/* The writer's token (desc.token, or the one it generated): give it to the reader's stage. */
+OMNICONN_API omc_result omc_stream_writer_token(const omc_stream_writer* w, char out[OMC_STREAM_TOKEN_SIZE]);
 /* Take back every chunk and record this writer put that no reader has taken (the abort path). */
 OMNICONN_API void       omc_stream_writer_abort(omc_stream_writer* w);
 /* Free the writer. What it sent stays for the reader (abort first to drop it). */
@@ -642,7 +691,8 @@ typedef struct omc_stream_chunk {
     char text[OMC_STREAM_MAX_TEXT + 1];     /* ERROR: the producer's message */
 } omc_stream_chunk;
 
-/* A consumer of the stream for `key` on the edge (conn must be able to get). desc may be NULL. */
+/* A consumer of the stream for `key` on the edge (conn must be able to get). desc->token must be
+   the writer's token (OMC_ERR_INVALID_ARG without one: a reader cannot find the keys). */
 OMNICONN_API omc_result omc_stream_reader_create(omc_conn* conn, const char* from_stage, const char* to_stage,
                                                  const char* key, const omc_stream_desc* desc, omc_stream_reader** out);
 /* The next chunk in index order. OMC_OK: out holds it (flags END: the last one; an END without
@@ -709,6 +759,14 @@ typedef struct omc_pipeline_connect_desc {
                                        omc_rdma_pipeline_connector, or your own; NULL = the one
                                        this program's omniconn_rdma.h implementation offers (any
                                        include order); none: RDMA edges fail, saying so */
+    /* CURVE for TCP/RDMA edges: each overrides the extra key of the same name (NULL = the
+       file's; see omc_pipeline_connect for which keys a sender and a receiver read). */
+    const char* curve_server_public_key_file;
+    const char* curve_server_secret_key_file;
+    const char* curve_client_secret_key_file;
+    const char* curve_allowed_clients_file;
+    int insecure;                   /* 1: as insecure: true in the file (a listener on a
+                                       non-loopback address without CURVE is allowed, with a WARN) */
 } omc_pipeline_connect_desc;
 
 /* Create the connector stage `stage_id` uses on edge `edge` (an index for
@@ -735,8 +793,14 @@ typedef struct omc_pipeline_connect_desc {
    this once per spec and reuse the handle for the stage's other edges on it. The role is the
    stage's role on those edges: SENDER if it only sends on them, RECEIVER if it only receives,
    DUAL if both (equal to omc_pipeline_stage.role when the stage uses one spec for everything).
+   CURVE (TCP/RDMA): a sender reads curve_server_secret_key_file and curve_allowed_clients_file,
+   a receiver curve_server_public_key_file and curve_client_secret_key_file (the desc's fields
+   win over the spec's); a dual connector pulls with the server keypair, which the allow-list
+   admits. A sender on a non-loopback host without CURVE is refused unless insecure (see STEP 6).
    desc may be NULL (all defaults). Returns OMC_ERR_INVALID_ARG (NULL cfg/out, stage not on the
-   edge, dp_index/tp_rank outside the stage's engine_args), OMC_ERR_NOT_FOUND (no such edge),
+   edge, dp_index/tp_rank outside the stage's engine_args, a listener on a non-loopback address
+   without CURVE or insecure, a malformed key file or allow-list), OMC_ERR_NOT_FOUND (no such
+   edge, a key file that cannot be opened),
    OMC_ERR_UNAVAILABLE (transport not compiled in or not usable here, a CUDA pool on a host-memory
    connector), or whatever the connector's create or omc_tcp_add_sender returns; every failure
    is logged with the edge, the spec and its position in the file. *out is NULL on failure.
@@ -1781,6 +1845,7 @@ struct omc_pipeline_config {
     omc_hooks hooks;
     omc__arena arena;
     const char* name;
+    const char* dir;                /* the file's directory (relative key paths join it); "" for text */
     const omc__cnode* root;
     omc__cconn* conns;
     uint32_t nconn, capconn;
@@ -1963,7 +2028,28 @@ OMC__PRIVATE void omc__spec_finish(omc_connector_spec* s) {
 }
 
 static const char* const omc__option_names[] = { "host", "zmq_port", "protocol", "device_name", "memory_pool_size",
-                                                 "memory_pool_device", "shm_threshold_bytes", NULL };
+                                                 "memory_pool_device", "shm_threshold_bytes", "insecure",
+                                                 "curve_server_public_key_file", "curve_server_secret_key_file",
+                                                 "curve_client_secret_key_file", "curve_allowed_clients_file", NULL };
+
+/* A key-file option: a non-empty string; a relative path joins the configuration file's directory. */
+OMC__PRIVATE int omc__cr_path(omc__cres* r, const omc__cnode* v, const char* what, const char** out) {
+    const char* dir = r->cfg->dir;
+    size_t dl, vl;
+    char* joined;
+    if (!omc__cr_expect(r, v, OMC_CONFIG_STRING, what)) return 0;
+    if (!v->len) return omc__cr_fail(r, OMC_CONFIG_ERR_VALUE, v->line, v->col, "%s is empty (a key file's path)", what);
+    if (v->str[0] == '/' || !dir || !dir[0]) { *out = v->str; return 1; }
+    dl = strlen(dir);
+    vl = strlen(v->str);
+    joined = (char*)omc__arena_alloc(&r->cfg->arena, dl + vl + 2);
+    if (!joined) return omc__cr_fail(r, OMC_CONFIG_ERR_NO_MEMORY, 0, 0, "out of memory");
+    memcpy(joined, dir, dl);
+    joined[dl] = '/';
+    memcpy(joined + dl + 1, v->str, vl + 1);
+    *out = joined;
+    return 1;
+}
 
 /* One option of an extra mapping into the spec. */
 OMC__PRIVATE int omc__cr_option(omc__cres* r, omc_connector_spec* s, const omc__cnode* v, const char* cname) {
@@ -1999,6 +2085,17 @@ OMC__PRIVATE int omc__cr_option(omc__cres* r, omc_connector_spec* s, const omc__
     } else if (strcmp(v->key, "shm_threshold_bytes") == 0) {
         if (!omc__cr_int(r, v, what, 0, INT64_MAX, &iv)) return 0;
         s->shm_threshold_bytes = (uint64_t)iv;
+    } else if (strcmp(v->key, "insecure") == 0) {
+        if (!omc__cr_expect(r, v, OMC_CONFIG_BOOL, what)) return 0;
+        s->insecure = v->boolean;
+    } else if (strcmp(v->key, "curve_server_public_key_file") == 0) {
+        return omc__cr_path(r, v, what, &s->curve_server_public_key_file);
+    } else if (strcmp(v->key, "curve_server_secret_key_file") == 0) {
+        return omc__cr_path(r, v, what, &s->curve_server_secret_key_file);
+    } else if (strcmp(v->key, "curve_client_secret_key_file") == 0) {
+        return omc__cr_path(r, v, what, &s->curve_client_secret_key_file);
+    } else if (strcmp(v->key, "curve_allowed_clients_file") == 0) {
+        return omc__cr_path(r, v, what, &s->curve_allowed_clients_file);
     } else if (strcmp(v->key, "role") == 0 || strcmp(v->key, "sender_host") == 0 || strcmp(v->key, "sender_zmq_port") == 0) {
         omc__cr_warn(r, OMC_CONFIG_WARN_IGNORED_KEY, v->key_line, v->key_col,
                      "connector '%s': '%s' is injected per stage from the edges; the value in the file is ignored", cname, v->key);
@@ -2047,6 +2144,14 @@ OMC__PRIVATE int omc__cr_connector(omc__cres* r, const char* cname, const omc__c
         c->extra = extra;
         for (v = extra->first; v; v = v->next)
             if (!omc__cr_option(r, &c->spec, v, cname)) return 0;
+        v = omc__cnode_get(extra, "curve_allowed_clients_file");
+        if (c->spec.curve_allowed_clients_file && !c->spec.curve_server_secret_key_file)
+            return omc__cr_fail(r, OMC_CONFIG_ERR_MISSING, v->line, v->col, "connector '%s': curve_allowed_clients_file needs "
+                                "curve_server_secret_key_file (the senders' secret key, which turns CURVE on)", cname);
+        v = omc__cnode_get(extra, "curve_client_secret_key_file");
+        if (c->spec.curve_client_secret_key_file && !c->spec.curve_server_public_key_file)
+            return omc__cr_fail(r, OMC_CONFIG_ERR_MISSING, v->line, v->col, "connector '%s': curve_client_secret_key_file needs "
+                                "curve_server_public_key_file (the senders' public key, which receivers authenticate them by)", cname);
     }
     omc__spec_finish(&c->spec);
     *out = cfg->nconn++;
@@ -2583,7 +2688,7 @@ OMC__PRIVATE omc_result omc__config_error(const omc_hooks* hooks, omc_config_dia
     return err->result;
 }
 
-OMC__PRIVATE omc_result omc__config_load(const char* text, size_t len, omc_config_format format, const char* name,
+OMC__PRIVATE omc_result omc__config_load(const char* text, size_t len, omc_config_format format, const char* name, const char* dir,
                                          const omc_pipeline_config_desc* d, const omc_hooks* hooks,
                                          omc_pipeline_config** out, omc_config_diag* err) {
     omc_pipeline_config* cfg;
@@ -2600,7 +2705,8 @@ OMC__PRIVATE omc_result omc__config_load(const char* text, size_t len, omc_confi
     cfg->auto_shm = OMC__NIL;
     cfg->skip_port_check = d->skip_port_check;
     cfg->name = omc__arena_strndup(&cfg->arena, name, strlen(name));
-    if (!cfg->name) { omc_pipeline_config_destroy(cfg); return omc__config_error(hooks, err, name, OMC_CONFIG_ERR_NO_MEMORY, 0, "out of memory"); }
+    cfg->dir = omc__arena_strndup(&cfg->arena, dir, strlen(dir));
+    if (!cfg->name || !cfg->dir) { omc_pipeline_config_destroy(cfg); return omc__config_error(hooks, err, name, OMC_CONFIG_ERR_NO_MEMORY, 0, "out of memory"); }
     memset(&p, 0, sizeof(p));
     p.s = text;
     p.n = len;
@@ -2649,7 +2755,7 @@ OMNICONN_API omc_result omc_pipeline_config_load_string(const char* text, size_t
     hooks = omc__hooks_resolve(&d.hooks);
     if (!out || (!text && len))
         return omc__config_error(&hooks, err, d.name ? d.name : "<string>", OMC_CONFIG_ERR_VALUE, 0, "invalid argument (out or text is NULL)");
-    return omc__config_load(text ? text : "", len, d.format, d.name ? d.name : "<string>", &d, &hooks, out, err);
+    return omc__config_load(text ? text : "", len, d.format, d.name ? d.name : "<string>", "", &d, &hooks, out, err);
 }
 
 OMC__PRIVATE int omc__ends_with(const char* s, const char* suffix) {
@@ -2709,7 +2815,14 @@ OMNICONN_API omc_result omc_pipeline_config_load_file(const char* path, const om
         if (omc__ends_with(path, ".json")) d.format = OMC_CONFIG_FORMAT_JSON;
         else if (omc__ends_with(path, ".yaml") || omc__ends_with(path, ".yml")) d.format = OMC_CONFIG_FORMAT_YAML;
     }
-    r = omc__config_load(buf ? buf : "", len, d.format, name, &d, &hooks, out, err);
+    {   /* relative key-file paths in the file are relative to the file */
+        const char* slash = strrchr(path, '/');
+        char dir[1024];
+        if (!slash) dir[0] = '\0';
+        else if (slash == path) snprintf(dir, sizeof(dir), "/");
+        else snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+        r = omc__config_load(buf ? buf : "", len, d.format, name, dir, &d, &hooks, out, err);
+    }
     omc__free(&hooks, buf);
     return r;
 }
@@ -3128,15 +3241,16 @@ OMC__PRIVATE omc_result omc__stream_put(omc_conn* c, const char* from, const cha
 /* [SECTION] Implementation: streams                                                             */
 /* ============================================================================================== */
 /*
-    A stream is nothing but puts and gets on one edge: chunk i under "K#<i>", its control record
-    under "K#c<i>". The reader asks for the control record of the next index by key (a
+    A stream is nothing but puts and gets on one edge: chunk i under "K#<T>#<i>", its control
+    record under "K#<T>#c<i>" (T the stream's random token, which only writer and reader know:
+    nobody else can name the keys). The reader asks for the control record of the next index by key (a
     metadata-less get waits for it to appear), then for the chunk with the metadata the record
     carries. Order of arrival therefore never matters, and every wait the writer does (pool space
     for the next chunk) happens after everything it staged has been announced: the reader can
     always consume, and so free, what the writer waits for.
 */
 
-#define OMC__STREAM_SUFFIX_MAX 22       /* "#c" + 20 digits */
+#define OMC__STREAM_SUFFIX_MAX (1 + 32 + 22)     /* "#" + token + "#c" + 20 digits */
 
 enum { OMC__STREAM_OPEN = 0, OMC__STREAM_ENDED, OMC__STREAM_BROKEN };
 enum { OMC__STREAM_MODE_NONE = 0, OMC__STREAM_MODE_SEQUENTIAL, OMC__STREAM_MODE_INDEXED };
@@ -3145,7 +3259,25 @@ typedef struct omc__stream_names {
     omc_conn* conn;
     omc_hooks hooks;
     char from[OMC_KEY_MAX], to[OMC_KEY_MAX], key[OMC_KEY_MAX];
+    char token[OMC_STREAM_TOKEN_SIZE];
 } omc__stream_names;
+
+OMNICONN_API omc_result omc_stream_token_generate(char out[OMC_STREAM_TOKEN_SIZE]) {
+    static const char hex[] = "0123456789abcdef";
+    uint8_t b[16];
+    int i;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    omc__random_bytes(b, sizeof(b));
+    for (i = 0; i < 16; i++) { out[2 * i] = hex[b[i] >> 4]; out[2 * i + 1] = hex[b[i] & 15]; }
+    out[32] = '\0';
+    return OMC_OK;
+}
+
+OMC__PRIVATE int omc__stream_token_ok(const char* t) {
+    int i;
+    for (i = 0; i < 32; i++) if (!((t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f'))) return 0;
+    return t[32] == '\0';
+}
 
 struct omc_stream_writer {
     omc__stream_names n;
@@ -3171,14 +3303,25 @@ struct omc_stream_reader {
 
 /* Check and copy the names; key must leave room for the longest suffix. */
 OMC__PRIVATE omc_result omc__stream_names_init(omc__stream_names* n, omc_conn* c, const char* from, const char* to, const char* key,
-                                               const omc_stream_desc* desc) {
+                                               const omc_stream_desc* desc, int writer) {
     char probe[OMC_KEY_MAX], q[OMC_KEY_MAX];
+    const char* token = desc ? desc->token : NULL;
     size_t kl;
     if (!c || !key || !key[0]) return OMC_ERR_INVALID_ARG;
+    if (token && !omc__stream_token_ok(token)) {
+        OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "stream %s: desc.token must be 32 lowercase hex digits "
+                 "(omc_stream_writer_token, omc_stream_token_generate)", key);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (!token && !writer) {
+        OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "stream %s: a reader needs the writer's token in desc.token "
+                 "(omc_stream_writer_token on the producing stage; the keys carry it, so nobody without it can name them)", key);
+        return OMC_ERR_INVALID_ARG;
+    }
     kl = strlen(key);
     if (kl + OMC__STREAM_SUFFIX_MAX >= OMC_KEY_MAX) return OMC_ERR_INVALID_ARG;
     memcpy(probe, key, kl);
-    memcpy(probe + kl, "#c18446744073709551615", OMC__STREAM_SUFFIX_MAX + 1);
+    memcpy(probe + kl, "#0123456789abcdef0123456789abcdef#c18446744073709551615", OMC__STREAM_SUFFIX_MAX + 1);
     if (omc_qualify_key(from, to, probe, q, NULL) != OMC_OK) {
         OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_CONN_KEY, "stream key '%s' leaves no room for the %d-byte chunk suffix", key, OMC__STREAM_SUFFIX_MAX);
         return OMC_ERR_INVALID_ARG;
@@ -3189,16 +3332,21 @@ OMC__PRIVATE omc_result omc__stream_names_init(omc__stream_names* n, omc_conn* c
     snprintf(n->from, sizeof(n->from), "%s", from ? from : "");
     snprintf(n->to, sizeof(n->to), "%s", to ? to : "");
     memcpy(n->key, key, kl + 1);
+    if (token) memcpy(n->token, token, OMC_STREAM_TOKEN_SIZE);
+    else omc_stream_token_generate(n->token);
     return OMC_OK;
 }
 
-/* "K#<index>" or "K#c<index>"; the key's length was checked at create to leave room. */
+/* "K#<token>#<index>" or "K#<token>#c<index>"; the key's length was checked at create. */
 OMC__PRIVATE void omc__stream_chunk_key(const omc__stream_names* n, uint64_t index, int control, char out[OMC_KEY_MAX]) {
     char digits[24];
     size_t kl = strlen(n->key), d = 0, o;
     do { digits[d++] = (char)('0' + index % 10); index /= 10; } while (index);
     memcpy(out, n->key, kl);
     o = kl;
+    out[o++] = '#';
+    memcpy(out + o, n->token, 32);
+    o += 32;
     out[o++] = '#';
     if (control) out[o++] = 'c';
     while (d) out[o++] = digits[--d];
@@ -3212,7 +3360,7 @@ OMNICONN_API omc_result omc_stream_writer_create(omc_conn* c, const char* from, 
     omc_result r;
     if (!out) return OMC_ERR_INVALID_ARG;
     *out = NULL;
-    r = omc__stream_names_init(&n, c, from, to, key, desc);
+    r = omc__stream_names_init(&n, c, from, to, key, desc, 1);
     if (r != OMC_OK) return r;
     if (c->role == OMC_ROLE_RECEIVER) return OMC_ERR_WRONG_ROLE;
     w = (omc_stream_writer*)omc__calloc(&n.hooks, sizeof(omc_stream_writer));
@@ -3356,6 +3504,12 @@ OMNICONN_API omc_result omc_stream_fail(omc_stream_writer* w, int32_t code, cons
     return omc__stream_terminate(w, OMC_STREAM_ERROR, code, text, deadline);
 }
 
+OMNICONN_API omc_result omc_stream_writer_token(const omc_stream_writer* w, char out[OMC_STREAM_TOKEN_SIZE]) {
+    if (!w || !out) return OMC_ERR_INVALID_ARG;
+    memcpy(out, w->n.token, OMC_STREAM_TOKEN_SIZE);
+    return OMC_OK;
+}
+
 OMNICONN_API void omc_stream_writer_abort(omc_stream_writer* w) {
     uint32_t i;
     if (!w) return;
@@ -3389,7 +3543,7 @@ OMNICONN_API omc_result omc_stream_reader_create(omc_conn* c, const char* from, 
     omc_result r;
     if (!out) return OMC_ERR_INVALID_ARG;
     *out = NULL;
-    r = omc__stream_names_init(&n, c, from, to, key, desc);
+    r = omc__stream_names_init(&n, c, from, to, key, desc, 0);
     if (r != OMC_OK) return r;
     if (c->role == OMC_ROLE_SENDER) return OMC_ERR_WRONG_ROLE;
     rd = (omc_stream_reader*)omc__calloc(&n.hooks, sizeof(omc_stream_reader));
@@ -3618,9 +3772,200 @@ OMC__PRIVATE omc_result omc__pc_rdma_create(const omc_tcp_desc* td, const omc_co
 }
 #endif
 
-OMC__PRIVATE omc_result omc__pc_tcp(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
-                                    int stage, omc_role role, const omc_pipeline_connect_desc* d, const omc_hooks* h,
-                                    const char* where, omc_conn** out) {
+/* ---- CURVE from key files ---------------------------------------------------------------------- */
+
+#define OMC__PC_MAX_ALLOWED 4096        /* keys in one allow-list file */
+
+typedef struct omc__pc_curve {
+    char server_public[OMC_CURVE_KEY_LEN + 1], server_secret[OMC_CURVE_KEY_LEN + 1], client_secret[OMC_CURVE_KEY_LEN + 1];
+    char (*allowed)[OMC_CURVE_KEY_LEN + 1];
+    const char** allowed_ptr;
+    uint32_t nallowed;
+} omc__pc_curve;
+
+/* Where a key-file option comes from, for messages: "pipeline.yaml:9:39: curve_..._file" or
+   "desc.curve_..._file". */
+OMC__PRIVATE void omc__pc_origin(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const char* key, int from_desc,
+                                 char* buf, size_t n) {
+    omc_config_value v;
+    if (!from_desc && omc_pipeline_connector_option(cfg, e->connector, key, &v) == OMC_OK)
+        snprintf(buf, n, "%s:%u:%u: %s", cfg->name, v.line, v.column, key);
+    else snprintf(buf, n, "%s%s", from_desc ? "desc." : "", key);
+}
+
+/* The path of one key-file option (the desc's, else the spec's), or NULL. */
+OMC__PRIVATE const char* omc__pc_keypath(const char* from_desc, const char* from_spec, int* desc_wins) {
+    *desc_wins = from_desc != NULL;
+    return from_desc ? from_desc : from_spec;
+}
+
+/* Read one key file named by option `key`; 0 = not configured, 1 = read, -1 = failed (logged). */
+OMC__PRIVATE int omc__pc_read_key(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const char* key, const char* dpath,
+                                  const char* spath, const omc_hooks* h, const char* where, char out[OMC_CURVE_KEY_LEN + 1],
+                                  omc_result* res) {
+    char origin[512];
+    int from_desc;
+    const char* path = omc__pc_keypath(dpath, spath, &from_desc);
+    omc_result r;
+    if (!path) return 0;
+    r = omc_tcp_read_key(path, out);
+    if (r == OMC_OK) return 1;
+    omc__pc_origin(cfg, e, key, from_desc, origin, sizeof(origin));
+    OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: '%s': %s (%s)", origin, path,
+             r == OMC_ERR_NOT_FOUND ? "cannot open the key file" : "the file does not hold one 40-character Z85 CURVE key "
+             "(make a pair with omc_tcp_curve_keypair or libzmq's curve_keygen)", where);
+    *res = r == OMC_ERR_NOT_FOUND ? OMC_ERR_NOT_FOUND : OMC_ERR_INVALID_ARG;
+    return -1;
+}
+
+OMC__PRIVATE int omc__pc_z85(const char* k) {
+    static const char alphabet[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+    size_t i;
+    if (strlen(k) != OMC_CURVE_KEY_LEN) return 0;
+    for (i = 0; i < OMC_CURVE_KEY_LEN; i++) if (!strchr(alphabet, k[i])) return 0;
+    return 1;
+}
+
+/* The allow-list: one Z85 public key a line; blank lines and lines starting with '#' are skipped.
+   Returns OMC_OK, or an error (logged with the file and line). */
+OMC__PRIVATE omc_result omc__pc_read_allowed(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const char* dpath,
+                                             const char* spath, const omc_hooks* h, const char* where, omc__pc_curve* cv) {
+    char origin[512], line[512];
+    int from_desc;
+    const char* path = omc__pc_keypath(dpath, spath, &from_desc);
+    uint32_t lineno = 0, cap = 0;
+    FILE* f;
+    if (!path) return OMC_OK;
+    omc__pc_origin(cfg, e, "curve_allowed_clients_file", from_desc, origin, sizeof(origin));
+    f = fopen(path, "r");
+    if (!f) {
+        OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: '%s': cannot open the allow-list: %s (%s)", origin, path, strerror(errno), where);
+        return OMC_ERR_NOT_FOUND;
+    }
+    while (fgets(line, sizeof(line), f)) {
+        char* k = line;
+        size_t n;
+        lineno++;
+        while (*k == ' ' || *k == '\t') k++;
+        n = strlen(k);
+        while (n && (k[n - 1] == '\n' || k[n - 1] == '\r' || k[n - 1] == ' ' || k[n - 1] == '\t')) k[--n] = '\0';
+        if (!n || k[0] == '#') continue;
+        if (!omc__pc_z85(k)) {
+            OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s:%u: not a 40-character Z85 CURVE public key (allow-list of %s; %s)",
+                     path, lineno, origin, where);
+            fclose(f);
+            return OMC_ERR_INVALID_ARG;
+        }
+        if (cv->nallowed >= OMC__PC_MAX_ALLOWED) {
+            OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s:%u: more than %d keys in one allow-list (%s)", path, lineno,
+                     OMC__PC_MAX_ALLOWED, where);
+            fclose(f);
+            return OMC_ERR_TOO_LARGE;
+        }
+        if (!omc__vec_room(h, &cv->allowed, cv->nallowed, &cap, sizeof(*cv->allowed))) { fclose(f); return OMC_ERR_NO_MEMORY; }
+        memcpy(cv->allowed[cv->nallowed++], k, OMC_CURVE_KEY_LEN + 1);
+    }
+    fclose(f);
+    if (!cv->nallowed) {
+        OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: '%s' lists no key: no receiver could connect (%s)", origin, path, where);
+        return OMC_ERR_INVALID_ARG;
+    }
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__pc_curve_free(omc__pc_curve* cv, const omc_hooks* h) {
+    omc__free(h, cv->allowed);
+    omc__free(h, (void*)cv->allowed_ptr);
+    memset(cv, 0, sizeof(*cv));
+}
+
+/* Is host (as the listener would bind it) a loopback address? "auto" asks omc_detect_host. */
+OMC__PRIVATE int omc__pc_loopback(const char* host, char* resolved, size_t n) {
+    const char* how = NULL;
+    snprintf(resolved, n, "%s", host);
+    if (strcmp(host, "auto") == 0) {
+        if (omc_detect_host(0, resolved, n, &how) != OMC_OK) return 0;
+        if (how && strcmp(how, "loopback") == 0) return 1;
+        host = resolved;
+    }
+    return strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 || strcmp(host, "[::1]") == 0;
+}
+
+/* Fill td->curve from the key files for this role, and refuse an open listener on a host
+   address. A sender reads the server's secret key and the allow-list, a receiver the server's
+   public key and its own secret key. A dual connector pulls with the server keypair (the
+   connector has one identity), so a sender's allow-list always admits the server's public key
+   when the spec names it. */
+OMC__PRIVATE omc_result omc__pc_curve_setup(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
+                                            omc_role role, const omc_pipeline_connect_desc* d, const omc_hooks* h, const char* where,
+                                            omc_tcp_desc* td, omc__pc_curve* cv) {
+    omc_result r = OMC_OK;
+    int have_secret = 0, have_public, have_client = 0;
+    uint32_t i;
+    have_public = omc__pc_read_key(cfg, e, "curve_server_public_key_file", d->curve_server_public_key_file,
+                                   s->curve_server_public_key_file, h, where, cv->server_public, &r);
+    if (have_public < 0) return r;
+    if (role != OMC_ROLE_RECEIVER) {
+        char addr[OMC_TCP_HOST_MAX];
+        have_secret = omc__pc_read_key(cfg, e, "curve_server_secret_key_file", d->curve_server_secret_key_file,
+                                       s->curve_server_secret_key_file, h, where, cv->server_secret, &r);
+        if (have_secret < 0) return r;
+        if (!have_secret && (d->curve_allowed_clients_file || s->curve_allowed_clients_file)) {
+            OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: curve_allowed_clients_file is set but curve_server_secret_key_file "
+                     "is not: set both (the secret key turns CURVE on)", where);
+            return OMC_ERR_INVALID_ARG;
+        }
+        if (have_secret) {
+            r = omc__pc_read_allowed(cfg, e, d->curve_allowed_clients_file, s->curve_allowed_clients_file, h, where, cv);
+            if (r != OMC_OK) return r;
+            if (cv->nallowed && have_public) {     /* the spec's dual stages pull with the server keypair */
+                char (*grown)[OMC_CURVE_KEY_LEN + 1] = cv->allowed;
+                uint32_t cap = cv->nallowed;    /* vec_room grows from a full array */
+                if (!omc__vec_room(h, &grown, cv->nallowed, &cap, sizeof(*grown))) return OMC_ERR_NO_MEMORY;
+                cv->allowed = grown;
+                memcpy(cv->allowed[cv->nallowed++], cv->server_public, OMC_CURVE_KEY_LEN + 1);
+            }
+            if (cv->nallowed) {
+                cv->allowed_ptr = (const char**)omc__malloc(h, sizeof(const char*) * cv->nallowed);
+                if (!cv->allowed_ptr) return OMC_ERR_NO_MEMORY;
+                for (i = 0; i < cv->nallowed; i++) cv->allowed_ptr[i] = cv->allowed[i];
+                td->curve.allowed_clients = cv->allowed_ptr;
+                td->curve.allowed_count = cv->nallowed;
+            } else {
+                OMC__LOG(h, OMC_LOG_WARN, OMC_LOGITEM_PIPELINE, "%s: CURVE without an allow-list: any receiver that knows this "
+                         "sender's public key gets in (the public key is no secret); set curve_allowed_clients_file", where);
+            }
+            td->curve.secret_key = cv->server_secret;
+        } else if (!omc__pc_loopback(s->host, addr, sizeof(addr))) {
+            if (!s->insecure && !d->insecure) {
+                OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: refusing to listen on %s (host: %s) without CURVE: anyone who "
+                         "can reach that address could read and take this stage's payloads. Set curve_server_secret_key_file and "
+                         "curve_allowed_clients_file in the connector's extra (omc_tcp_curve_keypair or libzmq's curve_keygen make keys), or host: 127.0.0.1 "
+                         "for stages on one machine, or insecure: true on a network you trust", where, addr, s->host);
+                return OMC_ERR_INVALID_ARG;
+            }
+            OMC__LOG(h, OMC_LOG_WARN, OMC_LOGITEM_PIPELINE, "%s: insecure: listening on %s (host: %s) without CURVE: anyone who can "
+                     "reach that address can read and take this stage's payloads", where, addr, s->host);
+        }
+    }
+    if (role != OMC_ROLE_SENDER && have_public) {
+        td->curve.server_key = cv->server_public;
+        if (role == OMC_ROLE_RECEIVER) {
+            have_client = omc__pc_read_key(cfg, e, "curve_client_secret_key_file", d->curve_client_secret_key_file,
+                                           s->curve_client_secret_key_file, h, where, cv->client_secret, &r);
+            if (have_client < 0) return r;
+            if (have_client) td->curve.secret_key = cv->client_secret;
+        } else if (d->curve_client_secret_key_file || s->curve_client_secret_key_file) {
+            OMC__LOG(h, OMC_LOG_DEBUG, OMC_LOGITEM_PIPELINE, "%s: a dual stage pulls with its server keypair (its public key is "
+                     "admitted by its own allow-list); curve_client_secret_key_file is not used here", where);
+        }
+    }
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__pc_tcp_make(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
+                                         int stage, omc_role role, const omc_pipeline_connect_desc* d, const omc_hooks* h,
+                                         const char* where, omc__pc_curve* cv, omc_conn** out) {
     omc_tcp_desc td;
     omc_conn* conn = NULL;
     char detected[OMC_TCP_HOST_MAX];
@@ -3637,6 +3982,8 @@ OMC__PRIVATE omc_result omc__pc_tcp(const omc_pipeline_config* cfg, const omc_pi
     td.pool_size = omc__pc_pool(cfg, e, s, d);
     td.default_ttl_ms = d->default_ttl_ms;
     td.hooks = d->hooks;
+    r = omc__pc_curve_setup(cfg, e, s, role, d, h, where, &td, cv);
+    if (r != OMC_OK) return r;
     if (role != OMC_ROLE_RECEIVER) {
         r = omc__pc_port(cfg, e->connector, stage, d->purpose, d->dp_index, d->tp_rank, &td.port);
         if (r != OMC_OK) {
@@ -3669,6 +4016,18 @@ OMC__PRIVATE omc_result omc__pc_tcp(const omc_pipeline_config* cfg, const omc_pi
     }
     *out = conn;
     return OMC_OK;
+}
+
+/* The connector copies the keys it is given: the file contents live only for the call. */
+OMC__PRIVATE omc_result omc__pc_tcp(const omc_pipeline_config* cfg, const omc_pipeline_edge* e, const omc_connector_spec* s,
+                                    int stage, omc_role role, const omc_pipeline_connect_desc* d, const omc_hooks* h,
+                                    const char* where, omc_conn** out) {
+    omc__pc_curve cv;
+    omc_result r;
+    memset(&cv, 0, sizeof(cv));
+    r = omc__pc_tcp_make(cfg, e, s, stage, role, d, h, where, &cv, out);
+    omc__pc_curve_free(&cv, h);
+    return r;
 }
 #endif
 

@@ -17,7 +17,9 @@
    Each stage keeps its own request ids in an omc_xfer_map (established when a transfer starts,
    used to translate the completion, removed by it: the maps end empty). Requests are announced
    on a stream of their own ("requests") on each edge; a request's data travels as a stream
-   keyed by its transfer id. Every connector comes from the configuration through
+   keyed by its transfer id. Every stream's keys carry a 128-bit token nobody else can guess:
+   a request stream's token travels in its announcement, and the "requests" streams use one
+   the stages agree on at start (--all: the launcher makes it; --stage: --token). Every connector comes from the configuration through
    omc_pipeline_connect(): shared memory by default, TCP (or RDMA) when the file says so, with no
    change here.
 
@@ -60,6 +62,7 @@ typedef struct options {
     int timeout_s;
     int rdma_fallback;
     int fault;                  /* testing: the talker alters request `fault` (-1 = none) */
+    char token[OMC_STREAM_TOKEN_SIZE];  /* of the "requests" streams: the same in every stage */
     int verbose;
 } options;
 
@@ -77,6 +80,8 @@ static void usage(void) {
     printf("  --pool BYTES     connector pool size                  (default: the file's memory_pool_size, else the connector's)\n");
     printf("  --timeout S      give up after S seconds              (default 30)\n");
     printf("  --rdma-fallback  run RDMA edges over TCP where RDMA cannot start (no device, memlock)\n");
+    printf("  --token HEX      the \"requests\" streams' token, 32 hex digits, the same in every stage\n");
+    printf("                   (needed with --stage; e.g. od -An -tx1 -N16 /dev/urandom | tr -d ' \\n')\n");
     printf("  -v               log connector events at INFO level\n");
 }
 
@@ -323,34 +328,49 @@ static int segment(const omc_frame* f, const char* name, omc_dtype dt, uint32_t 
     return 0;
 }
 
-/* An announcement: the transfer id, and {request number, tokens, dim, announce time (ns)}. */
+/* An announcement: the transfer id, the token of the request's stream, and {request number,
+   tokens, dim, announce time (ns)}. */
 typedef struct announce {
     char xfer[OMC_XFER_ID_SIZE];
+    char token[OMC_STREAM_TOKEN_SIZE];
     int64_t params[4];
 } announce;
 
+/* A stream descriptor carrying a token (the reader's: the writer's token). */
+static omc_stream_desc with_token(const char* token) {
+    omc_stream_desc d;
+    memset(&d, 0, sizeof(d));
+    d.token = token;
+    return d;
+}
+
 static omc_result announce_send(omc_conn* c, omc_stream_writer* w, const announce* a, omc_time_ns end) {
-    omc_segment_desc segs[2];
-    void* where[2];
+    omc_segment_desc segs[3];
+    void* where[3];
     omc_buffer buf;
     omc_result r;
     memset(segs, 0, sizeof(segs));
     segs[0].name = "transfer_id";
     segs[0].size = strlen(a->xfer);
     seg_tensor(&segs[1], "params", OMC_DTYPE_I64, 4, 0);
-    r = frame_alloc(c, segs, 2, end, &buf, where);
+    segs[2].name = "stream_token";
+    segs[2].size = OMC_STREAM_TOKEN_SIZE - 1;
+    r = frame_alloc(c, segs, 3, end, &buf, where);
     if (r != OMC_OK) return r;
     memcpy(where[0], a->xfer, segs[0].size);
     memcpy(where[1], a->params, sizeof(a->params));
+    memcpy(where[2], a->token, segs[2].size);
     return frame_send(w, &buf, 0, end);
 }
 
 static int announce_parse(const omc_buffer* b, announce* a) {
     omc_frame f;
-    omc_segment id, pr;
+    omc_segment id, pr, tok;
     memset(a, 0, sizeof(*a));
     if (omc_frame_decode(b->data, b->size, 1, &f) != OMC_OK) return -1;
     if (omc_frame_find(&f, "transfer_id", &id) != OMC_OK || id.size == 0 || id.size >= sizeof(a->xfer)) return -1;
+    if (omc_frame_find(&f, "stream_token", &tok) != OMC_OK || tok.size != OMC_STREAM_TOKEN_SIZE - 1) return -1;
+    memcpy(a->token, tok.data, (size_t)tok.size);
     if (segment(&f, "params", OMC_DTYPE_I64, 1, &pr) != 0 || pr.shape[0] != 4) return -1;
     memcpy(a->xfer, id.data, (size_t)id.size);
     memcpy(a->params, pr.data, sizeof(a->params));
@@ -382,7 +402,10 @@ static int thinker(const options* o, const pipe3* p) {
         t0 = omc_now_ns();
     }
     if (failed) { free(hidden); free(codes); free(audio); free(pos); omc_xfer_map_destroy(map); return 1; }
-    if (omc_stream_writer_create(out, p->key[0], p->key[1], "requests", NULL, &ann) != OMC_OK) failed = 1;
+    {
+        omc_stream_desc ad = with_token(o->token);
+        if (omc_stream_writer_create(out, p->key[0], p->key[1], "requests", &ad, &ann) != OMC_OK) failed = 1;
+    }
     for (n = 0; n < o->requests && !failed; n++) {
         announce a;
         char local[32];
@@ -395,8 +418,9 @@ static int thinker(const options* o, const pipe3* p) {
         a.params[1] = rows;
         a.params[2] = o->dim;
         a.params[3] = omc_now_ns();
+        /* the request's stream gets a fresh token; the announcement tells the talker */
         if (omc_xfer_map_begin(map, a.xfer, local) != OMC_OK || omc_stream_writer_create(out, p->key[0], p->key[1], a.xfer, NULL, &w) != OMC_OK ||
-            announce_send(out, ann, &a, end) != OMC_OK) {
+            omc_stream_writer_token(w, a.token) != OMC_OK || announce_send(out, ann, &a, end) != OMC_OK) {
             fprintf(stderr, "thinker: cannot start %s\n", local);
             omc_stream_writer_destroy(w);
             failed = 1;
@@ -460,12 +484,14 @@ static int thinker(const options* o, const pipe3* p) {
 /* ---- talker ----------------------------------------------------------------------------------- */
 
 /* One request: codes for every chunk of hidden states, forwarded as soon as each chunk is in. */
-static int talk_request(const options* o, const pipe3* p, omc_conn* in, omc_conn* out, const announce* a, omc_time_ns end) {
+static int talk_request(const options* o, const pipe3* p, omc_conn* in, omc_conn* out, const announce* a, const announce* fwd,
+                        omc_time_ns end) {
     omc_stream_reader* rd = NULL;
     omc_stream_writer* w = NULL;
+    omc_stream_desc rdd = with_token(a->token), wd = with_token(fwd->token);
     int failed = 0, ended = 0;
-    if (omc_stream_reader_create(in, p->key[0], p->key[1], a->xfer, NULL, &rd) != OMC_OK ||
-        omc_stream_writer_create(out, p->key[1], p->key[2], a->xfer, NULL, &w) != OMC_OK)
+    if (omc_stream_reader_create(in, p->key[0], p->key[1], a->xfer, &rdd, &rd) != OMC_OK ||
+        omc_stream_writer_create(out, p->key[1], p->key[2], a->xfer, &wd, &w) != OMC_OK)
         failed = 1;
     while (!failed && !ended) {
         omc_stream_chunk ch;
@@ -529,12 +555,15 @@ static int talker(const options* o, const pipe3* p) {
     memset(&md, 0, sizeof(md));
     if (omc_xfer_map_create(&md, &map) != OMC_OK) return 1;
     if (connect_stage(o, p, 1, &in, &out) != 0) { omc_xfer_map_destroy(map); return 1; }
-    if (omc_stream_reader_create(in, p->key[0], p->key[1], "requests", NULL, &ann_in) != OMC_OK ||
-        omc_stream_writer_create(out, p->key[1], p->key[2], "requests", NULL, &ann_out) != OMC_OK)
-        failed = 1;
+    {
+        omc_stream_desc ad = with_token(o->token);
+        if (omc_stream_reader_create(in, p->key[0], p->key[1], "requests", &ad, &ann_in) != OMC_OK ||
+            omc_stream_writer_create(out, p->key[1], p->key[2], "requests", &ad, &ann_out) != OMC_OK)
+            failed = 1;
+    }
     while (!failed) {
         omc_stream_chunk ch;
-        announce a;
+        announce a, fwd;
         char local[48], back[48];
         omc_result r = next_chunk(ann_in, end, &ch);
         if (r != OMC_OK) { fprintf(stderr, "talker: waiting for requests: %s\n", omc_result_str(r)); failed = 1; break; }
@@ -543,8 +572,10 @@ static int talker(const options* o, const pipe3* p) {
         omc_buffer_release(&ch.buffer);
         if (r != OMC_OK) { fprintf(stderr, "talker: announcement %llu is malformed\n", (unsigned long long)ch.index); failed = 1; break; }
         snprintf(local, sizeof(local), "talker-%ld-%d", (long)getpid(), count++);
-        if (omc_xfer_map_begin(map, a.xfer, local) != OMC_OK || announce_send(out, ann_out, &a, end) != OMC_OK) { failed = 1; break; }
-        if (talk_request(o, p, in, out, &a, end) != 0) { omc_xfer_map_abort(map, local); failed = 1; break; }
+        fwd = a;                                            /* the vocoder's stream: a token of its own */
+        if (omc_stream_token_generate(fwd.token) != OMC_OK || omc_xfer_map_begin(map, a.xfer, local) != OMC_OK ||
+            announce_send(out, ann_out, &fwd, end) != OMC_OK) { failed = 1; break; }
+        if (talk_request(o, p, in, out, &a, &fwd, end) != 0) { omc_xfer_map_abort(map, local); failed = 1; break; }
         omc_xfer_map_complete(map, a.xfer, back, sizeof(back));     /* completion -> our own id */
         printf("[talker]  %s <- %s: codes streamed on chunk by chunk\n", back, a.xfer);
         fflush(stdout);
@@ -605,7 +636,8 @@ static int vocode_request(const pipe3* p, omc_conn* in, const announce* a, omc_t
     size_t cap = 0;
     int failed = 0, have_exp = 0;
     omc_time_ns first = 0;
-    if (omc_stream_reader_create(in, p->key[1], p->key[2], a->xfer, NULL, &rd) != OMC_OK) return 1;
+    omc_stream_desc rdd = with_token(a->token);
+    if (omc_stream_reader_create(in, p->key[1], p->key[2], a->xfer, &rdd, &rd) != OMC_OK) return 1;
     for (;;) {
         omc_stream_chunk ch;
         omc_frame f;
@@ -664,7 +696,10 @@ static int vocoder(const options* o, const pipe3* p) {
     memset(&md, 0, sizeof(md));
     if (!res || omc_xfer_map_create(&md, &map) != OMC_OK) { free(res); return 1; }
     if (connect_stage(o, p, 2, &in, &out) != 0) { omc_xfer_map_destroy(map); free(res); return 1; }
-    if (omc_stream_reader_create(in, p->key[1], p->key[2], "requests", NULL, &ann) != OMC_OK) failed = 1;
+    {
+        omc_stream_desc ad = with_token(o->token);
+        if (omc_stream_reader_create(in, p->key[1], p->key[2], "requests", &ad, &ann) != OMC_OK) failed = 1;
+    }
     while (!failed) {
         omc_stream_chunk ch;
         announce a;
@@ -795,7 +830,8 @@ static int pipeline3_main(int argc, char** argv) {
         { "requests", required_argument, NULL, 'n' }, { "tokens", required_argument, NULL, 't' }, { "chunk", required_argument, NULL, 'k' },
         { "dim", required_argument, NULL, 'd' }, { "think-us", required_argument, NULL, 'u' }, { "channel", required_argument, NULL, 'C' },
         { "pool", required_argument, NULL, 'p' }, { "timeout", required_argument, NULL, 'T' }, { "rdma-fallback", no_argument, NULL, 'R' },
-        { "fault", required_argument, NULL, 'F' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+        { "fault", required_argument, NULL, 'F' }, { "token", required_argument, NULL, 'K' }, { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
     };
     options o;
     pipe3 p;
@@ -826,12 +862,18 @@ static int pipeline3_main(int argc, char** argv) {
             case 'T': bad |= parse_int(optarg, 1, 86400, &o.timeout_s); break;
             case 'R': o.rdma_fallback = 1; break;
             case 'F': bad |= parse_int(optarg, 0, 1000000, &o.fault); break;
+            case 'K': snprintf(o.token, sizeof(o.token), "%s", optarg); bad |= strlen(optarg) != OMC_STREAM_TOKEN_SIZE - 1; break;
             case 'v': o.verbose = 1; break;
             case 'h': usage(); return 0;
             default: bad = 1; break;
         }
     }
     if (bad || optind != argc) { usage(); return 2; }
+    if (!o.token[0] && o.stage < 0) omc_stream_token_generate(o.token);      /* --all: the launcher's, inherited by every stage */
+    else if (!o.token[0]) {
+        fprintf(stderr, "pipeline3: --stage needs --token: the same 32 hex digits in every stage (the \"requests\" streams' token)\n");
+        return 2;
+    }
     if (!have_channel && o.stage < 0) snprintf(o.channel, sizeof(o.channel), "p3_%ld", (long)getpid());  /* this run's own */
     else if (!have_channel) snprintf(o.channel, sizeof(o.channel), "pipeline3");  /* what the other stages default to */
     if (load_pipeline(&o, &p) != 0) { omc_pipeline_config_destroy(p.cfg); return 2; }

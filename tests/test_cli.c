@@ -449,6 +449,46 @@ OMC_TEST(doctor_tcp_config_lists_ports) {
     show_if(&r, bad);
 }
 
+/* An edge on the host's address without CURVE fails the doctor (insecure: true only warns);
+   CURVE without an allow-list warns; the shipped TCP config (allow-list) says neither. */
+OMC_TEST(doctor_flags_open_listeners_and_curve_without_an_allow_list) {
+    static cli_run r;
+    static const char* const extras[3] = { "{host: auto}", "{host: auto, insecure: true}", "{host: auto, curve_server_secret_key_file: k}" };
+    static const char* const want[3] = { "FAIL  security      connector 'c' (line 1): host auto without CURVE: its sending stages are refused",
+                                         "WARN  security      connector 'c' (line 1): host auto without CURVE (insecure: true)",
+                                         "WARN  security      connector 'c' (line 1): CURVE without an allow-list" };
+    char path[64], text[512];
+    int k, bad;
+    for (k = 0; k < 3; k++) {
+        FILE* f;
+        int fd;
+        snprintf(path, sizeof(path), "/tmp/omc_doc_XXXXXX.yaml");
+        fd = mkstemps(path, 5);
+        REQUIRE(fd >= 0);
+        f = fdopen(fd, "w");
+        REQUIRE(f);
+        snprintf(text, sizeof(text), "runtime: {connectors: {c: {name: tcp, extra: %s}}}\nstage_args:\n"
+                 "  - {stage_id: 0, output_connectors: {to_stage_1: c}}\n  - {stage_id: 1}\n", extras[k]);
+        fputs(text, f);
+        fclose(f);
+        {
+            const char* args[] = { "doctor", "--config", path, NULL };
+            cli(&r, NULL, args);
+        }
+        bad = !has(&r, want[k]) || (k == 0 && r.status != 1);
+        CHECK(!bad);
+        show_if(&r, bad);
+        unlink(path);
+    }
+    {
+        const char* args[] = { "doctor", "--config", repo_path("examples/configs/pipeline3_tcp.yaml"), NULL };
+        cli(&r, NULL, args);
+    }
+    bad = has(&r, "security");
+    CHECK(!bad);
+    show_if(&r, bad);
+}
+
 OMC_TEST(doctor_port_collision_fails) {
     static cli_run r;
     const char* args[] = { "doctor", "--config", repo_path("tests/data/bad_collision_tp.yaml"), NULL };

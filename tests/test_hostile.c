@@ -42,18 +42,13 @@ const char* __tsan_default_suppressions(void) { return "called_from_lib:libzmq.s
 
 typedef struct known_open_case { const char* name; int finding; } known_open_case;
 static const known_open_case known_open[] = {
-    /* KNOWN_OPEN: keyless_client_cannot_read_a_pipeline_payload — finding 1 */
-    { "keyless_client_cannot_read_a_pipeline_payload", 1 },
-    /* KNOWN_OPEN: pipeline_listener_on_a_host_address_without_curve_is_refused — finding 1 */
-    { "pipeline_listener_on_a_host_address_without_curve_is_refused", 1 },
-    /* KNOWN_OPEN: stream_keys_carry_an_unguessable_part — finding 1 */
-    { "stream_keys_carry_an_unguessable_part", 1 },
+    { NULL, 0 }     /* none open today; a new reproducer goes above this line */
 };
 
 static int open_finding(const char* name) {
     size_t i;
     for (i = 0; i < sizeof(known_open) / sizeof(known_open[0]); i++)
-        if (strcmp(known_open[i].name, name) == 0) return known_open[i].finding;
+        if (known_open[i].name && strcmp(known_open[i].name, name) == 0) return known_open[i].finding;
     return 0;
 }
 
@@ -139,13 +134,15 @@ static uint64_t rd64(const uint8_t* p) { return (uint64_t)rd32(p) | (uint64_t)rd
 
 static int hz_open(hz* h, uint16_t port) {
     char ep[64];
-    int zero = 0;
+    int zero = 0, send_ms = 2000;
     memset(h, 0, sizeof(*h));
     h->ctx = zmq_ctx_new();
     if (!h->ctx) return -1;
     h->sock = zmq_socket(h->ctx, ZMQ_DEALER);
     if (!h->sock) return -1;
     zmq_setsockopt(h->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    /* a refused handshake leaves no pipe to queue on: a send would block for ever, not fail */
+    zmq_setsockopt(h->sock, ZMQ_SNDTIMEO, &send_ms, sizeof(send_ms));
     snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%u", (unsigned)port);
     return zmq_connect(h->sock, ep);
 }
@@ -351,8 +348,16 @@ OMC_TEST(keyless_client_cannot_read_a_pipeline_payload) {
         t = hz_query(&h, 8, "0\x1f" "1\x1f" "requests#0", 0, 1000, NULL);
         CHECK(t != HZ_QUERY_REPLY);
         hz_close(&h);
-        /* the real downstream stage still gets it */
-        CHECK_OK(omc_stream_reader_create(down, "0", "1", "requests", NULL, &rd));
+        /* the real downstream stage still gets it (with the writer's token, handed over as a
+           stage hands over put()'s metadata) */
+        if (w) {
+            char token[OMC_STREAM_TOKEN_SIZE];
+            omc_stream_desc sd;
+            memset(&sd, 0, sizeof(sd));
+            CHECK_OK(omc_stream_writer_token(w, token));
+            sd.token = token;
+            CHECK_OK(omc_stream_reader_create(down, "0", "1", "requests", &sd, &rd));
+        }
         if (rd) {
             memset(&ch, 0, sizeof(ch));
             CHECK_OK(omc_stream_next(rd, omc_deadline_after_ms(2000), &ch));

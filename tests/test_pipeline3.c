@@ -13,6 +13,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <limits.h>
+#include <stdlib.h>
 
 OMC_TEST_TSAN_IGNORE_LIBZMQ()    /* libzmq is not instrumented: see omc_test.h */
 
@@ -291,7 +293,8 @@ OMC_TEST(connect_tcp_ports_and_senders) {
     int base = free_base_port();
     REQUIRE(base > 0);
     REQUIRE(omc_detect_host(0, detected, sizeof(detected), NULL) == OMC_OK);
-    snprintf(spec, sizeof(spec), "      name: TcpConnector\n      extra: {host: auto, zmq_port: %d, memory_pool_size: 8388608}\n", base);
+    /* the host's address without CURVE: allowed only with insecure: true */
+    snprintf(spec, sizeof(spec), "      name: TcpConnector\n      extra: {host: auto, zmq_port: %d, memory_pool_size: 8388608, insecure: true}\n", base);
     chain_config(text, sizeof(text), spec);
     cfg = load_text(text);
     REQUIRE(cfg);
@@ -443,13 +446,25 @@ OMC_TEST(pipeline3_shm_three_processes) {
     show_on_failure(&r, bad);
 }
 
+/* A TCP chain on the host's address, as the shipped TCP config has it: CURVE with an allow-list,
+   using the example's TEST-ONLY keys (examples/configs/test-keys). */
+static const char* key_path(const char* file, char out[PATH_MAX]) {
+    char rel[256];
+    snprintf(rel, sizeof(rel), "examples/configs/test-keys/%s", file);
+    if (!realpath(omc_test_repo_path(rel), out)) snprintf(out, PATH_MAX, "%s", omc_test_repo_path(rel));
+    return out;
+}
+
 static const char* tcp_config(const char* name, const char* protocol) {
-    static char text[2048];
-    char spec[256];
+    static char text[24576];
+    char spec[20480], k[4][PATH_MAX];
     int base = free_base_port();
     if (!base) return NULL;
-    snprintf(spec, sizeof(spec), "      name: %s\n      extra: {host: auto, zmq_port: %d, protocol: %s, memory_pool_size: 16777216}\n",
-             name, base, protocol);
+    snprintf(spec, sizeof(spec), "      name: %s\n      extra: {host: auto, zmq_port: %d, protocol: %s, memory_pool_size: 16777216,\n"
+             "        curve_server_secret_key_file: \"%s\",\n        curve_allowed_clients_file: \"%s\",\n"
+             "        curve_server_public_key_file: \"%s\",\n        curve_client_secret_key_file: \"%s\"}\n",
+             name, base, protocol, key_path("server.key", k[0]), key_path("allowed_clients", k[1]), key_path("server.pub", k[2]),
+             key_path("client.key", k[3]));
     chain_config(text, sizeof(text), spec);
     return temp_config(text);
 }
@@ -471,13 +486,16 @@ OMC_TEST(pipeline3_tcp_three_processes) {
 
 /* Three separate --stage processes, started downstream first: receivers wait for senders that
    do not exist yet (no launcher orders them), over SHM and over TCP. */
+/* stages started on their own agree on the "requests" streams' token */
+#define P3_TOKEN "5f0c2a9e81d34b7796a1c0de3b2f4e68"
+
 static void stages_apart(const char* config, const char* channel) {
     static run_result r[3];
     run_handle h[3];
     int k, bad = 0;
     for (k = 2; k >= 0; k--) {
         char id[4];
-        const char* args[] = { "--config", config, "--stage", id, "--channel", channel, SMALL, "--timeout", "20", NULL };
+        const char* args[] = { "--config", config, "--stage", id, "--channel", channel, "--token", P3_TOKEN, SMALL, "--timeout", "20", NULL };
         snprintf(id, sizeof(id), "%d", k);
         h[k] = start_run(args);
         usleep(30000);
@@ -511,11 +529,22 @@ OMC_TEST(pipeline3_detects_a_corrupted_request) {
     show_on_failure(&r, bad);
 }
 
+/* A stage started on its own cannot guess the "requests" streams' token: it must be given one. */
+OMC_TEST(pipeline3_stage_without_a_token_is_refused) {
+    static run_result r;
+    const char* args[] = { "--config", omc_test_repo_path("examples/configs/pipeline3_shm.yaml"), "--stage", "1", NULL };
+    int bad;
+    run(args, &r);
+    bad = r.status != 2 || !contains(r.out, "--stage needs --token");
+    CHECK(!bad);
+    show_on_failure(&r, bad);
+}
+
 /* A thinker alone: nobody takes its data; it must say so and fail at its timeout, not hang. */
 OMC_TEST(pipeline3_missing_stage_fails_at_the_timeout) {
     static run_result r;
     char chan[32];
-    const char* args[] = { "--config", omc_test_repo_path("examples/configs/pipeline3_shm.yaml"), "--stage", "0", "--channel", chan, SMALL,
+    const char* args[] = { "--config", omc_test_repo_path("examples/configs/pipeline3_shm.yaml"), "--stage", "0", "--channel", chan, "--token", P3_TOKEN, SMALL,
                            "--timeout", "2", NULL };
     int bad;
     snprintf(chan, sizeof(chan), "t3m_%ld", (long)getpid());

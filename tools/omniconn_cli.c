@@ -1218,6 +1218,20 @@ static void doctor_config(doctor* d) {
            omc_pipeline_config_stage_count(d->cfg), n, d->shm_edges, d->tcp_edges, d->rdma_edges, omc_pipeline_config_connector_count(d->cfg));
     for (i = 0; i < omc_pipeline_config_warning_count(d->cfg); i++)
         if (omc_pipeline_config_warning(d->cfg, i, &err) == OMC_OK) report(d, WARN, "config", "%s", err.message);
+    for (i = 0; i < omc_pipeline_config_connector_count(d->cfg); i++) {    /* who can reach the listeners */
+        omc_connector_spec s;
+        int loop;
+        omc_pipeline_config_connector(d->cfg, i, &s);
+        loop = strncmp(s.host, "127.", 4) == 0 || strcmp(s.host, "localhost") == 0 || strcmp(s.host, "::1") == 0;
+        if ((s.transport != OMC_TRANSPORT_TCP && s.transport != OMC_TRANSPORT_RDMA) || (loop && !s.curve_server_secret_key_file)) continue;
+        if (!s.curve_server_secret_key_file)
+            report(d, s.insecure ? WARN : FAIL, "security", "connector '%s' (line %u): host %s without CURVE%s: anyone who can reach it can "
+                   "read the payloads. Fix: curve_server_secret_key_file and curve_allowed_clients_file in its extra", s.name, s.line, s.host,
+                   s.insecure ? " (insecure: true)" : ": its sending stages are refused");
+        else if (!s.curve_allowed_clients_file)
+            report(d, WARN, "security", "connector '%s' (line %u): CURVE without an allow-list: any receiver that knows the public key gets "
+                   "in. Fix: curve_allowed_clients_file", s.name, s.line);
+    }
     /* what each stage reserves: a stage creates one connector per spec it uses
        (omc_pipeline_connect); an SHM one owns a segment if the stage sends on that spec; an RDMA
        one registers (pins) its pool at both ends */
