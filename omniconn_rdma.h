@@ -1,4 +1,4 @@
-/* omniconn_rdma.h - v0.1.0 - the verbs RDMA engine of omniconn - SPDX-License-Identifier: MIT OR Unlicense
+/* omniconn_rdma.h - v0.1.1 - the verbs RDMA engine of omniconn - SPDX-License-Identifier: MIT OR Unlicense
 
     This companion header moves bytes from one process's registered pool straight into another
     process's memory with RDMA WRITE, on libibverbs directly (InfiniBand, RoCE, Soft-RoCE).
@@ -190,7 +190,10 @@ HOW THE ENGINE USES THEM
     ports' active MTUs. Callers cache the connection per peer; when any QP of it fails, the
     connection reports itself broken (omc_rdma_conn_ok() == 0) and the caller replaces it with a
     new one (a new exchange of records); a peer whose record carries a new incarnation has
-    restarted, and its old connection is dropped the same way.
+    restarted, and its old connection is dropped the same way. The accepting side decides how
+    many QPs it creates: a record asking for more than its qps_per_peer is refused
+    (OMC_ERR_RDMA_QP), and an engine whose QP budget is spent refuses new connections
+    (OMC_ERR_BUSY) rather than closing live ones.
 
     Transfers. The receiver exposes a destination: the engine splits it at MR boundaries and,
     from 2 * OMNICONN_RDMA_SPLIT_MIN up, across the connection's QPs (one extent per QP), gives
@@ -225,6 +228,18 @@ HOW THE ENGINE USES THEM
         refuse the write; Soft-RoCE lets it land (its responder checks a window's key and QP,
         then only the range of the MR under it: drivers/infiniband/sw/rxe/rxe_resp.c,
         check_rkey). omc_rdma_info() reports the verdict (window_bounds) and the mode.
+    Scope of a key: a window is bound to one QP, so its key is useless on any other peer's
+    connection. A destination region's key belongs to the engine's protection domain, which
+    every connection's QPs share: a peer that learns another peer's REGIONS key can write into
+    that destination (only there, and only until it is revoked). Soft-RoCE, which needs
+    REGIONS, lets that write land (measured on the bed); on adapters that keep writes inside a
+    window, DEFAULT is WINDOWS and the key is scoped to the QP.
+    Revoking: a destination whose revoke fails (an invalidation that does not complete, a
+    deregistration that fails) may still be writable. omc_rdma_revoke then returns an error
+    other than OMC_ERR_RDMA_QP (which only says the connection was already broken, so nothing
+    can write there) and logs an ERROR; a region that could not be deregistered stays
+    registered, quarantined, until the engine is destroyed. The caller must never reuse that
+    range (the remote connector keeps it out of its pool for good).
     A write outside the destination (in WINDOWS mode: on devices that check bounds), with a
     made-up rkey, or with the rkey of a revoked destination is refused by the receiver's
     adapter: the writer gets IBV_WC_REM_ACCESS_ERR, reported as OMC_ERR_RDMA_ACCESS, and the
@@ -240,6 +255,25 @@ HOW THE ENGINE USES THEM
     receiver revokes the destination before handing the buffer out. A channel whose RDMA
     set-up fails (no engine, a sender without RDMA, a QP that will not connect) uses TCP; the
     reason is in omc_rdma_connector_query() and the connector's health.
+    What a sender accepts from receivers: a HELLO's record gets an RDMA connection only with the
+    sender's own QP count, and only while its QP budget lasts - when it is spent, the new
+    receiver is refused and uses TCP; the connections of receivers already there are never
+    closed to make room. A PULL's descriptor must name a connection made for the receiver
+    process that sends the PULL (the record's incarnation against the PULL's); another
+    receiver's connection id is refused (OMC_ERR_PROTOCOL) before anything is written.
+    While a get waits for its bytes the receiver probes its sender every 250 ms with a
+    zero-byte RDMA WRITE (it touches no memory: IB spec C9-88); a sender that died does not
+    acknowledge it, the retries run out (about 2 s with the defaults) and the get fails with
+    OMC_ERR_CONNECTION instead of waiting for its deadline.
+    Errors: a failed get or push reports the remote connector's codes (TIMEOUT, CONNECTION,
+    AUTH, ...): the engine's own codes (OMC_ERR_RDMA_QP, _ACCESS, _COMPLETION, _DEVICE,
+    OMC_ERR_MEMLOCK, OMC_ERR_BUSY) become OMC_ERR_CONNECTION at the connector, and the engine's
+    code and reason go to the connector's health (last_error_text) and the log. A destination
+    whose revoke failed is quarantined (omc_rdma_connector_query().quarantined counts them) and
+    the get fails with OMC_ERR_CONNECTION.
+    Not yet: the side channel does not hand the data plane an authenticated session, so a
+    sender cannot tell a receiver that passed CURVE from one that did not when it creates QPs
+    (the QP count and the budget are capped instead); QP creation runs on the listener thread.
 
 ================================================================================================
 CONFIGURATION
@@ -286,6 +320,8 @@ ERRORS & LOGGING
     OMC_ERR_BUSY            the engine's QP budget is spent (CQ_DEPTH / QUEUE_DEPTH QPs)
     OMC_ERR_MALFORMED / OMC_ERR_CHECKSUM / OMC_ERR_VERSION  a record or descriptor is garbage
     Everything is logged through the desc's hooks with OMC_LOGITEM_RDMA.
+    Through the remote connector a get or put sees only the connector's codes: see "The remote
+    connector" above (the engine's code is in the health's last error text).
 
 ================================================================================================
 THREAD SAFETY
@@ -343,7 +379,8 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
         4   u8   version (1)
         5   u8   extent count E (1..32)
         6   u16  flags: bit 0 = the rkeys are memory windows, bit 1 = regions of their own
-        8   u64  connection id the windows are bound on (must be the writer's connection)
+        8   u64  connection id the windows are bound on (must be the writer's connection; the
+                 remote connector also requires it to belong to the receiver sending the PULL)
         16  u64  total length (the sum of the extents' lengths: the destination's capacity)
         24  E x 24 bytes, in destination order (the payload fills them in order):
               0   u64  remote address
@@ -369,6 +406,11 @@ NON-GOALS
 RECENT REVISIONS
 ================================================================================================
 
+    0.1.1 (2026-11-24)  hostile receivers: QP count set by the accepting engine, no eviction of
+                        live connections (a new peer is refused and uses TCP), descriptors bound
+                        to the receiver that sends the PULL, failed revokes quarantine the range,
+                        receivers notice a dead sender within seconds (zero-byte probes), the
+                        connector reports engine failures as OMC_ERR_CONNECTION.
     0.1.0 (2026-11-22)  first release: runtime-loaded libibverbs, GID selection by rule,
                         chunked registration with a memlock check, RC connections, sliced and
                         windowed RDMA WRITE, per-transfer windows or regions (with a probe of
