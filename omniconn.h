@@ -4295,6 +4295,8 @@ struct omc__dp_push {
     void (*commit)(const omc__dp_push* p);  /* every byte is in place: record the read, unpin */
     void* commit_ctx;                   /* the connector's */
     uint64_t resume;                    /* TCP: stream bytes the listener's non-blocking start moved */
+    const uint8_t* channel;             /* the side-channel session that sent the PULL (its ZMQ */
+    uint32_t channel_len;               /* routing id): a plane binds its connections to it */
 };
 
 /* What a receiver-side plane learns about a sender from its HELLO. */
@@ -5910,6 +5912,8 @@ OMC__PRIVATE void omc__net_job_push(omc__net* N, omc__net_job* j, omc__dp_push* 
     p->commit = omc__net_commit;
     p->commit_ctx = j;
     p->resume = j->resume;
+    p->channel = j->rid;
+    p->channel_len = j->rid_len;
 }
 
 /* A job has ended (listener thread): settle the entry, answer DONE or ERROR, free the job. */

@@ -259,8 +259,10 @@ HOW THE ENGINE USES THEM
     sender's own QP count, and only while its QP budget lasts - when it is spent, the new
     receiver is refused and uses TCP; the connections of receivers already there are never
     closed to make room. A PULL's descriptor must name a connection made for the receiver
-    process that sends the PULL (the record's incarnation against the PULL's); another
-    receiver's connection id is refused (OMC_ERR_PROTOCOL) before anything is written.
+    process that sends the PULL (the record's incarnation against the PULL's), and once a
+    connection served a PULL, only PULLs from that same side-channel session (ZMQ routing id;
+    with CURVE, the authenticated session) may name it; anything else is refused
+    (OMC_ERR_PROTOCOL) before anything is written.
     While a get waits for its bytes the receiver probes its sender every 250 ms with a
     zero-byte RDMA WRITE (it touches no memory: IB spec C9-88); a sender that died does not
     acknowledge it, the retries run out (about 2 s with the defaults) and the get fails with
@@ -271,9 +273,10 @@ HOW THE ENGINE USES THEM
     code and reason go to the connector's health (last_error_text) and the log. A destination
     whose revoke failed is quarantined (omc_rdma_connector_query().quarantined counts them) and
     the get fails with OMC_ERR_CONNECTION.
-    Not yet: the side channel does not hand the data plane an authenticated session, so a
-    sender cannot tell a receiver that passed CURVE from one that did not when it creates QPs
-    (the QP count and the budget are capped instead); QP creation runs on the listener thread.
+    Not yet: the HELLO entry point of the data plane does not see the side-channel session, so
+    a sender creates QPs for any receiver that reaches its side channel (CURVE with an
+    allow-list decides who that is; the QP count and the budget are capped); QP creation runs
+    on the listener thread.
 
 ================================================================================================
 CONFIGURATION
@@ -3449,6 +3452,8 @@ typedef struct omc__rdma_link {         /* sender: one accepted connection */
     omc_rdma_conn* conn;
     uint64_t conn_id;
     uint64_t peer_incarnation;          /* the receiver process that sent the HELLO */
+    uint32_t channel_len;               /* > 0: the side-channel session (ZMQ routing id) of its */
+    uint8_t channel[256];               /* first PULL; only that session may name it again */
     omc_time_ns last_used;
     uint32_t busy;                      /* pushes using it now */
     struct omc__rdma_link* next;
@@ -3632,6 +3637,20 @@ static omc_result omc__rdmap_tx_push(void* user, const omc__dp_push* p) {
     if (r != OMC_OK) return OMC_ERR_PROTOCOL;
     pthread_mutex_lock(&P->mu);
     for (l = P->links; l && l->conn_id != t.conn_id; l = l->next) {}
+    if (l && l->peer_incarnation == p->receiver_incarnation && p->channel_len && p->channel_len <= sizeof(l->channel)) {
+        if (!l->channel_len) {          /* the receiver's first PULL comes right after its HELLO */
+            memcpy(l->channel, p->channel, p->channel_len);
+            l->channel_len = p->channel_len;
+        } else if (l->channel_len != p->channel_len || memcmp(l->channel, p->channel, p->channel_len) != 0) {
+            pthread_mutex_unlock(&P->mu);
+            OMC__RDMA_LOG(P->eng, OMC_LOG_WARN, "refused a PULL naming RDMA connection %016llx from another side-channel session than "
+                          "the one that uses it", (unsigned long long)t.conn_id);
+            pthread_mutex_lock(&P->mu);
+            P->push_failures++;
+            pthread_mutex_unlock(&P->mu);
+            return OMC_ERR_PROTOCOL;
+        }
+    }
     if (l && l->peer_incarnation != p->receiver_incarnation) {
         uint64_t theirs = l->peer_incarnation;
         pthread_mutex_unlock(&P->mu);

@@ -1478,9 +1478,22 @@ OMC_TEST(rdma_descriptor_from_another_link_is_refused) {
     CHECK(omc__rdmap_tx_push(P, &p) != OMC_OK);
     for (i = 0; i < 65536; i++) untouched &= ((uint8_t*)dst.data)[i] == 0xEE;
     CHECK(untouched);
-    p.receiver_incarnation = omc_incarnation();                /* its owner: written */
+    p.receiver_incarnation = omc_incarnation();                /* its owner, on its session: written */
+    p.channel = (const uint8_t*)"victim-session";
+    p.channel_len = 14;
     CHECK_OK(omc__rdmap_tx_push(P, &p));
     CHECK(((uint8_t*)dst.data)[0] == 0x5A && ((uint8_t*)dst.data)[65535] == 0x5A);
+    memset(dst.data, 0xEE, 65536);
+    p.channel = (const uint8_t*)"hostile-session";            /* same process claim, another session */
+    p.channel_len = 15;
+    CHECK(omc__rdmap_tx_push(P, &p) != OMC_OK);
+    untouched = 1;
+    for (i = 0; i < 65536; i++) untouched &= ((uint8_t*)dst.data)[i] == 0xEE;
+    CHECK(untouched);
+    p.channel = (const uint8_t*)"victim-session";             /* the owner's session still works */
+    p.channel_len = 14;
+    CHECK_OK(omc__rdmap_tx_push(P, &p));
+    CHECK(((uint8_t*)dst.data)[0] == 0x5A);
     CHECK_OK(omc_rdma_revoke(win, omc_deadline_after_ms(10000)));
     omc_buffer_release(&dst);
     omc_rdma_conn_destroy(hc);
