@@ -7488,7 +7488,7 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
                 if (m.type == OMC__MSG_DONE) {
                     if (m.bytes != size) { r = OMC_ERR_PROTOCOL; break; }
                     got_done = 1;
-                    if (fd < 0 && !x.complete) r = vt->rx_progress(ch->dp->user, ch->dpc, &x, 1);
+                    if (!x.complete) r = vt->rx_progress(ch->dp->user, ch->dpc, &x, 1);     /* also a plane with a timer fd */
                 } else if (m.type == OMC__MSG_ERROR) {
                     r = omc__net_remote_code(m.code);
                     if (r == OMC_ERR_TOO_LARGE) out->size = m.detail;

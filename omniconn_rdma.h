@@ -1,4 +1,4 @@
-/* omniconn_rdma.h - v0.1.0 - the verbs RDMA engine of omniconn - SPDX-License-Identifier: MIT OR Unlicense
+/* omniconn_rdma.h - v0.1.1 - the verbs RDMA engine of omniconn - SPDX-License-Identifier: MIT OR Unlicense
 
     This companion header moves bytes from one process's registered pool straight into another
     process's memory with RDMA WRITE, on libibverbs directly (InfiniBand, RoCE, Soft-RoCE).
@@ -190,7 +190,10 @@ HOW THE ENGINE USES THEM
     ports' active MTUs. Callers cache the connection per peer; when any QP of it fails, the
     connection reports itself broken (omc_rdma_conn_ok() == 0) and the caller replaces it with a
     new one (a new exchange of records); a peer whose record carries a new incarnation has
-    restarted, and its old connection is dropped the same way.
+    restarted, and its old connection is dropped the same way. The accepting side decides how
+    many QPs it creates: a record asking for more than its qps_per_peer is refused
+    (OMC_ERR_RDMA_QP), and an engine whose QP budget is spent refuses new connections
+    (OMC_ERR_BUSY) rather than closing live ones.
 
     Transfers. The receiver exposes a destination: the engine splits it at MR boundaries and,
     from 2 * OMNICONN_RDMA_SPLIT_MIN up, across the connection's QPs (one extent per QP), gives
@@ -225,6 +228,18 @@ HOW THE ENGINE USES THEM
         refuse the write; Soft-RoCE lets it land (its responder checks a window's key and QP,
         then only the range of the MR under it: drivers/infiniband/sw/rxe/rxe_resp.c,
         check_rkey). omc_rdma_info() reports the verdict (window_bounds) and the mode.
+    Scope of a key: a window is bound to one QP, so its key is useless on any other peer's
+    connection. A destination region's key belongs to the engine's protection domain, which
+    every connection's QPs share: a peer that learns another peer's REGIONS key can write into
+    that destination (only there, and only until it is revoked). Soft-RoCE, which needs
+    REGIONS, lets that write land (measured on the bed); on adapters that keep writes inside a
+    window, DEFAULT is WINDOWS and the key is scoped to the QP.
+    Revoking: a destination whose revoke fails (an invalidation that does not complete, a
+    deregistration that fails) may still be writable. omc_rdma_revoke then returns an error
+    other than OMC_ERR_RDMA_QP (which only says the connection was already broken, so nothing
+    can write there) and logs an ERROR; a region that could not be deregistered stays
+    registered, quarantined, until the engine is destroyed. The caller must never reuse that
+    range (the remote connector keeps it out of its pool for good).
     A write outside the destination (in WINDOWS mode: on devices that check bounds), with a
     made-up rkey, or with the rkey of a revoked destination is refused by the receiver's
     adapter: the writer gets IBV_WC_REM_ACCESS_ERR, reported as OMC_ERR_RDMA_ACCESS, and the
@@ -240,6 +255,28 @@ HOW THE ENGINE USES THEM
     receiver revokes the destination before handing the buffer out. A channel whose RDMA
     set-up fails (no engine, a sender without RDMA, a QP that will not connect) uses TCP; the
     reason is in omc_rdma_connector_query() and the connector's health.
+    What a sender accepts from receivers: a HELLO's record gets an RDMA connection only with the
+    sender's own QP count, and only while its QP budget lasts - when it is spent, the new
+    receiver is refused and uses TCP; the connections of receivers already there are never
+    closed to make room. A PULL's descriptor must name a connection made for the receiver
+    process that sends the PULL (the record's incarnation against the PULL's), and once a
+    connection served a PULL, only PULLs from that same side-channel session (ZMQ routing id;
+    with CURVE, the authenticated session) may name it; anything else is refused
+    (OMC_ERR_PROTOCOL) before anything is written.
+    While a get waits for its bytes the receiver probes its sender every 250 ms with a
+    zero-byte RDMA WRITE (it touches no memory: IB spec C9-88); a sender that died does not
+    acknowledge it, the retries run out (about 2 s with the defaults) and the get fails with
+    OMC_ERR_CONNECTION instead of waiting for its deadline.
+    Errors: a failed get or push reports the remote connector's codes (TIMEOUT, CONNECTION,
+    AUTH, ...): the engine's own codes (OMC_ERR_RDMA_QP, _ACCESS, _COMPLETION, _DEVICE,
+    OMC_ERR_MEMLOCK, OMC_ERR_BUSY) become OMC_ERR_CONNECTION at the connector, and the engine's
+    code and reason go to the connector's health (last_error_text) and the log. A destination
+    whose revoke failed is quarantined (omc_rdma_connector_query().quarantined counts them) and
+    the get fails with OMC_ERR_CONNECTION.
+    Not yet: the HELLO entry point of the data plane does not see the side-channel session, so
+    a sender creates QPs for any receiver that reaches its side channel (CURVE with an
+    allow-list decides who that is; the QP count and the budget are capped); QP creation runs
+    on the listener thread.
 
 ================================================================================================
 CONFIGURATION
@@ -286,6 +323,8 @@ ERRORS & LOGGING
     OMC_ERR_BUSY            the engine's QP budget is spent (CQ_DEPTH / QUEUE_DEPTH QPs)
     OMC_ERR_MALFORMED / OMC_ERR_CHECKSUM / OMC_ERR_VERSION  a record or descriptor is garbage
     Everything is logged through the desc's hooks with OMC_LOGITEM_RDMA.
+    Through the remote connector a get or put sees only the connector's codes: see "The remote
+    connector" above (the engine's code is in the health's last error text).
 
 ================================================================================================
 THREAD SAFETY
@@ -343,7 +382,8 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
         4   u8   version (1)
         5   u8   extent count E (1..32)
         6   u16  flags: bit 0 = the rkeys are memory windows, bit 1 = regions of their own
-        8   u64  connection id the windows are bound on (must be the writer's connection)
+        8   u64  connection id the windows are bound on (must be the writer's connection; the
+                 remote connector also requires it to belong to the receiver sending the PULL)
         16  u64  total length (the sum of the extents' lengths: the destination's capacity)
         24  E x 24 bytes, in destination order (the payload fills them in order):
               0   u64  remote address
@@ -369,6 +409,11 @@ NON-GOALS
 RECENT REVISIONS
 ================================================================================================
 
+    0.1.1 (2026-11-24)  hostile receivers: QP count set by the accepting engine, no eviction of
+                        live connections (a new peer is refused and uses TCP), descriptors bound
+                        to the receiver that sends the PULL, failed revokes quarantine the range,
+                        receivers notice a dead sender within seconds (zero-byte probes), the
+                        connector reports engine failures as OMC_ERR_CONNECTION.
     0.1.0 (2026-11-22)  first release: runtime-loaded libibverbs, GID selection by rule,
                         chunked registration with a memlock check, RC connections, sliced and
                         windowed RDMA WRITE, per-transfer windows or regions (with a probe of
@@ -689,6 +734,7 @@ typedef struct omc_rdma_connector_info {
     uint64_t accepted, accept_failures;     /* sender: RDMA connections accepted / refused */
     uint64_t pushes, push_failures, push_bytes;
     uint32_t sender_connections;    /* sender: RDMA connections it keeps now */
+    uint64_t quarantined;       /* receiver: destinations whose revoke failed (kept out of the pool) */
     omc_rdma_info engine;       /* valid if rdma_enabled */
 } omc_rdma_connector_info;
 
@@ -1123,6 +1169,7 @@ OMC__PRIVATE omc_result omc__rdma_memlock_check(uint64_t want, uint64_t pinned, 
 #include <net/if.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <sys/resource.h>
 
 /* ============================================================================================== */
@@ -1326,7 +1373,7 @@ OMNICONN_API omc_result omc_rdma_probe(const char* library, char* why, size_t wh
 #define OMC__RDMA_SLEEP_MS 1000         /* longest sleep of the progress thread (stop is signalled) */
 #define OMC__RDMA_FLUSH_GRACE_MS 5000   /* after forcing a QP to ERROR, how long flushes may take */
 
-enum { OMC__OP_WRITE = 1, OMC__OP_BIND = 2, OMC__OP_INVALIDATE = 3 };
+enum { OMC__OP_WRITE = 1, OMC__OP_BIND = 2, OMC__OP_INVALIDATE = 3, OMC__OP_PROBE = 4 };
 
 struct omc_rdma_op {
     omc_rdma_conn* conn;        /* holds a reference */
@@ -1390,6 +1437,11 @@ typedef struct omc__rdma_region {
     struct ibv_mr** mr;
 } omc__rdma_region;
 
+typedef struct omc__rdma_quarantined {  /* a destination region whose deregistration failed */
+    struct ibv_mr* mr;
+    struct omc__rdma_quarantined* next;
+} omc__rdma_quarantined;
+
 struct omc_rdma {
     omc_hooks hooks;
     /* resolved tunables */
@@ -1428,6 +1480,8 @@ struct omc_rdma {
     omc_rdma_conn* dead;        /* connections without references: the progress thread frees them */
     omc__rdma_region* regions;
     uint32_t nregions, cap_regions;
+    omc__rdma_quarantined* quarantine;  /* regions that could not be deregistered: kept until close */
+    uint64_t n_quarantined;
     uint64_t pinned;
     uint32_t conns;
     uint64_t n_writes, n_write_bytes, n_write_errors, n_access_errors, n_wrs, n_signalled, n_binds, n_invalidations,
@@ -1696,7 +1750,8 @@ static const char* omc__rdma_wc_hint(enum ibv_wc_status s) {
 }
 
 static const char* omc__rdma_op_name(int kind) {
-    return kind == OMC__OP_WRITE ? "RDMA WRITE" : kind == OMC__OP_BIND ? "window bind" : kind == OMC__OP_INVALIDATE ? "window invalidation" : "request";
+    return kind == OMC__OP_WRITE ? "RDMA WRITE" : kind == OMC__OP_BIND ? "window bind" : kind == OMC__OP_INVALIDATE ? "window invalidation" :
+           kind == OMC__OP_PROBE ? "liveness probe (zero-byte WRITE)" : "request";
 }
 
 /* Mark a connection broken (caller holds mu) and move all its QPs to ERROR so that nothing
@@ -1944,6 +1999,12 @@ OMC__PRIVATE void omc__rdma_close(omc_rdma* E) {
         E->thread_started = 0;
     }
     omc__rdma_bury(E);          /* what the thread had not freed yet: before the CQ and PD go */
+    while (E->quarantine) {     /* the QPs are gone: nothing can use these keys any more */
+        omc__rdma_quarantined* qn = E->quarantine;
+        E->quarantine = qn->next;
+        if (omc__ibv_dereg_mr(qn->mr) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_dereg_mr of a quarantined region: %s", strerror(errno));
+        omc__free(&E->hooks, qn);
+    }
     close(E->wake_fd);
     if (omc__ibv_destroy_cq(E->cq) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_destroy_cq: %s", strerror(errno));
     if (omc__ibv_destroy_comp_channel(E->channel) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_destroy_comp_channel: %s", strerror(errno));
@@ -2576,6 +2637,11 @@ OMNICONN_API omc_result omc_rdma_conn_accept(omc_rdma* E, const void* peer_recor
         return r;
     }
     if (peer.conn_id == 0) return OMC_ERR_MALFORMED;
+    if (peer.qp_count > E->qps_per_peer) {     /* the peer does not choose how many QPs we create */
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "refused a peer's endpoint record asking for %u QPs: this engine gives a peer at most %u "
+                      "(qps_per_peer)", peer.qp_count, E->qps_per_peer);
+        return OMC_ERR_RDMA_QP;
+    }
     r = omc__rdma_check_peer(E, &peer);
     if (r != OMC_OK) return r;
     r = omc__rdma_conn_new(E, peer.qp_count, peer.conn_id, &c);
@@ -2787,6 +2853,34 @@ OMC__PRIVATE omc_result omc__rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline,
 OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline) { return omc__rdma_op_wait(op, deadline, 1); }
 OMNICONN_API omc_result omc_rdma_op_test(omc_rdma_op* op, omc_time_ns deadline) { return omc__rdma_op_wait(op, deadline, 0); }
 
+/* Is the peer still there? Post a zero-byte RDMA WRITE on the connection's first QP: a zero-byte
+   operation needs no address and no key on the responder (IB spec C9-88), so it touches nothing,
+   and it is acknowledged while the peer's QP lives. If the peer died, the retries run out
+   (ACK_TIMEOUT x (RETRY_COUNT + 1), about 2 s by default) and the connection breaks. *out: the
+   operation (test it with omc_rdma_op_test), or NULL if the send queue is full (no probe needed:
+   requests are in flight). */
+OMC__PRIVATE omc_result omc__rdma_probe_start(omc_rdma_conn* c, omc_rdma_op** out) {
+    omc_rdma* E = c->eng;
+    omc__rdma_qp* q;
+    omc_rdma_op* op;
+    struct ibv_send_wr wr;
+    omc_result r;
+    *out = NULL;
+    pthread_mutex_lock(&E->mu);
+    r = omc__rdma_conn_usable(c);
+    q = &c->qps[0];
+    if (r == OMC_OK && q->head - q->tail >= E->queue_depth) { pthread_mutex_unlock(&E->mu); return OMC_OK; }
+    if (r == OMC_OK && !(op = omc__rdma_op_new_locked(c, OMC__OP_PROBE))) r = OMC_ERR_NO_MEMORY;
+    if (r != OMC_OK) { pthread_mutex_unlock(&E->mu); return r; }
+    memset(&wr, 0, sizeof(wr));
+    wr.opcode = IBV_WR_RDMA_WRITE;      /* no sg_list, remote address 0, rkey 0: zero bytes */
+    r = omc__rdma_post(E, q, &wr, op, 1);
+    pthread_mutex_unlock(&E->mu);
+    if (r != OMC_OK) { omc__rdma_op_free(op); return r; }
+    *out = op;
+    return OMC_OK;
+}
+
 /* ============================================================================================== */
 /* [SECTION] Implementation: windows (the receiver's side)                                        */
 /* ============================================================================================== */
@@ -2834,19 +2928,32 @@ OMC__PRIVATE omc_result omc__rdma_region_for(omc_rdma* E, omc_rdma_window* w) {
     return OMC_OK;
 }
 
-/* Deregistering the region revokes its rkey at once. Returns 0 if that failed. */
+/* Test-only fault injection: a real stack rarely fails to revoke, so the tests set this to make
+   revokes fail (a deregistration that fails, or an invalidation that fails). */
+static int omc__rdma_fault_revoke;
+
+/* Deregistering the region revokes its rkey at once. Returns 0 if that failed: then its rkey
+   may still be valid, so the region is kept as it is (quarantined: never reused, deregistered
+   again only when the engine is destroyed) and the caller must not reuse the range either. */
 OMC__PRIVATE int omc__rdma_region_drop_for(omc_rdma* E, omc_rdma_window* w) {
-    int ok = 1;
+    int err;
     if (!w->mr) return 1;
-    if (omc__ibv_dereg_mr(w->mr) != 0) {
-        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_dereg_mr of a destination region: %s", strerror(errno));
-        ok = 0;
-    }
+    err = omc__load(&omc__rdma_fault_revoke) ? EIO : omc__ibv_dereg_mr(w->mr) != 0 ? errno : 0;
     pthread_mutex_lock(&E->mu);
-    E->pinned -= w->pinned;
+    if (err) {
+        omc__rdma_quarantined* qn = (omc__rdma_quarantined*)omc__calloc(&E->hooks, sizeof(omc__rdma_quarantined));
+        if (qn) { qn->mr = w->mr; qn->next = E->quarantine; E->quarantine = qn; }  /* else: leaked, still never reused */
+        E->n_quarantined++;
+    } else {
+        E->pinned -= w->pinned;
+    }
     pthread_mutex_unlock(&E->mu);
+    if (err)
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_dereg_mr of the destination region [%p, +%llu) failed (%s): its key may still be valid, "
+                      "the region is quarantined (kept registered, never reused)", (void*)(uintptr_t)w->addr,
+                      (unsigned long long)w->length, strerror(err));
     w->mr = NULL;
-    return ok;
+    return !err;
 }
 
 /* Free a window that was never handed out. Windows whose bind was posted are dropped (the
@@ -2904,6 +3011,7 @@ OMNICONN_API omc_result omc_rdma_revoke(omc_rdma_window* w, omc_time_ns deadline
         if (r == OMC_OK) r = rr;
     }
     if (!usable && r == OMC_OK) r = OMC_ERR_RDMA_QP;
+    if (omc__load(&omc__rdma_fault_revoke) && r == OMC_OK && !w->mr) r = OMC_ERR_RDMA_COMPLETION;    /* injected (windows) */
     /* Now every window is invalidated (r == OMC_OK), or the connection is broken: its QPs are
        in ERROR and refuse all writes, and its windows go away with it. */
     pthread_mutex_lock(&E->mu);
@@ -3343,6 +3451,9 @@ OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection w
 typedef struct omc__rdma_link {         /* sender: one accepted connection */
     omc_rdma_conn* conn;
     uint64_t conn_id;
+    uint64_t peer_incarnation;          /* the receiver process that sent the HELLO */
+    uint32_t channel_len;               /* > 0: the side-channel session (ZMQ routing id) of its */
+    uint8_t channel[256];               /* first PULL; only that session may name it again */
     omc_time_ns last_used;
     uint32_t busy;                      /* pushes using it now */
     struct omc__rdma_link* next;
@@ -3359,6 +3470,7 @@ typedef struct omc__rdma_plane {
     char reason[256];
     char last_fallback[256];
     uint64_t rdma_channels, tcp_fallbacks, accepted, accept_failures, pushes, push_failures, push_bytes;
+    uint64_t quarantined;               /* destinations whose revoke failed: never reused */
     struct omc__rdma_plane* next;       /* the registry (omc_rdma_connector_query finds us there) */
 } omc__rdma_plane;
 
@@ -3366,7 +3478,11 @@ typedef struct omc__rdma_chan {         /* receiver: one channel */
     omc_rdma_conn* conn;
     omc_rdma_window* win;
     int connected;
+    int timer;                          /* timerfd: ticks while a transfer waits (liveness probes) */
+    omc_rdma_op* probe;                 /* the probe in flight, or NULL */
 } omc__rdma_chan;
+
+#define OMC__RDMAP_PROBE_MS 250         /* a waiting receiver probes its sender this often */
 
 static omc__rdma_plane* omc__rdma_planes;
 static pthread_mutex_t omc__rdma_planes_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -3427,9 +3543,10 @@ static void omc__rdmap_detach(void* user) {
     omc__free(&P->hooks, P);
 }
 
-/* Sender: forget connections that broke, and (evict) the least recently used idle one. */
-OMC__PRIVATE void omc__rdmap_prune(omc__rdma_plane* P, int evict) {
-    omc__rdma_link **pp, **lru = NULL;
+/* Sender: forget connections that broke. Live ones are never evicted for a new peer: when the
+   QP budget is spent, the new peer is refused and uses TCP. */
+OMC__PRIVATE void omc__rdmap_prune(omc__rdma_plane* P) {
+    omc__rdma_link** pp;
     pthread_mutex_lock(&P->mu);
     for (pp = &P->links; *pp;) {
         omc__rdma_link* l = *pp;
@@ -3439,14 +3556,7 @@ OMC__PRIVATE void omc__rdmap_prune(omc__rdma_plane* P, int evict) {
             omc__free(&P->hooks, l);
             continue;
         }
-        if (!l->busy && (!lru || l->last_used < (*lru)->last_used)) lru = pp;
         pp = &l->next;
-    }
-    if (evict && lru) {
-        omc__rdma_link* l = *lru;
-        *lru = l->next;
-        omc_rdma_conn_destroy(l->conn);
-        omc__free(&P->hooks, l);
     }
     pthread_mutex_unlock(&P->mu);
 }
@@ -3455,16 +3565,16 @@ static omc_result omc__rdmap_tx_hello(void* user, const uint8_t* rec, uint32_t r
     omc__rdma_plane* P = (omc__rdma_plane*)user;
     omc__rdma_link* l;
     omc_rdma_conn* c = NULL;
+    omc_rdma_record peer;
     size_t n = 0;
     omc_result r;
     *out_len = 0;
     if (!P->eng || !rec) return OMC_ERR_UNAVAILABLE;    /* no record from us: the receiver uses TCP */
-    omc__rdmap_prune(P, 0);
-    r = omc_rdma_conn_accept(P->eng, rec, rec_len, &c);
-    if (r == OMC_ERR_BUSY) {                            /* the QP budget is spent: make room once */
-        omc__rdmap_prune(P, 1);
-        r = omc_rdma_conn_accept(P->eng, rec, rec_len, &c);
-    }
+    omc__rdmap_prune(P);
+    r = omc_rdma_record_decode(rec, rec_len, &peer);
+    /* accept checks the rest (QP count against ours, link layer, GID); the QP budget spent
+       means OMC_ERR_BUSY: this peer uses TCP, nobody's live connection is taken away */
+    if (r == OMC_OK) r = omc_rdma_conn_accept(P->eng, rec, rec_len, &c);
     if (r == OMC_OK) r = omc_rdma_conn_record(c, out, cap, &n);
     l = r == OMC_OK ? (omc__rdma_link*)omc__calloc(&P->hooks, sizeof(omc__rdma_link)) : NULL;
     if (r == OMC_OK && !l) r = OMC_ERR_NO_MEMORY;
@@ -3478,6 +3588,7 @@ static omc_result omc__rdmap_tx_hello(void* user, const uint8_t* rec, uint32_t r
     }
     l->conn = c;
     l->conn_id = omc__rdma_conn_id(c);
+    l->peer_incarnation = peer.incarnation;
     l->last_used = omc_now_ns();
     pthread_mutex_lock(&P->mu);
     l->next = P->links;
@@ -3488,14 +3599,29 @@ static omc_result omc__rdmap_tx_hello(void* user, const uint8_t* rec, uint32_t r
     return OMC_OK;
 }
 
+/* The remote connector's codes for a failed transfer are TIMEOUT, CONNECTION and AUTH: the
+   engine's own codes (a broken QP, a refused key, a failed completion) become CONNECTION at
+   this boundary, and the detail goes to the connector's health (last error text) and the log. */
+static int omc__rdmap_engine_code(omc_result r) {
+    return r == OMC_ERR_RDMA_QP || r == OMC_ERR_RDMA_ACCESS || r == OMC_ERR_RDMA_COMPLETION || r == OMC_ERR_RDMA_DEVICE ||
+           r == OMC_ERR_MEMLOCK || r == OMC_ERR_BUSY;
+}
+
+OMC__PRIVATE omc_result omc__rdmap_boundary(omc__rdma_plane* P, omc_result r, const char* what) {
+    if (!omc__rdmap_engine_code(r)) return r;
+    if (P->conn) omc__conn_fail(P->conn, r, "RDMA %s failed: %s (reported as %s)", what, omc_result_str(r),
+                                omc_result_str(OMC_ERR_CONNECTION));
+    return OMC_ERR_CONNECTION;
+}
+
 /* The connector promises the receiver that some codes mean "no byte moved" (it keeps its
    channel after them); a failed RDMA write promises nothing of the kind. */
-static omc_result omc__rdmap_push_result(omc_result r) {
+static omc_result omc__rdmap_push_result(omc__rdma_plane* P, omc_result r) {
     switch (r) {
         case OMC_ERR_TOO_LARGE: case OMC_ERR_MALFORMED: case OMC_ERR_CHECKSUM: case OMC_ERR_VERSION: return OMC_ERR_PROTOCOL;
         case OMC_ERR_NOT_FOUND: case OMC_ERR_STALE: case OMC_ERR_UNAVAILABLE: case OMC_ERR_PEER_RESTARTED: return OMC_ERR_CONNECTION;
         case OMC_ERR_INVALID_ARG: return OMC_ERR_INTERNAL;      /* our own pool is not registered? */
-        default: return r;
+        default: return omc__rdmap_boundary(P, r, "write");
     }
 }
 
@@ -3511,6 +3637,32 @@ static omc_result omc__rdmap_tx_push(void* user, const omc__dp_push* p) {
     if (r != OMC_OK) return OMC_ERR_PROTOCOL;
     pthread_mutex_lock(&P->mu);
     for (l = P->links; l && l->conn_id != t.conn_id; l = l->next) {}
+    if (l && l->peer_incarnation == p->receiver_incarnation && p->channel_len && p->channel_len <= sizeof(l->channel)) {
+        if (!l->channel_len) {          /* the receiver's first PULL comes right after its HELLO */
+            memcpy(l->channel, p->channel, p->channel_len);
+            l->channel_len = p->channel_len;
+        } else if (l->channel_len != p->channel_len || memcmp(l->channel, p->channel, p->channel_len) != 0) {
+            pthread_mutex_unlock(&P->mu);
+            OMC__RDMA_LOG(P->eng, OMC_LOG_WARN, "refused a PULL naming RDMA connection %016llx from another side-channel session than "
+                          "the one that uses it", (unsigned long long)t.conn_id);
+            pthread_mutex_lock(&P->mu);
+            P->push_failures++;
+            pthread_mutex_unlock(&P->mu);
+            return OMC_ERR_PROTOCOL;
+        }
+    }
+    if (l && l->peer_incarnation != p->receiver_incarnation) {
+        uint64_t theirs = l->peer_incarnation;
+        pthread_mutex_unlock(&P->mu);
+        /* a descriptor is only good on the connection of the peer that sent the PULL */
+        OMC__RDMA_LOG(P->eng, OMC_LOG_WARN, "refused a PULL from receiver incarnation %016llx naming RDMA connection %016llx, "
+                      "which belongs to receiver incarnation %016llx", (unsigned long long)p->receiver_incarnation,
+                      (unsigned long long)t.conn_id, (unsigned long long)theirs);
+        pthread_mutex_lock(&P->mu);
+        P->push_failures++;
+        pthread_mutex_unlock(&P->mu);
+        return OMC_ERR_PROTOCOL;
+    }
     if (l) { l->busy++; l->last_used = omc_now_ns(); }
     pthread_mutex_unlock(&P->mu);
     if (!l) {
@@ -3543,7 +3695,72 @@ static omc_result omc__rdmap_tx_push(void* user, const omc__dp_push* p) {
     if (r == OMC_OK) { P->pushes++; P->push_bytes += p->size; }
     else P->push_failures++;
     pthread_mutex_unlock(&P->mu);
-    return r == OMC_OK ? OMC_OK : omc__rdmap_push_result(r);
+    return r == OMC_OK ? OMC_OK : omc__rdmap_push_result(P, r);
+}
+
+/* Revoke the channel's open destination. If that fails the peer may still be able to write
+   there: the range is quarantined - the transfer's buffer is forgotten, so the pool never hands
+   it out again (it stays allocated until the connector is destroyed) - and an ERROR is logged.
+   x is NULL when the transfer is already over (its buffer went back; only the log remains). */
+OMC__PRIVATE omc_result omc__rdmap_revoke(omc__rdma_plane* P, omc__rdma_chan* ch, omc__dp_xfer* x, omc_time_ns deadline) {
+    omc_result r = omc_rdma_revoke(ch->win, deadline);
+    ch->win = NULL;
+    /* OMC_ERR_RDMA_QP: the connection was already broken - its QPs refuse every write and a
+       destination region is deregistered all the same - so nothing can reach the range */
+    if (r == OMC_OK || r == OMC_ERR_RDMA_QP) return OMC_OK;
+    if (x && x->dst.data) {
+        OMC__RDMA_LOG(P->eng, OMC_LOG_ERROR, "revoking the destination [%p, +%llu) failed (%s): the range is quarantined and never "
+                      "reused, the get fails", (void*)x->dst.data, (unsigned long long)x->dst.size, omc_result_str(r));
+        memset(&x->dst, 0, sizeof(x->dst));     /* omc_buffer_release of it frees nothing */
+        pthread_mutex_lock(&P->mu);
+        P->quarantined++;
+        pthread_mutex_unlock(&P->mu);
+    } else {
+        OMC__RDMA_LOG(P->eng, OMC_LOG_ERROR, "revoking a destination failed (%s); its connection is broken", omc_result_str(r));
+    }
+    if (P->conn) omc__conn_fail(P->conn, OMC_ERR_CONNECTION, "RDMA revoke failed: %s (destination quarantined)", omc_result_str(r));
+    return r;
+}
+
+/* Arm the probe timer (every ms) or stop it (0); a tick that is not read keeps the fd readable. */
+OMC__PRIVATE void omc__rdmap_timer(omc__rdma_chan* ch, long ms) {
+    struct itimerspec t;
+    uint64_t ticks;
+    if (ch->timer < 0) return;
+    memset(&t, 0, sizeof(t));
+    t.it_value.tv_sec = ms / 1000;
+    t.it_value.tv_nsec = (ms % 1000) * 1000000L;
+    t.it_interval = t.it_value;
+    timerfd_settime(ch->timer, 0, &t, NULL);
+    if (!ms && read(ch->timer, &ticks, sizeof(ticks)) < 0) { /* nothing was pending */ }
+}
+
+/* Finish the probe in flight: it is a zero-byte write that completes at once while the sender
+   lives; if the sender is gone, the connection is broken by now or breaks at the deadline. */
+OMC__PRIVATE void omc__rdmap_probe_end(omc__rdma_chan* ch) {
+    if (ch->probe) omc_rdma_op_wait(ch->probe, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
+    ch->probe = NULL;
+}
+
+/* A tick while a transfer waits: a sender that died cannot say so on the side channel and its
+   writes simply stop, so probe it (a zero-byte WRITE, acknowledged by its QP); when a probe
+   fails (its retries run out: about 2 s with the default ACK timeout and retry count) the
+   connection is broken and the get fails with OMC_ERR_CONNECTION instead of waiting for its
+   deadline. */
+OMC__PRIVATE omc_result omc__rdmap_liveness(omc__rdma_plane* P, omc__rdma_chan* ch) {
+    uint64_t ticks;
+    omc_result r = OMC_OK;
+    if (ch->timer >= 0 && read(ch->timer, &ticks, sizeof(ticks)) < 0) { /* spurious wake-up */ }
+    if (ch->probe) {
+        r = omc_rdma_op_test(ch->probe, omc_now_ns());
+        if (r == OMC_ERR_BUSY) r = OMC_OK;          /* still in flight: the next tick looks again */
+        else ch->probe = NULL;
+    }
+    if (r == OMC_OK && !ch->probe && omc_rdma_conn_ok(ch->conn)) r = omc__rdma_probe_start(ch->conn, &ch->probe);
+    if (r == OMC_OK && omc_rdma_conn_ok(ch->conn)) return OMC_OK;
+    if (P->conn) omc__conn_fail(P->conn, OMC_ERR_CONNECTION, "RDMA: the sender stopped answering during a transfer (%s): it died "
+                                "or its link is down", r == OMC_OK ? "connection broken" : omc_result_str(r));
+    return OMC_ERR_CONNECTION;
 }
 
 static omc_result omc__rdmap_rx_open(void* user, void** chan) {
@@ -3552,6 +3769,7 @@ static omc_result omc__rdmap_rx_open(void* user, void** chan) {
     if (!ch) return OMC_ERR_NO_MEMORY;
     /* without a connection the channel still opens: rx_ready then sends it to TCP */
     if (P->eng && omc_rdma_conn_create(P->eng, &ch->conn) != OMC_OK) ch->conn = NULL;
+    ch->timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);     /* -1: no probes, as before */
     *chan = ch;
     return OMC_OK;
 }
@@ -3604,28 +3822,33 @@ static int omc__rdmap_rx_reusable(void* user, void* chan) {
 
 static omc_result omc__rdmap_rx_prepare(void* user, void* chan, omc__dp_xfer* x, omc_time_ns deadline, uint8_t* desc,
                                         uint32_t cap, uint32_t* desc_len) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
     omc__rdma_chan* ch = (omc__rdma_chan*)chan;
     size_t n = 0;
     omc_result r;
-    (void)user;
     *desc_len = 0;
-    if (ch->win) { omc_rdma_revoke(ch->win, deadline); ch->win = NULL; }
+    if (ch->win) { omc__rdmap_revoke(P, ch, NULL, deadline); }
     /* exactly the bytes announced: the peer's window ends where the payload ends */
     r = omc_rdma_expose(ch->conn, x->dst.data, x->size ? x->size : 1, deadline, &ch->win, desc, cap, &n);
     *desc_len = (uint32_t)n;
-    return r;
+    if (r == OMC_OK) omc__rdmap_timer(ch, OMC__RDMAP_PROBE_MS);
+    return omc__rdmap_boundary(P, r, "expose");
 }
 
-static int omc__rdmap_rx_fd(void* user, void* chan) { (void)user; (void)chan; return -1; }   /* writes land silently */
+/* Writes land silently; the fd is the channel's probe timer: it wakes the connector's wait so
+   that rx_progress can probe the sender and notice that it is gone. */
+static int omc__rdmap_rx_fd(void* user, void* chan) { (void)user; return ((omc__rdma_chan*)chan)->timer; }
 
 static omc_result omc__rdmap_rx_progress(void* user, void* chan, omc__dp_xfer* x, int done_received) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
     omc__rdma_chan* ch = (omc__rdma_chan*)chan;
-    (void)user;
-    if (!done_received) return OMC_OK;
+    if (!done_received) return omc__rdmap_liveness(P, ch);
+    omc__rdmap_timer(ch, 0);
+    omc__rdmap_probe_end(ch);
     /* DONE: the sender's write completed, so every byte is in place. Close the window before
-       the buffer goes to the caller; if that fails the connection is broken, which stops the
-       peer as well (and the channel is not reused). */
-    if (ch->win) { omc_rdma_revoke(ch->win, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS)); ch->win = NULL; }
+       the buffer goes to the caller; if that fails the range is quarantined (never handed out
+       again) and the get fails. */
+    if (ch->win && omc__rdmap_revoke(P, ch, x, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS)) != OMC_OK) return OMC_ERR_CONNECTION;
     x->received = x->size;
     x->complete = 1;
     return OMC_OK;
@@ -3633,15 +3856,19 @@ static omc_result omc__rdmap_rx_progress(void* user, void* chan, omc__dp_xfer* x
 
 static void omc__rdmap_rx_end(void* user, void* chan, omc__dp_xfer* x, omc_result r) {
     omc__rdma_chan* ch = (omc__rdma_chan*)chan;
-    (void)user; (void)x; (void)r;
-    if (ch->win) { omc_rdma_revoke(ch->win, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS)); ch->win = NULL; }
+    (void)r;
+    omc__rdmap_timer(ch, 0);
+    omc__rdmap_probe_end(ch);
+    if (ch->win) omc__rdmap_revoke((omc__rdma_plane*)user, ch, x, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
 }
 
 static void omc__rdmap_rx_close(void* user, void* chan) {
     omc__rdma_plane* P = (omc__rdma_plane*)user;
     omc__rdma_chan* ch = (omc__rdma_chan*)chan;
     if (!ch) return;
-    if (ch->win) omc_rdma_revoke(ch->win, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
+    omc__rdmap_probe_end(ch);
+    if (ch->timer >= 0) close(ch->timer);
+    if (ch->win) omc__rdmap_revoke(P, ch, NULL, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
     if (ch->conn) omc_rdma_conn_destroy(ch->conn);
     omc__free(&P->hooks, ch);
 }
@@ -3736,6 +3963,7 @@ OMNICONN_API omc_result omc_rdma_connector_query(omc_conn* conn, omc_rdma_connec
         out->pushes = P->pushes;
         out->push_failures = P->push_failures;
         out->push_bytes = P->push_bytes;
+        out->quarantined = P->quarantined;
         for (l = P->links; l; l = l->next) out->sender_connections++;
         pthread_mutex_unlock(&P->mu);
         if (P->eng) omc_rdma_query(P->eng, &out->engine);

@@ -1208,6 +1208,14 @@ OMC_TEST(contract_over_rdma_across_processes) {
             printf("SKIP rdma.process.missing_key_times_out (side-channel timing only, no RDMA involved; run by test_tcp)\n");
             continue;
         }
+        /* This one puts with a 200 ms TTL and needs the consumer's PULL to arrive before it
+           expires: under QEMU/TCG the metadata hop plus the destination's registration take
+           longer (the entry expires first: OMC_ERR_NOT_FOUND, with and without RDMA changes).
+           test_tcp runs it on the host. */
+        if (strcmp(ct_cases[i].name, "ttl_never_frees_a_range_a_reader_holds") == 0) {
+            printf("SKIP rdma.process.ttl_never_frees_a_range_a_reader_holds (a 200 ms TTL against QEMU/TCG timing; run by test_tcp)\n");
+            continue;
+        }
         if (getenv("CT_FILTER") && !strstr(ct_cases[i].name, getenv("CT_FILTER"))) continue;
         ct_run_all("rdma.process", prod, NULL, spec, ct_cases[i].name);
     }
@@ -1319,11 +1327,388 @@ OMC_TEST(connector_recovers_and_falls_back) {
     omc_conn_destroy(send);
 }
 
+/* ---- hostile peers (finding: the RDMA plane's trust gaps) ------------------------------------- */
+
+/* These tests play a HOSTILE receiver against a sender's RDMA data plane: they call the plane's
+   entry points (the ones the remote connector calls for a HELLO and a PULL) with records and
+   descriptors a malicious peer could send, made with an engine of their own on the bed device. */
+
+static omc_conn* rdma_connector_qd(omc_role role, uint32_t queue_depth, uint64_t pool) {
+    omc_rdma_connector_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.net.role = role;
+    d.net.host = bed_ip();
+    d.net.pool_size = pool;
+    d.net.hooks = test_hooks();
+    d.rdma = bed_desc();
+    d.rdma.queue_depth = queue_depth;
+    if (omc_rdma_connector_create(&d, &c) != OMC_OK) return NULL;
+    return c;
+}
+
+static omc__rdma_plane* plane_of(omc_conn* c) {
+    omc__rdma_plane* P;
+    pthread_mutex_lock(&omc__rdma_planes_mu);
+    for (P = omc__rdma_planes; P && P->conn != c; P = P->next) {}
+    pthread_mutex_unlock(&omc__rdma_planes_mu);
+    return P;
+}
+
+static int plane_has_link(omc__rdma_plane* P, uint64_t conn_id) {
+    omc__rdma_link* l;
+    int found = 0;
+    pthread_mutex_lock(&P->mu);
+    for (l = P->links; l; l = l->next) found |= l->conn_id == conn_id && omc_rdma_conn_ok(l->conn);
+    pthread_mutex_unlock(&P->mu);
+    return found;
+}
+
+static uint32_t live_qps(omc_rdma* E) {
+    uint32_t n;
+    pthread_mutex_lock(&E->mu);
+    n = E->live_qps;
+    pthread_mutex_unlock(&E->mu);
+    return n;
+}
+
+/* The hostile peer's HELLO: its record in, the sender's answer out. */
+static omc_result hostile_hello(omc__rdma_plane* P, omc_rdma_conn* hc, uint8_t* reply, uint32_t* reply_len) {
+    uint8_t rec[OMC_RDMA_RECORD_MAX];
+    size_t n = 0;
+    omc_result r = omc_rdma_conn_record(hc, rec, sizeof(rec), &n);
+    if (r != OMC_OK) return r;
+    return omc__rdmap_tx_hello(P, rec, (uint32_t)n, reply, OMC_RDMA_RECORD_MAX, reply_len);
+}
+
+/* HOSTILE: once the sender's QP budget is spent, a new peer is refused (it uses TCP); the
+   connections of the peers already there stay. */
+OMC_TEST(rdma_new_peer_never_evicts_a_live_link) {
+    omc_conn* send;
+    omc__rdma_plane* P;
+    omc_rdma* H = NULL;
+    omc_rdma_desc hd = bed_desc();
+    omc_rdma_conn* hc[3] = { NULL, NULL, NULL };
+    uint8_t reply[OMC_RDMA_RECORD_MAX];
+    uint32_t rn = 0;
+    int i;
+    if (!on_bed()) return;
+    send = rdma_connector_qd(OMC_ROLE_SENDER, 4096, 16 * MIB);     /* budget: 16384 / 4096 = 4 QPs = 2 peers */
+    REQUIRE(send != NULL);
+    P = plane_of(send);
+    REQUIRE(P != NULL && P->eng != NULL);
+    REQUIRE(omc_rdma_create(&hd, &H) == OMC_OK);
+    for (i = 0; i < 3; i++) REQUIRE(omc_rdma_conn_create(H, &hc[i]) == OMC_OK);
+    CHECK_OK(hostile_hello(P, hc[0], reply, &rn));
+    CHECK_OK(hostile_hello(P, hc[1], reply, &rn));
+    CHECK(hostile_hello(P, hc[2], reply, &rn) != OMC_OK);      /* the third peer is refused ... */
+    CHECK(plane_has_link(P, omc__rdma_conn_id(hc[0])));        /* ... and the first two keep theirs */
+    CHECK(plane_has_link(P, omc__rdma_conn_id(hc[1])));
+    CHECK(!plane_has_link(P, omc__rdma_conn_id(hc[2])));
+    for (i = 0; i < 3; i++) omc_rdma_conn_destroy(hc[i]);
+    omc_conn_destroy(send);
+    omc_rdma_destroy(H);
+}
+
+/* HOSTILE: a HELLO asking for 16 QPs (the wire's maximum) creates none; the sender decides the
+   count (its qps_per_peer). */
+OMC_TEST(rdma_hello_cannot_choose_the_qp_count) {
+    omc_conn* send;
+    omc__rdma_plane* P;
+    omc_rdma* H = NULL;
+    omc_rdma_desc hd = bed_desc();
+    omc_rdma_conn* hc = NULL;
+    uint32_t before, after;
+    uint8_t reply[OMC_RDMA_RECORD_MAX];
+    uint32_t rn = 0;
+    if (!on_bed()) return;
+    send = rdma_connector_qd(OMC_ROLE_SENDER, 0, 16 * MIB);
+    REQUIRE(send != NULL);
+    P = plane_of(send);
+    REQUIRE(P != NULL && P->eng != NULL);
+    hd.qps_per_peer = OMC_RDMA_MAX_QPS;
+    REQUIRE(omc_rdma_create(&hd, &H) == OMC_OK);
+    REQUIRE(omc_rdma_conn_create(H, &hc) == OMC_OK);
+    before = live_qps(P->eng);
+    CHECK(hostile_hello(P, hc, reply, &rn) != OMC_OK);
+    after = live_qps(P->eng);
+    CHECK_EQ(after, before);                 /* no QP was created for it */
+    CHECK(!plane_has_link(P, omc__rdma_conn_id(hc)));
+    omc_rdma_conn_destroy(hc);
+    omc_conn_destroy(send);
+    omc_rdma_destroy(H);
+}
+
+/* HOSTILE: a PULL whose descriptor names the RDMA connection of another receiver is refused
+   before anything is written; the owner of that connection can still use it. */
+OMC_TEST(rdma_descriptor_from_another_link_is_refused) {
+    omc_conn* send;
+    omc__rdma_plane* P;
+    side h;
+    omc_rdma_desc hd = bed_desc();
+    omc_rdma_conn* hc = NULL;
+    omc_rdma_window* win = NULL;
+    omc__dp_push p;
+    omc_buffer dst;
+    uint8_t reply[OMC_RDMA_RECORD_MAX], desc[OMC_RDMA_TARGET_MAX];
+    uint32_t rn = 0;
+    size_t dn = 0, i;
+    int zero = 0, untouched = 1;
+    if (!on_bed()) return;
+    send = rdma_connector_qd(OMC_ROLE_SENDER, 0, 16 * MIB);
+    REQUIRE(send != NULL);
+    P = plane_of(send);
+    REQUIRE(P != NULL && P->eng != NULL && P->pool_base != NULL);
+    REQUIRE(side_open(&h, &hd, 4 * MIB) == OMC_OK);
+    REQUIRE(omc_rdma_conn_create(h.eng, &hc) == OMC_OK);
+    REQUIRE(hostile_hello(P, hc, reply, &rn) == OMC_OK);       /* the victim's connection */
+    REQUIRE(omc_rdma_conn_connect(hc, reply, rn) == OMC_OK);
+    REQUIRE(omc_pool_alloc_buffer(h.pool, 65536, &dst) == OMC_OK);
+    memset(dst.data, 0xEE, 65536);
+    memset(P->pool_base, 0x5A, 65536);
+    REQUIRE(omc_rdma_expose(hc, dst.data, 65536, omc_deadline_after_ms(10000), &win, desc, sizeof(desc), &dn) == OMC_OK);
+    memset(&p, 0, sizeof(p));
+    p.src = (const uint8_t*)P->pool_base;
+    p.size = 65536;
+    p.desc = desc;
+    p.desc_len = (uint32_t)dn;
+    p.receiver_incarnation = omc_incarnation() ^ 0x5151;      /* another receiver sends it */
+    p.deadline = omc_deadline_after_ms(10000);
+    p.abort = &zero;
+    CHECK(omc__rdmap_tx_push(P, &p) != OMC_OK);
+    for (i = 0; i < 65536; i++) untouched &= ((uint8_t*)dst.data)[i] == 0xEE;
+    CHECK(untouched);
+    p.receiver_incarnation = omc_incarnation();                /* its owner, on its session: written */
+    p.channel = (const uint8_t*)"victim-session";
+    p.channel_len = 14;
+    CHECK_OK(omc__rdmap_tx_push(P, &p));
+    CHECK(((uint8_t*)dst.data)[0] == 0x5A && ((uint8_t*)dst.data)[65535] == 0x5A);
+    memset(dst.data, 0xEE, 65536);
+    p.channel = (const uint8_t*)"hostile-session";            /* same process claim, another session */
+    p.channel_len = 15;
+    CHECK(omc__rdmap_tx_push(P, &p) != OMC_OK);
+    untouched = 1;
+    for (i = 0; i < 65536; i++) untouched &= ((uint8_t*)dst.data)[i] == 0xEE;
+    CHECK(untouched);
+    p.channel = (const uint8_t*)"victim-session";             /* the owner's session still works */
+    p.channel_len = 14;
+    CHECK_OK(omc__rdmap_tx_push(P, &p));
+    CHECK(((uint8_t*)dst.data)[0] == 0x5A);
+    CHECK_OK(omc_rdma_revoke(win, omc_deadline_after_ms(10000)));
+    omc_buffer_release(&dst);
+    omc_rdma_conn_destroy(hc);
+    omc_conn_destroy(send);
+    side_close(&h);
+}
+
+/* FAULT INJECTION (omc__rdma_fault_revoke: a real stack rarely fails a revoke): a get whose
+   destination cannot be revoked fails with OMC_ERR_CONNECTION, the range is quarantined (never
+   handed out again) and an ERROR is logged; the next get works. */
+OMC_TEST(rdma_revoke_failure_quarantines_the_range) {
+    omc_conn *send, *recv;
+    omc_rdma_connector_info ri;
+    omc_payload p;
+    omc_meta m = {0};
+    omc_buffer b;
+    omc_health h;
+    uint8_t data[70000];
+    omc_result r;
+    if (!on_bed()) return;
+    send = rdma_connector(OMC_ROLE_SENDER, NULL, 16 * MIB);
+    recv = rdma_connector(OMC_ROLE_RECEIVER, NULL, 16 * MIB);
+    REQUIRE(send && recv);
+    omc_test_fill(data, sizeof(data), 47);
+    memset(&p, 0, sizeof(p));
+    p.data = data;
+    p.size = sizeof(data);
+    p.readers = 4;
+    CHECK_OK(omc_conn_put(send, "a", "b", "k", &p, &m));
+    log_clear();
+    omc__store(&omc__rdma_fault_revoke, 1);
+    r = omc_conn_get(recv, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(20000), &b);
+    omc__store(&omc__rdma_fault_revoke, 0);
+    CHECK_EQ(r, OMC_ERR_CONNECTION);
+    if (r == OMC_OK) omc_buffer_release(&b);
+    CHECK(log_has("quarantined"));
+    CHECK_OK(omc_rdma_connector_query(recv, &ri));
+    CHECK_EQ(ri.quarantined, 1);
+    CHECK_OK(omc_conn_health(recv, &h));
+    CHECK(h.errors >= 1);
+    CHECK_OK(omc_conn_get(recv, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(20000), &b));
+    CHECK(b.size == sizeof(data) && omc_test_verify(b.data, b.size, 47));
+    omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_destroy(recv);
+    omc_conn_destroy(send);
+}
+
+/* HOSTILE: peer B learns the key peer A was given and writes with it on B's own connection
+   (a forged descriptor: A's destination, B's connection id). Memory windows are bound to A's QP,
+   so the receiver's adapter refuses it. A destination region's key belongs to the receiver's
+   protection domain, which every peer's QPs share: the write lands (measured and printed, see
+   docs/security.md) - but only inside that destination, and never after the revoke. */
+static void cross_peer_write(omc_rdma_protection mode, const char* name) {
+    side rx, tx;
+    omc_rdma_desc rd = bed_desc(), td = bed_desc();
+    omc_rdma_conn *ra = NULL, *rb = NULL, *ta = NULL, *tb = NULL;
+    omc_rdma_window* win = NULL;
+    omc_rdma_target t;
+    omc_rdma_sge src;
+    omc_buffer dst, sb;
+    uint8_t rec[OMC_RDMA_RECORD_MAX], rec2[OMC_RDMA_RECORD_MAX], desc[OMC_RDMA_TARGET_MAX], forged[OMC_RDMA_TARGET_MAX];
+    size_t n = 0, n2 = 0, dn = 0, fn = 0, i;
+    omc_result r1, r2;
+    int landed = 0, outside = 0;
+    rd.protection = mode;
+    REQUIRE(side_open(&rx, &rd, 8 * MIB) == OMC_OK);
+    REQUIRE(side_open(&tx, &td, 8 * MIB) == OMC_OK);
+    /* two receiver connections (peer A's and peer B's), both accepted by one writer engine */
+    REQUIRE(omc_rdma_conn_create(rx.eng, &ra) == OMC_OK && omc_rdma_conn_create(rx.eng, &rb) == OMC_OK);
+    REQUIRE(omc_rdma_conn_record(ra, rec, sizeof(rec), &n) == OMC_OK && omc_rdma_conn_accept(tx.eng, rec, n, &ta) == OMC_OK);
+    REQUIRE(omc_rdma_conn_record(ta, rec2, sizeof(rec2), &n2) == OMC_OK && omc_rdma_conn_connect(ra, rec2, n2) == OMC_OK);
+    REQUIRE(omc_rdma_conn_record(rb, rec, sizeof(rec), &n) == OMC_OK && omc_rdma_conn_accept(tx.eng, rec, n, &tb) == OMC_OK);
+    REQUIRE(omc_rdma_conn_record(tb, rec2, sizeof(rec2), &n2) == OMC_OK && omc_rdma_conn_connect(rb, rec2, n2) == OMC_OK);
+    REQUIRE(omc_pool_alloc_buffer(rx.pool, 3 * 65536, &dst) == OMC_OK);
+    REQUIRE(omc_pool_alloc_buffer(tx.pool, 65536, &sb) == OMC_OK);
+    memset(dst.data, 0xEE, 3 * 65536);
+    memset(sb.data, 0x77, 65536);
+    REQUIRE(omc_rdma_expose(ra, (uint8_t*)dst.data + 65536, 65536, omc_deadline_after_ms(10000), &win, desc, sizeof(desc), &dn) == OMC_OK);
+    REQUIRE(omc_rdma_target_decode(desc, dn, 0, &t) == OMC_OK);
+    t.conn_id = omc__rdma_conn_id(tb);                  /* B's connection, A's key */
+    REQUIRE(omc_rdma_target_encode(&t, forged, sizeof(forged), &fn) == OMC_OK);
+    src.addr = sb.data;
+    src.length = 65536;
+    r1 = omc_rdma_write(tb, &src, 1, forged, fn, omc_deadline_after_ms(10000));
+    for (i = 0; i < 3 * 65536; i++) {
+        int in = i >= 65536 && i < 2 * 65536;
+        if (((uint8_t*)dst.data)[i] == 0x77) { if (in) landed = 1; else outside = 1; }
+    }
+    printf("  %s: peer A's key on peer B's QP: %s, %s\n", name, omc_result_name(r1),
+           landed ? "the bytes landed in A's destination" : "nothing landed");
+    CHECK(!outside);                                    /* never outside the destination */
+    if (mode == OMC_RDMA_PROTECT_WINDOWS) { CHECK_EQ(r1, OMC_ERR_RDMA_ACCESS); CHECK(!landed); }
+    omc_rdma_revoke(win, omc_deadline_after_ms(10000));
+    if (r1 == OMC_OK) {                                 /* after the revoke the key is dead everywhere */
+        memset(dst.data, 0xEE, 3 * 65536);
+        r2 = omc_rdma_write(tb, &src, 1, forged, fn, omc_deadline_after_ms(10000));
+        CHECK(r2 != OMC_OK);
+        landed = 0;
+        for (i = 0; i < 3 * 65536; i++) landed |= ((uint8_t*)dst.data)[i] == 0x77;
+        CHECK(!landed);
+    }
+    omc_buffer_release(&sb);
+    omc_buffer_release(&dst);
+    omc_rdma_conn_destroy(ta); omc_rdma_conn_destroy(tb);
+    omc_rdma_conn_destroy(ra); omc_rdma_conn_destroy(rb);
+    side_close(&tx);
+    side_close(&rx);
+}
+
+OMC_TEST(rdma_windows_key_is_useless_on_another_peers_qp) {
+    if (!on_bed()) return;
+    cross_peer_write(OMC_RDMA_PROTECT_WINDOWS, "WINDOWS");
+}
+
+OMC_TEST(rdma_regions_key_on_another_peers_qp_is_measured) {
+    if (!on_bed()) return;
+    cross_peer_write(OMC_RDMA_PROTECT_REGIONS, "REGIONS");
+}
+
+/* ---- a sender that dies while a receiver waits --------------------------------------------------- */
+
+#define XSENDER_SIZE (96 * MIB)
+
+/* Child: a sender connector that puts one large payload, sends "port" then the metadata over
+   fd, and waits to be killed. */
+static int role_xsender(int fd) {
+    omc_conn* send = rdma_connector(OMC_ROLE_SENDER, NULL, XSENDER_SIZE + 16 * MIB);
+    omc_payload p;
+    omc_meta m = {0};
+    uint8_t* data = (uint8_t*)malloc(XSENDER_SIZE);
+    char buf[64];
+    uint16_t port = 0;
+    if (!send || !data) return 100;
+    omc_test_fill(data, XSENDER_SIZE, 53);
+    memset(&p, 0, sizeof(p));
+    p.data = data;
+    p.size = XSENDER_SIZE;
+    if (omc_conn_put(send, "a", "b", "big", &p, &m) != OMC_OK) return 101;
+    omc_tcp_endpoint(send, NULL, 0, &port, NULL);
+    snprintf(buf, sizeof(buf), "%u", port);
+    if (say(fd, buf) != 0 || msg_send(fd, m.data, (uint32_t)m.size) != 0) return 102;
+    msg_recv(fd, buf, sizeof(buf));         /* until killed (or told to quit) */
+    omc_meta_free(&m);
+    omc_conn_destroy(send);
+    free(data);
+    return 0;
+}
+
+/* The sender process is killed while a get of 96 MiB waits for its bytes: the get fails with
+   OMC_ERR_CONNECTION within seconds (the receiver probes its sender while it waits), not with
+   OMC_ERR_TIMEOUT at its 60 s deadline. */
+OMC_TEST(rdma_get_fails_fast_when_the_sender_dies) {
+    int sv[2];
+    pid_t pid;
+    char port[32], fds[16];
+    uint8_t meta[4096];
+    long mn;
+    omc_conn* recv;
+    omc_tcp_found found;
+    omc_buffer b;
+    omc_result r;
+    omc_time_ns t0;
+    double secs;
+    pthread_t th;
+    killer_arg ka;
+    if (!on_bed()) return;
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    snprintf(fds, sizeof(fds), "%d", sv[1]);
+    pid = fork();
+    if (pid == 0) {
+        char* args[] = { (char*)"/proc/self/exe", (char*)"--role", (char*)"xsender", fds, NULL };
+        close(sv[0]);
+        fcntl(sv[1], F_SETFD, 0);
+        execv("/proc/self/exe", args);
+        _exit(101);
+    }
+    close(sv[1]);
+    REQUIRE(pid > 0);
+    mn = msg_recv(sv[0], port, sizeof(port) - 1);
+    if (mn > 0) port[mn] = '\0';
+    REQUIRE(mn > 0);
+    mn = msg_recv(sv[0], meta, sizeof(meta));
+    REQUIRE(mn > 0);
+    recv = rdma_connector(OMC_ROLE_RECEIVER, NULL, XSENDER_SIZE + 16 * MIB);
+    REQUIRE(recv != NULL);
+    /* open the channel (HELLO, RDMA connection) first, as a long-lived receiver has it */
+    CHECK_OK(omc_tcp_add_sender(recv, "x", bed_ip(), (uint16_t)atoi(port)));
+    omc_tcp_query(recv, "x", "warm", "up", "channel", omc_deadline_after_ms(20000), &found);
+    ka.pid = pid;
+    ka.ms = 500;
+    pthread_create(&th, NULL, killer, &ka);
+    t0 = omc_now_ns();
+    r = omc_conn_get(recv, "a", "b", "big", meta, (uint32_t)mn, omc_deadline_after_ms(60000), &b);
+    secs = (double)(omc_now_ns() - t0) / 1e9;
+    pthread_join(th, NULL);
+    printf("  get after the sender was killed: %s in %.2f s\n", omc_result_name(r), secs);
+    if (r == OMC_OK) {          /* a fast device may finish before the kill: nothing to test then */
+        printf("  (the transfer finished before the kill)\n");
+        omc_buffer_release(&b);
+    } else {
+        CHECK_EQ(r, OMC_ERR_CONNECTION);
+        CHECK(secs < 15.0);
+    }
+    reap(pid, 5000);
+    close(sv[0]);
+    omc_conn_destroy(recv);
+}
+
 int main(int argc, char** argv) {
     ct_consumer_main(argc, argv, consumer_from_spec);
     if (argc > 2 && strcmp(argv[1], "--role") == 0) {
         if (strcmp(argv[2], "server") == 0) return role_server(argc - 1, argv + 1);
         if (strcmp(argv[2], "memlock") == 0) return role_memlock();
+        if (strcmp(argv[2], "xsender") == 0 && argc > 3) return role_xsender(atoi(argv[3]));
         return 100;
     }
     if (!bed_device()) {        /* nothing ran: say so, count nothing */
