@@ -707,17 +707,24 @@ static __attribute__((unused)) void ct_ttl_held_p(ct_env* e) {
     omc_meta m = {0};
     omc_health h0, h1;
     int i;
+    omc_time_ns until;
     memset(&p, 0, sizeof(p));
     omc_test_fill(buf, sizeof(buf), 50);
-    p.data = buf; p.size = sizeof(buf); p.readers = 2; p.ttl_ms = 200;
+    /* a TTL long enough for the consumer's get to arrive on a slow machine (QEMU/TCG on the
+       RDMA bed: the metadata hop and the destination's registration take hundreds of ms) */
+    p.data = buf; p.size = sizeof(buf); p.readers = 2; p.ttl_ms = 1500;
+    omc_conn_health(e->conn, &h0);      /* before the put: the reclaim may come at any time after it */
     CHECK_OK(omc_conn_put(e->conn, e->from, e->to, e->key, &p, &m));
     ct_send_meta(e, &m);
     omc_meta_free(&m);
     ct_expect(e, "got");
-    omc_conn_health(e->conn, &h0);
-    usleep(400000);
-    omc_conn_sweep(e->conn);
-    omc_conn_health(e->conn, &h1);
+    /* wait for the TTL to pass and a sweep to reclaim the entry (the reader still holds it) */
+    until = omc_deadline_after_ms(15000);
+    do {
+        usleep(100000);
+        omc_conn_sweep(e->conn);
+        omc_conn_health(e->conn, &h1);
+    } while (h1.ttl_reclaims < h0.ttl_reclaims + 1 && omc_now_ns() < until);
     CHECK(h1.ttl_reclaims >= h0.ttl_reclaims + 1);
     CHECK_RES(omc_conn_exists(e->conn, e->from, e->to, e->key), OMC_ERR_NOT_FOUND);
     /* take the space back with other bytes: a freed range would be overwritten now */

@@ -1208,14 +1208,6 @@ OMC_TEST(contract_over_rdma_across_processes) {
             printf("SKIP rdma.process.missing_key_times_out (side-channel timing only, no RDMA involved; run by test_tcp)\n");
             continue;
         }
-        /* This one puts with a 200 ms TTL and needs the consumer's PULL to arrive before it
-           expires: under QEMU/TCG the metadata hop plus the destination's registration take
-           longer (the entry expires first: OMC_ERR_NOT_FOUND, with and without RDMA changes).
-           test_tcp runs it on the host. */
-        if (strcmp(ct_cases[i].name, "ttl_never_frees_a_range_a_reader_holds") == 0) {
-            printf("SKIP rdma.process.ttl_never_frees_a_range_a_reader_holds (a 200 ms TTL against QEMU/TCG timing; run by test_tcp)\n");
-            continue;
-        }
         if (getenv("CT_FILTER") && !strstr(ct_cases[i].name, getenv("CT_FILTER"))) continue;
         ct_run_all("rdma.process", prod, NULL, spec, ct_cases[i].name);
     }
