@@ -83,18 +83,12 @@ int main(int argc, char** argv) {
 """
 
 
-def _zmq():
-    """-lzmq if omniconn.h links libzmq directly (it does not when it loads it at run time)."""
-    with open(os.path.join(ROOT, "omniconn.h")) as f:
-        return [] if "OMNICONN_ZMQ_LIBRARY" in f.read() else ["-lzmq"]
-
-
 def build_c(tmp):
     src = os.path.join(tmp, "c_path.c")
     exe = os.path.join(tmp, "c_path")
     with open(src, "w") as f:
         f.write(C_SOURCE)
-    subprocess.run(["cc", "-std=c99", "-O2", "-I" + ROOT, "-o", exe, src, *_zmq(), "-ldl", "-lpthread", "-lm"],
+    subprocess.run(["cc", "-std=c99", "-O2", "-I" + ROOT, "-o", exe, src, "-ldl", "-lpthread", "-lm"],
                    check=True)
     return exe
 

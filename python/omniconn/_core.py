@@ -629,8 +629,6 @@ class Connector:
 
     def exists(self, from_stage, to_stage, key):
         """Is the key live on this connector (put and not fully consumed)? Never blocks."""
-        if not _lib.has_symbol("omc_conn_exists"):
-            raise _lib.UnavailableError(_lib.OMC_ERR_UNAVAILABLE, "exists", log="library without omc_conn_exists")
         r = lib.omc_conn_exists(self._c(), _b(from_stage), _b(to_stage), _b(key))
         if r == _lib.OMC_ERR_NOT_FOUND:
             return False
@@ -639,8 +637,6 @@ class Connector:
 
     def list(self, from_stage=None, to_stage=None):
         """The live keys as (from_stage, to_stage, key) tuples."""
-        if not _lib.has_symbol("omc_conn_list"):
-            raise _lib.UnavailableError(_lib.OMC_ERR_UNAVAILABLE, "list", log="library without omc_conn_list")
         found = []
 
         def visit(f, t, k, user):
@@ -672,17 +668,10 @@ class Connector:
     def wait_consumed(self, timeout=None):
         """Wait until every put of this connector was consumed (or expired). Returns True if so,
         False if the timeout passed first."""
-        if _lib.has_symbol("omc_conn_wait_consumed"):
-            r = lib.omc_conn_wait_consumed(self._c(), deadline(timeout))
-            if r == _lib.OMC_ERR_TIMEOUT:
-                return False
-            check(r, "wait_consumed")
-            return True
-        end = None if timeout is None else time.monotonic() + timeout
-        while self.health()["live_entries"]:
-            if end is not None and time.monotonic() >= end:
-                return False
-            time.sleep(0.001)
+        r = lib.omc_conn_wait_consumed(self._c(), deadline(timeout))
+        if r == _lib.OMC_ERR_TIMEOUT:
+            return False
+        check(r, "wait_consumed")
         return True
 
     def close(self):

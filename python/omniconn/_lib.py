@@ -164,19 +164,14 @@ _SIGS = {
     "omc_detect_host": (c_int, [c_int, c_char_p, c_size_t, P(c_char_p)]),
 }
 
-missing = []
+missing = [_name for _name in _SIGS if not hasattr(lib, _name)]
+if missing:     # a library older than this package: every call above is part of the contract
+    raise ImportError("omniconn: %s lacks %s (a library older than this package); rebuild it with "
+                      "`make lib` or point OMNICONN_LIBRARY at a current one" % (library_path, ", ".join(missing)))
 for _name, (_res, _args) in _SIGS.items():
-    try:
-        _f = getattr(lib, _name)
-    except AttributeError:
-        missing.append(_name)      # e.g. a library older than the call: the feature says UNAVAILABLE
-        continue
+    _f = getattr(lib, _name)
     _f.restype = _res
     _f.argtypes = _args
-
-
-def has_symbol(name):
-    return name not in missing and hasattr(lib, name)
 
 
 # ---- errors -------------------------------------------------------------------------------------

@@ -372,12 +372,9 @@ class OmniconnConnector(_Base):
             keys = list(self._puts.items())
         done = []
         conn = self._c()
-        try:
-            for key, (f, t) in keys:
-                if not conn.exists(f, t, key):
-                    done.append(key)
-        except _lib.UnavailableError:   # a connector that cannot answer per key: all or nothing
-            done = [k for k, _ in keys] if conn.health()["live_entries"] == 0 else []
+        for key, (f, t) in keys:
+            if not conn.exists(f, t, key):
+                done.append(key)
         with self._lock:
             for k in done:
                 self._puts.pop(k, None)
