@@ -50,6 +50,9 @@ OMNICONN_API omc_result omc_ffi_tcp_create(int role, const char* host, const cha
                                            const char* secret_key, const char* public_key, const char* server_key,
                                            int rdma, const char* rdma_devices, omc_conn** out);
 OMNICONN_API omc_result omc_ffi_rdma_status(omc_conn* conn, int* enabled, char* reason, size_t reason_size);
+OMNICONN_API const char* omc_ffi_rdma_counter_fields(void);
+OMNICONN_API omc_result omc_ffi_rdma_counters(omc_conn* conn, uint64_t* values, uint32_t count, char* last_fallback,
+                                             size_t last_fallback_size);
 
 OMNICONN_API omc_result omc_ffi_put(omc_conn* conn, const char* from, const char* to, const char* key,
                                     const void* data, uint64_t size, uint32_t flags, uint32_t readers, int64_t ttl_ms,
@@ -222,6 +225,36 @@ OMNICONN_API omc_result omc_ffi_rdma_status(omc_conn* conn, int* enabled, char* 
     if (enabled) *enabled = r == OMC_OK ? info.rdma_enabled : 0;
     if (reason && reason_size) snprintf(reason, reason_size, "%s", r == OMC_OK ? info.reason : "");
     return r;
+}
+
+/* The counters of omc_rdma_connector_info that omc_ffi_rdma_counters fills, in this order. */
+#define OMC__FFI_RDMA_COUNTERS(X) \
+    X(rdma_channels) X(tcp_fallbacks) X(accepted) X(accept_failures) X(pushes) X(push_failures) X(push_bytes) \
+    X(sender_connections)
+
+/* The names of the values omc_ffi_rdma_counters fills, comma-separated, in order. */
+OMNICONN_API const char* omc_ffi_rdma_counter_fields(void) {
+#define OMC__X(f) #f ","
+    static const char names[] = OMC__FFI_RDMA_COUNTERS(OMC__X);
+#undef OMC__X
+    return names;
+}
+
+/* values[i] = the i-th counter; last_fallback = which sender fell back to TCP last, and why.
+   OMC_ERR_INVALID_ARG for a connector that is not an RDMA connector. */
+OMNICONN_API omc_result omc_ffi_rdma_counters(omc_conn* conn, uint64_t* values, uint32_t count, char* last_fallback,
+                                             size_t last_fallback_size) {
+    omc_rdma_connector_info info;
+    uint64_t all[16];
+    uint32_t n = 0, i;
+    omc_result r = omc_rdma_connector_query(conn, &info);
+    if (r != OMC_OK) return r;
+#define OMC__X(f) all[n++] = (uint64_t)info.f;
+    OMC__FFI_RDMA_COUNTERS(OMC__X)
+#undef OMC__X
+    for (i = 0; values && i < count && i < n; i++) values[i] = all[i];
+    if (last_fallback && last_fallback_size) snprintf(last_fallback, last_fallback_size, "%s", info.last_fallback);
+    return OMC_OK;
 }
 
 /* ============================================================================================== */

@@ -788,6 +788,19 @@ class RdmaConnector(TcpConnector):
         check(lib.omc_ffi_rdma_status(self._c(), ctypes.byref(enabled), why, 256), "rdma status")
         return bool(enabled.value), why.value.decode()
 
+    @property
+    def rdma_counters(self):
+        """The RDMA plane's counters: rdma_channels and tcp_fallbacks (receiver: channels that
+        connected over RDMA / fell back to TCP, last_fallback says why), accepted,
+        accept_failures, pushes, push_failures, push_bytes, sender_connections (sender)."""
+        fields = _lib.RDMA_COUNTER_FIELDS
+        vals = (ctypes.c_uint64 * len(fields))()
+        why = ctypes.create_string_buffer(256)
+        check(lib.omc_ffi_rdma_counters(self._c(), vals, len(fields), why, 256), "rdma counters")
+        out = {f: vals[i] for i, f in enumerate(fields)}
+        out["last_fallback"] = why.value.decode("utf-8", "replace")
+        return out
+
 
 # ---- module helpers ------------------------------------------------------------------------------------
 def version():

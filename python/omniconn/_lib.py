@@ -59,6 +59,9 @@ C_TYPES = {
 HEALTH_FIELDS = ("state", "transport", "role", "puts", "gets", "releases", "bytes_put", "bytes_got",
                  "errors", "timeouts", "ttl_reclaims", "live_entries", "pool_capacity", "pool_in_use",
                  "last_error")
+# what omc_ffi_rdma_counters fills, in its order (test_layout.py checks it against the library)
+RDMA_COUNTER_FIELDS = ("rdma_channels", "tcp_fallbacks", "accepted", "accept_failures", "pushes", "push_failures",
+                       "push_bytes", "sender_connections")
 
 _here = os.path.dirname(os.path.abspath(__file__))
 
@@ -121,6 +124,8 @@ _SIGS = {
     "omc_ffi_tcp_create": (c_int, [c_int, c_char_p, c_char_p, c_uint32, c_uint32, c_uint64, c_int64,
                                    c_char_p, c_char_p, c_char_p, c_int, c_char_p, P(c_void_p)]),
     "omc_ffi_rdma_status": (c_int, [c_void_p, P(c_int), c_char_p, c_size_t]),
+    "omc_ffi_rdma_counter_fields": (c_char_p, []),
+    "omc_ffi_rdma_counters": (c_int, [c_void_p, P(c_uint64), c_uint32, c_char_p, c_size_t]),
     "omc_ffi_put": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_void_p, c_uint64, c_uint32, c_uint32,
                             c_int64, c_void_p, c_uint32, P(c_uint32)]),
     "omc_ffi_alloc": (c_int, [c_void_p, c_uint64, c_int64, P(c_void_p), P(c_void_p)]),

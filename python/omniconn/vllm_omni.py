@@ -173,6 +173,8 @@ class OmniconnConnector(_Base):
       sender_host, sender_zmq_port   receiver: the sender to ask on metadata-less gets
       memory_pool_size  bytes of the connector's pool (0 = the transport's default)
       channel           SHM channel name (default "vllm_omni")
+      shm_dir           SHM: the tmpfs directory of the segments (default /dev/shm; the same on
+                        both sides)
       device_name       RDMA device(s), "mlx5_0,mlx5_1"
       ttl_seconds / ttl_ms   unconsumed payloads are reclaimed after this (default: library's)
       curve_secret_key_file, curve_public_key_file, curve_server_key_file   CURVE on the side channel
@@ -213,7 +215,8 @@ class OmniconnConnector(_Base):
         self.protocol = protocol
         pool = int(extra.get("memory_pool_size", 0) or 0)
         if protocol == "shm":
-            self._conn = ShmConnector(self.role, channel=extra.get("channel", "vllm_omni"), pool_size=pool,
+            self._conn = ShmConnector(self.role, channel=extra.get("channel", "vllm_omni"),
+                                      shm_dir=extra.get("shm_dir"), pool_size=pool,
                                       ttl_ms=self.ttl_ms, inline_threshold=int(extra.get("inline_threshold", 0)))
         elif protocol == "local":
             self._conn = LocalConnector(self.role, pool_size=pool, ttl_ms=self.ttl_ms)

@@ -33,6 +33,11 @@ def test_health_values_come_in_the_order_the_library_fills_them(c_view):
     assert from_lib == list(_lib.HEALTH_FIELDS)
 
 
+def test_rdma_counters_come_in_the_order_the_library_fills_them():
+    from_lib = _lib.lib.omc_ffi_rdma_counter_fields().decode().strip(",").split(",")
+    assert from_lib == list(_lib.RDMA_COUNTER_FIELDS)
+
+
 def test_the_library_exports_only_omc_symbols_and_has_a_versioned_soname():
     path = os.path.realpath(_lib.library_path)
     syms = subprocess.run(["nm", "-D", "--defined-only", path], check=True, capture_output=True, text=True).stdout
