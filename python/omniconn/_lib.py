@@ -59,6 +59,9 @@ C_TYPES = {
 HEALTH_FIELDS = ("state", "transport", "role", "puts", "gets", "releases", "bytes_put", "bytes_got",
                  "errors", "timeouts", "ttl_reclaims", "live_entries", "pool_capacity", "pool_in_use",
                  "last_error")
+# what omc_ffi_get_first fills, in its order (test_layout.py checks it against the library)
+GET_FIRST_FIELDS = ("handle", "data", "size", "flags", "segment", "kind", "dtype", "ndim", "offset", "segment_size",
+                    "shape0", "shape1", "shape2", "shape3", "shape4", "shape5", "shape6", "shape7")
 # what omc_ffi_rdma_counters fills, in its order (test_layout.py checks it against the library)
 RDMA_COUNTER_FIELDS = ("rdma_channels", "tcp_fallbacks", "accepted", "accept_failures", "pushes", "push_failures",
                        "push_bytes", "sender_connections")
@@ -137,6 +140,9 @@ _SIGS = {
                                  P(c_void_p), P(c_void_p), P(c_uint64), P(c_uint32)]),
     "omc_ffi_tcp_query": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_int64, P(c_uint64)]),
     "omc_ffi_buffer_release": (c_int, [c_void_p]),
+    "omc_ffi_get_first_fields": (c_char_p, []),
+    "omc_ffi_get_first": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_void_p, c_size_t, c_int64,
+                                  P(c_uint64), c_uint32, c_char_p, c_size_t]),
     "omc_ffi_health_fields": (c_char_p, []),
     "omc_ffi_health": (c_int, [c_void_p, P(c_uint64), c_uint32, c_char_p, c_size_t]),
     "omc_ffi_frame_size": (c_int, [c_uint32, P(c_char_p), P(c_int32), P(c_uint32), P(c_int64), P(c_uint64),

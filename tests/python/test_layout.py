@@ -33,6 +33,12 @@ def test_health_values_come_in_the_order_the_library_fills_them(c_view):
     assert from_lib == list(_lib.HEALTH_FIELDS)
 
 
+def test_get_first_values_come_in_the_order_the_library_fills_them():
+    from_lib = _lib.lib.omc_ffi_get_first_fields().decode().strip(",").split(",")
+    assert from_lib == list(_lib.GET_FIRST_FIELDS)
+    assert _lib.GET_FIRST_FIELDS.index("shape0") + _lib.CONSTANTS["OMC_MAX_DIMS"] == len(_lib.GET_FIRST_FIELDS)
+
+
 def test_rdma_counters_come_in_the_order_the_library_fills_them():
     from_lib = _lib.lib.omc_ffi_rdma_counter_fields().decode().strip(",").split(",")
     assert from_lib == list(_lib.RDMA_COUNTER_FIELDS)
