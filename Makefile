@@ -109,9 +109,8 @@ clean:
 LIB_VERSION := $(shell sed -n 's/^\#define OMNICONN_VERSION_STRING "\(.*\)"/\1/p' omniconn.h)
 LIB_MAJOR   := $(firstword $(subst ., ,$(LIB_VERSION)))
 LIB_SONAME  := libomniconn.so.$(LIB_MAJOR)
-# libzmq: linked only by headers that do not load it at run time (no OMNICONN_ZMQ_LIBRARY)
-LIB_ZMQ     := $(if $(shell grep -l OMNICONN_ZMQ_LIBRARY omniconn.h),,-lzmq)
-LIB_LDLIBS  ?= $(LIB_ZMQ) -ldl -lpthread -lm
+# libzmq and libibverbs are loaded at run time: the library links only these
+LIB_LDLIBS  ?= -ldl -lpthread -lm
 PREFIX      ?= /usr/local
 LIBDIR      ?= $(PREFIX)/lib
 INCLUDEDIR  ?= $(PREFIX)/include

@@ -14,9 +14,6 @@ CMAKEDIR=$LIBDIR/cmake/omniconn
 PCDIR=$LIBDIR/pkgconfig
 D=$DESTDIR
 
-# what a header-only build links: libzmq too, unless omniconn.h loads it at run time
-if grep -q OMNICONN_ZMQ_LIBRARY omniconn.h; then ZMQ=""; else ZMQ="-lzmq "; fi
-
 # a path relative from the CMake package directory to PREFIX (the package stays relocatable)
 rel() { python3 -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$1" "$2"; }
 
@@ -35,9 +32,9 @@ install -m 755 "$BUILD/libomniconn.so.$LIB_VERSION" "$D$LIBDIR/"
 ln -sf "libomniconn.so.$LIB_VERSION" "$D$LIBDIR/libomniconn.so.$MAJOR"
 ln -sf "libomniconn.so.$MAJOR" "$D$LIBDIR/libomniconn.so"
 sed -e "s|@PREFIX@|$PREFIX|; s|@LIBDIR@|$LIBDIR|; s|@INCLUDEDIR@|$INCLUDEDIR|; s|@VERSION@|$LIB_VERSION|" \
-    -e "s|@LIBS_PRIVATE@|${ZMQ}-ldl -lpthread -lm|" \
+    -e "s|@LIBS_PRIVATE@|-ldl -lpthread -lm|" \
     omniconn.pc.in > "$D$PCDIR/omniconn.pc"
-sub=(-e "s|@VERSION@|$LIB_VERSION|g" -e "s|@MAJOR@|$MAJOR|g" -e "s|@ZMQ@|${ZMQ:+zmq;}|"
+sub=(-e "s|@VERSION@|$LIB_VERSION|g" -e "s|@MAJOR@|$MAJOR|g"
      -e "s|@REL_PREFIX@|$(rel "$PREFIX" "$CMAKEDIR")|" -e "s|@REL_INCLUDEDIR@|$(rel "$INCLUDEDIR" "$PREFIX")|"
      -e "s|@REL_LIBDIR@|$(rel "$LIBDIR" "$PREFIX")|")
 sed "${sub[@]}" cmake/omniconnConfig.cmake.in > "$D$CMAKEDIR/omniconnConfig.cmake"

@@ -50,6 +50,9 @@ OMNICONN_API omc_result omc_ffi_tcp_create(int role, const char* host, const cha
                                            const char* secret_key, const char* public_key, const char* server_key,
                                            int rdma, const char* rdma_devices, omc_conn** out);
 OMNICONN_API omc_result omc_ffi_rdma_status(omc_conn* conn, int* enabled, char* reason, size_t reason_size);
+OMNICONN_API const char* omc_ffi_rdma_counter_fields(void);
+OMNICONN_API omc_result omc_ffi_rdma_counters(omc_conn* conn, uint64_t* values, uint32_t count, char* last_fallback,
+                                             size_t last_fallback_size);
 
 OMNICONN_API omc_result omc_ffi_put(omc_conn* conn, const char* from, const char* to, const char* key,
                                     const void* data, uint64_t size, uint32_t flags, uint32_t readers, int64_t ttl_ms,
@@ -67,6 +70,10 @@ OMNICONN_API omc_result omc_ffi_get_from(omc_conn* conn, const char* sender, con
 OMNICONN_API omc_result omc_ffi_tcp_query(omc_conn* conn, const char* sender, const char* from, const char* to,
                                           const char* key, omc_time_ns deadline, uint64_t* size);
 OMNICONN_API omc_result omc_ffi_buffer_release(omc_buffer* buffer);
+OMNICONN_API const char* omc_ffi_get_first_fields(void);
+OMNICONN_API omc_result omc_ffi_get_first(omc_conn* conn, const char* sender, const char* from, const char* to,
+                                          const char* key, const void* meta, size_t meta_size, omc_time_ns deadline,
+                                          uint64_t* out, uint32_t out_count, char* name, size_t name_size);
 
 OMNICONN_API const char* omc_ffi_health_fields(void);
 OMNICONN_API omc_result omc_ffi_health(omc_conn* conn, uint64_t* values, uint32_t count, char* text, size_t text_size);
@@ -224,6 +231,36 @@ OMNICONN_API omc_result omc_ffi_rdma_status(omc_conn* conn, int* enabled, char* 
     return r;
 }
 
+/* The counters of omc_rdma_connector_info that omc_ffi_rdma_counters fills, in this order. */
+#define OMC__FFI_RDMA_COUNTERS(X) \
+    X(rdma_channels) X(tcp_fallbacks) X(accepted) X(accept_failures) X(pushes) X(push_failures) X(push_bytes) \
+    X(sender_connections)
+
+/* The names of the values omc_ffi_rdma_counters fills, comma-separated, in order. */
+OMNICONN_API const char* omc_ffi_rdma_counter_fields(void) {
+#define OMC__X(f) #f ","
+    static const char names[] = OMC__FFI_RDMA_COUNTERS(OMC__X);
+#undef OMC__X
+    return names;
+}
+
+/* values[i] = the i-th counter; last_fallback = which sender fell back to TCP last, and why.
+   OMC_ERR_INVALID_ARG for a connector that is not an RDMA connector. */
+OMNICONN_API omc_result omc_ffi_rdma_counters(omc_conn* conn, uint64_t* values, uint32_t count, char* last_fallback,
+                                             size_t last_fallback_size) {
+    omc_rdma_connector_info info;
+    uint64_t all[16];
+    uint32_t n = 0, i;
+    omc_result r = omc_rdma_connector_query(conn, &info);
+    if (r != OMC_OK) return r;
+#define OMC__X(f) all[n++] = (uint64_t)info.f;
+    OMC__FFI_RDMA_COUNTERS(OMC__X)
+#undef OMC__X
+    for (i = 0; values && i < count && i < n; i++) values[i] = all[i];
+    if (last_fallback && last_fallback_size) snprintf(last_fallback, last_fallback_size, "%s", info.last_fallback);
+    return OMC_OK;
+}
+
 /* ============================================================================================== */
 /* [SECTION] FFI: put, get, buffers                                                               */
 /* ============================================================================================== */
@@ -319,6 +356,68 @@ static omc_result omc__ffi_hand_out(omc_buffer* b, omc_buffer** out, void** data
     if (data) *data = b->data;
     if (size) *size = b->size;
     if (flags) *flags = b->flags;
+    return OMC_OK;
+}
+
+/* The values omc_ffi_get_first fills, in this order: the buffer (handle, data, size, flags), then
+   the first segment of a frame (segment: 0 = decoded, 1 = not a frame, < 0 = the frame's decode
+   error as int64; then kind, dtype, ndim, offset from data, segment size, shape[OMC_MAX_DIMS]). */
+#define OMC__FFI_GET_FIRST(X) \
+    X(handle) X(data) X(size) X(flags) X(segment) X(kind) X(dtype) X(ndim) X(offset) X(segment_size) \
+    X(shape0) X(shape1) X(shape2) X(shape3) X(shape4) X(shape5) X(shape6) X(shape7)
+enum {
+#define OMC__X(f) OMC__FFI_GOT_##f,
+    OMC__FFI_GET_FIRST(OMC__X)
+#undef OMC__X
+    OMC__FFI_GOT_COUNT
+};
+
+/* The names of the values omc_ffi_get_first fills, comma-separated, in order. */
+OMNICONN_API const char* omc_ffi_get_first_fields(void) {
+#define OMC__X(f) #f ","
+    static const char names[] = OMC__FFI_GET_FIRST(OMC__X);
+#undef OMC__X
+    return names;
+}
+
+/* A get (with meta, or metadata-less from one registered sender when sender is not NULL) and, if
+   the payload is a frame, its first segment decoded - one call where a caller would otherwise
+   make two (a get, then omc_ffi_frame_segment). out must have room for every value (see
+   omc_ffi_get_first_fields); out[handle] is for omc_ffi_buffer_release. A frame that does not
+   decode still hands the buffer out (with its error in out[segment]). */
+OMNICONN_API omc_result omc_ffi_get_first(omc_conn* conn, const char* sender, const char* from, const char* to,
+                                          const char* key, const void* meta, size_t meta_size, omc_time_ns deadline,
+                                          uint64_t* out, uint32_t out_count, char* name, size_t name_size) {
+    omc_buffer* h = NULL;
+    void* data = NULL;
+    uint64_t size = 0;
+    uint32_t flags = 0, d;
+    omc_frame f;
+    omc_segment s;
+    omc_result r;
+    if (!out || out_count < OMC__FFI_GOT_COUNT) return OMC_ERR_INVALID_ARG;
+    if (sender) r = omc_ffi_get_from(conn, sender, from, to, key, deadline, &h, &data, &size, &flags);
+    else r = omc_ffi_get(conn, from, to, key, meta, meta_size, deadline, &h, &data, &size, &flags);
+    if (r != OMC_OK) return r;
+    memset(out, 0, OMC__FFI_GOT_COUNT * sizeof(*out));
+    out[OMC__FFI_GOT_handle] = (uint64_t)(uintptr_t)h;
+    out[OMC__FFI_GOT_data] = (uint64_t)(uintptr_t)data;
+    out[OMC__FFI_GOT_size] = size;
+    out[OMC__FFI_GOT_flags] = flags;
+    out[OMC__FFI_GOT_segment] = 1;
+    if (name && name_size) name[0] = 0;
+    if (!(flags & OMC_BUFFER_FRAME)) return OMC_OK;
+    r = omc_frame_decode(data, size, 0, &f);
+    if (r == OMC_OK) r = omc_frame_segment(&f, 0, &s);
+    out[OMC__FFI_GOT_segment] = (uint64_t)(int64_t)r;
+    if (r != OMC_OK) return OMC_OK;
+    if (name && name_size) snprintf(name, name_size, "%.*s", (int)s.name_len, s.name);
+    out[OMC__FFI_GOT_kind] = (uint64_t)s.kind;
+    out[OMC__FFI_GOT_dtype] = (uint64_t)s.dtype;
+    out[OMC__FFI_GOT_ndim] = s.ndim;
+    out[OMC__FFI_GOT_offset] = (uint64_t)((const uint8_t*)s.data - (const uint8_t*)data);
+    out[OMC__FFI_GOT_segment_size] = s.size;
+    for (d = 0; d < s.ndim && d < OMC_MAX_DIMS; d++) out[OMC__FFI_GOT_shape0 + d] = (uint64_t)s.shape[d];
     return OMC_OK;
 }
 

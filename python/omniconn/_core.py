@@ -1,5 +1,6 @@
 """Connectors, buffers and named-tensor frames over libomniconn."""
 import ctypes
+import os
 import sys
 import threading
 import time
@@ -35,12 +36,21 @@ def _b(s):
 _tls = threading.local()
 
 
+_GOT_N = len(_lib.GET_FIRST_FIELDS)
+_GOT_SHAPE = _lib.GET_FIRST_FIELDS.index("shape0")
+_NAME_CAP = _lib.OMC_FRAME_MAX_NAME + 1
+
+
 class _CallState:
     """Per-thread out-parameters of the hot calls, allocated once (ctypes objects are not free)."""
-    __slots__ = ("meta", "msize", "msize_ref", "h", "data", "size", "flags", "refs")
+    __slots__ = ("meta", "meta_mv", "msize", "msize_ref", "h", "data", "size", "flags", "refs", "shape", "got", "name")
 
     def __init__(self):
         self.meta = ctypes.create_string_buffer(_META_CAP)
+        self.meta_mv = memoryview(self.meta).cast("B")      # slicing it copies less than string_at
+        self.shape = (ctypes.c_int64 * _lib.OMC_MAX_DIMS)()
+        self.got = (ctypes.c_uint64 * _GOT_N)()
+        self.name = ctypes.create_string_buffer(_NAME_CAP)
         self.msize = ctypes.c_uint32()
         self.msize_ref = ctypes.byref(self.msize)
         self.h, self.data, self.size, self.flags = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_uint32()
@@ -64,11 +74,19 @@ def _torch():
     return sys.modules.get("torch")
 
 
+_ndarray = _np.ndarray if _np is not None else None
+_char_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
 def _address(data):
     """(address, size, keepalive) of data's bytes, without copying when they are contiguous.
     Accepts bytes, bytearray, memoryview (any buffer), numpy arrays and CPU torch tensors."""
-    if _np is not None and type(data) is _np.ndarray and data.flags.c_contiguous:
-        return data.__array_interface__["data"][0], data.nbytes, data
+    if type(data) is _ndarray and data.flags.c_contiguous:
+        n = data.nbytes
+        if n and data.flags.writeable:     # half the cost of __array_interface__
+            return _addressof(_char_from_buffer(data)), n, data
+        return data.__array_interface__["data"][0], n, data
     if isinstance(data, bytes):
         return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value, len(data), data
     t = _torch()
@@ -96,6 +114,14 @@ def _address(data):
     return ctypes.addressof(arr), mv.nbytes, (arr, mv)
 
 
+# the hot calls, looked up once
+_ffi_put = lib.omc_ffi_put
+_ffi_put_tensor = lib.omc_ffi_put_tensor
+_ffi_get = lib.omc_ffi_get
+_ffi_get_first = lib.omc_ffi_get_first
+_ffi_release = lib.omc_ffi_buffer_release
+
+
 # ---- buffers ---------------------------------------------------------------------------------------
 class _Region:
     """Owns one C buffer handle; lives as long as the array that exposes its bytes (and so as
@@ -115,7 +141,7 @@ class _Region:
     def release(self):
         h, self.handle = self.handle, None
         if h:
-            return lib.omc_ffi_buffer_release(h)
+            return _ffi_release(h)
         return 0
 
     def __del__(self):
@@ -182,7 +208,8 @@ class Buffer:
     and later (on 3.11 pass `buf.view`). None of them copies. release() (or leaving a `with`
     block, or garbage collection) hands the bytes back; release() refuses while views made from
     this buffer are still alive, like memoryview.release(). After release every accessor raises.
-    Views kept past the buffer's collection keep the bytes alive until they go."""
+    Views kept past the buffer's collection keep the bytes alive until they go (the region goes
+    with the last of the buffer and its array; its own __del__ hands the bytes back)."""
     __slots__ = ("_arr", "_region", "_addr", "_size", "flags", "_released", "__weakref__")
 
     def __init__(self, handle, address, size, flags, readonly=True):
@@ -302,10 +329,6 @@ class Buffer:
 
     def __exit__(self, *exc):
         self.release(strict=False)
-
-    def __del__(self):
-        # dropping the last reference: the region goes with the array once no view holds it
-        self._arr = self._region = None
 
     def __repr__(self):
         return "<omniconn.Buffer %s bytes%s%s>" % (self._size, " frame" if self.is_frame else "",
@@ -487,14 +510,14 @@ class Connector:
         h = self._h
         if h is None:
             self._c()
-        r = lib.omc_ffi_put(h, from_stage.encode() if type(from_stage) is str else _b(from_stage),
-                            to_stage.encode() if type(to_stage) is str else _b(to_stage),
-                            key.encode() if type(key) is str else _b(key), addr, size,
-                            1 if frame else 0, readers, ttl_ms, st.meta, _META_CAP, st.msize_ref)
+        r = _ffi_put(h, from_stage.encode() if type(from_stage) is str else _b(from_stage),
+                     to_stage.encode() if type(to_stage) is str else _b(to_stage),
+                     key.encode() if type(key) is str else _b(key), addr, size,
+                     1 if frame else 0, readers, ttl_ms, st.meta, _META_CAP, st.msize_ref)
         del keep
         if r != 0:
             raise error(r, "put %r" % (key,))
-        return ctypes.string_at(st.meta, st.msize.value)
+        return st.meta_mv[:st.msize.value].tobytes()
 
     def alloc(self, size, timeout=None):
         """A pool buffer of size bytes to fill in place and pass to put_buffer (zero copies)."""
@@ -548,27 +571,35 @@ class Connector:
     def put_tensor(self, from_stage, to_stage, key, name, value, readers=1, ttl_ms=0):
         """Put one array, tensor or bytes-like as a one-segment frame named name (one copy, into
         the pool): the receiver gets its dtype and shape with it (first_segment, get_tensors)."""
-        t = _torch()
-        is_tensor = (t is not None and isinstance(value, t.Tensor)) or (_np is not None and isinstance(value, _np.ndarray))
-        shape = (ctypes.c_int64 * 8)()
+        st = _state()
+        shape = st.shape
         nd = 0
         code = 0
+        if type(value) is _ndarray:
+            is_tensor = True
+        else:
+            t = _torch()
+            is_tensor = (t is not None and isinstance(value, t.Tensor)) or (_np is not None and isinstance(value, _np.ndarray))
         if is_tensor:
-            dims = value.shape
+            dims = tuple(value.shape)
             nd = len(dims)
             if nd > 8:
                 raise ValueError("omniconn: %r has %d dimensions (at most 8)" % (name, nd))
-            for i, v in enumerate(dims):
-                shape[i] = v
-            code = dtype_code(value.dtype)
+            shape[:nd] = dims
+            dt = value.dtype
+            code = _DTYPE_CACHE.get(dt) or dtype_code(dt)
         addr, size, keep = _address(value)
-        st = _state()
-        r = lib.omc_ffi_put_tensor(self._c(), _b(from_stage), _b(to_stage), _b(key), _b(name), code, nd, shape, addr,
-                                   size, readers, ttl_ms, st.meta, _META_CAP, st.msize_ref)
+        h = self._h
+        if h is None:
+            self._c()
+        r = _ffi_put_tensor(h, from_stage.encode() if type(from_stage) is str else _b(from_stage),
+                            to_stage.encode() if type(to_stage) is str else _b(to_stage),
+                            key.encode() if type(key) is str else _b(key), _b(name), code, nd, shape, addr,
+                            size, readers, ttl_ms, st.meta, _META_CAP, st.msize_ref)
         del keep
         if r != 0:
             raise error(r, "put %r" % (key,))
-        return ctypes.string_at(st.meta, st.msize.value)
+        return st.meta_mv[:st.msize.value].tobytes()
 
     # -- get
     def get(self, from_stage, to_stage, key, meta=None, timeout=None, sender=None):
@@ -584,13 +615,40 @@ class Connector:
         if sender is not None:
             r = lib.omc_ffi_get_from(h, _b(sender), _b(from_stage), _b(to_stage), _b(key), dl, rh, rd, rs, rf)
         else:
-            r = lib.omc_ffi_get(h, from_stage.encode() if type(from_stage) is str else _b(from_stage),
-                                to_stage.encode() if type(to_stage) is str else _b(to_stage),
-                                key.encode() if type(key) is str else _b(key), meta, len(meta) if meta else 0,
-                                dl, rh, rd, rs, rf)
+            r = _ffi_get(h, from_stage.encode() if type(from_stage) is str else _b(from_stage),
+                         to_stage.encode() if type(to_stage) is str else _b(to_stage),
+                         key.encode() if type(key) is str else _b(key), meta, len(meta) if meta else 0,
+                         dl, rh, rd, rs, rf)
         if r != 0:
             raise error(r, "get %r" % (key,))
         return Buffer(st.h.value, st.data.value, st.size.value, st.flags.value)
+
+    def get_first(self, from_stage, to_stage, key, meta=None, timeout=None, sender=None):
+        """get() and, for a frame, its first segment, in one call into the library: (Buffer,
+        (name, kind, omc dtype, shape, offset, size) or None if the payload is not a frame).
+        A frame that does not decode raises (the buffer is released)."""
+        st = _state()
+        h = self._h
+        if h is None:
+            self._c()
+        dl = _FOREVER if timeout is None else deadline(timeout)
+        g = st.got
+        r = _ffi_get_first(h, None if sender is None else _b(sender),
+                           from_stage.encode() if type(from_stage) is str else _b(from_stage),
+                           to_stage.encode() if type(to_stage) is str else _b(to_stage),
+                           key.encode() if type(key) is str else _b(key), meta, len(meta) if meta else 0,
+                           dl, g, _GOT_N, st.name, _NAME_CAP)
+        if r != 0:
+            raise error(r, "get %r" % (key,))
+        buf = Buffer(g[0], g[1], g[2], g[3])
+        seg = g[4]
+        if seg == 1:
+            return buf, None
+        if seg:
+            buf.release(strict=False)
+            raise error(ctypes.c_int64(seg).value, "frame segment")
+        nd = g[7]
+        return buf, (st.name.value.decode(), g[5], g[6], tuple(g[_GOT_SHAPE:_GOT_SHAPE + nd]), g[8], g[9])
 
     def get_tensors(self, from_stage, to_stage, key, meta=None, timeout=None, as_torch=False, sender=None):
         """Get a frame put with put_tensors: a Frame of zero-copy views, released with it."""
@@ -629,8 +687,6 @@ class Connector:
 
     def exists(self, from_stage, to_stage, key):
         """Is the key live on this connector (put and not fully consumed)? Never blocks."""
-        if not _lib.has_symbol("omc_conn_exists"):
-            raise _lib.UnavailableError(_lib.OMC_ERR_UNAVAILABLE, "exists", log="library without omc_conn_exists")
         r = lib.omc_conn_exists(self._c(), _b(from_stage), _b(to_stage), _b(key))
         if r == _lib.OMC_ERR_NOT_FOUND:
             return False
@@ -639,8 +695,6 @@ class Connector:
 
     def list(self, from_stage=None, to_stage=None):
         """The live keys as (from_stage, to_stage, key) tuples."""
-        if not _lib.has_symbol("omc_conn_list"):
-            raise _lib.UnavailableError(_lib.OMC_ERR_UNAVAILABLE, "list", log="library without omc_conn_list")
         found = []
 
         def visit(f, t, k, user):
@@ -672,17 +726,10 @@ class Connector:
     def wait_consumed(self, timeout=None):
         """Wait until every put of this connector was consumed (or expired). Returns True if so,
         False if the timeout passed first."""
-        if _lib.has_symbol("omc_conn_wait_consumed"):
-            r = lib.omc_conn_wait_consumed(self._c(), deadline(timeout))
-            if r == _lib.OMC_ERR_TIMEOUT:
-                return False
-            check(r, "wait_consumed")
-            return True
-        end = None if timeout is None else time.monotonic() + timeout
-        while self.health()["live_entries"]:
-            if end is not None and time.monotonic() >= end:
-                return False
-            time.sleep(0.001)
+        r = lib.omc_conn_wait_consumed(self._c(), deadline(timeout))
+        if r == _lib.OMC_ERR_TIMEOUT:
+            return False
+        check(r, "wait_consumed")
         return True
 
     def close(self):
@@ -732,10 +779,13 @@ class LocalConnector(Connector):
 
 class ShmConnector(Connector):
     """Processes on one host, through a shared-memory segment per sender.
+    shm_dir: the tmpfs directory of the segments (default $OMNICONN_SHM_DIR, else /dev/shm).
     inline_threshold: payloads below it travel inside the metadata (0 = default, -1 = never)."""
 
     def __init__(self, role="dual", channel=None, shm_dir=None, pool_size=0, ttl_ms=None,
                  inline_threshold=0, max_entries=0):
+        if shm_dir is None:     # the environment's default (the same on every side), else /dev/shm
+            shm_dir = os.environ.get("OMNICONN_SHM_DIR") or None
         super().__init__(lib.omc_ffi_shm_create, ROLES[role], _b(channel), _b(shm_dir), pool_size, _ttl(ttl_ms),
                          inline_threshold, max_entries)
 
@@ -798,6 +848,19 @@ class RdmaConnector(TcpConnector):
         why = ctypes.create_string_buffer(256)
         check(lib.omc_ffi_rdma_status(self._c(), ctypes.byref(enabled), why, 256), "rdma status")
         return bool(enabled.value), why.value.decode()
+
+    @property
+    def rdma_counters(self):
+        """The RDMA plane's counters: rdma_channels and tcp_fallbacks (receiver: channels that
+        connected over RDMA / fell back to TCP, last_fallback says why), accepted,
+        accept_failures, pushes, push_failures, push_bytes, sender_connections (sender)."""
+        fields = _lib.RDMA_COUNTER_FIELDS
+        vals = (ctypes.c_uint64 * len(fields))()
+        why = ctypes.create_string_buffer(256)
+        check(lib.omc_ffi_rdma_counters(self._c(), vals, len(fields), why, 256), "rdma counters")
+        out = {f: vals[i] for i, f in enumerate(fields)}
+        out["last_fallback"] = why.value.decode("utf-8", "replace")
+        return out
 
 
 # ---- module helpers ------------------------------------------------------------------------------------

@@ -59,6 +59,12 @@ C_TYPES = {
 HEALTH_FIELDS = ("state", "transport", "role", "puts", "gets", "releases", "bytes_put", "bytes_got",
                  "errors", "timeouts", "ttl_reclaims", "live_entries", "pool_capacity", "pool_in_use",
                  "last_error")
+# what omc_ffi_get_first fills, in its order (test_layout.py checks it against the library)
+GET_FIRST_FIELDS = ("handle", "data", "size", "flags", "segment", "kind", "dtype", "ndim", "offset", "segment_size",
+                    "shape0", "shape1", "shape2", "shape3", "shape4", "shape5", "shape6", "shape7")
+# what omc_ffi_rdma_counters fills, in its order (test_layout.py checks it against the library)
+RDMA_COUNTER_FIELDS = ("rdma_channels", "tcp_fallbacks", "accepted", "accept_failures", "pushes", "push_failures",
+                       "push_bytes", "sender_connections")
 
 _here = os.path.dirname(os.path.abspath(__file__))
 
@@ -121,6 +127,8 @@ _SIGS = {
     "omc_ffi_tcp_create": (c_int, [c_int, c_char_p, c_char_p, c_uint32, c_uint32, c_uint64, c_int64,
                                    c_char_p, c_char_p, c_char_p, c_int, c_char_p, P(c_void_p)]),
     "omc_ffi_rdma_status": (c_int, [c_void_p, P(c_int), c_char_p, c_size_t]),
+    "omc_ffi_rdma_counter_fields": (c_char_p, []),
+    "omc_ffi_rdma_counters": (c_int, [c_void_p, P(c_uint64), c_uint32, c_char_p, c_size_t]),
     "omc_ffi_put": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_void_p, c_uint64, c_uint32, c_uint32,
                             c_int64, c_void_p, c_uint32, P(c_uint32)]),
     "omc_ffi_alloc": (c_int, [c_void_p, c_uint64, c_int64, P(c_void_p), P(c_void_p)]),
@@ -132,6 +140,9 @@ _SIGS = {
                                  P(c_void_p), P(c_void_p), P(c_uint64), P(c_uint32)]),
     "omc_ffi_tcp_query": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_int64, P(c_uint64)]),
     "omc_ffi_buffer_release": (c_int, [c_void_p]),
+    "omc_ffi_get_first_fields": (c_char_p, []),
+    "omc_ffi_get_first": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_void_p, c_size_t, c_int64,
+                                  P(c_uint64), c_uint32, c_char_p, c_size_t]),
     "omc_ffi_health_fields": (c_char_p, []),
     "omc_ffi_health": (c_int, [c_void_p, P(c_uint64), c_uint32, c_char_p, c_size_t]),
     "omc_ffi_frame_size": (c_int, [c_uint32, P(c_char_p), P(c_int32), P(c_uint32), P(c_int64), P(c_uint64),
@@ -164,19 +175,14 @@ _SIGS = {
     "omc_detect_host": (c_int, [c_int, c_char_p, c_size_t, P(c_char_p)]),
 }
 
-missing = []
+missing = [_name for _name in _SIGS if not hasattr(lib, _name)]
+if missing:     # a library older than this package: every call above is part of the contract
+    raise ImportError("omniconn: %s lacks %s (a library older than this package); rebuild it with "
+                      "`make lib` or point OMNICONN_LIBRARY at a current one" % (library_path, ", ".join(missing)))
 for _name, (_res, _args) in _SIGS.items():
-    try:
-        _f = getattr(lib, _name)
-    except AttributeError:
-        missing.append(_name)      # e.g. a library older than the call: the feature says UNAVAILABLE
-        continue
+    _f = getattr(lib, _name)
     _f.restype = _res
     _f.argtypes = _args
-
-
-def has_symbol(name):
-    return name not in missing and hasattr(lib, name)
 
 
 # ---- errors -------------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ _EXT_NDARRAY = 1
 _EXT_TENSOR = 2
 _SEG_RAW = "tensor"         # a raw tensor travels as a frame with this one segment
 _SEG_OBJ = "msgpack"        # a serialised object travels as a frame with this one segment
+_SEG_RAW_B, _SEG_OBJ_B = _SEG_RAW.encode(), _SEG_OBJ.encode()
+_ndarray = _core._ndarray
 
 
 # ---- msgpack with arrays and tensors ------------------------------------------------------------
@@ -139,12 +141,7 @@ class RawBuffer:
 
     def __exit__(self, *exc):
         self.release()
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:
-            pass
+    # no __del__: dropping a RawBuffer drops its Buffer, whose region hands the bytes back
 
 
 def _is_raw(data):
@@ -173,6 +170,8 @@ class OmniconnConnector(_Base):
       sender_host, sender_zmq_port   receiver: the sender to ask on metadata-less gets
       memory_pool_size  bytes of the connector's pool (0 = the transport's default)
       channel           SHM channel name (default "vllm_omni")
+      shm_dir           SHM: the tmpfs directory of the segments (default /dev/shm; the same on
+                        both sides)
       device_name       RDMA device(s), "mlx5_0,mlx5_1"
       ttl_seconds / ttl_ms   unconsumed payloads are reclaimed after this (default: library's)
       curve_secret_key_file, curve_public_key_file, curve_server_key_file   CURVE on the side channel
@@ -211,9 +210,11 @@ class OmniconnConnector(_Base):
             local = (None, "", "127.0.0.1", "localhost", "::1")
             protocol = "tcp" if self.sender_host not in local else "shm"
         self.protocol = protocol
+        self._remote = protocol in ("tcp", "rdma")
         pool = int(extra.get("memory_pool_size", 0) or 0)
         if protocol == "shm":
-            self._conn = ShmConnector(self.role, channel=extra.get("channel", "vllm_omni"), pool_size=pool,
+            self._conn = ShmConnector(self.role, channel=extra.get("channel", "vllm_omni"),
+                                      shm_dir=extra.get("shm_dir"), pool_size=pool,
                                       ttl_ms=self.ttl_ms, inline_threshold=int(extra.get("inline_threshold", 0)))
         elif protocol == "local":
             self._conn = LocalConnector(self.role, pool_size=pool, ttl_ms=self.ttl_ms)
@@ -247,20 +248,21 @@ class OmniconnConnector(_Base):
         """Store data for (from_stage, to_stage, put_key). Returns (ok, size, metadata): metadata
         is a small msgpack-able dict to forward to the receiver (or drop: gets work without it)."""
         try:
-            conn = self._c()
-            kind = _is_raw(data)
+            conn = self._conn
+            if conn is None:
+                conn = self._c()
+            kind = "tensor" if type(data) is _ndarray else _is_raw(data)
             if kind == "bytes":
                 meta = conn.put(from_stage, to_stage, put_key, data, readers=self.fanout, ttl_ms=self.ttl_ms)
                 size = memoryview(data).nbytes
             elif kind == "tensor":
-                meta = conn.put_tensor(from_stage, to_stage, put_key, _SEG_RAW, data, readers=self.fanout,
-                                       ttl_ms=self.ttl_ms)
-                size = int(data.nbytes) if hasattr(data, "nbytes") else data.numel() * data.element_size()
+                meta = conn.put_tensor(from_stage, to_stage, put_key, _SEG_RAW_B, data, self.fanout, self.ttl_ms)
+                size = int(data.nbytes) if type(data) is _ndarray or hasattr(data, "nbytes") else \
+                    data.numel() * data.element_size()
             else:
                 payload = serialize(data)
                 kind = "obj"
-                meta = conn.put_tensor(from_stage, to_stage, put_key, _SEG_OBJ, payload, readers=self.fanout,
-                                       ttl_ms=self.ttl_ms)
+                meta = conn.put_tensor(from_stage, to_stage, put_key, _SEG_OBJ_B, payload, self.fanout, self.ttl_ms)
                 size = len(payload)
             with self._lock:
                 self._puts[str(put_key)] = (str(from_stage), str(to_stage))
@@ -276,10 +278,10 @@ class OmniconnConnector(_Base):
             return False, 0, None
 
     # -- get
-    def _decode(self, buf):
-        """(object, size) from a received buffer; raw payloads stay zero-copy."""
-        if buf.is_frame:
-            seg = _core.first_segment(buf)
+    def _decode(self, buf, seg):
+        """(object, size) from a received buffer and its first segment (None: not a frame); raw
+        payloads stay zero-copy."""
+        if seg is not None:
             if seg[0] == _SEG_OBJ:
                 off, n = seg[4], seg[5]
                 obj = deserialize(buf.view[off:off + n])
@@ -298,10 +300,12 @@ class OmniconnConnector(_Base):
         return data, len(data)
 
     def _get(self, from_stage, to_stage, get_key, metadata, timeout, poll=False):
-        conn = self._c()
+        conn = self._conn
+        if conn is None:
+            conn = self._c()
         meta = None
         sender = None
-        if isinstance(metadata, dict):
+        if type(metadata) is dict or isinstance(metadata, dict):
             meta = metadata.get("omc")
             if meta is None and metadata.get("host") and metadata.get("port") and self.protocol in ("tcp", "rdma"):
                 sender = self._sender_for(metadata["host"], int(metadata["port"]))
@@ -315,11 +319,11 @@ class OmniconnConnector(_Base):
                     self._metrics["misses"] += 1
                     return None
                 timeout = self.get_timeout_s
-            buf = conn.get(from_stage, to_stage, get_key, meta, timeout, sender)
+            buf, seg = conn.get_first(from_stage, to_stage, get_key, meta, timeout, sender)
         except (_lib.TimeoutError_, _lib.NotFoundError):
             self._metrics["misses"] += 1
             return None
-        obj, size = self._decode(buf)
+        obj, size = self._decode(buf, seg)
         with self._lock:
             self._metrics["gets"] += 1
             self._metrics["bytes_got"] += size
@@ -328,7 +332,7 @@ class OmniconnConnector(_Base):
     def get(self, from_stage, to_stage, get_key, metadata=None):
         """Non-blocking: (object, size) if the payload is there, else None. metadata: the dict put
         returned, a partial one (host/port only) or None."""
-        if self.protocol in ("tcp", "rdma"):
+        if self._remote:
             # a remote payload needs a round trip: announced by metadata it is worth waiting for,
             # otherwise ask briefly
             has_meta = isinstance(metadata, dict) and metadata.get("omc") is not None
@@ -372,12 +376,9 @@ class OmniconnConnector(_Base):
             keys = list(self._puts.items())
         done = []
         conn = self._c()
-        try:
-            for key, (f, t) in keys:
-                if not conn.exists(f, t, key):
-                    done.append(key)
-        except _lib.UnavailableError:   # a connector that cannot answer per key: all or nothing
-            done = [k for k, _ in keys] if conn.health()["live_entries"] == 0 else []
+        for key, (f, t) in keys:
+            if not conn.exists(f, t, key):
+                done.append(key)
         with self._lock:
             for k in done:
                 self._puts.pop(k, None)

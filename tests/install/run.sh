@@ -19,12 +19,13 @@ runs_ok() { "$@" && "$@" | grep -q '^app: ok '; }
 step "make install PREFIX=$PREFIX DESTDIR=..." make -s BUILD="${BUILD:-build}" install PREFIX=$PREFIX DESTDIR="$D"
 export LD_LIBRARY_PATH=$D$LIBDIR
 
-ZMQ=-lzmq; grep -q OMNICONN_ZMQ_LIBRARY omniconn.h && ZMQ=     # libzmq loaded at run time: not linked
-
 # 1. vendored headers: the installed headers, the implementation compiled into the program
 step "vendored headers: build" cc -std=c99 -Wall -Wextra -Werror -DAPP_HEADER_ONLY -I"$D$PREFIX/include" \
-    -o "$tmp/app_vendored" tests/install/app.c $ZMQ -ldl -lpthread -lm
+    -o "$tmp/app_vendored" tests/install/app.c -ldl -lpthread -lm
 step "vendored headers: run" runs_ok "$tmp/app_vendored"
+step "neither the library nor the vendored program needs libzmq or libibverbs" sh -c \
+    "out=\$(readelf -d '$D$LIBDIR/libomniconn.so' '$tmp/app_vendored') && echo \"\$out\" | grep -q 'NEEDED.*libc.so' \
+     && ! echo \"\$out\" | grep -E 'NEEDED.*(libzmq|libibverbs)'"
 
 # 2. pkg-config: link libomniconn.so
 export PKG_CONFIG_PATH=$D$LIBDIR/pkgconfig PKG_CONFIG_SYSROOT_DIR=$D

@@ -1,9 +1,12 @@
 """Shared fixtures: the package from python/, the freshly built library, peer processes."""
+import atexit
 import itertools
 import os
 import struct
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import msgpack
 import pytest
@@ -12,6 +15,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ.setdefault("OMNICONN_LIBRARY", os.path.join(ROOT, "build", "libomniconn.so"))
+# every SHM connector of the tests and their peer processes puts its segments in a private
+# directory on /dev/shm's tmpfs, so another program's sweep of /dev/shm cannot remove them mid-run
+_SHM_DIR = tempfile.mkdtemp(dir="/dev/shm", prefix="omc-pytest-")
+os.environ["OMNICONN_SHM_DIR"] = _SHM_DIR
+atexit.register(shutil.rmtree, _SHM_DIR, True)
 
 _n = itertools.count()
 

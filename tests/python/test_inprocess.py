@@ -187,10 +187,7 @@ def test_an_unconsumed_put_goes_when_its_ttl_passes(conn):
 def test_exists_and_list_see_live_keys(conn):
     conn.put("a", "b", "k1", b"1")
     conn.put("a", "c", "k2", b"2")
-    try:
-        assert conn.exists("a", "b", "k1") and not conn.exists("a", "b", "zzz")
-    except omniconn.UnavailableError:
-        pytest.xfail("this connector cannot answer exists yet (UNAVAILABLE, said clearly)")
+    assert conn.exists("a", "b", "k1") and not conn.exists("a", "b", "zzz")
     assert sorted(conn.list()) == [("a", "b", "k1"), ("a", "c", "k2")]
     assert conn.list(to_stage="c") == [("a", "c", "k2")]
 
@@ -237,9 +234,19 @@ def test_rdma_is_constructible_and_says_unavailable_cleanly_without_a_device():
         with fallback:
             enabled, why = fallback.rdma_status
             assert not enabled and why
+            counters = fallback.rdma_counters
+            assert counters["pushes"] == 0 and counters["rdma_channels"] == 0, counters
         return
     with c:     # a host with RDMA: it came up
         assert c.rdma_status[0]
+        assert c.rdma_counters["push_failures"] == 0
+
+
+def test_rdma_counters_are_refused_on_a_connector_without_rdma():
+    with omniconn.TcpConnector(role="sender", host="127.0.0.1") as c:
+        with pytest.raises(omniconn.OmniconnError) as e:
+            omniconn.RdmaConnector.rdma_counters.fget(c)
+        assert e.value.name == "OMC_ERR_INVALID_ARG"
 
 
 def test_threads_share_a_connector_safely(conn):

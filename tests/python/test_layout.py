@@ -11,17 +11,11 @@ from omniconn import _lib
 from conftest import ROOT
 
 
-def _zmq():
-    """-lzmq if omniconn.h links libzmq directly (it does not when it loads it at run time)."""
-    with open(os.path.join(ROOT, "omniconn.h")) as f:
-        return [] if "OMNICONN_ZMQ_LIBRARY" in f.read() else ["-lzmq"]
-
-
 @pytest.fixture(scope="module")
 def c_view(tmp_path_factory):
     exe = str(tmp_path_factory.mktemp("layout") / "layout")
     subprocess.run(["cc", "-std=c99", "-O0", "-I" + ROOT, "-o", exe, os.path.join(ROOT, "tests", "python", "layout.c"),
-                    *_zmq(), "-ldl", "-lpthread", "-lm"], check=True)
+                    "-ldl", "-lpthread", "-lm"], check=True)
     return json.loads(subprocess.run([exe], check=True, capture_output=True, text=True).stdout)
 
 
@@ -39,6 +33,17 @@ def test_health_values_come_in_the_order_the_library_fills_them(c_view):
     assert from_lib == list(_lib.HEALTH_FIELDS)
 
 
+def test_get_first_values_come_in_the_order_the_library_fills_them():
+    from_lib = _lib.lib.omc_ffi_get_first_fields().decode().strip(",").split(",")
+    assert from_lib == list(_lib.GET_FIRST_FIELDS)
+    assert _lib.GET_FIRST_FIELDS.index("shape0") + _lib.CONSTANTS["OMC_MAX_DIMS"] == len(_lib.GET_FIRST_FIELDS)
+
+
+def test_rdma_counters_come_in_the_order_the_library_fills_them():
+    from_lib = _lib.lib.omc_ffi_rdma_counter_fields().decode().strip(",").split(",")
+    assert from_lib == list(_lib.RDMA_COUNTER_FIELDS)
+
+
 def test_the_library_exports_only_omc_symbols_and_has_a_versioned_soname():
     path = os.path.realpath(_lib.library_path)
     syms = subprocess.run(["nm", "-D", "--defined-only", path], check=True, capture_output=True, text=True).stdout
@@ -50,6 +55,15 @@ def test_the_library_exports_only_omc_symbols_and_has_a_versioned_soname():
     assert "Library soname: [libomniconn.so.%s]" % major in dyn
 
 
+def test_the_library_needs_neither_libzmq_nor_libibverbs_to_load():
+    path = os.path.realpath(_lib.library_path)
+    needed = subprocess.run(["readelf", "-d", path], check=True, capture_output=True, text=True).stdout
+    needed = [line for line in needed.splitlines() if "(NEEDED)" in line]
+    assert needed and not [n for n in needed if "libzmq" in n or "libibverbs" in n], needed
+    ldd = subprocess.run(["ldd", path], check=True, capture_output=True, text=True).stdout
+    assert "libc.so" in ldd and "libzmq" not in ldd and "libibverbs" not in ldd, ldd
+
+
 def test_the_ffi_layer_is_the_one_this_package_was_written_for():
     assert _lib.lib.omc_ffi_abi() == 1
-    assert not [m for m in _lib.missing if m.startswith("omc_ffi_")]
+    assert _lib.missing == []

@@ -39,6 +39,9 @@ if [ "${1:-}" = "--in-bed" ]; then
         [ $rc -eq 124 ] && echo "TIMEOUT $b after ${OMC_RDMA_TEST_TIMEOUT:-400} s"
         echo "== $b: exit $rc, $((SECONDS - t0)) s"
     done
+    if [ -n "${OMC_PY_RDMA_LIB:-}" ]; then     # the Python package over RDMA (tests/python/rdma_bed.py)
+        echo "== python-rdma"; OMNICONN_LIBRARY=$OMC_PY_RDMA_LIB timeout -k 5 "${OMC_RDMA_TEST_TIMEOUT:-400}" /usr/bin/python3 tests/python/rdma_bed.py
+    fi
     exit 0
 fi
 
@@ -72,6 +75,10 @@ if readelf -d "$OUT/rdma_tests" 2>/dev/null | grep -q 'libibverbs'; then
     exit 1
 fi
 
+# the Python package's RDMA test runs in the same boot if libomniconn.so builds and python3 has numpy and msgpack
+make -s BUILD="${BUILD:-build}" lib >/dev/null 2>&1 && /usr/bin/python3 -c 'import numpy, msgpack' 2>/dev/null &&
+    export OMC_PY_RDMA_LIB=$PWD/${BUILD:-build}/libomniconn.so
+
 # ---- run them in one boot of the bed ---------------------------------------------------------
 out=$OUT/bed-output.log
 filters=""
@@ -93,7 +100,7 @@ fi
 
 # ---- add up the binaries' result lines ------------------------------------------------------------
 pass=0; fail=0
-for b in test_rdma_unit test_rdma_unit_linked rdma_tests rdma_tests_linked; do
+for b in test_rdma_unit test_rdma_unit_linked rdma_tests rdma_tests_linked ${OMC_PY_RDMA_LIB:+python-rdma}; do
     line=$(grep -E "^$b: [0-9]+ passed, [0-9]+ failed" "$out" | tail -n 1)
     if [ -z "$line" ]; then
         echo "FAIL $b printed no result line (crashed, timed out or never ran)"
