@@ -1494,11 +1494,13 @@ __attribute__((format(printf, 4, 5)))
 OMC__PRIVATE void omc__rdma_log(omc_rdma* E, omc_log_level level, int line, const char* fmt, ...) {
     char msg[900];
     va_list ap;
-    if (!E->hooks.log_fn || level > E->hooks.max_level) return;
+    /* the application's logger filters by its max_level (0 = WARN); without one the core's
+       built-in logger decides ($OMNICONN_LOG), so WARN and ERROR reach stderr by default */
+    if (E->hooks.log_fn && (int)level > (int)(E->hooks.max_level ? E->hooks.max_level : OMC_LOG_WARN)) return;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    E->hooks.log_fn(level, OMC_LOGITEM_RDMA, msg, __FILE__, line, E->hooks.user_data);
+    omc__log_emit(&E->hooks, level, OMC_LOGITEM_RDMA, __FILE__, line, msg);
 }
 #define OMC__RDMA_LOG(E, level, ...) omc__rdma_log((E), (level), __LINE__, __VA_ARGS__)
 

@@ -153,7 +153,7 @@ static int load_pipeline(const options* o, pipe3* p) {
     uint32_t i, k;
     memset(p, 0, sizeof(*p));
     memset(&cd, 0, sizeof(cd));
-    cd.hooks.log_fn = NULL;         /* the diag says it all; warnings are printed below */
+    cd.hooks.log_fn = omc_log_discard;  /* the diag says it all; warnings are printed below */
     if (omc_pipeline_config_load_file(o->config, &cd, &p->cfg, &err) != OMC_OK) {
         fprintf(stderr, "pipeline3: %s\n", err.message);
         return -1;
