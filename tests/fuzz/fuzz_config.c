@@ -22,7 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUZZ_REQUIRE(c) do { if (!(c)) { fprintf(stderr, "fuzz_config: %s failed (line %d)\n", #c, __LINE__); __builtin_trap(); } } while (0)
+#define FUZZ_NAME "fuzz_config"
+#include "fuzz_common.h"
 
 /* A fingerprint of the whole resolution (two loads of one input must agree). */
 static uint32_t fingerprint(const omc_pipeline_config* cfg) {

@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUZZ_REQUIRE(c) do { if (!(c)) { fprintf(stderr, "fuzz_frame: %s failed (line %d)\n", #c, __LINE__); __builtin_trap(); } } while (0)
+#define FUZZ_NAME "fuzz_frame"
+#include "fuzz_common.h"
 
 /* Fold every byte of a region into a value the optimiser cannot drop: an out-of-bounds segment
    becomes an ASan report here instead of passing silently. */
@@ -159,17 +160,6 @@ static void check_input(const uint8_t* data, size_t size) {
 
 #ifdef OMC_FUZZ_SEEDS
 /* ---- the seed corpus: a handful of valid frames, one per file ---------------------------------- */
-
-static int write_file(const char* dir, const char* name, const void* p, size_t n) {
-    char path[1024];
-    FILE* f;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    f = fopen(path, "wb");
-    if (!f) { perror(path); return 1; }
-    fwrite(p, 1, n, f);
-    fclose(f);
-    return 0;
-}
 
 static int emit(const char* dir, const char* name, const omc_segment_desc* s, uint32_t count, uint32_t flags) {
     uint64_t size = 0;

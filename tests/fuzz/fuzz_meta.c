@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUZZ_REQUIRE(c) do { if (!(c)) { fprintf(stderr, "fuzz_meta: %s failed (line %d)\n", #c, __LINE__); __builtin_trap(); } } while (0)
+#define FUZZ_NAME "fuzz_meta"
+#include "fuzz_common.h"
 
 /* to_text then from_text must give back exactly these bytes */
 static void check_text_roundtrip(const uint8_t* blob, size_t size) {
@@ -77,17 +78,6 @@ static void check_input(const uint8_t* data, size_t size) {
 
 #ifdef OMC_FUZZ_SEEDS
 /* ---- the seed corpus: envelopes of every transport, binary and printable ---------------------- */
-
-static int write_file(const char* dir, const char* name, const void* p, size_t n) {
-    char path[1024];
-    FILE* f;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    f = fopen(path, "wb");
-    if (!f) { perror(path); return 1; }
-    fwrite(p, 1, n, f);
-    fclose(f);
-    return 0;
-}
 
 int main(int argc, char** argv) {
     static const char* keys[] = { "a\x1f" "b\x1f" "k", "thinker\x1ftalker\x1freq-42", "0\x1f" "1\x1f" "x" };

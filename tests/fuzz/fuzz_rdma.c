@@ -23,7 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUZZ_REQUIRE(c) do { if (!(c)) { fprintf(stderr, "fuzz_rdma: %s failed (line %d)\n", #c, __LINE__); __builtin_trap(); } } while (0)
+#define FUZZ_NAME "fuzz_rdma"
+#include "fuzz_common.h"
 
 static void check_record(const uint8_t* data, size_t size) {
     omc_rdma_record rec;
@@ -106,17 +107,6 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifdef OMC_FUZZ_SEEDS
-static int write_file(const char* dir, const char* name, const void* p, size_t n) {
-    char path[1024];
-    FILE* f;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    f = fopen(path, "wb");
-    if (!f) { perror(path); return 1; }
-    fwrite(p, 1, n, f);
-    fclose(f);
-    return 0;
-}
-
 int main(int argc, char** argv) {
     omc_rdma_record rec;
     omc_rdma_target t;

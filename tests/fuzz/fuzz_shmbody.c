@@ -28,7 +28,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define FUZZ_REQUIRE(c) do { if (!(c)) { fprintf(stderr, "fuzz_shmbody: %s failed (line %d)\n", #c, __LINE__); __builtin_trap(); } } while (0)
+#define FUZZ_NAME "fuzz_shmbody"
+#include "fuzz_common.h"
 
 static omc_conn fake_conn;      /* only its hooks are read (for the log line of a foreign name) */
 static omc__shm fake_shm;
@@ -100,17 +101,6 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifdef OMC_FUZZ_SEEDS
-static int write_file(const char* dir, const char* name, const void* p, size_t n) {
-    char path[1024];
-    FILE* f;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    f = fopen(path, "wb");
-    if (!f) { perror(path); return 1; }
-    fwrite(p, 1, n, f);
-    fclose(f);
-    return 0;
-}
-
 int main(int argc, char** argv) {
     uint8_t buf[9 + 56 + 96 + 64];
     char name[96];

@@ -22,7 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUZZ_REQUIRE(c) do { if (!(c)) { fprintf(stderr, "fuzz_stream: %s failed (line %d)\n", #c, __LINE__); __builtin_trap(); } } while (0)
+#define FUZZ_NAME "fuzz_stream"
+#include "fuzz_common.h"
 
 static int inside(const void* p, size_t n, const uint8_t* base, size_t size) {
     const uint8_t* q = (const uint8_t*)p;
@@ -83,17 +84,6 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifdef OMC_FUZZ_SEEDS
-static int write_file(const char* dir, const char* name, const void* p, size_t n) {
-    char path[1024];
-    FILE* f;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    f = fopen(path, "wb");
-    if (!f) { perror(path); return 1; }
-    fwrite(p, 1, n, f);
-    fclose(f);
-    return 0;
-}
-
 int main(int argc, char** argv) {
     static uint8_t buf[8192];
     uint8_t meta[OMC_META_HEADER_SIZE + 64];
