@@ -3192,12 +3192,109 @@ OMC__PRIVATE omc_result omc__rdma_pieces(omc_rdma* E, const omc_rdma_sge* src, u
     return OMC_OK;
 }
 
+/* Where one extent of the destination stands during a write: bytes left, bytes done, and its
+   position in the source (piece index, offset in that piece). */
+typedef struct omc__rdma_cursor { uint64_t left, done, po; uint32_t pi; } omc__rdma_cursor;
+
+/* Step 1 of a write: the descriptor is well formed, made for this connection, and the payload
+   fits its destination. *total = the payload's size. */
+static omc_result omc__rdma_write_check(omc_rdma_conn* c, const omc_rdma_sge* src, uint32_t count, const void* desc,
+                                        size_t desc_len, omc_rdma_target* t, uint64_t* total) {
+    omc_rdma* E = c->eng;
+    uint32_t i;
+    omc_result r = omc_rdma_target_decode(desc, desc_len, c->nqp, t);
+    if (r != OMC_OK) {
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "rejected a transfer descriptor (%zu bytes) for connection %016llx: %s", desc_len,
+                      (unsigned long long)c->conn_id, omc_result_str(r));
+        return r;
+    }
+    if (t->conn_id != c->conn_id) {  /* its windows are bound on other QPs: writing would only fail */
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "descriptor was made for connection %016llx, not %016llx (the peer reconnected?)",
+                      (unsigned long long)t->conn_id, (unsigned long long)c->conn_id);
+        return OMC_ERR_RDMA_ACCESS;
+    }
+    *total = 0;
+    for (i = 0; i < count; i++) {
+        if (!src[i].addr && src[i].length) return OMC_ERR_INVALID_ARG;
+        if (*total > UINT64_MAX - src[i].length) return OMC_ERR_TOO_LARGE;
+        *total += src[i].length;
+    }
+    if (*total > t->length) {
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "payload of %llu bytes does not fit the peer's %llu-byte destination",
+                      (unsigned long long)*total, (unsigned long long)t->length);
+        return OMC_ERR_TOO_LARGE;
+    }
+    return OMC_OK;
+}
+
+/* Step 2: the payload fills the extents in order; find where each extent starts in the source,
+   and how many bytes each QP will carry (qleft, so the last WRITE on a QP can be signalled). */
+static void omc__rdma_write_cursors(const omc_rdma_target* t, uint64_t total, const omc__rdma_piece* pieces,
+                                    uint32_t npieces, omc__rdma_cursor* cur, uint64_t* qleft) {
+    uint64_t off = 0;
+    uint32_t i;
+    for (i = 0; i < t->count; i++) {
+        uint64_t skip = off;
+        cur[i].left = total > off ? omc__min(t->extent[i].length, total - off) : 0;
+        cur[i].done = 0;
+        cur[i].pi = 0;
+        cur[i].po = 0;
+        if (cur[i].left) {
+            uint32_t k = 0;
+            while (k < npieces && skip >= pieces[k].length) { skip -= pieces[k].length; k++; }
+            cur[i].pi = k;
+            cur[i].po = skip;
+        }
+        qleft[t->extent[i].qp] += cur[i].left;
+        off += t->extent[i].length;
+    }
+}
+
+/* Step 3 (E->mu held): gather up to one slice of extent i from the source pieces into one
+   RDMA WRITE and post it. */
+static omc_result omc__rdma_write_slice(omc_rdma_conn* c, const omc_rdma_target* t, uint32_t i, omc__rdma_piece* pieces,
+                                        omc__rdma_cursor* cur, uint64_t* qleft, omc_time_ns deadline, omc_rdma_op* op,
+                                        uint64_t* sent) {
+    omc_rdma* E = c->eng;
+    omc__rdma_qp* q = &c->qps[t->extent[i].qp];
+    struct ibv_sge sge[OMC__RDMA_MAX_SGE];
+    struct ibv_send_wr wr;
+    uint64_t want = omc__min(E->slice, cur[i].left), len = 0;
+    int nsge = 0;
+    omc_result r;
+    *sent = 0;
+    if (!want) return OMC_OK;
+    r = omc__rdma_wait_slot(E, q, deadline);
+    if (r != OMC_OK) return r;
+    while (len < want && nsge < (int)E->max_sge) {     /* gather: one WRITE, several pieces */
+        omc__rdma_piece* p = &pieces[cur[i].pi];
+        uint64_t take = omc__min(p->length - cur[i].po, want - len);
+        sge[nsge].addr = p->addr + cur[i].po;
+        sge[nsge].length = (uint32_t)take;
+        sge[nsge].lkey = p->lkey;
+        nsge++;
+        len += take;
+        cur[i].po += take;
+        if (cur[i].po == p->length) { cur[i].pi++; cur[i].po = 0; }
+    }
+    memset(&wr, 0, sizeof(wr));
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.sg_list = sge;
+    wr.num_sge = nsge;
+    wr.wr.rdma.remote_addr = t->extent[i].addr + cur[i].done;
+    wr.wr.rdma.rkey = t->extent[i].rkey;
+    qleft[t->extent[i].qp] -= len;
+    r = omc__rdma_post(E, q, &wr, op, qleft[t->extent[i].qp] == 0);
+    cur[i].left -= len;
+    cur[i].done += len;
+    *sent = len;
+    return r;
+}
+
 OMNICONN_API omc_result omc_rdma_write_start(omc_rdma_conn* c, const omc_rdma_sge* src, uint32_t count, const void* desc,
                                              size_t desc_len, omc_time_ns deadline, omc_rdma_op** out) {
-    /* where each extent stands: bytes left, bytes done, and its position in the source */
-    struct { uint64_t left, done, po; uint32_t pi; } cur[OMC_RDMA_MAX_EXTENTS];
-    uint64_t qleft[OMC_RDMA_MAX_QPS], total = 0, off = 0, remaining;
-    struct ibv_sge sge[OMC__RDMA_MAX_SGE];
+    omc__rdma_cursor cur[OMC_RDMA_MAX_EXTENTS];
+    uint64_t qleft[OMC_RDMA_MAX_QPS], total = 0, remaining;
     omc__rdma_piece* pieces = NULL;
     omc_rdma_target t;
     omc_rdma_op* op = NULL;
@@ -3207,27 +3304,8 @@ OMNICONN_API omc_result omc_rdma_write_start(omc_rdma_conn* c, const omc_rdma_sg
     if (out) *out = NULL;
     if (!c || !out || (count && !src)) return OMC_ERR_INVALID_ARG;
     E = c->eng;
-    r = omc_rdma_target_decode(desc, desc_len, c->nqp, &t);
-    if (r != OMC_OK) {
-        OMC__RDMA_LOG(E, OMC_LOG_WARN, "rejected a transfer descriptor (%zu bytes) for connection %016llx: %s", desc_len,
-                      (unsigned long long)c->conn_id, omc_result_str(r));
-        return r;
-    }
-    if (t.conn_id != c->conn_id) {  /* its windows are bound on other QPs: writing would only fail */
-        OMC__RDMA_LOG(E, OMC_LOG_WARN, "descriptor was made for connection %016llx, not %016llx (the peer reconnected?)",
-                      (unsigned long long)t.conn_id, (unsigned long long)c->conn_id);
-        return OMC_ERR_RDMA_ACCESS;
-    }
-    for (i = 0; i < count; i++) {
-        if (!src[i].addr && src[i].length) return OMC_ERR_INVALID_ARG;
-        if (total > UINT64_MAX - src[i].length) return OMC_ERR_TOO_LARGE;
-        total += src[i].length;
-    }
-    if (total > t.length) {
-        OMC__RDMA_LOG(E, OMC_LOG_WARN, "payload of %llu bytes does not fit the peer's %llu-byte destination",
-                      (unsigned long long)total, (unsigned long long)t.length);
-        return OMC_ERR_TOO_LARGE;
-    }
+    r = omc__rdma_write_check(c, src, count, desc, desc_len, &t, &total);
+    if (r != OMC_OK) return r;
     memset(qleft, 0, sizeof(qleft));
     pthread_mutex_lock(&E->mu);
     r = omc__rdma_conn_usable(c);
@@ -3239,56 +3317,14 @@ OMNICONN_API omc_result omc_rdma_write_start(omc_rdma_conn* c, const omc_rdma_sg
         return r;
     }
     op->bytes = total;
-    /* the payload fills the extents in order; find where each extent starts in the source */
-    for (i = 0; i < t.count; i++) {
-        uint64_t skip;
-        cur[i].left = total > off ? omc__min(t.extent[i].length, total - off) : 0;
-        cur[i].done = 0;
-        skip = off;
-        cur[i].pi = 0;
-        cur[i].po = 0;
-        if (cur[i].left) {
-            uint32_t k = 0;
-            while (k < npieces && skip >= pieces[k].length) { skip -= pieces[k].length; k++; }
-            cur[i].pi = k;
-            cur[i].po = skip;
-        }
-        qleft[t.extent[i].qp] += cur[i].left;
-        off += t.extent[i].length;
-    }
+    omc__rdma_write_cursors(&t, total, pieces, npieces, cur, qleft);
     /* round-robin over the extents, one slice each, so that every QP has work */
     remaining = total;
     while (remaining && r == OMC_OK) {
         for (i = 0; i < t.count && r == OMC_OK; i++) {
-            omc__rdma_qp* q = &c->qps[t.extent[i].qp];
-            struct ibv_send_wr wr;
-            uint64_t want = omc__min(E->slice, cur[i].left), len = 0;
-            int nsge = 0;
-            if (!want) continue;
-            r = omc__rdma_wait_slot(E, q, deadline);
-            if (r != OMC_OK) break;
-            while (len < want && nsge < (int)E->max_sge) {     /* gather: one WRITE, several pieces */
-                omc__rdma_piece* p = &pieces[cur[i].pi];
-                uint64_t take = omc__min(p->length - cur[i].po, want - len);
-                sge[nsge].addr = p->addr + cur[i].po;
-                sge[nsge].length = (uint32_t)take;
-                sge[nsge].lkey = p->lkey;
-                nsge++;
-                len += take;
-                cur[i].po += take;
-                if (cur[i].po == p->length) { cur[i].pi++; cur[i].po = 0; }
-            }
-            memset(&wr, 0, sizeof(wr));
-            wr.opcode = IBV_WR_RDMA_WRITE;
-            wr.sg_list = sge;
-            wr.num_sge = nsge;
-            wr.wr.rdma.remote_addr = t.extent[i].addr + cur[i].done;
-            wr.wr.rdma.rkey = t.extent[i].rkey;
-            qleft[t.extent[i].qp] -= len;
-            r = omc__rdma_post(E, q, &wr, op, qleft[t.extent[i].qp] == 0);
-            cur[i].left -= len;
-            cur[i].done += len;
-            remaining -= len;
+            uint64_t sent = 0;
+            r = omc__rdma_write_slice(c, &t, i, pieces, cur, qleft, deadline, op, &sent);
+            remaining -= sent;
         }
     }
     if (r != OMC_OK) {
