@@ -105,8 +105,9 @@ static void omc__ffi_log(omc_log_level level, omc_log_item item, const char* mes
                          void* user_data) {
     omc_ffi_log_fn fn = __atomic_load_n(&omc__ffi_fn, __ATOMIC_ACQUIRE);
     (void)file; (void)line; (void)user_data;
-    if ((int)level > __atomic_load_n(&omc__ffi_level, __ATOMIC_RELAXED)) return;
+    /* the reason behind a failed call is kept whatever the level, so errors can quote it */
     if (level <= OMC_LOG_WARN) snprintf(omc__ffi_last, sizeof(omc__ffi_last), "%s", message);
+    if ((int)level > __atomic_load_n(&omc__ffi_level, __ATOMIC_RELAXED)) return;
     if (fn) fn((int)level, (int)item, message);
     else if (level <= OMC_LOG_WARN)
         fprintf(stderr, "omniconn %s: %s\n", level == OMC_LOG_ERROR ? "ERROR" : "WARN", message);
@@ -127,7 +128,9 @@ static void omc__ffi_install(int level) {
     omc_hooks h;
     memset(&h, 0, sizeof(h));
     h.log_fn = omc__ffi_log;
-    h.max_level = level > 0 ? (omc_log_level)level : OMC_LOG_ERROR;   /* "off" is filtered above */
+    /* WARN and ERROR always reach omc__ffi_log (it keeps the last one for error reports and
+       filters what it forwards by omc__ffi_level); more verbose levels only when asked for */
+    h.max_level = level > OMC_LOG_WARN ? (omc_log_level)level : OMC_LOG_WARN;
     __atomic_store_n(&omc__ffi_level, level, __ATOMIC_RELAXED);
     omc_set_default_hooks(&h);
 }
