@@ -1,5 +1,5 @@
 /* bench_alloc.c - omniconn's registered-memory allocator against two baselines, side by side in
-   one run: the seed's allocator ("first_fit_sorted_list (seed)": vLLM-Omni's BufferAllocator, a
+   one run: vLLM-Omni's allocator ("first_fit_sorted_list (vLLM-Omni)": vLLM-Omni's BufferAllocator, a
    sorted list of free (offset, size) blocks searched first-fit, merged on free, written here in C)
    and glibc malloc/free.
 
@@ -20,7 +20,7 @@
    until full again, and reports requested live bytes / capacity.
    malloc has no fixed range: its sizes are scaled down so its live set stays under 1 GiB on this
    shared machine (the row's note says by how much), and it has no utilisation figure.
-   The offset allocators run without a lock (omniconn thread_safe = 0; the seed's lock is left
+   The offset allocators run without a lock (omniconn thread_safe = 0; vLLM-Omni's lock is left
    out too), so the comparison is of algorithms. */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
@@ -55,10 +55,10 @@ static double now_ns(void) {
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* ---- the seed's allocator, in C --------------------------------------------------------------- */
+/* ---- vLLM-Omni's allocator, in C --------------------------------------------------------------- */
 
 /* A sorted array of free (offset, size) blocks. alloc: first fit from the lowest address, carving
-   the front of the block (the seed's loop). free: the seed checks every free block for a double
+   the front of the block (vLLM-Omni's loop). free: vLLM-Omni's allocator checks every free block for a double
    free or overlap, appends, sorts and merges neighbours; in a sorted, disjoint list only the two
    neighbours can overlap or merge, so this version finds the place by binary search and moves the
    tail with memmove - the same result, and kinder to the baseline than a full sort would be. */
@@ -94,10 +94,10 @@ static int ff_alloc_range(ff_alloc* a, uint64_t size, uint64_t* offset) {
             return 0;
         }
     }
-    return -1;  /* the seed raises MemoryError */
+    return -1;  /* vLLM-Omni's allocator raises MemoryError */
 }
 
-/* 0 = freed, 1 = double free (ignored, as the seed does), -1 = overlap (the seed raises) */
+/* 0 = freed, 1 = double free (ignored, as vLLM-Omni's allocator does), -1 = overlap (vLLM-Omni's allocator raises) */
 static int ff_free_range(ff_alloc* a, uint64_t offset, uint64_t size) {
     uint64_t need = ff_round(a, size), end = offset + need;
     size_t lo = 0, hi = a->n, i;
@@ -195,7 +195,7 @@ static int subj_init(subject* s, int kind, uint64_t capacity) {
         s->name = "omniconn (TLSF)";
         return omc_alloc_create(&d, &s->omc) == OMC_OK ? 0 : -1;
     }
-    if (kind == K_FF) { s->name = "first_fit_sorted_list (seed)"; return ff_init(&s->ff, capacity, ALIGN); }
+    if (kind == K_FF) { s->name = "first_fit_sorted_list (vLLM-Omni)"; return ff_init(&s->ff, capacity, ALIGN); }
     s->name = "glibc malloc/free";
     return 0;
 }
@@ -410,8 +410,8 @@ static void run_round(int round, int quick, row* rows) {
             r->capacity = kind == K_MALLOC ? 0 : capacity;
             measure(&s, n, lo, hi, n, batches, kind == K_FF ? ff_seconds : 1e9, kind != K_MALLOC, r);
             if (kind == K_FF && !r->note[0])
-                snprintf(r->note, sizeof(r->note), "the seed's algorithm in C: first-fit scan of a sorted array; "
-                         "free by binary search + memmove (the seed re-sorts the whole list); %llu free blocks at the end",
+                snprintf(r->note, sizeof(r->note), "vLLM-Omni's algorithm in C: first-fit scan of a sorted array; "
+                         "free by binary search + memmove (vLLM-Omni's allocator re-sorts the whole list); %llu free blocks at the end",
                          (unsigned long long)s.ff.n);
             if (kind == K_OMC)
                 snprintf(r->note, sizeof(r->note), "allocator records in use: %llu x %u B = %.1f MiB (outside the managed range)",

@@ -1,4 +1,4 @@
-/* bench_shm.c - the shared-memory connector against memcpy and against the seed's design, side by
+/* bench_shm.c - the shared-memory connector against memcpy and against vLLM-Omni's design, side by
    side in one run, across two real processes.
 
    usage: bench_shm [out.json]            (make bench-shm writes bench/results/shm.json)
@@ -17,12 +17,12 @@
                                read) and releases it. Bytes / (first put .. last release).
      omniconn_noinline_gbps    the same with disable_inline (rows below the 64 KiB threshold:
                                what the inline copy into the metadata costs the producer).
-     per_request_segment_gbps  the seed's design, in C: per request the producer opens a lock
+     per_request_segment_gbps  vLLM-Omni's design, in C: per request the producer opens a lock
                                file and flock()s it, creates a new /dev/shm segment (O_EXCL),
                                ftruncate()s, mmap()s, copies in, unmaps, unlocks; the consumer
                                (told the request number through a pipe) flock()s, opens, fstat()s,
                                maps, copies out into a private buffer, unmaps, unlinks segment
-                               and lock file. Both sides pipelined, as in the seed.
+                               and lock file. Both sides pipelined, as in vLLM-Omni's connector.
      handoff_us_p50 / p99      ping-pong: the producer waits until the consumer has released
                                the previous payload, writes the time into the payload's first
                                8 bytes and puts it; the consumer, blocked in a metadata-less get
@@ -286,7 +286,7 @@ static void bench_handoff(uint64_t size, uint64_t n, uint8_t* src, int64_t* lat,
     munmap(sp, sizeof(*sp));
 }
 
-/* ---- the seed's design: a new segment and a lock file per request ----------------------------- */
+/* ---- vLLM-Omni's design: a new segment and a lock file per request ----------------------------- */
 
 static void base_names(char* seg, char* lock, long owner, uint64_t i) {
     snprintf(seg, 96, "/dev/shm/omcbase-%ld-%llu", owner, (unsigned long long)i);
@@ -488,7 +488,7 @@ int main(int argc, char** argv) {
                    "memcpy_pool_gbps: the same source copied into destinations cycling through a faulted-in region the size of the "
                    "stream's pool, as many copies as the stream has transfers (as cold as the transfer's destination; the transfer's "
                    "first pass through its fresh pool also pays page faults, this baseline does not). "
-                   "per_request_segment_gbps: the seed design in C (lock file + flock, new O_EXCL segment, ftruncate, mmap, copy in; "
+                   "per_request_segment_gbps: vLLM-Omni's SharedMemoryConnector design in C (lock file + flock, new O_EXCL segment, ftruncate, mmap, copy in; "
                    "reader flock, open, fstat, mmap, copy out, unlink segment and lock file), pipelined through a pipe. handoff: "
                    "ping-pong, time stamp in the payload, put -> metadata-less get (spin 20 us then futex) -> release. Throughput "
                    "figures: median of the rounds; percentiles over all samples.%s%s\",\n", quick ? " QUICK run: rough figures." : "", no_base ? " The per-request baseline was skipped (its figures and ratios read 0)." : "");

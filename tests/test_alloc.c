@@ -1,9 +1,9 @@
 /* test_alloc.c - the registered-memory allocator (omc_alloc_*).
 
-   1. The seed's allocator tests (vLLM-Omni's BufferAllocator tests), one for one: reuse at offset 0,
+   1. vLLM-Omni's BufferAllocator tests, one for one: reuse at offset 0,
       alignment, exhaustion and recovery, 10 threads x 100 alloc/free, double free (exact and after
       a merge), partial overlap, out-of-order frees merging, two 64 B holes vs 128 B.
-   2. What the seed's allocator cannot do: stale handles, foreign frees, bounded waits, statistics,
+   2. What vLLM-Omni's allocator cannot do: stale handles, foreign frees, bounded waits, statistics,
       the TLSF second-chance search, validate() noticing damage.
    3. A randomized differential test against a model that is too simple to be wrong: one owner
       entry per granule. >= 10^6 operations in the plain build; sanitizer builds run 1/4 of them
@@ -92,7 +92,7 @@ static int sanitized(void) {
 #endif
 }
 
-/* ---- 1. the seed's tests ---------------------------------------------------------------------- */
+/* ---- 1. vLLM-Omni's tests ---------------------------------------------------------------------- */
 
 OMC_TEST(alloc_reuses_freed_space_at_offset_zero) {
     omc_alloc* a = mk(4096, 64, 0);
@@ -139,7 +139,7 @@ OMC_TEST(alloc_exhaustion_then_recovery) {
     omc_alloc_destroy(a);
 }
 
-/* The seed's thread test, plus what it could not see: every thread marks the granules it owns in
+/* vLLM-Omni's thread test, plus what it could not see: every thread marks the granules it owns in
    a shared map with compare-and-swap, so two threads ever holding overlapping ranges is caught. */
 #define TS_THREADS 10
 #define TS_ROUNDS 100
@@ -326,7 +326,7 @@ OMC_TEST(alloc_two_64_byte_holes_cannot_serve_128) {
     omc_alloc_destroy(a);
 }
 
-/* ---- 2. beyond the seed ----------------------------------------------------------------------- */
+/* ---- 2. beyond vLLM-Omni's allocator ----------------------------------------------------------------------- */
 
 OMC_TEST(alloc_too_large_versus_pool_full) {
     omc_alloc* a = mk(4096, 64, 0);
@@ -374,7 +374,7 @@ OMC_TEST(alloc_create_checks_its_desc) {
     d.capacity = 3 * 4096 + 100;                                    /* rounded down to the alignment */
     CHECK_OK(omc_alloc_create(&d, &a));
     REQUIRE(a);
-    CHECK_EQ(omc_alloc_alignment(a), 4096);                         /* the default, like the seed */
+    CHECK_EQ(omc_alloc_alignment(a), 4096);                         /* the default, like vLLM-Omni's */
     {
         omc_alloc_stats st;
         omc_alloc_get_stats(a, &st);

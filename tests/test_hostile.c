@@ -280,7 +280,7 @@ static uint64_t tcp_data_connections(omc_conn* s) {
    ================================================================================================ */
 
 static uint16_t free_base_port(void) {
-    /* a base for the seed's offset scheme that is unlikely to be taken: 20000..59999 */
+    /* a base for vLLM-Omni's offset scheme that is unlikely to be taken: 20000..59999 */
     return (uint16_t)(20000 + (getpid() * 7919 + (int)(omc_now_ns() % 1000)) % 40000);
 }
 

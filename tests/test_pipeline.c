@@ -1,4 +1,4 @@
-/* omniconn_pipeline.h: the edge-configuration loader (on the seed's own example, on YAML/JSON
+/* omniconn_pipeline.h: the edge-configuration loader (on vLLM-Omni's own example, on YAML/JSON
    twins, on broken files whose errors must name the check and the line:column), the port-offset
    scheme and collision check, the transfer-id map's lifecycle, batches / exists / list on the
    same-process connector, and streams (in order, out of order, error mid-stream, back-pressure).
@@ -98,7 +98,7 @@ static void count_log(omc_log_level level, omc_log_item item, const char* msg, c
     snprintf(lc->last, sizeof(lc->last), "%s", msg);
 }
 
-/* ---- configuration: the seed's example -------------------------------------------------------- */
+/* ---- configuration: vLLM-Omni's example -------------------------------------------------------- */
 
 OMC_TEST(config_seed_example) {
     omc_pipeline_config* cfg = NULL;
@@ -666,7 +666,7 @@ OMC_TEST(config_allocations_go_through_hooks_and_fail_cleanly) {
 /* ---- ports ------------------------------------------------------------------------------------- */
 
 #if OMC__PIPELINE_PORTS     /* ports come from the remote connector's omc_port_compute */
-/* The seed's table through omc_port_compute (the function the loader uses). */
+/* vLLM-Omni's table through omc_port_compute (the function the loader uses). */
 OMC_TEST(ports_seed_table) {
     /* base 50051, stage 0 -> 1, DP = 2, TP = 2, kv_transfer */
     static const struct { int dp, rank; uint16_t port; } table[] = { { 0, 0, 50151 }, { 0, 1, 50152 }, { 1, 0, 50153 }, { 1, 1, 50154 } };

@@ -206,7 +206,7 @@ OMC_TEST(connect_shm_roles_and_threshold) {
     CHECK_EQ(role_of(s1_in), OMC_ROLE_RECEIVER);
     CHECK_EQ(role_of(s1_out), OMC_ROLE_SENDER);
     CHECK_EQ(role_of(s2), OMC_ROLE_RECEIVER);
-    /* shm_threshold_bytes 0 = never inline; auto_shm keeps the seed's 65536 */
+    /* shm_threshold_bytes 0 = never inline; auto_shm keeps vLLM-Omni's 65536 */
     CHECK_EQ(small_put_is_inline(s0, "a"), 0);
     CHECK_EQ(small_put_is_inline(s1_out, "b"), 1);
     /* and the connectors really carry data between the stages */
@@ -307,7 +307,7 @@ OMC_TEST(connect_tcp_ports_and_senders) {
     CHECK_EQ(role_of(s0), OMC_ROLE_SENDER);
     CHECK_EQ(role_of(s1), OMC_ROLE_DUAL);
     CHECK_EQ(role_of(s2), OMC_ROLE_RECEIVER);
-    /* the listeners are the seed's request-forwarding ports: base + from_stage */
+    /* the listeners are vLLM-Omni's request-forwarding ports: base + from_stage */
     CHECK_OK(omc_tcp_endpoint(s0, NULL, 0, &port, NULL));
     CHECK_EQ(port, base);
     CHECK_OK(omc_tcp_endpoint(s1, NULL, 0, &port, NULL));

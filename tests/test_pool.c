@@ -185,7 +185,7 @@ OMC_TEST(buffer_typed_views_are_checked) {
     int64_t ovf[2] = {INT64_MAX, 4}, zero[3] = {3, 0, 7}, s9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     REQUIRE(p);
     CHECK_OK(omc_pool_alloc_buffer(p, 64, &b));
-    {   /* the seed's as_tensor: f32 (4, 4) over 64 bytes, values as written */
+    {   /* vLLM-Omni's as_tensor: f32 (4, 4) over 64 bytes, values as written */
         float* f = (float*)b.data;
         int i;
         for (i = 0; i < 16; i++) f[i] = (float)i;

@@ -1111,7 +1111,7 @@ OMC_TEST(tcp_list_pages_through_many_keys) {
     omc_conn_destroy(s);
 }
 
-/* ---- the seed's port table, collisions, hosts, endpoints ------------------------------------------ */
+/* ---- vLLM-Omni's port table, collisions, hosts, endpoints ------------------------------------------ */
 
 OMC_TEST(tcp_port_offsets_seed_table) {
     omc_port_spec sp[5];
@@ -1128,7 +1128,7 @@ OMC_TEST(tcp_port_offsets_seed_table) {
     CHECK_OK(omc_port_check(sp, 5, ports, &a, &b));
     CHECK_EQ(ports[0], 50151); CHECK_EQ(ports[1], 50152); CHECK_EQ(ports[2], 50153); CHECK_EQ(ports[3], 50154);
     CHECK_EQ(ports[4], 50251);
-    /* base 0 is the seed's default; request forwarding sits 100 below KV transfer */
+    /* base 0 is vLLM-Omni's default; request forwarding sits 100 below KV transfer */
     memset(&sp[0], 0, sizeof(sp[0]));
     CHECK_OK(omc_port_compute(&sp[0], &p));
     CHECK_EQ(p, 50051);

@@ -1548,7 +1548,7 @@ static void doctor_memlock(doctor* d) {
         return;
     }
     if (devices)
-        report(d, WARN, "memlock", "ulimit -l is %s: an RDMA pool larger than that cannot be registered (the seed's default pool is "
+        report(d, WARN, "memlock", "ulimit -l is %s: an RDMA pool larger than that cannot be registered (vLLM-Omni's default pool is "
                "4 GiB). %s", lim, fix);
     else report(d, OK, "memlock", "ulimit -l is %s (only RDMA registers memory, and %s)", lim,
                 d->cfg ? "the config has no RDMA edge" : "this host has no RDMA device");
