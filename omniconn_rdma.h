@@ -322,7 +322,9 @@ ERRORS & LOGGING
     OMC_ERR_RDMA_COMPLETION any other failed work completion (status in the log)
     OMC_ERR_BUSY            the engine's QP budget is spent (CQ_DEPTH / QUEUE_DEPTH QPs)
     OMC_ERR_MALFORMED / OMC_ERR_CHECKSUM / OMC_ERR_VERSION  a record or descriptor is garbage
-    Everything is logged through the desc's hooks with OMC_LOGITEM_RDMA.
+    Everything is logged with OMC_LOGITEM_RDMA through the desc's hooks (or the process
+    default); without an application logger the core's built-in one writes WARN and ERROR to
+    stderr, and $OMNICONN_LOG sets its level (see omniconn.h, ERRORS & LOGGING).
     Through the remote connector a get or put sees only the connector's codes: see "The remote
     connector" above (the engine's code is in the health's last error text).
 
