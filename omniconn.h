@@ -1492,6 +1492,7 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
       omc_conn fields a companion may read or write: impl (its state), hooks, closed (atomic),
                              ttl_reclaims and releases (atomic counters)
       omc__meta_begin omc__meta_seal   write a metadata envelope around a transport's body
+      OMC__META_UNWANTED     meta_out->size a put finds when its caller wants no metadata
     The owner's entry table (a companion that owns payloads)
       omc__etab omc__ent OMC__ENT_FREE OMC__ENT_LIVE OMC__ENT_DRAINING
       omc__etab_init omc__etab_uninit omc__etab_add omc__etab_find omc__etab_by_id omc__etab_id
@@ -3135,11 +3136,13 @@ OMNICONN_API omc_result omc_meta_from_text(const char* text, size_t len, omc_met
 /* What list() hands out, one qualified key at a time. */
 typedef omc_result (*omc__key_sink)(const char* qkey, uint32_t qlen, void* user);
 
+#define OMC__META_UNWANTED 0xFFFFFFFFu
 typedef struct omc__conn_vtable {
     const char* family;         /* "local", "shm", "remote": the one way a connector is recognised
                                    (omc__conn_is); the transport may vary within a family */
     omc_transport transport;
-    /* put: qkey is the qualified key. meta_out is never NULL. */
+    /* put: qkey is the qualified key. meta_out is never NULL; meta_out->size == OMC__META_UNWANTED
+       when the caller passed none: the put may then skip building it and leave {NULL, 0}. */
     omc_result (*put)(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out);
     /* get: meta is NULL for a metadata-less get, else already validated (transport and key match).
        max_size != 0: if the payload is larger, return OMC_ERR_TOO_LARGE WITHOUT consuming it and
@@ -3378,6 +3381,7 @@ OMNICONN_API omc_result omc_conn_put(omc_conn* c, const char* from, const char* 
     }
     if (r != OMC_OK) { if (r != OMC_ERR_CLOSED) omc__add(&c->errors, 1u); return r; }
     size = p->buffer ? (p->size ? p->size : p->buffer->size) : p->size;
+    if (!meta_out) tmp.size = OMC__META_UNWANTED;
     r = c->vt->put(c, qkey, qlen, p, &tmp);
     if (r != OMC_OK) {
         char hint[400];

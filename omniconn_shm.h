@@ -450,6 +450,7 @@ extern "C" {
 #define OMC_SHM_MAX_INLINE ((uint64_t)1 << 20)      /* largest inline_threshold */
 #define OMC_SHM_CHANNEL_MAX 32                      /* bytes of a channel name */
 #define OMC_SHM_PATH_MAX 512                        /* directory + segment name */
+#define OMC_SHM_SPIN_FOREVER INT64_MAX              /* spin_ns: a waiting get never sleeps */
 
 typedef struct omc_shm_desc {
     omc_role role;              /* DEFAULT = dual: owns a segment (put) and reads others' (get).
@@ -468,7 +469,9 @@ typedef struct omc_shm_desc {
                                    Each costs 512 bytes of segment and ~330 bytes of heap. */
     int64_t default_ttl_ms;     /* 0 = OMNICONN_DEFAULT_TTL_MS, < 0 = no TTL */
     int64_t spin_ns;            /* a waiting get spins this long before it sleeps on a futex;
-                                   0 = 20 us, < 0 = never spin */
+                                   0 = $OMNICONN_SHM_SPIN_US if set, else 20 us; < 0 = never
+                                   spin; OMC_SHM_SPIN_FOREVER = never sleep (a consumer pinned
+                                   to a core of its own: the lowest latency, a core kept busy) */
     omc_hooks hooks;
 } omc_shm_desc;
 
@@ -541,7 +544,7 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 /* ============================================================================================== */
 
 #define OMC__SHM_MAGIC          0x53434D4Fu     /* "OMCS" */
-#define OMC__SHM_VERSION        2
+#define OMC__SHM_VERSION        3
 #define OMC__SHM_HEADER_SIZE    4096u
 #define OMC__SHM_ENTRY_SIZE     512u
 #define OMC__SHM_KEY_WORDS      32              /* 256 key bytes, zero padded */
@@ -550,6 +553,11 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 #define OMC__SHM_BUCKET_EMPTY   0u
 #define OMC__SHM_BUCKET_TOMB    0xFFFFFFFFu
 #define OMC__SHM_BODY_FIXED     56u             /* metadata body before the segment name */
+#ifdef OMC__META_UNWANTED                       /* the caller of a put wants no metadata */
+    #define OMC__SHM_META_UNWANTED OMC__META_UNWANTED
+#else
+    #define OMC__SHM_META_UNWANTED 0xFFFFFFFEu   /* never seen: metadata is always built */
+#endif
 
 enum { OMC__SHM_CREATING = 0, OMC__SHM_READY = 1, OMC__SHM_CLOSED = 2 };
 
@@ -580,8 +588,9 @@ typedef struct omc__shm_header {
     uint64_t dirty_offset;      /* 144  release bitmap: one bit per entry */
     uint8_t  reserved0[104];    /* 152 */
     /* one cache line written by the owner (receivers spin on put_seq) ... */
-    uint32_t put_seq;           /* 256  futex: bumped on every change of the key index */
-    uint32_t sleepers;          /* 260  1: a getter may be asleep on put_seq */
+    uint32_t put_seq;           /* 256  futex: bits 0..23 bumped on every change of the key index,
+                                        bits 24..31 "a getter of this wake-up class may sleep" */
+    uint32_t reserved_260;      /* 260 */
     uint64_t puts;              /* 264  statistics: puts published */
     uint8_t  pad1[48];          /* 272 */
     /* ... and one written by receivers, so the two sides never fight over a line */
@@ -776,6 +785,42 @@ OMC__PRIVATE void omc__futex_wait(uint32_t* word, uint32_t expected, omc_time_ns
 }
 
 OMC__PRIVATE void omc__futex_wake_all(uint32_t* word) { syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
+
+/* The same with a wake-up class (FUTEX_WAIT_BITSET): only wakes that name one of these bits reach
+   the sleeper (FUTEX_WAKE, used by close, reaches everyone). The timeout of a bitset wait is an
+   absolute CLOCK_MONOTONIC time. */
+OMC__PRIVATE void omc__futex_wait_bits(uint32_t* word, uint32_t expected, omc_time_ns deadline, int64_t max_ns, uint32_t bits) {
+    struct timespec ts;
+    omc_time_ns now = omc_now_ns(), until;     /* CLOCK_MONOTONIC, the clock of the wait */
+    if (deadline <= now) return;
+    until = deadline == OMC_WAIT_FOREVER || deadline - now > max_ns ? now + max_ns : deadline;
+    ts.tv_sec = (time_t)(until / 1000000000LL);
+    ts.tv_nsec = (long)(until % 1000000000LL);
+    syscall(SYS_futex, word, FUTEX_WAIT_BITSET, expected, &ts, NULL, bits);
+}
+
+OMC__PRIVATE void omc__futex_wake_bits(uint32_t* word, uint32_t bits) {
+    syscall(SYS_futex, word, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, bits);
+}
+
+/* put_seq, the futex word getters sleep on, holds two things: bits 0..23 a sequence number,
+   bumped on every change of the key index, and bits 24..31 one flag per wake-up class: "a getter
+   of this class may be asleep". A getter waiting for a key belongs to the class of its key's hash
+   (one of 8). It sets its class's flag with a compare-and-swap that succeeds only while the
+   sequence is the one it read before its lookup, and sleeps on the whole word. A put bumps the
+   sequence and clears its key's class flag in one compare-and-swap, and wakes that class - only
+   that class, only when its flag was set. Any change of the word between a getter's flag and
+   its sleep makes the kernel refuse the sleep (the value differs), so no wake-up is lost. */
+#define OMC__SHM_SEQ_MASK 0x00FFFFFFu
+OMC__PRIVATE uint32_t omc__shm_wake_bit(uint64_t key_hash) { return (uint32_t)1 << (24u + (uint32_t)(key_hash >> 61)); }
+
+/* Bump the sequence in put_seq and clear the class flags in `clear`; returns the word before. */
+OMC__PRIVATE uint32_t omc__shm_seq_bump(uint32_t* word, uint32_t clear) {
+    uint32_t old = __atomic_load_n(word, __ATOMIC_RELAXED), nw;
+    do nw = (((old & OMC__SHM_SEQ_MASK) + 1u) & OMC__SHM_SEQ_MASK) | (old & ~OMC__SHM_SEQ_MASK & ~clear);
+    while (!__atomic_compare_exchange_n(word, &old, nw, 1, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+    return old;
+}
 
 /* Read /proc/<pid>/stat: the state letter (field 3) and the start time (field 22, clock ticks
    after boot). Returns 1 found, 0 no such process, -1 /proc unusable. */
@@ -1022,7 +1067,7 @@ OMC__PRIVATE void omc__shm_index_rebuild(omc__shm* S) {
     S->index_used = 0;
     for (i = S->tab.used_head; i != OMC__NIL; i = S->tab.ent[i].next)
         if (S->tab.ent[i].state == OMC__ENT_LIVE) omc__shm_index_add(S, i);
-    __atomic_add_fetch(&S->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);   /* readers that missed: look again */
+    omc__shm_seq_bump(&S->hdr->put_seq, 0u);   /* readers that missed: look again */
 }
 
 OMC__PRIVATE void omc__shm_index_add(omc__shm* S, uint32_t i) {
@@ -1395,9 +1440,10 @@ OMC__PRIVATE void omc__shm_reclaim_harder(omc__shm* S, omc_time_ns now) {
 
 /* Write entry i for a new put and make it visible: fields first, then the slots, then gen (the
    seqlock), then the index bucket, then put_seq. Each store is a release, so a reader that sees
-   the bucket sees the entry, and one that claims a slot sees the payload bytes. */
-OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const omc_range* range, uint64_t size, uint32_t flags,
-                                   uint32_t readers, const omc__shm_key* k, omc_time_ns now, omc_time_ns expires) {
+   the bucket sees the entry, and one that claims a slot sees the payload bytes. Returns the wake-up
+   class to wake (after the mutex is released), or 0 when no getter of that class sleeps. */
+OMC__PRIVATE uint32_t omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const omc_range* range, uint64_t size, uint32_t flags,
+                                       uint32_t readers, const omc__shm_key* k, omc_time_ns now, omc_time_ns expires) {
     omc__shm_entry* e = omc__shm_entry_at(S->base, &S->lay, i);
     uint32_t s;
     __atomic_store_n(&e->gen, 0u, __ATOMIC_RELAXED);
@@ -1416,7 +1462,10 @@ OMC__PRIVATE void omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, const 
     __atomic_store_n(&e->gen, gen, __ATOMIC_RELEASE);
     omc__shm_index_add(S, i);
     __atomic_add_fetch(&S->hdr->puts, (uint64_t)1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&S->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);
+    {   /* the class flag is cleared in the same step as the bump: returns it if it was set */
+        uint32_t bit = omc__shm_wake_bit(k->hash);
+        return omc__shm_seq_bump(&S->hdr->put_seq, bit) & bit;
+    }
 }
 
 /* The metadata body (see the manual): where the payload is, and for inline payloads the bytes. */
@@ -1443,9 +1492,11 @@ OMC__PRIVATE omc_result omc__shm_make_meta(omc__shm* S, uint32_t i, uint32_t gen
     return OMC_OK;
 }
 
-/* Register a filled range under qkey (caller holds mu). On error nothing changed. */
+/* Register a filled range under qkey (caller holds mu); meta_out NULL: the caller wants no
+   metadata. On error nothing changed. */
 OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, const omc_range* range, uint64_t size,
-                                          uint32_t flags, uint32_t readers, int64_t ttl_ms, omc_time_ns now, omc_meta* meta_out) {
+                                          uint32_t flags, uint32_t readers, int64_t ttl_ms, omc_time_ns now, omc_meta* meta_out,
+                                          uint32_t* wake) {
     uint32_t i, gen, old;
     omc__ent* o;
     omc_result r;
@@ -1470,13 +1521,13 @@ OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, co
     if (r != OMC_OK) return r;
     o = &S->tab.ent[i];
     gen = o->gen;
-    r = omc__shm_make_meta(S, i, gen, range, size, flags, k->s, k->len, meta_out);
+    r = meta_out ? omc__shm_make_meta(S, i, gen, range, size, flags, k->s, k->len, meta_out) : OMC_OK;
     if (r != OMC_OK) { omc__etab_drop(&S->tab, i, 1); return r; }
     o->range = *range;
     o->size = size;
     o->readers_left = readers;
     o->expires = omc__expiry(ttl_ms, ttl_ms, now);
-    omc__shm_publish(S, i, gen, range, size, flags, readers, k, now, o->expires);
+    *wake = omc__shm_publish(S, i, gen, range, size, flags, readers, k, now, o->expires);
     return OMC_OK;
 }
 
@@ -1515,6 +1566,7 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
     omc__shm_key k;
     omc_range range;
     omc_result r;
+    uint32_t wake = 0;
     if (readers > OMC_SHM_MAX_READERS) {
         OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "fan-out of %u readers: the limit is %d per put", readers, OMC_SHM_MAX_READERS);
         return OMC_ERR_INVALID_ARG;
@@ -1536,19 +1588,19 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
         if (r != OMC_OK) return r;
         if (size) memcpy(S->base + S->lay.data_off + range.offset, p->data, (size_t)size);
     }
-    if (S->inline_threshold && size < S->inline_threshold) flags |= OMC__SHM_ENTRY_INLINE;
+    /* no metadata wanted (the consumer gets by key): no envelope, no inline copy, no CRC */
+    if (meta_out->size == OMC__SHM_META_UNWANTED) { meta_out->size = 0; meta_out = NULL; }
+    if (meta_out && S->inline_threshold && size < S->inline_threshold) flags |= OMC__SHM_ENTRY_INLINE;
     if (p->flags & OMC_PAYLOAD_FRAME) flags |= OMC__SHM_ENTRY_FRAME;
     omc__shm_key_make(&k, qkey, qlen);
     omc__shm_mu_lock(S);
-    r = omc__shm_register(S, &k, &range, size, flags, readers, ttl, now, meta_out);
+    r = omc__shm_register(S, &k, &range, size, flags, readers, ttl, now, meta_out, &wake);
     omc__shm_mu_unlock(S);
     if (r != OMC_OK) {
         if (!p->buffer) omc_alloc_free(omc_pool_allocator(S->pool), range);
         return r;
     }
-    /* the load first: the exchange would take the cache line from the receivers on every put */
-    if (__atomic_load_n(&S->hdr->sleepers, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&S->hdr->sleepers, 0u, __ATOMIC_SEQ_CST))
-        omc__futex_wake_all(&S->hdr->put_seq);
+    if (wake) omc__futex_wake_bits(&S->hdr->put_seq, wake);   /* a getter of this key's class sleeps */
     if (p->buffer) memset(p->buffer, 0, sizeof(*p->buffer));   /* ownership moved to the entry */
     return OMC_OK;
 }
@@ -2076,21 +2128,27 @@ OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, const
     return OMC_ERR_NOT_FOUND;
 }
 
-/* Spin on put_seq for a short while (the small-payload handoff costs no system call), then sleep
-   on it with FUTEX_WAIT. Never longer than a slice: new segments may join the channel. */
+/* Spin on put_seq for spin_ns (the small-payload handoff then costs no system call; forever for
+   OMC_SHM_SPIN_FOREVER), then sleep on it with FUTEX_WAIT_BITSET in the class of our key. Never
+   longer than a slice, spinning or asleep: new segments may join the channel. */
 OMC__PRIVATE void omc__shm_wait_put(omc__shm* S, omc__shm_peer* P, uint32_t seq, omc_time_ns deadline,
-                                    omc_time_ns* spin_until, int64_t slice) {
-    uint32_t* word = &P->hdr->put_seq;
-    omc_time_ns now = omc_now_ns();
-    if (*spin_until == 0) *spin_until = S->spin_ns > 0 ? now + S->spin_ns : now;
-    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == seq && now < *spin_until && now < deadline && !omc__load(&S->conn->closed)) {
+                                    omc_time_ns* spin_until, int64_t slice, uint32_t bit) {
+    uint32_t* word = &P->hdr->put_seq, w;
+    omc_time_ns now = omc_now_ns(), slice_end = now + slice;
+    if (*spin_until == 0) *spin_until = S->spin_ns == OMC_SHM_SPIN_FOREVER ? OMC_WAIT_FOREVER : S->spin_ns > 0 ? now + S->spin_ns : now;
+    while (((__atomic_load_n(word, __ATOMIC_ACQUIRE) ^ seq) & OMC__SHM_SEQ_MASK) == 0 && now < *spin_until && now < deadline && now < slice_end &&
+           !omc__load(&S->conn->closed)) {
         int k;
         for (k = 0; k < 32; k++) OMC__SHM_PAUSE();
         now = omc_now_ns();
     }
-    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != seq || now >= deadline || omc__load(&S->conn->closed)) return;
-    __atomic_store_n(&P->hdr->sleepers, 1u, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(word, __ATOMIC_SEQ_CST) == seq) omc__futex_wait(word, seq, deadline, slice);
+    if (now >= deadline || now >= slice_end || omc__load(&S->conn->closed)) return;
+    /* our class's flag, set only while the sequence is still the one read before the lookup;
+       then sleep on exactly the word we wrote: any put since makes the kernel refuse */
+    w = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+    if ((w & OMC__SHM_SEQ_MASK) != (seq & OMC__SHM_SEQ_MASK)) return;
+    if (!(w & bit) && !__atomic_compare_exchange_n(word, &w, w | bit, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return;
+    omc__futex_wait_bits(word, w | bit, deadline, slice_end - now, bit);
 }
 
 OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const omc__shm_key* k, omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
@@ -2110,7 +2168,7 @@ OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const omc__shm_key* k, om
         omc__shm_rmu_unlock(S);
         if (r != OMC_ERR_NOT_FOUND) return r;
         if (deadline == OMC_NO_WAIT || omc_now_ns() >= deadline) r = OMC_ERR_TIMEOUT;
-        else if (wp) omc__shm_wait_put(S, wp, wseq, deadline, &spin_until, npeers > 1 ? 2000000LL : OMC__SHM_SCAN_NS);
+        else if (wp) omc__shm_wait_put(S, wp, wseq, deadline, &spin_until, npeers > 1 ? 2000000LL : OMC__SHM_SCAN_NS, omc__shm_wake_bit(k->hash));
         else omc__futex_wait(&S->idle_word, idle, deadline, OMC__SHM_SCAN_NS / 2);  /* no sender yet */
         if (wp) {
             omc__shm_rmu_lock(S);
@@ -2273,7 +2331,7 @@ static void omc__shm_close_body(omc_conn* c) {
                 cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, i), S->tab.ent[i].gen, S->tab.ent[i].readers_left);
                 if (cnt.held == 0) omc__shm_free_entry(S, i);
             }
-            __atomic_add_fetch(&S->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);
+            omc__shm_seq_bump(&S->hdr->put_seq, ~OMC__SHM_SEQ_MASK);
             omc__futex_wake_all(&S->hdr->put_seq);
         }
         __atomic_store_n(&S->unlinked, 1, __ATOMIC_RELEASE);
@@ -2284,7 +2342,7 @@ static void omc__shm_close_body(omc_conn* c) {
     while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
         omc__shm_peer* P = (omc__shm_peer*)v;
         if (P->pins && P->broken == OMC_OK && !P->self) {
-            __atomic_add_fetch(&P->hdr->put_seq, 1u, __ATOMIC_SEQ_CST);
+            omc__shm_seq_bump(&P->hdr->put_seq, 0u);     /* its flags stay: other processes' getters */
             omc__futex_wake_all(&P->hdr->put_seq);
         }
     }
@@ -2569,6 +2627,25 @@ static const omc__conn_vtable omc__shm_vtable = {
     omc__shm_exists, omc__shm_list, omc__shm_pending
 };
 
+/* The spin of a desc that leaves it 0: $OMNICONN_SHM_SPIN_US (microseconds; 0 = never spin;
+   -1 or "forever" = never sleep), else OMNICONN_SHM_SPIN_NS. A value that is not a number is
+   reported and ignored. */
+OMC__PRIVATE int64_t omc__shm_spin_default(const omc_hooks* hooks) {
+    const char* v = getenv("OMNICONN_SHM_SPIN_US");
+    char* end = NULL;
+    long long us;
+    if (!v || !*v) return OMNICONN_SHM_SPIN_NS;
+    if (strcmp(v, "forever") == 0) return OMC_SHM_SPIN_FOREVER;
+    errno = 0;
+    us = strtoll(v, &end, 10);
+    if (errno || !end || *end || us < -1 || us > 60000000LL) {
+        OMC__LOG(hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "OMNICONN_SHM_SPIN_US='%s' ignored: microseconds from 0 to 60000000, "
+                 "or -1 / forever to never sleep (the default spin of %lld ns applies)", v, (long long)OMNICONN_SHM_SPIN_NS);
+        return OMNICONN_SHM_SPIN_NS;
+    }
+    return us < 0 ? OMC_SHM_SPIN_FOREVER : us == 0 ? -1 : (int64_t)us * 1000;
+}
+
 /* Zero means default; anything impossible is refused with the reason in the log. */
 OMC__PRIVATE omc_result omc__shm_resolve(const omc_shm_desc* in, const omc_hooks* hooks, omc_shm_desc* d) {
     *d = *in;
@@ -2579,7 +2656,7 @@ OMC__PRIVATE omc_result omc__shm_resolve(const omc_shm_desc* in, const omc_hooks
     if (!d->inline_threshold) d->inline_threshold = OMNICONN_SHM_INLINE_THRESHOLD;
     if (!d->max_entries) d->max_entries = OMNICONN_SHM_MAX_ENTRIES;
     if (!d->default_ttl_ms) d->default_ttl_ms = OMNICONN_DEFAULT_TTL_MS;
-    if (!d->spin_ns) d->spin_ns = OMNICONN_SHM_SPIN_NS;
+    if (!d->spin_ns) d->spin_ns = omc__shm_spin_default(hooks);
     if (!omc__shm_channel_ok(d->channel)) {
         OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_shm_desc.channel '%s' must be 1..%d characters of [A-Za-z0-9_.]", d->channel, OMC_SHM_CHANNEL_MAX);
         return OMC_ERR_INVALID_ARG;

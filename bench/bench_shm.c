@@ -7,6 +7,12 @@
           BENCH_ROUNDS=1                  fewer rounds (1..3; make bench-peers alternates single
                                           rounds with the other tools and takes medians itself)
           BENCH_SHM_NO_BASELINE=1         skip the per-request-segment baseline
+          BENCH_SHM_CPUS=0,1              pin the producer to CPU 0 and the consumer to CPU 1
+                                          (default: not pinned; the scheduler places them)
+          BENCH_SHM_SPIN_US=N             the consumer's spin before it sleeps (omc_shm_desc.
+                                          spin_ns): microseconds, 0 = never spin, -1 = never
+                                          sleep; default: the connector's (20 us, or
+                                          $OMNICONN_SHM_SPIN_US)
 
    Per payload size (64 B, 4 KiB, 64 KiB, 1 MiB, 16 MiB, 186 MiB, and 1 GiB if memory allows):
      memcpy_gbps               one thread copies the payload from one private buffer into
@@ -28,7 +34,12 @@
                                8 bytes and puts it; the consumer, blocked in a metadata-less get
                                (the connector's own waiting: spin 20 us, then futex), takes it,
                                releases it and records now - that time. So: put + wake-up + get
-                               + release, one payload at a time.
+                               + release, one payload at a time. With the settings above
+                               (BENCH_SHM_CPUS, BENCH_SHM_SPIN_US, else the defaults).
+     handoff_spin_us_p50 / p99 the same ping-pong the way ucx_perftest's tag_lat runs: producer
+                               and consumer pinned to two different CPUs (BENCH_SHM_CPUS, else
+                               0 and 1), the consumer spinning without ever sleeping
+                               (spin_ns = OMC_SHM_SPIN_FOREVER). Only on hosts with 2+ CPUs.
      memcpy_pool_gbps          the fair baseline for the stream: the same copy into destinations
                                cycling through a faulted-in region the size of the stream's pool.
    Throughput figures are the median of ROUNDS interleaved rounds (the machine is shared);
@@ -156,14 +167,43 @@ static double bench_memcpy_pool(uint64_t size, uint64_t reps) {
 /* ---- omniconn: stream and handoff ------------------------------------------------------------ */
 
 static int nchan;
+static int cpu_producer = -1, cpu_consumer = -1;     /* BENCH_SHM_CPUS; -1 = not pinned */
+static int64_t consumer_spin_ns;                     /* BENCH_SHM_SPIN_US; 0 = the connector's default */
+static uint64_t producer_pool_full;                  /* puts that found the pool or the entries full */
+
+static void pin_to(int cpu) {
+    cpu_set_t set;
+    if (cpu < 0) return;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) { perror("bench_shm: sched_setaffinity"); exit(1); }
+}
+
+static void unpin(void) {
+    cpu_set_t set;
+    long i, n = sysconf(_SC_NPROCESSORS_ONLN);
+    CPU_ZERO(&set);
+    for (i = 0; i < n && i < CPU_SETSIZE; i++) CPU_SET((int)i, &set);
+    sched_setaffinity(0, sizeof(set), &set);
+}
+
+/* The producer retries a put that finds the pool (or all entries) full until the consumer
+   releases: count those instead of printing two lines per retry (the printing would slow the
+   producer down and flood the terminal); every other message goes to stderr. */
+static void producer_log(omc_log_level level, omc_log_item item, const char* message, const char* file, int line, void* user) {
+    if (strstr(message, "are in flight") || strstr(message, "no free range")) { producer_pool_full++; return; }
+    omc_log_stderr(level, item, message, file, line, user);
+}
 /* A private directory on /dev/shm's tmpfs for this run's segments: other programs sweeping
    /dev/shm (every sender's start does) never see them. */
 static char bench_dir[64];
 
-static omc_conn* shm_conn(const char* ch, omc_role role, uint64_t pool, int no_inline) {
+static omc_conn* shm_conn(const char* ch, omc_role role, uint64_t pool, int no_inline, int64_t spin_ns) {
     omc_shm_desc d;
     omc_conn* c = NULL;
     memset(&d, 0, sizeof(d));
+    d.spin_ns = spin_ns;
+    if (role == OMC_ROLE_SENDER) d.hooks.log_fn = producer_log;
     d.channel = ch;
     d.role = role;
     d.shm_dir = bench_dir[0] ? bench_dir : NULL;
@@ -178,8 +218,10 @@ static void key_of(char* out, uint64_t i) { snprintf(out, 24, "k%llu", (unsigned
 
 /* The consumer process: take n payloads with metadata-less gets, release each; handoff mode
    also records put-to-release latencies from the time stamp in the payload. */
-static void consumer(const char* ch, shared_page* sp, uint64_t n, int handoff) {
-    omc_conn* r = shm_conn(ch, OMC_ROLE_RECEIVER, 0, 0);
+static void consumer(const char* ch, shared_page* sp, uint64_t n, int handoff, int cpu, int64_t spin_ns) {
+    omc_conn* r;
+    pin_to(cpu);
+    r = shm_conn(ch, OMC_ROLE_RECEIVER, 0, 0, spin_ns);
     omc_buffer w;
     uint64_t i;
     if (!r) _exit(2);
@@ -220,10 +262,11 @@ static double bench_omniconn(uint64_t size, uint64_t n, int no_inline, const uin
     pid_t pid;
     double gbps = 0;
     snprintf(ch, sizeof(ch), "bench%ldn%d", (long)getpid(), ++nchan);
-    s = shm_conn(ch, OMC_ROLE_SENDER, pool_for(size), no_inline);
+    s = shm_conn(ch, OMC_ROLE_SENDER, pool_for(size), no_inline, 0);
     if (!s) { fprintf(stderr, "bench_shm: cannot create a %llu-byte pool\n", (unsigned long long)pool_for(size)); exit(1); }
     pid = fork();
-    if (pid == 0) consumer(ch, sp, n, 0);
+    if (pid == 0) consumer(ch, sp, n, 0, cpu_consumer, consumer_spin_ns);
+    pin_to(cpu_producer);
     memset(&p, 0, sizeof(p));
     p.data = src;
     p.size = 8;
@@ -242,13 +285,16 @@ static double bench_omniconn(uint64_t size, uint64_t n, int no_inline, const uin
         if (r != OMC_OK) { fprintf(stderr, "bench_shm: put: %s\n", omc_result_str(r)); exit(1); }
     }
     if (finish_child(pid) && !sp->failed) gbps = (double)size * (double)n / (double)(sp->t_end - t0);
+    if (cpu_producer >= 0) unpin();
     omc_conn_destroy(s);
     munmap(sp, sizeof(*sp));
     return gbps;
 }
 
-/* Ping-pong; appends latencies (ns) to lat/nlat. */
-static void bench_handoff(uint64_t size, uint64_t n, uint8_t* src, int64_t* lat, uint32_t* nlat, uint32_t cap) {
+/* Ping-pong; appends latencies (ns) to lat/nlat. The consumer spins spin_ns (0: the connector's
+   default); cpu_p / cpu_c pin producer and consumer (-1: not pinned). */
+static void bench_handoff(uint64_t size, uint64_t n, uint8_t* src, int64_t* lat, uint32_t* nlat, uint32_t cap, int cpu_p, int cpu_c,
+                          int64_t spin_ns) {
     char ch[32];
     shared_page* sp = shared_new();
     omc_conn* s;
@@ -257,10 +303,11 @@ static void bench_handoff(uint64_t size, uint64_t n, uint8_t* src, int64_t* lat,
     uint32_t k;
     pid_t pid;
     snprintf(ch, sizeof(ch), "bench%ldn%d", (long)getpid(), ++nchan);
-    s = shm_conn(ch, OMC_ROLE_SENDER, pool_for(size), 0);
+    s = shm_conn(ch, OMC_ROLE_SENDER, pool_for(size), 0, 0);
     if (!s) { fprintf(stderr, "bench_shm: cannot create a %llu-byte pool (handoff)\n", (unsigned long long)pool_for(size)); exit(1); }
     pid = fork();
-    if (pid == 0) consumer(ch, sp, n, 1);
+    if (pid == 0) consumer(ch, sp, n, 1, cpu_c, spin_ns);
+    pin_to(cpu_p);
     memset(&p, 0, sizeof(p));
     p.data = src;
     p.size = 8;
@@ -282,6 +329,7 @@ static void bench_handoff(uint64_t size, uint64_t n, uint8_t* src, int64_t* lat,
     }
     if (!finish_child(pid) || sp->failed) { fprintf(stderr, "bench_shm: handoff consumer failed\n"); exit(1); }
     for (k = 0; k < sp->nlat && *nlat < cap; k++) lat[(*nlat)++] = sp->lat_ns[k];
+    if (cpu_p >= 0) unpin();
     omc_conn_destroy(s);
     munmap(sp, sizeof(*sp));
 }
@@ -365,10 +413,16 @@ typedef struct row {
     uint64_t size;
     uint64_t n_stream, n_base, n_handoff, n_memcpy;
     double memcpy_gbps[ROUNDS], memcpy_pool_gbps[ROUNDS], omc_gbps[ROUNDS], omc_noinline_gbps[ROUNDS], base_gbps[ROUNDS];
-    int64_t* lat;
-    uint32_t nlat;
+    int64_t *lat, *lat_spin;
+    uint32_t nlat, nlat_spin;
     double p50_us, p99_us;
 } row;
+
+static double pct_us(int64_t* v, uint32_t n, uint32_t pct) {
+    if (!n) return 0;
+    qsort(v, n, sizeof(int64_t), cmp_i64);
+    return (double)v[(uint64_t)n * pct / 100] / 1000.0;
+}
 
 /* iterations: about `bytes` per measurement, within [lo, hi] */
 static uint64_t iters(uint64_t size, uint64_t bytes, uint64_t lo, uint64_t hi) {
@@ -421,6 +475,7 @@ int main(int argc, char** argv) {
     uint64_t avail_kib = meminfo_kib("MemAvailable:"), shm_free = 0;
     char cpu[128];
     double load0 = loadavg(), load1;
+    int spin_cpu_p, spin_cpu_c, two_cpus = sysconf(_SC_NPROCESSORS_ONLN) >= 2;
     uint8_t* src;
     FILE* f;
     omc_shm_desc sd;
@@ -442,6 +497,16 @@ int main(int argc, char** argv) {
             p = *end ? end + 1 : end;
         }
     }
+    if (getenv("BENCH_SHM_CPUS") && sscanf(getenv("BENCH_SHM_CPUS"), "%d,%d", &cpu_producer, &cpu_consumer) != 2) {
+        fprintf(stderr, "bench_shm: BENCH_SHM_CPUS must be P,C (two CPU numbers)\n");
+        return 2;
+    }
+    if (getenv("BENCH_SHM_SPIN_US")) {
+        long long us = atoll(getenv("BENCH_SHM_SPIN_US"));
+        consumer_spin_ns = us < 0 ? OMC_SHM_SPIN_FOREVER : us == 0 ? -1 : us * 1000;
+    }
+    spin_cpu_p = cpu_producer >= 0 ? cpu_producer : 0;
+    spin_cpu_c = cpu_producer >= 0 ? cpu_consumer : 1;
     cpu_name(cpu, sizeof(cpu));
     printf("bench_shm: %s, %ld cores, MemAvailable %.1f GiB, /dev/shm free %.1f GiB, load %.2f%s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN),
            (double)avail_kib / (1024.0 * 1024.0), (double)shm_free / (double)GiB, load0, quick ? " (QUICK run)" : "");
@@ -455,6 +520,7 @@ int main(int argc, char** argv) {
         r->n_handoff = quick ? iters(s, 64 * MiB, 3, 2000) : iters(s, 1 * GiB, 5, 10000);
         r->n_memcpy = iters(s, quick ? 256 * MiB : 4 * GiB, 4, 4000000);
         r->lat = (int64_t*)calloc(MAX_LAT * ROUNDS, sizeof(int64_t));
+        r->lat_spin = (int64_t*)calloc(MAX_LAT * ROUNDS, sizeof(int64_t));
     }
     for (round = 0; round < rounds; round++) {
         for (i = 0; i < nsizes; i++) {
@@ -465,7 +531,9 @@ int main(int argc, char** argv) {
             r->omc_gbps[round] = bench_omniconn(r->size, r->n_stream, 0, src);
             if (r->size < 64 * KiB) r->omc_noinline_gbps[round] = bench_omniconn(r->size, r->n_stream, 1, src);
             r->base_gbps[round] = no_base ? 0 : bench_per_request(r->size, r->n_base, src);
-            bench_handoff(r->size, r->n_handoff, src, r->lat, &r->nlat, MAX_LAT * ROUNDS);
+            bench_handoff(r->size, r->n_handoff, src, r->lat, &r->nlat, MAX_LAT * ROUNDS, cpu_producer, cpu_consumer, consumer_spin_ns);
+            if (two_cpus && r->size <= 64 * KiB)
+                bench_handoff(r->size, r->n_handoff, src, r->lat_spin, &r->nlat_spin, MAX_LAT * ROUNDS, spin_cpu_p, spin_cpu_c, OMC_SHM_SPIN_FOREVER);
             printf("  round %d %10llu B: memcpy %6.2f GB/s  omniconn %6.2f GB/s  per-request %6.3f GB/s\n", round,
                    (unsigned long long)r->size, r->memcpy_gbps[round], r->omc_gbps[round], r->base_gbps[round]);
             fflush(stdout);
@@ -490,21 +558,29 @@ int main(int argc, char** argv) {
                    "first pass through its fresh pool also pays page faults, this baseline does not). "
                    "per_request_segment_gbps: vLLM-Omni's SharedMemoryConnector design in C (lock file + flock, new O_EXCL segment, ftruncate, mmap, copy in; "
                    "reader flock, open, fstat, mmap, copy out, unlink segment and lock file), pipelined through a pipe. handoff: "
-                   "ping-pong, time stamp in the payload, put -> metadata-less get (spin 20 us then futex) -> release. Throughput "
+                   "ping-pong, time stamp in the payload, put -> metadata-less get (the consumer's spin, then futex) -> release, "
+                   "with the settings below. handoff_spin: the same with producer and consumer pinned to two CPUs and the consumer "
+                   "never sleeping (spin_ns = OMC_SHM_SPIN_FOREVER), as ucx_perftest tag_lat runs. Throughput "
                    "figures: median of the rounds; percentiles over all samples.%s%s\",\n", quick ? " QUICK run: rough figures." : "", no_base ? " The per-request baseline was skipped (its figures and ratios read 0)." : "");
+        fprintf(f, "  \"settings\": {\"cpus\": \"%s\", \"consumer_spin_ns\": %lld, \"handoff_spin_cpus\": \"%d,%d\", "
+                   "\"producer_puts_that_found_the_pool_full\": %llu},\n",
+                cpu_producer >= 0 ? getenv("BENCH_SHM_CPUS") : "not pinned", (long long)consumer_spin_ns, spin_cpu_p, spin_cpu_c,
+                (unsigned long long)producer_pool_full);
         fprintf(f, "  \"rounds\": %d,\n  \"rows\": [\n", nr);
         for (i = 0; i < nsizes; i++) {
             row* r = &rows[i];
             double mc = median3(r->memcpy_gbps, nr), mp = median3(r->memcpy_pool_gbps, nr), om = median3(r->omc_gbps, nr), ba = median3(r->base_gbps, nr);
-            qsort(r->lat, r->nlat, sizeof(int64_t), cmp_i64);
-            r->p50_us = r->nlat ? (double)r->lat[r->nlat / 2] / 1000.0 : 0;
-            r->p99_us = r->nlat ? (double)r->lat[(r->nlat * 99) / 100] / 1000.0 : 0;
+            r->p50_us = pct_us(r->lat, r->nlat, 50);
+            r->p99_us = pct_us(r->lat, r->nlat, 99);
             if (r->size >= MiB && om / mc < min_ratio_ge_1m) min_ratio_ge_1m = om / mc;
             if (r->size == 186 * MiB) r186 = (ba > 0 ? om / ba : 0);
             if (r->size == 4 * KiB) r4k = (ba > 0 ? om / ba : 0);
             if (r->size == 64) p50_small = r->p50_us;
             fprintf(f, "    {\"size_bytes\": %llu, \"omniconn_gbps\": %.4f, ", (unsigned long long)r->size, om);
             if (r->size < 64 * KiB) fprintf(f, "\"omniconn_noinline_gbps\": %.4f, ", median3(r->omc_noinline_gbps, nr));
+            if (r->nlat_spin)
+                fprintf(f, "\"handoff_spin_us_p50\": %.3f, \"handoff_spin_us_p99\": %.3f, ", pct_us(r->lat_spin, r->nlat_spin, 50),
+                        pct_us(r->lat_spin, r->nlat_spin, 99));
             fprintf(f, "\"memcpy_pool_gbps\": %.4f, \"omniconn_vs_memcpy_pool\": %.3f, ", mp, om / mp);
             fprintf(f, "\"memcpy_gbps\": %.4f, \"per_request_segment_gbps\": %.4f, \"handoff_us_p50\": %.3f, \"handoff_us_p99\": %.3f, "
                        "\"omniconn_vs_memcpy\": %.3f, \"omniconn_vs_per_request\": %.1f, \"iterations\": {\"stream\": %llu, \"per_request\": %llu, "
