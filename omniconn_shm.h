@@ -553,11 +553,9 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 #define OMC__SHM_BUCKET_EMPTY   0u
 #define OMC__SHM_BUCKET_TOMB    0xFFFFFFFFu
 #define OMC__SHM_BODY_FIXED     56u             /* metadata body before the segment name */
-#ifdef OMC__META_UNWANTED                       /* the caller of a put wants no metadata */
-    #define OMC__SHM_META_UNWANTED OMC__META_UNWANTED
-#else
-    #define OMC__SHM_META_UNWANTED 0xFFFFFFFEu   /* never seen: metadata is always built */
-#endif
+/* meta_out->size of a put whose caller wants no metadata: the companion interface's
+   OMC__META_UNWANTED (spelled out here: the core's implementation may come after this file) */
+#define OMC__SHM_META_UNWANTED  0xFFFFFFFFu
 
 enum { OMC__SHM_CREATING = 0, OMC__SHM_READY = 1, OMC__SHM_CLOSED = 2 };
 
@@ -1426,7 +1424,7 @@ OMC__PRIVATE uint64_t omc__shm_pass(omc__shm* S, omc_time_ns now, int full) {
         dead += omc__shm_reclaim_dead_readers(S, i, &seen);
         omc__shm_check_entry(S, i);
     }
-    S->next_pass = now + OMC__SHM_PASS_NS;
+    __atomic_store_n(&S->next_pass, now + OMC__SHM_PASS_NS, __ATOMIC_RELAXED);   /* also read without mu */
     S->last_full = now;
     if (ttl) omc__add(&S->conn->ttl_reclaims, ttl);
     return ttl + dead;
@@ -1500,7 +1498,6 @@ OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, co
     uint32_t i, gen, old;
     omc__ent* o;
     omc_result r;
-    omc__shm_pass(S, now, 0);
     old = omc__etab_find(&S->tab, k->s, k->len, k->hash);
     if (old != OMC__NIL) {
         omc__shm_count cnt = omc__shm_slots(omc__shm_entry_at(S->base, &S->lay, old), S->tab.ent[old].gen, S->tab.ent[old].readers_left);
@@ -1531,9 +1528,7 @@ OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, co
     return OMC_OK;
 }
 
-/* A range of the pool. What receivers gave back is reclaimed first (when anything did): the
-   range just released is then the one handed out again, still warm in the cache, instead of
-   the next cold one. When the pool is full, reclaim harder and try once more. */
+/* Take back what receivers released, when anything was (one shared load says so). */
 OMC__PRIVATE void omc__shm_reclaim_released(omc__shm* S, omc_time_ns now) {
     if (__atomic_load_n(&S->hdr->release_seq, __ATOMIC_ACQUIRE) == __atomic_load_n(&S->seen_release, __ATOMIC_RELAXED)) return;
     omc__shm_mu_lock(S);
@@ -1541,10 +1536,25 @@ OMC__PRIVATE void omc__shm_reclaim_released(omc__shm* S, omc_time_ns now) {
     omc__shm_mu_unlock(S);
 }
 
+/* A put's housekeeping, done after it is published (so it is not on the path from the put to
+   its reader): what came back, and the periodic pass (TTLs, dead readers) when it is due. */
+OMC__PRIVATE void omc__shm_housekeep(omc__shm* S, omc_time_ns now) {
+    if (now < __atomic_load_n(&S->next_pass, __ATOMIC_RELAXED)) { omc__shm_reclaim_released(S, now); return; }
+    omc__shm_mu_lock(S);
+    omc__shm_pass(S, now, 0);
+    omc__shm_mu_unlock(S);
+}
+
+/* Payloads from this size on reclaim before they allocate: the range just released is then the
+   one handed out again, still warm in the cache, instead of the next cold one (at this size the
+   copy costs far more than the look). Smaller ones leave it to the housekeeping after the put. */
+#define OMC__SHM_WARM_REUSE_MIN ((uint64_t)64 << 10)
+
+/* A range of the pool. When the pool is full, reclaim harder and try once more. */
 OMC__PRIVATE omc_result omc__shm_alloc_range(omc__shm* S, uint64_t size, omc_time_ns now, omc_range* out) {
     omc_alloc* a = omc_pool_allocator(S->pool);
     omc_result r;
-    omc__shm_reclaim_released(S, now);
+    if (size >= OMC__SHM_WARM_REUSE_MIN) omc__shm_reclaim_released(S, now);
     r = omc_alloc_alloc(a, size, out);
     if (r != OMC_ERR_POOL_FULL) return r;
     omc__shm_mu_lock(S);
@@ -1601,6 +1611,7 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
         return r;
     }
     if (wake) omc__futex_wake_bits(&S->hdr->put_seq, wake);   /* a getter of this key's class sleeps */
+    omc__shm_housekeep(S, now);
     if (p->buffer) memset(p->buffer, 0, sizeof(*p->buffer));   /* ownership moved to the entry */
     return OMC_OK;
 }
