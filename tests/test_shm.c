@@ -1467,6 +1467,214 @@ OMC_TEST(shm_scribbled_control_area_is_survived) {
     CHECK_EQ(count_segments(SHM_DIR, ch), 0);
 }
 
+/* ---- spinning, wake-up classes, puts without metadata, prefault ----------------------------- */
+
+/* A getter waits in a child process (desc spin_ns, or $OMNICONN_SHM_SPIN_US when spin_ns is 0);
+   the parent puts `others` keys of other wake-up classes, 1 ms apart, then `key`. The child
+   reports the get's result, its voluntary context switches (each sleep that ends is one) and
+   the time from the last put to its return. */
+typedef struct wait_report { int64_t res, nvcsw, woke_ns; } wait_report;
+
+static int same_class(const char* key, const char* other) {
+    char q1[OMC_KEY_MAX], q2[OMC_KEY_MAX];
+    uint32_t l1, l2;
+    omc__shm_key k1, k2;
+    if (omc_qualify_key("a", "b", key, q1, &l1) != OMC_OK || omc_qualify_key("a", "b", other, q2, &l2) != OMC_OK) return 1;
+    omc__shm_key_make(&k1, q1, l1);
+    omc__shm_key_make(&k2, q2, l2);
+    return omc__shm_wake_bit(k1.hash) == omc__shm_wake_bit(k2.hash);
+}
+
+static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, int64_t spin_ns, int others) {
+    wait_report rep = { -1, -1, -1 };
+    int fds[2], status, i, sent = 0;
+    pid_t pid;
+    if (pipe(fds) != 0) return rep;
+    pid = fork();
+    if (pid < 0) return rep;
+    if (pid == 0) {
+        omc_shm_desc d;
+        omc_conn* r = NULL;
+        omc_buffer b;
+        struct rusage ru0, ru1;
+        memset(&d, 0, sizeof(d));
+        d.channel = ch;
+        d.role = OMC_ROLE_RECEIVER;
+        d.spin_ns = spin_ns;
+        if (omc_shm_create(&d, &r) == OMC_OK) {
+            /* map the segment first (a scan, an mmap): the wait below is then only the wait */
+            omc_conn_get(r, "a", "b", "not-there", NULL, 0, omc_deadline_after_ms(1), &b);
+            getrusage(RUSAGE_SELF, &ru0);
+            rep.res = omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(5000), &b);
+            rep.woke_ns = omc_now_ns();
+            getrusage(RUSAGE_SELF, &ru1);
+            rep.nvcsw = ru1.ru_nvcsw - ru0.ru_nvcsw;
+            if (rep.res == OMC_OK) omc_buffer_release(&b);
+            omc_conn_destroy(r);
+        }
+        omc_test_write_all(fds[1], &rep, sizeof(rep));
+        _exit(0);
+    }
+    usleep(100000);     /* the getter is waiting by now */
+    for (i = 0; sent < others && i < 100000; i++) {
+        char other[32];
+        snprintf(other, sizeof(other), "other%d", i);
+        if (same_class(key, other)) continue;
+        if (put_pattern(s, other, 64, 1, 1, NULL) != OMC_OK) break;
+        sent++;
+        usleep(1000);
+    }
+    {
+        omc_time_ns t_put = omc_now_ns();
+        if (put_pattern(s, key, 100, 2, 1, NULL) != OMC_OK) { rep.res = -2; return rep; }
+        if (omc_test_read_all(fds[0], &rep, sizeof(rep)) != 0) rep.res = -3;
+        else rep.woke_ns -= t_put;
+    }
+    waitpid(pid, &status, 0);
+    close(fds[0]);
+    close(fds[1]);
+    return rep;
+}
+
+/* Puts of keys in other wake-up classes do not wake a sleeping getter; its own key does, at once.
+   (One futex word per segment for every getter used to wake all of them on every put.) */
+OMC_TEST(shm_a_put_wakes_only_getters_of_its_key_class) {
+    char ch[32];
+    omc_conn* s;
+    wait_report rep;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 4u << 20);
+    REQUIRE(s);
+    rep = wait_in_child(ch, s, "mine", -1, 150);
+    CHECK_EQ(rep.res, OMC_OK);
+    CHECK(rep.woke_ns >= 0 && rep.woke_ns < 10000000LL);    /* its own put woke it, not a 50 ms slice */
+    /* ~150 ms asleep: a few 50 ms slices and the final wake, not one wake per put of another key */
+    CHECK(rep.nvcsw >= 1 && rep.nvcsw < 40);
+    if (!(rep.nvcsw >= 1 && rep.nvcsw < 40)) fprintf(stderr, "  %lld voluntary switches over 150 other puts\n", (long long)rep.nvcsw);
+    omc_conn_destroy(s);
+}
+
+/* OMC_SHM_SPIN_FOREVER: the getter never sleeps (no voluntary context switch while it waits,
+   through several 50 ms slices) and still sees the put at once. */
+OMC_TEST(shm_spin_forever_getter_never_sleeps) {
+    char ch[32];
+    omc_conn* s;
+    wait_report rep;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 4u << 20);
+    REQUIRE(s);
+    rep = wait_in_child(ch, s, "spun", OMC_SHM_SPIN_FOREVER, 120);
+    CHECK_EQ(rep.res, OMC_OK);
+    CHECK(rep.woke_ns >= 0 && rep.woke_ns < 10000000LL);
+    CHECK(rep.nvcsw >= 0 && rep.nvcsw <= 3);     /* a spinning getter makes no blocking call */
+    if (rep.nvcsw > 3) fprintf(stderr, "  %lld voluntary switches while spinning\n", (long long)rep.nvcsw);
+    omc_conn_destroy(s);
+}
+
+/* $OMNICONN_SHM_SPIN_US sets the spin of a desc that leaves spin_ns 0: -1 never sleeps, 0 never
+   spins; a value that is not a number is reported once, by name, and the default applies. */
+OMC_TEST(shm_spin_env_var_sets_the_default_spin) {
+    char ch[32];
+    omc_conn *s, *r = NULL;
+    omc_shm_desc d;
+    wait_report rep;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 4u << 20);
+    REQUIRE(s);
+    setenv("OMNICONN_SHM_SPIN_US", "-1", 1);
+    rep = wait_in_child(ch, s, "env-forever", 0, 120);
+    CHECK_EQ(rep.res, OMC_OK);
+    CHECK(rep.nvcsw >= 0 && rep.nvcsw <= 3);
+    setenv("OMNICONN_SHM_SPIN_US", "0", 1);
+    rep = wait_in_child(ch, s, "env-nospin", 0, 0);
+    CHECK_EQ(rep.res, OMC_OK);
+    CHECK(rep.nvcsw >= 1);                      /* it slept: woken by the futex */
+    setenv("OMNICONN_SHM_SPIN_US", "fast", 1);
+    memset(&d, 0, sizeof(d));
+    d.channel = ch;
+    d.role = OMC_ROLE_RECEIVER;
+    d.hooks.log_fn = count_warnings;
+    warnings = 0;
+    CHECK_OK(omc_shm_create(&d, &r));
+    CHECK_EQ(warnings, 1);
+    unsetenv("OMNICONN_SHM_SPIN_US");
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* A put whose caller wants no metadata builds none: a payload below the inline threshold then
+   lives only in the pool (a metadata-less get takes a view of it, pinning its range until the
+   release), while a put with metadata still carries it inline. */
+OMC_TEST(shm_put_without_metadata_skips_the_inline_copy) {
+    char ch[32];
+    omc_conn *s, *r;
+    omc_buffer b;
+    omc_meta m;
+    omc_meta_info mi;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    CHECK_OK(put_pattern(s, "bare", 1000, 5, 1, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "bare", NULL, 0, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == 1000 && omc_test_verify(b.data, b.size, 5));
+    CHECK(pool_in_use(s) > 0);
+    CHECK_OK(omc_buffer_release(&b));
+    CHECK_OK(put_pattern(s, "dressed", 1000, 6, 1, &m));
+    CHECK_OK(omc_meta_parse(m.data, m.size, &mi));
+    CHECK((mi.flags & OMC_META_FLAG_INLINE) != 0);
+    CHECK_OK(omc_conn_get(r, "a", "b", "dressed", m.data, m.size, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == 1000 && omc_test_verify(b.data, b.size, 6));
+    CHECK_OK(omc_buffer_release(&b));
+    omc_meta_free(&m);
+    omc_conn_sweep(s);
+    CHECK_EQ(pool_in_use(s), 0);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* Minor page faults of one 1 MiB put into a fresh pool. */
+static long first_put_faults(const char* ch, int no_prefault) {
+    omc_shm_desc d;
+    omc_conn* s = NULL;
+    struct rusage ru0, ru1;
+    void* data = malloc(1u << 20);
+    omc_payload p;
+    long faults = -1;
+    memset(&d, 0, sizeof(d));
+    d.channel = ch;
+    d.role = OMC_ROLE_SENDER;
+    d.pool_size = 4u << 20;
+    d.no_prefault = no_prefault;
+    memset(data, 7, 1u << 20);      /* the source's own faults happen here, not in the put */
+    memset(&p, 0, sizeof(p));
+    p.data = data;
+    p.size = 1u << 20;
+    if (omc_shm_create(&d, &s) == OMC_OK) {
+        getrusage(RUSAGE_SELF, &ru0);
+        if (omc_conn_put(s, "a", "b", "first", &p, NULL) == OMC_OK) {
+            getrusage(RUSAGE_SELF, &ru1);
+            faults = ru1.ru_minflt - ru0.ru_minflt;
+        }
+        omc_conn_destroy(s);
+    }
+    free(data);
+    return faults;
+}
+
+/* The pool is mapped and faulted in at create: the first put into a fresh pool takes no page
+   fault (256 with no_prefault: one per 4 KiB page it writes). */
+OMC_TEST(shm_pool_is_prefaulted_at_create_unless_opted_out) {
+    char ch[32];
+    long with, without;
+    unique_channel(ch, sizeof(ch));
+    with = first_put_faults(ch, 0);
+    without = first_put_faults(ch, 1);
+    CHECK(with >= 0 && with < 16);
+    CHECK(without >= 200);
+    if (with >= 16 || without < 200) fprintf(stderr, "  first 1 MiB put: %ld faults prefaulted, %ld not\n", with, without);
+}
+
 int main(int argc, char** argv) {
     int status;
     ct_consumer_main(argc, argv, make_from_spec);
