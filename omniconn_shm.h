@@ -89,8 +89,9 @@ STEP BY STEP: HOW IT WORKS
        named omc-<uid>-<channel>-<pid>-<16 hex random>, with O_CREAT|O_EXCL|O_NOFOLLOW and mode
        0600: nobody can guess the name beforehand, squat it, or plant a link there. It reserves
        the whole file with posix_fallocate, so a full tmpfs fails NOW with OMC_ERR_SHM_FULL and
-       never later with SIGBUS, maps it once (MAP_POPULATE: no page faults in the hot path) and
-       lays it out as: header page | entry table | key index | dirty bitmap | data area (see
+       never later with SIGBUS, maps it once with every page faulted in (MAP_POPULATE: no put
+       ever takes a page fault, not even the first pass through a fresh pool; no_prefault opts
+       out) and lays it out as: header page | entry table | key index | dirty bitmap | data area (see
        WIRE FORMATS). The data area is an
        omc_pool (OMC_MEMORY_EXTERNAL): the allocator's bookkeeping lives in the owner's heap,
        where no other process can corrupt it. Right after creating the file, before anything
@@ -103,7 +104,10 @@ STEP BY STEP: HOW IT WORKS
     2. put. The payload is copied into a pool range (or a buffer from omc_conn_alloc is adopted),
        then an entry is filled in - key, range, one claim slot per allowed reader - published in
        the shared key index, and put_seq is bumped. The metadata names the segment, the entry and
-       its generation, the range, and the segment's inode.
+       its generation, the range, and the segment's inode. A put whose caller passes no meta_out
+       (its consumer gets by key) builds no metadata at all: no envelope, no inline copy, no CRC.
+       What receivers released is taken back after the put is published (before it, from
+       64 KiB on, so that the range just released - still in the cache - is reused).
 
     3. get with metadata. The receiver maps the sender's segment once (cached per segment) after
        checking it with fstat and a pread of the header before touching a byte: a regular file,
@@ -129,10 +133,13 @@ STEP BY STEP: HOW IT WORKS
 
     6. Waiting (metadata-less get). The receiver looks the key up in the shared index of every
        segment of its channel (a directory scan finds them: their names carry uid and channel).
-       Not there: it spins on put_seq for spin_ns (20 us: the small-payload handoff then costs no
-       system call), then sleeps with FUTEX_WAIT on put_seq until the owner's FUTEX_WAKE (sent
-       only when someone sleeps) or the deadline - never longer than 50 ms per sleep, so segments
-       that join the channel meanwhile are found.
+       Not there: it spins on put_seq for spin_ns (20 us by default: the small-payload handoff
+       then costs no system call; OMC_SHM_SPIN_FOREVER never sleeps, for a consumer on a core of
+       its own), then sleeps with FUTEX_WAIT_BITSET on put_seq in its key's wake-up class (one of
+       8, from the key's hash) until a put of that class wakes it (the owner calls FUTEX_WAKE
+       only when a getter of the class sleeps, and puts of other keys' classes leave it asleep)
+       or the deadline - never longer than 50 ms per sleep, spinning or asleep, so segments that
+       join the channel meanwhile are found.
 
     7. Fan-out. payload.readers = N (<= 16) gives the entry N claim slots: N gets succeed, the
        N+1-th is OMC_ERR_NOT_FOUND, and the range is freed after the N-th release.
@@ -200,6 +207,9 @@ CONFIGURATION
     OMNICONN_SHM_INLINE_THRESHOLD  64 KiB        impl file    default inline_threshold
     OMNICONN_SHM_MAX_ENTRIES       4096          impl file    default max_entries
     OMNICONN_SHM_SPIN_NS           20000         impl file    default spin_ns
+    $OMNICONN_SHM_SPIN_US          unset         environment  default spin_ns at run time, in us:
+                                                              N, 0 = never spin, -1 or "forever" =
+                                                              never sleep (OMC_SHM_SPIN_FOREVER)
     OMNICONN_SHM_RECHECK_NS        1000000       impl file    how often a mapped segment's size is
                                                               re-checked with fstat while in use
 
@@ -216,8 +226,21 @@ CONFIGURATION
     disable_inline    0              1: never inline
     max_entries       4096           puts in flight at once (each: 512 B of segment, ~330 B of heap)
     default_ttl_ms    300000         lifetime of an unconsumed put; < 0 = none
-    spin_ns           20000          spin before sleeping in a waiting get; < 0 = never spin
-    hooks             process default  allocator and logger (see omniconn.h)
+    no_prefault       0              1: do not fault the pool's pages in at create (see below)
+    spin_ns           20000          spin before sleeping in a waiting get; < 0 = never spin;
+                                     OMC_SHM_SPIN_FOREVER = never sleep; 0 = $OMNICONN_SHM_SPIN_US
+                                     if set, else OMNICONN_SHM_SPIN_NS
+
+    Spinning. A getter that spins sees a put within a fraction of a microsecond; one that sleeps
+    is woken through the kernel (a few microseconds, more on a busy host). The default, 20 us,
+    keeps a shared host's cores free. OMC_SHM_SPIN_FOREVER (or OMNICONN_SHM_SPIN_US=-1) is for
+    a consumer pinned to a core of its own: it keeps that core busy while it waits.
+
+    Prefault. The pool's memory is reserved in the tmpfs at create either way (posix_fallocate:
+    RAM, pool_size bytes). Prefaulting also maps every page then: page tables of about 2 MiB per
+    GiB of pool, and create time (a 1 GiB pool, measured: 0.7-0.9 s to create prefaulted, 0.3 s
+    without). With no_prefault each page instead takes a minor fault on its first put (about
+    1 us per 4 KiB: a first pass through the pool at a fraction of memcpy speed).    hooks             process default  allocator and logger (see omniconn.h)
 
 ================================================================================================
 OVERRIDES (HOOKS)
@@ -263,9 +286,12 @@ THREAD SAFETY (and process safety)
         claim slots                       anyone, only by compare-and-swap on the whole word
         dirty bitmap                      anyone sets bits (atomic OR); the owner takes words
                                           (atomic exchange with 0); the bits are hints only
-        put_seq / release_seq             atomic increments by their writers; futex words
-        sleepers / owner_sleeping         set to 1 by a thread about to sleep; exchanged to 0
-                                          by the thread that wakes it
+        put_seq                           compare-and-swap only: the owner bumps its sequence
+                                          (bits 0..23) and clears its put's class flag in one
+                                          step; a getter sets its class flag (bits 24..31)
+        release_seq                       atomic increments by receivers; futex word
+        owner_sleeping                    set to 1 by an owner thread about to sleep;
+                                          exchanged to 0 by the receiver that wakes it
       Publishing follows release/acquire: the owner writes the payload and the entry, then the
       slots (release), then the entry's generation (release), then the index bucket (release);
       a reader's successful claim CAS (acquire) therefore sees the payload. A release CAS
@@ -274,14 +300,16 @@ THREAD SAFETY (and process safety)
       with an acquire fence) and confirmed by the claim CAS, which fails if the generation in the
       slot changed. Across processes these are the same instructions on the same physical memory
       as across threads (x86-64 and AArch64 are cache coherent), so the argument is the same.
-      Sleeping uses FUTEX_WAIT without FUTEX_PRIVATE_FLAG, keyed by the shared page. The
-      sleeper sets `sleepers` to 1 and re-reads the word (both seq_cst) before sleeping; the
-      owner bumps the word, then exchanges `sleepers` with 0 (seq_cst) and calls FUTEX_WAKE only
-      if it was 1. One of the two sees the other's write, so no wake-up is lost; a put pays for
-      a system call only when someone sleeps, and only the first put after they fell asleep
-      pays it (the flag, unlike a count, is cleared by the waker, not when the sleeper gets
-      round to running again). The same pair, release_seq and `owner_sleeping`, wakes an owner
-      waiting for pool space.
+      Sleeping uses FUTEX_WAIT_BITSET without FUTEX_PRIVATE_FLAG, keyed by the shared page. A
+      getter belongs to its key's wake-up class (one of 8). It sets its class's flag in put_seq
+      with a compare-and-swap that succeeds only while the sequence is still the one it read
+      before its lookup, then sleeps on exactly the word it wrote. A put bumps the sequence and
+      clears its class's flag in one compare-and-swap, and calls FUTEX_WAKE_BITSET for that class
+      only if the flag was set. Any change of the word after the getter's look makes the kernel
+      refuse the sleep, so no wake-up is lost; a put pays for a system call only when a getter of
+      its class sleeps, and puts of other classes neither wake it nor pay. close() wakes every
+      class. The owner waiting for pool space sleeps on release_seq, with owner_sleeping set to
+      1 before its second look and exchanged to 0 by the receiver that releases.
     - A process killed at any instruction leaves every slot in one of its four states; the owner
       (or the sweep) can always finish from there.
 
@@ -334,7 +362,7 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
 
     Segment header (page 0, 4096 bytes):
         0   u32  magic 0x53434D4F ("OMCS")
-        4   u16  version (2)
+        4   u16  version (3)
         6   u16  header size (4096)
         8   u64  total size of the file in bytes
         16  u64  entry table offset (4096)
@@ -359,8 +387,10 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
                  ceil(count / 64) bitmap words (bit i: a receiver gave something of entry i
                  back). Hints for the owner, nothing more.
         152 ...  reserved, zero
-        256 u32  put_seq: +1 on every change of the key index; futex word (atomic)
-        260 u32  sleepers: 1 if a getter may be asleep on put_seq (atomic; see THREAD SAFETY)
+        256 u32  put_seq, futex word (atomic, compare-and-swap only; see THREAD SAFETY): bits
+                 0..23 a sequence, +1 (mod 2^24) on every change of the key index; bit 24 + c:
+                 a getter of wake-up class c may be asleep, c = the key hash (below) >> 61
+        260 u32  reserved, zero
         264 u64  puts (statistics, relaxed)
         320 u32  release_seq: +1 on every release or withdrawal by a receiver; futex word
         324 u32  owner_sleeping: 1 if an owner thread may be asleep on release_seq
@@ -426,6 +456,10 @@ RECENT REVISIONS
 ================================================================================================
 
     0.1.0 (2026-11-22)  first release.
+    unreleased          segment layout version 3 (put_seq carries wake-up classes: a put wakes
+                        only getters of its key's class); spin_ns = OMC_SHM_SPIN_FOREVER and
+                        $OMNICONN_SHM_SPIN_US; puts without meta_out build no metadata;
+                        no_prefault.
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -1233,7 +1267,7 @@ OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hook
     }
     /* prefault (the default): every page of the reserved file mapped now, so no put ever takes a
        page fault, the first pass through the pool included. The pages are already reserved, so
-       this cannot fail for lack of room; it costs time at create (about 0.6 ms per MiB here) and
+       this cannot fail for lack of room; it costs time at create (about 0.5 s per GiB here) and
        page tables (2 MiB per GiB), not memory the reservation did not already take. */
     p = mmap(NULL, (size_t)S->lay.total, PROT_READ | PROT_WRITE, MAP_SHARED | (no_prefault ? 0 : MAP_POPULATE), S->fd, 0);
     if (p == MAP_FAILED || fstat(S->fd, &st) != 0) {
