@@ -91,10 +91,9 @@ STEP BY STEP: HOW IT WORKS
        the whole file with posix_fallocate, so a full tmpfs fails NOW with OMC_ERR_SHM_FULL and
        never later with SIGBUS, maps it once with every page faulted in (MAP_POPULATE: no put
        ever takes a page fault, not even the first pass through a fresh pool; no_prefault opts
-       out) and lays it out as: header page | entry table | key index | dirty bitmap | data area (see
-       WIRE FORMATS). The data area is an
-       omc_pool (OMC_MEMORY_EXTERNAL): the allocator's bookkeeping lives in the owner's heap,
-       where no other process can corrupt it. Right after creating the file, before anything
+       out) and lays it out as: header page | entry table | key index | dirty bitmap | data
+       area (see WIRE FORMATS). The data area is an omc_pool (OMC_MEMORY_EXTERNAL): the
+       allocator's bookkeeping lives in the owner's heap, where no other process can corrupt it. Right after creating the file, before anything
        else, the owner takes an open-file-description lock (F_OFD_SETLK) on byte 0 and holds it
        for its whole life: the kernel drops it when the process ends, however it ends, so
        anyone in any pid namespace, with or without /proc, can tell whether the owner still
@@ -232,6 +231,7 @@ CONFIGURATION
     spin_ns           20000          spin before sleeping in a waiting get; < 0 = never spin;
                                      OMC_SHM_SPIN_FOREVER = never sleep; 0 = $OMNICONN_SHM_SPIN_US
                                      if set, else OMNICONN_SHM_SPIN_NS
+    hooks             process default  allocator and logger (see omniconn.h)
 
     Spinning. A getter that spins sees a put within a fraction of a microsecond; one that sleeps
     is woken through the kernel (a few microseconds, more on a busy host). The default, 20 us,
@@ -242,7 +242,7 @@ CONFIGURATION
     RAM, pool_size bytes). Prefaulting also maps every page then: page tables of about 2 MiB per
     GiB of pool, and create time (a 1 GiB pool, measured: 0.7-0.9 s to create prefaulted, 0.3 s
     without). With no_prefault each page instead takes a minor fault on its first put (about
-    1 us per 4 KiB: a first pass through the pool at a fraction of memcpy speed).    hooks             process default  allocator and logger (see omniconn.h)
+    1 us per 4 KiB: a first pass through the pool at a fraction of memcpy speed).
 
 ================================================================================================
 OVERRIDES (HOOKS)
