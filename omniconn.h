@@ -1213,6 +1213,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
 #if OMC__HAS_ZMQ
 #define OMC_NET_CAP_TCP  0x1u       /* HELLO capabilities and metadata: the TCP data plane */
 #define OMC_NET_CAP_RDMA 0x2u       /* the RDMA data plane (omniconn_rdma.h) */
+#define OMC_NET_CAP_REQUESTS 0x4u   /* the sender takes pull requests on its TCP data connections */
 #define OMC_TCP_HOST_MAX 256        /* host text, terminator included */
 #define OMC_TCP_NAME_MAX 64         /* sender names, terminator included */
 #define OMC_CURVE_KEY_LEN 40        /* a Z85-encoded Curve25519 key, without terminator */
@@ -1247,6 +1248,8 @@ typedef struct omc_tcp_desc {
     int64_t default_ttl_ms;     /* 0 = OMNICONN_DEFAULT_TTL_MS, < 0 = no TTL */
     uint32_t workers;           /* sender push threads; 0 = OMNICONN_TCP_WORKERS (2) */
     uint32_t max_idle_channels; /* receiver: cached channels per sender; 0 = 8 */
+    int pull_on_side_channel;   /* receiver: 1 = send every PULL on the side channel, as receivers
+                                   before data-connection requests did (slower; see the manual) */
     omc_tcp_curve curve;
     omc_hooks hooks;
 } omc_tcp_desc;
@@ -4629,6 +4632,8 @@ struct omc__dp_push {
     uint64_t resume;                    /* TCP: stream bytes the listener's non-blocking start moved */
     const uint8_t* channel;             /* the side-channel session that sent the PULL (its ZMQ */
     uint32_t channel_len;               /* routing id): a plane binds its connections to it */
+    int taken;                          /* TCP: the request came on the data connection itself,
+                                           which is the push's already (marked busy) */
 };
 
 /* What a receiver-side plane learns about a sender from its HELLO. */
@@ -5011,6 +5016,12 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__REC_TICKET      0x0100u    /* HELLO record type: the data-connection ticket */
 #define OMC__TCP_ACK_SIZE    8
 #define OMC__TCP_HEADER_SIZE 24
+#define OMC__TCP_REQUEST_MAGIC 0x50434D4Fu  /* "OMCP": a request on the data connection */
+#define OMC__TCP_STATUS_MAGIC  0x53434D4Fu  /* "OMCS": the sender's answer when no payload follows */
+#define OMC__TCP_REQUEST_SIZE 48
+#define OMC__TCP_STATUS_SIZE  24            /* = OMC__TCP_HEADER_SIZE: the receiver reads 24 bytes either way */
+#define OMC__TCP_REQ_PULL  1                /* send the entry's bytes (header, payload, receipt, trailer) */
+#define OMC__TCP_REQ_CLAIM 2                /* the receiver has the bytes (inline metadata): record the read */
 
 /* HELLO record type 1: u16 port, u16 reserved, host text. host_out gets a terminated copy. */
 OMC__PRIVATE omc_result omc__tcp_record_decode(const uint8_t* v, uint32_t n, uint16_t* port, char* host_out, size_t host_size) {
@@ -5069,6 +5080,60 @@ OMC__PRIVATE omc_result omc__tcp_header_check(const uint8_t* p, uint64_t xfer, u
     if (omc__get_u32(p) != OMC__TCP_DATA_MAGIC || omc__get_u32(p + 4) != 0) return OMC_ERR_MALFORMED;
     size = omc__get_u64(p + 16);
     if (omc__get_u64(p + 8) != xfer || size != expect_size || size > capacity) return OMC_ERR_PROTOCOL;
+    return OMC_OK;
+}
+
+/* A request on a data connection (48 bytes): what a PULL on the side channel says, naming the
+   entry by its id only (no key travels outside the side channel). */
+typedef struct omc__tcp_req {
+    uint8_t op;                         /* OMC__TCP_REQ_* */
+    uint32_t budget_ms;                 /* 0 = vLLM-Omni's rule */
+    uint64_t xfer, entry_id, expect_incarnation, capacity;
+} omc__tcp_req;
+
+OMC__PRIVATE void omc__tcp_req_encode(uint8_t* p, const omc__tcp_req* q) {
+    omc__put_u32(p, OMC__TCP_REQUEST_MAGIC);
+    p[4] = q->op;
+    p[5] = 0;
+    omc__put_u16(p + 6, 0);
+    omc__put_u64(p + 8, q->xfer);
+    omc__put_u64(p + 16, q->entry_id);
+    omc__put_u64(p + 24, q->expect_incarnation);
+    omc__put_u64(p + 32, q->capacity);
+    omc__put_u32(p + 40, q->budget_ms);
+    omc__put_u32(p + 44, 0);
+}
+
+/* OMC_ERR_MALFORMED for anything but exactly one well-formed request. */
+OMC__PRIVATE omc_result omc__tcp_req_decode(const uint8_t* p, size_t n, omc__tcp_req* q) {
+    memset(q, 0, sizeof(*q));
+    if (n != OMC__TCP_REQUEST_SIZE || omc__get_u32(p) != OMC__TCP_REQUEST_MAGIC) return OMC_ERR_MALFORMED;
+    if ((p[4] != OMC__TCP_REQ_PULL && p[4] != OMC__TCP_REQ_CLAIM) || p[5] || omc__get_u16(p + 6) || omc__get_u32(p + 44))
+        return OMC_ERR_MALFORMED;
+    q->op = p[4];
+    q->xfer = omc__get_u64(p + 8);
+    q->entry_id = omc__get_u64(p + 16);
+    q->expect_incarnation = omc__get_u64(p + 24);
+    q->capacity = omc__get_u64(p + 32);
+    q->budget_ms = omc__get_u32(p + 40);
+    if (q->entry_id == 0) return OMC_ERR_MALFORMED;
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__tcp_status_encode(uint8_t* p, omc_result code, uint64_t xfer, uint64_t detail) {
+    omc__put_u32(p, OMC__TCP_STATUS_MAGIC);
+    omc__put_u32(p + 4, (uint32_t)(int32_t)code);
+    omc__put_u64(p + 8, xfer);
+    omc__put_u64(p + 16, detail);
+}
+
+/* A status record for transfer xfer: *code its status (0 or a negative omc_result), *detail the
+   payload size for OMC_ERR_TOO_LARGE. OMC_ERR_PROTOCOL for another transfer's or a positive code. */
+OMC__PRIVATE omc_result omc__tcp_status_decode(const uint8_t* p, uint64_t xfer, int32_t* code, uint64_t* detail) {
+    if (omc__get_u32(p) != OMC__TCP_STATUS_MAGIC) return OMC_ERR_MALFORMED;
+    *code = (int32_t)omc__get_u32(p + 4);
+    *detail = omc__get_u64(p + 16);
+    if (omc__get_u64(p + 8) != xfer || *code > 0) return OMC_ERR_PROTOCOL;
     return OMC_OK;
 }
 
@@ -5283,7 +5348,10 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 #define OMC__TCP_PAUSE_MS    100        /* accept() out of descriptors: stop polling the port this long */
 #define OMC__TCP_FLOOD_LOG_MS 10000     /* at most one WARN per kind of flood per this interval */
 
-enum { OMC__TCONN_PENDING = 0, OMC__TCONN_IDLE, OMC__TCONN_BUSY, OMC__TCONN_DEAD };
+/* PENDING: owes its hello; IDLE: registered, watched for a request (or EOF); BUSY: a push (or
+   a request the connector has not served yet) owns it; RECEIPT: the listener wrote a whole
+   payload and watches for the receipt; DEAD: to be freed by the listener. */
+enum { OMC__TCONN_PENDING = 0, OMC__TCONN_IDLE, OMC__TCONN_BUSY, OMC__TCONN_DEAD, OMC__TCONN_RECEIPT };
 
 /* A ticket: handed to one side-channel session (a ZMQ routing id) in the HELLO answer, and
    required in the data hello: a data connection belongs to the session whose ticket it showed,
@@ -5305,10 +5373,18 @@ typedef struct omc__tcp_conn {
     uint64_t incarnation;               /* the receiver's */
     omc__tcp_ticket* ticket;            /* registered connections: the session it belongs to */
     uint8_t key[OMC__TCP_TICKET_SIZE + 8];  /* ticket | token: its name in the plane's map */
-    omc_time_ns hello_deadline;
+    omc_time_ns hello_deadline;         /* also: a request begun must be complete by then */
     omc_time_ns idle_since;
     uint32_t hello_got;
     uint8_t hello[OMC__TCP_HELLO_SIZE];
+    /* requests on the connection (listener only) */
+    struct omc__tcp_conn* next_ready;   /* in the plane's list of requests to serve */
+    uint32_t req_got;
+    uint8_t req[OMC__TCP_REQUEST_SIZE];
+    uint32_t rcpt_got;                  /* RECEIPT: bytes of the receipt so far */
+    uint8_t rcpt[OMC__TCP_RECEIPT_SIZE];
+    int rcpt_done;                      /* the receipt came (rcpt_result OMC_OK) or the wait failed */
+    omc_result rcpt_result;
 } omc__tcp_conn;
 
 typedef struct omc__tcp_plane {
@@ -5319,6 +5395,7 @@ typedef struct omc__tcp_plane {
     pthread_mutex_t mu;
     pthread_cond_t idle_cv;             /* a busy connection became idle */
     omc__tcp_conn* conns;               /* every accepted connection */
+    omc__tcp_conn* ready;               /* listener only: complete requests the connector serves next */
     omc__smap tokens;                   /* ticket | token (24 bytes) -> registered connection */
     omc__tcp_ticket* tickets;           /* every ticket, newest first */
     omc__smap by_ticket, by_rid;        /* ticket -> ticket; routing id -> ticket */
@@ -5342,6 +5419,9 @@ typedef struct omc__tcp_rx {
     uint16_t port;
     uint32_t hdr_got, trl_got;
     int receipt_sent;                   /* this transfer's receipt is on its way */
+    uint8_t op;                         /* 0: PULL on the side channel; else the request sent here */
+    int refused;                        /* the sender answered the request with a status record */
+    uint64_t detail;                    /* its detail (OMC_ERR_TOO_LARGE: the payload size) */
     uint8_t hdr[OMC__TCP_HEADER_SIZE];
     uint8_t trl[OMC__TCP_TRAILER_SIZE];
     omc_time_ns deadline;               /* of the transfer in progress */
@@ -5502,7 +5582,7 @@ OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, omc__tc
         who[n++] = NULL;
     }
     for (c = T->conns; c && n < max; c = c->next) {
-        if (c->state != OMC__TCONN_PENDING && c->state != OMC__TCONN_IDLE) continue;
+        if (c->state != OMC__TCONN_PENDING && c->state != OMC__TCONN_IDLE && (c->state != OMC__TCONN_RECEIPT || c->rcpt_done)) continue;
         items[n].fd = c->fd;
         items[n].events = POLLIN;
         items[n].revents = 0;
@@ -5633,7 +5713,49 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     omc__add(&T->nregistered, 1u);
 }
 
-/* Listener: act on what poll saw, and expire hellos that never came. */
+OMC__PRIVATE void omc__tcp_conn_release(omc__tcp_plane* T, omc__tcp_conn* c, int ok);
+
+/* Listener: an idle registered connection is readable: the bytes of a request (queued on
+   T->ready for the connector once all 48 are in), or EOF (the receiver went away), or bytes that
+   are not a request (a protocol error). The last two close it. Holds mu. */
+OMC__PRIVATE void omc__tcp_read_request(omc__tcp_plane* T, omc__tcp_conn* c) {
+    omc__tcp_req q;
+    ssize_t k = recv(c->fd, c->req + c->req_got, OMC__TCP_REQUEST_SIZE - c->req_got, MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (k <= 0) { omc__tcp_conn_free(T, c); return; }
+    if (c->req_got == 0) c->hello_deadline = omc_deadline_after_ms(OMC__TCP_HELLO_MS);   /* the rest must follow soon */
+    c->req_got += (uint32_t)k;
+    if ((c->req_got >= 4 && omc__get_u32(c->req) != OMC__TCP_REQUEST_MAGIC) ||
+        (c->req_got == OMC__TCP_REQUEST_SIZE && omc__tcp_req_decode(c->req, c->req_got, &q) != OMC_OK)) {
+        unsigned long long hidden = 0;
+        omc__add(&T->protocol_errors, 1u);
+        if (omc__tcp_flood(T, 2, &hidden))
+            OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port %u: bytes that are not a request on a data connection, "
+                     "connection closed (%llu more since the last report)", (unsigned)T->port, hidden);
+        omc__tcp_conn_free(T, c);
+        return;
+    }
+    if (c->req_got < OMC__TCP_REQUEST_SIZE) return;
+    c->req_got = 0;
+    c->state = OMC__TCONN_BUSY;         /* the connector serves it next; nothing else touches it */
+    c->next_ready = T->ready;
+    T->ready = c;
+}
+
+/* Listener: the receipt a connection in RECEIPT owes (never more than its 8 bytes are read:
+   the next request may follow it). Holds mu. */
+OMC__PRIVATE void omc__tcp_read_rcpt(omc__tcp_plane* T, omc__tcp_conn* c) {
+    ssize_t k = recv(c->fd, c->rcpt + c->rcpt_got, OMC__TCP_RECEIPT_SIZE - c->rcpt_got, MSG_DONTWAIT);
+    (void)T;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (k <= 0) { c->rcpt_done = 1; c->rcpt_result = OMC_ERR_CONNECTION; return; }
+    c->rcpt_got += (uint32_t)k;
+    if (c->rcpt_got < OMC__TCP_RECEIPT_SIZE) return;
+    c->rcpt_done = 1;
+    c->rcpt_result = omc__get_u32(c->rcpt) == OMC__TCP_RECEIPT_MAGIC && omc__get_u32(c->rcpt + 4) == 0 ? OMC_OK : OMC_ERR_PROTOCOL;
+}
+
+/* Listener: act on what poll saw, and expire hellos (and requests) that never came whole. */
 OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, omc__tcp_conn** who, int n) {
     omc_time_ns now = omc_now_ns();
     omc__tcp_conn *c, *next;
@@ -5644,14 +5766,8 @@ OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, 
         pthread_mutex_lock(&T->mu);
         c = who[i];
         if (c->state == OMC__TCONN_PENDING) omc__tcp_read_hello(T, c);
-        else if (c->state == OMC__TCONN_IDLE) {
-            /* an idle connection has nothing to say: readable means EOF (the receiver went away)
-               or bytes that break the protocol; either way it is finished */
-            uint8_t junk;
-            ssize_t k = recv(c->fd, &junk, 1, MSG_DONTWAIT | MSG_PEEK);
-            if (k > 0) omc__add(&T->protocol_errors, 1u);
-            if (k >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) omc__tcp_conn_free(T, c);
-        }
+        else if (c->state == OMC__TCONN_IDLE) omc__tcp_read_request(T, c);
+        else if (c->state == OMC__TCONN_RECEIPT && !c->rcpt_done) omc__tcp_read_rcpt(T, c);
         pthread_mutex_unlock(&T->mu);
     }
     pthread_mutex_lock(&T->mu);
@@ -5660,14 +5776,39 @@ OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, 
         if (c->state == OMC__TCONN_PENDING && now >= c->hello_deadline) {
             OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data port: no hello within %d ms, connection closed", OMC__TCP_HELLO_MS);
             omc__tcp_conn_free(T, c);
+        } else if (c->state == OMC__TCONN_IDLE && c->req_got && now >= c->hello_deadline) {
+            OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data port: a request not complete within %d ms, connection closed", OMC__TCP_HELLO_MS);
+            omc__add(&T->protocol_errors, 1u);
+            omc__tcp_conn_free(T, c);
         }
     }
     pthread_mutex_unlock(&T->mu);
 }
 
+/* Listener: the next complete request to serve (its connection is BUSY), or NULL. */
+OMC__PRIVATE omc__tcp_conn* omc__tcp_next_request(omc__tcp_plane* T) {
+    omc__tcp_conn* c;
+    pthread_mutex_lock(&T->mu);
+    c = T->ready;
+    if (c) { T->ready = c->next_ready; c->next_ready = NULL; }
+    pthread_mutex_unlock(&T->mu);
+    return c;
+}
+
+/* Listener: answer a request with a status record and give the connection back (idle; dead if
+   the 24 bytes do not fit at once, which a receiver waiting for them never causes). */
+OMC__PRIVATE void omc__tcp_answer_status(omc__tcp_plane* T, omc__tcp_conn* c, omc_result code, uint64_t xfer, uint64_t detail) {
+    uint8_t st[OMC__TCP_STATUS_SIZE];
+    ssize_t k;
+    omc__tcp_status_encode(st, code, xfer, detail);
+    k = send(c->fd, st, sizeof(st), MSG_NOSIGNAL | MSG_DONTWAIT);
+    omc__tcp_conn_release(T, c, k == (ssize_t)sizeof(st));
+}
+
 /* Close everything (connector close; no worker runs any more). */
 OMC__PRIVATE void omc__tcp_shutdown(omc__tcp_plane* T) {
     pthread_mutex_lock(&T->mu);
+    T->ready = NULL;
     while (T->conns) omc__tcp_conn_free(T, T->conns);
     while (T->tickets) omc__tcp_ticket_free(T, T->tickets);
     omc__smap_free(&T->tokens, &T->hooks);
@@ -5801,15 +5942,44 @@ static omc_result omc__tcp_tx_try(void* user, const omc__dp_push* p, uint64_t* r
     uint8_t hdr[OMC__TCP_HEADER_SIZE];
     uint64_t pos = 0, end = OMC__TCP_HEADER_SIZE + p->size;
     omc__tcp_conn* c;
-    omc_result r = omc__tcp_find_conn(T, p, 1, 0, &c);
+    omc_result r = omc__tcp_find_conn(T, p, !p->taken, 0, &c);
     *resume = 0;
     if (r != OMC_OK) return r;      /* BUSY: a worker waits for the connection */
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
     r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, NULL, &pos, end, 0, OMNICONN_TCP_INLINE, 0, NULL);
     *resume = pos;
-    if ((r == OMC_OK || r == OMC_ERR_BUSY) && pos) return OMC_ERR_BUSY;
+    if ((r == OMC_OK || r == OMC_ERR_BUSY) && (pos || p->taken)) return OMC_ERR_BUSY;
     omc__tcp_conn_release(T, c, r == OMC_OK || r == OMC_ERR_BUSY);    /* nothing went: a worker starts afresh */
     return r == OMC_OK ? OMC_ERR_BUSY : r;
+}
+
+/* The listener wrote a whole payload (tx_try moved header and every byte): rather than wake a
+   worker to wait for the receipt, it watches the connection itself. Returns the connection,
+   now in RECEIPT, or NULL (then a worker goes on as usual). */
+OMC__PRIVATE omc__tcp_conn* omc__tcp_await_receipt(omc__tcp_plane* T, const omc__dp_push* p) {
+    omc__tcp_conn* c = NULL;
+    if (omc__tcp_find_conn(T, p, 0, 0, &c) != OMC_OK) return NULL;
+    pthread_mutex_lock(&T->mu);
+    c->rcpt_got = 0;
+    c->rcpt_done = 0;
+    c->rcpt_result = OMC_OK;
+    c->state = OMC__TCONN_RECEIPT;
+    pthread_mutex_unlock(&T->mu);
+    return c;
+}
+
+/* Listener: the receipt wait of c is over. committed: the read was recorded, so the trailer
+   goes (without blocking: the receiver reads nothing else now, so 8 bytes fit; if they do not,
+   the connection is closed and the receiver sees the transfer fail, as for a lost trailer). */
+OMC__PRIVATE void omc__tcp_end_receipt(omc__tcp_plane* T, omc__tcp_conn* c, int committed) {
+    uint8_t trl[OMC__TCP_TRAILER_SIZE];
+    int ok = 0;
+    if (committed) {
+        omc__put_u32(trl, OMC__TCP_END_MAGIC);
+        omc__put_u32(trl + 4, 0);
+        ok = send(c->fd, trl, sizeof(trl), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(trl);
+    }
+    omc__tcp_conn_release(T, c, ok);
 }
 
 /* Wait for the receiver's receipt (8 bytes: "OMCR", 0) after the last payload byte: it says
@@ -5847,10 +6017,10 @@ OMC__PRIVATE omc_result omc__tcp_tx_push(void* user, const omc__dp_push* p) {
     omc__tcp_conn* c;
     omc_result r;
     if (p->abort && omc__load(p->abort)) {      /* aborted before it got a worker */
-        if (p->resume && omc__tcp_find_conn(T, p, 0, 0, &c) == OMC_OK) omc__tcp_conn_release(T, c, 0);
+        if ((p->resume || p->taken) && omc__tcp_find_conn(T, p, 0, 0, &c) == OMC_OK) omc__tcp_conn_release(T, c, 0);
         return (omc_result)omc__load(p->abort);
     }
-    r = omc__tcp_find_conn(T, p, p->resume == 0, 1, &c);
+    r = omc__tcp_find_conn(T, p, p->resume == 0 && !p->taken, 1, &c);
     if (r != OMC_OK) return r == OMC_ERR_BUSY ? OMC_ERR_CONNECTION : r;
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
     omc__put_u32(trl, OMC__TCP_END_MAGIC);
@@ -5933,6 +6103,9 @@ OMC__PRIVATE omc_result omc__tcp_rx_prepare(void* user, void* chan, omc__dp_xfer
     x->hdr_got = 0;
     x->trl_got = 0;
     x->receipt_sent = 0;
+    x->op = 0;
+    x->refused = 0;
+    x->detail = 0;
     x->deadline = deadline;
     xf->received = 0;
     xf->complete = 0;
@@ -5942,6 +6115,15 @@ OMC__PRIVATE omc_result omc__tcp_rx_prepare(void* user, void* chan, omc__dp_xfer
 }
 
 OMC__PRIVATE int omc__tcp_rx_fd(void* user, void* chan) { (void)user; return ((omc__tcp_rx*)chan)->fd; }
+
+/* Send a request on the channel's data connection (after rx_prepare): the sender answers on it
+   with a header and the payload (PULL) or a status record (CLAIM, or any refusal). */
+OMC__PRIVATE omc_result omc__tcp_rx_request(omc__tcp_rx* x, const omc__tcp_req* q, omc_time_ns deadline) {
+    uint8_t b[OMC__TCP_REQUEST_SIZE];
+    omc__tcp_req_encode(b, q);
+    x->op = q->op;
+    return omc__fd_write_all(x->fd, b, sizeof(b), deadline, NULL);
+}
 
 /* Read what has arrived: first the header (checked before a single payload byte is read), then
    payload bytes straight into the destination, never past what the header announced. */
@@ -5980,7 +6162,23 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
         }
         if (part == 0) {
             x->hdr_got += (uint32_t)k;
-            if (x->hdr_got == OMC__TCP_HEADER_SIZE && omc__tcp_header_check(x->hdr, xf->transfer_id, xf->size, xf->dst.size) != OMC_OK)
+            if (x->hdr_got == OMC__TCP_HEADER_SIZE && x->op && omc__get_u32(x->hdr) == OMC__TCP_STATUS_MAGIC) {
+                /* the answer to a request without payload: a claim recorded, or a refusal
+                   (nothing moved; the connection stays in step and may be kept) */
+                int32_t code = 0;
+                omc_result r;
+                if (omc__tcp_status_decode(x->hdr, xf->transfer_id, &code, &x->detail) != OMC_OK) return OMC_ERR_PROTOCOL;
+                if (code == 0) {
+                    if (x->op != OMC__TCP_REQ_CLAIM) return OMC_ERR_PROTOCOL;
+                    xf->complete = 1;
+                    return OMC_OK;
+                }
+                r = (omc_result)code;
+                x->refused = 1;
+                return strcmp(omc_result_name(r), "OMC_ERR_UNKNOWN") == 0 ? OMC_ERR_REMOTE : r;
+            }
+            if (x->hdr_got == OMC__TCP_HEADER_SIZE &&
+                (x->op == OMC__TCP_REQ_CLAIM || omc__tcp_header_check(x->hdr, xf->transfer_id, xf->size, xf->dst.size) != OMC_OK))
                 return OMC_ERR_PROTOCOL;
         } else if (part == 1) xf->received += (uint64_t)k;
         else {
@@ -5997,7 +6195,9 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
 OMC__PRIVATE void omc__tcp_rx_end(void* user, void* chan, omc__dp_xfer* xf, omc_result r) {
     omc__tcp_rx* x = (omc__tcp_rx*)chan;
     (void)user; (void)xf;
-    if (r != OMC_OK && x->fd >= 0 && (x->hdr_got || xf->received || x->trl_got)) { close(x->fd); x->fd = -1; }
+    /* a refusal left the stream in step; anything else half-done (or a request still
+       unanswered) may leave bytes on it */
+    if (r != OMC_OK && x->fd >= 0 && !x->refused && (x->op || x->hdr_got || xf->received || x->trl_got)) { close(x->fd); x->fd = -1; }
 }
 
 OMC__PRIVATE void omc__tcp_rx_close(void* user, void* chan) {
@@ -6291,6 +6491,9 @@ typedef struct omc__net_job {
     int abort;                          /* atomic: non-zero = stop with this code */
     int committed;                      /* the read is recorded (commit ran) */
     uint64_t resume;                    /* TCP: stream bytes the listener already wrote */
+    int direct;                         /* TCP: asked for on its data connection (no side-channel reply) */
+    omc__tcp_conn* tconn;               /* TCP: the listener waits for its receipt on this connection */
+    omc_time_ns since;                  /* when that wait began (OMNICONN_TCP_STALL_MS) */
     omc__net* owner;
     omc_result result;
 } omc__net_job;
@@ -6355,6 +6558,7 @@ struct omc__net {
     uint32_t nplanes, caps;
     omc__tcp_plane tcp;
     uint32_t max_idle;
+    int side_pull;                      /* receiver: PULLs only on the side channel (desc) */
     uint64_t next_xfer;                 /* atomic */
     /* sender */
     char host[OMC_TCP_HOST_MAX];        /* what we advertise */
@@ -6503,6 +6707,7 @@ OMC__PRIVATE void omc__net_job_push(omc__net* N, omc__net_job* j, omc__dp_push* 
     p->resume = j->resume;
     p->channel = j->rid;
     p->channel_len = j->rid_len;
+    p->taken = j->direct;
 }
 
 /* A job has ended (listener thread): settle the entry, answer DONE or ERROR, free the job. */
@@ -6523,7 +6728,7 @@ OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
         omc__add(&N->pushes, 1u);
         /* a TCP push ended with its trailer, which told the receiver all DONE would: a DONE
            would only wake two more threads (both libzmq I/O threads) per get */
-        if (reply && !(j->dp->vt->flags & OMC__DP_FLAG_SELF_COMPLETE)) {
+        if (reply && !j->direct && !(j->dp->vt->flags & OMC__DP_FLAG_SELF_COMPLETE)) {
             omc__wire m;
             memset(&m, 0, sizeof(m));
             m.type = OMC__MSG_DONE;
@@ -6536,7 +6741,8 @@ OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
         omc__add(&N->pushes_failed, 1u);
         OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "push of transfer %llu (%llu bytes, %s plane) failed: %s",
                  (unsigned long long)j->xfer, (unsigned long long)j->size, j->dp->vt->name, omc_result_str(j->result));
-        if (reply)
+        /* a request on the data connection learns it there: the connection is closed */
+        if (reply && !j->direct)
             omc__net_reply_error(N, j->rid, j->rid_len, j->xfer, j->seq, j->result, 0, "push failed: %s", omc_result_str(j->result));
     }
     omc__free(&N->conn->hooks, j);
@@ -6684,6 +6890,8 @@ OMC__PRIVATE void omc__net_on_list(omc__net* N, const uint8_t* rid, uint32_t rid
     omc__free(&N->conn->hooks, pg);
 }
 
+OMC__PRIVATE void omc__net_start_job(omc__net* N, omc__net_job* job);
+
 OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
     const omc__dataplane* dp = NULL;
     omc__ent* e = NULL;
@@ -6756,6 +6964,14 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     job->next_live = N->live;
     N->live = job;
     omc__add(&N->pushes_in_flight, 1u);
+    omc__net_start_job(N, job);
+}
+
+/* A reserved and pinned job (listener): start it here if the plane can, else queue it for a
+   worker. A TCP payload the listener wrote whole waits for its receipt here too, so a small
+   transfer never wakes a worker. */
+OMC__PRIVATE void omc__net_start_job(omc__net* N, omc__net_job* job) {
+    const omc__dataplane* dp = job->dp;
     if ((dp->vt->flags & OMC__DP_FLAG_TRY_NOW) && dp->vt->tx_try) {
         /* start it here, without blocking: a small payload is done before a worker could wake */
         omc__dp_push p;
@@ -6763,6 +6979,11 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
         job->result = dp->vt->tx_try(dp->user, &p, &job->resume);
         if (job->result != OMC_ERR_BUSY) { omc__net_finish(N, job, 1); return; }
         job->result = OMC_OK;
+        if (dp->vt->kind == OMC__DP_TCP && job->resume == OMC__TCP_HEADER_SIZE + job->size &&
+            (job->tconn = omc__tcp_await_receipt(&N->tcp, &p)) != NULL) {
+            job->since = omc_now_ns();
+            return;
+        }
     }
     pthread_mutex_lock(&N->job_mu);
     *N->queue_tail = job;
@@ -6797,7 +7018,7 @@ OMC__PRIVATE void omc__net_on_abort(omc__net* N, const uint8_t* rid, uint32_t ri
         if (j->xfer == in->xfer && j->rid_len == rid_len && memcmp(j->rid, rid, rid_len) == 0 && !omc__load(&j->abort)) {
             omc__store(&j->abort, (int)OMC_ERR_TIMEOUT);
             if (omc__net_unqueue(N, j)) {
-                if (j->resume) {
+                if (j->resume || j->direct) {
                     omc__dp_push p;
                     omc__net_job_push(N, j, &p);
                     j->dp->vt->tx_push(j->dp->user, &p);
@@ -6817,6 +7038,94 @@ OMC__PRIVATE void omc__net_on_abort(omc__net* N, const uint8_t* rid, uint32_t ri
             omc__free(&N->conn->hooks, h);
             omc__sub(&N->held_count, 1u);
         } else pp = &h->next;
+    }
+}
+
+/* A request on a data connection (listener): what a PULL on the side channel does, for the
+   session the connection was registered to (its ticket), naming the entry by id. CLAIM records
+   a read whose bytes the receiver already has (inline metadata). A refusal, or a recorded claim,
+   is answered with a status record on the connection; a PULL becomes a job like any other. */
+OMC__PRIVATE void omc__net_on_request(omc__net* N, omc__tcp_conn* c) {
+    omc__tcp_req q;
+    omc__net_job* job = NULL;
+    omc__ent* e;
+    uint32_t slot;
+    omc_result r = omc__tcp_req_decode(c->req, OMC__TCP_REQUEST_SIZE, &q);     /* checked when it came */
+    uint64_t detail = 0;
+    if (r == OMC_OK && q.expect_incarnation && q.expect_incarnation != omc_incarnation()) r = OMC_ERR_PEER_RESTARTED;
+    else if (r == OMC_OK && !c->ticket) r = OMC_ERR_CONNECTION;
+    else if (r == OMC_OK && q.op == OMC__TCP_REQ_PULL && !(job = (omc__net_job*)omc__calloc(&N->conn->hooks, sizeof(omc__net_job))))
+        r = OMC_ERR_NO_MEMORY;
+    if (r == OMC_OK) {
+        pthread_mutex_lock(&N->own.mu);
+        omc__owner_maybe_sweep(&N->own);
+        slot = omc__etab_by_id(&N->own.tab, q.entry_id);
+        e = slot != OMC__NIL ? &N->own.tab.ent[slot] : NULL;
+        if (!e || e->state != OMC__ENT_LIVE || e->readers_left == 0) r = OMC_ERR_NOT_FOUND;
+        else if (q.op == OMC__TCP_REQ_CLAIM) {
+            if (e->size != q.capacity) r = OMC_ERR_PROTOCOL;    /* the metadata and the entry disagree */
+            else {
+                e->readers_left--;  /* the read is recorded now: the receiver has every byte */
+                if (e->readers_left == 0 && e->holds == 0) omc__etab_retire(&N->own.tab, slot);
+                omc__owner_signal(&N->own);
+            }
+        } else if (e->size > q.capacity) { r = OMC_ERR_TOO_LARGE; detail = e->size; }
+        else {
+            e->readers_left--;      /* reserved, and pinned until the push ends */
+            e->holds++;
+            job->slot = slot;
+            job->size = e->size;
+            job->src = N->pool->base + e->range.offset;
+            job->range = e->range;
+        }
+        pthread_mutex_unlock(&N->own.mu);
+    }
+    if (r != OMC_OK || q.op == OMC__TCP_REQ_CLAIM) {
+        omc__free(&N->conn->hooks, job);
+        if (r != OMC_OK)
+            OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "request for entry %016llx on a data connection refused: %s",
+                     (unsigned long long)q.entry_id, omc_result_str(r));
+        omc__tcp_answer_status(&N->tcp, c, r, q.xfer, detail);
+        return;
+    }
+    job->dp = &N->planes[0];
+    job->xfer = q.xfer;
+    job->receiver_incarnation = c->incarnation;
+    job->rid_len = c->ticket->rid_len;
+    memcpy(job->rid, c->ticket->rid, c->ticket->rid_len);
+    job->desc_len = 8;
+    memcpy(job->desc, c->key + OMC__TCP_TICKET_SIZE, 8);    /* the connection's token, as a PULL names it */
+    job->direct = 1;
+    job->deadline = omc_now_ns() + omc__min(q.budget_ms ? (omc_time_ns)q.budget_ms * 1000000LL : omc__net_default_budget_ns(job->size),
+                                            (omc_time_ns)OMNICONN_TCP_MAX_PUSH_MS * 1000000LL);
+    job->owner = N;
+    job->next_live = N->live;
+    N->live = job;
+    omc__add(&N->pushes_in_flight, 1u);
+    omc__net_start_job(N, job);
+}
+
+/* Listener: jobs whose receipt it waits for itself. The receipt came (commit, then the
+   trailer), the wait failed (EOF, bytes that are not a receipt), or it lasted too long
+   (OMNICONN_TCP_STALL_MS, the budget, an ABORT). */
+OMC__PRIVATE void omc__net_check_receipts(omc__net* N, omc_time_ns now) {
+    omc__net_job *j, *next;
+    for (j = N->live; j; j = next) {
+        omc__tcp_conn* c = j->tconn;
+        omc_result r = OMC_OK;
+        int a = omc__load(&j->abort), over = 1;
+        next = j->next_live;
+        if (!c) continue;
+        if (c->rcpt_done) r = c->rcpt_result;       /* written by this thread (omc__tcp_serve) */
+        else if (a) r = (omc_result)a;
+        else if (now - j->since > (omc_time_ns)OMNICONN_TCP_STALL_MS * 1000000LL || now >= j->deadline) r = OMC_ERR_TIMEOUT;
+        else over = 0;
+        if (!over) continue;
+        j->tconn = NULL;
+        if (r == OMC_OK) omc__net_commit_job(j);    /* every byte is in the receiver's buffer */
+        omc__tcp_end_receipt(&N->tcp, c, r == OMC_OK);
+        j->result = r;
+        omc__net_finish(N, j, 1);
     }
 }
 
@@ -7017,6 +7326,11 @@ static void* omc__net_listener_main(void* arg) {
             }
         backlog = (N->items[1].revents || backlog || omc__zmq_readable(N->router)) ? omc__net_read_router(N) : 0;
         omc__tcp_serve(&N->tcp, N->items + fixed, N->who + fixed, ntcp);
+        {
+            omc__tcp_conn* c;
+            while ((c = omc__tcp_next_request(&N->tcp)) != NULL) omc__net_on_request(N, c);
+        }
+        omc__net_check_receipts(N, omc_now_ns());
         omc__net_answer_held(N, omc_now_ns());
         pthread_mutex_lock(&N->own.mu);
         omc__owner_maybe_sweep(&N->own);
@@ -7420,17 +7734,53 @@ static omc_result omc__net_release(omc_buffer* b) {
     return OMC_OK;
 }
 
+/* A PULL as a request on the channel's TCP data connection, from this thread: no libzmq
+   thread and no side-channel message on the way. Waits for the payload (or, for a CLAIM, the
+   status record) until wait_until. */
+OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp_xfer* x, uint8_t op, uint64_t entry_id,
+                                         omc_time_ns deadline, omc_time_ns wait_until, omc_buffer* out, int* keep) {
+    const omc__dp_vtable* vt = ch->dp->vt;
+    omc__tcp_rx* rx = (omc__tcp_rx*)ch->dpc;
+    omc__tcp_req q;
+    omc_time_ns now = omc_now_ns();
+    omc_result r;
+    memset(&q, 0, sizeof(q));
+    q.op = op;
+    q.xfer = ch->xfer;
+    q.entry_id = entry_id;
+    q.expect_incarnation = ch->incarnation;
+    q.capacity = x->size;
+    q.budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
+    r = omc__tcp_rx_request(rx, &q, deadline);
+    while (r == OMC_OK && !x->complete) {
+        struct pollfd pf;
+        if (omc__net_closed(N)) { r = OMC_ERR_CLOSED; break; }
+        /* giving up closes the connection (rx_end): the sender's push fails at its next write
+           and gives the reader back, so no ABORT is needed */
+        if (omc_now_ns() >= wait_until) { r = OMC_ERR_TIMEOUT; break; }
+        pf.fd = rx->fd; pf.events = POLLIN; pf.revents = 0;
+        if (poll(&pf, 1, omc__poll_ms(wait_until, OMC__NET_SLICE_MS)) > 0) r = vt->rx_progress(ch->dp->user, ch->dpc, x, 0);
+    }
+    if (r != OMC_OK && rx->refused) {
+        if (r == OMC_ERR_TOO_LARGE) out->size = rx->detail;
+        *keep = omc__net_clean_refusal(r);
+    }
+    return r;
+}
+
 /* PULL one entry on a channel whose HELLO was answered: destination, descriptor, PULL, then
-   wait for the bytes and DONE. *keep: the channel may be cached again. */
+   wait for the bytes and DONE. inl: the payload's bytes from inline metadata (a CLAIM records
+   the read and nothing else moves; a sender without data-connection requests sends them
+   again). *keep: the channel may be cached again. */
 OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char* qkey, uint32_t qlen, uint64_t entry_id,
-                                      uint64_t size, uint32_t flags, omc_time_ns deadline, omc_buffer* out, int* keep) {
+                                      uint64_t size, uint32_t flags, const uint8_t* inl, omc_time_ns deadline, omc_buffer* out, int* keep) {
     const omc__dp_vtable* vt = ch->dp->vt;
     uint8_t desc[OMC__WIRE_MAX_DESC], buf[OMC__WIRE_MAX];
     omc__dp_xfer x;
     omc__wire m;
     omc_time_ns wait_until;
     omc_result r;
-    int got_done = 0, got;
+    int got_done = 0, got, direct;
     *keep = 0;
     memset(&x, 0, sizeof(x));
     x.transfer_id = ch->xfer;
@@ -7450,7 +7800,12 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
     }
     memset(&m, 0, sizeof(m));
     r = vt->rx_prepare(ch->dp->user, ch->dpc, &x, deadline, desc, sizeof(desc), &m.desc_len);
-    if (r == OMC_OK) {
+    wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_default_budget_ns(size) : deadline;
+    direct = !N->side_pull && vt->kind == OMC__DP_TCP && (ch->caps & OMC_NET_CAP_REQUESTS) && ((omc__tcp_rx*)ch->dpc)->has_ticket;
+    if (r == OMC_OK && direct) {
+        r = omc__net_request(N, ch, &x, inl ? OMC__TCP_REQ_CLAIM : OMC__TCP_REQ_PULL, entry_id, deadline, wait_until, out, keep);
+        if (r == OMC_OK && inl && size) memcpy(x.dst.data, inl, (size_t)size);
+    } else if (r == OMC_OK) {
         omc_time_ns now = omc_now_ns();
         m.type = OMC__MSG_PULL;
         m.entry_id = entry_id;
@@ -7464,8 +7819,7 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
         m.desc = desc;
         r = omc__net_chan_send(N, ch, &m);
     }
-    wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_default_budget_ns(size) : deadline;
-    while (r == OMC_OK) {
+    while (r == OMC_OK && !direct) {
         omc__zmq_pollitem it[2];
         int n = 1, fd = x.complete ? -1 : vt->rx_fd(ch->dp->user, ch->dpc);
         memset(it, 0, sizeof(it));
@@ -7550,7 +7904,7 @@ OMC__PRIVATE omc_result omc__net_get_meta(omc__net* N, const char* qkey, uint32_
             break;
         }
         r = omc__net_pull(N, ch, qkey, qlen, body.entry_id, meta->data_size, meta->flags & OMC_META_FLAG_FRAME ? OMC_BUFFER_FRAME : 0,
-                          deadline, out, &keep);
+                          NULL, deadline, out, &keep);
         omc__net_chan_checkin(N, ch, keep);
         if (r == OMC_ERR_PEER_RESTARTED && !fresh) continue;
         break;
@@ -7688,7 +8042,7 @@ OMC__PRIVATE omc_result omc__net_search_pull(omc__net_search* S, omc__net_slot* 
     int keep = 0;
     omc_result rr;
     if (S->max_size && m->size > S->max_size) { S->out->size = m->size; S->r = OMC_ERR_TOO_LARGE; S->finished = 1; return OMC_OK; }
-    rr = omc__net_pull(N, s->ch, S->qkey, S->qlen, m->entry_id, m->size, m->pflags, S->deadline, S->out, &keep);
+    rr = omc__net_pull(N, s->ch, S->qkey, S->qlen, m->entry_id, m->size, m->pflags, NULL, S->deadline, S->out, &keep);
     if (rr == OMC_OK) {
         pthread_mutex_lock(&N->peer_mu);
         s->peer->bytes += m->size;
@@ -7932,6 +8286,16 @@ OMC__PRIVATE void omc__net_stop_sender(omc__net* N) {
         N->queue_tail = &N->queue;
         pthread_mutex_unlock(&N->job_mu);
         omc__net_complete(N, 0);
+        for (j = N->live; j; ) {        /* receipts the listener was waiting for */
+            omc__net_job* next = j->next_live;
+            if (j->tconn) {
+                omc__tcp_end_receipt(&N->tcp, j->tconn, 0);
+                j->tconn = NULL;
+                j->result = OMC_ERR_CLOSED;
+                omc__net_finish(N, j, 0);
+            }
+            j = next;
+        }
     }
     while (N->held) {
         omc__net_held* h = N->held;
@@ -8238,6 +8602,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     N->vt = omc__net_vtable;
     N->vt.transport = transport;
     N->max_idle = d.max_idle_channels ? d.max_idle_channels : 8;
+    N->side_pull = d.pull_on_side_channel != 0;
     N->next_xfer = omc__random_u64() >> 1;
     N->queue_tail = &N->queue;
     N->peers_tail = &N->peers;
@@ -8278,6 +8643,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
         if (!N->ctx) r = OMC_ERR_SYSTEM;
     }
     if (r == OMC_OK && N->sender) r = omc__net_start_sender(N, &d, &hooks);
+    if (r == OMC_OK && N->sender) N->caps |= OMC_NET_CAP_REQUESTS;     /* its data port serves requests */
     if (r != OMC_OK) {
         omc_conn* shell = N->conn;                  /* never handed out: free it without destroy */
         omc__net_stop_sender(N);
