@@ -1217,6 +1217,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
 #define OMC_TCP_HOST_MAX 256        /* host text, terminator included */
 #define OMC_TCP_NAME_MAX 64         /* sender names, terminator included */
 #define OMC_CURVE_KEY_LEN 40        /* a Z85-encoded Curve25519 key, without terminator */
+#define OMC_TCP_MAX_INLINE ((uint64_t)64 << 10)  /* largest inline_threshold (bytes) */
 
 /* CURVE authentication and encryption of the side channel. All NULL = off (the default).
    Keys are Z85 strings (40 characters) as zmq_curve_keypair() makes them; omc_tcp_curve_keypair()
@@ -1250,6 +1251,12 @@ typedef struct omc_tcp_desc {
     uint32_t max_idle_channels; /* receiver: cached channels per sender; 0 = 8 */
     int pull_on_side_channel;   /* receiver: 1 = send every PULL on the side channel, as receivers
                                    before data-connection requests did (slower; see the manual) */
+    uint64_t inline_threshold;  /* sender: payloads of at most this many bytes also travel inside
+                                   the metadata; 0 = $OMNICONN_TCP_INLINE_THRESHOLD if set, else
+                                   OMNICONN_TCP_INLINE_THRESHOLD (16 KiB); at most OMC_TCP_MAX_INLINE */
+    int disable_inline;         /* sender: 1 = no payload travels inside the metadata */
+    int inline_with_curve;      /* sender with CURVE: 1 = inline all the same (the bytes then travel
+                                   wherever your metadata goes, outside CURVE); 0 = no inline */
     omc_tcp_curve curve;
     omc_hooks hooks;
 } omc_tcp_desc;
@@ -1267,6 +1274,7 @@ typedef struct omc_tcp_health_info {
     uint64_t pending_queries;       /* sender: QUERYs held for an absent key, now */
     uint64_t data_connections;      /* sender: registered TCP data connections, now */
     uint32_t peers;                 /* receiver: senders known (registered or from metadata) */
+    uint64_t inline_threshold;      /* sender: the resolved threshold (0 = no inline) */
 } omc_tcp_health_info;
 
 /* One sender as a receiver sees it. */
@@ -4598,6 +4606,9 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
 #ifndef OMNICONN_TCP_STALL_MS
     #define OMNICONN_TCP_STALL_MS 5000      /* a push whose receiver takes no byte this long is aborted */
 #endif
+#ifndef OMNICONN_TCP_INLINE_THRESHOLD
+    #define OMNICONN_TCP_INLINE_THRESHOLD ((uint64_t)16 << 10)  /* payloads up to this also ride in the metadata */
+#endif
 
 #define OMC__DP_TCP  1
 #define OMC__DP_RDMA 2
@@ -5144,6 +5155,7 @@ typedef struct omc__net_meta {
     uint16_t port;
     uint32_t caps;
     char host[OMC_TCP_HOST_MAX];
+    const uint8_t* inl;                 /* inline metadata: the payload bytes (in the blob), else NULL */
 } omc__net_meta;
 
 OMC__PRIVATE uint32_t omc__net_meta_body_size(const char* host) { return 16u + (uint32_t)strlen(host); }
@@ -5157,12 +5169,16 @@ OMC__PRIVATE void omc__net_meta_body_encode(uint8_t* b, uint64_t entry_id, uint1
     memcpy(b + 16, host, hl);
 }
 
-OMC__PRIVATE omc_result omc__net_meta_body_decode(const uint8_t* b, uint32_t n, omc__net_meta* out) {
+/* The body of n bytes; meta_flags and data_size are the envelope's. An inline body (envelope
+   flag bit 0) ends with exactly data_size payload bytes, at most OMC_TCP_MAX_INLINE of them. */
+OMC__PRIVATE omc_result omc__net_meta_body_decode(const uint8_t* b, uint32_t n, uint32_t meta_flags, uint64_t data_size, omc__net_meta* out) {
     uint32_t hl;
+    uint64_t inl = (meta_flags & OMC_META_FLAG_INLINE) ? data_size : 0;
     memset(out, 0, sizeof(*out));
-    if (!b || n < 16) return OMC_ERR_MALFORMED;
+    if (!b || n < 16 || inl > OMC_TCP_MAX_INLINE) return OMC_ERR_MALFORMED;
     hl = omc__get_u16(b + 10);
-    if (hl == 0 || hl > 255 || n != 16 + hl || memchr(b + 16, 0, hl)) return OMC_ERR_MALFORMED;
+    if (hl == 0 || hl > 255 || (uint64_t)n != 16u + hl + inl || memchr(b + 16, 0, hl)) return OMC_ERR_MALFORMED;
+    if (meta_flags & OMC_META_FLAG_INLINE) out->inl = b + 16 + hl;
     out->entry_id = omc__get_u64(b);
     out->port = omc__get_u16(b + 8);
     out->caps = omc__get_u32(b + 12);
@@ -6559,6 +6575,7 @@ struct omc__net {
     omc__tcp_plane tcp;
     uint32_t max_idle;
     int side_pull;                      /* receiver: PULLs only on the side channel (desc) */
+    uint64_t inline_max;                /* sender: payloads up to this ride in the metadata; 0 = none */
     uint64_t next_xfer;                 /* atomic */
     /* sender */
     char host[OMC_TCP_HOST_MAX];        /* what we advertise */
@@ -7878,7 +7895,7 @@ OMC__PRIVATE omc_result omc__net_get_meta(omc__net* N, const char* qkey, uint32_
                                           omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
     omc__net_meta body;
     omc__net_peer* p;
-    omc_result r = omc__net_meta_body_decode(meta->body, meta->body_len, &body);
+    omc_result r = omc__net_meta_body_decode(meta->body, meta->body_len, meta->flags, meta->data_size, &body);
     int attempt;
     if (r != OMC_OK) return r;
     if (max_size && meta->data_size > max_size) { out->size = meta->data_size; return OMC_ERR_TOO_LARGE; }
@@ -7904,7 +7921,7 @@ OMC__PRIVATE omc_result omc__net_get_meta(omc__net* N, const char* qkey, uint32_
             break;
         }
         r = omc__net_pull(N, ch, qkey, qlen, body.entry_id, meta->data_size, meta->flags & OMC_META_FLAG_FRAME ? OMC_BUFFER_FRAME : 0,
-                          NULL, deadline, out, &keep);
+                          body.inl, deadline, out, &keep);
         omc__net_chan_checkin(N, ch, keep);
         if (r == OMC_ERR_PEER_RESTARTED && !fresh) continue;
         break;
@@ -8212,10 +8229,12 @@ static omc_result omc__net_make_meta(omc__owner* O, uint32_t slot, void* user, o
     omc__net* N = (omc__net*)user;
     const omc__ent* e = &O->tab.ent[slot];
     uint8_t* body;
-    omc_result r = omc__meta_begin(N->vt.transport, e->flags & OMC_BUFFER_FRAME ? OMC_META_FLAG_FRAME : 0, e->size, e->qkey, e->qlen,
-                                   omc__net_meta_body_size(N->host), meta_out, &body);
+    int inl = N->inline_max && e->size <= N->inline_max;     /* the bytes ride along; the entry stays (see the manual) */
+    omc_result r = omc__meta_begin(N->vt.transport, (e->flags & OMC_BUFFER_FRAME ? OMC_META_FLAG_FRAME : 0) | (inl ? OMC_META_FLAG_INLINE : 0),
+                                   e->size, e->qkey, e->qlen, omc__net_meta_body_size(N->host) + (inl ? (uint32_t)e->size : 0), meta_out, &body);
     if (r != OMC_OK) return r;
     omc__net_meta_body_encode(body, omc__etab_id(&O->tab, slot), N->port, N->caps, N->host);
+    if (inl && e->size) memcpy(body + omc__net_meta_body_size(N->host), N->pool->base + e->range.offset, (size_t)e->size);
     omc__meta_seal(meta_out);
     return OMC_OK;
 }
@@ -8579,6 +8598,33 @@ OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d
 }
 
 /* The remote connector with an optional extra data plane (a companion header's entry point). */
+/* The sender's inline threshold: desc.disable_inline, desc.inline_threshold, then the
+   environment ($OMNICONN_TCP_INLINE_THRESHOLD: bytes, 0 = off; a value that is not a number up
+   to OMC_TCP_MAX_INLINE is ignored with a WARN), then OMNICONN_TCP_INLINE_THRESHOLD. Off under
+   CURVE unless desc.inline_with_curve: the metadata travels outside the encrypted channel. */
+OMC__PRIVATE omc_result omc__net_resolve_inline(omc__net* N, const omc_tcp_desc* d, const omc_hooks* hooks) {
+    uint64_t t = d->inline_threshold;
+    if (t > OMC_TCP_MAX_INLINE) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_tcp_desc.inline_threshold %llu exceeds the maximum %llu (OMC_TCP_MAX_INLINE)",
+                 (unsigned long long)t, (unsigned long long)OMC_TCP_MAX_INLINE);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (!t) {
+        const char* env = getenv("OMNICONN_TCP_INLINE_THRESHOLD");
+        t = OMNICONN_TCP_INLINE_THRESHOLD;
+        if (env && *env) {
+            char* end = NULL;
+            unsigned long long v = strtoull(env, &end, 10);
+            if (end && *end == '\0' && env[0] >= '0' && env[0] <= '9' && v <= OMC_TCP_MAX_INLINE) t = (uint64_t)v;
+            else OMC__LOG(hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "OMNICONN_TCP_INLINE_THRESHOLD='%s' ignored: give a byte count "
+                          "from 0 (off) to %llu", env, (unsigned long long)OMC_TCP_MAX_INLINE);
+        }
+    }
+    if (d->disable_inline || (N->curve_server && !d->inline_with_curve)) t = 0;
+    N->inline_max = t;
+    return OMC_OK;
+}
+
 OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport transport, const omc__dataplane* extra, omc_conn** out) {
     omc_tcp_desc d;
     omc_hooks hooks;
@@ -8616,6 +8662,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     if (N->job_ok && pthread_cond_init(&N->job_cv, NULL) != 0) { pthread_mutex_destroy(&N->job_mu); N->job_ok = 0; }
     r = N->peer_ok && N->tcp_ok && N->job_ok ? OMC_OK : OMC_ERR_SYSTEM;
     if (r == OMC_OK) r = omc__net_setup_curve(N, &d.curve, &hooks);
+    if (r == OMC_OK && N->sender) r = omc__net_resolve_inline(N, &d, &hooks);
     if (r == OMC_OK) {
         memset(&pd, 0, sizeof(pd));
         pd.size = d.pool_size ? d.pool_size : OMNICONN_TCP_POOL_SIZE;
@@ -8815,6 +8862,7 @@ OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
     h->data_connections = omc__load(&N->tcp.nregistered);
     pthread_mutex_lock(&N->peer_mu);
     h->peers = N->npeers;
+    h->inline_threshold = N->inline_max;
     pthread_mutex_unlock(&N->peer_mu);
     return OMC_OK;
 }
