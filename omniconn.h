@@ -141,19 +141,32 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
        channel) and a TCP data port; put() copies the payload into the sender's pool (or takes a
        buffer from omc_conn_alloc) and returns metadata naming the sender's host, port and
        incarnation. A receiver's get() allocates a destination in its own pool, asks the sender
-       (PULL), reads the bytes straight from a TCP connection into that destination, and returns
-       once every byte is in place and the sender has recorded the read (the TCP trailer says
-       so; other data planes wait for DONE).
+       for the entry with a request on its TCP data connection (from the calling thread: no
+       libzmq thread and no side-channel message per get), reads the bytes straight into that
+       destination, and returns once every byte is in place and the sender has recorded the
+       read (the TCP trailer says so; other data planes PULL on the side channel and wait for
+       DONE).
 
            sender (omc_tcp_create, role SENDER)         receiver (omc_tcp_create, role RECEIVER)
            put(key) -> pool, metadata  ---- your control plane ---->  get(key, metadata)
                                        <--- HELLO (once per channel) ---
-                                       ---- HELLO: incarnation, TCP data port ---->
-                                       <--- PULL (entry, capacity, data token) ---
-             listener/worker: push     ==== TCP: header + payload ====>  recv() into pool buffer
+                                       ---- HELLO: incarnation, TCP data port, ticket ---->
+                                       <=== TCP: connect, data hello (ticket), once per channel
+                                       <=== TCP: request (entry, capacity) ====  calling thread
+             listener (worker if big)  ==== TCP: header + payload ====>  recv() into pool buffer
                                        <=== TCP: receipt ==============  every byte is in place
              record the read           ==== TCP: trailer ============>  return the buffer
-                                       (other data planes: ---- DONE ---->)
+
+       - Small payloads ride inside the metadata: a put of at most inline_threshold bytes
+         (16 KiB by default, at most OMC_TCP_MAX_INLINE; $OMNICONN_TCP_INLINE_THRESHOLD when the
+         desc leaves it 0; 0 or disable_inline = off) copies them into the metadata as well. A
+         get with that metadata takes the bytes from it and sends one 48-byte CLAIM on its data
+         connection, which records the read: one round trip, no payload on the wire. The sender
+         keeps its pool copy and the entry as for any put, so everything else is unchanged:
+         metadata-less gets, exists and list find it, fan-out counts every reader, a get after
+         cleanup, TTL or the last reader is OMC_ERR_NOT_FOUND although the bytes are in hand, and
+         wait_consumed waits for the claims. The metadata is then as confidential as the
+         payload: a sender with CURVE inlines nothing unless inline_with_curve is set.
 
        - Without metadata: register senders (omc_tcp_add_sender(conn, "thinker", host, port), as
          many as you like) and call get(meta = NULL). The receiver asks every registered sender
@@ -194,9 +207,12 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
          restricts senders to known receiver keys (a ZAP handler). The TCP data port admits only connections that
          show a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on),
          and a connection serves only PULLs of the session that got the ticket; anything else
-         is closed at its first bytes and never counts against a limit. The TCP data plane is
-         not encrypted: CURVE decides who may ask for data, not who can read a wire. Use a
-         private network or IPsec for that.
+         is closed at its first bytes and never counts against a limit. A request on a data
+         connection is served for the session that registered it, exactly as a PULL from that
+         session would be; it names the entry by id (no key travels on the data connection). The
+         TCP data plane is not encrypted: CURVE decides who may ask for data, not who can read a
+         wire. Use a private network or IPsec for that (or pull_on_side_channel, which keeps
+         requests inside CURVE - the payload still is not).
        - Helpers from vLLM-Omni's orchestration: omc_port_compute() (the port-offset scheme),
          omc_port_check() (collisions in a set of edges), omc_detect_host() ("auto").
 
@@ -229,7 +245,9 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
       A receiver's HELLO (sequence 1, the QUERY of a metadata-less get pipelined right behind
       it) has capability bit 0 set, no type-1 record, and a type-2 record only with an RDMA
       plane:
-        0   u32  capabilities: bit 0 TCP data plane, bit 1 RDMA data plane
+        0   u32  capabilities: bit 0 TCP data plane, bit 1 RDMA data plane, bit 2 (sender) it
+                 takes requests on its TCP data connections (below); a peer ignores bits it
+                 does not know
         4   u16  endpoint record count (<= 32)
         6   u16  reserved (0)
         8   records, back to back, filling the body exactly: u16 type, u16 value length, value
@@ -326,6 +344,36 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
       oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS,
       and serves a PULL only on a connection registered with the ticket of the PULL's own
       side-channel session (otherwise: ERROR OMC_ERR_CONNECTION, nothing written).
+      request, receiver -> sender, 48 bytes, on an idle connection of a sender whose HELLO has
+      capability bit 2 (receivers send PULL on the side channel to other senders, and when
+      omc_tcp_desc.pull_on_side_channel is set); the sender serves it for the session the
+      connection was registered to, with the checks of a PULL:
+        0   u32  magic 0x50434D4F ("OMCP")
+        4   u8   op: 1 PULL (send the entry's bytes), 2 CLAIM (the receiver has the bytes from
+                 inline metadata: record the read, send none)
+        5   u8   reserved (0)
+        6   u16  reserved (0)
+        8   u64  transfer id (echoed in the header or status record)
+        16  u64  entry id (from the metadata or a QUERY_REPLY; never 0)
+        24  u64  expected sender incarnation (0 = any)
+        32  u64  PULL: destination capacity; CLAIM: the payload size the metadata announced
+                 (a different size than the entry's is OMC_ERR_PROTOCOL)
+        40  u32  time budget in ms, as in PULL
+        44  u32  reserved (0)
+      Anything else - a wrong magic (seen after 4 bytes), op or reserved field, entry id 0, a
+      request not complete within 5 s - closes the connection (counted in protocol_errors).
+      The sender answers a PULL request with the header and payload below, a CLAIM or any
+      refusal with a status record, 24 bytes (what the receiver reads in place of a header;
+      nothing else follows it and the connection stays usable):
+        0   u32  magic 0x53434D4F ("OMCS")
+        4   i32  0 = the CLAIM is recorded; else the omc_result of the refusal (OMC_ERR_NOT_FOUND,
+                 OMC_ERR_TOO_LARGE, OMC_ERR_PEER_RESTARTED, OMC_ERR_PROTOCOL, OMC_ERR_NO_MEMORY):
+                 nothing moved, no read was used
+        8   u64  transfer id
+        16  u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
+      A request names no key, so an older put of the key is OMC_ERR_NOT_FOUND here (the side
+      channel's PULL can say OMC_ERR_STALE). A request whose receiver gives up is abandoned by
+      closing the connection (no ABORT); the push then fails and gives the read back.
       per transfer, sender -> receiver: a 24-byte header and exactly size payload bytes; then
       receiver -> sender an 8-byte receipt; then sender -> receiver an 8-byte trailer:
         header:
@@ -349,13 +397,17 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
       trailer (the sender sends no DONE for a TCP push; one that arrives anyway is checked). A
       connection on which anything went wrong is closed by both sides, never reused.
 
-    TCP metadata body (the envelope's transport OMC_TRANSPORT_TCP), 16 + host length bytes:
+    TCP metadata body (the envelope's transport OMC_TRANSPORT_TCP), 16 + host length bytes,
+    plus the payload size when inline (envelope flag bit 0):
         0   u64  entry id (never 0; (generation << 32) | slot of the sender's entry table, and
                  the generation grows with every put of that connector)
         8   u16  side-channel port
         10  u16  host length (1..255)
         12  u32  data-plane capabilities (as in HELLO)
         16  host text (as the sender advertises itself: an IPv4/IPv6 literal or a name)
+        16+h inline only: the payload bytes, exactly the envelope's payload size of them, at
+             most OMC_TCP_MAX_INLINE (64 KiB); a body whose length is not 16 + h (+ size when
+             inline), or an inline size over that bound, is OMC_ERR_MALFORMED
 
 ================================================================================================
 CONFIGURATION
@@ -392,6 +444,12 @@ CONFIGURATION
     OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
     OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
                                                           (without blocking) before a worker takes over
+                                                          (a payload written whole: the listener also
+                                                          waits for its receipt; no worker at all)
+    OMNICONN_TCP_INLINE_THRESHOLD 16 KiB     impl file    payloads of at most this many bytes travel
+                                                          inside the metadata too (omc_tcp_desc.
+                                                          inline_threshold, the environment variable
+                                                          below; at most OMC_TCP_MAX_INLINE, 64 KiB)
     OMNICONN_TCP_IDLE_MS         120000      impl file    a sender closes a TCP data connection idle
                                                           this long (a receiver re-opens its channel)
     OMNICONN_TCP_MAX_PUSH_MS     600000      impl file    the longest budget a sender grants a push,
@@ -410,6 +468,10 @@ CONFIGURATION
     ---------------------------  ----------  ---------------------------------------------------
     OMNICONN_LOG                 warn        level of the built-in stderr logger: off, error, warn,
                                              info, debug (see ERRORS & LOGGING); read once
+    OMNICONN_TCP_INLINE_THRESHOLD
+                                 16 KiB      a remote sender's inline threshold in bytes when its
+                                             desc leaves it 0 (0 = off; anything but a number up to
+                                             65536 is ignored with a WARN); read at omc_tcp_create
 
     omc_has(OMC_FEATURE_x) says what was compiled in; omc_available(OMC_FEATURE_x, why, n) says
     whether it is usable on this machine now, and if not, why.
@@ -540,6 +602,13 @@ NON-GOALS (what omniconn does not do)
 RECENT REVISIONS
 ================================================================================================
 
+    unreleased          remote connector: gets travel as requests on the ticketed TCP data
+                        connection (HELLO capability bit 2; senders without it still get PULL on
+                        the side channel); the listener waits for small payloads' receipts
+                        itself; payloads up to 16 KiB ride inside the metadata and a get with
+                        it sends one CLAIM (new desc fields inline_threshold, disable_inline,
+                        inline_with_curve, pull_on_side_channel; omc_tcp_health_info.
+                        inline_threshold).
     0.1.0 (2026-11-22)  first release: allocator, pools, buffers, frames, metadata, the
                         connector contract, the same-process connector, and the remote
                         connector (ZMQ side channel + TCP data plane, pluggable data planes).
@@ -4546,8 +4615,9 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
     arrived. Two capability flags (omc__dp_vtable.flags) let a plane skip parts of that:
       OMC__DP_FLAG_TRY_NOW       the listener starts a push itself with tx_try, which must not
                                  block (OMC_ERR_BUSY: hand it to a worker; the first bytes go
-                                 while a worker wakes; TCP hands every push on, because only a
-                                 worker may wait for the receiver's receipt)
+                                 while a worker wakes). For TCP, a push whose bytes all went
+                                 stays with the listener, which watches for the receipt itself
+                                 (reached by kind, not through the table)
       OMC__DP_FLAG_SELF_COMPLETE the plane tells the receiver itself that the read was recorded
                                  (TCP: a trailer written after commit): no DONE is sent, and the
                                  receiver completes on the plane alone (one side-channel
@@ -5341,16 +5411,21 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 /* ============================================================================================== */
 /*
     Sender: a listening socket (the data port). The connector's listener thread accepts, reads
-    each connection's 24-byte hello (bounded: 5 s, at most 64 waiting), registers it under its
-    token and acks; idle connections are watched for EOF (a receiver that went away) and closed.
-    A push (worker thread) takes the connection its PULL names, marks it busy, writes a header
-    and the payload in chunks (each write bounded by the push deadline, ABORT checked between
-    waits) and gives it back - or kills it on any failure, because a half-written payload would
-    corrupt the next transfer. Connections are never freed by a worker: it marks them dead and
-    the listener, the only thread that polls them, closes and frees them.
+    each connection's 40-byte hello (bounded: 5 s, at most 64 waiting), registers it under its
+    ticket and token and acks; idle connections are watched for a request (48 bytes, queued for
+    the connector once whole) or EOF (a receiver that went away: closed). A push takes the
+    connection its PULL names (or the one its request came on), marks it busy, writes a header
+    and the payload and gives it back - or kills it on any failure, because a half-written
+    payload would corrupt the next transfer. The listener starts every push without blocking;
+    a payload it wrote whole it also finishes itself (it watches the connection for the
+    receipt, commits, writes the trailer), a larger one a worker finishes (each write bounded
+    by the push deadline, ABORT checked between waits). Connections are never freed by a
+    worker: it marks them dead and the listener, the only thread that polls them, closes and
+    frees them.
 
     Receiver: one connection per channel, opened at the channel's first PULL (connect, hello,
-    ack, all bounded by the get's deadline) and cached with it. Payload bytes are read straight
+    ack, all bounded by the get's deadline) and cached with it; the get's thread writes its
+    request there and reads the answer (a header and the payload, or a status record). Payload bytes are read straight
     into the destination buffer in the receiver's pool (no intermediate copy), never more than
     the header announced, and the header must announce exactly what the receiver expects.
 */
@@ -6455,8 +6530,10 @@ OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KE
     (a get works in its caller's thread).
     - The listener owns the ROUTER socket (ZMQ sockets are not thread-safe), its monitor, the
       ZAP handler and the TCP data port. It answers HELLO and QUERY itself, holds QUERYs for
-      absent keys (long poll), turns a PULL into a job for the workers, and answers DONE or ERROR
-      when the job comes back.
+      absent keys (long poll), turns a PULL - on the side channel, or a request on a data
+      connection - into a job, starts it without blocking, finishes a small one itself (the
+      receipt, the trailer) and hands a large one to the workers, and answers DONE or ERROR on
+      the side channel when a side-channel job comes back.
     - Why workers and not one poll loop: a push is a blocking call bounded by its deadline -
       that is the data-plane contract, and an RDMA push waits on a completion queue - so pushes
       run on workers and the listener stays responsive to HELLO, QUERY and ABORT while gigabytes
@@ -8689,8 +8766,8 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
         N->ctx = omc__zmq_ctx_new();
         if (!N->ctx) r = OMC_ERR_SYSTEM;
     }
+    if (N->sender) N->caps |= OMC_NET_CAP_REQUESTS;     /* its data port serves requests (set before the listener reads caps) */
     if (r == OMC_OK && N->sender) r = omc__net_start_sender(N, &d, &hooks);
-    if (r == OMC_OK && N->sender) N->caps |= OMC_NET_CAP_REQUESTS;     /* its data port serves requests */
     if (r != OMC_OK) {
         omc_conn* shell = N->conn;                  /* never handed out: free it without destroy */
         omc__net_stop_sender(N);
