@@ -6226,6 +6226,7 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
     (void)user; (void)done_received;
     while (!xf->complete) {
         ssize_t k;
+        int late;
         int part = x->hdr_got < OMC__TCP_HEADER_SIZE ? 0 : xf->received < xf->size ? 1 : 2;
         if (part == 2 && x->has_ticket && !x->receipt_sent) {
             /* every byte is in the destination: tell the sender, which records the read only
@@ -6245,11 +6246,14 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
             uint64_t left = xf->size - xf->received;
             k = recv(x->fd, (uint8_t*)xf->dst.data + xf->received, (size_t)omc__min(left, (uint64_t)OMNICONN_TCP_CHUNK), wait);
         } else k = recv(x->fd, x->trl + x->trl_got, OMC__TCP_TRAILER_SIZE - x->trl_got, wait);
-        if (k == 0) return OMC_ERR_CONNECTION;
+        /* past the get's deadline the sender gives up too (its budget is ours): what follows
+           is the end of the push, not a broken peer */
+        late = x->deadline != OMC_WAIT_FOREVER && omc_now_ns() >= x->deadline;
+        if (k == 0) return late ? OMC_ERR_TIMEOUT : OMC_ERR_CONNECTION;
         if (k < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return OMC_OK;
-            return OMC_ERR_CONNECTION;
+            return late ? OMC_ERR_TIMEOUT : OMC_ERR_CONNECTION;
         }
         if (part == 0) {
             x->hdr_got += (uint32_t)k;
@@ -6271,7 +6275,10 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
             if (x->hdr_got == OMC__TCP_HEADER_SIZE &&
                 (x->op == OMC__TCP_REQ_CLAIM || omc__tcp_header_check(x->hdr, xf->transfer_id, xf->size, xf->dst.size) != OMC_OK))
                 return OMC_ERR_PROTOCOL;
-        } else if (part == 1) xf->received += (uint64_t)k;
+        } else if (part == 1) {
+            xf->received += (uint64_t)k;
+            if (late && xf->received < xf->size) return OMC_OK;     /* the caller says TIMEOUT */
+        }
         else {
             x->trl_got += (uint32_t)k;
             if (x->trl_got == OMC__TCP_TRAILER_SIZE) {

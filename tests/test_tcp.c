@@ -286,6 +286,43 @@ OMC_TEST(tcp_requests_on_the_data_connection_and_side_channel_pulls_mix) {
     omc_conn_destroy(s);
 }
 
+/* A get by request that gives up in the middle of a 128 MiB payload: OMC_ERR_TIMEOUT at its
+   deadline; closing its data connection stops the push, which gives the read back (no ABORT
+   message on this path); the next get takes every byte. */
+OMC_TEST(tcp_a_request_that_times_out_mid_transfer_gives_the_read_back) {
+    omc_conn* s = make_sender(0, 256u << 20);
+    omc_conn* r = make_receiver(256u << 20);
+    omc_meta small = {0}, big = {0};
+    omc_tcp_health_info th;
+    omc_buffer b;
+    omc_time_ns t0;
+    int i;
+    REQUIRE(s && r);
+    put_bytes(s, "warm", 100000, 230, 1, 0, &small);
+    put_bytes(s, "big", 128u << 20, 231, 1, 0, &big);
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "warm", small.data, small.size, omc_deadline_after_ms(5000), &b));  /* channel open */
+    omc_buffer_release(&b);
+    t0 = omc_now_ns();
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "big", big.data, big.size, omc_deadline_after_ms(10), &b), OMC_ERR_TIMEOUT);
+    CHECK(omc_now_ns() - t0 < 1000000000LL);
+    for (i = 0; i < 200; i++) {         /* the push notices the closed connection */
+        memset(&th, 0, sizeof(th));
+        omc_tcp_health(s, &th);
+        if (th.pushes_in_flight == 0) break;
+        usleep(10000);
+    }
+    CHECK_EQ(th.pushes_in_flight, 0);
+    CHECK(th.pushes_failed >= 1);
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "big"));            /* the read was given back */
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "big", big.data, big.size, omc_deadline_after_ms(20000), &b));
+    CHECK(b.size == (128u << 20) && omc_test_verify(b.data, b.size, 231));
+    omc_buffer_release(&b);
+    omc_meta_free(&small);
+    omc_meta_free(&big);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
 /* ---- child processes: a sender or a receiver driven by commands over a socketpair ------------ */
 
 typedef struct child { pid_t pid; ct_env e; } child;
