@@ -165,8 +165,8 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
          keeps its pool copy and the entry as for any put, so everything else is unchanged:
          metadata-less gets, exists and list find it, fan-out counts every reader, a get after
          cleanup, TTL or the last reader is OMC_ERR_NOT_FOUND although the bytes are in hand, and
-         wait_consumed waits for the claims. The metadata is then as confidential as the
-         payload: a sender with CURVE inlines nothing unless inline_with_curve is set.
+         wait_consumed waits for the claims. Such a payload is only as confidential as your
+         metadata's path: a sender with CURVE inlines nothing unless inline_with_curve is set.
 
        - Without metadata: register senders (omc_tcp_add_sender(conn, "thinker", host, port), as
          many as you like) and call get(meta = NULL). The receiver asks every registered sender
@@ -8695,7 +8695,7 @@ OMC__PRIVATE omc_result omc__net_resolve_inline(omc__net* N, const omc_tcp_desc*
     }
     if (!t) {
         const char* env = getenv("OMNICONN_TCP_INLINE_THRESHOLD");
-        t = OMNICONN_TCP_INLINE_THRESHOLD;
+        t = omc__min((uint64_t)OMNICONN_TCP_INLINE_THRESHOLD, OMC_TCP_MAX_INLINE);     /* receivers refuse more */
         if (env && *env) {
             char* end = NULL;
             unsigned long long v = strtoull(env, &end, 10);
