@@ -141,19 +141,32 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
        channel) and a TCP data port; put() copies the payload into the sender's pool (or takes a
        buffer from omc_conn_alloc) and returns metadata naming the sender's host, port and
        incarnation. A receiver's get() allocates a destination in its own pool, asks the sender
-       (PULL), reads the bytes straight from a TCP connection into that destination, and returns
-       once every byte is in place and the sender has recorded the read (the TCP trailer says
-       so; other data planes wait for DONE).
+       for the entry with a request on its TCP data connection (from the calling thread: no
+       libzmq thread and no side-channel message per get), reads the bytes straight into that
+       destination, and returns once every byte is in place and the sender has recorded the
+       read (the TCP trailer says so; other data planes PULL on the side channel and wait for
+       DONE).
 
            sender (omc_tcp_create, role SENDER)         receiver (omc_tcp_create, role RECEIVER)
            put(key) -> pool, metadata  ---- your control plane ---->  get(key, metadata)
                                        <--- HELLO (once per channel) ---
-                                       ---- HELLO: incarnation, TCP data port ---->
-                                       <--- PULL (entry, capacity, data token) ---
-             listener/worker: push     ==== TCP: header + payload ====>  recv() into pool buffer
+                                       ---- HELLO: incarnation, TCP data port, ticket ---->
+                                       <=== TCP: connect, data hello (ticket), once per channel
+                                       <=== TCP: request (entry, capacity) ====  calling thread
+             listener (worker if big)  ==== TCP: header + payload ====>  recv() into pool buffer
                                        <=== TCP: receipt ==============  every byte is in place
              record the read           ==== TCP: trailer ============>  return the buffer
-                                       (other data planes: ---- DONE ---->)
+
+       - Small payloads ride inside the metadata: a put of at most inline_threshold bytes
+         (16 KiB by default, at most OMC_TCP_MAX_INLINE; $OMNICONN_TCP_INLINE_THRESHOLD when the
+         desc leaves it 0; 0 or disable_inline = off) copies them into the metadata as well. A
+         get with that metadata takes the bytes from it and sends one 48-byte CLAIM on its data
+         connection, which records the read: one round trip, no payload on the wire. The sender
+         keeps its pool copy and the entry as for any put, so everything else is unchanged:
+         metadata-less gets, exists and list find it, fan-out counts every reader, a get after
+         cleanup, TTL or the last reader is OMC_ERR_NOT_FOUND although the bytes are in hand, and
+         wait_consumed waits for the claims. Such a payload is only as confidential as your
+         metadata's path: a sender with CURVE inlines nothing unless inline_with_curve is set.
 
        - Without metadata: register senders (omc_tcp_add_sender(conn, "thinker", host, port), as
          many as you like) and call get(meta = NULL). The receiver asks every registered sender
@@ -194,9 +207,12 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
          restricts senders to known receiver keys (a ZAP handler). The TCP data port admits only connections that
          show a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on),
          and a connection serves only PULLs of the session that got the ticket; anything else
-         is closed at its first bytes and never counts against a limit. The TCP data plane is
-         not encrypted: CURVE decides who may ask for data, not who can read a wire. Use a
-         private network or IPsec for that.
+         is closed at its first bytes and never counts against a limit. A request on a data
+         connection is served for the session that registered it, exactly as a PULL from that
+         session would be; it names the entry by id (no key travels on the data connection). The
+         TCP data plane is not encrypted: CURVE decides who may ask for data, not who can read a
+         wire. Use a private network or IPsec for that (or pull_on_side_channel, which keeps
+         requests inside CURVE - the payload still is not).
        - Helpers from vLLM-Omni's orchestration: omc_port_compute() (the port-offset scheme),
          omc_port_check() (collisions in a set of edges), omc_detect_host() ("auto").
 
@@ -229,7 +245,9 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
       A receiver's HELLO (sequence 1, the QUERY of a metadata-less get pipelined right behind
       it) has capability bit 0 set, no type-1 record, and a type-2 record only with an RDMA
       plane:
-        0   u32  capabilities: bit 0 TCP data plane, bit 1 RDMA data plane
+        0   u32  capabilities: bit 0 TCP data plane, bit 1 RDMA data plane, bit 2 (sender) it
+                 takes requests on its TCP data connections (below); a peer ignores bits it
+                 does not know
         4   u16  endpoint record count (<= 32)
         6   u16  reserved (0)
         8   records, back to back, filling the body exactly: u16 type, u16 value length, value
@@ -326,6 +344,36 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
       oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS,
       and serves a PULL only on a connection registered with the ticket of the PULL's own
       side-channel session (otherwise: ERROR OMC_ERR_CONNECTION, nothing written).
+      request, receiver -> sender, 48 bytes, on an idle connection of a sender whose HELLO has
+      capability bit 2 (receivers send PULL on the side channel to other senders, and when
+      omc_tcp_desc.pull_on_side_channel is set); the sender serves it for the session the
+      connection was registered to, with the checks of a PULL:
+        0   u32  magic 0x50434D4F ("OMCP")
+        4   u8   op: 1 PULL (send the entry's bytes), 2 CLAIM (the receiver has the bytes from
+                 inline metadata: record the read, send none)
+        5   u8   reserved (0)
+        6   u16  reserved (0)
+        8   u64  transfer id (echoed in the header or status record)
+        16  u64  entry id (from the metadata or a QUERY_REPLY; never 0)
+        24  u64  expected sender incarnation (0 = any)
+        32  u64  PULL: destination capacity; CLAIM: the payload size the metadata announced
+                 (a different size than the entry's is OMC_ERR_PROTOCOL)
+        40  u32  time budget in ms, as in PULL
+        44  u32  reserved (0)
+      Anything else - a wrong magic (seen after 4 bytes), op or reserved field, entry id 0, a
+      request not complete within 5 s - closes the connection (counted in protocol_errors).
+      The sender answers a PULL request with the header and payload below, a CLAIM or any
+      refusal with a status record, 24 bytes (what the receiver reads in place of a header;
+      nothing else follows it and the connection stays usable):
+        0   u32  magic 0x53434D4F ("OMCS")
+        4   i32  0 = the CLAIM is recorded; else the omc_result of the refusal (OMC_ERR_NOT_FOUND,
+                 OMC_ERR_TOO_LARGE, OMC_ERR_PEER_RESTARTED, OMC_ERR_PROTOCOL, OMC_ERR_NO_MEMORY):
+                 nothing moved, no read was used
+        8   u64  transfer id
+        16  u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
+      A request names no key, so an older put of the key is OMC_ERR_NOT_FOUND here (the side
+      channel's PULL can say OMC_ERR_STALE). A request whose receiver gives up is abandoned by
+      closing the connection (no ABORT); the push then fails and gives the read back.
       per transfer, sender -> receiver: a 24-byte header and exactly size payload bytes; then
       receiver -> sender an 8-byte receipt; then sender -> receiver an 8-byte trailer:
         header:
@@ -349,13 +397,17 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
       trailer (the sender sends no DONE for a TCP push; one that arrives anyway is checked). A
       connection on which anything went wrong is closed by both sides, never reused.
 
-    TCP metadata body (the envelope's transport OMC_TRANSPORT_TCP), 16 + host length bytes:
+    TCP metadata body (the envelope's transport OMC_TRANSPORT_TCP), 16 + host length bytes,
+    plus the payload size when inline (envelope flag bit 0):
         0   u64  entry id (never 0; (generation << 32) | slot of the sender's entry table, and
                  the generation grows with every put of that connector)
         8   u16  side-channel port
         10  u16  host length (1..255)
         12  u32  data-plane capabilities (as in HELLO)
         16  host text (as the sender advertises itself: an IPv4/IPv6 literal or a name)
+        16+h inline only: the payload bytes, exactly the envelope's payload size of them, at
+             most OMC_TCP_MAX_INLINE (64 KiB); a body whose length is not 16 + h (+ size when
+             inline), or an inline size over that bound, is OMC_ERR_MALFORMED
 
 ================================================================================================
 CONFIGURATION
@@ -392,6 +444,12 @@ CONFIGURATION
     OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
     OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
                                                           (without blocking) before a worker takes over
+                                                          (a payload written whole: the listener also
+                                                          waits for its receipt; no worker at all)
+    OMNICONN_TCP_INLINE_THRESHOLD 16 KiB     impl file    payloads of at most this many bytes travel
+                                                          inside the metadata too (omc_tcp_desc.
+                                                          inline_threshold, the environment variable
+                                                          below; at most OMC_TCP_MAX_INLINE, 64 KiB)
     OMNICONN_TCP_IDLE_MS         120000      impl file    a sender closes a TCP data connection idle
                                                           this long (a receiver re-opens its channel)
     OMNICONN_TCP_MAX_PUSH_MS     600000      impl file    the longest budget a sender grants a push,
@@ -410,6 +468,10 @@ CONFIGURATION
     ---------------------------  ----------  ---------------------------------------------------
     OMNICONN_LOG                 warn        level of the built-in stderr logger: off, error, warn,
                                              info, debug (see ERRORS & LOGGING); read once
+    OMNICONN_TCP_INLINE_THRESHOLD
+                                 16 KiB      a remote sender's inline threshold in bytes when its
+                                             desc leaves it 0 (0 = off; anything but a number up to
+                                             65536 is ignored with a WARN); read at omc_tcp_create
 
     omc_has(OMC_FEATURE_x) says what was compiled in; omc_available(OMC_FEATURE_x, why, n) says
     whether it is usable on this machine now, and if not, why.
@@ -540,6 +602,13 @@ NON-GOALS (what omniconn does not do)
 RECENT REVISIONS
 ================================================================================================
 
+    unreleased          remote connector: gets travel as requests on the ticketed TCP data
+                        connection (HELLO capability bit 2; senders without it still get PULL on
+                        the side channel); the listener waits for small payloads' receipts
+                        itself; payloads up to 16 KiB ride inside the metadata and a get with
+                        it sends one CLAIM (new desc fields inline_threshold, disable_inline,
+                        inline_with_curve, pull_on_side_channel; omc_tcp_health_info.
+                        inline_threshold).
     0.1.0 (2026-11-22)  first release: allocator, pools, buffers, frames, metadata, the
                         connector contract, the same-process connector, and the remote
                         connector (ZMQ side channel + TCP data plane, pluggable data planes).
@@ -1213,9 +1282,11 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
 #if OMC__HAS_ZMQ
 #define OMC_NET_CAP_TCP  0x1u       /* HELLO capabilities and metadata: the TCP data plane */
 #define OMC_NET_CAP_RDMA 0x2u       /* the RDMA data plane (omniconn_rdma.h) */
+#define OMC_NET_CAP_REQUESTS 0x4u   /* the sender takes pull requests on its TCP data connections */
 #define OMC_TCP_HOST_MAX 256        /* host text, terminator included */
 #define OMC_TCP_NAME_MAX 64         /* sender names, terminator included */
 #define OMC_CURVE_KEY_LEN 40        /* a Z85-encoded Curve25519 key, without terminator */
+#define OMC_TCP_MAX_INLINE ((uint64_t)64 << 10)  /* largest inline_threshold (bytes) */
 
 /* CURVE authentication and encryption of the side channel. All NULL = off (the default).
    Keys are Z85 strings (40 characters) as zmq_curve_keypair() makes them; omc_tcp_curve_keypair()
@@ -1247,6 +1318,14 @@ typedef struct omc_tcp_desc {
     int64_t default_ttl_ms;     /* 0 = OMNICONN_DEFAULT_TTL_MS, < 0 = no TTL */
     uint32_t workers;           /* sender push threads; 0 = OMNICONN_TCP_WORKERS (2) */
     uint32_t max_idle_channels; /* receiver: cached channels per sender; 0 = 8 */
+    int pull_on_side_channel;   /* receiver: 1 = send every PULL on the side channel, as receivers
+                                   before data-connection requests did (slower; see the manual) */
+    uint64_t inline_threshold;  /* sender: payloads of at most this many bytes also travel inside
+                                   the metadata; 0 = $OMNICONN_TCP_INLINE_THRESHOLD if set, else
+                                   OMNICONN_TCP_INLINE_THRESHOLD (16 KiB); at most OMC_TCP_MAX_INLINE */
+    int disable_inline;         /* sender: 1 = no payload travels inside the metadata */
+    int inline_with_curve;      /* sender with CURVE: 1 = inline all the same (the bytes then travel
+                                   wherever your metadata goes, outside CURVE); 0 = no inline */
     omc_tcp_curve curve;
     omc_hooks hooks;
 } omc_tcp_desc;
@@ -1264,6 +1343,7 @@ typedef struct omc_tcp_health_info {
     uint64_t pending_queries;       /* sender: QUERYs held for an absent key, now */
     uint64_t data_connections;      /* sender: registered TCP data connections, now */
     uint32_t peers;                 /* receiver: senders known (registered or from metadata) */
+    uint64_t inline_threshold;      /* sender: the resolved threshold (0 = no inline) */
 } omc_tcp_health_info;
 
 /* One sender as a receiver sees it. */
@@ -4539,8 +4619,9 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
     arrived. Two capability flags (omc__dp_vtable.flags) let a plane skip parts of that:
       OMC__DP_FLAG_TRY_NOW       the listener starts a push itself with tx_try, which must not
                                  block (OMC_ERR_BUSY: hand it to a worker; the first bytes go
-                                 while a worker wakes; TCP hands every push on, because only a
-                                 worker may wait for the receiver's receipt)
+                                 while a worker wakes). For TCP, a push whose bytes all went
+                                 stays with the listener, which watches for the receipt itself
+                                 (reached by kind, not through the table)
       OMC__DP_FLAG_SELF_COMPLETE the plane tells the receiver itself that the read was recorded
                                  (TCP: a trailer written after commit): no DONE is sent, and the
                                  receiver completes on the plane alone (one side-channel
@@ -4599,6 +4680,9 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
 #ifndef OMNICONN_TCP_STALL_MS
     #define OMNICONN_TCP_STALL_MS 5000      /* a push whose receiver takes no byte this long is aborted */
 #endif
+#ifndef OMNICONN_TCP_INLINE_THRESHOLD
+    #define OMNICONN_TCP_INLINE_THRESHOLD ((uint64_t)16 << 10)  /* payloads up to this also ride in the metadata */
+#endif
 
 #define OMC__DP_TCP  1
 #define OMC__DP_RDMA 2
@@ -4633,6 +4717,8 @@ struct omc__dp_push {
     uint64_t resume;                    /* TCP: stream bytes the listener's non-blocking start moved */
     const uint8_t* channel;             /* the side-channel session that sent the PULL (its ZMQ */
     uint32_t channel_len;               /* routing id): a plane binds its connections to it */
+    int taken;                          /* TCP: the request came on the data connection itself,
+                                           which is the push's already (marked busy) */
 };
 
 /* What a receiver-side plane learns about a sender from its HELLO. */
@@ -5015,6 +5101,12 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__REC_TICKET      0x0100u    /* HELLO record type: the data-connection ticket */
 #define OMC__TCP_ACK_SIZE    8
 #define OMC__TCP_HEADER_SIZE 24
+#define OMC__TCP_REQUEST_MAGIC 0x50434D4Fu  /* "OMCP": a request on the data connection */
+#define OMC__TCP_STATUS_MAGIC  0x53434D4Fu  /* "OMCS": the sender's answer when no payload follows */
+#define OMC__TCP_REQUEST_SIZE 48
+#define OMC__TCP_STATUS_SIZE  24            /* = OMC__TCP_HEADER_SIZE: the receiver reads 24 bytes either way */
+#define OMC__TCP_REQ_PULL  1                /* send the entry's bytes (header, payload, receipt, trailer) */
+#define OMC__TCP_REQ_CLAIM 2                /* the receiver has the bytes (inline metadata): record the read */
 
 /* HELLO record type 1: u16 port, u16 reserved, host text. host_out gets a terminated copy. */
 OMC__PRIVATE omc_result omc__tcp_record_decode(const uint8_t* v, uint32_t n, uint16_t* port, char* host_out, size_t host_size) {
@@ -5076,6 +5168,60 @@ OMC__PRIVATE omc_result omc__tcp_header_check(const uint8_t* p, uint64_t xfer, u
     return OMC_OK;
 }
 
+/* A request on a data connection (48 bytes): what a PULL on the side channel says, naming the
+   entry by its id only (no key travels outside the side channel). */
+typedef struct omc__tcp_req {
+    uint8_t op;                         /* OMC__TCP_REQ_* */
+    uint32_t budget_ms;                 /* 0 = vLLM-Omni's rule */
+    uint64_t xfer, entry_id, expect_incarnation, capacity;
+} omc__tcp_req;
+
+OMC__PRIVATE void omc__tcp_req_encode(uint8_t* p, const omc__tcp_req* q) {
+    omc__put_u32(p, OMC__TCP_REQUEST_MAGIC);
+    p[4] = q->op;
+    p[5] = 0;
+    omc__put_u16(p + 6, 0);
+    omc__put_u64(p + 8, q->xfer);
+    omc__put_u64(p + 16, q->entry_id);
+    omc__put_u64(p + 24, q->expect_incarnation);
+    omc__put_u64(p + 32, q->capacity);
+    omc__put_u32(p + 40, q->budget_ms);
+    omc__put_u32(p + 44, 0);
+}
+
+/* OMC_ERR_MALFORMED for anything but exactly one well-formed request. */
+OMC__PRIVATE omc_result omc__tcp_req_decode(const uint8_t* p, size_t n, omc__tcp_req* q) {
+    memset(q, 0, sizeof(*q));
+    if (n != OMC__TCP_REQUEST_SIZE || omc__get_u32(p) != OMC__TCP_REQUEST_MAGIC) return OMC_ERR_MALFORMED;
+    if ((p[4] != OMC__TCP_REQ_PULL && p[4] != OMC__TCP_REQ_CLAIM) || p[5] || omc__get_u16(p + 6) || omc__get_u32(p + 44))
+        return OMC_ERR_MALFORMED;
+    q->op = p[4];
+    q->xfer = omc__get_u64(p + 8);
+    q->entry_id = omc__get_u64(p + 16);
+    q->expect_incarnation = omc__get_u64(p + 24);
+    q->capacity = omc__get_u64(p + 32);
+    q->budget_ms = omc__get_u32(p + 40);
+    if (q->entry_id == 0) return OMC_ERR_MALFORMED;
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__tcp_status_encode(uint8_t* p, omc_result code, uint64_t xfer, uint64_t detail) {
+    omc__put_u32(p, OMC__TCP_STATUS_MAGIC);
+    omc__put_u32(p + 4, (uint32_t)(int32_t)code);
+    omc__put_u64(p + 8, xfer);
+    omc__put_u64(p + 16, detail);
+}
+
+/* A status record for transfer xfer: *code its status (0 or a negative omc_result), *detail the
+   payload size for OMC_ERR_TOO_LARGE. OMC_ERR_PROTOCOL for another transfer's or a positive code. */
+OMC__PRIVATE omc_result omc__tcp_status_decode(const uint8_t* p, uint64_t xfer, int32_t* code, uint64_t* detail) {
+    if (omc__get_u32(p) != OMC__TCP_STATUS_MAGIC) return OMC_ERR_MALFORMED;
+    *code = (int32_t)omc__get_u32(p + 4);
+    *detail = omc__get_u64(p + 16);
+    if (omc__get_u64(p + 8) != xfer || *code > 0) return OMC_ERR_PROTOCOL;
+    return OMC_OK;
+}
+
 /* ---- metadata body --------------------------------------------------------------------------- */
 
 typedef struct omc__net_meta {
@@ -5083,6 +5229,7 @@ typedef struct omc__net_meta {
     uint16_t port;
     uint32_t caps;
     char host[OMC_TCP_HOST_MAX];
+    const uint8_t* inl;                 /* inline metadata: the payload bytes (in the blob), else NULL */
 } omc__net_meta;
 
 OMC__PRIVATE uint32_t omc__net_meta_body_size(const char* host) { return 16u + (uint32_t)strlen(host); }
@@ -5096,12 +5243,16 @@ OMC__PRIVATE void omc__net_meta_body_encode(uint8_t* b, uint64_t entry_id, uint1
     memcpy(b + 16, host, hl);
 }
 
-OMC__PRIVATE omc_result omc__net_meta_body_decode(const uint8_t* b, uint32_t n, omc__net_meta* out) {
+/* The body of n bytes; meta_flags and data_size are the envelope's. An inline body (envelope
+   flag bit 0) ends with exactly data_size payload bytes, at most OMC_TCP_MAX_INLINE of them. */
+OMC__PRIVATE omc_result omc__net_meta_body_decode(const uint8_t* b, uint32_t n, uint32_t meta_flags, uint64_t data_size, omc__net_meta* out) {
     uint32_t hl;
+    uint64_t inl = (meta_flags & OMC_META_FLAG_INLINE) ? data_size : 0;
     memset(out, 0, sizeof(*out));
-    if (!b || n < 16) return OMC_ERR_MALFORMED;
+    if (!b || n < 16 || inl > OMC_TCP_MAX_INLINE) return OMC_ERR_MALFORMED;
     hl = omc__get_u16(b + 10);
-    if (hl == 0 || hl > 255 || n != 16 + hl || memchr(b + 16, 0, hl)) return OMC_ERR_MALFORMED;
+    if (hl == 0 || hl > 255 || (uint64_t)n != 16u + hl + inl || memchr(b + 16, 0, hl)) return OMC_ERR_MALFORMED;
+    if (meta_flags & OMC_META_FLAG_INLINE) out->inl = b + 16 + hl;
     out->entry_id = omc__get_u64(b);
     out->port = omc__get_u16(b + 8);
     out->caps = omc__get_u32(b + 12);
@@ -5264,16 +5415,21 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 /* ============================================================================================== */
 /*
     Sender: a listening socket (the data port). The connector's listener thread accepts, reads
-    each connection's 24-byte hello (bounded: 5 s, at most 64 waiting), registers it under its
-    token and acks; idle connections are watched for EOF (a receiver that went away) and closed.
-    A push (worker thread) takes the connection its PULL names, marks it busy, writes a header
-    and the payload in chunks (each write bounded by the push deadline, ABORT checked between
-    waits) and gives it back - or kills it on any failure, because a half-written payload would
-    corrupt the next transfer. Connections are never freed by a worker: it marks them dead and
-    the listener, the only thread that polls them, closes and frees them.
+    each connection's 40-byte hello (bounded: 5 s, at most 64 waiting), registers it under its
+    ticket and token and acks; idle connections are watched for a request (48 bytes, queued for
+    the connector once whole) or EOF (a receiver that went away: closed). A push takes the
+    connection its PULL names (or the one its request came on), marks it busy, writes a header
+    and the payload and gives it back - or kills it on any failure, because a half-written
+    payload would corrupt the next transfer. The listener starts every push without blocking;
+    a payload it wrote whole it also finishes itself (it watches the connection for the
+    receipt, commits, writes the trailer), a larger one a worker finishes (each write bounded
+    by the push deadline, ABORT checked between waits). Connections are never freed by a
+    worker: it marks them dead and the listener, the only thread that polls them, closes and
+    frees them.
 
     Receiver: one connection per channel, opened at the channel's first PULL (connect, hello,
-    ack, all bounded by the get's deadline) and cached with it. Payload bytes are read straight
+    ack, all bounded by the get's deadline) and cached with it; the get's thread writes its
+    request there and reads the answer (a header and the payload, or a status record). Payload bytes are read straight
     into the destination buffer in the receiver's pool (no intermediate copy), never more than
     the header announced, and the header must announce exactly what the receiver expects.
 */
@@ -5287,7 +5443,10 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 #define OMC__TCP_PAUSE_MS    100        /* accept() out of descriptors: stop polling the port this long */
 #define OMC__TCP_FLOOD_LOG_MS 10000     /* at most one WARN per kind of flood per this interval */
 
-enum { OMC__TCONN_PENDING = 0, OMC__TCONN_IDLE, OMC__TCONN_BUSY, OMC__TCONN_DEAD };
+/* PENDING: owes its hello; IDLE: registered, watched for a request (or EOF); BUSY: a push (or
+   a request the connector has not served yet) owns it; RECEIPT: the listener wrote a whole
+   payload and watches for the receipt; DEAD: to be freed by the listener. */
+enum { OMC__TCONN_PENDING = 0, OMC__TCONN_IDLE, OMC__TCONN_BUSY, OMC__TCONN_DEAD, OMC__TCONN_RECEIPT };
 
 /* A ticket: handed to one side-channel session (a ZMQ routing id) in the HELLO answer, and
    required in the data hello: a data connection belongs to the session whose ticket it showed,
@@ -5309,10 +5468,18 @@ typedef struct omc__tcp_conn {
     uint64_t incarnation;               /* the receiver's */
     omc__tcp_ticket* ticket;            /* registered connections: the session it belongs to */
     uint8_t key[OMC__TCP_TICKET_SIZE + 8];  /* ticket | token: its name in the plane's map */
-    omc_time_ns hello_deadline;
+    omc_time_ns hello_deadline;         /* also: a request begun must be complete by then */
     omc_time_ns idle_since;
     uint32_t hello_got;
     uint8_t hello[OMC__TCP_HELLO_SIZE];
+    /* requests on the connection (listener only) */
+    struct omc__tcp_conn* next_ready;   /* in the plane's list of requests to serve */
+    uint32_t req_got;
+    uint8_t req[OMC__TCP_REQUEST_SIZE];
+    uint32_t rcpt_got;                  /* RECEIPT: bytes of the receipt so far */
+    uint8_t rcpt[OMC__TCP_RECEIPT_SIZE];
+    int rcpt_done;                      /* the receipt came (rcpt_result OMC_OK) or the wait failed */
+    omc_result rcpt_result;
 } omc__tcp_conn;
 
 typedef struct omc__tcp_plane {
@@ -5323,6 +5490,7 @@ typedef struct omc__tcp_plane {
     pthread_mutex_t mu;
     pthread_cond_t idle_cv;             /* a busy connection became idle */
     omc__tcp_conn* conns;               /* every accepted connection */
+    omc__tcp_conn* ready;               /* listener only: complete requests the connector serves next */
     omc__smap tokens;                   /* ticket | token (24 bytes) -> registered connection */
     omc__tcp_ticket* tickets;           /* every ticket, newest first */
     omc__smap by_ticket, by_rid;        /* ticket -> ticket; routing id -> ticket */
@@ -5346,6 +5514,9 @@ typedef struct omc__tcp_rx {
     uint16_t port;
     uint32_t hdr_got, trl_got;
     int receipt_sent;                   /* this transfer's receipt is on its way */
+    uint8_t op;                         /* 0: PULL on the side channel; else the request sent here */
+    int refused;                        /* the sender answered the request with a status record */
+    uint64_t detail;                    /* its detail (OMC_ERR_TOO_LARGE: the payload size) */
     uint8_t hdr[OMC__TCP_HEADER_SIZE];
     uint8_t trl[OMC__TCP_TRAILER_SIZE];
     omc_time_ns deadline;               /* of the transfer in progress */
@@ -5506,7 +5677,7 @@ OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, omc__tc
         who[n++] = NULL;
     }
     for (c = T->conns; c && n < max; c = c->next) {
-        if (c->state != OMC__TCONN_PENDING && c->state != OMC__TCONN_IDLE) continue;
+        if (c->state != OMC__TCONN_PENDING && c->state != OMC__TCONN_IDLE && (c->state != OMC__TCONN_RECEIPT || c->rcpt_done)) continue;
         items[n].fd = c->fd;
         items[n].events = POLLIN;
         items[n].revents = 0;
@@ -5637,7 +5808,49 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     omc__add(&T->nregistered, 1u);
 }
 
-/* Listener: act on what poll saw, and expire hellos that never came. */
+OMC__PRIVATE void omc__tcp_conn_release(omc__tcp_plane* T, omc__tcp_conn* c, int ok);
+
+/* Listener: an idle registered connection is readable: the bytes of a request (queued on
+   T->ready for the connector once all 48 are in), or EOF (the receiver went away), or bytes that
+   are not a request (a protocol error). The last two close it. Holds mu. */
+OMC__PRIVATE void omc__tcp_read_request(omc__tcp_plane* T, omc__tcp_conn* c) {
+    omc__tcp_req q;
+    ssize_t k = recv(c->fd, c->req + c->req_got, OMC__TCP_REQUEST_SIZE - c->req_got, MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (k <= 0) { omc__tcp_conn_free(T, c); return; }
+    if (c->req_got == 0) c->hello_deadline = omc_deadline_after_ms(OMC__TCP_HELLO_MS);   /* the rest must follow soon */
+    c->req_got += (uint32_t)k;
+    if ((c->req_got >= 4 && omc__get_u32(c->req) != OMC__TCP_REQUEST_MAGIC) ||
+        (c->req_got == OMC__TCP_REQUEST_SIZE && omc__tcp_req_decode(c->req, c->req_got, &q) != OMC_OK)) {
+        unsigned long long hidden = 0;
+        omc__add(&T->protocol_errors, 1u);
+        if (omc__tcp_flood(T, 2, &hidden))
+            OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port %u: bytes that are not a request on a data connection, "
+                     "connection closed (%llu more since the last report)", (unsigned)T->port, hidden);
+        omc__tcp_conn_free(T, c);
+        return;
+    }
+    if (c->req_got < OMC__TCP_REQUEST_SIZE) return;
+    c->req_got = 0;
+    c->state = OMC__TCONN_BUSY;         /* the connector serves it next; nothing else touches it */
+    c->next_ready = T->ready;
+    T->ready = c;
+}
+
+/* Listener: the receipt a connection in RECEIPT owes (never more than its 8 bytes are read:
+   the next request may follow it). Holds mu. */
+OMC__PRIVATE void omc__tcp_read_rcpt(omc__tcp_plane* T, omc__tcp_conn* c) {
+    ssize_t k = recv(c->fd, c->rcpt + c->rcpt_got, OMC__TCP_RECEIPT_SIZE - c->rcpt_got, MSG_DONTWAIT);
+    (void)T;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (k <= 0) { c->rcpt_done = 1; c->rcpt_result = OMC_ERR_CONNECTION; return; }
+    c->rcpt_got += (uint32_t)k;
+    if (c->rcpt_got < OMC__TCP_RECEIPT_SIZE) return;
+    c->rcpt_done = 1;
+    c->rcpt_result = omc__get_u32(c->rcpt) == OMC__TCP_RECEIPT_MAGIC && omc__get_u32(c->rcpt + 4) == 0 ? OMC_OK : OMC_ERR_PROTOCOL;
+}
+
+/* Listener: act on what poll saw, and expire hellos (and requests) that never came whole. */
 OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, omc__tcp_conn** who, int n) {
     omc_time_ns now = omc_now_ns();
     omc__tcp_conn *c, *next;
@@ -5648,14 +5861,8 @@ OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, 
         pthread_mutex_lock(&T->mu);
         c = who[i];
         if (c->state == OMC__TCONN_PENDING) omc__tcp_read_hello(T, c);
-        else if (c->state == OMC__TCONN_IDLE) {
-            /* an idle connection has nothing to say: readable means EOF (the receiver went away)
-               or bytes that break the protocol; either way it is finished */
-            uint8_t junk;
-            ssize_t k = recv(c->fd, &junk, 1, MSG_DONTWAIT | MSG_PEEK);
-            if (k > 0) omc__add(&T->protocol_errors, 1u);
-            if (k >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) omc__tcp_conn_free(T, c);
-        }
+        else if (c->state == OMC__TCONN_IDLE) omc__tcp_read_request(T, c);
+        else if (c->state == OMC__TCONN_RECEIPT && !c->rcpt_done) omc__tcp_read_rcpt(T, c);
         pthread_mutex_unlock(&T->mu);
     }
     pthread_mutex_lock(&T->mu);
@@ -5664,14 +5871,39 @@ OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, 
         if (c->state == OMC__TCONN_PENDING && now >= c->hello_deadline) {
             OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data port: no hello within %d ms, connection closed", OMC__TCP_HELLO_MS);
             omc__tcp_conn_free(T, c);
+        } else if (c->state == OMC__TCONN_IDLE && c->req_got && now >= c->hello_deadline) {
+            OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data port: a request not complete within %d ms, connection closed", OMC__TCP_HELLO_MS);
+            omc__add(&T->protocol_errors, 1u);
+            omc__tcp_conn_free(T, c);
         }
     }
     pthread_mutex_unlock(&T->mu);
 }
 
+/* Listener: the next complete request to serve (its connection is BUSY), or NULL. */
+OMC__PRIVATE omc__tcp_conn* omc__tcp_next_request(omc__tcp_plane* T) {
+    omc__tcp_conn* c;
+    pthread_mutex_lock(&T->mu);
+    c = T->ready;
+    if (c) { T->ready = c->next_ready; c->next_ready = NULL; }
+    pthread_mutex_unlock(&T->mu);
+    return c;
+}
+
+/* Listener: answer a request with a status record and give the connection back (idle; dead if
+   the 24 bytes do not fit at once, which a receiver waiting for them never causes). */
+OMC__PRIVATE void omc__tcp_answer_status(omc__tcp_plane* T, omc__tcp_conn* c, omc_result code, uint64_t xfer, uint64_t detail) {
+    uint8_t st[OMC__TCP_STATUS_SIZE];
+    ssize_t k;
+    omc__tcp_status_encode(st, code, xfer, detail);
+    k = send(c->fd, st, sizeof(st), MSG_NOSIGNAL | MSG_DONTWAIT);
+    omc__tcp_conn_release(T, c, k == (ssize_t)sizeof(st));
+}
+
 /* Close everything (connector close; no worker runs any more). */
 OMC__PRIVATE void omc__tcp_shutdown(omc__tcp_plane* T) {
     pthread_mutex_lock(&T->mu);
+    T->ready = NULL;
     while (T->conns) omc__tcp_conn_free(T, T->conns);
     while (T->tickets) omc__tcp_ticket_free(T, T->tickets);
     omc__smap_free(&T->tokens, &T->hooks);
@@ -5805,15 +6037,44 @@ static omc_result omc__tcp_tx_try(void* user, const omc__dp_push* p, uint64_t* r
     uint8_t hdr[OMC__TCP_HEADER_SIZE];
     uint64_t pos = 0, end = OMC__TCP_HEADER_SIZE + p->size;
     omc__tcp_conn* c;
-    omc_result r = omc__tcp_find_conn(T, p, 1, 0, &c);
+    omc_result r = omc__tcp_find_conn(T, p, !p->taken, 0, &c);
     *resume = 0;
     if (r != OMC_OK) return r;      /* BUSY: a worker waits for the connection */
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
     r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, NULL, &pos, end, 0, OMNICONN_TCP_INLINE, 0, NULL);
     *resume = pos;
-    if ((r == OMC_OK || r == OMC_ERR_BUSY) && pos) return OMC_ERR_BUSY;
+    if ((r == OMC_OK || r == OMC_ERR_BUSY) && (pos || p->taken)) return OMC_ERR_BUSY;
     omc__tcp_conn_release(T, c, r == OMC_OK || r == OMC_ERR_BUSY);    /* nothing went: a worker starts afresh */
     return r == OMC_OK ? OMC_ERR_BUSY : r;
+}
+
+/* The listener wrote a whole payload (tx_try moved header and every byte): rather than wake a
+   worker to wait for the receipt, it watches the connection itself. Returns the connection,
+   now in RECEIPT, or NULL (then a worker goes on as usual). */
+OMC__PRIVATE omc__tcp_conn* omc__tcp_await_receipt(omc__tcp_plane* T, const omc__dp_push* p) {
+    omc__tcp_conn* c = NULL;
+    if (omc__tcp_find_conn(T, p, 0, 0, &c) != OMC_OK) return NULL;
+    pthread_mutex_lock(&T->mu);
+    c->rcpt_got = 0;
+    c->rcpt_done = 0;
+    c->rcpt_result = OMC_OK;
+    c->state = OMC__TCONN_RECEIPT;
+    pthread_mutex_unlock(&T->mu);
+    return c;
+}
+
+/* Listener: the receipt wait of c is over. committed: the read was recorded, so the trailer
+   goes (without blocking: the receiver reads nothing else now, so 8 bytes fit; if they do not,
+   the connection is closed and the receiver sees the transfer fail, as for a lost trailer). */
+OMC__PRIVATE void omc__tcp_end_receipt(omc__tcp_plane* T, omc__tcp_conn* c, int committed) {
+    uint8_t trl[OMC__TCP_TRAILER_SIZE];
+    int ok = 0;
+    if (committed) {
+        omc__put_u32(trl, OMC__TCP_END_MAGIC);
+        omc__put_u32(trl + 4, 0);
+        ok = send(c->fd, trl, sizeof(trl), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(trl);
+    }
+    omc__tcp_conn_release(T, c, ok);
 }
 
 /* Wait for the receiver's receipt (8 bytes: "OMCR", 0) after the last payload byte: it says
@@ -5851,10 +6112,10 @@ OMC__PRIVATE omc_result omc__tcp_tx_push(void* user, const omc__dp_push* p) {
     omc__tcp_conn* c;
     omc_result r;
     if (p->abort && omc__load(p->abort)) {      /* aborted before it got a worker */
-        if (p->resume && omc__tcp_find_conn(T, p, 0, 0, &c) == OMC_OK) omc__tcp_conn_release(T, c, 0);
+        if ((p->resume || p->taken) && omc__tcp_find_conn(T, p, 0, 0, &c) == OMC_OK) omc__tcp_conn_release(T, c, 0);
         return (omc_result)omc__load(p->abort);
     }
-    r = omc__tcp_find_conn(T, p, p->resume == 0, 1, &c);
+    r = omc__tcp_find_conn(T, p, p->resume == 0 && !p->taken, 1, &c);
     if (r != OMC_OK) return r == OMC_ERR_BUSY ? OMC_ERR_CONNECTION : r;
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
     omc__put_u32(trl, OMC__TCP_END_MAGIC);
@@ -5937,6 +6198,9 @@ OMC__PRIVATE omc_result omc__tcp_rx_prepare(void* user, void* chan, omc__dp_xfer
     x->hdr_got = 0;
     x->trl_got = 0;
     x->receipt_sent = 0;
+    x->op = 0;
+    x->refused = 0;
+    x->detail = 0;
     x->deadline = deadline;
     xf->received = 0;
     xf->complete = 0;
@@ -5946,6 +6210,15 @@ OMC__PRIVATE omc_result omc__tcp_rx_prepare(void* user, void* chan, omc__dp_xfer
 }
 
 OMC__PRIVATE int omc__tcp_rx_fd(void* user, void* chan) { (void)user; return ((omc__tcp_rx*)chan)->fd; }
+
+/* Send a request on the channel's data connection (after rx_prepare): the sender answers on it
+   with a header and the payload (PULL) or a status record (CLAIM, or any refusal). */
+OMC__PRIVATE omc_result omc__tcp_rx_request(omc__tcp_rx* x, const omc__tcp_req* q, omc_time_ns deadline) {
+    uint8_t b[OMC__TCP_REQUEST_SIZE];
+    omc__tcp_req_encode(b, q);
+    x->op = q->op;
+    return omc__fd_write_all(x->fd, b, sizeof(b), deadline, NULL);
+}
 
 /* Read what has arrived: first the header (checked before a single payload byte is read), then
    payload bytes straight into the destination, never past what the header announced. */
@@ -5957,6 +6230,7 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
     (void)user; (void)done_received;
     while (!xf->complete) {
         ssize_t k;
+        int late;
         int part = x->hdr_got < OMC__TCP_HEADER_SIZE ? 0 : xf->received < xf->size ? 1 : 2;
         if (part == 2 && x->has_ticket && !x->receipt_sent) {
             /* every byte is in the destination: tell the sender, which records the read only
@@ -5976,17 +6250,39 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
             uint64_t left = xf->size - xf->received;
             k = recv(x->fd, (uint8_t*)xf->dst.data + xf->received, (size_t)omc__min(left, (uint64_t)OMNICONN_TCP_CHUNK), wait);
         } else k = recv(x->fd, x->trl + x->trl_got, OMC__TCP_TRAILER_SIZE - x->trl_got, wait);
-        if (k == 0) return OMC_ERR_CONNECTION;
+        /* past the get's deadline the sender gives up too (its budget is ours): what follows
+           is the end of the push, not a broken peer */
+        late = x->deadline != OMC_WAIT_FOREVER && omc_now_ns() >= x->deadline;
+        if (k == 0) return late ? OMC_ERR_TIMEOUT : OMC_ERR_CONNECTION;
         if (k < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return OMC_OK;
-            return OMC_ERR_CONNECTION;
+            return late ? OMC_ERR_TIMEOUT : OMC_ERR_CONNECTION;
         }
         if (part == 0) {
             x->hdr_got += (uint32_t)k;
-            if (x->hdr_got == OMC__TCP_HEADER_SIZE && omc__tcp_header_check(x->hdr, xf->transfer_id, xf->size, xf->dst.size) != OMC_OK)
+            if (x->hdr_got == OMC__TCP_HEADER_SIZE && x->op && omc__get_u32(x->hdr) == OMC__TCP_STATUS_MAGIC) {
+                /* the answer to a request without payload: a claim recorded, or a refusal
+                   (nothing moved; the connection stays in step and may be kept) */
+                int32_t code = 0;
+                omc_result r;
+                if (omc__tcp_status_decode(x->hdr, xf->transfer_id, &code, &x->detail) != OMC_OK) return OMC_ERR_PROTOCOL;
+                if (code == 0) {
+                    if (x->op != OMC__TCP_REQ_CLAIM) return OMC_ERR_PROTOCOL;
+                    xf->complete = 1;
+                    return OMC_OK;
+                }
+                r = (omc_result)code;
+                x->refused = 1;
+                return strcmp(omc_result_name(r), "OMC_ERR_UNKNOWN") == 0 ? OMC_ERR_REMOTE : r;
+            }
+            if (x->hdr_got == OMC__TCP_HEADER_SIZE &&
+                (x->op == OMC__TCP_REQ_CLAIM || omc__tcp_header_check(x->hdr, xf->transfer_id, xf->size, xf->dst.size) != OMC_OK))
                 return OMC_ERR_PROTOCOL;
-        } else if (part == 1) xf->received += (uint64_t)k;
+        } else if (part == 1) {
+            xf->received += (uint64_t)k;
+            if (late && xf->received < xf->size) return OMC_OK;     /* the caller says TIMEOUT */
+        }
         else {
             x->trl_got += (uint32_t)k;
             if (x->trl_got == OMC__TCP_TRAILER_SIZE) {
@@ -6001,7 +6297,9 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
 OMC__PRIVATE void omc__tcp_rx_end(void* user, void* chan, omc__dp_xfer* xf, omc_result r) {
     omc__tcp_rx* x = (omc__tcp_rx*)chan;
     (void)user; (void)xf;
-    if (r != OMC_OK && x->fd >= 0 && (x->hdr_got || xf->received || x->trl_got)) { close(x->fd); x->fd = -1; }
+    /* a refusal left the stream in step; anything else half-done (or a request still
+       unanswered) may leave bytes on it */
+    if (r != OMC_OK && x->fd >= 0 && !x->refused && (x->op || x->hdr_got || xf->received || x->trl_got)) { close(x->fd); x->fd = -1; }
 }
 
 OMC__PRIVATE void omc__tcp_rx_close(void* user, void* chan) {
@@ -6243,8 +6541,10 @@ OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KE
     (a get works in its caller's thread).
     - The listener owns the ROUTER socket (ZMQ sockets are not thread-safe), its monitor, the
       ZAP handler and the TCP data port. It answers HELLO and QUERY itself, holds QUERYs for
-      absent keys (long poll), turns a PULL into a job for the workers, and answers DONE or ERROR
-      when the job comes back.
+      absent keys (long poll), turns a PULL - on the side channel, or a request on a data
+      connection - into a job, starts it without blocking, finishes a small one itself (the
+      receipt, the trailer) and hands a large one to the workers, and answers DONE or ERROR on
+      the side channel when a side-channel job comes back.
     - Why workers and not one poll loop: a push is a blocking call bounded by its deadline -
       that is the data-plane contract, and an RDMA push waits on a completion queue - so pushes
       run on workers and the listener stays responsive to HELLO, QUERY and ABORT while gigabytes
@@ -6295,6 +6595,9 @@ typedef struct omc__net_job {
     int abort;                          /* atomic: non-zero = stop with this code */
     int committed;                      /* the read is recorded (commit ran) */
     uint64_t resume;                    /* TCP: stream bytes the listener already wrote */
+    int direct;                         /* TCP: asked for on its data connection (no side-channel reply) */
+    omc__tcp_conn* tconn;               /* TCP: the listener waits for its receipt on this connection */
+    omc_time_ns since;                  /* when that wait began (OMNICONN_TCP_STALL_MS) */
     omc__net* owner;
     omc_result result;
 } omc__net_job;
@@ -6359,6 +6662,8 @@ struct omc__net {
     uint32_t nplanes, caps;
     omc__tcp_plane tcp;
     uint32_t max_idle;
+    int side_pull;                      /* receiver: PULLs only on the side channel (desc) */
+    uint64_t inline_max;                /* sender: payloads up to this ride in the metadata; 0 = none */
     uint64_t next_xfer;                 /* atomic */
     /* sender */
     char host[OMC_TCP_HOST_MAX];        /* what we advertise */
@@ -6507,6 +6812,7 @@ OMC__PRIVATE void omc__net_job_push(omc__net* N, omc__net_job* j, omc__dp_push* 
     p->resume = j->resume;
     p->channel = j->rid;
     p->channel_len = j->rid_len;
+    p->taken = j->direct;
 }
 
 /* A job has ended (listener thread): settle the entry, answer DONE or ERROR, free the job. */
@@ -6527,7 +6833,7 @@ OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
         omc__add(&N->pushes, 1u);
         /* a TCP push ended with its trailer, which told the receiver all DONE would: a DONE
            would only wake two more threads (both libzmq I/O threads) per get */
-        if (reply && !(j->dp->vt->flags & OMC__DP_FLAG_SELF_COMPLETE)) {
+        if (reply && !j->direct && !(j->dp->vt->flags & OMC__DP_FLAG_SELF_COMPLETE)) {
             omc__wire m;
             memset(&m, 0, sizeof(m));
             m.type = OMC__MSG_DONE;
@@ -6540,7 +6846,8 @@ OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
         omc__add(&N->pushes_failed, 1u);
         OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "push of transfer %llu (%llu bytes, %s plane) failed: %s",
                  (unsigned long long)j->xfer, (unsigned long long)j->size, j->dp->vt->name, omc_result_str(j->result));
-        if (reply)
+        /* a request on the data connection learns it there: the connection is closed */
+        if (reply && !j->direct)
             omc__net_reply_error(N, j->rid, j->rid_len, j->xfer, j->seq, j->result, 0, "push failed: %s", omc_result_str(j->result));
     }
     omc__free(&N->conn->hooks, j);
@@ -6688,6 +6995,8 @@ OMC__PRIVATE void omc__net_on_list(omc__net* N, const uint8_t* rid, uint32_t rid
     omc__free(&N->conn->hooks, pg);
 }
 
+OMC__PRIVATE void omc__net_start_job(omc__net* N, omc__net_job* job);
+
 OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
     const omc__dataplane* dp = NULL;
     omc__ent* e = NULL;
@@ -6760,6 +7069,14 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     job->next_live = N->live;
     N->live = job;
     omc__add(&N->pushes_in_flight, 1u);
+    omc__net_start_job(N, job);
+}
+
+/* A reserved and pinned job (listener): start it here if the plane can, else queue it for a
+   worker. A TCP payload the listener wrote whole waits for its receipt here too, so a small
+   transfer never wakes a worker. */
+OMC__PRIVATE void omc__net_start_job(omc__net* N, omc__net_job* job) {
+    const omc__dataplane* dp = job->dp;
     if ((dp->vt->flags & OMC__DP_FLAG_TRY_NOW) && dp->vt->tx_try) {
         /* start it here, without blocking: a small payload is done before a worker could wake */
         omc__dp_push p;
@@ -6767,6 +7084,11 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
         job->result = dp->vt->tx_try(dp->user, &p, &job->resume);
         if (job->result != OMC_ERR_BUSY) { omc__net_finish(N, job, 1); return; }
         job->result = OMC_OK;
+        if (dp->vt->kind == OMC__DP_TCP && job->resume == OMC__TCP_HEADER_SIZE + job->size &&
+            (job->tconn = omc__tcp_await_receipt(&N->tcp, &p)) != NULL) {
+            job->since = omc_now_ns();
+            return;
+        }
     }
     pthread_mutex_lock(&N->job_mu);
     *N->queue_tail = job;
@@ -6801,7 +7123,7 @@ OMC__PRIVATE void omc__net_on_abort(omc__net* N, const uint8_t* rid, uint32_t ri
         if (j->xfer == in->xfer && j->rid_len == rid_len && memcmp(j->rid, rid, rid_len) == 0 && !omc__load(&j->abort)) {
             omc__store(&j->abort, (int)OMC_ERR_TIMEOUT);
             if (omc__net_unqueue(N, j)) {
-                if (j->resume) {
+                if (j->resume || j->direct) {
                     omc__dp_push p;
                     omc__net_job_push(N, j, &p);
                     j->dp->vt->tx_push(j->dp->user, &p);
@@ -6821,6 +7143,94 @@ OMC__PRIVATE void omc__net_on_abort(omc__net* N, const uint8_t* rid, uint32_t ri
             omc__free(&N->conn->hooks, h);
             omc__sub(&N->held_count, 1u);
         } else pp = &h->next;
+    }
+}
+
+/* A request on a data connection (listener): what a PULL on the side channel does, for the
+   session the connection was registered to (its ticket), naming the entry by id. CLAIM records
+   a read whose bytes the receiver already has (inline metadata). A refusal, or a recorded claim,
+   is answered with a status record on the connection; a PULL becomes a job like any other. */
+OMC__PRIVATE void omc__net_on_request(omc__net* N, omc__tcp_conn* c) {
+    omc__tcp_req q;
+    omc__net_job* job = NULL;
+    omc__ent* e;
+    uint32_t slot;
+    omc_result r = omc__tcp_req_decode(c->req, OMC__TCP_REQUEST_SIZE, &q);     /* checked when it came */
+    uint64_t detail = 0;
+    if (r == OMC_OK && q.expect_incarnation && q.expect_incarnation != omc_incarnation()) r = OMC_ERR_PEER_RESTARTED;
+    else if (r == OMC_OK && !c->ticket) r = OMC_ERR_CONNECTION;
+    else if (r == OMC_OK && q.op == OMC__TCP_REQ_PULL && !(job = (omc__net_job*)omc__calloc(&N->conn->hooks, sizeof(omc__net_job))))
+        r = OMC_ERR_NO_MEMORY;
+    if (r == OMC_OK) {
+        pthread_mutex_lock(&N->own.mu);
+        omc__owner_maybe_sweep(&N->own);
+        slot = omc__etab_by_id(&N->own.tab, q.entry_id);
+        e = slot != OMC__NIL ? &N->own.tab.ent[slot] : NULL;
+        if (!e || e->state != OMC__ENT_LIVE || e->readers_left == 0) r = OMC_ERR_NOT_FOUND;
+        else if (q.op == OMC__TCP_REQ_CLAIM) {
+            if (e->size != q.capacity) r = OMC_ERR_PROTOCOL;    /* the metadata and the entry disagree */
+            else {
+                e->readers_left--;  /* the read is recorded now: the receiver has every byte */
+                if (e->readers_left == 0 && e->holds == 0) omc__etab_retire(&N->own.tab, slot);
+                omc__owner_signal(&N->own);
+            }
+        } else if (e->size > q.capacity) { r = OMC_ERR_TOO_LARGE; detail = e->size; }
+        else {
+            e->readers_left--;      /* reserved, and pinned until the push ends */
+            e->holds++;
+            job->slot = slot;
+            job->size = e->size;
+            job->src = N->pool->base + e->range.offset;
+            job->range = e->range;
+        }
+        pthread_mutex_unlock(&N->own.mu);
+    }
+    if (r != OMC_OK || q.op == OMC__TCP_REQ_CLAIM) {
+        omc__free(&N->conn->hooks, job);
+        if (r != OMC_OK)
+            OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "request for entry %016llx on a data connection refused: %s",
+                     (unsigned long long)q.entry_id, omc_result_str(r));
+        omc__tcp_answer_status(&N->tcp, c, r, q.xfer, detail);
+        return;
+    }
+    job->dp = &N->planes[0];
+    job->xfer = q.xfer;
+    job->receiver_incarnation = c->incarnation;
+    job->rid_len = c->ticket->rid_len;
+    memcpy(job->rid, c->ticket->rid, c->ticket->rid_len);
+    job->desc_len = 8;
+    memcpy(job->desc, c->key + OMC__TCP_TICKET_SIZE, 8);    /* the connection's token, as a PULL names it */
+    job->direct = 1;
+    job->deadline = omc_now_ns() + omc__min(q.budget_ms ? (omc_time_ns)q.budget_ms * 1000000LL : omc__net_default_budget_ns(job->size),
+                                            (omc_time_ns)OMNICONN_TCP_MAX_PUSH_MS * 1000000LL);
+    job->owner = N;
+    job->next_live = N->live;
+    N->live = job;
+    omc__add(&N->pushes_in_flight, 1u);
+    omc__net_start_job(N, job);
+}
+
+/* Listener: jobs whose receipt it waits for itself. The receipt came (commit, then the
+   trailer), the wait failed (EOF, bytes that are not a receipt), or it lasted too long
+   (OMNICONN_TCP_STALL_MS, the budget, an ABORT). */
+OMC__PRIVATE void omc__net_check_receipts(omc__net* N, omc_time_ns now) {
+    omc__net_job *j, *next;
+    for (j = N->live; j; j = next) {
+        omc__tcp_conn* c = j->tconn;
+        omc_result r = OMC_OK;
+        int a = omc__load(&j->abort), over = 1;
+        next = j->next_live;
+        if (!c) continue;
+        if (c->rcpt_done) r = c->rcpt_result;       /* written by this thread (omc__tcp_serve) */
+        else if (a) r = (omc_result)a;
+        else if (now - j->since > (omc_time_ns)OMNICONN_TCP_STALL_MS * 1000000LL || now >= j->deadline) r = OMC_ERR_TIMEOUT;
+        else over = 0;
+        if (!over) continue;
+        j->tconn = NULL;
+        if (r == OMC_OK) omc__net_commit_job(j);    /* every byte is in the receiver's buffer */
+        omc__tcp_end_receipt(&N->tcp, c, r == OMC_OK);
+        j->result = r;
+        omc__net_finish(N, j, 1);
     }
 }
 
@@ -7021,6 +7431,11 @@ static void* omc__net_listener_main(void* arg) {
             }
         backlog = (N->items[1].revents || backlog || omc__zmq_readable(N->router)) ? omc__net_read_router(N) : 0;
         omc__tcp_serve(&N->tcp, N->items + fixed, N->who + fixed, ntcp);
+        {
+            omc__tcp_conn* c;
+            while ((c = omc__tcp_next_request(&N->tcp)) != NULL) omc__net_on_request(N, c);
+        }
+        omc__net_check_receipts(N, omc_now_ns());
         omc__net_answer_held(N, omc_now_ns());
         pthread_mutex_lock(&N->own.mu);
         omc__owner_maybe_sweep(&N->own);
@@ -7424,17 +7839,53 @@ static omc_result omc__net_release(omc_buffer* b) {
     return OMC_OK;
 }
 
+/* A PULL as a request on the channel's TCP data connection, from this thread: no libzmq
+   thread and no side-channel message on the way. Waits for the payload (or, for a CLAIM, the
+   status record) until wait_until. */
+OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp_xfer* x, uint8_t op, uint64_t entry_id,
+                                         omc_time_ns deadline, omc_time_ns wait_until, omc_buffer* out, int* keep) {
+    const omc__dp_vtable* vt = ch->dp->vt;
+    omc__tcp_rx* rx = (omc__tcp_rx*)ch->dpc;
+    omc__tcp_req q;
+    omc_time_ns now = omc_now_ns();
+    omc_result r;
+    memset(&q, 0, sizeof(q));
+    q.op = op;
+    q.xfer = ch->xfer;
+    q.entry_id = entry_id;
+    q.expect_incarnation = ch->incarnation;
+    q.capacity = x->size;
+    q.budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
+    r = omc__tcp_rx_request(rx, &q, deadline);
+    while (r == OMC_OK && !x->complete) {
+        struct pollfd pf;
+        if (omc__net_closed(N)) { r = OMC_ERR_CLOSED; break; }
+        /* giving up closes the connection (rx_end): the sender's push fails at its next write
+           and gives the reader back, so no ABORT is needed */
+        if (omc_now_ns() >= wait_until) { r = OMC_ERR_TIMEOUT; break; }
+        pf.fd = rx->fd; pf.events = POLLIN; pf.revents = 0;
+        if (poll(&pf, 1, omc__poll_ms(wait_until, OMC__NET_SLICE_MS)) > 0) r = vt->rx_progress(ch->dp->user, ch->dpc, x, 0);
+    }
+    if (r != OMC_OK && rx->refused) {
+        if (r == OMC_ERR_TOO_LARGE) out->size = rx->detail;
+        *keep = omc__net_clean_refusal(r);
+    }
+    return r;
+}
+
 /* PULL one entry on a channel whose HELLO was answered: destination, descriptor, PULL, then
-   wait for the bytes and DONE. *keep: the channel may be cached again. */
+   wait for the bytes and DONE. inl: the payload's bytes from inline metadata (a CLAIM records
+   the read and nothing else moves; a sender without data-connection requests sends them
+   again). *keep: the channel may be cached again. */
 OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char* qkey, uint32_t qlen, uint64_t entry_id,
-                                      uint64_t size, uint32_t flags, omc_time_ns deadline, omc_buffer* out, int* keep) {
+                                      uint64_t size, uint32_t flags, const uint8_t* inl, omc_time_ns deadline, omc_buffer* out, int* keep) {
     const omc__dp_vtable* vt = ch->dp->vt;
     uint8_t desc[OMC__WIRE_MAX_DESC], buf[OMC__WIRE_MAX];
     omc__dp_xfer x;
     omc__wire m;
     omc_time_ns wait_until;
     omc_result r;
-    int got_done = 0, got;
+    int got_done = 0, got, direct;
     *keep = 0;
     memset(&x, 0, sizeof(x));
     x.transfer_id = ch->xfer;
@@ -7454,7 +7905,12 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
     }
     memset(&m, 0, sizeof(m));
     r = vt->rx_prepare(ch->dp->user, ch->dpc, &x, deadline, desc, sizeof(desc), &m.desc_len);
-    if (r == OMC_OK) {
+    wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_default_budget_ns(size) : deadline;
+    direct = !N->side_pull && vt->kind == OMC__DP_TCP && (ch->caps & OMC_NET_CAP_REQUESTS) && ((omc__tcp_rx*)ch->dpc)->has_ticket;
+    if (r == OMC_OK && direct) {
+        r = omc__net_request(N, ch, &x, inl ? OMC__TCP_REQ_CLAIM : OMC__TCP_REQ_PULL, entry_id, deadline, wait_until, out, keep);
+        if (r == OMC_OK && inl && size) memcpy(x.dst.data, inl, (size_t)size);
+    } else if (r == OMC_OK) {
         omc_time_ns now = omc_now_ns();
         m.type = OMC__MSG_PULL;
         m.entry_id = entry_id;
@@ -7468,8 +7924,7 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
         m.desc = desc;
         r = omc__net_chan_send(N, ch, &m);
     }
-    wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_default_budget_ns(size) : deadline;
-    while (r == OMC_OK) {
+    while (r == OMC_OK && !direct) {
         omc__zmq_pollitem it[2];
         int n = 1, fd = x.complete ? -1 : vt->rx_fd(ch->dp->user, ch->dpc);
         memset(it, 0, sizeof(it));
@@ -7528,7 +7983,7 @@ OMC__PRIVATE omc_result omc__net_get_meta(omc__net* N, const char* qkey, uint32_
                                           omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
     omc__net_meta body;
     omc__net_peer* p;
-    omc_result r = omc__net_meta_body_decode(meta->body, meta->body_len, &body);
+    omc_result r = omc__net_meta_body_decode(meta->body, meta->body_len, meta->flags, meta->data_size, &body);
     int attempt;
     if (r != OMC_OK) return r;
     if (max_size && meta->data_size > max_size) { out->size = meta->data_size; return OMC_ERR_TOO_LARGE; }
@@ -7554,7 +8009,7 @@ OMC__PRIVATE omc_result omc__net_get_meta(omc__net* N, const char* qkey, uint32_
             break;
         }
         r = omc__net_pull(N, ch, qkey, qlen, body.entry_id, meta->data_size, meta->flags & OMC_META_FLAG_FRAME ? OMC_BUFFER_FRAME : 0,
-                          deadline, out, &keep);
+                          body.inl, deadline, out, &keep);
         omc__net_chan_checkin(N, ch, keep);
         if (r == OMC_ERR_PEER_RESTARTED && !fresh) continue;
         break;
@@ -7692,7 +8147,7 @@ OMC__PRIVATE omc_result omc__net_search_pull(omc__net_search* S, omc__net_slot* 
     int keep = 0;
     omc_result rr;
     if (S->max_size && m->size > S->max_size) { S->out->size = m->size; S->r = OMC_ERR_TOO_LARGE; S->finished = 1; return OMC_OK; }
-    rr = omc__net_pull(N, s->ch, S->qkey, S->qlen, m->entry_id, m->size, m->pflags, S->deadline, S->out, &keep);
+    rr = omc__net_pull(N, s->ch, S->qkey, S->qlen, m->entry_id, m->size, m->pflags, NULL, S->deadline, S->out, &keep);
     if (rr == OMC_OK) {
         pthread_mutex_lock(&N->peer_mu);
         s->peer->bytes += m->size;
@@ -7862,10 +8317,12 @@ static omc_result omc__net_make_meta(omc__owner* O, uint32_t slot, void* user, o
     omc__net* N = (omc__net*)user;
     const omc__ent* e = &O->tab.ent[slot];
     uint8_t* body;
-    omc_result r = omc__meta_begin(N->vt.transport, e->flags & OMC_BUFFER_FRAME ? OMC_META_FLAG_FRAME : 0, e->size, e->qkey, e->qlen,
-                                   omc__net_meta_body_size(N->host), meta_out, &body);
+    int inl = N->inline_max && e->size <= N->inline_max;     /* the bytes ride along; the entry stays (see the manual) */
+    omc_result r = omc__meta_begin(N->vt.transport, (e->flags & OMC_BUFFER_FRAME ? OMC_META_FLAG_FRAME : 0) | (inl ? OMC_META_FLAG_INLINE : 0),
+                                   e->size, e->qkey, e->qlen, omc__net_meta_body_size(N->host) + (inl ? (uint32_t)e->size : 0), meta_out, &body);
     if (r != OMC_OK) return r;
     omc__net_meta_body_encode(body, omc__etab_id(&O->tab, slot), N->port, N->caps, N->host);
+    if (inl && e->size) memcpy(body + omc__net_meta_body_size(N->host), N->pool->base + e->range.offset, (size_t)e->size);
     omc__meta_seal(meta_out);
     return OMC_OK;
 }
@@ -7936,6 +8393,16 @@ OMC__PRIVATE void omc__net_stop_sender(omc__net* N) {
         N->queue_tail = &N->queue;
         pthread_mutex_unlock(&N->job_mu);
         omc__net_complete(N, 0);
+        for (j = N->live; j; ) {        /* receipts the listener was waiting for */
+            omc__net_job* next = j->next_live;
+            if (j->tconn) {
+                omc__tcp_end_receipt(&N->tcp, j->tconn, 0);
+                j->tconn = NULL;
+                j->result = OMC_ERR_CLOSED;
+                omc__net_finish(N, j, 0);
+            }
+            j = next;
+        }
     }
     while (N->held) {
         omc__net_held* h = N->held;
@@ -8219,6 +8686,33 @@ OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d
 }
 
 /* The remote connector with an optional extra data plane (a companion header's entry point). */
+/* The sender's inline threshold: desc.disable_inline, desc.inline_threshold, then the
+   environment ($OMNICONN_TCP_INLINE_THRESHOLD: bytes, 0 = off; a value that is not a number up
+   to OMC_TCP_MAX_INLINE is ignored with a WARN), then OMNICONN_TCP_INLINE_THRESHOLD. Off under
+   CURVE unless desc.inline_with_curve: the metadata travels outside the encrypted channel. */
+OMC__PRIVATE omc_result omc__net_resolve_inline(omc__net* N, const omc_tcp_desc* d, const omc_hooks* hooks) {
+    uint64_t t = d->inline_threshold;
+    if (t > OMC_TCP_MAX_INLINE) {
+        OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_tcp_desc.inline_threshold %llu exceeds the maximum %llu (OMC_TCP_MAX_INLINE)",
+                 (unsigned long long)t, (unsigned long long)OMC_TCP_MAX_INLINE);
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (!t) {
+        const char* env = getenv("OMNICONN_TCP_INLINE_THRESHOLD");
+        t = omc__min((uint64_t)OMNICONN_TCP_INLINE_THRESHOLD, OMC_TCP_MAX_INLINE);     /* receivers refuse more */
+        if (env && *env) {
+            char* end = NULL;
+            unsigned long long v = strtoull(env, &end, 10);
+            if (end && *end == '\0' && env[0] >= '0' && env[0] <= '9' && v <= OMC_TCP_MAX_INLINE) t = (uint64_t)v;
+            else OMC__LOG(hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "OMNICONN_TCP_INLINE_THRESHOLD='%s' ignored: give a byte count "
+                          "from 0 (off) to %llu", env, (unsigned long long)OMC_TCP_MAX_INLINE);
+        }
+    }
+    if (d->disable_inline || (N->curve_server && !d->inline_with_curve)) t = 0;
+    N->inline_max = t;
+    return OMC_OK;
+}
+
 OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport transport, const omc__dataplane* extra, omc_conn** out) {
     omc_tcp_desc d;
     omc_hooks hooks;
@@ -8242,6 +8736,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     N->vt = omc__net_vtable;
     N->vt.transport = transport;
     N->max_idle = d.max_idle_channels ? d.max_idle_channels : 8;
+    N->side_pull = d.pull_on_side_channel != 0;
     N->next_xfer = omc__random_u64() >> 1;
     N->queue_tail = &N->queue;
     N->peers_tail = &N->peers;
@@ -8255,6 +8750,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     if (N->job_ok && pthread_cond_init(&N->job_cv, NULL) != 0) { pthread_mutex_destroy(&N->job_mu); N->job_ok = 0; }
     r = N->peer_ok && N->tcp_ok && N->job_ok ? OMC_OK : OMC_ERR_SYSTEM;
     if (r == OMC_OK) r = omc__net_setup_curve(N, &d.curve, &hooks);
+    if (r == OMC_OK && N->sender) r = omc__net_resolve_inline(N, &d, &hooks);
     if (r == OMC_OK) {
         memset(&pd, 0, sizeof(pd));
         pd.size = d.pool_size ? d.pool_size : OMNICONN_TCP_POOL_SIZE;
@@ -8281,6 +8777,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
         N->ctx = omc__zmq_ctx_new();
         if (!N->ctx) r = OMC_ERR_SYSTEM;
     }
+    if (N->sender) N->caps |= OMC_NET_CAP_REQUESTS;     /* its data port serves requests (set before the listener reads caps) */
     if (r == OMC_OK && N->sender) r = omc__net_start_sender(N, &d, &hooks);
     if (r != OMC_OK) {
         omc_conn* shell = N->conn;                  /* never handed out: free it without destroy */
@@ -8453,6 +8950,7 @@ OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
     h->data_connections = omc__load(&N->tcp.nregistered);
     pthread_mutex_lock(&N->peer_mu);
     h->peers = N->npeers;
+    h->inline_threshold = N->inline_max;
     pthread_mutex_unlock(&N->peer_mu);
     return OMC_OK;
 }

@@ -11,10 +11,17 @@
    sender connector, a plain TCP server thread and a libzmq REP server thread. The parent is the
    receiver side and measures.
      omniconn_gbps: the sender has put the payload once, with enough fan-out readers for every
-       iteration; each iteration is one omc_conn_get with the metadata (PULL on a cached channel,
-       the bytes read straight into a buffer of the receiver's pool, the completion - for TCP the
-       trailer the sender writes after recording the read, which stands for DONE) and its release.
-     omniconn_metaless_gbps: the same without metadata (QUERY, then PULL).
+       iteration; each iteration is one omc_conn_get with the metadata and its release, as a
+       default receiver does it: a request on the cached channel's data connection, the bytes
+       read straight into a buffer of the receiver's pool, the receipt, the trailer the sender
+       writes after recording the read. A payload of at most the sender's inline threshold
+       (16 KiB) came inside the metadata: the get copies it from there and sends one CLAIM.
+     omniconn_noinline_gbps: the same from a second sender that inlines nothing (the request
+       and the payload on the data connection at every size).
+     omniconn_side_channel_gbps: the same non-inline payload fetched by a receiver created with
+       pull_on_side_channel (PULL through libzmq on the side channel, as before data-connection
+       requests): the figure to compare the requests with, in the same run.
+     omniconn_metaless_gbps: a get without metadata (QUERY on the side channel, then the request).
      raw_tcp_gbps: one persistent TCP connection (TCP_NODELAY, like ours); each iteration the
        receiver sends an 8-byte request and reads the payload into one reused, faulted-in buffer;
        the server writes it from one faulted-in buffer. The plain-socket cost of a pull.
@@ -151,7 +158,7 @@ static void* raw_zmq_server(void* arg) {
 
 static int server_main(int ctl) {
     omc_tcp_desc d;
-    omc_conn* s = NULL;
+    omc_conn *s = NULL, *s2 = NULL;
     uint16_t oport = 0, tport = 0;
     void *zctx, *rep;
     char ep[64], msg[128];
@@ -162,6 +169,8 @@ static int server_main(int ctl) {
     d.role = OMC_ROLE_SENDER;
     d.pool_size = 512 * MiB;
     if (omc_tcp_create(&d, &s) != OMC_OK) return 1;
+    d.disable_inline = 1;                         /* the second sender: every payload on the wire */
+    if (omc_tcp_create(&d, &s2) != OMC_OK) return 1;
     omc_tcp_endpoint(s, NULL, 0, &oport, NULL);
     server_buf = (uint8_t*)malloc(MAX_SIZE);
     memset(server_buf, 0x33, MAX_SIZE);          /* faulted in, like the pool bytes a put wrote */
@@ -175,27 +184,29 @@ static int server_main(int ctl) {
     pthread_create(&t2, NULL, raw_zmq_server, rep);
     snprintf(msg, sizeof(msg), "%u %u %s", (unsigned)oport, (unsigned)tport, ep);
     ctl_send(ctl, msg, (uint32_t)strlen(msg));
-    for (;;) {      /* "put KEY SIZE READERS" -> metadata; "clean KEY"; "quit" */
+    for (;;) {      /* "put KEY SIZE READERS" / "put2 ..." (no inline) -> metadata; "clean KEY"; "quit" */
         uint32_t n = 0;
         char* cmd = (char*)ctl_recv(ctl, &n);
-        char key[64];
+        char key[64], verb[8];
         unsigned long long size;
         unsigned readers;
         if (!cmd || strcmp(cmd, "quit") == 0) { free(cmd); break; }
-        if (sscanf(cmd, "put %63s %llu %u", key, &size, &readers) == 3) {
+        if (sscanf(cmd, "%7s %63s %llu %u", verb, key, &size, &readers) == 4 && (!strcmp(verb, "put") || !strcmp(verb, "put2"))) {
+            omc_conn* c = strcmp(verb, "put2") == 0 ? s2 : s;
             omc_buffer b;
             omc_payload p;
             omc_meta m = {0};
             memset(&p, 0, sizeof(p));
             /* zero copy: fill a pool buffer in place (the bytes are faulted in) */
-            if (omc_conn_alloc(s, size, omc_deadline_after_ms(5000), &b) != OMC_OK) { ctl_send(ctl, "ERR", 3); free(cmd); continue; }
+            if (omc_conn_alloc(c, size, omc_deadline_after_ms(5000), &b) != OMC_OK) { ctl_send(ctl, "ERR", 3); free(cmd); continue; }
             memset(b.data, 0x44, (size_t)size);
             p.buffer = &b; p.readers = readers; p.ttl_ms = -1;
-            if (omc_conn_put(s, "bench", "bench", key, &p, &m) != OMC_OK) { omc_buffer_release(&b); ctl_send(ctl, "ERR", 3); }
+            if (omc_conn_put(c, "bench", "bench", key, &p, &m) != OMC_OK) { omc_buffer_release(&b); ctl_send(ctl, "ERR", 3); }
             else ctl_send(ctl, m.data, m.size);
             omc_meta_free(&m);
         } else if (sscanf(cmd, "clean %63s", key) == 1) {
             omc_conn_cleanup(s, "bench", "bench", key);
+            omc_conn_cleanup(s2, "bench", "bench", key);
             ctl_send(ctl, "ok", 2);
         }
         free(cmd);
@@ -211,6 +222,7 @@ static int server_main(int ctl) {
     zmq_close(rep);
     zmq_ctx_term(zctx);
     pthread_join(t1, NULL);
+    omc_conn_destroy(s2);
     omc_conn_destroy(s);
     free(server_buf);
     return 0;
@@ -221,7 +233,7 @@ static int server_main(int ctl) {
 typedef struct row {
     uint64_t size;
     int iterations;
-    double omc_gbps[ROUNDS], metaless_gbps[ROUNDS], raw_gbps[ROUNDS];
+    double omc_gbps[ROUNDS], metaless_gbps[ROUNDS], raw_gbps[ROUNDS], noinline_gbps[ROUNDS], side_gbps[ROUNDS];
 } row;
 
 /* One get (timed, in us): with metadata, or without (meta NULL). */
@@ -242,28 +254,38 @@ static double raw_once(int fd, uint8_t* buf, uint64_t size) {
     return now_us() - t0;
 }
 
-/* One round: the three ways take turns in blocks of iterations (a tenth of the round each), so
+/* The metadata of one payload: m from the default sender (inline when small), m2 from the one
+   that inlines nothing. */
+typedef struct metas { const void* m; uint32_t mn; const void* m2; uint32_t mn2; } metas;
+
+/* One round: the five ways take turns in blocks of iterations (a tenth of the round each), so
    all of them see the same load on this shared machine while each still runs back to back like
-   a steady stream; throughput = size / median time. */
-static void size_round(omc_conn* r, int fd, uint8_t* buf, const char* key, const void* meta, uint32_t mn, uint64_t size, int iters,
-                       double* omc_gbps, double* metaless_gbps, double* raw_gbps) {
-    double* a = (double*)malloc(sizeof(double) * (size_t)iters);
-    double* b = (double*)malloc(sizeof(double) * (size_t)iters);
-    double* c = (double*)malloc(sizeof(double) * (size_t)iters);
-    int block = iters >= 20 ? iters / 10 : 1, done, i;
-    for (i = 0; i < 2; i++) { omc_once(r, key, meta, mn, size); raw_once(fd, buf, size); omc_once(r, key, NULL, 0, size); }   /* warm up */
+   a steady stream; throughput = size / median time. r2 is the receiver that PULLs on the side
+   channel. */
+static void size_round(omc_conn* r, omc_conn* r2, int fd, uint8_t* buf, const char* key, const metas* M, uint64_t size, int iters,
+                       row* w, int round) {
+    double* t[5];
+    int block = iters >= 20 ? iters / 10 : 1, done, i, k;
+    for (k = 0; k < 5; k++) t[k] = (double*)malloc(sizeof(double) * (size_t)iters);
+    for (i = 0; i < 2; i++) {   /* warm up: channels and data connections open */
+        omc_once(r, key, M->m, M->mn, size); raw_once(fd, buf, size); omc_once(r, key, NULL, 0, size);
+        omc_once(r, key, M->m2, M->mn2, size); omc_once(r2, key, M->m2, M->mn2, size);
+    }
     for (done = 0; done < iters; done += block) {
         int n = omc__min(block, iters - done);
-        for (i = 0; i < n; i++) a[done + i] = omc_once(r, key, meta, mn, size);
-        for (i = 0; i < n; i++) b[done + i] = raw_once(fd, buf, size);
-        for (i = 0; i < n; i++) c[done + i] = omc_once(r, key, NULL, 0, size);
+        for (i = 0; i < n; i++) t[0][done + i] = omc_once(r, key, M->m, M->mn, size);
+        for (i = 0; i < n; i++) t[1][done + i] = raw_once(fd, buf, size);
+        for (i = 0; i < n; i++) t[2][done + i] = omc_once(r, key, NULL, 0, size);
+        for (i = 0; i < n; i++) t[3][done + i] = omc_once(r, key, M->m2, M->mn2, size);
+        for (i = 0; i < n; i++) t[4][done + i] = omc_once(r2, key, M->m2, M->mn2, size);
     }
-    *omc_gbps = (double)size / (percentile(a, iters, 0.5) * 1e3);     /* bytes per us / 1e3 = GB/s */
-    *raw_gbps = (double)size / (percentile(b, iters, 0.5) * 1e3);
-    *metaless_gbps = (double)size / (percentile(c, iters, 0.5) * 1e3);
-    free(a);
-    free(b);
-    free(c);
+    /* bytes per us / 1e3 = GB/s */
+    w->omc_gbps[round] = (double)size / (percentile(t[0], iters, 0.5) * 1e3);
+    w->raw_gbps[round] = (double)size / (percentile(t[1], iters, 0.5) * 1e3);
+    w->metaless_gbps[round] = (double)size / (percentile(t[2], iters, 0.5) * 1e3);
+    w->noinline_gbps[round] = (double)size / (percentile(t[3], iters, 0.5) * 1e3);
+    w->side_gbps[round] = (double)size / (percentile(t[4], iters, 0.5) * 1e3);
+    for (k = 0; k < 5; k++) free(t[k]);
 }
 
 static void rtt_round(omc_conn* r, void* req, int iters, double* omc_p50, double* zmq_p50, double* omc_p99, double* zmq_p99, uint32_t* qbytes) {
@@ -299,10 +321,10 @@ static void rtt_round(omc_conn* r, void* req, int iters, double* omc_p50, double
     free(b);
 }
 
-static uint8_t* put_remote(int ctl, const char* key, uint64_t size, uint32_t readers, uint32_t* n) {
+static uint8_t* put_remote(int ctl, const char* verb, const char* key, uint64_t size, uint32_t readers, uint32_t* n) {
     char cmd[128];
     uint8_t* m;
-    snprintf(cmd, sizeof(cmd), "put %s %llu %u", key, (unsigned long long)size, readers);
+    snprintf(cmd, sizeof(cmd), "%s %s %llu %u", verb, key, (unsigned long long)size, readers);
     ctl_send(ctl, cmd, (uint32_t)strlen(cmd));
     m = (uint8_t*)ctl_recv(ctl, n);
     if (!m || *n < 8) { fprintf(stderr, "bench_tcp: remote put failed\n"); exit(1); }
@@ -339,7 +361,7 @@ int main(int argc, char** argv) {
     unsigned oport, tport;
     char zep[64], cpu[128];
     omc_tcp_desc d;
-    omc_conn* r = NULL;
+    omc_conn *r = NULL, *r2 = NULL;
     uint8_t* buf;
     row rows[MAX_SIZES];
     double rtt_o[ROUNDS], rtt_z[ROUNDS], rtt_o99[ROUNDS], rtt_z99[ROUNDS];
@@ -373,6 +395,8 @@ int main(int argc, char** argv) {
     d.role = OMC_ROLE_RECEIVER;
     d.pool_size = 512 * MiB;
     if (omc_tcp_create(&d, &r) != OMC_OK || omc_tcp_add_sender(r, "s", "127.0.0.1", (uint16_t)oport) != OMC_OK) return 1;
+    d.pull_on_side_channel = 1;
+    if (omc_tcp_create(&d, &r2) != OMC_OK) return 1;
     tfd = socket(AF_INET, SOCK_STREAM, 0);
     memset(&a, 0, sizeof(a));
     a.sin_family = AF_INET;
@@ -388,24 +412,26 @@ int main(int argc, char** argv) {
     zmq_connect(req, zep);
 
     for (i = 0; i < nsizes; i++) {
-        uint8_t* meta;
+        uint8_t *meta, *meta2;
+        uint32_t n2 = 0;
+        metas M;
         char key[32];
         int iters = iterations_for(sizes[i]);
         rows[i].size = sizes[i];
         rows[i].iterations = iters;
         snprintf(key, sizeof(key), "p%zu", i);
-        meta = put_remote(sv[0], key, sizes[i], (uint32_t)(nr * 2 * (iters + 2) + 4), &n);
-        for (round = 0; round < nr; round++)
-            size_round(r, tfd, buf, key, meta, n, sizes[i], iters, &rows[i].omc_gbps[round], &rows[i].metaless_gbps[round],
-                       &rows[i].raw_gbps[round]);
+        meta = put_remote(sv[0], "put", key, sizes[i], (uint32_t)(nr * 2 * (iters + 2) + 4), &n);
+        meta2 = put_remote(sv[0], "put2", key, sizes[i], (uint32_t)(nr * 2 * (iters + 2) + 4), &n2);
+        M.m = meta; M.mn = n; M.m2 = meta2; M.mn2 = n2;
+        for (round = 0; round < nr; round++) size_round(r, r2, tfd, buf, key, &M, sizes[i], iters, &rows[i], round);
         clean_remote(sv[0], key);
         free(meta);
-        fprintf(stderr, "bench_tcp: %llu B: omniconn %.3f GB/s, metadata-less %.3f GB/s, raw TCP %.3f GB/s\n",
-                (unsigned long long)sizes[i], med(rows[i].omc_gbps),
-                med(rows[i].metaless_gbps),
-                med(rows[i].raw_gbps));
+        free(meta2);
+        fprintf(stderr, "bench_tcp: %llu B: omniconn %.3f GB/s (not inline %.3f, side-channel PULL %.3f), metadata-less %.3f GB/s, raw TCP %.3f GB/s\n",
+                (unsigned long long)sizes[i], med(rows[i].omc_gbps), med(rows[i].noinline_gbps), med(rows[i].side_gbps),
+                med(rows[i].metaless_gbps), med(rows[i].raw_gbps));
     }
-    free(put_remote(sv[0], "rtt", 64, 1, &n));
+    free(put_remote(sv[0], "put", "rtt", 64, 1, &n));
     for (round = 0; round < nr; round++)
         rtt_round(r, req, quick ? 200 : 2000, &rtt_o[round], &rtt_z[round], &rtt_o99[round], &rtt_z99[round], &qbytes);
     getloadavg(load1, 3);
@@ -420,8 +446,12 @@ int main(int argc, char** argv) {
         fprintf(f, "  \"machine\": {\"cpu\": \"%s\", \"cores\": %ld, \"load_average_start\": %.2f, \"load_average_end\": %.2f, "
                    "\"note\": \"shared with other jobs; loopback\"},\n", cpu, sysconf(_SC_NPROCESSORS_ONLN), load0[0], load1[0]);
         fprintf(f, "  \"method\": \"two processes on loopback. omniconn_gbps: the sender put the payload once (fan-out readers for "
-                   "every iteration); each iteration is one get with its metadata (PULL on a cached channel, bytes read straight into "
-                   "the receiver's pool buffer, completion on the TCP trailer that stands for DONE) and a release. omniconn_metaless_gbps: the same without metadata (QUERY + PULL). "
+                   "every iteration); each iteration is one get with its metadata and a release, as a default receiver does it: a request "
+                   "on the cached channel's TCP data connection, bytes read straight into the receiver's pool buffer, receipt, completion on "
+                   "the trailer; a payload of at most 16 KiB came inside the metadata and the get sends one CLAIM instead. "
+                   "omniconn_noinline_gbps: the same from a sender that inlines nothing. omniconn_side_channel_gbps: that payload pulled "
+                   "by a receiver with pull_on_side_channel (PULL through libzmq, as before data-connection requests). "
+                   "omniconn_metaless_gbps: a get without metadata (QUERY on the side channel, then the request). "
                    "raw_tcp_gbps: one persistent TCP connection with TCP_NODELAY; per iteration an 8-byte request, then the payload "
                    "written from and read into faulted-in buffers. query_rtt: omc_tcp_query of an existing key vs a bare libzmq "
                    "REQ/REP round trip of the same bytes (the QUERY frame out, a QUERY_REPLY-sized frame back). The ways compared "
@@ -433,9 +463,13 @@ int main(int argc, char** argv) {
             double ml = med(rows[i].metaless_gbps);
             double t = med(rows[i].raw_gbps);
             if (rows[i].size >= MiB && o / t < min_ratio) min_ratio = o / t;
+            double ni = med(rows[i].noinline_gbps), sc = med(rows[i].side_gbps);
             fprintf(f, "    {\"size_bytes\": %llu, \"omniconn_gbps\": %.4f, \"omniconn_metaless_gbps\": %.4f, \"raw_tcp_gbps\": %.4f, "
-                       "\"omniconn_vs_raw_tcp\": %.3f, \"omniconn_get_us_p50\": %.2f, \"raw_tcp_us_p50\": %.2f, \"iterations\": %d},\n",
+                       "\"omniconn_vs_raw_tcp\": %.3f, \"omniconn_get_us_p50\": %.2f, \"raw_tcp_us_p50\": %.2f, "
+                       "\"omniconn_inline\": %s, \"omniconn_noinline_gbps\": %.4f, \"omniconn_noinline_get_us_p50\": %.2f, "
+                       "\"omniconn_side_channel_gbps\": %.4f, \"omniconn_side_channel_get_us_p50\": %.2f, \"iterations\": %d},\n",
                     (unsigned long long)rows[i].size, o, ml, t, o / t, (double)rows[i].size / (o * 1e3), (double)rows[i].size / (t * 1e3),
+                    rows[i].size <= 16 * KiB ? "true" : "false", ni, (double)rows[i].size / (ni * 1e3), sc, (double)rows[i].size / (sc * 1e3),
                     rows[i].iterations);
         }
         fprintf(f, "    {\"case\": \"query_rtt\", \"size_bytes\": %u, \"omniconn_us_p50\": %.2f, \"raw_zmq_us_p50\": %.2f, "
@@ -454,6 +488,7 @@ int main(int argc, char** argv) {
     waitpid(pid, NULL, 0);
     zmq_close(req);
     zmq_ctx_term(zctx);
+    omc_conn_destroy(r2);
     omc_conn_destroy(r);
     free(buf);
     free(hello);

@@ -1243,6 +1243,224 @@ OMC_TEST(pull_naming_another_channels_data_token_is_refused) {
     omc_conn_destroy(s);
 }
 
+/* ================================================================================================
+   Requests on the data connection, and payloads inside the metadata
+   ================================================================================================ */
+
+/* A data connection registered with this session's ticket (0 ack), or -1. */
+static int data_conn(uint16_t dport, uint64_t token, const hz* h) {
+    int fd = tcp_connect(dport, 0);
+    if (fd < 0) return -1;
+    if (data_hello(fd, token, h->ticket) != 0) { close(fd); return -1; }
+    return fd;
+}
+
+/* A request on a data connection, encoded from the documentation: magic "OMCP", op (1 PULL,
+   2 CLAIM), reserved, transfer id, entry id, expected incarnation, capacity, budget, reserved. */
+static int dreq(int fd, uint8_t op, uint64_t xfer, uint64_t entry, uint64_t expect, uint64_t capacity) {
+    uint8_t q[48];
+    memset(q, 0, sizeof(q));
+    le32(q, 0x50434D4Fu); q[4] = op;
+    le64(q + 8, xfer); le64(q + 16, entry); le64(q + 24, expect); le64(q + 32, capacity); le32(q + 40, 2000);
+    return write(fd, q, sizeof(q)) == (ssize_t)sizeof(q) ? 0 : -1;
+}
+
+/* Read exactly n bytes (the socket has a 2 s receive timeout); 0 on success. */
+static int read_n(int fd, uint8_t* p, size_t n) {
+    while (n) {
+        ssize_t k = read(fd, p, n);
+        if (k <= 0) return -1;
+        p += k; n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* The 24-byte status record the sender answers a refused request (or a claim) with: magic "OMCS",
+   i32 code, the transfer id, detail. Returns the code, or 1 if something else came. */
+static int dstatus(int fd, uint64_t xfer, uint64_t* detail) {
+    uint8_t st[24];
+    if (read_n(fd, st, sizeof(st)) != 0 || rd32(st) != 0x53434D4Fu || rd64(st + 8) != xfer) return 1;
+    if (detail) *detail = rd64(st + 16);
+    return (int)(int32_t)rd32(st + 4);
+}
+
+static uint64_t entry_of(const omc_meta* m) {
+    omc_meta_info mi;
+    return omc_meta_parse(m->data, m->size, &mi) == OMC_OK && mi.body_len >= 8 ? rd64(mi.body) : 0;
+}
+
+static uint64_t tcp_protocol_errors(omc_conn* s) {
+    omc_tcp_health_info th;
+    memset(&th, 0, sizeof(th));
+    omc_tcp_health(s, &th);
+    return th.protocol_errors;
+}
+
+/* HOSTILE: a receiver with a valid ticket sends garbage where a request belongs. Want: bytes that
+   are not a request close the connection at once (never a push, a protocol error counted); a
+   well-formed request the sender refuses (unknown entry, too small a destination, a claim whose
+   size lies, another incarnation) gets a status record and nothing else, the connection stays in
+   step and serves the next request; a real get still works afterwards. */
+OMC_TEST(garbage_requests_on_a_data_connection_are_refused_or_closed) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_conn* r = make_receiver(0, NULL, NULL, NULL);
+    static const char* junk[] = { "GET / HTTP/1.0\r\n\r\n", "OMCPxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" };
+    uint8_t q[48], hdr[24], payload[4096], rc[8], trl[8];
+    omc_meta m = {0};
+    omc_buffer b;
+    uint16_t port = 0, dport = 0;
+    uint64_t entry, detail = 0, errs0;
+    hz h;
+    int fd, i;
+    REQUIRE(s && r);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "k", 4096, 141, &m));   /* inline, but a PULL may ask for the bytes all the same */
+    entry = entry_of(&m);
+    CHECK(entry != 0);
+    REQUIRE(hz_open(&h, port) == 0);
+    CHECK(hz_hello(&h) == HZ_HELLO);
+    errs0 = tcp_protocol_errors(s);
+    for (i = 0; i < 2; i++) {           /* not a request at all / the right magic, then junk */
+        fd = data_conn(dport, 0xE000u + (uint64_t)i, &h);
+        REQUIRE(fd >= 0);
+        CHECK(write(fd, junk[i], strlen(junk[i])) > 0);
+        CHECK(closed_within(fd, 1500));
+        close(fd);
+    }
+    for (i = 0; i < 4; i++) {           /* bad op, a reserved byte, entry id 0, a reserved word */
+        fd = data_conn(dport, 0xE100u + (uint64_t)i, &h);
+        REQUIRE(fd >= 0);
+        memset(q, 0, sizeof(q));
+        le32(q, 0x50434D4Fu); q[4] = 1; le64(q + 16, entry); le64(q + 32, 1u << 20);
+        if (i == 0) q[4] = 9;
+        if (i == 1) q[5] = 1;
+        if (i == 2) le64(q + 16, 0);
+        if (i == 3) le32(q + 44, 1);
+        CHECK(write(fd, q, sizeof(q)) == (ssize_t)sizeof(q));
+        CHECK(closed_within(fd, 1500));
+        close(fd);
+    }
+    CHECK(tcp_protocol_errors(s) >= errs0 + 6);
+    fd = data_conn(dport, 0xE200u, &h);
+    REQUIRE(fd >= 0);
+    CHECK(dreq(fd, 1, 1, entry ^ ((uint64_t)0x77 << 32), 0, 1u << 20) == 0);     /* an entry that is not there */
+    CHECK_EQ(dstatus(fd, 1, NULL), OMC_ERR_NOT_FOUND);
+    CHECK(dreq(fd, 1, 2, entry, 0, 100) == 0);                                  /* too small a destination */
+    CHECK_EQ(dstatus(fd, 2, &detail), OMC_ERR_TOO_LARGE);
+    CHECK_EQ(detail, 4096);
+    CHECK(dreq(fd, 2, 3, entry, 0, 4095) == 0);                                 /* a claim whose size lies */
+    CHECK_EQ(dstatus(fd, 3, NULL), OMC_ERR_PROTOCOL);
+    CHECK(dreq(fd, 1, 4, entry, 0x1234u, 1u << 20) == 0);                       /* metadata of another process */
+    CHECK_EQ(dstatus(fd, 4, NULL), OMC_ERR_PEER_RESTARTED);
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "k"));                              /* nothing was used up */
+    CHECK(dreq(fd, 1, 5, entry, 0, 1u << 20) == 0);                             /* now a real pull, by hand */
+    CHECK(read_n(fd, hdr, sizeof(hdr)) == 0 && rd32(hdr) == 0x44434D4Fu && rd64(hdr + 8) == 5 && rd64(hdr + 16) == 4096);
+    CHECK(read_n(fd, payload, sizeof(payload)) == 0 && omc_test_verify(payload, sizeof(payload), 141));
+    le32(rc, 0x52434D4Fu); le32(rc + 4, 0);
+    CHECK(write(fd, rc, sizeof(rc)) == (ssize_t)sizeof(rc));
+    CHECK(read_n(fd, trl, sizeof(trl)) == 0 && rd32(trl) == 0x45434D4Fu);
+    CHECK(dreq(fd, 1, 6, entry, 0, 1u << 20) == 0);                             /* its one reader is used up */
+    CHECK_EQ(dstatus(fd, 6, NULL), OMC_ERR_NOT_FOUND);
+    close(fd);
+    hz_close(&h);
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "k", m.data, m.size, omc_deadline_after_ms(2000), &b), OMC_ERR_NOT_FOUND);
+    omc_meta_free(&m);
+    CHECK_OK(put_bytes(s, "k2", 100000, 142, &m));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "k2", m.data, m.size, omc_deadline_after_ms(2000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 142));
+    omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* HOSTILE: a receiver that asks on its data connection, takes the header of a small payload the
+   listener wrote whole, never sends its receipt and goes away uses up nothing: the listener,
+   which waits for that receipt itself, gives the reader back when the connection closes (or at
+   the stall timeout), and the real receiver gets every byte. */
+OMC_TEST(a_requester_that_never_sends_its_receipt_uses_up_nothing) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_conn* r = make_receiver(0, NULL, NULL, NULL);
+    uint8_t hdr[24];
+    omc_meta m = {0};
+    omc_buffer b;
+    uint16_t port = 0, dport = 0;
+    hz h;
+    int fd;
+    REQUIRE(s && r);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "r", 32u << 10, 143, &m));
+    REQUIRE(hz_open(&h, port) == 0);
+    CHECK(hz_hello(&h) == HZ_HELLO);
+    fd = data_conn(dport, 0xF00Du, &h);
+    REQUIRE(fd >= 0);
+    CHECK(dreq(fd, 1, 1, entry_of(&m), 0, 1u << 20) == 0);
+    CHECK(read_n(fd, hdr, sizeof(hdr)) == 0 && rd64(hdr + 16) == (32u << 10));
+    usleep(100000);                 /* the payload sits in our socket; no receipt, and we go */
+    close(fd);
+    hz_close(&h);
+    usleep(200000);
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "r", m.data, m.size, omc_deadline_after_ms(2000), &b));
+    CHECK(b.size == (32u << 10) && omc_test_verify(b.data, b.size, 143));
+    omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* Forge an envelope: copy meta, let edit() change it, reseal the CRC. */
+static void forged(const omc_meta* m, void (*edit)(uint8_t* p, uint32_t* n), omc_meta* out) {
+    uint8_t* p = (uint8_t*)malloc(m->size + 64);
+    uint32_t n = m->size;
+    memcpy(p, m->data, m->size);
+    edit(p, &n);
+    le32(p + 28, n - 40 - (uint32_t)(p[24] | p[25] << 8));     /* body length follows the edit */
+    out->data = p;
+    out->size = n;
+    omc__meta_seal(out);
+}
+
+static void edit_size_down(uint8_t* p, uint32_t* n) { (void)n; le64(p + 8, rd64(p + 8) - 1); }
+static void edit_size_huge(uint8_t* p, uint32_t* n) { (void)n; le64(p + 8, (uint64_t)1 << 40); }
+static void edit_drop_flag(uint8_t* p, uint32_t* n) { (void)n; p[6] &= (uint8_t)~1u; }
+static void edit_cut_byte(uint8_t* p, uint32_t* n) { (void)p; (*n)--; }
+static void edit_add_flag(uint8_t* p, uint32_t* n) { (void)n; p[6] |= 1u; }
+
+/* HOSTILE: inline metadata that lies - a size that does not match the bytes carried, a size over
+   OMC_TCP_MAX_INLINE, the inline flag dropped or added, a byte cut - is refused before anything
+   is asked of the sender (OMC_ERR_MALFORMED, nothing consumed); the true metadata works after. */
+OMC_TEST(inline_metadata_that_lies_is_refused_and_consumes_nothing) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_conn* r = make_receiver(0, NULL, NULL, NULL);
+    void (*edits[])(uint8_t*, uint32_t*) = { edit_size_down, edit_size_huge, edit_drop_flag, edit_cut_byte };
+    omc_meta m = {0}, big = {0}, f = {0};
+    omc_buffer b;
+    size_t i;
+    REQUIRE(s && r);
+    CHECK_OK(put_bytes(s, "in", 1000, 144, &m));
+    CHECK_OK(put_bytes(s, "out", 100000, 145, &big));
+    for (i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+        forged(&m, edits[i], &f);
+        memset(&b, 0, sizeof(b));
+        CHECK_RES(omc_conn_get(r, "s0", "s1", "in", f.data, f.size, omc_deadline_after_ms(1000), &b), OMC_ERR_MALFORMED);
+        omc_meta_free(&f);
+    }
+    forged(&big, edit_add_flag, &f);
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "out", f.data, f.size, omc_deadline_after_ms(1000), &b), OMC_ERR_MALFORMED);
+    omc_meta_free(&f);
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "in"));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "in", m.data, m.size, omc_deadline_after_ms(2000), &b));
+    CHECK(b.size == 1000 && omc_test_verify(b.data, b.size, 144));
+    omc_buffer_release(&b);
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "out", big.data, big.size, omc_deadline_after_ms(2000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 145));
+    omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_meta_free(&big);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
 /* What a receiver's HELLO carries, and its sequence numbers, seen by a fake sender (a raw ROUTER
    that never answers): the first message on a channel is a HELLO with capability bit 0 (TCP) and
    no endpoint record (a receiver has no TCP record to offer; type 2 only with an RDMA plane), the

@@ -100,6 +100,229 @@ OMC_TEST(tcp_contract_threads) {
     omc_conn_destroy(s);
 }
 
+/* The contract once more with what older peers do: no payload inside the metadata (sender) and
+   every PULL on the side channel (receiver), so the side-channel push path stays covered. */
+OMC_TEST(tcp_contract_threads_side_channel_pulls_without_inline) {
+    omc_tcp_desc sd, rd;
+    omc_conn *s = NULL, *r = NULL;
+    memset(&sd, 0, sizeof(sd));
+    memset(&rd, 0, sizeof(rd));
+    sd.role = OMC_ROLE_SENDER; sd.pool_size = 256u << 20; sd.disable_inline = 1;
+    rd.role = OMC_ROLE_RECEIVER; rd.pool_size = 256u << 20; rd.pull_on_side_channel = 1;
+    REQUIRE(omc_tcp_create(&sd, &s) == OMC_OK && omc_tcp_create(&rd, &r) == OMC_OK);
+    CHECK_OK(omc_tcp_add_sender(r, "producer", "127.0.0.1", port_of(s)));
+    ct_run_all("tcp.sidechannel", s, r, NULL, getenv("CT_FILTER"));
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* ---- small payloads inside the metadata; requests on the data connection -------------------- */
+
+static uint64_t tcp_pushes(omc_conn* s) {
+    omc_tcp_health_info th;
+    memset(&th, 0, sizeof(th));
+    CHECK_OK(omc_tcp_health(s, &th));
+    return th.pushes;
+}
+
+static uint64_t live_entries(omc_conn* s) {
+    omc_health h;
+    memset(&h, 0, sizeof(h));
+    omc_conn_health(s, &h);
+    return h.live_entries;
+}
+
+/* A put of at most the threshold carries its bytes in the metadata (envelope flag bit 0, the
+   bytes after the host); a get with that metadata sends one CLAIM on its data connection - the
+   read is recorded, no payload byte travels (no push) - and the contract holds: a second get with
+   the same metadata, a get after cleanup, and a get after the last reader are NOT_FOUND; a
+   metadata-less get of an inline put pulls it like any other; one byte over the threshold is not
+   inline. */
+OMC_TEST(tcp_small_payloads_ride_in_the_metadata_and_a_claim_records_the_read) {
+    omc_conn* s = make_sender(0, 0);
+    omc_conn* r = make_receiver(0);
+    omc_meta m = {0}, big = {0}, fan = {0}, gone = {0};
+    omc_meta_info mi;
+    omc_tcp_health_info th;
+    omc_buffer b;
+    uint64_t pushes;
+    int i;
+    REQUIRE(s && r);
+    memset(&th, 0, sizeof(th));
+    CHECK_OK(omc_tcp_health(s, &th));
+    CHECK_EQ(th.inline_threshold, 16384);
+    put_bytes(s, "small", 16384, 201, 1, 0, &m);
+    put_bytes(s, "big", 16385, 202, 1, 0, &big);
+    CHECK_OK(omc_meta_parse(m.data, m.size, &mi));
+    CHECK((mi.flags & OMC_META_FLAG_INLINE) && mi.body_len == 16 + 9 + 16384);
+    CHECK(omc_test_verify(mi.body + 16 + 9, 16384, 201));
+    CHECK_OK(omc_meta_parse(big.data, big.size, &mi));
+    CHECK(!(mi.flags & OMC_META_FLAG_INLINE) && mi.body_len == 16 + 9);
+    pushes = tcp_pushes(s);
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "small", m.data, m.size, omc_deadline_after_ms(5000), &b));
+    CHECK(b.size == 16384 && omc_test_verify(b.data, b.size, 201));
+    omc_buffer_release(&b);
+    CHECK_EQ(tcp_pushes(s), pushes);                /* no payload byte went over the network */
+    CHECK_RES(omc_conn_exists(s, "s0", "s1", "small"), OMC_ERR_NOT_FOUND);     /* the read is recorded */
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "small", m.data, m.size, omc_deadline_after_ms(2000), &b), OMC_ERR_NOT_FOUND);
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "big", big.data, big.size, omc_deadline_after_ms(5000), &b));
+    CHECK(b.size == 16385 && omc_test_verify(b.data, b.size, 202));
+    omc_buffer_release(&b);
+    CHECK_EQ(tcp_pushes(s), pushes + 1);
+    /* fan-out: three readers, claims and a metadata-less pull share them */
+    put_bytes(s, "fan", 1000, 203, 3, 0, &fan);
+    CHECK_OK(omc_tcp_add_sender(r, "s", "127.0.0.1", port_of(s)));
+    for (i = 0; i < 3; i++) {
+        if (i == 1) CHECK_OK(omc_conn_get(r, "s0", "s1", "fan", NULL, 0, omc_deadline_after_ms(5000), &b));
+        else CHECK_OK(omc_conn_get(r, "s0", "s1", "fan", fan.data, fan.size, omc_deadline_after_ms(5000), &b));
+        CHECK(b.size == 1000 && omc_test_verify(b.data, b.size, 203));
+        omc_buffer_release(&b);
+    }
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "fan", fan.data, fan.size, omc_deadline_after_ms(2000), &b), OMC_ERR_NOT_FOUND);
+    /* cleaned up: the bytes are in the metadata, but the get is refused */
+    put_bytes(s, "gone", 10, 204, 1, 0, &gone);
+    CHECK_OK(omc_conn_cleanup(s, "s0", "s1", "gone"));
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "gone", gone.data, gone.size, omc_deadline_after_ms(2000), &b), OMC_ERR_NOT_FOUND);
+    CHECK_EQ(live_entries(s), 0);
+    CHECK_OK(omc_conn_wait_consumed(s, OMC_NO_WAIT));
+    omc_meta_free(&m); omc_meta_free(&big); omc_meta_free(&fan); omc_meta_free(&gone);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+static uint64_t inline_threshold_of(const omc_tcp_desc* d) {
+    omc_conn* c = NULL;
+    omc_tcp_health_info th;
+    memset(&th, 0, sizeof(th));
+    if (omc_tcp_create(d, &c) != OMC_OK) return (uint64_t)-1;
+    omc_tcp_health(c, &th);
+    omc_conn_destroy(c);
+    return th.inline_threshold;
+}
+
+/* The threshold: the desc, else $OMNICONN_TCP_INLINE_THRESHOLD (0 = off, junk or too large is
+   ignored), else 16 KiB; disable_inline; more than OMC_TCP_MAX_INLINE is refused; a CURVE sender
+   inlines nothing unless inline_with_curve says so. */
+OMC_TEST(tcp_inline_threshold_desc_environment_and_curve) {
+    omc_tcp_desc d;
+    char pub[41], sec[41];
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.role = OMC_ROLE_SENDER;
+    d.hooks.log_fn = omc_log_discard;
+    CHECK_EQ(inline_threshold_of(&d), 16384);
+    d.inline_threshold = 100;
+    CHECK_EQ(inline_threshold_of(&d), 100);
+    d.inline_threshold = OMC_TCP_MAX_INLINE + 1;
+    CHECK_RES(omc_tcp_create(&d, &c), OMC_ERR_INVALID_ARG);
+    d.inline_threshold = 0;
+    d.disable_inline = 1;
+    CHECK_EQ(inline_threshold_of(&d), 0);
+    d.disable_inline = 0;
+    setenv("OMNICONN_TCP_INLINE_THRESHOLD", "0", 1);
+    CHECK_EQ(inline_threshold_of(&d), 0);
+    setenv("OMNICONN_TCP_INLINE_THRESHOLD", "2048", 1);
+    CHECK_EQ(inline_threshold_of(&d), 2048);
+    d.inline_threshold = 100;                       /* the desc wins */
+    CHECK_EQ(inline_threshold_of(&d), 100);
+    d.inline_threshold = 0;
+    setenv("OMNICONN_TCP_INLINE_THRESHOLD", "4k", 1);
+    CHECK_EQ(inline_threshold_of(&d), 16384);
+    setenv("OMNICONN_TCP_INLINE_THRESHOLD", "1000000", 1);
+    CHECK_EQ(inline_threshold_of(&d), 16384);
+    unsetenv("OMNICONN_TCP_INLINE_THRESHOLD");
+    CHECK_OK(omc_tcp_curve_keypair(pub, sec));
+    d.curve.secret_key = sec;
+    CHECK_EQ(inline_threshold_of(&d), 0);
+    d.inline_with_curve = 1;
+    CHECK_EQ(inline_threshold_of(&d), 16384);
+}
+
+/* Gets with metadata travel as requests on the data connection, PULLs of receivers that ask for
+   the side channel as before, both against one sender and one fan-out entry; sizes across the
+   listener's non-blocking start and the workers (4 KiB .. 8 MiB), inline off. */
+OMC_TEST(tcp_requests_on_the_data_connection_and_side_channel_pulls_mix) {
+    omc_tcp_desc sd, rd;
+    omc_conn *s = NULL, *a = NULL, *b = NULL;
+    static const uint64_t sizes[] = { 0, 1, 4096, 65536, 300000, 8u << 20 };
+    size_t i;
+    memset(&sd, 0, sizeof(sd));
+    memset(&rd, 0, sizeof(rd));
+    sd.role = OMC_ROLE_SENDER; sd.pool_size = 128u << 20; sd.disable_inline = 1;
+    rd.role = OMC_ROLE_RECEIVER; rd.pool_size = 64u << 20;
+    REQUIRE(omc_tcp_create(&sd, &s) == OMC_OK && omc_tcp_create(&rd, &a) == OMC_OK);
+    rd.pull_on_side_channel = 1;
+    REQUIRE(omc_tcp_create(&rd, &b) == OMC_OK);
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        char key[32];
+        omc_meta m = {0};
+        omc_buffer x;
+        int k;
+        snprintf(key, sizeof(key), "mix-%zu", i);
+        put_bytes(s, key, sizes[i], 210 + i, 4, 0, &m);
+        for (k = 0; k < 4; k++) {
+            CHECK_OK(omc_conn_get(k & 1 ? b : a, "s0", "s1", key, m.data, m.size, omc_deadline_after_ms(10000), &x));
+            CHECK(x.size == sizes[i] && omc_test_verify(x.data, x.size, 210 + i));
+            omc_buffer_release(&x);
+        }
+        CHECK_RES(omc_conn_get(a, "s0", "s1", key, m.data, m.size, omc_deadline_after_ms(2000), &x), OMC_ERR_NOT_FOUND);
+        CHECK_RES(omc_conn_get(b, "s0", "s1", key, m.data, m.size, omc_deadline_after_ms(2000), &x), OMC_ERR_NOT_FOUND);
+        omc_meta_free(&m);
+    }
+    {   /* too small a destination: refused on the data connection, nothing consumed, channel kept */
+        omc_meta m = {0};
+        char small[100];
+        uint64_t need = 0;
+        put_bytes(s, "toolarge", 5000, 220, 1, 0, &m);
+        CHECK_RES(omc_conn_get_copy(a, "s0", "s1", "toolarge", m.data, m.size, omc_deadline_after_ms(2000), small, sizeof(small), &need),
+                  OMC_ERR_TOO_LARGE);
+        CHECK_EQ(need, 5000);
+        CHECK_OK(omc_conn_exists(s, "s0", "s1", "toolarge"));
+        omc_meta_free(&m);
+    }
+    CHECK_EQ(live_entries(s), 1);
+    omc_conn_destroy(b);
+    omc_conn_destroy(a);
+    omc_conn_destroy(s);
+}
+
+/* A get by request that gives up in the middle of a 128 MiB payload: OMC_ERR_TIMEOUT at its
+   deadline; closing its data connection stops the push, which gives the read back (no ABORT
+   message on this path); the next get takes every byte. */
+OMC_TEST(tcp_a_request_that_times_out_mid_transfer_gives_the_read_back) {
+    omc_conn* s = make_sender(0, 256u << 20);
+    omc_conn* r = make_receiver(256u << 20);
+    omc_meta small = {0}, big = {0};
+    omc_tcp_health_info th;
+    omc_buffer b;
+    omc_time_ns t0;
+    int i;
+    REQUIRE(s && r);
+    put_bytes(s, "warm", 100000, 230, 1, 0, &small);
+    put_bytes(s, "big", 128u << 20, 231, 1, 0, &big);
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "warm", small.data, small.size, omc_deadline_after_ms(5000), &b));  /* channel open */
+    omc_buffer_release(&b);
+    t0 = omc_now_ns();
+    CHECK_RES(omc_conn_get(r, "s0", "s1", "big", big.data, big.size, omc_deadline_after_ms(10), &b), OMC_ERR_TIMEOUT);
+    CHECK(omc_now_ns() - t0 < 1000000000LL);
+    for (i = 0; i < 200; i++) {         /* the push notices the closed connection */
+        memset(&th, 0, sizeof(th));
+        omc_tcp_health(s, &th);
+        if (th.pushes_in_flight == 0) break;
+        usleep(10000);
+    }
+    CHECK_EQ(th.pushes_in_flight, 0);
+    CHECK(th.pushes_failed >= 1);
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "big"));            /* the read was given back */
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "big", big.data, big.size, omc_deadline_after_ms(20000), &b));
+    CHECK(b.size == (128u << 20) && omc_test_verify(b.data, b.size, 231));
+    omc_buffer_release(&b);
+    omc_meta_free(&small);
+    omc_meta_free(&big);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
 /* ---- child processes: a sender or a receiver driven by commands over a socketpair ------------ */
 
 typedef struct child { pid_t pid; ct_env e; } child;

@@ -95,14 +95,44 @@ static void check_tcp(const uint8_t* data, size_t size) {
 static void check_meta_body(const uint8_t* data, size_t size) {
     omc__net_meta mb;
     omc_result r;
-    if (size > 65536) return;
-    r = omc__net_meta_body_decode(data, (uint32_t)size, &mb);
+    uint64_t inl;
+    if (size > 65536 + 16 + 255) return;
+    r = omc__net_meta_body_decode(data, (uint32_t)size, 0, 0, &mb);
     FUZZ_REQUIRE(r == OMC_OK || r == OMC_ERR_MALFORMED);
     if (r == OMC_OK) {
         uint8_t back[16 + OMC_TCP_HOST_MAX];
-        FUZZ_REQUIRE(omc__net_meta_body_size(mb.host) == size && mb.entry_id != 0 && mb.port != 0);
+        FUZZ_REQUIRE(omc__net_meta_body_size(mb.host) == size && mb.entry_id != 0 && mb.port != 0 && mb.inl == NULL);
         omc__net_meta_body_encode(back, mb.entry_id, mb.port, mb.caps, mb.host);
         FUZZ_REQUIRE(memcmp(back, data, size) == 0);
+    }
+    /* the same bytes as an inline body: the envelope's size must be exactly what follows the
+       host, and never more than OMC_TCP_MAX_INLINE, whatever the envelope claims */
+    inl = size >= 16 ? (uint64_t)size - 16 - (size >= 12 ? omc__get_u16(data + 10) : 0) : 0;
+    r = omc__net_meta_body_decode(data, (uint32_t)size, OMC_META_FLAG_INLINE, inl, &mb);
+    FUZZ_REQUIRE(r == OMC_OK || r == OMC_ERR_MALFORMED);
+    if (r == OMC_OK) FUZZ_REQUIRE(mb.inl == data + 16 + strlen(mb.host) && inl <= OMC_TCP_MAX_INLINE);
+    FUZZ_REQUIRE(omc__net_meta_body_decode(data, (uint32_t)size, OMC_META_FLAG_INLINE, inl + 1, &mb) == OMC_ERR_MALFORMED);
+    FUZZ_REQUIRE(omc__net_meta_body_decode(data, (uint32_t)size, OMC_META_FLAG_INLINE, (uint64_t)1 << 40, &mb) == OMC_ERR_MALFORMED);
+}
+
+/* a request on a data connection: exactly 48 bytes, one encoding */
+static void check_request(const uint8_t* data, size_t size) {
+    omc__tcp_req q;
+    omc_result r = omc__tcp_req_decode(data, size, &q);
+    FUZZ_REQUIRE(r == OMC_OK || r == OMC_ERR_MALFORMED);
+    if (r == OMC_OK) {
+        uint8_t back[OMC__TCP_REQUEST_SIZE];
+        FUZZ_REQUIRE(size == OMC__TCP_REQUEST_SIZE && q.entry_id != 0);
+        omc__tcp_req_encode(back, &q);
+        FUZZ_REQUIRE(memcmp(back, data, size) == 0);
+    }
+    if (size >= OMC__TCP_STATUS_SIZE) {
+        int32_t code;
+        uint64_t detail, xfer = omc__get_u64(data + 8);
+        r = omc__tcp_status_decode(data, xfer, &code, &detail);
+        FUZZ_REQUIRE(r == OMC_OK || r == OMC_ERR_MALFORMED || r == OMC_ERR_PROTOCOL);
+        if (r == OMC_OK) FUZZ_REQUIRE(code <= 0);
+        FUZZ_REQUIRE(omc__tcp_status_decode(data, xfer + 1, &code, &detail) != OMC_OK);
     }
 }
 
@@ -111,6 +141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_message(data, size);
     check_tcp(data, size);
     check_meta_body(data, size);
+    check_request(data, size);
     if (size >= OMC__WIRE_HEADER && size <= OMC__WIRE_MAX) {     /* the same bytes behind a right header */
         uint8_t* fixed = (uint8_t*)malloc(size);
         FUZZ_REQUIRE(fixed);
@@ -161,6 +192,18 @@ int main(int argc, char** argv) {
     rc |= write_file(argv[1], "tcp-header", buf, OMC__TCP_HEADER_SIZE);
     omc__net_meta_body_encode(buf, 5, 50151, OMC_NET_CAP_TCP, "10.0.0.7");
     rc |= write_file(argv[1], "meta-body", buf, omc__net_meta_body_size("10.0.0.7"));
+    memcpy(buf + omc__net_meta_body_size("10.0.0.7"), "inline", 6);
+    rc |= write_file(argv[1], "meta-body-inline", buf, omc__net_meta_body_size("10.0.0.7") + 6);
+    {
+        omc__tcp_req q;
+        memset(&q, 0, sizeof(q));
+        q.op = OMC__TCP_REQ_PULL; q.xfer = 77; q.entry_id = ((uint64_t)3 << 32) | 5; q.expect_incarnation = 0xABCDEF;
+        q.capacity = 1u << 20; q.budget_ms = 20000;
+        omc__tcp_req_encode(buf, &q);
+        rc |= write_file(argv[1], "tcp-request", buf, OMC__TCP_REQUEST_SIZE);
+        omc__tcp_status_encode(buf, OMC_ERR_TOO_LARGE, 77, 2u << 20);
+        rc |= write_file(argv[1], "tcp-status", buf, OMC__TCP_STATUS_SIZE);
+    }
     return rc;
 }
 #endif
