@@ -27,7 +27,8 @@ every sample and the package versions to the JSON file, and into the doc the sid
 (between <!-- peers-table:begin --> and <!-- peers-table:end -->) and the summary, one line per
 target with met / missed and by how much (between <!-- peers-summary:begin --> and
 <!-- peers-summary:end -->); both are printed as well. Nothing in them is typed by hand.
-About 2-4 minutes on an idle 2-CPU host (bench_alloc is about a minute of it).
+Measured: 5.5 minutes at a load average of 6 on 2 CPUs (bench_alloc about 50 s of it); on an idle
+host the rounds took about a minute.
 Needs ucx-utils and iperf3 (scripts/install-deps.sh installs them)."""
 import argparse
 import json
