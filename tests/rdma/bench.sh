@@ -6,7 +6,8 @@
 #   ib_write_bw_mbps  ib_write_bw -s SIZE, TX depth 16 (MB/sec as perftest prints it: MiB/s)
 #   ucx_put_bw_mbps   ucx_perftest -t put_bw -x rc_verbs -D zcopy -O 16: UCX's RDMA WRITE path
 #                     (UCT level, zero-copy, 16 outstanding), over the same device and GID;
-#                     the "overall" bandwidth of its Final line (MB/s = MiB/s)
+#                     the "overall" bandwidth of its Final line (MB/s = MiB/s). UCT puts at most
+#                     8 MiB at once here, so 16 MiB is measured as back-to-back 8 MiB puts
 #   omniconn_mbps     the receiver's get of a payload already put (one put, many readers),
 #                     4 gets in flight from 4 threads over their own cached channels: side
 #                     channel round trips, per-transfer protection (expose/revoke), the WRITE
@@ -29,8 +30,10 @@
 # OMC_BENCH_ROUNDS times (default 5), and each figure is the median of its rounds (every
 # sample, and the host's load average, are in the JSON too). A run that failed or printed 0 is
 # left out.
+# Every tool run is under a timeout (OMC_BENCH_TIMEOUT, 90 s): perftest pairs on rxe
+# occasionally hang; such a run counts as failed and the round goes on.
 # Knobs: OMC_BENCH_SIZES ("65536 1048576 16777216"), OMC_BENCH_DEPTH (4), OMC_BENCH_ROUNDS (5),
-# OMC_BENCH_PHASES (1), OMC_BENCH_UCX (1; 0 leaves UCX out), BUILD, bed.sh's.
+# OMC_BENCH_PHASES (1), OMC_BENCH_UCX (1; 0 leaves UCX out), OMC_BENCH_TIMEOUT (90), BUILD, bed.sh's.
 # `bash tests/rdma/bench.sh --json-only` rewrites the JSON from the last run's raw figures.
 set -u
 cd "$(dirname "$0")/../.."
@@ -40,6 +43,8 @@ ROUNDS=${OMC_BENCH_ROUNDS:-5}
 PHASES=${OMC_BENCH_PHASES:-1}
 UCX=${OMC_BENCH_UCX:-1}
 UCX_PORT=13437
+UCX_MAX_PUT=8388608        # UCT's largest zero-copy put over rc_verbs on rxe ("larger than max supported")
+TOOL_TIMEOUT=${OMC_BENCH_TIMEOUT:-90}   # seconds for one run of one tool: a hung perftest pair must not eat the boot
 
 # about 32-96 MiB per run: a few seconds each at Soft-RoCE-under-TCG speeds
 iters() { case $1 in 65536) echo 500;; 1048576) echo 64;; *) echo $(( (96 << 20) / $1 > 4 ? (96 << 20) / $1 : 4 ));; esac; }
@@ -63,11 +68,12 @@ if [ "${1:-}" = "--in-bed" ]; then
         local tmp avg spid
         tmp=$(mktemp -d)
         # the server waits on its TCP port, the client connects to the rxe address
-        ib_write_bw -d "$OMC_RDMA_DEVICE" -x "$OMC_RDMA_GID_INDEX" -s "$2" -n "$3" -t "$4" -F > "$tmp/server" 2>&1 &
+        timeout -k 5 "$TOOL_TIMEOUT" ib_write_bw -d "$OMC_RDMA_DEVICE" -x "$OMC_RDMA_GID_INDEX" -s "$2" -n "$3" -t "$4" -F > "$tmp/server" 2>&1 &
         spid=$!
         sleep 1
-        ib_write_bw -d "$OMC_RDMA_DEVICE" -x "$OMC_RDMA_GID_INDEX" -s "$2" -n "$3" -t "$4" -F "$OMC_RDMA_IP" > "$tmp/client" 2>&1
-        wait "$spid"
+        timeout -k 5 "$TOOL_TIMEOUT" ib_write_bw -d "$OMC_RDMA_DEVICE" -x "$OMC_RDMA_GID_INDEX" -s "$2" -n "$3" -t "$4" -F "$OMC_RDMA_IP" > "$tmp/client" 2>&1 \
+            || echo "ib_write_bw: exit $? (124: timed out after $TOOL_TIMEOUT s)" >> "$tmp/client"
+        sleep 1; kill "$spid" 2> /dev/null; wait "$spid" 2> /dev/null
         # the result row: "#bytes #iterations BW-peak BW-average MsgRate"
         avg=$(awk -v s="$2" '$1 == s && NF >= 5 { print $4 }' "$tmp/client" | tail -n 1)
         echo "$1 size=$2 iterations=$3 mbps=${avg:-0}" | tee -a "$out"
@@ -75,32 +81,36 @@ if [ "${1:-}" = "--in-bed" ]; then
         rm -rf "$tmp"
     }
     ucxput() {  # ucxput TAG SIZE ITERS OUTSTANDING: UCT put_bw, zero-copy, over rc_verbs
-        local tmp fin spid
+        local tmp fin spid msg=$2 n=$3
         [ $have_ucx = 1 ] || return 0
+        if [ "$msg" -gt $UCX_MAX_PUT ]; then   # larger sizes as back-to-back puts of the largest UCT takes
+            n=$(( n * (msg / UCX_MAX_PUT) )); msg=$UCX_MAX_PUT
+        fi
         tmp=$(mktemp -d)
-        UCX_TLS=rc_verbs timeout 120 ucx_perftest -p $UCX_PORT > "$tmp/server" 2>&1 &
+        UCX_TLS=rc_verbs timeout -k 5 "$TOOL_TIMEOUT" ucx_perftest -p $UCX_PORT > "$tmp/server" 2>&1 &
         spid=$!
         sleep 1
-        UCX_TLS=rc_verbs timeout 120 ucx_perftest "$OMC_RDMA_IP" -p $UCX_PORT -t put_bw -x rc_verbs -d "$OMC_RDMA_DEVICE:1" -D zcopy \
-            -s "$2" -n "$3" -w $(( $3 / 10 + 1 )) -O "$4" > "$tmp/client" 2>&1
-        wait "$spid"
+        UCX_TLS=rc_verbs timeout -k 5 "$TOOL_TIMEOUT" ucx_perftest "$OMC_RDMA_IP" -p $UCX_PORT -t put_bw -x rc_verbs -d "$OMC_RDMA_DEVICE:1" \
+            -D zcopy -s "$msg" -n "$n" -w $(( n / 10 + 1 )) -O "$(( $4 < n ? $4 : n ))" > "$tmp/client" 2>&1 \
+            || echo "ucx_perftest: exit $? (124: timed out after $TOOL_TIMEOUT s) ERROR" >> "$tmp/client"
+        sleep 1; kill "$spid" 2> /dev/null; wait "$spid" 2> /dev/null
         # "Final: iterations lat-p50 lat-avg lat-overall bw-avg bw-overall rate-avg rate-overall" (us, MB/s = MiB/s)
         fin=$(awk '$1 == "Final:" { print "mbps=" $7 " lat_us_p50=" $3 }' "$tmp/client" | tail -n 1)
-        echo "$1 size=$2 iterations=$3 ${fin:-mbps=0}" | tee -a "$out"
+        echo "$1 size=$2 iterations=$3 put_size=$msg ${fin:-mbps=0}" | tee -a "$out"
         [ -n "$fin" ] || grep -E 'ERROR|Fatal' "$tmp/client" | head -n 3 | sed 's/^/    ucx_perftest: /'
         rm -rf "$tmp"
     }
     phase() {   # phase TAG -- CMD...: bench_rdma's line renamed "phase TAG ..."
         local tag=$1; shift 2
-        "$@" | sed "s/^bench [a-z]*/phase $tag/" | tee -a "$out"
+        timeout -k 5 "$TOOL_TIMEOUT" "$@" | sed "s/^bench [a-z]*/phase $tag/" | tee -a "$out"
     }
     ucp_try() { # ucp_try TLS TEST: what UCX's UCP layer does on this device (once per boot)
         local tmp rc spid
         tmp=$(mktemp -d)
-        UCX_TLS=$1 UCX_UD_TIMEOUT=5s timeout 60 ucx_perftest -p $UCX_PORT > "$tmp/server" 2>&1 &
+        UCX_TLS=$1 UCX_UD_TIMEOUT=5s timeout -k 5 60 ucx_perftest -p $UCX_PORT > "$tmp/server" 2>&1 &
         spid=$!
         sleep 1
-        UCX_TLS=$1 UCX_UD_TIMEOUT=5s timeout 60 ucx_perftest "$OMC_RDMA_IP" -p $UCX_PORT -t "$2" -s 65536 -n 20 > "$tmp/client" 2>&1
+        UCX_TLS=$1 UCX_UD_TIMEOUT=5s timeout -k 5 60 ucx_perftest "$OMC_RDMA_IP" -p $UCX_PORT -t "$2" -s 65536 -n 20 > "$tmp/client" 2>&1
         rc=$?
         kill "$spid" 2> /dev/null; wait "$spid" 2> /dev/null
         echo "ucp tls=$1 test=$2 exit=$rc $(awk '$1 == "Final:" { print "mbps=" $7 }' "$tmp/client")" | tee -a "$out"
@@ -121,8 +131,8 @@ if [ "${1:-}" = "--in-bed" ]; then
           case $(( (round + k) % 4 )) in
             0) ibw ib_write_bw "$size" "$n" "$t";;
             1) ucxput ucx_put_bw "$size" "$n" "$t";;
-            2) "$bin" connector "$size" "$(gets "$size")" "$DEPTH" | tee -a "$out";;
-            3) "$bin" engine "$size" "$(gets "$size")" "$DEPTH" | tee -a "$out";;
+            2) timeout -k 5 "$TOOL_TIMEOUT" "$bin" connector "$size" "$(gets "$size")" "$DEPTH" | tee -a "$out";;
+            3) timeout -k 5 "$TOOL_TIMEOUT" "$bin" engine "$size" "$(gets "$size")" "$DEPTH" | tee -a "$out";;
           esac
         done
         if [ "$PHASES" = 1 ] && [ "$size" -lt 16777216 ]; then
@@ -132,7 +142,7 @@ if [ "${1:-}" = "--in-bed" ]; then
             phase write -- "$bin" engine "$size" "$p" 1
             ibw phase_ib_write_bw "$size" "$p" 1
             ucxput phase_ucx_put_bw "$size" "$p" 1
-            phase get -- "$bin" connector 64 "$(phase_n 64)" 1
+            phase "get64_$size" -- "$bin" connector 64 "$(phase_n 64)" 1      # in this size's block of the round
         fi
       done
     done
@@ -192,6 +202,8 @@ for line in open(raw):
     kv = dict(x.split("=", 1) for x in w if "=" in x)
     try:
         size, mbps = int(kv["size"]), float(kv["mbps"])
+        if "seconds" in kv and "count" in kv and float(kv["seconds"]) > 0:     # bench_rdma: exact, even where mbps prints as 0.00
+            mbps = size * int(kv["count"]) / float(kv["seconds"]) / MiB
     except (KeyError, ValueError):
         continue
     if mbps <= 0:
@@ -222,12 +234,12 @@ phases = []
 for s in sizes:
     p = {"size_bytes": s}
     for key, kind, sz in [("get_ms", "phase get", s), ("get_pool_protection_ms", "phase get_pool", s), ("write_ms", "phase write", s),
-                          ("ib_write_bw_ms", "phase_ib_write_bw", s), ("ucx_put_bw_ms", "phase_ucx_put_bw", s), ("get_64B_ms", "phase get", 64)]:
+                          ("ib_write_bw_ms", "phase_ib_write_bw", s), ("ucx_put_bw_ms", "phase_ucx_put_bw", s), ("get_64B_ms", "phase get64_%d" % s, 64)]:
         v = samples.get((kind, sz))
         if v:
             p[key] = ms(statistics.median(v), sz)
             p[key.replace("_ms", "_samples_ms")] = [ms(x, sz) for x in v]
-    if len(p) > 1:
+    if "get_ms" in p:
         phases.append(p)
 bed = head.get("bed", "? ? ?").split()
 res = {
