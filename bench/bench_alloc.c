@@ -339,6 +339,8 @@ static void measure(subject* s, uint64_t n, uint64_t lo, uint64_t hi, uint64_t w
         }
         out->utilisation = (double)requested / (double)s->capacity;
     }
+    if (s->kind == K_MALLOC)                    /* the live set is real memory here: give it back */
+        for (i = 0; i < nlive; i++) free(live[i].ptr);
     free(per_op);
     free(live);
 }
