@@ -626,7 +626,12 @@ def summary(rows, res):
                     short(r), r["ratio"], r["target_ratio"] / r["ratio"]) for r in miss))
             if none and not met and not miss:
                 have = [r for r in none if r["ratio"] is not None]
-                bits.append(", ".join("%s %.2fx" % (short(r), r["ratio"]) for r in have) if have else "not measured in this run")
+                if have:
+                    bits.append(", ".join("%s %.2fx" % (short(r), r["ratio"]) for r in have))
+                elif all(r["omniconn"] is None for r in none) and any(r["peer_value"] is not None for r in none):
+                    bits.append("no omniconn figure in this run (the benchmark binary does not measure it)")
+                else:
+                    bits.append("not measured in this run")
             elif none:
                 bits.append("not measured: %s" % ", ".join(short(r) for r in none))
             parts.append("against %s: %s" % (peer, "; ".join(bits)))
