@@ -271,6 +271,9 @@ def main():
                 add("omniconn_tcp_metaless_gbps/%d" % s, row.get("omniconn_metaless_gbps"), ld)
                 add("raw_tcp_gbps/%d" % s, row["raw_tcp_gbps"], ld)
                 add("omniconn_tcp_get_us_p50/%d" % s, row["omniconn_get_us_p50"], ld)
+                # the same get with the payload not inline, and with the PULL on the side channel
+                add("omniconn_tcp_noinline_get_us_p50/%d" % s, row.get("omniconn_noinline_get_us_p50"), ld)
+                add("omniconn_tcp_side_channel_get_us_p50/%d" % s, row.get("omniconn_side_channel_get_us_p50"), ld)
 
     tools = [("ucx_perftest", ucx_tools), ("iperf3", iperf), ("omniconn shm", omc_shm), ("omniconn tcp", omc_tcp)]
     load0, t0 = load(), time.time()
@@ -416,8 +419,13 @@ def table_rows(med):
         row("tcp_ucx", "TCP throughput %s (GB/s)" % human(s), o, "UCX tcp tag_bw", u, ratio(o, u), ">= UCX tcp tag_bw", 1.0)
     o, u = m("omniconn_tcp_get_us_p50/%d" % (4 * KiB)), m("ucx_tcp_tag_lat_us_one_way/%d" % (4 * KiB))
     rtt = 2 * u if u else None
-    row("tcp_latency", "TCP 4 KiB get latency p50 (us)", o, "UCX tcp tag_lat round trip", rtt, ratio(2 * rtt, o) if rtt else None,
+    row("tcp_latency", "TCP 4 KiB get latency p50, default: payload inline in the metadata (us)", o, "UCX tcp tag_lat round trip", rtt, ratio(2 * rtt, o) if rtt else None,
         "<= 2x UCX tcp round trip", 1.0)
+    for key, how in (("noinline", "payload not inline (a request and the bytes on the data connection)"),
+                     ("side_channel", "PULL on the side channel (an older sender)")):
+        o = m("omniconn_tcp_%s_get_us_p50/%d" % (key, 4 * KiB))
+        row("tcp_latency_paths", "TCP 4 KiB get latency p50, %s (us)" % how, o, "UCX tcp tag_lat round trip", rtt,
+            ratio(2 * rtt, o) if rtt and o else None, "(no target; reported)", None)
     for s in SIZES:
         if s < MiB:
             continue
