@@ -21,7 +21,11 @@
    malloc has no fixed range: its sizes are scaled down so its live set stays under 1 GiB on this
    shared machine (the row's note says by how much), and it has no utilisation figure.
    The offset allocators run without a lock (omniconn thread_safe = 0; vLLM-Omni's lock is left
-   out too), so the comparison is of algorithms. */
+   out too), so the comparison is of algorithms.
+   The target "ns/op at 100 000 live <= 1.5x at 1 000 live" has its own measurement (scale_pair):
+   the two live counts alternate 7 times, each after the same 200 000 untimed free+alloc pairs and
+   over the same 256 000 timed calls; the ratio is taken per round and the median reported, for
+   p50 and p99 (the rows above measure each count once per round, with a warm-up of N pairs). */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
 
@@ -140,15 +144,51 @@ static int ff_free_range(ff_alloc* a, uint64_t offset, uint64_t size) {
 
 typedef struct handle { uint64_t offset, size; uint32_t generation, slot; void* ptr; } handle;
 
+/* The floor, for the 100k-vs-1k question only (not an allocator: it hands out no offsets): the
+   least bookkeeping any allocator with one out-of-band record per block and frees by handle must
+   do. free reads the handle's 32-byte record (its generation) and writes it; alloc takes the most
+   recently freed record (LIFO: the line is still in cache) and writes it. So one random record
+   touch per free + alloc pair, as in omniconn's allocator before its neighbour and list updates. */
+typedef struct floor_rec { uint64_t offset, size; uint32_t generation, state; uint64_t pad; } floor_rec;
+typedef struct floor_store { floor_rec* rec; uint32_t* free_slots; uint32_t n, cap, nfree, gen; } floor_store;
+
+static int floor_init(floor_store* f, uint32_t cap) {
+    memset(f, 0, sizeof(*f));
+    f->rec = (floor_rec*)calloc(cap, sizeof(floor_rec));
+    f->free_slots = (uint32_t*)malloc(sizeof(uint32_t) * cap);
+    f->cap = cap;
+    return f->rec && f->free_slots ? 0 : -1;
+}
+
+static int floor_alloc(floor_store* f, uint64_t size, uint32_t* slot, uint32_t* gen) {
+    uint32_t i;
+    if (f->nfree) i = f->free_slots[--f->nfree];
+    else if (f->n < f->cap) i = f->n++;
+    else return -1;
+    f->rec[i].size = size;
+    f->rec[i].generation = *gen = ++f->gen ? f->gen : ++f->gen;
+    f->rec[i].state = 1;
+    *slot = i;
+    return 0;
+}
+
+static int floor_free(floor_store* f, uint32_t slot, uint32_t gen) {
+    if (slot >= f->n || f->rec[slot].generation != gen || !f->rec[slot].state) return -1;
+    f->rec[slot].state = 0;
+    f->free_slots[f->nfree++] = slot;
+    return 0;
+}
+
 typedef struct subject {
     const char* name;
-    int kind;                   /* 0 omniconn, 1 first fit, 2 malloc */
+    int kind;                   /* 0 omniconn, 1 first fit, 2 malloc, 3 the floor */
     omc_alloc* omc;
     ff_alloc ff;
+    floor_store fl;
     uint64_t capacity;
 } subject;
 
-enum { K_OMC = 0, K_FF = 1, K_MALLOC = 2 };
+enum { K_OMC = 0, K_FF = 1, K_MALLOC = 2, K_FLOOR = 3 };
 
 static int subj_alloc(subject* s, uint64_t size, handle* h) {
     switch (s->kind) {
@@ -161,6 +201,9 @@ static int subj_alloc(subject* s, uint64_t size, handle* h) {
         case K_FF:
             h->size = size;
             return ff_alloc_range(&s->ff, size, &h->offset);
+        case K_FLOOR:
+            h->size = size;
+            return floor_alloc(&s->fl, size, &h->slot, &h->generation);
         default:
             h->size = size;
             h->ptr = malloc(size);
@@ -177,6 +220,8 @@ static int subj_free(subject* s, const handle* h) {
         }
         case K_FF:
             return ff_free_range(&s->ff, h->offset, h->size);
+        case K_FLOOR:
+            return floor_free(&s->fl, h->slot, h->generation);
         default:
             free(h->ptr);
             return 0;
@@ -196,6 +241,7 @@ static int subj_init(subject* s, int kind, uint64_t capacity) {
         return omc_alloc_create(&d, &s->omc) == OMC_OK ? 0 : -1;
     }
     if (kind == K_FF) { s->name = "first_fit_sorted_list (vLLM-Omni)"; return ff_init(&s->ff, capacity, ALIGN); }
+    if (kind == K_FLOOR) { s->name = "one record per block (floor)"; return floor_init(&s->fl, (uint32_t)(capacity / ((SIZE_MIN + SIZE_MAX_) / 2) * 2 + 1024)); }
     s->name = "glibc malloc/free";
     return 0;
 }
@@ -203,6 +249,7 @@ static int subj_init(subject* s, int kind, uint64_t capacity) {
 static void subj_fini(subject* s) {
     if (s->kind == K_OMC) omc_alloc_destroy(s->omc);
     if (s->kind == K_FF) free(s->ff.blk);
+    if (s->kind == K_FLOOR) { free(s->fl.rec); free(s->fl.free_slots); }
 }
 
 /* ---- one measurement --------------------------------------------------------------------------- */
@@ -292,6 +339,8 @@ static void measure(subject* s, uint64_t n, uint64_t lo, uint64_t hi, uint64_t w
         }
         out->utilisation = (double)requested / (double)s->capacity;
     }
+    if (s->kind == K_MALLOC)                    /* the live set is real memory here: give it back */
+        for (i = 0; i < nlive; i++) free(live[i].ptr);
     free(per_op);
     free(live);
 }
@@ -462,6 +511,60 @@ static void cache_curve(int quick, curve_point* pts, int n) {
     }
 }
 
+/* The 100k-vs-1k ratio, measured fairly: the two live counts alternate (1k, 100k, 1k, 100k, ...)
+   SCALE_ROUNDS times, each measurement after the same untimed warm-up (SCALE_WARMUP free+alloc
+   pairs, so both run in their steady state and the same code paths are hot) and over the same
+   number of timed calls (SCALE_BATCHES batches of 64). The ratio is taken per round (the two
+   measurements of a round are seconds apart, so they share the host's load) and the median of
+   the rounds is reported, for p50 and for p99. */
+#define SCALE_ROUNDS 7
+#define SCALE_WARMUP 200000
+#define SCALE_BATCHES 4000
+static double median(const double* x, int n);
+typedef struct scale_result {
+    double p50[2], p99[2], ratio_p50, ratio_p99, ratio_p50_min, ratio_p50_max;     /* omniconn, [0] 1k, [1] 100k */
+    double floor_p50[2], floor_ratio_p50;                                          /* the floor (K_FLOOR), same stream */
+    int rounds;
+} scale_result;
+
+static void scale_pair(int quick, scale_result* out) {
+    static const uint64_t live[2] = {1000, 100000};
+    const double mean_size = (double)(SIZE_MIN + SIZE_MAX_) / 2.0;
+    double p50[2][SCALE_ROUNDS], p99[2][SCALE_ROUNDS], rp50[SCALE_ROUNDS], rp99[SCALE_ROUNDS];
+    double fp50[2][SCALE_ROUNDS], frp50[SCALE_ROUNDS];
+    int nr = quick ? 3 : SCALE_ROUNDS, r, k, kind;
+    for (r = 0; r < nr; r++) {
+        for (k = 0; k < 2; k++) {
+            for (kind = 0; kind < 2; kind++) {      /* omniconn, then the floor, on the same request stream */
+                subject s;
+                row x;
+                uint64_t capacity = (uint64_t)((double)live[k] * mean_size * 1.25) / ALIGN * ALIGN;
+                memset(&x, 0, sizeof(x));
+                if (subj_init(&s, kind ? K_FLOOR : K_OMC, capacity) != 0) exit(1);
+                rng = 0xFA1Eull + live[k] + (uint64_t)r * 104729;
+                measure(&s, live[k], SIZE_MIN, SIZE_MAX_, quick ? 20000 : SCALE_WARMUP, quick ? 500 : SCALE_BATCHES, 1e9, 0, &x);
+                if (kind) fp50[k][r] = x.p50;
+                else { p50[k][r] = x.p50; p99[k][r] = x.p99; }
+                subj_fini(&s);
+            }
+        }
+        rp50[r] = p50[1][r] / p50[0][r];
+        rp99[r] = p99[1][r] / p99[0][r];
+        frp50[r] = fp50[1][r] / fp50[0][r];
+    }
+    for (k = 0; k < 2; k++) out->floor_p50[k] = median(fp50[k], nr);
+    out->floor_ratio_p50 = median(frp50, nr);
+    out->rounds = nr;
+    for (k = 0; k < 2; k++) { out->p50[k] = median(p50[k], nr); out->p99[k] = median(p99[k], nr); }
+    out->ratio_p50 = median(rp50, nr);
+    out->ratio_p99 = median(rp99, nr);
+    out->ratio_p50_min = out->ratio_p50_max = rp50[0];
+    for (r = 1; r < nr; r++) {
+        if (rp50[r] < out->ratio_p50_min) out->ratio_p50_min = rp50[r];
+        if (rp50[r] > out->ratio_p50_max) out->ratio_p50_max = rp50[r];
+    }
+}
+
 int main(int argc, char** argv) {
     const int quick = getenv("BENCH_ALLOC_QUICK") != NULL;
     const int nrounds = quick ? 1 : ROUNDS;
@@ -469,6 +572,7 @@ int main(int argc, char** argv) {
     static row per_round[ROUNDS][NROWS];
     row rows[NROWS];
     curve_point curve[6];
+    scale_result scale;
     int r, i;
     double t_start = now_ns(), load0[3] = {0, 0, 0}, load1[3] = {0, 0, 0};
     char cpu[128];
@@ -493,6 +597,7 @@ int main(int argc, char** argv) {
         rows[i].utilisation = median(util, nrounds);
     }
     cache_curve(quick, curve, 6);
+    scale_pair(quick, &scale);
 
     printf("\n  %-30s %-8s %8s %12s %12s %12s\n", "allocator", "workload", "live", "ns/op p50", "ns/op p99", "utilisation");
     for (i = 0; i < NROWS; i++) {
@@ -511,7 +616,7 @@ int main(int argc, char** argv) {
         const row* o1k = &rows[0]; const row* o10k = &rows[3]; const row* o100k = &rows[6];
         const row* ff10k = &rows[4]; const row* uni = &rows[9];
         double worst_p99 = o1k->p99;
-        double scale_ratio = o100k->p50 / o1k->p50;
+        double scale_ratio = scale.ratio_p50;     /* the alternating, equal-work measurement (scale_pair) */
         double speedup = ff10k->p50 / o10k->p50;
         int met_p99, met_scale, met_speed, met_util;
         FILE* f = stdout;
@@ -524,6 +629,12 @@ int main(int argc, char** argv) {
         printf("\n  target                                         measured        met\n");
         printf("  omniconn p99 <= 1 us (worst of 1k/10k/100k)    %8.1f ns     %s\n", worst_p99, met_p99 ? "yes" : "NO");
         printf("  omniconn ns/op 100k vs 1k <= 1.5x (p50)        %8.2fx       %s\n", scale_ratio, met_scale ? "yes" : "NO");
+        printf("    (%d alternating rounds of %d calls each after %d warm-up pairs: 1k p50 %.1f / p99 %.1f ns, 100k p50 %.1f / p99 %.1f ns;\n"
+               "     per-round p50 ratio %.2f .. %.2f, p99 ratio %.2fx)\n", scale.rounds, (quick ? 500 : SCALE_BATCHES) * OPS_PER_BATCH,
+               quick ? 20000 : SCALE_WARMUP, scale.p50[0], scale.p99[0], scale.p50[1], scale.p99[1], scale.ratio_p50_min, scale.ratio_p50_max,
+               scale.ratio_p99);
+        printf("    the floor (one random 32-byte record touched per free + alloc pair, same stream): 1k %.1f ns, 100k %.1f ns, %.2fx\n",
+               scale.floor_p50[0], scale.floor_p50[1], scale.floor_ratio_p50);
         printf("  faster than first fit at 10k >= 10x (p50)      %8.1fx       %s\n", speedup, met_speed ? "yes" : "NO");
         printf("  utilisation on uniform sizes >= 0.85           %8.4f        %s\n", uni->utilisation, met_util ? "yes" : "NO");
         printf("  (total %.1f s)\n", (now_ns() - t_start) / 1e9);
@@ -533,7 +644,12 @@ int main(int argc, char** argv) {
             if (!f) { perror(path); return 1; }
         } else return 0;
         cpu_model(cpu, sizeof(cpu));
-        fprintf(f, "{\n  \"benchmark\": \"alloc\",\n  \"omniconn_version\": \"%s\",\n", omc_version_string());
+        {
+            char when[32];
+            time_t t = time(NULL);
+            strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+            fprintf(f, "{\n  \"benchmark\": \"alloc\",\n  \"omniconn_version\": \"%s\",\n  \"date\": \"%s\",\n", omc_version_string(), when);
+        }
         getloadavg(load1, 3);
         fprintf(f, "  \"machine\": {\"cpu\": \"%s\", \"cores\": %ld, \"load_average_start\": %.2f, \"load_average_end\": %.2f, "
                    "\"note\": \"shared with other jobs\"},\n", cpu, sysconf(_SC_NPROCESSORS_ONLN), load0[0], load1[0]);
@@ -556,8 +672,16 @@ int main(int argc, char** argv) {
         fprintf(f, "]},\n  \"targets\": {\n");
         fprintf(f, "    \"omniconn_p99_le_1us\": {\"measured_ns\": %.1f, \"limit_ns\": 1000, \"ratio\": %.4f, \"met\": %s},\n",
                 worst_p99, worst_p99 / 1000.0, met_p99 ? "true" : "false");
-        fprintf(f, "    \"omniconn_100k_vs_1k_le_1_5x\": {\"ns_per_op_1k\": %.1f, \"ns_per_op_100k\": %.1f, \"ratio\": %.3f, \"limit\": 1.5, \"met\": %s%s},\n",
-                o1k->p50, o100k->p50, scale_ratio, met_scale ? "true" : "false",
+        fprintf(f, "    \"omniconn_100k_vs_1k_le_1_5x\": {\"ns_per_op_1k\": %.1f, \"ns_per_op_100k\": %.1f, \"ratio\": %.3f, \"limit\": 1.5, \"met\": %s, "
+                   "\"p99_ns_1k\": %.1f, \"p99_ns_100k\": %.1f, \"ratio_p99\": %.3f, \"ratio_p50_min\": %.3f, \"ratio_p50_max\": %.3f, "
+                   "\"method\": \"%d alternating rounds (1k, 100k, 1k, ...), each measurement after %d untimed free+alloc pairs and over %d "
+                   "timed calls; ratio per round, median of the rounds\", \"floor_ns_1k\": %.1f, \"floor_ns_100k\": %.1f, \"floor_ratio\": %.3f, "
+                   "\"floor_note\": \"the least any allocator with one out-of-band record per block and frees by handle does: free reads and "
+                   "writes the handle's 32-byte record, alloc reuses the last freed one (no offsets are managed); measured alternating with "
+                   "omniconn on the same request stream\"%s},\n",
+                scale.p50[0], scale.p50[1], scale_ratio, met_scale ? "true" : "false", scale.p99[0], scale.p99[1], scale.ratio_p99,
+                scale.ratio_p50_min, scale.ratio_p50_max, scale.rounds, quick ? 20000 : SCALE_WARMUP, (quick ? 500 : SCALE_BATCHES) * OPS_PER_BATCH,
+                scale.floor_p50[0], scale.floor_p50[1], scale.floor_ratio_p50,
                 met_scale ? "" : ", \"note\": \"missed: the work per call is constant, but at 100k live the allocator's records "
                 "(see the omniconn rows' notes) no longer fit the 2 MiB L2 cache and each call's few random record touches "
                 "become L3 accesses; omniconn_cache_curve shows ns/op rising once the records outgrow L2 (docs/performance.md has the cache-miss profile)\"");

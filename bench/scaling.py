@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 TRANSPORTS = ["local", "shm", "tcp"]
 INFLIGHT = [1, 4, 16, 64]
@@ -33,6 +34,7 @@ def main():
     ap.add_argument("--png", default="docs/scaling.png")
     a = ap.parse_args()
     runs = []
+    load0 = load()
     for t in TRANSPORTS:
         for n in INFLIGHT:
             path = "/tmp/omc-scaling-%d.json" % os.getpid()
@@ -50,7 +52,10 @@ def main():
                              "msg_rate": r["msg_rate"], "lat_p50_us": r["lat_p50_us"], "load_average": ld})
             print("bench-scaling: %s, at most %d in flight: %s" % (t, n, ", ".join("%d B %.0f ns" % (r["size"], r["ns_per_transfer"])
                                                                                   for r in j["results"])), file=sys.stderr)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
     res = {"tool": "omniconn bench (bench/scaling.py)", "command": "omniconn bench --transport T --sizes %s --inflight N --duration 0.4" % SIZES,
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit or "unknown",
+           "load_average_start": load0, "load_average_end": load(),
            "units": {"ns_per_transfer": "1e9 / transfers per second of the throughput phase", "gbps": "1e9 bytes/s"},
            "cpus": os.cpu_count(), "runs": runs}
     with open(a.out, "w") as f:
