@@ -1875,9 +1875,11 @@ static omc_result rails_connect(side* s, int which, uint32_t* b_rails_up) {
     return r;
 }
 
-/* Expose size bytes at b, write the pattern of seed; link_cmd (optional) is sent to b first, or
-   run here after delay_ms. Returns the write's result and whether b saw the right bytes. */
-static omc_result rails_transfer(side* s, uint64_t size, uint64_t seed, const char* local_cmd, int delay_ms, int* ok, double* secs) {
+/* Expose size bytes at b, write the pattern of seed; local_cmd (optional) runs here delay_ms
+   into the write, remote_cmd (optional, "LINK <dev> <up|down>") at b. Returns the write's result
+   and whether b saw the right bytes. */
+static omc_result rails_transfer(side* s, uint64_t size, uint64_t seed, const char* local_cmd, const char* remote_cmd, int delay_ms,
+                                 int* ok, double* secs) {
     uint8_t desc[OMC_RDMA_TARGET_MAX + 16];
     char cmd[64], reply[64];
     omc_buffer src;
@@ -1892,6 +1894,11 @@ static omc_result rails_transfer(side* s, uint64_t size, uint64_t seed, const ch
     r = omc_pool_alloc_buffer(s->pool, size, &src);
     if (r != OMC_OK) return r;
     omc_test_fill(src.data, size, seed);
+    if (remote_cmd) {           /* b runs it delay_ms from now, while we write */
+        snprintf(cmd, sizeof(cmd), "%s %d", remote_cmd, delay_ms);
+        printf("  b, %d ms into the write: %s\n", delay_ms, remote_cmd);
+        if (ask(g_rfd, cmd, reply, sizeof(reply)) <= 0) printf("  (b did not answer)\n");
+    }
     sge.addr = src.data;
     sge.length = size;
     t0 = omc_now_ns();
@@ -1942,7 +1949,7 @@ RAILS_CASE(a_write_is_striped_over_both_rails) {
     CHECK_EQ(ci.rails_up, 2);
     CHECK_EQ(bu, 2);
     rails_stat(s, 0, &r0); rails_stat(s, 1, &r1);
-    CHECK_OK(rails_transfer(s, 32 * MIB, 11, NULL, 0, &ok, &secs));
+    CHECK_OK(rails_transfer(s, 32 * MIB, 11, NULL, NULL, 0, &ok, &secs));
     CHECK(ok);
     rails_stat(s, 0, &a0); rails_stat(s, 1, &a1);
     CHECK(a0.bytes > r0.bytes && a1.bytes > r1.bytes);          /* both rails carried slices */
@@ -1959,7 +1966,7 @@ RAILS_CASE(rail_down_on_the_writer_mid_transfer_finishes_on_the_other) {
     (void)one;
     REQUIRE(s->conn != NULL);
     rails_stat(s, 0, &b0);
-    CHECK_OK(rails_transfer(s, 64 * MIB, 12, "ip link set rail1 down", 300, &ok, &secs));
+    CHECK_OK(rails_transfer(s, 64 * MIB, 12, "ip link set rail1 down", NULL, 300, &ok, &secs));
     CHECK(ok);
     rails_stat(s, 0, &a0); rails_stat(s, 1, &a1);
     CHECK_EQ(a1.up, 0);
@@ -1972,7 +1979,7 @@ RAILS_CASE(rail_down_on_the_writer_mid_transfer_finishes_on_the_other) {
     rails_print(s, "after");
     /* and the next write uses the rail that is left */
     rails_stat(s, 1, &a1);
-    CHECK_OK(rails_transfer(s, 8 * MIB, 13, NULL, 0, &ok, &secs));
+    CHECK_OK(rails_transfer(s, 8 * MIB, 13, NULL, NULL, 0, &ok, &secs));
     CHECK(ok);
     rails_stat(s, 1, &b0);
     CHECK_EQ(b0.bytes, a1.bytes);
@@ -1998,7 +2005,7 @@ RAILS_CASE(a_rail_that_comes_back_rejoins) {
     CHECK_OK(omc_rdma_conn_query(s->conn, &ci));
     CHECK_EQ(ci.rails_up, 2);
     rails_stat(s, 1, &before);
-    CHECK_OK(rails_transfer(s, 16 * MIB, 14, NULL, 0, &ok, &secs));
+    CHECK_OK(rails_transfer(s, 16 * MIB, 14, NULL, NULL, 0, &ok, &secs));
     CHECK(ok);
     rails_stat(s, 1, &st);
     CHECK(st.bytes > before.bytes);
@@ -2013,8 +2020,7 @@ RAILS_CASE(rail_down_on_the_receiver_fails_over_after_the_retries) {
     (void)one;
     REQUIRE(s->conn != NULL);
     rails_stat(s, 1, &b1);
-    CHECK(ask(g_rfd, "LINK rail1 down 300", reply, sizeof(reply)) > 0);
-    CHECK_OK(rails_transfer(s, 32 * MIB, 15, NULL, 0, &ok, &secs));
+    CHECK_OK(rails_transfer(s, 32 * MIB, 15, NULL, "LINK rail1 down", 300, &ok, &secs));
     CHECK(ok);
     rails_stat(s, 1, &a1);
     CHECK(a1.failures > b1.failures);           /* the pair failed: retries ran out */
@@ -2035,7 +2041,7 @@ RAILS_CASE(a_one_rail_peer_still_connects) {
     CHECK_OK(omc_rdma_conn_query(s->conn, &ci));
     CHECK_EQ(ci.rails, 1);
     CHECK_EQ(bu, 1);
-    CHECK_OK(rails_transfer(s, 8 * MIB, 16, NULL, 0, &ok, &secs));
+    CHECK_OK(rails_transfer(s, 8 * MIB, 16, NULL, NULL, 0, &ok, &secs));
     CHECK(ok);
     /* our one-rail engine accepts b's two-rail record: one pair of two */
     REQUIRE(rails_connect(one, 0, &bu) == OMC_OK);
@@ -2043,7 +2049,7 @@ RAILS_CASE(a_one_rail_peer_still_connects) {
     CHECK_EQ(ci.rails, 2);
     CHECK_EQ(ci.rails_up, 1);
     CHECK_EQ(bu, 1);
-    CHECK_OK(rails_transfer(one, 8 * MIB, 17, NULL, 0, &ok, &secs));
+    CHECK_OK(rails_transfer(one, 8 * MIB, 17, NULL, NULL, 0, &ok, &secs));
     CHECK(ok);
 }
 
