@@ -3989,11 +3989,10 @@ OMC__PRIVATE omc_result omc__rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline,
                 break;
             }
             r = omc__rdma_post_slices(c, op, deadline);
-            if (r != OMC_OK && op->status == OMC_OK && omc__rdma_conn_usable(c) != OMC_OK)
-                op->status = c->error != OMC_OK ? c->error : r;
-            else if (r == OMC_ERR_TIMEOUT && op->status == OMC_OK) {
-                op->status = r;
-                if (op->pending) omc__rdma_conn_break_locked(c, r, "a write could not be posted again in time");
+            if (r != OMC_OK && op->status == OMC_OK) {
+                op->status = omc__rdma_conn_usable(c) != OMC_OK && c->error != OMC_OK ? c->error : r;
+                /* what was posted must not go on touching memory the caller gets back */
+                if (op->pending) omc__rdma_conn_break_locked(c, op->status, "a write could not be posted again");
             }
             continue;
         }
