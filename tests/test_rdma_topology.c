@@ -183,7 +183,7 @@ static omc_rdma_record rails_record(uint32_t rails, uint32_t qpp) {
         snprintf(ip, sizeof(ip), "10.99.%u.1", i);
         omc_rdma_addr_to_gid(ip, r.rail[i].gid);
     }
-    for (i = 0; i < rails * qpp; i++) { r.qpn[i] = 0x100 + i; r.psn[i] = 0xABC00 + i; }
+    for (i = 0; i < rails * qpp && i < OMC_RDMA_MAX_QPS; i++) { r.qpn[i] = 0x100 + i; r.psn[i] = 0xABC00 + i; }
     return r;
 }
 
