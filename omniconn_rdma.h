@@ -2096,9 +2096,10 @@ typedef struct omc__rdma_rail {
     char why[160];
     uint64_t bytes, slices;
     uint32_t failures, rejoins;
-    double rate;                /* bytes/s, moving average; 0 = not measured */
+    double rate;                /* bytes/s the scheduler assumes; 0 = not measured */
+    double settled;             /* the rate when the last busy period ended */
     uint64_t inflight;          /* bytes posted on it, not retired */
-    uint64_t window_bytes;      /* retired since mark: the next rate sample */
+    uint64_t window_bytes;      /* retired since mark, the start of this busy period */
     omc_time_ns mark;
 } omc__rdma_rail;
 
@@ -2629,20 +2630,24 @@ OMC__PRIVATE void omc__rdma_complete(omc_rdma* E, const struct ibv_wc* wc) {
 OMC__PRIVATE void omc__rdma_op_free(omc_rdma_op* op);
 OMC__PRIVATE void omc__rdma_bury(omc_rdma* E);
 
-#define OMC__RDMA_RATE_MIN_NS 2000000   /* a throughput sample spans at least 2 ms */
+#define OMC__RDMA_RATE_MIN_NS 20000000  /* a busy period counts once it lasted 20 ms */
 
-/* Throughput per rail: bytes retired over the time since the last sample (caller holds mu). */
+/* Throughput per rail (caller holds mu): the bytes retired since the rail became busy over the
+   time since then - completions come in bursts (one signalled request retires many), so only
+   a whole busy period says how fast the rail is - averaged with the previous periods'. */
 OMC__PRIVATE void omc__rdma_measure(omc_rdma* E) {
     omc_time_ns now = omc_now_ns();
     uint32_t k;
     for (k = 0; k < E->nrails; k++) {
         omc__rdma_rail* R = &E->rail[k];
-        double sample;
+        double period;
         if (!R->window_bytes || now - R->mark < OMC__RDMA_RATE_MIN_NS) continue;
-        sample = (double)R->window_bytes * 1e9 / (double)(now - R->mark);
-        R->rate = R->rate > 0 ? 0.7 * R->rate + 0.3 * sample : sample;
-        R->window_bytes = 0;
-        R->mark = now;
+        period = (double)R->window_bytes * 1e9 / (double)(now - R->mark);
+        R->rate = R->settled > 0 ? 0.5 * R->settled + 0.5 * period : period;
+        if (!R->inflight) {         /* the period is over: it becomes history */
+            R->settled = R->rate;
+            R->window_bytes = 0;
+        }
     }
 }
 
@@ -2721,6 +2726,7 @@ OMC__PRIVATE void omc__rdma_async_events(omc_rdma* E, uint32_t k) {
                     R->regid = 1;
                     R->rejoins++;
                     R->rate = 0;        /* weight reset: an equal share until measured again */
+                    R->settled = 0;
                     R->window_bytes = 0;
                     OMC__RDMA_LOG(E, OMC_LOG_WARN, "rail %u (%s port %u): port active again (IBV_EVENT_PORT_ACTIVE): the rail rejoins",
                                   k, R->device, R->port);
@@ -4563,7 +4569,11 @@ static omc_result omc__rdma_write_slice(omc_rdma_conn* c, omc_rdma_op* op, uint3
     if (r != OMC_OK) return r;
     sl->state = OMC__SLICE_POSTED;
     sl->pair = (uint8_t)p;
-    if (!R->inflight) { R->mark = omc_now_ns(); R->window_bytes = 0; }     /* busy from now: its rate counts from here */
+    if (!R->inflight) {         /* busy from now: a new period */
+        if (R->window_bytes) R->settled = R->rate;
+        R->mark = omc_now_ns();
+        R->window_bytes = 0;
+    }
     R->inflight += sl->len;
     c->pair[p].queued += sl->len;
     return OMC_OK;

@@ -1958,6 +1958,46 @@ RAILS_CASE(a_write_is_striped_over_both_rails) {
     rails_print(s, "after");
 }
 
+/* Figures for the same boot (ratios only: Soft-RoCE under TCG is CPU-bound, two rails share one
+   vCPU): 32 MiB over one rail, then over two. */
+RAILS_CASE(one_rail_and_two_rails_in_the_same_boot) {
+    double one_s = 0, two_s = 0;
+    int ok1 = 0, ok2 = 0;
+    REQUIRE(rails_connect(one, 1, NULL) == OMC_OK);
+    CHECK_OK(rails_transfer(one, 32 * MIB, 21, NULL, NULL, 0, &ok1, &one_s));
+    REQUIRE(rails_connect(s, 0, NULL) == OMC_OK);
+    CHECK_OK(rails_transfer(s, 32 * MIB, 22, NULL, NULL, 0, &ok2, &two_s));
+    CHECK(ok1 && ok2);
+    printf("  rails figure: 32 MiB, 1 rail %.1f MB/s, 2 rails %.1f MB/s, ratio %.2f\n", 32 * MIB / 1e6 / one_s,
+           32 * MIB / 1e6 / two_s, one_s / two_s);
+}
+
+/* A slower rail gets fewer slices: rail 1 shaped to 16 Mbit/s on this host (tc tbf), the first
+   write measures it, the second is planned with the measured rates. */
+RAILS_CASE(a_slow_rail_gets_fewer_slices) {
+    omc_rdma_rail_stat b0, b1, a0, a1;
+    int ok;
+    double secs;
+    (void)one;
+    REQUIRE(s->conn != NULL);
+    if (system("tc qdisc add dev rail1 root tbf rate 16mbit burst 32kbit latency 400ms") != 0) {
+        printf("  (tc could not shape rail1: nothing to measure)\n");
+        return;
+    }
+    CHECK_OK(rails_transfer(s, 8 * MIB, 23, NULL, NULL, 0, &ok, &secs));
+    CHECK(ok);
+    rails_stat(s, 0, &b0); rails_stat(s, 1, &b1);
+    CHECK_OK(rails_transfer(s, 16 * MIB, 24, NULL, NULL, 0, &ok, &secs));
+    CHECK(ok);
+    rails_stat(s, 0, &a0); rails_stat(s, 1, &a1);
+    printf("  rail 0 carried %llu KiB, the shaped rail 1 %llu KiB (weights now %.2f / %.2f)\n",
+           (unsigned long long)((a0.bytes - b0.bytes) >> 10), (unsigned long long)((a1.bytes - b1.bytes) >> 10), a0.weight, a1.weight);
+    CHECK(a0.bytes - b0.bytes > 2 * (a1.bytes - b1.bytes));
+    CHECK(a0.weight > a1.weight);
+    if (system("tc qdisc del dev rail1 root") != 0) printf("  (tc could not remove the shaping)\n");
+    rails_print(s, "after");
+}
+
 RAILS_CASE(rail_down_on_the_writer_mid_transfer_finishes_on_the_other) {
     omc_rdma_conn_info ci;
     omc_rdma_rail_stat a0, a1, b0;
@@ -2077,6 +2117,8 @@ static int rails_drive(void) {
     }
     RAILS_RUN(engine_opens_both_rails);
     RAILS_RUN(a_write_is_striped_over_both_rails);
+    RAILS_RUN(one_rail_and_two_rails_in_the_same_boot);
+    RAILS_RUN(a_slow_rail_gets_fewer_slices);
     RAILS_RUN(rail_down_on_the_writer_mid_transfer_finishes_on_the_other);
     RAILS_RUN(a_rail_that_comes_back_rejoins);
     RAILS_RUN(rail_down_on_the_receiver_fails_over_after_the_retries);
