@@ -5151,7 +5151,12 @@ OMC__PRIVATE omc_result omc__rdmap_liveness(omc__rdma_plane* P, omc__rdma_chan* 
     if (ch->probe) {
         r = omc_rdma_op_test(ch->probe, omc_now_ns());
         if (r == OMC_ERR_BUSY) r = OMC_OK;          /* still in flight: the next tick looks again */
-        else ch->probe = NULL;
+        else {
+            ch->probe = NULL;
+            /* a probe that failed on one rail took that rail of the connection down; while
+               another rail works the sender is alive and the transfer goes on */
+            if (r != OMC_OK && omc_rdma_conn_ok(ch->conn)) r = OMC_OK;
+        }
     }
     if (r == OMC_OK && !ch->probe && omc_rdma_conn_ok(ch->conn)) r = omc__rdma_probe_start(ch->conn, &ch->probe);
     if (r == OMC_OK && omc_rdma_conn_ok(ch->conn)) return OMC_OK;
