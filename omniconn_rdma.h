@@ -328,7 +328,10 @@ RAILS: SEVERAL NICS, FAILOVER, TOPOLOGY
     keeps working on the others (omc_rdma_conn_info.rails_up < rails); replace it to use the
     rail again. The remote connector does that by itself: a receiver channel whose connection
     lost a rail that is up again is replaced before its next get (a new HELLO, QPs on every
-    rail), at most once per back-off (1 s, doubling to 30 s while it keeps happening).
+    rail), at most once per back-off (1 s, doubling to 30 s while it keeps happening). A
+    receiver learns that its sender lost a rail from its liveness probes, which take turns on
+    the rails while a get waits (a probe that fails on one rail takes that rail down, not the
+    get); a rail lost while no get waited is won back at the next replacement.
 
     Health. omc_rdma_rail_stats (and omc_rdma_connector_rail_stats for a connector) report per
     rail: device, port, netdev, GID, NUMA node, up, bytes and slices written, failures, rejoins,
