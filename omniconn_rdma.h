@@ -875,7 +875,8 @@ typedef struct omc_rdma_conn_info {
     uint32_t qpn[OMC_RDMA_MAX_QPS], peer_qpn[OMC_RDMA_MAX_QPS];
     uint32_t rails;             /* rails paired with the peer's (QPs on each) */
     uint32_t rails_up;          /* of those, still working (ok while >= 1) */
-    uint32_t rail[OMC_RDMA_MAX_RAILS];      /* the engine's rail index behind each pair */
+    uint32_t rail[OMC_RDMA_MAX_RAILS];      /* the engine's rail behind each pair (OMC_RDMA_MAX_RAILS: none, the
+                                               peer's rail at that place found no partner here) */
 } omc_rdma_conn_info;
 OMNICONN_API omc_result omc_rdma_conn_query(omc_rdma_conn* conn, omc_rdma_conn_info* out);
 /* Break the connection (QPs to ERROR: outstanding work fails at once) and release this handle;
