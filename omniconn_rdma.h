@@ -2588,7 +2588,11 @@ OMC__PRIVATE void omc__rdma_retire(omc_rdma* E, omc__rdma_qp* q, omc_result r, i
         } else if (!q->conn->broken && r != OMC_ERR_RDMA_ACCESS) {
             sl->state = OMC__SLICE_REPOST;
             op->reposts++;
-        } else if (op->status == OMC_OK) { op->status = r; op->wc_status = wc_status; }
+        } else if (op->status == OMC_OK) {
+            /* flushed because the last rail went: the write fails for that rail's reason */
+            op->status = r == OMC_ERR_RDMA_QP && q->conn->error == OMC_ERR_CONNECTION ? OMC_ERR_CONNECTION : r;
+            op->wc_status = wc_status;
+        }
     } else if (r != OMC_OK && op->status == OMC_OK) { op->status = r; op->wc_status = wc_status; }
     if (--op->pending == 0 && op->abandoned) { op->next = E->reap; E->reap = op; }
 }
