@@ -5154,8 +5154,8 @@ OMC__PRIVATE void omc__rdmap_probe_end(omc__rdma_chan* ch) {
 OMC__PRIVATE omc_result omc__rdmap_liveness(omc__rdma_plane* P, omc__rdma_chan* ch) {
     uint64_t ticks;
     omc_result r = OMC_OK;
-    if (ch->timer >= 0 && read(ch->timer, &ticks, sizeof(ticks)) < 0) { /* spurious wake-up */ }
     uint32_t p;
+    if (ch->timer >= 0 && read(ch->timer, &ticks, sizeof(ticks)) < 0) { /* spurious wake-up */ }
     for (p = 0; p < OMC_RDMA_MAX_RAILS && r == OMC_OK; p++) {     /* one probe per pair of rails */
         if (ch->probe[p]) {
             r = omc_rdma_op_test(ch->probe[p], omc_now_ns());
