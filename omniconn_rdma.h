@@ -194,7 +194,7 @@ HOW THE ENGINE USES THEM
     connection reports itself broken (omc_rdma_conn_ok() == 0) and the caller replaces it with a
     new one (a new exchange of records); a peer whose record carries a new incarnation has
     restarted, and its old connection is dropped the same way. The accepting side decides how
-    many QPs it creates: a record asking for more than its qps_per_peer is refused
+    many QPs it creates: a record asking for more than its qps_per_peer per rail is refused
     (OMC_ERR_RDMA_QP), and an engine whose QP budget is spent refuses new connections
     (OMC_ERR_BUSY) rather than closing live ones.
 
@@ -259,8 +259,9 @@ HOW THE ENGINE USES THEM
     receiver revokes the destination before handing the buffer out. A channel whose RDMA
     set-up fails (no engine, a sender without RDMA, a QP that will not connect) uses TCP; the
     reason is in omc_rdma_connector_query() and the connector's health.
-    What a sender accepts from receivers: a HELLO's record gets an RDMA connection only with the
-    sender's own QP count, and only while its QP budget lasts - when it is spent, the new
+    What a sender accepts from receivers: a HELLO's record gets an RDMA connection only with at
+    most the sender's own QP count per rail, on the rails the sender pairs (at most its own
+    rails), and only while its QP budget lasts - when it is spent, the new
     receiver is refused and uses TCP; the connections of receivers already there are never
     closed to make room. A PULL's descriptor must name a connection made for the receiver
     process that sends the PULL (the record's incarnation against the PULL's), and once a
