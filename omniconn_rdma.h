@@ -52,7 +52,7 @@ QUICK START
 
     The engine on its own, with your own side channel (any socket). Both processes:
 
-        omc_rdma_desc rd = {0};                         // zero = default: first ACTIVE device
+        omc_rdma_desc rd = {0};                         // zero = default: every ACTIVE port is a rail
         rd.local_addr = "10.0.0.5";                     // the address your side channel uses
         omc_rdma* eng = NULL;
         if (omc_rdma_create(&rd, &eng) != OMC_OK) { ... fall back to TCP, the log says why ... }
@@ -946,7 +946,7 @@ OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc*
 
 /* The RDMA connector in the shape omniconn_pipeline.h's omc_pipeline_connect_desc.rdma_connector
    takes (omc_pipeline_rdma_fn): net as for omc_tcp_create, the engine on device_name (NULL = the
-   first ACTIVE device) with its GID chosen for local_addr (NULL = net->host), require_rdma as in
+   ACTIVE devices, one rail each) with its GID chosen for local_addr (NULL = net->host), require_rdma as in
    omc_rdma_connector_desc. A program whose implementation file includes this header has it
    offered to the pipeline automatically. */
 OMNICONN_API omc_result omc_rdma_pipeline_connector(const struct omc_tcp_desc* net, const char* device_name, const char* local_addr,
