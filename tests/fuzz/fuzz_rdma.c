@@ -6,15 +6,17 @@
    Properties, for every input:
      - a rejection is one of the documented codes and hands out no count;
      - an accepted record has 1..OMC_RDMA_MAX_QPS queue pairs with non-zero 24-bit QP numbers and
-       24-bit PSNs, and encodes back to exactly the input bytes (the format is canonical);
+       24-bit PSNs (version 2: R rails of Q QPs, at least one rail with a port), and encodes back
+       to exactly the input bytes (the format is canonical);
      - an accepted descriptor has 1..OMC_RDMA_MAX_EXTENTS extents, every extent non-empty and not
        wrapping the address space, their lengths summing to the total without overflow, every QP
-       index below the limit given to the decoder, and encodes back to exactly the input bytes.
+       index below the limit given to the decoder (version 2: every extent reachable on a rail),
+       and encodes back to exactly the input bytes.
    Each input is also tried with its CRC made right (and its magic, version and count byte), so
    the fuzzer spends its time on the fields rather than at the checksum.
 
    Built by tests/fuzz/run.sh; -DOMC_FUZZ_SEEDS gives the seed writer (a valid record with 1 and
-   16 QPs, a valid descriptor with 1 and 32 extents). */
+   16 QPs and with two rails, a valid descriptor with 1 and 32 extents and with two rails). */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
 #include "omniconn_rdma.h"
@@ -38,10 +40,19 @@ static void check_record(const uint8_t* data, size_t size) {
         return;
     }
     FUZZ_REQUIRE(rec.qp_count >= 1 && rec.qp_count <= OMC_RDMA_MAX_QPS);
-    FUZZ_REQUIRE(size == OMC_RDMA_RECORD_HEADER + 8 * (size_t)rec.qp_count + 4);
-    FUZZ_REQUIRE(rec.port != 0 && omc_rdma_mtu_bytes(rec.mtu) != 0);
-    for (i = 0; i < rec.qp_count; i++)
-        FUZZ_REQUIRE(rec.qpn[i] != 0 && rec.qpn[i] <= 0xFFFFFFu && rec.psn[i] <= 0xFFFFFFu);
+    if (rec.rails <= 1) {   /* version 1: one rail, its fields at the top */
+        FUZZ_REQUIRE(size == OMC_RDMA_RECORD_HEADER + 8 * (size_t)rec.qp_count + 4);
+        FUZZ_REQUIRE(rec.port != 0 && omc_rdma_mtu_bytes(rec.mtu) != 0);
+        for (i = 0; i < rec.qp_count; i++)
+            FUZZ_REQUIRE(rec.qpn[i] != 0 && rec.qpn[i] <= 0xFFFFFFu && rec.psn[i] <= 0xFFFFFFu);
+    } else {                /* version 2: R rails of Q QPs, at least one rail with a port */
+        int any = 0;
+        FUZZ_REQUIRE(rec.rails <= OMC_RDMA_MAX_RAILS && rec.qps_per_rail >= 1 && rec.qp_count == rec.rails * rec.qps_per_rail);
+        FUZZ_REQUIRE(size == OMC_RDMA_RECORD_HEADER_RAILS + OMC_RDMA_RECORD_RAIL * (size_t)rec.rails + 8 * (size_t)rec.qp_count + 4);
+        for (i = 0; i < rec.rails; i++) any |= rec.rail[i].port != 0;
+        FUZZ_REQUIRE(any);
+        for (i = 0; i < rec.qp_count; i++) FUZZ_REQUIRE(rec.qpn[i] <= 0xFFFFFFu && rec.psn[i] <= 0xFFFFFFu);
+    }
     for (; i < OMC_RDMA_MAX_QPS; i++) FUZZ_REQUIRE(rec.qpn[i] == 0 && rec.psn[i] == 0);
     FUZZ_REQUIRE(omc_rdma_record_encode(&rec, back, sizeof(back), &len) == OMC_OK);
     FUZZ_REQUIRE(len == size && memcmp(back, data, size) == 0);
@@ -60,10 +71,22 @@ static void check_target(const uint8_t* data, size_t size, uint32_t max_qps) {
         return;
     }
     FUZZ_REQUIRE(t.count >= 1 && t.count <= OMC_RDMA_MAX_EXTENTS);
-    FUZZ_REQUIRE(size == OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * (size_t)t.count + 4);
+    if (t.rails <= 1)       /* version 1 */
+        FUZZ_REQUIRE(size == OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * (size_t)t.count + 4);
+    else                    /* version 2: a key and a QP per extent and rail */
+        FUZZ_REQUIRE(t.rails <= OMC_RDMA_MAX_RAILS &&
+                     size == OMC_RDMA_TARGET_HEADER + (OMC_RDMA_TARGET_EXTENT_RAILS + 8 * (size_t)t.rails) * t.count + 4);
     for (i = 0; i < t.count; i++) {
         const omc_rdma_extent* e = &t.extent[i];
-        FUZZ_REQUIRE(e->length > 0 && e->addr <= UINT64_MAX - e->length && e->qp < limit);
+        FUZZ_REQUIRE(e->length > 0 && e->addr <= UINT64_MAX - e->length);
+        if (t.rails <= 1) {
+            FUZZ_REQUIRE(e->qp < limit);
+        } else {            /* every extent reachable on at least one rail */
+            uint32_t k;
+            int any = 0;
+            for (k = 0; k < t.rails; k++) any |= e->qps[k] != OMC_RDMA_NO_QP;
+            FUZZ_REQUIRE(any);
+        }
         FUZZ_REQUIRE(sum <= UINT64_MAX - e->length);
         sum += e->length;
     }
@@ -103,6 +126,38 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         check_target(fixed, size, 0);
         free(fixed);
     }
+    if (size >= 1 + OMC_RDMA_RECORD_HEADER_RAILS && size <= OMC_RDMA_RECORD_MAX) {   /* a version-2 record */
+        uint32_t rails = 2u + data[0] % (OMC_RDMA_MAX_RAILS - 1u);
+        size_t fixed_part = OMC_RDMA_RECORD_HEADER_RAILS + OMC_RDMA_RECORD_RAIL * (size_t)rails + 4;
+        if (size > fixed_part && (size - fixed_part) % (8u * rails) == 0) {
+            uint8_t* fixed = (uint8_t*)malloc(size);
+            FUZZ_REQUIRE(fixed);
+            memcpy(fixed, data, size);
+            omc__put_u32(fixed, OMC_RDMA_RECORD_MAGIC);
+            fixed[4] = OMC_RDMA_RECORD_VERSION_RAILS;
+            fixed[5] = (uint8_t)((size - fixed_part) / (8u * rails));
+            fixed[6] = (uint8_t)rails;
+            omc__put_u32(fixed + size - 4, omc__crc32c(0, fixed, size - 4));
+            check_record(fixed, size);
+            free(fixed);
+        }
+    }
+    if (size >= 1 + OMC_RDMA_TARGET_HEADER && size <= OMC_RDMA_TARGET_MAX) {       /* a version-2 descriptor */
+        uint32_t rails = 2u + data[0] % (OMC_RDMA_MAX_RAILS - 1u);
+        size_t per = OMC_RDMA_TARGET_EXTENT_RAILS + 8u * rails;
+        if (size > OMC_RDMA_TARGET_HEADER + 4 && (size - OMC_RDMA_TARGET_HEADER - 4) % per == 0) {
+            uint8_t* fixed = (uint8_t*)malloc(size);
+            FUZZ_REQUIRE(fixed);
+            memcpy(fixed, data, size);
+            omc__put_u32(fixed, OMC_RDMA_TARGET_MAGIC);
+            fixed[4] = OMC_RDMA_TARGET_VERSION_RAILS;
+            fixed[5] = (uint8_t)((size - OMC_RDMA_TARGET_HEADER - 4) / per);
+            fixed[7] = (uint8_t)rails;
+            omc__put_u32(fixed + size - 4, omc__crc32c(0, fixed, size - 4));
+            check_target(fixed, size, 0);
+            free(fixed);
+        }
+    }
     return 0;
 }
 
@@ -137,6 +192,29 @@ int main(int argc, char** argv) {
     }
     if (omc_rdma_target_encode(&t, buf, sizeof(buf), &len) != OMC_OK) return 1;
     bad |= write_file(argv[1], "seed-target-32", buf, len);
+    memset(&rec, 0, sizeof(rec));       /* version 2: two rails of two QPs */
+    rec.rails = 2; rec.qps_per_rail = 2; rec.qp_count = 4; rec.incarnation = 0x1122334455667788ull; rec.conn_id = 7;
+    for (i = 0; i < 2; i++) {
+        omc_rdma_record_rail* rr = &rec.rail[i];
+        rr->port = 1; rr->mtu = 3; rr->link = OMC_RDMA_LINK_ETHERNET; rr->gid_index = 1; rr->gid_type = OMC_RDMA_GID_ROCE_V2;
+        rr->prefix = 120; rr->gid[10] = 0xff; rr->gid[11] = 0xff; rr->gid[12] = 10; rr->gid[13] = 99; rr->gid[14] = (uint8_t)i; rr->gid[15] = 1;
+    }
+    for (i = 0; i < 4; i++) { rec.qpn[i] = 0x200 + i; rec.psn[i] = i * 91; }
+    if (omc_rdma_record_encode(&rec, buf, sizeof(buf), &len) != OMC_OK) return 1;
+    if (omc_rdma_record_decode(buf, len, &rec) != OMC_OK || rec.rails != 2) return 1;   /* the seed must be a right one */
+    check_record(buf, len);
+    bad |= write_file(argv[1], "seed-record-2rails", buf, len);
+    memset(&t, 0, sizeof(t));           /* version 2: two rails, the second extent on rail 1 only */
+    t.conn_id = 7; t.count = 2; t.rails = 2; t.length = 8192;
+    for (i = 0; i < 2; i++) {
+        t.extent[i].addr = 0x7f0000000000ull + (uint64_t)i * 4096; t.extent[i].length = 4096;
+        t.extent[i].rkeys[0] = i ? 0 : 0x1234; t.extent[i].qps[0] = (uint16_t)(i ? OMC_RDMA_NO_QP : 0);
+        t.extent[i].rkeys[1] = 0x5678; t.extent[i].qps[1] = 1;
+    }
+    if (omc_rdma_target_encode(&t, buf, sizeof(buf), &len) != OMC_OK) return 1;
+    if (omc_rdma_target_decode(buf, len, 0, &t) != OMC_OK || t.rails != 2) return 1;
+    check_target(buf, len, 0);
+    bad |= write_file(argv[1], "seed-target-2rails", buf, len);
     return bad;
 }
 #endif
