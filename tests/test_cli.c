@@ -279,6 +279,68 @@ OMC_TEST(bench_bad_arguments) {
     }
 }
 
+/* The multi-rail bench options: bad values named; a timeline of the throughput phase in slices,
+   in the table and the JSON (over shared memory: the slices do not need RDMA). */
+OMC_TEST(bench_rail_options_and_timeline) {
+    static cli_run r;
+    char json[256], *text;
+    FILE* f;
+    long n;
+    {
+        const char* args[] = { "bench", "--transport", "rdma", "--rails", "9", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--rails '9' is not a number of rails"));
+    }
+    {
+        const char* args[] = { "bench", "--devices", "rxe0", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--devices, --rails, --rdma-addr and --gid-index are for --transport rdma"));
+    }
+    {
+        const char* args[] = { "bench", "--transport", "rdma", "--gid-index", "-1", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--gid-index '-1' is not a GID index"));
+    }
+    {
+        const char* args[] = { "bench", "--timeline", "0", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--timeline '0' is not a slice length"));
+    }
+    {
+        const char* args[] = { "bench", "--timeline", "0.5", "--flap", "rail1,5,3", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--flap 'rail1,5,3' is not NETDEV,DOWN,UP"));
+    }
+    {
+        const char* args[] = { "bench", "--flap", "rail1,1,2", "--duration", "5", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--flap needs --timeline"));
+    }
+    {
+        const char* args[] = { "bench", "--timeline", "0.5", "--flap", "rail1,1,2", "--duration", "2", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "the throughput phase must outlast the link's return"));
+    }
+    snprintf(json, sizeof(json), "/tmp/omc_cli_timeline_%ld.json", (long)getpid());
+    {
+        const char* args[] = { "bench", "--transport", "shm", "--sizes", "64K", "--duration", "1", "--timeline", "0.25", "--json", json, NULL };
+        cli(&r, NULL, args);
+        CHECK_EQ(r.status, 0);
+        CHECK(has(&r, "timeline (0.25 s slices"));
+        CHECK(has(&r, "     0.25  "));                   /* the second slice's row */
+    }
+    f = fopen(json, "r");
+    REQUIRE(f);
+    text = (char*)calloc(1, 1 << 20);
+    n = text ? (long)fread(text, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    unlink(json);
+    REQUIRE(text);
+    CHECK(n > 0 && strstr(text, "\"timeline\": {\"slice_s\": 0.250") && strstr(text, "\"flap\": null") && strstr(text, "{\"t_s\": 0.250"));
+    CHECK(strstr(text, "\"inflight\": 4") != NULL);       /* --timeline counts acknowledged transfers */
+    free(text);
+}
+
 OMC_TEST(help_and_version_are_listed) {
     static cli_run r;
     {

@@ -205,7 +205,30 @@ typedef struct bench_opts {
     unsigned port;              /* two hosts: the control connection's port */
     uint32_t readers;           /* fan-out: gets per payload (0 = 1) */
     int remote;                 /* the consumer is on another host: latency is a round trip measured here */
+    const char* devices;        /* rdma: the engine's device list (desc.devices; NULL = $RDMA_DEVICE_NAME or every ACTIVE one) */
+    const char* rdma_addr;      /* rdma: the engine's local_addr, one address per rail (NULL = --host) */
+    int rails;                  /* rdma: at most this many rails (0 = the engine's default) */
+    int gid_index, gid_index_set;   /* rdma: GID override */
+    double timeline;            /* seconds per time slice of the throughput phase (0 = no timeline) */
+    const char* flap_dev;       /* take this netdev down flap_down s into the throughput phase, up at flap_up */
+    double flap_down, flap_up;
 } bench_opts;
+
+/* The throughput phase in time slices (--timeline): bytes acknowledged in each slice, and the
+   producer's bytes per rail at the end of it (rdma with the multi-rail engine). Kept for the last
+   size measured. */
+#define BENCH_MAX_SLICES 1200
+#define BENCH_RAILS 4
+typedef struct bench_timeline {
+    int slices, rails;
+    double slice_s;
+    uint64_t bytes[BENCH_MAX_SLICES];
+    uint64_t rail_bytes[BENCH_MAX_SLICES][BENCH_RAILS];     /* cumulative, at the slice's last ack */
+    char rail_name[BENCH_RAILS][64];
+    double flap_down_at, flap_up_at;    /* seconds into the phase, -1 = did not happen */
+    int flap_down_rc, flap_up_rc;
+} bench_timeline;
+static bench_timeline bench_tl;
 
 #define BENCH_PORT 18620        /* the control connection of the two-host mode */
 
@@ -441,6 +464,71 @@ static double memcpy_gbps(uint8_t* dst, const uint8_t* src, uint64_t size) {
     return (double)size * (double)n / (double)(omc_now_ns() - t0);
 }
 
+/* The producer's bytes per rail (the multi-rail engine's counters), into out; how many rails. */
+static int bench_rail_bytes(omc_conn* c, uint64_t* out, char (*names)[64]) {
+#if defined(OMC_RDMA_MAX_RAILS) && OMC__HAS_ZMQ
+    omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
+    int n = omc_rdma_connector_rail_stats(c, st, OMC_RDMA_MAX_RAILS), i;
+    if (n <= 0) return 0;
+    if (n > BENCH_RAILS) n = BENCH_RAILS;
+    for (i = 0; i < n; i++) {
+        out[i] = st[i].bytes;
+        if (names) {
+            size_t len = strnlen(st[i].device, 63);
+            memcpy(names[i], st[i].device, len);
+            names[i][len] = '\0';
+        }
+    }
+    return n;
+#else
+    (void)c; (void)out; (void)names;
+    return 0;
+#endif
+}
+
+/* One acknowledgement of the throughput phase (--inflight): counted in its time slice. */
+static int bench_ack(bench_side* s, const bench_opts* o, uint64_t size, omc_time_ns t_first) {
+    char ack;
+    if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+    if (o->timeline > 0) {
+        int k = (int)((double)(omc_now_ns() - t_first) / 1e9 / o->timeline);
+        if (k >= 0 && k < BENCH_MAX_SLICES) {
+            bench_tl.bytes[k] += size;
+            if (k + 1 > bench_tl.slices) bench_tl.slices = k + 1;
+            if (strcmp(o->transport, "rdma") == 0) bench_tl.rails = bench_rail_bytes(s->conn, bench_tl.rail_bytes[k], bench_tl.rail_name);
+        }
+    }
+    return 0;
+}
+
+/* --flap: a thread that takes a netdev down and up again at the given times into the phase. */
+typedef struct bench_flap { const bench_opts* o; omc_time_ns t_first; } bench_flap;
+static int bench_link(const char* dev, const char* state) {
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "ip link set %s %s", dev, state);
+    return system(cmd);
+}
+static void bench_sleep_until(omc_time_ns t) {
+    omc_time_ns now;
+    while ((now = omc_now_ns()) < t) {
+        struct timespec ts;
+        int64_t d = t - now;
+        ts.tv_sec = (time_t)(d / 1000000000);
+        ts.tv_nsec = (long)(d % 1000000000);
+        nanosleep(&ts, NULL);
+    }
+}
+static void* bench_flap_thread(void* arg) {
+    bench_flap* f = (bench_flap*)arg;
+    bench_sleep_until(f->t_first + (omc_time_ns)(f->o->flap_down * 1e9));
+    bench_tl.flap_down_rc = bench_link(f->o->flap_dev, "down");
+    bench_tl.flap_down_at = (double)(omc_now_ns() - f->t_first) / 1e9;
+    bench_sleep_until(f->t_first + (omc_time_ns)(f->o->flap_up * 1e9));
+    bench_tl.flap_up_rc = bench_link(f->o->flap_dev, "up");
+    bench_tl.flap_up_at = (double)(omc_now_ns() - f->t_first) / 1e9;
+    return NULL;
+}
+
 static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint64_t size, const uint8_t* src, uint8_t* scratch,
                          uint64_t* next_index, bench_row* row) {
     long iters = iters_for(o, size), lat_iters = lat_iters_for(o, size), i;
@@ -452,6 +540,9 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
     bench_msg m;
     char ack;
     omc_result r;
+    bench_flap flap;
+    pthread_t flap_th;
+    int flapping = 0, fail = 0;
     memset(row, 0, sizeof(*row));
     row->size = size;
     row->iters = iters;
@@ -485,18 +576,30 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
     row->max_us = (double)s->sh->lat[lat_iters - 1] / 1e3;
     /* back to back: the throughput phase */
     pg->start = pg->last = t_first = omc_now_ns();
+    memset(&bench_tl, 0, sizeof(bench_tl));
+    bench_tl.slice_s = o->timeline;
+    bench_tl.flap_down_at = bench_tl.flap_up_at = -1;
+    if (o->flap_dev) {
+        flap.o = o;
+        flap.t_first = t_first;
+        if (pthread_create(&flap_th, NULL, bench_flap_thread, &flap) != 0) { fprintf(stderr, "omniconn bench: cannot start the --flap thread\n"); return -1; }
+        flapping = 1;
+    }
     for (i = 0; i < iters; i++) {
         if (timed && i >= BENCH_MIN_ITERS && omc_now_ns() - t_first > phase_ns) break;
         while (o->inflight && i - acked >= o->inflight) {      /* wait for a release */
-            if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+            if (bench_ack(s, o, size, t_first) != 0) { fail = 1; break; }
             acked++;
         }
+        if (fail) break;
         r = produce(s, src, size, o->inflight ? MSG_DATA_ACK : MSG_DATA, (*next_index)++, o);
-        if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); return -1; }
+        if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); fail = 1; break; }
         progress_tick(pg, "throughput", size, i + 1, iters, (uint64_t)(i + 1) * size);
     }
-    for (; o->inflight && acked < i; acked++)
-        if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+    for (; !fail && o->inflight && acked < i; acked++)
+        if (bench_ack(s, o, size, t_first) != 0) fail = 1;
+    if (flapping) pthread_join(flap_th, NULL);     /* the link is up again before anything else */
+    if (fail) return -1;
     memset(&m, 0, sizeof(m));
     m.kind = MSG_SYNC;
     if (write_all(s->msg_fd, &m, sizeof(m)) != 0 || read_all(s->ack_fd, &ack, 1) != 0) {
@@ -549,7 +652,13 @@ static omc_conn* bench_connector(const bench_opts* o, omc_role role, const char*
             omc_rdma_connector_desc rd;
             memset(&rd, 0, sizeof(rd));
             rd.net = d;
-            rd.rdma.local_addr = o->host;
+            rd.rdma.local_addr = o->rdma_addr ? o->rdma_addr : o->host;
+            rd.rdma.devices = o->devices;
+            rd.rdma.gid_index = o->gid_index;
+            rd.rdma.gid_index_set = o->gid_index_set;
+#if defined(OMC_RDMA_MAX_RAILS)
+            rd.rdma.max_rails = (uint32_t)o->rails;
+#endif
             rd.require_rdma = 1;
             r = omc_rdma_connector_create(&rd, &c);
         }
@@ -588,6 +697,43 @@ static void print_row(const bench_opts* o, const bench_row* r) {
     fflush(stdout);
 }
 
+/* The throughput phase slice by slice: MB/s in all and per rail, and the --flap events. */
+static void print_timeline(const bench_opts* o) {
+    int k, r;
+    printf("\n  timeline (%.2f s slices, acknowledged transfers; MB/s = 10^6 bytes/s)\n  %7s  %9s", o->timeline, "t (s)", "MB/s");
+    for (r = 0; r < bench_tl.rails; r++) printf("  %9s", bench_tl.rail_name[r]);
+    printf("\n");
+    for (k = 0; k < bench_tl.slices; k++) {
+        double t0 = k * o->timeline, t1 = t0 + o->timeline;
+        printf("  %7.2f  %9.2f", t0, (double)bench_tl.bytes[k] / o->timeline / 1e6);
+        for (r = 0; r < bench_tl.rails; r++) {
+            uint64_t now = bench_tl.rail_bytes[k][r], prev = 0;
+            int j;
+            for (j = k - 1; j >= 0 && !prev; j--) prev = bench_tl.rail_bytes[j][r];
+            if (!now) now = prev;      /* no ack in this slice: nothing sampled */
+            printf("  %9.2f", (double)(now - prev) / o->timeline / 1e6);
+        }
+        if (bench_tl.flap_down_at >= t0 && bench_tl.flap_down_at < t1) printf("  %s down%s", o->flap_dev, bench_tl.flap_down_rc ? " (ip failed)" : "");
+        if (bench_tl.flap_up_at >= t0 && bench_tl.flap_up_at < t1) printf("  %s up%s", o->flap_dev, bench_tl.flap_up_rc ? " (ip failed)" : "");
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+/* The producer's rails at the end of the run (rdma with the multi-rail engine). */
+static void print_rails(omc_conn* c) {
+#if defined(OMC_RDMA_MAX_RAILS) && OMC__HAS_ZMQ
+    omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
+    int n = omc_rdma_connector_rail_stats(c, st, OMC_RDMA_MAX_RAILS), i;
+    for (i = 0; i < n && i < OMC_RDMA_MAX_RAILS; i++)
+        printf("  rail %d: %s port %u (%s), %s, %llu bytes in %llu slices, weight %.2f, %u failure(s), %u rejoin(s)%s%s\n", i, st[i].device,
+               st[i].port, st[i].netdev, st[i].up ? "up" : "down", (unsigned long long)st[i].bytes, (unsigned long long)st[i].slices,
+               st[i].weight, st[i].failures, st[i].rejoins, st[i].why[0] ? ": " : "", st[i].why);
+#else
+    (void)c;
+#endif
+}
+
 static const char* bench_method =
     "producer: omc_conn_alloc + one memcpy + zero-copy omc_conn_put; consumer: omc_conn_get(metadata) + release; "
     "metadata over a pipe; latency = put start -> get returned in the other side, one at a time (us); "
@@ -616,6 +762,33 @@ static int write_json(const bench_opts* o, const bench_row* rows, int n, int pro
     fprintf(f, "  \"options\": {\"put\": \"%s\", \"pool_bytes\": %llu, \"duration_s\": %.3f, \"inflight\": %ld, \"cpu_producer\": %d, "
                "\"cpu_consumer\": %d, \"readers\": %u},\n", o->copy_put ? "copy" : "zero-copy", (unsigned long long)pool_for(o),
             o->duration > 0 ? o->duration : (double)BENCH_PHASE_NS / 1e9, o->inflight, o->cpu_producer, o->cpu_consumer, o->readers ? o->readers : 1);
+    if (strcmp(o->transport, "rdma") == 0) {
+        fprintf(f, "  \"rdma\": {\"devices\": ");
+        json_string(f, o->devices ? o->devices : "");
+        fprintf(f, ", \"rails\": %d, \"rdma_addr\": ", o->rails);
+        json_string(f, o->rdma_addr ? o->rdma_addr : o->host);
+        fprintf(f, "},\n");
+    }
+    if (o->timeline > 0) {
+        int k, r;
+        fprintf(f, "  \"timeline\": {\"slice_s\": %.3f, \"size\": %llu, \"rails\": [", o->timeline, (unsigned long long)rows[n - 1].size);
+        for (r = 0; r < bench_tl.rails; r++) { if (r) fprintf(f, ", "); json_string(f, bench_tl.rail_name[r]); }
+        fprintf(f, "], \"flap\": ");
+        if (o->flap_dev) {
+            fprintf(f, "{\"netdev\": ");
+            json_string(f, o->flap_dev);
+            fprintf(f, ", \"down_at_s\": %.3f, \"up_at_s\": %.3f, \"down_rc\": %d, \"up_rc\": %d}", bench_tl.flap_down_at, bench_tl.flap_up_at,
+                    bench_tl.flap_down_rc, bench_tl.flap_up_rc);
+        } else fprintf(f, "null");
+        fprintf(f, ",\n    \"slices\": [");
+        for (k = 0; k < bench_tl.slices; k++) {
+            fprintf(f, "%s\n      {\"t_s\": %.3f, \"bytes\": %llu, \"rail_bytes_cumulative\": [", k ? "," : "", k * o->timeline,
+                    (unsigned long long)bench_tl.bytes[k]);
+            for (r = 0; r < bench_tl.rails; r++) fprintf(f, "%s%llu", r ? ", " : "", (unsigned long long)bench_tl.rail_bytes[k][r]);
+            fprintf(f, "]}");
+        }
+        fprintf(f, "\n  ]},\n");
+    }
     fprintf(f, "  \"units\": {\"gbps\": \"1e9 bytes/s\", \"msg_rate\": \"transfers/s\", \"latency\": \"microseconds, one way\"},\n  \"method\": ");
     json_string(f, bench_method);
     fprintf(f, ",\n  \"results\": [\n");
@@ -698,6 +871,12 @@ static void bench_usage(void) {
     printf("  --serve          two hosts, tcp or rdma: be the producer and wait for a consumer; --host is the address\n");
     printf("                   the consumer reaches this host's data plane at. The other host runs: omniconn bench HOST\n");
     printf("  --port P         two hosts: the control connection's port        (default %d)\n", BENCH_PORT);
+    printf("  --devices LIST   rdma: devices for the engine, \"mlx5_0,mlx5_1\"   (default $RDMA_DEVICE_NAME, else every ACTIVE one)\n");
+    printf("  --rails N        rdma: stripe over at most N rails (device ports)  (default: the engine's, every usable one)\n");
+    printf("  --rdma-addr LIST rdma: this host's address on each rail, picks each rail's GID (default --host)\n");
+    printf("  --gid-index N    rdma: use GID index N instead of the engine's choice\n");
+    printf("  --timeline SEC   also show the throughput phase in slices of SEC seconds (and bytes per rail); implies --inflight 4\n");
+    printf("  --flap DEV,D,U   ip link set DEV down D s into the throughput phase and up at U s (root; a failover test)\n");
     printf("Units: GB/s = 10^9 bytes/s, msg/s = transfers per second, latency in microseconds, one way, one transfer at a\n");
     printf("time (%d at most per size; p99.9 needs 1000 of them); the first %d transfers of a size are not counted.\n",
            BENCH_MAX_LAT, BENCH_WARMUP);
@@ -865,6 +1044,8 @@ static int cmd_bench(int argc, char** argv) {
         { "duration", required_argument, NULL, 'd' }, { "pool", required_argument, NULL, 'o' }, { "put", required_argument, NULL, 'u' },
         { "cpus", required_argument, NULL, 'c' }, { "gbits", no_argument, NULL, 'g' }, { "force", no_argument, NULL, 'f' },
         { "inflight", required_argument, NULL, 'i' }, { "serve", no_argument, NULL, 'S' }, { "readers", required_argument, NULL, 'r' }, { "port", required_argument, NULL, 'O' },
+        { "devices", required_argument, NULL, 'E' }, { "rails", required_argument, NULL, 'R' }, { "rdma-addr", required_argument, NULL, 'A' },
+        { "gid-index", required_argument, NULL, 'G' }, { "timeline", required_argument, NULL, 'T' }, { "flap", required_argument, NULL, 'F' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     bench_opts o;
@@ -935,6 +1116,42 @@ static int cmd_bench(int argc, char** argv) {
                 o.port = (unsigned)strtoul(optarg, &end, 10);
                 if (*end || o.port == 0 || o.port > 65535) { fprintf(stderr, "omniconn bench: --port '%s' is not a port (1..65535)\n", optarg); return 2; }
                 break;
+            case 'E': o.devices = optarg; break;
+            case 'A': o.rdma_addr = optarg; break;
+            case 'R': {
+                long v = strtol(optarg, &end, 10);
+                if (*end || v < 1 || v > BENCH_RAILS) { fprintf(stderr, "omniconn bench: --rails '%s' is not a number of rails (1..%d)\n", optarg, BENCH_RAILS); return 2; }
+#if !defined(OMC_RDMA_MAX_RAILS)
+                if (v > 1) { fprintf(stderr, "omniconn bench: --rails %ld: this omniconn_rdma.h has one rail per engine\n", v); return 2; }
+#endif
+                o.rails = (int)v;
+                break;
+            }
+            case 'G': {
+                long v = strtol(optarg, &end, 10);
+                if (*end || v < 0 || v > 255) { fprintf(stderr, "omniconn bench: --gid-index '%s' is not a GID index (0..255)\n", optarg); return 2; }
+                o.gid_index = (int)v;
+                o.gid_index_set = 1;
+                break;
+            }
+            case 'T':
+                o.timeline = strtod(optarg, &end);
+                if (*end || !(o.timeline >= 0.01 && o.timeline <= 60)) {
+                    fprintf(stderr, "omniconn bench: --timeline '%s' is not a slice length in seconds (0.01..60)\n", optarg);
+                    return 2;
+                }
+                break;
+            case 'F': {
+                static char dev[64];
+                int k = 0;
+                if (sscanf(optarg, "%63[^,],%lf,%lf%n", dev, &o.flap_down, &o.flap_up, &k) != 3 || optarg[k] || !(o.flap_down >= 0) ||
+                    !(o.flap_up > o.flap_down)) {
+                    fprintf(stderr, "omniconn bench: --flap '%s' is not NETDEV,DOWN,UP (seconds into the throughput phase, DOWN < UP)\n", optarg);
+                    return 2;
+                }
+                o.flap_dev = dev;
+                break;
+            }
             case 'f': o.force = 1; break;
             case 'j': o.json = optarg; break;
             case 'p': o.plot = optarg; break;
@@ -983,6 +1200,16 @@ static int cmd_bench(int argc, char** argv) {
     }
     if (o.cpu_producer >= 0 && (o.cpu_producer >= sysconf(_SC_NPROCESSORS_ONLN) || o.cpu_consumer >= sysconf(_SC_NPROCESSORS_ONLN))) {
         fprintf(stderr, "omniconn bench: --cpus %d,%d: this host has CPUs 0..%ld\n", o.cpu_producer, o.cpu_consumer, sysconf(_SC_NPROCESSORS_ONLN) - 1);
+        return 2;
+    }
+    if ((o.devices || o.rdma_addr || o.rails || o.gid_index_set) && strcmp(o.transport, "rdma")) {
+        fprintf(stderr, "omniconn bench: --devices, --rails, --rdma-addr and --gid-index are for --transport rdma\n");
+        return 2;
+    }
+    if (o.timeline > 0 && !o.inflight) o.inflight = 4;     /* slices count acknowledged transfers */
+    if (o.flap_dev && o.timeline <= 0) { fprintf(stderr, "omniconn bench: --flap needs --timeline (to show before, during and after)\n"); return 2; }
+    if (o.flap_dev && (o.iters || (o.duration > 0 ? o.duration : 1.0) <= o.flap_up)) {
+        fprintf(stderr, "omniconn bench: --flap: the throughput phase must outlast the link's return: --duration > %.1f, no --iters\n", o.flap_up);
         return 2;
     }
     if (o.serve && strcmp(o.transport, "tcp") && strcmp(o.transport, "rdma")) {
@@ -1119,6 +1346,7 @@ static int cmd_bench(int argc, char** argv) {
         for (i = 0; i < o.nsizes; i++) {
             if (producer_size(&prod, &o, &pg, o.sizes[i], src, scratch, &next_index, &rows[i]) != 0) { rc = 1; break; }
             print_row(&o, &rows[i]);
+            if (o.timeline > 0) print_timeline(&o);
         }
     }
     /* stop the consumer, then tear down */
@@ -1141,6 +1369,7 @@ static int cmd_bench(int argc, char** argv) {
             rc = 1;
         } else printf("\n  rdma: %llu connection(s): %s\n", (unsigned long long)prod.sh->rdma_channels, prod.sh->plane);
     }
+    if (prod.conn && strcmp(o.transport, "rdma") == 0) print_rails(prod.conn);
     if (prod.conn) omc_conn_destroy(prod.conn);
     bench_segment[0] = '\0';
     if (processes == 2) { signal(SIGINT, SIG_DFL); signal(SIGTERM, SIG_DFL); }
