@@ -539,6 +539,51 @@ OMNICONN_API omc_result omc_rdma_target_encode(const omc_rdma_target* t, void* o
    max_qps: QP indexes must be below it (0 = OMC_RDMA_MAX_QPS). */
 OMNICONN_API omc_result omc_rdma_target_decode(const void* data, size_t len, uint32_t max_qps, omc_rdma_target* out);
 
+
+/* ---- NIC choice by topology (pure, over a sysfs tree; no device, no verbs) ------------------- */
+
+/* How near a device is to the memory a transfer uses, best first (the distances of
+   `nvidia-smi topo -m`, coarsened). Ties keep the devices' name order. */
+typedef enum omc_rdma_topo_tier {
+    OMC_RDMA_TOPO_SAME_SWITCH = 0,  /* NIC and GPU share a PCIe switch below the root port */
+    OMC_RDMA_TOPO_SAME_ROOT = 1,    /* same PCIe root complex, through the host bridge */
+    OMC_RDMA_TOPO_SAME_NUMA = 2,    /* same NUMA node as the buffer (or the GPU) */
+    OMC_RDMA_TOPO_UNKNOWN = 3,      /* a NUMA node is not known (-1: one-node machines, VMs) */
+    OMC_RDMA_TOPO_OTHER_NUMA = 4    /* another socket: every byte crosses the inter-socket link */
+} omc_rdma_topo_tier;
+
+#define OMC_RDMA_TOPO_NAME_MAX 64
+#define OMC_RDMA_TOPO_PATH_MAX 512
+
+/* One RDMA device as sysfs places it. A software device (rxe, siw) has no PCI device of its
+   own: it takes the place of the netdev it is bound to, if that is a PCI device. */
+typedef struct omc_rdma_topo_nic {
+    char name[OMC_RDMA_TOPO_NAME_MAX];      /* "mlx5_0", "rxe0" */
+    char pci_path[OMC_RDMA_TOPO_PATH_MAX];  /* "pci0000:3a/0000:3a:00.0/..." (below devices/), "" if none */
+    int numa_node;                          /* -1 = not known */
+    int soft;                               /* 1: a software device (its netdev's place) */
+    char netdev[OMC_RDMA_TOPO_NAME_MAX];    /* software devices: the netdev, else "" */
+} omc_rdma_topo_nic;
+
+typedef struct omc_rdma_topo_choice {
+    int index;                              /* into the array given to omc_rdma_topo_rank */
+    omc_rdma_topo_tier tier;
+    char why[256];                          /* one line: the device, its place, the reason */
+} omc_rdma_topo_choice;
+
+/* Every device under <sysfs_root>/class/infiniband ("/sys" in production), in name order.
+   Returns how many there are (may exceed cap: the first cap by name are filled), or -1 if the
+   folder cannot be read. Thread-safe (reads files only). */
+OMNICONN_API int omc_rdma_topo_read(const char* sysfs_root, omc_rdma_topo_nic* out, int cap);
+/* A PCI device by address ("0000:3b:00.0", e.g. a GPU): its path and NUMA node (-1 = not known).
+   Returns 1 if found, 0 if absent or the address is not a plain PCI address. */
+OMNICONN_API int omc_rdma_topo_pci_device(const char* sysfs_root, const char* pci_addr, char* path, size_t cap, int* numa_node);
+/* Rank n devices for memory on NUMA node numa_node (-1 = not known) or in the GPU at gpu_path
+   (from omc_rdma_topo_pci_device; NULL = host memory) whose node is gpu_numa. out[0..n-1] gets
+   the devices nearest first, each with its tier and why. Pure; thread-safe. */
+OMNICONN_API void omc_rdma_topo_rank(const omc_rdma_topo_nic* nics, int n, int numa_node, const char* gpu_path, int gpu_numa,
+                                     omc_rdma_topo_choice* out);
+OMNICONN_API const char* omc_rdma_topo_tier_name(omc_rdma_topo_tier t);
 /* Can libibverbs be loaded, and does it list a device? library: NULL = the default (see
    CONFIGURATION). OMC_OK, or OMC_ERR_UNAVAILABLE / OMC_ERR_RDMA_DEVICE with the reason in why. */
 OMNICONN_API omc_result omc_rdma_probe(const char* library, char* why, size_t why_size);
@@ -800,6 +845,8 @@ OMNICONN_API omc_result omc_rdma_connector_query(omc_conn* conn, omc_rdma_connec
 #endif
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <limits.h>
 
 /* ============================================================================================== */
 /* [SECTION] Implementation: RDMA pure helpers (GID choice, MTU, records, descriptors)            */
@@ -1157,6 +1204,170 @@ OMC__PRIVATE omc_result omc__rdma_memlock_check(uint64_t want, uint64_t pinned, 
              (unsigned long long)want, (unsigned long long)(pinned + want), (unsigned long long)limit,
              (unsigned long long)(limit / 1024));
     return OMC_ERR_MEMLOCK;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: NIC choice by topology (sysfs only)                                  */
+/* ============================================================================================== */
+
+/* First line of root/rel into out (trailing newline and blanks removed); 0 if unreadable. */
+OMC__PRIVATE int omc__topo_read_line(const char* root, const char* rel, char* out, size_t cap) {
+    char path[OMC_RDMA_TOPO_PATH_MAX + 256];
+    FILE* f;
+    size_t n;
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    f = fopen(path, "r");
+    if (!f) return 0;
+    if (!fgets(out, (int)cap, f)) { fclose(f); return 0; }
+    fclose(f);
+    n = strlen(out);
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' ')) out[--n] = '\0';
+    return 1;
+}
+
+/* The PCI path of root/rel (a device link): the resolved path from "devices/" on, without that
+   prefix, and the device's numa_node (or its nearest ancestor's: a virtio netdev's is on its
+   PCI parent). 0 if rel is not a PCI device. */
+OMC__PRIVATE int omc__topo_pci_of(const char* root, const char* rel, char* path, size_t cap, int* numa) {
+    char link[OMC_RDMA_TOPO_PATH_MAX + 256], real[PATH_MAX], rroot[PATH_MAX], numa_rel[OMC_RDMA_TOPO_PATH_MAX + 64], line[32];
+    const char* p;
+    size_t rl;
+    snprintf(link, sizeof(link), "%s/%s", root, rel);
+    if (!realpath(link, real) || !realpath(root, rroot)) return 0;
+    rl = strlen(rroot);
+    if (strncmp(real, rroot, rl) != 0 || strncmp(real + rl, "/devices/pci", 12) != 0) return 0;
+    p = real + rl + 9;                                  /* "pci0000:3a/..." */
+    if (strlen(p) >= cap || strlen(p) + 9 >= sizeof(numa_rel) - 12) return 0;
+    snprintf(path, cap, "%s", p);
+    snprintf(numa_rel, sizeof(numa_rel), "devices/%s", p);
+    *numa = -1;
+    for (;;) {
+        size_t l = strlen(numa_rel);
+        char* slash;
+        memcpy(numa_rel + l, "/numa_node", 11);
+        if (omc__topo_read_line(root, numa_rel, line, sizeof(line))) { *numa = atoi(line) < 0 ? -1 : atoi(line); break; }
+        numa_rel[l] = '\0';
+        slash = strrchr(numa_rel, '/');
+        if (!slash || slash - numa_rel <= 8) break;     /* stop at "devices/" */
+        *slash = '\0';
+    }
+    return 1;
+}
+
+/* One device from sysfs; a software device takes its netdev's place. */
+OMC__PRIVATE void omc__topo_fill(const char* root, const char* name, omc_rdma_topo_nic* nic) {
+    char rel[OMC_RDMA_TOPO_PATH_MAX];
+    memset(nic, 0, sizeof(*nic));
+    nic->numa_node = -1;
+    snprintf(nic->name, sizeof(nic->name), "%s", name);
+    snprintf(rel, sizeof(rel), "class/infiniband/%s/device", name);
+    if (omc__topo_pci_of(root, rel, nic->pci_path, sizeof(nic->pci_path), &nic->numa_node)) return;
+    nic->soft = 1;
+    snprintf(rel, sizeof(rel), "class/infiniband/%s/ports/1/gid_attrs/ndevs/0", name);
+    if (!omc__topo_read_line(root, rel, nic->netdev, sizeof(nic->netdev)) || !nic->netdev[0]) return;
+    snprintf(rel, sizeof(rel), "class/net/%s/device", nic->netdev);
+    if (!omc__topo_pci_of(root, rel, nic->pci_path, sizeof(nic->pci_path), &nic->numa_node)) nic->pci_path[0] = '\0';
+}
+
+#define OMC__TOPO_MAX_NAMES 256         /* devices considered (sorted by name); more are counted */
+
+OMNICONN_API int omc_rdma_topo_read(const char* root, omc_rdma_topo_nic* out, int cap) {
+    char dir[OMC_RDMA_TOPO_PATH_MAX + 32];
+    char (*names)[OMC_RDMA_TOPO_NAME_MAX];
+    omc_hooks hooks;
+    DIR* d;
+    struct dirent* e;
+    int n = 0, total = 0, i, j;
+    if (!root || (cap > 0 && !out)) return -1;
+    snprintf(dir, sizeof(dir), "%s/class/infiniband", root);
+    d = opendir(dir);
+    if (!d) return -1;
+    memset(&hooks, 0, sizeof(hooks));
+    hooks = omc__hooks_resolve(&hooks);
+    names = (char (*)[OMC_RDMA_TOPO_NAME_MAX])omc__malloc(&hooks, OMC__TOPO_MAX_NAMES * OMC_RDMA_TOPO_NAME_MAX);
+    if (!names) { closedir(d); return -1; }
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (e->d_name[0] == '.' || len >= OMC_RDMA_TOPO_NAME_MAX) continue;
+        total++;
+        if (n < OMC__TOPO_MAX_NAMES) memcpy(names[n++], e->d_name, len + 1);
+    }
+    closedir(d);
+    for (i = 1; i < n; i++) {          /* insertion sort by name: a handful of devices */
+        char k[OMC_RDMA_TOPO_NAME_MAX];
+        memcpy(k, names[i], sizeof(k));
+        for (j = i - 1; j >= 0 && strcmp(names[j], k) > 0; j--) memcpy(names[j + 1], names[j], sizeof(k));
+        memcpy(names[j + 1], k, sizeof(k));
+    }
+    for (i = 0; i < n && i < cap; i++) omc__topo_fill(root, names[i], &out[i]);
+    omc__free(&hooks, names);
+    return total;
+}
+
+OMNICONN_API int omc_rdma_topo_pci_device(const char* root, const char* addr, char* path, size_t cap, int* numa) {
+    char rel[128];
+    int dummy;
+    if (!root || !path || !cap || !addr || !addr[0] || strlen(addr) > 32 || strchr(addr, '/') || strstr(addr, "..")) return 0;
+    snprintf(rel, sizeof(rel), "bus/pci/devices/%s", addr);
+    return omc__topo_pci_of(root, rel, path, cap, numa ? numa : &dummy);
+}
+
+/* Path components two PCI paths share ("pci0000:3a", then each bridge/port). */
+OMC__PRIVATE int omc__topo_common(const char* a, const char* b) {
+    int n = 0;
+    while (*a && *b) {
+        size_t la = strcspn(a, "/"), lb = strcspn(b, "/");
+        if (la != lb || strncmp(a, b, la) != 0) break;
+        n++;
+        a += la; b += lb;
+        if (*a == '/') a++;
+        if (*b == '/') b++;
+    }
+    return n;
+}
+
+OMNICONN_API const char* omc_rdma_topo_tier_name(omc_rdma_topo_tier t) {
+    switch (t) {
+        case OMC_RDMA_TOPO_SAME_SWITCH: return "same PCIe switch";
+        case OMC_RDMA_TOPO_SAME_ROOT: return "same PCIe root complex";
+        case OMC_RDMA_TOPO_SAME_NUMA: return "same NUMA node";
+        case OMC_RDMA_TOPO_UNKNOWN: return "NUMA node not known";
+        default: return "other NUMA node";
+    }
+}
+
+OMNICONN_API void omc_rdma_topo_rank(const omc_rdma_topo_nic* nics, int n, int buffer_numa, const char* gpu_path, int gpu_numa,
+                                     omc_rdma_topo_choice* out) {
+    int i, j, gpu = gpu_path && gpu_path[0], numa = buffer_numa >= 0 ? buffer_numa : (gpu ? gpu_numa : -1);
+    if (!nics || !out || n <= 0) return;
+    for (i = 0; i < n; i++) {
+        const omc_rdma_topo_nic* c = &nics[i];
+        omc_rdma_topo_choice* r = &out[i];
+        /* 3 shared components = root, root port, switch port: the same switch */
+        int common = (gpu && c->pci_path[0]) ? omc__topo_common(c->pci_path, gpu_path) : 0;
+        char via[96] = "";
+        r->index = i;
+        if (c->soft) snprintf(via, sizeof(via), " (software device on %.40s)", c->netdev[0] ? c->netdev : "no netdev");
+        if (common >= 3) {
+            r->tier = OMC_RDMA_TOPO_SAME_SWITCH;
+            snprintf(r->why, sizeof(r->why), "%s%s: under the same PCIe switch as the GPU", c->name, via);
+        } else if (common >= 1) {
+            r->tier = OMC_RDMA_TOPO_SAME_ROOT;
+            snprintf(r->why, sizeof(r->why), "%s%s: same PCIe root complex as the GPU, through the host bridge", c->name, via);
+        } else if (numa >= 0 && c->numa_node >= 0) {
+            r->tier = c->numa_node == numa ? OMC_RDMA_TOPO_SAME_NUMA : OMC_RDMA_TOPO_OTHER_NUMA;
+            snprintf(r->why, sizeof(r->why), "%s%s: NUMA node %d, memory on node %d%s", c->name, via, c->numa_node, numa,
+                     c->numa_node == numa ? "" : " (crosses sockets)");
+        } else {
+            r->tier = OMC_RDMA_TOPO_UNKNOWN;
+            snprintf(r->why, sizeof(r->why), "%s%s: NUMA node of the %s not known", c->name, via, c->numa_node < 0 ? "device" : "memory");
+        }
+    }
+    for (i = 1; i < n; i++) {          /* stable insertion sort by tier */
+        omc_rdma_topo_choice k = out[i];
+        for (j = i - 1; j >= 0 && out[j].tier > k.tier; j--) out[j + 1] = out[j];
+        out[j + 1] = k;
+    }
 }
 
 #if OMC__HAS_RDMA

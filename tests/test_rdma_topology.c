@@ -1,16 +1,16 @@
-/* test_topology_draft.c - the NIC-ranking rule of tests/rdma/topology_draft.h (a DRAFT the lead
-   moves into omniconn_rdma.h) over a fake sysfs tree built in a temporary folder: PCIe switch,
-   root complex, NUMA nodes, an unknown node, software devices with and without a PCI netdev.
-   Build and run on any host:
-     cc -std=c99 -Wall -Wextra -Werror -pedantic -Itests tests/rdma/test_topology_draft.c -o build/test_topology_draft */
-#define _DEFAULT_SOURCE
+/* test_rdma_topology.c - NIC choice by topology (omc_rdma_topo_read / _pci_device / _rank in
+   omniconn_rdma.h) over a fake sysfs tree built in a temporary folder: PCIe switch, root
+   complex, NUMA nodes, an unknown node, software devices with and without a PCI netdev.
+   Needs no RDMA device and no libibverbs: it runs in the plain suite. */
+#define OMNICONN_IMPLEMENTATION
+#include "omniconn.h"
+#include "omniconn_rdma.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "omc_test.h"
-#include "rdma/topology_draft.h"
 
 static char g_root[256];
 
@@ -78,10 +78,10 @@ static void build_tree(void) {
     mkdirs("class/net/veth0");
 }
 
-static omc_topo_nic g_nics[16];
+static omc_rdma_topo_nic g_nics[16];
 static int g_n;
 
-static const char* order(const omc_topo_rank* r, int n, char* buf, size_t cap) {
+static const char* order(const omc_rdma_topo_choice* r, int n, char* buf, size_t cap) {
     int i;
     buf[0] = 0;
     for (i = 0; i < n; i++) {
@@ -116,53 +116,53 @@ OMC_TEST(reads_every_device_sorted_with_place_and_node) {
 }
 
 OMC_TEST(gpu_buffer_prefers_switch_then_root_then_node) {
-    char path[OMC_TOPO_PATH_MAX], buf[512];
+    char path[OMC_RDMA_TOPO_PATH_MAX], buf[512];
     int numa = -9;
-    omc_topo_rank r[16];
-    CHECK_EQ(omc_topo_pci_device(g_root, "0000:03:00.0", path, sizeof(path), &numa), 1);
+    omc_rdma_topo_choice r[16];
+    CHECK_EQ(omc_rdma_topo_pci_device(g_root, "0000:03:00.0", path, sizeof(path), &numa), 1);
     CHECK_STR(path, GPU);
     CHECK_EQ(numa, 0);
-    omc_topo_rank_nics(g_nics, g_n, -1, path, numa, r);
+    omc_rdma_topo_rank(g_nics, g_n, -1, path, numa, r);
     CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_0:0 mlx5_1:1 mlx5_2:2 mlx5_4:3 rxe1:3 mlx5_3:4 rxe0:4 rxe2:4");
     CHECK(strstr(r[0].why, "same PCIe switch") != NULL);
     CHECK(strstr(r[5].why, "crosses sockets") != NULL);
     CHECK(strstr(r[6].why, "software device on ens9") != NULL);
     /* an explicit buffer node overrides the GPU's for the NUMA tiers, not the PCI ones */
-    omc_topo_rank_nics(g_nics, g_n, 1, path, numa, r);
+    omc_rdma_topo_rank(g_nics, g_n, 1, path, numa, r);
     CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_0:0 mlx5_1:1 mlx5_3:2 rxe0:2 rxe2:2 mlx5_4:3 rxe1:3 mlx5_2:4");
 }
 
 OMC_TEST(host_buffer_prefers_its_node) {
     char buf[512];
-    omc_topo_rank r[16];
-    omc_topo_rank_nics(g_nics, g_n, 1, NULL, -1, r);
+    omc_rdma_topo_choice r[16];
+    omc_rdma_topo_rank(g_nics, g_n, 1, NULL, -1, r);
     CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_3:2 rxe0:2 rxe2:2 mlx5_4:3 rxe1:3 mlx5_0:4 mlx5_1:4 mlx5_2:4");
-    omc_topo_rank_nics(g_nics, g_n, 0, NULL, -1, r);
+    omc_rdma_topo_rank(g_nics, g_n, 0, NULL, -1, r);
     CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_0:2 mlx5_1:2 mlx5_2:2 mlx5_4:3 rxe1:3 mlx5_3:4 rxe0:4 rxe2:4");
     /* node not known: every device ties, name order stays */
-    omc_topo_rank_nics(g_nics, g_n, -1, NULL, -1, r);
+    omc_rdma_topo_rank(g_nics, g_n, -1, NULL, -1, r);
     CHECK_STR(order(r, g_n, buf, sizeof(buf)), "mlx5_0:3 mlx5_1:3 mlx5_2:3 mlx5_3:3 mlx5_4:3 rxe0:3 rxe1:3 rxe2:3");
 }
 
 OMC_TEST(bad_inputs_are_refused_not_followed) {
-    char path[OMC_TOPO_PATH_MAX], other[300];
+    char path[OMC_RDMA_TOPO_PATH_MAX], other[300];
     int numa = 0;
-    omc_topo_nic few[2];
-    CHECK_EQ(omc_topo_pci_device(g_root, "0000:99:00.0", path, sizeof(path), &numa), 0);   /* absent */
-    CHECK_EQ(omc_topo_pci_device(g_root, "../../etc", path, sizeof(path), &numa), 0);      /* no paths */
-    CHECK_EQ(omc_topo_pci_device(g_root, "", path, sizeof(path), &numa), 0);
-    CHECK_EQ(omc_topo_pci_device(g_root, NULL, path, sizeof(path), &numa), 0);
-    CHECK_EQ(omc_topo_read_nics(g_root, few, 2), 8);    /* the count, with only 2 filled */
+    omc_rdma_topo_nic few[2];
+    CHECK_EQ(omc_rdma_topo_pci_device(g_root, "0000:99:00.0", path, sizeof(path), &numa), 0);   /* absent */
+    CHECK_EQ(omc_rdma_topo_pci_device(g_root, "../../etc", path, sizeof(path), &numa), 0);      /* no paths */
+    CHECK_EQ(omc_rdma_topo_pci_device(g_root, "", path, sizeof(path), &numa), 0);
+    CHECK_EQ(omc_rdma_topo_pci_device(g_root, NULL, path, sizeof(path), &numa), 0);
+    CHECK_EQ(omc_rdma_topo_read(g_root, few, 2), 8);    /* the count, with only 2 filled */
     CHECK_STR(few[0].name, "mlx5_0");
     snprintf(other, sizeof(other), "%s/class", g_root);
-    CHECK_EQ(omc_topo_read_nics(other, few, 2), -1);    /* no class/infiniband: -1, no crash */
+    CHECK_EQ(omc_rdma_topo_read(other, few, 2), -1);    /* no class/infiniband: -1, no crash */
 }
 
 int main(int argc, char** argv) {
     int rc;
     char cmd[300];
     build_tree();
-    g_n = omc_topo_read_nics(g_root, g_nics, 16);
+    g_n = omc_rdma_topo_read(g_root, g_nics, 16);
     rc = omc_test_main(argc, argv);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_root);
