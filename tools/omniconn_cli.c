@@ -1401,6 +1401,9 @@ typedef struct doctor {
     char host[OMC_TCP_HOST_MAX];    /* this host's address ("auto"), or "" */
     const char* host_how;
     const char* rdma_addr;      /* the address RDMA GIDs are chosen for: an RDMA spec's host, else ours */
+    const char* sysfs;          /* where the NIC topology is read (default /sys) */
+    int numa;                   /* the memory's NUMA node for the ranking (-2 = this CPU's) */
+    const char* gpu;            /* rank for a GPU at this PCI address instead (NULL = host memory) */
 } doctor;
 
 enum { OK, WARN, FAIL };
@@ -1701,7 +1704,65 @@ static void doctor_rdma_engine(doctor* d) {
            rd.local_addr ? " for " : "", rd.local_addr ? rd.local_addr : "", info.device, info.port, info.gid_index, text, info.active_mtu,
            (unsigned)info.protection < 4 ? prot[info.protection] : "?",
            info.window_bounds == 0 ? " (this device does not enforce window bounds)" : "");
+#if defined(OMC_RDMA_MAX_RAILS)
+    {   /* the rails it stripes over, in its order, and their state */
+        omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
+        int k, rails = omc_rdma_rail_stats(eng, st, OMC_RDMA_MAX_RAILS);
+        for (k = 0; k < rails && k < OMC_RDMA_MAX_RAILS; k++)
+            report(d, st[k].up ? OK : WARN, "rdma rail", "rail %d of %d: %s port %u%s%s%s, GID %s (index %u), NUMA node %d: %s%s%s%s", k, rails,
+                   st[k].device, st[k].port, st[k].netdev[0] ? " (" : "", st[k].netdev, st[k].netdev[0] ? ")" : "", st[k].gid, st[k].gid_index,
+                   st[k].numa_node, st[k].up ? "up" : "down", st[k].why[0] ? ": " : "", st[k].why,
+                   st[k].up ? "" : ". Fix: bring its link up (ip link set <netdev> up), or leave it out (desc.devices / RDMA_DEVICE_NAME)");
+    }
+#endif
     omc_rdma_destroy(eng);
+}
+
+/* ---- NIC choice by topology ----------------------------------------------------------------- */
+
+/* The NUMA node of the CPU this runs on (<root>/devices/system/cpu/cpuN/nodeM), or -1. */
+static int doctor_this_numa(const char* root) {
+    char path[600];
+    struct stat sb;
+    int cpu = sched_getcpu(), node;
+    if (cpu < 0) return -1;
+    for (node = 0; node < 1024; node++) {
+        snprintf(path, sizeof(path), "%s/devices/system/cpu/cpu%d/node%d", root, cpu, node);
+        if (stat(path, &sb) == 0) return node;
+    }
+    return -1;
+}
+
+/* Every RDMA device ranked for the memory a transfer would use (omc_rdma_topo_rank: PCIe switch,
+   root complex, NUMA node), nearest first, each with why. The engine stripes over its rails in
+   this order when no device list is given. */
+static void doctor_topology(doctor* d) {
+    enum { CAP = 32 };
+    omc_rdma_topo_nic* nics = (omc_rdma_topo_nic*)calloc(CAP, sizeof(*nics));
+    omc_rdma_topo_choice* rank = (omc_rdma_topo_choice*)calloc(CAP, sizeof(*rank));
+    char gpu_path[OMC_RDMA_TOPO_PATH_MAX], what[160];
+    int n, i, numa = d->numa, gpu_numa = -1, have_gpu = 0;
+    if (!nics || !rank) { free(nics); free(rank); report(d, WARN, "rdma topology", "out of memory"); return; }
+    n = omc_rdma_topo_read(d->sysfs, nics, CAP);
+    if (n <= 0) {
+        if (strcmp(d->sysfs, "/sys") != 0) report(d, WARN, "rdma topology", "%s/class/infiniband lists no device", d->sysfs);
+        free(nics); free(rank);
+        return;
+    }
+    if (n > CAP) n = CAP;
+    if (d->gpu) {
+        have_gpu = omc_rdma_topo_pci_device(d->sysfs, d->gpu, gpu_path, sizeof(gpu_path), &gpu_numa);
+        if (!have_gpu) report(d, WARN, "rdma topology", "no PCI device %s under %s/bus/pci/devices: ranking for host memory", d->gpu, d->sysfs);
+    }
+    if (numa == -2) numa = have_gpu ? -1 : doctor_this_numa(d->sysfs);
+    omc_rdma_topo_rank(nics, n, numa, have_gpu ? gpu_path : NULL, gpu_numa, rank);
+    if (have_gpu) snprintf(what, sizeof(what), "the GPU at %s (NUMA node %d)", d->gpu, gpu_numa);
+    else if (numa >= 0) snprintf(what, sizeof(what), "memory on NUMA node %d%s", numa, d->numa == -2 ? " (this CPU's; --numa, --gpu to change)" : "");
+    else snprintf(what, sizeof(what), "memory on a NUMA node not known (--numa, --gpu to give one)");
+    report(d, OK, "rdma topology", "%d device%s, nearest first for %s", n, n == 1 ? "" : "s", what);
+    for (i = 0; i < n; i++) report(d, OK, "rdma rank", "%d. %s [%s]", i + 1, rank[i].why, omc_rdma_topo_tier_name(rank[i].tier));
+    free(nics);
+    free(rank);
 }
 
 static void doctor_rdma(doctor* d) {
@@ -1739,7 +1800,7 @@ static void doctor_rdma(doctor* d) {
     }
     closedir(dir);
     if (!devices) report(d, level, "rdma", "/sys/class/infiniband lists no device. Fix: Soft-RoCE: rdma link add rxe0 type rxe netdev <interface>");
-    else doctor_rdma_engine(d);
+    else { doctor_topology(d); doctor_rdma_engine(d); }
 }
 
 /* ---- memlock -------------------------------------------------------------------------------- */
@@ -1910,30 +1971,51 @@ static void doctor_usage(void) {
     printf("  --config FILE    also check this pipeline configuration (ports, pools, transports)\n");
     printf("  --shm-dir DIR    the shared-memory directory                (default /dev/shm)\n");
     printf("  --sweep          remove the segments of dead owners it finds\n");
+    printf("  --numa N         rank the RDMA devices for memory on NUMA node N  (default: the node of the CPU it runs on)\n");
+    printf("  --gpu PCI        rank them for a GPU at PCI address PCI (0000:3b:00.0) instead\n");
+    printf("  --sysfs DIR      read the device topology from DIR instead of /sys (a copy of another host's tree);\n");
+    printf("                   with DIR given, only the topology is checked\n");
     printf("One line per check: OK, WARN or FAIL, and the fix. Exit status 1 if any check FAILs.\n");
 }
 
 static int cmd_doctor(int argc, char** argv) {
     static const struct option longs[] = {
         { "config", required_argument, NULL, 'c' }, { "shm-dir", required_argument, NULL, 'D' }, { "sweep", no_argument, NULL, 'S' },
+        { "numa", required_argument, NULL, 'N' }, { "gpu", required_argument, NULL, 'G' }, { "sysfs", required_argument, NULL, 'Y' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     doctor d;
     int opt;
+    char* end;
     memset(&d, 0, sizeof(d));
     d.shm_dir = "/dev/shm";
+    d.sysfs = "/sys";
+    d.numa = -2;
     optind = 1;
     while ((opt = next_opt("doctor", argc, argv, longs)) != -1) {
         switch (opt) {
             case 'c': d.config = optarg; break;
             case 'D': d.shm_dir = optarg; break;
             case 'S': d.sweep = 1; break;
+            case 'N': {
+                long v = strtol(optarg, &end, 10);
+                if (*end || v < 0 || v > 1023) { fprintf(stderr, "omniconn doctor: --numa '%s' is not a NUMA node (0..1023)\n", optarg); return 2; }
+                d.numa = (int)v;
+                break;
+            }
+            case 'G': d.gpu = optarg; break;
+            case 'Y': d.sysfs = optarg; break;
             case 'h': doctor_usage(); return 0;
             default: return 2;
         }
     }
     if (optind != argc) { fprintf(stderr, "omniconn doctor: unexpected argument '%s' (options start with --)\n", argv[optind]); return 2; }
     printf("omniconn doctor (omniconn %s)%s%s\n", omc_version_string(), d.config ? ": " : "", d.config ? d.config : "");
+    if (strcmp(d.sysfs, "/sys") != 0) {     /* another tree: its topology only (the rest is this host's) */
+        doctor_topology(&d);
+        printf("%d OK, %d WARN, %d FAIL\n", d.oks, d.warns, d.fails);
+        return d.fails ? 1 : 0;
+    }
     if (d.config) doctor_config(&d);
     doctor_host(&d);
     if (d.cfg) doctor_ports(&d);
