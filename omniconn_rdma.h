@@ -440,17 +440,24 @@ extern "C" {
 /* [SECTION] RDMA: constants and pure helpers (no device needed)                                  */
 /* ============================================================================================== */
 
-#define OMC_RDMA_MAX_QPS 16
+#define OMC_RDMA_MAX_QPS 16             /* QPs per connection, every rail together */
 #define OMC_RDMA_MAX_EXTENTS 32
+#define OMC_RDMA_MAX_RAILS 4            /* device ports one engine stripes over */
 #define OMC_RDMA_RECORD_MAGIC 0x52434D4Fu       /* "OMCR" */
-#define OMC_RDMA_RECORD_VERSION 1
+#define OMC_RDMA_RECORD_VERSION 1               /* one rail */
+#define OMC_RDMA_RECORD_VERSION_RAILS 2         /* 2..OMC_RDMA_MAX_RAILS rails */
 #define OMC_RDMA_RECORD_HEADER 48
-#define OMC_RDMA_RECORD_MAX (OMC_RDMA_RECORD_HEADER + 8 * OMC_RDMA_MAX_QPS + 4)
+#define OMC_RDMA_RECORD_HEADER_RAILS 24
+#define OMC_RDMA_RECORD_RAIL 32
+#define OMC_RDMA_RECORD_MAX (OMC_RDMA_RECORD_HEADER_RAILS + OMC_RDMA_RECORD_RAIL * OMC_RDMA_MAX_RAILS + 8 * OMC_RDMA_MAX_QPS + 4)
 #define OMC_RDMA_TARGET_MAGIC 0x57434D4Fu       /* "OMCW" */
-#define OMC_RDMA_TARGET_VERSION 1
+#define OMC_RDMA_TARGET_VERSION 1               /* one rail */
+#define OMC_RDMA_TARGET_VERSION_RAILS 2         /* a key and QP per extent and rail */
 #define OMC_RDMA_TARGET_HEADER 24
 #define OMC_RDMA_TARGET_EXTENT 24
-#define OMC_RDMA_TARGET_MAX (OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * OMC_RDMA_MAX_EXTENTS + 4)
+#define OMC_RDMA_TARGET_EXTENT_RAILS 16         /* + 8 per rail */
+#define OMC_RDMA_TARGET_MAX 1024                /* either version; what a PULL can carry */
+#define OMC_RDMA_NO_QP 0xFFFFu                  /* version 2: this rail cannot reach the extent */
 #define OMC_RDMA_FLAG_MEMORY_WINDOWS 0x1u   /* destinations are type-2 memory windows */
 #define OMC_RDMA_FLAG_REGIONS 0x2u          /* destinations are memory regions of their own */
 #define OMC__RDMA_FLAGS (OMC_RDMA_FLAG_MEMORY_WINDOWS | OMC_RDMA_FLAG_REGIONS)
@@ -495,7 +502,21 @@ OMNICONN_API omc_result omc_rdma_mtu_negotiate(uint32_t local_mtu, uint32_t peer
 /* Bytes of an enum ibv_mtu value (1 -> 256 ... 5 -> 4096), 0 if invalid. */
 OMNICONN_API uint32_t   omc_rdma_mtu_bytes(uint32_t mtu);
 
-/* An endpoint record, decoded (see WIRE FORMATS). */
+/* One rail of an endpoint record (version 2). port 0: the author has no rail to pair with the
+   initiator's rail at this position (its QPs are absent: QP number and PSN 0). */
+typedef struct omc_rdma_record_rail {
+    uint8_t port;
+    uint8_t mtu;                /* enum ibv_mtu */
+    uint8_t link;               /* omc_rdma_link */
+    uint8_t gid_index;
+    uint8_t gid_type;           /* omc_rdma_gid_type */
+    uint8_t prefix;             /* bits of the GID that name its subnet (IPv4 /24 = 120) */
+    uint16_t lid;
+    uint8_t gid[16];
+} omc_rdma_record_rail;
+
+/* An endpoint record, decoded (see WIRE FORMATS). Version 1 leaves rails, qps_per_rail and
+   rail[] zero; version 2 also fills the top fields from its first paired rail. */
 typedef struct omc_rdma_record {
     uint32_t qp_count;
     uint8_t port;
@@ -510,10 +531,14 @@ typedef struct omc_rdma_record {
     uint8_t gid[16];
     uint32_t qpn[OMC_RDMA_MAX_QPS];
     uint32_t psn[OMC_RDMA_MAX_QPS];
+    uint32_t rails;             /* 0 or 1: version 1; 2..OMC_RDMA_MAX_RAILS: version 2 */
+    uint32_t qps_per_rail;      /* version 2: QP i belongs to rail i / qps_per_rail */
+    omc_rdma_record_rail rail[OMC_RDMA_MAX_RAILS];
 } omc_rdma_record;
 
-/* Encode into out (cap >= 52 + 8 * qp_count). OMC_ERR_INVALID_ARG for out-of-range fields,
-   OMC_ERR_TOO_LARGE if cap is short. */
+/* Encode into out (cap >= OMC_RDMA_RECORD_MAX is always enough). rails <= 1: version 1 from the
+   top fields; else version 2 from rail[] (qp_count = rails * qps_per_rail). OMC_ERR_INVALID_ARG
+   for out-of-range fields, OMC_ERR_TOO_LARGE if cap is short. */
 OMNICONN_API omc_result omc_rdma_record_encode(const omc_rdma_record* rec, void* out, size_t cap, size_t* out_len);
 /* Decode and validate (size, magic, version, CRC, every field). */
 OMNICONN_API omc_result omc_rdma_record_decode(const void* data, size_t len, omc_rdma_record* out);
@@ -522,8 +547,10 @@ OMNICONN_API omc_result omc_rdma_record_decode(const void* data, size_t len, omc
 typedef struct omc_rdma_extent {
     uint64_t addr;
     uint64_t length;
-    uint32_t rkey;
+    uint32_t rkey;              /* version 1 (and rail 0 of version 2) */
     uint16_t qp;
+    uint32_t rkeys[OMC_RDMA_MAX_RAILS];     /* version 2: the key and QP to use on each rail */
+    uint16_t qps[OMC_RDMA_MAX_RAILS];       /* (OMC_RDMA_NO_QP: not on this rail) */
 } omc_rdma_extent;
 
 typedef struct omc_rdma_target {
@@ -531,12 +558,14 @@ typedef struct omc_rdma_target {
     uint64_t length;            /* sum of the extents */
     uint32_t flags;             /* OMC_RDMA_FLAG_* */
     uint32_t count;
+    uint32_t rails;             /* 0 or 1: version 1 (rkey, qp); 2..OMC_RDMA_MAX_RAILS: version 2 */
     omc_rdma_extent extent[OMC_RDMA_MAX_EXTENTS];
 } omc_rdma_target;
 
 OMNICONN_API omc_result omc_rdma_target_encode(const omc_rdma_target* t, void* out, size_t cap, size_t* out_len);
 /* Decode and validate: counts, lengths (> 0, no overflow, sum = total), reserved fields, CRC.
-   max_qps: QP indexes must be below it (0 = OMC_RDMA_MAX_QPS). */
+   max_qps: QP indexes must be below it (0 = OMC_RDMA_MAX_QPS). Version 1 leaves rails, rkeys[]
+   and qps[] zero; version 2 also fills rkey and qp from rail 0. */
 OMNICONN_API omc_result omc_rdma_target_decode(const void* data, size_t len, uint32_t max_qps, omc_rdma_target* out);
 
 
@@ -606,10 +635,13 @@ typedef enum omc_rdma_protection {
 } omc_rdma_protection;
 
 typedef struct omc_rdma_desc {
-    const char* devices;        /* "mlx5_0,mlx5_1": first usable wins; NULL = $RDMA_DEVICE_NAME,
-                                   else the first device with an ACTIVE port */
-    uint32_t port;              /* 0 = the device's first ACTIVE port */
-    const char* local_addr;     /* IPv4/IPv6 literal of the side channel: selects the RoCE GID */
+    const char* devices;        /* "mlx5_0,mlx5_1": tried in order, each usable one is a rail (up to
+                                   max_rails); NULL = $RDMA_DEVICE_NAME, else every device with
+                                   an ACTIVE port */
+    uint32_t port;              /* 0 = every ACTIVE port of a device (the first one if max_rails is 1) */
+    const char* local_addr;     /* IPv4/IPv6 literal of the side channel: selects the RoCE GID; a
+                                   comma list ("10.0.0.5,10.0.1.5") gives each rail the GID of the
+                                   address on its netdev */
     int gid_index;              /* GID override, used only if gid_index_set (0 is a valid index) */
     int gid_index_set;
     uint32_t qps_per_peer;      /* 0 = OMNICONN_RDMA_QPS_PER_PEER */
@@ -620,13 +652,19 @@ typedef struct omc_rdma_desc {
     uint64_t mr_chunk;          /* 0 = OMNICONN_RDMA_MR_CHUNK (a multiple of the page size) */
     uint32_t spin_us;           /* 0 = OMNICONN_RDMA_SPIN_US */
     omc_rdma_protection protection;     /* 0 = OMC_RDMA_PROTECT_DEFAULT */
+    uint32_t max_rails;         /* 0 = every usable device port ($OMNICONN_RDMA_MAX_RAILS, else up
+                                   to OMC_RDMA_MAX_RAILS); 1 = the first usable one only */
+    int numa_node;              /* rails nearest this NUMA node first (without a device list); */
+    int numa_node_set;          /* used only if numa_node_set (0 is a valid node) */
     const char* library;        /* runtime linking: NULL = $OMNICONN_IBVERBS_LIB, else
                                    OMNICONN_RDMA_LIBRARY */
     omc_hooks hooks;
 } omc_rdma_desc;
 
-/* What an engine chose and counted. */
+/* What an engine chose and counted. device .. active_mtu describe rail 0. */
 typedef struct omc_rdma_info {
+    uint32_t rails;             /* rails opened */
+    uint32_t rails_up;          /* of those, usable now */
     char device[64];
     uint32_t port;
     omc_rdma_link link;
@@ -661,6 +699,28 @@ OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** ou
    first (connections left are destroyed; registrations left are dropped). */
 OMNICONN_API void       omc_rdma_destroy(omc_rdma* eng);
 OMNICONN_API omc_result omc_rdma_query(omc_rdma* eng, omc_rdma_info* out);
+
+/* One rail: a device port and its GID, what went through it and whether it is up. */
+typedef struct omc_rdma_rail_stat {
+    char device[64];            /* "rxe1" */
+    uint32_t port;
+    char netdev[16];            /* RoCE: the Ethernet device ("" if not known) */
+    char gid[46];               /* text: "::ffff:10.0.1.5" */
+    uint32_t gid_index;
+    int numa_node;              /* -1 = not known */
+    int up;                     /* 1: takes new slices and new connections */
+    uint64_t bytes;             /* written through this rail, every connection */
+    uint64_t slices;            /* RDMA WRITEs completed on it */
+    uint32_t failures;          /* connections that lost their QPs on it (completion or port error) */
+    uint32_t rejoins;           /* times its port came back (IBV_EVENT_PORT_ACTIVE) */
+    double weight;              /* its share of new slices now (the up rails' weights sum to 1) */
+    double throughput;          /* measured bytes/s (moving average; 0 = not measured yet) */
+    char why[160];              /* why it is down, or its last failure ("" if none) */
+} omc_rdma_rail_stat;
+
+/* Fill out[0 .. min(cap, rails) - 1] with the engine's rails, in rail order. Returns the number of
+   rails (>= 1), or a negative omc_result (OMC_ERR_INVALID_ARG). Thread-safe. */
+OMNICONN_API int        omc_rdma_rail_stats(omc_rdma* eng, omc_rdma_rail_stat* out, int cap);
 
 /* Region hooks for omc_pool_desc.region: attach registers the pool's region, detach drops it.
    Destroy the pool before the engine. */
@@ -698,6 +758,9 @@ typedef struct omc_rdma_conn_info {
     omc_result error;           /* why it broke */
     char error_text[160];
     uint32_t qpn[OMC_RDMA_MAX_QPS], peer_qpn[OMC_RDMA_MAX_QPS];
+    uint32_t rails;             /* rails paired with the peer's (QPs on each) */
+    uint32_t rails_up;          /* of those, still working (ok while >= 1) */
+    uint32_t rail[OMC_RDMA_MAX_RAILS];      /* the engine's rail index behind each pair */
 } omc_rdma_conn_info;
 OMNICONN_API omc_result omc_rdma_conn_query(omc_rdma_conn* conn, omc_rdma_conn_info* out);
 /* Break the connection (QPs to ERROR: outstanding work fails at once) and release this handle;
@@ -788,6 +851,9 @@ typedef struct omc_rdma_connector_info {
 /* What the connector's RDMA plane is doing. OMC_ERR_INVALID_ARG if conn was not made by
    omc_rdma_connector_create. */
 OMNICONN_API omc_result omc_rdma_connector_query(omc_conn* conn, omc_rdma_connector_info* out);
+/* omc_rdma_rail_stats of the connector's engine. OMC_ERR_INVALID_ARG if conn was not made by
+   omc_rdma_connector_create, OMC_ERR_UNAVAILABLE if its RDMA plane is off. */
+OMNICONN_API int        omc_rdma_connector_rail_stats(omc_conn* conn, omc_rdma_rail_stat* out, int cap);
 
 #endif /* OMC__HAS_ZMQ */
 
@@ -999,12 +1065,121 @@ OMNICONN_API omc_result omc_rdma_mtu_negotiate(uint32_t local_mtu, uint32_t peer
 
 #define OMC__RDMA_24BIT 0x00FFFFFFu
 
+/* A rail entry of a version-2 record: 0 if it is valid (port 0: an unpaired slot, all zero). */
+OMC__PRIVATE int omc__rdma_rail_bad(const omc_rdma_record_rail* r) {
+    if (r->port == 0) return r->mtu || r->link || r->gid_index || r->gid_type || r->prefix || r->lid || !omc__gid_is_zero(r->gid);
+    return !omc_rdma_mtu_bytes(r->mtu) || (r->link != OMC_RDMA_LINK_INFINIBAND && r->link != OMC_RDMA_LINK_ETHERNET) ||
+           r->gid_type < OMC_RDMA_GID_IB || r->gid_type > OMC_RDMA_GID_ROCE_V2 || r->prefix > 128;
+}
+
+/* Version 2 (see WIRE FORMATS): several rails, qps_per_rail QPs on each. */
+OMC__PRIVATE omc_result omc__rdma_record_encode_rails(const omc_rdma_record* rec, uint8_t* p, size_t cap, size_t* out_len) {
+    uint32_t R = rec->rails, Q = rec->qps_per_rail, i, paired = 0;
+    size_t need, qoff;
+    if (R < 2 || R > OMC_RDMA_MAX_RAILS || Q < 1 || R * Q > OMC_RDMA_MAX_QPS || (rec->flags & ~OMC__RDMA_FLAGS))
+        return OMC_ERR_INVALID_ARG;
+    for (i = 0; i < R; i++) {
+        if (omc__rdma_rail_bad(&rec->rail[i])) return OMC_ERR_INVALID_ARG;
+        paired += rec->rail[i].port != 0;
+    }
+    if (!paired) return OMC_ERR_INVALID_ARG;
+    for (i = 0; i < R * Q; i++) {
+        int used = rec->rail[i / Q].port != 0;
+        if ((used && rec->qpn[i] == 0) || (!used && (rec->qpn[i] || rec->psn[i])) || (rec->qpn[i] & ~OMC__RDMA_24BIT) ||
+            (rec->psn[i] & ~OMC__RDMA_24BIT))
+            return OMC_ERR_INVALID_ARG;
+    }
+    qoff = OMC_RDMA_RECORD_HEADER_RAILS + OMC_RDMA_RECORD_RAIL * (size_t)R;
+    need = qoff + 8 * (size_t)(R * Q) + 4;
+    if (cap < need) return OMC_ERR_TOO_LARGE;
+    memset(p, 0, need);
+    omc__put_u32(p + 0, OMC_RDMA_RECORD_MAGIC);
+    p[4] = OMC_RDMA_RECORD_VERSION_RAILS;
+    p[5] = (uint8_t)Q;
+    p[6] = (uint8_t)R;
+    p[7] = rec->flags;
+    omc__put_u64(p + 8, rec->incarnation);
+    omc__put_u64(p + 16, rec->conn_id);
+    for (i = 0; i < R; i++) {
+        const omc_rdma_record_rail* r = &rec->rail[i];
+        uint8_t* e = p + OMC_RDMA_RECORD_HEADER_RAILS + OMC_RDMA_RECORD_RAIL * i;
+        e[0] = r->port;
+        e[1] = r->mtu;
+        e[2] = r->link;
+        e[3] = r->gid_index;
+        e[4] = r->gid_type;
+        e[5] = r->prefix;
+        omc__put_u16(e + 6, r->lid);
+        memcpy(e + 8, r->gid, 16);
+    }
+    for (i = 0; i < R * Q; i++) {
+        omc__put_u32(p + qoff + 8 * i, rec->qpn[i]);
+        omc__put_u32(p + qoff + 8 * i + 4, rec->psn[i]);
+    }
+    omc__put_u32(p + need - 4, omc__crc32c(0, p, need - 4));
+    if (out_len) *out_len = need;
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__rdma_record_decode_rails(const uint8_t* p, size_t len, omc_rdma_record* out) {
+    uint32_t Q, R, i, first = OMC_RDMA_MAX_RAILS;
+    size_t qoff;
+    if (len < OMC_RDMA_RECORD_HEADER_RAILS + 4) return OMC_ERR_MALFORMED;
+    Q = p[5];
+    R = p[6];
+    if (R < 2 || R > OMC_RDMA_MAX_RAILS || Q < 1 || R * Q > OMC_RDMA_MAX_QPS) return OMC_ERR_MALFORMED;
+    qoff = OMC_RDMA_RECORD_HEADER_RAILS + OMC_RDMA_RECORD_RAIL * (size_t)R;
+    if (len != qoff + 8 * (size_t)(R * Q) + 4) return OMC_ERR_MALFORMED;
+    if (omc__crc32c(0, p, len - 4) != omc__get_u32(p + len - 4)) return OMC_ERR_CHECKSUM;
+    if (p[7] & ~OMC__RDMA_FLAGS) return OMC_ERR_MALFORMED;
+    for (i = 0; i < R; i++) {
+        const uint8_t* e = p + OMC_RDMA_RECORD_HEADER_RAILS + OMC_RDMA_RECORD_RAIL * i;
+        omc_rdma_record_rail* r = &out->rail[i];
+        uint32_t k;
+        r->port = e[0];
+        r->mtu = e[1];
+        r->link = e[2];
+        r->gid_index = e[3];
+        r->gid_type = e[4];
+        r->prefix = e[5];
+        r->lid = omc__get_u16(e + 6);
+        memcpy(r->gid, e + 8, 16);
+        for (k = 24; k < OMC_RDMA_RECORD_RAIL; k++) if (e[k]) return OMC_ERR_MALFORMED;
+        if (omc__rdma_rail_bad(r)) return OMC_ERR_MALFORMED;
+        if (r->port && first == OMC_RDMA_MAX_RAILS) first = i;
+    }
+    if (first == OMC_RDMA_MAX_RAILS) return OMC_ERR_MALFORMED;     /* not one rail to talk on */
+    for (i = 0; i < R * Q; i++) {
+        uint32_t qpn = omc__get_u32(p + qoff + 8 * i), psn = omc__get_u32(p + qoff + 8 * i + 4);
+        int used = out->rail[i / Q].port != 0;
+        if ((used && qpn == 0) || (!used && (qpn || psn)) || (qpn & ~OMC__RDMA_24BIT) || (psn & ~OMC__RDMA_24BIT))
+            return OMC_ERR_MALFORMED;
+        out->qpn[i] = qpn;
+        out->psn[i] = psn;
+    }
+    out->rails = R;
+    out->qps_per_rail = Q;
+    out->qp_count = R * Q;
+    out->flags = p[7];
+    out->incarnation = omc__get_u64(p + 8);
+    out->conn_id = omc__get_u64(p + 16);
+    out->port = out->rail[first].port;
+    out->mtu = out->rail[first].mtu;
+    out->link = out->rail[first].link;
+    out->gid_index = out->rail[first].gid_index;
+    out->gid_type = out->rail[first].gid_type;
+    out->lid = out->rail[first].lid;
+    memcpy(out->gid, out->rail[first].gid, 16);
+    return OMC_OK;
+}
+
 OMNICONN_API omc_result omc_rdma_record_encode(const omc_rdma_record* rec, void* out, size_t cap, size_t* out_len) {
     uint8_t* p = (uint8_t*)out;
     size_t need;
     uint32_t i;
     if (out_len) *out_len = 0;
     if (!rec || !out) return OMC_ERR_INVALID_ARG;
+    if (rec->rails > 1) return omc__rdma_record_encode_rails(rec, p, cap, out_len);
     if (rec->qp_count < 1 || rec->qp_count > OMC_RDMA_MAX_QPS || !omc_rdma_mtu_bytes(rec->mtu) || rec->port == 0 ||
         (rec->link != OMC_RDMA_LINK_INFINIBAND && rec->link != OMC_RDMA_LINK_ETHERNET) ||
         rec->gid_type < OMC_RDMA_GID_IB || rec->gid_type > OMC_RDMA_GID_ROCE_V2 || (rec->flags & ~OMC__RDMA_FLAGS))
@@ -1042,7 +1217,13 @@ OMNICONN_API omc_result omc_rdma_record_decode(const void* data, size_t len, omc
     if (!out) return OMC_ERR_INVALID_ARG;
     memset(out, 0, sizeof(*out));
     if (!data) return OMC_ERR_INVALID_ARG;
-    if (len < OMC_RDMA_RECORD_HEADER + 8 + 4 || omc__get_u32(p) != OMC_RDMA_RECORD_MAGIC) return OMC_ERR_MALFORMED;
+    if (len < 8 || omc__get_u32(p) != OMC_RDMA_RECORD_MAGIC) return OMC_ERR_MALFORMED;
+    if (p[4] == OMC_RDMA_RECORD_VERSION_RAILS) {
+        omc_result r = omc__rdma_record_decode_rails(p, len, out);
+        if (r != OMC_OK) memset(out, 0, sizeof(*out));
+        return r;
+    }
+    if (len < OMC_RDMA_RECORD_HEADER + 8 + 4) return OMC_ERR_MALFORMED;
     if (p[4] != OMC_RDMA_RECORD_VERSION) return OMC_ERR_VERSION;
     n = p[5];
     if (n < 1 || n > OMC_RDMA_MAX_QPS || len != OMC_RDMA_RECORD_HEADER + 8 * (size_t)n + 4) return OMC_ERR_MALFORMED;
@@ -1073,6 +1254,92 @@ OMNICONN_API omc_result omc_rdma_record_decode(const void* data, size_t len, omc
 
 /* ---- transfer descriptor --------------------------------------------------------------------- */
 
+/* Version 2 (see WIRE FORMATS): a key and a QP per extent and rail. */
+OMC__PRIVATE size_t omc__rdma_target_size_rails(uint32_t extents, uint32_t rails) {
+    return OMC_RDMA_TARGET_HEADER + (OMC_RDMA_TARGET_EXTENT_RAILS + 8 * (size_t)rails) * extents + 4;
+}
+
+OMC__PRIVATE omc_result omc__rdma_target_encode_rails(const omc_rdma_target* t, uint8_t* p, size_t cap, size_t* out_len) {
+    uint64_t sum = 0;
+    size_t need, es;
+    uint32_t i, k, R = t->rails;
+    if (R < 2 || R > OMC_RDMA_MAX_RAILS) return OMC_ERR_INVALID_ARG;
+    for (i = 0; i < t->count; i++) {
+        const omc_rdma_extent* e = &t->extent[i];
+        uint32_t usable = 0;
+        if (e->length == 0 || e->addr > UINT64_MAX - e->length || sum > UINT64_MAX - e->length) return OMC_ERR_INVALID_ARG;
+        for (k = 0; k < R; k++) {
+            if (e->qps[k] != OMC_RDMA_NO_QP && e->qps[k] >= OMC_RDMA_MAX_QPS) return OMC_ERR_INVALID_ARG;
+            usable += e->qps[k] != OMC_RDMA_NO_QP;
+        }
+        if (!usable) return OMC_ERR_INVALID_ARG;
+        sum += e->length;
+    }
+    if (sum != t->length) return OMC_ERR_INVALID_ARG;
+    need = omc__rdma_target_size_rails(t->count, R);
+    if (need > OMC_RDMA_TARGET_MAX || cap < need) return OMC_ERR_TOO_LARGE;
+    es = OMC_RDMA_TARGET_EXTENT_RAILS + 8 * (size_t)R;
+    memset(p, 0, need);
+    omc__put_u32(p + 0, OMC_RDMA_TARGET_MAGIC);
+    p[4] = OMC_RDMA_TARGET_VERSION_RAILS;
+    p[5] = (uint8_t)t->count;
+    p[6] = (uint8_t)t->flags;
+    p[7] = (uint8_t)R;
+    omc__put_u64(p + 8, t->conn_id);
+    omc__put_u64(p + 16, t->length);
+    for (i = 0; i < t->count; i++) {
+        uint8_t* e = p + OMC_RDMA_TARGET_HEADER + es * i;
+        omc__put_u64(e + 0, t->extent[i].addr);
+        omc__put_u64(e + 8, t->extent[i].length);
+        for (k = 0; k < R; k++) {
+            omc__put_u32(e + 16 + 8 * k, t->extent[i].qps[k] == OMC_RDMA_NO_QP ? 0 : t->extent[i].rkeys[k]);
+            omc__put_u16(e + 20 + 8 * k, t->extent[i].qps[k]);
+        }
+    }
+    omc__put_u32(p + need - 4, omc__crc32c(0, p, need - 4));
+    if (out_len) *out_len = need;
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__rdma_target_decode_rails(const uint8_t* p, size_t len, uint32_t max_qps, omc_rdma_target* out) {
+    uint64_t sum = 0;
+    size_t es;
+    uint32_t n = p[5], R = p[7], i, k, flags = p[6];
+    if (n < 1 || n > OMC_RDMA_MAX_EXTENTS || R < 2 || R > OMC_RDMA_MAX_RAILS || len != omc__rdma_target_size_rails(n, R) ||
+        len > OMC_RDMA_TARGET_MAX)
+        return OMC_ERR_MALFORMED;
+    if (omc__crc32c(0, p, len - 4) != omc__get_u32(p + len - 4)) return OMC_ERR_CHECKSUM;
+    if (flags & ~OMC__RDMA_FLAGS) return OMC_ERR_MALFORMED;
+    es = OMC_RDMA_TARGET_EXTENT_RAILS + 8 * (size_t)R;
+    for (i = 0; i < n; i++) {
+        const uint8_t* e = p + OMC_RDMA_TARGET_HEADER + es * i;
+        omc_rdma_extent* x = &out->extent[i];
+        uint32_t usable = 0;
+        x->addr = omc__get_u64(e + 0);
+        x->length = omc__get_u64(e + 8);
+        if (x->length == 0 || x->addr > UINT64_MAX - x->length || sum > UINT64_MAX - x->length) return OMC_ERR_MALFORMED;
+        for (k = 0; k < R; k++) {
+            x->rkeys[k] = omc__get_u32(e + 16 + 8 * k);
+            x->qps[k] = omc__get_u16(e + 20 + 8 * k);
+            if (omc__get_u16(e + 22 + 8 * k)) return OMC_ERR_MALFORMED;
+            if (x->qps[k] == OMC_RDMA_NO_QP) { if (x->rkeys[k]) return OMC_ERR_MALFORMED; continue; }
+            if (x->qps[k] >= max_qps) return OMC_ERR_MALFORMED;
+            usable++;
+        }
+        if (!usable) return OMC_ERR_MALFORMED;     /* an extent no rail can reach */
+        x->rkey = x->rkeys[0];
+        x->qp = x->qps[0];
+        sum += x->length;
+    }
+    if (sum != omc__get_u64(p + 16)) return OMC_ERR_MALFORMED;
+    out->conn_id = omc__get_u64(p + 8);
+    out->length = sum;
+    out->flags = flags;
+    out->count = n;
+    out->rails = R;
+    return OMC_OK;
+}
+
 OMNICONN_API omc_result omc_rdma_target_encode(const omc_rdma_target* t, void* out, size_t cap, size_t* out_len) {
     uint8_t* p = (uint8_t*)out;
     uint64_t sum = 0;
@@ -1081,6 +1348,7 @@ OMNICONN_API omc_result omc_rdma_target_encode(const omc_rdma_target* t, void* o
     if (out_len) *out_len = 0;
     if (!t || !out || t->count < 1 || t->count > OMC_RDMA_MAX_EXTENTS || (t->flags & ~OMC__RDMA_FLAGS))
         return OMC_ERR_INVALID_ARG;
+    if (t->rails > 1) return omc__rdma_target_encode_rails(t, p, cap, out_len);
     for (i = 0; i < t->count; i++) {
         const omc_rdma_extent* e = &t->extent[i];
         if (e->length == 0 || e->addr > UINT64_MAX - e->length || e->qp >= OMC_RDMA_MAX_QPS || sum > UINT64_MAX - e->length)
@@ -1118,6 +1386,11 @@ OMNICONN_API omc_result omc_rdma_target_decode(const void* data, size_t len, uin
     if (!data) return OMC_ERR_INVALID_ARG;
     if (max_qps == 0 || max_qps > OMC_RDMA_MAX_QPS) max_qps = OMC_RDMA_MAX_QPS;
     if (len < OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT + 4 || omc__get_u32(p) != OMC_RDMA_TARGET_MAGIC) return OMC_ERR_MALFORMED;
+    if (p[4] == OMC_RDMA_TARGET_VERSION_RAILS) {
+        omc_result r = omc__rdma_target_decode_rails(p, len, max_qps, out);
+        if (r != OMC_OK) memset(out, 0, sizeof(*out));
+        return r;
+    }
     if (p[4] != OMC_RDMA_TARGET_VERSION) return OMC_ERR_VERSION;
     n = p[5];
     if (n < 1 || n > OMC_RDMA_MAX_EXTENTS || len != OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * (size_t)n + 4)
@@ -1380,6 +1653,8 @@ OMNICONN_API void omc_rdma_topo_rank(const omc_rdma_topo_nic* nics, int n, int b
 #include <infiniband/verbs.h>
 #include <dlfcn.h>
 #include <net/if.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
@@ -1596,18 +1871,28 @@ struct omc_rdma_op {
     int wc_status;              /* the ibv_wc_status behind status */
     int abandoned;              /* the waiter gave up: the engine frees the op when pending is 0 */
     uint64_t bytes;
+    struct omc__rdma_slice* slices;     /* a write: its slices (owned) */
+    uint32_t nslices, reposts;  /* reposts: slices waiting to be written again on another pair */
+    struct omc__rdma_piece* pieces;     /* a write: the source, split at MR boundaries (owned) */
+    uint32_t npieces;
+    struct omc_rdma_target* target;     /* a write: the decoded descriptor (owned) */
     omc_rdma_op* next;          /* on the reap list */
 };
 
 typedef struct omc__rdma_slot {
     omc_rdma_op* op;
+    uint32_t slice;             /* a write's slice index (OMC__RDMA_NO_SLICE: not a slice) */
 } omc__rdma_slot;
+
+#define OMC__RDMA_NO_SLICE 0xFFFFFFFFu
 
 typedef struct omc__rdma_qp {
     struct ibv_qp* qp;
     omc_rdma_conn* conn;
     uint32_t id;                /* engine-wide, never reused: stale completions are recognisable */
     uint32_t index;             /* within the connection */
+    uint32_t pair;              /* index / qps per pair: the pair of rails it belongs to */
+    uint32_t rail;              /* the engine's rail it lives on (its PD, CQ and port) */
     uint32_t qpn, psn;          /* ours */
     uint32_t peer_qpn, peer_psn;
     uint64_t head, tail;        /* next sequence number to post / oldest not retired */
@@ -1618,6 +1903,15 @@ typedef struct omc__rdma_qp {
     struct ibv_mw** mw_free;    /* invalidated type-2 windows, ready to bind again on this QP */
     uint32_t mw_free_count, mw_free_cap;
 } omc__rdma_qp;
+
+/* A pair of rails of one connection: one of ours, one of the peer's, qpp QPs between them. */
+typedef struct omc__rdma_pair {
+    uint32_t rail;              /* our rail */
+    int up;                     /* connected and none of its QPs failed */
+    omc_result error;           /* why it went down */
+    char why[160];
+    uint64_t queued;            /* bytes posted on it and not yet retired (earliest-finish) */
+} omc__rdma_pair;
 
 struct omc_rdma_conn {
     omc_rdma* eng;
@@ -1630,7 +1924,11 @@ struct omc_rdma_conn {
     char error_text[160];
     uint64_t conn_id, peer_incarnation;
     uint32_t nqp, path_mtu, next_qp;
+    uint32_t npairs, qpp;       /* pairs of rails, QPs per pair: QP i is in pair i / qpp */
+    uint32_t nlive;             /* QPs created (pairs we have no rail for have none) */
+    uint32_t next_probe;        /* liveness probes take turns on the pairs */
     uint8_t peer_flags;
+    omc__rdma_pair pair[OMC_RDMA_MAX_RAILS];
     omc__rdma_qp qps[OMC_RDMA_MAX_QPS];
 };
 
@@ -1638,17 +1936,48 @@ struct omc_rdma_window {
     omc_rdma_conn* conn;        /* holds a reference */
     uint64_t addr, length;
     uint32_t count;
-    struct { uint16_t qp; uint32_t rkey; struct ibv_mw* mw; } ext[OMC_RDMA_MAX_EXTENTS];
-    struct ibv_mr* mr;          /* OMC_RDMA_PROTECT_REGIONS: the destination's own region */
-    uint64_t pinned;            /* bytes that region pins */
+    struct { uint16_t qp; uint32_t rkey; struct ibv_mw* mw; } ext[OMC_RDMA_MAX_EXTENTS][OMC_RDMA_MAX_RAILS];   /* per pair */
+    struct ibv_mr* mr[OMC_RDMA_MAX_RAILS];  /* OMC_RDMA_PROTECT_REGIONS: the destination's own region, per pair */
+    uint64_t pinned;            /* bytes those regions pin */
 };
 
 typedef struct omc__rdma_region {
     uint8_t* base;
     uint64_t size, chunk;
-    uint32_t count;
-    struct ibv_mr** mr;
+    uint32_t count;             /* MRs per rail */
+    struct ibv_mr** mr;         /* rails x count: rail r's chunk i is mr[r * count + i] */
 } omc__rdma_region;
+
+/* One rail: a device port with its own context, PD, CQ and completion channel (verbs objects
+   of different devices cannot be mixed), in creation order, and its state. */
+typedef struct omc__rdma_rail {
+    struct ibv_context* context;
+    struct ibv_pd* pd;
+    struct ibv_comp_channel* channel;
+    struct ibv_cq* cq;
+    unsigned int unacked;       /* CQ events not acknowledged yet (progress thread only) */
+    /* what was chosen */
+    char device[64];
+    uint8_t port;
+    struct ibv_port_attr port_attr;
+    struct ibv_device_attr dev_attr;
+    omc_rdma_link link;
+    uint32_t gid_index;
+    uint8_t gid[16];
+    omc_rdma_gid_type gid_type;
+    uint8_t prefix;             /* GID bits naming its subnet */
+    char netdev[16];
+    int numa_node;
+    /* state (under mu) */
+    int up;
+    char why[160];
+    uint64_t bytes, slices;
+    uint32_t failures, rejoins;
+    double rate;                /* bytes/s, moving average; 0 = not measured */
+    uint64_t inflight;          /* bytes posted on it, not retired */
+    uint64_t window_bytes;      /* retired since mark: the next rate sample */
+    omc_time_ns mark;
+} omc__rdma_rail;
 
 typedef struct omc__rdma_quarantined {  /* a destination region whose deregistration failed */
     struct ibv_mr* mr;
@@ -1663,24 +1992,12 @@ struct omc_rdma {
     omc_rdma_protection protect;
     int use_mw;                 /* protect == WINDOWS */
     int window_bounds;          /* what the probe found (see omc_rdma_info) */
-    /* the verbs objects, in creation order */
-    struct ibv_context* context;
-    struct ibv_pd* pd;
-    struct ibv_comp_channel* channel;
-    struct ibv_cq* cq;
+    /* the rails (each owns its verbs objects), then the progress thread */
+    omc__rdma_rail rail[OMC_RDMA_MAX_RAILS];
+    uint32_t nrails;
     int wake_fd;                /* eventfd: wakes the progress thread to stop */
     pthread_t thread;
     int thread_started;
-    /* what was chosen */
-    char device[64];
-    uint8_t port;
-    struct ibv_port_attr port_attr;
-    struct ibv_device_attr dev_attr;
-    omc_rdma_link link;
-    uint32_t gid_index;
-    uint8_t gid[16];
-    omc_rdma_gid_type gid_type;
-    char netdev[16];
     /* shared state (under mu) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -1815,15 +2132,51 @@ OMC__PRIVATE void omc__rdma_note(char* tried, size_t n, const char* dev, const c
     if (used + 4 < n) snprintf(tried + used, n - used, "%s%s: %s", used ? "; " : "", dev, what);
 }
 
-/* Try one device: open it, find an ACTIVE port (the configured one or the first), choose the
-   GID. On success E->context and the port/GID fields are set. */
-OMC__PRIVATE int omc__rdma_try_device(omc_rdma* E, struct ibv_device* dev, const omc_rdma_desc* d, const uint8_t* want,
-                                      char* tried, size_t tn) {
+/* The subnet of a GID: the prefix length of the local interface address it maps (IPv4-mapped:
+   96 + the netmask's bits), else /24 for IPv4 and /64 for anything else. */
+OMC__PRIVATE uint8_t omc__rdma_gid_prefix(const uint8_t* gid, omc_rdma_link link) {
+    struct ifaddrs *list = NULL, *i;
+    int v4 = omc__gid_is_v4_mapped(gid), bits = -1;
+    if (link == OMC_RDMA_LINK_INFINIBAND) return 64;
+    if (getifaddrs(&list) == 0) {
+        for (i = list; i && bits < 0; i = i->ifa_next) {
+            const uint8_t *a, *m;
+            int k, n;
+            if (!i->ifa_addr || !i->ifa_netmask || i->ifa_addr->sa_family != (v4 ? AF_INET : AF_INET6)) continue;
+            a = v4 ? (const uint8_t*)&((const struct sockaddr_in*)(const void*)i->ifa_addr)->sin_addr
+                   : (const uint8_t*)&((const struct sockaddr_in6*)(const void*)i->ifa_addr)->sin6_addr;
+            m = v4 ? (const uint8_t*)&((const struct sockaddr_in*)(const void*)i->ifa_netmask)->sin_addr
+                   : (const uint8_t*)&((const struct sockaddr_in6*)(const void*)i->ifa_netmask)->sin6_addr;
+            n = v4 ? 4 : 16;
+            if (memcmp(a, v4 ? gid + 12 : gid, (size_t)n) != 0) continue;
+            bits = 0;
+            for (k = 0; k < n; k++) { uint8_t x = m[k]; while (x) { bits += x & 1; x >>= 1; } }
+        }
+        freeifaddrs(list);
+    }
+    if (bits < 0) bits = v4 ? 24 : 64;
+    return (uint8_t)(v4 ? 96 + bits : bits);
+}
+
+/* Of the addresses the caller named (want[0..nwant)), the one whose GID this port has. */
+OMC__PRIVATE const uint8_t* omc__rdma_want_for(const omc_rdma_gid_entry* gids, uint32_t ngids, const uint8_t (*want)[16], uint32_t nwant) {
+    uint32_t i, k;
+    for (k = 0; k < nwant; k++)
+        for (i = 0; i < ngids; i++)
+            if (memcmp(gids[i].gid, want[k], 16) == 0) return want[k];
+    return nwant == 1 ? want[0] : NULL;     /* one address: as before (the rule says why if absent) */
+}
+
+/* Try one device: open it, and make a rail of every ACTIVE port (the configured one, or each in
+   turn) with a usable GID, while the engine has room for rails (max). */
+OMC__PRIVATE int omc__rdma_try_device(omc_rdma* E, struct ibv_device* dev, const omc_rdma_desc* d, const uint8_t (*want)[16],
+                                      uint32_t nwant, uint32_t max, char* tried, size_t tn) {
     const char* name = omc__ibv_get_device_name(dev);
     struct ibv_context* ctx = omc__ibv_open_device(dev);
     struct ibv_device_attr da;
     char note[300];
     uint32_t p, first, last;
+    int added = 0;
     if (!ctx) { omc__rdma_note(tried, tn, name, strerror(errno)); return 0; }
     if (omc__ibv_query_device(ctx, &da) != 0) {
         omc__rdma_note(tried, tn, name, "ibv_query_device failed");
@@ -1832,7 +2185,7 @@ OMC__PRIVATE int omc__rdma_try_device(omc_rdma* E, struct ibv_device* dev, const
     }
     first = d->port ? d->port : 1;
     last = d->port ? d->port : da.phys_port_cnt;
-    for (p = first; p <= last && p <= 255; p++) {
+    for (p = first; p <= last && p <= 255 && E->nrails < max; p++) {
         struct ibv_port_attr pa;
         omc_rdma_gid_entry* gids;
         uint32_t ngids, idx;
@@ -1853,43 +2206,92 @@ OMC__PRIVATE int omc__rdma_try_device(omc_rdma* E, struct ibv_device* dev, const
         gids = (omc_rdma_gid_entry*)omc__calloc(&E->hooks, OMC__RDMA_MAX_GIDS * sizeof(*gids));
         if (!gids) break;
         ngids = omc__rdma_read_gids(E, ctx, name, (uint8_t)p, &pa, gids, OMC__RDMA_MAX_GIDS);
-        r = omc_rdma_choose_gid(gids, ngids, link, want, d->gid_index_set ? d->gid_index : -1, &idx, why, sizeof(why));
+        r = omc_rdma_choose_gid(gids, ngids, link, omc__rdma_want_for(gids, ngids, want, nwant), d->gid_index_set ? d->gid_index : -1,
+                                &idx, why, sizeof(why));
         if (r == OMC_OK) {
+            omc__rdma_rail* R = &E->rail[E->nrails];
             uint32_t i;
+            /* every rail owns a context of its own: its PD, CQ and events stay apart */
+            struct ibv_context* rctx = added ? omc__ibv_open_device(dev) : ctx;
+            if (!rctx) { omc__free(&E->hooks, gids); omc__rdma_note(tried, tn, name, strerror(errno)); break; }
+            memset(R, 0, sizeof(*R));
             for (i = 0; i < ngids; i++) {
                 if (gids[i].index != idx) continue;
-                memcpy(E->gid, gids[i].gid, 16);
-                E->gid_type = gids[i].type == OMC_RDMA_GID_UNKNOWN ? (link == OMC_RDMA_LINK_INFINIBAND ? OMC_RDMA_GID_IB : OMC_RDMA_GID_ROCE_V1)
+                memcpy(R->gid, gids[i].gid, 16);
+                R->gid_type = gids[i].type == OMC_RDMA_GID_UNKNOWN ? (link == OMC_RDMA_LINK_INFINIBAND ? OMC_RDMA_GID_IB : OMC_RDMA_GID_ROCE_V1)
                                                                   : gids[i].type;
-                snprintf(E->netdev, sizeof(E->netdev), "%s", gids[i].netdev);
+                snprintf(R->netdev, sizeof(R->netdev), "%s", gids[i].netdev);
             }
             omc__free(&E->hooks, gids);
-            E->context = ctx;
-            E->dev_attr = da;
-            E->port = (uint8_t)p;
-            E->port_attr = pa;
-            E->link = link;
-            E->gid_index = idx;
-            snprintf(E->device, sizeof(E->device), "%s", name);
-            OMC__RDMA_LOG(E, OMC_LOG_INFO, "device %s port %u (%s, active MTU %u): %s", name, p,
+            R->context = rctx;
+            R->dev_attr = da;
+            R->port = (uint8_t)p;
+            R->port_attr = pa;
+            R->link = link;
+            R->gid_index = idx;
+            R->prefix = omc__rdma_gid_prefix(R->gid, link);
+            R->numa_node = -1;
+            R->up = 1;
+            snprintf(R->device, sizeof(R->device), "%s", name);
+            E->nrails++;
+            added++;
+            OMC__RDMA_LOG(E, OMC_LOG_INFO, "rail %u: device %s port %u (%s, active MTU %u): %s", E->nrails - 1, name, p,
                           link == OMC_RDMA_LINK_INFINIBAND ? "InfiniBand" : "Ethernet/RoCE", omc_rdma_mtu_bytes(pa.active_mtu), why);
-            return 1;
+            continue;
         }
         omc__free(&E->hooks, gids);
         snprintf(note, sizeof(note), "port %u: %.280s", p, why);
         omc__rdma_note(tried, tn, name, note);
     }
     if (first > last) omc__rdma_note(tried, tn, name, "no port");
-    omc__ibv_close_device(ctx);
-    return 0;
+    if (!added) omc__ibv_close_device(ctx);
+    return added;
 }
 
-/* The device list from the desc or $RDMA_DEVICE_NAME (tried in order), else every device. */
-OMC__PRIVATE omc_result omc__rdma_pick_device(omc_rdma* E, const omc_rdma_desc* d, const uint8_t* want) {
+/* Devices in rail order: the device list's order if there is one, else nearest the desc's
+   NUMA node first (omc_rdma_topo_rank over /sys; ties keep ibv_get_device_list's order). */
+OMC__PRIVATE void omc__rdma_topo_order(omc_rdma* E, const omc_rdma_desc* d, struct ibv_device** list, int num, int* order) {
+    omc_rdma_topo_nic* nics = (omc_rdma_topo_nic*)omc__calloc(&E->hooks, sizeof(omc_rdma_topo_nic) * (size_t)num);
+    omc_rdma_topo_choice* rank = (omc_rdma_topo_choice*)omc__calloc(&E->hooks, sizeof(omc_rdma_topo_choice) * (size_t)num);
+    int i, k = 0;
+    for (i = 0; i < num; i++) order[i] = i;
+    if (nics && rank) {
+        omc_rdma_topo_nic* all = NULL;
+        int total = omc_rdma_topo_read("/sys", NULL, 0);
+        if (total > 0) all = (omc_rdma_topo_nic*)omc__calloc(&E->hooks, sizeof(omc_rdma_topo_nic) * (size_t)total);
+        if (all && omc_rdma_topo_read("/sys", all, total) == total) {
+            for (i = 0; i < num; i++) {         /* in the device list's order, as sysfs sees them */
+                int j;
+                snprintf(nics[i].name, sizeof(nics[i].name), "%s", omc__ibv_get_device_name(list[i]));
+                nics[i].numa_node = -1;
+                for (j = 0; j < total; j++) if (strcmp(all[j].name, nics[i].name) == 0) nics[i] = all[j];
+            }
+            omc_rdma_topo_rank(nics, num, d->numa_node_set ? d->numa_node : -1, NULL, -1, rank);
+            for (i = 0; i < num; i++) order[k++] = rank[i].index;
+        }
+        omc__free(&E->hooks, all);
+    }
+    omc__free(&E->hooks, nics);
+    omc__free(&E->hooks, rank);
+}
+
+/* The NUMA node sysfs gives a device (its own, or its netdev's for a software device). */
+OMC__PRIVATE int omc__rdma_numa_of(const char* device) {
+    omc_rdma_topo_nic nics[16];
+    int n = omc_rdma_topo_read("/sys", nics, 16), i;
+    for (i = 0; i < n && i < 16; i++) if (strcmp(nics[i].name, device) == 0) return nics[i].numa_node;
+    return -1;
+}
+
+/* The rails: the devices of the list from the desc or $RDMA_DEVICE_NAME (tried in order), else
+   every device; each ACTIVE port with a usable GID is a rail, up to max rails. */
+OMC__PRIVATE omc_result omc__rdma_pick_device(omc_rdma* E, const omc_rdma_desc* d, const uint8_t (*want)[16], uint32_t nwant,
+                                              uint32_t max) {
     struct ibv_device** list;
     char tried[1024] = "", have[256] = "";
     const char* names = d->devices && d->devices[0] ? d->devices : getenv("RDMA_DEVICE_NAME");
-    int num = 0, i, found = 0;
+    int num = 0, i;
+    uint32_t k;
     list = omc__ibv_get_device_list(&num);
     if (!list || num <= 0) {
         if (list) omc__ibv_free_device_list(list);
@@ -1903,7 +2305,7 @@ OMC__PRIVATE omc_result omc__rdma_pick_device(omc_rdma* E, const omc_rdma_desc* 
     }
     if (names && names[0]) {
         const char* p = names;
-        while (*p && !found) {
+        while (*p && E->nrails < max) {
             char name[64];
             size_t len = strcspn(p, ",");
             const char* s = p;
@@ -1915,17 +2317,25 @@ OMC__PRIVATE omc_result omc__rdma_pick_device(omc_rdma* E, const omc_rdma_desc* 
             if (!name[0]) continue;
             for (i = 0; i < num; i++) if (strcmp(omc__ibv_get_device_name(list[i]), name) == 0) break;
             if (i == num) { omc__rdma_note(tried, sizeof(tried), name, "no such device"); continue; }
-            found = omc__rdma_try_device(E, list[i], d, want, tried, sizeof(tried));
+            for (k = 0; k < E->nrails; k++) if (strcmp(E->rail[k].device, name) == 0) break;
+            if (k < E->nrails) continue;                /* named twice */
+            omc__rdma_try_device(E, list[i], d, want, nwant, max, tried, sizeof(tried));
         }
     } else {
-        for (i = 0; i < num && !found; i++) found = omc__rdma_try_device(E, list[i], d, want, tried, sizeof(tried));
+        int* order = (int*)omc__calloc(&E->hooks, sizeof(int) * (size_t)num);
+        if (order) omc__rdma_topo_order(E, d, list, num, order);
+        for (i = 0; i < num && E->nrails < max; i++)
+            omc__rdma_try_device(E, list[order ? order[i] : i], d, want, nwant, max, tried, sizeof(tried));
+        omc__free(&E->hooks, order);
     }
     omc__ibv_free_device_list(list);
-    if (!found) {
+    if (!E->nrails) {
         OMC__RDMA_LOG(E, OMC_LOG_ERROR, "no usable RDMA device%s%s (devices: %s). Tried: %s", names && names[0] ? " in " : "",
                       names && names[0] ? names : "", have, tried);
         return OMC_ERR_RDMA_DEVICE;
     }
+    for (k = 0; k < E->nrails; k++) E->rail[k].numa_node = omc__rdma_numa_of(E->rail[k].device);
+    if (tried[0]) OMC__RDMA_LOG(E, OMC_LOG_DEBUG, "not used as rails: %s", tried);
     return OMC_OK;
 }
 
@@ -1979,6 +2389,7 @@ OMC__PRIVATE void omc__rdma_conn_break_locked(omc_rdma_conn* c, omc_result why, 
         c->error = why;
         snprintf(c->error_text, sizeof(c->error_text), "%s", text);
     }
+    for (i = 0; i < c->npairs; i++) c->pair[i].up = 0;
     memset(&attr, 0, sizeof(attr));
     attr.qp_state = IBV_QPS_ERR;
     for (i = 0; i < c->nqp; i++)
@@ -1986,15 +2397,71 @@ OMC__PRIVATE void omc__rdma_conn_break_locked(omc_rdma_conn* c, omc_result why, 
     pthread_cond_broadcast(&c->eng->cv);
 }
 
-/* Retire one send slot with result r (caller holds mu). */
+/* One pair of a connection failed (caller holds mu): its QPs go to ERROR (what they hold
+   flushes and is written again on the other pairs), the rail's failure is counted. The
+   connection breaks only when no pair is left. */
+OMC__PRIVATE void omc__rdma_pair_down_locked(omc_rdma_conn* c, uint32_t p, omc_result why, const char* text) {
+    omc_rdma* E = c->eng;
+    omc__rdma_pair* P = &c->pair[p];
+    struct ibv_qp_attr attr;
+    uint32_t i, left = 0;
+    if (!P->up || c->broken) return;
+    P->up = 0;
+    P->error = why;
+    snprintf(P->why, sizeof(P->why), "%s", text);
+    if (!c->quiet) {
+        E->rail[P->rail].failures++;
+        snprintf(E->rail[P->rail].why, sizeof(E->rail[P->rail].why), "%s", text);
+    }
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_ERR;
+    for (i = p * c->qpp; i < (p + 1) * c->qpp && i < c->nqp; i++)
+        if (c->qps[i].qp) omc__ibv_modify_qp(c->qps[i].qp, &attr, IBV_QP_STATE);
+    for (i = 0; i < c->npairs; i++) left += c->pair[i].up;
+    if (!left) { omc__rdma_conn_break_locked(c, why, text); return; }
+    OMC__RDMA_LOG(E, c->quiet ? OMC_LOG_DEBUG : OMC_LOG_WARN, "connection %016llx: rail %u (%s port %u) failed: %s; %u rail%s left, "
+                  "its unfinished writes move there", (unsigned long long)c->conn_id, P->rail, E->rail[P->rail].device,
+                  E->rail[P->rail].port, text, left, left == 1 ? "" : "s");
+    pthread_cond_broadcast(&E->cv);
+}
+
+/* Write slices (one RDMA WRITE each) and their state; the operation of a write owns them. */
+enum { OMC__SLICE_NEW = 0, OMC__SLICE_POSTED, OMC__SLICE_DONE, OMC__SLICE_REPOST };
+
+typedef struct omc__rdma_slice {
+    uint64_t off;               /* offset in its extent */
+    uint64_t len;
+    uint64_t po;                /* where it starts in the source: piece pi, offset po */
+    uint32_t ext, pi;
+    uint8_t state, pair;
+} omc__rdma_slice;
+
+/* Retire one send slot with result r (caller holds mu). A write's slice that failed while its
+   connection still has a working pair is marked for writing again, not failed. */
 OMC__PRIVATE void omc__rdma_retire(omc_rdma* E, omc__rdma_qp* q, omc_result r, int wc_status) {
     omc__rdma_slot* s = &q->slots[q->tail % E->queue_depth];
     omc_rdma_op* op = s->op;
+    uint32_t slice = s->slice;
     q->tail++;
     E->outstanding--;
     s->op = NULL;
+    s->slice = OMC__RDMA_NO_SLICE;
     if (!op) return;
-    if (r != OMC_OK && op->status == OMC_OK) { op->status = r; op->wc_status = wc_status; }
+    if (op->slices && slice < op->nslices) {
+        omc__rdma_slice* sl = &op->slices[slice];
+        omc__rdma_rail* R = &E->rail[q->rail];
+        q->conn->pair[q->pair].queued -= sl->len;
+        R->inflight -= sl->len;
+        if (r == OMC_OK) {
+            sl->state = OMC__SLICE_DONE;
+            R->bytes += sl->len;
+            R->slices++;
+            R->window_bytes += sl->len;
+        } else if (!q->conn->broken && r != OMC_ERR_RDMA_ACCESS) {
+            sl->state = OMC__SLICE_REPOST;
+            op->reposts++;
+        } else if (op->status == OMC_OK) { op->status = r; op->wc_status = wc_status; }
+    } else if (r != OMC_OK && op->status == OMC_OK) { op->status = r; op->wc_status = wc_status; }
     if (--op->pending == 0 && op->abandoned) { op->next = E->reap; E->reap = op; }
 }
 
@@ -2023,12 +2490,14 @@ OMC__PRIVATE void omc__rdma_complete(omc_rdma* E, const struct ibv_wc* wc) {
             if (r == OMC_ERR_RDMA_ACCESS) E->n_access_errors++;
         }
         OMC__RDMA_LOG(E, q->conn->quiet ? OMC_LOG_DEBUG : wc->status == IBV_WC_WR_FLUSH_ERR ? OMC_LOG_INFO : OMC_LOG_ERROR,
-                      "QP %u (connection %016llx, QP %u of %u, peer QP %u): %s failed: %s (status %d, vendor error 0x%x): %s",
-                      q->qpn, (unsigned long long)q->conn->conn_id, q->index, q->conn->nqp, q->peer_qpn,
+                      "QP %u (connection %016llx, QP %u of %u, rail %u %s, peer QP %u): %s failed: %s (status %d, vendor error 0x%x): %s",
+                      q->qpn, (unsigned long long)q->conn->conn_id, q->index, q->conn->nqp, q->rail, E->rail[q->rail].device, q->peer_qpn,
                       omc__rdma_op_name(op ? op->kind : 0), omc__ibv_wc_status_str(wc->status), (int)wc->status,
                       wc->vendor_err, omc__rdma_wc_hint(wc->status));
         snprintf(text, sizeof(text), "QP %u: %s: %s", q->qpn, omc__ibv_wc_status_str(wc->status), omc__rdma_wc_hint(wc->status));
-        omc__rdma_conn_break_locked(q->conn, r, text);
+        /* a refused key is the peer's verdict on us, not a broken path: no other rail is tried */
+        if (r == OMC_ERR_RDMA_ACCESS) omc__rdma_conn_break_locked(q->conn, r, text);
+        else omc__rdma_pair_down_locked(q->conn, q->pair, r, text);
     }
     omc__rdma_retire(E, q, r, (int)wc->status);
     while (q->tail < q->head) omc__rdma_retire(E, q, OMC_ERR_RDMA_QP, (int)IBV_WC_WR_FLUSH_ERR);   /* they will flush */
@@ -2037,12 +2506,30 @@ OMC__PRIVATE void omc__rdma_complete(omc_rdma* E, const struct ibv_wc* wc) {
 OMC__PRIVATE void omc__rdma_op_free(omc_rdma_op* op);
 OMC__PRIVATE void omc__rdma_bury(omc_rdma* E);
 
+#define OMC__RDMA_RATE_MIN_NS 2000000   /* a throughput sample spans at least 2 ms */
+
+/* Throughput per rail: bytes retired over the time since the last sample (caller holds mu). */
+OMC__PRIVATE void omc__rdma_measure(omc_rdma* E) {
+    omc_time_ns now = omc_now_ns();
+    uint32_t k;
+    for (k = 0; k < E->nrails; k++) {
+        omc__rdma_rail* R = &E->rail[k];
+        double sample;
+        if (!R->window_bytes || now - R->mark < OMC__RDMA_RATE_MIN_NS) continue;
+        sample = (double)R->window_bytes * 1e9 / (double)(now - R->mark);
+        R->rate = R->rate > 0 ? 0.7 * R->rate + 0.3 * sample : sample;
+        R->window_bytes = 0;
+        R->mark = now;
+    }
+}
+
 /* Handle a batch of completions and free what finished after its waiter gave up. */
 OMC__PRIVATE void omc__rdma_handle(omc_rdma* E, const struct ibv_wc* wc, int n) {
     omc_rdma_op* reap;
     int i;
     pthread_mutex_lock(&E->mu);
     for (i = 0; i < n; i++) omc__rdma_complete(E, &wc[i]);
+    omc__rdma_measure(E);
     reap = E->reap;
     E->reap = NULL;
     pthread_cond_broadcast(&E->cv);
@@ -2054,11 +2541,28 @@ OMC__PRIVATE void omc__rdma_handle(omc_rdma* E, const struct ibv_wc* wc, int n) 
     }
 }
 
-/* Asynchronous events: a QP that failed without a completion to tell (e.g. the responder side
-   of a refused write), port state changes, a dead device. */
-OMC__PRIVATE void omc__rdma_async_events(omc_rdma* E) {
+/* A rail's port went down (caller holds mu): the rail takes no new work, and every connection's
+   pair on it fails now - its QPs would only time out (retry exceeded, seconds later). */
+OMC__PRIVATE void omc__rdma_rail_down_locked(omc_rdma* E, uint32_t k, const char* why) {
+    omc__rdma_rail* R = &E->rail[k];
+    uint32_t it = 0;
+    void* v;
+    if (!R->up) return;
+    R->up = 0;
+    snprintf(R->why, sizeof(R->why), "%s", why);
+    while (omc__smap_next(&E->qps, &it, NULL, NULL, &v)) {
+        omc__rdma_qp* q = (omc__rdma_qp*)v;
+        if (q->rail == k && q->conn->pair[q->pair].up) omc__rdma_pair_down_locked(q->conn, q->pair, OMC_ERR_CONNECTION, why);
+    }
+    pthread_cond_broadcast(&E->cv);
+}
+
+/* Asynchronous events of one rail: a QP that failed without a completion to tell (e.g. the
+   responder side of a refused write), port state changes, a dead device. */
+OMC__PRIVATE void omc__rdma_async_events(omc_rdma* E, uint32_t k) {
+    omc__rdma_rail* R = &E->rail[k];
     struct ibv_async_event ev;
-    while (omc__ibv_get_async_event(E->context, &ev) == 0) {
+    while (omc__ibv_get_async_event(R->context, &ev) == 0) {
         switch (ev.event_type) {
             case IBV_EVENT_QP_FATAL:
             case IBV_EVENT_QP_REQ_ERR:
@@ -2076,33 +2580,58 @@ OMC__PRIVATE void omc__rdma_async_events(omc_rdma* E) {
             }
             case IBV_EVENT_DEVICE_FATAL:
             case IBV_EVENT_PORT_ERR:
-                OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device %s: %s", E->device, omc__ibv_event_type_str(ev.event_type));
+                if (ev.event_type == IBV_EVENT_PORT_ERR && ev.element.port_num != R->port) break;
+                OMC__RDMA_LOG(E, OMC_LOG_ERROR, "rail %u (%s port %u): %s: the rail is down, its writes move to the other rails", k,
+                              R->device, R->port, omc__ibv_event_type_str(ev.event_type));
+                pthread_mutex_lock(&E->mu);
+                omc__rdma_rail_down_locked(E, k, ev.event_type == IBV_EVENT_PORT_ERR ? "port went down (IBV_EVENT_PORT_ERR)"
+                                                                                     : "device failed (IBV_EVENT_DEVICE_FATAL)");
+                pthread_mutex_unlock(&E->mu);
+                break;
+            case IBV_EVENT_PORT_ACTIVE:
+                if (ev.element.port_num != R->port) break;
+                pthread_mutex_lock(&E->mu);
+                if (!R->up) {
+                    /* back: new connections use it at once; a connection that lost it gets it
+                       back when it is replaced (QPs cannot be revived without a new exchange) */
+                    R->up = 1;
+                    R->rejoins++;
+                    R->rate = 0;        /* weight reset: an equal share until measured again */
+                    R->window_bytes = 0;
+                    OMC__RDMA_LOG(E, OMC_LOG_WARN, "rail %u (%s port %u): port active again (IBV_EVENT_PORT_ACTIVE): the rail rejoins",
+                                  k, R->device, R->port);
+                }
+                pthread_mutex_unlock(&E->mu);
                 break;
             default:
-                OMC__RDMA_LOG(E, OMC_LOG_DEBUG, "device %s: event %s", E->device, omc__ibv_event_type_str(ev.event_type));
+                OMC__RDMA_LOG(E, OMC_LOG_DEBUG, "rail %u (%s): event %s", k, R->device, omc__ibv_event_type_str(ev.event_type));
                 break;
         }
         omc__ibv_ack_async_event(&ev);
     }
 }
 
-/* Poll while there is work (and for spin_us after the last completion: the next one is
-   probably microseconds away), otherwise arm the CQ and sleep on the completion channel. */
+/* Poll every rail's CQ while there is work (and for spin_us after the last completion: the
+   next one is probably microseconds away), otherwise arm the CQs and sleep on their completion
+   channels, the rails' event fds and the wake-up fd. */
 static void* omc__rdma_progress(void* arg) {
     omc_rdma* E = (omc_rdma*)arg;
     struct ibv_wc wc[OMC__RDMA_POLL_BATCH];
-    unsigned int unacked = 0;
     omc_time_ns spin_until = 0, spin = (omc_time_ns)E->spin_us * 1000;
+    uint32_t k;
     for (;;) {
-        struct pollfd pf[3];
-        int n = ibv_poll_cq(E->cq, OMC__RDMA_POLL_BATCH, wc), stop, busy;
-        if (n > 0) {
-            omc__rdma_handle(E, wc, n);
+        struct pollfd pf[2 * OMC_RDMA_MAX_RAILS + 1];
+        int n, got = 0, stop, busy, nfd = 0;
+        for (k = 0; k < E->nrails; k++) {
+            n = ibv_poll_cq(E->rail[k].cq, OMC__RDMA_POLL_BATCH, wc);
+            if (n > 0) { omc__rdma_handle(E, wc, n); got = 1; }
+            else if (n < 0) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_poll_cq on %s failed (%d)", E->rail[k].device, n);
+        }
+        if (got) {
             omc__rdma_bury(E);
             spin_until = omc_now_ns() + spin;
             continue;
         }
-        if (n < 0) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_poll_cq failed (%d)", n);
         pthread_mutex_lock(&E->mu);
         stop = E->stop;
         busy = E->outstanding > 0;
@@ -2110,35 +2639,43 @@ static void* omc__rdma_progress(void* arg) {
         if (stop) break;
         if (busy && omc_now_ns() < spin_until) continue;
         /* arm, then poll once more: arming only reports completions that arrive after it */
-        if (ibv_req_notify_cq(E->cq, 0) != 0) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_req_notify_cq failed");
-        n = ibv_poll_cq(E->cq, OMC__RDMA_POLL_BATCH, wc);
-        if (n > 0) {
-            omc__rdma_handle(E, wc, n);
+        for (k = 0; k < E->nrails; k++) {
+            if (ibv_req_notify_cq(E->rail[k].cq, 0) != 0) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_req_notify_cq failed");
+            n = ibv_poll_cq(E->rail[k].cq, OMC__RDMA_POLL_BATCH, wc);
+            if (n > 0) { omc__rdma_handle(E, wc, n); got = 1; }
+        }
+        if (got) {
             spin_until = omc_now_ns() + spin;
             continue;
         }
-        pf[0].fd = E->channel->fd;  pf[0].events = POLLIN; pf[0].revents = 0;
-        pf[1].fd = E->context->async_fd; pf[1].events = POLLIN; pf[1].revents = 0;
-        pf[2].fd = E->wake_fd;      pf[2].events = POLLIN; pf[2].revents = 0;
-        omc__add(&E->n_sleeps, 1u);
-        if (poll(pf, 3, OMC__RDMA_SLEEP_MS) < 0 && errno != EINTR) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "poll: %s", strerror(errno));
-        if (pf[0].revents & POLLIN) {
-            struct ibv_cq* ev_cq;
-            void* ev_ctx;
-            if (omc__ibv_get_cq_event(E->channel, &ev_cq, &ev_ctx) == 0 && ++unacked >= OMC__RDMA_ACK_EVERY) {
-                omc__ibv_ack_cq_events(E->cq, unacked);
-                unacked = 0;
-            }
+        for (k = 0; k < E->nrails; k++) {
+            pf[nfd].fd = E->rail[k].channel->fd; pf[nfd].events = POLLIN; pf[nfd].revents = 0; nfd++;
+            pf[nfd].fd = E->rail[k].context->async_fd; pf[nfd].events = POLLIN; pf[nfd].revents = 0; nfd++;
         }
-        if (pf[1].revents & POLLIN) omc__rdma_async_events(E);
-        if (pf[2].revents & POLLIN) {
+        pf[nfd].fd = E->wake_fd; pf[nfd].events = POLLIN; pf[nfd].revents = 0;
+        omc__add(&E->n_sleeps, 1u);
+        if (poll(pf, (nfds_t)(nfd + 1), OMC__RDMA_SLEEP_MS) < 0 && errno != EINTR) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "poll: %s", strerror(errno));
+        for (k = 0; k < E->nrails; k++) {
+            omc__rdma_rail* R = &E->rail[k];
+            if (pf[2 * k].revents & POLLIN) {
+                struct ibv_cq* ev_cq;
+                void* ev_ctx;
+                if (omc__ibv_get_cq_event(R->channel, &ev_cq, &ev_ctx) == 0 && ++R->unacked >= OMC__RDMA_ACK_EVERY) {
+                    omc__ibv_ack_cq_events(R->cq, R->unacked);
+                    R->unacked = 0;
+                }
+            }
+            if (pf[2 * k + 1].revents & POLLIN) omc__rdma_async_events(E, k);
+        }
+        if (pf[nfd].revents & POLLIN) {
             uint64_t v;
             if (read(E->wake_fd, &v, sizeof(v)) < 0) { /* nothing to do: the flags are in E */ }
         }
         omc__rdma_bury(E);
         spin_until = omc_now_ns() + spin;
     }
-    if (unacked) omc__ibv_ack_cq_events(E->cq, unacked);   /* every event must be acked before destroy_cq */
+    for (k = 0; k < E->nrails; k++)         /* every event must be acked before destroy_cq */
+        if (E->rail[k].unacked) { omc__ibv_ack_cq_events(E->rail[k].cq, E->rail[k].unacked); E->rail[k].unacked = 0; }
     return NULL;
 }
 
@@ -2151,34 +2688,66 @@ OMC__PRIVATE int omc__rdma_set_nonblocking(int fd) {
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-/* After the device is open (E->context): PD, completion channel, CQ, wake-up fd, progress
-   thread. On failure everything created here and the context are released, in reverse. */
-OMC__PRIVATE omc_result omc__rdma_open(omc_rdma* E) {
-    int rc;
-    E->pd = omc__ibv_alloc_pd(E->context);
-    if (!E->pd) {
-        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_alloc_pd on %s failed: %s", E->device, strerror(errno));
+/* After the rail's device is open (R->context): its PD, completion channel and CQ. On failure
+   everything created here and the context are released, in reverse. */
+OMC__PRIVATE omc_result omc__rdma_rail_open(omc_rdma* E, omc__rdma_rail* R) {
+    R->pd = omc__ibv_alloc_pd(R->context);
+    if (!R->pd) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_alloc_pd on %s failed: %s", R->device, strerror(errno));
         goto clean_context;
     }
-    E->channel = omc__ibv_create_comp_channel(E->context);
-    if (!E->channel) {
-        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_create_comp_channel on %s failed: %s", E->device, strerror(errno));
+    R->channel = omc__ibv_create_comp_channel(R->context);
+    if (!R->channel) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_create_comp_channel on %s failed: %s", R->device, strerror(errno));
         goto clean_pd;
     }
-    E->cq = omc__ibv_create_cq(E->context, (int)E->cq_depth, E, E->channel, 0);
-    if (!E->cq) {
-        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_create_cq(%u entries) on %s failed: %s", E->cq_depth, E->device, strerror(errno));
+    R->cq = omc__ibv_create_cq(R->context, (int)E->cq_depth, E, R->channel, 0);
+    if (!R->cq) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_create_cq(%u entries) on %s failed: %s", E->cq_depth, R->device, strerror(errno));
         goto clean_channel;
+    }
+    /* the progress thread polls both before it reads them: they must never block it */
+    if (omc__rdma_set_nonblocking(R->channel->fd) != 0 || omc__rdma_set_nonblocking(R->context->async_fd) != 0) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "fcntl(O_NONBLOCK): %s", strerror(errno));
+        goto clean_cq;
+    }
+    return OMC_OK;
+
+clean_cq:
+    omc__ibv_destroy_cq(R->cq);
+clean_channel:
+    omc__ibv_destroy_comp_channel(R->channel);
+clean_pd:
+    omc__ibv_dealloc_pd(R->pd);
+clean_context:
+    omc__ibv_close_device(R->context);
+    R->context = NULL;
+    return OMC_ERR_RDMA_DEVICE;
+}
+
+/* The reverse of omc__rdma_rail_open. */
+OMC__PRIVATE void omc__rdma_rail_close(omc_rdma* E, omc__rdma_rail* R) {
+    if (!R->context) return;
+    if (omc__ibv_destroy_cq(R->cq) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_destroy_cq: %s", strerror(errno));
+    if (omc__ibv_destroy_comp_channel(R->channel) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_destroy_comp_channel: %s", strerror(errno));
+    if (omc__ibv_dealloc_pd(R->pd) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_dealloc_pd: %s (something still uses it)", strerror(errno));
+    omc__ibv_close_device(R->context);
+    R->context = NULL;
+}
+
+/* After the rails' devices are open: every rail's PD, channel and CQ, the wake-up fd, the
+   progress thread. On failure everything is released, in reverse (the contexts too). */
+OMC__PRIVATE omc_result omc__rdma_open(omc_rdma* E) {
+    uint32_t k, opened = 0;
+    int rc;
+    for (k = 0; k < E->nrails; k++) {
+        if (omc__rdma_rail_open(E, &E->rail[k]) != OMC_OK) goto clean_rails;
+        opened++;
     }
     E->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (E->wake_fd < 0) {
         OMC__RDMA_LOG(E, OMC_LOG_ERROR, "eventfd: %s", strerror(errno));
-        goto clean_cq;
-    }
-    /* the progress thread polls both before it reads them: they must never block it */
-    if (omc__rdma_set_nonblocking(E->channel->fd) != 0 || omc__rdma_set_nonblocking(E->context->async_fd) != 0) {
-        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "fcntl(O_NONBLOCK): %s", strerror(errno));
-        goto clean_wake;
+        goto clean_rails;
     }
     rc = pthread_create(&E->thread, NULL, omc__rdma_progress, E);
     if (rc != 0) {
@@ -2190,20 +2759,18 @@ OMC__PRIVATE omc_result omc__rdma_open(omc_rdma* E) {
 
 clean_wake:
     close(E->wake_fd);
-clean_cq:
-    omc__ibv_destroy_cq(E->cq);
-clean_channel:
-    omc__ibv_destroy_comp_channel(E->channel);
-clean_pd:
-    omc__ibv_dealloc_pd(E->pd);
-clean_context:
-    omc__ibv_close_device(E->context);
-    E->context = NULL;
+clean_rails:
+    for (k = opened; k-- > 0;) omc__rdma_rail_close(E, &E->rail[k]);
+    for (k = opened + 1; k < E->nrails; k++) {     /* opened by the device search, not here */
+        omc__ibv_close_device(E->rail[k].context);
+        E->rail[k].context = NULL;
+    }
     return OMC_ERR_RDMA_DEVICE;
 }
 
 /* The reverse of omc__rdma_open. */
 OMC__PRIVATE void omc__rdma_close(omc_rdma* E) {
+    uint32_t k;
     if (E->thread_started) {
         uint64_t one = 1;
         pthread_mutex_lock(&E->mu);
@@ -2221,10 +2788,7 @@ OMC__PRIVATE void omc__rdma_close(omc_rdma* E) {
         omc__free(&E->hooks, qn);
     }
     close(E->wake_fd);
-    if (omc__ibv_destroy_cq(E->cq) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_destroy_cq: %s", strerror(errno));
-    if (omc__ibv_destroy_comp_channel(E->channel) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_destroy_comp_channel: %s", strerror(errno));
-    if (omc__ibv_dealloc_pd(E->pd) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_dealloc_pd: %s (something still uses it)", strerror(errno));
-    omc__ibv_close_device(E->context);
+    for (k = E->nrails; k-- > 0;) omc__rdma_rail_close(E, &E->rail[k]);
 }
 
 /* Zero means default; check what is left. */
@@ -2254,8 +2818,8 @@ OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** ou
     omc_hooks hooks;
     omc_rdma* E;
     char why[512], gtext[INET6_ADDRSTRLEN];
-    uint8_t want[16];
-    int have_want = 0;
+    uint8_t want[OMC_RDMA_MAX_RAILS * 2][16];
+    uint32_t nwant = 0, max_rails, k;
     omc_result r;
     if (!out) return OMC_ERR_INVALID_ARG;
     *out = NULL;
@@ -2266,13 +2830,27 @@ OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** ou
         OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "RDMA unavailable: %s", why);
         return r;
     }
-    if (d.local_addr && d.local_addr[0]) {
-        if (omc_rdma_addr_to_gid(d.local_addr, want) != OMC_OK) {
-            OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "local_addr '%s' is not an IPv4 or IPv6 literal", d.local_addr);
-            return OMC_ERR_INVALID_ARG;
+    if (d.local_addr && d.local_addr[0]) {       /* one address, or a comma list (one per rail) */
+        const char* p = d.local_addr;
+        while (*p) {
+            char one[INET6_ADDRSTRLEN + 8];
+            size_t len = strcspn(p, ", ");
+            if (len) {
+                snprintf(one, sizeof(one), "%.*s", (int)omc__min(len, sizeof(one) - 1), p);
+                if (nwant == sizeof(want) / sizeof(want[0]) || len >= sizeof(one) - 1 || omc_rdma_addr_to_gid(one, want[nwant]) != OMC_OK) {
+                    OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "local_addr '%s' is not an IPv4 or IPv6 literal (or a comma "
+                             "list of at most %d)", d.local_addr, (int)(sizeof(want) / sizeof(want[0])));
+                    return OMC_ERR_INVALID_ARG;
+                }
+                nwant++;
+            }
+            p += len;
+            while (*p == ',' || *p == ' ') p++;
         }
-        have_want = 1;
     }
+    max_rails = d.max_rails;
+    if (!max_rails && getenv("OMNICONN_RDMA_MAX_RAILS")) max_rails = (uint32_t)strtoul(getenv("OMNICONN_RDMA_MAX_RAILS"), NULL, 10);
+    if (!max_rails || max_rails > OMC_RDMA_MAX_RAILS) max_rails = OMC_RDMA_MAX_RAILS;
     E = (omc_rdma*)omc__calloc(&hooks, sizeof(omc_rdma));
     if (!E) return OMC_ERR_NO_MEMORY;
     E->hooks = hooks;
@@ -2280,14 +2858,19 @@ OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** ou
     r = omc__rdma_resolve(E, &d);
     if (r != OMC_OK) { omc__free(&hooks, E); return r; }
     if (pthread_mutex_init(&E->mu, NULL) != 0 || omc__cond_init_monotonic(&E->cv) != 0) { omc__free(&hooks, E); return OMC_ERR_SYSTEM; }
-    r = omc__rdma_pick_device(E, &d, have_want ? want : NULL);
+    r = omc__rdma_pick_device(E, &d, (const uint8_t (*)[16])want, nwant, max_rails);
     if (r == OMC_OK) {
-        E->max_sge = (uint32_t)omc__min(OMC__RDMA_MAX_SGE, E->dev_attr.max_sge > 0 ? E->dev_attr.max_sge : 1);
-        E->cq_depth = (uint32_t)omc__min(OMNICONN_RDMA_CQ_DEPTH, E->dev_attr.max_cqe > 0 ? E->dev_attr.max_cqe : 1);
+        E->max_sge = OMC__RDMA_MAX_SGE;
+        E->cq_depth = OMNICONN_RDMA_CQ_DEPTH;
+        for (k = 0; k < E->nrails; k++) {   /* what every rail can do */
+            const struct ibv_device_attr* da = &E->rail[k].dev_attr;
+            E->max_sge = (uint32_t)omc__min(E->max_sge, da->max_sge > 0 ? (uint32_t)da->max_sge : 1u);
+            E->cq_depth = (uint32_t)omc__min(E->cq_depth, da->max_cqe > 0 ? (uint32_t)da->max_cqe : 1u);
+        }
         if (E->cq_depth < E->queue_depth) {
-            OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device %s: a CQ holds at most %u entries, fewer than queue_depth %u", E->device,
+            OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device %s: a CQ holds at most %u entries, fewer than queue_depth %u", E->rail[0].device,
                           E->cq_depth, E->queue_depth);
-            omc__ibv_close_device(E->context);
+            for (k = 0; k < E->nrails; k++) omc__ibv_close_device(E->rail[k].context);
             r = OMC_ERR_INVALID_ARG;
         } else r = omc__rdma_open(E);
     }
@@ -2298,11 +2881,16 @@ OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** ou
         return r;
     }
     omc__rdma_choose_protection(E, d.protection);
-    omc_rdma_gid_to_text(E->gid, gtext, sizeof(gtext));
-    OMC__RDMA_LOG(E, OMC_LOG_INFO, "RDMA engine on %s port %u: GID %u %s (%s%s%s), destinations protected by %s, libibverbs %s, "
-                  "%u QPs per peer, queue depth %u, slice %llu", E->device, E->port, E->gid_index, gtext, omc__gid_type_name(E->gid_type),
-                  E->netdev[0] ? " on " : "", E->netdev, omc__rdma_protection_name(E->protect), omc__ibv_library, E->qps_per_peer,
-                  E->queue_depth, (unsigned long long)E->slice);
+    for (k = 0; k < E->nrails; k++) {
+        omc__rdma_rail* R = &E->rail[k];
+        omc_rdma_gid_to_text(R->gid, gtext, sizeof(gtext));
+        OMC__RDMA_LOG(E, OMC_LOG_INFO, "RDMA engine rail %u of %u on %s port %u: GID %u %s/%u (%s%s%s), NUMA node %d", k, E->nrails,
+                      R->device, R->port, R->gid_index, gtext, R->prefix, omc__gid_type_name(R->gid_type), R->netdev[0] ? " on " : "",
+                      R->netdev, R->numa_node);
+    }
+    OMC__RDMA_LOG(E, OMC_LOG_INFO, "RDMA engine: %u rail%s, destinations protected by %s, libibverbs %s, %u QPs per peer and rail, "
+                  "queue depth %u, slice %llu", E->nrails, E->nrails == 1 ? "" : "s", omc__rdma_protection_name(E->protect),
+                  omc__ibv_library, E->qps_per_peer, E->queue_depth, (unsigned long long)E->slice);
     *out = E;
     return OMC_OK;
 }
@@ -2329,14 +2917,15 @@ OMNICONN_API omc_result omc_rdma_query(omc_rdma* E, omc_rdma_info* o) {
     if (!o) return OMC_ERR_INVALID_ARG;
     memset(o, 0, sizeof(*o));
     if (!E) return OMC_ERR_INVALID_ARG;
-    snprintf(o->device, sizeof(o->device), "%s", E->device);
-    o->port = E->port;
-    o->link = E->link;
-    o->gid_index = E->gid_index;
-    memcpy(o->gid, E->gid, 16);
-    o->gid_type = E->gid_type;
-    snprintf(o->netdev, sizeof(o->netdev), "%s", E->netdev);
-    o->active_mtu = omc_rdma_mtu_bytes(E->port_attr.active_mtu);
+    snprintf(o->device, sizeof(o->device), "%s", E->rail[0].device);
+    o->port = E->rail[0].port;
+    o->link = E->rail[0].link;
+    o->gid_index = E->rail[0].gid_index;
+    memcpy(o->gid, E->rail[0].gid, 16);
+    o->gid_type = E->rail[0].gid_type;
+    snprintf(o->netdev, sizeof(o->netdev), "%s", E->rail[0].netdev);
+    o->active_mtu = omc_rdma_mtu_bytes(E->rail[0].port_attr.active_mtu);
+    o->rails = E->nrails;
     o->protection = E->protect;
     o->memory_windows = E->use_mw;
     o->window_bounds = E->window_bounds;
@@ -2348,7 +2937,7 @@ OMNICONN_API omc_result omc_rdma_query(omc_rdma* E, omc_rdma_info* o) {
     o->mr_chunk = E->mr_chunk;
     pthread_mutex_lock(&E->mu);
     o->regions = E->nregions;
-    for (i = 0; i < E->nregions; i++) { o->memory_regions += E->regions[i].count; o->registered_bytes += E->regions[i].size; }
+    for (i = 0; i < E->nregions; i++) { o->memory_regions += E->regions[i].count * E->nrails; o->registered_bytes += E->regions[i].size; }
     o->connections = E->conns;
     o->writes = E->n_writes;
     o->write_bytes = E->n_write_bytes;
@@ -2359,9 +2948,49 @@ OMNICONN_API omc_result omc_rdma_query(omc_rdma* E, omc_rdma_info* o) {
     o->binds = E->n_binds;
     o->invalidations = E->n_invalidations;
     o->qp_errors = E->n_qp_errors;
+    for (i = 0; i < E->nrails; i++) o->rails_up += E->rail[i].up != 0;
     pthread_mutex_unlock(&E->mu);
     o->sleeps = omc__load(&E->n_sleeps);
     return OMC_OK;
+}
+
+/* The rate the earliest-finish rule assumes for rail k (caller holds mu): its measured rate, or
+   the mean of the measured up rails' (an equal share) if it has none yet. */
+OMC__PRIVATE double omc__rdma_rail_rate(const omc_rdma* E, uint32_t k) {
+    double sum = 0;
+    uint32_t i, n = 0;
+    if (E->rail[k].rate > 0) return E->rail[k].rate;
+    for (i = 0; i < E->nrails; i++) if (E->rail[i].up && E->rail[i].rate > 0) { sum += E->rail[i].rate; n++; }
+    return n ? sum / n : 1.0;
+}
+
+OMNICONN_API int omc_rdma_rail_stats(omc_rdma* E, omc_rdma_rail_stat* out, int cap) {
+    double total = 0;
+    uint32_t k;
+    if (!E || (cap > 0 && !out)) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&E->mu);
+    for (k = 0; k < E->nrails; k++) if (E->rail[k].up) total += omc__rdma_rail_rate(E, k);
+    for (k = 0; k < E->nrails && (int)k < cap; k++) {
+        const omc__rdma_rail* R = &E->rail[k];
+        omc_rdma_rail_stat* o = &out[k];
+        memset(o, 0, sizeof(*o));
+        snprintf(o->device, sizeof(o->device), "%s", R->device);
+        o->port = R->port;
+        snprintf(o->netdev, sizeof(o->netdev), "%s", R->netdev);
+        omc_rdma_gid_to_text(R->gid, o->gid, sizeof(o->gid));
+        o->gid_index = R->gid_index;
+        o->numa_node = R->numa_node;
+        o->up = R->up;
+        o->bytes = R->bytes;
+        o->slices = R->slices;
+        o->failures = R->failures;
+        o->rejoins = R->rejoins;
+        o->weight = R->up && total > 0 ? omc__rdma_rail_rate(E, k) / total : 0;
+        o->throughput = R->rate;
+        snprintf(o->why, sizeof(o->why), "%s", R->why);
+    }
+    pthread_mutex_unlock(&E->mu);
+    return (int)E->nrails;
 }
 
 /* ============================================================================================== */
@@ -2391,7 +3020,7 @@ OMC__PRIVATE uint64_t omc__rdma_memlock_limit(void) {
 
 OMC__PRIVATE void omc__rdma_region_drop(omc_rdma* E, omc__rdma_region* g) {
     uint32_t i;
-    for (i = 0; i < g->count; i++)
+    for (i = 0; g->mr && i < g->count * E->nrails; i++)
         if (g->mr[i] && omc__ibv_dereg_mr(g->mr[i]) != 0)
             OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_dereg_mr of [%p, +%llu): %s (a memory window still bound?)", (void*)g->base,
                           (unsigned long long)g->size, strerror(errno));
@@ -2421,8 +3050,9 @@ OMNICONN_API omc_result omc_rdma_register(omc_rdma* E, void* base, uint64_t size
         OMC__RDMA_LOG(E, OMC_LOG_ERROR, "[%p, +%llu) overlaps a region already registered", base, (unsigned long long)size);
         return OMC_ERR_EXISTS;
     }
-    /* check first: the kernel's answer would only be ENOMEM, and this is the error users hit most */
-    r = omc__rdma_memlock_check(size, pinned, limit, cap, why, sizeof(why));
+    /* check first: the kernel's answer would only be ENOMEM, and this is the error users hit most.
+       Every rail registers the region in its own PD: each registration pins (and counts) again */
+    r = omc__rdma_memlock_check(size * E->nrails, pinned, limit, cap, why, sizeof(why));
     if (r != OMC_OK) {
         OMC__RDMA_LOG(E, OMC_LOG_ERROR, "%s", why);
         return r;
@@ -2432,22 +3062,23 @@ OMNICONN_API omc_result omc_rdma_register(omc_rdma* E, void* base, uint64_t size
     g.size = size;
     g.chunk = E->mr_chunk;
     g.count = (uint32_t)((size + g.chunk - 1) / g.chunk);
-    g.mr = (struct ibv_mr**)omc__calloc(&E->hooks, sizeof(struct ibv_mr*) * g.count);
+    g.mr = (struct ibv_mr**)omc__calloc(&E->hooks, sizeof(struct ibv_mr*) * g.count * E->nrails);
     if (!g.mr) return OMC_ERR_NO_MEMORY;
     /* only with POOL protection do the pool's MRs take remote writes; otherwise a window or a
        region of the destination's own is the only way in */
     access = IBV_ACCESS_LOCAL_WRITE | (E->protect == OMC_RDMA_PROTECT_WINDOWS ? IBV_ACCESS_MW_BIND : 0) |
              (E->protect == OMC_RDMA_PROTECT_POOL ? IBV_ACCESS_REMOTE_WRITE : 0);
-    for (i = 0; i < g.count; i++) {
-        uint64_t off = (uint64_t)i * g.chunk, len = omc__min(g.chunk, size - off);
-        g.mr[i] = omc__ibv_reg_mr(E->pd, g.base + off, (size_t)len, access);
+    for (i = 0; i < g.count * E->nrails; i++) {
+        uint64_t off = (uint64_t)(i % g.count) * g.chunk, len = omc__min(g.chunk, size - off);
+        g.mr[i] = omc__ibv_reg_mr(E->rail[i / g.count].pd, g.base + off, (size_t)len, access);
         if (!g.mr[i]) {
             int e = errno;
-            r = (e == ENOMEM || e == EAGAIN || e == EPERM) && omc__rdma_memlock_check(size, pinned, limit, 0, why, sizeof(why)) != OMC_OK
+            r = (e == ENOMEM || e == EAGAIN || e == EPERM) &&
+                omc__rdma_memlock_check(size * E->nrails, pinned, limit, 0, why, sizeof(why)) != OMC_OK
                     ? OMC_ERR_MEMLOCK : (e == ENOMEM ? OMC_ERR_NO_MEMORY : OMC_ERR_SYSTEM);
             if (r == OMC_ERR_MEMLOCK) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_reg_mr: %s; %s", strerror(e), why);
-            else OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_reg_mr of [%p, +%llu) (part %u of %u) failed: %s", (void*)(g.base + off),
-                               (unsigned long long)len, i + 1, g.count, strerror(e));
+            else OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_reg_mr of [%p, +%llu) (part %u of %u, rail %u %s) failed: %s", (void*)(g.base + off),
+                               (unsigned long long)len, i % g.count + 1, g.count, i / g.count, E->rail[i / g.count].device, strerror(e));
             omc__rdma_region_drop(E, &g);
             return r;
         }
@@ -2467,10 +3098,10 @@ OMNICONN_API omc_result omc_rdma_register(omc_rdma* E, void* base, uint64_t size
         E->cap_regions = ncap;
     }
     E->regions[E->nregions++] = g;
-    E->pinned += size;
+    E->pinned += size * E->nrails;
     pthread_mutex_unlock(&E->mu);
-    OMC__RDMA_LOG(E, OMC_LOG_INFO, "registered [%p, +%llu) as %u memory region%s (%s)", base, (unsigned long long)size, g.count,
-                  g.count == 1 ? "" : "s", omc__rdma_protection_name(E->protect));
+    OMC__RDMA_LOG(E, OMC_LOG_INFO, "registered [%p, +%llu) as %u memory region%s on each of %u rail%s (%s)", base, (unsigned long long)size,
+                  g.count, g.count == 1 ? "" : "s", E->nrails, E->nrails == 1 ? "" : "s", omc__rdma_protection_name(E->protect));
     return OMC_OK;
 }
 
@@ -2483,7 +3114,7 @@ OMNICONN_API omc_result omc_rdma_deregister(omc_rdma* E, void* base) {
     if (i == E->nregions) { pthread_mutex_unlock(&E->mu); return OMC_ERR_NOT_FOUND; }
     g = E->regions[i];
     E->regions[i] = E->regions[--E->nregions];
-    E->pinned -= g.size;
+    E->pinned -= g.size * E->nrails;
     pthread_mutex_unlock(&E->mu);
     omc__rdma_region_drop(E, &g);
     return OMC_OK;
@@ -2584,7 +3215,7 @@ OMC__PRIVATE omc_result omc__rdma_qp_to_init(omc_rdma* E, omc__rdma_qp* q) {
     mask |= IBV_QP_STATE;
     attr.pkey_index = OMC__RDMA_PKEY_INDEX;
     mask |= IBV_QP_PKEY_INDEX;
-    attr.port_num = E->port;
+    attr.port_num = E->rail[q->rail].port;
     mask |= IBV_QP_PORT;
     attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;     /* the peer writes into windows / MRs we gave it */
     mask |= IBV_QP_ACCESS_FLAGS;
@@ -2592,7 +3223,8 @@ OMC__PRIVATE omc_result omc__rdma_qp_to_init(omc_rdma* E, omc__rdma_qp* q) {
 }
 
 /* INIT -> RTR: everything about the peer (its QP, its first PSN, the path to it). */
-OMC__PRIVATE omc_result omc__rdma_qp_to_rtr(omc_rdma* E, omc__rdma_qp* q, const omc_rdma_record* peer, uint32_t mtu) {
+OMC__PRIVATE omc_result omc__rdma_qp_to_rtr(omc_rdma* E, omc__rdma_qp* q, const omc_rdma_record_rail* peer, uint32_t mtu) {
+    const omc__rdma_rail* R = &E->rail[q->rail];
     struct ibv_qp_attr attr;
     char hint[512], mine[INET6_ADDRSTRLEN], theirs[INET6_ADDRSTRLEN];
     int mask = 0;
@@ -2614,22 +3246,22 @@ OMC__PRIVATE omc_result omc__rdma_qp_to_rtr(omc_rdma* E, omc__rdma_qp* q, const 
     attr.ah_attr.dlid = peer->lid;
     attr.ah_attr.sl = OMC__RDMA_SERVICE_LEVEL;
     attr.ah_attr.src_path_bits = 0;
-    attr.ah_attr.port_num = E->port;
-    if (E->link == OMC_RDMA_LINK_ETHERNET) {
+    attr.ah_attr.port_num = R->port;
+    if (R->link == OMC_RDMA_LINK_ETHERNET) {
         attr.ah_attr.is_global = 1;
         memcpy(attr.ah_attr.grh.dgid.raw, peer->gid, 16);
-        attr.ah_attr.grh.sgid_index = (uint8_t)E->gid_index;
+        attr.ah_attr.grh.sgid_index = (uint8_t)R->gid_index;
         attr.ah_attr.grh.hop_limit = OMC__RDMA_HOP_LIMIT;
         attr.ah_attr.grh.traffic_class = OMC__RDMA_TRAFFIC_CLASS;
         attr.ah_attr.grh.flow_label = 0;
     }
     mask |= IBV_QP_AV;
-    omc_rdma_gid_to_text(E->gid, mine, sizeof(mine));
+    omc_rdma_gid_to_text(R->gid, mine, sizeof(mine));
     omc_rdma_gid_to_text(peer->gid, theirs, sizeof(theirs));
     snprintf(hint, sizeof(hint), "check GID index/type: this side uses GID %u (%s, %s) on %s port %u, the peer GID %u (%s, %s); "
              "both must be of the same type and reach each other (RoCE v2 needs an IP route), and path MTU %u must not exceed "
              "either port's active MTU. Pick another GID with desc.gid_index or another device with RDMA_DEVICE_NAME",
-             E->gid_index, mine, omc__gid_type_name(E->gid_type), E->device, E->port, peer->gid_index, theirs,
+             R->gid_index, mine, omc__gid_type_name(R->gid_type), R->device, R->port, peer->gid_index, theirs,
              omc__gid_type_name((omc_rdma_gid_type)peer->gid_type), omc_rdma_mtu_bytes(mtu));
     return omc__rdma_modify(E, q, &attr, mask, "RTR", hint);
 }
@@ -2654,29 +3286,35 @@ OMC__PRIVATE omc_result omc__rdma_qp_to_rts(omc_rdma* E, omc__rdma_qp* q) {
     return omc__rdma_modify(E, q, &attr, mask, "RTS", "check the timeout and retry counts the device accepts");
 }
 
-/* Create QP `index` of a connection and bring it to INIT. */
+/* Create QP `index` of a connection on its pair's rail and bring it to INIT. */
 OMC__PRIVATE omc_result omc__rdma_qp_create(omc_rdma* E, omc_rdma_conn* c, uint32_t index) {
     omc__rdma_qp* q = &c->qps[index];
+    omc__rdma_rail* R;
     struct ibv_qp_init_attr init;
     omc_result r;
+    uint32_t i;
     q->conn = c;
     q->index = index;
+    q->pair = index / c->qpp;
+    q->rail = c->pair[q->pair].rail;
+    R = &E->rail[q->rail];
     q->slots = (omc__rdma_slot*)omc__calloc(&E->hooks, sizeof(omc__rdma_slot) * E->queue_depth);
     if (!q->slots) return OMC_ERR_NO_MEMORY;
+    for (i = 0; i < E->queue_depth; i++) q->slots[i].slice = OMC__RDMA_NO_SLICE;
     memset(&init, 0, sizeof(init));
     init.qp_context = q;
-    init.send_cq = E->cq;
-    init.recv_cq = E->cq;
+    init.send_cq = R->cq;
+    init.recv_cq = R->cq;
     init.cap.max_send_wr = E->queue_depth;
     init.cap.max_recv_wr = 1;           /* we never post receives; some providers refuse 0 */
     init.cap.max_send_sge = E->max_sge;
     init.cap.max_recv_sge = 1;
     init.qp_type = IBV_QPT_RC;
     init.sq_sig_all = 0;                /* selective signalling: each request says */
-    q->qp = omc__ibv_create_qp(E->pd, &init);
+    q->qp = omc__ibv_create_qp(R->pd, &init);
     if (!q->qp) {
         OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_create_qp (RC, %u send WRs, %u SGEs) on %s failed: %s", E->queue_depth, E->max_sge,
-                      E->device, strerror(errno));
+                      R->device, strerror(errno));
         return OMC_ERR_RDMA_QP;
     }
     q->qpn = q->qp->qp_num;
@@ -2705,7 +3343,7 @@ OMC__PRIVATE void omc__rdma_conn_free(omc_rdma_conn* c) {
         q->in_table = 0;
         E->outstanding -= q->head - q->tail;
     }
-    E->live_qps -= c->nqp;
+    E->live_qps -= c->nlive;
     if (c->counted) E->conns--;
     pthread_mutex_unlock(&E->mu);
     for (i = 0; i < c->nqp; i++) {
@@ -2747,22 +3385,33 @@ OMC__PRIVATE void omc__rdma_bury(omc_rdma* E) {
     }
 }
 
-/* A connection with nqp QPs in INIT. The CQ must have room for every request they can hold. */
-OMC__PRIVATE omc_result omc__rdma_conn_new(omc_rdma* E, uint32_t nqp, uint64_t conn_id, omc_rdma_conn** out) {
+/* A connection with npairs pairs of rails and qpp QPs on each, in INIT. rails[p]: our rail of
+   pair p, or -1 for a pair we have no rail for (its QPs are not created: the acceptor's answer to
+   a peer rail it cannot pair). The CQs must have room for every request the QPs can hold. */
+OMC__PRIVATE omc_result omc__rdma_conn_new(omc_rdma* E, const int* rails, uint32_t npairs, uint32_t qpp, uint64_t conn_id,
+                                           omc_rdma_conn** out) {
     omc_rdma_conn* c;
     omc_result r = OMC_OK;
-    uint32_t i, live;
+    uint32_t i, live, nlive = 0;
     *out = NULL;
+    if (npairs < 1 || npairs > OMC_RDMA_MAX_RAILS || qpp < 1 || npairs * qpp > OMC_RDMA_MAX_QPS) return OMC_ERR_INVALID_ARG;
     c = (omc_rdma_conn*)omc__calloc(&E->hooks, sizeof(omc_rdma_conn));
     if (!c) return OMC_ERR_NO_MEMORY;
     c->eng = E;
     c->refs = 1;
-    c->nqp = nqp;
+    c->nqp = npairs * qpp;
+    c->npairs = npairs;
+    c->qpp = qpp;
     c->conn_id = conn_id;
+    for (i = 0; i < npairs; i++) {
+        c->pair[i].rail = rails[i] >= 0 ? (uint32_t)rails[i] : OMC_RDMA_MAX_RAILS;
+        if (rails[i] >= 0) nlive += qpp;
+        else snprintf(c->pair[i].why, sizeof(c->pair[i].why), "no rail here pairs with the peer's rail %u", i);
+    }
     pthread_mutex_lock(&E->mu);
     live = E->live_qps;
-    if ((uint64_t)(live + nqp) * E->queue_depth > E->cq_depth) r = OMC_ERR_BUSY;
-    else { E->live_qps += nqp; E->conns++; c->counted = 1; }
+    if ((uint64_t)(live + nlive) * E->queue_depth > E->cq_depth) r = OMC_ERR_BUSY;
+    else { E->live_qps += nlive; E->conns++; c->counted = 1; c->nlive = nlive; }
     pthread_mutex_unlock(&E->mu);
     if (r != OMC_OK) {
         OMC__RDMA_LOG(E, OMC_LOG_ERROR, "engine already has %u QPs; its CQ (%u entries) has room for %u QPs of depth %u: raise "
@@ -2771,77 +3420,178 @@ OMC__PRIVATE omc_result omc__rdma_conn_new(omc_rdma* E, uint32_t nqp, uint64_t c
         omc__free(&E->hooks, c);
         return r;
     }
-    for (i = 0; i < nqp && r == OMC_OK; i++) r = omc__rdma_qp_create(E, c, i);
+    for (i = 0; i < c->nqp && r == OMC_OK; i++)
+        if (rails[i / qpp] >= 0) r = omc__rdma_qp_create(E, c, i);
     if (r != OMC_OK) { omc__rdma_conn_free(c); return r; }
     *out = c;
     return OMC_OK;
 }
 
-/* Can our port and the peer's talk at all? Said before any QP transition fails obscurely. */
-OMC__PRIVATE omc_result omc__rdma_check_peer(omc_rdma* E, const omc_rdma_record* peer) {
+/* Can our rail and the peer's talk at all? Said before any QP transition fails obscurely. */
+OMC__PRIVATE omc_result omc__rdma_check_peer(omc_rdma* E, const omc__rdma_rail* R, const omc_rdma_record_rail* peer) {
     char mine[INET6_ADDRSTRLEN], theirs[INET6_ADDRSTRLEN];
-    if (peer->link != E->link) {
-        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "link layers differ: this port (%s port %u) is %s, the peer's is %s", E->device, E->port,
-                      E->link == OMC_RDMA_LINK_INFINIBAND ? "InfiniBand" : "Ethernet/RoCE",
+    if (peer->link != R->link) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "link layers differ: this port (%s port %u) is %s, the peer's is %s", R->device, R->port,
+                      R->link == OMC_RDMA_LINK_INFINIBAND ? "InfiniBand" : "Ethernet/RoCE",
                       peer->link == OMC_RDMA_LINK_INFINIBAND ? "InfiniBand" : "Ethernet/RoCE");
         return OMC_ERR_RDMA_DEVICE;
     }
-    if (E->link != OMC_RDMA_LINK_ETHERNET) return OMC_OK;
-    omc_rdma_gid_to_text(E->gid, mine, sizeof(mine));
+    if (R->link != OMC_RDMA_LINK_ETHERNET) return OMC_OK;
+    omc_rdma_gid_to_text(R->gid, mine, sizeof(mine));
     omc_rdma_gid_to_text(peer->gid, theirs, sizeof(theirs));
     if (omc__gid_is_zero(peer->gid)) {
         OMC__RDMA_LOG(E, OMC_LOG_ERROR, "the peer's record has no GID: RoCE cannot address it");
         return OMC_ERR_MALFORMED;
     }
-    if ((E->gid_type == OMC_RDMA_GID_ROCE_V2) != (peer->gid_type == OMC_RDMA_GID_ROCE_V2)) {
+    if ((R->gid_type == OMC_RDMA_GID_ROCE_V2) != (peer->gid_type == OMC_RDMA_GID_ROCE_V2)) {
         OMC__RDMA_LOG(E, OMC_LOG_ERROR, "GID types differ: this side uses GID %u %s (%s), the peer GID %u %s (%s); both ends of a RoCE "
-                      "connection must speak the same version: set desc.gid_index on one side", E->gid_index, mine,
-                      omc__gid_type_name(E->gid_type), peer->gid_index, theirs, omc__gid_type_name((omc_rdma_gid_type)peer->gid_type));
+                      "connection must speak the same version: set desc.gid_index on one side", R->gid_index, mine,
+                      omc__gid_type_name(R->gid_type), peer->gid_index, theirs, omc__gid_type_name((omc_rdma_gid_type)peer->gid_type));
         return OMC_ERR_RDMA_DEVICE;
     }
-    if (omc__gid_is_link_local(E->gid) != omc__gid_is_link_local(peer->gid))
+    if (omc__gid_is_link_local(R->gid) != omc__gid_is_link_local(peer->gid))
         OMC__RDMA_LOG(E, OMC_LOG_WARN, "one end uses a link-local GID (%s here, %s there): they may not reach each other", mine, theirs);
     return OMC_OK;
 }
 
-/* Bring every QP to RTR and RTS against the peer's record. */
+/* The peer's rails as rail entries (a version-1 record is one rail, from its top fields). */
+OMC__PRIVATE uint32_t omc__rdma_peer_rails(const omc_rdma_record* rec, omc_rdma_record_rail* out, uint32_t* qpp) {
+    if (rec->rails >= 2) {
+        memcpy(out, rec->rail, sizeof(rec->rail[0]) * rec->rails);
+        *qpp = rec->qps_per_rail;
+        return rec->rails;
+    }
+    memset(out, 0, sizeof(*out));
+    out->port = rec->port;
+    out->mtu = rec->mtu;
+    out->link = rec->link;
+    out->gid_index = rec->gid_index;
+    out->gid_type = rec->gid_type;
+    out->lid = rec->lid;
+    memcpy(out->gid, rec->gid, 16);
+    *qpp = rec->qp_count;
+    return 1;
+}
+
+/* Do two GIDs share their first `bits` bits (the same subnet)? */
+OMC__PRIVATE int omc__rdma_same_subnet(const uint8_t* a, const uint8_t* b, uint32_t bits) {
+    uint32_t full = bits / 8, rest = bits % 8;
+    if (bits > 128) bits = 128;
+    if (memcmp(a, b, full) != 0) return 0;
+    return rest == 0 || ((a[full] ^ b[full]) & (uint8_t)(0xFF << (8 - rest))) == 0;
+}
+
+/* Pair the peer's rails with ours (caller holds nothing; reads rail state under mu): each peer
+   rail gets one of our UP rails of the same link layer and GID type on the same subnet; if not
+   one rail shares a subnet, the first compatible rails are paired (one pair: what a single
+   rail always did). map[i] = our rail for peer rail i, or -1. Returns the number of pairs. */
+OMC__PRIVATE uint32_t omc__rdma_pair_rails(omc_rdma* E, const omc_rdma_record_rail* peer, uint32_t n, int* map) {
+    uint32_t i, j, pairs = 0, used = 0;
+    pthread_mutex_lock(&E->mu);
+    for (i = 0; i < n; i++) {
+        map[i] = -1;
+        if (!peer[i].port) continue;
+        for (j = 0; j < E->nrails && map[i] < 0; j++) {
+            const omc__rdma_rail* R = &E->rail[j];
+            uint32_t bits = omc__min((uint32_t)R->prefix, peer[i].prefix ? (uint32_t)peer[i].prefix : (uint32_t)R->prefix);
+            if ((used >> j & 1u) || !R->up || R->link != (omc_rdma_link)peer[i].link ||
+                (R->gid_type == OMC_RDMA_GID_ROCE_V2) != (peer[i].gid_type == OMC_RDMA_GID_ROCE_V2) ||
+                !omc__rdma_same_subnet(R->gid, peer[i].gid, bits))
+                continue;
+            map[i] = (int)j;
+            used |= 1u << j;
+            pairs++;
+        }
+    }
+    for (i = 0; i < n && !pairs; i++) {
+        if (!peer[i].port) continue;
+        for (j = 0; j < E->nrails && !pairs; j++) {
+            const omc__rdma_rail* R = &E->rail[j];
+            if (!R->up || R->link != (omc_rdma_link)peer[i].link ||
+                (R->link == OMC_RDMA_LINK_ETHERNET && (R->gid_type == OMC_RDMA_GID_ROCE_V2) != (peer[i].gid_type == OMC_RDMA_GID_ROCE_V2)))
+                continue;
+            map[i] = (int)j;
+            pairs = 1;
+        }
+    }
+    pthread_mutex_unlock(&E->mu);
+    return pairs;
+}
+
+/* Bring every QP of every pair both sides have to RTR and RTS against the peer's record. A pair
+   that cannot be connected stays down (logged); the connection needs one working pair. */
 OMC__PRIVATE omc_result omc__rdma_conn_link(omc_rdma_conn* c, const omc_rdma_record* peer) {
     omc_rdma* E = c->eng;
-    uint32_t mtu, i;
-    omc_result r = omc_rdma_mtu_negotiate(E->port_attr.active_mtu, peer->mtu, &mtu);
-    if (r != OMC_OK) return OMC_ERR_MALFORMED;
-    for (i = 0; i < c->nqp && r == OMC_OK; i++) {
-        omc__rdma_qp* q = &c->qps[i];
-        q->peer_qpn = peer->qpn[i];
-        q->peer_psn = peer->psn[i];
-        r = omc__rdma_qp_to_rtr(E, q, peer, mtu);
-        if (r == OMC_OK) r = omc__rdma_qp_to_rts(E, q);
+    omc_rdma_record_rail pr[OMC_RDMA_MAX_RAILS];
+    uint32_t mtu, i, p, pqpp = 0, up = 0, min_mtu = 0;
+    uint32_t n = omc__rdma_peer_rails(peer, pr, &pqpp);
+    omc_result r = OMC_OK, first = OMC_OK;
+    if (n != c->npairs || pqpp != c->qpp) return OMC_ERR_PROTOCOL;
+    for (p = 0; p < c->npairs; p++) {
+        omc__rdma_pair* P = &c->pair[p];
+        if (P->rail >= E->nrails) continue;                 /* we have no rail for it */
+        if (!pr[p].port) {                                  /* the peer has none for ours */
+            snprintf(P->why, sizeof(P->why), "the peer has no rail on the subnet of rail %u", P->rail);
+            continue;
+        }
+        r = omc__rdma_check_peer(E, &E->rail[P->rail], &pr[p]);
+        if (r == OMC_OK && omc_rdma_mtu_negotiate(E->rail[P->rail].port_attr.active_mtu, pr[p].mtu, &mtu) != OMC_OK) r = OMC_ERR_MALFORMED;
+        for (i = p * c->qpp; i < (p + 1) * c->qpp && r == OMC_OK; i++) {
+            omc__rdma_qp* q = &c->qps[i];
+            q->peer_qpn = peer->qpn[i];
+            q->peer_psn = peer->psn[i];
+            r = omc__rdma_qp_to_rtr(E, q, &pr[p], mtu);
+            if (r == OMC_OK) r = omc__rdma_qp_to_rts(E, q);
+        }
+        if (r != OMC_OK) {
+            if (first == OMC_OK) first = r;
+            snprintf(P->why, sizeof(P->why), "could not connect: %s (the log has the details)", omc_result_str(r));
+            continue;
+        }
+        pthread_mutex_lock(&E->mu);
+        P->up = 1;
+        pthread_mutex_unlock(&E->mu);
+        up++;
+        if (!min_mtu || mtu < min_mtu) min_mtu = mtu;
     }
-    if (r != OMC_OK) return r;
+    if (!up) return first != OMC_OK ? first : OMC_ERR_RDMA_DEVICE;
     pthread_mutex_lock(&E->mu);
     c->connected = 1;
     c->peer_incarnation = peer->incarnation;
-    c->path_mtu = omc_rdma_mtu_bytes(mtu);
+    c->path_mtu = omc_rdma_mtu_bytes(min_mtu);
     c->peer_flags = peer->flags;
     pthread_mutex_unlock(&E->mu);
-    OMC__RDMA_LOG(E, c->quiet ? OMC_LOG_DEBUG : OMC_LOG_INFO, "connection %016llx to peer incarnation %016llx: %u QPs, path MTU %u, "
-                  "peer protects with %s", (unsigned long long)c->conn_id, (unsigned long long)peer->incarnation, c->nqp, c->path_mtu,
+    OMC__RDMA_LOG(E, c->quiet ? OMC_LOG_DEBUG : OMC_LOG_INFO, "connection %016llx to peer incarnation %016llx: %u of %u rail%s, %u QPs "
+                  "each, path MTU %u, peer protects with %s", (unsigned long long)c->conn_id, (unsigned long long)peer->incarnation, up,
+                  c->npairs, c->npairs == 1 ? "" : "s", c->qpp, c->path_mtu,
                   (peer->flags & OMC_RDMA_FLAG_MEMORY_WINDOWS) ? "memory windows" : (peer->flags & OMC_RDMA_FLAG_REGIONS) ? "regions" : "its pool's rkey");
     return OMC_OK;
 }
 
 OMNICONN_API omc_result omc_rdma_conn_create(omc_rdma* E, omc_rdma_conn** out) {
+    int rails[OMC_RDMA_MAX_RAILS];
+    uint32_t k, n = 0;
     uint64_t id;
     if (!out) return OMC_ERR_INVALID_ARG;
     *out = NULL;
     if (!E) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&E->mu);
+    for (k = 0; k < E->nrails; k++) if (E->rail[k].up) rails[n++] = (int)k;
+    pthread_mutex_unlock(&E->mu);
+    if (!n) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "no rail is up (every port went down): no connection can be made");
+        return OMC_ERR_RDMA_DEVICE;
+    }
     do { id = omc__random_u64(); } while (id == 0);
-    return omc__rdma_conn_new(E, E->qps_per_peer, id, out);
+    return omc__rdma_conn_new(E, rails, n, omc__min(E->qps_per_peer, OMC_RDMA_MAX_QPS / n), id, out);
 }
 
 OMNICONN_API omc_result omc_rdma_conn_accept(omc_rdma* E, const void* peer_record, size_t len, omc_rdma_conn** out) {
     omc_rdma_record peer;
+    omc_rdma_record_rail pr[OMC_RDMA_MAX_RAILS];
+    int map[OMC_RDMA_MAX_RAILS];
     omc_rdma_conn* c;
+    uint32_t n, qpp = 0;
     omc_result r;
     if (!out) return OMC_ERR_INVALID_ARG;
     *out = NULL;
@@ -2852,14 +3602,24 @@ OMNICONN_API omc_result omc_rdma_conn_accept(omc_rdma* E, const void* peer_recor
         return r;
     }
     if (peer.conn_id == 0) return OMC_ERR_MALFORMED;
-    if (peer.qp_count > E->qps_per_peer) {     /* the peer does not choose how many QPs we create */
-        OMC__RDMA_LOG(E, OMC_LOG_WARN, "refused a peer's endpoint record asking for %u QPs: this engine gives a peer at most %u "
-                      "(qps_per_peer)", peer.qp_count, E->qps_per_peer);
+    n = omc__rdma_peer_rails(&peer, pr, &qpp);
+    if (qpp > E->qps_per_peer) {     /* the peer does not choose how many QPs we create */
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "refused a peer's endpoint record asking for %u QPs per rail: this engine gives a peer at most %u "
+                      "(qps_per_peer)", qpp, E->qps_per_peer);
         return OMC_ERR_RDMA_QP;
     }
-    r = omc__rdma_check_peer(E, &peer);
-    if (r != OMC_OK) return r;
-    r = omc__rdma_conn_new(E, peer.qp_count, peer.conn_id, &c);
+    if (!omc__rdma_pair_rails(E, pr, n, map)) {
+        char theirs[INET6_ADDRSTRLEN];
+        omc_rdma_gid_to_text(peer.gid, theirs, sizeof(theirs));
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "no rail of this engine can pair with the peer's (%u rail%s, first GID %s): link layer or GID "
+                      "type differ, or every rail is down", n, n == 1 ? "" : "s", theirs);
+        return OMC_ERR_RDMA_DEVICE;
+    }
+    if (n == 1) {
+        r = omc__rdma_check_peer(E, &E->rail[map[0]], &pr[0]);
+        if (r != OMC_OK) return r;
+    }
+    r = omc__rdma_conn_new(E, map, n, qpp, peer.conn_id, &c);
     if (r != OMC_OK) return r;
     r = omc__rdma_conn_link(c, &peer);
     if (r != OMC_OK) { omc__rdma_conn_unref(c); return r; }
@@ -2879,7 +3639,7 @@ OMNICONN_API omc_result omc_rdma_conn_connect(omc_rdma_conn* c, const void* peer
         OMC__RDMA_LOG(E, OMC_LOG_WARN, "rejected a peer's endpoint record (%zu bytes): %s", len, omc_result_str(r));
         return r;
     }
-    if (peer.qp_count != c->nqp || peer.conn_id != c->conn_id) {
+    if (peer.qp_count != c->nqp || peer.conn_id != c->conn_id || (peer.rails >= 2 ? peer.rails : 1) != c->npairs) {
         OMC__RDMA_LOG(E, OMC_LOG_WARN, "the peer's record answers another connection (id %016llx, %u QPs; expected %016llx, %u QPs)",
                       (unsigned long long)peer.conn_id, peer.qp_count, (unsigned long long)c->conn_id, c->nqp);
         return OMC_ERR_PROTOCOL;
@@ -2889,31 +3649,50 @@ OMNICONN_API omc_result omc_rdma_conn_connect(omc_rdma_conn* c, const void* peer
     c->linking = 1;
     pthread_mutex_unlock(&E->mu);
     if (busy) return OMC_ERR_INVALID_ARG;
-    r = omc__rdma_check_peer(E, &peer);
-    if (r == OMC_OK) r = omc__rdma_conn_link(c, &peer);
-    return r;
+    return omc__rdma_conn_link(c, &peer);
 }
 
+/* The record of one side: version 1 for a single pair (what every peer understands), version 2
+   with every pair's rail otherwise. */
 OMNICONN_API omc_result omc_rdma_conn_record(omc_rdma_conn* c, void* out, size_t cap, size_t* out_len) {
     omc_rdma_record rec;
     omc_rdma* E;
-    uint32_t i;
+    uint32_t i, p;
     if (out_len) *out_len = 0;
     if (!c) return OMC_ERR_INVALID_ARG;
     E = c->eng;
     memset(&rec, 0, sizeof(rec));
     rec.qp_count = c->nqp;
-    rec.port = E->port;
-    rec.mtu = (uint8_t)E->port_attr.active_mtu;
-    rec.link = (uint8_t)E->link;
-    rec.gid_index = (uint8_t)omc__min(E->gid_index, 255u);     /* informational: logs and hints */
-    rec.gid_type = (uint8_t)E->gid_type;
     rec.flags = omc__rdma_flags(E);
-    rec.lid = E->port_attr.lid;
     rec.incarnation = omc_incarnation();
     rec.conn_id = c->conn_id;
-    memcpy(rec.gid, E->gid, 16);
+    for (p = 0; p < c->npairs; p++) {
+        omc_rdma_record_rail* rr = &rec.rail[p];
+        const omc__rdma_rail* R;
+        if (c->pair[p].rail >= E->nrails) continue;        /* unpaired: all zero */
+        R = &E->rail[c->pair[p].rail];
+        rr->port = R->port;
+        rr->mtu = (uint8_t)R->port_attr.active_mtu;
+        rr->link = (uint8_t)R->link;
+        rr->gid_index = (uint8_t)omc__min(R->gid_index, 255u);     /* informational: logs and hints */
+        rr->gid_type = (uint8_t)R->gid_type;
+        rr->prefix = R->prefix;
+        rr->lid = R->port_attr.lid;
+        memcpy(rr->gid, R->gid, 16);
+    }
     for (i = 0; i < c->nqp; i++) { rec.qpn[i] = c->qps[i].qpn; rec.psn[i] = c->qps[i].psn; }
+    if (c->npairs >= 2) {
+        rec.rails = c->npairs;
+        rec.qps_per_rail = c->qpp;
+    } else {
+        rec.port = rec.rail[0].port;
+        rec.mtu = rec.rail[0].mtu;
+        rec.link = rec.rail[0].link;
+        rec.gid_index = rec.rail[0].gid_index;
+        rec.gid_type = rec.rail[0].gid_type;
+        rec.lid = rec.rail[0].lid;
+        memcpy(rec.gid, rec.rail[0].gid, 16);
+    }
     return omc_rdma_record_encode(&rec, out, cap, out_len);
 }
 
@@ -2944,6 +3723,11 @@ OMNICONN_API omc_result omc_rdma_conn_query(omc_rdma_conn* c, omc_rdma_conn_info
     o->error = c->error;
     snprintf(o->error_text, sizeof(o->error_text), "%s", c->error_text);
     for (i = 0; i < c->nqp; i++) { o->qpn[i] = c->qps[i].qpn; o->peer_qpn[i] = c->qps[i].peer_qpn; }
+    o->rails = c->npairs;
+    for (i = 0; i < c->npairs; i++) {
+        o->rails_up += c->pair[i].up != 0;
+        o->rail[i] = c->pair[i].rail;
+    }
     pthread_mutex_unlock(&c->eng->mu);
     return OMC_OK;
 }
@@ -2976,6 +3760,9 @@ OMC__PRIVATE omc_rdma_op* omc__rdma_op_new_locked(omc_rdma_conn* c, int kind) {
 
 OMC__PRIVATE void omc__rdma_op_free(omc_rdma_op* op) {
     omc_rdma_conn* c = op->conn;
+    omc__free(&c->eng->hooks, op->slices);
+    omc__free(&c->eng->hooks, op->pieces);
+    omc__free(&c->eng->hooks, op->target);
     omc__free(&c->eng->hooks, op);
     omc__rdma_conn_unref(c);
 }
@@ -2987,11 +3774,13 @@ OMC__PRIVATE omc_result omc__rdma_conn_usable(omc_rdma_conn* c) {
     return OMC_OK;
 }
 
-/* Wait (mu held) until q has a free send slot, the connection breaks or the deadline passes. */
+/* Wait (mu held) until q has a free send slot, the connection (or q's pair) breaks or the
+   deadline passes. */
 OMC__PRIVATE omc_result omc__rdma_wait_slot(omc_rdma* E, omc__rdma_qp* q, omc_time_ns deadline) {
     for (;;) {
         omc_result r = omc__rdma_conn_usable(q->conn);
         if (r != OMC_OK) return r;
+        if (!q->conn->pair[q->pair].up || !q->qp) return OMC_ERR_RDMA_QP;
         if (q->head - q->tail < E->queue_depth) return OMC_OK;
         if (omc__cond_wait_until(&E->cv, &E->mu, deadline) == ETIMEDOUT && q->head - q->tail >= E->queue_depth)
             return OMC_ERR_TIMEOUT;
@@ -3000,7 +3789,7 @@ OMC__PRIVATE omc_result omc__rdma_wait_slot(omc_rdma* E, omc__rdma_qp* q, omc_ti
 
 /* Post one request of op on q (mu held, a slot is free). Signalled: op's last request on this
    QP (last), every signal_every-th, and the one that fills the ring, so a full ring drains. */
-OMC__PRIVATE omc_result omc__rdma_post(omc_rdma* E, omc__rdma_qp* q, struct ibv_send_wr* wr, omc_rdma_op* op, int last) {
+OMC__PRIVATE omc_result omc__rdma_post(omc_rdma* E, omc__rdma_qp* q, struct ibv_send_wr* wr, omc_rdma_op* op, int last, uint32_t slice) {
     struct ibv_send_wr* bad = NULL;
     int signal = last || q->unsignalled + 1 >= E->signal_every || q->head - q->tail + 1 >= E->queue_depth;
     int rc;
@@ -3013,6 +3802,7 @@ OMC__PRIVATE omc_result omc__rdma_post(omc_rdma* E, omc__rdma_qp* q, struct ibv_
         return OMC_ERR_RDMA_QP;
     }
     q->slots[q->head % E->queue_depth].op = op;     /* the progress thread needs mu to look */
+    q->slots[q->head % E->queue_depth].slice = slice;
     q->head++;
     op->pending++;
     E->outstanding++;
@@ -3022,17 +3812,37 @@ OMC__PRIVATE omc_result omc__rdma_post(omc_rdma* E, omc__rdma_qp* q, struct ibv_
     return OMC_OK;
 }
 
+OMC__PRIVATE omc_result omc__rdma_post_slices(omc_rdma_conn* c, omc_rdma_op* op, omc_time_ns deadline);
+
 /* Wait for an operation. give_up: at the deadline break the connection and wait for the flush
-   (op_wait); otherwise return OMC_ERR_BUSY and leave the operation running (op_test). */
+   (op_wait); otherwise return OMC_ERR_BUSY and leave the operation running (op_test). Slices of
+   a write whose pair of rails failed are written again on the pairs left (the same bytes to the
+   same place: an RDMA WRITE is idempotent); the write is done only when every slice is. */
 OMC__PRIVATE omc_result omc__rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline, int give_up) {
     omc_rdma_conn* c;
     omc_rdma* E;
     omc_result r;
+    uint32_t i;
     if (!op) return OMC_ERR_INVALID_ARG;
     c = op->conn;
     E = c->eng;
     pthread_mutex_lock(&E->mu);
-    while (op->pending > 0) {
+    for (;;) {
+        if (op->pending == 0 && op->reposts && op->status == OMC_OK) {
+            if (omc__rdma_conn_usable(c) != OMC_OK) {
+                op->status = c->error != OMC_OK ? c->error : OMC_ERR_RDMA_QP;
+                break;
+            }
+            r = omc__rdma_post_slices(c, op, deadline);
+            if (r != OMC_OK && op->status == OMC_OK && omc__rdma_conn_usable(c) != OMC_OK)
+                op->status = c->error != OMC_OK ? c->error : r;
+            else if (r == OMC_ERR_TIMEOUT && op->status == OMC_OK) {
+                op->status = r;
+                if (op->pending) omc__rdma_conn_break_locked(c, r, "a write could not be posted again in time");
+            }
+            continue;
+        }
+        if (op->pending == 0) break;
         if (omc__cond_wait_until(&E->cv, &E->mu, deadline) == ETIMEDOUT && op->pending > 0) {
             if (!give_up) { pthread_mutex_unlock(&E->mu); return OMC_ERR_BUSY; }
             /* the adapter may still read or write our memory: break the connection (its QPs
@@ -3055,6 +3865,9 @@ OMC__PRIVATE omc_result omc__rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline,
             }
         }
     }
+    /* the contract: DONE only when every slice is in place */
+    for (i = 0; op->status == OMC_OK && op->slices && i < op->nslices; i++)
+        if (op->slices[i].state != OMC__SLICE_DONE) op->status = OMC_ERR_RDMA_COMPLETION;
     r = op->status;
     if (op->kind == OMC__OP_WRITE && !c->quiet) {
         if (r == OMC_OK) { E->n_writes++; E->n_write_bytes += op->bytes; }
@@ -3068,7 +3881,8 @@ OMC__PRIVATE omc_result omc__rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline,
 OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline) { return omc__rdma_op_wait(op, deadline, 1); }
 OMNICONN_API omc_result omc_rdma_op_test(omc_rdma_op* op, omc_time_ns deadline) { return omc__rdma_op_wait(op, deadline, 0); }
 
-/* Is the peer still there? Post a zero-byte RDMA WRITE on the connection's first QP: a zero-byte
+/* Is the peer still there? Post a zero-byte RDMA WRITE on the first QP of one pair of rails (the
+   pairs take turns, so a path that died is noticed even while another works): a zero-byte
    operation needs no address and no key on the responder (IB spec C9-88), so it touches nothing,
    and it is acknowledged while the peer's QP lives. If the peer died, the retries run out
    (ACK_TIMEOUT x (RETRY_COUNT + 1), about 2 s by default) and the connection breaks. *out: the
@@ -3080,16 +3894,21 @@ OMC__PRIVATE omc_result omc__rdma_probe_start(omc_rdma_conn* c, omc_rdma_op** ou
     omc_rdma_op* op;
     struct ibv_send_wr wr;
     omc_result r;
+    uint32_t i, p = 0;
     *out = NULL;
     pthread_mutex_lock(&E->mu);
     r = omc__rdma_conn_usable(c);
-    q = &c->qps[0];
-    if (r == OMC_OK && q->head - q->tail >= E->queue_depth) { pthread_mutex_unlock(&E->mu); return OMC_OK; }
+    for (i = 0; r == OMC_OK && i < c->npairs; i++) {  /* the pairs take turns: each one's path is watched */
+        p = c->next_probe++ % c->npairs;
+        if (c->pair[p].up) break;
+    }
+    q = &c->qps[p * c->qpp];
+    if (r == OMC_OK && (!c->pair[p].up || q->head - q->tail >= E->queue_depth)) { pthread_mutex_unlock(&E->mu); return OMC_OK; }
     if (r == OMC_OK && !(op = omc__rdma_op_new_locked(c, OMC__OP_PROBE))) r = OMC_ERR_NO_MEMORY;
     if (r != OMC_OK) { pthread_mutex_unlock(&E->mu); return r; }
     memset(&wr, 0, sizeof(wr));
     wr.opcode = IBV_WR_RDMA_WRITE;      /* no sg_list, remote address 0, rkey 0: zero bytes */
-    r = omc__rdma_post(E, q, &wr, op, 1);
+    r = omc__rdma_post(E, q, &wr, op, 1, OMC__RDMA_NO_SLICE);
     pthread_mutex_unlock(&E->mu);
     if (r != OMC_OK) { omc__rdma_op_free(op); return r; }
     *out = op;
@@ -3116,30 +3935,36 @@ OMC__PRIVATE int omc__rdma_mw_keep(omc_rdma* E, omc__rdma_qp* q, struct ibv_mw* 
 }
 
 /* OMC_RDMA_PROTECT_REGIONS: register the destination as a region of its own, with remote
-   write; its rkey is the only key that reaches it (the pool's MRs take no remote access). */
-OMC__PRIVATE omc_result omc__rdma_region_for(omc_rdma* E, omc_rdma_window* w) {
+   write, on the rail of every working pair; its rkeys are the only keys that reach it (the
+   pool's MRs take no remote access). */
+OMC__PRIVATE omc_result omc__rdma_region_for(omc_rdma* E, omc_rdma_window* w, uint32_t pairs_up) {
+    omc_rdma_conn* c = w->conn;
     uint64_t pinned = 0, limit = omc__rdma_memlock_limit();
     char why[600];
     int cap = 0;
-    uint32_t i;
+    uint32_t i, p;
     omc_result r;
     omc__rdma_pin_state(&pinned, &cap);
     pthread_mutex_lock(&E->mu);
     pinned = omc__max(pinned, E->pinned);
     pthread_mutex_unlock(&E->mu);
-    r = omc__rdma_memlock_check(w->length, pinned, limit, cap, why, sizeof(why));   /* pinned once more */
+    r = omc__rdma_memlock_check(w->length * pairs_up, pinned, limit, cap, why, sizeof(why));   /* pinned once more per rail */
     if (r != OMC_OK) { OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination region: %s", why); return r; }
-    w->mr = omc__ibv_reg_mr(E->pd, (void*)(uintptr_t)w->addr, (size_t)w->length, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (!w->mr) {
-        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_reg_mr of the destination [%p, +%llu): %s", (void*)(uintptr_t)w->addr,
-                      (unsigned long long)w->length, strerror(errno));
-        return errno == ENOMEM ? OMC_ERR_MEMLOCK : OMC_ERR_SYSTEM;
+    for (p = 0; p < c->npairs; p++) {
+        if (w->ext[0][p].qp == OMC_RDMA_NO_QP) continue;
+        w->mr[p] = omc__ibv_reg_mr(E->rail[c->pair[p].rail].pd, (void*)(uintptr_t)w->addr, (size_t)w->length,
+                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+        if (!w->mr[p]) {
+            OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_reg_mr of the destination [%p, +%llu) on %s: %s", (void*)(uintptr_t)w->addr,
+                          (unsigned long long)w->length, E->rail[c->pair[p].rail].device, strerror(errno));
+            return errno == ENOMEM ? OMC_ERR_MEMLOCK : OMC_ERR_SYSTEM;
+        }
+        pthread_mutex_lock(&E->mu);
+        w->pinned += w->length;
+        E->pinned += w->length;
+        pthread_mutex_unlock(&E->mu);
+        for (i = 0; i < w->count; i++) w->ext[i][p].rkey = w->mr[p]->rkey;
     }
-    pthread_mutex_lock(&E->mu);
-    w->pinned = w->length;
-    E->pinned += w->pinned;
-    pthread_mutex_unlock(&E->mu);
-    for (i = 0; i < w->count; i++) w->ext[i].rkey = w->mr->rkey;
     return OMC_OK;
 }
 
@@ -3147,28 +3972,34 @@ OMC__PRIVATE omc_result omc__rdma_region_for(omc_rdma* E, omc_rdma_window* w) {
    revokes fail (a deregistration that fails, or an invalidation that fails). */
 static int omc__rdma_fault_revoke;
 
-/* Deregistering the region revokes its rkey at once. Returns 0 if that failed: then its rkey
-   may still be valid, so the region is kept as it is (quarantined: never reused, deregistered
+/* Deregistering the regions revokes their rkeys at once. Returns 0 if that failed: then a key
+   may still be valid, so its region is kept as it is (quarantined: never reused, deregistered
    again only when the engine is destroyed) and the caller must not reuse the range either. */
 OMC__PRIVATE int omc__rdma_region_drop_for(omc_rdma* E, omc_rdma_window* w) {
-    int err;
-    if (!w->mr) return 1;
-    err = omc__load(&omc__rdma_fault_revoke) ? EIO : omc__ibv_dereg_mr(w->mr) != 0 ? errno : 0;
-    pthread_mutex_lock(&E->mu);
-    if (err) {
-        omc__rdma_quarantined* qn = (omc__rdma_quarantined*)omc__calloc(&E->hooks, sizeof(omc__rdma_quarantined));
-        if (qn) { qn->mr = w->mr; qn->next = E->quarantine; E->quarantine = qn; }  /* else: leaked, still never reused */
-        E->n_quarantined++;
-    } else {
-        E->pinned -= w->pinned;
+    uint32_t p;
+    int ok = 1;
+    for (p = 0; p < OMC_RDMA_MAX_RAILS; p++) {
+        int err;
+        if (!w->mr[p]) continue;
+        err = omc__load(&omc__rdma_fault_revoke) ? EIO : omc__ibv_dereg_mr(w->mr[p]) != 0 ? errno : 0;
+        pthread_mutex_lock(&E->mu);
+        if (err) {
+            omc__rdma_quarantined* qn = (omc__rdma_quarantined*)omc__calloc(&E->hooks, sizeof(omc__rdma_quarantined));
+            if (qn) { qn->mr = w->mr[p]; qn->next = E->quarantine; E->quarantine = qn; }  /* else: leaked, still never reused */
+            E->n_quarantined++;
+        } else {
+            E->pinned -= w->length;
+        }
+        pthread_mutex_unlock(&E->mu);
+        if (err) {
+            ok = 0;
+            OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_dereg_mr of the destination region [%p, +%llu) failed (%s): its key may still be valid, "
+                          "the region is quarantined (kept registered, never reused)", (void*)(uintptr_t)w->addr,
+                          (unsigned long long)w->length, strerror(err));
+        }
+        w->mr[p] = NULL;
     }
-    pthread_mutex_unlock(&E->mu);
-    if (err)
-        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_dereg_mr of the destination region [%p, +%llu) failed (%s): its key may still be valid, "
-                      "the region is quarantined (kept registered, never reused)", (void*)(uintptr_t)w->addr,
-                      (unsigned long long)w->length, strerror(err));
-    w->mr = NULL;
-    return !err;
+    return ok;
 }
 
 /* Free a window that was never handed out. Windows whose bind was posted are dropped (the
@@ -3176,14 +4007,15 @@ OMC__PRIVATE int omc__rdma_region_drop_for(omc_rdma* E, omc_rdma_window* w) {
 OMC__PRIVATE void omc__rdma_window_discard(omc_rdma_window* w, int posted) {
     omc_rdma_conn* c = w->conn;
     omc_rdma* E = c->eng;
-    struct ibv_mw* drop[OMC_RDMA_MAX_EXTENTS];
-    uint32_t i, ndrop = 0;
+    struct ibv_mw* drop[OMC_RDMA_MAX_EXTENTS * OMC_RDMA_MAX_RAILS];
+    uint32_t i, p, ndrop = 0;
     pthread_mutex_lock(&E->mu);
     if (posted) omc__rdma_conn_break_locked(c, OMC_ERR_RDMA_QP, "could not bind a memory window");
-    for (i = 0; i < w->count; i++) {
-        if (!w->ext[i].mw) continue;
-        if (posted || !omc__rdma_mw_keep(E, &c->qps[w->ext[i].qp], w->ext[i].mw)) drop[ndrop++] = w->ext[i].mw;
-    }
+    for (i = 0; i < w->count; i++)
+        for (p = 0; p < c->npairs; p++) {
+            if (!w->ext[i][p].mw) continue;
+            if (posted || !omc__rdma_mw_keep(E, &c->qps[w->ext[i][p].qp], w->ext[i][p].mw)) drop[ndrop++] = w->ext[i][p].mw;
+        }
     pthread_mutex_unlock(&E->mu);
     for (i = 0; i < ndrop; i++) ibv_dealloc_mw(drop[i]);
     omc__rdma_region_drop_for(E, w);
@@ -3195,8 +4027,8 @@ OMNICONN_API omc_result omc_rdma_revoke(omc_rdma_window* w, omc_time_ns deadline
     omc_rdma_conn* c;
     omc_rdma* E;
     omc_rdma_op* op = NULL;
-    struct ibv_mw* drop[OMC_RDMA_MAX_EXTENTS];
-    uint32_t i, ndrop = 0;
+    struct ibv_mw* drop[OMC_RDMA_MAX_EXTENTS * OMC_RDMA_MAX_RAILS];
+    uint32_t i, p, ndrop = 0;
     omc_result r = OMC_OK;
     int usable;
     if (!w) return OMC_ERR_INVALID_ARG;
@@ -3205,19 +4037,22 @@ OMNICONN_API omc_result omc_rdma_revoke(omc_rdma_window* w, omc_time_ns deadline
     pthread_mutex_lock(&E->mu);
     usable = omc__rdma_conn_usable(c) == OMC_OK;
     if (usable) {
-        for (i = 0; i < w->count && r == OMC_OK; i++) {
-            struct ibv_send_wr wr;
-            omc__rdma_qp* q = &c->qps[w->ext[i].qp];
-            if (!w->ext[i].mw) continue;
-            if (!op && !(op = omc__rdma_op_new_locked(c, OMC__OP_INVALIDATE))) { r = OMC_ERR_NO_MEMORY; break; }
-            r = omc__rdma_wait_slot(E, q, deadline);
-            if (r != OMC_OK) break;
-            memset(&wr, 0, sizeof(wr));
-            wr.opcode = IBV_WR_LOCAL_INV;               /* from now on this rkey is refused */
-            wr.invalidate_rkey = w->ext[i].rkey;
-            r = omc__rdma_post(E, q, &wr, op, 1);
-            E->n_invalidations += r == OMC_OK;
-        }
+        for (i = 0; i < w->count && r == OMC_OK; i++)
+            for (p = 0; p < c->npairs && r == OMC_OK; p++) {
+                struct ibv_send_wr wr;
+                omc__rdma_qp* q;
+                if (!w->ext[i][p].mw) continue;
+                q = &c->qps[w->ext[i][p].qp];
+                if (!c->pair[p].up) continue;           /* its QPs are in ERROR: nothing gets through them */
+                if (!op && !(op = omc__rdma_op_new_locked(c, OMC__OP_INVALIDATE))) { r = OMC_ERR_NO_MEMORY; break; }
+                r = omc__rdma_wait_slot(E, q, deadline);
+                if (r != OMC_OK) break;
+                memset(&wr, 0, sizeof(wr));
+                wr.opcode = IBV_WR_LOCAL_INV;           /* from now on this rkey is refused */
+                wr.invalidate_rkey = w->ext[i][p].rkey;
+                r = omc__rdma_post(E, q, &wr, op, 1, OMC__RDMA_NO_SLICE);
+                E->n_invalidations += r == OMC_OK;
+            }
         if (r != OMC_OK) omc__rdma_conn_break_locked(c, r, "could not invalidate a memory window");
     }
     pthread_mutex_unlock(&E->mu);
@@ -3226,15 +4061,17 @@ OMNICONN_API omc_result omc_rdma_revoke(omc_rdma_window* w, omc_time_ns deadline
         if (r == OMC_OK) r = rr;
     }
     if (!usable && r == OMC_OK) r = OMC_ERR_RDMA_QP;
-    if (omc__load(&omc__rdma_fault_revoke) && r == OMC_OK && !w->mr) r = OMC_ERR_RDMA_COMPLETION;    /* injected (windows) */
+    if (omc__load(&omc__rdma_fault_revoke) && r == OMC_OK && !w->mr[0]) r = OMC_ERR_RDMA_COMPLETION;    /* injected (windows) */
     /* Now every window is invalidated (r == OMC_OK), or the connection is broken: its QPs are
        in ERROR and refuse all writes, and its windows go away with it. */
     pthread_mutex_lock(&E->mu);
     if (r != OMC_OK) omc__rdma_conn_break_locked(c, r, "a memory window could not be invalidated");
-    for (i = 0; i < w->count; i++) {
-        if (!w->ext[i].mw) continue;
-        if (r != OMC_OK || !omc__rdma_mw_keep(E, &c->qps[w->ext[i].qp], w->ext[i].mw)) drop[ndrop++] = w->ext[i].mw;
-    }
+    for (i = 0; i < w->count; i++)
+        for (p = 0; p < c->npairs; p++) {
+            if (!w->ext[i][p].mw) continue;
+            if (r != OMC_OK || !c->pair[p].up || !omc__rdma_mw_keep(E, &c->qps[w->ext[i][p].qp], w->ext[i][p].mw))
+                drop[ndrop++] = w->ext[i][p].mw;
+        }
     pthread_mutex_unlock(&E->mu);
     for (i = 0; i < ndrop; i++) ibv_dealloc_mw(drop[i]);
     if (!omc__rdma_region_drop_for(E, w) && r == OMC_OK) r = OMC_ERR_SYSTEM;
@@ -3243,15 +4080,24 @@ OMNICONN_API omc_result omc_rdma_revoke(omc_rdma_window* w, omc_time_ns deadline
     return r;
 }
 
+/* How many extents a descriptor of this connection can carry (the version-2 form grows by
+   8 bytes per extent and pair, and must fit OMC_RDMA_TARGET_MAX). */
+OMC__PRIVATE uint32_t omc__rdma_max_extents(const omc_rdma_conn* c) {
+    size_t per;
+    if (c->npairs < 2) return OMC_RDMA_MAX_EXTENTS;
+    per = OMC_RDMA_TARGET_EXTENT_RAILS + 8 * (size_t)c->npairs;
+    return (uint32_t)omc__min((size_t)OMC_RDMA_MAX_EXTENTS, (OMC_RDMA_TARGET_MAX - OMC_RDMA_TARGET_HEADER - 4) / per);
+}
+
 OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t length, omc_time_ns deadline,
                                         omc_rdma_window** out, void* desc, size_t desc_cap, size_t* desc_len) {
     omc__rdma_span span[OMC_RDMA_MAX_EXTENTS];
-    omc_rdma_target t;
+    omc_rdma_target* t;
     omc__rdma_region* g;
     omc_rdma_window* w;
     omc_rdma_op* op = NULL;
     omc_rdma* E;
-    uint32_t n = 0, i;
+    uint32_t n = 0, i, p, pairs_up = 0;
     int posted = 0;
     omc_result r;
     if (out) *out = NULL;
@@ -3269,12 +4115,15 @@ OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t le
         r = OMC_ERR_INVALID_ARG;
     }
     if (r == OMC_OK) {
-        uint32_t first = c->next_qp++ % c->nqp;    /* small transfers take turns on the QPs */
-        r = omc__rdma_plan((uint64_t)(uintptr_t)dst, length, (uint64_t)(uintptr_t)g->base, g->chunk, c->nqp, first,
-                           E->split_min, span, OMC_RDMA_MAX_EXTENTS, &n);
-        if (r != OMC_OK) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination of %llu bytes needs more than %d extents (mr_chunk %llu)",
-                                       (unsigned long long)length, OMC_RDMA_MAX_EXTENTS, (unsigned long long)g->chunk);
-        else if (desc_cap < OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * (size_t)n + 4) r = OMC_ERR_TOO_LARGE;
+        uint32_t first = c->next_qp++ % c->qpp;    /* small transfers take turns on the QPs */
+        uint32_t max = omc__rdma_max_extents(c);
+        r = omc__rdma_plan((uint64_t)(uintptr_t)dst, length, (uint64_t)(uintptr_t)g->base, g->chunk, c->qpp, first,
+                           E->split_min, span, max, &n);
+        if (r != OMC_OK) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination of %llu bytes needs more than %u extents (mr_chunk %llu)",
+                                       (unsigned long long)length, max, (unsigned long long)g->chunk);
+        else if (desc_cap < (c->npairs < 2 ? OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * (size_t)n + 4
+                                           : omc__rdma_target_size_rails(n, c->npairs)))
+            r = OMC_ERR_TOO_LARGE;
     }
     if (r != OMC_OK) {
         pthread_mutex_unlock(&E->mu);
@@ -3286,64 +4135,76 @@ OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t le
     w->addr = (uint64_t)(uintptr_t)dst;
     w->length = length;
     w->count = n;
-    for (i = 0; i < n; i++) {
-        w->ext[i].qp = span[i].qp;
-        w->ext[i].rkey = g->mr[span[i].chunk]->rkey;    /* without windows: the MR's own key */
-    }
-    for (i = 0; E->use_mw && i < n && r == OMC_OK; i++) {
-        /* one type-2 window per extent, bound on the QP the peer will write through */
-        omc__rdma_qp* q = &c->qps[span[i].qp];
-        struct ibv_send_wr wr;
-        struct ibv_mw* mw = q->mw_free_count ? q->mw_free[--q->mw_free_count] : ibv_alloc_mw(E->pd, IBV_MW_TYPE_2);
-        if (!mw) {
-            OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_alloc_mw(type 2) on %s: %s", E->device, strerror(errno));
-            r = OMC_ERR_NO_MEMORY;
-            break;
+    for (p = 0; p < c->npairs; p++) pairs_up += c->pair[p].up != 0;
+    for (i = 0; i < n; i++)
+        for (p = 0; p < c->npairs; p++) {
+            /* a pair that is down gets no key: the writer cannot use it */
+            w->ext[i][p].qp = (uint16_t)(c->pair[p].up ? p * c->qpp + span[i].qp : OMC_RDMA_NO_QP);
+            w->ext[i][p].rkey = c->pair[p].up ? g->mr[c->pair[p].rail * g->count + span[i].chunk]->rkey : 0;   /* without windows: the MR's own key */
         }
-        w->ext[i].mw = mw;
-        if (!op && !(op = omc__rdma_op_new_locked(c, OMC__OP_BIND))) { r = OMC_ERR_NO_MEMORY; break; }
-        r = omc__rdma_wait_slot(E, q, deadline);
-        if (r != OMC_OK) break;
-        memset(&wr, 0, sizeof(wr));
-        wr.opcode = IBV_WR_BIND_MW;
-        wr.bind_mw.mw = mw;
-        wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);       /* a new key: the previous transfer's is dead */
-        wr.bind_mw.bind_info.mr = g->mr[span[i].chunk];
-        wr.bind_mw.bind_info.addr = span[i].addr;
-        wr.bind_mw.bind_info.length = span[i].length;
-        wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
-        w->ext[i].rkey = wr.bind_mw.rkey;
-        r = omc__rdma_post(E, q, &wr, op, 1);
-        posted |= r == OMC_OK;
-        E->n_binds += r == OMC_OK;
-    }
+    for (i = 0; E->use_mw && i < n && r == OMC_OK; i++)
+        for (p = 0; p < c->npairs && r == OMC_OK; p++) {
+            /* one type-2 window per extent and pair, bound on the QP the peer will write through */
+            omc__rdma_qp* q;
+            struct ibv_send_wr wr;
+            struct ibv_mw* mw;
+            if (w->ext[i][p].qp == OMC_RDMA_NO_QP) continue;
+            q = &c->qps[w->ext[i][p].qp];
+            mw = q->mw_free_count ? q->mw_free[--q->mw_free_count] : ibv_alloc_mw(E->rail[q->rail].pd, IBV_MW_TYPE_2);
+            if (!mw) {
+                OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_alloc_mw(type 2) on %s: %s", E->rail[q->rail].device, strerror(errno));
+                r = OMC_ERR_NO_MEMORY;
+                break;
+            }
+            w->ext[i][p].mw = mw;
+            if (!op && !(op = omc__rdma_op_new_locked(c, OMC__OP_BIND))) { r = OMC_ERR_NO_MEMORY; break; }
+            r = omc__rdma_wait_slot(E, q, deadline);
+            if (r != OMC_OK) break;
+            memset(&wr, 0, sizeof(wr));
+            wr.opcode = IBV_WR_BIND_MW;
+            wr.bind_mw.mw = mw;
+            wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);       /* a new key: the previous transfer's is dead */
+            wr.bind_mw.bind_info.mr = g->mr[q->rail * g->count + span[i].chunk];
+            wr.bind_mw.bind_info.addr = span[i].addr;
+            wr.bind_mw.bind_info.length = span[i].length;
+            wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+            w->ext[i][p].rkey = wr.bind_mw.rkey;
+            r = omc__rdma_post(E, q, &wr, op, 1, OMC__RDMA_NO_SLICE);
+            posted |= r == OMC_OK;
+            E->n_binds += r == OMC_OK;
+        }
     /* a window is half set up: break the connection, its QPs refuse everything from now on */
     if (r != OMC_OK && posted) omc__rdma_conn_break_locked(c, r, "could not bind a memory window");
     pthread_mutex_unlock(&E->mu);
-    if (r == OMC_OK && E->protect == OMC_RDMA_PROTECT_REGIONS) r = omc__rdma_region_for(E, w);
+    if (r == OMC_OK && E->protect == OMC_RDMA_PROTECT_REGIONS) r = omc__rdma_region_for(E, w, pairs_up);
     if (op) {
         omc_result rr = omc_rdma_op_wait(op, deadline);
         if (r == OMC_OK) r = rr;
         if (r == OMC_OK) {  /* the provider quotes mw->rkey as the window's current key next time */
             pthread_mutex_lock(&E->mu);
-            for (i = 0; i < n; i++) w->ext[i].mw->rkey = w->ext[i].rkey;
+            for (i = 0; i < n; i++)
+                for (p = 0; p < c->npairs; p++) if (w->ext[i][p].mw) w->ext[i][p].mw->rkey = w->ext[i][p].rkey;
             pthread_mutex_unlock(&E->mu);
         }
     }
+    t = r == OMC_OK ? (omc_rdma_target*)omc__calloc(&E->hooks, sizeof(omc_rdma_target)) : NULL;
+    if (r == OMC_OK && !t) r = OMC_ERR_NO_MEMORY;
     if (r == OMC_OK) {
-        memset(&t, 0, sizeof(t));
-        t.conn_id = c->conn_id;
-        t.length = length;
-        t.flags = omc__rdma_flags(E);
-        t.count = n;
+        t->conn_id = c->conn_id;
+        t->length = length;
+        t->flags = omc__rdma_flags(E);
+        t->count = n;
+        t->rails = c->npairs >= 2 ? c->npairs : 0;
         for (i = 0; i < n; i++) {
-            t.extent[i].addr = span[i].addr;
-            t.extent[i].length = span[i].length;
-            t.extent[i].rkey = w->ext[i].rkey;
-            t.extent[i].qp = span[i].qp;
+            t->extent[i].addr = span[i].addr;
+            t->extent[i].length = span[i].length;
+            t->extent[i].rkey = w->ext[i][0].rkey;
+            t->extent[i].qp = w->ext[i][0].qp;
+            for (p = 0; p < c->npairs; p++) { t->extent[i].rkeys[p] = w->ext[i][p].rkey; t->extent[i].qps[p] = w->ext[i][p].qp; }
         }
-        r = omc_rdma_target_encode(&t, desc, desc_cap, desc_len);
+        r = omc_rdma_target_encode(t, desc, desc_cap, desc_len);
     }
+    omc__free(&E->hooks, t);
     if (r != OMC_OK) {
         omc__rdma_window_discard(w, posted);
         return r;
@@ -3356,17 +4217,17 @@ OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t le
 /* [SECTION] Implementation: writes (the sender's side)                                           */
 /* ============================================================================================== */
 
-/* A source piece that lies in one MR. */
+/* A source piece that lies in one MR (one per rail: lkey[rail]). */
 typedef struct omc__rdma_piece {
     uint64_t addr, length;
-    uint32_t lkey;
+    uint32_t lkey[OMC_RDMA_MAX_RAILS];
 } omc__rdma_piece;
 
 /* Split the caller's scatter/gather list at MR boundaries (mu held). */
 OMC__PRIVATE omc_result omc__rdma_pieces(omc_rdma* E, const omc_rdma_sge* src, uint32_t count, omc__rdma_piece** out, uint32_t* n_out) {
     omc__rdma_piece* p;
     uint64_t n = 0;
-    uint32_t i, k = 0;
+    uint32_t i, k = 0, r;
     *out = NULL;
     *n_out = 0;
     for (i = 0; i < count; i++) {
@@ -3383,7 +4244,7 @@ OMC__PRIVATE omc_result omc__rdma_pieces(omc_rdma* E, const omc_rdma_sge* src, u
         n += (off + src[i].length - 1) / g->chunk - off / g->chunk + 1;
     }
     if (n > UINT32_MAX / 2) return OMC_ERR_TOO_LARGE;
-    p = (omc__rdma_piece*)omc__malloc(&E->hooks, sizeof(omc__rdma_piece) * (size_t)(n ? n : 1));
+    p = (omc__rdma_piece*)omc__calloc(&E->hooks, sizeof(omc__rdma_piece) * (size_t)(n ? n : 1));
     if (!p) return OMC_ERR_NO_MEMORY;
     for (i = 0; i < count; i++) {
         omc__rdma_region* g;
@@ -3394,7 +4255,7 @@ OMC__PRIVATE omc_result omc__rdma_pieces(omc_rdma* E, const omc_rdma_sge* src, u
             uint64_t off = a - (uint64_t)(uintptr_t)g->base, ci = off / g->chunk, take = omc__min(left, (ci + 1) * g->chunk - off);
             p[k].addr = a;
             p[k].length = take;
-            p[k].lkey = g->mr[ci]->lkey;
+            for (r = 0; r < E->nrails; r++) p[k].lkey[r] = g->mr[r * g->count + ci]->lkey;
             k++;
             a += take;
             left -= take;
@@ -3405,16 +4266,13 @@ OMC__PRIVATE omc_result omc__rdma_pieces(omc_rdma* E, const omc_rdma_sge* src, u
     return OMC_OK;
 }
 
-/* Where one extent of the destination stands during a write: bytes left, bytes done, and its
-   position in the source (piece index, offset in that piece). */
-typedef struct omc__rdma_cursor { uint64_t left, done, po; uint32_t pi; } omc__rdma_cursor;
-
-/* Step 1 of a write: the descriptor is well formed, made for this connection, and the payload
-   fits its destination. *total = the payload's size. */
+/* Step 1 of a write: the descriptor is well formed, made for this connection (every QP index
+   it names belongs to the pair it is listed under), and the payload fits its destination.
+   *total = the payload's size. */
 static omc_result omc__rdma_write_check(omc_rdma_conn* c, const omc_rdma_sge* src, uint32_t count, const void* desc,
                                         size_t desc_len, omc_rdma_target* t, uint64_t* total) {
     omc_rdma* E = c->eng;
-    uint32_t i;
+    uint32_t i, p;
     omc_result r = omc_rdma_target_decode(desc, desc_len, c->nqp, t);
     if (r != OMC_OK) {
         OMC__RDMA_LOG(E, OMC_LOG_WARN, "rejected a transfer descriptor (%zu bytes) for connection %016llx: %s", desc_len,
@@ -3426,6 +4284,21 @@ static omc_result omc__rdma_write_check(omc_rdma_conn* c, const omc_rdma_sge* sr
                       (unsigned long long)t->conn_id, (unsigned long long)c->conn_id);
         return OMC_ERR_RDMA_ACCESS;
     }
+    if ((t->rails >= 2 ? t->rails : 1) != c->npairs) {
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "descriptor names %u rail%s, connection %016llx has %u", t->rails >= 2 ? t->rails : 1,
+                      t->rails >= 2 ? "s" : "", (unsigned long long)c->conn_id, c->npairs);
+        return OMC_ERR_MALFORMED;
+    }
+    if (t->rails < 2)                   /* version 1: one pair, its key and QP in rkey and qp */
+        for (i = 0; i < t->count; i++) { t->extent[i].rkeys[0] = t->extent[i].rkey; t->extent[i].qps[0] = t->extent[i].qp; }
+    for (i = 0; i < t->count; i++)
+        for (p = 0; p < c->npairs; p++) {
+            uint16_t q = t->extent[i].qps[p];
+            if (q != OMC_RDMA_NO_QP && q / c->qpp != p) {
+                OMC__RDMA_LOG(E, OMC_LOG_WARN, "descriptor extent %u lists QP %u under rail %u: it is not one of that rail's QPs", i, q, p);
+                return OMC_ERR_MALFORMED;
+            }
+        }
     *total = 0;
     for (i = 0; i < count; i++) {
         if (!src[i].addr && src[i].length) return OMC_ERR_INVALID_ARG;
@@ -3440,113 +4313,198 @@ static omc_result omc__rdma_write_check(omc_rdma_conn* c, const omc_rdma_sge* sr
     return OMC_OK;
 }
 
-/* Step 2: the payload fills the extents in order; find where each extent starts in the source,
-   and how many bytes each QP will carry (qleft, so the last WRITE on a QP can be signalled). */
-static void omc__rdma_write_cursors(const omc_rdma_target* t, uint64_t total, const omc__rdma_piece* pieces,
-                                    uint32_t npieces, omc__rdma_cursor* cur, uint64_t* qleft) {
-    uint64_t off = 0;
-    uint32_t i;
-    for (i = 0; i < t->count; i++) {
-        uint64_t skip = off;
-        cur[i].left = total > off ? omc__min(t->extent[i].length, total - off) : 0;
-        cur[i].done = 0;
-        cur[i].pi = 0;
-        cur[i].po = 0;
-        if (cur[i].left) {
-            uint32_t k = 0;
-            while (k < npieces && skip >= pieces[k].length) { skip -= pieces[k].length; k++; }
-            cur[i].pi = k;
-            cur[i].po = skip;
+/* Step 2: cut the payload into slices: at most one slice size and max_sge source pieces each,
+   never across an extent, each knowing its place in the destination and where it starts in the
+   source. Counts them (out == NULL) or fills out. */
+static uint32_t omc__rdma_cut(const omc_rdma* E, const omc_rdma_op* op, uint64_t total, omc__rdma_slice* out) {
+    const omc_rdma_target* t = op->target;
+    uint64_t off = 0, po = 0;
+    uint32_t i, k = 0, pi = 0;
+    for (i = 0; i < t->count && off < total; i++) {
+        uint64_t len = omc__min(t->extent[i].length, total - off), done = 0;
+        while (done < len) {
+            uint64_t want = omc__min(E->slice, len - done), got = 0, spo = po;
+            uint32_t spi = pi, nsge = 0;
+            while (got < want && nsge < E->max_sge) {
+                uint64_t take = omc__min(op->pieces[pi].length - po, want - got);
+                got += take;
+                po += take;
+                nsge++;
+                if (po == op->pieces[pi].length) { pi++; po = 0; }
+            }
+            if (out) {
+                memset(&out[k], 0, sizeof(out[k]));
+                out[k].ext = i;
+                out[k].off = done;
+                out[k].len = got;
+                out[k].pi = spi;
+                out[k].po = spo;
+            }
+            k++;
+            done += got;
         }
-        qleft[t->extent[i].qp] += cur[i].left;
-        off += t->extent[i].length;
+        off += len;
     }
+    return k;
 }
 
-/* Step 3 (E->mu held): gather up to one slice of extent i from the source pieces into one
-   RDMA WRITE and post it. */
-static omc_result omc__rdma_write_slice(omc_rdma_conn* c, const omc_rdma_target* t, uint32_t i, omc__rdma_piece* pieces,
-                                        omc__rdma_cursor* cur, uint64_t* qleft, omc_time_ns deadline, omc_rdma_op* op,
-                                        uint64_t* sent) {
+static omc_result omc__rdma_write_slices(omc_rdma* E, omc_rdma_op* op, uint64_t total) {
+    uint32_t n = omc__rdma_cut(E, op, total, NULL);
+    op->slices = (omc__rdma_slice*)omc__calloc(&E->hooks, sizeof(omc__rdma_slice) * (size_t)(n ? n : 1));
+    if (!op->slices) return OMC_ERR_NO_MEMORY;
+    op->nslices = omc__rdma_cut(E, op, total, op->slices);
+    return OMC_OK;
+}
+
+/* Step 3 (mu held): which pair of rails finishes a slice of len bytes of extent e first - the
+   one whose queue drains soonest at its measured throughput (queued bytes / rate). planned[]:
+   bytes this round already gave each pair. Returns the pair, or -1 if none can take it. */
+static int omc__rdma_choose_pair(omc_rdma_conn* c, const omc_rdma_extent* x, uint64_t len, const uint64_t* planned) {
     omc_rdma* E = c->eng;
-    omc__rdma_qp* q = &c->qps[t->extent[i].qp];
+    double best = 0;
+    uint32_t p;
+    int pick = -1;
+    for (p = 0; p < c->npairs; p++) {
+        double finish;
+        if (!c->pair[p].up || x->qps[p] == OMC_RDMA_NO_QP || !E->rail[c->pair[p].rail].up) continue;
+        finish = (double)(c->pair[p].queued + planned[p] + len) / omc__rdma_rail_rate(E, c->pair[p].rail);
+        if (pick < 0 || finish < best) { best = finish; pick = (int)p; }
+    }
+    return pick;
+}
+
+/* Step 4 (mu held): gather one slice from the source pieces into one RDMA WRITE and post it on
+   pair p's QP for its extent. last: signal it (the op's last request on that QP). */
+static omc_result omc__rdma_write_slice(omc_rdma_conn* c, omc_rdma_op* op, uint32_t k, uint32_t p, int last, omc_time_ns deadline) {
+    omc_rdma* E = c->eng;
+    omc__rdma_slice* sl = &op->slices[k];
+    const omc_rdma_extent* x = &op->target->extent[sl->ext];
+    omc__rdma_qp* q = &c->qps[x->qps[p]];
+    omc__rdma_rail* R = &E->rail[q->rail];
     struct ibv_sge sge[OMC__RDMA_MAX_SGE];
     struct ibv_send_wr wr;
-    uint64_t want = omc__min(E->slice, cur[i].left), len = 0;
+    uint64_t len = 0, po = sl->po;
+    uint32_t pi = sl->pi;
     int nsge = 0;
-    omc_result r;
-    *sent = 0;
-    if (!want) return OMC_OK;
-    r = omc__rdma_wait_slot(E, q, deadline);
+    omc_result r = omc__rdma_wait_slot(E, q, deadline);
     if (r != OMC_OK) return r;
-    while (len < want && nsge < (int)E->max_sge) {     /* gather: one WRITE, several pieces */
-        omc__rdma_piece* p = &pieces[cur[i].pi];
-        uint64_t take = omc__min(p->length - cur[i].po, want - len);
-        sge[nsge].addr = p->addr + cur[i].po;
+    while (len < sl->len && nsge < (int)E->max_sge) {     /* gather: one WRITE, several pieces */
+        omc__rdma_piece* pc = &op->pieces[pi];
+        uint64_t take = omc__min(pc->length - po, sl->len - len);
+        sge[nsge].addr = pc->addr + po;
         sge[nsge].length = (uint32_t)take;
-        sge[nsge].lkey = p->lkey;
+        sge[nsge].lkey = pc->lkey[q->rail];
         nsge++;
         len += take;
-        cur[i].po += take;
-        if (cur[i].po == p->length) { cur[i].pi++; cur[i].po = 0; }
+        po += take;
+        if (po == pc->length) { pi++; po = 0; }
     }
     memset(&wr, 0, sizeof(wr));
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.sg_list = sge;
     wr.num_sge = nsge;
-    wr.wr.rdma.remote_addr = t->extent[i].addr + cur[i].done;
-    wr.wr.rdma.rkey = t->extent[i].rkey;
-    qleft[t->extent[i].qp] -= len;
-    r = omc__rdma_post(E, q, &wr, op, qleft[t->extent[i].qp] == 0);
-    cur[i].left -= len;
-    cur[i].done += len;
-    *sent = len;
+    wr.wr.rdma.remote_addr = x->addr + sl->off;
+    wr.wr.rdma.rkey = x->rkeys[p];
+    r = omc__rdma_post(E, q, &wr, op, last, k);
+    if (r != OMC_OK) return r;
+    sl->state = OMC__SLICE_POSTED;
+    sl->pair = (uint8_t)p;
+    if (!R->inflight) { R->mark = omc_now_ns(); R->window_bytes = 0; }     /* busy from now: its rate counts from here */
+    R->inflight += sl->len;
+    c->pair[p].queued += sl->len;
+    return OMC_OK;
+}
+
+/* Post every slice that is new or must be written again (mu held): plan first (each slice to
+   the pair that finishes it first), so that each QP's last request of this round is signalled,
+   then post. A pair that fails meanwhile leaves its slices for the next round. */
+OMC__PRIVATE omc_result omc__rdma_post_slices(omc_rdma_conn* c, omc_rdma_op* op, omc_time_ns deadline) {
+    omc_rdma* E = c->eng;
+    uint64_t planned[OMC_RDMA_MAX_RAILS];
+    uint32_t last[OMC_RDMA_MAX_QPS], k, n = op->nslices;
+    uint8_t* plan;
+    omc_result r = OMC_OK;
+    memset(planned, 0, sizeof(planned));
+    for (k = 0; k < OMC_RDMA_MAX_QPS; k++) last[k] = OMC__RDMA_NO_SLICE;
+    plan = (uint8_t*)omc__malloc(&E->hooks, n ? n : 1);
+    if (!plan) return OMC_ERR_NO_MEMORY;
+    for (k = 0; k < n; k++) {
+        omc__rdma_slice* sl = &op->slices[k];
+        int p;
+        plan[k] = 0xFF;
+        if (sl->state != OMC__SLICE_NEW && sl->state != OMC__SLICE_REPOST) continue;
+        p = omc__rdma_choose_pair(c, &op->target->extent[sl->ext], sl->len, planned);
+        if (p < 0) {            /* no pair reaches this extent any more */
+            r = OMC_ERR_RDMA_QP;
+            break;
+        }
+        plan[k] = (uint8_t)p;
+        planned[p] += sl->len;
+        last[op->target->extent[sl->ext].qps[p]] = k;
+    }
+    if (r != OMC_OK) {
+        omc__free(&E->hooks, plan);
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "connection %016llx: no working rail reaches part of the destination", (unsigned long long)c->conn_id);
+        return r;
+    }
+    op->reposts = 0;
+    for (k = 0; k < n; k++) {
+        omc__rdma_slice* sl;
+        uint32_t q;
+        if (plan[k] == 0xFF) continue;
+        q = op->target->extent[op->slices[k].ext].qps[plan[k]];
+        r = omc__rdma_write_slice(c, op, k, plan[k], last[q] == k, deadline);
+        sl = &op->slices[k];
+        if (r == OMC_OK) continue;
+        if (omc__rdma_conn_usable(c) != OMC_OK || r == OMC_ERR_TIMEOUT || r == OMC_ERR_NO_MEMORY || r == OMC_ERR_TOO_LARGE) break;
+        /* its pair failed while we posted: write it (and the rest planned there) next round */
+        if (c->pair[plan[k]].up) {
+            char text[160];
+            snprintf(text, sizeof(text), "could not post on QP %u: %s", c->qps[q].qpn, omc_result_str(r));
+            omc__rdma_pair_down_locked(c, plan[k], r, text);
+        }
+        sl->state = OMC__SLICE_REPOST;
+        op->reposts++;
+        r = OMC_OK;
+        if (omc__rdma_conn_usable(c) != OMC_OK) { r = c->error != OMC_OK ? c->error : OMC_ERR_RDMA_QP; break; }
+    }
+    omc__free(&E->hooks, plan);
     return r;
 }
 
 OMNICONN_API omc_result omc_rdma_write_start(omc_rdma_conn* c, const omc_rdma_sge* src, uint32_t count, const void* desc,
                                              size_t desc_len, omc_time_ns deadline, omc_rdma_op** out) {
-    omc__rdma_cursor cur[OMC_RDMA_MAX_EXTENTS];
-    uint64_t qleft[OMC_RDMA_MAX_QPS], total = 0, remaining;
-    omc__rdma_piece* pieces = NULL;
-    omc_rdma_target t;
+    uint64_t total = 0;
+    omc_rdma_target* t;
     omc_rdma_op* op = NULL;
     omc_rdma* E;
-    uint32_t npieces = 0, i;
     omc_result r;
     if (out) *out = NULL;
     if (!c || !out || (count && !src)) return OMC_ERR_INVALID_ARG;
     E = c->eng;
-    r = omc__rdma_write_check(c, src, count, desc, desc_len, &t, &total);
-    if (r != OMC_OK) return r;
-    memset(qleft, 0, sizeof(qleft));
+    t = (omc_rdma_target*)omc__calloc(&E->hooks, sizeof(omc_rdma_target));
+    if (!t) return OMC_ERR_NO_MEMORY;
+    r = omc__rdma_write_check(c, src, count, desc, desc_len, t, &total);
+    if (r != OMC_OK) { omc__free(&E->hooks, t); return r; }
     pthread_mutex_lock(&E->mu);
     r = omc__rdma_conn_usable(c);
-    if (r == OMC_OK) r = omc__rdma_pieces(E, src, count, &pieces, &npieces);
     if (r == OMC_OK && !(op = omc__rdma_op_new_locked(c, OMC__OP_WRITE))) r = OMC_ERR_NO_MEMORY;
     if (r != OMC_OK) {
         pthread_mutex_unlock(&E->mu);
-        omc__free(&E->hooks, pieces);
+        omc__free(&E->hooks, t);
         return r;
     }
+    op->target = t;
     op->bytes = total;
-    omc__rdma_write_cursors(&t, total, pieces, npieces, cur, qleft);
-    /* round-robin over the extents, one slice each, so that every QP has work */
-    remaining = total;
-    while (remaining && r == OMC_OK) {
-        for (i = 0; i < t.count && r == OMC_OK; i++) {
-            uint64_t sent = 0;
-            r = omc__rdma_write_slice(c, &t, i, pieces, cur, qleft, deadline, op, &sent);
-            remaining -= sent;
-        }
-    }
+    r = omc__rdma_pieces(E, src, count, &op->pieces, &op->npieces);
+    if (r == OMC_OK) r = omc__rdma_write_slices(E, op, total);
+    if (r == OMC_OK) r = omc__rdma_post_slices(c, op, deadline);
     if (r != OMC_OK) {
         if (op->status == OMC_OK) op->status = r;
         /* requests already posted must not go on touching memory the caller gets back */
         if (op->pending) omc__rdma_conn_break_locked(c, r, "a write could not be posted completely");
     }
     pthread_mutex_unlock(&E->mu);
-    omc__free(&E->hooks, pieces);
     if (r != OMC_OK && !op->pending) {      /* nothing in flight: report now */
         omc__rdma_op_free(op);
         pthread_mutex_lock(&E->mu);
@@ -3576,7 +4534,8 @@ OMNICONN_API omc_result omc_rdma_write(omc_rdma_conn* c, const omc_rdma_sge* src
    check_rkey). Find out once, on a loopback connection between two QPs of this engine: bind a
    window over the middle page of three and write two pages through it.
    Returns 1 (refused), 0 (it landed) or -1 (the probe itself failed). */
-OMC__PRIVATE int omc__rdma_probe_window_bounds(omc_rdma* E) {
+OMC__PRIVATE int omc__rdma_probe_window_bounds(omc_rdma* E, uint32_t rail) {
+    int rails[1];
     size_t page = (size_t)sysconf(_SC_PAGESIZE), rn = 0, dn = 0;
     uint8_t rec[OMC_RDMA_RECORD_MAX], desc[OMC_RDMA_TARGET_MAX];
     omc_time_ns deadline = omc_deadline_after_ms(5000);
@@ -3593,8 +4552,9 @@ OMC__PRIVATE int omc__rdma_probe_window_bounds(omc_rdma* E) {
     memset(mem, 0, 3 * page);
     if (omc_rdma_register(E, mem, 3 * page) != OMC_OK) { munmap(mem, 3 * page); return -1; }
     do { id = omc__random_u64(); } while (id == 0);
-    r = omc__rdma_conn_new(E, 1, id, &a);
-    if (r == OMC_OK) { a->quiet = 1; r = omc__rdma_conn_new(E, 1, id, &b); }
+    rails[0] = (int)rail;
+    r = omc__rdma_conn_new(E, rails, 1, 1, id, &a);
+    if (r == OMC_OK) { a->quiet = 1; r = omc__rdma_conn_new(E, rails, 1, 1, id, &b); }
     if (r == OMC_OK) { b->quiet = 1; r = omc_rdma_conn_record(a, rec, sizeof(rec), &rn); }
     if (r == OMC_OK) r = omc_rdma_record_decode(rec, rn, &ra);
     if (r == OMC_OK) r = omc_rdma_conn_record(b, rec, sizeof(rec), &rn);
@@ -3619,7 +4579,7 @@ OMC__PRIVATE int omc__rdma_probe_window_bounds(omc_rdma* E) {
     if (b) omc_rdma_conn_destroy(b);
     omc_rdma_deregister(E, mem);
     munmap(mem, 3 * page);
-    if (verdict < 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "memory-window probe on %s failed (%s)", E->device, omc_result_str(r));
+    if (verdict < 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "memory-window probe on %s failed (%s)", E->rail[rail].device, omc_result_str(r));
     return verdict;
 }
 
@@ -3629,32 +4589,49 @@ typedef struct omc__rdma_verdict { char device[64]; uint8_t port; int bounds; } 
 static omc__rdma_verdict omc__rdma_verdicts[8];
 static uint32_t omc__rdma_nverdicts;
 
-OMC__PRIVATE int omc__rdma_window_bounds(omc_rdma* E) {
+OMC__PRIVATE int omc__rdma_rail_window_bounds(omc_rdma* E, uint32_t k) {
+    const omc__rdma_rail* R = &E->rail[k];
     uint32_t i;
     int bounds = -1;
     pthread_mutex_lock(&omc__ibv_mu);
     for (i = 0; i < omc__rdma_nverdicts; i++)
-        if (omc__rdma_verdicts[i].port == E->port && strcmp(omc__rdma_verdicts[i].device, E->device) == 0) bounds = omc__rdma_verdicts[i].bounds;
+        if (omc__rdma_verdicts[i].port == R->port && strcmp(omc__rdma_verdicts[i].device, R->device) == 0) bounds = omc__rdma_verdicts[i].bounds;
     pthread_mutex_unlock(&omc__ibv_mu);
     if (bounds >= 0) return bounds;
-    bounds = omc__rdma_probe_window_bounds(E);
+    bounds = omc__rdma_probe_window_bounds(E, k);
     pthread_mutex_lock(&omc__ibv_mu);
     if (bounds >= 0 && omc__rdma_nverdicts < sizeof(omc__rdma_verdicts) / sizeof(omc__rdma_verdicts[0])) {
         omc__rdma_verdict* v = &omc__rdma_verdicts[omc__rdma_nverdicts++];
-        snprintf(v->device, sizeof(v->device), "%s", E->device);
-        v->port = E->port;
+        snprintf(v->device, sizeof(v->device), "%s", R->device);
+        v->port = R->port;
         v->bounds = bounds;
     }
     pthread_mutex_unlock(&omc__ibv_mu);
     return bounds;
 }
 
+/* Windows protect only if every rail's device keeps writes inside them: 1 if all do, 0 if one
+   does not, -1 if one could not be probed (and none said no). */
+OMC__PRIVATE int omc__rdma_window_bounds(omc_rdma* E) {
+    uint32_t k;
+    int all = 1;
+    for (k = 0; k < E->nrails; k++) {
+        int b = omc__rdma_rail_window_bounds(E, k);
+        if (b == 0) return 0;
+        if (b < 0) all = -1;
+    }
+    return all;
+}
+
 /* Resolve desc.protection: windows where the device enforces their bounds, a region per
    destination elsewhere (it costs a registration per transfer, but a region's bounds are
    enforced by every device, Soft-RoCE included). */
 OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection want) {
-    int has_mw = E->dev_attr.max_mw > 0 &&
-                 (E->dev_attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
+    int has_mw = 1;
+    uint32_t k;
+    for (k = 0; k < E->nrails; k++)         /* windows only if every rail has them */
+        has_mw &= E->rail[k].dev_attr.max_mw > 0 &&
+                  (E->rail[k].dev_attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
     E->window_bounds = -1;
     if (has_mw && (want == OMC_RDMA_PROTECT_DEFAULT || want == OMC_RDMA_PROTECT_WINDOWS)) {
         E->protect = OMC_RDMA_PROTECT_WINDOWS;
@@ -3663,13 +4640,13 @@ OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection w
     }
     if (want == OMC_RDMA_PROTECT_DEFAULT) E->protect = E->window_bounds == 1 ? OMC_RDMA_PROTECT_WINDOWS : OMC_RDMA_PROTECT_REGIONS;
     else if (want == OMC_RDMA_PROTECT_WINDOWS && !has_mw) {
-        OMC__RDMA_LOG(E, OMC_LOG_WARN, "device %s has no type-2 memory windows: protecting destinations with regions", E->device);
+        OMC__RDMA_LOG(E, OMC_LOG_WARN, "a rail's device has no type-2 memory windows: protecting destinations with regions");
         E->protect = OMC_RDMA_PROTECT_REGIONS;
     } else E->protect = want;
     E->use_mw = E->protect == OMC_RDMA_PROTECT_WINDOWS;
     if (E->window_bounds == 0)
         OMC__RDMA_LOG(E, E->use_mw ? OMC_LOG_WARN : OMC_LOG_INFO, "device %s does not enforce memory-window bounds (Soft-RoCE checks "
-                      "only the region under a window)%s", E->device, E->use_mw ? ": keys are per transfer and revoked, but a peer "
+                      "only the region under a window)%s", E->rail[0].device, E->use_mw ? ": keys are per transfer and revoked, but a peer "
                       "holding one can write anywhere in the memory region under it" : ": each destination gets a memory region of its own");
 }
 
@@ -3722,8 +4699,13 @@ typedef struct omc__rdma_plane {
     char last_fallback[256];
     uint64_t rdma_channels, tcp_fallbacks, accepted, accept_failures, pushes, push_failures, push_bytes;
     uint64_t quarantined;               /* destinations whose revoke failed: never reused */
+    omc_time_ns rejoin_next;            /* receiver: a channel that lost a rail is replaced (new */
+    uint32_t rejoin_backoff_ms;         /* HELLO, QPs on every rail) no sooner than this */
     struct omc__rdma_plane* next;       /* the registry (omc_rdma_connector_query finds us there) */
 } omc__rdma_plane;
+
+#define OMC__RDMAP_REJOIN_MIN_MS 1000   /* back-off of replacing a connection to win a rail back */
+#define OMC__RDMAP_REJOIN_MAX_MS 30000
 
 typedef struct omc__rdma_chan {         /* receiver: one channel */
     omc_rdma_conn* conn;
@@ -4047,8 +5029,11 @@ static omc_result omc__rdmap_rx_ready(void* user, void* chan, const omc__dp_peer
     else if (!peer->record) r = OMC_ERR_UNAVAILABLE;
     else r = omc_rdma_conn_connect(ch->conn, peer->record, peer->record_len);
     if (r == OMC_OK) {
+        omc_rdma_conn_info ci;
         ch->connected = 1;
+        omc_rdma_conn_query(ch->conn, &ci);
         pthread_mutex_lock(&P->mu);
+        if (ci.rails_up == ci.rails) P->rejoin_backoff_ms = 0;     /* every rail came back: start over */
         P->rdma_channels++;
         pthread_mutex_unlock(&P->mu);
         return OMC_OK;
@@ -4065,10 +5050,41 @@ static omc_result omc__rdmap_rx_ready(void* user, void* chan, const omc__dp_peer
     return OMC_ERR_UNAVAILABLE;     /* this channel only: the connector switches it to TCP */
 }
 
+/* Did the connection lose a pair of rails whose rail of ours is up again? (QPs cannot be
+   revived without a new exchange of records: the connection must be replaced to use it.) */
+OMC__PRIVATE int omc__rdma_conn_rail_back(omc_rdma_conn* c) {
+    omc_rdma* E = c->eng;
+    uint32_t p;
+    int back = 0;
+    pthread_mutex_lock(&E->mu);
+    for (p = 0; p < c->npairs && !back; p++)
+        back = !c->pair[p].up && c->pair[p].error != OMC_OK && c->pair[p].rail < E->nrails && E->rail[c->pair[p].rail].up;
+    pthread_mutex_unlock(&E->mu);
+    return back;
+}
+
+/* A channel is reused while its connection works - unless it lost a rail that is back: then it
+   is replaced (the next get sends a new HELLO and gets QPs on every rail), at most once per
+   back-off, which doubles while replacements keep losing rails. */
 static int omc__rdmap_rx_reusable(void* user, void* chan) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
     omc__rdma_chan* ch = (omc__rdma_chan*)chan;
-    (void)user;
-    return ch->connected && omc_rdma_conn_ok(ch->conn);
+    omc_time_ns now;
+    int replace = 0;
+    if (!ch->connected || !omc_rdma_conn_ok(ch->conn)) return 0;
+    if (!omc__rdma_conn_rail_back(ch->conn)) return 1;
+    now = omc_now_ns();
+    pthread_mutex_lock(&P->mu);
+    if (now >= P->rejoin_next) {
+        if (!P->rejoin_backoff_ms) P->rejoin_backoff_ms = OMC__RDMAP_REJOIN_MIN_MS;
+        P->rejoin_next = now + (omc_time_ns)P->rejoin_backoff_ms * 1000000LL;
+        P->rejoin_backoff_ms = (uint32_t)omc__min(2u * P->rejoin_backoff_ms, (uint32_t)OMC__RDMAP_REJOIN_MAX_MS);
+        replace = 1;
+    }
+    pthread_mutex_unlock(&P->mu);
+    if (replace) OMC__LOG(&P->hooks, OMC_LOG_INFO, OMC_LOGITEM_RDMA, "an RDMA connection lost a rail that is up again: the channel is "
+                          "replaced to use it");
+    return !replace;
 }
 
 static omc_result omc__rdmap_rx_prepare(void* user, void* chan, omc__dp_xfer* x, omc_time_ns deadline, uint8_t* desc,
@@ -4223,6 +5239,17 @@ OMNICONN_API omc_result omc_rdma_connector_query(omc_conn* conn, omc_rdma_connec
     return P ? OMC_OK : OMC_ERR_INVALID_ARG;
 }
 
+OMNICONN_API int omc_rdma_connector_rail_stats(omc_conn* conn, omc_rdma_rail_stat* out, int cap) {
+    omc__rdma_plane* P;
+    int r = OMC_ERR_INVALID_ARG;
+    if (!conn) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&omc__rdma_planes_mu);
+    for (P = omc__rdma_planes; P && P->conn != conn; P = P->next) {}
+    if (P) r = P->eng ? omc_rdma_rail_stats(P->eng, out, cap) : OMC_ERR_UNAVAILABLE;
+    pthread_mutex_unlock(&omc__rdma_planes_mu);
+    return r;
+}
+
 #endif /* OMC__HAS_ZMQ */
 
 #else /* !OMC__HAS_RDMA: the same API, reporting that it is not there */
@@ -4245,6 +5272,10 @@ OMNICONN_API void omc_rdma_destroy(omc_rdma* eng) { (void)eng; }
 OMNICONN_API omc_result omc_rdma_query(omc_rdma* eng, omc_rdma_info* out) {
     (void)eng;
     if (out) memset(out, 0, sizeof(*out));
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API int omc_rdma_rail_stats(omc_rdma* eng, omc_rdma_rail_stat* out, int cap) {
+    (void)eng; (void)out; (void)cap;
     return OMC_ERR_UNAVAILABLE;
 }
 OMNICONN_API omc_region_hooks omc_rdma_region_hooks(omc_rdma* eng) {
@@ -4310,6 +5341,10 @@ OMNICONN_API omc_result omc_rdma_pipeline_connector(const struct omc_tcp_desc* n
 OMNICONN_API omc_result omc_rdma_connector_query(omc_conn* conn, omc_rdma_connector_info* out) {
     (void)conn;
     if (out) memset(out, 0, sizeof(*out));
+    return OMC_ERR_UNAVAILABLE;
+}
+OMNICONN_API int omc_rdma_connector_rail_stats(omc_conn* conn, omc_rdma_rail_stat* out, int cap) {
+    (void)conn; (void)out; (void)cap;
     return OMC_ERR_UNAVAILABLE;
 }
 #endif

@@ -223,7 +223,7 @@ OMC_TEST(record_decode_refuses_garbage) {
             CHECK(r == OMC_ERR_CHECKSUM || r == OMC_ERR_MALFORMED || r == OMC_ERR_VERSION);
         }
     /* well-sealed but wrong: each field check on its own */
-    memcpy(bad, buf, n); bad[4] = 2; reseal(bad, n);            CHECK_RES(omc_rdma_record_decode(bad, n, &b), OMC_ERR_VERSION);
+    memcpy(bad, buf, n); bad[4] = 3; reseal(bad, n);            CHECK_RES(omc_rdma_record_decode(bad, n, &b), OMC_ERR_VERSION);
     memcpy(bad, buf, n); bad[5] = 0; reseal(bad, n);            CHECK_RES(omc_rdma_record_decode(bad, n, &b), OMC_ERR_MALFORMED);
     memcpy(bad, buf, n); bad[5] = 4; reseal(bad, n);            CHECK_RES(omc_rdma_record_decode(bad, n, &b), OMC_ERR_MALFORMED);
     memcpy(bad, buf, n); bad[6] = 0; reseal(bad, n);            CHECK_RES(omc_rdma_record_decode(bad, n, &b), OMC_ERR_MALFORMED);

@@ -17,7 +17,9 @@
 #include "omc_test.h"
 #include "contract.h"
 
+#include <arpa/inet.h>
 #include <linux/capability.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -569,7 +571,7 @@ static int role_memlock(void) {
     /* the check tells the truth: the kernel refuses the same registration */
     big = mmap(NULL, 32 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (big != MAP_FAILED) {
-        struct ibv_mr* mr = omc__ibv_reg_mr(e->pd, big, 32 * MIB, IBV_ACCESS_LOCAL_WRITE);
+        struct ibv_mr* mr = omc__ibv_reg_mr(e->rail[0].pd, big, 32 * MIB, IBV_ACCESS_LOCAL_WRITE);
         CHECK(mr == NULL);
         if (mr) omc__ibv_dereg_mr(mr);
         munmap(big, 32 * MIB);
@@ -1695,8 +1697,405 @@ OMC_TEST(rdma_get_fails_fast_when_the_sender_dies) {
     omc_conn_destroy(recv);
 }
 
+/* ---- two hosts, two rails: rdma_tests --rails (in tests/rdma/bed.sh --hosts 2) ------------------
+
+   Host b serves (an engine on every rail, one on rail 0 only, a pool each; it is the initiator
+   of every connection, as a receiver is); host a drives the cases and writes. They talk over
+   the bed's control link (OMC_BED_CTL_IP), which no rail failure cuts. The cases take a rail
+   down for real (`ip link set rail1 down`: Soft-RoCE raises IBV_EVENT_PORT_ERR) in the middle of
+   a write and bring it back. Ends with "rdma_rails: N passed, M failed". */
+
+#define RAILS_PORT 7791
+#define RAILS_POOL (160 * MIB)
+
+static int rails_passed, rails_failed;
+
+static const char* env_or_default(const char* name, const char* dflt) { const char* v = getenv(name); return v && v[0] ? v : dflt; }
+
+/* "10.99.0.1 10.99.1.1" -> "10.99.0.1,10.99.1.1" */
+static const char* rails_addrs(void) {
+    static char buf[256];
+    size_t i;
+    snprintf(buf, sizeof(buf), "%s", env_or_default("OMC_RDMA_IPS", bed_ip()));
+    for (i = 0; buf[i]; i++) if (buf[i] == ' ') buf[i] = ',';
+    return buf;
+}
+
+static omc_result rails_side(side* s, uint32_t max_rails) {
+    omc_rdma_desc d;
+    memset(&d, 0, sizeof(d));
+    d.max_rails = max_rails;
+    d.local_addr = rails_addrs();
+    d.hooks = test_hooks();
+    return side_open(s, &d, RAILS_POOL);
+}
+
+static int rails_stat(side* s, int k, omc_rdma_rail_stat* out) {
+    omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
+    int n = omc_rdma_rail_stats(s->eng, st, OMC_RDMA_MAX_RAILS);
+    memset(out, 0, sizeof(*out));
+    if (k >= n || k < 0) return 0;
+    *out = st[k];
+    return 1;
+}
+
+static void rails_print(side* s, const char* when) {
+    omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
+    int n = omc_rdma_rail_stats(s->eng, st, OMC_RDMA_MAX_RAILS), k;
+    for (k = 0; k < n && k < OMC_RDMA_MAX_RAILS; k++)
+        printf("  %s: rail %d %s port %u %s: %s, %llu bytes in %llu slices, %u failures, %u rejoins, weight %.2f, %.1f MB/s%s%s\n",
+               when, k, st[k].device, st[k].port, st[k].gid, st[k].up ? "up" : "DOWN", (unsigned long long)st[k].bytes,
+               (unsigned long long)st[k].slices, st[k].failures, st[k].rejoins, st[k].weight, st[k].throughput / 1e6,
+               st[k].why[0] ? ", why: " : "", st[k].why);
+}
+
+/* ---- host b: the server ---- */
+
+typedef struct rails_server {
+    side s[2];                  /* [0]: every rail, [1]: rail 0 only */
+    omc_rdma_conn* conn;
+    int which;
+    omc_buffer buf;
+    omc_rdma_window* win;
+    uint64_t size;
+} rails_server;
+
+static void* rails_link_later(void* arg) {      /* "LINK <dev> <up|down> <ms>" */
+    char* cmd = (char*)arg;
+    char dev[32], state[8], sh[128];
+    int ms = 0;
+    if (sscanf(cmd, "LINK %31s %7s %d", dev, state, &ms) == 3) {
+        usleep((useconds_t)ms * 1000);
+        snprintf(sh, sizeof(sh), "ip link set %s %s", dev, state);
+        if (system(sh) != 0) fprintf(stderr, "  [b] %s failed\n", sh);
+    }
+    free(cmd);
+    return NULL;
+}
+
+static int rails_serve_one(rails_server* v, int fd) {
+    char cmd[OMC_RDMA_RECORD_MAX + 64];
+    uint8_t out[OMC_RDMA_TARGET_MAX + 16];
+    long n = msg_recv(fd, cmd, sizeof(cmd));
+    size_t len = 0;
+    omc_result r;
+    if (n < 0) return -1;
+    if (strncmp(cmd, "CONN ", 5) == 0) {        /* CONN <0|1>: a new connection from engine 0 or 1 */
+        long got;
+        omc_rdma_conn_info ci;
+        if (v->conn) omc_rdma_conn_destroy(v->conn);
+        v->conn = NULL;
+        v->which = atoi(cmd + 5) ? 1 : 0;
+        r = omc_rdma_conn_create(v->s[v->which].eng, &v->conn);
+        if (r == OMC_OK) r = omc_rdma_conn_record(v->conn, out, sizeof(out), &len);
+        if (r != OMC_OK) return say(fd, "ERR create");
+        if (msg_send(fd, out, (uint32_t)len)) return -1;
+        if ((got = msg_recv(fd, cmd, sizeof(cmd))) < 0) return -1;
+        r = omc_rdma_conn_connect(v->conn, cmd, (size_t)got);
+        omc_rdma_conn_query(v->conn, &ci);
+        snprintf((char*)out, sizeof(out), "%s %u %u", r == OMC_OK ? "OK" : omc_result_name(r), ci.rails, ci.rails_up);
+        return say(fd, (char*)out);
+    }
+    if (strncmp(cmd, "EXPOSE ", 7) == 0) {
+        v->size = strtoull(cmd + 7, NULL, 10);
+        r = omc_pool_alloc_buffer(v->s[v->which].pool, v->size, &v->buf);
+        if (r == OMC_OK) { memset(v->buf.data, 0xEE, v->size); r = omc_rdma_expose(v->conn, v->buf.data, v->size, omc_deadline_after_ms(20000), &v->win, out, sizeof(out), &len); }
+        if (r != OMC_OK) { if (v->buf.data) omc_buffer_release(&v->buf); memset(&v->buf, 0, sizeof(v->buf)); return msg_send(fd, "", 0); }
+        return msg_send(fd, out, (uint32_t)len);
+    }
+    if (strncmp(cmd, "CHECK ", 6) == 0) {       /* CHECK <seed>: the bytes, then revoke */
+        uint64_t seed = strtoull(cmd + 6, NULL, 10);
+        int ok = v->buf.data && omc_test_verify(v->buf.data, v->size, seed);
+        omc_result rr = v->win ? omc_rdma_revoke(v->win, omc_deadline_after_ms(10000)) : OMC_ERR_INVALID_ARG;
+        v->win = NULL;
+        if (v->buf.data) omc_buffer_release(&v->buf);
+        memset(&v->buf, 0, sizeof(v->buf));
+        snprintf((char*)out, sizeof(out), "%s %s", ok ? "OK" : "BAD", omc_result_name(rr));
+        return say(fd, (char*)out);
+    }
+    if (strncmp(cmd, "LINK ", 5) == 0) {
+        pthread_t th;
+        char* copy = strdup(cmd);
+        if (copy && pthread_create(&th, NULL, rails_link_later, copy) == 0) pthread_detach(th);
+        return say(fd, "OK");
+    }
+    if (strcmp(cmd, "QUIT") == 0) return 1;
+    return say(fd, "ERR unknown");
+}
+
+static int rails_serve(void) {
+    rails_server v;
+    struct sockaddr_in a;
+    int one = 1, ls, fd, rc = 0;
+    memset(&v, 0, sizeof(v));
+    if (rails_side(&v.s[0], 0) != OMC_OK || rails_side(&v.s[1], 1) != OMC_OK) { fprintf(stderr, "  [b] engines did not start\n"); return 1; }
+    rails_print(&v.s[0], "b start");
+    ls = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons(RAILS_PORT);
+    inet_pton(AF_INET, env_or_default("OMC_BED_CTL_IP", "10.98.0.2"), &a.sin_addr);
+    if (bind(ls, (struct sockaddr*)&a, sizeof(a)) != 0 || listen(ls, 1) != 0) { perror("  [b] bind"); return 1; }
+    fd = accept(ls, NULL, NULL);
+    while (fd >= 0 && (rc = rails_serve_one(&v, fd)) == 0) {}
+    if (v.win) omc_rdma_revoke(v.win, omc_deadline_after_ms(5000));
+    if (v.buf.data) omc_buffer_release(&v.buf);
+    if (v.conn) omc_rdma_conn_destroy(v.conn);
+    rails_print(&v.s[0], "b end");
+    side_close(&v.s[1]);
+    side_close(&v.s[0]);
+    if (fd >= 0) close(fd);
+    close(ls);
+    return rc < 0 ? 1 : 0;
+}
+
+/* ---- host a: the driver ---- */
+
+static int g_rfd = -1;
+
+/* A connection from b's engine `which` (0: every rail, 1: rail 0 only), accepted by s. */
+static omc_result rails_connect(side* s, int which, uint32_t* b_rails_up) {
+    char cmd[32], reply[64];
+    uint8_t rec[OMC_RDMA_RECORD_MAX + 8], mine[OMC_RDMA_RECORD_MAX];
+    size_t n = 0;
+    long got;
+    omc_result r;
+    unsigned br = 0, bu = 0;
+    if (s->conn) omc_rdma_conn_destroy(s->conn);
+    s->conn = NULL;
+    snprintf(cmd, sizeof(cmd), "CONN %d", which);
+    if ((got = ask(g_rfd, cmd, (char*)rec, sizeof(rec))) <= 0) return OMC_ERR_CONNECTION;
+    r = omc_rdma_conn_accept(s->eng, rec, (size_t)got, &s->conn);
+    if (r == OMC_OK) r = omc_rdma_conn_record(s->conn, mine, sizeof(mine), &n);
+    if (msg_send(g_rfd, mine, r == OMC_OK ? (uint32_t)n : 0)) return OMC_ERR_CONNECTION;
+    if (msg_recv(g_rfd, reply, sizeof(reply)) < 0) return OMC_ERR_CONNECTION;
+    if (sscanf(reply, "OK %u %u", &br, &bu) != 2) { fprintf(stderr, "  b: %s\n", reply); return r != OMC_OK ? r : OMC_ERR_RDMA_QP; }
+    if (b_rails_up) *b_rails_up = bu;
+    return r;
+}
+
+/* Expose size bytes at b, write the pattern of seed; link_cmd (optional) is sent to b first, or
+   run here after delay_ms. Returns the write's result and whether b saw the right bytes. */
+static omc_result rails_transfer(side* s, uint64_t size, uint64_t seed, const char* local_cmd, int delay_ms, int* ok, double* secs) {
+    uint8_t desc[OMC_RDMA_TARGET_MAX + 16];
+    char cmd[64], reply[64];
+    omc_buffer src;
+    omc_rdma_sge sge;
+    omc_rdma_op* op = NULL;
+    omc_time_ns t0;
+    long dn;
+    omc_result r;
+    *ok = 0;
+    snprintf(cmd, sizeof(cmd), "EXPOSE %llu", (unsigned long long)size);
+    if ((dn = ask(g_rfd, cmd, (char*)desc, sizeof(desc))) <= 0) return OMC_ERR_CONNECTION;
+    r = omc_pool_alloc_buffer(s->pool, size, &src);
+    if (r != OMC_OK) return r;
+    omc_test_fill(src.data, size, seed);
+    sge.addr = src.data;
+    sge.length = size;
+    t0 = omc_now_ns();
+    r = omc_rdma_write_start(s->conn, &sge, 1, desc, (size_t)dn, omc_deadline_after_ms(120000), &op);
+    if (r == OMC_OK && local_cmd) {
+        usleep((useconds_t)delay_ms * 1000);
+        printf("  %.2f s into the write: %s\n", (double)(omc_now_ns() - t0) / 1e9, local_cmd);
+        if (system(local_cmd) != 0) printf("  (%s failed)\n", local_cmd);
+    }
+    if (r == OMC_OK) r = omc_rdma_op_wait(op, omc_deadline_after_ms(120000));
+    *secs = (double)(omc_now_ns() - t0) / 1e9;
+    omc_buffer_release(&src);
+    snprintf(cmd, sizeof(cmd), "CHECK %llu", (unsigned long long)seed);
+    if (ask(g_rfd, cmd, reply, sizeof(reply)) > 0) *ok = strncmp(reply, "OK ", 3) == 0;
+    printf("  %llu MiB: %s in %.2f s (%.1f MB/s), receiver: %s\n", (unsigned long long)(size / MIB), omc_result_name(r), *secs,
+           (double)size / 1e6 / (*secs > 0 ? *secs : 1), reply);
+    return r;
+}
+
+#define RAILS_CASE(name) static void name(side* s, side* one)
+#define RAILS_RUN(fn) do { int before = __atomic_load_n(&omc_test_failed_checks, __ATOMIC_RELAXED); \
+    printf("== %s\n", #fn); fflush(stdout); fn(&sa, &sa1); \
+    if (__atomic_load_n(&omc_test_failed_checks, __ATOMIC_RELAXED) == before) { rails_passed++; printf("PASS %s\n", #fn); } \
+    else { rails_failed++; printf("FAIL %s\n", #fn); } fflush(stdout); } while (0)
+
+RAILS_CASE(engine_opens_both_rails) {
+    omc_rdma_info info;
+    omc_rdma_rail_stat st;
+    (void)one;
+    CHECK_OK(omc_rdma_query(s->eng, &info));
+    CHECK_EQ(info.rails, 2);
+    CHECK_EQ(info.rails_up, 2);
+    CHECK(rails_stat(s, 0, &st) && strcmp(st.device, "rxe0") == 0 && st.up && strstr(st.gid, "10.99.0.") != NULL);
+    CHECK(rails_stat(s, 1, &st) && strcmp(st.device, "rxe1") == 0 && st.up && strstr(st.gid, "10.99.1.") != NULL);
+    CHECK_EQ(omc_rdma_rail_stats(s->eng, NULL, 0), 2);
+}
+
+RAILS_CASE(a_write_is_striped_over_both_rails) {
+    omc_rdma_conn_info ci;
+    omc_rdma_rail_stat r0, r1, a0, a1;
+    uint32_t bu = 0;
+    int ok;
+    double secs;
+    (void)one;
+    REQUIRE(rails_connect(s, 0, &bu) == OMC_OK);
+    CHECK_OK(omc_rdma_conn_query(s->conn, &ci));
+    CHECK_EQ(ci.rails, 2);
+    CHECK_EQ(ci.rails_up, 2);
+    CHECK_EQ(bu, 2);
+    rails_stat(s, 0, &r0); rails_stat(s, 1, &r1);
+    CHECK_OK(rails_transfer(s, 32 * MIB, 11, NULL, 0, &ok, &secs));
+    CHECK(ok);
+    rails_stat(s, 0, &a0); rails_stat(s, 1, &a1);
+    CHECK(a0.bytes > r0.bytes && a1.bytes > r1.bytes);          /* both rails carried slices */
+    CHECK_EQ((a0.bytes - r0.bytes) + (a1.bytes - r1.bytes), 32 * MIB);
+    CHECK(a0.throughput > 0 && a1.throughput > 0);
+    rails_print(s, "after");
+}
+
+RAILS_CASE(rail_down_on_the_writer_mid_transfer_finishes_on_the_other) {
+    omc_rdma_conn_info ci;
+    omc_rdma_rail_stat a0, a1, b0;
+    int ok;
+    double secs;
+    (void)one;
+    REQUIRE(s->conn != NULL);
+    rails_stat(s, 0, &b0);
+    CHECK_OK(rails_transfer(s, 64 * MIB, 12, "ip link set rail1 down", 300, &ok, &secs));
+    CHECK(ok);
+    rails_stat(s, 0, &a0); rails_stat(s, 1, &a1);
+    CHECK_EQ(a1.up, 0);
+    CHECK(a1.failures >= 1);
+    CHECK(strstr(a1.why, "PORT_ERR") != NULL);
+    CHECK(a0.up && a0.bytes > b0.bytes);
+    CHECK_OK(omc_rdma_conn_query(s->conn, &ci));
+    CHECK(omc_rdma_conn_ok(s->conn));
+    CHECK_EQ(ci.rails_up, 1);
+    rails_print(s, "after");
+    /* and the next write uses the rail that is left */
+    rails_stat(s, 1, &a1);
+    CHECK_OK(rails_transfer(s, 8 * MIB, 13, NULL, 0, &ok, &secs));
+    CHECK(ok);
+    rails_stat(s, 1, &b0);
+    CHECK_EQ(b0.bytes, a1.bytes);
+}
+
+RAILS_CASE(a_rail_that_comes_back_rejoins) {
+    omc_rdma_rail_stat st, before;
+    omc_rdma_conn_info ci;
+    uint32_t bu = 0;
+    int i, ok;
+    double secs;
+    (void)one;
+    if (system("ip link set rail1 up") != 0) printf("  (ip link set rail1 up failed)\n");
+    for (i = 0; i < 150; i++) {     /* IBV_EVENT_PORT_ACTIVE: within a second or so */
+        rails_stat(s, 1, &st);
+        if (st.up) break;
+        usleep(100000);
+    }
+    printf("  rail 1 %s after %.1f s\n", st.up ? "up" : "still down", i / 10.0);
+    CHECK(st.up && st.rejoins >= 1);
+    usleep(1000000);                /* the GID of the address comes back with the link */
+    REQUIRE(rails_connect(s, 0, &bu) == OMC_OK);
+    CHECK_OK(omc_rdma_conn_query(s->conn, &ci));
+    CHECK_EQ(ci.rails_up, 2);
+    rails_stat(s, 1, &before);
+    CHECK_OK(rails_transfer(s, 16 * MIB, 14, NULL, 0, &ok, &secs));
+    CHECK(ok);
+    rails_stat(s, 1, &st);
+    CHECK(st.bytes > before.bytes);
+    rails_print(s, "after");
+}
+
+RAILS_CASE(rail_down_on_the_receiver_fails_over_after_the_retries) {
+    omc_rdma_rail_stat a1, b1;
+    char reply[32];
+    int ok;
+    double secs;
+    (void)one;
+    REQUIRE(s->conn != NULL);
+    rails_stat(s, 1, &b1);
+    CHECK(ask(g_rfd, "LINK rail1 down 300", reply, sizeof(reply)) > 0);
+    CHECK_OK(rails_transfer(s, 32 * MIB, 15, NULL, 0, &ok, &secs));
+    CHECK(ok);
+    rails_stat(s, 1, &a1);
+    CHECK(a1.failures > b1.failures);           /* the pair failed: retries ran out */
+    CHECK(strstr(a1.why, "retry") != NULL);
+    CHECK(a1.up);                               /* our port is fine */
+    rails_print(s, "after");
+    CHECK(ask(g_rfd, "LINK rail1 up 0", reply, sizeof(reply)) > 0);
+    usleep(2000000);
+}
+
+RAILS_CASE(a_one_rail_peer_still_connects) {
+    omc_rdma_conn_info ci;
+    uint32_t bu = 0;
+    int ok;
+    double secs;
+    /* b's one-rail engine sends a version-1 record; our two-rail engine answers in kind */
+    REQUIRE(rails_connect(s, 1, &bu) == OMC_OK);
+    CHECK_OK(omc_rdma_conn_query(s->conn, &ci));
+    CHECK_EQ(ci.rails, 1);
+    CHECK_EQ(bu, 1);
+    CHECK_OK(rails_transfer(s, 8 * MIB, 16, NULL, 0, &ok, &secs));
+    CHECK(ok);
+    /* our one-rail engine accepts b's two-rail record: one pair of two */
+    REQUIRE(rails_connect(one, 0, &bu) == OMC_OK);
+    CHECK_OK(omc_rdma_conn_query(one->conn, &ci));
+    CHECK_EQ(ci.rails, 2);
+    CHECK_EQ(ci.rails_up, 1);
+    CHECK_EQ(bu, 1);
+    CHECK_OK(rails_transfer(one, 8 * MIB, 17, NULL, 0, &ok, &secs));
+    CHECK(ok);
+}
+
+static int rails_drive(void) {
+    side sa, sa1;
+    struct sockaddr_in a;
+    int i;
+    memset(&sa, 0, sizeof(sa));
+    memset(&sa1, 0, sizeof(sa1));
+    if (rails_side(&sa, 0) != OMC_OK || rails_side(&sa1, 1) != OMC_OK) {
+        printf("FAIL engines_start\nrdma_rails: 0 passed, 1 failed\n");
+        return 1;
+    }
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons(RAILS_PORT);
+    inet_pton(AF_INET, env_or_default("OMC_BED_PEER_CTL_IP", "10.98.0.2"), &a.sin_addr);
+    for (i = 0; i < 600 && g_rfd < 0; i++) {    /* b needs a moment for its engines */
+        g_rfd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(g_rfd, (struct sockaddr*)&a, sizeof(a)) != 0) { close(g_rfd); g_rfd = -1; usleep(100000); }
+    }
+    if (g_rfd < 0) {
+        printf("FAIL connect_to_b\nrdma_rails: 0 passed, 1 failed\n");
+        return 1;
+    }
+    RAILS_RUN(engine_opens_both_rails);
+    RAILS_RUN(a_write_is_striped_over_both_rails);
+    RAILS_RUN(rail_down_on_the_writer_mid_transfer_finishes_on_the_other);
+    RAILS_RUN(a_rail_that_comes_back_rejoins);
+    RAILS_RUN(rail_down_on_the_receiver_fails_over_after_the_retries);
+    RAILS_RUN(a_one_rail_peer_still_connects);
+    say(g_rfd, "QUIT");
+    close(g_rfd);
+    if (system("ip link set rail1 up") != 0) { /* already up */ }
+    side_close(&sa1);
+    side_close(&sa);
+    printf("rdma_rails: %d passed, %d failed\n", rails_passed, rails_failed);
+    return rails_failed ? 1 : 0;
+}
+
+static int rails_main(void) {
+    if (strcmp(env_or_default("OMC_BED", ""), "qemu-rxe-2host") != 0 || atoi(env_or_default("OMC_BED_RAILS", "0")) < 2) {
+        printf("SKIP rdma_rails: needs the two-guest bed with two rails (tests/rdma/bed.sh --hosts 2)\n");
+        printf("rdma_rails: 0 passed, 0 failed\n");
+        return 0;
+    }
+    return strcmp(env_or_default("OMC_BED_HOST", "a"), "b") == 0 ? rails_serve() : rails_drive();
+}
+
 int main(int argc, char** argv) {
     ct_consumer_main(argc, argv, consumer_from_spec);
+    if (argc > 1 && strcmp(argv[1], "--rails") == 0) return rails_main();
     if (argc > 2 && strcmp(argv[1], "--role") == 0) {
         if (strcmp(argv[2], "server") == 0) return role_server(argc - 1, argv + 1);
         if (strcmp(argv[2], "memlock") == 0) return role_memlock();
