@@ -12,6 +12,7 @@
 #       writer's host a third of the way into the throughput phase and up again at two thirds
 #       (--flap, 1 s slices). Writes bench/results/rails.json (the runs, the bed named, ratios).
 #       Side channel and bench control on the ctl link; payloads by RDMA WRITE on the rails.
+#       OMC_RAILS_RUNS picks runs (default "perftest rails-1 rails-2 rails-2-flap rails-1-flap").
 set -u
 cd "$(dirname "$0")/../.."
 MODE=perftest
@@ -20,8 +21,7 @@ if [ $MODE = bench ]; then SIZE=${1:-4M}; ITERS=${2:-10}; else SIZE=${1:-1048576
 
 # ---- inside the bed: omniconn bench --------------------------------------------------------------
 if [ "${1:-}" = "--in-bed-bench" ]; then
-    SIZE=$2 SECS=$3 OUTD=$4
-    CLI=build/omniconn
+    SIZE=$2 SECS=$3 OUTD=$4 CLI=$5
     ulimit -l unlimited 2>/dev/null || true
     read -ra devs <<< "$OMC_RDMA_DEVICES"
     read -ra ips <<< "$OMC_RDMA_IPS"
@@ -74,14 +74,15 @@ if [ "${1:-}" = "--in-bed-bench" ]; then
         echo "   exit $?"
         cat "$OUTD/$name.out" "$OUTD/$name.err"
     }
-    perf rail0 0
-    [ "${#devs[@]}" -ge 2 ] && perf both 0 1
-    bench rails-1 1 --timeline 1
+    want() { case " ${OMC_RAILS_RUNS:-perftest rails-1 rails-2 rails-2-flap rails-1-flap} " in *" $1 "*) return 0 ;; esac; return 1; }
+    third=$(awk -v s="$SECS" 'BEGIN { printf "%.1f,%.1f", s / 3, 2 * s / 3 }')
+    want perftest && perf rail0 0
+    want perftest && [ "${#devs[@]}" -ge 2 ] && perf both 0 1
+    want rails-1 && bench rails-1 1 --timeline 1
     if [ "${#devs[@]}" -ge 2 ]; then
-        bench rails-2 2 --timeline 1
-        third=$(awk -v s="$SECS" 'BEGIN { printf "%.1f,%.1f", s / 3, 2 * s / 3 }')
-        bench rails-2-flap 2 --timeline 0.5 --flap "rail1,$third"
-        bench rails-1-flap 1 --timeline 0.5 --flap "rail1,$third"
+        want rails-2 && bench rails-2 2 --timeline 1
+        want rails-2-flap && bench rails-2-flap 2 --timeline 0.5 --flap "rail1,$third"
+        want rails-1-flap && bench rails-1-flap 1 --timeline 0.5 --flap "rail1,$third"
     fi
     exit 0
 fi
@@ -143,11 +144,11 @@ if [ $MODE = perftest ]; then
 fi
 
 # ---- omniconn bench: build on the host, run in one boot, collect --------------------------------------
-make -s cli || exit 1
+make -s BUILD="${BUILD:-build}" cli || exit 1
 OUTD=${BUILD:-build}/rdma/rails-bench
 rm -rf "$OUTD"; mkdir -p "$OUTD"
 t0=$SECONDS
-bash tests/rdma/bed.sh --hosts 2 -- "bash tests/rdma/rails.sh --in-bed-bench $SIZE $ITERS $(cd "$OUTD" && pwd -P)" 2>&1 | tee "$OUTD/bed.log"
+bash tests/rdma/bed.sh --hosts 2 -- "bash tests/rdma/rails.sh --in-bed-bench $SIZE $ITERS $(cd "$OUTD" && pwd -P) ${BUILD:-build}/omniconn" 2>&1 | tee "$OUTD/bed.log"
 rc=${PIPESTATUS[0]}
 echo "rails bench: the two-guest bed took $((SECONDS - t0)) s in all (exit $rc)"
 # bench/results/rails.json: every run's figures and the ratios that matter (the bed is software:
