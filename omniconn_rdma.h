@@ -1,4 +1,4 @@
-/* omniconn_rdma.h - v0.1.1 - the verbs RDMA engine of omniconn - SPDX-License-Identifier: MIT OR Unlicense
+/* omniconn_rdma.h - v0.1.2 - the verbs RDMA engine of omniconn - SPDX-License-Identifier: MIT OR Unlicense
 
     This companion header moves bytes from one process's registered pool straight into another
     process's memory with RDMA WRITE, on libibverbs directly (InfiniBand, RoCE, Soft-RoCE).
@@ -22,6 +22,7 @@
       QUICK START
       STEP BY STEP: VERBS IN ONE PAGE
       HOW THE ENGINE USES THEM
+      RAILS: SEVERAL NICS, FAILOVER, TOPOLOGY
       CONFIGURATION
       ERRORS & LOGGING
       THREAD SAFETY
@@ -165,8 +166,10 @@ HOW THE ENGINE USES THEM
 ================================================================================================
 
     Device, port, GID. The device list is desc.devices or $RDMA_DEVICE_NAME ("mlx5_2,mlx5_3":
-    tried in order); without one, the first device with an ACTIVE port. The GID is chosen by
-    rule (omc_rdma_choose_gid, a pure function you can call yourself), not by index 0:
+    tried in order); without one, every device with an ACTIVE port. Each ACTIVE port with a
+    usable GID becomes a rail, up to desc.max_rails (see RAILS below; max_rails = 1 keeps the
+    first usable one only). The GID is chosen by rule (omc_rdma_choose_gid, a pure function you
+    can call yourself), not by index 0:
       - desc.gid_index with desc.gid_index_set: that index, if it holds a GID (override);
       - InfiniBand: the port GID (index 0);
       - RoCE: the RoCE v2 GID that maps desc.local_addr - the address the side channel uses -
@@ -184,8 +187,8 @@ HOW THE ENGINE USES THEM
     MRs (some adapters slow down with single registrations of many GiB); transfers split their
     scatter/gather lists and destinations at those boundaries.
 
-    Connections. One omc_rdma_conn per peer: desc.qps_per_peer RC QPs (default 2), each with a
-    random 24-bit starting PSN; the two endpoint records carry QP numbers, PSNs, GID, GID index
+    Connections. One omc_rdma_conn per peer: desc.qps_per_peer RC QPs (default 2) on each rail
+    it pairs with the peer's, each with a random 24-bit starting PSN; the two endpoint records carry QP numbers, PSNs, GID, GID index
     and type, LID, MTU and the process incarnation. The path MTU is the smaller of the two
     ports' active MTUs. Callers cache the connection per peer; when any QP of it fails, the
     connection reports itself broken (omc_rdma_conn_ok() == 0) and the caller replaces it with a
@@ -196,18 +199,19 @@ HOW THE ENGINE USES THEM
     (OMC_ERR_BUSY) rather than closing live ones.
 
     Transfers. The receiver exposes a destination: the engine splits it at MR boundaries and,
-    from 2 * OMNICONN_RDMA_SPLIT_MIN up, across the connection's QPs (one extent per QP), gives
-    each extent a key of its own (see Security; with windows it binds them and waits until the
-    binds completed), and encodes the transfer descriptor (addresses, lengths, rkeys, QP per
-    extent). The sender validates the descriptor, slices the payload into WRITEs of at most
-    OMNICONN_RDMA_SLICE bytes, gathers
-    each from the source's scatter/gather list (frame segments can stay where they are), posts
-    them round-robin on the extents' QPs within a window of desc.queue_depth outstanding
-    requests per QP, signals every desc.signal_every-th request and the last one of each QP,
-    and returns when all are complete. Completions come from one CQ per engine through a
+    from 2 * OMNICONN_RDMA_SPLIT_MIN up, across a rail's QPs (one extent per QP), gives each
+    extent a key of its own on every rail (see Security; with windows it binds them and waits
+    until the binds completed), and encodes the transfer descriptor (addresses, lengths, and
+    an rkey and QP per extent and rail). The sender validates the descriptor, slices the
+    payload into WRITEs of at most OMNICONN_RDMA_SLICE bytes, gathers each from the source's
+    scatter/gather list (frame segments can stay where they are), gives each slice to the rail
+    that will finish it first (see RAILS), posts them within a window of desc.queue_depth
+    outstanding requests per QP, signals every desc.signal_every-th request and the last one of
+    each QP, and returns when all are complete. Completions come from one CQ per rail through a
     progress thread that polls for desc.spin_us after activity and otherwise sleeps on the
-    completion channel (an idle engine uses no CPU). A failed completion breaks its connection
-    (all its QPs to ERROR, so nothing more moves, on either side); a write that misses its
+    completion channel (an idle engine uses no CPU). A failed completion takes its rail of the
+    connection down (see RAILS); a refused key (IBV_WC_REM_ACCESS_ERR) or the last rail going
+    breaks the connection (all its QPs to ERROR, so nothing more moves); a write that misses its
     deadline does the same and waits for the flush, so the adapter never touches memory the
     caller already got back. QPs of closed connections are destroyed by the progress thread.
 
@@ -279,6 +283,67 @@ HOW THE ENGINE USES THEM
     on the listener thread.
 
 ================================================================================================
+RAILS: SEVERAL NICS, FAILOVER, TOPOLOGY
+================================================================================================
+
+    A rail is one device port with its GID. An engine opens up to desc.max_rails of them
+    (default: every usable port, at most OMC_RDMA_MAX_RAILS = 4; $OMNICONN_RDMA_MAX_RAILS when
+    the desc says 0). Each rail has its own context, protection domain, CQ and completion
+    channel (verbs objects of different devices cannot be mixed); one progress thread serves
+    them all. Rail order: the device list's order if one is given, else nearest first to
+    desc.numa_node (omc_rdma_topo_rank over /sys; ties keep the device list's order). The
+    pool is registered on every rail (each registration pins the pages again: RLIMIT_MEMLOCK
+    must allow rails x pool size). desc.local_addr may list one address per rail
+    ("10.0.0.5,10.0.1.5"): a rail takes the RoCE GID of the address that lives on its netdev.
+
+    Pairing. An engine with one rail sends version-1 records and descriptors, so every peer
+    understands it. With more, its record (version 2) lists every rail; the acceptor pairs
+    each of the initiator's rails with one of its own UP rails of the same link layer and GID
+    type on the same subnet (the GID's first `prefix` bits: the netdev's netmask, /24 for IPv4
+    and /64 otherwise if not known), each of its rails at most once, and answers with a record
+    whose rail i is the one it paired with the initiator's rail i (port 0: none). If no rail
+    shares a subnet it pairs the first compatible rails, which is what one rail always did. A
+    peer with fewer rails simply makes fewer pairs. A connection has qps_per_peer QPs per pair
+    (at most 16 QPs in all). An old engine (version 1 only) refuses a version-2 record
+    (OMC_ERR_VERSION: the connector falls back to TCP for it); give such peers max_rails = 1.
+
+    Striping. Each slice goes to the pair whose queue drains first: the bytes already queued on
+    it plus the slice, divided by its rail's measured throughput (a moving average of bytes
+    completed per second while busy; a rail not yet measured counts as the mean of the others).
+    A slow rail gets fewer slices, an idle one more. The write completes (and DONE may be sent)
+    only when every slice did.
+
+    Failover. A failed work completion on a pair (retry counter exceeded, a local QP error, a
+    flush) takes that pair down: its QPs go to ERROR, the slices it had not finished are written
+    again on the pairs left (the same bytes to the same place: an RDMA WRITE is idempotent), and
+    the rail's failure count and reason are kept. IBV_EVENT_PORT_ERR on a rail takes the rail
+    down and every connection's pair on it at once, without waiting for retries. Only when no
+    pair is left does the write fail (OMC_ERR_CONNECTION for an unreachable peer, else the
+    completion's code); the connection is then broken as before. A refused key never fails over
+    (the peer's adapter said no: that is not a broken path).
+
+    Rejoin. IBV_EVENT_PORT_ACTIVE brings the rail back: it takes new connections at once, its
+    throughput estimate starts again (an equal share), and its GID is looked up again by value.
+    QPs cannot be revived without a new exchange of records, so a connection that lost a pair
+    keeps working on the others (omc_rdma_conn_info.rails_up < rails); replace it to use the
+    rail again. The remote connector does that by itself: a receiver channel whose connection
+    lost a rail that is up again is replaced before its next get (a new HELLO, QPs on every
+    rail), at most once per back-off (1 s, doubling to 30 s while it keeps happening). A
+    receiver learns that its sender lost a rail from its liveness probes, which take turns on
+    the rails while a get waits (a probe that fails on one rail takes that rail down, not the
+    get); a rail lost while no get waited is won back at the next replacement.
+
+    Health. omc_rdma_rail_stats (and omc_rdma_connector_rail_stats for a connector) report per
+    rail: device, port, netdev, GID, NUMA node, up, bytes and slices written, failures, rejoins,
+    its current weight and measured throughput, and why it is down or last failed.
+
+    Topology. omc_rdma_topo_read / _pci_device / _rank are pure functions over a sysfs root
+    ("/sys", or a fake tree in a test): they rank devices for memory on a NUMA node or in a GPU
+    (by PCI address) as same PCIe switch, same root complex, same NUMA node, unknown, other
+    NUMA node, with a reason per device. A software device (rxe, siw) takes the place of its
+    netdev. They need no verbs and work with OMNICONN_NO_RDMA too.
+
+================================================================================================
 CONFIGURATION
 ================================================================================================
 
@@ -302,23 +367,27 @@ CONFIGURATION
     OMNICONN_RDMA_ACK_TIMEOUT    16               impl file  QP timeout, 4.096 us * 2^n (268 ms)
     OMNICONN_RDMA_RETRY_COUNT    6                impl file  retransmissions before an error (not 7:
                                                              Soft-RoCE treats 7 as "retry forever")
+    OMC_RDMA_MAX_RAILS           4                (fixed)    rails per engine (desc.max_rails caps it)
 
     Every desc field overrides its macro for one engine; zero means the macro's value.
     Environment: RDMA_DEVICE_NAME (device list when desc.devices is NULL), OMNICONN_IBVERBS_LIB
-    (library when desc.library is NULL; runtime linking only).
+    (library when desc.library is NULL; runtime linking only), OMNICONN_RDMA_MAX_RAILS (rails
+    when desc.max_rails is 0).
 
 ================================================================================================
 ERRORS & LOGGING
 ================================================================================================
 
     OMC_ERR_UNAVAILABLE     libibverbs cannot be loaded (the log and omc_rdma_probe say why)
-    OMC_ERR_RDMA_DEVICE     no device / no ACTIVE port / no usable GID / link layers differ
+    OMC_ERR_RDMA_DEVICE     no device / no ACTIVE port / no usable GID / link layers differ /
+                            no rail pairs with the peer's / every rail is down
     OMC_ERR_MEMLOCK         registering would exceed RLIMIT_MEMLOCK (the log names the fix)
     OMC_ERR_RDMA_QP         a QP transition failed (the log has every attribute and a hint),
                             or the connection is broken and must be replaced
     OMC_ERR_RDMA_ACCESS     the peer's adapter refused our write (rkey or range), or the
                             descriptor does not fit what this connection can write
-    OMC_ERR_CONNECTION      the peer stopped answering (retry counter exceeded: dead or gone)
+    OMC_ERR_CONNECTION      the peer stopped answering on every rail (retry counter exceeded,
+                            or the ports went down: dead, gone or cut off)
     OMC_ERR_RDMA_COMPLETION any other failed work completion (status in the log)
     OMC_ERR_BUSY            the engine's QP budget is spent (CQ_DEPTH / QUEUE_DEPTH QPs)
     OMC_ERR_MALFORMED / OMC_ERR_CHECKSUM / OMC_ERR_VERSION  a record or descriptor is garbage
@@ -378,6 +447,29 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
         48 + 8N  u32 CRC-32C of bytes [0, 48 + 8N)
     QP i of one side is connected to QP i of the other.
 
+    Endpoint record, version 2 (several rails; 24 + 32 * R + 8 * R * Q + 4 bytes):
+        0   u32  magic 0x52434D4F ("OMCR")
+        4   u8   version (2)
+        5   u8   QPs per rail Q (1..16)
+        6   u8   rail count R (2..4; R * Q <= 16)
+        7   u8   flags (as in version 1)
+        8   u64  incarnation of the author's process
+        16  u64  connection id
+        24  R x 32 bytes, one per rail (in an acceptor's answer: rail i is the one it paired
+            with the initiator's rail i, all zero if none):
+              0   u8   port number (0 = no rail here: its QPs are absent, number and PSN 0)
+              1   u8   active MTU (enum ibv_mtu)
+              2   u8   link layer
+              3   u8   GID index
+              4   u8   GID type
+              5   u8   subnet prefix of the GID, in bits (0..128; IPv4 /24 = 120)
+              6   u16  LID
+              8   u8[16] GID
+              24  u8[8] reserved, zero
+        24 + 32R  R * Q x { u32 QP number, u32 first PSN } (QP i is on rail i / Q)
+        end  u32 CRC-32C of everything before it
+    At least one rail has a port. An engine with one rail sends version 1.
+
     Transfer descriptor, version 1 (omc_rdma_target_encode; 28 + 24 * E bytes, at most 796; the
     PULL's descriptor in the remote connector). Made by the receiver for one destination:
         0   u32  magic 0x57434D4F ("OMCW")
@@ -394,6 +486,23 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
               20  u16  QP index (< N: the QP the window is bound on, and the one to write on)
               22  u16  reserved, zero
         24 + 24E u32 CRC-32C of bytes [0, 24 + 24E)
+    Transfer descriptor, version 2 (a connection with several rails; 24 + (16 + 8 * R) * E + 4
+    bytes, at most OMC_RDMA_TARGET_MAX = 1024, so E <= 31 with 2 rails and <= 20 with 4):
+        0   u32  magic 0x57434D4F ("OMCW")
+        4   u8   version (2)
+        5   u8   extent count E (1..32)
+        6   u8   flags (as in version 1)
+        7   u8   rail count R (2..4: the connection's pairs, in its order)
+        8   u64  connection id
+        16  u64  total length
+        24  E x (16 + 8R) bytes:
+              0   u64  remote address
+              8   u64  length (> 0)
+              16  R x { u32 rkey, u16 QP index (0xFFFF: this rail cannot reach the extent;
+                        then the rkey is 0), u16 reserved, zero }
+                  the QP index of rail r must be one of that rail's QPs (r * Q .. r * Q + Q - 1)
+        end u32 CRC-32C
+    Every extent is reachable on at least one rail.
     Decoding checks every field, both CRCs and every length before anything is used; the
     checksum catches corruption, not malice (the adapter enforces the windows).
 
@@ -405,12 +514,18 @@ NON-GOALS
       data only moves by RDMA WRITE, notifications go over your side channel.
     - No GPU memory registration yet (GPUDirect needs nvidia-peermem; pools of OMC_MEMORY_CUDA
       are refused by the region hook).
-    - No multi-NIC striping: one device per engine (create one engine per NIC).
+    - No RDMA READ, no multi-path within one rail; a rail that comes back is used by new
+      connections (the remote connector replaces its own), never by the QPs that failed.
 
 ================================================================================================
 RECENT REVISIONS
 ================================================================================================
 
+    0.1.2 (2026-11-24)  rails: every usable device port (max_rails), records and descriptors
+                        version 2, pairing by subnet, slices striped by earliest finish at the
+                        measured throughput, failover of a failed rail's slices, port events
+                        take rails down and back, omc_rdma_rail_stats; NIC ranking by topology
+                        (omc_rdma_topo_*).
     0.1.1 (2026-11-24)  hostile receivers: QP count set by the accepting engine, no eviction of
                         live connections (a new peer is refused and uses TCP), descriptors bound
                         to the receiver that sends the PULL, failed revokes quarantine the range,
@@ -1418,6 +1533,16 @@ OMNICONN_API omc_result omc_rdma_target_decode(const void* data, size_t len, uin
     return OMC_OK;
 }
 
+/* Do two GIDs share their first `bits` bits (the same subnet)? */
+OMC__PRIVATE int omc__rdma_same_subnet(const uint8_t* a, const uint8_t* b, uint32_t bits) {
+    uint32_t full, rest;
+    if (bits > 128) bits = 128;
+    full = bits / 8;
+    rest = bits % 8;
+    if (memcmp(a, b, full) != 0) return 0;
+    return rest == 0 || ((a[full] ^ b[full]) & (uint8_t)(0xFF << (8 - rest))) == 0;
+}
+
 /* ---- planning a destination: extents at MR boundaries, spread across QPs --------------------- */
 
 typedef struct omc__rdma_span {
@@ -1970,12 +2095,14 @@ typedef struct omc__rdma_rail {
     int numa_node;
     /* state (under mu) */
     int up;
+    int regid;                  /* came back: look its GID up again before the next connection */
     char why[160];
     uint64_t bytes, slices;
     uint32_t failures, rejoins;
-    double rate;                /* bytes/s, moving average; 0 = not measured */
+    double rate;                /* bytes/s the scheduler assumes; 0 = not measured */
+    double settled;             /* the rate when the last busy period ended */
     uint64_t inflight;          /* bytes posted on it, not retired */
-    uint64_t window_bytes;      /* retired since mark: the next rate sample */
+    uint64_t window_bytes;      /* retired since mark, the start of this busy period */
     omc_time_ns mark;
 } omc__rdma_rail;
 
@@ -2506,20 +2633,24 @@ OMC__PRIVATE void omc__rdma_complete(omc_rdma* E, const struct ibv_wc* wc) {
 OMC__PRIVATE void omc__rdma_op_free(omc_rdma_op* op);
 OMC__PRIVATE void omc__rdma_bury(omc_rdma* E);
 
-#define OMC__RDMA_RATE_MIN_NS 2000000   /* a throughput sample spans at least 2 ms */
+#define OMC__RDMA_RATE_MIN_NS 20000000  /* a busy period counts once it lasted 20 ms */
 
-/* Throughput per rail: bytes retired over the time since the last sample (caller holds mu). */
+/* Throughput per rail (caller holds mu): the bytes retired since the rail became busy over the
+   time since then - completions come in bursts (one signalled request retires many), so only
+   a whole busy period says how fast the rail is - averaged with the previous periods'. */
 OMC__PRIVATE void omc__rdma_measure(omc_rdma* E) {
     omc_time_ns now = omc_now_ns();
     uint32_t k;
     for (k = 0; k < E->nrails; k++) {
         omc__rdma_rail* R = &E->rail[k];
-        double sample;
+        double period;
         if (!R->window_bytes || now - R->mark < OMC__RDMA_RATE_MIN_NS) continue;
-        sample = (double)R->window_bytes * 1e9 / (double)(now - R->mark);
-        R->rate = R->rate > 0 ? 0.7 * R->rate + 0.3 * sample : sample;
-        R->window_bytes = 0;
-        R->mark = now;
+        period = (double)R->window_bytes * 1e9 / (double)(now - R->mark);
+        R->rate = R->settled > 0 ? 0.5 * R->settled + 0.5 * period : period;
+        if (!R->inflight) {         /* the period is over: it becomes history */
+            R->settled = R->rate;
+            R->window_bytes = 0;
+        }
     }
 }
 
@@ -2595,8 +2726,10 @@ OMC__PRIVATE void omc__rdma_async_events(omc_rdma* E, uint32_t k) {
                     /* back: new connections use it at once; a connection that lost it gets it
                        back when it is replaced (QPs cannot be revived without a new exchange) */
                     R->up = 1;
+                    R->regid = 1;
                     R->rejoins++;
                     R->rate = 0;        /* weight reset: an equal share until measured again */
+                    R->settled = 0;
                     R->window_bytes = 0;
                     OMC__RDMA_LOG(E, OMC_LOG_WARN, "rail %u (%s port %u): port active again (IBV_EVENT_PORT_ACTIVE): the rail rejoins",
                                   k, R->device, R->port);
@@ -3473,14 +3606,6 @@ OMC__PRIVATE uint32_t omc__rdma_peer_rails(const omc_rdma_record* rec, omc_rdma_
     return 1;
 }
 
-/* Do two GIDs share their first `bits` bits (the same subnet)? */
-OMC__PRIVATE int omc__rdma_same_subnet(const uint8_t* a, const uint8_t* b, uint32_t bits) {
-    uint32_t full = bits / 8, rest = bits % 8;
-    if (bits > 128) bits = 128;
-    if (memcmp(a, b, full) != 0) return 0;
-    return rest == 0 || ((a[full] ^ b[full]) & (uint8_t)(0xFF << (8 - rest))) == 0;
-}
-
 /* Pair the peer's rails with ours (caller holds nothing; reads rail state under mu): each peer
    rail gets one of our UP rails of the same link layer and GID type on the same subnet; if not
    one rail shares a subnet, the first compatible rails are paired (one pair: what a single
@@ -3568,6 +3693,43 @@ OMC__PRIVATE omc_result omc__rdma_conn_link(omc_rdma_conn* c, const omc_rdma_rec
     return OMC_OK;
 }
 
+/* A rail whose port came back may find its address's GID at another index (the kernel removes
+   and re-adds the GIDs of an interface that goes down and up): look it up again, by value. */
+OMC__PRIVATE void omc__rdma_refresh_gids(omc_rdma* E) {
+    uint32_t k;
+    for (k = 0; k < E->nrails; k++) {
+        omc__rdma_rail* R = &E->rail[k];
+        struct ibv_port_attr pa;
+        omc_rdma_gid_entry* gids;
+        uint32_t n, i;
+        int again;
+        pthread_mutex_lock(&E->mu);
+        again = R->regid;
+        R->regid = 0;
+        pthread_mutex_unlock(&E->mu);
+        if (!again || omc__ibv_query_port_attr(R->context, R->port, &pa) != 0) continue;
+        gids = (omc_rdma_gid_entry*)omc__calloc(&E->hooks, OMC__RDMA_MAX_GIDS * sizeof(*gids));
+        if (!gids) continue;
+        n = omc__rdma_read_gids(E, R->context, R->device, R->port, &pa, gids, OMC__RDMA_MAX_GIDS);
+        for (i = 0; i < n; i++) {
+            if (memcmp(gids[i].gid, R->gid, 16) != 0 || gids[i].type != R->gid_type) continue;
+            pthread_mutex_lock(&E->mu);
+            if (R->gid_index != gids[i].index)
+                OMC__RDMA_LOG(E, OMC_LOG_INFO, "rail %u (%s): its GID moved from index %u to %u", k, R->device, R->gid_index, gids[i].index);
+            R->gid_index = gids[i].index;
+            pthread_mutex_unlock(&E->mu);
+            break;
+        }
+        if (i == n) {
+            OMC__RDMA_LOG(E, OMC_LOG_WARN, "rail %u (%s): its GID is not in the table (yet): its address is gone?", k, R->device);
+            pthread_mutex_lock(&E->mu);
+            R->regid = 1;               /* look again next time */
+            pthread_mutex_unlock(&E->mu);
+        }
+        omc__free(&E->hooks, gids);
+    }
+}
+
 OMNICONN_API omc_result omc_rdma_conn_create(omc_rdma* E, omc_rdma_conn** out) {
     int rails[OMC_RDMA_MAX_RAILS];
     uint32_t k, n = 0;
@@ -3575,6 +3737,7 @@ OMNICONN_API omc_result omc_rdma_conn_create(omc_rdma* E, omc_rdma_conn** out) {
     if (!out) return OMC_ERR_INVALID_ARG;
     *out = NULL;
     if (!E) return OMC_ERR_INVALID_ARG;
+    omc__rdma_refresh_gids(E);
     pthread_mutex_lock(&E->mu);
     for (k = 0; k < E->nrails; k++) if (E->rail[k].up) rails[n++] = (int)k;
     pthread_mutex_unlock(&E->mu);
@@ -3602,6 +3765,7 @@ OMNICONN_API omc_result omc_rdma_conn_accept(omc_rdma* E, const void* peer_recor
         return r;
     }
     if (peer.conn_id == 0) return OMC_ERR_MALFORMED;
+    omc__rdma_refresh_gids(E);
     n = omc__rdma_peer_rails(&peer, pr, &qpp);
     if (qpp > E->qps_per_peer) {     /* the peer does not choose how many QPs we create */
         OMC__RDMA_LOG(E, OMC_LOG_WARN, "refused a peer's endpoint record asking for %u QPs per rail: this engine gives a peer at most %u "
@@ -3834,11 +3998,10 @@ OMC__PRIVATE omc_result omc__rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline,
                 break;
             }
             r = omc__rdma_post_slices(c, op, deadline);
-            if (r != OMC_OK && op->status == OMC_OK && omc__rdma_conn_usable(c) != OMC_OK)
-                op->status = c->error != OMC_OK ? c->error : r;
-            else if (r == OMC_ERR_TIMEOUT && op->status == OMC_OK) {
-                op->status = r;
-                if (op->pending) omc__rdma_conn_break_locked(c, r, "a write could not be posted again in time");
+            if (r != OMC_OK && op->status == OMC_OK) {
+                op->status = omc__rdma_conn_usable(c) != OMC_OK && c->error != OMC_OK ? c->error : r;
+                /* what was posted must not go on touching memory the caller gets back */
+                if (op->pending) omc__rdma_conn_break_locked(c, op->status, "a write could not be posted again");
             }
             continue;
         }
@@ -4409,7 +4572,11 @@ static omc_result omc__rdma_write_slice(omc_rdma_conn* c, omc_rdma_op* op, uint3
     if (r != OMC_OK) return r;
     sl->state = OMC__SLICE_POSTED;
     sl->pair = (uint8_t)p;
-    if (!R->inflight) { R->mark = omc_now_ns(); R->window_bytes = 0; }     /* busy from now: its rate counts from here */
+    if (!R->inflight) {         /* busy from now: a new period */
+        if (R->window_bytes) R->settled = R->rate;
+        R->mark = omc_now_ns();
+        R->window_bytes = 0;
+    }
     R->inflight += sl->len;
     c->pair[p].queued += sl->len;
     return OMC_OK;
@@ -4987,7 +5154,12 @@ OMC__PRIVATE omc_result omc__rdmap_liveness(omc__rdma_plane* P, omc__rdma_chan* 
     if (ch->probe) {
         r = omc_rdma_op_test(ch->probe, omc_now_ns());
         if (r == OMC_ERR_BUSY) r = OMC_OK;          /* still in flight: the next tick looks again */
-        else ch->probe = NULL;
+        else {
+            ch->probe = NULL;
+            /* a probe that failed on one rail took that rail of the connection down; while
+               another rail works the sender is alive and the transfer goes on */
+            if (r != OMC_OK && omc_rdma_conn_ok(ch->conn)) r = OMC_OK;
+        }
     }
     if (r == OMC_OK && !ch->probe && omc_rdma_conn_ok(ch->conn)) r = omc__rdma_probe_start(ch->conn, &ch->probe);
     if (r == OMC_OK && omc_rdma_conn_ok(ch->conn)) return OMC_OK;

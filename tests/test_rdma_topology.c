@@ -1,6 +1,8 @@
 /* test_rdma_topology.c - NIC choice by topology (omc_rdma_topo_read / _pci_device / _rank in
    omniconn_rdma.h) over a fake sysfs tree built in a temporary folder: PCIe switch, root
-   complex, NUMA nodes, an unknown node, software devices with and without a PCI netdev.
+   complex, NUMA nodes, an unknown node, software devices with and without a PCI netdev. And
+   the other parts of rails that need no device: version-2 records and descriptors (a rail per
+   pair, a key and QP per extent and rail) and the subnet rule that pairs rails.
    Needs no RDMA device and no libibverbs: it runs in the plain suite. */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
@@ -156,6 +158,143 @@ OMC_TEST(bad_inputs_are_refused_not_followed) {
     CHECK_STR(few[0].name, "mlx5_0");
     snprintf(other, sizeof(other), "%s/class", g_root);
     CHECK_EQ(omc_rdma_topo_read(other, few, 2), -1);    /* no class/infiniband: -1, no crash */
+}
+
+/* ---- rails without a device: version-2 records and descriptors, the subnet rule ------------- */
+
+static omc_rdma_record rails_record(uint32_t rails, uint32_t qpp) {
+    omc_rdma_record r;
+    uint32_t i;
+    memset(&r, 0, sizeof(r));
+    r.rails = rails;
+    r.qps_per_rail = qpp;
+    r.qp_count = rails * qpp;
+    r.flags = OMC_RDMA_FLAG_REGIONS;
+    r.incarnation = 0x1122334455667788ull;
+    r.conn_id = 0x0102030405060708ull;
+    for (i = 0; i < rails; i++) {
+        char ip[32];
+        r.rail[i].port = 1;
+        r.rail[i].mtu = 3;
+        r.rail[i].link = OMC_RDMA_LINK_ETHERNET;
+        r.rail[i].gid_index = 1;
+        r.rail[i].gid_type = OMC_RDMA_GID_ROCE_V2;
+        r.rail[i].prefix = 120;
+        snprintf(ip, sizeof(ip), "10.99.%u.1", i);
+        omc_rdma_addr_to_gid(ip, r.rail[i].gid);
+    }
+    for (i = 0; i < rails * qpp && i < OMC_RDMA_MAX_QPS; i++) { r.qpn[i] = 0x100 + i; r.psn[i] = 0xABC00 + i; }
+    return r;
+}
+
+OMC_TEST(record_version_2_carries_every_rail) {
+    omc_rdma_record a = rails_record(2, 2), b;
+    uint8_t buf[OMC_RDMA_RECORD_MAX];
+    size_t n = 0, i;
+    CHECK_OK(omc_rdma_record_encode(&a, buf, sizeof(buf), &n));
+    CHECK_EQ(n, 24 + 32 * 2 + 8 * 4 + 4);
+    CHECK(buf[0] == 'O' && buf[3] == 'R');
+    CHECK_EQ(buf[4], 2); CHECK_EQ(buf[5], 2); CHECK_EQ(buf[6], 2); CHECK_EQ(buf[7], OMC_RDMA_FLAG_REGIONS);
+    CHECK_EQ(buf[8], 0x88); CHECK_EQ(buf[16], 0x08);
+    CHECK_EQ(buf[24], 1); CHECK_EQ(buf[29], 120);                   /* rail 0: port, prefix */
+    CHECK(buf[56 + 8 + 12] == 10 && buf[56 + 8 + 14] == 1);         /* rail 1's GID: 10.99.1.1 */
+    CHECK_EQ(omc__get_u32(buf + 88 + 8 * 3), 0x103);                /* QP 3: rail 1's second */
+    CHECK_OK(omc_rdma_record_decode(buf, n, &b));
+    CHECK_EQ(b.rails, 2);
+    CHECK_EQ(b.qps_per_rail, 2);
+    CHECK_EQ(b.qp_count, 4);
+    CHECK(memcmp(b.rail, a.rail, sizeof(a.rail)) == 0);
+    CHECK(b.port == 1 && memcmp(b.gid, a.rail[0].gid, 16) == 0);   /* top fields: the first rail */
+    /* an acceptor's answer: rail 0 unpaired (port 0, its QPs absent) */
+    a = rails_record(2, 2);
+    memset(&a.rail[0], 0, sizeof(a.rail[0]));
+    a.qpn[0] = a.qpn[1] = 0; a.psn[0] = a.psn[1] = 0;
+    CHECK_OK(omc_rdma_record_encode(&a, buf, sizeof(buf), &n));
+    CHECK_OK(omc_rdma_record_decode(buf, n, &b));
+    CHECK(b.port == 1 && memcmp(b.gid, a.rail[1].gid, 16) == 0);
+    /* what is refused, encoding and decoding */
+    a = rails_record(2, 2); a.rail[1].port = 0;                        /* QPs on an unpaired rail */
+    CHECK_RES(omc_rdma_record_encode(&a, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);
+    a = rails_record(2, 2); memset(a.rail, 0, sizeof(a.rail)); memset(a.qpn, 0, sizeof(a.qpn)); memset(a.psn, 0, sizeof(a.psn));
+    CHECK_RES(omc_rdma_record_encode(&a, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);   /* no rail at all */
+    a = rails_record(4, 4);
+    CHECK_OK(omc_rdma_record_encode(&a, buf, sizeof(buf), &n));
+    CHECK(n <= OMC_RDMA_RECORD_MAX);
+    a = rails_record(4, 4); a.rails = 5;
+    CHECK_RES(omc_rdma_record_encode(&a, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);
+    a = rails_record(3, 6);                                             /* 18 QPs */
+    CHECK_RES(omc_rdma_record_encode(&a, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);
+    a = rails_record(2, 2);
+    CHECK_OK(omc_rdma_record_encode(&a, buf, sizeof(buf), &n));
+    for (i = 0; i < n; i++) {           /* every truncation, and a rail count that lies */
+        CHECK(omc_rdma_record_decode(buf, i, &b) != OMC_OK);
+        CHECK_EQ(b.qp_count, 0);
+    }
+    buf[6] = 4; omc__put_u32(buf + n - 4, omc__crc32c(0, buf, n - 4));
+    CHECK_RES(omc_rdma_record_decode(buf, n, &b), OMC_ERR_MALFORMED);
+    CHECK_OK(omc_rdma_record_encode(&a, buf, sizeof(buf), &n));
+    buf[24 + 30] = 1; omc__put_u32(buf + n - 4, omc__crc32c(0, buf, n - 4));   /* reserved byte */
+    CHECK_RES(omc_rdma_record_decode(buf, n, &b), OMC_ERR_MALFORMED);
+    CHECK_OK(omc_rdma_record_encode(&a, buf, sizeof(buf), &n));
+    buf[5] = 9; omc__put_u32(buf + n - 4, omc__crc32c(0, buf, n - 4));        /* 18 QPs */
+    CHECK_RES(omc_rdma_record_decode(buf, n, &b), OMC_ERR_MALFORMED);
+}
+
+OMC_TEST(descriptor_version_2_has_a_key_per_rail) {
+    omc_rdma_target t, u;
+    uint8_t buf[OMC_RDMA_TARGET_MAX];
+    size_t n = 0;
+    uint32_t i;
+    memset(&t, 0, sizeof(t));
+    t.conn_id = 77;
+    t.flags = OMC_RDMA_FLAG_REGIONS;
+    t.rails = 2;
+    t.count = 3;
+    for (i = 0; i < 3; i++) {
+        t.extent[i].addr = 0x7f0000000000ull + i * 4096;
+        t.extent[i].length = 4096;
+        t.extent[i].rkeys[0] = 0x100 + i; t.extent[i].qps[0] = (uint16_t)(i % 2);
+        t.extent[i].rkeys[1] = 0x200 + i; t.extent[i].qps[1] = (uint16_t)(2 + i % 2);
+        t.length += 4096;
+    }
+    t.extent[2].rkeys[1] = 0; t.extent[2].qps[1] = OMC_RDMA_NO_QP;    /* rail 1 cannot reach it */
+    CHECK_OK(omc_rdma_target_encode(&t, buf, sizeof(buf), &n));
+    CHECK_EQ(n, 24 + (16 + 16) * 3 + 4);
+    CHECK_EQ(buf[4], 2); CHECK_EQ(buf[5], 3); CHECK_EQ(buf[6], OMC_RDMA_FLAG_REGIONS); CHECK_EQ(buf[7], 2);
+    CHECK_EQ(omc__get_u32(buf + 24 + 32 + 16 + 8), 0x201);            /* extent 1, rail 1's key */
+    CHECK_EQ(omc__get_u16(buf + 24 + 64 + 16 + 8 + 4), OMC_RDMA_NO_QP);
+    CHECK_OK(omc_rdma_target_decode(buf, n, 4, &u));
+    CHECK_EQ(u.rails, 2);
+    CHECK_EQ(u.count, 3);
+    CHECK_EQ(u.extent[1].rkeys[1], 0x201);
+    CHECK_EQ(u.extent[1].rkey, 0x101);                                  /* rail 0 mirrored */
+    CHECK_EQ(u.extent[2].qps[1], OMC_RDMA_NO_QP);
+    CHECK_RES(omc_rdma_target_decode(buf, n, 3, &u), OMC_ERR_MALFORMED);   /* QP 3 of a 3-QP connection */
+    /* an extent no rail reaches, a key without a QP, the size cap */
+    t.extent[2].qps[0] = OMC_RDMA_NO_QP;
+    CHECK_RES(omc_rdma_target_encode(&t, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);
+    t.extent[2].qps[0] = 0;
+    CHECK_OK(omc_rdma_target_encode(&t, buf, sizeof(buf), &n));
+    omc__put_u32(buf + 24 + 64 + 16 + 8, 5); omc__put_u32(buf + n - 4, omc__crc32c(0, buf, n - 4));
+    CHECK_RES(omc_rdma_target_decode(buf, n, 0, &u), OMC_ERR_MALFORMED);
+    CHECK_EQ(u.count, 0);
+    t.rails = 4;
+    t.count = 21;                       /* 24 + 48 * 21 + 4 > 1024 */
+    for (i = 3; i < 21; i++) t.extent[i] = t.extent[0];
+    t.length = 4096 * 21;
+    CHECK_RES(omc_rdma_target_encode(&t, buf, sizeof(buf), &n), OMC_ERR_TOO_LARGE);
+}
+
+OMC_TEST(subnet_rule_compares_the_prefix) {
+    uint8_t a[16], b[16];
+    omc_rdma_addr_to_gid("10.99.0.1", a);
+    omc_rdma_addr_to_gid("10.99.0.2", b);
+    CHECK(omc__rdma_same_subnet(a, b, 120));
+    CHECK(!omc__rdma_same_subnet(a, b, 128));
+    omc_rdma_addr_to_gid("10.99.1.2", b);
+    CHECK(!omc__rdma_same_subnet(a, b, 120));                   /* another rail's subnet */
+    CHECK(omc__rdma_same_subnet(a, b, 112));                    /* a /16 would pair them */
+    CHECK(omc__rdma_same_subnet(a, b, 0));
 }
 
 int main(int argc, char** argv) {

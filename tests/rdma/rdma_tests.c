@@ -1758,6 +1758,7 @@ typedef struct rails_server {
     omc_buffer buf;
     omc_rdma_window* win;
     uint64_t size;
+    omc_conn* recv;             /* the receiver connector (CGET) */
 } rails_server;
 
 static void* rails_link_later(void* arg) {      /* "LINK <dev> <up|down> <ms>" */
@@ -1772,6 +1773,8 @@ static void* rails_link_later(void* arg) {      /* "LINK <dev> <up|down> <ms>" *
     free(cmd);
     return NULL;
 }
+
+static int rails_cget(omc_conn** recv, int fd, const char* cmd);
 
 static int rails_serve_one(rails_server* v, int fd) {
     char cmd[OMC_RDMA_RECORD_MAX + 64];
@@ -1819,6 +1822,7 @@ static int rails_serve_one(rails_server* v, int fd) {
         if (copy && pthread_create(&th, NULL, rails_link_later, copy) == 0) pthread_detach(th);
         return say(fd, "OK");
     }
+    if (strncmp(cmd, "CGET ", 5) == 0) return rails_cget(&v->recv, fd, cmd);
     if (strcmp(cmd, "QUIT") == 0) return 1;
     return say(fd, "ERR unknown");
 }
@@ -1842,6 +1846,7 @@ static int rails_serve(void) {
     if (v.win) omc_rdma_revoke(v.win, omc_deadline_after_ms(5000));
     if (v.buf.data) omc_buffer_release(&v.buf);
     if (v.conn) omc_rdma_conn_destroy(v.conn);
+    if (v.recv) omc_conn_destroy(v.recv);
     rails_print(&v.s[0], "b end");
     side_close(&v.s[1]);
     side_close(&v.s[0]);
@@ -1875,9 +1880,11 @@ static omc_result rails_connect(side* s, int which, uint32_t* b_rails_up) {
     return r;
 }
 
-/* Expose size bytes at b, write the pattern of seed; link_cmd (optional) is sent to b first, or
-   run here after delay_ms. Returns the write's result and whether b saw the right bytes. */
-static omc_result rails_transfer(side* s, uint64_t size, uint64_t seed, const char* local_cmd, int delay_ms, int* ok, double* secs) {
+/* Expose size bytes at b, write the pattern of seed; local_cmd (optional) runs here delay_ms
+   into the write, remote_cmd (optional, "LINK <dev> <up|down>") at b. Returns the write's result
+   and whether b saw the right bytes. */
+static omc_result rails_transfer(side* s, uint64_t size, uint64_t seed, const char* local_cmd, const char* remote_cmd, int delay_ms,
+                                 int* ok, double* secs) {
     uint8_t desc[OMC_RDMA_TARGET_MAX + 16];
     char cmd[64], reply[64];
     omc_buffer src;
@@ -1892,6 +1899,11 @@ static omc_result rails_transfer(side* s, uint64_t size, uint64_t seed, const ch
     r = omc_pool_alloc_buffer(s->pool, size, &src);
     if (r != OMC_OK) return r;
     omc_test_fill(src.data, size, seed);
+    if (remote_cmd) {           /* b runs it delay_ms from now, while we write */
+        snprintf(cmd, sizeof(cmd), "%s %d", remote_cmd, delay_ms);
+        printf("  b, %d ms into the write: %s\n", delay_ms, remote_cmd);
+        if (ask(g_rfd, cmd, reply, sizeof(reply)) <= 0) printf("  (b did not answer)\n");
+    }
     sge.addr = src.data;
     sge.length = size;
     t0 = omc_now_ns();
@@ -1942,12 +1954,52 @@ RAILS_CASE(a_write_is_striped_over_both_rails) {
     CHECK_EQ(ci.rails_up, 2);
     CHECK_EQ(bu, 2);
     rails_stat(s, 0, &r0); rails_stat(s, 1, &r1);
-    CHECK_OK(rails_transfer(s, 32 * MIB, 11, NULL, 0, &ok, &secs));
+    CHECK_OK(rails_transfer(s, 32 * MIB, 11, NULL, NULL, 0, &ok, &secs));
     CHECK(ok);
     rails_stat(s, 0, &a0); rails_stat(s, 1, &a1);
     CHECK(a0.bytes > r0.bytes && a1.bytes > r1.bytes);          /* both rails carried slices */
     CHECK_EQ((a0.bytes - r0.bytes) + (a1.bytes - r1.bytes), 32 * MIB);
     CHECK(a0.throughput > 0 && a1.throughput > 0);
+    rails_print(s, "after");
+}
+
+/* Figures for the same boot (ratios only: Soft-RoCE under TCG is CPU-bound, two rails share one
+   vCPU): 32 MiB over one rail, then over two. */
+RAILS_CASE(one_rail_and_two_rails_in_the_same_boot) {
+    double one_s = 0, two_s = 0;
+    int ok1 = 0, ok2 = 0;
+    REQUIRE(rails_connect(one, 1, NULL) == OMC_OK);
+    CHECK_OK(rails_transfer(one, 32 * MIB, 21, NULL, NULL, 0, &ok1, &one_s));
+    REQUIRE(rails_connect(s, 0, NULL) == OMC_OK);
+    CHECK_OK(rails_transfer(s, 32 * MIB, 22, NULL, NULL, 0, &ok2, &two_s));
+    CHECK(ok1 && ok2);
+    printf("  rails figure: 32 MiB, 1 rail %.1f MB/s, 2 rails %.1f MB/s, ratio %.2f\n", 32 * MIB / 1e6 / one_s,
+           32 * MIB / 1e6 / two_s, one_s / two_s);
+}
+
+/* A slower rail gets fewer slices: rail 1 shaped to 16 Mbit/s on this host (tc tbf), the first
+   write measures it, the second is planned with the measured rates. */
+RAILS_CASE(a_slow_rail_gets_fewer_slices) {
+    omc_rdma_rail_stat b0, b1, a0, a1;
+    int ok;
+    double secs;
+    (void)one;
+    REQUIRE(s->conn != NULL);
+    if (system("tc qdisc add dev rail1 root tbf rate 16mbit burst 32kbit latency 400ms") != 0) {
+        printf("  (tc could not shape rail1: nothing to measure)\n");
+        return;
+    }
+    CHECK_OK(rails_transfer(s, 8 * MIB, 23, NULL, NULL, 0, &ok, &secs));
+    CHECK(ok);
+    rails_stat(s, 0, &b0); rails_stat(s, 1, &b1);
+    CHECK_OK(rails_transfer(s, 16 * MIB, 24, NULL, NULL, 0, &ok, &secs));
+    CHECK(ok);
+    rails_stat(s, 0, &a0); rails_stat(s, 1, &a1);
+    printf("  rail 0 carried %llu KiB, the shaped rail 1 %llu KiB (weights now %.2f / %.2f)\n",
+           (unsigned long long)((a0.bytes - b0.bytes) >> 10), (unsigned long long)((a1.bytes - b1.bytes) >> 10), a0.weight, a1.weight);
+    CHECK(a0.bytes - b0.bytes > 2 * (a1.bytes - b1.bytes));
+    CHECK(a0.weight > a1.weight);
+    if (system("tc qdisc del dev rail1 root") != 0) printf("  (tc could not remove the shaping)\n");
     rails_print(s, "after");
 }
 
@@ -1959,7 +2011,7 @@ RAILS_CASE(rail_down_on_the_writer_mid_transfer_finishes_on_the_other) {
     (void)one;
     REQUIRE(s->conn != NULL);
     rails_stat(s, 0, &b0);
-    CHECK_OK(rails_transfer(s, 64 * MIB, 12, "ip link set rail1 down", 300, &ok, &secs));
+    CHECK_OK(rails_transfer(s, 64 * MIB, 12, "ip link set rail1 down", NULL, 300, &ok, &secs));
     CHECK(ok);
     rails_stat(s, 0, &a0); rails_stat(s, 1, &a1);
     CHECK_EQ(a1.up, 0);
@@ -1972,7 +2024,7 @@ RAILS_CASE(rail_down_on_the_writer_mid_transfer_finishes_on_the_other) {
     rails_print(s, "after");
     /* and the next write uses the rail that is left */
     rails_stat(s, 1, &a1);
-    CHECK_OK(rails_transfer(s, 8 * MIB, 13, NULL, 0, &ok, &secs));
+    CHECK_OK(rails_transfer(s, 8 * MIB, 13, NULL, NULL, 0, &ok, &secs));
     CHECK(ok);
     rails_stat(s, 1, &b0);
     CHECK_EQ(b0.bytes, a1.bytes);
@@ -1998,7 +2050,7 @@ RAILS_CASE(a_rail_that_comes_back_rejoins) {
     CHECK_OK(omc_rdma_conn_query(s->conn, &ci));
     CHECK_EQ(ci.rails_up, 2);
     rails_stat(s, 1, &before);
-    CHECK_OK(rails_transfer(s, 16 * MIB, 14, NULL, 0, &ok, &secs));
+    CHECK_OK(rails_transfer(s, 16 * MIB, 14, NULL, NULL, 0, &ok, &secs));
     CHECK(ok);
     rails_stat(s, 1, &st);
     CHECK(st.bytes > before.bytes);
@@ -2013,8 +2065,7 @@ RAILS_CASE(rail_down_on_the_receiver_fails_over_after_the_retries) {
     (void)one;
     REQUIRE(s->conn != NULL);
     rails_stat(s, 1, &b1);
-    CHECK(ask(g_rfd, "LINK rail1 down 300", reply, sizeof(reply)) > 0);
-    CHECK_OK(rails_transfer(s, 32 * MIB, 15, NULL, 0, &ok, &secs));
+    CHECK_OK(rails_transfer(s, 32 * MIB, 15, NULL, "LINK rail1 down", 300, &ok, &secs));
     CHECK(ok);
     rails_stat(s, 1, &a1);
     CHECK(a1.failures > b1.failures);           /* the pair failed: retries ran out */
@@ -2035,7 +2086,7 @@ RAILS_CASE(a_one_rail_peer_still_connects) {
     CHECK_OK(omc_rdma_conn_query(s->conn, &ci));
     CHECK_EQ(ci.rails, 1);
     CHECK_EQ(bu, 1);
-    CHECK_OK(rails_transfer(s, 8 * MIB, 16, NULL, 0, &ok, &secs));
+    CHECK_OK(rails_transfer(s, 8 * MIB, 16, NULL, NULL, 0, &ok, &secs));
     CHECK(ok);
     /* our one-rail engine accepts b's two-rail record: one pair of two */
     REQUIRE(rails_connect(one, 0, &bu) == OMC_OK);
@@ -2043,8 +2094,121 @@ RAILS_CASE(a_one_rail_peer_still_connects) {
     CHECK_EQ(ci.rails, 2);
     CHECK_EQ(ci.rails_up, 1);
     CHECK_EQ(bu, 1);
-    CHECK_OK(rails_transfer(one, 8 * MIB, 17, NULL, 0, &ok, &secs));
+    CHECK_OK(rails_transfer(one, 8 * MIB, 17, NULL, NULL, 0, &ok, &secs));
     CHECK(ok);
+}
+
+/* ---- the same through the remote connector: a sender here, a receiver at b ---- */
+
+#define RAILS_CONN_PORT 7792
+
+static omc_conn* rails_connector(omc_role role) {
+    omc_rdma_connector_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.net.role = role;
+    d.net.host = role == OMC_ROLE_SENDER ? bed_ip() : NULL;
+    d.net.port = role == OMC_ROLE_SENDER ? RAILS_CONN_PORT : 0;
+    d.net.pool_size = 96 * MIB;
+    d.net.hooks = test_hooks();
+    d.rdma.local_addr = rails_addrs();
+    d.rdma.hooks = test_hooks();
+    d.require_rdma = 1;
+    if (omc_rdma_connector_create(&d, &c) != OMC_OK) return NULL;
+    return c;
+}
+
+/* b: "CGET <key> <seed>": get the key (waiting for it) from the sender at a, check the bytes. */
+static int rails_cget(omc_conn** recv, int fd, const char* cmd) {
+    char key[64], out[128];
+    unsigned long long seed = 0;
+    omc_buffer b;
+    omc_rdma_connector_info ri;
+    omc_result r;
+    if (sscanf(cmd, "CGET %63s %llu", key, &seed) != 2) return say(fd, "ERR syntax");
+    if (!*recv) {
+        *recv = rails_connector(OMC_ROLE_RECEIVER);
+        if (!*recv || omc_tcp_add_sender(*recv, "a", env_or_default("OMC_RDMA_PEER_IP", "10.99.0.1"), RAILS_CONN_PORT) != OMC_OK)
+            return say(fd, "ERR receiver");
+    }
+    memset(&b, 0, sizeof(b));
+    r = omc_conn_get(*recv, "a", "b", key, NULL, 0, omc_deadline_after_ms(60000), &b);
+    omc_rdma_connector_query(*recv, &ri);
+    snprintf(out, sizeof(out), "%s %d %llu", omc_result_name(r), r == OMC_OK && omc_test_verify(b.data, b.size, seed),
+             (unsigned long long)ri.rdma_channels);
+    if (r == OMC_OK) omc_buffer_release(&b);
+    return say(fd, out);
+}
+
+typedef struct rails_later { const char* cmd; int ms; } rails_later;
+static void* rails_run_later(void* arg) {
+    rails_later* l = (rails_later*)arg;
+    usleep((useconds_t)l->ms * 1000);
+    printf("  %d ms into the get: %s\n", l->ms, l->cmd);
+    if (system(l->cmd) != 0) printf("  (%s failed)\n", l->cmd);
+    return NULL;
+}
+
+/* put at a, get at b; cmd (optional) runs here ms after the get was asked for */
+static int rails_cput_get(omc_conn* send, const char* key, uint64_t size, uint64_t seed, const char* cmd, int ms, unsigned* channels) {
+    omc_payload p;
+    omc_meta m;
+    char ask_cmd[96], reply[128], res[48];
+    int ok = 0;
+    pthread_t th;
+    rails_later later;
+    void* data = malloc(size);
+    if (!data) return 0;
+    omc_test_fill(data, size, seed);
+    memset(&p, 0, sizeof(p));
+    p.data = data;
+    p.size = size;
+    memset(&m, 0, sizeof(m));
+    if (omc_conn_put(send, "a", "b", key, &p, &m) != OMC_OK) { free(data); return 0; }
+    free(data);
+    omc_meta_free(&m);
+    later.cmd = cmd;
+    later.ms = ms;
+    if (cmd) pthread_create(&th, NULL, rails_run_later, &later);
+    snprintf(ask_cmd, sizeof(ask_cmd), "CGET %s %llu", key, (unsigned long long)seed);
+    if (ask(g_rfd, ask_cmd, reply, sizeof(reply)) > 0 && sscanf(reply, "%47s %d %u", res, &ok, channels) == 3)
+        printf("  get of %llu MiB at b: %s, bytes %s, b's RDMA channels so far %u\n", (unsigned long long)(size / MIB), res,
+               ok ? "right" : "WRONG", *channels);
+    else printf("  b: %s\n", reply);
+    if (cmd) pthread_join(th, NULL);
+    return ok && strcmp(res, "OMC_OK") == 0;
+}
+
+RAILS_CASE(connector_gets_survive_a_rail_and_win_it_back) {
+    omc_conn* send = rails_connector(OMC_ROLE_SENDER);
+    omc_rdma_rail_stat st[2], before;
+    unsigned ch = 0, ch_before;
+    int i, n;
+    (void)s; (void)one;
+    REQUIRE(send != NULL);
+    n = omc_rdma_connector_rail_stats(send, st, 2);
+    CHECK_EQ(n, 2);
+    CHECK(rails_cput_get(send, "k1", 16 * MIB, 31, NULL, 0, &ch));
+    n = omc_rdma_connector_rail_stats(send, st, 2);
+    CHECK(st[0].bytes > 0 && st[1].bytes > 0);                  /* the push was striped */
+    /* rail 1 down here while b's get waits: the push finishes on rail 0 */
+    CHECK(rails_cput_get(send, "k2", 32 * MIB, 32, "ip link set rail1 down", 500, &ch));
+    omc_rdma_connector_rail_stats(send, st, 2);
+    CHECK_EQ(st[1].up, 0);
+    ch_before = ch;
+    if (system("ip link set rail1 up") != 0) printf("  (ip link set rail1 up failed)\n");
+    for (i = 0; i < 100; i++) { omc_rdma_connector_rail_stats(send, st, 2); if (st[1].up) break; usleep(100000); }
+    CHECK(st[1].up);
+    usleep(1500000);
+    before = st[1];
+    /* b's channel lost rail 1 (its probes on it went unanswered): it is replaced, and the next
+       push uses both rails again */
+    CHECK(rails_cput_get(send, "k3", 16 * MIB, 33, NULL, 0, &ch));
+    omc_rdma_connector_rail_stats(send, st, 2);
+    printf("  rail 1 carried %llu bytes of k3; b's channels %u -> %u\n", (unsigned long long)(st[1].bytes - before.bytes), ch_before, ch);
+    CHECK(st[1].bytes > before.bytes);
+    CHECK(ch > ch_before);
+    omc_conn_destroy(send);
 }
 
 static int rails_drive(void) {
@@ -2071,10 +2235,13 @@ static int rails_drive(void) {
     }
     RAILS_RUN(engine_opens_both_rails);
     RAILS_RUN(a_write_is_striped_over_both_rails);
+    RAILS_RUN(one_rail_and_two_rails_in_the_same_boot);
+    RAILS_RUN(a_slow_rail_gets_fewer_slices);
     RAILS_RUN(rail_down_on_the_writer_mid_transfer_finishes_on_the_other);
     RAILS_RUN(a_rail_that_comes_back_rejoins);
     RAILS_RUN(rail_down_on_the_receiver_fails_over_after_the_retries);
     RAILS_RUN(a_one_rail_peer_still_connects);
+    RAILS_RUN(connector_gets_survive_a_rail_and_win_it_back);
     say(g_rfd, "QUIT");
     close(g_rfd);
     if (system("ip link set rail1 up") != 0) { /* already up */ }
