@@ -33,6 +33,8 @@
 #define MR_HUGE (96 * MIB)          /* both rails down: still in flight when both ports are down */
 #define MR_POOL (MR_HUGE + MR_BIG + 16 * MIB)
 #define MR_REJOIN_MS 45000          /* a rail that came back must carry bytes again within this */
+#define MR_FAULT_AFTER_US 1000000   /* a fault comes this long into a get (48 MiB take 4-5 s here; the
+                                       rail counters move in bursts, so they cannot time it) */
 
 #if defined(OMC_RDMA_MAX_RAILS)
 #define MR_HAVE_RAILS 1
@@ -113,16 +115,6 @@ static uint64_t mr_bytes(omc_conn* c, int i) {
     omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
     int n = omc_rdma_connector_rail_stats(c, st, OMC_RDMA_MAX_RAILS);
     return n > i ? st[i].bytes : 0;
-}
-
-/* Wait until rail i has written more than `than` bytes (the transfer is under way on it). */
-static int mr_wait_bytes(omc_conn* c, int i, uint64_t than, int ms) {
-    omc_time_ns until = omc_deadline_after_ms(ms);
-    while (omc_now_ns() < until) {
-        if (mr_bytes(c, i) > than) return 1;
-        usleep(20000);
-    }
-    return 0;
 }
 
 /* The bed's device of rail 0 or 1 ("rxe0", "rxe1"). */
@@ -315,9 +307,9 @@ static void b_fewer(ct_env* e) {
 
 /* ---- 3. rail1 down mid-transfer ------------------------------------------------------------- */
 
-/* A 48 MiB get; once rail1 has carried some of it, rail1 goes down on the sender's host. The get
-   returns OMC_OK with every byte intact (the rest went over rail0), the sender's rail 1 is down
-   with a reason and a failure counted, and rail0 carried bytes after the fault. */
+/* A 48 MiB get; 1 s into it rail1 goes down on the sender's host. The get returns OMC_OK with
+   every byte intact (the rest went over rail0), the sender's rail 1 is down with a reason and a
+   failure counted (it was in use), and rail0 carried bytes after the fault. */
 static void a_rail1_down(ct_env* e) {
     omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
     xh_usage before = usage_now();
@@ -330,7 +322,7 @@ static void a_rail1_down(ct_env* e) {
     if (!s) { free(data); REQUIRE(s); }
     a_put(e, s, e->key, MR_BIG, g_seed, data);
     ct_expect(e, "getting");
-    CHECK(mr_wait_bytes(s, 1, 0, 10000));         /* rail1 is carrying part of it */
+    usleep(MR_FAULT_AFTER_US);
     r0_at_down = mr_bytes(s, 0);
     CHECK_EQ(link_cmd("rail1", "down"), 0);
     printf("  rail1 down on the sender's host, %llu + %llu bytes into the transfer\n", (unsigned long long)r0_at_down,
@@ -342,7 +334,8 @@ static void a_rail1_down(ct_env* e) {
     if (n == 2) {
         CHECK(st[0].up);
         CHECK(!st[1].up);
-        CHECK(st[1].failures >= 1);
+        CHECK(st[1].failures >= 1);               /* a connection lost its QPs there: it was in use */
+        CHECK(st[1].bytes > 0);
         CHECK(st[1].why[0] != 0);                 /* health says why */
         CHECK(st[0].bytes > r0_at_down);          /* the rest went over rail0 */
         CHECK(st[0].bytes + st[1].bytes >= MR_BIG);
@@ -464,7 +457,7 @@ static int links_cmd(const char* state) {
     return system(cmd);
 }
 
-/* A 96 MiB get; both rails go down on the sender's host while it runs. The get ends inside its
+/* A 96 MiB get; 1 s into it both rails go down on the sender's host. The get ends inside its
    deadline with OMC_ERR_CONNECTION (no pair left: the documented code), and no buffer; the
    receiver's health names the engine's error. Both rails come back: the next payload through the
    same sender and receiver arrives intact. */
@@ -483,7 +476,7 @@ static void a_both_down(ct_env* e) {
     a_put(e, s, e->key, MR_HUGE, g_seed, data);
     ct_expect(e, "getting");
     t0 = omc_now_ns();
-    CHECK(mr_wait_bytes(s, 0, 0, 10000) || mr_bytes(s, 1) > 0);
+    usleep(MR_FAULT_AFTER_US);
     CHECK_EQ(links_cmd("down"), 0);
     at_down = mr_bytes(s, 0) + mr_bytes(s, 1);
     printf("  both rails down on the sender's host %.2f s into the get, %llu of %llu bytes written\n", (double)(omc_now_ns() - t0) / 1e9,
