@@ -224,6 +224,7 @@ typedef struct bench_timeline {
     double slice_s;
     uint64_t bytes[BENCH_MAX_SLICES];
     uint64_t rail_bytes[BENCH_MAX_SLICES][BENCH_RAILS];     /* cumulative, at the slice's last ack */
+    uint64_t rail_start[BENCH_RAILS];                       /* cumulative, when the phase started */
     char rail_name[BENCH_RAILS][64];
     double flap_down_at, flap_up_at;    /* seconds into the phase, -1 = did not happen */
     int flap_down_rc, flap_up_rc;
@@ -579,6 +580,7 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
     memset(&bench_tl, 0, sizeof(bench_tl));
     bench_tl.slice_s = o->timeline;
     bench_tl.flap_down_at = bench_tl.flap_up_at = -1;
+    if (o->timeline > 0 && strcmp(o->transport, "rdma") == 0) bench_tl.rails = bench_rail_bytes(s->conn, bench_tl.rail_start, bench_tl.rail_name);
     if (o->flap_dev) {
         flap.o = o;
         flap.t_first = t_first;
@@ -710,6 +712,7 @@ static void print_timeline(const bench_opts* o) {
             uint64_t now = bench_tl.rail_bytes[k][r], prev = 0;
             int j;
             for (j = k - 1; j >= 0 && !prev; j--) prev = bench_tl.rail_bytes[j][r];
+            if (!prev) prev = bench_tl.rail_start[r];   /* the latency phase's bytes are not this phase's */
             if (!now) now = prev;      /* no ack in this slice: nothing sampled */
             printf("  %9.2f", (double)(now - prev) / o->timeline / 1e6);
         }
@@ -780,7 +783,9 @@ static int write_json(const bench_opts* o, const bench_row* rows, int n, int pro
             fprintf(f, ", \"down_at_s\": %.3f, \"up_at_s\": %.3f, \"down_rc\": %d, \"up_rc\": %d}", bench_tl.flap_down_at, bench_tl.flap_up_at,
                     bench_tl.flap_down_rc, bench_tl.flap_up_rc);
         } else fprintf(f, "null");
-        fprintf(f, ",\n    \"slices\": [");
+        fprintf(f, ",\n    \"rail_bytes_at_start\": [");
+        for (r = 0; r < bench_tl.rails; r++) fprintf(f, "%s%llu", r ? ", " : "", (unsigned long long)bench_tl.rail_start[r]);
+        fprintf(f, "],\n    \"slices\": [");
         for (k = 0; k < bench_tl.slices; k++) {
             fprintf(f, "%s\n      {\"t_s\": %.3f, \"bytes\": %llu, \"rail_bytes_cumulative\": [", k ? "," : "", k * o->timeline,
                     (unsigned long long)bench_tl.bytes[k]);

@@ -448,7 +448,84 @@ static void b_rejoin(ct_env* e) {
     b_done(e, c, before, "receiver (rejoin)");
 }
 
-/* ---- 5. both rails down ----------------------------------------------------------------------- */
+/* ---- 5. rail1 back up after the receiver replaced its channel while it was down ---------------- */
+
+/* Like 4, but payloads keep coming for 4 s while rail1 is down (a receiver that saw a rail fail
+   replaces its channel, once per back-off of 1 s and more, and the new one can only pair rail0).
+   When rail1 is up again, the payloads that follow must be partly carried by it within
+   MR_REJOIN_MS, as in 4: a channel must not lose a rail for good because it was replaced while
+   the rail was down. */
+static void a_rejoin_late(ct_env* e) {
+    xh_usage before = usage_now();
+    void* data = malloc(MR_SMALL);
+    char key[96];
+    uint64_t r1;
+    int i = 0, back = 0;
+    omc_time_ns until;
+    omc_conn* s;
+    REQUIRE(data);
+    s = a_sender(e, 2);
+    if (!s) { free(data); REQUIRE(s); }
+    snprintf(key, sizeof(key), "%s.%d", e->key, i);
+    a_put(e, s, key, MR_SMALL, g_seed + (uint64_t)i++, data);
+    ct_expect(e, "got");
+    CHECK_EQ(link_cmd("rail1", "down"), 0);
+    until = omc_deadline_after_ms(4000);
+    while (omc_now_ns() < until) {                  /* payloads while rail1 is down */
+        snprintf(key, sizeof(key), "%s.%d", e->key, i);
+        a_put(e, s, key, MR_SMALL, g_seed + (uint64_t)i++, data);
+        ct_expect(e, "got");
+        usleep(300000);
+    }
+    r1 = mr_bytes(s, 1);
+    printf("  %d payloads while rail1 was down\n", i - 1);
+    CHECK_EQ(link_cmd("rail1", "up"), 0);
+    CHECK(wait_port_active(mr_dev(1), 20000));
+    until = omc_deadline_after_ms(MR_REJOIN_MS);
+    while (!back && omc_now_ns() < until) {
+        snprintf(key, sizeof(key), "%s.%d", e->key, i);
+        a_put(e, s, key, MR_SMALL, g_seed + (uint64_t)i++, data);
+        ct_expect(e, "got");
+        back = mr_bytes(s, 1) > r1;
+        if (!back) usleep(200000);
+    }
+    ctl_sendf(e->fd, "stop");
+    printf("  rail1 %s, %d payloads in all\n", back ? "carried bytes again" : "did NOT carry bytes again within 45 s", i);
+    CHECK(back);
+    ct_expect(e, "done");
+    omc_conn_destroy(s);
+    free(data);
+    check_no_leak("sender (rejoin after a replacement)", before);
+}
+
+/* Receiver: payload after payload (key.i, MR_SMALL bytes of seed + i) until "stop". */
+static void b_rejoin_late(ct_env* e) {
+    xh_usage before = usage_now();
+    char key[96];
+    int i;
+    omc_conn* c = b_receiver(e, 2);
+    REQUIRE(c);
+    for (i = 0;; i++) {
+        uint32_t n = 0;
+        char* m = (char*)ct_recv(e, &n);
+        omc_buffer b;
+        omc_result r;
+        if (!m || (n == 4 && memcmp(m, "stop", 4) == 0)) { CHECK(m != NULL); free(m); break; }
+        snprintf(key, sizeof(key), "%s.%d", e->key, i);
+        memset(&b, 0, sizeof(b));
+        r = omc_conn_get(c, e->from, e->to, key, m, n, omc_deadline_after_ms(MR_GET_DEADLINE_MS), &b);
+        CHECK_OK(r);
+        if (r == OMC_OK) {
+            CHECK(b.size == MR_SMALL && omc_test_verify(b.data, b.size, g_seed + (uint64_t)i));
+            CHECK_OK(omc_buffer_release(&b));
+        }
+        free(m);
+        ct_say(e, "got");
+    }
+    b_done(e, c, before, "receiver (rejoin after a replacement)");
+}
+
+/* ---- 6. both rails down ----------------------------------------------------------------------- */
 
 /* Both rails down (or up) at once: one ip process, two netlink requests back to back. */
 static int links_cmd(const char* state) {
@@ -541,6 +618,7 @@ static const mr_case mr_cases[] = {
     MR_CASE("peer_with_fewer_rails", a_fewer, b_fewer),
     MR_CASE("rail1_down_mid_transfer_finishes_on_rail0", a_rail1_down, b_rail1_down),
     MR_CASE("rail1_back_up_rejoins", a_rejoin, b_rejoin),
+    MR_CASE("rail1_rejoins_after_a_replacement_while_down", a_rejoin_late, b_rejoin_late),
     MR_CASE("both_rails_down_then_recovery", a_both_down, b_both_down),
 };
 #define MR_NCASES ((int)(sizeof(mr_cases) / sizeof(mr_cases[0])))
