@@ -671,7 +671,7 @@ int main(int argc, char** argv) {
     if (argc > 1 && strcmp(argv[1], "--serve") == 0) return xh_serve(serve_request);
     if (!is_host_a()) {
         printf("SKIP multi-rail tests (not host a of the two-guest bed: run through tests/rdma/xhost-tests.sh)\n");
-        printf("multirail_tests: 0 passed, 0 failed\n");
+        printf("%s: 0 passed, 0 failed\n", strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0]);
         return 0;
     }
     (void)omc_test_main; (void)omc_test_register;   /* omc_test.h's list runner: not used here */
@@ -682,6 +682,7 @@ int main(int argc, char** argv) {
         if (selected) run_case(i);
     }
     xh_quit_server();
-    printf("multirail_tests: %d passed, %d failed\n", omc_test_sub_passed, omc_test_sub_failed);
+    printf("%s: %d passed, %d failed\n", strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0], omc_test_sub_passed,
+           omc_test_sub_failed);     /* multirail_tests or multirail_tests_asan: the script looks for each */
     return omc_test_sub_failed ? 1 : 0;
 }
