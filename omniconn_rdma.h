@@ -329,8 +329,8 @@ RAILS: SEVERAL NICS, FAILOVER, TOPOLOGY
     rail again. The remote connector does that by itself: a receiver channel whose connection
     lost a rail that is up again is replaced before its next get (a new HELLO, QPs on every
     rail), at most once per back-off (1 s, doubling to 30 s while it keeps happening). A
-    receiver learns that its sender lost a rail from its liveness probes, which take turns on
-    the rails while a get waits (a probe that fails on one rail takes that rail down, not the
+    receiver learns that its sender lost a rail from its liveness probes, one on every rail
+    while a get waits (a probe that fails on one rail takes that rail down, not the
     get); a rail lost while no get waited is won back at the next replacement.
 
     Health. omc_rdma_rail_stats (and omc_rdma_connector_rail_stats for a connector) report per
@@ -875,7 +875,8 @@ typedef struct omc_rdma_conn_info {
     uint32_t qpn[OMC_RDMA_MAX_QPS], peer_qpn[OMC_RDMA_MAX_QPS];
     uint32_t rails;             /* rails paired with the peer's (QPs on each) */
     uint32_t rails_up;          /* of those, still working (ok while >= 1) */
-    uint32_t rail[OMC_RDMA_MAX_RAILS];      /* the engine's rail index behind each pair */
+    uint32_t rail[OMC_RDMA_MAX_RAILS];      /* the engine's rail behind each pair (OMC_RDMA_MAX_RAILS: none, the
+                                               peer's rail at that place found no partner here) */
 } omc_rdma_conn_info;
 OMNICONN_API omc_result omc_rdma_conn_query(omc_rdma_conn* conn, omc_rdma_conn_info* out);
 /* Break the connection (QPs to ERROR: outstanding work fails at once) and release this handle;
@@ -2051,7 +2052,6 @@ struct omc_rdma_conn {
     uint32_t nqp, path_mtu, next_qp;
     uint32_t npairs, qpp;       /* pairs of rails, QPs per pair: QP i is in pair i / qpp */
     uint32_t nlive;             /* QPs created (pairs we have no rail for have none) */
-    uint32_t next_probe;        /* liveness probes take turns on the pairs */
     uint8_t peer_flags;
     omc__rdma_pair pair[OMC_RDMA_MAX_RAILS];
     omc__rdma_qp qps[OMC_RDMA_MAX_QPS];
@@ -2587,7 +2587,11 @@ OMC__PRIVATE void omc__rdma_retire(omc_rdma* E, omc__rdma_qp* q, omc_result r, i
         } else if (!q->conn->broken && r != OMC_ERR_RDMA_ACCESS) {
             sl->state = OMC__SLICE_REPOST;
             op->reposts++;
-        } else if (op->status == OMC_OK) { op->status = r; op->wc_status = wc_status; }
+        } else if (op->status == OMC_OK) {
+            /* flushed because the last rail went: the write fails for that rail's reason */
+            op->status = r == OMC_ERR_RDMA_QP && q->conn->error == OMC_ERR_CONNECTION ? OMC_ERR_CONNECTION : r;
+            op->wc_status = wc_status;
+        }
     } else if (r != OMC_OK && op->status == OMC_OK) { op->status = r; op->wc_status = wc_status; }
     if (--op->pending == 0 && op->abandoned) { op->next = E->reap; E->reap = op; }
 }
@@ -3861,6 +3865,7 @@ OMNICONN_API omc_result omc_rdma_conn_record(omc_rdma_conn* c, void* out, size_t
 }
 
 OMC__PRIVATE uint64_t omc__rdma_conn_id(const omc_rdma_conn* c) { return c->conn_id; }
+OMC__PRIVATE uint32_t omc__rdma_conn_pairs(const omc_rdma_conn* c) { return c->npairs; }
 
 OMNICONN_API int omc_rdma_conn_ok(omc_rdma_conn* c) {
     int ok;
@@ -4044,27 +4049,23 @@ OMC__PRIVATE omc_result omc__rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline,
 OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline) { return omc__rdma_op_wait(op, deadline, 1); }
 OMNICONN_API omc_result omc_rdma_op_test(omc_rdma_op* op, omc_time_ns deadline) { return omc__rdma_op_wait(op, deadline, 0); }
 
-/* Is the peer still there? Post a zero-byte RDMA WRITE on the first QP of one pair of rails (the
-   pairs take turns, so a path that died is noticed even while another works): a zero-byte
+/* Is the peer still there on pair p? Post a zero-byte RDMA WRITE on the pair's first QP (each
+   pair is probed, so a rail that died is noticed even while another works): a zero-byte
    operation needs no address and no key on the responder (IB spec C9-88), so it touches nothing,
    and it is acknowledged while the peer's QP lives. If the peer died, the retries run out
    (ACK_TIMEOUT x (RETRY_COUNT + 1), about 2 s by default) and the connection breaks. *out: the
-   operation (test it with omc_rdma_op_test), or NULL if the send queue is full (no probe needed:
-   requests are in flight). */
-OMC__PRIVATE omc_result omc__rdma_probe_start(omc_rdma_conn* c, omc_rdma_op** out) {
+   operation (test it with omc_rdma_op_test), or NULL if the pair is down or its send queue is
+   full (no probe needed: requests are in flight). */
+OMC__PRIVATE omc_result omc__rdma_probe_start(omc_rdma_conn* c, uint32_t p, omc_rdma_op** out) {
     omc_rdma* E = c->eng;
     omc__rdma_qp* q;
     omc_rdma_op* op;
     struct ibv_send_wr wr;
     omc_result r;
-    uint32_t i, p = 0;
     *out = NULL;
+    if (p >= c->npairs) return OMC_ERR_INVALID_ARG;
     pthread_mutex_lock(&E->mu);
     r = omc__rdma_conn_usable(c);
-    for (i = 0; r == OMC_OK && i < c->npairs; i++) {  /* the pairs take turns: each one's path is watched */
-        p = c->next_probe++ % c->npairs;
-        if (c->pair[p].up) break;
-    }
     q = &c->qps[p * c->qpp];
     if (r == OMC_OK && (!c->pair[p].up || q->head - q->tail >= E->queue_depth)) { pthread_mutex_unlock(&E->mu); return OMC_OK; }
     if (r == OMC_OK && !(op = omc__rdma_op_new_locked(c, OMC__OP_PROBE))) r = OMC_ERR_NO_MEMORY;
@@ -4879,7 +4880,7 @@ typedef struct omc__rdma_chan {         /* receiver: one channel */
     omc_rdma_window* win;
     int connected;
     int timer;                          /* timerfd: ticks while a transfer waits (liveness probes) */
-    omc_rdma_op* probe;                 /* the probe in flight, or NULL */
+    omc_rdma_op* probe[OMC_RDMA_MAX_RAILS];     /* the probe in flight on each pair of rails, or NULL */
 } omc__rdma_chan;
 
 #define OMC__RDMAP_PROBE_MS 250         /* a waiting receiver probes its sender this often */
@@ -5138,8 +5139,11 @@ OMC__PRIVATE void omc__rdmap_timer(omc__rdma_chan* ch, long ms) {
 /* Finish the probe in flight: it is a zero-byte write that completes at once while the sender
    lives; if the sender is gone, the connection is broken by now or breaks at the deadline. */
 OMC__PRIVATE void omc__rdmap_probe_end(omc__rdma_chan* ch) {
-    if (ch->probe) omc_rdma_op_wait(ch->probe, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
-    ch->probe = NULL;
+    uint32_t p;
+    for (p = 0; p < OMC_RDMA_MAX_RAILS; p++) {
+        if (ch->probe[p]) omc_rdma_op_wait(ch->probe[p], omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
+        ch->probe[p] = NULL;
+    }
 }
 
 /* A tick while a transfer waits: a sender that died cannot say so on the side channel and its
@@ -5150,18 +5154,22 @@ OMC__PRIVATE void omc__rdmap_probe_end(omc__rdma_chan* ch) {
 OMC__PRIVATE omc_result omc__rdmap_liveness(omc__rdma_plane* P, omc__rdma_chan* ch) {
     uint64_t ticks;
     omc_result r = OMC_OK;
+    uint32_t p;
     if (ch->timer >= 0 && read(ch->timer, &ticks, sizeof(ticks)) < 0) { /* spurious wake-up */ }
-    if (ch->probe) {
-        r = omc_rdma_op_test(ch->probe, omc_now_ns());
-        if (r == OMC_ERR_BUSY) r = OMC_OK;          /* still in flight: the next tick looks again */
-        else {
-            ch->probe = NULL;
-            /* a probe that failed on one rail took that rail of the connection down; while
-               another rail works the sender is alive and the transfer goes on */
-            if (r != OMC_OK && omc_rdma_conn_ok(ch->conn)) r = OMC_OK;
+    for (p = 0; p < OMC_RDMA_MAX_RAILS && r == OMC_OK; p++) {     /* one probe per pair of rails */
+        if (ch->probe[p]) {
+            r = omc_rdma_op_test(ch->probe[p], omc_now_ns());
+            if (r == OMC_ERR_BUSY) r = OMC_OK;      /* still in flight: the next tick looks again */
+            else {
+                ch->probe[p] = NULL;
+                /* a probe that failed on one rail took that rail of the connection down; while
+                   another rail works the sender is alive and the transfer goes on */
+                if (r != OMC_OK && omc_rdma_conn_ok(ch->conn)) r = OMC_OK;
+            }
         }
+        if (r == OMC_OK && !ch->probe[p] && omc_rdma_conn_ok(ch->conn) && p < omc__rdma_conn_pairs(ch->conn))
+            r = omc__rdma_probe_start(ch->conn, p, &ch->probe[p]);
     }
-    if (r == OMC_OK && !ch->probe && omc_rdma_conn_ok(ch->conn)) r = omc__rdma_probe_start(ch->conn, &ch->probe);
     if (r == OMC_OK && omc_rdma_conn_ok(ch->conn)) return OMC_OK;
     if (P->conn) omc__conn_fail(P->conn, OMC_ERR_CONNECTION, "RDMA: the sender stopped answering during a transfer (%s): it died "
                                 "or its link is down", r == OMC_OK ? "connection broken" : omc_result_str(r));
