@@ -12,7 +12,8 @@
 #       writer's host a third of the way into the throughput phase and up again at two thirds
 #       (--flap, 1 s slices). Writes bench/results/rails.json (the runs, the bed named, ratios).
 #       Side channel and bench control on the ctl link; payloads by RDMA WRITE on the rails.
-#       OMC_RAILS_RUNS picks runs (default "perftest rails-1 rails-2 rails-2-flap rails-1-flap").
+#       OMC_RAILS_RUNS picks runs (default "perftest rails-1 rails-2 rails-2-flap rails-1-flap"); host a's
+#       `omniconn doctor` RDMA lines (NIC ranking, rails) come first.
 set -u
 cd "$(dirname "$0")/../.."
 MODE=perftest
@@ -75,6 +76,8 @@ if [ "${1:-}" = "--in-bed-bench" ]; then
         cat "$OUTD/$name.out" "$OUTD/$name.err"
     }
     want() { case " ${OMC_RAILS_RUNS:-perftest rails-1 rails-2 rails-2-flap rails-1-flap} " in *" $1 "*) return 0 ;; esac; return 1; }
+    # what omniconn doctor says about this host's devices: the ranking and the rails (host a)
+    [ "$OMC_BED_HOST" = a ] && { echo "== omniconn doctor (host a)"; "$CLI" doctor 2>&1 | grep -E '^(OK|WARN|FAIL) +rdma'; }
     third=$(awk -v s="$SECS" 'BEGIN { printf "%.1f,%.1f", s / 3, 2 * s / 3 }')
     want perftest && perf rail0 0
     want perftest && [ "${#devs[@]}" -ge 2 ] && perf both 0 1
