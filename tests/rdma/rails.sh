@@ -156,7 +156,10 @@ rc=${PIPESTATUS[0]}
 echo "rails bench: the two-guest bed took $((SECONDS - t0)) s in all (exit $rc)"
 # bench/results/rails.json: every run's figures and the ratios that matter (the bed is software:
 # absolute figures say little, ratios on one boot say what the rails do)
-/usr/bin/python3 - "$OUTD" bench/results/rails.json "$SIZE" "$ITERS" <<'PY'
+# (a partial run, OMC_RAILS_RUNS, writes its own folder's rails.json instead)
+dest=bench/results/rails.json
+[ -n "${OMC_RAILS_RUNS:-}" ] && dest=$OUTD/rails.json
+/usr/bin/python3 - "$OUTD" "$dest" "$SIZE" "$ITERS" <<'PY'
 import glob, json, os, re, sys, time
 outd, dest, size, secs = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 log = open(os.path.join(outd, "bed.log")).read()
