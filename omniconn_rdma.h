@@ -52,7 +52,7 @@ QUICK START
 
     The engine on its own, with your own side channel (any socket). Both processes:
 
-        omc_rdma_desc rd = {0};                         // zero = default: first ACTIVE device
+        omc_rdma_desc rd = {0};                         // zero = default: every ACTIVE port is a rail
         rd.local_addr = "10.0.0.5";                     // the address your side channel uses
         omc_rdma* eng = NULL;
         if (omc_rdma_create(&rd, &eng) != OMC_OK) { ... fall back to TCP, the log says why ... }
@@ -194,7 +194,7 @@ HOW THE ENGINE USES THEM
     connection reports itself broken (omc_rdma_conn_ok() == 0) and the caller replaces it with a
     new one (a new exchange of records); a peer whose record carries a new incarnation has
     restarted, and its old connection is dropped the same way. The accepting side decides how
-    many QPs it creates: a record asking for more than its qps_per_peer is refused
+    many QPs it creates: a record asking for more than its qps_per_peer per rail is refused
     (OMC_ERR_RDMA_QP), and an engine whose QP budget is spent refuses new connections
     (OMC_ERR_BUSY) rather than closing live ones.
 
@@ -259,8 +259,9 @@ HOW THE ENGINE USES THEM
     receiver revokes the destination before handing the buffer out. A channel whose RDMA
     set-up fails (no engine, a sender without RDMA, a QP that will not connect) uses TCP; the
     reason is in omc_rdma_connector_query() and the connector's health.
-    What a sender accepts from receivers: a HELLO's record gets an RDMA connection only with the
-    sender's own QP count, and only while its QP budget lasts - when it is spent, the new
+    What a sender accepts from receivers: a HELLO's record gets an RDMA connection only with at
+    most the sender's own QP count per rail, on the rails the sender pairs (at most its own
+    rails), and only while its QP budget lasts - when it is spent, the new
     receiver is refused and uses TCP; the connections of receivers already there are never
     closed to make room. A PULL's descriptor must name a connection made for the receiver
     process that sends the PULL (the record's incarnation against the PULL's), and once a
@@ -945,7 +946,7 @@ OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc*
 
 /* The RDMA connector in the shape omniconn_pipeline.h's omc_pipeline_connect_desc.rdma_connector
    takes (omc_pipeline_rdma_fn): net as for omc_tcp_create, the engine on device_name (NULL = the
-   first ACTIVE device) with its GID chosen for local_addr (NULL = net->host), require_rdma as in
+   ACTIVE devices, one rail each) with its GID chosen for local_addr (NULL = net->host), require_rdma as in
    omc_rdma_connector_desc. A program whose implementation file includes this header has it
    offered to the pipeline automatically. */
 OMNICONN_API omc_result omc_rdma_pipeline_connector(const struct omc_tcp_desc* net, const char* device_name, const char* local_addr,
