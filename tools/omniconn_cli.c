@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+extern char** environ;
 
 /* ============================================================================================== */
 /* small helpers                                                                                  */
@@ -505,9 +508,14 @@ static int bench_ack(bench_side* s, const bench_opts* o, uint64_t size, omc_time
 /* --flap: a thread that takes a netdev down and up again at the given times into the phase. */
 typedef struct bench_flap { const bench_opts* o; omc_time_ns t_first; } bench_flap;
 static int bench_link(const char* dev, const char* state) {
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "ip link set %s %s", dev, state);
-    return system(cmd);
+    /* posix_spawn, not system(): fork() of a process with big pools takes long on slow hosts */
+    char* argv[6];
+    pid_t pid;
+    int st;
+    argv[0] = (char*)"ip"; argv[1] = (char*)"link"; argv[2] = (char*)"set"; argv[3] = (char*)dev; argv[4] = (char*)state; argv[5] = NULL;
+    if (posix_spawnp(&pid, "ip", NULL, NULL, argv, environ) != 0) return -1;
+    while (waitpid(pid, &st, 0) < 0) if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 static void bench_sleep_until(omc_time_ns t) {
     omc_time_ns now;

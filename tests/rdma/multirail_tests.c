@@ -538,7 +538,7 @@ static void b_rejoin_late(ct_env* e) {
 static int links_cmd(const char* state) {
     char cmd[160];
     snprintf(cmd, sizeof(cmd), "printf 'link set rail0 %s\\nlink set rail1 %s\\n' | ip -batch -", state, state);
-    return system(cmd);
+    return xh_sh(cmd);
 }
 
 /* A 96 MiB get; 1 s into it both rails go down on the sender's host. The get ends inside its
