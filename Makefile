@@ -3,6 +3,7 @@
 #   make demo        the two-process shared-memory demo (and the other transports where available)
 #   make check       unit + functional tests of the default build only (fast inner loop)
 #   make bench-alloc / bench-shm / bench-tcp / bench-rdma   benchmarks -> bench/results/*.json
+#   make bench-rails  1 rail vs 2 rails and a rail flap across two QEMU guests -> bench/results/rails.json
 #   make bench-peers  omniconn beside ucx_perftest, iperf3 and memcpy -> bench/results/peers.json
 #   make bench-scaling  cost per transfer vs size and transfers in flight -> bench/results/scaling.json, docs/scaling.png
 #   make fuzz        build the libFuzzer targets and run each for FUZZ_SECONDS
@@ -35,7 +36,7 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps test check demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling
+.PHONY: all deps test check demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails
 
 all: tests examples benches cli
 
@@ -96,6 +97,11 @@ bench-scaling: $(BUILD)/omniconn
 # ib_write_bw and omniconn's RDMA data plane in one boot of the RDMA bed -> bench/results/rdma.json
 bench-rdma: deps $(BUILD)/bench_rdma
 	BUILD=$(BUILD) bash tests/rdma/bench.sh
+
+# omniconn bench across the two-guest bed over RDMA: perftest, 1 rail, 2 rails, a rail1 flap
+# (one boot, about 3 minutes) -> bench/results/rails.json
+bench-rails: deps
+	BUILD=$(BUILD) bash tests/rdma/rails.sh bench
 
 clean:
 	rm -rf build

@@ -2,7 +2,7 @@
 # The whole omniconn test suite. `make test` calls this (after installing missing packages).
 #   tests/run.sh            everything: compile matrix, unit/functional tests (plain, ASan+UBSan,
 #                           TSan), fuzz smoke runs, the RDMA tests on the first bed available,
-#                           the cross-host tests on two QEMU guests
+#                           the cross-host and multi-rail tests on two QEMU guests (one boot)
 #   tests/run.sh --quick    the plain build's tests only
 # Every test binary ends with "<name>: N passed, M failed"; this script adds them up and ends
 # with one line "N passed, M failed". Exit status 0 only if nothing failed.
@@ -14,9 +14,10 @@ LOGS=build/logs
 mkdir -p "$LOGS"
 total_pass=0; total_fail=0
 
-count() {   # count LOGFILE LABEL: add the binary's closing line to the totals (no line = 1 failure)
+count() {   # count LOGFILE LABEL [NAME]: add the binary's closing line to the totals (no line = 1
+            # failure); with NAME, the last line "NAME: N passed, M failed" (a log with several)
     local line p f
-    line=$(grep -E '^[^ ]+: [0-9]+ passed, [0-9]+ failed' "$1" | tail -n 1)
+    line=$(grep -E "^${3:-[^ ]+}: [0-9]+ passed, [0-9]+ failed" "$1" | tail -n 1)
     if [ -z "$line" ]; then
         echo "FAIL $2 (no result line: crashed or did not run; see $1)"; tail -n 20 "$1" | sed 's/^/    /'
         total_fail=$((total_fail + 1)); return
@@ -90,10 +91,11 @@ if [ "$QUICK" -eq 0 ]; then
         count "$LOGS/rdma.log" "rdma"
     fi
     if [ -x tests/rdma/xhost-tests.sh ]; then
-        echo "== cross-host tests on two guests (TCP and RDMA)"
+        echo "== cross-host (TCP and RDMA) and multi-rail tests on two guests, one boot"
         bash tests/rdma/xhost-tests.sh >"$LOGS/xhost.log" 2>&1
         grep -E '^rdma bed: qemu-rxe-2host, host a' "$LOGS/xhost.log" | head -n 1
-        count "$LOGS/xhost.log" "cross-host"
+        count "$LOGS/xhost.log" "cross-host" "cross-host"
+        count "$LOGS/xhost.log" "multi-rail" "multi-rail"
     fi
 fi
 

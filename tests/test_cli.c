@@ -279,6 +279,137 @@ OMC_TEST(bench_bad_arguments) {
     }
 }
 
+/* The multi-rail bench options: bad values named; a timeline of the throughput phase in slices,
+   in the table and the JSON (over shared memory: the slices do not need RDMA). */
+OMC_TEST(bench_rail_options_and_timeline) {
+    static cli_run r;
+    char json[256], *text;
+    FILE* f;
+    long n;
+    {
+        const char* args[] = { "bench", "--transport", "rdma", "--rails", "9", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--rails '9' is not a number of rails"));
+    }
+    {
+        const char* args[] = { "bench", "--devices", "rxe0", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--devices, --rails, --rdma-addr and --gid-index are for --transport rdma"));
+    }
+    {
+        const char* args[] = { "bench", "--transport", "rdma", "--gid-index", "-1", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--gid-index '-1' is not a GID index"));
+    }
+    {
+        const char* args[] = { "bench", "--timeline", "0", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--timeline '0' is not a slice length"));
+    }
+    {
+        const char* args[] = { "bench", "--timeline", "0.5", "--flap", "rail1,5,3", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--flap 'rail1,5,3' is not NETDEV,DOWN,UP"));
+    }
+    {
+        const char* args[] = { "bench", "--flap", "rail1,1,2", "--duration", "5", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--flap needs --timeline"));
+    }
+    {
+        const char* args[] = { "bench", "--timeline", "0.5", "--flap", "rail1,1,2", "--duration", "2", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "the throughput phase must outlast the link's return"));
+    }
+    snprintf(json, sizeof(json), "/tmp/omc_cli_timeline_%ld.json", (long)getpid());
+    {
+        const char* args[] = { "bench", "--transport", "shm", "--sizes", "64K", "--duration", "1", "--timeline", "0.25", "--json", json, NULL };
+        cli(&r, NULL, args);
+        CHECK_EQ(r.status, 0);
+        CHECK(has(&r, "timeline (0.25 s slices"));
+        CHECK(has(&r, "     0.25  "));                   /* the second slice's row */
+    }
+    f = fopen(json, "r");
+    REQUIRE(f);
+    text = (char*)calloc(1, 1 << 20);
+    n = text ? (long)fread(text, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    unlink(json);
+    REQUIRE(text);
+    CHECK(n > 0 && strstr(text, "\"timeline\": {\"slice_s\": 0.250") && strstr(text, "\"flap\": null") && strstr(text, "{\"t_s\": 0.250"));
+    CHECK(strstr(text, "\"inflight\": 4") != NULL);       /* --timeline counts acknowledged transfers */
+    free(text);
+}
+
+/* doctor --sysfs: the NIC ranking by topology over a fake sysfs tree (two PCI devices on two NUMA
+   nodes, a software device on a veth), nearest first with the reason, for --numa and --gpu. */
+static void fake_sysfs_file(const char* root, const char* rel, const char* text) {
+    char p[512], cmd[1200];
+    FILE* f;
+    snprintf(p, sizeof(p), "%s/%s", root, rel);
+    snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", p);
+    if (system(cmd) != 0) return;
+    f = fopen(p, "w");
+    if (f) { fputs(text, f); fclose(f); }
+}
+static void fake_sysfs_link(const char* root, const char* rel, const char* target) {
+    char p[256], t[256], cmd[1200];
+    snprintf(p, sizeof(p), "%s/%s", root, rel);
+    snprintf(t, sizeof(t), "%s/%s", root, target);
+    snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\" '%s' && ln -s '%s' '%s'", p, t, t, p);
+    if (system(cmd) != 0) fprintf(stderr, "  cannot make %s\n", p);
+}
+
+OMC_TEST(doctor_ranks_nics_by_topology) {
+    static cli_run r;
+    char root[64], cmd[128];
+    const char *a, *b, *c;
+    snprintf(root, sizeof(root), "/tmp/omc-cli-sysfs-XXXXXX");
+    REQUIRE(mkdtemp(root));
+    fake_sysfs_file(root, "devices/pci0000:00/0000:00:02.0/numa_node", "0\n");
+    fake_sysfs_file(root, "devices/pci0000:80/0000:80:02.0/numa_node", "1\n");
+    fake_sysfs_file(root, "devices/pci0000:80/0000:80:03.0/numa_node", "1\n");       /* a GPU beside mlx5_1 */
+    fake_sysfs_link(root, "class/infiniband/mlx5_0/device", "devices/pci0000:00/0000:00:02.0");
+    fake_sysfs_link(root, "class/infiniband/mlx5_1/device", "devices/pci0000:80/0000:80:02.0");
+    fake_sysfs_link(root, "bus/pci/devices/0000:80:03.0", "devices/pci0000:80/0000:80:03.0");
+    fake_sysfs_file(root, "class/infiniband/rxe0/ports/1/gid_attrs/ndevs/0", "veth0\n");
+    fake_sysfs_file(root, "class/net/veth0/mtu", "1500\n");
+    {
+        const char* args[] = { "doctor", "--sysfs", root, "--numa", "1", NULL };
+        cli(&r, NULL, args);
+        CHECK_EQ(r.status, 0);
+        CHECK(has(&r, "rdma topology 3 devices, nearest first for memory on NUMA node 1"));
+        a = strstr(r.out, "1. mlx5_1: NUMA node 1, memory on node 1 [same NUMA node]");
+        b = strstr(r.out, "2. rxe0 (software device on veth0): NUMA node of the device not known");
+        c = strstr(r.out, "3. mlx5_0: NUMA node 0, memory on node 1 (crosses sockets) [other NUMA node]");
+        CHECK(a && b && c && a < b && b < c);
+    }
+    {
+        const char* args[] = { "doctor", "--sysfs", root, "--numa", "0", NULL };
+        cli(&r, NULL, args);
+        CHECK(has(&r, "1. mlx5_0: NUMA node 0, memory on node 0 [same NUMA node]"));
+        CHECK(has(&r, "3. mlx5_1: NUMA node 1, memory on node 0 (crosses sockets)"));
+    }
+    {
+        const char* args[] = { "doctor", "--sysfs", root, "--gpu", "0000:80:03.0", NULL };
+        cli(&r, NULL, args);
+        CHECK(has(&r, "for the GPU at 0000:80:03.0 (NUMA node 1)"));
+        CHECK(has(&r, "1. mlx5_1: same PCIe root complex as the GPU, through the host bridge [same PCIe root complex]"));
+    }
+    {
+        const char* args[] = { "doctor", "--sysfs", root, "--gpu", "0000:99:00.0", NULL };
+        cli(&r, NULL, args);
+        CHECK(has(&r, "WARN  rdma topology no PCI device 0000:99:00.0"));
+    }
+    {
+        const char* args[] = { "doctor", "--numa", "x", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--numa 'x' is not a NUMA node"));
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    CHECK_EQ(system(cmd), 0);
+}
+
 OMC_TEST(help_and_version_are_listed) {
     static cli_run r;
     {

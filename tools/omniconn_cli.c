@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+extern char** environ;
 
 /* ============================================================================================== */
 /* small helpers                                                                                  */
@@ -205,7 +208,31 @@ typedef struct bench_opts {
     unsigned port;              /* two hosts: the control connection's port */
     uint32_t readers;           /* fan-out: gets per payload (0 = 1) */
     int remote;                 /* the consumer is on another host: latency is a round trip measured here */
+    const char* devices;        /* rdma: the engine's device list (desc.devices; NULL = $RDMA_DEVICE_NAME or every ACTIVE one) */
+    const char* rdma_addr;      /* rdma: the engine's local_addr, one address per rail (NULL = --host) */
+    int rails;                  /* rdma: at most this many rails (0 = the engine's default) */
+    int gid_index, gid_index_set;   /* rdma: GID override */
+    double timeline;            /* seconds per time slice of the throughput phase (0 = no timeline) */
+    const char* flap_dev;       /* take this netdev down flap_down s into the throughput phase, up at flap_up */
+    double flap_down, flap_up;
 } bench_opts;
+
+/* The throughput phase in time slices (--timeline): bytes acknowledged in each slice, and the
+   producer's bytes per rail at the end of it (rdma with the multi-rail engine). Kept for the last
+   size measured. */
+#define BENCH_MAX_SLICES 1200
+#define BENCH_RAILS 4
+typedef struct bench_timeline {
+    int slices, rails;
+    double slice_s;
+    uint64_t bytes[BENCH_MAX_SLICES];
+    uint64_t rail_bytes[BENCH_MAX_SLICES][BENCH_RAILS];     /* cumulative, at the slice's last ack */
+    uint64_t rail_start[BENCH_RAILS];                       /* cumulative, when the phase started */
+    char rail_name[BENCH_RAILS][64];
+    double flap_down_at, flap_up_at;    /* seconds into the phase, -1 = did not happen */
+    int flap_down_rc, flap_up_rc;
+} bench_timeline;
+static bench_timeline bench_tl;
 
 #define BENCH_PORT 18620        /* the control connection of the two-host mode */
 
@@ -441,6 +468,76 @@ static double memcpy_gbps(uint8_t* dst, const uint8_t* src, uint64_t size) {
     return (double)size * (double)n / (double)(omc_now_ns() - t0);
 }
 
+/* The producer's bytes per rail (the multi-rail engine's counters), into out; how many rails. */
+static int bench_rail_bytes(omc_conn* c, uint64_t* out, char (*names)[64]) {
+#if defined(OMC_RDMA_MAX_RAILS) && OMC__HAS_ZMQ
+    omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
+    int n = omc_rdma_connector_rail_stats(c, st, OMC_RDMA_MAX_RAILS), i;
+    if (n <= 0) return 0;
+    if (n > BENCH_RAILS) n = BENCH_RAILS;
+    for (i = 0; i < n; i++) {
+        out[i] = st[i].bytes;
+        if (names) {
+            size_t len = strnlen(st[i].device, 63);
+            memcpy(names[i], st[i].device, len);
+            names[i][len] = '\0';
+        }
+    }
+    return n;
+#else
+    (void)c; (void)out; (void)names;
+    return 0;
+#endif
+}
+
+/* One acknowledgement of the throughput phase (--inflight): counted in its time slice. */
+static int bench_ack(bench_side* s, const bench_opts* o, uint64_t size, omc_time_ns t_first) {
+    char ack;
+    if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+    if (o->timeline > 0) {
+        int k = (int)((double)(omc_now_ns() - t_first) / 1e9 / o->timeline);
+        if (k >= 0 && k < BENCH_MAX_SLICES) {
+            bench_tl.bytes[k] += size;
+            if (k + 1 > bench_tl.slices) bench_tl.slices = k + 1;
+            if (strcmp(o->transport, "rdma") == 0) bench_tl.rails = bench_rail_bytes(s->conn, bench_tl.rail_bytes[k], bench_tl.rail_name);
+        }
+    }
+    return 0;
+}
+
+/* --flap: a thread that takes a netdev down and up again at the given times into the phase. */
+typedef struct bench_flap { const bench_opts* o; omc_time_ns t_first; } bench_flap;
+static int bench_link(const char* dev, const char* state) {
+    /* posix_spawn, not system(): fork() of a process with big pools takes long on slow hosts */
+    char* argv[6];
+    pid_t pid;
+    int st;
+    argv[0] = (char*)"ip"; argv[1] = (char*)"link"; argv[2] = (char*)"set"; argv[3] = (char*)dev; argv[4] = (char*)state; argv[5] = NULL;
+    if (posix_spawnp(&pid, "ip", NULL, NULL, argv, environ) != 0) return -1;
+    while (waitpid(pid, &st, 0) < 0) if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+static void bench_sleep_until(omc_time_ns t) {
+    omc_time_ns now;
+    while ((now = omc_now_ns()) < t) {
+        struct timespec ts;
+        int64_t d = t - now;
+        ts.tv_sec = (time_t)(d / 1000000000);
+        ts.tv_nsec = (long)(d % 1000000000);
+        nanosleep(&ts, NULL);
+    }
+}
+static void* bench_flap_thread(void* arg) {
+    bench_flap* f = (bench_flap*)arg;
+    bench_sleep_until(f->t_first + (omc_time_ns)(f->o->flap_down * 1e9));
+    bench_tl.flap_down_rc = bench_link(f->o->flap_dev, "down");
+    bench_tl.flap_down_at = (double)(omc_now_ns() - f->t_first) / 1e9;
+    bench_sleep_until(f->t_first + (omc_time_ns)(f->o->flap_up * 1e9));
+    bench_tl.flap_up_rc = bench_link(f->o->flap_dev, "up");
+    bench_tl.flap_up_at = (double)(omc_now_ns() - f->t_first) / 1e9;
+    return NULL;
+}
+
 static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint64_t size, const uint8_t* src, uint8_t* scratch,
                          uint64_t* next_index, bench_row* row) {
     long iters = iters_for(o, size), lat_iters = lat_iters_for(o, size), i;
@@ -452,6 +549,9 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
     bench_msg m;
     char ack;
     omc_result r;
+    bench_flap flap;
+    pthread_t flap_th;
+    int flapping = 0, fail = 0;
     memset(row, 0, sizeof(*row));
     row->size = size;
     row->iters = iters;
@@ -485,18 +585,31 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
     row->max_us = (double)s->sh->lat[lat_iters - 1] / 1e3;
     /* back to back: the throughput phase */
     pg->start = pg->last = t_first = omc_now_ns();
+    memset(&bench_tl, 0, sizeof(bench_tl));
+    bench_tl.slice_s = o->timeline;
+    bench_tl.flap_down_at = bench_tl.flap_up_at = -1;
+    if (o->timeline > 0 && strcmp(o->transport, "rdma") == 0) bench_tl.rails = bench_rail_bytes(s->conn, bench_tl.rail_start, bench_tl.rail_name);
+    if (o->flap_dev) {
+        flap.o = o;
+        flap.t_first = t_first;
+        if (pthread_create(&flap_th, NULL, bench_flap_thread, &flap) != 0) { fprintf(stderr, "omniconn bench: cannot start the --flap thread\n"); return -1; }
+        flapping = 1;
+    }
     for (i = 0; i < iters; i++) {
         if (timed && i >= BENCH_MIN_ITERS && omc_now_ns() - t_first > phase_ns) break;
         while (o->inflight && i - acked >= o->inflight) {      /* wait for a release */
-            if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+            if (bench_ack(s, o, size, t_first) != 0) { fail = 1; break; }
             acked++;
         }
+        if (fail) break;
         r = produce(s, src, size, o->inflight ? MSG_DATA_ACK : MSG_DATA, (*next_index)++, o);
-        if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); return -1; }
+        if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); fail = 1; break; }
         progress_tick(pg, "throughput", size, i + 1, iters, (uint64_t)(i + 1) * size);
     }
-    for (; o->inflight && acked < i; acked++)
-        if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+    for (; !fail && o->inflight && acked < i; acked++)
+        if (bench_ack(s, o, size, t_first) != 0) fail = 1;
+    if (flapping) pthread_join(flap_th, NULL);     /* the link is up again before anything else */
+    if (fail) return -1;
     memset(&m, 0, sizeof(m));
     m.kind = MSG_SYNC;
     if (write_all(s->msg_fd, &m, sizeof(m)) != 0 || read_all(s->ack_fd, &ack, 1) != 0) {
@@ -549,7 +662,13 @@ static omc_conn* bench_connector(const bench_opts* o, omc_role role, const char*
             omc_rdma_connector_desc rd;
             memset(&rd, 0, sizeof(rd));
             rd.net = d;
-            rd.rdma.local_addr = o->host;
+            rd.rdma.local_addr = o->rdma_addr ? o->rdma_addr : o->host;
+            rd.rdma.devices = o->devices;
+            rd.rdma.gid_index = o->gid_index;
+            rd.rdma.gid_index_set = o->gid_index_set;
+#if defined(OMC_RDMA_MAX_RAILS)
+            rd.rdma.max_rails = (uint32_t)o->rails;
+#endif
             rd.require_rdma = 1;
             r = omc_rdma_connector_create(&rd, &c);
         }
@@ -588,6 +707,44 @@ static void print_row(const bench_opts* o, const bench_row* r) {
     fflush(stdout);
 }
 
+/* The throughput phase slice by slice: MB/s in all and per rail, and the --flap events. */
+static void print_timeline(const bench_opts* o) {
+    int k, r;
+    printf("\n  timeline (%.2f s slices, acknowledged transfers; MB/s = 10^6 bytes/s)\n  %7s  %9s", o->timeline, "t (s)", "MB/s");
+    for (r = 0; r < bench_tl.rails; r++) printf("  %9s", bench_tl.rail_name[r]);
+    printf("\n");
+    for (k = 0; k < bench_tl.slices; k++) {
+        double t0 = k * o->timeline, t1 = t0 + o->timeline;
+        printf("  %7.2f  %9.2f", t0, (double)bench_tl.bytes[k] / o->timeline / 1e6);
+        for (r = 0; r < bench_tl.rails; r++) {
+            uint64_t now = bench_tl.rail_bytes[k][r], prev = 0;
+            int j;
+            for (j = k - 1; j >= 0 && !prev; j--) prev = bench_tl.rail_bytes[j][r];
+            if (!prev) prev = bench_tl.rail_start[r];   /* the latency phase's bytes are not this phase's */
+            if (!now) now = prev;      /* no ack in this slice: nothing sampled */
+            printf("  %9.2f", (double)(now - prev) / o->timeline / 1e6);
+        }
+        if (bench_tl.flap_down_at >= t0 && bench_tl.flap_down_at < t1) printf("  %s down%s", o->flap_dev, bench_tl.flap_down_rc ? " (ip failed)" : "");
+        if (bench_tl.flap_up_at >= t0 && bench_tl.flap_up_at < t1) printf("  %s up%s", o->flap_dev, bench_tl.flap_up_rc ? " (ip failed)" : "");
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+/* The producer's rails at the end of the run (rdma with the multi-rail engine). */
+static void print_rails(omc_conn* c) {
+#if defined(OMC_RDMA_MAX_RAILS) && OMC__HAS_ZMQ
+    omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
+    int n = omc_rdma_connector_rail_stats(c, st, OMC_RDMA_MAX_RAILS), i;
+    for (i = 0; i < n && i < OMC_RDMA_MAX_RAILS; i++)
+        printf("  rail %d: %s port %u (%s), %s, %llu bytes in %llu slices, weight %.2f, %u failure(s), %u rejoin(s)%s%s\n", i, st[i].device,
+               st[i].port, st[i].netdev, st[i].up ? "up" : "down", (unsigned long long)st[i].bytes, (unsigned long long)st[i].slices,
+               st[i].weight, st[i].failures, st[i].rejoins, st[i].why[0] ? ": " : "", st[i].why);
+#else
+    (void)c;
+#endif
+}
+
 static const char* bench_method =
     "producer: omc_conn_alloc + one memcpy + zero-copy omc_conn_put; consumer: omc_conn_get(metadata) + release; "
     "metadata over a pipe; latency = put start -> get returned in the other side, one at a time (us); "
@@ -616,6 +773,35 @@ static int write_json(const bench_opts* o, const bench_row* rows, int n, int pro
     fprintf(f, "  \"options\": {\"put\": \"%s\", \"pool_bytes\": %llu, \"duration_s\": %.3f, \"inflight\": %ld, \"cpu_producer\": %d, "
                "\"cpu_consumer\": %d, \"readers\": %u},\n", o->copy_put ? "copy" : "zero-copy", (unsigned long long)pool_for(o),
             o->duration > 0 ? o->duration : (double)BENCH_PHASE_NS / 1e9, o->inflight, o->cpu_producer, o->cpu_consumer, o->readers ? o->readers : 1);
+    if (strcmp(o->transport, "rdma") == 0) {
+        fprintf(f, "  \"rdma\": {\"devices\": ");
+        json_string(f, o->devices ? o->devices : "");
+        fprintf(f, ", \"rails\": %d, \"rdma_addr\": ", o->rails);
+        json_string(f, o->rdma_addr ? o->rdma_addr : o->host);
+        fprintf(f, "},\n");
+    }
+    if (o->timeline > 0) {
+        int k, r;
+        fprintf(f, "  \"timeline\": {\"slice_s\": %.3f, \"size\": %llu, \"rails\": [", o->timeline, (unsigned long long)rows[n - 1].size);
+        for (r = 0; r < bench_tl.rails; r++) { if (r) fprintf(f, ", "); json_string(f, bench_tl.rail_name[r]); }
+        fprintf(f, "], \"flap\": ");
+        if (o->flap_dev) {
+            fprintf(f, "{\"netdev\": ");
+            json_string(f, o->flap_dev);
+            fprintf(f, ", \"down_at_s\": %.3f, \"up_at_s\": %.3f, \"down_rc\": %d, \"up_rc\": %d}", bench_tl.flap_down_at, bench_tl.flap_up_at,
+                    bench_tl.flap_down_rc, bench_tl.flap_up_rc);
+        } else fprintf(f, "null");
+        fprintf(f, ",\n    \"rail_bytes_at_start\": [");
+        for (r = 0; r < bench_tl.rails; r++) fprintf(f, "%s%llu", r ? ", " : "", (unsigned long long)bench_tl.rail_start[r]);
+        fprintf(f, "],\n    \"slices\": [");
+        for (k = 0; k < bench_tl.slices; k++) {
+            fprintf(f, "%s\n      {\"t_s\": %.3f, \"bytes\": %llu, \"rail_bytes_cumulative\": [", k ? "," : "", k * o->timeline,
+                    (unsigned long long)bench_tl.bytes[k]);
+            for (r = 0; r < bench_tl.rails; r++) fprintf(f, "%s%llu", r ? ", " : "", (unsigned long long)bench_tl.rail_bytes[k][r]);
+            fprintf(f, "]}");
+        }
+        fprintf(f, "\n  ]},\n");
+    }
     fprintf(f, "  \"units\": {\"gbps\": \"1e9 bytes/s\", \"msg_rate\": \"transfers/s\", \"latency\": \"microseconds, one way\"},\n  \"method\": ");
     json_string(f, bench_method);
     fprintf(f, ",\n  \"results\": [\n");
@@ -698,6 +884,12 @@ static void bench_usage(void) {
     printf("  --serve          two hosts, tcp or rdma: be the producer and wait for a consumer; --host is the address\n");
     printf("                   the consumer reaches this host's data plane at. The other host runs: omniconn bench HOST\n");
     printf("  --port P         two hosts: the control connection's port        (default %d)\n", BENCH_PORT);
+    printf("  --devices LIST   rdma: devices for the engine, \"mlx5_0,mlx5_1\"   (default $RDMA_DEVICE_NAME, else every ACTIVE one)\n");
+    printf("  --rails N        rdma: stripe over at most N rails (device ports)  (default: the engine's, every usable one)\n");
+    printf("  --rdma-addr LIST rdma: this host's address on each rail, picks each rail's GID (default --host)\n");
+    printf("  --gid-index N    rdma: use GID index N instead of the engine's choice\n");
+    printf("  --timeline SEC   also show the throughput phase in slices of SEC seconds (and bytes per rail); implies --inflight 4\n");
+    printf("  --flap DEV,D,U   ip link set DEV down D s into the throughput phase and up at U s (root; a failover test)\n");
     printf("Units: GB/s = 10^9 bytes/s, msg/s = transfers per second, latency in microseconds, one way, one transfer at a\n");
     printf("time (%d at most per size; p99.9 needs 1000 of them); the first %d transfers of a size are not counted.\n",
            BENCH_MAX_LAT, BENCH_WARMUP);
@@ -865,6 +1057,8 @@ static int cmd_bench(int argc, char** argv) {
         { "duration", required_argument, NULL, 'd' }, { "pool", required_argument, NULL, 'o' }, { "put", required_argument, NULL, 'u' },
         { "cpus", required_argument, NULL, 'c' }, { "gbits", no_argument, NULL, 'g' }, { "force", no_argument, NULL, 'f' },
         { "inflight", required_argument, NULL, 'i' }, { "serve", no_argument, NULL, 'S' }, { "readers", required_argument, NULL, 'r' }, { "port", required_argument, NULL, 'O' },
+        { "devices", required_argument, NULL, 'E' }, { "rails", required_argument, NULL, 'R' }, { "rdma-addr", required_argument, NULL, 'A' },
+        { "gid-index", required_argument, NULL, 'G' }, { "timeline", required_argument, NULL, 'T' }, { "flap", required_argument, NULL, 'F' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     bench_opts o;
@@ -935,6 +1129,42 @@ static int cmd_bench(int argc, char** argv) {
                 o.port = (unsigned)strtoul(optarg, &end, 10);
                 if (*end || o.port == 0 || o.port > 65535) { fprintf(stderr, "omniconn bench: --port '%s' is not a port (1..65535)\n", optarg); return 2; }
                 break;
+            case 'E': o.devices = optarg; break;
+            case 'A': o.rdma_addr = optarg; break;
+            case 'R': {
+                long v = strtol(optarg, &end, 10);
+                if (*end || v < 1 || v > BENCH_RAILS) { fprintf(stderr, "omniconn bench: --rails '%s' is not a number of rails (1..%d)\n", optarg, BENCH_RAILS); return 2; }
+#if !defined(OMC_RDMA_MAX_RAILS)
+                if (v > 1) { fprintf(stderr, "omniconn bench: --rails %ld: this omniconn_rdma.h has one rail per engine\n", v); return 2; }
+#endif
+                o.rails = (int)v;
+                break;
+            }
+            case 'G': {
+                long v = strtol(optarg, &end, 10);
+                if (*end || v < 0 || v > 255) { fprintf(stderr, "omniconn bench: --gid-index '%s' is not a GID index (0..255)\n", optarg); return 2; }
+                o.gid_index = (int)v;
+                o.gid_index_set = 1;
+                break;
+            }
+            case 'T':
+                o.timeline = strtod(optarg, &end);
+                if (*end || !(o.timeline >= 0.01 && o.timeline <= 60)) {
+                    fprintf(stderr, "omniconn bench: --timeline '%s' is not a slice length in seconds (0.01..60)\n", optarg);
+                    return 2;
+                }
+                break;
+            case 'F': {
+                static char dev[64];
+                int k = 0;
+                if (sscanf(optarg, "%63[^,],%lf,%lf%n", dev, &o.flap_down, &o.flap_up, &k) != 3 || optarg[k] || !(o.flap_down >= 0) ||
+                    !(o.flap_up > o.flap_down)) {
+                    fprintf(stderr, "omniconn bench: --flap '%s' is not NETDEV,DOWN,UP (seconds into the throughput phase, DOWN < UP)\n", optarg);
+                    return 2;
+                }
+                o.flap_dev = dev;
+                break;
+            }
             case 'f': o.force = 1; break;
             case 'j': o.json = optarg; break;
             case 'p': o.plot = optarg; break;
@@ -983,6 +1213,16 @@ static int cmd_bench(int argc, char** argv) {
     }
     if (o.cpu_producer >= 0 && (o.cpu_producer >= sysconf(_SC_NPROCESSORS_ONLN) || o.cpu_consumer >= sysconf(_SC_NPROCESSORS_ONLN))) {
         fprintf(stderr, "omniconn bench: --cpus %d,%d: this host has CPUs 0..%ld\n", o.cpu_producer, o.cpu_consumer, sysconf(_SC_NPROCESSORS_ONLN) - 1);
+        return 2;
+    }
+    if ((o.devices || o.rdma_addr || o.rails || o.gid_index_set) && strcmp(o.transport, "rdma")) {
+        fprintf(stderr, "omniconn bench: --devices, --rails, --rdma-addr and --gid-index are for --transport rdma\n");
+        return 2;
+    }
+    if (o.timeline > 0 && !o.inflight) o.inflight = 4;     /* slices count acknowledged transfers */
+    if (o.flap_dev && o.timeline <= 0) { fprintf(stderr, "omniconn bench: --flap needs --timeline (to show before, during and after)\n"); return 2; }
+    if (o.flap_dev && (o.iters || (o.duration > 0 ? o.duration : 1.0) <= o.flap_up)) {
+        fprintf(stderr, "omniconn bench: --flap: the throughput phase must outlast the link's return: --duration > %.1f, no --iters\n", o.flap_up);
         return 2;
     }
     if (o.serve && strcmp(o.transport, "tcp") && strcmp(o.transport, "rdma")) {
@@ -1119,6 +1359,7 @@ static int cmd_bench(int argc, char** argv) {
         for (i = 0; i < o.nsizes; i++) {
             if (producer_size(&prod, &o, &pg, o.sizes[i], src, scratch, &next_index, &rows[i]) != 0) { rc = 1; break; }
             print_row(&o, &rows[i]);
+            if (o.timeline > 0) print_timeline(&o);
         }
     }
     /* stop the consumer, then tear down */
@@ -1141,6 +1382,7 @@ static int cmd_bench(int argc, char** argv) {
             rc = 1;
         } else printf("\n  rdma: %llu connection(s): %s\n", (unsigned long long)prod.sh->rdma_channels, prod.sh->plane);
     }
+    if (prod.conn && strcmp(o.transport, "rdma") == 0) print_rails(prod.conn);
     if (prod.conn) omc_conn_destroy(prod.conn);
     bench_segment[0] = '\0';
     if (processes == 2) { signal(SIGINT, SIG_DFL); signal(SIGTERM, SIG_DFL); }
@@ -1172,6 +1414,9 @@ typedef struct doctor {
     char host[OMC_TCP_HOST_MAX];    /* this host's address ("auto"), or "" */
     const char* host_how;
     const char* rdma_addr;      /* the address RDMA GIDs are chosen for: an RDMA spec's host, else ours */
+    const char* sysfs;          /* where the NIC topology is read (default /sys) */
+    int numa;                   /* the memory's NUMA node for the ranking (-2 = this CPU's) */
+    const char* gpu;            /* rank for a GPU at this PCI address instead (NULL = host memory) */
 } doctor;
 
 enum { OK, WARN, FAIL };
@@ -1472,7 +1717,65 @@ static void doctor_rdma_engine(doctor* d) {
            rd.local_addr ? " for " : "", rd.local_addr ? rd.local_addr : "", info.device, info.port, info.gid_index, text, info.active_mtu,
            (unsigned)info.protection < 4 ? prot[info.protection] : "?",
            info.window_bounds == 0 ? " (this device does not enforce window bounds)" : "");
+#if defined(OMC_RDMA_MAX_RAILS)
+    {   /* the rails it stripes over, in its order, and their state */
+        omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
+        int k, rails = omc_rdma_rail_stats(eng, st, OMC_RDMA_MAX_RAILS);
+        for (k = 0; k < rails && k < OMC_RDMA_MAX_RAILS; k++)
+            report(d, st[k].up ? OK : WARN, "rdma rail", "rail %d of %d: %s port %u%s%s%s, GID %s (index %u), NUMA node %d: %s%s%s%s", k, rails,
+                   st[k].device, st[k].port, st[k].netdev[0] ? " (" : "", st[k].netdev, st[k].netdev[0] ? ")" : "", st[k].gid, st[k].gid_index,
+                   st[k].numa_node, st[k].up ? "up" : "down", st[k].why[0] ? ": " : "", st[k].why,
+                   st[k].up ? "" : ". Fix: bring its link up (ip link set <netdev> up), or leave it out (desc.devices / RDMA_DEVICE_NAME)");
+    }
+#endif
     omc_rdma_destroy(eng);
+}
+
+/* ---- NIC choice by topology ----------------------------------------------------------------- */
+
+/* The NUMA node of the CPU this runs on (<root>/devices/system/cpu/cpuN/nodeM), or -1. */
+static int doctor_this_numa(const char* root) {
+    char path[600];
+    struct stat sb;
+    int cpu = sched_getcpu(), node;
+    if (cpu < 0) return -1;
+    for (node = 0; node < 1024; node++) {
+        snprintf(path, sizeof(path), "%s/devices/system/cpu/cpu%d/node%d", root, cpu, node);
+        if (stat(path, &sb) == 0) return node;
+    }
+    return -1;
+}
+
+/* Every RDMA device ranked for the memory a transfer would use (omc_rdma_topo_rank: PCIe switch,
+   root complex, NUMA node), nearest first, each with why. The engine stripes over its rails in
+   this order when no device list is given. */
+static void doctor_topology(doctor* d) {
+    enum { CAP = 32 };
+    omc_rdma_topo_nic* nics = (omc_rdma_topo_nic*)calloc(CAP, sizeof(*nics));
+    omc_rdma_topo_choice* rank = (omc_rdma_topo_choice*)calloc(CAP, sizeof(*rank));
+    char gpu_path[OMC_RDMA_TOPO_PATH_MAX], what[160];
+    int n, i, numa = d->numa, gpu_numa = -1, have_gpu = 0;
+    if (!nics || !rank) { free(nics); free(rank); report(d, WARN, "rdma topology", "out of memory"); return; }
+    n = omc_rdma_topo_read(d->sysfs, nics, CAP);
+    if (n <= 0) {
+        if (strcmp(d->sysfs, "/sys") != 0) report(d, WARN, "rdma topology", "%s/class/infiniband lists no device", d->sysfs);
+        free(nics); free(rank);
+        return;
+    }
+    if (n > CAP) n = CAP;
+    if (d->gpu) {
+        have_gpu = omc_rdma_topo_pci_device(d->sysfs, d->gpu, gpu_path, sizeof(gpu_path), &gpu_numa);
+        if (!have_gpu) report(d, WARN, "rdma topology", "no PCI device %s under %s/bus/pci/devices: ranking for host memory", d->gpu, d->sysfs);
+    }
+    if (numa == -2) numa = have_gpu ? -1 : doctor_this_numa(d->sysfs);
+    omc_rdma_topo_rank(nics, n, numa, have_gpu ? gpu_path : NULL, gpu_numa, rank);
+    if (have_gpu) snprintf(what, sizeof(what), "the GPU at %s (NUMA node %d)", d->gpu, gpu_numa);
+    else if (numa >= 0) snprintf(what, sizeof(what), "memory on NUMA node %d%s", numa, d->numa == -2 ? " (this CPU's; --numa, --gpu to change)" : "");
+    else snprintf(what, sizeof(what), "memory on a NUMA node not known (--numa, --gpu to give one)");
+    report(d, OK, "rdma topology", "%d device%s, nearest first for %s", n, n == 1 ? "" : "s", what);
+    for (i = 0; i < n; i++) report(d, OK, "rdma rank", "%d. %s [%s]", i + 1, rank[i].why, omc_rdma_topo_tier_name(rank[i].tier));
+    free(nics);
+    free(rank);
 }
 
 static void doctor_rdma(doctor* d) {
@@ -1510,7 +1813,7 @@ static void doctor_rdma(doctor* d) {
     }
     closedir(dir);
     if (!devices) report(d, level, "rdma", "/sys/class/infiniband lists no device. Fix: Soft-RoCE: rdma link add rxe0 type rxe netdev <interface>");
-    else doctor_rdma_engine(d);
+    else { doctor_topology(d); doctor_rdma_engine(d); }
 }
 
 /* ---- memlock -------------------------------------------------------------------------------- */
@@ -1681,30 +1984,51 @@ static void doctor_usage(void) {
     printf("  --config FILE    also check this pipeline configuration (ports, pools, transports)\n");
     printf("  --shm-dir DIR    the shared-memory directory                (default /dev/shm)\n");
     printf("  --sweep          remove the segments of dead owners it finds\n");
+    printf("  --numa N         rank the RDMA devices for memory on NUMA node N  (default: the node of the CPU it runs on)\n");
+    printf("  --gpu PCI        rank them for a GPU at PCI address PCI (0000:3b:00.0) instead\n");
+    printf("  --sysfs DIR      read the device topology from DIR instead of /sys (a copy of another host's tree);\n");
+    printf("                   with DIR given, only the topology is checked\n");
     printf("One line per check: OK, WARN or FAIL, and the fix. Exit status 1 if any check FAILs.\n");
 }
 
 static int cmd_doctor(int argc, char** argv) {
     static const struct option longs[] = {
         { "config", required_argument, NULL, 'c' }, { "shm-dir", required_argument, NULL, 'D' }, { "sweep", no_argument, NULL, 'S' },
+        { "numa", required_argument, NULL, 'N' }, { "gpu", required_argument, NULL, 'G' }, { "sysfs", required_argument, NULL, 'Y' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     doctor d;
     int opt;
+    char* end;
     memset(&d, 0, sizeof(d));
     d.shm_dir = "/dev/shm";
+    d.sysfs = "/sys";
+    d.numa = -2;
     optind = 1;
     while ((opt = next_opt("doctor", argc, argv, longs)) != -1) {
         switch (opt) {
             case 'c': d.config = optarg; break;
             case 'D': d.shm_dir = optarg; break;
             case 'S': d.sweep = 1; break;
+            case 'N': {
+                long v = strtol(optarg, &end, 10);
+                if (*end || v < 0 || v > 1023) { fprintf(stderr, "omniconn doctor: --numa '%s' is not a NUMA node (0..1023)\n", optarg); return 2; }
+                d.numa = (int)v;
+                break;
+            }
+            case 'G': d.gpu = optarg; break;
+            case 'Y': d.sysfs = optarg; break;
             case 'h': doctor_usage(); return 0;
             default: return 2;
         }
     }
     if (optind != argc) { fprintf(stderr, "omniconn doctor: unexpected argument '%s' (options start with --)\n", argv[optind]); return 2; }
     printf("omniconn doctor (omniconn %s)%s%s\n", omc_version_string(), d.config ? ": " : "", d.config ? d.config : "");
+    if (strcmp(d.sysfs, "/sys") != 0) {     /* another tree: its topology only (the rest is this host's) */
+        doctor_topology(&d);
+        printf("%d OK, %d WARN, %d FAIL\n", d.oks, d.warns, d.fails);
+        return d.fails ? 1 : 0;
+    }
     if (d.config) doctor_config(&d);
     doctor_host(&d);
     if (d.cfg) doctor_ports(&d);

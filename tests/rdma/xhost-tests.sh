@@ -1,26 +1,43 @@
 #!/usr/bin/env bash
-# The cross-host tests: the remote connector with sender and receiver on two hosts, over TCP
-# and over RDMA, in ONE run of the two-guest bed (tests/rdma/bed.sh --hosts 2).
+# The two-host suites, in ONE run of the two-guest bed (tests/rdma/bed.sh --hosts 2):
+#   cross-host  the remote connector with sender and receiver on two hosts, over TCP and over
+#               RDMA (tests/rdma/xhost_tests.c)
+#   multi-rail  the RDMA engine striping over both rails, a peer with fewer rails, a rail
+#               failing and rejoining mid-transfer, both rails down (tests/rdma/multirail_tests.c)
 #
 #   tests/rdma/xhost-tests.sh [TEST-NAME-FILTER...]
 #
-# 1. On the host: builds tests/rdma/xhost_tests.c (libibverbs loaded at run time), plain and
-#    with ASan+UBSan (xhost_tests_asan; OMC_XHOST_SAN=0 leaves it out).
-# 2. Boots the two guests; host b runs `xhost_tests --serve` (the receivers), host a runs the
-#    tests (the senders) under OMC_XHOST_TIMEOUT (default 600 s); then the same for the
-#    sanitizer build, in the same boot.
-# 3. Ends with one line "cross-host: N passed, M failed" (tests/run.sh adds it to the totals).
-#    A build with no result line (crash, timeout) counts as one failure, and so does any
-#    sanitizer report in either guest.
+# 1. On the host: builds both binaries (libibverbs loaded at run time), plain and with
+#    ASan+UBSan (*_asan; OMC_XHOST_SAN=0 leaves them out).
+# 2. Boots the two guests once; for each binary in turn, host b runs `BINARY --serve` (the
+#    receivers) and host a runs the tests (the senders) under OMC_XHOST_TIMEOUT (default 600 s).
+# 3. Ends with one line per suite, "multi-rail: N passed, M failed" then "cross-host: N passed,
+#    M failed" (tests/run.sh adds both to the totals). A binary with no result line (crash,
+#    timeout) counts as one failure of its suite, and so does a sanitizer report in its part
+#    of the output (either guest).
 # No bed (exit 77): a failure where the bed can be built (root with apt-get), else a skip;
 # OMC_RDMA_ALLOW_SKIP=1 makes it a skip everywhere (as tests/rdma/run-tests.sh does).
-# Knobs: OMC_XHOST_TIMEOUT, CC, BUILD, CT_FILTER (contract cases), and bed.sh's.
+# Knobs: OMC_XHOST_SUITES (default "cross-host multi-rail": the suites to run), OMC_XHOST_TIMEOUT,
+# CC, BUILD, CT_FILTER (contract cases), and bed.sh's.
 set -u
 cd "$(dirname "$0")/../.."
 
-# The plain build, then (OMC_XHOST_SAN=1, the default) the ASan+UBSan build, in the same boot.
-BINS="xhost_tests"
-[ "${OMC_XHOST_SAN:-1}" = 1 ] && BINS="$BINS xhost_tests_asan"
+# Per suite: the plain build, then (OMC_XHOST_SAN=1, the default) the ASan+UBSan build, in the
+# same boot. suite_of BINARY: the suite a binary's results count in.
+SUITES=${OMC_XHOST_SUITES:-cross-host multi-rail}
+BINS=""
+for s in $SUITES; do
+    case $s in
+        cross-host) src=xhost_tests ;;
+        multi-rail) src=multirail_tests ;;
+        *) echo "xhost-tests.sh: unknown suite '$s' (cross-host, multi-rail)"; exit 2 ;;
+    esac
+    BINS="$BINS $src"
+    [ "${OMC_XHOST_SAN:-1}" = 1 ] && BINS="$BINS ${src}_asan"
+done
+BINS=${BINS# }
+suite_of() { case $1 in multirail_tests*) echo multi-rail ;; *) echo cross-host ;; esac; }
+source_of() { case $1 in multirail_tests*) echo tests/rdma/multirail_tests.c ;; *) echo tests/rdma/xhost_tests.c ;; esac; }
 
 # ---- inside the bed (both guests) --------------------------------------------------------------
 if [ "${1:-}" = "--in-bed" ]; then
@@ -58,18 +75,20 @@ SANFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit
 log=$OUT/xhost-build.log
 : > "$log"
 build() {   # build NAME EXTRA-FLAGS
-    echo "$CC $CFLAGS $2 tests/rdma/xhost_tests.c -o $OUT/$1 -lzmq -ldl -lpthread -lm" >> "$log"
+    local src
+    src=$(source_of "$1")
+    echo "$CC $CFLAGS $2 $src -o $OUT/$1 -lzmq -ldl -lpthread -lm" >> "$log"
     # shellcheck disable=SC2086
-    $CC $CFLAGS $2 tests/rdma/xhost_tests.c -o "$OUT/$1" -lzmq -ldl -lpthread -lm >> "$log" 2>&1
+    $CC $CFLAGS $2 "$src" -o "$OUT/$1" -lzmq -ldl -lpthread -lm >> "$log" 2>&1
 }
 ok=1
 for b in $BINS; do
     case $b in *_asan) build "$b" "$SANFLAGS" || ok=0 ;; *) build "$b" "" || ok=0 ;; esac
 done
 if [ $ok = 0 ]; then
-    echo "FAIL xhost_tests build (see $log):"
+    echo "FAIL the two-host test build (see $log):"
     tail -n 30 "$log" | sed 's/^/    /'
-    echo "cross-host: 0 passed, 1 failed"
+    for s in $SUITES; do echo "$s: 0 passed, 1 failed"; done
     exit 1
 fi
 
@@ -80,39 +99,53 @@ for f in "$@"; do filters="$filters $(printf '%q' "$f")"; done
 t0=$SECONDS
 bash tests/rdma/bed.sh --hosts 2 -- "bash tests/rdma/xhost-tests.sh --in-bed $(printf '%q' "$OUT")$filters" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
-echo "cross-host: the two-guest bed took $((SECONDS - t0)) s in all"
+echo "two-host suites ($SUITES): the two-guest bed took $((SECONDS - t0)) s in all"
 
 if [ "$rc" -eq 77 ]; then
     reason=$(grep -E '^rdma bed: (no bed|missing|cannot|guest)' "$out" | tail -n 1 | sed 's/^rdma bed: //')
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && [ "${OMC_RDMA_ALLOW_SKIP:-0}" != 1 ]; then
-        echo "FAIL cross-host: the two-guest bed could not be brought up on a machine that should have it: ${reason:-see above}"
-        echo "cross-host: 0 passed, 1 failed"
+        for s in $SUITES; do
+            echo "FAIL $s: the two-guest bed could not be brought up on a machine that should have it: ${reason:-see above}"
+            echo "$s: 0 passed, 1 failed"
+        done
         exit 1
     fi
-    echo "SKIP cross-host: no two-guest bed here (${reason:-see above}); the cross-host tests did not run"
-    echo "cross-host: 0 passed, 0 failed"
+    for s in $SUITES; do
+        echo "SKIP $s: no two-guest bed here (${reason:-see above}); the $s tests did not run"
+        echo "$s: 0 passed, 0 failed"
+    done
     exit 0
 fi
 
-pass=0; fail=0
+# Per suite: its binaries' result lines; a sanitizer report in a binary's part of the output (the
+# lines between its "== BINARY" header and the next, host b's "[b] " lines included) fails it.
+declare -A pass fail
+for s in $SUITES; do pass[$s]=0; fail[$s]=0; done
 for b in $BINS; do
+    s=$(suite_of "$b")
     line=$(grep -E "^$b: [0-9]+ passed, [0-9]+ failed" "$out" | tail -n 1)
     if [ -z "$line" ]; then
         echo "FAIL $b printed no result line (crashed, timed out or never ran)"
-        fail=$((fail + 1))
-        continue
+        fail[$s]=$((fail[$s] + 1))
+    else
+        pass[$s]=$((pass[$s] + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
+        fail[$s]=$((fail[$s] + $(echo "$line" | sed -E 's/.*passed, ([0-9]+) failed.*/\1/')))
     fi
-    pass=$((pass + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
-    fail=$((fail + $(echo "$line" | sed -E 's/.*passed, ([0-9]+) failed.*/\1/')))
+    if awk -v b="$b" '$0 == "== " b { on = 1; next } /^== [a-z_]+$/ { on = 0 } on' "$out" \
+        | grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:'; then
+        echo "FAIL $b: a sanitizer reported an error (see $out)"
+        fail[$s]=$((fail[$s] + 1))
+    fi
 done
-# a sanitizer report in either guest (host b's receivers report through their exit only)
-if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$out"; then
-    echo "FAIL a sanitizer reported an error (see $out)"
-    fail=$((fail + 1))
-fi
-if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then
+any=0
+for s in $SUITES; do any=$((any + fail[$s])); done
+if [ "$rc" -ne 0 ] && [ "$any" -eq 0 ]; then
     echo "FAIL the bed exited with $rc"
-    fail=1
+    for s in $SUITES; do fail[$s]=1; done
+    any=1
 fi
-echo "cross-host: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+# multi-rail first, cross-host last (tests/run.sh reads both lines)
+for s in multi-rail cross-host; do
+    [ -n "${pass[$s]+set}" ] && echo "$s: ${pass[$s]} passed, ${fail[$s]} failed"
+done
+[ "$any" -eq 0 ]

@@ -20,57 +20,16 @@
 #include "omniconn_rdma.h"
 #include "omc_test.h"
 #include "contract.h"
+#include "xhost.h"
 
-#include <arpa/inet.h>
-#include <stdarg.h>
-#include <dirent.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-
-#define MIB ((uint64_t)1 << 20)
-#define XH_CTL_PORT 7790
 #define XH_GET_DEADLINE_MS 40000    /* a fault case's get: its result must come inside this */
 #define XH_KILL_DEADLINE_MS 20000   /* ... when its sender is killed (RDMA waits for all of it) */
-#define XH_SLACK_MS 3000            /* ... plus this (scheduling under TCG) */
 
 /* XH_RDMA_RAIL1: RDMA on the second rail (rxe1 on rail1, 10.99.1.0/24) */
 typedef enum xh_transport { XH_TCP = 0, XH_RDMA = 1, XH_RDMA_RAIL1 = 2 } xh_transport;
 static const char* xh_tname(xh_transport t) { return t == XH_RDMA_RAIL1 ? "rdma-rail1" : t == XH_RDMA ? "rdma" : "tcp"; }
 static xh_transport xh_tparse(const char* n) {
     return strcmp(n, "rdma-rail1") == 0 ? XH_RDMA_RAIL1 : strcmp(n, "rdma") == 0 ? XH_RDMA : XH_TCP;
-}
-
-static const char* env_or(const char* name, const char* dflt) { const char* v = getenv(name); return v && v[0] ? v : dflt; }
-
-/* The rail this process uses (0 or 1): its address and device are that word of the bed's lists. */
-static int g_rail;
-static const char* rail_word(const char* list_env, const char* single_env, const char* dflt, char* buf, size_t cap) {
-    const char* v = getenv(list_env);
-    int i;
-    if (!v || !v[0]) return env_or(single_env, dflt);
-    for (i = 0; i < g_rail && *v; i++) { v += strcspn(v, " "); v += strspn(v, " "); }
-    if (!*v) return env_or(single_env, dflt);
-    snprintf(buf, cap, "%.*s", (int)strcspn(v, " "), v);
-    return buf;
-}
-static const char* my_ip(void) { static char b[64]; return rail_word("OMC_RDMA_IPS", "OMC_RDMA_IP", "10.99.0.1", b, sizeof(b)); }
-static const char* my_device(void) { static char b[64]; return rail_word("OMC_RDMA_DEVICES", "OMC_RDMA_DEVICE", "rxe0", b, sizeof(b)); }
-
-/* ---- the library's log --------------------------------------------------------------------- */
-
-static void xh_log(omc_log_level level, omc_log_item item, const char* message, const char* file, int line, void* user) {
-    (void)item; (void)file; (void)line; (void)user;
-    fprintf(stderr, "  [%s %s] %s\n", env_or("OMC_BED_HOST", "?"), level == OMC_LOG_ERROR ? "error" : level == OMC_LOG_WARN ? "warn" : "info", message);
-}
-
-static omc_hooks xh_hooks(void) {
-    omc_hooks h;
-    memset(&h, 0, sizeof(h));
-    h.log_fn = xh_log;
-    h.max_level = getenv("OMC_TEST_VERBOSE") ? OMC_LOG_INFO : OMC_LOG_WARN;
-    return h;
 }
 
 /* ---- connectors ------------------------------------------------------------------------------ */
@@ -126,89 +85,6 @@ static omc_conn* xh_receiver(xh_transport t, const char* spec, uint64_t pool) {
     return c;
 }
 
-/* ---- leaks: descriptors and threads of this process ------------------------------------------- */
-
-static int count_dir(const char* path) {
-    DIR* d = opendir(path);
-    struct dirent* e;
-    int n = 0;
-    if (!d) return -1;
-    while ((e = readdir(d)) != NULL) if (e->d_name[0] != '.') n++;
-    closedir(d);
-    return n - (strcmp(path, "/proc/self/fd") == 0);   /* the DIR's own descriptor */
-}
-
-typedef struct xh_usage { int fds, threads; } xh_usage;
-static xh_usage usage_now(void) { xh_usage u; u.fds = count_dir("/proc/self/fd"); u.threads = count_dir("/proc/self/task"); return u; }
-
-/* Threads end asynchronously after a destroy: wait a little for the counts to come back. */
-static void check_no_leak(const char* who, xh_usage before) {
-    xh_usage now = usage_now();
-    int i;
-    for (i = 0; i < 100 && (now.fds > before.fds || now.threads > before.threads); i++) { usleep(20000); now = usage_now(); }
-    if (now.fds > before.fds || now.threads > before.threads) {
-        OMC_TEST_FAIL();
-        fprintf(stderr, "  %s leaked: %d -> %d descriptors, %d -> %d threads\n", who, before.fds, now.fds, before.threads, now.threads);
-    }
-}
-
-/* ---- the control link ------------------------------------------------------------------------ */
-
-static int ctl_connect(void) {
-    struct sockaddr_in a;
-    omc_time_ns until = omc_deadline_after_ms(120000);
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_port = htons(XH_CTL_PORT);
-    if (inet_pton(AF_INET, env_or("OMC_BED_PEER_CTL_IP", "10.98.0.2"), &a.sin_addr) != 1) return -1;
-    while (omc_now_ns() < until) {       /* the other guest may still be starting its server */
-        int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-        if (fd < 0) return -1;
-        if (connect(fd, (struct sockaddr*)&a, sizeof(a)) == 0) {
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-            return fd;
-        }
-        close(fd);
-        usleep(200000);
-    }
-    return -1;
-}
-
-static int ctl_sendf(int fd, const char* fmt, ...) {
-    char buf[1024];
-    va_list ap;
-    ct_env e;
-    int n;
-    va_start(ap, fmt);
-    n = vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    if (n < 0 || n >= (int)sizeof(buf)) return -1;
-    memset(&e, 0, sizeof(e));
-    e.fd = fd;
-    return ct_send(&e, buf, (uint32_t)n);
-}
-
-static char* ctl_recv(int fd) {
-    ct_env e;
-    memset(&e, 0, sizeof(e));
-    e.fd = fd;
-    return (char*)ct_recv(&e, NULL);
-}
-
-/* After the sender's half: the receiver's count of failed checks ("rc N"), added to ours. */
-static void collect_peer(int fd, const char* what) {
-    char* m = ctl_recv(fd);
-    int n = -1;
-    if (!m || sscanf(m, "rc %d", &n) != 1 || n < 0) {
-        OMC_TEST_FAIL();
-        fprintf(stderr, "  %s: no result from the receiver on host b (%s)\n", what, m ? m : "connection closed or timed out");
-    } else if (n > 0) {
-        __atomic_add_fetch(&omc_test_failed_checks, n, __ATOMIC_RELAXED);
-        fprintf(stderr, "  %s: %d failed check(s) on host b (its lines are marked [b])\n", what, n);
-    }
-    free(m);
-}
-
 /* ---- fault cases: both halves ---------------------------------------------------------------- */
 
 /* Every fault case moves a payload big enough that it is still in flight when the fault hits
@@ -247,12 +123,6 @@ static omc_result b_get_checked(ct_env* e, omc_conn* c, const char* key, const v
         CHECK(b.data == NULL);
     }
     return r;
-}
-
-static void b_check_pool_empty(omc_conn* c) {
-    omc_health h;
-    CHECK_OK(omc_conn_health(c, &h));
-    CHECK_EQ(h.pool_in_use, 0);
 }
 
 /* A sender in its own process (this binary re-executed with "--sender"): it puts size bytes of
@@ -380,30 +250,6 @@ static void b_sender_killed(ct_env* e, xh_transport t) {
 
 /* 2. rail0 goes down (on the sender's host) during a 48 MiB get and comes back 3 s later; the
    get ends with a documented code, and the next get over the same receiver works. */
-static int link_cmd(const char* dev, const char* state) {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "ip link set %s %s", dev, state);
-    return system(cmd);
-}
-
-/* Soft-RoCE follows its netdev: wait until the port is ACTIVE again (and the GID is back). */
-static int wait_port_active(const char* dev, int ms) {
-    char path[256], buf[64];
-    int i;
-    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/state", dev);
-    for (i = 0; i < ms / 50; i++) {
-        FILE* f = fopen(path, "r");
-        if (f) {
-            size_t k = fread(buf, 1, sizeof(buf) - 1, f);
-            buf[k] = 0;
-            fclose(f);
-            if (strstr(buf, "ACTIVE")) return 1;
-        }
-        usleep(50000);
-    }
-    return 0;
-}
-
 static void a_link_down(ct_env* e, xh_transport t) {
     omc_conn* s;
     omc_payload pl;
@@ -552,8 +398,8 @@ static const xh_case xh_cases[] = {
 
 /* ---- host b: the control server ------------------------------------------------------------ */
 
-/* One request in a child: "ct T INDEX KEY SPEC" (a contract case's consumer half, with a
-   receiver built here) or "xh T INDEX KEY" (a fault case's receiver half). Answers "rc N". */
+/* One request in a child (xhost.h's xh_serve): "ct T INDEX KEY SPEC" (a contract case's consumer
+   half, with a receiver built here) or "xh T INDEX KEY SEED" (a fault case's receiver half). */
 static void serve_request(int fd, const char* req) {
     char kind[8], tn[16], key[64], spec[300];
     int index = -1, k;
@@ -563,7 +409,7 @@ static void serve_request(int fd, const char* req) {
     e.fd = fd; e.side = 1; e.from = "stage0"; e.to = "stage1";
     spec[0] = 0;
     k = sscanf(req, "%7s %15s %d %63s %299s", kind, tn, &index, key, spec);
-    if (k < 4) { fprintf(stderr, "  bad request '%s'\n", req); ctl_sendf(fd, "rc 1"); return; }
+    if (k < 4) { OMC_TEST_FAIL(); fprintf(stderr, "  bad request '%s'\n", req); return; }
     t = xh_tparse(tn);
     g_rail = t == XH_RDMA_RAIL1;
     snprintf(e.key, sizeof(e.key), "%s", key);
@@ -584,69 +430,6 @@ static void serve_request(int fd, const char* req) {
         OMC_TEST_FAIL();
         fprintf(stderr, "  unknown request '%s'\n", req);
     }
-    ctl_sendf(fd, "rc %d", omc_test_failed_checks);
-}
-
-static int serve(void) {
-    struct sockaddr_in a;
-    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_port = htons(XH_CTL_PORT);
-    inet_pton(AF_INET, env_or("OMC_BED_CTL_IP", "10.98.0.2"), &a.sin_addr);
-    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (ls < 0 || bind(ls, (struct sockaddr*)&a, sizeof(a)) != 0 || listen(ls, 16) != 0) {
-        perror("xhost_tests --serve: listen");
-        return 1;
-    }
-    printf("control server on %s:%d\n", env_or("OMC_BED_CTL_IP", "10.98.0.2"), XH_CTL_PORT);
-    fflush(stdout);
-    for (;;) {
-        struct pollfd p;
-        int fd, st;
-        char* req;
-        pid_t pid;
-        p.fd = ls; p.events = POLLIN; p.revents = 0;
-        while (waitpid(-1, &st, WNOHANG) > 0) {}
-        if (poll(&p, 1, 600000) <= 0) { fprintf(stderr, "xhost_tests --serve: no request for 600 s, giving up\n"); return 1; }
-        fd = accept(ls, NULL, NULL);
-        if (fd < 0) continue;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        req = ctl_recv(fd);
-        if (!req) { close(fd); continue; }
-        if (strcmp(req, "quit") == 0) { free(req); close(fd); break; }
-        fflush(stdout); fflush(stderr);
-        pid = fork();
-        if (pid == 0) {
-            close(ls);
-            serve_request(fd, req);
-            fflush(stdout); fflush(stderr);
-            _exit(0);
-        }
-        free(req);
-        close(fd);
-    }
-    while (wait(NULL) > 0) {}
-    close(ls);
-    return 0;
-}
-
-/* ---- host a: the tests ------------------------------------------------------------------------ */
-
-static int is_host_a(void) {
-    const char* h = getenv("OMC_BED_HOST");
-    return h && strcmp(h, "a") == 0 && getenv("OMC_RDMA_PEER_IP");
-}
-
-static int on_two_hosts(void) {
-    if (is_host_a()) return 1;
-    printf("SKIP (not host a of the two-guest bed: run through tests/rdma/xhost-tests.sh)\n");
-    return 0;
-}
-
-static void make_key(char* out, size_t n, const char* tag) {
-    static int counter;
-    snprintf(out, n, "xh-%s-%ld-%d", tag, (long)getpid(), ++counter);
 }
 
 /* The connector contract (tests/contract.h) with the consumer on the other host. */
@@ -737,7 +520,7 @@ OMC_TEST(faults_rdma_across_hosts) { int i; if (on_two_hosts()) for (i = 0; i < 
 int main(int argc, char** argv) {
     int rc;
     signal(SIGPIPE, SIG_IGN);
-    if (argc > 1 && strcmp(argv[1], "--serve") == 0) return serve();
+    if (argc > 1 && strcmp(argv[1], "--serve") == 0) return xh_serve(serve_request);
     if (argc > 1 && strcmp(argv[1], "--sender") == 0) return sender_main(argc, argv);
     if (!is_host_a()) {
         printf("SKIP cross-host tests (not host a of the two-guest bed: run through tests/rdma/xhost-tests.sh)\n");
@@ -745,9 +528,6 @@ int main(int argc, char** argv) {
         return 0;
     }
     rc = omc_test_main(argc, argv);
-    if (is_host_a()) {        /* let host b's server end */
-        int fd = ctl_connect();
-        if (fd >= 0) { ctl_sendf(fd, "quit"); close(fd); }
-    }
+    xh_quit_server();
     return rc;
 }
