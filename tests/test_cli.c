@@ -311,6 +311,11 @@ OMC_TEST(bench_rail_options_and_timeline) {
         cli(&r, NULL, args);
         CHECK(r.status == 2 && has(&r, "--flap 'rail1,5,3' is not NETDEV,DOWN,UP"));
     }
+    {   /* the loopback is never taken down (a bench on one host would cut its own channel) */
+        const char* args[] = { "bench", "--timeline", "0.5", "--flap", "lo,1,2", NULL };
+        cli(&r, NULL, args);
+        CHECK(r.status == 2 && has(&r, "--flap refuses the loopback device 'lo'"));
+    }
     {
         const char* args[] = { "bench", "--flap", "rail1,1,2", "--duration", "5", NULL };
         cli(&r, NULL, args);

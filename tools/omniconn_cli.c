@@ -889,7 +889,7 @@ static void bench_usage(void) {
     printf("  --rdma-addr LIST rdma: this host's address on each rail, picks each rail's GID (default --host)\n");
     printf("  --gid-index N    rdma: use GID index N instead of the engine's choice\n");
     printf("  --timeline SEC   also show the throughput phase in slices of SEC seconds (and bytes per rail); implies --inflight 4\n");
-    printf("  --flap DEV,D,U   ip link set DEV down D s into the throughput phase and up at U s (root; a failover test)\n");
+    printf("  --flap DEV,D,U   ip link set DEV down D s into the throughput phase and up at U s (root; a failover test; never lo)\n");
     printf("Units: GB/s = 10^9 bytes/s, msg/s = transfers per second, latency in microseconds, one way, one transfer at a\n");
     printf("time (%d at most per size; p99.9 needs 1000 of them); the first %d transfers of a size are not counted.\n",
            BENCH_MAX_LAT, BENCH_WARMUP);
@@ -1160,6 +1160,10 @@ static int cmd_bench(int argc, char** argv) {
                 if (sscanf(optarg, "%63[^,],%lf,%lf%n", dev, &o.flap_down, &o.flap_up, &k) != 3 || optarg[k] || !(o.flap_down >= 0) ||
                     !(o.flap_up > o.flap_down)) {
                     fprintf(stderr, "omniconn bench: --flap '%s' is not NETDEV,DOWN,UP (seconds into the throughput phase, DOWN < UP)\n", optarg);
+                    return 2;
+                }
+                if (strcmp(dev, "lo") == 0) {  /* every local service (and a one-host bench's own channel) lives on it */
+                    fprintf(stderr, "omniconn bench: --flap refuses the loopback device 'lo': name a data link (an RDMA rail's netdev)\n");
                     return 2;
                 }
                 o.flap_dev = dev;
