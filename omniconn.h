@@ -6997,6 +6997,19 @@ OMC__PRIVATE void omc__net_on_list(omc__net* N, const uint8_t* rid, uint32_t rid
 
 OMC__PRIVATE void omc__net_start_job(omc__net* N, omc__net_job* job);
 
+/* A filled-in push job goes live: its deadline is the receiver's budget (or vLLM-Omni's rule),
+   never more than OMNICONN_TCP_MAX_PUSH_MS; it joins the live list and starts. The side-channel
+   PULL and the request on a data connection both end here. */
+OMC__PRIVATE void omc__net_launch_job(omc__net* N, omc__net_job* job, uint32_t budget_ms) {
+    job->deadline = omc_now_ns() + omc__min(budget_ms ? (omc_time_ns)budget_ms * 1000000LL : omc__net_default_budget_ns(job->size),
+                                            (omc_time_ns)OMNICONN_TCP_MAX_PUSH_MS * 1000000LL);
+    job->owner = N;
+    job->next_live = N->live;
+    N->live = job;
+    omc__add(&N->pushes_in_flight, 1u);
+    omc__net_start_job(N, job);
+}
+
 OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
     const omc__dataplane* dp = NULL;
     omc__ent* e = NULL;
@@ -7062,14 +7075,7 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     memcpy(job->rid, rid, rid_len);
     job->desc_len = in->desc_len;
     if (in->desc_len) memcpy(job->desc, in->desc, in->desc_len);
-    /* the receiver's budget (or vLLM-Omni's rule), never more than OMNICONN_TCP_MAX_PUSH_MS */
-    job->deadline = omc_now_ns() + omc__min(in->budget_ms ? (omc_time_ns)in->budget_ms * 1000000LL : omc__net_default_budget_ns(job->size),
-                                            (omc_time_ns)OMNICONN_TCP_MAX_PUSH_MS * 1000000LL);
-    job->owner = N;
-    job->next_live = N->live;
-    N->live = job;
-    omc__add(&N->pushes_in_flight, 1u);
-    omc__net_start_job(N, job);
+    omc__net_launch_job(N, job, in->budget_ms);
 }
 
 /* A reserved and pinned job (listener): start it here if the plane can, else queue it for a
@@ -7201,13 +7207,7 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, omc__tcp_conn* c) {
     job->desc_len = 8;
     memcpy(job->desc, c->key + OMC__TCP_TICKET_SIZE, 8);    /* the connection's token, as a PULL names it */
     job->direct = 1;
-    job->deadline = omc_now_ns() + omc__min(q.budget_ms ? (omc_time_ns)q.budget_ms * 1000000LL : omc__net_default_budget_ns(job->size),
-                                            (omc_time_ns)OMNICONN_TCP_MAX_PUSH_MS * 1000000LL);
-    job->owner = N;
-    job->next_live = N->live;
-    N->live = job;
-    omc__add(&N->pushes_in_flight, 1u);
-    omc__net_start_job(N, job);
+    omc__net_launch_job(N, job, q.budget_ms);
 }
 
 /* Listener: jobs whose receipt it waits for itself. The receipt came (commit, then the
