@@ -125,6 +125,15 @@ static uint64_t tcp_pushes(omc_conn* s) {
     return th.pushes;
 }
 
+/* The sender's push count once it reaches `want` (or 10 s pass): the worker counts a push after
+   its last byte is written, which can come just after the receiver's get has returned. */
+static uint64_t tcp_pushes_reach(omc_conn* s, uint64_t want) {
+    omc_time_ns end = omc_deadline_after_ms(10000);
+    uint64_t n;
+    while ((n = tcp_pushes(s)) < want && omc_now_ns() < end) usleep(1000);
+    return n;
+}
+
 static uint64_t live_entries(omc_conn* s) {
     omc_health h;
     memset(&h, 0, sizeof(h));
@@ -168,7 +177,7 @@ OMC_TEST(tcp_small_payloads_ride_in_the_metadata_and_a_claim_records_the_read) {
     CHECK_OK(omc_conn_get(r, "s0", "s1", "big", big.data, big.size, omc_deadline_after_ms(5000), &b));
     CHECK(b.size == 16385 && omc_test_verify(b.data, b.size, 202));
     omc_buffer_release(&b);
-    CHECK_EQ(tcp_pushes(s), pushes + 1);
+    CHECK_EQ(tcp_pushes_reach(s, pushes + 1), pushes + 1);
     /* fan-out: three readers, claims and a metadata-less pull share them */
     put_bytes(s, "fan", 1000, 203, 3, 0, &fan);
     CHECK_OK(omc_tcp_add_sender(r, "s", "127.0.0.1", port_of(s)));
