@@ -59,6 +59,7 @@ $(BUILD)/omniconn: tools/omniconn_cli.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
 $(BUILD)/test_pipeline3: examples/pipeline3.c
 $(BUILD)/test_cli: tools/omniconn_cli.c
+$(BUILD)/test_store: omniconn_store.h
 $(BUILD):
 	@mkdir -p $(BUILD)
 
