@@ -1053,7 +1053,7 @@ static omc_result omc__st_error_reply(omc__store* S, omc__snode* N, omc__sop* op
                                       char* host, size_t host_n, int* port) {
     *moved_to = 0;
     if (!strncmp(e, "MOVED ", 6) || !strncmp(e, "ASK ", 4)) {
-        const char* a = strchr(e + 4, ' ');
+        const char* a = strchr(e + (e[0] == 'M' ? 6 : 4), ' ');     /* after the slot number */
         const char* colon = a ? strrchr(a, ':') : NULL;
         if (a && colon && (size_t)(colon - a - 1) < host_n) {
             memcpy(host, a + 1, (size_t)(colon - a - 1));
@@ -1435,6 +1435,11 @@ static void omc__st_run(omc__store* S, omc__snode* N, omc__rc* rc, omc__sreq* q)
                          (unsigned long long)op->size, (long long)mb);
             q->ops[k] = NULL;
         }
+    }
+    if (rc->fd >= 0) {          /* an idle connection the server closed (restart, failover): open a new one first */
+        struct pollfd pf;
+        pf.fd = rc->fd; pf.events = POLLIN; pf.revents = 0;
+        if (poll(&pf, 1, 0) != 0) omc__rc_close(rc);
     }
     if (rc->fd < 0) {
         r = omc__st_open(S, N, rc, q->deadline, why, sizeof(why));

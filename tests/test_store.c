@@ -194,14 +194,16 @@ static omc_conn* store_make(const char* url, omc_role role, uint32_t inflight) {
 }
 static omc_conn* make_from_spec(const char* spec) { return store_make(spec, OMC_ROLE_RECEIVER, 0); }
 
-/* log capture: the last WARN line */
-static char last_log[600];
+/* log capture: every WARN and ERROR line since the last log_clear() (the most recent 16 KiB) */
+static char last_log[16384];
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static void capture_log(omc_log_level level, omc_log_item item, const char* message, const char* file, int line, void* user) {
     (void)item; (void)file; (void)line; (void)user;
     if (level > OMC_LOG_WARN) return;
     pthread_mutex_lock(&log_mu);
-    snprintf(last_log, sizeof(last_log), "%s", message);
+    if (strlen(last_log) + strlen(message) + 2 >= sizeof(last_log)) last_log[0] = '\0';
+    strcat(last_log, message);
+    strcat(last_log, "\n");
     pthread_mutex_unlock(&log_mu);
 }
 static int log_has(const char* word) {
