@@ -28,7 +28,7 @@ ifeq ($(SAN),tsan)
   LDFLAGS += -fsanitize=thread
 endif
 
-HEADERS     := omniconn.h omniconn_shm.h omniconn_rdma.h omniconn_pipeline.h tests/omc_test.h tests/contract.h
+HEADERS     := omniconn.h omniconn_shm.h omniconn_rdma.h omniconn_pipeline.h omniconn_store.h tests/omc_test.h tests/contract.h
 TEST_SRCS   := $(wildcard tests/test_*.c)
 TEST_BINS   := $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRCS))
 EXAMPLE_SRCS:= $(wildcard examples/*.c)
@@ -59,7 +59,6 @@ $(BUILD)/omniconn: tools/omniconn_cli.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
 $(BUILD)/test_pipeline3: examples/pipeline3.c
 $(BUILD)/test_cli: tools/omniconn_cli.c
-$(BUILD)/test_store: omniconn_store.h
 $(BUILD):
 	@mkdir -p $(BUILD)
 

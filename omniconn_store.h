@@ -165,7 +165,8 @@ WIRE FORMATS
       P{H}m:<qualified key>   metadata, a hash:
                                 tok    16 hex digits, the writer's random token
                                 len    payload bytes (decimal)
-                                left   reads left (decimal); the last read deletes both keys
+                                left   reads left (decimal; the last read deletes both keys),
+                                       or "cache" (OMC_STORE_READERS_CACHE: reads never consume)
                                 fl     omniconn buffer flags (1 = an omniconn frame)
                                 fmt    "raw" or "frame"
                                 dtype  the first tensor segment's dtype name ("f32"), or ""
@@ -216,6 +217,9 @@ extern "C" {
 #define OMC_STORE_BODY_MAGIC 0x5453434Fu     /* "OCST": the metadata body of a store put */
 #define OMC_STORE_BODY_SIZE 32
 #define OMC_STORE_URL_MAX 512
+/* payload.readers = OMC_STORE_READERS_CACHE: gets never consume the payload; it stays until its
+   TTL or a cleanup (a cache entry, LMCache's semantics) */
+#define OMC_STORE_READERS_CACHE 0xFFFFFFFFu
 
 /* The executor's priorities, most urgent first. DEFAULT = what the call implies (exists: PEEK,
    get: GET, put: PUT). */
@@ -284,6 +288,16 @@ OMNICONN_API omc_result omc_store_ticket_wait(omc_store_ticket* t, omc_time_ns w
 OMNICONN_API uint64_t omc_store_ticket_sequence(const omc_store_ticket* t);
 /* Free a ticket; one not yet answered is waited for first (an unreleased get view is released). */
 OMNICONN_API void omc_store_ticket_free(omc_store_ticket* t);
+
+/* A pipelined batch get with scalar arguments (for FFI callers): for each of count keys,
+   results[i], and on OMC_OK handles[i] (a malloc'd omc_buffer: omc_buffer_release it, then
+   free() it - libomniconn's omc_ffi_buffer_release does both), datas[i], sizes[i], flags[i].
+   metadata-less; wait_missing != 0: wait for missing keys until the deadline (else
+   OMC_ERR_NOT_FOUND at once). */
+OMNICONN_API omc_result omc_store_get_batch_flat(omc_conn* conn, const char* from, const char* to, const char* const* keys,
+                                                 uint32_t count, int priority, int wait_missing, omc_time_ns deadline,
+                                                 omc_buffer** handles, void** datas, uint64_t* sizes, uint32_t* flags,
+                                                 int32_t* results);
 
 typedef struct omc_store_stats {
     uint64_t dispatched;            /* requests sent to a server (= the last sequence number) */
@@ -716,18 +730,21 @@ static const char omc__lua_put[] =
 /* The claim: one read of a payload. KEYS: meta, data-key prefix, the reader's private key.
    ARGV: the token the reader's metadata names ('' = any), max_size (0 = any).
    Returns {1, len, fl} claimed (the bytes are under KEYS[3]), {0} not found, {-1, tok} another
-   writer's put, {-2, len} larger than max_size (nothing consumed). */
+   writer's put, {-2, len} larger than max_size (nothing consumed), {-3} a metadata key whose
+   len or left is not a number. */
 static const char omc__lua_claim[] =
     "local f = redis.call('HMGET', KEYS[1], 'tok', 'len', 'left', 'fl')\n"
     "if not f[1] then return {0} end\n"
     "if ARGV[1] ~= '' and f[1] ~= ARGV[1] then return {-1, f[1]} end\n"
     "local len = tonumber(f[2])\n"
+    "if not len or len < 0 or (f[3] ~= 'cache' and not tonumber(f[3])) then return {-3} end\n"
     "local max = tonumber(ARGV[2])\n"
     "if max > 0 and len > max then return {-2, len} end\n"
     "local d = KEYS[2] .. f[1]\n"
     "if redis.call('EXISTS', d) == 0 then redis.call('DEL', KEYS[1]) return {0} end\n"
-    "local left = tonumber(f[3]) - 1\n"
-    "if left <= 0 then redis.call('RENAME', d, KEYS[3]) redis.call('DEL', KEYS[1])\n"
+    "local left = (tonumber(f[3]) or 2) - 1\n"
+    "if f[3] == 'cache' then redis.call('COPY', d, KEYS[3], 'REPLACE')\n"
+    "elseif left <= 0 then redis.call('RENAME', d, KEYS[3]) redis.call('DEL', KEYS[1])\n"
     "else redis.call('COPY', d, KEYS[3], 'REPLACE') redis.call('HSET', KEYS[1], 'left', left) end\n"
     "redis.call('PEXPIRE', KEYS[3], " "60000" ")\n"
     "return {1, len, tonumber(f[4])}\n";
@@ -1115,7 +1132,8 @@ static int omc__st_encode(omc__store* S, omc__sop* op, omc__wb* w, omc__st_mark*
             omc__wb_str(w, dk);
             omc__wb_arg(w, hx, 16);
             omc__wb_int(w, (int64_t)op->size);
-            omc__wb_int(w, (int64_t)(op->readers ? op->readers : 1));
+            if (op->readers == OMC_STORE_READERS_CACHE) omc__wb_str(w, "cache");
+            else omc__wb_int(w, (int64_t)(op->readers ? op->readers : 1));
             omc__wb_int(w, op->ttl_ms > 0 ? op->ttl_ms : 0);
             snprintf(num, sizeof(num), "%u", op->flags);
             omc__wb_str(w, num);
@@ -1302,6 +1320,9 @@ static omc_result omc__st_read_op(omc__store* S, omc__snode* N, omc__rc* rc, omc
                 else if (v.e[0].i == -1) {
                     r = OMC_ERR_STALE;
                     snprintf(op->err, sizeof(op->err), "%.120s: another writer replaced this key since the put the metadata names", N->name);
+                } else if (v.e[0].i == -3) {
+                    r = OMC_ERR_MALFORMED;
+                    snprintf(op->err, sizeof(op->err), "%.120s: the metadata key's len or left is not a number: refused", N->name);
                 } else if (v.e[0].i == -2 && v.n >= 2 && v.e[1].type == OMC__RV_INT) {
                     r = OMC_ERR_TOO_LARGE;
                     op->out.size = (uint64_t)v.e[1].i;
@@ -2375,6 +2396,41 @@ OMNICONN_API omc_result omc_store_get_stats(omc_conn* c, omc_store_stats* out) {
     out->servers = S->nnodes;
     pthread_mutex_unlock(&S->route_mu);
     return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_store_get_batch_flat(omc_conn* c, const char* from, const char* to, const char* const* keys,
+                                                 uint32_t count, int priority, int wait_missing, omc_time_ns deadline,
+                                                 omc_buffer** handles, void** datas, uint64_t* sizes, uint32_t* flags,
+                                                 int32_t* results) {
+    omc_batch_item* it;
+    uint32_t i;
+    omc_result r, first = OMC_OK;
+    if (count && (!keys || !handles || !results)) return OMC_ERR_INVALID_ARG;
+    it = (omc_batch_item*)calloc(count ? count : 1, sizeof(omc_batch_item));
+    if (!it) return OMC_ERR_NO_MEMORY;
+    for (i = 0; i < count; i++) it[i].key = keys[i];
+    r = omc_store_get_batch(c, from, to, it, count, (omc_store_priority)priority, wait_missing ? deadline : OMC_NO_WAIT);
+    if (r == OMC_ERR_INVALID_ARG || r == OMC_ERR_TYPE || r == OMC_ERR_CLOSED || r == OMC_ERR_WRONG_ROLE || r == OMC_ERR_NO_MEMORY) {
+        free(it);
+        return r;
+    }
+    for (i = 0; i < count; i++) {
+        omc_result ri = it[i].result;
+        handles[i] = NULL;
+        if (ri == OMC_ERR_TIMEOUT && !wait_missing) ri = OMC_ERR_NOT_FOUND;
+        if (ri == OMC_OK) {
+            handles[i] = (omc_buffer*)malloc(sizeof(omc_buffer));
+            if (!handles[i]) { omc_buffer_release(&it[i].buffer); ri = OMC_ERR_NO_MEMORY; }
+            else *handles[i] = it[i].buffer;
+        }
+        if (datas) datas[i] = ri == OMC_OK ? it[i].buffer.data : NULL;
+        if (sizes) sizes[i] = ri == OMC_OK ? it[i].buffer.size : 0;
+        if (flags) flags[i] = ri == OMC_OK ? it[i].buffer.flags : 0;
+        results[i] = (int32_t)ri;
+        if (ri != OMC_OK && first == OMC_OK) first = ri;
+    }
+    free(it);
+    return first;
 }
 
 /* ============================================================================================== */

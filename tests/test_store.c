@@ -439,6 +439,23 @@ OMC_TEST(store_batches_are_pipelined_and_exists_batch_answers_each_key) {
     omc_conn_destroy(c);
 }
 
+OMC_TEST(store_a_cache_entry_is_read_many_times_and_stays_until_cleanup) {
+    omc_conn* c = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    omc_payload p;
+    char buf[3000];
+    int i;
+    REQUIRE(c);
+    memset(&p, 0, sizeof(p));
+    omc_test_fill(buf, sizeof(buf), 8);
+    p.data = buf; p.size = sizeof(buf); p.readers = OMC_STORE_READERS_CACHE;
+    CHECK_OK(omc_conn_put(c, "a", "b", "cached", &p, NULL));
+    for (i = 0; i < 5; i++) CHECK_OK(get_check(c, "cached", sizeof(buf), 8, NULL));
+    CHECK_OK(omc_conn_exists(c, "a", "b", "cached"));
+    CHECK_OK(omc_conn_cleanup(c, "a", "b", "cached"));
+    CHECK_RES(omc_conn_exists(c, "a", "b", "cached"), OMC_ERR_NOT_FOUND);
+    omc_conn_destroy(c);
+}
+
 /* ---- failures ------------------------------------------------------------------------------- */
 
 OMC_TEST(store_unreachable_server_is_a_connection_error) {
@@ -573,6 +590,12 @@ OMC_TEST(store_a_lying_metadata_key_is_refused) {
     argv[3] = "99999999999"; lens[3] = strlen(argv[3]); argv[1] = mk; lens[1] = ml;
     CHECK(raw_cmd_v(main_srv.port, NULL, reply, sizeof(reply), 4, argv, lens) == 0 && reply[0] == ':');
     CHECK_RES(get_check(c, "liar2", 4096, 9, NULL), OMC_ERR_TOO_LARGE);
+    /* a metadata key whose length is not a number */
+    CHECK_OK(put_bytes(c, "liar3", 4096, 9, 0, NULL));
+    meta_key_of("liar3", mk, sizeof(mk), &ml);
+    argv[3] = "lots"; lens[3] = 4; argv[1] = mk; lens[1] = ml;
+    CHECK(raw_cmd_v(main_srv.port, NULL, reply, sizeof(reply), 4, argv, lens) == 0 && reply[0] == ':');
+    CHECK_RES(get_check(c, "liar3", 4096, 9, NULL), OMC_ERR_MALFORMED);
     /* the connection stayed in step: the next get works */
     CHECK_OK(put_bytes(c, "honest", 5000, 10, 0, NULL));
     CHECK_OK(get_check(c, "honest", 5000, 10, NULL));
