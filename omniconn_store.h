@@ -1876,7 +1876,8 @@ static omc_result omc__st_get_prio(omc_conn* c, const char* qkey, uint32_t qlen,
         }
     }
     for (;;) {
-        omc__st_exec(S, &op, 1, prio, deadline);
+        /* OMC_NO_WAIT: one look now (a request needs a deadline that has not passed) */
+        omc__st_exec(S, &op, 1, prio, deadline == OMC_NO_WAIT ? omc__st_req_deadline(S) : deadline);
         r = op->result;
         /* a metadata-less get waits for the key to appear */
         if (r != OMC_ERR_NOT_FOUND || meta || omc_now_ns() >= deadline) break;
@@ -2223,7 +2224,7 @@ OMNICONN_API omc_result omc_store_get_batch(omc_conn* c, const char* from, const
         n = 0;
         for (i = 0; i < count; i++) if (items[i].result == OMC_ERR_NOT_FOUND) pp[n++] = &ops[i];
         if (!n) break;
-        omc__st_exec(S, pp, n, prio, deadline);
+        omc__st_exec(S, pp, n, prio, deadline == OMC_NO_WAIT ? omc__st_req_deadline(S) : deadline);
         for (i = 0; i < count; i++) {
             if (items[i].result != OMC_ERR_NOT_FOUND) continue;
             items[i].result = ops[i].result;
