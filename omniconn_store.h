@@ -765,7 +765,7 @@ static const char omc__lua_drop[] =
     waits on; a redirected op moves to a new request for its new server and stays in its group.
 */
 
-typedef struct omc__store omc__store;
+typedef struct omc__st_state omc__st_state;
 typedef struct omc__snode omc__snode;
 
 enum { OMC__OP_PUT = 1, OMC__OP_GET, OMC__OP_EXISTS, OMC__OP_DROP, OMC__OP_OWNED, OMC__OP_RAW };
@@ -818,7 +818,7 @@ typedef struct omc__sreq {
 } omc__sreq;
 
 struct omc__snode {
-    omc__store* S;
+    omc__st_state* S;
     char host[256];
     int port;
     char path[108];
@@ -834,7 +834,7 @@ struct omc__snode {
     int64_t max_bulk;           /* proto-max-bulk-len, 0 = unknown */
 };
 
-struct omc__store {
+struct omc__st_state {
     omc_conn* conn;
     char prefix[64];
     char user[128], password[256];
@@ -888,7 +888,7 @@ static omc_result omc__st_group_wait(omc__sgroup* g, omc_time_ns deadline) {
 
 static void* omc__st_worker(void* arg);
 
-static omc__snode* omc__st_node_new(omc__store* S, const char* host, int port, const char* path) {
+static omc__snode* omc__st_node_new(omc__st_state* S, const char* host, int port, const char* path) {
     omc__snode* N = (omc__snode*)calloc(1, sizeof(omc__snode));
     uint32_t i;
     if (!N) return NULL;
@@ -940,7 +940,7 @@ static void omc__st_node_free(omc__snode* N) {
 }
 
 /* The node for host:port, created if new (route_mu held). */
-static omc__snode* omc__st_node_find(omc__store* S, const char* host, int port) {
+static omc__snode* omc__st_node_find(omc__st_state* S, const char* host, int port) {
     uint32_t i;
     for (i = 0; i < S->nnodes; i++)
         if (S->nodes[i]->port == port && strcmp(S->nodes[i]->host, host) == 0) return S->nodes[i];
@@ -949,7 +949,7 @@ static omc__snode* omc__st_node_find(omc__store* S, const char* host, int port) 
     if (!S->nodes[S->nnodes]) return NULL;
     return S->nodes[S->nnodes++];
 }
-static uint32_t omc__st_node_index(omc__store* S, omc__snode* N) {
+static uint32_t omc__st_node_index(omc__st_state* S, omc__snode* N) {
     uint32_t i;
     for (i = 0; i < S->nnodes; i++) if (S->nodes[i] == N) return i;
     return 0;
@@ -986,7 +986,7 @@ static omc__sreq* omc__st_req_new(uint32_t nops, int prio, omc_time_ns deadline)
 }
 
 /* Which node serves an op now (NULL: none known). */
-static omc__snode* omc__st_route(omc__store* S, const omc__sop* op) {
+static omc__snode* omc__st_route(omc__st_state* S, const omc__sop* op) {
     omc__snode* N = NULL;
     pthread_mutex_lock(&S->route_mu);
     if (!S->cluster) N = S->nnodes ? S->nodes[0] : NULL;
@@ -997,7 +997,7 @@ static omc__snode* omc__st_route(omc__store* S, const omc__sop* op) {
 
 /* Send ops: group them by node into requests of at most OMC__ST_BATCH_OPS ops and
    OMNICONN_STORE_BATCH_BYTES bytes. An op with no node is answered at once. */
-static void omc__st_dispatch(omc__store* S, omc__sop** ops, uint32_t n, int prio, omc_time_ns deadline) {
+static void omc__st_dispatch(omc__st_state* S, omc__sop** ops, uint32_t n, int prio, omc_time_ns deadline) {
     uint32_t i, j;
     uint8_t* done = (uint8_t*)calloc(n ? n : 1, 1);
     if (!done) { for (i = 0; i < n; i++) omc__st_complete(ops[i], OMC_ERR_NO_MEMORY); return; }
@@ -1030,12 +1030,12 @@ static void omc__st_dispatch(omc__store* S, omc__sop** ops, uint32_t n, int prio
 }
 
 /* Log a failed op (once, with the server's name). */
-static void omc__st_fail(omc__store* S, omc__snode* N, omc__sop* op, omc_result r, const char* fmt, ...)
+static void omc__st_fail(omc__st_state* S, omc__snode* N, omc__sop* op, omc_result r, const char* fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 5, 6)))
 #endif
     ;
-static void omc__st_fail(omc__store* S, omc__snode* N, omc__sop* op, omc_result r, const char* fmt, ...) {
+static void omc__st_fail(omc__st_state* S, omc__snode* N, omc__sop* op, omc_result r, const char* fmt, ...) {
     va_list ap;
     char msg[180];
     va_start(ap, fmt);
@@ -1053,7 +1053,7 @@ static void omc__st_fail(omc__store* S, omc__snode* N, omc__sop* op, omc_result 
 static void omc__st_hex(uint64_t v, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)v); }
 
 /* "<prefix>{H}" + what ("m:" + qkey, "d:" + tok, "t:" + nonce, or "d:" alone) */
-static size_t omc__st_key(const omc__store* S, uint64_t h, const char* what, const char* tail, size_t tail_len,
+static size_t omc__st_key(const omc__st_state* S, uint64_t h, const char* what, const char* tail, size_t tail_len,
                           char* out, size_t cap) {
     char hx[17];
     int n;
@@ -1066,7 +1066,7 @@ static size_t omc__st_key(const omc__store* S, uint64_t h, const char* what, con
 }
 
 /* Map an error reply to a result; ASK/MOVED/TRYAGAIN/... set op->retry and the target. */
-static omc_result omc__st_error_reply(omc__store* S, omc__snode* N, omc__sop* op, const char* e, int* moved_to,
+static omc_result omc__st_error_reply(omc__st_state* S, omc__snode* N, omc__sop* op, const char* e, int* moved_to,
                                       char* host, size_t host_n, int* port) {
     *moved_to = 0;
     if (!strncmp(e, "MOVED ", 6) || !strncmp(e, "ASK ", 4)) {
@@ -1098,7 +1098,7 @@ static omc_result omc__st_error_reply(omc__store* S, omc__snode* N, omc__sop* op
    Returns how many replies it will produce. */
 typedef struct omc__st_mark { size_t at; const void* data; uint64_t size; } omc__st_mark;
 
-static int omc__st_encode(omc__store* S, omc__sop* op, omc__wb* w, omc__st_mark* mark, uint64_t nonce) {
+static int omc__st_encode(omc__st_state* S, omc__sop* op, omc__wb* w, omc__st_mark* mark, uint64_t nonce) {
     char mk[OMC_KEY_MAX + 96], dk[128], tk[128], dp[128], hx[17];
     size_t ml = omc__st_key(S, op->h, "m:", op->qkey, op->qlen, mk, sizeof(mk));
     int replies = 0;
@@ -1206,7 +1206,7 @@ static int omc__st_encode(omc__store* S, omc__sop* op, omc__wb* w, omc__st_mark*
 
 /* Read a bulk reply of a claimed payload into a pool buffer, checking its length against what
    the metadata said. */
-static omc_result omc__st_read_payload(omc__store* S, omc__snode* N, omc__rc* rc, omc__sop* op, uint64_t len, uint32_t fl,
+static omc_result omc__st_read_payload(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sop* op, uint64_t len, uint32_t fl,
                                        omc_time_ns deadline, int* io_broken) {
     const char* l;
     size_t n;
@@ -1254,7 +1254,7 @@ static omc_result omc__st_read_payload(omc__store* S, omc__snode* N, omc__rc* rc
 }
 
 /* Read one reply and turn an error reply into a result (redirection in *moved). */
-static omc_result omc__st_read_one(omc__store* S, omc__snode* N, omc__rc* rc, omc__sop* op, omc__rv* v, omc_time_ns deadline,
+static omc_result omc__st_read_one(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sop* op, omc__rv* v, omc_time_ns deadline,
                                    int* io_broken, int* moved, char* host, size_t host_n, int* port) {
     omc_result r = omc__rc_reply(rc, v, deadline);
     *moved = 0;
@@ -1269,7 +1269,7 @@ static omc_result omc__st_read_one(omc__store* S, omc__snode* N, omc__rc* rc, om
 }
 
 /* Read every reply of one op; returns its result. *moved != 0: redirect to host:port. */
-static omc_result omc__st_read_op(omc__store* S, omc__snode* N, omc__rc* rc, omc__sop* op, omc_time_ns deadline, int* io_broken,
+static omc_result omc__st_read_op(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sop* op, omc_time_ns deadline, int* io_broken,
                                   int* moved, char* host, size_t host_n, int* port) {
     omc__rv v;
     omc_result r = OMC_OK, r2;
@@ -1377,7 +1377,7 @@ static omc_result omc__st_read_op(omc__store* S, omc__snode* N, omc__rc* rc, omc
 }
 
 /* Open a worker's connection: connect, AUTH, SELECT, name it. */
-static omc_result omc__st_open(omc__store* S, omc__snode* N, omc__rc* rc, omc_time_ns deadline, char* why, size_t why_n) {
+static omc_result omc__st_open(omc__st_state* S, omc__snode* N, omc__rc* rc, omc_time_ns deadline, char* why, size_t why_n) {
     omc__wb w;
     omc__rv v;
     omc_result r;
@@ -1428,10 +1428,10 @@ static omc_result omc__st_open(omc__store* S, omc__snode* N, omc__rc* rc, omc_ti
     return r;
 }
 
-static void omc__st_refresh(omc__store* S);
+static void omc__st_refresh(omc__st_state* S);
 
 /* Run one request on a worker's connection. */
-static void omc__st_run(omc__store* S, omc__snode* N, omc__rc* rc, omc__sreq* q) {
+static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq* q) {
     omc__wb w;
     omc__st_mark* marks = (omc__st_mark*)calloc(q->nops, sizeof(omc__st_mark));
     struct iovec* iov = (struct iovec*)calloc((size_t)q->nops * 2 + 1, sizeof(struct iovec));
@@ -1547,7 +1547,7 @@ static void omc__st_run(omc__store* S, omc__snode* N, omc__rc* rc, omc__sreq* q)
 
 static void* omc__st_worker(void* arg) {
     omc__snode* N = (omc__snode*)arg;
-    omc__store* S = N->S;
+    omc__st_state* S = N->S;
     omc__rc rc;
     rc.fd = -1;
     rc.buf = NULL;
@@ -1603,7 +1603,7 @@ static void* omc__st_worker(void* arg) {
 
 /* Run ops to completion: dispatch, wait, and route again the ones that asked for it (a
    connection refused in a cluster, CLUSTERDOWN, TRYAGAIN) until the deadline. */
-static void omc__st_exec(omc__store* S, omc__sop** ops, uint32_t n, int prio, omc_time_ns deadline) {
+static void omc__st_exec(omc__st_state* S, omc__sop** ops, uint32_t n, int prio, omc_time_ns deadline) {
     omc__sgroup g;
     uint32_t i, again;
     omc__sop** todo = (omc__sop**)malloc(sizeof(omc__sop*) * (n ? n : 1));
@@ -1668,7 +1668,7 @@ static omc_result omc__st_raw_on(omc__snode* N, const char* const* argv, int arg
 
 /* Read the slot map (CLUSTER SLOTS) from the first node that answers; at most every 50 ms.
    A fresh connection of its own, so a worker may call it. */
-static void omc__st_refresh(omc__store* S) {
+static void omc__st_refresh(omc__st_state* S) {
     char hosts[OMC__ST_MAX_NODES][256];
     int ports[OMC__ST_MAX_NODES];
     uint32_t n = 0, i;
@@ -1728,7 +1728,7 @@ static void omc__st_refresh(omc__store* S) {
 /* [SECTION] Store: the contract                                                                 */
 /* ============================================================================================== */
 
-static omc__store* omc__st_of(omc_conn* c) { return (omc__store*)c->impl; }
+static omc__st_state* omc__st_of(omc_conn* c) { return (omc__st_state*)c->impl; }
 
 static void omc__st_op_key(omc__sop* op, const char* qkey, uint32_t qlen) {
     memcpy(op->qkey, qkey, qlen);
@@ -1742,7 +1742,7 @@ static void omc__st_op_key(omc__sop* op, const char* qkey, uint32_t qlen) {
     }
 }
 
-static omc_time_ns omc__st_req_deadline(omc__store* S) { return omc_deadline_after_ms(S->request_timeout_ms); }
+static omc_time_ns omc__st_req_deadline(omc__st_state* S) { return omc_deadline_after_ms(S->request_timeout_ms); }
 
 /* Describe a payload for the metadata key: format, and a frame's first tensor (dtype, shape). */
 static void omc__st_describe(omc__sop* op, const void* data, uint64_t size, uint32_t flags) {
@@ -1762,7 +1762,7 @@ static void omc__st_describe(omc__sop* op, const void* data, uint64_t size, uint
     }
 }
 
-static void omc__st_prepare_put(omc__store* S, omc__sop* op, const char* qkey, uint32_t qlen, const omc_payload* p) {
+static void omc__st_prepare_put(omc__st_state* S, omc__sop* op, const char* qkey, uint32_t qlen, const omc_payload* p) {
     const void* data = p->buffer ? p->buffer->data : p->data;
     uint64_t size = p->buffer ? (p->size ? p->size : p->buffer->size) : p->size;
     int64_t ttl = p->ttl_ms ? p->ttl_ms : S->default_ttl_ms;
@@ -1778,7 +1778,7 @@ static void omc__st_prepare_put(omc__store* S, omc__sop* op, const char* qkey, u
 }
 
 /* After a put: remember it (health, wait_consumed, ttl_reclaims) and build the metadata. */
-static omc_result omc__st_after_put(omc__store* S, omc__sop* op, const omc_payload* p, omc_meta* meta_out) {
+static omc_result omc__st_after_put(omc__st_state* S, omc__sop* op, const omc_payload* p, omc_meta* meta_out) {
     omc__sown* o = (omc__sown*)malloc(sizeof(omc__sown));
     omc_result r = OMC_OK;
     if (o) {
@@ -1808,13 +1808,13 @@ static omc_result omc__st_after_put(omc__store* S, omc__sop* op, const omc_paylo
     return r;
 }
 
-static void omc__st_log_op(omc__store* S, const omc__sop* op, omc_result r) {
+static void omc__st_log_op(omc__st_state* S, const omc__sop* op, omc_result r) {
     if (op->err[0] && r != OMC_ERR_NOT_FOUND && r != OMC_OK)
         OMC__LOG(&S->conn->hooks, r == OMC_ERR_TIMEOUT ? OMC_LOG_INFO : OMC_LOG_WARN, OMC_LOGITEM_CONN_ERROR, "store %s", op->err);
 }
 
 static omc_result omc__st_put(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out) {
-    omc__store* S = omc__st_of(c);
+    omc__st_state* S = omc__st_of(c);
     omc__sop* op = (omc__sop*)calloc(1, sizeof(omc__sop));
     omc_result r;
     if (!op) return OMC_ERR_NO_MEMORY;
@@ -1855,7 +1855,7 @@ static omc_result omc__st_release(omc_buffer* b) {
 
 static omc_result omc__st_get_prio(omc_conn* c, const char* qkey, uint32_t qlen, const omc_meta_info* meta, omc_time_ns deadline,
                                    uint64_t max_size, omc_buffer* out, int prio) {
-    omc__store* S = omc__st_of(c);
+    omc__st_state* S = omc__st_of(c);
     omc__sop* op = (omc__sop*)calloc(1, sizeof(omc__sop));
     omc_result r;
     int64_t nap_us = 1000;
@@ -1916,7 +1916,7 @@ static omc_result omc__st_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline
 }
 
 static omc_result omc__st_simple(omc_conn* c, int kind, const char* qkey, uint32_t qlen, int prio) {
-    omc__store* S = omc__st_of(c);
+    omc__st_state* S = omc__st_of(c);
     omc__sop op;
     omc__sop* p = &op;
     memset(&op, 0, sizeof(op));
@@ -1928,7 +1928,7 @@ static omc_result omc__st_simple(omc_conn* c, int kind, const char* qkey, uint32
 }
 
 static omc_result omc__st_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) {
-    omc__store* S = omc__st_of(c);
+    omc__st_state* S = omc__st_of(c);
     omc_result r = omc__st_simple(c, OMC__OP_DROP, qkey, qlen, OMC_STORE_PUT - 1);
     if (r == OMC_OK || r == OMC_ERR_NOT_FOUND) {
         pthread_mutex_lock(&S->own_mu);
@@ -1945,7 +1945,7 @@ static omc_result omc__st_exists(omc_conn* c, const char* qkey, uint32_t qlen) {
 /* Ask the store which of our own puts are still there (one pipelined HGET per put); forget the
    rest, counting those past their TTL as reclaimed. Returns how many are left. */
 static uint64_t omc__st_own_refresh(omc_conn* c) {
-    omc__store* S = omc__st_of(c);
+    omc__st_state* S = omc__st_of(c);
     omc__sop* ops;
     omc__sop** pp;
     uint32_t n, i = 0, it = 0;
@@ -1988,7 +1988,7 @@ static uint64_t omc__st_own_refresh(omc_conn* c) {
 }
 
 static void omc__st_health(omc_conn* c, omc_health* h) {
-    omc__store* S = omc__st_of(c);
+    omc__st_state* S = omc__st_of(c);
     omc_alloc_stats st;
     uint32_t i;
     int bad = 0;
@@ -2013,7 +2013,7 @@ static uint64_t omc__st_pending(omc_conn* c) { return omc__st_own_refresh(c); }
 
 /* SCAN every master for metadata keys; hand each qualified key to sink. */
 static omc_result omc__st_list(omc_conn* c, omc__key_sink sink, void* user) {
-    omc__store* S = omc__st_of(c);
+    omc__st_state* S = omc__st_of(c);
     omc__snode* nodes[OMC__ST_MAX_NODES];
     uint32_t n, i;
     char pattern[160];
@@ -2067,7 +2067,7 @@ static omc_result omc__st_list(omc_conn* c, omc__key_sink sink, void* user) {
 }
 
 static void omc__st_close(omc_conn* c) {
-    omc__store* S = omc__st_of(c);
+    omc__st_state* S = omc__st_of(c);
     uint32_t i, n;
     omc__snode* nodes[OMC__ST_MAX_NODES];
     pthread_mutex_lock(&S->route_mu);
@@ -2078,7 +2078,7 @@ static void omc__st_close(omc_conn* c) {
 }
 
 static void omc__st_destroy(omc_conn* c) {
-    omc__store* S = omc__st_of(c);
+    omc__st_state* S = omc__st_of(c);
     uint32_t i, it = 0;
     void* v;
     if (!S) return;
@@ -2152,7 +2152,7 @@ OMNICONN_API omc_result omc_store_get_ex(omc_conn* c, const char* from, const ch
 
 OMNICONN_API omc_result omc_store_put_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
                                             omc_time_ns deadline) {
-    omc__store* S;
+    omc__st_state* S;
     omc__sop* ops;
     omc__sop** pp;
     uint32_t i, n = 0;
@@ -2191,7 +2191,7 @@ OMNICONN_API omc_result omc_store_put_batch(omc_conn* c, const char* from, const
 
 OMNICONN_API omc_result omc_store_get_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
                                             omc_store_priority priority, omc_time_ns deadline) {
-    omc__store* S;
+    omc__st_state* S;
     omc__sop* ops;
     omc__sop** pp;
     uint32_t i, n;
@@ -2252,7 +2252,7 @@ OMNICONN_API omc_result omc_store_get_batch(omc_conn* c, const char* from, const
 
 OMNICONN_API omc_result omc_store_exists_batch(omc_conn* c, const char* from, const char* to, const char* const* keys, uint32_t count,
                                                omc_result* results, omc_time_ns deadline) {
-    omc__store* S;
+    omc__st_state* S;
     omc__sop* ops;
     omc__sop** pp;
     uint32_t i, n = 0;
@@ -2338,7 +2338,7 @@ OMNICONN_API omc_result omc_store_submit_get(omc_conn* c, const char* from, cons
 }
 
 OMNICONN_API omc_result omc_store_ticket_wait(omc_store_ticket* t, omc_time_ns wait_deadline, omc_buffer* out) {
-    omc__store* S;
+    omc__st_state* S;
     if (out) memset(out, 0, sizeof(*out));
     if (!t) return OMC_ERR_INVALID_ARG;
     if (!t->answered) {
@@ -2370,7 +2370,7 @@ OMNICONN_API void omc_store_ticket_free(omc_store_ticket* t) {
 }
 
 OMNICONN_API omc_result omc_store_get_stats(omc_conn* c, omc_store_stats* out) {
-    omc__store* S;
+    omc__st_state* S;
     uint32_t i, p;
     if (!out) return OMC_ERR_INVALID_ARG;
     memset(out, 0, sizeof(*out));
@@ -2466,7 +2466,7 @@ static int omc__st_unescape(const char* s, size_t n, char* out, size_t cap) {
 }
 
 /* redis://[user[:password]@]host[:port][/db] and unix://[user[:password]@]/path[?db=N] */
-static omc_result omc__st_parse_url(omc__store* S, const char* url, char* host, size_t host_n, int* port, char* path, size_t path_n,
+static omc_result omc__st_parse_url(omc__st_state* S, const char* url, char* host, size_t host_n, int* port, char* path, size_t path_n,
                                     char* why, size_t why_n) {
     const char* p;
     const char* at;
@@ -2541,7 +2541,7 @@ bad:
 OMNICONN_API omc_result omc_store_create(const omc_store_desc* desc, omc_conn** out) {
     omc_store_desc d;
     omc_hooks hooks;
-    omc__store* S = NULL;
+    omc__st_state* S = NULL;
     omc_conn* c = NULL;
     omc_pool_desc pd;
     char host[256], path[108], why[300];
@@ -2558,7 +2558,7 @@ OMNICONN_API omc_result omc_store_create(const omc_store_desc* desc, omc_conn** 
         OMC__LOG(&hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "omc_store_desc.role is not a role");
         return OMC_ERR_INVALID_ARG;
     }
-    S = (omc__store*)calloc(1, sizeof(omc__store));
+    S = (omc__st_state*)calloc(1, sizeof(omc__st_state));
     if (!S) return OMC_ERR_NO_MEMORY;
     S->slots = (uint8_t*)calloc(OMC__ST_SLOTS, 1);
     if (!S->slots) { free(S); return OMC_ERR_NO_MEMORY; }

@@ -769,7 +769,7 @@ OMC_TEST(store_cluster_contract_suite) {
 
 OMC_TEST(store_cluster_follows_moved_with_a_stale_slot_map) {
     omc_conn* c;
-    omc__store* S;
+    omc__st_state* S;
     omc_store_stats st;
     char key[32];
     int i;
@@ -779,7 +779,7 @@ OMC_TEST(store_cluster_follows_moved_with_a_stale_slot_map) {
     REQUIRE(c);
     /* fault injection a live cluster only shows after a resharding: the connector believes one
        master serves every slot */
-    S = (omc__store*)c->impl;
+    S = (omc__st_state*)c->impl;
     pthread_mutex_lock(&S->route_mu);
     memset(S->slots, 1, OMC__ST_SLOTS);
     S->last_refresh = omc_now_ns() + 3600000000000LL;
