@@ -36,7 +36,7 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps test check demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails
+.PHONY: all deps test check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails
 
 all: tests examples benches cli
 
@@ -72,6 +72,10 @@ check: tests
 
 demo: deps
 	@bash examples/demo.sh
+
+# The store connector against servers it starts itself (redis-server, a 3-master cluster).
+store-demo: deps $(BUILD)/test_store
+	$(BUILD)/test_store store_contract_suite_in_threads store_a_get_overtakes store_requests_in_flight store_cluster_routes
 
 fuzz:
 	@bash tests/fuzz/run.sh
