@@ -36,7 +36,7 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps test check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails
+.PHONY: all deps test check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails bench-store
 
 all: tests examples benches cli
 
@@ -85,6 +85,9 @@ bench-alloc: deps $(BUILD)/bench_alloc
 
 bench-shm: deps $(BUILD)/bench_shm
 	$(BUILD)/bench_shm bench/results/shm.json
+
+bench-store: deps $(BUILD)/bench_store
+	$(BUILD)/bench_store bench/results/store.json
 
 bench-tcp: deps $(BUILD)/bench_tcp
 	$(BUILD)/bench_tcp bench/results/tcp.json
