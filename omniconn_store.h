@@ -317,6 +317,34 @@ typedef struct omc_store_stats {
 /* Executor and routing counters. OMC_ERR_TYPE for a connector of another kind. */
 OMNICONN_API omc_result omc_store_get_stats(omc_conn* conn, omc_store_stats* out);
 
+/* ---- the shared key directory for the remote connector ------------------------------------- */
+#if OMC__HAS_ZMQ
+/* Producers register each put's location (the remote connector's metadata: sender host, port,
+   incarnation, entry) in the store; a metadata-less get on any node reads it there and pulls the
+   bytes from that sender (TCP or RDMA, as the remote connector does). N producers and M
+   consumers need no sender list. A record expires with the payload's TTL, goes when a get finds
+   its sender gone or restarted, and a restarted producer removes the records of its previous
+   incarnation when it creates its directory. Built on the public API of both connectors. */
+typedef struct omc_store_dir omc_store_dir;
+typedef struct omc_store_dir_desc {
+    omc_conn* store;            /* a store connector: where the records live (not owned) */
+    omc_conn* remote;           /* a remote connector (omc_tcp_create, RDMA): the payloads (not owned) */
+    const char* name;           /* this producer's name, unique among producers, 1..63 bytes
+                                   (required for a producer; NULL for a consumer) */
+} omc_store_dir_desc;
+
+OMNICONN_API omc_result omc_store_dir_create(const omc_store_dir_desc* desc, omc_store_dir** out);
+OMNICONN_API void       omc_store_dir_destroy(omc_store_dir* dir);
+/* Put on the remote connector, then register the location. OMC_ERR_EXISTS if another producer
+   registered the key (this put is then cleaned up). meta_out as omc_conn_put (may be NULL). */
+OMNICONN_API omc_result omc_store_dir_put(omc_store_dir* dir, const char* from, const char* to, const char* key,
+                                          const omc_payload* payload, omc_meta* meta_out);
+/* Wait (until deadline) for the key's record, then get the payload from its sender: out is the
+   remote connector's view. Records whose sender is gone are removed and the wait goes on. */
+OMNICONN_API omc_result omc_store_dir_get(omc_store_dir* dir, const char* from, const char* to, const char* key,
+                                          omc_time_ns deadline, omc_buffer* out);
+#endif
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
@@ -2633,6 +2661,162 @@ OMNICONN_API omc_result omc_store_create_url(const char* url, int role, uint64_t
     d.max_inflight = max_inflight;
     return omc_store_create(&d, out);
 }
+
+/* ============================================================================================== */
+/* [SECTION] Store: the shared key directory                                                     */
+/* ============================================================================================== */
+/*
+    A record is a cache entry of the store connector (OMC_STORE_READERS_CACHE, the payload's TTL)
+    on the edge ("omc.dir|" + from, to), key = the payload's key. Its bytes:
+      [0..2)   u16 producer name length n      [2..2+n)  the name
+      [2+n..10+n) u64 the producer's incarnation (omc_incarnation())
+      then the remote connector's metadata blob for the put
+*/
+#if OMC__HAS_ZMQ
+#define OMC__DIR_PREFIX "omc.dir|"
+
+struct omc_store_dir {
+    omc_conn* store;
+    omc_conn* remote;
+    char name[64];
+};
+
+static omc_result omc__dir_stage(const char* from, char out[OMC_KEY_MAX]) {
+    int n = snprintf(out, OMC_KEY_MAX, "%s%s", OMC__DIR_PREFIX, from ? from : "");
+    return n < 0 || n >= OMC_KEY_MAX ? OMC_ERR_INVALID_ARG : OMC_OK;
+}
+
+/* Parse a record: name, incarnation, metadata. */
+static omc_result omc__dir_parse(const uint8_t* p, uint64_t n, const char** name, uint32_t* name_len, uint64_t* inc,
+                                 const uint8_t** meta, uint64_t* meta_len) {
+    uint32_t nl;
+    if (n < 10) return OMC_ERR_MALFORMED;
+    nl = (uint32_t)p[0] | ((uint32_t)p[1] << 8);
+    if (nl == 0 || nl > 63 || n < 10u + nl + OMC_META_HEADER_SIZE) return OMC_ERR_MALFORMED;
+    *name = (const char*)p + 2;
+    *name_len = nl;
+    *inc = omc__get_u64(p + 2 + nl);
+    *meta = p + 10 + nl;
+    *meta_len = n - 10 - nl;
+    return OMC_OK;
+}
+
+typedef struct omc__dir_scan { omc_store_dir* dir; uint32_t removed; } omc__dir_scan;
+
+/* A restarted producer: drop the records of its earlier incarnations. */
+static int omc__dir_visit(const char* from, const char* to, const char* key, void* user) {
+    omc__dir_scan* sc = (omc__dir_scan*)user;
+    omc_buffer b;
+    const char* nm;
+    uint32_t nl;
+    uint64_t inc, ml;
+    const uint8_t* meta;
+    if (strncmp(from, OMC__DIR_PREFIX, strlen(OMC__DIR_PREFIX)) != 0) return 0;
+    if (omc_conn_get(sc->dir->store, from, to, key, NULL, 0, OMC_NO_WAIT, &b) != OMC_OK) return 0;
+    if (omc__dir_parse((const uint8_t*)b.data, b.size, &nm, &nl, &inc, &meta, &ml) == OMC_OK && nl == strlen(sc->dir->name) &&
+        memcmp(nm, sc->dir->name, nl) == 0 && inc != omc_incarnation()) {
+        if (omc_conn_cleanup(sc->dir->store, from, to, key) == OMC_OK) sc->removed++;
+    }
+    omc_buffer_release(&b);
+    return 0;
+}
+
+OMNICONN_API omc_result omc_store_dir_create(const omc_store_dir_desc* desc, omc_store_dir** out) {
+    omc_store_dir* d;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!desc || !desc->store || !desc->remote || !omc__conn_is(desc->store, "store")) return OMC_ERR_INVALID_ARG;
+    if (desc->name && (!desc->name[0] || strlen(desc->name) > 63)) return OMC_ERR_INVALID_ARG;
+    d = (omc_store_dir*)calloc(1, sizeof(*d));
+    if (!d) return OMC_ERR_NO_MEMORY;
+    d->store = desc->store;
+    d->remote = desc->remote;
+    if (desc->name) {
+        omc__dir_scan sc;
+        snprintf(d->name, sizeof(d->name), "%s", desc->name);
+        sc.dir = d;
+        sc.removed = 0;
+        omc_conn_list(d->store, NULL, NULL, omc__dir_visit, &sc, NULL);
+        if (sc.removed)
+            OMC__LOG(&desc->store->hooks, OMC_LOG_INFO, OMC_LOGITEM_CONN_ERROR,
+                     "store directory: producer %s restarted: removed %u records of its earlier incarnation", d->name, sc.removed);
+    }
+    *out = d;
+    return OMC_OK;
+}
+
+OMNICONN_API void omc_store_dir_destroy(omc_store_dir* dir) { free(dir); }
+
+OMNICONN_API omc_result omc_store_dir_put(omc_store_dir* dir, const char* from, const char* to, const char* key,
+                                          const omc_payload* payload, omc_meta* meta_out) {
+    omc_meta m = {NULL, 0};
+    omc_payload rec;
+    uint8_t* buf;
+    char stage[OMC_KEY_MAX];
+    size_t nl, total;
+    omc_result r;
+    if (meta_out) { meta_out->data = NULL; meta_out->size = 0; }
+    if (!dir || !payload || !dir->name[0]) return OMC_ERR_INVALID_ARG;
+    r = omc__dir_stage(from, stage);
+    if (r != OMC_OK) return r;
+    r = omc_conn_put(dir->remote, from, to, key, payload, &m);
+    if (r != OMC_OK) return r;
+    nl = strlen(dir->name);
+    total = 10 + nl + m.size;
+    buf = (uint8_t*)malloc(total);
+    if (!buf) { omc_conn_cleanup(dir->remote, from, to, key); omc_meta_free(&m); return OMC_ERR_NO_MEMORY; }
+    buf[0] = (uint8_t)(nl & 0xFF);
+    buf[1] = (uint8_t)(nl >> 8);
+    memcpy(buf + 2, dir->name, nl);
+    omc__put_u64(buf + 2 + nl, omc_incarnation());
+    memcpy(buf + 10 + nl, m.data, m.size);
+    memset(&rec, 0, sizeof(rec));
+    rec.data = buf;
+    rec.size = total;
+    rec.readers = OMC_STORE_READERS_CACHE;
+    rec.ttl_ms = payload->ttl_ms;
+    r = omc_conn_put(dir->store, stage, to, key, &rec, NULL);
+    free(buf);
+    if (r != OMC_OK) {          /* not registered: nobody could find it, take it back */
+        omc_conn_cleanup(dir->remote, from, to, key);
+        omc_meta_free(&m);
+        return r;
+    }
+    if (meta_out) *meta_out = m;
+    else omc_meta_free(&m);
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_store_dir_get(omc_store_dir* dir, const char* from, const char* to, const char* key,
+                                          omc_time_ns deadline, omc_buffer* out) {
+    char stage[OMC_KEY_MAX];
+    omc_result r;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    memset(out, 0, sizeof(*out));
+    if (!dir) return OMC_ERR_INVALID_ARG;
+    r = omc__dir_stage(from, stage);
+    if (r != OMC_OK) return r;
+    for (;;) {
+        omc_buffer rec;
+        const char* nm;
+        uint32_t nl;
+        uint64_t inc, ml;
+        const uint8_t* meta;
+        r = omc_conn_get(dir->store, stage, to, key, NULL, 0, deadline, &rec);     /* waits for the record */
+        if (r != OMC_OK) return r;
+        r = omc__dir_parse((const uint8_t*)rec.data, rec.size, &nm, &nl, &inc, &meta, &ml);
+        if (r == OMC_OK) r = omc_conn_get(dir->remote, from, to, key, meta, (size_t)ml, deadline, out);
+        omc_buffer_release(&rec);
+        if (r == OMC_OK || r == OMC_ERR_TIMEOUT) return r;
+        if (r != OMC_ERR_CONNECTION && r != OMC_ERR_PEER_RESTARTED && r != OMC_ERR_NOT_FOUND && r != OMC_ERR_MALFORMED &&
+            r != OMC_ERR_STALE)
+            return r;
+        /* the sender is gone, restarted, or its entry is consumed: the record is stale */
+        omc_conn_cleanup(dir->store, stage, to, key);
+        if (deadline != OMC_WAIT_FOREVER && omc_now_ns() >= deadline) return OMC_ERR_TIMEOUT;
+    }
+}
+#endif /* OMC__HAS_ZMQ */
 
 #endif /* OMNICONN_IMPLEMENTATION && !OMNICONN_STORE_IMPL_INCLUDED */
 

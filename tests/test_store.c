@@ -902,9 +902,188 @@ OMC_TEST(store_cluster_follows_ask_during_a_slot_migration) {
     omc_conn_destroy(c);
 }
 
+/* ---- the shared key directory: 3 producer processes, 2 consumer threads ---------------------- */
+
+typedef struct prod_proc { pid_t pid; int stop_w; } prod_proc;
+
+/* A producer process: a TCP sender + a store connector + a directory named prod-<idx>; puts
+   keys <prefix>-<idx>-<j> (j < nkeys, 10000 + j bytes, seed base + j), says "ready", then serves
+   pulls until its stop pipe closes. Never returns (and never runs the parent's atexit). */
+static void producer_main(const char* url, int idx, const char* prefix, int nkeys, uint64_t base, int ready_w, int stop_r) {
+    omc_tcp_desc td;
+    omc_conn* tcp = NULL;
+    omc_conn* st;
+    omc_store_dir* dir = NULL;
+    omc_store_dir_desc dd;
+    char name[32], key[64], c;
+    int j, bad = 0;
+    memset(&td, 0, sizeof(td));
+    td.role = OMC_ROLE_SENDER;
+    td.host = "127.0.0.1";
+    td.pool_size = 64u << 20;
+    st = store_make(url, OMC_ROLE_DUAL, 0);
+    if (omc_tcp_create(&td, &tcp) != OMC_OK || !st) _exit(2);
+    snprintf(name, sizeof(name), "prod-%d", idx);
+    memset(&dd, 0, sizeof(dd));
+    dd.store = st; dd.remote = tcp; dd.name = name;
+    if (omc_store_dir_create(&dd, &dir) != OMC_OK) _exit(3);
+    for (j = 0; j < nkeys; j++) {
+        void* d = malloc(10000 + (size_t)j);
+        omc_payload p;
+        omc_test_fill(d, 10000 + (uint64_t)j, base + (uint64_t)j);
+        memset(&p, 0, sizeof(p));
+        p.data = d; p.size = 10000 + (uint64_t)j; p.ttl_ms = 60000;
+        snprintf(key, sizeof(key), "%s-%d-%d", prefix, idx, j);
+        if (omc_store_dir_put(dir, "a", "b", key, &p, NULL) != OMC_OK) bad++;
+        free(d);
+    }
+    c = bad ? 'x' : 'r';
+    if (write(ready_w, &c, 1) != 1) _exit(4);
+    while (read(stop_r, &c, 1) > 0) {}       /* serve until the parent closes the pipe */
+    omc_store_dir_destroy(dir);
+    omc_conn_destroy(tcp);
+    omc_conn_destroy(st);
+    _exit(0);
+}
+
+static int producer_start(prod_proc* pp, int idx, const char* prefix, int nkeys, uint64_t base) {
+    int ready[2], stop[2];
+    char c = 0;
+    if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(stop, O_CLOEXEC) != 0) return -1;   /* no other child keeps them */
+    fflush(stdout);
+    pp->pid = fork();
+    if (pp->pid == 0) {         /* a fresh process image: this one has threads that fork() does not copy */
+        char a[7][32];
+        char* args[10];
+        close(ready[0]); close(stop[1]);
+        fcntl(ready[1], F_SETFD, 0);        /* these two survive the exec */
+        fcntl(stop[0], F_SETFD, 0);
+        snprintf(a[0], 32, "%d", idx); snprintf(a[1], 32, "%s", prefix); snprintf(a[2], 32, "%d", nkeys);
+        snprintf(a[3], 32, "%llu", (unsigned long long)base); snprintf(a[4], 32, "%d", ready[1]); snprintf(a[5], 32, "%d", stop[0]);
+        args[0] = (char*)"/proc/self/exe"; args[1] = (char*)"--dir-producer"; args[2] = main_srv.url;
+        args[3] = a[0]; args[4] = a[1]; args[5] = a[2]; args[6] = a[3]; args[7] = a[4]; args[8] = a[5]; args[9] = NULL;
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    close(ready[1]); close(stop[0]);
+    pp->stop_w = stop[1];
+    if (read(ready[0], &c, 1) != 1) c = 0;     /* the event: its puts are registered */
+    close(ready[0]);
+    return c == 'r' ? 0 : -1;
+}
+static void producer_stop(prod_proc* pp, int hard) {
+    if (pp->pid <= 0) return;
+    if (hard) kill(pp->pid, SIGKILL);
+    close(pp->stop_w);
+    waitpid(pp->pid, NULL, 0);
+    pp->pid = 0;
+}
+
+typedef struct consumer { int id; int ok, bad; omc_result first_err; } consumer;
+
+static omc_store_dir* consumer_dir(omc_conn** tcp, omc_conn** st) {
+    omc_tcp_desc td;
+    omc_store_dir_desc dd;
+    omc_store_dir* dir = NULL;
+    memset(&td, 0, sizeof(td));
+    td.role = OMC_ROLE_RECEIVER;
+    td.pool_size = 64u << 20;
+    *st = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    if (omc_tcp_create(&td, tcp) != OMC_OK || !*st) return NULL;
+    memset(&dd, 0, sizeof(dd));
+    dd.store = *st; dd.remote = *tcp;
+    if (omc_store_dir_create(&dd, &dir) != OMC_OK) return NULL;
+    return dir;
+}
+
+static void* consumer_fn(void* arg) {
+    consumer* C = (consumer*)arg;
+    omc_conn* tcp = NULL;
+    omc_conn* st = NULL;
+    omc_store_dir* dir = consumer_dir(&tcp, &st);
+    int i, j;
+    C->first_err = OMC_OK;
+    for (i = 0; dir && i < 3; i++)
+        for (j = 0; j < 10; j++) {
+            char key[64];
+            omc_buffer b;
+            omc_result r;
+            if ((i * 10 + j) % 2 != C->id) continue;        /* each key has one reader */
+            snprintf(key, sizeof(key), "dk-%d-%d", i, j);
+            r = omc_store_dir_get(dir, "a", "b", key, omc_deadline_after_ms(20000), &b);
+            if (r == OMC_OK && b.size == 10000 + (uint64_t)j && omc_test_verify(b.data, b.size, (uint64_t)(i * 100 + j))) C->ok++;
+            else { C->bad++; if (C->first_err == OMC_OK) C->first_err = r; }
+            if (r == OMC_OK) omc_buffer_release(&b);
+        }
+    omc_store_dir_destroy(dir);
+    omc_conn_destroy(tcp);
+    omc_conn_destroy(st);
+    return NULL;
+}
+
+OMC_TEST(store_directory_three_producers_two_consumers_metadata_less) {
+    prod_proc pp[3];
+    consumer cs[2];
+    pthread_t th[2];
+    omc_conn* tcp = NULL;
+    omc_conn* st = NULL;
+    omc_store_dir* dir;
+    int i, j;
+    memset(pp, 0, sizeof(pp));
+    for (i = 0; i < 3; i++) REQUIRE(producer_start(&pp[i], i, "dk", 10, (uint64_t)(i * 100)) == 0);
+    for (i = 0; i < 2; i++) { memset(&cs[i], 0, sizeof(cs[i])); cs[i].id = i; pthread_create(&th[i], NULL, consumer_fn, &cs[i]); }
+    for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    printf("  consumers: %d + %d payloads from 3 producers found through the store, %d + %d wrong\n", cs[0].ok, cs[1].ok,
+           cs[0].bad, cs[1].bad);
+    CHECK_EQ(cs[0].ok + cs[1].ok, 30);
+    CHECK_EQ(cs[0].bad + cs[1].bad, 0);
+
+    /* producer 0 puts 10 more, nobody reads them, and it is killed */
+    producer_stop(&pp[0], 1);
+    {
+        prod_proc p0;
+        memset(&p0, 0, sizeof(p0));
+        REQUIRE(producer_start(&p0, 0, "late", 10, 500) == 0);
+        producer_stop(&p0, 1);                     /* SIGKILL: its 10 records point at a dead sender */
+    }
+    dir = consumer_dir(&tcp, &st);
+    REQUIRE(dir);
+    {   /* a get of a dead producer's key: the stale record goes, the get times out, no bytes */
+        omc_buffer b;
+        CHECK_RES(omc_store_dir_get(dir, "a", "b", "late-0-9", omc_deadline_after_ms(1500), &b), OMC_ERR_TIMEOUT);
+        CHECK_RES(omc_conn_exists(st, OMC__DIR_PREFIX "a", "b", "late-0-9"), OMC_ERR_NOT_FOUND);
+        CHECK_OK(omc_conn_exists(st, OMC__DIR_PREFIX "a", "b", "late-0-5"));       /* the others are still there ... */
+    }
+    {   /* ... until producer 0 restarts: it removes its old records and puts 0..4 again, new bytes */
+        prod_proc p0;
+        memset(&p0, 0, sizeof(p0));
+        REQUIRE(producer_start(&p0, 0, "late", 5, 900) == 0);
+        for (j = 5; j < 10; j++) {
+            char key[32];
+            snprintf(key, sizeof(key), "late-0-%d", j);
+            CHECK_RES(omc_conn_exists(st, OMC__DIR_PREFIX "a", "b", key), OMC_ERR_NOT_FOUND);
+        }
+        for (j = 0; j < 5; j++) {
+            char key[32];
+            omc_buffer b;
+            snprintf(key, sizeof(key), "late-0-%d", j);
+            CHECK_OK(omc_store_dir_get(dir, "a", "b", key, omc_deadline_after_ms(20000), &b));
+            CHECK(b.size == 10000 + (uint64_t)j && omc_test_verify(b.data, b.size, 900 + (uint64_t)j));
+            omc_buffer_release(&b);
+        }
+        producer_stop(&p0, 0);
+    }
+    omc_store_dir_destroy(dir);
+    omc_conn_destroy(tcp);
+    omc_conn_destroy(st);
+    for (i = 1; i < 3; i++) producer_stop(&pp[i], 0);
+}
+
 int main(int argc, char** argv) {
     int status;
     ct_consumer_main(argc, argv, make_from_spec);
+    if (argc == 9 && strcmp(argv[1], "--dir-producer") == 0)
+        producer_main(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), strtoull(argv[6], NULL, 10), atoi(argv[7]), atoi(argv[8]));
     if (!have_redis()) { printf("test_store: 0 passed, 1 failed\n"); return 1; }
     snprintf(top_dir, sizeof(top_dir), "/tmp/omc-store-%ld", (long)getpid());
     if (mkdir(top_dir, 0700) != 0) { perror(top_dir); return 1; }
