@@ -32,7 +32,7 @@
         Store: configuration | Store: RESP client (sockets, encoder, decoder)
         Store: keys, slots and scripts | Store: the executor (queues, workers, routing)
         Store: operations (put, get, exists, drop, scan) | Store: the contract
-        Store: batches, tickets, stats | Store: create
+        Store: batches, tickets, stats | Store: create | Store: the shared key directory
       and the licence
 
 ================================================================================================
@@ -57,6 +57,10 @@ QUICK START
     LMCache-style calls with a priority: omc_store_get_ex(..., OMC_STORE_PREFETCH, ...),
     omc_store_exists_batch, omc_store_put_batch / omc_store_get_batch (one pipeline per server),
     and asynchronous tickets (omc_store_submit_put / omc_store_submit_get / omc_store_ticket_wait).
+
+    A directory for the remote connector (the bytes stay with their producer; the store says
+    where): omc_store_dir_create({store, remote, name}), omc_store_dir_put on producers,
+    omc_store_dir_get(key) on any node - no sender list.
 
 ================================================================================================
 STEP BY STEP: HOW IT WORKS
@@ -174,6 +178,10 @@ WIRE FORMATS
                                 inc    the writer's incarnation (16 hex digits)
       P{H}d:<tok>             the payload bytes (a string)
       P{H}t:<nonce>           a reader's private copy between claim and GETDEL (expires in 60 s)
+
+    Directory record (a cache entry of the store on the edge "omc.dir|<from>" -> <to>, same key):
+      [0..2) u16 producer name length n | [2..2+n) name | [2+n..10+n) u64 producer incarnation |
+      then the remote connector's metadata blob of the put (sender host, port, entry)
 
     Metadata blob returned by put (omniconn envelope, transport byte = OMC_TRANSPORT_TCP because
     the envelope has no store transport yet; the body says which): 32 bytes
