@@ -292,9 +292,9 @@ OMC_TEST(store_a_get_overtakes_a_thousand_queued_puts) {
     uint64_t gseq;
     REQUIRE(c);
     CHECK_OK(put_bytes(c, "prio-hit", 4096, 5, 0, NULL));
-    /* the server holds every client's commands for a while: the first put stays in flight, the
-       rest queue behind it in the executor */
-    RAW(&main_srv, reply, "CLIENT", "PAUSE", "700", "ALL");
+    /* the server holds every write until we say so: the first put stays in flight, the rest
+       queue behind it in the executor (CLIENT UNPAUSE is not a write, so it gets through) */
+    RAW(&main_srv, reply, "CLIENT", "PAUSE", "60000", "WRITE");
     CHECK(strncmp(reply, "+OK", 3) == 0);
     memset(&p, 0, sizeof(p));
     memset(buf, 1, sizeof(buf));
@@ -304,6 +304,8 @@ OMC_TEST(store_a_get_overtakes_a_thousand_queued_puts) {
         CHECK_OK(omc_store_submit_put(c, "a", "b", key, &p, OMC_STORE_PUT, omc_deadline_after_ms(60000), &puts[i]));
     }
     CHECK_OK(omc_store_submit_get(c, "a", "b", "prio-hit", OMC_STORE_GET, omc_deadline_after_ms(60000), &get));
+    RAW(&main_srv, reply, "CLIENT", "UNPAUSE");
+    CHECK(strncmp(reply, "+OK", 3) == 0);
     CHECK_OK(omc_store_ticket_wait(get, omc_deadline_after_ms(60000), &b));
     CHECK(b.size == 4096 && omc_test_verify(b.data, b.size, 5));
     omc_buffer_release(&b);
@@ -336,12 +338,18 @@ OMC_TEST(store_a_request_whose_deadline_passes_in_the_queue_is_never_sent) {
     memset(&p, 0, sizeof(p));
     memset(buf, 2, sizeof(buf));
     p.data = buf; p.size = sizeof(buf);
-    RAW(&main_srv, reply, "CLIENT", "PAUSE", "800", "ALL");
+    RAW(&main_srv, reply, "CLIENT", "PAUSE", "60000", "WRITE");
     CHECK_OK(omc_store_submit_put(c, "a", "b", "dl-first", &p, OMC_STORE_PUT, omc_deadline_after_ms(20000), &first));
-    for (i = 0; i < 5; i++) {
-        snprintf(key, sizeof(key), "dl-late-%d", i);
-        CHECK_OK(omc_store_submit_put(c, "a", "b", key, &p, OMC_STORE_PUT, omc_deadline_after_ms(100), &late[i]));
+    {
+        omc_time_ns dl = omc_deadline_after_ms(100);
+        for (i = 0; i < 5; i++) {
+            snprintf(key, sizeof(key), "dl-late-%d", i);
+            CHECK_OK(omc_store_submit_put(c, "a", "b", key, &p, OMC_STORE_PUT, dl, &late[i]));
+        }
+        while (omc_now_ns() <= dl) usleep(10000);       /* their deadline has passed, still queued */
     }
+    RAW(&main_srv, reply, "CLIENT", "UNPAUSE");
+    CHECK(strncmp(reply, "+OK", 3) == 0);
     CHECK_OK(omc_store_ticket_wait(first, omc_deadline_after_ms(20000), NULL));
     for (i = 0; i < 5; i++) {
         CHECK_RES(omc_store_ticket_wait(late[i], omc_deadline_after_ms(20000), NULL), OMC_ERR_TIMEOUT);
