@@ -514,6 +514,11 @@ OMC_TEST(store_server_killed_mid_batch_then_restarted) {
         it[i].key = keys[i]; it[i].payload.data = data; it[i].payload.size = 1u << 20;
     }
     br.c = c; br.it = it; br.n = 64;
+    {   /* the server holds the batch's writes, so the kill lands while it is on the wire */
+        char reply[64];
+        RAW(&s, reply, "CLIENT", "PAUSE", "60000", "WRITE");
+        CHECK(strncmp(reply, "+OK", 3) == 0);
+    }
     omc_store_get_stats(c, &st);
     {
         uint64_t before = st.dispatched;
