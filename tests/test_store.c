@@ -17,6 +17,8 @@
 
 #include <dirent.h>
 #include <signal.h>
+
+OMC_TEST_TSAN_IGNORE_LIBZMQ()    /* the directory tests use the remote connector: see omc_test.h */
 #include <sys/stat.h>
 #include <sys/wait.h>
 
