@@ -867,6 +867,9 @@ struct omc__snode {
     int stop;
     pthread_t* th;
     uint32_t nth;
+    omc__rc* conns;             /* max_inflight connections, lent to whoever runs a request */
+    uint32_t* free_conn;        /* indices of the idle ones */
+    uint32_t nfree;
     int64_t max_bulk;           /* proto-max-bulk-len, 0 = unknown */
 };
 
@@ -937,12 +940,24 @@ static omc__snode* omc__st_node_new(omc__st_state* S, const char* host, int port
     if (pthread_mutex_init(&N->mu, NULL) != 0) { free(N); return NULL; }
     if (omc__cond_init_monotonic(&N->cv) != 0) { pthread_mutex_destroy(&N->mu); free(N); return NULL; }
     N->th = (pthread_t*)calloc(S->max_inflight, sizeof(pthread_t));
-    if (!N->th) { pthread_cond_destroy(&N->cv); pthread_mutex_destroy(&N->mu); free(N); return NULL; }
+    N->conns = (omc__rc*)calloc(S->max_inflight, sizeof(omc__rc));
+    N->free_conn = (uint32_t*)calloc(S->max_inflight, sizeof(uint32_t));
+    if (!N->th || !N->conns || !N->free_conn) {
+        free(N->th); free(N->conns); free(N->free_conn);
+        pthread_cond_destroy(&N->cv); pthread_mutex_destroy(&N->mu); free(N);
+        return NULL;
+    }
+    for (i = 0; i < S->max_inflight; i++) { N->conns[i].fd = -1; N->free_conn[i] = i; }
+    N->nfree = S->max_inflight;
     for (i = 0; i < S->max_inflight; i++) {
         if (pthread_create(&N->th[i], NULL, omc__st_worker, N) != 0) break;
         N->nth++;
     }
-    if (N->nth == 0) { free(N->th); pthread_cond_destroy(&N->cv); pthread_mutex_destroy(&N->mu); free(N); return NULL; }
+    if (N->nth == 0) {
+        free(N->th); free(N->conns); free(N->free_conn);
+        pthread_cond_destroy(&N->cv); pthread_mutex_destroy(&N->mu); free(N);
+        return NULL;
+    }
     return N;
 }
 
@@ -969,6 +984,10 @@ static void omc__st_node_stop(omc__snode* N) {
 }
 
 static void omc__st_node_free(omc__snode* N) {
+    uint32_t i;
+    for (i = 0; N->conns && i < N->S->max_inflight; i++) { omc__rc_close(&N->conns[i]); free(N->conns[i].buf); }
+    free(N->conns);
+    free(N->free_conn);
     free(N->th);
     pthread_cond_destroy(&N->cv);
     pthread_mutex_destroy(&N->mu);
@@ -1581,20 +1600,33 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
     free(iov);
 }
 
+/* A request slot on a node (mu held; inflight < max_inflight): one of its connections. The slots
+   are the in-flight bound: a worker or a caller runs a request only while it holds one. */
+static uint32_t omc__st_slot_take(omc__st_state* S, omc__snode* N) {
+    uint32_t cur = ++N->inflight, m;
+    if (cur > N->inflight_max) N->inflight_max = cur;
+    m = __atomic_load_n(&S->inflight_max, __ATOMIC_RELAXED);
+    while (cur > m && !__atomic_compare_exchange_n(&S->inflight_max, &m, cur, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+    return N->free_conn[--N->nfree];
+}
+static void omc__st_slot_give(omc__snode* N, uint32_t ci) {
+    pthread_mutex_lock(&N->mu);
+    N->free_conn[N->nfree++] = ci;
+    N->inflight--;
+    pthread_cond_signal(&N->cv);        /* a worker may wait for a slot */
+    pthread_mutex_unlock(&N->mu);
+}
+
 static void* omc__st_worker(void* arg) {
     omc__snode* N = (omc__snode*)arg;
     omc__st_state* S = N->S;
-    omc__rc rc;
-    rc.fd = -1;
-    rc.buf = NULL;
-    rc.pos = rc.len = 0;
     for (;;) {
         omc__sreq* q = NULL;
         int p;
-        uint32_t k, cur;
+        uint32_t k, ci;
         pthread_mutex_lock(&N->mu);
         while (!N->stop) {
-            for (p = 0; p < OMC_STORE_PRIORITIES && !q; p++) {
+            for (p = 0; p < OMC_STORE_PRIORITIES && !q && N->inflight < S->max_inflight; p++) {
                 if (!N->head[p]) continue;
                 q = N->head[p];
                 N->head[p] = q->next;
@@ -1617,24 +1649,39 @@ static void* omc__st_worker(void* arg) {
             free(q);
             continue;
         }
-        cur = ++N->inflight;
-        if (cur > N->inflight_max) N->inflight_max = cur;
+        ci = omc__st_slot_take(S, N);
         pthread_mutex_unlock(&N->mu);
-        {
-            uint32_t m = __atomic_load_n(&S->inflight_max, __ATOMIC_RELAXED);
-            while (cur > m && !__atomic_compare_exchange_n(&S->inflight_max, &m, cur, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
-        }
         omc__add(&S->by_prio[q->prio], (uint64_t)q->nops);
-        omc__st_run(S, N, &rc, q);
-        pthread_mutex_lock(&N->mu);
-        N->inflight--;
-        pthread_mutex_unlock(&N->mu);
+        omc__st_run(S, N, &N->conns[ci], q);
+        omc__st_slot_give(N, ci);
         free(q->ops);
         free(q);
     }
-    omc__rc_close(&rc);
-    free(rc.buf);
     return NULL;
+}
+
+/* One op on the caller's own thread, when its server has nothing queued and a slot free: no
+   hand-off to a worker and back (two thread wake-ups saved). Returns 0 if it did not run it. */
+static int omc__st_try_direct(omc__st_state* S, omc__sop* op, int prio, omc_time_ns deadline) {
+    omc__snode* N = omc__st_route(S, op);
+    omc__sreq q;
+    omc__sop* ops[1];
+    uint32_t ci;
+    if (!N || deadline == OMC_NO_WAIT || (deadline != OMC_WAIT_FOREVER && omc_now_ns() >= deadline)) return 0;
+    pthread_mutex_lock(&N->mu);
+    if (N->stop || N->queued || N->inflight >= S->max_inflight) { pthread_mutex_unlock(&N->mu); return 0; }
+    ci = omc__st_slot_take(S, N);
+    pthread_mutex_unlock(&N->mu);
+    omc__add(&S->by_prio[prio], 1u);
+    memset(&q, 0, sizeof(q));
+    q.prio = prio;
+    q.deadline = deadline;
+    ops[0] = op;
+    q.ops = ops;
+    q.nops = 1;
+    omc__st_run(S, N, &N->conns[ci], &q);
+    omc__st_slot_give(N, ci);
+    return 1;
 }
 
 /* Run ops to completion: dispatch, wait, and route again the ones that asked for it (a
@@ -1655,7 +1702,7 @@ static void omc__st_exec(omc__st_state* S, omc__sop** ops, uint32_t n, int prio,
         uint32_t m = again;
         for (i = 0; i < m; i++) { todo[i]->group = &g; todo[i]->retry = 0; todo[i]->result = OMC_OK; }
         g.pending = m;
-        omc__st_dispatch(S, todo, m, prio, deadline);
+        if (m > 1 || !omc__st_try_direct(S, todo[0], prio, deadline)) omc__st_dispatch(S, todo, m, prio, deadline);
         omc__st_group_wait(&g, OMC_WAIT_FOREVER);     /* every request is bounded by its own deadline */
         again = 0;
         for (i = 0; i < m; i++)
