@@ -87,11 +87,14 @@ STEP BY STEP: HOW IT WORKS
        finds metadata without bytes). The writer remembers its own puts for health(),
        wait_consumed() and the ttl_reclaims counter; the store does the expiring.
     5. The executor. Every request goes through one queue per server with four priorities,
-       PEEK > PREFETCH > GET > PUT, served by max_inflight workers per server, each with its own
-       connection: so at most max_inflight requests are in flight to one server, and a GET waits
-       for at most the requests already in flight, never for queued PUTs. A request whose deadline
-       passes while it is queued is answered OMC_ERR_TIMEOUT and never sent. A batch is one
-       request per server: its commands are pipelined on one connection.
+       PEEK > PREFETCH > GET > PUT. A server has max_inflight request slots, each with its own
+       connection, and max_inflight workers that take the most urgent request whenever a slot is
+       free: so at most max_inflight requests are in flight to one server, and a GET waits for at
+       most the requests already in flight, never for queued PUTs. A synchronous call whose server
+       has nothing queued and a slot free runs on the caller's thread (same slot, same bound; no
+       hand-off to a worker and back). A request whose deadline passes while it is queued is
+       answered OMC_ERR_TIMEOUT and never sent. A batch is one request per server: its commands
+       are pipelined on one connection.
     6. Redis Cluster. On create the connector asks INFO whether the server is a cluster node; if
        so it reads CLUSTER SLOTS, routes each payload by the CRC16 slot of its hash tag, follows
        MOVED (updates the slot) and ASK (one ASKING + retry) redirections, and when a master goes
