@@ -221,7 +221,14 @@ int main(int argc, char** argv) {
     d.pool_size = 256u << 20;
     if (omc_store_create(&d, &c) != OMC_OK) return 1;
     printf("%-10s %12s %12s %12s %12s %8s %8s\n", "size", "omc_put", "redis_set", "omc_get", "redis_get", "put", "get");
-    if (out) fprintf(out, "{\n  \"baseline\": \"redis-benchmark -c 1 -P 1 -t set,get -d SIZE, same server\",\n  \"rounds\": %d,\n  \"sizes\": [\n", rounds);
+    if (out) {
+        char load[64] = "";
+        FILE* lf = fopen("/proc/loadavg", "r");
+        if (lf) { if (!fgets(load, sizeof(load), lf)) load[0] = '\0'; fclose(lf); }
+        load[strcspn(load, "\n")] = '\0';
+        fprintf(out, "{\n  \"baseline\": \"redis-benchmark -c 1 -P 1 -t set,get -d SIZE, same server\",\n  \"rounds\": %d,\n"
+                "  \"loadavg_at_start\": \"%s\",\n  \"sizes\": [\n", rounds, load);
+    }
     for (si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         uint64_t size = sizes[si];
         int n = size <= 4096 ? (quick ? 2000 : 20000) : size <= (1u << 20) ? (quick ? 50 : 400) : (quick ? 5 : 30);
