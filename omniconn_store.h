@@ -354,6 +354,16 @@ OMNICONN_API omc_result omc_store_dir_put(omc_store_dir* dir, const char* from, 
    remote connector's view. Records whose sender is gone are removed and the wait goes on. */
 OMNICONN_API omc_result omc_store_dir_get(omc_store_dir* dir, const char* from, const char* to, const char* key,
                                           omc_time_ns deadline, omc_buffer* out);
+/* The same with scalar arguments (for FFI callers). put: a copy-path payload. get: *handle is a
+   malloc'd omc_buffer (omc_buffer_release it, then free() it - libomniconn's
+   omc_ffi_buffer_release does both). */
+OMNICONN_API omc_result omc_store_dir_create_flat(omc_conn* store, omc_conn* remote, const char* name, omc_store_dir** out);
+OMNICONN_API omc_result omc_store_dir_put_flat(omc_store_dir* dir, const char* from, const char* to, const char* key,
+                                               const void* data, uint64_t size, uint32_t flags, uint32_t readers,
+                                               int64_t ttl_ms);
+OMNICONN_API omc_result omc_store_dir_get_flat(omc_store_dir* dir, const char* from, const char* to, const char* key,
+                                               omc_time_ns deadline, omc_buffer** handle, void** data, uint64_t* size,
+                                               uint32_t* flags);
 #endif
 
 #ifdef __cplusplus
@@ -2873,6 +2883,45 @@ OMNICONN_API omc_result omc_store_dir_get(omc_store_dir* dir, const char* from, 
         omc_conn_cleanup(dir->store, stage, to, key);
         if (deadline != OMC_WAIT_FOREVER && omc_now_ns() >= deadline) return OMC_ERR_TIMEOUT;
     }
+}
+
+OMNICONN_API omc_result omc_store_dir_create_flat(omc_conn* store, omc_conn* remote, const char* name, omc_store_dir** out) {
+    omc_store_dir_desc d;
+    d.store = store;
+    d.remote = remote;
+    d.name = name && *name ? name : NULL;
+    return omc_store_dir_create(&d, out);
+}
+
+OMNICONN_API omc_result omc_store_dir_put_flat(omc_store_dir* dir, const char* from, const char* to, const char* key,
+                                               const void* data, uint64_t size, uint32_t flags, uint32_t readers,
+                                               int64_t ttl_ms) {
+    omc_payload p;
+    memset(&p, 0, sizeof(p));
+    p.data = data;
+    p.size = size;
+    p.flags = flags;
+    p.readers = readers;
+    p.ttl_ms = ttl_ms;
+    return omc_store_dir_put(dir, from, to, key, &p, NULL);
+}
+
+OMNICONN_API omc_result omc_store_dir_get_flat(omc_store_dir* dir, const char* from, const char* to, const char* key,
+                                               omc_time_ns deadline, omc_buffer** handle, void** data, uint64_t* size,
+                                               uint32_t* flags) {
+    omc_buffer b;
+    omc_result r;
+    if (!handle) return OMC_ERR_INVALID_ARG;
+    *handle = NULL;
+    r = omc_store_dir_get(dir, from, to, key, deadline, &b);
+    if (r != OMC_OK) return r;
+    *handle = (omc_buffer*)malloc(sizeof(omc_buffer));
+    if (!*handle) { omc_buffer_release(&b); return OMC_ERR_NO_MEMORY; }
+    **handle = b;
+    if (data) *data = b.data;
+    if (size) *size = b.size;
+    if (flags) *flags = b.flags;
+    return OMC_OK;
 }
 #endif /* OMC__HAS_ZMQ */
 

@@ -16,6 +16,12 @@ _SIGS = {
     "omc_store_exists_batch": (c_int, [c_void_p, c_char_p, c_char_p, P(c_char_p), c_uint32, P(c_int), c_int64]),
     "omc_store_get_batch_flat": (c_int, [c_void_p, c_char_p, c_char_p, P(c_char_p), c_uint32, c_int, c_int, c_int64,
                                          P(c_void_p), P(c_void_p), P(c_uint64), P(c_uint32), P(c_int32)]),
+    "omc_store_dir_create_flat": (c_int, [c_void_p, c_void_p, c_char_p, P(c_void_p)]),
+    "omc_store_dir_destroy": (None, [c_void_p]),
+    "omc_store_dir_put_flat": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_void_p, c_uint64, c_uint32, c_uint32,
+                                       c_int64]),
+    "omc_store_dir_get_flat": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_int64, P(c_void_p), P(c_void_p),
+                                       P(c_uint64), P(c_uint32)]),
 }
 
 missing = [n for n in _SIGS if not hasattr(lib, n)]

@@ -12,10 +12,10 @@ get_batch. See docs/store.md and omniconn_store.h.
 import ctypes
 
 from . import _lib
-from ._core import Connector, Buffer, deadline, _b, error
+from ._core import Connector, Buffer, deadline, _b, error, _address
 from ._store_lib import lib, PRIORITIES, READERS_CACHE
 
-__all__ = ["StoreConnector", "PRIORITIES", "READERS_CACHE"]
+__all__ = ["StoreConnector", "StoreDirectory", "PRIORITIES", "READERS_CACHE"]
 
 ROLES = {None: 0, "default": 0, "sender": 1, "receiver": 2, "dual": 3}
 
@@ -63,3 +63,48 @@ class StoreConnector(Connector):
         if r not in (0, _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT):
             raise error(r, "get_batch")
         return out
+
+
+class StoreDirectory:
+    """The shared key directory for the remote connector: producers register each put's location
+    in the store; a get on any node finds the sender by key alone (no sender list).
+    store: a StoreConnector; remote: a TcpConnector (or RdmaConnector); name: this producer's
+    unique name (None for a consumer). Both connectors must outlive the directory."""
+
+    def __init__(self, store, remote, name=None):
+        self._store, self._remote = store, remote       # kept alive with the directory
+        h = ctypes.c_void_p()
+        r = lib.omc_store_dir_create_flat(store._c(), remote._c(), _b(name), ctypes.byref(h))
+        if r != 0:
+            raise error(r, "directory create")
+        self._h = h.value
+
+    def put(self, from_stage, to_stage, key, data, readers=1, ttl_ms=0, frame=False):
+        """Put on the remote connector and register where (copy path)."""
+        addr, size, keep = _address(data)
+        r = lib.omc_store_dir_put_flat(self._h, _b(from_stage), _b(to_stage), _b(key), addr, size, 1 if frame else 0,
+                                       readers, ttl_ms)
+        del keep
+        if r != 0:
+            raise error(r, "directory put %r" % (key,))
+
+    def get(self, from_stage, to_stage, key, timeout=None):
+        """Wait for the key's record, then get the payload from its sender: a Buffer."""
+        hs, d, sz, fl = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_uint32()
+        r = lib.omc_store_dir_get_flat(self._h, _b(from_stage), _b(to_stage), _b(key),
+                                       deadline(10.0 if timeout is None else timeout), ctypes.byref(hs), ctypes.byref(d),
+                                       ctypes.byref(sz), ctypes.byref(fl))
+        if r != 0:
+            raise error(r, "directory get %r" % (key,))
+        return Buffer(hs.value, d.value, sz.value, fl.value)
+
+    def close(self):
+        h, self._h = self._h, None
+        if h:
+            lib.omc_store_dir_destroy(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -126,3 +126,17 @@ def test_store_unreachable_server_raises_with_the_reason():
     with pytest.raises(omniconn.OmniconnError) as e:
         StoreConnector("redis://127.0.0.1:%d" % _free_port())
     assert e.value.name == "OMC_ERR_CONNECTION"
+
+
+def test_directory_finds_the_sender_by_key(redis_url):
+    from omniconn.store import StoreDirectory
+    with StoreConnector(redis_url["tcp"]) as st_p, StoreConnector(redis_url["tcp"]) as st_c, \
+            omniconn.TcpConnector(role="sender", host="127.0.0.1") as prod, \
+            omniconn.TcpConnector(role="receiver") as cons:
+        with StoreDirectory(st_p, prod, name="py-prod") as dp, StoreDirectory(st_c, cons) as dc:
+            x = np.arange(50000, dtype=np.int32)
+            dp.put("p", "c", "dir-1", x)
+            with dc.get("p", "c", "dir-1", timeout=10) as b:      # no sender registered: the store said where
+                np.testing.assert_array_equal(b.numpy("int32"), x)
+            with pytest.raises(omniconn.OmniconnTimeout):
+                dc.get("p", "c", "dir-missing", timeout=0.3)
