@@ -28,7 +28,7 @@ ifeq ($(SAN),tsan)
   LDFLAGS += -fsanitize=thread
 endif
 
-HEADERS     := omniconn.h omniconn_shm.h omniconn_rdma.h omniconn_pipeline.h tests/omc_test.h tests/contract.h
+HEADERS     := omniconn.h omniconn_shm.h omniconn_rdma.h omniconn_pipeline.h omniconn_store.h tests/omc_test.h tests/contract.h
 TEST_SRCS   := $(wildcard tests/test_*.c)
 TEST_BINS   := $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRCS))
 EXAMPLE_SRCS:= $(wildcard examples/*.c)
@@ -36,7 +36,7 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps test check demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails
+.PHONY: all deps test check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails bench-store
 
 all: tests examples benches cli
 
@@ -73,6 +73,10 @@ check: tests
 demo: deps
 	@bash examples/demo.sh
 
+# The store connector against servers it starts itself (redis-server, a 3-master cluster).
+store-demo: deps $(BUILD)/test_store
+	$(BUILD)/test_store store_contract_suite_in_threads store_a_get_overtakes store_requests_in_flight store_cluster_routes
+
 fuzz:
 	@bash tests/fuzz/run.sh
 
@@ -81,6 +85,9 @@ bench-alloc: deps $(BUILD)/bench_alloc
 
 bench-shm: deps $(BUILD)/bench_shm
 	$(BUILD)/bench_shm bench/results/shm.json
+
+bench-store: deps $(BUILD)/bench_store
+	$(BUILD)/bench_store bench/results/store.json
 
 bench-tcp: deps $(BUILD)/bench_tcp
 	$(BUILD)/bench_tcp bench/results/tcp.json

@@ -20,6 +20,7 @@
 #include "omniconn_shm.h"
 #include "omniconn_rdma.h"
 #include "omniconn_pipeline.h"
+#include "omniconn_store.h"
 
 #include <stdlib.h>
 #include <string.h>

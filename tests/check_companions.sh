@@ -11,7 +11,7 @@ names() { gcc -fpreprocessed -dD -E -P -x c "$1" 2>/dev/null | grep -oE '\b(omc_
 interface=$(sed -n '/companion-interface-begin/,/companion-interface-end/p' omniconn.h | grep -oE '\b(omc__|OMC__)[A-Za-z0-9_]+' | sort -u)
 core=$(names omniconn.h)
 if [ -z "$interface" ] || [ -z "$core" ]; then echo "FAIL companions: cannot read the interface list or the core"; echo "companions: 0 passed, 1 failed"; exit 1; fi
-for h in omniconn_shm.h omniconn_rdma.h omniconn_pipeline.h; do
+for h in omniconn_shm.h omniconn_rdma.h omniconn_pipeline.h omniconn_store.h; do
     [ -f "$h" ] || continue
     used=$(comm -12 <(names "$h") <(echo "$core"))
     bad=$(comm -23 <(echo "$used") <(echo "$interface"))

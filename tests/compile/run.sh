@@ -20,7 +20,7 @@ cell() {   # cell NAME COMMAND...
 }
 
 headers=(omniconn.h)
-for h in omniconn_shm.h omniconn_rdma.h omniconn_pipeline.h; do [ -f "$h" ] && headers+=("$h"); done
+for h in omniconn_shm.h omniconn_rdma.h omniconn_pipeline.h omniconn_store.h; do [ -f "$h" ] && headers+=("$h"); done
 
 # a translation unit that builds the implementation of header $1 with extra defines $2
 impl_tu() {

@@ -1,0 +1,1113 @@
+/* The store connector against real Redis servers that this test starts and stops itself
+   (redis-server on a private loopback port and a unix socket, each in its own temporary
+   directory; a 3-master Redis Cluster with one replica per master): the contract suite in threads
+   and across two processes, the executor's priority order and in-flight bound (checked against
+   the server's own CLIENT LIST), a deadline that passes in the queue, the server killed in the
+   middle of a batch and restarted, maxmemory, proto-max-bulk-len, a lying metadata key, two
+   writers of one key, AUTH / ACL, an unreachable server, and in the cluster: slot routing over
+   all masters, MOVED and ASK redirections, and a master stopped (its replica takes over).
+
+   redis-server missing is a failure with the fix (scripts/install-deps.sh installs it), never a
+   skip. Every server is killed at exit, also when a check fails. */
+#define OMNICONN_IMPLEMENTATION
+#include "omniconn.h"
+#include "omniconn_store.h"
+#include "omc_test.h"
+#include "contract.h"
+
+#include <dirent.h>
+#include <signal.h>
+
+OMC_TEST_TSAN_IGNORE_LIBZMQ()    /* the directory tests use the remote connector: see omc_test.h */
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+/* ---- servers -------------------------------------------------------------------------------- */
+
+typedef struct rsrv {
+    pid_t pid;
+    int port;
+    char dir[128];
+    char sock[200];
+    char url[256];
+    char usock[256];
+} rsrv;
+
+#define MAX_SERVERS 12
+static rsrv* all_servers[MAX_SERVERS];
+static int nservers;
+static char top_dir[64];
+
+static void kill_all(void) {
+    int i;
+    for (i = 0; i < nservers; i++)
+        if (all_servers[i] && all_servers[i]->pid > 0) { kill(all_servers[i]->pid, SIGKILL); waitpid(all_servers[i]->pid, NULL, 0); all_servers[i]->pid = 0; }
+    if (top_dir[0]) { char cmd[200]; snprintf(cmd, sizeof(cmd), "rm -rf '%s'", top_dir); if (system(cmd) != 0) {} }
+}
+static void on_signal(int sig) { kill_all(); signal(sig, SIG_DFL); raise(sig); }
+
+static int free_port(void) {      /* a loopback port nobody uses now, with port + 10000 free too (cluster bus) */
+    int tries;
+    for (tries = 0; tries < 50; tries++) {
+        struct sockaddr_in a;
+        socklen_t l = sizeof(a);
+        int fd = socket(AF_INET, SOCK_STREAM, 0), port, fd2, ok;
+        memset(&a, 0, sizeof(a));
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (bind(fd, (struct sockaddr*)&a, sizeof(a)) != 0 || getsockname(fd, (struct sockaddr*)&a, &l) != 0) { close(fd); continue; }
+        port = ntohs(a.sin_port);
+        close(fd);
+        if (port > 55000 || port < 1024) continue;
+        fd2 = socket(AF_INET, SOCK_STREAM, 0);
+        a.sin_port = htons((uint16_t)(port + 10000));
+        ok = bind(fd2, (struct sockaddr*)&a, sizeof(a)) == 0;
+        close(fd2);
+        if (ok) return port;
+    }
+    return -1;
+}
+
+/* A raw RESP command over a fresh blocking socket; the reply's first line (and a bulk's body)
+   into out. Independent of the library: the test's own look at the server. */
+static int raw_cmd_v(int port, const char* sock, char* out, size_t cap, int argc, const char** argv, const size_t* lens) {
+    int fd, i;
+    char hdr[64];
+    size_t n = 0;
+    struct timeval tv = {5, 0};
+    if (sock) {
+        struct sockaddr_un a;
+        memset(&a, 0, sizeof(a));
+        a.sun_family = AF_UNIX;
+        snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock);
+        fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr*)&a, sizeof(a)) != 0) { close(fd); return -1; }
+    } else {
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof(a));
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons((uint16_t)port);
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr*)&a, sizeof(a)) != 0) { close(fd); return -1; }
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    snprintf(hdr, sizeof(hdr), "*%d\r\n", argc);
+    if (omc_test_write_all(fd, hdr, strlen(hdr))) { close(fd); return -1; }
+    for (i = 0; i < argc; i++) {
+        size_t l = lens ? lens[i] : strlen(argv[i]);
+        snprintf(hdr, sizeof(hdr), "$%zu\r\n", l);
+        if (omc_test_write_all(fd, hdr, strlen(hdr)) || omc_test_write_all(fd, argv[i], l) || omc_test_write_all(fd, "\r\n", 2)) { close(fd); return -1; }
+    }
+    /* read until a complete reply of the simple kinds we use (+ - : $ with body) */
+    for (;;) {
+        ssize_t k = read(fd, out + n, cap - 1 - n);
+        char* nl;
+        if (k <= 0) break;
+        n += (size_t)k;
+        out[n] = '\0';
+        nl = strstr(out, "\r\n");
+        if (!nl) { if (n >= cap - 1) break; continue; }
+        if (out[0] != '$') break;
+        if (atoi(out + 1) < 0) break;
+        if (n >= (size_t)(nl - out) + 2 + (size_t)atoi(out + 1) + 2 || n >= cap - 1) break;
+    }
+    out[n] = '\0';
+    close(fd);
+    return n ? 0 : -1;
+}
+static int raw_cmd(const rsrv* s, char* out, size_t cap, int argc, const char** argv) {
+    return raw_cmd_v(s->port, NULL, out, cap, argc, argv, NULL);
+}
+#define RAW(s, buf, ...) do { const char* raw_argv_[] = { __VA_ARGS__ }; \
+    if (raw_cmd((s), (buf), sizeof(buf), (int)(sizeof(raw_argv_) / sizeof(raw_argv_[0])), raw_argv_) != 0) buf[0] = '\0'; } while (0)
+
+static int have_redis(void) {
+    if (system("command -v redis-server >/dev/null 2>&1") != 0 || system("command -v redis-cli >/dev/null 2>&1") != 0) {
+        printf("FAIL redis-server / redis-cli are not installed: run scripts/install-deps.sh (Debian packages redis-server, redis-tools)\n");
+        return 0;
+    }
+    return 1;
+}
+
+/* Start redis-server with extra "--name value" arguments; wait until it answers PING. */
+static int srv_start_args(rsrv* s, int port, const char* const* extra) {
+    const char* args[64];
+    char ps[16];
+    int n = 0, i;
+    omc_time_ns until = omc_deadline_after_ms(15000);
+    char reply[64];
+    if (!s->dir[0]) {
+        static int counter;
+        snprintf(s->dir, sizeof(s->dir), "%s/s%d", top_dir, counter++);
+        mkdir(s->dir, 0700);
+    }
+    s->port = port;
+    snprintf(s->sock, sizeof(s->sock), "%s/redis.sock", s->dir);
+    snprintf(s->url, sizeof(s->url), "redis://127.0.0.1:%d", port);
+    snprintf(s->usock, sizeof(s->usock), "unix://%s", s->sock);
+    snprintf(ps, sizeof(ps), "%d", port);
+    args[n++] = "redis-server";
+    args[n++] = "--port"; args[n++] = ps;
+    args[n++] = "--bind"; args[n++] = "127.0.0.1";
+    args[n++] = "--unixsocket"; args[n++] = s->sock;
+    args[n++] = "--unixsocketperm"; args[n++] = "700";
+    args[n++] = "--dir"; args[n++] = s->dir;
+    args[n++] = "--save"; args[n++] = "";
+    args[n++] = "--appendonly"; args[n++] = "no";
+    args[n++] = "--logfile"; args[n++] = "redis.log";
+    args[n++] = "--enable-debug-command"; args[n++] = "local";
+    for (i = 0; extra && extra[i] && n < 62; i++) args[n++] = extra[i];
+    args[n] = NULL;
+    s->pid = fork();
+    if (s->pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) { dup2(devnull, 1); dup2(devnull, 2); }
+        execvp("redis-server", (char* const*)args);
+        _exit(127);
+    }
+    if (s->pid < 0) return -1;
+    for (i = 0; i < nservers; i++) if (all_servers[i] == s) break;
+    if (i == nservers && nservers < MAX_SERVERS) all_servers[nservers++] = s;
+    while (omc_now_ns() < until) {      /* the event: it answers */
+        const char* ping[1] = { "PING" };
+        int st;
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) { s->pid = 0; return -1; }
+        if (raw_cmd(s, reply, sizeof(reply), 1, ping) == 0 && strncmp(reply, "+PONG", 5) == 0) return 0;
+        usleep(5000);
+    }
+    return -1;
+}
+static int srv_start(rsrv* s) { return srv_start_args(s, free_port(), NULL); }
+static void srv_kill(rsrv* s) { if (s->pid > 0) { kill(s->pid, SIGKILL); waitpid(s->pid, NULL, 0); s->pid = 0; } }
+
+static rsrv main_srv;     /* the plain server most tests use */
+
+static omc_conn* store_make(const char* url, omc_role role, uint32_t inflight) {
+    omc_store_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.url = url;
+    d.role = role;
+    d.max_inflight = inflight;
+    d.pool_size = 64u << 20;
+    if (omc_store_create(&d, &c) != OMC_OK) return NULL;
+    return c;
+}
+static omc_conn* make_from_spec(const char* spec) { return store_make(spec, OMC_ROLE_RECEIVER, 0); }
+
+/* log capture: every WARN and ERROR line since the last log_clear() (the most recent 16 KiB) */
+static char last_log[16384];
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static void capture_log(omc_log_level level, omc_log_item item, const char* message, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level > OMC_LOG_WARN) return;
+    pthread_mutex_lock(&log_mu);
+    if (strlen(last_log) + strlen(message) + 2 >= sizeof(last_log)) last_log[0] = '\0';
+    strcat(last_log, message);
+    strcat(last_log, "\n");
+    pthread_mutex_unlock(&log_mu);
+}
+static int log_has(const char* word) {
+    int r;
+    pthread_mutex_lock(&log_mu);
+    r = strstr(last_log, word) != NULL;
+    pthread_mutex_unlock(&log_mu);
+    return r;
+}
+static omc_conn* store_make_logged(const char* url) {
+    omc_store_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.url = url;
+    d.pool_size = 64u << 20;
+    d.hooks.log_fn = capture_log;
+    if (omc_store_create(&d, &c) != OMC_OK) return NULL;
+    return c;
+}
+
+static omc_result put_bytes(omc_conn* c, const char* key, uint64_t size, uint64_t seed, int64_t ttl, omc_meta* meta) {
+    void* d = malloc(size ? size : 1);
+    omc_payload p;
+    omc_result r;
+    omc_test_fill(d, size, seed);
+    memset(&p, 0, sizeof(p));
+    p.data = d; p.size = size; p.ttl_ms = ttl;
+    r = omc_conn_put(c, "a", "b", key, &p, meta);
+    free(d);
+    return r;
+}
+static omc_result get_check(omc_conn* c, const char* key, uint64_t size, uint64_t seed, const omc_meta* m) {
+    omc_buffer b;
+    omc_result r = omc_conn_get(c, "a", "b", key, m ? m->data : NULL, m ? m->size : 0, omc_deadline_after_ms(5000), &b);
+    if (r != OMC_OK) return r;
+    if (b.size != size || !omc_test_verify(b.data, b.size, seed)) r = OMC_ERR_INTERNAL;   /* wrong bytes: never acceptable */
+    omc_buffer_release(&b);
+    return r;
+}
+
+/* The names the connector gives a payload's keys (the manual's WIRE FORMATS), for the tests
+   that reach into the store. */
+static void meta_key_of(const char* key, char* out, size_t cap, size_t* len) {
+    char q[OMC_KEY_MAX];
+    uint32_t ql = 0;
+    uint64_t h = 14695981039346656037ull;
+    uint32_t i;
+    int n;
+    omc_qualify_key("a", "b", key, q, &ql);
+    for (i = 0; i < ql; i++) { h ^= (uint8_t)q[i]; h *= 1099511628211ull; }
+    n = snprintf(out, cap, "omc:{%016llx}m:", (unsigned long long)h);
+    memcpy(out + n, q, ql);
+    *len = (size_t)n + ql;
+}
+
+/* ---- the contract --------------------------------------------------------------------------- */
+
+OMC_TEST(store_contract_suite_in_threads_over_tcp) {
+    omc_conn* prod = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    omc_conn* cons = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    REQUIRE(prod && cons);
+    ct_run_all("store.threads", prod, cons, NULL, getenv("CT_FILTER"));
+    omc_conn_destroy(prod);
+    omc_conn_destroy(cons);
+}
+
+OMC_TEST(store_contract_suite_across_processes_over_a_unix_socket) {
+    omc_conn* prod = store_make(main_srv.usock, OMC_ROLE_SENDER, 0);
+    REQUIRE(prod);
+    ct_run_all("store.process", prod, NULL, main_srv.usock, getenv("CT_FILTER"));
+    omc_conn_destroy(prod);
+}
+
+/* ---- the executor --------------------------------------------------------------------------- */
+
+#define FLOOD 1000
+OMC_TEST(store_a_get_overtakes_a_thousand_queued_puts) {
+    omc_conn* c = store_make(main_srv.url, OMC_ROLE_DUAL, 1);
+    omc_store_ticket* puts[FLOOD];
+    omc_store_ticket* get = NULL;
+    omc_store_stats st;
+    omc_payload p;
+    char buf[64], reply[64], key[64];
+    omc_buffer b;
+    int i, later = 0;
+    uint64_t gseq;
+    REQUIRE(c);
+    CHECK_OK(put_bytes(c, "prio-hit", 4096, 5, 0, NULL));
+    /* the server holds every write until we say so: the first put stays in flight, the rest
+       queue behind it in the executor (CLIENT UNPAUSE is not a write, so it gets through) */
+    RAW(&main_srv, reply, "CLIENT", "PAUSE", "60000", "WRITE");
+    CHECK(strncmp(reply, "+OK", 3) == 0);
+    memset(&p, 0, sizeof(p));
+    memset(buf, 1, sizeof(buf));
+    p.data = buf; p.size = sizeof(buf);
+    for (i = 0; i < FLOOD; i++) {
+        snprintf(key, sizeof(key), "flood-%d", i);
+        CHECK_OK(omc_store_submit_put(c, "a", "b", key, &p, OMC_STORE_PUT, omc_deadline_after_ms(60000), &puts[i]));
+    }
+    CHECK_OK(omc_store_submit_get(c, "a", "b", "prio-hit", OMC_STORE_GET, omc_deadline_after_ms(60000), &get));
+    RAW(&main_srv, reply, "CLIENT", "UNPAUSE");
+    CHECK(strncmp(reply, "+OK", 3) == 0);
+    CHECK_OK(omc_store_ticket_wait(get, omc_deadline_after_ms(60000), &b));
+    CHECK(b.size == 4096 && omc_test_verify(b.data, b.size, 5));
+    omc_buffer_release(&b);
+    gseq = omc_store_ticket_sequence(get);
+    /* the get went out right after the one put that was in flight: at most two requests before it */
+    CHECK(gseq >= 1 && gseq <= omc_store_ticket_sequence(puts[0]) + 1 + 1);
+    for (i = 0; i < FLOOD; i++) {
+        CHECK_OK(omc_store_ticket_wait(puts[i], omc_deadline_after_ms(60000), NULL));
+        if (omc_store_ticket_sequence(puts[i]) > gseq) later++;
+        omc_store_ticket_free(puts[i]);
+    }
+    CHECK(later >= FLOOD - 2);
+    omc_store_get_stats(c, &st);
+    CHECK(st.inflight_max == 1);
+    CHECK(st.by_priority[OMC_STORE_GET - 1] >= 1);
+    printf("  get dispatched as request %llu of %d (puts after it: %d)\n", (unsigned long long)gseq, FLOOD + 1, later);
+    omc_store_ticket_free(get);
+    omc_conn_destroy(c);
+}
+
+OMC_TEST(store_a_request_whose_deadline_passes_in_the_queue_is_never_sent) {
+    omc_conn* c = store_make(main_srv.url, OMC_ROLE_DUAL, 1);
+    omc_store_ticket* first = NULL;
+    omc_store_ticket* late[5];
+    omc_store_stats st;
+    omc_payload p;
+    char buf[100], reply[64], key[32];
+    int i;
+    REQUIRE(c);
+    memset(&p, 0, sizeof(p));
+    memset(buf, 2, sizeof(buf));
+    p.data = buf; p.size = sizeof(buf);
+    RAW(&main_srv, reply, "CLIENT", "PAUSE", "60000", "WRITE");
+    CHECK_OK(omc_store_submit_put(c, "a", "b", "dl-first", &p, OMC_STORE_PUT, omc_deadline_after_ms(20000), &first));
+    {
+        omc_time_ns dl = omc_deadline_after_ms(100);
+        for (i = 0; i < 5; i++) {
+            snprintf(key, sizeof(key), "dl-late-%d", i);
+            CHECK_OK(omc_store_submit_put(c, "a", "b", key, &p, OMC_STORE_PUT, dl, &late[i]));
+        }
+        while (omc_now_ns() <= dl) usleep(10000);       /* their deadline has passed, still queued */
+    }
+    RAW(&main_srv, reply, "CLIENT", "UNPAUSE");
+    CHECK(strncmp(reply, "+OK", 3) == 0);
+    CHECK_OK(omc_store_ticket_wait(first, omc_deadline_after_ms(20000), NULL));
+    for (i = 0; i < 5; i++) {
+        CHECK_RES(omc_store_ticket_wait(late[i], omc_deadline_after_ms(20000), NULL), OMC_ERR_TIMEOUT);
+        CHECK_EQ(omc_store_ticket_sequence(late[i]), 0);        /* never reached the server */
+        omc_store_ticket_free(late[i]);
+        snprintf(key, sizeof(key), "dl-late-%d", i);
+        CHECK_RES(omc_conn_exists(c, "a", "b", key), OMC_ERR_NOT_FOUND);
+    }
+    omc_store_get_stats(c, &st);
+    CHECK(st.expired_in_queue >= 5);
+    omc_store_ticket_free(first);
+    CHECK_OK(omc_conn_cleanup(c, "a", "b", "dl-first"));
+    omc_conn_destroy(c);
+}
+
+/* Connections the server sees from this process (CLIENT LIST, name=omniconn-<pid>). */
+static int server_connections(const rsrv* s) {
+    char cmd[200], line[1024], name[64];
+    FILE* f;
+    int n = 0;
+    snprintf(cmd, sizeof(cmd), "redis-cli -p %d CLIENT LIST 2>/dev/null", s->port);
+    snprintf(name, sizeof(name), "name=omniconn-%ld ", (long)getpid());
+    f = popen(cmd, "r");
+    if (!f) return -1;
+    while (fgets(line, sizeof(line), f)) if (strstr(line, name)) n++;
+    pclose(f);
+    return n;
+}
+
+OMC_TEST(store_requests_in_flight_never_exceed_the_bound) {
+    omc_conn* c = store_make(main_srv.url, OMC_ROLE_DUAL, 3);
+    omc_store_ticket* t[200];
+    omc_store_stats st;
+    omc_payload p;
+    char key[32];
+    void* data = malloc(256u << 10);
+    int i, conns;
+    REQUIRE(c && data);
+    memset(data, 3, 256u << 10);
+    memset(&p, 0, sizeof(p));
+    p.data = data; p.size = 256u << 10;
+    for (i = 0; i < 200; i++) {
+        snprintf(key, sizeof(key), "bound-%d", i);
+        CHECK_OK(omc_store_submit_put(c, "a", "b", key, &p, OMC_STORE_PUT, omc_deadline_after_ms(60000), &t[i]));
+    }
+    for (i = 0; i < 200; i++) { CHECK_OK(omc_store_ticket_wait(t[i], omc_deadline_after_ms(60000), NULL)); omc_store_ticket_free(t[i]); }
+    omc_store_get_stats(c, &st);
+    conns = server_connections(&main_srv);
+    printf("  in flight at most %u (bound 3), server sees %d connections of ours\n", st.inflight_max, conns);
+    CHECK(st.inflight_max >= 1 && st.inflight_max <= 3);
+    CHECK(conns >= 1 && conns <= 3);
+    for (i = 0; i < 200; i++) { snprintf(key, sizeof(key), "bound-%d", i); CHECK_OK(omc_conn_cleanup(c, "a", "b", key)); }
+    free(data);
+    omc_conn_destroy(c);
+}
+
+OMC_TEST(store_batches_are_pipelined_and_exists_batch_answers_each_key) {
+    omc_conn* c = store_make(main_srv.url, OMC_ROLE_DUAL, 1);
+    omc_batch_item it[40];
+    char keys[40][32];
+    const char* ks[41];
+    omc_result res[41];
+    void* data[40];
+    omc_store_stats s0, s1;
+    int i;
+    REQUIRE(c);
+    memset(it, 0, sizeof(it));
+    for (i = 0; i < 40; i++) {
+        uint64_t size = 100 + (uint64_t)i * 3000;
+        snprintf(keys[i], sizeof(keys[i]), "pb-%d", i);
+        data[i] = malloc(size);
+        omc_test_fill(data[i], size, 60 + (uint64_t)i);
+        it[i].key = keys[i]; it[i].payload.data = data[i]; it[i].payload.size = size;
+        ks[i] = keys[i];
+    }
+    ks[40] = "pb-none";
+    omc_store_get_stats(c, &s0);
+    CHECK_OK(omc_store_put_batch(c, "a", "b", it, 40, omc_deadline_after_ms(20000)));
+    omc_store_get_stats(c, &s1);
+    CHECK_EQ(s1.by_priority[OMC_STORE_PUT - 1] - s0.by_priority[OMC_STORE_PUT - 1], 40);   /* 40 ops ... */
+    CHECK(s1.connects == s0.connects);                                                     /* ... on the one connection */
+    CHECK_OK(omc_store_exists_batch(c, "a", "b", ks, 41, res, omc_deadline_after_ms(5000)));
+    for (i = 0; i < 40; i++) CHECK_OK(res[i]);
+    CHECK_RES(res[40], OMC_ERR_NOT_FOUND);
+    for (i = 0; i < 40; i++) { omc_meta_free(&it[i].meta); it[i].meta.size = 0; }
+    CHECK_OK(omc_store_get_batch(c, "a", "b", it, 40, OMC_STORE_PREFETCH, omc_deadline_after_ms(20000)));
+    for (i = 0; i < 40; i++) {
+        CHECK_OK(it[i].result);
+        CHECK(it[i].buffer.size == 100 + (uint64_t)i * 3000 && omc_test_verify(it[i].buffer.data, it[i].buffer.size, 60 + (uint64_t)i));
+        omc_buffer_release(&it[i].buffer);
+        free(data[i]);
+    }
+    CHECK_OK(omc_store_exists_batch(c, "a", "b", ks, 41, res, omc_deadline_after_ms(5000)));
+    for (i = 0; i < 41; i++) CHECK_RES(res[i], OMC_ERR_NOT_FOUND);      /* consumed */
+    omc_conn_destroy(c);
+}
+
+OMC_TEST(store_a_cache_entry_is_read_many_times_and_stays_until_cleanup) {
+    omc_conn* c = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    omc_payload p;
+    char buf[3000];
+    int i;
+    REQUIRE(c);
+    memset(&p, 0, sizeof(p));
+    omc_test_fill(buf, sizeof(buf), 8);
+    p.data = buf; p.size = sizeof(buf); p.readers = OMC_STORE_READERS_CACHE;
+    CHECK_OK(omc_conn_put(c, "a", "b", "cached", &p, NULL));
+    for (i = 0; i < 5; i++) CHECK_OK(get_check(c, "cached", sizeof(buf), 8, NULL));
+    CHECK_OK(omc_conn_exists(c, "a", "b", "cached"));
+    CHECK_OK(omc_conn_cleanup(c, "a", "b", "cached"));
+    CHECK_RES(omc_conn_exists(c, "a", "b", "cached"), OMC_ERR_NOT_FOUND);
+    omc_conn_destroy(c);
+}
+
+/* ---- failures ------------------------------------------------------------------------------- */
+
+OMC_TEST(store_unreachable_server_is_a_connection_error) {
+    omc_store_desc d;
+    omc_conn* c = NULL;
+    char url[64];
+    omc_time_ns t0 = omc_now_ns();
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", free_port());
+    memset(&d, 0, sizeof(d));
+    d.url = url;
+    d.hooks.log_fn = capture_log;
+    CHECK_RES(omc_store_create(&d, &c), OMC_ERR_CONNECTION);
+    CHECK(log_has("127.0.0.1"));
+    CHECK(omc_now_ns() - t0 < 10000000000LL);
+    d.url = "http://nowhere";
+    CHECK_RES(omc_store_create(&d, &c), OMC_ERR_INVALID_ARG);
+    d.url = "rediss://127.0.0.1:1";
+    CHECK_RES(omc_store_create(&d, &c), OMC_ERR_INVALID_ARG);
+    CHECK(log_has("TLS"));
+}
+
+typedef struct batch_run { omc_conn* c; omc_batch_item* it; uint32_t n; omc_result r; } batch_run;
+static void* batch_thread(void* arg) {
+    batch_run* b = (batch_run*)arg;
+    b->r = omc_store_put_batch(b->c, "a", "b", b->it, b->n, omc_deadline_after_ms(20000));
+    return NULL;
+}
+
+OMC_TEST(store_server_killed_mid_batch_then_restarted) {
+    rsrv s;
+    omc_conn* c;
+    omc_batch_item it[64];
+    char keys[64][32];
+    void* data = malloc(1u << 20);
+    batch_run br;
+    pthread_t th;
+    omc_store_stats st;
+    int i, ok = 0, conn_err = 0, port;
+    memset(&s, 0, sizeof(s));
+    REQUIRE(data && srv_start(&s) == 0);
+    port = s.port;
+    c = store_make(s.url, OMC_ROLE_DUAL, 1);
+    REQUIRE(c);
+    memset(it, 0, sizeof(it));
+    omc_test_fill(data, 1u << 20, 77);
+    for (i = 0; i < 64; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "kill-%d", i);
+        it[i].key = keys[i]; it[i].payload.data = data; it[i].payload.size = 1u << 20;
+    }
+    br.c = c; br.it = it; br.n = 64;
+    {   /* the server holds the batch's writes, so the kill lands while it is on the wire */
+        char reply[64];
+        RAW(&s, reply, "CLIENT", "PAUSE", "60000", "WRITE");
+        CHECK(strncmp(reply, "+OK", 3) == 0);
+    }
+    omc_store_get_stats(c, &st);
+    {
+        uint64_t before = st.dispatched;
+        pthread_create(&th, NULL, batch_thread, &br);
+        do { omc_store_get_stats(c, &st); } while (st.dispatched == before && (usleep(200), 1));   /* the batch is on the wire */
+    }
+    srv_kill(&s);
+    pthread_join(th, NULL);
+    for (i = 0; i < 64; i++) {
+        if (it[i].result == OMC_OK) ok++;
+        else if (it[i].result == OMC_ERR_CONNECTION) conn_err++;
+        omc_meta_free(&it[i].meta);
+    }
+    printf("  batch of 64: %d stored before the kill, %d connection errors\n", ok, conn_err);
+    CHECK_EQ(ok + conn_err, 64);        /* every item: stored or a clear connection error */
+    CHECK(conn_err > 0);
+    CHECK_RES(put_bytes(c, "kill-after", 100, 1, 0, NULL), OMC_ERR_CONNECTION);     /* the server is gone */
+    REQUIRE(srv_start_args(&s, port, NULL) == 0);                                  /* back, empty */
+    CHECK_OK(put_bytes(c, "kill-after", 100, 1, 0, NULL));                          /* the connector reconnects */
+    CHECK_OK(get_check(c, "kill-after", 100, 1, NULL));
+    omc_conn_destroy(c);
+    srv_kill(&s);
+    free(data);
+}
+
+OMC_TEST(store_maxmemory_reached_is_reported_and_recovers) {
+    omc_conn* c = store_make_logged(main_srv.url);
+    char reply[64], key[32];
+    int i;
+    omc_result r = OMC_OK;
+    REQUIRE(c);
+    RAW(&main_srv, reply, "CONFIG", "SET", "maxmemory-policy", "noeviction");
+    RAW(&main_srv, reply, "CONFIG", "SET", "maxmemory", "6mb");
+    CHECK(strncmp(reply, "+OK", 3) == 0);
+    for (i = 0; i < 64 && r == OMC_OK; i++) {
+        snprintf(key, sizeof(key), "full-%d", i);
+        r = put_bytes(c, key, 1u << 20, 1, 0, NULL);
+    }
+    CHECK_RES(r, OMC_ERR_POOL_FULL);
+    CHECK(log_has("full"));
+    RAW(&main_srv, reply, "CONFIG", "SET", "maxmemory", "0");
+    CHECK_OK(put_bytes(c, "full-after", 1u << 20, 2, 0, NULL));
+    CHECK_OK(get_check(c, "full-after", 1u << 20, 2, NULL));
+    for (i = 0; i < 64; i++) { snprintf(key, sizeof(key), "full-%d", i); omc_conn_cleanup(c, "a", "b", key); }
+    omc_conn_destroy(c);
+}
+
+OMC_TEST(store_value_over_proto_max_bulk_len_is_refused_before_sending) {
+    char reply[64];
+    omc_conn* c;
+    RAW(&main_srv, reply, "CONFIG", "SET", "proto-max-bulk-len", "1mb");
+    CHECK(strncmp(reply, "+OK", 3) == 0);
+    c = store_make_logged(main_srv.url);
+    REQUIRE(c);
+    CHECK_RES(put_bytes(c, "big", (1u << 20) + 1, 1, 0, NULL), OMC_ERR_TOO_LARGE);
+    CHECK(log_has("proto-max-bulk-len"));
+    CHECK_OK(put_bytes(c, "small", 1000, 1, 0, NULL));       /* the connection is fine */
+    CHECK_OK(get_check(c, "small", 1000, 1, NULL));
+    RAW(&main_srv, reply, "CONFIG", "SET", "proto-max-bulk-len", "512mb");
+    omc_conn_destroy(c);
+}
+
+OMC_TEST(store_a_lying_metadata_key_is_refused) {
+    omc_conn* c = store_make_logged(main_srv.url);
+    char mk[400], reply[64];
+    size_t ml;
+    const char* argv[4];
+    size_t lens[4];
+    omc_meta m = {0};
+    REQUIRE(c);
+    /* the metadata key says 1000 bytes, the data key holds 4096 */
+    CHECK_OK(put_bytes(c, "liar", 4096, 9, 0, NULL));
+    meta_key_of("liar", mk, sizeof(mk), &ml);
+    argv[0] = "HSET"; argv[1] = mk; argv[2] = "len"; argv[3] = "1000";
+    lens[0] = 4; lens[1] = ml; lens[2] = 3; lens[3] = 4;
+    CHECK(raw_cmd_v(main_srv.port, NULL, reply, sizeof(reply), 4, argv, lens) == 0 && reply[0] == ':');
+    CHECK_RES(get_check(c, "liar", 4096, 9, NULL), OMC_ERR_MALFORMED);
+    CHECK(log_has("metadata"));
+    /* a length larger than the reader's whole pool: refused before a byte is read */
+    CHECK_OK(put_bytes(c, "liar2", 4096, 9, 0, &m));
+    meta_key_of("liar2", mk, sizeof(mk), &ml);
+    argv[3] = "99999999999"; lens[3] = strlen(argv[3]); argv[1] = mk; lens[1] = ml;
+    CHECK(raw_cmd_v(main_srv.port, NULL, reply, sizeof(reply), 4, argv, lens) == 0 && reply[0] == ':');
+    CHECK_RES(get_check(c, "liar2", 4096, 9, NULL), OMC_ERR_TOO_LARGE);
+    /* a metadata key whose length is not a number */
+    CHECK_OK(put_bytes(c, "liar3", 4096, 9, 0, NULL));
+    meta_key_of("liar3", mk, sizeof(mk), &ml);
+    argv[3] = "lots"; lens[3] = 4; argv[1] = mk; lens[1] = ml;
+    CHECK(raw_cmd_v(main_srv.port, NULL, reply, sizeof(reply), 4, argv, lens) == 0 && reply[0] == ':');
+    CHECK_RES(get_check(c, "liar3", 4096, 9, NULL), OMC_ERR_MALFORMED);
+    /* the connection stayed in step: the next get works */
+    CHECK_OK(put_bytes(c, "honest", 5000, 10, 0, NULL));
+    CHECK_OK(get_check(c, "honest", 5000, 10, NULL));
+    omc_meta_free(&m);
+    omc_conn_destroy(c);
+}
+
+typedef struct racer { omc_conn* c; int id; int round; omc_result r; } racer;
+static void* race_put(void* arg) {
+    racer* x = (racer*)arg;
+    char key[32];
+    snprintf(key, sizeof(key), "race-%d", x->round);
+    x->r = put_bytes(x->c, key, 30000 + (uint64_t)x->id, 100 + (uint64_t)x->id, 0, NULL);
+    return NULL;
+}
+
+OMC_TEST(store_two_writers_of_one_key) {
+    omc_conn* w1 = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    omc_conn* w2 = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    omc_conn* rd = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    omc_meta m1 = {0};
+    int round;
+    REQUIRE(w1 && w2 && rd);
+    for (round = 0; round < 30; round++) {      /* both at once: exactly one wins, the reader gets the winner's bytes */
+        racer a, b;
+        pthread_t ta, tb;
+        char key[32];
+        a.c = w1; a.id = 1; a.round = round;
+        b.c = w2; b.id = 2; b.round = round;
+        pthread_create(&ta, NULL, race_put, &a);
+        pthread_create(&tb, NULL, race_put, &b);
+        pthread_join(ta, NULL);
+        pthread_join(tb, NULL);
+        CHECK((a.r == OMC_OK) != (b.r == OMC_OK));
+        CHECK(a.r == OMC_ERR_EXISTS || b.r == OMC_ERR_EXISTS);
+        snprintf(key, sizeof(key), "race-%d", round);
+        CHECK_OK(get_check(rd, key, a.r == OMC_OK ? 30001 : 30002, a.r == OMC_OK ? 101 : 102, NULL));
+    }
+    /* a reader holding writer 1's metadata after writer 2 replaced the key: refused, not wrong bytes */
+    CHECK_OK(put_bytes(w1, "replaced", 1000, 1, 0, &m1));
+    CHECK_OK(omc_conn_cleanup(w2, "a", "b", "replaced"));
+    CHECK_OK(put_bytes(w2, "replaced", 1000, 2, 0, NULL));
+    CHECK_RES(get_check(rd, "replaced", 1000, 1, &m1), OMC_ERR_STALE);
+    CHECK_OK(get_check(rd, "replaced", 1000, 2, NULL));
+    omc_meta_free(&m1);
+    omc_conn_destroy(w1);
+    omc_conn_destroy(w2);
+    omc_conn_destroy(rd);
+}
+
+OMC_TEST(store_auth_with_password_and_acl_user) {
+    rsrv s;
+    const char* extra[] = { "--requirepass", "s3cret", "--user", "alice", "on", ">wonder", "~*", "&*", "+@all", NULL };
+    char url[300];
+    omc_store_desc d;
+    omc_conn* c = NULL;
+    memset(&s, 0, sizeof(s));
+    REQUIRE(srv_start_args(&s, free_port(), extra) != 0 || 1);   /* PING needs auth: started, but not "ready" by PING */
+    {   /* ready = answers (NOAUTH counts) */
+        omc_time_ns until = omc_deadline_after_ms(10000);
+        char reply[128];
+        const char* ping[1] = { "PING" };
+        while (omc_now_ns() < until && !(raw_cmd(&s, reply, sizeof(reply), 1, ping) == 0 && reply[0] == '-')) usleep(5000);
+    }
+    memset(&d, 0, sizeof(d));
+    d.hooks.log_fn = capture_log;
+    d.url = s.url;
+    CHECK_RES(omc_store_create(&d, &c), OMC_ERR_AUTH);                       /* no password */
+    snprintf(url, sizeof(url), "redis://:wrong@127.0.0.1:%d", s.port);
+    d.url = url;
+    CHECK_RES(omc_store_create(&d, &c), OMC_ERR_AUTH);
+    CHECK(log_has("AUTH"));
+    snprintf(url, sizeof(url), "redis://:s3cret@127.0.0.1:%d/2", s.port);   /* default user, database 2 */
+    CHECK_OK(omc_store_create(&d, &c));
+    if (c) { CHECK_OK(put_bytes(c, "authed", 100, 3, 0, NULL)); CHECK_OK(get_check(c, "authed", 100, 3, NULL)); omc_conn_destroy(c); c = NULL; }
+    snprintf(url, sizeof(url), "redis://alice:wonder@127.0.0.1:%d", s.port); /* an ACL user */
+    CHECK_OK(omc_store_create(&d, &c));
+    if (c) { CHECK_OK(put_bytes(c, "acl", 100, 4, 0, NULL)); CHECK_OK(get_check(c, "acl", 100, 4, NULL)); omc_conn_destroy(c); c = NULL; }
+    d.url = s.url;
+    d.user = "alice";
+    d.password = "wonder";
+    CHECK_OK(omc_store_create(&d, &c));
+    omc_conn_destroy(c);
+    srv_kill(&s);
+}
+
+OMC_TEST(store_ttl_is_key_expiry_on_the_server) {
+    omc_conn* c = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    char mk[400], reply[64];
+    size_t ml;
+    const char* argv[2];
+    size_t lens[2];
+    REQUIRE(c);
+    CHECK_OK(put_bytes(c, "ttl", 1000, 1, 5000, NULL));
+    meta_key_of("ttl", mk, sizeof(mk), &ml);
+    argv[0] = "PTTL"; argv[1] = mk; lens[0] = 4; lens[1] = ml;
+    CHECK(raw_cmd_v(main_srv.port, NULL, reply, sizeof(reply), 2, argv, lens) == 0);
+    CHECK(reply[0] == ':' && atoi(reply + 1) > 0 && atoi(reply + 1) <= 5000);
+    CHECK_OK(omc_conn_cleanup(c, "a", "b", "ttl"));
+    omc_conn_destroy(c);
+}
+
+/* ---- Redis Cluster --------------------------------------------------------------------------- */
+
+static rsrv cl[6];
+static int cluster_up;
+
+static int cluster_start(void) {
+    const char* extra[] = { "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1500", NULL };
+    char cmd[1024];
+    size_t n;
+    int i, k;
+    omc_time_ns until;
+    for (i = 0; i < 6; i++) if (srv_start_args(&cl[i], free_port(), extra) != 0) return -1;
+    n = (size_t)snprintf(cmd, sizeof(cmd), "redis-cli --cluster create");
+    for (i = 0; i < 6; i++) n += (size_t)snprintf(cmd + n, sizeof(cmd) - n, " 127.0.0.1:%d", cl[i].port);
+    snprintf(cmd + n, sizeof(cmd) - n, " --cluster-replicas 1 --cluster-yes >%s/cluster-create.log 2>&1", top_dir);
+    if (system(cmd) != 0) return -1;
+    until = omc_deadline_after_ms(30000);
+    for (;;) {      /* the event: every node says cluster_state:ok */
+        char reply[2048];
+        for (k = 0, i = 0; i < 6; i++) { RAW(&cl[i], reply, "CLUSTER", "INFO"); if (strstr(reply, "cluster_state:ok")) k++; }
+        if (k == 6) return 0;
+        if (omc_now_ns() > until) return -1;
+        usleep(20000);
+    }
+}
+
+static int role_is_master(const rsrv* s) {
+    char reply[4096];
+    RAW(s, reply, "INFO", "replication");
+    return strstr(reply, "role:master") != NULL;
+}
+
+OMC_TEST(store_cluster_routes_by_slot_over_every_master) {
+    omc_conn* c;
+    omc_store_stats st;
+    char key[32], reply[64];
+    int i, masters_with_keys = 0;
+    if (!cluster_up) { cluster_up = cluster_start() == 0 ? 1 : -1; }
+    REQUIRE(cluster_up == 1);
+    c = store_make(cl[0].url, OMC_ROLE_DUAL, 2);
+    REQUIRE(c);
+    omc_store_get_stats(c, &st);
+    CHECK(st.cluster == 1 && st.servers >= 3);
+    for (i = 0; i < 60; i++) { snprintf(key, sizeof(key), "cl-%d", i); CHECK_OK(put_bytes(c, key, 5000 + (uint64_t)i, (uint64_t)i, 0, NULL)); }
+    for (i = 0; i < 6; i++) {
+        if (!role_is_master(&cl[i])) continue;
+        RAW(&cl[i], reply, "DBSIZE");
+        if (reply[0] == ':' && atoi(reply + 1) > 0) masters_with_keys++;
+    }
+    CHECK_EQ(masters_with_keys, 3);
+    for (i = 0; i < 60; i++) { snprintf(key, sizeof(key), "cl-%d", i); CHECK_OK(get_check(c, key, 5000 + (uint64_t)i, (uint64_t)i, NULL)); }
+    omc_store_get_stats(c, &st);
+    CHECK_EQ(st.moved, 0);
+    omc_conn_destroy(c);
+}
+
+OMC_TEST(store_cluster_contract_suite) {
+    omc_conn* prod;
+    omc_conn* cons;
+    if (!cluster_up) { cluster_up = cluster_start() == 0 ? 1 : -1; }
+    REQUIRE(cluster_up == 1);
+    prod = store_make(cl[1].url, OMC_ROLE_DUAL, 0);
+    cons = store_make(cl[2].url, OMC_ROLE_DUAL, 0);
+    REQUIRE(prod && cons);
+    ct_run_all("store.cluster", prod, cons, NULL, getenv("CT_FILTER"));
+    omc_conn_destroy(prod);
+    omc_conn_destroy(cons);
+}
+
+OMC_TEST(store_cluster_follows_moved_with_a_stale_slot_map) {
+    omc_conn* c;
+    omc__st_state* S;
+    omc_store_stats st;
+    char key[32];
+    int i;
+    if (!cluster_up) { cluster_up = cluster_start() == 0 ? 1 : -1; }
+    REQUIRE(cluster_up == 1);
+    c = store_make(cl[0].url, OMC_ROLE_DUAL, 2);
+    REQUIRE(c);
+    /* fault injection a live cluster only shows after a resharding: the connector believes one
+       master serves every slot */
+    S = (omc__st_state*)c->impl;
+    pthread_mutex_lock(&S->route_mu);
+    memset(S->slots, 1, OMC__ST_SLOTS);
+    S->last_refresh = omc_now_ns() + 3600000000000LL;
+    pthread_mutex_unlock(&S->route_mu);
+    for (i = 0; i < 30; i++) { snprintf(key, sizeof(key), "mv-%d", i); CHECK_OK(put_bytes(c, key, 2000, (uint64_t)i, 0, NULL)); }
+    for (i = 0; i < 30; i++) { snprintf(key, sizeof(key), "mv-%d", i); CHECK_OK(get_check(c, key, 2000, (uint64_t)i, NULL)); }
+    omc_store_get_stats(c, &st);
+    printf("  MOVED followed: %llu\n", (unsigned long long)st.moved);
+    CHECK(st.moved > 0);
+    omc_conn_destroy(c);
+}
+
+OMC_TEST(store_cluster_master_stopped_replica_takes_over) {
+    omc_conn* c;
+    char key[32];
+    int i, victim = -1, ok_after = 0, wrong = 0;
+    omc_result r;
+    if (!cluster_up) { cluster_up = cluster_start() == 0 ? 1 : -1; }
+    REQUIRE(cluster_up == 1);
+    c = store_make(cl[0].url, OMC_ROLE_DUAL, 2);
+    REQUIRE(c);
+    for (i = 0; i < 40; i++) { snprintf(key, sizeof(key), "fo-%d", i); CHECK_OK(put_bytes(c, key, 3000, (uint64_t)i, 0, NULL)); }
+    for (i = 1; i < 6 && victim < 0; i++) if (role_is_master(&cl[i])) victim = i;     /* not the seed */
+    REQUIRE(victim > 0);
+    {   /* replication has caught up before the stop: WAIT on the victim for its replica */
+        char reply[64];
+        RAW(&cl[victim], reply, "WAIT", "1", "5000");
+    }
+    srv_kill(&cl[victim]);
+    for (i = 0; i < 40; i++) {     /* requests move to the promoted replica; nothing comes back wrong */
+        snprintf(key, sizeof(key), "fo-%d", i);
+        r = get_check(c, key, 3000, (uint64_t)i, NULL);
+        if (r == OMC_OK) ok_after++;
+        else if (r == OMC_ERR_INTERNAL) wrong++;
+    }
+    printf("  after the master stopped: %d of 40 read back, %d wrong\n", ok_after, wrong);
+    CHECK_EQ(wrong, 0);
+    CHECK(ok_after >= 30);
+    CHECK_OK(put_bytes(c, "fo-new", 3000, 99, 0, NULL));
+    CHECK_OK(get_check(c, "fo-new", 3000, 99, NULL));
+    omc_conn_destroy(c);
+}
+
+/* The hash tag of a payload's keys, as the manual's WIRE FORMATS says. */
+static void tag_of(const char* key, char* out, size_t cap) {
+    char mk[400];
+    size_t ml;
+    char* open_;
+    meta_key_of(key, mk, sizeof(mk), &ml);
+    open_ = strchr(mk, '{');
+    snprintf(out, cap, "%.18s", open_);      /* "{" + 16 hex + "}" */
+}
+
+static int node_id(const rsrv* s, char* out, size_t cap) {
+    char reply[128];
+    char* nl;
+    RAW(s, reply, "CLUSTER", "MYID");
+    nl = strstr(reply, "\r\n");
+    if (reply[0] != '$' || !nl) return -1;
+    snprintf(out, cap, "%.40s", nl + 2);
+    return 0;
+}
+
+static omc_result exists_ask(omc_conn* c) {    /* a single-key command of a migrating slot: ASK, then NOT_FOUND at the target */
+    omc_result r = omc_conn_exists(c, "a", "b", "ask-1");
+    return r == OMC_ERR_NOT_FOUND ? OMC_OK : r;
+}
+static void* ask_put(void* arg) {
+    racer* x = (racer*)arg;
+    x->r = put_bytes(x->c, "ask-1", 7005, 105, 0, NULL);
+    return NULL;
+}
+
+OMC_TEST(store_cluster_follows_ask_during_a_slot_migration) {
+    omc_conn* c;
+    omc_store_stats st;
+    char tag[32], probe[64], slot[16], reply[256], src_id[48], dst_id[48];
+    int i, src = -1, dst = -1;
+    if (!cluster_up) { cluster_up = cluster_start() == 0 ? 1 : -1; }
+    REQUIRE(cluster_up == 1);
+    tag_of("ask-1", tag, sizeof(tag));
+    snprintf(probe, sizeof(probe), "%sprobe", tag);
+    RAW(&cl[0], reply, "CLUSTER", "KEYSLOT", probe);
+    REQUIRE(reply[0] == ':');
+    snprintf(slot, sizeof(slot), "%d", atoi(reply + 1));
+    for (i = 0; i < 6; i++) {       /* the owner answers a GET of the slot; another master says MOVED */
+        if (cl[i].pid <= 0 || !role_is_master(&cl[i])) continue;
+        RAW(&cl[i], reply, "GET", probe);
+        if (strncmp(reply, "$-1", 3) == 0) src = i;
+        else if (dst < 0) dst = i;
+    }
+    REQUIRE(src >= 0 && dst >= 0 && node_id(&cl[src], src_id, sizeof(src_id)) == 0 && node_id(&cl[dst], dst_id, sizeof(dst_id)) == 0);
+    c = store_make(cl[src].url, OMC_ROLE_DUAL, 1);
+    REQUIRE(c);
+    RAW(&cl[dst], reply, "CLUSTER", "SETSLOT", slot, "IMPORTING", src_id);
+    CHECK(strncmp(reply, "+OK", 3) == 0);
+    RAW(&cl[src], reply, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id);
+    CHECK(strncmp(reply, "+OK", 3) == 0);
+    /* a new key of a migrating slot: the source says ASK, the connector asks the target; there
+       Redis refuses the two-key script with TRYAGAIN until the migration ends (multi-key commands
+       wait for a resharding), and the connector retries until its deadline */
+    CHECK_OK(exists_ask(c));
+    {
+        racer a;
+        pthread_t th;
+        a.c = c; a.id = 5; a.round = -1;
+        pthread_create(&th, NULL, ask_put, &a);
+        do { omc_store_get_stats(c, &st); } while (st.retries == 0 && (usleep(1000), 1));   /* it hit TRYAGAIN */
+        RAW(&cl[src], reply, "CLUSTER", "SETSLOT", slot, "NODE", dst_id);     /* finish: the slot is the target's */
+        RAW(&cl[dst], reply, "CLUSTER", "SETSLOT", slot, "NODE", dst_id);
+        pthread_join(th, NULL);
+        CHECK_OK(a.r);
+    }
+    CHECK_OK(get_check(c, "ask-1", 7005, 105, NULL));
+    omc_store_get_stats(c, &st);
+    printf("  ASK followed: %llu, MOVED: %llu, retried: %llu\n", (unsigned long long)st.ask, (unsigned long long)st.moved,
+           (unsigned long long)st.retries);
+    CHECK(st.ask >= 2);
+    CHECK(st.moved >= 1);
+    omc_conn_destroy(c);
+}
+
+/* ---- the shared key directory: 3 producer processes, 2 consumer threads ---------------------- */
+
+typedef struct prod_proc { pid_t pid; int stop_w; } prod_proc;
+
+/* A producer process: a TCP sender + a store connector + a directory named prod-<idx>; puts
+   keys <prefix>-<idx>-<j> (j < nkeys, 10000 + j bytes, seed base + j), says "ready", then serves
+   pulls until its stop pipe closes. Never returns (and never runs the parent's atexit). */
+static void producer_main(const char* url, int idx, const char* prefix, int nkeys, uint64_t base, int ready_w, int stop_r) {
+    omc_tcp_desc td;
+    omc_conn* tcp = NULL;
+    omc_conn* st;
+    omc_store_dir* dir = NULL;
+    omc_store_dir_desc dd;
+    char name[32], key[64], c;
+    int j, bad = 0;
+    memset(&td, 0, sizeof(td));
+    td.role = OMC_ROLE_SENDER;
+    td.host = "127.0.0.1";
+    td.pool_size = 64u << 20;
+    st = store_make(url, OMC_ROLE_DUAL, 0);
+    if (omc_tcp_create(&td, &tcp) != OMC_OK || !st) _exit(2);
+    snprintf(name, sizeof(name), "prod-%d", idx);
+    memset(&dd, 0, sizeof(dd));
+    dd.store = st; dd.remote = tcp; dd.name = name;
+    if (omc_store_dir_create(&dd, &dir) != OMC_OK) _exit(3);
+    for (j = 0; j < nkeys; j++) {
+        void* d = malloc(10000 + (size_t)j);
+        omc_payload p;
+        omc_test_fill(d, 10000 + (uint64_t)j, base + (uint64_t)j);
+        memset(&p, 0, sizeof(p));
+        p.data = d; p.size = 10000 + (uint64_t)j; p.ttl_ms = 60000;
+        snprintf(key, sizeof(key), "%s-%d-%d", prefix, idx, j);
+        if (omc_store_dir_put(dir, "a", "b", key, &p, NULL) != OMC_OK) bad++;
+        free(d);
+    }
+    c = bad ? 'x' : 'r';
+    if (write(ready_w, &c, 1) != 1) _exit(4);
+    while (read(stop_r, &c, 1) > 0) {}       /* serve until the parent closes the pipe */
+    omc_store_dir_destroy(dir);
+    omc_conn_destroy(tcp);
+    omc_conn_destroy(st);
+    _exit(0);
+}
+
+static int producer_start(prod_proc* pp, int idx, const char* prefix, int nkeys, uint64_t base) {
+    int ready[2], stop[2];
+    char c = 0;
+    if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(stop, O_CLOEXEC) != 0) return -1;   /* no other child keeps them */
+    fflush(stdout);
+    pp->pid = fork();
+    if (pp->pid == 0) {         /* a fresh process image: this one has threads that fork() does not copy */
+        char a[7][32];
+        char* args[10];
+        close(ready[0]); close(stop[1]);
+        fcntl(ready[1], F_SETFD, 0);        /* these two survive the exec */
+        fcntl(stop[0], F_SETFD, 0);
+        snprintf(a[0], 32, "%d", idx); snprintf(a[1], 32, "%s", prefix); snprintf(a[2], 32, "%d", nkeys);
+        snprintf(a[3], 32, "%llu", (unsigned long long)base); snprintf(a[4], 32, "%d", ready[1]); snprintf(a[5], 32, "%d", stop[0]);
+        args[0] = (char*)"/proc/self/exe"; args[1] = (char*)"--dir-producer"; args[2] = main_srv.url;
+        args[3] = a[0]; args[4] = a[1]; args[5] = a[2]; args[6] = a[3]; args[7] = a[4]; args[8] = a[5]; args[9] = NULL;
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    close(ready[1]); close(stop[0]);
+    pp->stop_w = stop[1];
+    if (read(ready[0], &c, 1) != 1) c = 0;     /* the event: its puts are registered */
+    close(ready[0]);
+    return c == 'r' ? 0 : -1;
+}
+static void producer_stop(prod_proc* pp, int hard) {
+    if (pp->pid <= 0) return;
+    if (hard) kill(pp->pid, SIGKILL);
+    close(pp->stop_w);
+    waitpid(pp->pid, NULL, 0);
+    pp->pid = 0;
+}
+
+typedef struct consumer { int id; int ok, bad; omc_result first_err; } consumer;
+
+static omc_store_dir* consumer_dir(omc_conn** tcp, omc_conn** st) {
+    omc_tcp_desc td;
+    omc_store_dir_desc dd;
+    omc_store_dir* dir = NULL;
+    memset(&td, 0, sizeof(td));
+    td.role = OMC_ROLE_RECEIVER;
+    td.pool_size = 64u << 20;
+    *st = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    if (omc_tcp_create(&td, tcp) != OMC_OK || !*st) return NULL;
+    memset(&dd, 0, sizeof(dd));
+    dd.store = *st; dd.remote = *tcp;
+    if (omc_store_dir_create(&dd, &dir) != OMC_OK) return NULL;
+    return dir;
+}
+
+static void* consumer_fn(void* arg) {
+    consumer* C = (consumer*)arg;
+    omc_conn* tcp = NULL;
+    omc_conn* st = NULL;
+    omc_store_dir* dir = consumer_dir(&tcp, &st);
+    int i, j;
+    C->first_err = OMC_OK;
+    for (i = 0; dir && i < 3; i++)
+        for (j = 0; j < 10; j++) {
+            char key[64];
+            omc_buffer b;
+            omc_result r;
+            if ((i * 10 + j) % 2 != C->id) continue;        /* each key has one reader */
+            snprintf(key, sizeof(key), "dk-%d-%d", i, j);
+            r = omc_store_dir_get(dir, "a", "b", key, omc_deadline_after_ms(20000), &b);
+            if (r == OMC_OK && b.size == 10000 + (uint64_t)j && omc_test_verify(b.data, b.size, (uint64_t)(i * 100 + j))) C->ok++;
+            else { C->bad++; if (C->first_err == OMC_OK) C->first_err = r; }
+            if (r == OMC_OK) omc_buffer_release(&b);
+        }
+    omc_store_dir_destroy(dir);
+    omc_conn_destroy(tcp);
+    omc_conn_destroy(st);
+    return NULL;
+}
+
+OMC_TEST(store_directory_three_producers_two_consumers_metadata_less) {
+    prod_proc pp[3];
+    consumer cs[2];
+    pthread_t th[2];
+    omc_conn* tcp = NULL;
+    omc_conn* st = NULL;
+    omc_store_dir* dir;
+    int i, j;
+    memset(pp, 0, sizeof(pp));
+    for (i = 0; i < 3; i++) REQUIRE(producer_start(&pp[i], i, "dk", 10, (uint64_t)(i * 100)) == 0);
+    for (i = 0; i < 2; i++) { memset(&cs[i], 0, sizeof(cs[i])); cs[i].id = i; pthread_create(&th[i], NULL, consumer_fn, &cs[i]); }
+    for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    printf("  consumers: %d + %d payloads from 3 producers found through the store, %d + %d wrong\n", cs[0].ok, cs[1].ok,
+           cs[0].bad, cs[1].bad);
+    CHECK_EQ(cs[0].ok + cs[1].ok, 30);
+    CHECK_EQ(cs[0].bad + cs[1].bad, 0);
+
+    /* producer 0 puts 10 more, nobody reads them, and it is killed */
+    producer_stop(&pp[0], 1);
+    {
+        prod_proc p0;
+        memset(&p0, 0, sizeof(p0));
+        REQUIRE(producer_start(&p0, 0, "late", 10, 500) == 0);
+        producer_stop(&p0, 1);                     /* SIGKILL: its 10 records point at a dead sender */
+    }
+    dir = consumer_dir(&tcp, &st);
+    REQUIRE(dir);
+    {   /* a get of a dead producer's key: the stale record goes, the get times out, no bytes */
+        omc_buffer b;
+        CHECK_RES(omc_store_dir_get(dir, "a", "b", "late-0-9", omc_deadline_after_ms(1500), &b), OMC_ERR_TIMEOUT);
+        CHECK_RES(omc_conn_exists(st, OMC__DIR_PREFIX "a", "b", "late-0-9"), OMC_ERR_NOT_FOUND);
+        CHECK_OK(omc_conn_exists(st, OMC__DIR_PREFIX "a", "b", "late-0-5"));       /* the others are still there ... */
+    }
+    {   /* ... until producer 0 restarts: it removes its old records and puts 0..4 again, new bytes */
+        prod_proc p0;
+        memset(&p0, 0, sizeof(p0));
+        REQUIRE(producer_start(&p0, 0, "late", 5, 900) == 0);
+        for (j = 5; j < 10; j++) {
+            char key[32];
+            snprintf(key, sizeof(key), "late-0-%d", j);
+            CHECK_RES(omc_conn_exists(st, OMC__DIR_PREFIX "a", "b", key), OMC_ERR_NOT_FOUND);
+        }
+        for (j = 0; j < 5; j++) {
+            char key[32];
+            omc_buffer b;
+            snprintf(key, sizeof(key), "late-0-%d", j);
+            CHECK_OK(omc_store_dir_get(dir, "a", "b", key, omc_deadline_after_ms(20000), &b));
+            CHECK(b.size == 10000 + (uint64_t)j && omc_test_verify(b.data, b.size, 900 + (uint64_t)j));
+            omc_buffer_release(&b);
+        }
+        producer_stop(&p0, 0);
+    }
+    omc_store_dir_destroy(dir);
+    omc_conn_destroy(tcp);
+    omc_conn_destroy(st);
+    for (i = 1; i < 3; i++) producer_stop(&pp[i], 0);
+}
+
+int main(int argc, char** argv) {
+    int status;
+    ct_consumer_main(argc, argv, make_from_spec);
+    if (argc == 9 && strcmp(argv[1], "--dir-producer") == 0)
+        producer_main(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), strtoull(argv[6], NULL, 10), atoi(argv[7]), atoi(argv[8]));
+    if (!have_redis()) { printf("test_store: 0 passed, 1 failed\n"); return 1; }
+    snprintf(top_dir, sizeof(top_dir), "/tmp/omc-store-%ld", (long)getpid());
+    if (mkdir(top_dir, 0700) != 0) { perror(top_dir); return 1; }
+    atexit(kill_all);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    if (srv_start(&main_srv) != 0) { printf("FAIL cannot start redis-server (see %s)\ntest_store: 0 passed, 1 failed\n", top_dir); return 1; }
+    status = omc_test_main(argc, argv);
+    kill_all();
+    return status;
+}
