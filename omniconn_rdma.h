@@ -1056,6 +1056,13 @@ OMNICONN_API omc_result omc_xfer_create(const omc_xfer_desc* desc, omc_xfer** ou
    Must not race with other calls on the engine. */
 OMNICONN_API void       omc_xfer_destroy(omc_xfer* x);
 OMNICONN_API omc_result omc_xfer_query(omc_xfer* x, omc_xfer_info* out);
+/* omc_xfer_create with every other field zero: for bindings (ctypes) that would rather not
+   mirror omc_xfer_desc. devices: as omc_rdma_desc.devices (NULL or "" = all). */
+OMNICONN_API omc_result omc_xfer_start(const char* host, uint32_t port, omc_xfer_transport transport, const char* devices,
+                                       omc_xfer** out);
+/* The RPC port (Mooncake's get_rpc_port), and "host:port" as peers name this engine. */
+OMNICONN_API uint32_t   omc_xfer_port(omc_xfer* x);
+OMNICONN_API const char* omc_xfer_name(omc_xfer* x);
 /* The verbs engine behind x (NULL over TCP): for omc_rdma_query / omc_rdma_rail_stats. */
 OMNICONN_API omc_rdma*  omc_xfer_rdma(omc_xfer* x);
 
@@ -1087,7 +1094,8 @@ OMNICONN_API omc_result omc_xfer_peer_import(omc_xfer* x, const void* desc, size
 OMNICONN_API omc_result omc_xfer_peer_refresh(omc_xfer_peer* peer, omc_time_ns deadline);
 /* Copy of the descriptor the peer was opened or refreshed with. */
 OMNICONN_API omc_result omc_xfer_peer_descriptor(omc_xfer_peer* peer, omc_xfer_descriptor* out);
-/* Close a peer: cancels its running batches and waits for them (destroy them afterwards). */
+/* Close a peer: cancels its running batches and waits until they ended (destroy them before or
+   after, but before the engine). */
 OMNICONN_API void       omc_xfer_peer_close(omc_xfer_peer* peer);
 
 /* Start a batch: every entry is checked first (local range registered here: else
@@ -6772,6 +6780,18 @@ OMNICONN_API omc_result omc_xfer_query(omc_xfer* x, omc_xfer_info* o) {
 }
 
 OMNICONN_API omc_rdma* omc_xfer_rdma(omc_xfer* x) { return x ? x->rdma : NULL; }
+OMNICONN_API uint32_t omc_xfer_port(omc_xfer* x) { return x ? x->port : 0; }
+OMNICONN_API const char* omc_xfer_name(omc_xfer* x) { return x ? x->name : ""; }
+
+OMNICONN_API omc_result omc_xfer_start(const char* host, uint32_t port, omc_xfer_transport transport, const char* devices, omc_xfer** out) {
+    omc_xfer_desc d;
+    memset(&d, 0, sizeof(d));
+    d.host = host;
+    d.port = port;
+    d.transport = transport;
+    d.rdma.devices = devices && devices[0] ? devices : NULL;
+    return omc_xfer_create(&d, out);
+}
 
 OMNICONN_API int omc_xfer_notifs(omc_xfer* x, omc_xfer_notif* out, int cap) {
     int n = 0;

@@ -398,7 +398,17 @@ static int spawn(child_t* c, uint32_t port, uint64_t seed) {
     int up[2], down[2];
     if (pipe(up) != 0 || pipe(down) != 0) return 0;
     c->pid = fork();
-    if (c->pid == 0) { close(up[0]); close(down[1]); target_main(up[1], down[0], port, seed); }
+    if (c->pid == 0) {      /* a fresh process image: no threads inherited (TSan refuses those) */
+        char a1[16], a2[16], a3[16], a4[32];
+        close(up[0]);
+        close(down[1]);
+        snprintf(a1, sizeof(a1), "%d", up[1]);
+        snprintf(a2, sizeof(a2), "%d", down[0]);
+        snprintf(a3, sizeof(a3), "%u", port);
+        snprintf(a4, sizeof(a4), "%llu", (unsigned long long)seed);
+        execl("/proc/self/exe", "test_xfer", "--target", a1, a2, a3, a4, (char*)NULL);
+        _exit(127);
+    }
     close(up[1]);
     close(down[0]);
     c->to = down[1];
@@ -501,4 +511,8 @@ OMC_TEST(device_memory_is_refused_with_a_reason) {
     free(m);
 }
 
-OMC_TEST_MAIN()
+int main(int argc, char** argv) {
+    if (argc == 6 && strcmp(argv[1], "--target") == 0)
+        target_main(atoi(argv[2]), atoi(argv[3]), (uint32_t)atoi(argv[4]), strtoull(argv[5], NULL, 10));
+    return omc_test_main(argc, argv);
+}
