@@ -6514,7 +6514,7 @@ static void* omc__xfer_client_main(void* arg) {
         size_t got = 0;
         omc_result r;
         /* idle between requests: no deadline (destroy shuts the socket down to wake us) */
-        r = omc__xfer_io(cl->fd, h, 1, 0, 0, &x->stop, &got);
+        r = omc__xfer_io(cl->fd, h, 1, 0, 0, NULL, &got);
         if (r == OMC_OK) r = omc__xfer_io(cl->fd, h + 1, sizeof(h) - 1, 0, omc_deadline_after_ms(x->io_timeout_ms), &x->stop, NULL);
         if (r != OMC_OK) break;
         if (omc__xfer_serve_one(cl, h) != OMC_OK) break;
@@ -6561,7 +6561,7 @@ static void* omc__xfer_accept_main(void* arg) {
         pthread_mutex_lock(&x->mu);
         omc__xfer_reap_clients(x);
         for (i = 0; i < x->max_clients; i++) if (x->clients[i].state == 0) break;
-        if (i == x->max_clients || x->stop) {
+        if (i == x->max_clients || omc__load(&x->stop)) {
             x->refused++;
             pthread_mutex_unlock(&x->mu);
             OMC__XFER_LOG(x, OMC_LOG_WARN, "listener %s: %u clients already: a new connection is closed", x->name, x->max_clients);
@@ -7121,6 +7121,7 @@ OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op,
         q = &c->qps[plan[k]];
         R = &E->rail[q->rail];
         e = &b->e[sl->ext];
+        if (omc__load(&b->cancel)) { r = OMC_ERR_CLOSED; break; }      /* the rest stays unposted */
         r = omc__rdma_wait_slot(E, q, deadline);
         if (r != OMC_OK) break;
         sge.addr = (uint64_t)(uintptr_t)e->local + sl->off;
@@ -7193,7 +7194,11 @@ OMC__PRIVATE omc_result omc__xfer_run_rdma(omc_xfer_batch* b) {
     omc_result r;
     uint32_t i, k;
     r = omc__xfer_rdma_connect(P, b->deadline);
-    if (r != OMC_OK) { for (i = 0; i < b->count; i++) b->status[i] = r; return r; }
+    if (r != OMC_OK) {
+        omc__xfer_hangup(P);
+        for (i = 0; i < b->count; i++) b->status[i] = r;
+        return r;
+    }
     c = P->conn;
     r = omc__xfer_slices(b, E);
     pthread_mutex_lock(&E->mu);
@@ -7227,6 +7232,7 @@ OMC__PRIVATE omc_result omc__xfer_run_rdma(omc_xfer_batch* b) {
         if (r != OMC_ERR_BUSY) break;
         if (b->deadline && omc_now_ns() >= b->deadline) { r = omc_rdma_op_wait(op, b->deadline); break; }
     }
+    if (r != OMC_OK && !omc__load(&b->cancel)) omc__xfer_hangup(P);    /* a dead peer: handshake again next time */
     if (b->slices_given) {          /* the engine still holds the slices: results unknown */
         for (i = 0; i < b->count; i++) b->status[i] = r;
         b->slices = NULL;
@@ -7388,7 +7394,7 @@ OMC__PRIVATE omc_result omc__xfer_submit(omc_xfer_peer* P, omc_xfer_op op, const
     if (notify_len) memcpy(b->notify, notify, notify_len);
     b->notify_len = notify_len;
     pthread_mutex_lock(&x->mu);
-    r = x->stop ? OMC_ERR_CLOSED : omc__xfer_check(b);
+    r = omc__load(&x->stop) ? OMC_ERR_CLOSED : omc__xfer_check(b);
     if (r == OMC_OK && pthread_create(&b->thread, NULL, omc__xfer_batch_main, b) != 0) {
         uint32_t i;
         for (i = 0; i < count; i++) omc__xfer_by_id(x, b->lregion[i])->users--;
