@@ -23,6 +23,7 @@
       STEP BY STEP: VERBS IN ONE PAGE
       HOW THE ENGINE USES THEM
       RAILS: SEVERAL NICS, FAILOVER, TOPOLOGY
+      TRANSFER ENGINE: REGISTERED MEMORY, BATCHED READ AND WRITE, NOTIFICATIONS
       CONFIGURATION
       ERRORS & LOGGING
       THREAD SAFETY
@@ -32,7 +33,7 @@
       RECENT REVISIONS
       then the code, by [SECTION]: RDMA: constants and pure helpers (no device needed)
         RDMA: the engine | RDMA: connections | RDMA: transfers
-        RDMA: the remote connector with the RDMA data plane
+        Transfer engine | RDMA: the remote connector with the RDMA data plane
       then the implementation ("[SECTION] Implementation: ..."), and the licence
 
 ================================================================================================
@@ -345,6 +346,87 @@ RAILS: SEVERAL NICS, FAILOVER, TOPOLOGY
     netdev. They need no verbs and work with OMNICONN_NO_RDMA too.
 
 ================================================================================================
+TRANSFER ENGINE: REGISTERED MEMORY, BATCHED READ AND WRITE, NOTIFICATIONS
+================================================================================================
+
+    What Mooncake's TransferEngine, NIXL's agents and UCX's RMA give their callers, on this
+    engine: the caller registers memory it owns (an inference engine's KV cache, a pinned
+    pool), a peer imports a small descriptor of it and moves lists of blocks with one-sided
+    RDMA READ or WRITE - no receiver code runs per block.
+
+        omc_xfer_desc xd = {0};
+        xd.host = "10.0.0.5";                           // RPC listener; port 0 = any free one
+        omc_xfer* x = NULL;
+        omc_xfer_create(&xd, &x);                       // RDMA if a device works, else TCP
+        omc_xfer_register(x, kv_base, kv_bytes, 0);     // caller-owned memory
+        printf("%s\n", omc_xfer_name(x));               // "10.0.0.5:41237": what peers open
+
+      the other process:
+        omc_xfer_peer* p = NULL;
+        omc_xfer_peer_open(y, "10.0.0.5:41237", deadline, &p);   // fetches the descriptor
+        omc_xfer_entry e[256];                          // (local, remote, length) per block
+        ...
+        omc_result st[256];
+        omc_xfer_run(p, OMC_XFER_READ, e, 256, "done", 4, deadline, st);   // one completion
+        // or: omc_xfer_submit(...) -> omc_xfer_batch_test / _wait / _status / _cancel
+
+    Registration. omc_xfer_register registers [addr, addr + length) as one MR per rail with
+    local write, remote read and remote write access: a peer holding the descriptor may read
+    and write every byte of it until omc_xfer_unregister (the model of Mooncake and NIXL: the
+    protection is who gets the descriptor, and the QP it arrives on). Each registration gets a
+    number (range id); one registered again is another range. Device memory (OMC_XFER_MEM_DEVICE)
+    is refused with a log line: GPUDirect through dma-buf is not in this release.
+
+    The descriptor (omc_xfer_export, WIRE FORMATS) lists the exporting engine's incarnation (a
+    random number per engine), its RPC listener (host, port), its rails, and per range the
+    address, length, range id and one rkey per rail. omc_xfer_peer_open fetches it from the
+    peer's listener (Mooncake's P2PHANDSHAKE); omc_xfer_peer_import takes one from anywhere
+    and checks at the first connection that the engine answering is the one that exported it.
+
+    A batch. Every entry is checked before anything moves: its local range must lie inside a
+    range registered here (OMC_ERR_INVALID_ARG), its remote range inside one range of the
+    peer's descriptor (OMC_ERR_RDMA_ACCESS, so the peer's adapter never sees a bad address and
+    no QP is lost to it). Then a thread of its own moves it. Over RDMA each entry is cut into
+    slices of at most slice_size, each slice goes to the rail pair that finishes it first and
+    round-robin over that pair's QPs, as writes are; a pair that fails has its slices posted
+    again on the others (READ and WRITE are idempotent), the peer's incarnation and the QP
+    budget apply as to any connection. Over TCP the batch keeps `window` requests in flight on
+    one connection to the peer's listener: a READ is a request answered with the bytes, a WRITE
+    carries them. The batch ends with one result and one status per entry (OMC_OK, or why:
+    OMC_ERR_CLOSED for entries a cancel or an earlier failure cut short).
+
+    Notifications. A batch may carry up to OMC_XFER_NOTIFY_MAX bytes; they go to the peer's
+    listener after every entry completed - for a WRITE, RDMA's completion means the bytes are
+    in the peer's memory, over TCP the listener acknowledged each write - and never for a batch
+    that failed or was cancelled. The target takes them with omc_xfer_notifs (name of the
+    sender, bytes), oldest first; a full queue (max_notifies) refuses with OMC_ERR_BUSY, which
+    becomes the batch's result although its data arrived.
+
+    What each failure gives (docs/rdma.md names the test for each):
+      remote range outside the descriptor      OMC_ERR_RDMA_ACCESS at submit, nothing moves
+      local range not registered               OMC_ERR_INVALID_ARG at submit, nothing moves
+      range unregistered at the target since   TCP: OMC_ERR_STALE for that entry; RDMA:
+                                               OMC_ERR_RDMA_ACCESS (the key is gone; the
+                                               connection is replaced at the next batch)
+      descriptor of another engine, or of one  OMC_ERR_PEER_RESTARTED (open the peer again)
+      that restarted at that address
+      peer gone                                OMC_ERR_CONNECTION (TCP), OMC_ERR_RDMA_QP or
+                                               _CONNECTION (RDMA, within the retry time)
+      batch cancelled                          OMC_ERR_CLOSED; RDMA resets the connection so
+                                               nothing posted outlives the batch
+      deadline                                 OMC_ERR_TIMEOUT (the same reset)
+      unregister of local memory a batch uses  OMC_ERR_BUSY, the range stays registered
+      garbage on the listener                  an answer with OMC_ERR_PROTOCOL / _MALFORMED /
+                                               _VERSION, the connection closed, `refused`
+                                               counted; a request cut short is dropped after
+                                               io_timeout_ms
+
+    The listener is reachable by anyone who can reach the port: it serves only registered
+    ranges, checks every size against a bound before reading it, and holds at most
+    max_clients connections. There is no authentication (CURVE keys are not applied to it in
+    this release): bind it to the address of a trusted network.
+
+================================================================================================
 CONFIGURATION
 ================================================================================================
 
@@ -373,7 +455,15 @@ CONFIGURATION
     Every desc field overrides its macro for one engine; zero means the macro's value.
     Environment: RDMA_DEVICE_NAME (device list when desc.devices is NULL), OMNICONN_IBVERBS_LIB
     (library when desc.library is NULL; runtime linking only), OMNICONN_RDMA_MAX_RAILS (rails
-    when desc.max_rails is 0).
+    when desc.max_rails is 0), OMNICONN_IB_TC and OMNICONN_IB_SL (traffic class 0..255 and
+    service level 0..15 of every QP, "106" or one per rail "106,96", when desc.traffic_class /
+    desc.service_level is NULL; else Mooncake's MC_IB_TC / MC_IB_SL, so a program that moves
+    from Mooncake keeps its fabric settings; NCCL's NCCL_IB_TC is not read: it configures NCCL's
+    own traffic, which may be meant for another class). Lossless RoCE fabrics map a DSCP (the
+    traffic class's upper six bits) to a PFC priority: set it to what the fabric expects.
+    omniconn doctor shows each rail's values.
+    Transfer engine (omc_xfer_desc): max_clients 64, max_notifies 1024, io_timeout_ms 10000,
+    window 32 (TCP requests in flight per batch); zero means these.
 
 ================================================================================================
 ERRORS & LOGGING
@@ -507,20 +597,81 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
     Decoding checks every field, both CRCs and every length before anything is used; the
     checksum catches corruption, not malice (the adapter enforces the windows).
 
+    Transfer-engine descriptor (omc_xfer_export; 24 + H + N * (24 + 4R) + 4 bytes, at most
+    OMC_XFER_DESC_MAX). What an engine exports of its registered memory:
+        0   u32  magic 0x44434D4F ("OMCD")
+        4   u8   version (1)
+        5   u8   rail count R (0 = the exporter moves data over TCP only; 1..4)
+        6   u16  range count N (0..256)
+        8   u64  incarnation of the exporting engine (random, never 0)
+        16  u16  RPC port of its listener (1..65535)
+        18  u8   host text length H (1..63)
+        19  u8   reserved, zero
+        20  u32  reserved, zero
+        24  u8[H] host (printable ASCII without spaces; not NUL-terminated)
+        24 + H  N x (24 + 4R) bytes, one per registered range:
+              0   u64  address
+              8   u64  length (> 0; address + length does not wrap)
+              16  u32  range id (the registration's number)
+              20  u32  reserved, zero
+              24  R x u32 rkey, in the exporter's rail order
+        end u32 CRC-32C of everything before it
+
+    Transfer-engine RPC (TCP, the listener of omc_xfer_create). A request is a 32-byte header
+    and, for WRITE, HELLO, NOTIFY and RDMA_CONNECT, `length` bytes after it:
+        0   u32  magic 0x51434D4F ("OMCQ")
+        4   u8   version (1)
+        5   u8   type: 1 HELLO, 2 READ, 3 WRITE, 4 NOTIFY, 5 RDMA_CONNECT
+        6   u16  reserved, zero
+        8   u32  request number (echoed in the answer; a batch numbers its entries from 0)
+        12  u32  READ/WRITE: the range id the address lies in; otherwise zero
+        16  u64  READ/WRITE: the address; HELLO: the incarnation the caller expects (0 = any)
+        24  u64  READ: bytes to read; WRITE: bytes that follow; others: payload size
+    An answer is a 32-byte header and `length` bytes:
+        0   u32  magic 0x41434D4F ("OMCA")
+        4   u8   version (1)
+        5   u8   type (the request's)
+        6   u16  reserved, zero
+        8   u32  request number
+        12  i32  omc_result (0 = done)
+        16  u64  incarnation of the answering engine
+        24  u64  what follows: READ the bytes (only when the result is 0); HELLO the
+                 descriptor; RDMA_CONNECT one byte P (pairs), P bytes (the answering engine's
+                 rail behind each pair), then its endpoint record; otherwise 0
+    Payloads: HELLO the caller's name ("host:port", 1..79 printable bytes), NOTIFY the
+    message (<= 4096 bytes), RDMA_CONNECT the caller's endpoint record (<= OMC_RDMA_RECORD_MAX).
+    Requests on one connection are answered in order; a client may send several before reading
+    (a batch keeps `window` in flight). The listener answers OMC_ERR_STALE for a range id not
+    registered (any more), OMC_ERR_RDMA_ACCESS for a range that leaves its registration,
+    OMC_ERR_MALFORMED for 0 bytes or a payload over its bound, OMC_ERR_VERSION / _PROTOCOL for
+    another version, magic or type; after a refused WRITE it reads and drops the bytes (up to
+    64 MiB, else it closes), after a bad header it closes the connection.
+
 ================================================================================================
 NON-GOALS
 ================================================================================================
 
     - No RDMA CM (rdma_cm) and no receive queues: QPs are connected with the endpoint records,
-      data only moves by RDMA WRITE, notifications go over your side channel.
-    - No GPU memory registration yet (GPUDirect needs nvidia-peermem; pools of OMC_MEMORY_CUDA
-      are refused by the region hook).
-    - No RDMA READ, no multi-path within one rail; a rail that comes back is used by new
-      connections (the remote connector replaces its own), never by the QPs that failed.
+      data moves by RDMA WRITE (and READ, in the transfer engine), notifications go over a
+      socket (yours, or the transfer engine's listener).
+    - No GPU memory registration yet (GPUDirect needs nvidia-peermem or dma-buf; pools of
+      OMC_MEMORY_CUDA and OMC_XFER_MEM_DEVICE are refused with a log line).
+    - No multi-path within one rail; a rail that comes back is used by new connections (the
+      remote connector replaces its own), never by the QPs that failed.
+    - The transfer engine has no metadata store (etcd, Redis): peers are named host:port, as
+      in Mooncake's P2PHANDSHAKE mode, and its listener has no authentication.
 
 ================================================================================================
 RECENT REVISIONS
 ================================================================================================
+
+    next release        the transfer engine (omc_xfer_*): caller-registered memory, exported
+                        descriptors, batched RDMA READ and WRITE with one completion and a
+                        status per entry, async submit / test / wait / cancel, notifications,
+                        the same API over TCP through the engine's RPC listener, discovery by
+                        host:port; RoCE traffic class and service level per engine and rail
+                        (OMNICONN_IB_TC / OMNICONN_IB_SL); QPs accept RDMA READ (up to 16 in
+                        flight per QP).
 
     0.1.2 (2026-11-24)  rails: every usable device port (max_rails), records and descriptors
                         version 2, pairing by subnet, slices striped by earliest finish at the
@@ -5912,33 +6063,8 @@ OMNICONN_API omc_result omc_xfer_descriptor_decode(const void* data, size_t len,
     clients, the queue and the batch states; cv wakes whoever waits for a batch to end or for a
     range to be free of listener requests.
 
-    RPC request (OMC_XFER_RPC_HEADER = 32 bytes, little-endian; then `length` bytes for WRITE,
-    HELLO, NOTIFY, RDMA_CONNECT):
-        0   u32  magic 0x51434D4F ("OMCQ")
-        4   u8   version (1)
-        5   u8   type: 1 HELLO, 2 READ, 3 WRITE, 4 NOTIFY, 5 RDMA_CONNECT
-        6   u16  reserved, zero
-        8   u32  request number (echoed; a batch numbers its entries)
-        12  u32  range id (READ, WRITE: the registration the address lies in), else zero
-        16  u64  remote address (READ, WRITE), else the incarnation the caller expects (0: any)
-        24  u64  length: bytes to read or written after this header, or the payload's size
-    Answer (32 bytes, then `length` bytes):
-        0   u32  magic 0x41434D4F ("OMCA")
-        4   u8   version (1)
-        5   u8   type (the request's)
-        6   u16  reserved, zero
-        8   u32  request number
-        12  i32  omc_result (0 = done)
-        16  u64  incarnation of the answering engine
-        24  u64  length of what follows: READ the bytes (only if 0), HELLO the descriptor,
-                 RDMA_CONNECT one byte P (pairs), P bytes (its rail per pair), the endpoint record
-    Payloads: HELLO the caller's name (1..79 bytes of text), NOTIFY the message (<= 4096),
-    RDMA_CONNECT the caller's endpoint record (<= OMC_RDMA_RECORD_MAX).
-    The listener refuses (and logs, and counts in `refused`) a bad magic or version, an unknown
-    type, a payload over its bound, a READ or WRITE of 0 bytes, one whose range id is not
-    registered (OMC_ERR_STALE) or that leaves the range (OMC_ERR_RDMA_ACCESS); a WRITE it refuses
-    has its bytes read and dropped (up to 64 MiB; more, and the connection is closed). Garbage
-    in the header closes the connection after the answer.
+    The wire formats (the descriptor, the RPC requests and answers) are in the manual at the
+    top, WIRE FORMATS.
 */
 
 enum { OMC__XRPC_HELLO = 1, OMC__XRPC_READ = 2, OMC__XRPC_WRITE = 3, OMC__XRPC_NOTIFY = 4, OMC__XRPC_RDMA_CONNECT = 5 };
