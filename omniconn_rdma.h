@@ -3361,6 +3361,43 @@ OMC__PRIVATE omc_result omc__rdma_resolve_qos(omc_rdma* E, const omc_rdma_desc* 
     return OMC_OK;
 }
 
+/* desc.local_addr: one address, or a comma list (one per rail), as GIDs to look for. */
+OMC__PRIVATE omc_result omc__rdma_local_addrs(const omc_hooks* hooks, const char* text, uint8_t (*want)[16], uint32_t* nwant) {
+    const char* p = text;
+    uint32_t cap = OMC_RDMA_MAX_RAILS * 2;
+    *nwant = 0;
+    while (p && *p) {
+        char one[INET6_ADDRSTRLEN + 8];
+        size_t len = strcspn(p, ", ");
+        if (len) {
+            snprintf(one, sizeof(one), "%.*s", (int)omc__min(len, sizeof(one) - 1), p);
+            if (*nwant == cap || len >= sizeof(one) - 1 || omc_rdma_addr_to_gid(one, want[*nwant]) != OMC_OK) {
+                OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "local_addr '%s' is not an IPv4 or IPv6 literal (or a comma "
+                         "list of at most %u)", text, cap);
+                return OMC_ERR_INVALID_ARG;
+            }
+            (*nwant)++;
+        }
+        p += len;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return OMC_OK;
+}
+
+/* What every rail can do: gather elements, CQ entries, RDMA READs in flight per QP. */
+OMC__PRIVATE void omc__rdma_device_limits(omc_rdma* E) {
+    uint32_t k;
+    E->max_sge = OMC__RDMA_MAX_SGE;
+    E->cq_depth = OMNICONN_RDMA_CQ_DEPTH;
+    for (k = 0; k < E->nrails; k++) {
+        const struct ibv_device_attr* da = &E->rail[k].dev_attr;
+        uint32_t rd = (uint32_t)omc__min(da->max_qp_rd_atom, da->max_qp_init_rd_atom);
+        E->max_sge = (uint32_t)omc__min(E->max_sge, da->max_sge > 0 ? (uint32_t)da->max_sge : 1u);
+        E->cq_depth = (uint32_t)omc__min(E->cq_depth, da->max_cqe > 0 ? (uint32_t)da->max_cqe : 1u);
+        E->rail[k].rd_atomic = (uint8_t)(rd < 1 ? 1 : omc__min(rd, OMC__RDMA_RD_ATOMIC_MAX));
+    }
+}
+
 OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** out) {
     omc_rdma_desc d;
     omc_hooks hooks;
@@ -3378,24 +3415,7 @@ OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** ou
         OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "RDMA unavailable: %s", why);
         return r;
     }
-    if (d.local_addr && d.local_addr[0]) {       /* one address, or a comma list (one per rail) */
-        const char* p = d.local_addr;
-        while (*p) {
-            char one[INET6_ADDRSTRLEN + 8];
-            size_t len = strcspn(p, ", ");
-            if (len) {
-                snprintf(one, sizeof(one), "%.*s", (int)omc__min(len, sizeof(one) - 1), p);
-                if (nwant == sizeof(want) / sizeof(want[0]) || len >= sizeof(one) - 1 || omc_rdma_addr_to_gid(one, want[nwant]) != OMC_OK) {
-                    OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "local_addr '%s' is not an IPv4 or IPv6 literal (or a comma "
-                             "list of at most %d)", d.local_addr, (int)(sizeof(want) / sizeof(want[0])));
-                    return OMC_ERR_INVALID_ARG;
-                }
-                nwant++;
-            }
-            p += len;
-            while (*p == ',' || *p == ' ') p++;
-        }
-    }
+    if (omc__rdma_local_addrs(&hooks, d.local_addr, want, &nwant) != OMC_OK) return OMC_ERR_INVALID_ARG;
     max_rails = d.max_rails;
     if (!max_rails && getenv("OMNICONN_RDMA_MAX_RAILS")) max_rails = (uint32_t)strtoul(getenv("OMNICONN_RDMA_MAX_RAILS"), NULL, 10);
     if (!max_rails || max_rails > OMC_RDMA_MAX_RAILS) max_rails = OMC_RDMA_MAX_RAILS;
@@ -3408,15 +3428,7 @@ OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** ou
     if (pthread_mutex_init(&E->mu, NULL) != 0 || omc__cond_init_monotonic(&E->cv) != 0) { omc__free(&hooks, E); return OMC_ERR_SYSTEM; }
     r = omc__rdma_pick_device(E, &d, (const uint8_t (*)[16])want, nwant, max_rails);
     if (r == OMC_OK) {
-        E->max_sge = OMC__RDMA_MAX_SGE;
-        E->cq_depth = OMNICONN_RDMA_CQ_DEPTH;
-        for (k = 0; k < E->nrails; k++) {   /* what every rail can do */
-            const struct ibv_device_attr* da = &E->rail[k].dev_attr;
-            uint32_t rd = (uint32_t)omc__min(da->max_qp_rd_atom, da->max_qp_init_rd_atom);
-            E->max_sge = (uint32_t)omc__min(E->max_sge, da->max_sge > 0 ? (uint32_t)da->max_sge : 1u);
-            E->cq_depth = (uint32_t)omc__min(E->cq_depth, da->max_cqe > 0 ? (uint32_t)da->max_cqe : 1u);
-            E->rail[k].rd_atomic = (uint8_t)(rd < 1 ? 1 : omc__min(rd, OMC__RDMA_RD_ATOMIC_MAX));
-        }
+        omc__rdma_device_limits(E);
         r = omc__rdma_resolve_qos(E, &d);
         if (r != OMC_OK) {
             for (k = 0; k < E->nrails; k++) omc__ibv_close_device(E->rail[k].context);
@@ -4683,11 +4695,104 @@ OMC__PRIVATE uint32_t omc__rdma_max_extents(const omc_rdma_conn* c) {
     return (uint32_t)omc__min((size_t)OMC_RDMA_MAX_EXTENTS, (OMC_RDMA_TARGET_MAX - OMC_RDMA_TARGET_HEADER - 4) / per);
 }
 
+/* Expose, step 1 (mu held): the registered region that holds the destination, its extents (split
+   at MR boundaries and, when large, over the QPs), and that the descriptor fits desc_cap. */
+OMC__PRIVATE omc_result omc__rdma_expose_plan(omc_rdma_conn* c, void* dst, uint64_t length, size_t desc_cap, omc__rdma_region** g_out,
+                                              omc__rdma_span* span, uint32_t* n) {
+    omc_rdma* E = c->eng;
+    omc__rdma_region* g;
+    uint32_t first, max;
+    omc_result r = omc__rdma_conn_usable(c);
+    if (r != OMC_OK) return r;
+    g = omc__rdma_find(E, dst, length);
+    if (!g) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination [%p, +%llu) is not inside a registered region (use a pool created with "
+                      "omc_rdma_region_hooks)", dst, (unsigned long long)length);
+        return OMC_ERR_INVALID_ARG;
+    }
+    first = c->next_qp++ % c->qpp;      /* small transfers take turns on the QPs */
+    max = omc__rdma_max_extents(c);
+    r = omc__rdma_plan((uint64_t)(uintptr_t)dst, length, (uint64_t)(uintptr_t)g->base, g->chunk, c->qpp, first, E->split_min, span, max, n);
+    if (r != OMC_OK) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination of %llu bytes needs more than %u extents (mr_chunk %llu)", (unsigned long long)length,
+                      max, (unsigned long long)g->chunk);
+        return r;
+    }
+    if (desc_cap < (c->npairs < 2 ? OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * (size_t)*n + 4 : omc__rdma_target_size_rails(*n, c->npairs)))
+        return OMC_ERR_TOO_LARGE;
+    *g_out = g;
+    return OMC_OK;
+}
+
+/* Expose, step 2 (mu held, memory windows): one type-2 window per extent and pair, bound on the
+   QP the peer will write through, each under a fresh key. *op collects the binds (wait for it);
+   *posted says whether any bind went out (then a failure must break the connection). */
+OMC__PRIVATE omc_result omc__rdma_bind_windows(omc_rdma_conn* c, omc_rdma_window* w, const omc__rdma_region* g, const omc__rdma_span* span,
+                                               omc_time_ns deadline, omc_rdma_op** op, int* posted) {
+    omc_rdma* E = c->eng;
+    omc_result r = OMC_OK;
+    uint32_t i, p;
+    for (i = 0; i < w->count && r == OMC_OK; i++)
+        for (p = 0; p < c->npairs && r == OMC_OK; p++) {
+            omc__rdma_qp* q;
+            struct ibv_send_wr wr;
+            struct ibv_mw* mw;
+            if (w->ext[i][p].qp == OMC_RDMA_NO_QP) continue;
+            q = &c->qps[w->ext[i][p].qp];
+            mw = q->mw_free_count ? q->mw_free[--q->mw_free_count] : ibv_alloc_mw(E->rail[q->rail].pd, IBV_MW_TYPE_2);
+            if (!mw) {
+                OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_alloc_mw(type 2) on %s: %s", E->rail[q->rail].device, strerror(errno));
+                return OMC_ERR_NO_MEMORY;
+            }
+            w->ext[i][p].mw = mw;
+            if (!*op && !(*op = omc__rdma_op_new_locked(c, OMC__OP_BIND))) return OMC_ERR_NO_MEMORY;
+            r = omc__rdma_wait_slot(E, q, deadline);
+            if (r != OMC_OK) break;
+            memset(&wr, 0, sizeof(wr));
+            wr.opcode = IBV_WR_BIND_MW;
+            wr.bind_mw.mw = mw;
+            wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);       /* a new key: the previous transfer's is dead */
+            wr.bind_mw.bind_info.mr = g->mr[q->rail * g->count + span[i].chunk];
+            wr.bind_mw.bind_info.addr = span[i].addr;
+            wr.bind_mw.bind_info.length = span[i].length;
+            wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+            w->ext[i][p].rkey = wr.bind_mw.rkey;
+            r = omc__rdma_post(E, q, &wr, *op, 1, OMC__RDMA_NO_SLICE);
+            *posted |= r == OMC_OK;
+            E->n_binds += r == OMC_OK;
+        }
+    return r;
+}
+
+/* Expose, step 3: the descriptor of the window's extents, a key and QP per pair. */
+OMC__PRIVATE omc_result omc__rdma_expose_encode(omc_rdma_conn* c, const omc_rdma_window* w, const omc__rdma_span* span, void* desc,
+                                                size_t desc_cap, size_t* desc_len) {
+    omc_rdma* E = c->eng;
+    omc_rdma_target* t = (omc_rdma_target*)omc__calloc(&E->hooks, sizeof(omc_rdma_target));
+    omc_result r;
+    uint32_t i, p;
+    if (!t) return OMC_ERR_NO_MEMORY;
+    t->conn_id = c->conn_id;
+    t->length = w->length;
+    t->flags = omc__rdma_flags(E);
+    t->count = w->count;
+    t->rails = c->npairs >= 2 ? c->npairs : 0;
+    for (i = 0; i < w->count; i++) {
+        t->extent[i].addr = span[i].addr;
+        t->extent[i].length = span[i].length;
+        t->extent[i].rkey = w->ext[i][0].rkey;
+        t->extent[i].qp = w->ext[i][0].qp;
+        for (p = 0; p < c->npairs; p++) { t->extent[i].rkeys[p] = w->ext[i][p].rkey; t->extent[i].qps[p] = w->ext[i][p].qp; }
+    }
+    r = omc_rdma_target_encode(t, desc, desc_cap, desc_len);
+    omc__free(&E->hooks, t);
+    return r;
+}
+
 OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t length, omc_time_ns deadline,
                                         omc_rdma_window** out, void* desc, size_t desc_cap, size_t* desc_len) {
     omc__rdma_span span[OMC_RDMA_MAX_EXTENTS];
-    omc_rdma_target* t;
-    omc__rdma_region* g;
+    omc__rdma_region* g = NULL;
     omc_rdma_window* w;
     omc_rdma_op* op = NULL;
     omc_rdma* E;
@@ -4701,24 +4806,7 @@ OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t le
     w = (omc_rdma_window*)omc__calloc(&E->hooks, sizeof(omc_rdma_window));
     if (!w) return OMC_ERR_NO_MEMORY;
     pthread_mutex_lock(&E->mu);
-    r = omc__rdma_conn_usable(c);
-    g = r == OMC_OK ? omc__rdma_find(E, dst, length) : NULL;
-    if (r == OMC_OK && !g) {
-        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination [%p, +%llu) is not inside a registered region (use a pool created with "
-                      "omc_rdma_region_hooks)", dst, (unsigned long long)length);
-        r = OMC_ERR_INVALID_ARG;
-    }
-    if (r == OMC_OK) {
-        uint32_t first = c->next_qp++ % c->qpp;    /* small transfers take turns on the QPs */
-        uint32_t max = omc__rdma_max_extents(c);
-        r = omc__rdma_plan((uint64_t)(uintptr_t)dst, length, (uint64_t)(uintptr_t)g->base, g->chunk, c->qpp, first,
-                           E->split_min, span, max, &n);
-        if (r != OMC_OK) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination of %llu bytes needs more than %u extents (mr_chunk %llu)",
-                                       (unsigned long long)length, max, (unsigned long long)g->chunk);
-        else if (desc_cap < (c->npairs < 2 ? OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * (size_t)n + 4
-                                           : omc__rdma_target_size_rails(n, c->npairs)))
-            r = OMC_ERR_TOO_LARGE;
-    }
+    r = omc__rdma_expose_plan(c, dst, length, desc_cap, &g, span, &n);
     if (r != OMC_OK) {
         pthread_mutex_unlock(&E->mu);
         omc__free(&E->hooks, w);
@@ -4736,37 +4824,7 @@ OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t le
             w->ext[i][p].qp = (uint16_t)(c->pair[p].up ? p * c->qpp + span[i].qp : OMC_RDMA_NO_QP);
             w->ext[i][p].rkey = c->pair[p].up ? g->mr[c->pair[p].rail * g->count + span[i].chunk]->rkey : 0;   /* without windows: the MR's own key */
         }
-    for (i = 0; E->use_mw && i < n && r == OMC_OK; i++)
-        for (p = 0; p < c->npairs && r == OMC_OK; p++) {
-            /* one type-2 window per extent and pair, bound on the QP the peer will write through */
-            omc__rdma_qp* q;
-            struct ibv_send_wr wr;
-            struct ibv_mw* mw;
-            if (w->ext[i][p].qp == OMC_RDMA_NO_QP) continue;
-            q = &c->qps[w->ext[i][p].qp];
-            mw = q->mw_free_count ? q->mw_free[--q->mw_free_count] : ibv_alloc_mw(E->rail[q->rail].pd, IBV_MW_TYPE_2);
-            if (!mw) {
-                OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_alloc_mw(type 2) on %s: %s", E->rail[q->rail].device, strerror(errno));
-                r = OMC_ERR_NO_MEMORY;
-                break;
-            }
-            w->ext[i][p].mw = mw;
-            if (!op && !(op = omc__rdma_op_new_locked(c, OMC__OP_BIND))) { r = OMC_ERR_NO_MEMORY; break; }
-            r = omc__rdma_wait_slot(E, q, deadline);
-            if (r != OMC_OK) break;
-            memset(&wr, 0, sizeof(wr));
-            wr.opcode = IBV_WR_BIND_MW;
-            wr.bind_mw.mw = mw;
-            wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);       /* a new key: the previous transfer's is dead */
-            wr.bind_mw.bind_info.mr = g->mr[q->rail * g->count + span[i].chunk];
-            wr.bind_mw.bind_info.addr = span[i].addr;
-            wr.bind_mw.bind_info.length = span[i].length;
-            wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
-            w->ext[i][p].rkey = wr.bind_mw.rkey;
-            r = omc__rdma_post(E, q, &wr, op, 1, OMC__RDMA_NO_SLICE);
-            posted |= r == OMC_OK;
-            E->n_binds += r == OMC_OK;
-        }
+    if (E->use_mw) r = omc__rdma_bind_windows(c, w, g, span, deadline, &op, &posted);
     /* a window is half set up: break the connection, its QPs refuse everything from now on */
     if (r != OMC_OK && posted) omc__rdma_conn_break_locked(c, r, "could not bind a memory window");
     pthread_mutex_unlock(&E->mu);
@@ -4781,24 +4839,7 @@ OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t le
             pthread_mutex_unlock(&E->mu);
         }
     }
-    t = r == OMC_OK ? (omc_rdma_target*)omc__calloc(&E->hooks, sizeof(omc_rdma_target)) : NULL;
-    if (r == OMC_OK && !t) r = OMC_ERR_NO_MEMORY;
-    if (r == OMC_OK) {
-        t->conn_id = c->conn_id;
-        t->length = length;
-        t->flags = omc__rdma_flags(E);
-        t->count = n;
-        t->rails = c->npairs >= 2 ? c->npairs : 0;
-        for (i = 0; i < n; i++) {
-            t->extent[i].addr = span[i].addr;
-            t->extent[i].length = span[i].length;
-            t->extent[i].rkey = w->ext[i][0].rkey;
-            t->extent[i].qp = w->ext[i][0].qp;
-            for (p = 0; p < c->npairs; p++) { t->extent[i].rkeys[p] = w->ext[i][p].rkey; t->extent[i].qps[p] = w->ext[i][p].qp; }
-        }
-        r = omc_rdma_target_encode(t, desc, desc_cap, desc_len);
-    }
-    omc__free(&E->hooks, t);
+    if (r == OMC_OK) r = omc__rdma_expose_encode(c, w, span, desc, desc_cap, desc_len);
     if (r != OMC_OK) {
         omc__rdma_window_discard(w, posted);
         return r;
