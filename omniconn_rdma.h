@@ -6605,6 +6605,38 @@ OMC__PRIVATE omc_result omc__xfer_serve_rdma(omc__xfer_client* cl, uint32_t num,
 #endif
 }
 
+/* HELLO: remember the caller's name, answer with this engine's descriptor (a caller that
+   expects another engine learns it from the incarnation in the answer). */
+OMC__PRIVATE omc_result omc__xfer_serve_hello(omc__xfer_client* cl, uint32_t num, const uint8_t* name, uint32_t len) {
+    omc_xfer* x = cl->x;
+    omc_xfer_descriptor* d;
+    uint8_t* out;
+    size_t n = 0;
+    uint32_t i;
+    omc_result r;
+    for (i = 0; i < len; i++) if (name[i] <= 0x20 || name[i] >= 0x7f) break;
+    if (i < len) {
+        omc__xfer_refuse(cl, OMC_ERR_MALFORMED, "HELLO name is not printable text");
+        omc__xfer_answer(cl, OMC__XRPC_HELLO, num, OMC_ERR_MALFORMED, NULL, 0);
+        return OMC_ERR_MALFORMED;
+    }
+    memcpy(cl->name, name, len);
+    cl->name[len] = '\0';
+    d = (omc_xfer_descriptor*)omc__malloc(&x->hooks, sizeof(*d));
+    out = (uint8_t*)omc__malloc(&x->hooks, OMC_XFER_DESC_MAX);
+    r = d && out ? OMC_OK : OMC_ERR_NO_MEMORY;
+    if (r == OMC_OK) {
+        pthread_mutex_lock(&x->mu);
+        omc__xfer_describe(x, d);
+        pthread_mutex_unlock(&x->mu);
+        r = omc_xfer_descriptor_encode(d, out, OMC_XFER_DESC_MAX, &n);
+    }
+    r = omc__xfer_answer(cl, OMC__XRPC_HELLO, num, r, r == OMC_OK ? out : NULL, r == OMC_OK ? n : 0);
+    omc__free(&x->hooks, d);
+    omc__free(&x->hooks, out);
+    return r;
+}
+
 /* One request (its header in h). OMC_OK: serve the next; otherwise close the connection. */
 OMC__PRIVATE omc_result omc__xfer_serve_one(omc__xfer_client* cl, const uint8_t* h) {
     omc_xfer* x = cl->x;
@@ -6637,34 +6669,7 @@ OMC__PRIVATE omc_result omc__xfer_serve_one(omc__xfer_client* cl, const uint8_t*
             if (r != OMC_OK) return r;
             if (type == OMC__XRPC_NOTIFY) return omc__xfer_serve_notify(cl, num, small, (uint32_t)len);
             if (type == OMC__XRPC_RDMA_CONNECT) return omc__xfer_serve_rdma(cl, num, small, (uint32_t)len);
-            {   /* HELLO: remember the name, answer with the descriptor */
-                uint64_t i;
-                uint8_t* out;
-                size_t n = 0;
-                omc_xfer_descriptor* d;
-                for (i = 0; i < len; i++) if (small[i] <= 0x20 || small[i] >= 0x7f) break;
-                if (i < len) {
-                    omc__xfer_refuse(cl, OMC_ERR_MALFORMED, "HELLO name is not printable text");
-                    omc__xfer_answer(cl, type, num, OMC_ERR_MALFORMED, NULL, 0);
-                    return OMC_ERR_MALFORMED;
-                }
-                memcpy(cl->name, small, (size_t)len);
-                cl->name[len] = '\0';
-                d = (omc_xfer_descriptor*)omc__malloc(&x->hooks, sizeof(*d));
-                out = (uint8_t*)omc__malloc(&x->hooks, OMC_XFER_DESC_MAX);
-                r = d && out ? OMC_OK : OMC_ERR_NO_MEMORY;
-                if (r == OMC_OK) {
-                    pthread_mutex_lock(&x->mu);
-                    omc__xfer_describe(x, d);
-                    pthread_mutex_unlock(&x->mu);
-                    r = omc_xfer_descriptor_encode(d, out, OMC_XFER_DESC_MAX, &n);
-                }
-                /* a caller that expects another engine learns it from the incarnation */
-                r = omc__xfer_answer(cl, type, num, r, r == OMC_OK ? out : NULL, r == OMC_OK ? n : 0);
-                omc__free(&x->hooks, d);
-                omc__free(&x->hooks, out);
-                return r;
-            }
+            return omc__xfer_serve_hello(cl, num, small, (uint32_t)len);
         }
         default:
             omc__xfer_refuse(cl, OMC_ERR_PROTOCOL, "unknown request type");
@@ -7242,17 +7247,14 @@ OMC__PRIVATE omc_result omc__xfer_slices(omc_xfer_batch* b, omc_rdma* E) {
 /* Post every slice that is new or must go again (E->mu held), each on the pair that finishes it
    first and round-robin over that pair's QPs; planned first, so each QP's last request of the
    round is signalled. The op_wait machinery calls this again for slices whose pair failed. */
-OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op, omc_time_ns deadline) {
+/* Plan (E->mu held): the QP of every slice that must go now (0xFFFF: none), and each QP's last
+   slice of the round. OMC_ERR_RDMA_QP if no pair is left. */
+OMC__PRIVATE omc_result omc__xfer_plan(omc_rdma_conn* c, omc_xfer_batch* b, uint16_t* plan, uint32_t* last) {
     omc_rdma* E = c->eng;
-    omc_xfer_batch* b = op->xfer;
     uint64_t planned[OMC_RDMA_MAX_RAILS];
-    uint32_t last[OMC_RDMA_MAX_QPS], k;
-    uint16_t* plan;
-    omc_result r = OMC_OK;
+    uint32_t k;
     memset(planned, 0, sizeof(planned));
     for (k = 0; k < OMC_RDMA_MAX_QPS; k++) last[k] = OMC__RDMA_NO_SLICE;
-    plan = (uint16_t*)omc__malloc(&E->hooks, sizeof(uint16_t) * (b->nslices ? b->nslices : 1));
-    if (!plan) return OMC_ERR_NO_MEMORY;
     for (k = 0; k < b->nslices; k++) {
         omc__rdma_slice* sl = &b->slices[k];
         double best = 0;
@@ -7266,11 +7268,22 @@ OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op,
             finish = (double)(c->pair[p].queued + planned[p] + sl->len) / omc__rdma_rail_rate(E, c->pair[p].rail);
             if (pick < 0 || finish < best) { best = finish; pick = (int)p; }
         }
-        if (pick < 0) { r = OMC_ERR_RDMA_QP; break; }
+        if (pick < 0) return OMC_ERR_RDMA_QP;
         plan[k] = (uint16_t)(pick * (int)c->qpp + (int)(b->rr++ % c->qpp));
         planned[pick] += sl->len;
         last[plan[k]] = k;
     }
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op, omc_time_ns deadline) {
+    omc_rdma* E = c->eng;
+    omc_xfer_batch* b = op->xfer;
+    uint32_t last[OMC_RDMA_MAX_QPS], k;
+    uint16_t* plan = (uint16_t*)omc__malloc(&E->hooks, sizeof(uint16_t) * (b->nslices ? b->nslices : 1));
+    omc_result r;
+    if (!plan) return OMC_ERR_NO_MEMORY;
+    r = omc__xfer_plan(c, b, plan, last);
     if (r != OMC_OK) {
         omc__free(&E->hooks, plan);
         OMC__RDMA_LOG(E, OMC_LOG_ERROR, "connection %016llx: no working rail is left for a batch", (unsigned long long)c->conn_id);
