@@ -6224,6 +6224,10 @@ OMC__PRIVATE omc_result omc__xfer_io(int fd, void* buf, size_t n, int sending, o
         ssize_t k;
         int wait_ms = OMC__XFER_POLL_MS * 20;
         if (cancel && omc__load(cancel)) { r = OMC_ERR_CLOSED; break; }
+        /* try first: on a busy connection the bytes are usually there (or the buffer has room) */
+        k = sending ? send(fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, p + done, n - done, MSG_DONTWAIT);
+        if (k > 0) { done += (size_t)k; continue; }
+        if (k == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) { r = OMC_ERR_CONNECTION; break; }
         if (deadline) {
             omc_time_ns now = omc_now_ns();
             if (now >= deadline) { r = OMC_ERR_TIMEOUT; break; }
