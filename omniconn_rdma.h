@@ -6011,6 +6011,7 @@ OMNICONN_API int omc_rdma_connector_rail_stats(omc_conn* conn, omc_rdma_rail_sta
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* ============================================================================================== */
@@ -6251,6 +6252,32 @@ OMC__PRIVATE omc_result omc__xfer_io(int fd, void* buf, size_t n, int sending, o
     }
     if (moved) *moved = done;
     return r;
+}
+
+/* A header and its bytes in one system call when the socket takes them (then the rest as usual). */
+OMC__PRIVATE omc_result omc__xfer_send2(int fd, const void* a, size_t na, const void* b, size_t nb, omc_time_ns deadline, const int* cancel) {
+    struct iovec iov[2];
+    struct msghdr m;
+    ssize_t k;
+    omc_result r;
+    iov[0].iov_base = (void*)(uintptr_t)a;
+    iov[0].iov_len = na;
+    iov[1].iov_base = (void*)(uintptr_t)b;
+    iov[1].iov_len = nb;
+    memset(&m, 0, sizeof(m));
+    m.msg_iov = iov;
+    m.msg_iovlen = 2;
+    k = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return OMC_ERR_CONNECTION;
+        k = 0;
+    }
+    if ((size_t)k < na) {
+        r = omc__xfer_io(fd, (uint8_t*)(uintptr_t)a + k, na - (size_t)k, 1, deadline, cancel, NULL);
+        if (r != OMC_OK) return r;
+        k = 0;
+    } else k -= (ssize_t)na;
+    return (size_t)k < nb ? omc__xfer_io(fd, (uint8_t*)(uintptr_t)b + k, nb - (size_t)k, 1, deadline, cancel, NULL) : OMC_OK;
 }
 
 OMC__PRIVATE void omc__xfer_header(uint8_t* h, uint32_t magic, int type, uint32_t num, uint32_t word, uint64_t a, uint64_t len) {
@@ -6534,8 +6561,9 @@ OMC__PRIVATE omc_result omc__xfer_serve_rw(omc__xfer_client* cl, int type, uint3
         return omc__xfer_answer(cl, type, num, st, NULL, 0);
     }
     if (type == OMC__XRPC_READ) {
-        r = omc__xfer_answer(cl, type, num, OMC_OK, NULL, len);
-        if (r == OMC_OK) r = omc__xfer_io(cl->fd, mem, (size_t)len, 1, omc_deadline_after_ms(x->io_timeout_ms), NULL, NULL);
+        uint8_t h[OMC_XFER_RPC_HEADER];
+        omc__xfer_header(h, OMC_XFER_RPC_ANSWER, type, num, 0, x->incarnation, len);
+        r = omc__xfer_send2(cl->fd, h, sizeof(h), mem, (size_t)len, omc_deadline_after_ms(x->io_timeout_ms), NULL);
     } else {
         r = omc__xfer_io(cl->fd, mem, (size_t)len, 0, omc_deadline_after_ms(x->io_timeout_ms), NULL, NULL);
     }
@@ -6689,9 +6717,15 @@ static void* omc__xfer_client_main(void* arg) {
         uint8_t h[OMC_XFER_RPC_HEADER];
         size_t got = 0;
         omc_result r;
+        struct pollfd pf;
         /* idle between requests: no deadline (destroy shuts the socket down to wake us) */
-        r = omc__xfer_io(cl->fd, h, 1, 0, 0, NULL, &got);
-        if (r == OMC_OK) r = omc__xfer_io(cl->fd, h + 1, sizeof(h) - 1, 0, omc_deadline_after_ms(x->io_timeout_ms), &x->stop, NULL);
+        pf.fd = cl->fd;
+        pf.events = POLLIN;
+        pf.revents = 0;
+        if (poll(&pf, 1, -1) < 0 && errno != EINTR) break;
+        if (!pf.revents) continue;
+        r = omc__xfer_io(cl->fd, h, sizeof(h), 0, omc_deadline_after_ms(x->io_timeout_ms), &x->stop, &got);
+        if (r != OMC_OK && got == 0 && r == OMC_ERR_TIMEOUT) continue;
         if (r != OMC_OK) break;
         if (omc__xfer_serve_one(cl, h) != OMC_OK) break;
     }
@@ -7195,8 +7229,8 @@ OMC__PRIVATE omc_result omc__xfer_run_tcp(omc_xfer_batch* b) {
             id = P->d->range[b->rrange[sent]].id;
             pthread_mutex_unlock(&x->mu);
             omc__xfer_header(h, OMC_XFER_RPC_MAGIC, b->op == OMC_XFER_READ ? OMC__XRPC_READ : OMC__XRPC_WRITE, sent, id, e->remote, e->length);
-            r = omc__xfer_io(P->fd, h, sizeof(h), 1, b->deadline, &b->cancel, NULL);
-            if (r == OMC_OK && b->op == OMC_XFER_WRITE) r = omc__xfer_io(P->fd, e->local, (size_t)e->length, 1, b->deadline, &b->cancel, NULL);
+            r = b->op == OMC_XFER_WRITE ? omc__xfer_send2(P->fd, h, sizeof(h), e->local, (size_t)e->length, b->deadline, &b->cancel)
+                                        : omc__xfer_io(P->fd, h, sizeof(h), 1, b->deadline, &b->cancel, NULL);
             if (r == OMC_OK) sent++;
         }
         if (r != OMC_OK || got == sent) break;
