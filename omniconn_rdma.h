@@ -2502,6 +2502,8 @@ struct omc_rdma {
     uint64_t slice, split_min, mr_chunk;
     omc_rdma_protection protect;
     int use_mw;                 /* protect == WINDOWS */
+    uint8_t qos_tc[OMC_RDMA_MAX_RAILS], qos_sl[OMC_RDMA_MAX_RAILS];     /* traffic class, service level per rail */
+    const char *qos_tc_from, *qos_sl_from;      /* where they came from (for the log) */
     int window_bounds;          /* what the probe found (see omc_rdma_info) */
     /* the rails (each owns its verbs objects), then the progress thread */
     omc__rdma_rail rail[OMC_RDMA_MAX_RAILS];
@@ -3335,7 +3337,9 @@ OMC__PRIVATE omc_result omc__rdma_resolve(omc_rdma* E, const omc_rdma_desc* d) {
 OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection want);
 
 /* Traffic class and service level of each rail: the desc's text, else ours, else Mooncake's
-   environment variable (a program that moves from Mooncake keeps its fabric settings). */
+   environment variable (a program that moves from Mooncake keeps its fabric settings). Parsed
+   before any device is opened (a wrong value is a wrong value on every host), given to the
+   rails once they exist (omc__rdma_apply_qos). */
 OMC__PRIVATE omc_result omc__rdma_resolve_qos(omc_rdma* E, const omc_rdma_desc* d) {
     static const char* tc_env[] = { "OMNICONN_IB_TC", "MC_IB_TC" };
     static const char* sl_env[] = { "OMNICONN_IB_SL", "MC_IB_SL" };
@@ -3351,14 +3355,22 @@ OMC__PRIVATE omc_result omc__rdma_resolve_qos(omc_rdma* E, const omc_rdma_desc* 
                       "comma list of at most %d numbers in range", tcw, tct ? tct : "", slw, slt ? slt : "", OMC_RDMA_MAX_RAILS);
         return OMC_ERR_INVALID_ARG;
     }
-    for (k = 0; k < E->nrails; k++) {
-        E->rail[k].traffic_class = tc[k];
-        E->rail[k].service_level = sl[k];
-        if (tc[k] || sl[k])
-            OMC__RDMA_LOG(E, OMC_LOG_INFO, "rail %u (%s): traffic class %u (%s), service level %u (%s)", k, E->rail[k].device, tc[k],
-                          tct ? tcw : "default", sl[k], slt ? slw : "default");
-    }
+    memcpy(E->qos_tc, tc, sizeof(tc));
+    memcpy(E->qos_sl, sl, sizeof(sl));
+    E->qos_tc_from = tct ? tcw : "default";
+    E->qos_sl_from = slt ? slw : "default";
     return OMC_OK;
+}
+
+OMC__PRIVATE void omc__rdma_apply_qos(omc_rdma* E) {
+    uint32_t k;
+    for (k = 0; k < E->nrails; k++) {
+        E->rail[k].traffic_class = E->qos_tc[k];
+        E->rail[k].service_level = E->qos_sl[k];
+        if (E->qos_tc[k] || E->qos_sl[k])
+            OMC__RDMA_LOG(E, OMC_LOG_INFO, "rail %u (%s): traffic class %u (%s), service level %u (%s)", k, E->rail[k].device, E->qos_tc[k],
+                          E->qos_tc_from, E->qos_sl[k], E->qos_sl_from);
+    }
 }
 
 /* desc.local_addr: one address, or a comma list (one per rail), as GIDs to look for. */
@@ -3424,15 +3436,14 @@ OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** ou
     E->hooks = hooks;
     E->wake_fd = -1;
     r = omc__rdma_resolve(E, &d);
+    if (r == OMC_OK) r = omc__rdma_resolve_qos(E, &d);
     if (r != OMC_OK) { omc__free(&hooks, E); return r; }
     if (pthread_mutex_init(&E->mu, NULL) != 0 || omc__cond_init_monotonic(&E->cv) != 0) { omc__free(&hooks, E); return OMC_ERR_SYSTEM; }
     r = omc__rdma_pick_device(E, &d, (const uint8_t (*)[16])want, nwant, max_rails);
     if (r == OMC_OK) {
         omc__rdma_device_limits(E);
-        r = omc__rdma_resolve_qos(E, &d);
-        if (r != OMC_OK) {
-            for (k = 0; k < E->nrails; k++) omc__ibv_close_device(E->rail[k].context);
-        } else if (E->cq_depth < E->queue_depth) {
+        omc__rdma_apply_qos(E);
+        if (E->cq_depth < E->queue_depth) {
             OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device %s: a CQ holds at most %u entries, fewer than queue_depth %u", E->rail[0].device,
                           E->cq_depth, E->queue_depth);
             for (k = 0; k < E->nrails; k++) omc__ibv_close_device(E->rail[k].context);
