@@ -3619,6 +3619,27 @@ OMNICONN_API omc_result omc_rdma_register(omc_rdma* E, void* base, uint64_t size
                                  (E->protect == OMC_RDMA_PROTECT_POOL ? IBV_ACCESS_REMOTE_WRITE : 0), E->mr_chunk);
 }
 
+/* Keep a registered region in the engine's table (growing it) and count its pinned bytes. */
+OMC__PRIVATE omc_result omc__rdma_region_add(omc_rdma* E, const omc__rdma_region* g) {
+    pthread_mutex_lock(&E->mu);
+    if (E->nregions == E->cap_regions) {
+        uint32_t ncap = E->cap_regions ? E->cap_regions * 2 : 4;
+        omc__rdma_region* nr = (omc__rdma_region*)omc__malloc(&E->hooks, sizeof(omc__rdma_region) * ncap);
+        if (!nr) {
+            pthread_mutex_unlock(&E->mu);
+            return OMC_ERR_NO_MEMORY;
+        }
+        if (E->nregions) memcpy(nr, E->regions, sizeof(omc__rdma_region) * E->nregions);
+        omc__free(&E->hooks, E->regions);
+        E->regions = nr;
+        E->cap_regions = ncap;
+    }
+    E->regions[E->nregions++] = *g;
+    E->pinned += g->size * E->nrails;
+    pthread_mutex_unlock(&E->mu);
+    return OMC_OK;
+}
+
 OMC__PRIVATE omc_result omc__rdma_register_as(omc_rdma* E, void* base, uint64_t size, int access, uint64_t chunk) {
     omc__rdma_region g;
     uint64_t pinned = 0, limit = omc__rdma_memlock_limit();
@@ -3669,23 +3690,10 @@ OMC__PRIVATE omc_result omc__rdma_register_as(omc_rdma* E, void* base, uint64_t 
             return r;
         }
     }
-    pthread_mutex_lock(&E->mu);
-    if (E->nregions == E->cap_regions) {
-        uint32_t ncap = E->cap_regions ? E->cap_regions * 2 : 4;
-        omc__rdma_region* nr = (omc__rdma_region*)omc__malloc(&E->hooks, sizeof(omc__rdma_region) * ncap);
-        if (!nr) {
-            pthread_mutex_unlock(&E->mu);
-            omc__rdma_region_drop(E, &g);
-            return OMC_ERR_NO_MEMORY;
-        }
-        if (E->nregions) memcpy(nr, E->regions, sizeof(omc__rdma_region) * E->nregions);
-        omc__free(&E->hooks, E->regions);
-        E->regions = nr;
-        E->cap_regions = ncap;
+    if (omc__rdma_region_add(E, &g) != OMC_OK) {
+        omc__rdma_region_drop(E, &g);
+        return OMC_ERR_NO_MEMORY;
     }
-    E->regions[E->nregions++] = g;
-    E->pinned += size * E->nrails;
-    pthread_mutex_unlock(&E->mu);
     OMC__RDMA_LOG(E, OMC_LOG_INFO, "registered [%p, +%llu) as %u memory region%s on each of %u rail%s (%s)", base, (unsigned long long)size,
                   g.count, g.count == 1 ? "" : "s", E->nrails, E->nrails == 1 ? "" : "s", omc__rdma_protection_name(E->protect));
     return OMC_OK;
