@@ -1141,8 +1141,8 @@ typedef struct omc_xfer_desc {
                                    rdma.local_addr defaults to host; rdma.hooks to hooks */
     uint32_t max_clients;       /* listener connections served at once; 0 = 64 */
     uint32_t max_notifies;      /* notifications queued until omc_xfer_notifs; 0 = 1024 */
-    uint32_t io_timeout_ms;     /* a listener client silent in the middle of a request this long
-                                   is dropped; 0 = 10000 */
+    uint32_t io_timeout_ms;     /* a listener client that moves none of a request's next 4 MiB
+                                   (or of its header) this long is dropped; 0 = 10000 */
     uint32_t window;            /* TCP: requests of one batch in flight; 0 = 32 */
     omc_hooks hooks;
 } omc_xfer_desc;
@@ -6131,6 +6131,7 @@ OMNICONN_API omc_result omc_xfer_descriptor_decode(const void* data, size_t len,
 enum { OMC__XRPC_HELLO = 1, OMC__XRPC_READ = 2, OMC__XRPC_WRITE = 3, OMC__XRPC_NOTIFY = 4, OMC__XRPC_RDMA_CONNECT = 5 };
 #define OMC__XFER_DRAIN_MAX ((uint64_t)64 << 20)
 #define OMC__XFER_POLL_MS 50            /* how often a blocked transfer looks at its cancel flag */
+#define OMC__XFER_IO_STEP ((uint64_t)4 << 20)   /* the listener's I/O timeout applies per step of this */
 
 typedef struct omc__xfer_region {
     uint8_t* base;
@@ -6185,6 +6186,7 @@ struct omc_xfer_peer {
     int fd;                     /* -1: not connected */
     omc_xfer_descriptor* d;     /* under x->mu */
     uint32_t batches;           /* running (under x->mu) */
+    const int* cancel;          /* the cancel flag of the batch holding io (NULL: none) */
     int tcp_only;               /* RDMA could not connect to it (default transport): TCP */
 #if OMC__HAS_RDMA
     omc_rdma_conn* conn;
@@ -6335,8 +6337,8 @@ OMC__PRIVATE omc_result omc__xfer_split_name(const char* name, char* host, size_
     return OMC_OK;
 }
 
-/* Connect to host:port before deadline; TCP_NODELAY. */
-OMC__PRIVATE omc_result omc__xfer_dial(const char* host, uint32_t port, omc_time_ns deadline, int* out) {
+/* Connect to host:port before deadline (or until *cancel, if given); TCP_NODELAY. */
+OMC__PRIVATE omc_result omc__xfer_dial_until(const char* host, uint32_t port, omc_time_ns deadline, const int* cancel, int* out) {
     struct addrinfo hints, *res = NULL, *ai;
     char ps[16];
     omc_result r = OMC_ERR_CONNECTION;
@@ -6358,13 +6360,16 @@ OMC__PRIVATE omc_result omc__xfer_dial(const char* host, uint32_t port, omc_time
         for (;;) {
             omc_time_ns now = omc_now_ns();
             int ms = deadline ? (now >= deadline ? 0 : (int)omc__min((uint64_t)(deadline - now) / 1000000 + 1, 60000u)) : 60000;
-            int k = poll(&pf, 1, ms);
+            int k;
+            if (cancel && omc__load(cancel)) { r = OMC_ERR_CLOSED; err = -1; break; }
+            k = poll(&pf, 1, cancel && ms > OMC__XFER_POLL_MS ? OMC__XFER_POLL_MS : ms);
             if (k < 0 && errno == EINTR) continue;
+            if (k == 0 && ms > OMC__XFER_POLL_MS && cancel) continue;     /* only a slice of the wait */
             if (k <= 0) { r = OMC_ERR_TIMEOUT; err = -1; }
             break;
         }
         if (!err && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0)) { if (r != OMC_ERR_TIMEOUT) r = OMC_ERR_CONNECTION; err = -1; }
-        if (err) { close(fd); if (r == OMC_ERR_TIMEOUT) break; continue; }
+        if (err) { close(fd); if (r == OMC_ERR_TIMEOUT || r == OMC_ERR_CLOSED) break; continue; }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         *out = fd;
         r = OMC_OK;
@@ -6372,6 +6377,10 @@ OMC__PRIVATE omc_result omc__xfer_dial(const char* host, uint32_t port, omc_time
     }
     freeaddrinfo(res);
     return r;
+}
+
+OMC__PRIVATE omc_result omc__xfer_dial(const char* host, uint32_t port, omc_time_ns deadline, int* out) {
+    return omc__xfer_dial_until(host, port, deadline, NULL, out);
 }
 
 /* The registered range that holds [a, a + len) (caller holds mu), or NULL. */
@@ -6579,12 +6588,19 @@ OMC__PRIVATE omc_result omc__xfer_serve_rw(omc__xfer_client* cl, int type, uint3
         }
         return omc__xfer_answer(cl, type, num, st, NULL, 0);
     }
-    if (type == OMC__XRPC_READ) {
-        uint8_t h[OMC_XFER_RPC_HEADER];
-        omc__xfer_header(h, OMC_XFER_RPC_ANSWER, type, num, 0, x->incarnation, len);
-        r = omc__xfer_send2(cl->fd, h, sizeof(h), mem, (size_t)len, omc_deadline_after_ms(x->io_timeout_ms), NULL);
-    } else {
-        r = omc__xfer_io(cl->fd, mem, (size_t)len, 0, omc_deadline_after_ms(x->io_timeout_ms), NULL, NULL);
+    {   /* in steps of OMC__XFER_IO_STEP, each with a fresh I/O timeout: a slow peer is not a dead one */
+        uint64_t off = 0, step = omc__min(len, OMC__XFER_IO_STEP);
+        if (type == OMC__XRPC_READ) {
+            uint8_t h[OMC_XFER_RPC_HEADER];
+            omc__xfer_header(h, OMC_XFER_RPC_ANSWER, type, num, 0, x->incarnation, len);
+            r = omc__xfer_send2(cl->fd, h, sizeof(h), mem, (size_t)step, omc_deadline_after_ms(x->io_timeout_ms), NULL);
+        } else {
+            r = omc__xfer_io(cl->fd, mem, (size_t)step, 0, omc_deadline_after_ms(x->io_timeout_ms), NULL, NULL);
+        }
+        for (off = step; r == OMC_OK && off < len; off += step) {
+            step = omc__min(len - off, OMC__XFER_IO_STEP);
+            r = omc__xfer_io(cl->fd, mem + off, (size_t)step, type == OMC__XRPC_READ, omc_deadline_after_ms(x->io_timeout_ms), NULL, NULL);
+        }
     }
     pthread_mutex_lock(&x->mu);
     g = omc__xfer_by_id(x, id);
@@ -7076,7 +7092,7 @@ OMC__PRIVATE omc_result omc__xfer_hello(omc_xfer_peer* P, const char* host, uint
     uint8_t* buf = NULL;
     omc_xfer_descriptor* d = NULL;
     if (P->fd >= 0) omc__xfer_hangup(P);
-    r = omc__xfer_dial(host, port, deadline, &P->fd);
+    r = omc__xfer_dial_until(host, port, deadline, P->cancel, &P->fd);
     if (r != OMC_OK) {
         OMC__XFER_LOG(x, OMC_LOG_WARN, "peer %s:%u: cannot connect: %s", host, port, omc_result_name(r));
         return r;
@@ -7491,6 +7507,7 @@ static void* omc__xfer_batch_main(void* arg) {
     omc_result r;
     uint32_t i;
     pthread_mutex_lock(&P->io);
+    P->cancel = &b->cancel;             /* a connect on behalf of this batch stops when it is cancelled */
     r = omc__load(&b->cancel) ? OMC_ERR_CLOSED : omc__xfer_ensure(P, b->deadline);
     if (r != OMC_OK) for (i = 0; i < b->count; i++) b->status[i] = r == OMC_ERR_CLOSED ? OMC_ERR_CLOSED : r;
 #if OMC__HAS_RDMA
@@ -7506,6 +7523,7 @@ static void* omc__xfer_batch_main(void* arg) {
         if (r == OMC_OK) r = st;
         if (r != OMC_OK) OMC__XFER_LOG(x, OMC_LOG_WARN, "peer %s: the batch's data arrived, its notification did not: %s", P->name, omc_result_name(r));
     }
+    P->cancel = NULL;
     pthread_mutex_unlock(&P->io);
     pthread_mutex_lock(&x->mu);
     for (i = 0; i < b->count; i++) {
