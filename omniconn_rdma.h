@@ -496,6 +496,10 @@ THREAD SAFETY
     connections, expose, revoke and write, also on the same connection at the same time.
     omc_rdma_destroy must not race with other calls; destroy the pools registered with it and
     the connections first. Pure helpers (records, descriptors, GID choice) are reentrant.
+    The transfer engine likewise: every omc_xfer_* call is thread-safe except omc_xfer_destroy;
+    close its peers and destroy its batches before it (destroy cancels and waits for batches
+    still running, and stops the listener). Batches to one peer run one after another; batches
+    to different peers run at once. Each batch and each listener client has a thread.
 
 ================================================================================================
 DEPENDENCIES & LINKING

@@ -198,3 +198,33 @@ def test_rdma_protocol_without_a_device_is_a_negative_code():
         engine.close()
         pytest.skip("this host has an RDMA device")
     assert r < 0
+
+
+def test_ctypes_layouts_match_the_header(tmp_path):
+    """_engine_lib's structs and numbers against the C compiler's view of omniconn_rdma.h."""
+    import shutil
+    from omniconn import _engine_lib as e
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    src = tmp_path / "layout.c"
+    src.write_text(r'''
+#include <stddef.h>
+#include <stdio.h>
+#include "omniconn.h"
+#include "omniconn_rdma.h"
+int main(void) {
+    printf("%zu %zu %zu %zu %zu %d %d %d %d %d %d %d %d\n", sizeof(omc_xfer_entry), sizeof(omc_xfer_notif),
+           sizeof(omc_xfer_descriptor), offsetof(omc_xfer_descriptor, range), sizeof(omc_xfer_range),
+           OMC_XFER_NAME_MAX, OMC_XFER_NOTIFY_MAX, (int)OMC_XFER_DESC_MAX, OMC_XFER_TRANSPORT_RDMA, OMC_XFER_TRANSPORT_TCP,
+           OMC_XFER_READ, OMC_XFER_WRITE, OMC_ERR_BUSY);
+    return 0;
+}
+''')
+    exe = tmp_path / "layout"
+    subprocess.run([cc, "-std=c99", "-I", ROOT, str(src), "-o", str(exe)], check=True)
+    got = [int(v) for v in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
+    want = [ctypes.sizeof(e.Entry), ctypes.sizeof(e.Notif), ctypes.sizeof(e.Descriptor), e.Descriptor.range.offset,
+            ctypes.sizeof(e.Range), e.OMC_XFER_NAME_MAX, e.OMC_XFER_NOTIFY_MAX, e.OMC_XFER_DESC_MAX,
+            e.OMC_XFER_TRANSPORT_RDMA, e.OMC_XFER_TRANSPORT_TCP, e.OMC_XFER_READ, e.OMC_XFER_WRITE, e.OMC_ERR_BUSY]
+    assert got == want
