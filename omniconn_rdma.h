@@ -6945,6 +6945,9 @@ OMNICONN_API omc_result omc_xfer_create(const omc_xfer_desc* desc, omc_xfer** ou
     if (r != OMC_OK) goto fail_rdma;
     if (pthread_create(&x->accept_thread, NULL, omc__xfer_accept_main, x) != 0) { r = OMC_ERR_SYSTEM; goto fail_listen; }
     x->accepting = 1;
+    if (strcmp(x->host, "0.0.0.0") == 0 || strcmp(x->host, "::") == 0)
+        OMC__XFER_LOG(x, OMC_LOG_WARN, "transfer engine listens on every address, but its descriptor names '%s', which peers cannot "
+                      "reach: set desc.host to the address peers use (and the listener then binds only that one)", x->host);
     OMC__XFER_LOG(x, OMC_LOG_INFO, "transfer engine %s (%s) up", x->name, x->transport == OMC_XFER_TRANSPORT_RDMA ? "RDMA" : "TCP");
     *out = x;
     return OMC_OK;
