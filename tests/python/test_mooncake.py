@@ -3,7 +3,8 @@ Mooncake's: both processes initialize(host, "P2PHANDSHAKE", protocol, device), r
 get_rpc_port(), register a pool (a torch uint8 tensor) with register_memory(data_ptr, size); the
 sender moves several (src, dst, len) triples into the receiver's pool with
 batch_transfer_sync_write("host:rpc_port", ...) and checks the return is 0; at close both
-unregister_memory(base). The receiver is another process; its side is the child script below,
+unregister_memory(base). The connector's sender answers pulls from 4 threads at once; one case does
+the same. The receiver is another process; its side is the child script below,
 spoken to with JSON lines. Over TCP here (protocol "tcp"); OMC_MOONCAKE_PROTOCOL=rdma and
 OMC_RDMA_IP run the same on the RDMA bed."""
 import ctypes
@@ -114,6 +115,22 @@ def test_connector_sequence_batched_sync_write_into_the_receivers_pool(sender):
     # single-entry forms
     assert engine.transfer_sync_write(rx.session, base, rx.base + (5 << 20), 4096) == 0
     assert rx.call(op="sha", spans=[[5 << 20, 4096]])["sha"] == [_sha(raw[:4096])]
+    assert rx.close() == {"unregister": 0}
+
+
+def test_four_sender_threads_write_at_once_as_the_connectors_executor_does(sender):
+    import concurrent.futures
+    engine, pool = sender
+    rx = Receiver()
+    base = pool.data_ptr()
+    jobs = [([base + (k << 20) + i * 65536 for i in range(8)], [rx.base + ((7 - k) << 20) + i * 65536 for i in range(8)],
+             [65536] * 8) for k in range(4)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as ex:
+        rets = list(ex.map(lambda j: engine.batch_transfer_sync_write(rx.session, *j), jobs))
+    assert rets == [0, 0, 0, 0]
+    raw = pool.numpy().tobytes()
+    spans = [[((7 - k) << 20), 8 * 65536] for k in range(4)]
+    assert rx.call(op="sha", spans=spans)["sha"] == [_sha(raw[(k << 20):(k << 20) + 8 * 65536]) for k in range(4)]
     assert rx.close() == {"unregister": 0}
 
 
