@@ -6136,6 +6136,7 @@ enum { OMC__XRPC_HELLO = 1, OMC__XRPC_READ = 2, OMC__XRPC_WRITE = 3, OMC__XRPC_N
 #define OMC__XFER_DRAIN_MAX ((uint64_t)64 << 20)
 #define OMC__XFER_POLL_MS 50            /* how often a blocked transfer looks at its cancel flag */
 #define OMC__XFER_IO_STEP ((uint64_t)4 << 20)   /* the listener's I/O timeout applies per step of this */
+#define OMC__XFER_HELD 32               /* answers the listener gathers while more requests are waiting */
 
 typedef struct omc__xfer_region {
     uint8_t* base;
@@ -6155,6 +6156,8 @@ typedef struct omc__xfer_client {
 #if OMC__HAS_RDMA
     omc_rdma_conn* conn;        /* accepted for this client (RDMA_CONNECT) */
 #endif
+    uint8_t held[OMC__XFER_HELD * OMC_XFER_RPC_HEADER];    /* answers without bytes, not sent yet */
+    uint32_t nheld;
 } omc__xfer_client;
 
 struct omc_xfer {
@@ -6530,10 +6533,31 @@ OMNICONN_API omc_result omc_xfer_export(omc_xfer* x, void* out, size_t cap, size
 /* [SECTION] Implementation: transfer engine - the RPC listener (the target's side)               */
 /* ============================================================================================== */
 
+/* Send the answers gathered so far (before the listener waits for the next request, and before
+   any other answer, so they keep their order). */
+OMC__PRIVATE omc_result omc__xfer_flush(omc__xfer_client* cl) {
+    omc_result r = OMC_OK;
+    if (cl->nheld) r = omc__xfer_io(cl->fd, cl->held, cl->nheld, 1, omc_deadline_after_ms(cl->x->io_timeout_ms), NULL, NULL);
+    cl->nheld = 0;
+    return r;
+}
+
+/* An answer without bytes, gathered: several go out in one system call while requests keep coming. */
+OMC__PRIVATE omc_result omc__xfer_answer_later(omc__xfer_client* cl, int type, uint32_t num, omc_result st) {
+    if (cl->nheld + OMC_XFER_RPC_HEADER > sizeof(cl->held)) {
+        omc_result r = omc__xfer_flush(cl);
+        if (r != OMC_OK) return r;
+    }
+    omc__xfer_header(cl->held + cl->nheld, OMC_XFER_RPC_ANSWER, type, num, (uint32_t)(int32_t)st, cl->x->incarnation, 0);
+    cl->nheld += OMC_XFER_RPC_HEADER;
+    return OMC_OK;
+}
+
 OMC__PRIVATE omc_result omc__xfer_answer(omc__xfer_client* cl, int type, uint32_t num, omc_result st, const void* payload, uint64_t len) {
     uint8_t h[OMC_XFER_RPC_HEADER];
     omc_time_ns dl = omc_deadline_after_ms(cl->x->io_timeout_ms);
-    omc_result r;
+    omc_result r = omc__xfer_flush(cl);
+    if (r != OMC_OK) return r;
     omc__xfer_header(h, OMC_XFER_RPC_ANSWER, type, num, (uint32_t)(int32_t)st, cl->x->incarnation, len);
     r = omc__xfer_io(cl->fd, h, sizeof(h), 1, dl, NULL, NULL);
     if (r == OMC_OK && payload && len) r = omc__xfer_io(cl->fd, (void*)(uintptr_t)payload, (size_t)len, 1, dl, NULL, NULL);
@@ -6590,8 +6614,9 @@ OMC__PRIVATE omc_result omc__xfer_serve_rw(omc__xfer_client* cl, int type, uint3
             if (len > OMC__XFER_DRAIN_MAX) return OMC_ERR_PROTOCOL;
             if ((r = omc__xfer_drain(cl, len)) != OMC_OK) return r;
         }
-        return omc__xfer_answer(cl, type, num, st, NULL, 0);
+        return omc__xfer_answer_later(cl, type, num, st);
     }
+    if (type == OMC__XRPC_READ && (r = omc__xfer_flush(cl)) != OMC_OK) return r;     /* the earlier answers first */
     {   /* in steps of OMC__XFER_IO_STEP, each with a fresh I/O timeout: a slow peer is not a dead one */
         uint64_t off = 0, step = omc__min(len, OMC__XFER_IO_STEP);
         if (type == OMC__XRPC_READ) {
@@ -6615,7 +6640,7 @@ OMC__PRIVATE omc_result omc__xfer_serve_rw(omc__xfer_client* cl, int type, uint3
     }
     pthread_cond_broadcast(&x->cv);
     pthread_mutex_unlock(&x->mu);
-    if (r == OMC_OK && type == OMC__XRPC_WRITE) r = omc__xfer_answer(cl, type, num, OMC_OK, NULL, 0);
+    if (r == OMC_OK && type == OMC__XRPC_WRITE) r = omc__xfer_answer_later(cl, type, num, OMC_OK);
     return r;
 }
 
@@ -6757,14 +6782,21 @@ static void* omc__xfer_client_main(void* arg) {
         size_t got = 0;
         omc_result r;
         struct pollfd pf;
-        /* idle between requests: no deadline (destroy shuts the socket down to wake us) */
-        pf.fd = cl->fd;
-        pf.events = POLLIN;
-        pf.revents = 0;
-        if (poll(&pf, 1, -1) < 0 && errno != EINTR) break;
-        if (!pf.revents) continue;
-        r = omc__xfer_io(cl->fd, h, sizeof(h), 0, omc_deadline_after_ms(x->io_timeout_ms), &x->stop, &got);
-        if (r != OMC_OK && got == 0 && r == OMC_ERR_TIMEOUT) continue;
+        ssize_t k = recv(cl->fd, h, sizeof(h), MSG_DONTWAIT);       /* the next request, if it is there */
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+        got = k > 0 ? (size_t)k : 0;
+        if (!got) {
+            /* idle between requests: send what is gathered, then wait without a deadline (destroy
+               shuts the socket down to wake us) */
+            if (omc__xfer_flush(cl) != OMC_OK) break;
+            pf.fd = cl->fd;
+            pf.events = POLLIN;
+            pf.revents = 0;
+            if (poll(&pf, 1, -1) < 0 && errno != EINTR) break;
+            continue;
+        }
+        r = got < sizeof(h) ? omc__xfer_io(cl->fd, h + got, sizeof(h) - got, 0, omc_deadline_after_ms(x->io_timeout_ms), &x->stop, NULL)
+                            : OMC_OK;
         if (r != OMC_OK) break;
         if (omc__xfer_serve_one(cl, h) != OMC_OK) break;
     }
