@@ -6386,10 +6386,6 @@ OMC__PRIVATE omc_result omc__xfer_dial_until(const char* host, uint32_t port, om
     return r;
 }
 
-OMC__PRIVATE omc_result omc__xfer_dial(const char* host, uint32_t port, omc_time_ns deadline, int* out) {
-    return omc__xfer_dial_until(host, port, deadline, NULL, out);
-}
-
 /* The registered range that holds [a, a + len) (caller holds mu), or NULL. */
 OMC__PRIVATE omc__xfer_region* omc__xfer_find(omc_xfer* x, uint64_t a, uint64_t len) {
     uint32_t i;

@@ -256,7 +256,7 @@ OMC_TEST(async_batches_report_busy_then_their_result) {
 
 static int dial(uint32_t port) {
     int fd = -1;
-    CHECK_OK(omc__xfer_dial("127.0.0.1", port, omc_deadline_after_ms(3000), &fd));
+    CHECK_OK(omc__xfer_dial_until("127.0.0.1", port, omc_deadline_after_ms(3000), NULL, &fd));
     return fd;
 }
 
