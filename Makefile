@@ -2,7 +2,7 @@
 #   make test        everything (installs missing Debian packages), ends with "N passed, M failed"
 #   make demo        the two-process shared-memory demo (and the other transports where available)
 #   make check       unit + functional tests of the default build only (fast inner loop)
-#   make bench-alloc / bench-shm / bench-tcp / bench-rdma   benchmarks -> bench/results/*.json
+#   make bench-alloc / bench-shm / bench-tcp / bench-rdma / bench-xfer   benchmarks -> bench/results/*.json
 #   make bench-rails  1 rail vs 2 rails and a rail flap across two QEMU guests -> bench/results/rails.json
 #   make bench-peers  omniconn beside ucx_perftest, iperf3 and memcpy -> bench/results/peers.json
 #   make bench-scaling  cost per transfer vs size and transfers in flight -> bench/results/scaling.json, docs/scaling.png
@@ -36,7 +36,7 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps test check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails bench-store
+.PHONY: all deps test check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails bench-store bench-xfer
 
 all: tests examples benches cli
 
@@ -109,6 +109,12 @@ bench-rdma: deps $(BUILD)/bench_rdma
 # (one boot, about 3 minutes) -> bench/results/rails.json
 bench-rails: deps
 	BUILD=$(BUILD) bash tests/rdma/rails.sh bench
+
+# the transfer engine's batched READ/WRITE (256 x 32 KiB, 1 x 8 MiB): against iperf3 on loopback, then
+# against ib_read_bw / ib_write_bw in one boot of the RDMA bed -> bench/results/xfer.json
+bench-xfer: deps $(BUILD)/bench_xfer
+	BUILD=$(BUILD) bash tests/rdma/xfer-bench.sh tcp
+	BUILD=$(BUILD) bash tests/rdma/xfer-bench.sh rdma
 
 clean:
 	rm -rf build

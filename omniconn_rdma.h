@@ -23,6 +23,7 @@
       STEP BY STEP: VERBS IN ONE PAGE
       HOW THE ENGINE USES THEM
       RAILS: SEVERAL NICS, FAILOVER, TOPOLOGY
+      TRANSFER ENGINE: REGISTERED MEMORY, BATCHED READ AND WRITE, NOTIFICATIONS
       CONFIGURATION
       ERRORS & LOGGING
       THREAD SAFETY
@@ -32,7 +33,7 @@
       RECENT REVISIONS
       then the code, by [SECTION]: RDMA: constants and pure helpers (no device needed)
         RDMA: the engine | RDMA: connections | RDMA: transfers
-        RDMA: the remote connector with the RDMA data plane
+        Transfer engine | RDMA: the remote connector with the RDMA data plane
       then the implementation ("[SECTION] Implementation: ..."), and the licence
 
 ================================================================================================
@@ -345,6 +346,87 @@ RAILS: SEVERAL NICS, FAILOVER, TOPOLOGY
     netdev. They need no verbs and work with OMNICONN_NO_RDMA too.
 
 ================================================================================================
+TRANSFER ENGINE: REGISTERED MEMORY, BATCHED READ AND WRITE, NOTIFICATIONS
+================================================================================================
+
+    What Mooncake's TransferEngine, NIXL's agents and UCX's RMA give their callers, on this
+    engine: the caller registers memory it owns (an inference engine's KV cache, a pinned
+    pool), a peer imports a small descriptor of it and moves lists of blocks with one-sided
+    RDMA READ or WRITE - no receiver code runs per block.
+
+        omc_xfer_desc xd = {0};
+        xd.host = "10.0.0.5";                           // RPC listener; port 0 = any free one
+        omc_xfer* x = NULL;
+        omc_xfer_create(&xd, &x);                       // RDMA if a device works, else TCP
+        omc_xfer_register(x, kv_base, kv_bytes, 0);     // caller-owned memory
+        printf("%s\n", omc_xfer_name(x));               // "10.0.0.5:41237": what peers open
+
+      the other process:
+        omc_xfer_peer* p = NULL;
+        omc_xfer_peer_open(y, "10.0.0.5:41237", deadline, &p);   // fetches the descriptor
+        omc_xfer_entry e[256];                          // (local, remote, length) per block
+        ...
+        omc_result st[256];
+        omc_xfer_run(p, OMC_XFER_READ, e, 256, "done", 4, deadline, st);   // one completion
+        // or: omc_xfer_submit(...) -> omc_xfer_batch_test / _wait / _status / _cancel
+
+    Registration. omc_xfer_register registers [addr, addr + length) as one MR per rail with
+    local write, remote read and remote write access: a peer holding the descriptor may read
+    and write every byte of it until omc_xfer_unregister (the model of Mooncake and NIXL: the
+    protection is who gets the descriptor, and the QP it arrives on). Each registration gets a
+    number (range id); one registered again is another range. Device memory (OMC_XFER_MEM_DEVICE)
+    is refused with a log line: GPUDirect through dma-buf is not in this release.
+
+    The descriptor (omc_xfer_export, WIRE FORMATS) lists the exporting engine's incarnation (a
+    random number per engine), its RPC listener (host, port), its rails, and per range the
+    address, length, range id and one rkey per rail. omc_xfer_peer_open fetches it from the
+    peer's listener (Mooncake's P2PHANDSHAKE); omc_xfer_peer_import takes one from anywhere
+    and checks at the first connection that the engine answering is the one that exported it.
+
+    A batch. Every entry is checked before anything moves: its local range must lie inside a
+    range registered here (OMC_ERR_INVALID_ARG), its remote range inside one range of the
+    peer's descriptor (OMC_ERR_RDMA_ACCESS, so the peer's adapter never sees a bad address and
+    no QP is lost to it). Then a thread of its own moves it. Over RDMA each entry is cut into
+    slices of at most slice_size, each slice goes to the rail pair that finishes it first and
+    round-robin over that pair's QPs, as writes are; a pair that fails has its slices posted
+    again on the others (READ and WRITE are idempotent), the peer's incarnation and the QP
+    budget apply as to any connection. Over TCP the batch keeps `window` requests in flight on
+    one connection to the peer's listener: a READ is a request answered with the bytes, a WRITE
+    carries them. The batch ends with one result and one status per entry (OMC_OK, or why:
+    OMC_ERR_CLOSED for entries a cancel or an earlier failure cut short).
+
+    Notifications. A batch may carry up to OMC_XFER_NOTIFY_MAX bytes; they go to the peer's
+    listener after every entry completed - for a WRITE, RDMA's completion means the bytes are
+    in the peer's memory, over TCP the listener acknowledged each write - and never for a batch
+    that failed or was cancelled. The target takes them with omc_xfer_notifs (name of the
+    sender, bytes), oldest first; a full queue (max_notifies) refuses with OMC_ERR_BUSY, which
+    becomes the batch's result although its data arrived.
+
+    What each failure gives (docs/rdma.md names the test for each):
+      remote range outside the descriptor      OMC_ERR_RDMA_ACCESS at submit, nothing moves
+      local range not registered               OMC_ERR_INVALID_ARG at submit, nothing moves
+      range unregistered at the target since   TCP: OMC_ERR_STALE for that entry; RDMA:
+                                               OMC_ERR_RDMA_ACCESS (the key is gone; the
+                                               connection is replaced at the next batch)
+      descriptor of another engine, or of one  OMC_ERR_PEER_RESTARTED (open the peer again)
+      that restarted at that address
+      peer gone                                OMC_ERR_CONNECTION (TCP), OMC_ERR_RDMA_QP or
+                                               _CONNECTION (RDMA, within the retry time)
+      batch cancelled                          OMC_ERR_CLOSED; RDMA resets the connection so
+                                               nothing posted outlives the batch
+      deadline                                 OMC_ERR_TIMEOUT (the same reset)
+      unregister of local memory a batch uses  OMC_ERR_BUSY, the range stays registered
+      garbage on the listener                  an answer with OMC_ERR_PROTOCOL / _MALFORMED /
+                                               _VERSION, the connection closed, `refused`
+                                               counted; a request cut short is dropped after
+                                               io_timeout_ms
+
+    The listener is reachable by anyone who can reach the port: it serves only registered
+    ranges, checks every size against a bound before reading it, and holds at most
+    max_clients connections. There is no authentication (CURVE keys are not applied to it in
+    this release): bind it to the address of a trusted network.
+
+================================================================================================
 CONFIGURATION
 ================================================================================================
 
@@ -373,7 +455,15 @@ CONFIGURATION
     Every desc field overrides its macro for one engine; zero means the macro's value.
     Environment: RDMA_DEVICE_NAME (device list when desc.devices is NULL), OMNICONN_IBVERBS_LIB
     (library when desc.library is NULL; runtime linking only), OMNICONN_RDMA_MAX_RAILS (rails
-    when desc.max_rails is 0).
+    when desc.max_rails is 0), OMNICONN_IB_TC and OMNICONN_IB_SL (traffic class 0..255 and
+    service level 0..15 of every QP, "106" or one per rail "106,96", when desc.traffic_class /
+    desc.service_level is NULL; else Mooncake's MC_IB_TC / MC_IB_SL, so a program that moves
+    from Mooncake keeps its fabric settings; NCCL's NCCL_IB_TC is not read: it configures NCCL's
+    own traffic, which may be meant for another class). Lossless RoCE fabrics map a DSCP (the
+    traffic class's upper six bits) to a PFC priority: set it to what the fabric expects.
+    omniconn doctor shows each rail's values.
+    Transfer engine (omc_xfer_desc): max_clients 64, max_notifies 1024, io_timeout_ms 10000,
+    window 32 (TCP requests in flight per batch); zero means these.
 
 ================================================================================================
 ERRORS & LOGGING
@@ -406,6 +496,10 @@ THREAD SAFETY
     connections, expose, revoke and write, also on the same connection at the same time.
     omc_rdma_destroy must not race with other calls; destroy the pools registered with it and
     the connections first. Pure helpers (records, descriptors, GID choice) are reentrant.
+    The transfer engine likewise: every omc_xfer_* call is thread-safe except omc_xfer_destroy;
+    close its peers and destroy its batches before it (destroy cancels and waits for batches
+    still running, and stops the listener). Batches to one peer run one after another; batches
+    to different peers run at once. Each batch and each listener client has a thread.
 
 ================================================================================================
 DEPENDENCIES & LINKING
@@ -507,20 +601,81 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
     Decoding checks every field, both CRCs and every length before anything is used; the
     checksum catches corruption, not malice (the adapter enforces the windows).
 
+    Transfer-engine descriptor (omc_xfer_export; 24 + H + N * (24 + 4R) + 4 bytes, at most
+    OMC_XFER_DESC_MAX). What an engine exports of its registered memory:
+        0   u32  magic 0x44434D4F ("OMCD")
+        4   u8   version (1)
+        5   u8   rail count R (0 = the exporter moves data over TCP only; 1..4)
+        6   u16  range count N (0..256)
+        8   u64  incarnation of the exporting engine (random, never 0)
+        16  u16  RPC port of its listener (1..65535)
+        18  u8   host text length H (1..63)
+        19  u8   reserved, zero
+        20  u32  reserved, zero
+        24  u8[H] host (printable ASCII without spaces; not NUL-terminated)
+        24 + H  N x (24 + 4R) bytes, one per registered range:
+              0   u64  address
+              8   u64  length (> 0; address + length does not wrap)
+              16  u32  range id (the registration's number)
+              20  u32  reserved, zero
+              24  R x u32 rkey, in the exporter's rail order
+        end u32 CRC-32C of everything before it
+
+    Transfer-engine RPC (TCP, the listener of omc_xfer_create). A request is a 32-byte header
+    and, for WRITE, HELLO, NOTIFY and RDMA_CONNECT, `length` bytes after it:
+        0   u32  magic 0x51434D4F ("OMCQ")
+        4   u8   version (1)
+        5   u8   type: 1 HELLO, 2 READ, 3 WRITE, 4 NOTIFY, 5 RDMA_CONNECT
+        6   u16  reserved, zero
+        8   u32  request number (echoed in the answer; a batch numbers its entries from 0)
+        12  u32  READ/WRITE: the range id the address lies in; otherwise zero
+        16  u64  READ/WRITE: the address; HELLO: the incarnation the caller expects (0 = any)
+        24  u64  READ: bytes to read; WRITE: bytes that follow; others: payload size
+    An answer is a 32-byte header and `length` bytes:
+        0   u32  magic 0x41434D4F ("OMCA")
+        4   u8   version (1)
+        5   u8   type (the request's)
+        6   u16  reserved, zero
+        8   u32  request number
+        12  i32  omc_result (0 = done)
+        16  u64  incarnation of the answering engine
+        24  u64  what follows: READ the bytes (only when the result is 0); HELLO the
+                 descriptor; RDMA_CONNECT one byte P (pairs), P bytes (the answering engine's
+                 rail behind each pair), then its endpoint record; otherwise 0
+    Payloads: HELLO the caller's name ("host:port", 1..79 printable bytes), NOTIFY the
+    message (<= 4096 bytes), RDMA_CONNECT the caller's endpoint record (<= OMC_RDMA_RECORD_MAX).
+    Requests on one connection are answered in order; a client may send several before reading
+    (a batch keeps `window` in flight). The listener answers OMC_ERR_STALE for a range id not
+    registered (any more), OMC_ERR_RDMA_ACCESS for a range that leaves its registration,
+    OMC_ERR_MALFORMED for 0 bytes or a payload over its bound, OMC_ERR_VERSION / _PROTOCOL for
+    another version, magic or type; after a refused WRITE it reads and drops the bytes (up to
+    64 MiB, else it closes), after a bad header it closes the connection.
+
 ================================================================================================
 NON-GOALS
 ================================================================================================
 
     - No RDMA CM (rdma_cm) and no receive queues: QPs are connected with the endpoint records,
-      data only moves by RDMA WRITE, notifications go over your side channel.
-    - No GPU memory registration yet (GPUDirect needs nvidia-peermem; pools of OMC_MEMORY_CUDA
-      are refused by the region hook).
-    - No RDMA READ, no multi-path within one rail; a rail that comes back is used by new
-      connections (the remote connector replaces its own), never by the QPs that failed.
+      data moves by RDMA WRITE (and READ, in the transfer engine), notifications go over a
+      socket (yours, or the transfer engine's listener).
+    - No GPU memory registration yet (GPUDirect needs nvidia-peermem or dma-buf; pools of
+      OMC_MEMORY_CUDA and OMC_XFER_MEM_DEVICE are refused with a log line).
+    - No multi-path within one rail; a rail that comes back is used by new connections (the
+      remote connector replaces its own), never by the QPs that failed.
+    - The transfer engine has no metadata store (etcd, Redis): peers are named host:port, as
+      in Mooncake's P2PHANDSHAKE mode, and its listener has no authentication.
 
 ================================================================================================
 RECENT REVISIONS
 ================================================================================================
+
+    next release        the transfer engine (omc_xfer_*): caller-registered memory, exported
+                        descriptors, batched RDMA READ and WRITE with one completion and a
+                        status per entry, async submit / test / wait / cancel, notifications,
+                        the same API over TCP through the engine's RPC listener, discovery by
+                        host:port; RoCE traffic class and service level per engine and rail
+                        (OMNICONN_IB_TC / OMNICONN_IB_SL); QPs accept RDMA READ (up to 16 in
+                        flight per QP).
 
     0.1.2 (2026-11-24)  rails: every usable device port (max_rails), records and descriptors
                         version 2, pairing by subnet, slices striped by earliest finish at the
@@ -733,6 +888,12 @@ OMNICONN_API const char* omc_rdma_topo_tier_name(omc_rdma_topo_tier t);
    CONFIGURATION). OMC_OK, or OMC_ERR_UNAVAILABLE / OMC_ERR_RDMA_DEVICE with the reason in why. */
 OMNICONN_API omc_result omc_rdma_probe(const char* library, char* why, size_t why_size);
 
+/* Parse a traffic class or service level setting: "106" (every rail) or "106,96" (one per rail;
+   rails past the list take its last value). NULL or "" leaves out[] unchanged. Each value must be
+   a decimal number <= max (255 for a traffic class, 15 for a service level): otherwise
+   OMC_ERR_INVALID_ARG and out[] is unchanged. Pure. */
+OMNICONN_API omc_result omc_rdma_parse_qos(const char* text, uint32_t max, uint8_t out[OMC_RDMA_MAX_RAILS]);
+
 /* ============================================================================================== */
 /* [SECTION] RDMA: the engine                                                                     */
 /* ============================================================================================== */
@@ -774,6 +935,11 @@ typedef struct omc_rdma_desc {
     int numa_node_set;          /* used only if numa_node_set (0 is a valid node) */
     const char* library;        /* runtime linking: NULL = $OMNICONN_IBVERBS_LIB, else
                                    OMNICONN_RDMA_LIBRARY */
+    const char* traffic_class;  /* RoCE traffic class (GRH, 0..255) of every QP: "106" for every
+                                   rail or "106,96" one per rail (the last repeats); NULL =
+                                   $OMNICONN_IB_TC, else $MC_IB_TC, else 0 */
+    const char* service_level;  /* service level (ah_attr.sl, 0..15), the same way: NULL =
+                                   $OMNICONN_IB_SL, else $MC_IB_SL, else 0 */
     omc_hooks hooks;
 } omc_rdma_desc;
 
@@ -832,6 +998,8 @@ typedef struct omc_rdma_rail_stat {
     double weight;              /* its share of new slices now (the up rails' weights sum to 1) */
     double throughput;          /* measured bytes/s (moving average; 0 = not measured yet) */
     char why[160];              /* why it is down, or its last failure ("" if none) */
+    uint32_t traffic_class;     /* GRH traffic class every QP on this rail uses */
+    uint32_t service_level;     /* service level every QP on this rail uses */
 } omc_rdma_rail_stat;
 
 /* Fill out[0 .. min(cap, rails) - 1] with the engine's rails, in rail order. Returns the number of
@@ -922,6 +1090,201 @@ OMNICONN_API omc_result omc_rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline);
 /* Wait at most until deadline without giving up: OMC_ERR_BUSY means the operation is still
    running and stays valid (test again, or op_wait it); anything else is its result (freed). */
 OMNICONN_API omc_result omc_rdma_op_test(omc_rdma_op* op, omc_time_ns deadline);
+
+/* ============================================================================================== */
+/* [SECTION] Transfer engine: registered memory, batched READ and WRITE, notifications            */
+/* ============================================================================================== */
+/*  An omc_xfer is what Mooncake's TransferEngine and NIXL's agents are: the caller registers its
+    own memory, exports a descriptor of it (address ranges and a key per rail), and a peer that
+    imports it moves lists of (local address, remote address, length) triples with one-sided
+    RDMA READ or WRITE, one completion per batch, with a per-entry status and an optional
+    notification that reaches the target after every byte of the batch has landed. Without an
+    RDMA device (or with OMC_XFER_TRANSPORT_TCP) the same calls run over plain TCP against the
+    peer's RPC listener: a READ is a request the listener answers from registered memory, a
+    WRITE a push into it. Peers are named "host:port" (the RPC listener; omc_xfer_name) and
+    found as Mooncake's P2PHANDSHAKE mode finds them: the listener answers the descriptor
+    exchange. See TRANSFER ENGINE in the manual and docs/rdma.md. */
+
+typedef struct omc_xfer omc_xfer;
+typedef struct omc_xfer_peer omc_xfer_peer;
+typedef struct omc_xfer_batch omc_xfer_batch;
+
+#define OMC_XFER_DESC_MAGIC 0x44434D4Fu     /* "OMCD": the exported memory descriptor */
+#define OMC_XFER_DESC_VERSION 1
+#define OMC_XFER_DESC_HEADER 24             /* + host + ranges + CRC */
+#define OMC_XFER_DESC_RANGE 24              /* + 4 bytes (an rkey) per rail */
+#define OMC_XFER_MAX_RANGES 256             /* registrations one engine exports */
+#define OMC_XFER_HOST_MAX 64                /* host text, NUL included (63 bytes on the wire) */
+#define OMC_XFER_DESC_MAX (OMC_XFER_DESC_HEADER + 63 + OMC_XFER_MAX_RANGES * (OMC_XFER_DESC_RANGE + 4 * OMC_RDMA_MAX_RAILS) + 4)
+#define OMC_XFER_RPC_MAGIC 0x51434D4Fu      /* "OMCQ": a request to the RPC listener */
+#define OMC_XFER_RPC_ANSWER 0x41434D4Fu     /* "OMCA": its answer */
+#define OMC_XFER_RPC_VERSION 1
+#define OMC_XFER_RPC_HEADER 32
+#define OMC_XFER_NOTIFY_MAX 4096            /* bytes of one notification */
+#define OMC_XFER_NAME_MAX 80                /* "host:port" text, NUL included */
+#define OMC_XFER_MAX_ENTRIES 65536          /* entries of one batch */
+#define OMC_XFER_MEM_DEVICE 0x1u            /* omc_xfer_register: GPU memory (GPUDirect, dma-buf) */
+
+typedef enum omc_xfer_transport {
+    OMC_XFER_TRANSPORT_DEFAULT = 0,     /* RDMA if the verbs engine starts, else TCP (and say why) */
+    OMC_XFER_TRANSPORT_RDMA,            /* RDMA or fail (OMC_ERR_UNAVAILABLE / _RDMA_DEVICE) */
+    OMC_XFER_TRANSPORT_TCP              /* TCP only, even where RDMA would work */
+} omc_xfer_transport;
+
+typedef enum omc_xfer_op {
+    OMC_XFER_READ = 1,                  /* remote -> local (one-sided RDMA READ, or a request) */
+    OMC_XFER_WRITE = 2                  /* local -> remote (RDMA WRITE, or a push) */
+} omc_xfer_op;
+
+typedef struct omc_xfer_desc {
+    const char* host;           /* address the RPC listener binds and announces (an IP literal or
+                                   a name); NULL = "127.0.0.1" */
+    uint32_t port;              /* RPC port; 0 = any free port (omc_xfer_query says which) */
+    omc_xfer_transport transport;       /* 0 = OMC_XFER_TRANSPORT_DEFAULT */
+    omc_rdma_desc rdma;         /* the verbs engine (devices, rails, traffic class, ...);
+                                   rdma.local_addr defaults to host; rdma.hooks to hooks */
+    uint32_t max_clients;       /* listener connections served at once; 0 = 64 */
+    uint32_t max_notifies;      /* notifications queued until omc_xfer_notifs; 0 = 1024 */
+    uint32_t io_timeout_ms;     /* a listener client that moves none of a request's next 4 MiB
+                                   (or of its header) this long is dropped; 0 = 10000 */
+    uint32_t window;            /* TCP: requests of one batch in flight; 0 = 32 */
+    omc_hooks hooks;
+} omc_xfer_desc;
+
+/* One entry of a batch: `length` bytes between local memory (inside a range registered with
+   this engine) and the peer's memory at `remote` (inside one range of its descriptor). */
+typedef struct omc_xfer_entry {
+    void* local;
+    uint64_t remote;
+    uint64_t length;
+} omc_xfer_entry;
+
+/* A decoded descriptor (omc_xfer_descriptor_decode): what a peer exported. */
+typedef struct omc_xfer_range {
+    uint64_t addr, length;
+    uint32_t id;                /* the registration's number: a range registered again is another */
+    uint32_t rkey[OMC_RDMA_MAX_RAILS];  /* per rail of the exporter (RDMA only) */
+} omc_xfer_range;
+
+typedef struct omc_xfer_descriptor {
+    uint64_t incarnation;       /* the exporting engine (random, never 0; a new engine, a new one) */
+    char host[OMC_XFER_HOST_MAX];
+    uint32_t port;              /* its RPC listener */
+    uint32_t rails;             /* 0: the exporter moves data over TCP only */
+    uint32_t count;             /* ranges */
+    omc_xfer_range range[OMC_XFER_MAX_RANGES];
+} omc_xfer_descriptor;
+
+/* Encode / decode a descriptor (see WIRE FORMATS). Decoding checks magic, version, every count
+   and length, the host text and the CRC before anything is used: OMC_ERR_MALFORMED,
+   OMC_ERR_VERSION, OMC_ERR_CHECKSUM. Pure and reentrant. */
+OMNICONN_API omc_result omc_xfer_descriptor_encode(const omc_xfer_descriptor* d, void* out, size_t cap, size_t* out_len);
+OMNICONN_API omc_result omc_xfer_descriptor_decode(const void* data, size_t len, omc_xfer_descriptor* out);
+
+typedef struct omc_xfer_info {
+    char name[OMC_XFER_NAME_MAX];       /* "host:port" peers use */
+    uint32_t port;              /* the RPC port (Mooncake's get_rpc_port) */
+    omc_xfer_transport transport;       /* resolved: RDMA or TCP */
+    char why_tcp[256];          /* TCP although RDMA was allowed: why */
+    uint64_t incarnation;
+    uint32_t regions;
+    uint64_t registered_bytes;
+    uint64_t batches, batch_failures, bytes_read, bytes_written;   /* as initiator */
+    uint64_t served_reads, served_writes, served_bytes, refused;   /* as target (TCP listener) */
+    uint64_t notifies, notifies_dropped;        /* received; refused because the queue was full */
+    uint32_t clients;           /* listener connections now */
+} omc_xfer_info;
+
+/* A notification as the target receives it. */
+typedef struct omc_xfer_notif {
+    char peer[OMC_XFER_NAME_MAX];       /* the sender's name ("host:port") */
+    uint32_t length;
+    uint8_t data[OMC_XFER_NOTIFY_MAX];
+} omc_xfer_notif;
+
+/* Start an engine: the verbs engine (unless TCP), then the RPC listener on desc->host:port.
+   Returns OMC_ERR_INVALID_ARG, OMC_ERR_SYSTEM (bind/listen; the log says why), OMC_ERR_UNAVAILABLE
+   or OMC_ERR_RDMA_DEVICE (transport RDMA only), OMC_ERR_NO_MEMORY. Thread safety: every call on
+   an engine, its peers and batches is thread-safe except destroy. */
+OMNICONN_API omc_result omc_xfer_create(const omc_xfer_desc* desc, omc_xfer** out);
+/* Stop the listener, cancel and wait for running batches, close peers, deregister everything.
+   Must not race with other calls on the engine. */
+OMNICONN_API void       omc_xfer_destroy(omc_xfer* x);
+OMNICONN_API omc_result omc_xfer_query(omc_xfer* x, omc_xfer_info* out);
+/* omc_xfer_create with every other field zero: for bindings (ctypes) that would rather not
+   mirror omc_xfer_desc. devices: as omc_rdma_desc.devices (NULL or "" = all). */
+OMNICONN_API omc_result omc_xfer_start(const char* host, uint32_t port, omc_xfer_transport transport, const char* devices,
+                                       omc_xfer** out);
+/* The RPC port (Mooncake's get_rpc_port), and "host:port" as peers name this engine. */
+OMNICONN_API uint32_t   omc_xfer_port(omc_xfer* x);
+OMNICONN_API const char* omc_xfer_name(omc_xfer* x);
+/* The verbs engine behind x (NULL over TCP): for omc_rdma_query / omc_rdma_rail_stats. */
+OMNICONN_API omc_rdma*  omc_xfer_rdma(omc_xfer* x);
+
+/* Register [addr, addr + length) of the caller's memory: peers may then read and write it (with
+   the descriptor), and local entries may use it. flags: OMC_XFER_MEM_DEVICE for GPU memory, which
+   needs a build with OMNICONN_ENABLE_CUDA and the RDMA transport (ibv_reg_dmabuf_mr); otherwise
+   OMC_ERR_UNAVAILABLE and a log line. OMC_ERR_EXISTS if it overlaps a registration,
+   OMC_ERR_MEMLOCK (RDMA: the lock limit, the log names the fix), OMC_ERR_TOO_LARGE (more than
+   OMC_XFER_MAX_RANGES). */
+OMNICONN_API omc_result omc_xfer_register(omc_xfer* x, void* addr, uint64_t length, uint32_t flags);
+/* Unregister the range that starts at addr. OMC_ERR_BUSY (nothing changes) while a batch of this
+   engine uses it as local memory; a peer's request being served from it finishes first (TCP),
+   later ones fail with OMC_ERR_STALE (TCP) or OMC_ERR_RDMA_ACCESS (RDMA: the key is gone).
+   OMC_ERR_NOT_FOUND if no range starts there. */
+OMNICONN_API omc_result omc_xfer_unregister(omc_xfer* x, void* addr);
+/* This engine's descriptor (its listener and every registered range; cap >= OMC_XFER_DESC_MAX is
+   always enough, else OMC_ERR_TOO_LARGE). */
+OMNICONN_API omc_result omc_xfer_export(omc_xfer* x, void* out, size_t cap, size_t* out_len);
+
+/* A peer by name ("host:port", "[v6]:port"): connect to its RPC listener and fetch its descriptor
+   (Mooncake's P2PHANDSHAKE). OMC_ERR_CONNECTION (nobody answers), OMC_ERR_TIMEOUT, OMC_ERR_PROTOCOL
+   (it is not a transfer engine), OMC_ERR_INVALID_ARG (bad name). */
+OMNICONN_API omc_result omc_xfer_peer_open(omc_xfer* x, const char* name, omc_time_ns deadline, omc_xfer_peer** out);
+/* A peer from a descriptor received some other way; it connects at its first transfer, and the
+   engine that answers there must be the one that exported it (else OMC_ERR_PEER_RESTARTED). */
+OMNICONN_API omc_result omc_xfer_peer_import(omc_xfer* x, const void* desc, size_t len, omc_xfer_peer** out);
+/* Fetch the peer's descriptor again (ranges it registered since). OMC_ERR_PEER_RESTARTED if
+   another engine answers: open the peer again. */
+OMNICONN_API omc_result omc_xfer_peer_refresh(omc_xfer_peer* peer, omc_time_ns deadline);
+/* Copy of the descriptor the peer was opened or refreshed with. */
+OMNICONN_API omc_result omc_xfer_peer_descriptor(omc_xfer_peer* peer, omc_xfer_descriptor* out);
+/* Close a peer: cancels its running batches and waits until they ended (destroy them before or
+   after, but before the engine). */
+OMNICONN_API void       omc_xfer_peer_close(omc_xfer_peer* peer);
+
+/* Start a batch: every entry is checked first (local range registered here: else
+   OMC_ERR_INVALID_ARG; remote range inside one range of the peer's descriptor: else
+   OMC_ERR_RDMA_ACCESS; count <= OMC_XFER_MAX_ENTRIES, notify_len <= OMC_XFER_NOTIFY_MAX) and
+   nothing moves if one fails (the log names the entry). Then the batch runs on its own thread
+   and *out tracks it. notify (may be NULL): delivered to the peer (omc_xfer_notifs) once every
+   entry completed, never otherwise. deadline: an absolute time for the whole batch. */
+OMNICONN_API omc_result omc_xfer_submit(omc_xfer_peer* peer, omc_xfer_op op, const omc_xfer_entry* entries, uint32_t count,
+                                        const void* notify, uint32_t notify_len, omc_time_ns deadline, omc_xfer_batch** out);
+/* OMC_ERR_BUSY while the batch runs, else its result (OMC_OK: every entry and the notification
+   arrived). Never blocks. */
+OMNICONN_API omc_result omc_xfer_batch_test(omc_xfer_batch* b);
+/* Wait until the batch ends or deadline (then OMC_ERR_TIMEOUT, the batch goes on); returns its
+   result. */
+OMNICONN_API omc_result omc_xfer_batch_wait(omc_xfer_batch* b, omc_time_ns deadline);
+/* Per-entry results (count = the batch's count): OMC_OK, or why that entry did not complete
+   (OMC_ERR_CLOSED: not attempted or cut short because the batch was cancelled or stopped).
+   OMC_ERR_BUSY while the batch runs. */
+OMNICONN_API omc_result omc_xfer_batch_status(omc_xfer_batch* b, omc_result* status, uint32_t count);
+/* Stop a batch: entries not complete end with OMC_ERR_CLOSED and the batch with OMC_ERR_CLOSED
+   (RDMA: the peer's connection is reset, so no request outlives the batch; the next batch
+   connects again). Returns at once; wait for the end with omc_xfer_batch_wait. */
+OMNICONN_API void       omc_xfer_batch_cancel(omc_xfer_batch* b);
+/* Cancel if running, wait for the end, free. */
+OMNICONN_API void       omc_xfer_batch_destroy(omc_xfer_batch* b);
+/* submit + wait + status + destroy: the synchronous form. status (may be NULL) gets count results. */
+OMNICONN_API omc_result omc_xfer_run(omc_xfer_peer* peer, omc_xfer_op op, const omc_xfer_entry* entries, uint32_t count,
+                                     const void* notify, uint32_t notify_len, omc_time_ns deadline, omc_result* status);
+/* A notification on its own. OMC_ERR_BUSY: the peer's queue is full. */
+OMNICONN_API omc_result omc_xfer_notify(omc_xfer_peer* peer, const void* data, uint32_t len, omc_time_ns deadline);
+/* Take up to cap received notifications, oldest first; returns how many (or a negative
+   omc_result). */
+OMNICONN_API int        omc_xfer_notifs(omc_xfer* x, omc_xfer_notif* out, int cap);
 
 /* ============================================================================================== */
 /* [SECTION] RDMA: the remote connector with the RDMA data plane                                  */
@@ -1606,6 +1969,26 @@ OMC__PRIVATE omc_result omc__rdma_memlock_check(uint64_t want, uint64_t pinned, 
     return OMC_ERR_MEMLOCK;
 }
 
+OMNICONN_API omc_result omc_rdma_parse_qos(const char* text, uint32_t max, uint8_t out[OMC_RDMA_MAX_RAILS]) {
+    uint8_t v[OMC_RDMA_MAX_RAILS];
+    uint32_t n = 0, k;
+    const char* p = text;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    if (!text || !text[0]) return OMC_OK;
+    while (*p) {
+        unsigned long x = 0;
+        int digits = 0;
+        while (*p == ' ') p++;
+        while (*p >= '0' && *p <= '9' && digits < 4) { x = x * 10 + (unsigned long)(*p - '0'); p++; digits++; }
+        while (*p == ' ') p++;
+        if (!digits || x > max || (*p && *p != ',') || n == OMC_RDMA_MAX_RAILS) return OMC_ERR_INVALID_ARG;
+        v[n++] = (uint8_t)x;
+        if (*p == ',') { p++; if (!*p) return OMC_ERR_INVALID_ARG; }
+    }
+    for (k = 0; k < OMC_RDMA_MAX_RAILS; k++) out[k] = v[k < n ? k : n - 1];
+    return OMC_OK;
+}
+
 /* ============================================================================================== */
 /* [SECTION] Implementation: NIC choice by topology (sysfs only)                                  */
 /* ============================================================================================== */
@@ -1977,18 +2360,16 @@ OMNICONN_API omc_result omc_rdma_probe(const char* library, char* why, size_t wh
 
 #define OMC__RDMA_PKEY_INDEX 0          /* the default partition */
 #define OMC__RDMA_HOP_LIMIT 64          /* GRH hop limit (RoCE v2: the IP TTL) */
-#define OMC__RDMA_TRAFFIC_CLASS 0
-#define OMC__RDMA_SERVICE_LEVEL 0
+#define OMC__RDMA_RD_ATOMIC_MAX 16      /* RDMA READs in flight per QP (fewer if the device has fewer) */
 #define OMC__RDMA_MIN_RNR_TIMER 12      /* 0.64 ms; we post no receives, RNR never happens */
 #define OMC__RDMA_RNR_RETRY 7           /* 7 = retry forever (never used: no SENDs) */
-#define OMC__RDMA_RD_ATOMIC 1           /* RDMA READ/atomic depth; WRITE needs none, 1 is the floor */
 #define OMC__RDMA_MAX_SGE 16            /* gather elements per WRITE (fewer if the device has fewer) */
 #define OMC__RDMA_POLL_BATCH 32
 #define OMC__RDMA_ACK_EVERY 64          /* acknowledge CQ events in batches (ack takes a lock) */
 #define OMC__RDMA_SLEEP_MS 1000         /* longest sleep of the progress thread (stop is signalled) */
 #define OMC__RDMA_FLUSH_GRACE_MS 5000   /* after forcing a QP to ERROR, how long flushes may take */
 
-enum { OMC__OP_WRITE = 1, OMC__OP_BIND = 2, OMC__OP_INVALIDATE = 3, OMC__OP_PROBE = 4 };
+enum { OMC__OP_WRITE = 1, OMC__OP_BIND = 2, OMC__OP_INVALIDATE = 3, OMC__OP_PROBE = 4, OMC__OP_XFER = 5 };
 
 struct omc_rdma_op {
     omc_rdma_conn* conn;        /* holds a reference */
@@ -2003,6 +2384,9 @@ struct omc_rdma_op {
     struct omc__rdma_piece* pieces;     /* a write: the source, split at MR boundaries (owned) */
     uint32_t npieces;
     struct omc_rdma_target* target;     /* a write: the decoded descriptor (owned) */
+    struct omc_xfer_batch* xfer;        /* a transfer-engine batch: its slices belong to the batch */
+    int* gave_up;               /* set to 1 when the waiter gave up and the engine frees the op */
+    int read;                   /* a transfer-engine batch of RDMA READs */
     omc_rdma_op* next;          /* on the reap list */
 };
 
@@ -2094,6 +2478,9 @@ typedef struct omc__rdma_rail {
     uint8_t prefix;             /* GID bits naming its subnet */
     char netdev[16];
     int numa_node;
+    uint8_t traffic_class;      /* GRH traffic class of its QPs (RoCE: DSCP << 2 | ECN) */
+    uint8_t service_level;      /* ah_attr.sl of its QPs */
+    uint8_t rd_atomic;          /* RDMA READs in flight per QP, both as initiator and responder */
     /* state (under mu) */
     int up;
     int regid;                  /* came back: look its GID up again before the next connection */
@@ -2119,6 +2506,8 @@ struct omc_rdma {
     uint64_t slice, split_min, mr_chunk;
     omc_rdma_protection protect;
     int use_mw;                 /* protect == WINDOWS */
+    uint8_t qos_tc[OMC_RDMA_MAX_RAILS], qos_sl[OMC_RDMA_MAX_RAILS];     /* traffic class, service level per rail */
+    const char *qos_tc_from, *qos_sl_from;      /* where they came from (for the log) */
     int window_bounds;          /* what the probe found (see omc_rdma_info) */
     /* the rails (each owns its verbs objects), then the progress thread */
     omc__rdma_rail rail[OMC_RDMA_MAX_RAILS];
@@ -2503,7 +2892,7 @@ static const char* omc__rdma_wc_hint(enum ibv_wc_status s) {
 }
 
 static const char* omc__rdma_op_name(int kind) {
-    return kind == OMC__OP_WRITE ? "RDMA WRITE" : kind == OMC__OP_BIND ? "window bind" : kind == OMC__OP_INVALIDATE ? "window invalidation" :
+    return kind == OMC__OP_XFER ? "batch transfer" : kind == OMC__OP_WRITE ? "RDMA WRITE" : kind == OMC__OP_BIND ? "window bind" : kind == OMC__OP_INVALIDATE ? "window invalidation" :
            kind == OMC__OP_PROBE ? "liveness probe (zero-byte WRITE)" : "request";
 }
 
@@ -2951,6 +3340,80 @@ OMC__PRIVATE omc_result omc__rdma_resolve(omc_rdma* E, const omc_rdma_desc* d) {
 
 OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection want);
 
+/* Traffic class and service level of each rail: the desc's text, else ours, else Mooncake's
+   environment variable (a program that moves from Mooncake keeps its fabric settings). Parsed
+   before any device is opened (a wrong value is a wrong value on every host), given to the
+   rails once they exist (omc__rdma_apply_qos). */
+OMC__PRIVATE omc_result omc__rdma_resolve_qos(omc_rdma* E, const omc_rdma_desc* d) {
+    static const char* tc_env[] = { "OMNICONN_IB_TC", "MC_IB_TC" };
+    static const char* sl_env[] = { "OMNICONN_IB_SL", "MC_IB_SL" };
+    uint8_t tc[OMC_RDMA_MAX_RAILS], sl[OMC_RDMA_MAX_RAILS];
+    const char *tct = d->traffic_class, *slt = d->service_level, *tcw = "desc.traffic_class", *slw = "desc.service_level";
+    uint32_t k;
+    memset(tc, 0, sizeof(tc));
+    memset(sl, 0, sizeof(sl));
+    for (k = 0; k < 2 && !tct; k++) if (getenv(tc_env[k]) && getenv(tc_env[k])[0]) { tct = getenv(tc_env[k]); tcw = tc_env[k]; }
+    for (k = 0; k < 2 && !slt; k++) if (getenv(sl_env[k]) && getenv(sl_env[k])[0]) { slt = getenv(sl_env[k]); slw = sl_env[k]; }
+    if (omc_rdma_parse_qos(tct, 255, tc) != OMC_OK || omc_rdma_parse_qos(slt, 15, sl) != OMC_OK) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "traffic class %s='%s' (0..255) or service level %s='%s' (0..15) is not a number or a "
+                      "comma list of at most %d numbers in range", tcw, tct ? tct : "", slw, slt ? slt : "", OMC_RDMA_MAX_RAILS);
+        return OMC_ERR_INVALID_ARG;
+    }
+    memcpy(E->qos_tc, tc, sizeof(tc));
+    memcpy(E->qos_sl, sl, sizeof(sl));
+    E->qos_tc_from = tct ? tcw : "default";
+    E->qos_sl_from = slt ? slw : "default";
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__rdma_apply_qos(omc_rdma* E) {
+    uint32_t k;
+    for (k = 0; k < E->nrails; k++) {
+        E->rail[k].traffic_class = E->qos_tc[k];
+        E->rail[k].service_level = E->qos_sl[k];
+        if (E->qos_tc[k] || E->qos_sl[k])
+            OMC__RDMA_LOG(E, OMC_LOG_INFO, "rail %u (%s): traffic class %u (%s), service level %u (%s)", k, E->rail[k].device, E->qos_tc[k],
+                          E->qos_tc_from, E->qos_sl[k], E->qos_sl_from);
+    }
+}
+
+/* desc.local_addr: one address, or a comma list (one per rail), as GIDs to look for. */
+OMC__PRIVATE omc_result omc__rdma_local_addrs(const omc_hooks* hooks, const char* text, uint8_t (*want)[16], uint32_t* nwant) {
+    const char* p = text;
+    uint32_t cap = OMC_RDMA_MAX_RAILS * 2;
+    *nwant = 0;
+    while (p && *p) {
+        char one[INET6_ADDRSTRLEN + 8];
+        size_t len = strcspn(p, ", ");
+        if (len) {
+            snprintf(one, sizeof(one), "%.*s", (int)omc__min(len, sizeof(one) - 1), p);
+            if (*nwant == cap || len >= sizeof(one) - 1 || omc_rdma_addr_to_gid(one, want[*nwant]) != OMC_OK) {
+                OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "local_addr '%s' is not an IPv4 or IPv6 literal (or a comma "
+                         "list of at most %u)", text, cap);
+                return OMC_ERR_INVALID_ARG;
+            }
+            (*nwant)++;
+        }
+        p += len;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return OMC_OK;
+}
+
+/* What every rail can do: gather elements, CQ entries, RDMA READs in flight per QP. */
+OMC__PRIVATE void omc__rdma_device_limits(omc_rdma* E) {
+    uint32_t k;
+    E->max_sge = OMC__RDMA_MAX_SGE;
+    E->cq_depth = OMNICONN_RDMA_CQ_DEPTH;
+    for (k = 0; k < E->nrails; k++) {
+        const struct ibv_device_attr* da = &E->rail[k].dev_attr;
+        uint32_t rd = (uint32_t)omc__min(da->max_qp_rd_atom, da->max_qp_init_rd_atom);
+        E->max_sge = (uint32_t)omc__min(E->max_sge, da->max_sge > 0 ? (uint32_t)da->max_sge : 1u);
+        E->cq_depth = (uint32_t)omc__min(E->cq_depth, da->max_cqe > 0 ? (uint32_t)da->max_cqe : 1u);
+        E->rail[k].rd_atomic = (uint8_t)(rd < 1 ? 1 : omc__min(rd, OMC__RDMA_RD_ATOMIC_MAX));
+    }
+}
+
 OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** out) {
     omc_rdma_desc d;
     omc_hooks hooks;
@@ -2968,24 +3431,7 @@ OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** ou
         OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "RDMA unavailable: %s", why);
         return r;
     }
-    if (d.local_addr && d.local_addr[0]) {       /* one address, or a comma list (one per rail) */
-        const char* p = d.local_addr;
-        while (*p) {
-            char one[INET6_ADDRSTRLEN + 8];
-            size_t len = strcspn(p, ", ");
-            if (len) {
-                snprintf(one, sizeof(one), "%.*s", (int)omc__min(len, sizeof(one) - 1), p);
-                if (nwant == sizeof(want) / sizeof(want[0]) || len >= sizeof(one) - 1 || omc_rdma_addr_to_gid(one, want[nwant]) != OMC_OK) {
-                    OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_RDMA, "local_addr '%s' is not an IPv4 or IPv6 literal (or a comma "
-                             "list of at most %d)", d.local_addr, (int)(sizeof(want) / sizeof(want[0])));
-                    return OMC_ERR_INVALID_ARG;
-                }
-                nwant++;
-            }
-            p += len;
-            while (*p == ',' || *p == ' ') p++;
-        }
-    }
+    if (omc__rdma_local_addrs(&hooks, d.local_addr, want, &nwant) != OMC_OK) return OMC_ERR_INVALID_ARG;
     max_rails = d.max_rails;
     if (!max_rails && getenv("OMNICONN_RDMA_MAX_RAILS")) max_rails = (uint32_t)strtoul(getenv("OMNICONN_RDMA_MAX_RAILS"), NULL, 10);
     if (!max_rails || max_rails > OMC_RDMA_MAX_RAILS) max_rails = OMC_RDMA_MAX_RAILS;
@@ -2994,17 +3440,13 @@ OMNICONN_API omc_result omc_rdma_create(const omc_rdma_desc* desc, omc_rdma** ou
     E->hooks = hooks;
     E->wake_fd = -1;
     r = omc__rdma_resolve(E, &d);
+    if (r == OMC_OK) r = omc__rdma_resolve_qos(E, &d);
     if (r != OMC_OK) { omc__free(&hooks, E); return r; }
     if (pthread_mutex_init(&E->mu, NULL) != 0 || omc__cond_init_monotonic(&E->cv) != 0) { omc__free(&hooks, E); return OMC_ERR_SYSTEM; }
     r = omc__rdma_pick_device(E, &d, (const uint8_t (*)[16])want, nwant, max_rails);
     if (r == OMC_OK) {
-        E->max_sge = OMC__RDMA_MAX_SGE;
-        E->cq_depth = OMNICONN_RDMA_CQ_DEPTH;
-        for (k = 0; k < E->nrails; k++) {   /* what every rail can do */
-            const struct ibv_device_attr* da = &E->rail[k].dev_attr;
-            E->max_sge = (uint32_t)omc__min(E->max_sge, da->max_sge > 0 ? (uint32_t)da->max_sge : 1u);
-            E->cq_depth = (uint32_t)omc__min(E->cq_depth, da->max_cqe > 0 ? (uint32_t)da->max_cqe : 1u);
-        }
+        omc__rdma_device_limits(E);
+        omc__rdma_apply_qos(E);
         if (E->cq_depth < E->queue_depth) {
             OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device %s: a CQ holds at most %u entries, fewer than queue_depth %u", E->rail[0].device,
                           E->cq_depth, E->queue_depth);
@@ -3126,6 +3568,8 @@ OMNICONN_API int omc_rdma_rail_stats(omc_rdma* E, omc_rdma_rail_stat* out, int c
         o->weight = R->up && total > 0 ? omc__rdma_rail_rate(E, k) / total : 0;
         o->throughput = R->rate;
         snprintf(o->why, sizeof(o->why), "%s", R->why);
+        o->traffic_class = R->traffic_class;
+        o->service_level = R->service_level;
     }
     pthread_mutex_unlock(&E->mu);
     return (int)E->nrails;
@@ -3167,10 +3611,43 @@ OMC__PRIVATE void omc__rdma_region_drop(omc_rdma* E, omc__rdma_region* g) {
     g->count = 0;
 }
 
+/* Register [base, base + size) on every rail with the given access, in MRs of at most chunk
+   bytes (0: one MR per rail). */
+OMC__PRIVATE omc_result omc__rdma_register_as(omc_rdma* E, void* base, uint64_t size, int access, uint64_t chunk);
+
 OMNICONN_API omc_result omc_rdma_register(omc_rdma* E, void* base, uint64_t size) {
+    /* only with POOL protection do the pool's MRs take remote writes; otherwise a window or a
+       region of the destination's own is the only way in */
+    if (!E) return OMC_ERR_INVALID_ARG;
+    return omc__rdma_register_as(E, base, size, IBV_ACCESS_LOCAL_WRITE | (E->protect == OMC_RDMA_PROTECT_WINDOWS ? IBV_ACCESS_MW_BIND : 0) |
+                                 (E->protect == OMC_RDMA_PROTECT_POOL ? IBV_ACCESS_REMOTE_WRITE : 0), E->mr_chunk);
+}
+
+/* Keep a registered region in the engine's table (growing it) and count its pinned bytes. */
+OMC__PRIVATE omc_result omc__rdma_region_add(omc_rdma* E, const omc__rdma_region* g) {
+    pthread_mutex_lock(&E->mu);
+    if (E->nregions == E->cap_regions) {
+        uint32_t ncap = E->cap_regions ? E->cap_regions * 2 : 4;
+        omc__rdma_region* nr = (omc__rdma_region*)omc__malloc(&E->hooks, sizeof(omc__rdma_region) * ncap);
+        if (!nr) {
+            pthread_mutex_unlock(&E->mu);
+            return OMC_ERR_NO_MEMORY;
+        }
+        if (E->nregions) memcpy(nr, E->regions, sizeof(omc__rdma_region) * E->nregions);
+        omc__free(&E->hooks, E->regions);
+        E->regions = nr;
+        E->cap_regions = ncap;
+    }
+    E->regions[E->nregions++] = *g;
+    E->pinned += g->size * E->nrails;
+    pthread_mutex_unlock(&E->mu);
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__rdma_register_as(omc_rdma* E, void* base, uint64_t size, int access, uint64_t chunk) {
     omc__rdma_region g;
     uint64_t pinned = 0, limit = omc__rdma_memlock_limit();
-    int cap = 0, access;
+    int cap = 0;
     uint32_t i;
     int overlap = 0;
     char why[600];
@@ -3198,14 +3675,10 @@ OMNICONN_API omc_result omc_rdma_register(omc_rdma* E, void* base, uint64_t size
     memset(&g, 0, sizeof(g));
     g.base = (uint8_t*)base;
     g.size = size;
-    g.chunk = E->mr_chunk;
+    g.chunk = chunk ? chunk : size;
     g.count = (uint32_t)((size + g.chunk - 1) / g.chunk);
     g.mr = (struct ibv_mr**)omc__calloc(&E->hooks, sizeof(struct ibv_mr*) * g.count * E->nrails);
     if (!g.mr) return OMC_ERR_NO_MEMORY;
-    /* only with POOL protection do the pool's MRs take remote writes; otherwise a window or a
-       region of the destination's own is the only way in */
-    access = IBV_ACCESS_LOCAL_WRITE | (E->protect == OMC_RDMA_PROTECT_WINDOWS ? IBV_ACCESS_MW_BIND : 0) |
-             (E->protect == OMC_RDMA_PROTECT_POOL ? IBV_ACCESS_REMOTE_WRITE : 0);
     for (i = 0; i < g.count * E->nrails; i++) {
         uint64_t off = (uint64_t)(i % g.count) * g.chunk, len = omc__min(g.chunk, size - off);
         g.mr[i] = omc__ibv_reg_mr(E->rail[i / g.count].pd, g.base + off, (size_t)len, access);
@@ -3221,23 +3694,10 @@ OMNICONN_API omc_result omc_rdma_register(omc_rdma* E, void* base, uint64_t size
             return r;
         }
     }
-    pthread_mutex_lock(&E->mu);
-    if (E->nregions == E->cap_regions) {
-        uint32_t ncap = E->cap_regions ? E->cap_regions * 2 : 4;
-        omc__rdma_region* nr = (omc__rdma_region*)omc__malloc(&E->hooks, sizeof(omc__rdma_region) * ncap);
-        if (!nr) {
-            pthread_mutex_unlock(&E->mu);
-            omc__rdma_region_drop(E, &g);
-            return OMC_ERR_NO_MEMORY;
-        }
-        if (E->nregions) memcpy(nr, E->regions, sizeof(omc__rdma_region) * E->nregions);
-        omc__free(&E->hooks, E->regions);
-        E->regions = nr;
-        E->cap_regions = ncap;
+    if (omc__rdma_region_add(E, &g) != OMC_OK) {
+        omc__rdma_region_drop(E, &g);
+        return OMC_ERR_NO_MEMORY;
     }
-    E->regions[E->nregions++] = g;
-    E->pinned += size * E->nrails;
-    pthread_mutex_unlock(&E->mu);
     OMC__RDMA_LOG(E, OMC_LOG_INFO, "registered [%p, +%llu) as %u memory region%s on each of %u rail%s (%s)", base, (unsigned long long)size,
                   g.count, g.count == 1 ? "" : "s", E->nrails, E->nrails == 1 ? "" : "s", omc__rdma_protection_name(E->protect));
     return OMC_OK;
@@ -3355,7 +3815,9 @@ OMC__PRIVATE omc_result omc__rdma_qp_to_init(omc_rdma* E, omc__rdma_qp* q) {
     mask |= IBV_QP_PKEY_INDEX;
     attr.port_num = E->rail[q->rail].port;
     mask |= IBV_QP_PORT;
-    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;     /* the peer writes into windows / MRs we gave it */
+    /* the peer writes into windows / MRs we gave it, and reads registered transfer-engine
+       memory; what a key allows is decided by the MR or window, not by the QP */
+    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     mask |= IBV_QP_ACCESS_FLAGS;
     return omc__rdma_modify(E, q, &attr, mask, "INIT", "check the port number and that the device has QPs left");
 }
@@ -3375,14 +3837,14 @@ OMC__PRIVATE omc_result omc__rdma_qp_to_rtr(omc_rdma* E, omc__rdma_qp* q, const 
     mask |= IBV_QP_DEST_QPN;
     attr.rq_psn = q->peer_psn;
     mask |= IBV_QP_RQ_PSN;
-    attr.max_dest_rd_atomic = OMC__RDMA_RD_ATOMIC;
+    attr.max_dest_rd_atomic = R->rd_atomic;
     mask |= IBV_QP_MAX_DEST_RD_ATOMIC;
     attr.min_rnr_timer = OMC__RDMA_MIN_RNR_TIMER;
     mask |= IBV_QP_MIN_RNR_TIMER;
     /* the address vector: InfiniBand routes by LID; RoCE has no LIDs, every packet carries a
        global route header with both GIDs (and RoCE v2 puts it in a UDP/IP packet) */
     attr.ah_attr.dlid = peer->lid;
-    attr.ah_attr.sl = OMC__RDMA_SERVICE_LEVEL;
+    attr.ah_attr.sl = R->service_level;
     attr.ah_attr.src_path_bits = 0;
     attr.ah_attr.port_num = R->port;
     if (R->link == OMC_RDMA_LINK_ETHERNET) {
@@ -3390,7 +3852,7 @@ OMC__PRIVATE omc_result omc__rdma_qp_to_rtr(omc_rdma* E, omc__rdma_qp* q, const 
         memcpy(attr.ah_attr.grh.dgid.raw, peer->gid, 16);
         attr.ah_attr.grh.sgid_index = (uint8_t)R->gid_index;
         attr.ah_attr.grh.hop_limit = OMC__RDMA_HOP_LIMIT;
-        attr.ah_attr.grh.traffic_class = OMC__RDMA_TRAFFIC_CLASS;
+        attr.ah_attr.grh.traffic_class = R->traffic_class;
         attr.ah_attr.grh.flow_label = 0;
     }
     mask |= IBV_QP_AV;
@@ -3398,9 +3860,10 @@ OMC__PRIVATE omc_result omc__rdma_qp_to_rtr(omc_rdma* E, omc__rdma_qp* q, const 
     omc_rdma_gid_to_text(peer->gid, theirs, sizeof(theirs));
     snprintf(hint, sizeof(hint), "check GID index/type: this side uses GID %u (%s, %s) on %s port %u, the peer GID %u (%s, %s); "
              "both must be of the same type and reach each other (RoCE v2 needs an IP route), and path MTU %u must not exceed "
-             "either port's active MTU. Pick another GID with desc.gid_index or another device with RDMA_DEVICE_NAME",
-             R->gid_index, mine, omc__gid_type_name(R->gid_type), R->device, R->port, peer->gid_index, theirs,
-             omc__gid_type_name((omc_rdma_gid_type)peer->gid_type), omc_rdma_mtu_bytes(mtu));
+             "either port's active MTU (traffic class %u, service level %u). Pick another GID with desc.gid_index or another "
+             "device with RDMA_DEVICE_NAME", R->gid_index, mine, omc__gid_type_name(R->gid_type), R->device, R->port,
+             peer->gid_index, theirs, omc__gid_type_name((omc_rdma_gid_type)peer->gid_type), omc_rdma_mtu_bytes(mtu),
+             R->traffic_class, R->service_level);
     return omc__rdma_modify(E, q, &attr, mask, "RTR", hint);
 }
 
@@ -3419,7 +3882,7 @@ OMC__PRIVATE omc_result omc__rdma_qp_to_rts(omc_rdma* E, omc__rdma_qp* q) {
     mask |= IBV_QP_RETRY_CNT;
     attr.rnr_retry = OMC__RDMA_RNR_RETRY;
     mask |= IBV_QP_RNR_RETRY;
-    attr.max_rd_atomic = OMC__RDMA_RD_ATOMIC;
+    attr.max_rd_atomic = E->rail[q->rail].rd_atomic;
     mask |= IBV_QP_MAX_QP_RD_ATOMIC;
     return omc__rdma_modify(E, q, &attr, mask, "RTS", "check the timeout and retry counts the device accepts");
 }
@@ -3930,7 +4393,7 @@ OMC__PRIVATE omc_rdma_op* omc__rdma_op_new_locked(omc_rdma_conn* c, int kind) {
 
 OMC__PRIVATE void omc__rdma_op_free(omc_rdma_op* op) {
     omc_rdma_conn* c = op->conn;
-    omc__free(&c->eng->hooks, op->slices);
+    if (op->kind != OMC__OP_XFER || op->abandoned) omc__free(&c->eng->hooks, op->slices);
     omc__free(&c->eng->hooks, op->pieces);
     omc__free(&c->eng->hooks, op->target);
     omc__free(&c->eng->hooks, op);
@@ -4026,6 +4489,7 @@ OMC__PRIVATE omc_result omc__rdma_op_wait(omc_rdma_op* op, omc_time_ns deadline,
             while (op->pending > 0 && omc__cond_wait_until(&E->cv, &E->mu, grace) != ETIMEDOUT) {}
             if (op->pending > 0) {
                 op->abandoned = 1;          /* the progress thread frees it when the flush comes */
+                if (op->gave_up) *op->gave_up = 1;
                 E->n_write_errors += op->kind == OMC__OP_WRITE;
                 pthread_mutex_unlock(&E->mu);
                 OMC__RDMA_LOG(E, OMC_LOG_ERROR, "connection %016llx: no flush within %d ms after moving its QPs to ERROR",
@@ -4254,11 +4718,104 @@ OMC__PRIVATE uint32_t omc__rdma_max_extents(const omc_rdma_conn* c) {
     return (uint32_t)omc__min((size_t)OMC_RDMA_MAX_EXTENTS, (OMC_RDMA_TARGET_MAX - OMC_RDMA_TARGET_HEADER - 4) / per);
 }
 
+/* Expose, step 1 (mu held): the registered region that holds the destination, its extents (split
+   at MR boundaries and, when large, over the QPs), and that the descriptor fits desc_cap. */
+OMC__PRIVATE omc_result omc__rdma_expose_plan(omc_rdma_conn* c, void* dst, uint64_t length, size_t desc_cap, omc__rdma_region** g_out,
+                                              omc__rdma_span* span, uint32_t* n) {
+    omc_rdma* E = c->eng;
+    omc__rdma_region* g;
+    uint32_t first, max;
+    omc_result r = omc__rdma_conn_usable(c);
+    if (r != OMC_OK) return r;
+    g = omc__rdma_find(E, dst, length);
+    if (!g) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination [%p, +%llu) is not inside a registered region (use a pool created with "
+                      "omc_rdma_region_hooks)", dst, (unsigned long long)length);
+        return OMC_ERR_INVALID_ARG;
+    }
+    first = c->next_qp++ % c->qpp;      /* small transfers take turns on the QPs */
+    max = omc__rdma_max_extents(c);
+    r = omc__rdma_plan((uint64_t)(uintptr_t)dst, length, (uint64_t)(uintptr_t)g->base, g->chunk, c->qpp, first, E->split_min, span, max, n);
+    if (r != OMC_OK) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination of %llu bytes needs more than %u extents (mr_chunk %llu)", (unsigned long long)length,
+                      max, (unsigned long long)g->chunk);
+        return r;
+    }
+    if (desc_cap < (c->npairs < 2 ? OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * (size_t)*n + 4 : omc__rdma_target_size_rails(*n, c->npairs)))
+        return OMC_ERR_TOO_LARGE;
+    *g_out = g;
+    return OMC_OK;
+}
+
+/* Expose, step 2 (mu held, memory windows): one type-2 window per extent and pair, bound on the
+   QP the peer will write through, each under a fresh key. *op collects the binds (wait for it);
+   *posted says whether any bind went out (then a failure must break the connection). */
+OMC__PRIVATE omc_result omc__rdma_bind_windows(omc_rdma_conn* c, omc_rdma_window* w, const omc__rdma_region* g, const omc__rdma_span* span,
+                                               omc_time_ns deadline, omc_rdma_op** op, int* posted) {
+    omc_rdma* E = c->eng;
+    omc_result r = OMC_OK;
+    uint32_t i, p;
+    for (i = 0; i < w->count && r == OMC_OK; i++)
+        for (p = 0; p < c->npairs && r == OMC_OK; p++) {
+            omc__rdma_qp* q;
+            struct ibv_send_wr wr;
+            struct ibv_mw* mw;
+            if (w->ext[i][p].qp == OMC_RDMA_NO_QP) continue;
+            q = &c->qps[w->ext[i][p].qp];
+            mw = q->mw_free_count ? q->mw_free[--q->mw_free_count] : ibv_alloc_mw(E->rail[q->rail].pd, IBV_MW_TYPE_2);
+            if (!mw) {
+                OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_alloc_mw(type 2) on %s: %s", E->rail[q->rail].device, strerror(errno));
+                return OMC_ERR_NO_MEMORY;
+            }
+            w->ext[i][p].mw = mw;
+            if (!*op && !(*op = omc__rdma_op_new_locked(c, OMC__OP_BIND))) return OMC_ERR_NO_MEMORY;
+            r = omc__rdma_wait_slot(E, q, deadline);
+            if (r != OMC_OK) break;
+            memset(&wr, 0, sizeof(wr));
+            wr.opcode = IBV_WR_BIND_MW;
+            wr.bind_mw.mw = mw;
+            wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);       /* a new key: the previous transfer's is dead */
+            wr.bind_mw.bind_info.mr = g->mr[q->rail * g->count + span[i].chunk];
+            wr.bind_mw.bind_info.addr = span[i].addr;
+            wr.bind_mw.bind_info.length = span[i].length;
+            wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+            w->ext[i][p].rkey = wr.bind_mw.rkey;
+            r = omc__rdma_post(E, q, &wr, *op, 1, OMC__RDMA_NO_SLICE);
+            *posted |= r == OMC_OK;
+            E->n_binds += r == OMC_OK;
+        }
+    return r;
+}
+
+/* Expose, step 3: the descriptor of the window's extents, a key and QP per pair. */
+OMC__PRIVATE omc_result omc__rdma_expose_encode(omc_rdma_conn* c, const omc_rdma_window* w, const omc__rdma_span* span, void* desc,
+                                                size_t desc_cap, size_t* desc_len) {
+    omc_rdma* E = c->eng;
+    omc_rdma_target* t = (omc_rdma_target*)omc__calloc(&E->hooks, sizeof(omc_rdma_target));
+    omc_result r;
+    uint32_t i, p;
+    if (!t) return OMC_ERR_NO_MEMORY;
+    t->conn_id = c->conn_id;
+    t->length = w->length;
+    t->flags = omc__rdma_flags(E);
+    t->count = w->count;
+    t->rails = c->npairs >= 2 ? c->npairs : 0;
+    for (i = 0; i < w->count; i++) {
+        t->extent[i].addr = span[i].addr;
+        t->extent[i].length = span[i].length;
+        t->extent[i].rkey = w->ext[i][0].rkey;
+        t->extent[i].qp = w->ext[i][0].qp;
+        for (p = 0; p < c->npairs; p++) { t->extent[i].rkeys[p] = w->ext[i][p].rkey; t->extent[i].qps[p] = w->ext[i][p].qp; }
+    }
+    r = omc_rdma_target_encode(t, desc, desc_cap, desc_len);
+    omc__free(&E->hooks, t);
+    return r;
+}
+
 OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t length, omc_time_ns deadline,
                                         omc_rdma_window** out, void* desc, size_t desc_cap, size_t* desc_len) {
     omc__rdma_span span[OMC_RDMA_MAX_EXTENTS];
-    omc_rdma_target* t;
-    omc__rdma_region* g;
+    omc__rdma_region* g = NULL;
     omc_rdma_window* w;
     omc_rdma_op* op = NULL;
     omc_rdma* E;
@@ -4272,24 +4829,7 @@ OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t le
     w = (omc_rdma_window*)omc__calloc(&E->hooks, sizeof(omc_rdma_window));
     if (!w) return OMC_ERR_NO_MEMORY;
     pthread_mutex_lock(&E->mu);
-    r = omc__rdma_conn_usable(c);
-    g = r == OMC_OK ? omc__rdma_find(E, dst, length) : NULL;
-    if (r == OMC_OK && !g) {
-        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination [%p, +%llu) is not inside a registered region (use a pool created with "
-                      "omc_rdma_region_hooks)", dst, (unsigned long long)length);
-        r = OMC_ERR_INVALID_ARG;
-    }
-    if (r == OMC_OK) {
-        uint32_t first = c->next_qp++ % c->qpp;    /* small transfers take turns on the QPs */
-        uint32_t max = omc__rdma_max_extents(c);
-        r = omc__rdma_plan((uint64_t)(uintptr_t)dst, length, (uint64_t)(uintptr_t)g->base, g->chunk, c->qpp, first,
-                           E->split_min, span, max, &n);
-        if (r != OMC_OK) OMC__RDMA_LOG(E, OMC_LOG_ERROR, "destination of %llu bytes needs more than %u extents (mr_chunk %llu)",
-                                       (unsigned long long)length, max, (unsigned long long)g->chunk);
-        else if (desc_cap < (c->npairs < 2 ? OMC_RDMA_TARGET_HEADER + OMC_RDMA_TARGET_EXTENT * (size_t)n + 4
-                                           : omc__rdma_target_size_rails(n, c->npairs)))
-            r = OMC_ERR_TOO_LARGE;
-    }
+    r = omc__rdma_expose_plan(c, dst, length, desc_cap, &g, span, &n);
     if (r != OMC_OK) {
         pthread_mutex_unlock(&E->mu);
         omc__free(&E->hooks, w);
@@ -4307,37 +4847,7 @@ OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t le
             w->ext[i][p].qp = (uint16_t)(c->pair[p].up ? p * c->qpp + span[i].qp : OMC_RDMA_NO_QP);
             w->ext[i][p].rkey = c->pair[p].up ? g->mr[c->pair[p].rail * g->count + span[i].chunk]->rkey : 0;   /* without windows: the MR's own key */
         }
-    for (i = 0; E->use_mw && i < n && r == OMC_OK; i++)
-        for (p = 0; p < c->npairs && r == OMC_OK; p++) {
-            /* one type-2 window per extent and pair, bound on the QP the peer will write through */
-            omc__rdma_qp* q;
-            struct ibv_send_wr wr;
-            struct ibv_mw* mw;
-            if (w->ext[i][p].qp == OMC_RDMA_NO_QP) continue;
-            q = &c->qps[w->ext[i][p].qp];
-            mw = q->mw_free_count ? q->mw_free[--q->mw_free_count] : ibv_alloc_mw(E->rail[q->rail].pd, IBV_MW_TYPE_2);
-            if (!mw) {
-                OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_alloc_mw(type 2) on %s: %s", E->rail[q->rail].device, strerror(errno));
-                r = OMC_ERR_NO_MEMORY;
-                break;
-            }
-            w->ext[i][p].mw = mw;
-            if (!op && !(op = omc__rdma_op_new_locked(c, OMC__OP_BIND))) { r = OMC_ERR_NO_MEMORY; break; }
-            r = omc__rdma_wait_slot(E, q, deadline);
-            if (r != OMC_OK) break;
-            memset(&wr, 0, sizeof(wr));
-            wr.opcode = IBV_WR_BIND_MW;
-            wr.bind_mw.mw = mw;
-            wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);       /* a new key: the previous transfer's is dead */
-            wr.bind_mw.bind_info.mr = g->mr[q->rail * g->count + span[i].chunk];
-            wr.bind_mw.bind_info.addr = span[i].addr;
-            wr.bind_mw.bind_info.length = span[i].length;
-            wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
-            w->ext[i][p].rkey = wr.bind_mw.rkey;
-            r = omc__rdma_post(E, q, &wr, op, 1, OMC__RDMA_NO_SLICE);
-            posted |= r == OMC_OK;
-            E->n_binds += r == OMC_OK;
-        }
+    if (E->use_mw) r = omc__rdma_bind_windows(c, w, g, span, deadline, &op, &posted);
     /* a window is half set up: break the connection, its QPs refuse everything from now on */
     if (r != OMC_OK && posted) omc__rdma_conn_break_locked(c, r, "could not bind a memory window");
     pthread_mutex_unlock(&E->mu);
@@ -4352,24 +4862,7 @@ OMNICONN_API omc_result omc_rdma_expose(omc_rdma_conn* c, void* dst, uint64_t le
             pthread_mutex_unlock(&E->mu);
         }
     }
-    t = r == OMC_OK ? (omc_rdma_target*)omc__calloc(&E->hooks, sizeof(omc_rdma_target)) : NULL;
-    if (r == OMC_OK && !t) r = OMC_ERR_NO_MEMORY;
-    if (r == OMC_OK) {
-        t->conn_id = c->conn_id;
-        t->length = length;
-        t->flags = omc__rdma_flags(E);
-        t->count = n;
-        t->rails = c->npairs >= 2 ? c->npairs : 0;
-        for (i = 0; i < n; i++) {
-            t->extent[i].addr = span[i].addr;
-            t->extent[i].length = span[i].length;
-            t->extent[i].rkey = w->ext[i][0].rkey;
-            t->extent[i].qp = w->ext[i][0].qp;
-            for (p = 0; p < c->npairs; p++) { t->extent[i].rkeys[p] = w->ext[i][p].rkey; t->extent[i].qps[p] = w->ext[i][p].qp; }
-        }
-        r = omc_rdma_target_encode(t, desc, desc_cap, desc_len);
-    }
-    omc__free(&E->hooks, t);
+    if (r == OMC_OK) r = omc__rdma_expose_encode(c, w, span, desc, desc_cap, desc_len);
     if (r != OMC_OK) {
         omc__rdma_window_discard(w, posted);
         return r;
@@ -4587,9 +5080,12 @@ static omc_result omc__rdma_write_slice(omc_rdma_conn* c, omc_rdma_op* op, uint3
 /* Post every slice that is new or must be written again (mu held): plan first (each slice to
    the pair that finishes it first), so that each QP's last request of this round is signalled,
    then post. A pair that fails meanwhile leaves its slices for the next round. */
+OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op, omc_time_ns deadline);
+
 OMC__PRIVATE omc_result omc__rdma_post_slices(omc_rdma_conn* c, omc_rdma_op* op, omc_time_ns deadline) {
     omc_rdma* E = c->eng;
     uint64_t planned[OMC_RDMA_MAX_RAILS];
+    if (op->kind == OMC__OP_XFER) return omc__xfer_post_slices(c, op, deadline);
     uint32_t last[OMC_RDMA_MAX_QPS], k, n = op->nslices;
     uint8_t* plan;
     omc_result r = OMC_OK;
@@ -5531,6 +6027,1747 @@ OMNICONN_API int omc_rdma_connector_rail_stats(omc_conn* conn, omc_rdma_rail_sta
 #endif
 
 #endif /* OMC__HAS_RDMA */
+
+/* the transfer engine's sockets (plain POSIX; the listener is its own) */
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: transfer engine - descriptor codec (pure)                            */
+/* ============================================================================================== */
+
+OMNICONN_API omc_result omc_xfer_descriptor_encode(const omc_xfer_descriptor* d, void* out, size_t cap, size_t* out_len) {
+    uint8_t* p = (uint8_t*)out;
+    size_t hl, need, off;
+    uint32_t i, k;
+    if (out_len) *out_len = 0;
+    if (!d || !out || !out_len) return OMC_ERR_INVALID_ARG;
+    hl = strlen(d->host);
+    if (!hl || hl > 63 || d->port == 0 || d->port > 65535 || d->rails > OMC_RDMA_MAX_RAILS || d->count > OMC_XFER_MAX_RANGES ||
+        !d->incarnation)
+        return OMC_ERR_INVALID_ARG;
+    need = OMC_XFER_DESC_HEADER + hl + (size_t)d->count * (OMC_XFER_DESC_RANGE + 4u * d->rails) + 4;
+    if (cap < need) return OMC_ERR_TOO_LARGE;
+    memset(p, 0, need);
+    omc__put_u32(p + 0, OMC_XFER_DESC_MAGIC);
+    p[4] = OMC_XFER_DESC_VERSION;
+    p[5] = (uint8_t)d->rails;
+    omc__put_u16(p + 6, (uint16_t)d->count);
+    omc__put_u64(p + 8, d->incarnation);
+    omc__put_u16(p + 16, (uint16_t)d->port);
+    p[18] = (uint8_t)hl;
+    memcpy(p + OMC_XFER_DESC_HEADER, d->host, hl);
+    off = OMC_XFER_DESC_HEADER + hl;
+    for (i = 0; i < d->count; i++) {
+        const omc_xfer_range* r = &d->range[i];
+        if (!r->length || r->addr > UINT64_MAX - r->length) return OMC_ERR_INVALID_ARG;
+        omc__put_u64(p + off, r->addr);
+        omc__put_u64(p + off + 8, r->length);
+        omc__put_u32(p + off + 16, r->id);
+        off += OMC_XFER_DESC_RANGE;
+        for (k = 0; k < d->rails; k++, off += 4) omc__put_u32(p + off, r->rkey[k]);
+    }
+    omc__put_u32(p + off, omc__crc32c(0, p, off));
+    *out_len = need;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_xfer_descriptor_decode(const void* data, size_t len, omc_xfer_descriptor* out) {
+    const uint8_t* p = (const uint8_t*)data;
+    size_t hl, need, off;
+    uint32_t i, k, rails, count;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    memset(out, 0, sizeof(*out));
+    if (!p || len < OMC_XFER_DESC_HEADER + 1 + 4) return OMC_ERR_MALFORMED;
+    if (omc__get_u32(p) != OMC_XFER_DESC_MAGIC) return OMC_ERR_MALFORMED;
+    if (p[4] != OMC_XFER_DESC_VERSION) return OMC_ERR_VERSION;
+    rails = p[5];
+    count = omc__get_u16(p + 6);
+    hl = p[18];
+    if (rails > OMC_RDMA_MAX_RAILS || count > OMC_XFER_MAX_RANGES || hl == 0 || hl > 63 || p[19] != 0 || omc__get_u32(p + 20) != 0)
+        return OMC_ERR_MALFORMED;
+    need = OMC_XFER_DESC_HEADER + hl + (size_t)count * (OMC_XFER_DESC_RANGE + 4u * rails) + 4;
+    if (len != need) return OMC_ERR_MALFORMED;
+    if (omc__crc32c(0, p, need - 4) != omc__get_u32(p + need - 4)) return OMC_ERR_CHECKSUM;
+    out->incarnation = omc__get_u64(p + 8);
+    out->port = omc__get_u16(p + 16);
+    if (!out->incarnation || !out->port) return OMC_ERR_MALFORMED;
+    for (i = 0; i < hl; i++) {              /* printable text, no NUL, no spaces */
+        uint8_t c = p[OMC_XFER_DESC_HEADER + i];
+        if (c <= 0x20 || c >= 0x7f) return OMC_ERR_MALFORMED;
+        out->host[i] = (char)c;
+    }
+    out->host[hl] = '\0';
+    out->rails = rails;
+    off = OMC_XFER_DESC_HEADER + hl;
+    for (i = 0; i < count; i++) {
+        omc_xfer_range* r = &out->range[i];
+        r->addr = omc__get_u64(p + off);
+        r->length = omc__get_u64(p + off + 8);
+        r->id = omc__get_u32(p + off + 16);
+        if (!r->length || r->addr > UINT64_MAX - r->length || omc__get_u32(p + off + 20) != 0) return OMC_ERR_MALFORMED;
+        off += OMC_XFER_DESC_RANGE;
+        for (k = 0; k < rails; k++, off += 4) r->rkey[k] = omc__get_u32(p + off);
+    }
+    out->count = count;
+    return OMC_OK;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: transfer engine - objects and socket helpers                         */
+/* ============================================================================================== */
+/*
+    One omc_xfer owns: the verbs engine (or none: TCP), the table of registered ranges, the RPC
+    listener (an accept thread and one thread per client, at most max_clients), the queue of
+    received notifications and the batches' threads. One mutex (mu) guards the ranges, the
+    clients, the queue and the batch states; cv wakes whoever waits for a batch to end or for a
+    range to be free of listener requests.
+
+    The wire formats (the descriptor, the RPC requests and answers) are in the manual at the
+    top, WIRE FORMATS.
+*/
+
+enum { OMC__XRPC_HELLO = 1, OMC__XRPC_READ = 2, OMC__XRPC_WRITE = 3, OMC__XRPC_NOTIFY = 4, OMC__XRPC_RDMA_CONNECT = 5 };
+#define OMC__XFER_DRAIN_MAX ((uint64_t)64 << 20)
+#define OMC__XFER_POLL_MS 50            /* how often a blocked transfer looks at its cancel flag */
+#define OMC__XFER_IO_STEP ((uint64_t)4 << 20)   /* the listener's I/O timeout applies per step of this */
+#define OMC__XFER_HELD 32               /* answers the listener gathers while more requests are waiting */
+
+typedef struct omc__xfer_region {
+    uint8_t* base;
+    uint64_t size;
+    uint32_t id;
+    uint32_t users;             /* batches of this engine that use it as local memory */
+    uint32_t serving;           /* listener requests reading or writing it now */
+    int device;
+} omc__xfer_region;
+
+typedef struct omc__xfer_client {
+    omc_xfer* x;
+    int fd;
+    int state;                  /* 0 free, 1 running, 2 ended (join it) */
+    pthread_t thread;
+    char name[OMC_XFER_NAME_MAX];
+#if OMC__HAS_RDMA
+    omc_rdma_conn* conn;        /* accepted for this client (RDMA_CONNECT) */
+#endif
+    uint8_t held[OMC__XFER_HELD * OMC_XFER_RPC_HEADER];    /* answers without bytes, not sent yet */
+    uint32_t nheld;
+} omc__xfer_client;
+
+struct omc_xfer {
+    omc_hooks hooks;
+    char host[OMC_XFER_HOST_MAX];
+    uint32_t port;
+    char name[OMC_XFER_NAME_MAX];
+    omc_xfer_transport transport;       /* resolved */
+    char why_tcp[256];
+    uint32_t max_clients, max_notifies, io_timeout_ms, window;
+    uint64_t incarnation;
+    omc_rdma* rdma;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    omc__xfer_region* regions;
+    uint32_t nregions, next_id;
+    int lfd;
+    pthread_t accept_thread;
+    int accepting, stop;
+    omc__xfer_client* clients;
+    omc_xfer_notif** notifs;    /* ring of max_notifies */
+    uint32_t nhead, ncount;
+    uint32_t running;           /* batch threads still running */
+    omc_xfer_batch* live;       /* those batches */
+    uint64_t batches, batch_failures, bytes_read, bytes_written, served_reads, served_writes, served_bytes, refused,
+             notifies, notifies_dropped;
+};
+
+struct omc_xfer_peer {
+    omc_xfer* x;
+    char name[OMC_XFER_NAME_MAX];
+    pthread_mutex_t io;         /* the socket: one batch (or call) at a time */
+    int fd;                     /* -1: not connected */
+    omc_xfer_descriptor* d;     /* under x->mu */
+    uint32_t batches;           /* running (under x->mu) */
+    const int* cancel;          /* the cancel flag of the batch holding io (NULL: none) */
+    int tcp_only;               /* RDMA could not connect to it (default transport): TCP */
+#if OMC__HAS_RDMA
+    omc_rdma_conn* conn;
+    uint8_t pair_rail[OMC_RDMA_MAX_RAILS];  /* the peer's rail behind each pair */
+#endif
+};
+
+struct omc_xfer_batch {
+    omc_xfer_peer* peer;
+    omc_xfer_op op;
+    uint32_t count;
+    omc_xfer_entry* e;
+    omc_result* status;
+    uint32_t* lregion;          /* local region id per entry */
+    uint32_t* rrange;           /* index of the remote range per entry */
+    uint8_t* notify;
+    uint32_t notify_len;
+    omc_time_ns deadline;
+    pthread_t thread;
+    int done, joined;           /* under x->mu */
+    int cancel;                 /* atomic */
+    omc_result result;
+    uint64_t bytes;
+    omc_xfer_batch* next;       /* on x->live while its thread runs */
+#if OMC__HAS_RDMA
+    struct omc__rdma_slice* slices;
+    uint32_t nslices, rr;
+    int slices_given;           /* the engine gave up on the operation and owns the slices now */
+    uint32_t (*lkey)[OMC_RDMA_MAX_RAILS];
+    uint32_t (*rkey)[OMC_RDMA_MAX_RAILS];
+#endif
+};
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+OMC__PRIVATE void omc__xfer_log(omc_xfer* x, omc_log_level level, int line, const char* fmt, ...) {
+    char msg[900];
+    va_list ap;
+    if (x->hooks.log_fn && (int)level > (int)(x->hooks.max_level ? x->hooks.max_level : OMC_LOG_WARN)) return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    omc__log_emit(&x->hooks, level, OMC_LOGITEM_NET, __FILE__, line, msg);
+}
+#define OMC__XFER_LOG(x, level, ...) omc__xfer_log((x), (level), __LINE__, __VA_ARGS__)
+
+/* Move n bytes on a socket before deadline (0 = no deadline), looking at *cancel every
+   OMC__XFER_POLL_MS. OMC_ERR_TIMEOUT, OMC_ERR_CLOSED (cancelled), OMC_ERR_CONNECTION (closed or
+   failed). *moved (may be NULL) counts what did move. */
+OMC__PRIVATE omc_result omc__xfer_io(int fd, void* buf, size_t n, int sending, omc_time_ns deadline, const int* cancel, size_t* moved) {
+    uint8_t* p = (uint8_t*)buf;
+    size_t done = 0;
+    omc_result r = OMC_OK;
+    while (done < n) {
+        struct pollfd pf;
+        ssize_t k;
+        int wait_ms = OMC__XFER_POLL_MS * 20;
+        if (cancel && omc__load(cancel)) { r = OMC_ERR_CLOSED; break; }
+        /* try first: on a busy connection the bytes are usually there (or the buffer has room) */
+        k = sending ? send(fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, p + done, n - done, MSG_DONTWAIT);
+        if (k > 0) { done += (size_t)k; continue; }
+        if (k == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) { r = OMC_ERR_CONNECTION; break; }
+        if (deadline) {
+            omc_time_ns now = omc_now_ns();
+            if (now >= deadline) { r = OMC_ERR_TIMEOUT; break; }
+            if ((deadline - now) / 1000000 < wait_ms) wait_ms = (int)((deadline - now) / 1000000) + 1;
+        }
+        if (cancel && wait_ms > OMC__XFER_POLL_MS) wait_ms = OMC__XFER_POLL_MS;
+        pf.fd = fd;
+        pf.events = (short)(sending ? POLLOUT : POLLIN);
+        pf.revents = 0;
+        if (poll(&pf, 1, wait_ms) < 0) {
+            if (errno == EINTR) continue;
+            r = OMC_ERR_CONNECTION;
+            break;
+        }
+        if (!pf.revents) continue;
+        k = sending ? send(fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, p + done, n - done, MSG_DONTWAIT);
+        if (k > 0) { done += (size_t)k; continue; }
+        if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        r = OMC_ERR_CONNECTION;
+        break;
+    }
+    if (moved) *moved = done;
+    return r;
+}
+
+/* A header and its bytes in one system call when the socket takes them (then the rest as usual). */
+OMC__PRIVATE omc_result omc__xfer_send2(int fd, const void* a, size_t na, const void* b, size_t nb, omc_time_ns deadline, const int* cancel) {
+    struct iovec iov[2];
+    struct msghdr m;
+    ssize_t k;
+    omc_result r;
+    iov[0].iov_base = (void*)(uintptr_t)a;
+    iov[0].iov_len = na;
+    iov[1].iov_base = (void*)(uintptr_t)b;
+    iov[1].iov_len = nb;
+    memset(&m, 0, sizeof(m));
+    m.msg_iov = iov;
+    m.msg_iovlen = 2;
+    k = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return OMC_ERR_CONNECTION;
+        k = 0;
+    }
+    if ((size_t)k < na) {
+        r = omc__xfer_io(fd, (uint8_t*)(uintptr_t)a + k, na - (size_t)k, 1, deadline, cancel, NULL);
+        if (r != OMC_OK) return r;
+        k = 0;
+    } else k -= (ssize_t)na;
+    return (size_t)k < nb ? omc__xfer_io(fd, (uint8_t*)(uintptr_t)b + k, nb - (size_t)k, 1, deadline, cancel, NULL) : OMC_OK;
+}
+
+OMC__PRIVATE void omc__xfer_header(uint8_t* h, uint32_t magic, int type, uint32_t num, uint32_t word, uint64_t a, uint64_t len) {
+    memset(h, 0, OMC_XFER_RPC_HEADER);
+    omc__put_u32(h, magic);
+    h[4] = OMC_XFER_RPC_VERSION;
+    h[5] = (uint8_t)type;
+    omc__put_u32(h + 8, num);
+    omc__put_u32(h + 12, word);
+    omc__put_u64(h + 16, a);
+    omc__put_u64(h + 24, len);
+}
+
+/* "host:port" or "[v6]:port" -> host, port. */
+OMC__PRIVATE omc_result omc__xfer_split_name(const char* name, char* host, size_t cap, uint32_t* port) {
+    const char* colon;
+    const char* h = name;
+    size_t hl;
+    char* end = NULL;
+    unsigned long pv;
+    if (!name || !name[0]) return OMC_ERR_INVALID_ARG;
+    colon = strrchr(name, ':');
+    if (!colon || !colon[1]) return OMC_ERR_INVALID_ARG;
+    hl = (size_t)(colon - name);
+    if (name[0] == '[') {
+        if (hl < 3 || name[hl - 1] != ']') return OMC_ERR_INVALID_ARG;
+        h = name + 1;
+        hl -= 2;
+    }
+    if (!hl || hl >= cap) return OMC_ERR_INVALID_ARG;
+    pv = strtoul(colon + 1, &end, 10);
+    if (!end || *end || pv == 0 || pv > 65535) return OMC_ERR_INVALID_ARG;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (uint32_t)pv;
+    return OMC_OK;
+}
+
+/* Connect to host:port before deadline (or until *cancel, if given); TCP_NODELAY. */
+OMC__PRIVATE omc_result omc__xfer_dial_until(const char* host, uint32_t port, omc_time_ns deadline, const int* cancel, int* out) {
+    struct addrinfo hints, *res = NULL, *ai;
+    char ps[16];
+    omc_result r = OMC_ERR_CONNECTION;
+    *out = -1;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(ps, sizeof(ps), "%u", port);
+    if (getaddrinfo(host, ps, &hints, &res) != 0) return OMC_ERR_CONNECTION;
+    for (ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol), one = 1, err = 0;
+        socklen_t el = sizeof(err);
+        struct pollfd pf;
+        if (fd < 0) continue;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) { close(fd); continue; }
+        pf.fd = fd;
+        pf.events = POLLOUT;
+        pf.revents = 0;
+        for (;;) {
+            omc_time_ns now = omc_now_ns();
+            int ms = deadline ? (now >= deadline ? 0 : (int)omc__min((uint64_t)(deadline - now) / 1000000 + 1, 60000u)) : 60000;
+            int k;
+            if (cancel && omc__load(cancel)) { r = OMC_ERR_CLOSED; err = -1; break; }
+            k = poll(&pf, 1, cancel && ms > OMC__XFER_POLL_MS ? OMC__XFER_POLL_MS : ms);
+            if (k < 0 && errno == EINTR) continue;
+            if (k == 0 && ms > OMC__XFER_POLL_MS && cancel) continue;     /* only a slice of the wait */
+            if (k <= 0) { r = OMC_ERR_TIMEOUT; err = -1; }
+            break;
+        }
+        if (!err && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0)) { if (r != OMC_ERR_TIMEOUT) r = OMC_ERR_CONNECTION; err = -1; }
+        if (err) { close(fd); if (r == OMC_ERR_TIMEOUT || r == OMC_ERR_CLOSED) break; continue; }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        *out = fd;
+        r = OMC_OK;
+        break;
+    }
+    freeaddrinfo(res);
+    return r;
+}
+
+/* The registered range that holds [a, a + len) (caller holds mu), or NULL. */
+OMC__PRIVATE omc__xfer_region* omc__xfer_find(omc_xfer* x, uint64_t a, uint64_t len) {
+    uint32_t i;
+    for (i = 0; i < x->nregions; i++) {
+        omc__xfer_region* g = &x->regions[i];
+        uint64_t b = (uint64_t)(uintptr_t)g->base;
+        if (a >= b && a - b <= g->size && len <= g->size - (a - b)) return g;
+    }
+    return NULL;
+}
+
+OMC__PRIVATE omc__xfer_region* omc__xfer_by_id(omc_xfer* x, uint32_t id) {
+    uint32_t i;
+    for (i = 0; i < x->nregions; i++) if (x->regions[i].id == id) return &x->regions[i];
+    return NULL;
+}
+/* ============================================================================================== */
+/* [SECTION] Implementation: transfer engine - registration and the descriptor                    */
+/* ============================================================================================== */
+
+OMNICONN_API omc_result omc_xfer_register(omc_xfer* x, void* addr, uint64_t length, uint32_t flags) {
+    omc__xfer_region g;
+    uint32_t i;
+    omc_result r = OMC_OK;
+    if (!x || !addr || !length || (uintptr_t)addr > UINTPTR_MAX - length || (flags & ~OMC_XFER_MEM_DEVICE)) return OMC_ERR_INVALID_ARG;
+    if (flags & OMC_XFER_MEM_DEVICE) {
+        /* GPU memory goes to the adapter as a dma-buf (ibv_reg_dmabuf_mr): a build with CUDA and
+           a verbs engine; over TCP the listener would have to copy through the host */
+        OMC__XFER_LOG(x, OMC_LOG_ERROR, "cannot register device memory [%p, +%llu): %s", addr, (unsigned long long)length,
+                      !OMC__HAS_CUDA ? "this build has no CUDA (define OMNICONN_ENABLE_CUDA)" :
+                      !x->rdma ? "device memory needs the RDMA transport (GPUDirect RDMA with dma-buf)" :
+                      "dma-buf registration is not implemented in this release");
+        return OMC_ERR_UNAVAILABLE;
+    }
+    pthread_mutex_lock(&x->mu);
+    for (i = 0; i < x->nregions; i++) {
+        const omc__xfer_region* o = &x->regions[i];
+        if ((uint8_t*)addr < o->base + o->size && o->base < (uint8_t*)addr + length) r = OMC_ERR_EXISTS;
+    }
+    if (r == OMC_OK && x->nregions == OMC_XFER_MAX_RANGES) r = OMC_ERR_TOO_LARGE;
+    pthread_mutex_unlock(&x->mu);
+    if (r != OMC_OK) {
+        OMC__XFER_LOG(x, OMC_LOG_ERROR, "register [%p, +%llu): %s", addr, (unsigned long long)length,
+                      r == OMC_ERR_EXISTS ? "overlaps a registered range" : "too many registered ranges");
+        return r;
+    }
+#if OMC__HAS_RDMA
+    /* one MR per rail for the whole range (a peer addresses it with one key per rail); remote
+       READ and WRITE: a peer that holds the descriptor may touch every byte of it, as with
+       Mooncake's and NIXL's registrations */
+    if (x->rdma) {
+        r = omc__rdma_register_as(x->rdma, addr, length, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE, 0);
+        if (r != OMC_OK) return r;
+    }
+#endif
+    memset(&g, 0, sizeof(g));
+    g.base = (uint8_t*)addr;
+    g.size = length;
+    pthread_mutex_lock(&x->mu);
+    g.id = ++x->next_id;
+    x->regions[x->nregions++] = g;
+    pthread_mutex_unlock(&x->mu);
+    OMC__XFER_LOG(x, OMC_LOG_INFO, "registered [%p, +%llu) as range %u", addr, (unsigned long long)length, g.id);
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_xfer_unregister(omc_xfer* x, void* addr) {
+    omc__xfer_region g;
+    uint32_t i;
+    if (!x || !addr) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&x->mu);
+    for (i = 0; i < x->nregions; i++) if (x->regions[i].base == (uint8_t*)addr) break;
+    if (i == x->nregions) { pthread_mutex_unlock(&x->mu); return OMC_ERR_NOT_FOUND; }
+    if (x->regions[i].users) {
+        uint32_t users = x->regions[i].users;
+        pthread_mutex_unlock(&x->mu);
+        OMC__XFER_LOG(x, OMC_LOG_WARN, "unregister %p: %u running batch%s use%s it; it stays registered", addr, users,
+                      users == 1 ? "" : "es", users == 1 ? "s" : "");
+        return OMC_ERR_BUSY;
+    }
+    /* requests being served from it finish first (each is bounded by the I/O timeout) */
+    while (x->regions[i].serving) {
+        pthread_cond_wait(&x->cv, &x->mu);
+        for (i = 0; i < x->nregions; i++) if (x->regions[i].base == (uint8_t*)addr) break;
+        if (i == x->nregions) { pthread_mutex_unlock(&x->mu); return OMC_ERR_NOT_FOUND; }
+    }
+    g = x->regions[i];
+    x->regions[i] = x->regions[--x->nregions];
+    pthread_mutex_unlock(&x->mu);
+#if OMC__HAS_RDMA
+    if (x->rdma) omc_rdma_deregister(x->rdma, addr);
+#endif
+    OMC__XFER_LOG(x, OMC_LOG_INFO, "unregistered range %u [%p, +%llu)", g.id, addr, (unsigned long long)g.size);
+    return OMC_OK;
+}
+
+/* This engine's descriptor (caller holds mu). */
+OMC__PRIVATE void omc__xfer_describe(omc_xfer* x, omc_xfer_descriptor* d) {
+    uint32_t i;
+    memset(d, 0, sizeof(*d));
+    d->incarnation = x->incarnation;
+    snprintf(d->host, sizeof(d->host), "%s", x->host);
+    d->port = x->port;
+    d->count = x->nregions;
+#if OMC__HAS_RDMA
+    if (x->rdma) {
+        omc_rdma* E = x->rdma;
+        d->rails = E->nrails;
+        pthread_mutex_lock(&E->mu);
+        for (i = 0; i < x->nregions; i++) {
+            omc__rdma_region* g = omc__rdma_find(E, x->regions[i].base, x->regions[i].size);
+            uint32_t k;
+            for (k = 0; g && k < E->nrails; k++) d->range[i].rkey[k] = g->mr[k * g->count]->rkey;
+        }
+        pthread_mutex_unlock(&E->mu);
+    }
+#endif
+    for (i = 0; i < x->nregions; i++) {
+        d->range[i].addr = (uint64_t)(uintptr_t)x->regions[i].base;
+        d->range[i].length = x->regions[i].size;
+        d->range[i].id = x->regions[i].id;
+    }
+}
+
+OMNICONN_API omc_result omc_xfer_export(omc_xfer* x, void* out, size_t cap, size_t* out_len) {
+    omc_xfer_descriptor* d;
+    omc_result r;
+    if (out_len) *out_len = 0;
+    if (!x || !out || !out_len) return OMC_ERR_INVALID_ARG;
+    d = (omc_xfer_descriptor*)omc__malloc(&x->hooks, sizeof(*d));
+    if (!d) return OMC_ERR_NO_MEMORY;
+    pthread_mutex_lock(&x->mu);
+    omc__xfer_describe(x, d);
+    pthread_mutex_unlock(&x->mu);
+    r = omc_xfer_descriptor_encode(d, out, cap, out_len);
+    omc__free(&x->hooks, d);
+    return r;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: transfer engine - the RPC listener (the target's side)               */
+/* ============================================================================================== */
+
+/* Send the answers gathered so far (before the listener waits for the next request, and before
+   any other answer, so they keep their order). */
+OMC__PRIVATE omc_result omc__xfer_flush(omc__xfer_client* cl) {
+    omc_result r = OMC_OK;
+    if (cl->nheld) r = omc__xfer_io(cl->fd, cl->held, cl->nheld, 1, omc_deadline_after_ms(cl->x->io_timeout_ms), NULL, NULL);
+    cl->nheld = 0;
+    return r;
+}
+
+/* An answer without bytes, gathered: several go out in one system call while requests keep coming. */
+OMC__PRIVATE omc_result omc__xfer_answer_later(omc__xfer_client* cl, int type, uint32_t num, omc_result st) {
+    if (cl->nheld + OMC_XFER_RPC_HEADER > sizeof(cl->held)) {
+        omc_result r = omc__xfer_flush(cl);
+        if (r != OMC_OK) return r;
+    }
+    omc__xfer_header(cl->held + cl->nheld, OMC_XFER_RPC_ANSWER, type, num, (uint32_t)(int32_t)st, cl->x->incarnation, 0);
+    cl->nheld += OMC_XFER_RPC_HEADER;
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__xfer_answer(omc__xfer_client* cl, int type, uint32_t num, omc_result st, const void* payload, uint64_t len) {
+    uint8_t h[OMC_XFER_RPC_HEADER];
+    omc_time_ns dl = omc_deadline_after_ms(cl->x->io_timeout_ms);
+    omc_result r = omc__xfer_flush(cl);
+    if (r != OMC_OK) return r;
+    omc__xfer_header(h, OMC_XFER_RPC_ANSWER, type, num, (uint32_t)(int32_t)st, cl->x->incarnation, len);
+    r = omc__xfer_io(cl->fd, h, sizeof(h), 1, dl, NULL, NULL);
+    if (r == OMC_OK && payload && len) r = omc__xfer_io(cl->fd, (void*)(uintptr_t)payload, (size_t)len, 1, dl, NULL, NULL);
+    return r;
+}
+
+/* Refuse a request (counted, logged at WARN: a peer that sends it is broken or hostile). */
+OMC__PRIVATE void omc__xfer_refuse(omc__xfer_client* cl, omc_result st, const char* why) {
+    omc_xfer* x = cl->x;
+    pthread_mutex_lock(&x->mu);
+    x->refused++;
+    pthread_mutex_unlock(&x->mu);
+    OMC__XFER_LOG(x, OMC_LOG_WARN, "listener %s: refused a request from %s: %s (%s)", x->name, cl->name[0] ? cl->name : "a client", why,
+                  omc_result_name(st));
+}
+
+/* Read and drop n bytes (a refused WRITE's payload). */
+OMC__PRIVATE omc_result omc__xfer_drain(omc__xfer_client* cl, uint64_t n) {
+    uint8_t junk[4096];
+    omc_time_ns dl = omc_deadline_after_ms(cl->x->io_timeout_ms);
+    while (n) {
+        size_t k = (size_t)omc__min(n, sizeof(junk));
+        omc_result r = omc__xfer_io(cl->fd, junk, k, 0, dl, NULL, NULL);
+        if (r != OMC_OK) return r;
+        n -= k;
+    }
+    return OMC_OK;
+}
+
+/* READ or WRITE: check the range under mu and mark it in use, move the bytes straight from or
+   into it, release it. Returns OMC_OK to go on with the connection, an error to close it. */
+OMC__PRIVATE omc_result omc__xfer_serve_rw(omc__xfer_client* cl, int type, uint32_t num, uint32_t id, uint64_t a, uint64_t len) {
+    omc_xfer* x = cl->x;
+    omc__xfer_region* g;
+    omc_result st = OMC_OK, r;
+    uint8_t* mem = NULL;
+    char why[160];
+    pthread_mutex_lock(&x->mu);
+    g = omc__xfer_by_id(x, id);
+    if (!len) { st = OMC_ERR_MALFORMED; snprintf(why, sizeof(why), "a %s of 0 bytes", type == OMC__XRPC_READ ? "READ" : "WRITE"); }
+    else if (!g) { st = OMC_ERR_STALE; snprintf(why, sizeof(why), "range %u is not registered (any more)", id); }
+    else if (a < (uint64_t)(uintptr_t)g->base || a - (uint64_t)(uintptr_t)g->base > g->size || len > g->size - (a - (uint64_t)(uintptr_t)g->base)) {
+        st = OMC_ERR_RDMA_ACCESS;
+        snprintf(why, sizeof(why), "[0x%llx, +%llu) leaves range %u [%p, +%llu)", (unsigned long long)a, (unsigned long long)len, id,
+                 (void*)g->base, (unsigned long long)g->size);
+    } else {
+        g->serving++;
+        mem = (uint8_t*)(uintptr_t)a;
+    }
+    pthread_mutex_unlock(&x->mu);
+    if (st != OMC_OK) {
+        omc__xfer_refuse(cl, st, why);
+        if (type == OMC__XRPC_WRITE) {
+            if (len > OMC__XFER_DRAIN_MAX) return OMC_ERR_PROTOCOL;
+            if ((r = omc__xfer_drain(cl, len)) != OMC_OK) return r;
+        }
+        return omc__xfer_answer_later(cl, type, num, st);
+    }
+    if (type == OMC__XRPC_READ && (r = omc__xfer_flush(cl)) != OMC_OK) return r;     /* the earlier answers first */
+    {   /* in steps of OMC__XFER_IO_STEP, each with a fresh I/O timeout: a slow peer is not a dead one */
+        uint64_t off = 0, step = omc__min(len, OMC__XFER_IO_STEP);
+        if (type == OMC__XRPC_READ) {
+            uint8_t h[OMC_XFER_RPC_HEADER];
+            omc__xfer_header(h, OMC_XFER_RPC_ANSWER, type, num, 0, x->incarnation, len);
+            r = omc__xfer_send2(cl->fd, h, sizeof(h), mem, (size_t)step, omc_deadline_after_ms(x->io_timeout_ms), NULL);
+        } else {
+            r = omc__xfer_io(cl->fd, mem, (size_t)step, 0, omc_deadline_after_ms(x->io_timeout_ms), NULL, NULL);
+        }
+        for (off = step; r == OMC_OK && off < len; off += step) {
+            step = omc__min(len - off, OMC__XFER_IO_STEP);
+            r = omc__xfer_io(cl->fd, mem + off, (size_t)step, type == OMC__XRPC_READ, omc_deadline_after_ms(x->io_timeout_ms), NULL, NULL);
+        }
+    }
+    pthread_mutex_lock(&x->mu);
+    g = omc__xfer_by_id(x, id);
+    if (g) g->serving--;
+    if (r == OMC_OK) {
+        if (type == OMC__XRPC_READ) x->served_reads++; else x->served_writes++;
+        x->served_bytes += len;
+    }
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    if (r == OMC_OK && type == OMC__XRPC_WRITE) r = omc__xfer_answer_later(cl, type, num, OMC_OK);
+    return r;
+}
+
+OMC__PRIVATE omc_result omc__xfer_serve_notify(omc__xfer_client* cl, uint32_t num, const uint8_t* msg, uint32_t len) {
+    omc_xfer* x = cl->x;
+    omc_xfer_notif* n = NULL;
+    omc_result st = OMC_OK;
+    pthread_mutex_lock(&x->mu);
+    if (x->ncount == x->max_notifies) { st = OMC_ERR_BUSY; x->notifies_dropped++; }
+    pthread_mutex_unlock(&x->mu);
+    if (st == OMC_OK && !(n = (omc_xfer_notif*)omc__malloc(&x->hooks, sizeof(*n)))) st = OMC_ERR_NO_MEMORY;
+    if (n) {
+        snprintf(n->peer, sizeof(n->peer), "%s", cl->name);
+        n->length = len;
+        if (len) memcpy(n->data, msg, len);
+        pthread_mutex_lock(&x->mu);
+        if (x->ncount < x->max_notifies) {
+            x->notifs[(x->nhead + x->ncount) % x->max_notifies] = n;
+            x->ncount++;
+            x->notifies++;
+            n = NULL;
+        } else { st = OMC_ERR_BUSY; x->notifies_dropped++; }
+        pthread_mutex_unlock(&x->mu);
+        omc__free(&x->hooks, n);
+    }
+    if (st != OMC_OK) OMC__XFER_LOG(x, OMC_LOG_WARN, "notification from %s refused: %s (queue of %u full: take them with omc_xfer_notifs)",
+                                    cl->name, omc_result_name(st), x->max_notifies);
+    return omc__xfer_answer(cl, OMC__XRPC_NOTIFY, num, st, NULL, 0);
+}
+
+OMC__PRIVATE omc_result omc__xfer_serve_rdma(omc__xfer_client* cl, uint32_t num, const uint8_t* rec, uint32_t len) {
+#if OMC__HAS_RDMA
+    omc_xfer* x = cl->x;
+    uint8_t out[1 + OMC_RDMA_MAX_RAILS + OMC_RDMA_RECORD_MAX];
+    size_t n = 0;
+    omc_rdma_conn_info ci;
+    omc_result st;
+    uint32_t p;
+    if (!x->rdma) return omc__xfer_answer(cl, OMC__XRPC_RDMA_CONNECT, num, OMC_ERR_UNAVAILABLE, NULL, 0);
+    if (cl->conn) { omc_rdma_conn_destroy(cl->conn); cl->conn = NULL; }     /* the client reconnects */
+    st = omc_rdma_conn_accept(x->rdma, rec, len, &cl->conn);
+    if (st == OMC_OK) st = omc_rdma_conn_query(cl->conn, &ci);
+    if (st == OMC_OK) {
+        out[0] = (uint8_t)ci.rails;
+        for (p = 0; p < ci.rails && p < OMC_RDMA_MAX_RAILS; p++) out[1 + p] = (uint8_t)ci.rail[p];
+        st = omc_rdma_conn_record(cl->conn, out + 1 + ci.rails, sizeof(out) - 1 - ci.rails, &n);
+        n += 1 + ci.rails;
+    }
+    if (st != OMC_OK) {
+        if (cl->conn) { omc_rdma_conn_destroy(cl->conn); cl->conn = NULL; }
+        OMC__XFER_LOG(x, OMC_LOG_WARN, "listener %s: RDMA connection for %s refused: %s", x->name, cl->name, omc_result_name(st));
+        return omc__xfer_answer(cl, OMC__XRPC_RDMA_CONNECT, num, st, NULL, 0);
+    }
+    return omc__xfer_answer(cl, OMC__XRPC_RDMA_CONNECT, num, OMC_OK, out, n);
+#else
+    (void)rec; (void)len;
+    return omc__xfer_answer(cl, OMC__XRPC_RDMA_CONNECT, num, OMC_ERR_UNAVAILABLE, NULL, 0);
+#endif
+}
+
+/* HELLO: remember the caller's name, answer with this engine's descriptor (a caller that
+   expects another engine learns it from the incarnation in the answer). */
+OMC__PRIVATE omc_result omc__xfer_serve_hello(omc__xfer_client* cl, uint32_t num, const uint8_t* name, uint32_t len) {
+    omc_xfer* x = cl->x;
+    omc_xfer_descriptor* d;
+    uint8_t* out;
+    size_t n = 0;
+    uint32_t i;
+    omc_result r;
+    for (i = 0; i < len; i++) if (name[i] <= 0x20 || name[i] >= 0x7f) break;
+    if (i < len) {
+        omc__xfer_refuse(cl, OMC_ERR_MALFORMED, "HELLO name is not printable text");
+        omc__xfer_answer(cl, OMC__XRPC_HELLO, num, OMC_ERR_MALFORMED, NULL, 0);
+        return OMC_ERR_MALFORMED;
+    }
+    memcpy(cl->name, name, len);
+    cl->name[len] = '\0';
+    d = (omc_xfer_descriptor*)omc__malloc(&x->hooks, sizeof(*d));
+    out = (uint8_t*)omc__malloc(&x->hooks, OMC_XFER_DESC_MAX);
+    r = d && out ? OMC_OK : OMC_ERR_NO_MEMORY;
+    if (r == OMC_OK) {
+        pthread_mutex_lock(&x->mu);
+        omc__xfer_describe(x, d);
+        pthread_mutex_unlock(&x->mu);
+        r = omc_xfer_descriptor_encode(d, out, OMC_XFER_DESC_MAX, &n);
+    }
+    r = omc__xfer_answer(cl, OMC__XRPC_HELLO, num, r, r == OMC_OK ? out : NULL, r == OMC_OK ? n : 0);
+    omc__free(&x->hooks, d);
+    omc__free(&x->hooks, out);
+    return r;
+}
+
+/* One request (its header in h). OMC_OK: serve the next; otherwise close the connection. */
+OMC__PRIVATE omc_result omc__xfer_serve_one(omc__xfer_client* cl, const uint8_t* h) {
+    omc_xfer* x = cl->x;
+    int type = h[5];
+    uint32_t num = omc__get_u32(h + 8), word = omc__get_u32(h + 12);
+    uint64_t a = omc__get_u64(h + 16), len = omc__get_u64(h + 24);
+    uint8_t small[OMC_XFER_NOTIFY_MAX > OMC_RDMA_RECORD_MAX ? OMC_XFER_NOTIFY_MAX : OMC_RDMA_RECORD_MAX];
+    omc_result r;
+    if (omc__get_u32(h) != OMC_XFER_RPC_MAGIC || omc__get_u16(h + 6) != 0) {
+        omc__xfer_refuse(cl, OMC_ERR_PROTOCOL, "not a transfer-engine request (bad magic)");
+        omc__xfer_answer(cl, 0, 0, OMC_ERR_PROTOCOL, NULL, 0);
+        return OMC_ERR_PROTOCOL;
+    }
+    if (h[4] != OMC_XFER_RPC_VERSION) {
+        omc__xfer_refuse(cl, OMC_ERR_VERSION, "unknown protocol version");
+        omc__xfer_answer(cl, type, num, OMC_ERR_VERSION, NULL, 0);
+        return OMC_ERR_VERSION;
+    }
+    switch (type) {
+        case OMC__XRPC_READ: case OMC__XRPC_WRITE:
+            return omc__xfer_serve_rw(cl, type, num, word, a, len);
+        case OMC__XRPC_HELLO: case OMC__XRPC_NOTIFY: case OMC__XRPC_RDMA_CONNECT: {
+            uint64_t cap = type == OMC__XRPC_HELLO ? OMC_XFER_NAME_MAX - 1 : type == OMC__XRPC_NOTIFY ? OMC_XFER_NOTIFY_MAX : OMC_RDMA_RECORD_MAX;
+            if (len > cap || (type == OMC__XRPC_HELLO && !len) || word) {
+                omc__xfer_refuse(cl, OMC_ERR_MALFORMED, "payload size out of bounds");
+                omc__xfer_answer(cl, type, num, OMC_ERR_MALFORMED, NULL, 0);
+                return OMC_ERR_MALFORMED;
+            }
+            r = omc__xfer_io(cl->fd, small, (size_t)len, 0, omc_deadline_after_ms(x->io_timeout_ms), NULL, NULL);
+            if (r != OMC_OK) return r;
+            if (type == OMC__XRPC_NOTIFY) return omc__xfer_serve_notify(cl, num, small, (uint32_t)len);
+            if (type == OMC__XRPC_RDMA_CONNECT) return omc__xfer_serve_rdma(cl, num, small, (uint32_t)len);
+            return omc__xfer_serve_hello(cl, num, small, (uint32_t)len);
+        }
+        default:
+            omc__xfer_refuse(cl, OMC_ERR_PROTOCOL, "unknown request type");
+            omc__xfer_answer(cl, type, num, OMC_ERR_PROTOCOL, NULL, 0);
+            return OMC_ERR_PROTOCOL;
+    }
+}
+
+static void* omc__xfer_client_main(void* arg) {
+    omc__xfer_client* cl = (omc__xfer_client*)arg;
+    omc_xfer* x = cl->x;
+    for (;;) {
+        uint8_t h[OMC_XFER_RPC_HEADER];
+        size_t got = 0;
+        omc_result r;
+        struct pollfd pf;
+        ssize_t k = recv(cl->fd, h, sizeof(h), MSG_DONTWAIT);       /* the next request, if it is there */
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+        got = k > 0 ? (size_t)k : 0;
+        if (!got) {
+            /* idle between requests: send what is gathered, then wait without a deadline (destroy
+               shuts the socket down to wake us) */
+            if (omc__xfer_flush(cl) != OMC_OK) break;
+            pf.fd = cl->fd;
+            pf.events = POLLIN;
+            pf.revents = 0;
+            if (poll(&pf, 1, -1) < 0 && errno != EINTR) break;
+            continue;
+        }
+        r = got < sizeof(h) ? omc__xfer_io(cl->fd, h + got, sizeof(h) - got, 0, omc_deadline_after_ms(x->io_timeout_ms), &x->stop, NULL)
+                            : OMC_OK;
+        if (r != OMC_OK) break;
+        if (omc__xfer_serve_one(cl, h) != OMC_OK) break;
+    }
+#if OMC__HAS_RDMA
+    if (cl->conn) { omc_rdma_conn_destroy(cl->conn); cl->conn = NULL; }
+#endif
+    pthread_mutex_lock(&x->mu);
+    close(cl->fd);
+    cl->fd = -1;
+    cl->state = 2;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+/* Join the client threads that ended (caller holds mu). */
+OMC__PRIVATE void omc__xfer_reap_clients(omc_xfer* x) {
+    uint32_t i;
+    for (i = 0; i < x->max_clients; i++)
+        if (x->clients[i].state == 2) {
+            pthread_join(x->clients[i].thread, NULL);
+            memset(&x->clients[i], 0, sizeof(x->clients[i]));
+            x->clients[i].fd = -1;
+        }
+}
+
+static void* omc__xfer_accept_main(void* arg) {
+    omc_xfer* x = (omc_xfer*)arg;
+    for (;;) {
+        int fd = accept(x->lfd, NULL, NULL), one = 1;
+        uint32_t i;
+        if (fd < 0) {
+            if (omc__load(&x->stop)) break;
+            if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) {
+                if (errno == EMFILE || errno == ENFILE) poll(NULL, 0, 100);
+                continue;
+            }
+            if (errno == EINVAL && omc__load(&x->stop)) break;
+            OMC__XFER_LOG(x, OMC_LOG_ERROR, "listener %s: accept: %s; no more peers are served", x->name, strerror(errno));
+            break;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        pthread_mutex_lock(&x->mu);
+        omc__xfer_reap_clients(x);
+        for (i = 0; i < x->max_clients; i++) if (x->clients[i].state == 0) break;
+        if (i == x->max_clients || omc__load(&x->stop)) {
+            x->refused++;
+            pthread_mutex_unlock(&x->mu);
+            OMC__XFER_LOG(x, OMC_LOG_WARN, "listener %s: %u clients already: a new connection is closed", x->name, x->max_clients);
+            close(fd);
+            continue;
+        }
+        x->clients[i].x = x;
+        x->clients[i].fd = fd;
+        x->clients[i].state = 1;
+        x->clients[i].name[0] = '\0';
+        if (pthread_create(&x->clients[i].thread, NULL, omc__xfer_client_main, &x->clients[i]) != 0) {
+            x->clients[i].state = 0;
+            x->clients[i].fd = -1;
+            close(fd);
+            OMC__XFER_LOG(x, OMC_LOG_ERROR, "listener %s: cannot start a client thread", x->name);
+        }
+        pthread_mutex_unlock(&x->mu);
+    }
+    return NULL;
+}
+
+OMC__PRIVATE omc_result omc__xfer_listen(omc_xfer* x, const char* host, uint32_t port) {
+    struct addrinfo hints, *res = NULL, *ai;
+    char ps[16];
+    int err = 0;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    snprintf(ps, sizeof(ps), "%u", port);
+    if ((err = getaddrinfo(host, ps, &hints, &res)) != 0) {
+        OMC__XFER_LOG(x, OMC_LOG_ERROR, "listener: cannot resolve '%s': %s", host, gai_strerror(err));
+        return OMC_ERR_INVALID_ARG;
+    }
+    x->lfd = -1;
+    for (ai = res; ai && x->lfd < 0; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol), one = 1;
+        union { struct sockaddr_storage ss; struct sockaddr_in in4; struct sockaddr_in6 in6; } sa;
+        socklen_t sl = sizeof(sa);
+        if (fd < 0) { err = errno; continue; }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 64) != 0 || getsockname(fd, (struct sockaddr*)&sa, &sl) != 0) {
+            err = errno;
+            close(fd);
+            continue;
+        }
+        x->port = ntohs(sa.ss.ss_family == AF_INET6 ? sa.in6.sin6_port : sa.in4.sin_port);
+        x->lfd = fd;
+    }
+    freeaddrinfo(res);
+    if (x->lfd < 0) {
+        OMC__XFER_LOG(x, OMC_LOG_ERROR, "listener: cannot listen on %s:%u: %s", host, port, strerror(err));
+        return OMC_ERR_SYSTEM;
+    }
+    snprintf(x->name, sizeof(x->name), strchr(x->host, ':') ? "[%s]:%u" : "%s:%u", x->host, x->port);
+    return OMC_OK;
+}
+/* ============================================================================================== */
+/* [SECTION] Implementation: transfer engine - creating and destroying it                         */
+/* ============================================================================================== */
+
+/* The verbs engine, or TCP and why (transport DEFAULT); an error only for transport RDMA. */
+OMC__PRIVATE omc_result omc__xfer_start_rdma(omc_xfer* x, const omc_xfer_desc* d) {
+#if OMC__HAS_RDMA
+    omc_rdma_desc rd = d->rdma;
+    char why[200];
+    omc_result r;
+    uint8_t g[16];
+    if (x->transport == OMC_XFER_TRANSPORT_TCP) return OMC_OK;
+    if (!rd.local_addr && omc_rdma_addr_to_gid(x->host, g) == OMC_OK && strcmp(x->host, "127.0.0.1") != 0 && strcmp(x->host, "::1") != 0)
+        rd.local_addr = x->host;
+    if (!rd.hooks.log_fn && !rd.hooks.alloc_fn) rd.hooks = d->hooks;
+    if (x->transport == OMC_XFER_TRANSPORT_DEFAULT && omc_rdma_probe(rd.library, why, sizeof(why)) != OMC_OK) {
+        snprintf(x->why_tcp, sizeof(x->why_tcp), "no RDMA: %s", why);
+    } else {
+        r = omc_rdma_create(&rd, &x->rdma);
+        if (r != OMC_OK) {
+            if (x->transport == OMC_XFER_TRANSPORT_RDMA) return r;
+            snprintf(x->why_tcp, sizeof(x->why_tcp), "the RDMA engine did not start: %s (the log says why)", omc_result_name(r));
+        }
+    }
+    if (x->rdma) { x->transport = OMC_XFER_TRANSPORT_RDMA; return OMC_OK; }
+#else
+    (void)d;
+    if (x->transport == OMC_XFER_TRANSPORT_RDMA) {
+        OMC__XFER_LOG(x, OMC_LOG_ERROR, "transport RDMA asked for, but this build has no RDMA (OMNICONN_NO_RDMA)");
+        return OMC_ERR_UNAVAILABLE;
+    }
+    if (x->transport == OMC_XFER_TRANSPORT_DEFAULT) snprintf(x->why_tcp, sizeof(x->why_tcp), "this build has no RDMA (OMNICONN_NO_RDMA)");
+#endif
+    if (x->why_tcp[0]) OMC__XFER_LOG(x, OMC_LOG_INFO, "transfer engine uses TCP: %s", x->why_tcp);
+    x->transport = OMC_XFER_TRANSPORT_TCP;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_xfer_create(const omc_xfer_desc* desc, omc_xfer** out) {
+    omc_xfer_desc d;
+    omc_hooks hooks;
+    omc_xfer* x;
+    omc_result r;
+    uint32_t i;
+    if (!out) return OMC_ERR_INVALID_ARG;
+    *out = NULL;
+    if (desc) d = *desc; else memset(&d, 0, sizeof(d));
+    hooks = omc__hooks_resolve(&d.hooks);
+    if (d.port > 65535 || (unsigned)d.transport > OMC_XFER_TRANSPORT_TCP || (d.host && strlen(d.host) >= OMC_XFER_HOST_MAX - 1)) {
+        OMC__LOG(&hooks, OMC_LOG_ERROR, OMC_LOGITEM_BAD_ARGUMENT, "omc_xfer_desc: port %u (0..65535), transport %d, host of at most %d bytes",
+                 d.port, (int)d.transport, OMC_XFER_HOST_MAX - 2);
+        return OMC_ERR_INVALID_ARG;
+    }
+    x = (omc_xfer*)omc__calloc(&hooks, sizeof(omc_xfer));
+    if (!x) return OMC_ERR_NO_MEMORY;
+    x->hooks = hooks;
+    x->lfd = -1;
+    snprintf(x->host, sizeof(x->host), "%s", d.host && d.host[0] ? d.host : "127.0.0.1");
+    x->transport = d.transport;
+    x->max_clients = d.max_clients ? d.max_clients : 64;
+    x->max_notifies = d.max_notifies ? d.max_notifies : 1024;
+    x->io_timeout_ms = d.io_timeout_ms ? d.io_timeout_ms : 10000;
+    x->window = d.window ? d.window : 32;
+    x->incarnation = omc__random_u64() | 1;
+    x->regions = (omc__xfer_region*)omc__calloc(&hooks, sizeof(omc__xfer_region) * OMC_XFER_MAX_RANGES);
+    x->clients = (omc__xfer_client*)omc__calloc(&hooks, sizeof(omc__xfer_client) * x->max_clients);
+    x->notifs = (omc_xfer_notif**)omc__calloc(&hooks, sizeof(omc_xfer_notif*) * x->max_notifies);
+    if (!x->regions || !x->clients || !x->notifs) { r = OMC_ERR_NO_MEMORY; goto fail_alloc; }
+    for (i = 0; i < x->max_clients; i++) x->clients[i].fd = -1;
+    if (pthread_mutex_init(&x->mu, NULL) != 0) { r = OMC_ERR_SYSTEM; goto fail_alloc; }
+    if (omc__cond_init_monotonic(&x->cv) != 0) { r = OMC_ERR_SYSTEM; goto fail_mutex; }
+    r = omc__xfer_start_rdma(x, &d);
+    if (r != OMC_OK) goto fail_cond;
+    r = omc__xfer_listen(x, x->host, d.port);
+    if (r != OMC_OK) goto fail_rdma;
+    if (pthread_create(&x->accept_thread, NULL, omc__xfer_accept_main, x) != 0) { r = OMC_ERR_SYSTEM; goto fail_listen; }
+    x->accepting = 1;
+    if (strcmp(x->host, "0.0.0.0") == 0 || strcmp(x->host, "::") == 0)
+        OMC__XFER_LOG(x, OMC_LOG_WARN, "transfer engine listens on every address, but its descriptor names '%s', which peers cannot "
+                      "reach: set desc.host to the address peers use (and the listener then binds only that one)", x->host);
+    OMC__XFER_LOG(x, OMC_LOG_INFO, "transfer engine %s (%s) up", x->name, x->transport == OMC_XFER_TRANSPORT_RDMA ? "RDMA" : "TCP");
+    *out = x;
+    return OMC_OK;
+fail_listen:
+    close(x->lfd);
+fail_rdma:
+    if (x->rdma) omc_rdma_destroy(x->rdma);
+fail_cond:
+    pthread_cond_destroy(&x->cv);
+fail_mutex:
+    pthread_mutex_destroy(&x->mu);
+fail_alloc:
+    omc__free(&hooks, x->regions);
+    omc__free(&hooks, x->clients);
+    omc__free(&hooks, x->notifs);
+    omc__free(&hooks, x);
+    return r;
+}
+
+OMNICONN_API void omc_xfer_destroy(omc_xfer* x) {
+    omc_hooks hooks;
+    uint32_t i;
+    if (!x) return;
+    hooks = x->hooks;
+    omc__store(&x->stop, 1);
+    /* the listener: shutting the sockets down wakes accept() and every client's poll */
+    if (x->lfd >= 0) shutdown(x->lfd, SHUT_RDWR);
+    if (x->accepting) pthread_join(x->accept_thread, NULL);
+    pthread_mutex_lock(&x->mu);
+    {
+        omc_xfer_batch* b;
+        for (b = x->live; b; b = b->next) omc__store(&b->cancel, 1);
+    }
+    for (i = 0; i < x->max_clients; i++) if (x->clients[i].state == 1 && x->clients[i].fd >= 0) shutdown(x->clients[i].fd, SHUT_RDWR);
+    for (;;) {
+        uint32_t live = 0;
+        omc__xfer_reap_clients(x);
+        for (i = 0; i < x->max_clients; i++) live += x->clients[i].state != 0;
+        if (!live && !x->running) break;
+        pthread_cond_wait(&x->cv, &x->mu);
+    }
+    for (i = 0; i < x->ncount; i++) omc__free(&hooks, x->notifs[(x->nhead + i) % x->max_notifies]);
+    pthread_mutex_unlock(&x->mu);
+    if (x->lfd >= 0) close(x->lfd);
+#if OMC__HAS_RDMA
+    for (i = 0; x->rdma && i < x->nregions; i++) omc_rdma_deregister(x->rdma, x->regions[i].base);
+#endif
+    if (x->rdma) omc_rdma_destroy(x->rdma);
+    pthread_cond_destroy(&x->cv);
+    pthread_mutex_destroy(&x->mu);
+    omc__free(&hooks, x->regions);
+    omc__free(&hooks, x->clients);
+    omc__free(&hooks, x->notifs);
+    omc__free(&hooks, x);
+}
+
+OMNICONN_API omc_result omc_xfer_query(omc_xfer* x, omc_xfer_info* o) {
+    uint32_t i;
+    if (!x || !o) return OMC_ERR_INVALID_ARG;
+    memset(o, 0, sizeof(*o));
+    pthread_mutex_lock(&x->mu);
+    snprintf(o->name, sizeof(o->name), "%s", x->name);
+    o->port = x->port;
+    o->transport = x->transport;
+    snprintf(o->why_tcp, sizeof(o->why_tcp), "%s", x->why_tcp);
+    o->incarnation = x->incarnation;
+    o->regions = x->nregions;
+    for (i = 0; i < x->nregions; i++) o->registered_bytes += x->regions[i].size;
+    o->batches = x->batches;
+    o->batch_failures = x->batch_failures;
+    o->bytes_read = x->bytes_read;
+    o->bytes_written = x->bytes_written;
+    o->served_reads = x->served_reads;
+    o->served_writes = x->served_writes;
+    o->served_bytes = x->served_bytes;
+    o->refused = x->refused;
+    o->notifies = x->notifies;
+    o->notifies_dropped = x->notifies_dropped;
+    for (i = 0; i < x->max_clients; i++) o->clients += x->clients[i].state == 1;
+    pthread_mutex_unlock(&x->mu);
+    return OMC_OK;
+}
+
+OMNICONN_API omc_rdma* omc_xfer_rdma(omc_xfer* x) { return x ? x->rdma : NULL; }
+OMNICONN_API uint32_t omc_xfer_port(omc_xfer* x) { return x ? x->port : 0; }
+OMNICONN_API const char* omc_xfer_name(omc_xfer* x) { return x ? x->name : ""; }
+
+OMNICONN_API omc_result omc_xfer_start(const char* host, uint32_t port, omc_xfer_transport transport, const char* devices, omc_xfer** out) {
+    omc_xfer_desc d;
+    memset(&d, 0, sizeof(d));
+    d.host = host;
+    d.port = port;
+    d.transport = transport;
+    d.rdma.devices = devices && devices[0] ? devices : NULL;
+    return omc_xfer_create(&d, out);
+}
+
+OMNICONN_API int omc_xfer_notifs(omc_xfer* x, omc_xfer_notif* out, int cap) {
+    int n = 0;
+    if (!x || cap < 0 || (cap && !out)) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&x->mu);
+    while (n < cap && x->ncount) {
+        omc_xfer_notif* m = x->notifs[x->nhead];
+        out[n++] = *m;
+        omc__free(&x->hooks, m);
+        x->nhead = (x->nhead + 1) % x->max_notifies;
+        x->ncount--;
+    }
+    pthread_mutex_unlock(&x->mu);
+    return n;
+}
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: transfer engine - peers (the initiator's side)                       */
+/* ============================================================================================== */
+
+OMC__PRIVATE void omc__xfer_hangup(omc_xfer_peer* P) {
+    if (P->fd >= 0) close(P->fd);
+    P->fd = -1;
+}
+
+/* One request and its answer header (peer->io held). The caller reads `*len` bytes after it. */
+OMC__PRIVATE omc_result omc__xfer_call(omc_xfer_peer* P, int type, uint64_t a, const void* payload, uint32_t plen, omc_time_ns deadline,
+                                       omc_result* status, uint64_t* incarnation, uint64_t* len) {
+    uint8_t h[OMC_XFER_RPC_HEADER];
+    omc_result r;
+    omc__xfer_header(h, OMC_XFER_RPC_MAGIC, type, 0, 0, a, plen);
+    r = omc__xfer_io(P->fd, h, sizeof(h), 1, deadline, NULL, NULL);
+    if (r == OMC_OK && plen) r = omc__xfer_io(P->fd, (void*)(uintptr_t)payload, plen, 1, deadline, NULL, NULL);
+    if (r == OMC_OK) r = omc__xfer_io(P->fd, h, sizeof(h), 0, deadline, NULL, NULL);
+    if (r != OMC_OK) { omc__xfer_hangup(P); return r; }
+    if (omc__get_u32(h) != OMC_XFER_RPC_ANSWER || h[4] != OMC_XFER_RPC_VERSION || h[5] != type) {
+        OMC__XFER_LOG(P->x, OMC_LOG_WARN, "peer %s answered with something that is not a transfer-engine answer", P->name);
+        omc__xfer_hangup(P);
+        return OMC_ERR_PROTOCOL;
+    }
+    *status = (omc_result)(int32_t)omc__get_u32(h + 12);
+    *incarnation = omc__get_u64(h + 16);
+    *len = omc__get_u64(h + 24);
+    return OMC_OK;
+}
+
+/* Connect and HELLO (peer->io held): the answering engine must be the descriptor's (unless the
+   peer has none yet); its descriptor replaces ours. */
+OMC__PRIVATE omc_result omc__xfer_hello(omc_xfer_peer* P, const char* host, uint32_t port, omc_time_ns deadline) {
+    omc_xfer* x = P->x;
+    omc_result r, st = OMC_OK;
+    uint64_t inc = 0, len = 0, want = P->d ? P->d->incarnation : 0;
+    uint8_t* buf = NULL;
+    omc_xfer_descriptor* d = NULL;
+    if (P->fd >= 0) omc__xfer_hangup(P);
+    r = omc__xfer_dial_until(host, port, deadline, P->cancel, &P->fd);
+    if (r != OMC_OK) {
+        OMC__XFER_LOG(x, OMC_LOG_WARN, "peer %s:%u: cannot connect: %s", host, port, omc_result_name(r));
+        return r;
+    }
+    r = omc__xfer_call(P, OMC__XRPC_HELLO, want, x->name, (uint32_t)strlen(x->name), deadline, &st, &inc, &len);
+    if (r == OMC_OK && st == OMC_OK && (len < OMC_XFER_DESC_HEADER || len > OMC_XFER_DESC_MAX)) r = OMC_ERR_PROTOCOL;
+    if (r == OMC_OK && st == OMC_OK) {
+        buf = (uint8_t*)omc__malloc(&x->hooks, (size_t)len);
+        d = (omc_xfer_descriptor*)omc__malloc(&x->hooks, sizeof(*d));
+        r = buf && d ? omc__xfer_io(P->fd, buf, (size_t)len, 0, deadline, NULL, NULL) : OMC_ERR_NO_MEMORY;
+        if (r == OMC_OK) r = omc_xfer_descriptor_decode(buf, (size_t)len, d);
+        if (r == OMC_OK && d->incarnation != inc) r = OMC_ERR_PROTOCOL;
+    }
+    if (r == OMC_OK && st != OMC_OK) r = st;
+    if (r == OMC_OK && want && inc != want) {
+        OMC__XFER_LOG(x, OMC_LOG_WARN, "peer %s: the engine answering there (incarnation %016llx) is not the one whose descriptor we hold "
+                      "(%016llx): it restarted, or the descriptor is another engine's; open the peer again",
+                      P->name, (unsigned long long)inc, (unsigned long long)want);
+        r = OMC_ERR_PEER_RESTARTED;
+    }
+    if (r == OMC_OK) {
+        pthread_mutex_lock(&x->mu);
+        if (P->d) omc__free(&x->hooks, P->d);
+        P->d = d;
+        d = NULL;
+        pthread_mutex_unlock(&x->mu);
+    } else {
+        if (r != OMC_ERR_PEER_RESTARTED) OMC__XFER_LOG(x, OMC_LOG_WARN, "peer %s: handshake failed: %s", P->name, omc_result_name(r));
+        omc__xfer_hangup(P);
+    }
+    omc__free(&x->hooks, buf);
+    omc__free(&x->hooks, d);
+    return r;
+}
+
+OMC__PRIVATE omc_result omc__xfer_peer_new(omc_xfer* x, const char* name, omc_xfer_peer** out) {
+    omc_xfer_peer* P = (omc_xfer_peer*)omc__calloc(&x->hooks, sizeof(omc_xfer_peer));
+    if (!P) return OMC_ERR_NO_MEMORY;
+    if (pthread_mutex_init(&P->io, NULL) != 0) { omc__free(&x->hooks, P); return OMC_ERR_SYSTEM; }
+    P->x = x;
+    P->fd = -1;
+    snprintf(P->name, sizeof(P->name), "%s", name);
+    *out = P;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_xfer_peer_open(omc_xfer* x, const char* name, omc_time_ns deadline, omc_xfer_peer** out) {
+    char host[OMC_XFER_HOST_MAX];
+    uint32_t port = 0;
+    omc_xfer_peer* P = NULL;
+    omc_result r;
+    if (out) *out = NULL;
+    if (!x || !out || omc__xfer_split_name(name, host, sizeof(host), &port) != OMC_OK) {
+        if (x) OMC__XFER_LOG(x, OMC_LOG_ERROR, "peer name '%s' is not host:port", name ? name : "(null)");
+        return OMC_ERR_INVALID_ARG;
+    }
+    if ((r = omc__xfer_peer_new(x, name, &P)) != OMC_OK) return r;
+    pthread_mutex_lock(&P->io);
+    r = omc__xfer_hello(P, host, port, deadline);
+    pthread_mutex_unlock(&P->io);
+    if (r != OMC_OK) { omc_xfer_peer_close(P); return r; }
+    *out = P;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_xfer_peer_import(omc_xfer* x, const void* desc, size_t len, omc_xfer_peer** out) {
+    omc_xfer_descriptor* d;
+    omc_xfer_peer* P = NULL;
+    char name[OMC_XFER_NAME_MAX];
+    omc_result r;
+    if (out) *out = NULL;
+    if (!x || !out) return OMC_ERR_INVALID_ARG;
+    d = (omc_xfer_descriptor*)omc__malloc(&x->hooks, sizeof(*d));
+    if (!d) return OMC_ERR_NO_MEMORY;
+    r = omc_xfer_descriptor_decode(desc, len, d);
+    if (r != OMC_OK) {
+        OMC__XFER_LOG(x, OMC_LOG_WARN, "rejected a descriptor of %zu bytes: %s", len, omc_result_name(r));
+        omc__free(&x->hooks, d);
+        return r;
+    }
+    snprintf(name, sizeof(name), strchr(d->host, ':') ? "[%s]:%u" : "%s:%u", d->host, d->port);
+    r = omc__xfer_peer_new(x, name, &P);
+    if (r != OMC_OK) { omc__free(&x->hooks, d); return r; }
+    P->d = d;
+    *out = P;
+    return OMC_OK;
+}
+
+/* Connected and talking to the descriptor's engine (peer->io held). */
+OMC__PRIVATE omc_result omc__xfer_ensure(omc_xfer_peer* P, omc_time_ns deadline) {
+    char host[OMC_XFER_HOST_MAX];
+    uint32_t port;
+    if (P->fd >= 0) return OMC_OK;
+    pthread_mutex_lock(&P->x->mu);
+    snprintf(host, sizeof(host), "%s", P->d->host);
+    port = P->d->port;
+    pthread_mutex_unlock(&P->x->mu);
+    return omc__xfer_hello(P, host, port, deadline);
+}
+
+OMNICONN_API omc_result omc_xfer_peer_refresh(omc_xfer_peer* P, omc_time_ns deadline) {
+    omc_result r;
+    if (!P) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&P->io);
+    omc__xfer_hangup(P);
+    r = omc__xfer_ensure(P, deadline);
+    pthread_mutex_unlock(&P->io);
+    return r;
+}
+
+OMNICONN_API omc_result omc_xfer_peer_descriptor(omc_xfer_peer* P, omc_xfer_descriptor* out) {
+    if (!P || !out) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&P->x->mu);
+    *out = *P->d;
+    pthread_mutex_unlock(&P->x->mu);
+    return OMC_OK;
+}
+
+OMNICONN_API void omc_xfer_peer_close(omc_xfer_peer* P) {
+    omc_xfer* x;
+    if (!P) return;
+    x = P->x;
+    pthread_mutex_lock(&x->mu);
+    {
+        omc_xfer_batch* b;
+        for (b = x->live; b; b = b->next) if (b->peer == P) omc__store(&b->cancel, 1);
+    }
+    while (P->batches) pthread_cond_wait(&x->cv, &x->mu);
+    pthread_mutex_unlock(&x->mu);
+#if OMC__HAS_RDMA
+    if (P->conn) omc_rdma_conn_destroy(P->conn);
+#endif
+    omc__xfer_hangup(P);
+    pthread_mutex_destroy(&P->io);
+    omc__free(&x->hooks, P->d);
+    omc__free(&x->hooks, P);
+}
+
+OMNICONN_API omc_result omc_xfer_notify(omc_xfer_peer* P, const void* data, uint32_t len, omc_time_ns deadline) {
+    omc_result r, st = OMC_OK;
+    uint64_t inc, n;
+    if (!P || len > OMC_XFER_NOTIFY_MAX || (len && !data)) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&P->io);
+    r = omc__xfer_ensure(P, deadline);
+    if (r == OMC_OK) r = omc__xfer_call(P, OMC__XRPC_NOTIFY, 0, data, len, deadline, &st, &inc, &n);
+    if (r == OMC_OK && n) { omc__xfer_hangup(P); r = OMC_ERR_PROTOCOL; }
+    pthread_mutex_unlock(&P->io);
+    return r != OMC_OK ? r : st;
+}
+/* ============================================================================================== */
+/* [SECTION] Implementation: transfer engine - batches                                            */
+/* ============================================================================================== */
+
+/* Over TCP (peer->io held): up to `window` requests in flight; a READ's answer carries the bytes
+   straight into local memory, a WRITE's request carries them. A lost connection fails what is
+   outstanding and what is left; a cancel or the deadline stops issuing and drops the connection
+   (so nothing is left half-framed). */
+OMC__PRIVATE omc_result omc__xfer_run_tcp(omc_xfer_batch* b) {
+    omc_xfer_peer* P = b->peer;
+    omc_xfer* x = P->x;
+    uint32_t sent = 0, got = 0, i;
+    omc_result r = OMC_OK;
+    while (got < b->count && r == OMC_OK) {
+        while (r == OMC_OK && sent < b->count && sent - got < x->window) {   /* issue */
+            const omc_xfer_entry* e = &b->e[sent];
+            uint8_t h[OMC_XFER_RPC_HEADER];
+            uint32_t id;
+            pthread_mutex_lock(&x->mu);
+            id = P->d->range[b->rrange[sent]].id;
+            pthread_mutex_unlock(&x->mu);
+            omc__xfer_header(h, OMC_XFER_RPC_MAGIC, b->op == OMC_XFER_READ ? OMC__XRPC_READ : OMC__XRPC_WRITE, sent, id, e->remote, e->length);
+            r = b->op == OMC_XFER_WRITE ? omc__xfer_send2(P->fd, h, sizeof(h), e->local, (size_t)e->length, b->deadline, &b->cancel)
+                                        : omc__xfer_io(P->fd, h, sizeof(h), 1, b->deadline, &b->cancel, NULL);
+            if (r == OMC_OK) sent++;
+        }
+        if (r != OMC_OK || got == sent) break;
+        {   /* complete the oldest */
+            uint8_t h[OMC_XFER_RPC_HEADER];
+            omc_result st;
+            r = omc__xfer_io(P->fd, h, sizeof(h), 0, b->deadline, &b->cancel, NULL);
+            if (r != OMC_OK) break;
+            if (omc__get_u32(h) != OMC_XFER_RPC_ANSWER || h[4] != OMC_XFER_RPC_VERSION || omc__get_u32(h + 8) != got ||
+                h[5] != (b->op == OMC_XFER_READ ? OMC__XRPC_READ : OMC__XRPC_WRITE)) { r = OMC_ERR_PROTOCOL; break; }
+            st = (omc_result)(int32_t)omc__get_u32(h + 12);
+            if (st == OMC_OK && b->op == OMC_XFER_READ) {
+                if (omc__get_u64(h + 24) != b->e[got].length) { r = OMC_ERR_PROTOCOL; break; }
+                r = omc__xfer_io(P->fd, b->e[got].local, (size_t)b->e[got].length, 0, b->deadline, &b->cancel, NULL);
+                if (r != OMC_OK) break;
+            } else if (omc__get_u64(h + 24) != 0) { r = OMC_ERR_PROTOCOL; break; }
+            if (st == OMC_OK) b->bytes += b->e[got].length;
+            b->status[got++] = st;
+        }
+    }
+    if (r != OMC_OK) {
+        if (r == OMC_ERR_PROTOCOL) OMC__XFER_LOG(x, OMC_LOG_WARN, "peer %s: an answer does not match its request: connection dropped", P->name);
+        omc__xfer_hangup(P);
+        for (i = got; i < b->count; i++) b->status[i] = r;
+        if (r == OMC_ERR_CLOSED) return r;
+    }
+    for (i = 0; i < b->count; i++) if (b->status[i] != OMC_OK) return b->status[i];
+    return OMC_OK;
+}
+
+#if OMC__HAS_RDMA
+/* Cut every entry into slices of at most the engine's slice size (one RDMA READ or WRITE each). */
+OMC__PRIVATE omc_result omc__xfer_slices(omc_xfer_batch* b, omc_rdma* E) {
+    uint64_t n = 0;
+    uint32_t i, k = 0;
+    for (i = 0; i < b->count; i++) n += (b->e[i].length + E->slice - 1) / E->slice;
+    if (n > UINT32_MAX / 2) return OMC_ERR_TOO_LARGE;
+    b->slices = (omc__rdma_slice*)omc__calloc(&E->hooks, sizeof(omc__rdma_slice) * (size_t)(n ? n : 1));
+    if (!b->slices) return OMC_ERR_NO_MEMORY;
+    for (i = 0; i < b->count; i++) {
+        uint64_t off;
+        for (off = 0; off < b->e[i].length; off += E->slice, k++) {
+            b->slices[k].ext = i;
+            b->slices[k].off = off;
+            b->slices[k].len = omc__min(E->slice, b->e[i].length - off);
+        }
+    }
+    b->nslices = k;
+    return OMC_OK;
+}
+
+/* Post every slice that is new or must go again (E->mu held), each on the pair that finishes it
+   first and round-robin over that pair's QPs; planned first, so each QP's last request of the
+   round is signalled. The op_wait machinery calls this again for slices whose pair failed. */
+/* Plan (E->mu held): the QP of every slice that must go now (0xFFFF: none), and each QP's last
+   slice of the round. OMC_ERR_RDMA_QP if no pair is left. */
+OMC__PRIVATE omc_result omc__xfer_plan(omc_rdma_conn* c, omc_xfer_batch* b, uint16_t* plan, uint32_t* last) {
+    omc_rdma* E = c->eng;
+    uint64_t planned[OMC_RDMA_MAX_RAILS];
+    uint32_t k;
+    memset(planned, 0, sizeof(planned));
+    for (k = 0; k < OMC_RDMA_MAX_QPS; k++) last[k] = OMC__RDMA_NO_SLICE;
+    for (k = 0; k < b->nslices; k++) {
+        omc__rdma_slice* sl = &b->slices[k];
+        double best = 0;
+        uint32_t p;
+        int pick = -1;
+        plan[k] = 0xFFFF;
+        if (sl->state != OMC__SLICE_NEW && sl->state != OMC__SLICE_REPOST) continue;
+        for (p = 0; p < c->npairs; p++) {
+            double finish;
+            if (!c->pair[p].up || !E->rail[c->pair[p].rail].up || !c->qps[p * c->qpp].qp) continue;
+            finish = (double)(c->pair[p].queued + planned[p] + sl->len) / omc__rdma_rail_rate(E, c->pair[p].rail);
+            if (pick < 0 || finish < best) { best = finish; pick = (int)p; }
+        }
+        if (pick < 0) return OMC_ERR_RDMA_QP;
+        plan[k] = (uint16_t)(pick * (int)c->qpp + (int)(b->rr++ % c->qpp));
+        planned[pick] += sl->len;
+        last[plan[k]] = k;
+    }
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op, omc_time_ns deadline) {
+    omc_rdma* E = c->eng;
+    omc_xfer_batch* b = op->xfer;
+    uint32_t last[OMC_RDMA_MAX_QPS], k;
+    uint16_t* plan = (uint16_t*)omc__malloc(&E->hooks, sizeof(uint16_t) * (b->nslices ? b->nslices : 1));
+    omc_result r;
+    if (!plan) return OMC_ERR_NO_MEMORY;
+    r = omc__xfer_plan(c, b, plan, last);
+    if (r != OMC_OK) {
+        omc__free(&E->hooks, plan);
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "connection %016llx: no working rail is left for a batch", (unsigned long long)c->conn_id);
+        return r;
+    }
+    op->reposts = 0;
+    for (k = 0; k < b->nslices && r == OMC_OK; k++) {
+        omc__rdma_slice* sl = &b->slices[k];
+        omc__rdma_qp* q;
+        omc__rdma_rail* R;
+        const omc_xfer_entry* e;
+        struct ibv_sge sge;
+        struct ibv_send_wr wr;
+        if (plan[k] == 0xFFFF) continue;
+        q = &c->qps[plan[k]];
+        R = &E->rail[q->rail];
+        e = &b->e[sl->ext];
+        if (omc__load(&b->cancel)) { r = OMC_ERR_CLOSED; break; }      /* the rest stays unposted */
+        r = omc__rdma_wait_slot(E, q, deadline);
+        if (r != OMC_OK) break;
+        sge.addr = (uint64_t)(uintptr_t)e->local + sl->off;
+        sge.length = (uint32_t)sl->len;
+        sge.lkey = b->lkey[sl->ext][q->rail];
+        memset(&wr, 0, sizeof(wr));
+        wr.opcode = op->read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.wr.rdma.remote_addr = e->remote + sl->off;
+        wr.wr.rdma.rkey = b->rkey[sl->ext][b->peer->pair_rail[q->pair]];
+        r = omc__rdma_post(E, q, &wr, op, last[plan[k]] == k, k);
+        if (r != OMC_OK) break;
+        sl->state = OMC__SLICE_POSTED;
+        sl->pair = (uint8_t)q->pair;
+        if (!R->inflight) {
+            if (R->window_bytes) R->settled = R->rate;
+            R->mark = omc_now_ns();
+            R->window_bytes = 0;
+        }
+        R->inflight += sl->len;
+        c->pair[q->pair].queued += sl->len;
+    }
+    omc__free(&E->hooks, plan);
+    return r;
+}
+
+/* RDMA_CONNECT (peer->io held): a connection to the peer's engine with the QPs of every rail
+   pair, and which of its rails each pair reaches (to pick the descriptor's key). */
+OMC__PRIVATE omc_result omc__xfer_rdma_connect(omc_xfer_peer* P, omc_time_ns deadline) {
+    omc_xfer* x = P->x;
+    uint8_t rec[OMC_RDMA_RECORD_MAX], ans[1 + OMC_RDMA_MAX_RAILS + OMC_RDMA_RECORD_MAX];
+    size_t n = 0;
+    uint64_t inc, len;
+    omc_result r, st = OMC_OK;
+    uint32_t p;
+    if (P->conn && omc_rdma_conn_ok(P->conn)) return OMC_OK;
+    if (P->conn) { omc_rdma_conn_destroy(P->conn); P->conn = NULL; }
+    r = omc_rdma_conn_create(x->rdma, &P->conn);
+    if (r == OMC_OK) r = omc_rdma_conn_record(P->conn, rec, sizeof(rec), &n);
+    if (r == OMC_OK) r = omc__xfer_call(P, OMC__XRPC_RDMA_CONNECT, 0, rec, (uint32_t)n, deadline, &st, &inc, &len);
+    if (r == OMC_OK && st == OMC_OK && (len < 2 || len > sizeof(ans))) { omc__xfer_hangup(P); r = OMC_ERR_PROTOCOL; }
+    if (r == OMC_OK && st == OMC_OK) r = omc__xfer_io(P->fd, ans, (size_t)len, 0, deadline, NULL, NULL);
+    if (r == OMC_OK && st != OMC_OK) r = st;
+    if (r == OMC_OK && (ans[0] == 0 || ans[0] > OMC_RDMA_MAX_RAILS || len <= 1u + ans[0])) r = OMC_ERR_PROTOCOL;
+    if (r == OMC_OK) r = omc_rdma_conn_connect(P->conn, ans + 1 + ans[0], (size_t)len - 1 - ans[0]);
+    if (r == OMC_OK) {
+        pthread_mutex_lock(&x->mu);
+        for (p = 0; p < OMC_RDMA_MAX_RAILS; p++) {
+            P->pair_rail[p] = (uint8_t)(p < ans[0] ? ans[1 + p] : 0);
+            if (p < ans[0] && ans[1 + p] >= P->d->rails && ans[1 + p] != OMC_RDMA_MAX_RAILS) r = OMC_ERR_PROTOCOL;
+        }
+        pthread_mutex_unlock(&x->mu);
+    }
+    if (r != OMC_OK) {
+        OMC__XFER_LOG(x, OMC_LOG_WARN, "peer %s: RDMA connection failed: %s", P->name, omc_result_name(r));
+        if (P->conn) { omc_rdma_conn_destroy(P->conn); P->conn = NULL; }
+    }
+    return r;
+}
+
+/* Over RDMA (peer->io held): post every slice, wait (looking at the cancel flag), and read each
+   entry's result from its slices. A cancel breaks the connection: the adapter flushes what is
+   posted, so nothing touches memory after the batch ended. */
+OMC__PRIVATE omc_result omc__xfer_run_rdma(omc_xfer_batch* b) {
+    omc_xfer_peer* P = b->peer;
+    omc_rdma* E = P->x->rdma;
+    omc_rdma_conn* c;
+    omc_rdma_op* op = NULL;
+    omc_result r;
+    uint32_t i, k;
+    r = omc__xfer_rdma_connect(P, b->deadline);
+    if (r != OMC_OK) {
+        omc__xfer_hangup(P);
+        for (i = 0; i < b->count; i++) b->status[i] = r;
+        return r;
+    }
+    c = P->conn;
+    r = omc__xfer_slices(b, E);
+    pthread_mutex_lock(&E->mu);
+    if (r == OMC_OK) r = omc__rdma_conn_usable(c);
+    if (r == OMC_OK && !(op = omc__rdma_op_new_locked(c, OMC__OP_XFER))) r = OMC_ERR_NO_MEMORY;
+    if (r == OMC_OK) {
+        op->xfer = b;
+        op->read = b->op == OMC_XFER_READ;
+        op->slices = b->slices;
+        op->nslices = b->nslices;
+        op->gave_up = &b->slices_given;
+        for (i = 0; i < b->count; i++) op->bytes += b->e[i].length;
+        r = omc__xfer_post_slices(c, op, b->deadline);
+        if (r != OMC_OK) {
+            if (op->status == OMC_OK) op->status = r;
+            if (op->pending) omc__rdma_conn_break_locked(c, r, "a batch could not be posted completely");
+        }
+    }
+    pthread_mutex_unlock(&E->mu);
+    if (!op) { for (i = 0; i < b->count; i++) b->status[i] = r; return r; }
+    for (;;) {      /* wait, a poll interval at a time, so a cancel is seen */
+        omc_time_ns until = omc_deadline_after_ms(OMC__XFER_POLL_MS);
+        if (omc__load(&b->cancel)) {
+            pthread_mutex_lock(&E->mu);
+            omc__rdma_conn_break_locked(c, OMC_ERR_CLOSED, "a batch was cancelled");
+            pthread_mutex_unlock(&E->mu);
+            r = omc_rdma_op_wait(op, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
+            break;
+        }
+        r = omc_rdma_op_test(op, b->deadline && b->deadline < until ? b->deadline : until);
+        if (r != OMC_ERR_BUSY) break;
+        if (b->deadline && omc_now_ns() >= b->deadline) { r = omc_rdma_op_wait(op, b->deadline); break; }
+    }
+    if (r != OMC_OK && !omc__load(&b->cancel)) omc__xfer_hangup(P);    /* a dead peer: handshake again next time */
+    if (b->slices_given) {          /* the engine still holds the slices: results unknown */
+        for (i = 0; i < b->count; i++) b->status[i] = r;
+        b->slices = NULL;
+        return r;
+    }
+    for (i = 0; i < b->count; i++) b->status[i] = OMC_OK;
+    for (k = 0; k < b->nslices; k++)
+        if (b->slices[k].state != OMC__SLICE_DONE) b->status[b->slices[k].ext] = omc__load(&b->cancel) ? OMC_ERR_CLOSED : (r != OMC_OK ? r : OMC_ERR_RDMA_COMPLETION);
+    for (i = 0; i < b->count; i++) if (b->status[i] == OMC_OK) b->bytes += b->e[i].length;
+    if (omc__load(&b->cancel) && r != OMC_OK) r = OMC_ERR_CLOSED;
+    return r;
+}
+#endif
+
+static void* omc__xfer_batch_main(void* arg) {
+    omc_xfer_batch* b = (omc_xfer_batch*)arg;
+    omc_xfer_peer* P = b->peer;
+    omc_xfer* x = P->x;
+    omc_result r;
+    uint32_t i;
+    pthread_mutex_lock(&P->io);
+    P->cancel = &b->cancel;             /* a connect on behalf of this batch stops when it is cancelled */
+    r = omc__load(&b->cancel) ? OMC_ERR_CLOSED : omc__xfer_ensure(P, b->deadline);
+    if (r != OMC_OK) for (i = 0; i < b->count; i++) b->status[i] = r == OMC_ERR_CLOSED ? OMC_ERR_CLOSED : r;
+#if OMC__HAS_RDMA
+    else if (x->rdma && P->d->rails) r = omc__xfer_run_rdma(b);
+#endif
+    else r = omc__xfer_run_tcp(b);
+    if (r == OMC_OK && b->notify_len) {
+        omc_result st = OMC_OK;
+        uint64_t inc, n;
+        r = omc__xfer_ensure(P, b->deadline);
+        if (r == OMC_OK) r = omc__xfer_call(P, OMC__XRPC_NOTIFY, 0, b->notify, b->notify_len, b->deadline, &st, &inc, &n);
+        if (r == OMC_OK && n) { omc__xfer_hangup(P); r = OMC_ERR_PROTOCOL; }
+        if (r == OMC_OK) r = st;
+        if (r != OMC_OK) OMC__XFER_LOG(x, OMC_LOG_WARN, "peer %s: the batch's data arrived, its notification did not: %s", P->name, omc_result_name(r));
+    }
+    P->cancel = NULL;
+    pthread_mutex_unlock(&P->io);
+    pthread_mutex_lock(&x->mu);
+    for (i = 0; i < b->count; i++) {
+        omc__xfer_region* g = omc__xfer_by_id(x, b->lregion[i]);
+        if (g && g->users) g->users--;
+    }
+    x->batches++;
+    if (r != OMC_OK) x->batch_failures++;
+    if (b->op == OMC_XFER_READ) x->bytes_read += b->bytes; else x->bytes_written += b->bytes;
+    b->result = r;
+    b->done = 1;
+    {   /* off the running list: the thread is over */
+        omc_xfer_batch** pp = &x->live;
+        while (*pp && *pp != b) pp = &(*pp)->next;
+        if (*pp) *pp = b->next;
+    }
+    x->running--;
+    P->batches--;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+OMC__PRIVATE void omc__xfer_batch_free(omc_xfer_batch* b) {
+    omc_hooks* h = &b->peer->x->hooks;
+    omc__free(h, b->e);
+    omc__free(h, b->status);
+    omc__free(h, b->lregion);
+    omc__free(h, b->rrange);
+    omc__free(h, b->notify);
+#if OMC__HAS_RDMA
+    if (!b->slices_given) omc__free(h, b->slices);
+    omc__free(h, b->lkey);
+    omc__free(h, b->rkey);
+#endif
+    omc__free(h, b);
+}
+
+/* Check every entry against the local ranges and the peer's descriptor, and take the local
+   ranges (x->mu held). On failure nothing is taken and status[] says which entries failed. */
+OMC__PRIVATE omc_result omc__xfer_check(omc_xfer_batch* b) {
+    omc_xfer_peer* P = b->peer;
+    omc_xfer* x = P->x;
+    omc_result first = OMC_OK;
+    uint32_t i, j;
+    for (i = 0; i < b->count; i++) {
+        const omc_xfer_entry* e = &b->e[i];
+        omc__xfer_region* g = e->length ? omc__xfer_find(x, (uint64_t)(uintptr_t)e->local, e->length) : NULL;
+        omc_result st = OMC_OK;
+        b->status[i] = OMC_OK;
+        if (!e->length || !e->local || e->remote > UINT64_MAX - e->length) st = OMC_ERR_INVALID_ARG;
+        else if (!g) st = OMC_ERR_INVALID_ARG;
+        if (st == OMC_OK) {
+            for (j = 0; j < P->d->count; j++) {
+                const omc_xfer_range* rg = &P->d->range[j];
+                if (e->remote >= rg->addr && e->remote - rg->addr <= rg->length && e->length <= rg->length - (e->remote - rg->addr)) break;
+            }
+            if (j == P->d->count) st = OMC_ERR_RDMA_ACCESS;
+            else b->rrange[i] = j;
+        }
+        if (st != OMC_OK) {
+            b->status[i] = st;
+            if (first == OMC_OK) {
+                first = st;
+                OMC__XFER_LOG(x, OMC_LOG_ERROR, "batch to %s refused before anything moved: entry %u (local %p, remote 0x%llx, %llu bytes): %s",
+                              P->name, i, e->local, (unsigned long long)e->remote, (unsigned long long)e->length,
+                              st == OMC_ERR_INVALID_ARG ? "the local range is not registered with this engine (or empty)" :
+                              "the remote range is not inside a range of the peer's descriptor");
+            }
+            continue;
+        }
+        b->lregion[i] = g->id;
+#if OMC__HAS_RDMA
+        if (x->rdma) {
+            omc__rdma_region* mr;
+            uint32_t k;
+            pthread_mutex_lock(&x->rdma->mu);
+            mr = omc__rdma_find(x->rdma, e->local, e->length);
+            for (k = 0; mr && k < x->rdma->nrails; k++) b->lkey[i][k] = mr->mr[k * mr->count]->lkey;
+            pthread_mutex_unlock(&x->rdma->mu);
+            for (k = 0; k < P->d->rails; k++) b->rkey[i][k] = P->d->range[b->rrange[i]].rkey[k];
+        }
+#endif
+    }
+    if (first != OMC_OK) {
+        for (i = 0; i < b->count; i++) if (b->status[i] == OMC_OK) b->status[i] = OMC_ERR_CLOSED;
+        return first;
+    }
+    for (i = 0; i < b->count; i++) omc__xfer_by_id(x, b->lregion[i])->users++;
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__xfer_submit(omc_xfer_peer* P, omc_xfer_op op, const omc_xfer_entry* entries, uint32_t count, const void* notify,
+                                         uint32_t notify_len, omc_time_ns deadline, omc_xfer_batch** out, omc_result* status) {
+    omc_xfer* x;
+    omc_xfer_batch* b;
+    omc_hooks* h;
+    omc_result r;
+    if (out) *out = NULL;
+    if (!P || !out || (op != OMC_XFER_READ && op != OMC_XFER_WRITE) || (count && !entries) || count > OMC_XFER_MAX_ENTRIES ||
+        notify_len > OMC_XFER_NOTIFY_MAX || (notify_len && !notify))
+        return OMC_ERR_INVALID_ARG;
+    x = P->x;
+    h = &x->hooks;
+    b = (omc_xfer_batch*)omc__calloc(h, sizeof(*b));
+    if (!b) return OMC_ERR_NO_MEMORY;
+    b->peer = P;
+    b->op = op;
+    b->count = count;
+    b->deadline = deadline;
+    b->e = (omc_xfer_entry*)omc__malloc(h, sizeof(omc_xfer_entry) * (count ? count : 1));
+    b->status = (omc_result*)omc__calloc(h, sizeof(omc_result) * (count ? count : 1));
+    b->lregion = (uint32_t*)omc__calloc(h, sizeof(uint32_t) * (count ? count : 1));
+    b->rrange = (uint32_t*)omc__calloc(h, sizeof(uint32_t) * (count ? count : 1));
+    b->notify = (uint8_t*)omc__malloc(h, notify_len ? notify_len : 1);
+#if OMC__HAS_RDMA
+    b->lkey = (uint32_t (*)[OMC_RDMA_MAX_RAILS])omc__calloc(h, sizeof(*b->lkey) * (count ? count : 1));
+    b->rkey = (uint32_t (*)[OMC_RDMA_MAX_RAILS])omc__calloc(h, sizeof(*b->rkey) * (count ? count : 1));
+    if (!b->lkey || !b->rkey) { omc__xfer_batch_free(b); return OMC_ERR_NO_MEMORY; }
+#endif
+    if (!b->e || !b->status || !b->lregion || !b->rrange || !b->notify) { omc__xfer_batch_free(b); return OMC_ERR_NO_MEMORY; }
+    if (count) memcpy(b->e, entries, sizeof(omc_xfer_entry) * count);
+    if (notify_len) memcpy(b->notify, notify, notify_len);
+    b->notify_len = notify_len;
+    pthread_mutex_lock(&x->mu);
+    r = omc__load(&x->stop) ? OMC_ERR_CLOSED : omc__xfer_check(b);
+    if (r == OMC_OK && pthread_create(&b->thread, NULL, omc__xfer_batch_main, b) != 0) {
+        uint32_t i;
+        for (i = 0; i < count; i++) omc__xfer_by_id(x, b->lregion[i])->users--;
+        r = OMC_ERR_SYSTEM;
+    }
+    if (r == OMC_OK) {
+        x->running++;
+        P->batches++;
+        b->next = x->live;
+        x->live = b;
+    }
+    pthread_mutex_unlock(&x->mu);
+    if (r != OMC_OK) {
+        if (status && count) memcpy(status, b->status, sizeof(omc_result) * count);
+        omc__xfer_batch_free(b);
+        return r;
+    }
+    *out = b;
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_xfer_submit(omc_xfer_peer* P, omc_xfer_op op, const omc_xfer_entry* entries, uint32_t count, const void* notify,
+                                        uint32_t notify_len, omc_time_ns deadline, omc_xfer_batch** out) {
+    return omc__xfer_submit(P, op, entries, count, notify, notify_len, deadline, out, NULL);
+}
+
+OMNICONN_API omc_result omc_xfer_batch_test(omc_xfer_batch* b) {
+    omc_result r;
+    if (!b) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&b->peer->x->mu);
+    r = b->done ? b->result : OMC_ERR_BUSY;
+    pthread_mutex_unlock(&b->peer->x->mu);
+    return r;
+}
+
+OMNICONN_API omc_result omc_xfer_batch_wait(omc_xfer_batch* b, omc_time_ns deadline) {
+    omc_xfer* x;
+    omc_result r;
+    if (!b) return OMC_ERR_INVALID_ARG;
+    x = b->peer->x;
+    pthread_mutex_lock(&x->mu);
+    while (!b->done) if (omc__cond_wait_until(&x->cv, &x->mu, deadline) == ETIMEDOUT && !b->done) break;
+    r = b->done ? b->result : OMC_ERR_TIMEOUT;
+    pthread_mutex_unlock(&x->mu);
+    return r;
+}
+
+OMNICONN_API omc_result omc_xfer_batch_status(omc_xfer_batch* b, omc_result* status, uint32_t count) {
+    omc_result r = OMC_OK;
+    if (!b || (count && !status)) return OMC_ERR_INVALID_ARG;
+    pthread_mutex_lock(&b->peer->x->mu);
+    if (!b->done) r = OMC_ERR_BUSY;
+    else memcpy(status, b->status, sizeof(omc_result) * omc__min(count, b->count));
+    pthread_mutex_unlock(&b->peer->x->mu);
+    return r;
+}
+
+OMNICONN_API void omc_xfer_batch_cancel(omc_xfer_batch* b) {
+    if (b) omc__store(&b->cancel, 1);
+}
+
+OMNICONN_API void omc_xfer_batch_destroy(omc_xfer_batch* b) {
+    omc_xfer* x;
+    if (!b) return;
+    x = b->peer->x;
+    pthread_mutex_lock(&x->mu);
+    if (!b->done) omc__store(&b->cancel, 1);
+    pthread_mutex_unlock(&x->mu);
+    pthread_join(b->thread, NULL);
+    omc__xfer_batch_free(b);
+}
+
+OMNICONN_API omc_result omc_xfer_run(omc_xfer_peer* P, omc_xfer_op op, const omc_xfer_entry* entries, uint32_t count, const void* notify,
+                                     uint32_t notify_len, omc_time_ns deadline, omc_result* status) {
+    omc_xfer_batch* b = NULL;
+    omc_result r = omc__xfer_submit(P, op, entries, count, notify, notify_len, deadline, &b, status);
+    if (r != OMC_OK) return r;
+    pthread_join(b->thread, NULL);      /* the batch ends by itself at its deadline */
+    r = b->result;
+    if (status && count) memcpy(status, b->status, sizeof(omc_result) * count);
+    omc__xfer_batch_free(b);
+    return r;
+}
 
 #endif /* OMNICONN_IMPLEMENTATION */
 

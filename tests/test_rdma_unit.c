@@ -499,6 +499,42 @@ OMC_TEST(bad_desc_is_refused) {
     CHECK_EQ(omc_rdma_conn_ok(NULL), 0);
 }
 
+/* A traffic class or service level that is out of range or not a number stops the engine before
+   any device is opened, naming where it came from; the desc overrides the environment, ours
+   overrides Mooncake's. (That every QP then carries the value is the bed's to show.) */
+OMC_TEST(traffic_class_and_service_level_are_checked_before_any_device) {
+    omc_rdma_desc d;
+    omc_rdma* e = NULL;
+    log_capture cap;
+    omc_result none;
+    if (omc_rdma_probe(NULL, NULL, 0) == OMC_ERR_UNAVAILABLE) return;
+    memset(&d, 0, sizeof(d));
+    memset(&cap, 0, sizeof(cap));
+    d.hooks.log_fn = capture_log;
+    d.hooks.user_data = &cap;
+    d.devices = "omc-no-such-device0";
+    none = omc_rdma_create(&d, &e);                     /* what this host says with good settings */
+    CHECK(none != OMC_ERR_INVALID_ARG);
+    if (e) { omc_rdma_destroy(e); e = NULL; }
+    setenv("MC_IB_TC", "300", 1);                       /* Mooncake's variable is read ... */
+    CHECK_RES(omc_rdma_create(&d, &e), OMC_ERR_INVALID_ARG);
+    CHECK(strstr(cap.text, "MC_IB_TC='300'") != NULL);
+    setenv("OMNICONN_IB_TC", "106,96", 1);              /* ... unless ours is set */
+    CHECK_RES(omc_rdma_create(&d, &e), none);
+    if (e) { omc_rdma_destroy(e); e = NULL; }
+    setenv("OMNICONN_IB_SL", "16", 1);
+    CHECK_RES(omc_rdma_create(&d, &e), OMC_ERR_INVALID_ARG);
+    CHECK(strstr(cap.text, "OMNICONN_IB_SL='16'") != NULL);
+    d.service_level = "3";                              /* the desc wins over the environment */
+    CHECK_RES(omc_rdma_create(&d, &e), none);
+    if (e) { omc_rdma_destroy(e); e = NULL; }
+    d.traffic_class = "1,2,3,4,5";
+    CHECK_RES(omc_rdma_create(&d, &e), OMC_ERR_INVALID_ARG);
+    unsetenv("MC_IB_TC");
+    unsetenv("OMNICONN_IB_TC");
+    unsetenv("OMNICONN_IB_SL");
+}
+
 /* Without a usable RDMA device (these machines) the RDMA connector still works: every peer uses
    TCP, and the connector says why. With require_rdma it refuses to start instead. */
 OMC_TEST(connector_without_rdma_uses_tcp_and_says_why) {

@@ -1726,9 +1726,10 @@ static void doctor_rdma_engine(doctor* d) {
         omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
         int k, rails = omc_rdma_rail_stats(eng, st, OMC_RDMA_MAX_RAILS);
         for (k = 0; k < rails && k < OMC_RDMA_MAX_RAILS; k++)
-            report(d, st[k].up ? OK : WARN, "rdma rail", "rail %d of %d: %s port %u%s%s%s, GID %s (index %u), NUMA node %d: %s%s%s%s", k, rails,
+            report(d, st[k].up ? OK : WARN, "rdma rail", "rail %d of %d: %s port %u%s%s%s, GID %s (index %u), NUMA node %d, traffic class %u, "
+                   "service level %u (OMNICONN_IB_TC / OMNICONN_IB_SL): %s%s%s%s", k, rails,
                    st[k].device, st[k].port, st[k].netdev[0] ? " (" : "", st[k].netdev, st[k].netdev[0] ? ")" : "", st[k].gid, st[k].gid_index,
-                   st[k].numa_node, st[k].up ? "up" : "down", st[k].why[0] ? ": " : "", st[k].why,
+                   st[k].numa_node, st[k].traffic_class, st[k].service_level, st[k].up ? "up" : "down", st[k].why[0] ? ": " : "", st[k].why,
                    st[k].up ? "" : ". Fix: bring its link up (ip link set <netdev> up), or leave it out (desc.devices / RDMA_DEVICE_NAME)");
     }
 #endif

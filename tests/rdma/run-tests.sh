@@ -16,7 +16,12 @@
 # bed.sh's reason), because the RDMA tests are part of the suite there. Elsewhere (not root,
 # no apt-get) it is a skip ("rdma: 0 passed, 0 failed" after a SKIP line with the reason).
 # OMC_RDMA_ALLOW_SKIP=1 turns the former into a skip too (for machines known to lack it).
-# Knobs: OMC_RDMA_TEST_TIMEOUT (seconds per binary, default 400), CC, BUILD, and bed.sh's.
+# Knobs: OMC_RDMA_TEST_TIMEOUT (seconds per binary, default 400), OMC_RDMA_BINARIES (which of
+# test_rdma_unit test_rdma_unit_linked rdma_tests rdma_tests_linked test_xfer python-rdma
+# python-mooncake run; default all), CC, BUILD, and bed.sh's.
+ALL_BINARIES="test_rdma_unit test_rdma_unit_linked rdma_tests rdma_tests_linked test_xfer"
+BINARIES=${OMC_RDMA_BINARIES:-$ALL_BINARIES python-rdma python-mooncake}
+want() { case " $BINARIES " in *" $1 "*) return 0;; esac; return 1; }
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -27,20 +32,30 @@ if [ "${1:-}" = "--in-bed" ]; then
     # the memlock test sets its own limit
     ulimit -l unlimited 2>/dev/null || true
     echo "rdma bed: $OMC_BED, device $OMC_RDMA_DEVICE, address $OMC_RDMA_IP, GID index ${OMC_RDMA_GID_INDEX:-?}, kernel $(uname -r)"
-    for b in test_rdma_unit test_rdma_unit_linked rdma_tests rdma_tests_linked; do
+    for b in $ALL_BINARIES; do
+        want "$b" || continue
         echo "== $b"
         t0=$SECONDS
         # the contract suite over the connector (the slowest test, and the same code in both
         # modes) runs once, in the runtime-linked build; everything else runs in both
         skip=""
         [ "$b" = rdma_tests_linked ] && skip="OMC_RDMA_SKIP_CONTRACT=1"
+        [ "$b" = test_xfer ] && skip="OMC_XFER_TEST_TRANSPORT=rdma"   # the transfer engine over verbs
         env $skip timeout -k 5 "${OMC_RDMA_TEST_TIMEOUT:-400}" "$dir/$b" "$@"
         rc=$?
         [ $rc -eq 124 ] && echo "TIMEOUT $b after ${OMC_RDMA_TEST_TIMEOUT:-400} s"
         echo "== $b: exit $rc, $((SECONDS - t0)) s"
     done
-    if [ -n "${OMC_PY_RDMA_LIB:-}" ]; then     # the Python package over RDMA (tests/python/rdma_bed.py)
+    if [ -n "${OMC_PY_RDMA_LIB:-}" ] && want python-rdma; then     # the Python package over RDMA (tests/python/rdma_bed.py)
         echo "== python-rdma"; OMNICONN_LIBRARY=$OMC_PY_RDMA_LIB timeout -k 5 "${OMC_RDMA_TEST_TIMEOUT:-400}" /usr/bin/python3 tests/python/rdma_bed.py
+    fi
+    if [ -n "${OMC_PY_RDMA_LIB:-}" ] && want python-mooncake; then   # omniconn.mooncake over verbs
+        echo "== python-mooncake"
+        pyout=$(OMNICONN_LIBRARY=$OMC_PY_RDMA_LIB OMC_MOONCAKE_PROTOCOL=rdma timeout -k 5 "${OMC_RDMA_TEST_TIMEOUT:-400}" \
+                /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python/test_mooncake.py 2>&1)
+        echo "$pyout"
+        p=$(echo "$pyout" | grep -oE '[0-9]+ passed' | tail -n 1 | grep -oE '[0-9]+'); f=$(echo "$pyout" | grep -oE '[0-9]+ (failed|error)' | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
+        echo "python-mooncake: ${p:-0} passed, ${f:-0} failed"
     fi
     exit 0
 fi
@@ -62,7 +77,8 @@ build() {   # build NAME SOURCE EXTRA-FLAGS LIBS
 if ! { build test_rdma_unit tests/test_rdma_unit.c "" "$RUNTIME_LIBS" &&
        build test_rdma_unit_linked tests/test_rdma_unit.c "-DOMNICONN_NO_RUNTIME_LINKING" "$LINKED_LIBS" &&
        build rdma_tests tests/rdma/rdma_tests.c "" "$RUNTIME_LIBS" &&
-       build rdma_tests_linked tests/rdma/rdma_tests.c "-DOMNICONN_NO_RUNTIME_LINKING" "$LINKED_LIBS"; }; then
+       build rdma_tests_linked tests/rdma/rdma_tests.c "-DOMNICONN_NO_RUNTIME_LINKING" "$LINKED_LIBS" &&
+       build test_xfer tests/test_xfer.c "" "$RUNTIME_LIBS"; }; then
     echo "FAIL rdma build (see $log):"
     tail -n 30 "$log" | sed 's/^/    /'
     echo "rdma: 0 passed, 1 failed"
@@ -100,7 +116,8 @@ fi
 
 # ---- add up the binaries' result lines ------------------------------------------------------------
 pass=0; fail=0
-for b in test_rdma_unit test_rdma_unit_linked rdma_tests rdma_tests_linked ${OMC_PY_RDMA_LIB:+python-rdma}; do
+for b in $ALL_BINARIES ${OMC_PY_RDMA_LIB:+python-rdma python-mooncake}; do
+    want "$b" || continue
     line=$(grep -E "^$b: [0-9]+ passed, [0-9]+ failed" "$out" | tail -n 1)
     if [ -z "$line" ]; then
         echo "FAIL $b printed no result line (crashed, timed out or never ran)"
