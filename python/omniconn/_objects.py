@@ -1,13 +1,14 @@
 """Objects with their tensors out of band: how OmniconnConnector carries a Python object.
 
-The object tree is packed with msgpack; every numpy array, torch tensor and large bytes-like
-value inside it is replaced by a reference (a msgpack extension holding its index) and travels
+The object tree is packed with msgpack; every numpy array and torch tensor inside it is
+replaced by a reference (a msgpack extension holding its index) and travels
 as a segment of its own in the same payload frame. The sender's put copies each tensor once,
 straight into the connector's pool (the frame builder writes segment after segment); the
 receiver gets each tensor back as a zero-copy view into the received buffer (or, with
 copy=True, as one copy into new memory).
 
-What it carries: None, bool, int, float, str, bytes, lists, tuples, dicts, sets, enums,
+What it carries: None, bool, int, float, str, bytes (bytes-like values travel inside the tree
+and arrive as bytes), lists, tuples, dicts, sets, enums,
 numpy arrays and scalars, CPU torch tensors (device tensors are staged through host memory:
 one device-to-host copy), torch dtypes, dataclasses and msgspec Structs. A dataclass or Struct
 arrives as a dict of its fields (a list for an array_like Struct), which is what vLLM-Omni's own
@@ -23,6 +24,7 @@ import enum
 import logging
 import struct
 import sys
+import threading
 
 import msgpack
 
@@ -31,7 +33,6 @@ from . import _core
 log = logging.getLogger("omniconn.objects")
 
 OBJ_SEGMENT = "omc.obj"
-OOB_BYTES_MIN = 1024        # bytes-like values from this size travel out of band
 
 _EXT_REF = 16       # [index, kind]: an out-of-band value
 _EXT_TUPLE = 17
@@ -41,9 +42,8 @@ _EXT_OBJ = 20       # ["module:qualname", kind, fields]: a dataclass or Struct
 _EXT_ENUM = 21      # ["module:qualname", value]
 _EXT_DTYPE = 22     # "float32": a torch dtype
 _EXT_COMPLEX = 23
-_EXT_BYTEARRAY = 24  # a small bytearray (in band)
 
-_KIND_NUMPY, _KIND_TORCH, _KIND_BYTES, _KIND_BYTEARRAY = 0, 1, 2, 3
+_KIND_NUMPY, _KIND_TORCH, _KIND_BYTES = 0, 1, 2
 _OBJ_DATACLASS, _OBJ_STRUCT, _OBJ_STRUCT_ARRAY = 0, 1, 2
 _REF = struct.Struct("<IB")
 
@@ -68,20 +68,39 @@ def _is_struct(cls):
 
 
 class Encoder:
-    """Pack one object: .pack(obj) -> (tree bytes, [out-of-band values]). Not thread-safe; make
-    one per call (cheap)."""
-    __slots__ = ("oob", "_packer")
+    """Pack one object: .pack(obj) -> tree bytes; .oob the out-of-band values, in reference
+    order. One per thread (encoder()): msgpack's packer allocates a 1 MiB buffer when made, so
+    the packers (one per nesting depth of extension types) are made once and reused."""
+    __slots__ = ("oob", "_packers", "_depth")
 
     def __init__(self):
         self.oob = []
-        self._packer = msgpack.Packer(default=self._default, use_bin_type=True, strict_types=True,
-                                      autoreset=True)
+        self._packers = []
+        self._depth = 0
+
+    def _packer(self):
+        d = self._depth
+        if d == len(self._packers):
+            self._packers.append(msgpack.Packer(default=self._default, use_bin_type=True, strict_types=True,
+                                                autoreset=True))
+        return self._packers[d]
 
     def pack(self, obj):
-        return self._packer.pack(obj)
+        self.oob = []
+        self._depth = 0
+        try:
+            return self._packer().pack(obj)
+        except BaseException:
+            for p in self._packers:     # a failed pack leaves bytes behind in the packer
+                p.reset()
+            raise
 
     def _sub(self, obj):
-        return msgpack.packb(obj, default=self._default, use_bin_type=True, strict_types=True)
+        self._depth += 1
+        try:
+            return self._packer().pack(obj)
+        finally:
+            self._depth -= 1
 
     def _ref(self, value, kind):
         self.oob.append(value)
@@ -103,12 +122,6 @@ class Encoder:
                 return self._ref(obj, _KIND_TORCH)
             if isinstance(obj, t.dtype):
                 return msgpack.ExtType(_EXT_DTYPE, str(obj).replace("torch.", "").encode())
-        if isinstance(obj, (bytes, bytearray, memoryview)):
-            n = memoryview(obj).nbytes
-            kind = _KIND_BYTEARRAY if isinstance(obj, bytearray) else _KIND_BYTES
-            if n >= OOB_BYTES_MIN:
-                return self._ref(obj, kind)
-            return bytes(obj) if kind == _KIND_BYTES else msgpack.ExtType(_EXT_BYTEARRAY, bytes(obj))
         if isinstance(obj, tuple):              # a namedtuple arrives as a plain tuple
             return msgpack.ExtType(_EXT_TUPLE, self._sub(list(obj)))
         if isinstance(obj, enum.Enum):
@@ -164,8 +177,6 @@ class Decoder:
         if code == _EXT_REF:
             i, kind = _REF.unpack(data)
             return self.oob(i, kind)
-        if code == _EXT_BYTEARRAY:
-            return bytearray(data)
         if code == _EXT_TUPLE:
             return tuple(self.unpack(data))
         if code == _EXT_SET:
@@ -216,11 +227,17 @@ class Decoder:
         return None
 
 
+_tls = threading.local()
+
+
 def encode(obj):
     """(tree bytes, [out-of-band values])."""
-    enc = Encoder()
+    enc = getattr(_tls, "enc", None)
+    if enc is None:
+        enc = _tls.enc = Encoder()
     tree = enc.pack(obj)
-    return tree, enc.oob
+    oob, enc.oob = enc.oob, []
+    return tree, oob
 
 
 def frame_items(obj):
@@ -238,8 +255,6 @@ def value_from_segment(buffer, view, seg, kind, copy):
     name, skind, dt, shape, off, size = seg
     if kind == _KIND_BYTES:
         return bytes(view[off:off + size])
-    if kind == _KIND_BYTEARRAY:
-        return bytearray(view[off:off + size])
     if kind == _KIND_TORCH:
         import torch
         t = buffer.as_tensor(getattr(torch, _core._TORCH_NAMES[dt]), shape, off)
@@ -273,6 +288,4 @@ def value_from_record(rec, kind):
     if kind == _KIND_NUMPY:
         import numpy as np
         return np.frombuffer(raw, dtype=np.dtype(dt)).reshape(shape).copy()
-    if kind == _KIND_BYTEARRAY:
-        return bytearray(raw)
     return bytes(raw)
