@@ -46,6 +46,7 @@ _EXT_COMPLEX = 23
 _KIND_NUMPY, _KIND_TORCH, _KIND_BYTES = 0, 1, 2
 _OBJ_DATACLASS, _OBJ_STRUCT, _OBJ_STRUCT_ARRAY = 0, 1, 2
 _REF = struct.Struct("<IB")
+_DT_BF16 = 10       # OMC_DTYPE_BF16
 
 
 def _typename(cls):
@@ -255,12 +256,15 @@ def value_from_segment(buffer, view, seg, kind, copy):
     name, skind, dt, shape, off, size = seg
     if kind == _KIND_BYTES:
         return bytes(view[off:off + size])
-    if kind == _KIND_TORCH:
-        import torch
-        t = buffer.as_tensor(getattr(torch, _core._TORCH_NAMES[dt]), shape, off)
-        return t.clone() if copy else t
     a = buffer.numpy(_core._DTYPES_NP[dt], shape, off)
-    return a.copy() if copy else a
+    if copy:
+        a = a.copy()
+    if kind == _KIND_TORCH:     # a tensor over the same bytes (bfloat16: over its uint16 storage)
+        import torch
+        if dt == _DT_BF16:
+            return torch.from_numpy(a.view("int16")).view(torch.bfloat16)
+        return torch.from_numpy(a)
+    return a
 
 
 def value_record(v):

@@ -14,11 +14,13 @@ What crosses a process (nothing is ever pickled):
     serializer when vLLM-Omni is importable), each tensor copied once, straight into the pool;
     get returns the object with zero-copy views of the tensors (copy_on_get: one copy each).
 """
+import atexit
 import logging
 import os
 import re
 import threading
 import time
+import weakref
 
 import msgpack
 
@@ -55,6 +57,41 @@ def serialize(obj):
 def deserialize(data):
     tree, recs = msgpack.unpackb(data, raw=False)
     return _objects.Decoder(lambda i, kind: _objects.value_from_record(recs[i], kind)).unpack(tree)
+
+
+# SHM senders are swept once a second by one daemon thread: TTLs pass and a growing pool gives its
+# growth back (omniconn_shm.h: reserve_all) even on an edge that puts nothing any more.
+_SWEEP_S = 1.0
+_sweep_set = weakref.WeakSet()
+_sweep_state = {"thread": None, "stop": False}
+_sweep_lock = threading.Lock()
+
+
+def _sweep_loop():
+    while not _sweep_state["stop"]:
+        time.sleep(_SWEEP_S)
+        for c in list(_sweep_set):
+            with c._lock:           # close() cannot destroy the connector under the sweep
+                conn = c._conn
+                if conn is not None and not _sweep_state["stop"]:
+                    try:
+                        conn.sweep()
+                    except Exception:
+                        pass
+
+
+def _sweep_register(c):
+    with _sweep_lock:
+        _sweep_set.add(c)
+        if _sweep_state["thread"] is None:
+            t = threading.Thread(target=_sweep_loop, name="omniconn-shm-sweep", daemon=True)
+            _sweep_state["thread"] = t
+            t.start()
+
+
+@atexit.register
+def _sweep_stop():
+    _sweep_state["stop"] = True
 
 
 def _vllm_serde():
@@ -251,6 +288,8 @@ class OmniconnConnector(_Base):
             self._conn = ShmConnector(self.role, channel=extra.get("channel", "vllm_omni"),
                                       shm_dir=extra.get("shm_dir"), pool_size=self.pool_size,
                                       ttl_ms=self.ttl_ms, inline_threshold=int(extra.get("inline_threshold", 0)))
+            if self.role != "receiver":
+                _sweep_register(self)
         elif protocol == "local":
             self._conn = LocalConnector(self.role, pool_size=self.pool_size, ttl_ms=self.ttl_ms)
         elif protocol in ("tcp", "rdma"):

@@ -259,17 +259,30 @@ def test_a_device_tensor_is_staged_or_refused_never_a_crash(channel, caplog):
             assert torch.equal(obj["x"], torch.arange(4))
 
 
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def _free_ports(n):
+    """A base port with the n ports from it free, below the kernel's ephemeral range (so the
+    connectors' own ephemeral ports cannot take them meanwhile)."""
+    import random
+    for _ in range(200):
+        base = random.randrange(20000, 30000)
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free ports")
 
 
 def test_one_extra_for_several_edges_a_clear_error_or_per_stage_ports():
-    port = _free_port()
-    extra = {"protocol": "tcp", "role": "sender", "host": "127.0.0.1", "zmq_port": port}
+    port = _free_ports(12)
+    extra = {"protocol": "tcp", "role": "sender", "host": "127.0.0.1", "zmq_port": port, "data_port": port + 10}
     with OmniconnConnector(dict(extra, stage_id=0)):
         with pytest.raises(omniconn.OmniconnError) as e:
             OmniconnConnector(dict(extra, stage_id=1, edge="1->2"))
@@ -277,6 +290,7 @@ def test_one_extra_for_several_edges_a_clear_error_or_per_stage_ports():
     per = dict(extra, port_per_stage=True)
     with OmniconnConnector(dict(per, stage_id=0)) as s0, OmniconnConnector(dict(per, stage_id=1)) as s1:
         assert s0.get_connection_info()["zmq_port"] == port and s1.get_connection_info()["zmq_port"] == port + 1
+        assert s1.get_connection_info()["data_port"] == port + 11
         s1.put("1", "2", "k", b"from stage 1")
         rx = OmniconnConnector({"protocol": "tcp", "role": "receiver", "stage_id": 2, "port_per_stage": True,
                                 "sender_host": "127.0.0.1", "sender_zmq_port": port})
@@ -349,3 +363,30 @@ def test_metadata_less_tcp_gets_under_load_never_report_a_false_connection_failu
     assert h["gets"] == n and h["get_failures"] == 0, h
     assert "OMC_ERR_CONNECTION" not in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+# ---- SHM pools that grow --------------------------------------------------------------------------
+def _segment_bytes(channel):
+    """What this process's segments of channel hold of their tmpfs (allocated blocks)."""
+    import os
+    d = os.environ.get("OMNICONN_SHM_DIR", "/dev/shm")
+    prefix = "omc-%d-%s-%d-" % (os.getuid(), channel, os.getpid())
+    return sum(os.stat(os.path.join(d, n)).st_blocks * 512 for n in os.listdir(d) if n.startswith(prefix))
+
+
+def test_an_idle_shm_edge_holds_a_few_mib_and_gives_back_what_a_big_payload_grew(channel):
+    with OmniconnConnector({"protocol": "shm", "channel": channel}) as c:   # the default pool: 256 MiB
+        assert 0 < _segment_bytes(channel) <= 8 << 20
+        big = torch.rand(16 << 20)                                          # 64 MiB
+        ok, size, md = c.put("0", "1", "big", {"hidden": big})
+        assert ok and _segment_bytes(channel) >= 64 << 20
+        obj, _ = c.get("0", "1", "big", md)
+        assert torch.equal(obj["hidden"], big)
+        del obj
+        t0 = time.monotonic()           # the connector's sweeper gives it back after 2 s idle
+        while _segment_bytes(channel) > 8 << 20 and time.monotonic() - t0 < 30:
+            time.sleep(0.1)
+        assert _segment_bytes(channel) <= 8 << 20
+        ok, size, md = c.put("0", "1", "again", {"hidden": big[:1024]})    # and grows again at need
+        obj, _ = c.get("0", "1", "again", md)
+        assert torch.equal(obj["hidden"], big[:1024])
