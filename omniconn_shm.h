@@ -87,11 +87,15 @@ STEP BY STEP: HOW IT WORKS
 
     1. The segment. A sender (or dual) connector creates one file in shm_dir (default /dev/shm)
        named omc-<uid>-<channel>-<pid>-<16 hex random>, with O_CREAT|O_EXCL|O_NOFOLLOW and mode
-       0600: nobody can guess the name beforehand, squat it, or plant a link there. It reserves
-       the whole file with posix_fallocate, so a full tmpfs fails NOW with OMC_ERR_SHM_FULL and
-       never later with SIGBUS, maps it once with every page faulted in (MAP_POPULATE: no put
-       ever takes a page fault, not even the first pass through a fresh pool; no_prefault opts
-       out) and lays it out as: header page | entry table | key index | dirty bitmap | data
+       0600: nobody can guess the name beforehand, squat it, or plant a link there. The file has
+       its full size; the tmpfs holds what is reserved in it with posix_fallocate: the control
+       area and OMNICONN_SHM_RESERVE_MIN of data at create, then more in OMNICONN_SHM_GROW_STEP
+       steps when a put's range needs it - always before the first byte is written, so a full
+       tmpfs fails with OMC_ERR_SHM_FULL (at create, or at the put that does not fit) and never
+       with SIGBUS. With nothing in use for OMNICONN_SHM_IDLE_MS, omc_conn_sweep punches the
+       growth out again (reserve_all = 1: the whole file reserved at create instead). Reserved
+       pages are mapped at once (no put takes a page fault for them; no_prefault opts out).
+       It is laid out as: header page | entry table | key index | dirty bitmap | data
        area (see WIRE FORMATS). The data area is an omc_pool (OMC_MEMORY_EXTERNAL): the
        allocator's bookkeeping lives in the owner's heap, where no other process can corrupt it. Right after creating the file, before anything
        else, the owner takes an open-file-description lock (F_OFD_SETLK) on byte 0 and holds it
@@ -211,6 +215,10 @@ CONFIGURATION
                                                               never sleep (OMC_SHM_SPIN_FOREVER)
     OMNICONN_SHM_STREAM_MIN        8 MiB         impl file    puts from this size copy into the pool
                                                               with streaming stores (x86-64)
+    OMNICONN_SHM_RESERVE_MIN       2 MiB         impl file    data a growing pool reserves at create
+    OMNICONN_SHM_GROW_STEP         4 MiB         impl file    a growing pool reserves in these steps
+    OMNICONN_SHM_IDLE_MS           2000          impl file    nothing in use this long: omc_conn_sweep
+                                                              gives a growing pool's growth back
     OMNICONN_SHM_RECHECK_NS        1000000       impl file    how often a mapped segment's size is
                                                               re-checked with fstat while in use
 
@@ -221,7 +229,8 @@ CONFIGURATION
     role              DUAL           SENDER: put only; RECEIVER: get only, no segment; DUAL: both
     channel           "default"      1..32 of [A-Za-z0-9_.]; metadata-less gets see only this channel
     shm_dir           "/dev/shm"     any tmpfs directory, the same on both sides
-    pool_size         256 MiB        the data area, reserved (RAM in tmpfs) at create
+    pool_size         256 MiB        the data area: reserved (RAM in tmpfs) as puts need it, up to this
+    reserve_all       0              1: reserve all of it at create (a full tmpfs fails there)
     alignment         4096           of every buffer; a power of two from 64 to 4096
     inline_threshold  64 KiB         payloads below it travel in the metadata; max 1 MiB
     disable_inline    0              1: never inline
@@ -238,11 +247,12 @@ CONFIGURATION
     keeps a shared host's cores free. OMC_SHM_SPIN_FOREVER (or OMNICONN_SHM_SPIN_US=-1) is for
     a consumer pinned to a core of its own: it keeps that core busy while it waits.
 
-    Prefault. The pool's memory is reserved in the tmpfs at create either way (posix_fallocate:
-    RAM, pool_size bytes). Prefaulting also maps every page then: page tables of about 2 MiB per
-    GiB of pool, and create time (a 1 GiB pool, measured: 0.7-0.9 s to create prefaulted, 0.3 s
-    without). With no_prefault each page instead takes a minor fault on its first put (about
-    1 us per 4 KiB: a first pass through the pool at a fraction of memcpy speed).
+    Prefault. What is reserved in the tmpfs is reserved either way (posix_fallocate: RAM).
+    Prefaulting also maps those pages at once (a growing pool: when it grows): page tables of
+    about 2 MiB per GiB of pool, and create time for reserve_all (a 1 GiB pool, measured: 0.7-0.9 s
+    to create prefaulted, 0.3 s without). With no_prefault each page instead takes a minor fault
+    on its first put (about 1 us per 4 KiB: a first pass through the pool at a fraction of memcpy
+    speed).
 
 ================================================================================================
 OVERRIDES (HOOKS)
@@ -461,7 +471,10 @@ RECENT REVISIONS
     unreleased          segment layout version 3 (put_seq carries wake-up classes: a put wakes
                         only getters of its key's class); spin_ns = OMC_SHM_SPIN_FOREVER and
                         $OMNICONN_SHM_SPIN_US; puts without meta_out build no metadata;
-                        no_prefault.
+                        no_prefault. Pools that grow (the default; reserve_all = 1 for the
+                        whole reservation at create): OMNICONN_SHM_RESERVE_MIN,
+                        OMNICONN_SHM_GROW_STEP, OMNICONN_SHM_IDLE_MS; a payload that does not
+                        fit the tmpfs is OMC_ERR_SHM_FULL at its put. Layout unchanged.
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -496,7 +509,8 @@ typedef struct omc_shm_desc {
                                    at segments of their own channel. */
     const char* shm_dir;        /* NULL = "/dev/shm"; any tmpfs directory (senders and receivers
                                    must use the same one) */
-    uint64_t pool_size;         /* data area bytes, reserved at create; 0 = 256 MiB */
+    uint64_t pool_size;         /* data area bytes, reserved as puts need them (all at create with
+                                   reserve_all); 0 = 256 MiB */
     uint64_t alignment;         /* of every buffer, a power of two 64..4096; 0 = 4096 */
     uint64_t inline_threshold;  /* payloads smaller than this travel inside the metadata;
                                    0 = 64 KiB; at most OMC_SHM_MAX_INLINE */
@@ -518,8 +532,10 @@ typedef struct omc_shm_desc {
 } omc_shm_desc;
 
 /* Create a shared-memory connector. A sender (or dual) connector first sweeps the directory for
-   segments of dead owners (omc_shm_sweep_dead), then creates its own segment and reserves all of
-   it: a full /dev/shm fails here with OMC_ERR_SHM_FULL, never later with SIGBUS.
+   segments of dead owners (omc_shm_sweep_dead), then creates its own segment and reserves its
+   control area and OMNICONN_SHM_RESERVE_MIN of data (all of it with reserve_all): a /dev/shm too
+   full for that fails here with OMC_ERR_SHM_FULL, a payload that later does not fit fails its put
+   with OMC_ERR_SHM_FULL; never a SIGBUS.
    Returns OMC_ERR_INVALID_ARG (bad desc, see log), OMC_ERR_SHM_FULL, OMC_ERR_UNAVAILABLE (no such
    directory, or compiled with OMNICONN_NO_SHM), OMC_ERR_SYSTEM, OMC_ERR_NO_MEMORY.
    Thread safety: the connector is thread-safe like every omc_conn. */

@@ -462,6 +462,8 @@ class OmniconnConnector(_Base):
             buf.release(strict=False)
             return obj, size
         tree = segs[0]
+        if tree[0] != _SEG_OBJS:
+            raise ValueError("a frame whose first segment is %r" % tree[0])
         view = buf.view
         obj = _objects.Decoder(lambda i, kind: _objects.value_from_segment(buf, view, segs[i + 1], kind, copy),
                                self.restore_types).unpack(view[tree[4]:tree[4] + tree[5]])
@@ -529,7 +531,15 @@ class OmniconnConnector(_Base):
         if got is None:
             self._metrics["misses"] += 1
             return None
-        obj, size = self._decode(got[0], got[1])
+        try:
+            obj, size = self._decode(got[0], got[1])
+        except OmniconnError:
+            raise
+        except Exception as e:      # a payload this side cannot decode: an error, never a crash
+            got[0].release(strict=False)
+            raise OmniconnError(_lib.OMC_ERR_INVALID_ARG, "get %r" % (get_key,),
+                                log="the payload does not decode here (%s: %s); is the sender's omniconn or "
+                                    "serializer another one?" % (type(e).__name__, e)) from None
         with self._lock:
             self._metrics["gets"] += 1
             self._metrics["bytes_got"] += size

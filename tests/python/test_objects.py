@@ -390,3 +390,12 @@ def test_an_idle_shm_edge_holds_a_few_mib_and_gives_back_what_a_big_payload_grew
         ok, size, md = c.put("0", "1", "again", {"hidden": big[:1024]})    # and grows again at need
         obj, _ = c.get("0", "1", "again", md)
         assert torch.equal(obj["hidden"], big[:1024])
+
+
+def test_a_frame_this_side_cannot_decode_is_an_error_not_a_crash(channel, caplog):
+    with OmniconnConnector({"protocol": "shm", "channel": channel}) as c:
+        meta = c._conn.put_tensors("0", "1", "odd", {"something.else": b"\x00\x01", "0": np.arange(3)})
+        with caplog.at_level(logging.ERROR, logger="omniconn.vllm_omni"):
+            assert c.get("0", "1", "odd", {"omc": meta}) is None
+        assert "does not decode here" in caplog.text
+        assert c.health()["get_failures"] == 1 and c.health()["omc_pool_in_use"] == 0
