@@ -120,9 +120,13 @@ clean:
 	rm -rf build
 
 # ---- the shared library, install, Python --------------------------------------------------------
-#   make lib            $(BUILD)/libomniconn.so (soname libomniconn.so.MAJOR, only omc_* exported)
-#   make install        headers, library, omniconn.pc, CMake package, Python package under
-#                       $(DESTDIR)$(PREFIX) (PREFIX=/usr/local); make uninstall removes them
+#   make lib            $(BUILD)/libomniconn.so (soname libomniconn.so.MAJOR, only omc_* exported);
+#                       without infiniband/verbs.h (libibverbs-dev) it is built without the RDMA
+#                       engine, and says so
+#   make install        headers, library, omniconn.pc, CMake package under $(DESTDIR)$(PREFIX)
+#                       (PREFIX=/usr/local), the Python package where Debian's python3 looks for
+#                       that prefix (sysconfig's purelib: /usr/local/lib/python3.X/dist-packages),
+#                       then ldconfig for a system prefix; make uninstall removes them
 #   make bench-python   the Python connector against the C path -> bench/results/python.json
 .PHONY: lib install uninstall bench-python
 LIB_VERSION := $(shell sed -n 's/^\#define OMNICONN_VERSION_STRING "\(.*\)"/\1/p' omniconn.h)
@@ -133,11 +137,18 @@ LIB_LDLIBS  ?= -ldl -lpthread -lm
 PREFIX      ?= /usr/local
 LIBDIR      ?= $(PREFIX)/lib
 INCLUDEDIR  ?= $(PREFIX)/include
-PYTHONDIR   ?= $(PREFIX)/lib/python3/dist-packages
+PYTHON      ?= /usr/bin/python3
+# the purelib directory that $(PYTHON) searches for PREFIX (Debian: /usr/local -> posix_local,
+# /usr -> deb_system; any other prefix: posix_prefix, which needs PYTHONPATH)
+PYTHONDIR   ?= $(shell $(PYTHON) -c 'import sys, sysconfig as s; p = sys.argv[1].rstrip("/") or "/"; n = s.get_scheme_names();     k = "posix_local" if p == "/usr/local" and "posix_local" in n else "deb_system" if p == "/usr" and "deb_system" in n     else "posix_prefix"; b = "/usr" if k == "posix_local" else p; print(s.get_path("purelib", k, vars={"base": b, "platbase": b}))'     $(PREFIX) 2>/dev/null || echo $(PREFIX)/lib/python3/dist-packages)
+# the verbs plane needs infiniband/verbs.h at build time (libibverbs itself is loaded at run time)
+LIB_HAS_VERBS := $(shell printf '\043include <infiniband/verbs.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
+LIB_CFLAGS  := $(if $(LIB_HAS_VERBS),,-DOMNICONN_NO_RDMA)
 
 lib: $(BUILD)/libomniconn.so
 $(BUILD)/libomniconn.so.$(LIB_VERSION): lib/omniconn.c lib/omniconn.map $(HEADERS) | $(BUILD)
-	$(CC) $(CFLAGS) -fPIC -shared -Wl,-soname,$(LIB_SONAME) -Wl,--version-script=lib/omniconn.map \
+	$(if $(LIB_HAS_VERBS),,@echo "libomniconn: infiniband/verbs.h not found: building without the RDMA engine (install libibverbs-dev for it)")
+	$(CC) $(CFLAGS) $(LIB_CFLAGS) -fPIC -shared -Wl,-soname,$(LIB_SONAME) -Wl,--version-script=lib/omniconn.map \
 	    -Wl,--no-undefined -o $@ $< $(LDFLAGS) $(LIB_LDLIBS)
 $(BUILD)/libomniconn.so: $(BUILD)/libomniconn.so.$(LIB_VERSION)
 	ln -sf libomniconn.so.$(LIB_VERSION) $(BUILD)/$(LIB_SONAME)

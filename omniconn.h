@@ -187,9 +187,10 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
          channel has at most one transfer in flight), so no receiver holds more than one push
          worker; an ABORT drops a push still waiting for a worker at once. When a get fails at its deadline,
          the code says why: OMC_ERR_TIMEOUT (the senders answered, the key never came, or the
-         push did not finish), OMC_ERR_CONNECTION (no sender ever answered, or a connection
-         broke: a get whose transfer broke - the sender died - says so at once, not at its
-         deadline), OMC_ERR_AUTH (the CURVE handshake failed; without CURVE a handshake that
+         push did not finish; or a sender was only slow: a deadline too short for a busy host
+         is no broken link), OMC_ERR_CONNECTION (no sender answered and the link failed:
+         refused, dropped, or our HELLO ignored for 500 ms; or a connection broke: a get whose
+         transfer broke - the sender died - says so at once, not at its deadline), OMC_ERR_AUTH (the CURVE handshake failed; without CURVE a handshake that
          fails is a connection error).
        - Restarts: every message carries its author's incarnation (omc_incarnation()). Metadata
          from a sender process that has since restarted gets OMC_ERR_PEER_RESTARTED; cached
@@ -6573,6 +6574,9 @@ OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KE
                                            sender closes the data connection or forgets the ticket) */
 #define OMC__NET_REQUERY_MS  5          /* at least this between two QUERYs to one sender */
 #define OMC__NET_MON_EVENTS  (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+#define OMC__NET_MON_CONNECTED 0x0001    /* ZMQ_EVENT_CONNECTED: a receiver's channel reached the sender's port */
+#define OMC__NET_MON_DOWN 0x0204         /* ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_DISCONNECTED: refused or dropped */
+#define OMC__NET_SILENT_MS 500           /* a peer that leaves our HELLO unanswered this long is not just slow */
 
 typedef struct omc__net omc__net;
 
@@ -6646,6 +6650,8 @@ struct omc__net_chan {
     uint64_t xfer;                      /* the get using the channel now */
     omc_time_ns deadline;               /* that get's deadline */
     int hs_failed;                      /* the monitor saw a failed CURVE handshake */
+    int tcp_state;                      /* the monitor's last word on the TCP link: 0 none yet, 1 made, 2 refused or dropped */
+    omc_time_ns hello_at;               /* when the HELLO went out */
     int curve;                          /* the channel uses CURVE */
     int hs_logged;                      /* a failed handshake without CURVE was logged */
     const omc_hooks* hooks;
@@ -7550,6 +7556,10 @@ OMC__PRIVATE void omc__net_chan_events(omc__net_chan* ch) {
         int n = omc__zmq_recv(ch->mon, ev, sizeof(ev), ZMQ_DONTWAIT);
         if (n < 0) return;
         omc__zmq_recv(ch->mon, NULL, 0, 0);      /* the address frame */
+        if (n == 6 && (omc__get_u16(ev) & (OMC__NET_MON_CONNECTED | OMC__NET_MON_DOWN))) {
+            ch->tcp_state = omc__get_u16(ev) & OMC__NET_MON_CONNECTED ? 1 : 2;
+            continue;
+        }
         if (n != 6 || !(omc__get_u16(ev) & OMC__NET_MON_EVENTS)) continue;
         if (ch->curve) ch->hs_failed = 1;
         else if (!ch->hs_logged) {
@@ -7611,7 +7621,7 @@ OMC__PRIVATE omc_result omc__net_chan_open(omc__net* N, omc__net_peer* p, omc__n
     }
     pthread_mutex_unlock(&N->peer_mu);
     snprintf(mon, sizeof(mon), "inproc://omc-chan-mon-%llu", (unsigned long long)omc__add(&N->next_mon, 1u));
-    if (omc__zmq_socket_monitor(ch->sock, mon, OMC__NET_MON_EVENTS) == 0) {
+    if (omc__zmq_socket_monitor(ch->sock, mon, OMC__NET_MON_EVENTS | OMC__NET_MON_CONNECTED | OMC__NET_MON_DOWN) == 0) {
         ch->mon = omc__zmq_socket(N->ctx, ZMQ_PAIR);
         if (ch->mon && omc__zmq_connect(ch->mon, mon) != 0) { omc__zmq_close(ch->mon); ch->mon = NULL; }
         if (!ch->mon) omc__zmq_socket_monitor(ch->sock, NULL, 0);
@@ -7703,7 +7713,7 @@ OMC__PRIVATE omc_result omc__net_chan_send_hello(omc__net* N, omc__net_chan* ch)
     m.records = recs;
     m.records_len = rlen;
     r = omc__net_chan_send(N, ch, &m);
-    if (r == OMC_OK) ch->hello_seq = ch->seq;
+    if (r == OMC_OK) { ch->hello_seq = ch->seq; ch->hello_at = omc_now_ns(); }
     return r;
 }
 
@@ -8221,17 +8231,26 @@ OMC__PRIVATE void omc__net_search_read(omc__net_search* S, omc__net_slot* s) {
     }
 }
 
-/* Step 4: why nobody had it by the deadline: TIMEOUT if a sender answered, else AUTH or
-   CONNECTION (a query whose senders answered: NOT_FOUND). */
+/* Step 4: why nobody had it by the deadline: TIMEOUT if a sender answered or may simply be slow
+   (its channel's handshake was answered, now or on an earlier get, or its channel stands and
+   nothing says the link failed: the TCP connection was made or is still being made, no handshake
+   failed, our HELLO unanswered for less than OMC__NET_SILENT_MS); AUTH or CONNECTION if no
+   sender answered and the link did fail (refused, dropped, handshake failed, HELLO ignored) - a
+   short deadline on a loaded host is no broken link. A query whose senders answered: NOT_FOUND. */
 OMC__PRIVATE omc_result omc__net_search_why(omc__net_search* S) {
-    int answered = 0, auth = 0;
+    int answered = 0, alive = 0, auth = 0;
     uint32_t i;
     omc_result r = OMC_ERR_TIMEOUT;
+    omc_time_ns now = omc_now_ns();
     for (i = 0; i < S->ns; i++) {
+        omc__net_chan* ch = S->slots[i].ch;
+        if (ch) omc__net_chan_events(ch);      /* a link or handshake event not read yet */
         answered |= S->slots[i].answered;
+        alive |= S->slots[i].answered || (ch && (ch->incarnation || (ch->tcp_state != 2 && !ch->hs_failed && !ch->hs_logged &&
+                                                                     now - ch->hello_at < OMC__NET_SILENT_MS * 1000000LL)));
         auth |= S->slots[i].hs_failed | (S->slots[i].ch ? S->slots[i].ch->hs_failed : 0);
     }
-    if (!answered && S->asked) r = auth ? OMC_ERR_AUTH : OMC_ERR_CONNECTION;   /* never asked (OMC_NO_WAIT): TIMEOUT */
+    if (!alive && S->asked) r = auth ? OMC_ERR_AUTH : OMC_ERR_CONNECTION;   /* never asked (OMC_NO_WAIT): TIMEOUT */
     if (!S->pull && answered) r = OMC_ERR_NOT_FOUND;
     for (i = 0; i < S->ns; i++) {
         omc__net_slot* s = &S->slots[i];

@@ -87,11 +87,15 @@ STEP BY STEP: HOW IT WORKS
 
     1. The segment. A sender (or dual) connector creates one file in shm_dir (default /dev/shm)
        named omc-<uid>-<channel>-<pid>-<16 hex random>, with O_CREAT|O_EXCL|O_NOFOLLOW and mode
-       0600: nobody can guess the name beforehand, squat it, or plant a link there. It reserves
-       the whole file with posix_fallocate, so a full tmpfs fails NOW with OMC_ERR_SHM_FULL and
-       never later with SIGBUS, maps it once with every page faulted in (MAP_POPULATE: no put
-       ever takes a page fault, not even the first pass through a fresh pool; no_prefault opts
-       out) and lays it out as: header page | entry table | key index | dirty bitmap | data
+       0600: nobody can guess the name beforehand, squat it, or plant a link there. The file has
+       its full size; the tmpfs holds what is reserved in it with posix_fallocate: the control
+       area and OMNICONN_SHM_RESERVE_MIN of data at create, then more in OMNICONN_SHM_GROW_STEP
+       steps when a put's range needs it - always before the first byte is written, so a full
+       tmpfs fails with OMC_ERR_SHM_FULL (at create, or at the put that does not fit) and never
+       with SIGBUS. With nothing in use for OMNICONN_SHM_IDLE_MS, omc_conn_sweep punches the
+       growth out again (reserve_all = 1: the whole file reserved at create instead). Reserved
+       pages are mapped at once (no put takes a page fault for them; no_prefault opts out).
+       It is laid out as: header page | entry table | key index | dirty bitmap | data
        area (see WIRE FORMATS). The data area is an omc_pool (OMC_MEMORY_EXTERNAL): the
        allocator's bookkeeping lives in the owner's heap, where no other process can corrupt it. Right after creating the file, before anything
        else, the owner takes an open-file-description lock (F_OFD_SETLK) on byte 0 and holds it
@@ -211,6 +215,10 @@ CONFIGURATION
                                                               never sleep (OMC_SHM_SPIN_FOREVER)
     OMNICONN_SHM_STREAM_MIN        8 MiB         impl file    puts from this size copy into the pool
                                                               with streaming stores (x86-64)
+    OMNICONN_SHM_RESERVE_MIN       2 MiB         impl file    data a growing pool reserves at create
+    OMNICONN_SHM_GROW_STEP         4 MiB         impl file    a growing pool reserves in these steps
+    OMNICONN_SHM_IDLE_MS           2000          impl file    nothing in use this long: omc_conn_sweep
+                                                              gives a growing pool's growth back
     OMNICONN_SHM_RECHECK_NS        1000000       impl file    how often a mapped segment's size is
                                                               re-checked with fstat while in use
 
@@ -221,7 +229,8 @@ CONFIGURATION
     role              DUAL           SENDER: put only; RECEIVER: get only, no segment; DUAL: both
     channel           "default"      1..32 of [A-Za-z0-9_.]; metadata-less gets see only this channel
     shm_dir           "/dev/shm"     any tmpfs directory, the same on both sides
-    pool_size         256 MiB        the data area, reserved (RAM in tmpfs) at create
+    pool_size         256 MiB        the data area: reserved (RAM in tmpfs) as puts need it, up to this
+    reserve_all       0              1: reserve all of it at create (a full tmpfs fails there)
     alignment         4096           of every buffer; a power of two from 64 to 4096
     inline_threshold  64 KiB         payloads below it travel in the metadata; max 1 MiB
     disable_inline    0              1: never inline
@@ -238,11 +247,12 @@ CONFIGURATION
     keeps a shared host's cores free. OMC_SHM_SPIN_FOREVER (or OMNICONN_SHM_SPIN_US=-1) is for
     a consumer pinned to a core of its own: it keeps that core busy while it waits.
 
-    Prefault. The pool's memory is reserved in the tmpfs at create either way (posix_fallocate:
-    RAM, pool_size bytes). Prefaulting also maps every page then: page tables of about 2 MiB per
-    GiB of pool, and create time (a 1 GiB pool, measured: 0.7-0.9 s to create prefaulted, 0.3 s
-    without). With no_prefault each page instead takes a minor fault on its first put (about
-    1 us per 4 KiB: a first pass through the pool at a fraction of memcpy speed).
+    Prefault. What is reserved in the tmpfs is reserved either way (posix_fallocate: RAM).
+    Prefaulting also maps those pages at once (a growing pool: when it grows): page tables of
+    about 2 MiB per GiB of pool, and create time for reserve_all (a 1 GiB pool, measured: 0.7-0.9 s
+    to create prefaulted, 0.3 s without). With no_prefault each page instead takes a minor fault
+    on its first put (about 1 us per 4 KiB: a first pass through the pool at a fraction of memcpy
+    speed).
 
 ================================================================================================
 OVERRIDES (HOOKS)
@@ -461,7 +471,10 @@ RECENT REVISIONS
     unreleased          segment layout version 3 (put_seq carries wake-up classes: a put wakes
                         only getters of its key's class); spin_ns = OMC_SHM_SPIN_FOREVER and
                         $OMNICONN_SHM_SPIN_US; puts without meta_out build no metadata;
-                        no_prefault.
+                        no_prefault. Pools that grow (the default; reserve_all = 1 for the
+                        whole reservation at create): OMNICONN_SHM_RESERVE_MIN,
+                        OMNICONN_SHM_GROW_STEP, OMNICONN_SHM_IDLE_MS; a payload that does not
+                        fit the tmpfs is OMC_ERR_SHM_FULL at its put. Layout unchanged.
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -496,7 +509,8 @@ typedef struct omc_shm_desc {
                                    at segments of their own channel. */
     const char* shm_dir;        /* NULL = "/dev/shm"; any tmpfs directory (senders and receivers
                                    must use the same one) */
-    uint64_t pool_size;         /* data area bytes, reserved at create; 0 = 256 MiB */
+    uint64_t pool_size;         /* data area bytes, reserved as puts need them (all at create with
+                                   reserve_all); 0 = 256 MiB */
     uint64_t alignment;         /* of every buffer, a power of two 64..4096; 0 = 4096 */
     uint64_t inline_threshold;  /* payloads smaller than this travel inside the metadata;
                                    0 = 64 KiB; at most OMC_SHM_MAX_INLINE */
@@ -506,6 +520,10 @@ typedef struct omc_shm_desc {
     int64_t default_ttl_ms;     /* 0 = OMNICONN_DEFAULT_TTL_MS, < 0 = no TTL */
     int no_prefault;            /* 1: do not map the pool's pages at create (a quicker create of
                                    a large pool; each page then faults on its first put) */
+    int reserve_all;            /* 1: reserve the whole pool in the tmpfs at create; 0: reserve
+                                   OMNICONN_SHM_RESERVE_MIN, grow in OMNICONN_SHM_GROW_STEP steps
+                                   as puts need room (up to pool_size), give it back after
+                                   OMNICONN_SHM_IDLE_MS with nothing in use */
     int64_t spin_ns;            /* a waiting get spins this long before it sleeps on a futex;
                                    0 = $OMNICONN_SHM_SPIN_US if set, else 20 us; < 0 = never
                                    spin; OMC_SHM_SPIN_FOREVER = never sleep (a consumer pinned
@@ -514,8 +532,10 @@ typedef struct omc_shm_desc {
 } omc_shm_desc;
 
 /* Create a shared-memory connector. A sender (or dual) connector first sweeps the directory for
-   segments of dead owners (omc_shm_sweep_dead), then creates its own segment and reserves all of
-   it: a full /dev/shm fails here with OMC_ERR_SHM_FULL, never later with SIGBUS.
+   segments of dead owners (omc_shm_sweep_dead), then creates its own segment and reserves its
+   control area and OMNICONN_SHM_RESERVE_MIN of data (all of it with reserve_all): a /dev/shm too
+   full for that fails here with OMC_ERR_SHM_FULL, a payload that later does not fit fails its put
+   with OMC_ERR_SHM_FULL; never a SIGBUS.
    Returns OMC_ERR_INVALID_ARG (bad desc, see log), OMC_ERR_SHM_FULL, OMC_ERR_UNAVAILABLE (no such
    directory, or compiled with OMNICONN_NO_SHM), OMC_ERR_SYSTEM, OMC_ERR_NO_MEMORY.
    Thread safety: the connector is thread-safe like every omc_conn. */
@@ -584,6 +604,15 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 #endif
 #ifndef OMNICONN_SHM_RECHECK_NS
     #define OMNICONN_SHM_RECHECK_NS 1000000     /* re-fstat a segment at most every 1 ms */
+#endif
+#ifndef OMNICONN_SHM_RESERVE_MIN          /* data area reserved at create (growing pools) */
+    #define OMNICONN_SHM_RESERVE_MIN ((uint64_t)2 << 20)
+#endif
+#ifndef OMNICONN_SHM_GROW_STEP            /* a growing pool reserves in steps of this */
+    #define OMNICONN_SHM_GROW_STEP ((uint64_t)4 << 20)
+#endif
+#ifndef OMNICONN_SHM_IDLE_MS              /* a pool with nothing in use this long gives back what it grew */
+    #define OMNICONN_SHM_IDLE_MS 2000
 #endif
 
 /* ============================================================================================== */
@@ -1080,6 +1109,12 @@ typedef struct omc__shm {
     uint32_t index_used;        /* live + tombstone buckets of the shared index */
     uint32_t seen_release;      /* atomic (written under mu, peeked at without it) */
     omc_time_ns next_pass, last_full;
+    uint64_t reserved;          /* bytes of the file reserved in the tmpfs, from offset 0 (under mu;
+                                   = lay.total with reserve_all) */
+    uint64_t reserved_min;      /* what create reserved: never given back */
+    omc_time_ns last_alloc;     /* atomic: the last range handed out (idle = none since) */
+    int prefault;               /* map newly reserved pages at once */
+    uint64_t grows, shrinks;    /* under mu */
     omc_time_ns self_checked;   /* atomic */
     int unlinked;               /* atomic: close() removed the name (views may still be out) */
     int self_broken;            /* atomic: an omc_result */
@@ -1261,15 +1296,30 @@ OMC__PRIVATE omc__shm_count omc__shm_slots(omc__shm_entry* e, uint32_t gen, uint
 /* [SECTION] SHM: the sender half - creating the segment                                        */
 /* ============================================================================================== */
 
+/* Map reserved pages of our own segment now (a growing pool cannot MAP_POPULATE a file whose
+   tail is not reserved): MADV_POPULATE_WRITE where the kernel has it (5.14), else one load per
+   page. */
+#define OMC__SHM_MADV_POPULATE_WRITE 23
+OMC__PRIVATE void omc__shm_prefault(uint8_t* p, uint64_t n) {
+    uint64_t i;
+    if (madvise(p, (size_t)n, OMC__SHM_MADV_POPULATE_WRITE) == 0) return;
+    for (i = 0; i < n; i += OMC__SHM_PAGE) (void)*(volatile uint8_t*)(p + i);
+}
+
 /* Create, reserve, map and describe our segment. On failure nothing is left in the directory. */
 OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hooks, uint64_t pool_size,
-                                              uint64_t alignment, uint32_t max_entries, int no_prefault) {
+                                              uint64_t alignment, uint32_t max_entries, int no_prefault, int reserve_all) {
     omc__shm_header* h;
     struct stat st;
     void* p;
     int attempt, e;
+    uint64_t reserve;
     omc__shm_layout_make(max_entries, OMC__ALIGN_UP(pool_size, alignment), alignment, &S->lay);
     if (S->lay.total > (uint64_t)SIZE_MAX / 2 || S->lay.total > (uint64_t)INT64_MAX) return OMC_ERR_TOO_LARGE;
+    /* a growing pool reserves the control area and OMNICONN_SHM_RESERVE_MIN of data now, the rest
+       as puts need it (omc__shm_reserve); the file has its full size either way */
+    reserve = reserve_all ? S->lay.total : OMC__ALIGN_UP(S->lay.data_off + OMNICONN_SHM_RESERVE_MIN, OMC__SHM_PAGE);
+    if (reserve > S->lay.total) reserve = S->lay.total;
     S->fd = -1;
     for (attempt = 0; attempt < 8 && S->fd < 0; attempt++) {
         /* unguessable and unsquattable: O_EXCL on a random name; O_NOFOLLOW refuses a planted link */
@@ -1293,12 +1343,14 @@ OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hook
         OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_SHM, "cannot create %s: %s", S->path, strerror(e));
         return e == ENOENT || e == ENOTDIR ? OMC_ERR_UNAVAILABLE : e == ENOSPC ? OMC_ERR_SHM_FULL : OMC_ERR_SYSTEM;
     }
-    /* reserve every byte now: a full tmpfs fails here, not with SIGBUS on some later write */
-    e = posix_fallocate(S->fd, 0, (off_t)S->lay.total);
+    /* reserve now what may be written: a full tmpfs fails here (or at the put that grows the
+       reservation), never with SIGBUS on some later write */
+    e = reserve < S->lay.total && ftruncate(S->fd, (off_t)S->lay.total) != 0 ? errno : 0;
+    if (e == 0) e = posix_fallocate(S->fd, 0, (off_t)reserve);
     if (e != 0) {
         OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_SHM, "cannot reserve %llu bytes for %s: %s. Fix: free space in %s "
                  "(df -h %s; remove stale segments with omc_shm_sweep_dead), make it larger (mount -o remount,size=... %s), "
-                 "or use a smaller pool_size", (unsigned long long)S->lay.total, S->path, strerror(e), S->dir, S->dir, S->dir);
+                 "or use a smaller pool_size", (unsigned long long)reserve, S->path, strerror(e), S->dir, S->dir, S->dir);
         unlink(S->path);
         close(S->fd);
         S->fd = -1;
@@ -1308,7 +1360,8 @@ OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hook
        page fault, the first pass through the pool included. The pages are already reserved, so
        this cannot fail for lack of room; it costs time at create (about 0.5 s per GiB here) and
        page tables (2 MiB per GiB), not memory the reservation did not already take. */
-    p = mmap(NULL, (size_t)S->lay.total, PROT_READ | PROT_WRITE, MAP_SHARED | (no_prefault ? 0 : MAP_POPULATE), S->fd, 0);
+    p = mmap(NULL, (size_t)S->lay.total, PROT_READ | PROT_WRITE, MAP_SHARED | (no_prefault || reserve < S->lay.total ? 0 : MAP_POPULATE),
+             S->fd, 0);
     if (p == MAP_FAILED || fstat(S->fd, &st) != 0) {
         e = errno;
         OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_SHM, "cannot map %s (%llu bytes): %s", S->path, (unsigned long long)S->lay.total, strerror(e));
@@ -1319,6 +1372,9 @@ OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hook
         return OMC_ERR_NO_MEMORY;
     }
     S->base = (uint8_t*)p;
+    S->reserved = S->reserved_min = reserve;
+    S->prefault = !no_prefault;
+    if (reserve < S->lay.total && S->prefault) omc__shm_prefault(S->base, reserve);
     S->name_len = (uint32_t)strlen(S->name);
     S->ino = (uint64_t)st.st_ino;
     h = S->hdr = (omc__shm_header*)p;
@@ -1345,6 +1401,65 @@ OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hook
     h->dirty_offset = S->lay.dirty_off;
     __atomic_store_n(&h->state, (uint32_t)OMC__SHM_READY, __ATOMIC_RELEASE);
     return OMC_OK;
+}
+
+#include <sys/statvfs.h>     /* the tmpfs's size, for the message of a payload that does not fit */
+
+/* A growing pool: make sure bytes [offset, offset + size) of the data area are reserved in the
+   tmpfs before anyone writes them (a write to an unreserved page of a full tmpfs is a SIGBUS).
+   Grows the reservation in OMNICONN_SHM_GROW_STEP steps; a tmpfs without room is
+   OMC_ERR_SHM_FULL with a log line that says how big the directory is and what to change. Under
+   mu, so that the idle shrink (which needs nothing in use) never runs between a range's
+   allocation and this check. */
+OMC__PRIVATE omc_result omc__shm_reserve(omc__shm* S, uint64_t offset, uint64_t size) {
+    uint64_t end = S->lay.data_off + offset + size, want;
+    int e;
+    if (S->reserved_min == S->lay.total) return OMC_OK;      /* reserve_all */
+    __atomic_store_n(&S->last_alloc, omc_now_ns(), __ATOMIC_RELAXED);
+    omc__shm_mu_lock(S);
+    if (end <= S->reserved) { omc__shm_mu_unlock(S); return OMC_OK; }
+    want = OMC__ALIGN_UP(end, OMNICONN_SHM_GROW_STEP);
+    if (want > S->lay.total) want = S->lay.total;
+    e = posix_fallocate(S->fd, (off_t)S->reserved, (off_t)(want - S->reserved));
+    if (e != 0) {
+        struct statvfs vs;
+        unsigned long long fs_size = 0, fs_free = 0, held = (unsigned long long)S->reserved;
+        if (statvfs(S->dir, &vs) == 0) {
+            fs_size = (unsigned long long)vs.f_blocks * vs.f_frsize;
+            fs_free = (unsigned long long)vs.f_bavail * vs.f_frsize;
+        }
+        omc__shm_mu_unlock(S);
+        OMC__LOG(&S->conn->hooks, OMC_LOG_ERROR, OMC_LOGITEM_SHM, "a %llu-byte payload does not fit: %s has %llu MiB (%llu MiB "
+                 "free) and this connector's segment holds %llu MiB of it (pool_size %llu MiB): %s. Fix: a larger tmpfs "
+                 "(docker --shm-size, mount -o remount,size=...), shm_dir on a larger tmpfs, or smaller payloads",
+                 (unsigned long long)size, S->dir, fs_size >> 20, fs_free >> 20, held >> 20,
+                 (unsigned long long)(S->lay.data_size >> 20), strerror(e));
+        return e == ENOSPC || e == EDQUOT || e == EFBIG ? OMC_ERR_SHM_FULL : OMC_ERR_SYSTEM;
+    }
+    if (S->prefault) omc__shm_prefault(S->base + S->reserved, want - S->reserved);
+    S->reserved = want;
+    S->grows++;
+    omc__shm_mu_unlock(S);
+    return OMC_OK;
+}
+
+/* A growing pool with nothing in use for OMNICONN_SHM_IDLE_MS gives back what it grew: the pages
+   above the create-time reservation are punched out of the file (receivers' mappings of them go
+   with them; nobody holds a view there). Run by omc_conn_sweep, under mu. */
+OMC__PRIVATE void omc__shm_shrink_idle(omc__shm* S, omc_time_ns now) {
+    omc_alloc_stats st;
+    if (S->reserved <= S->reserved_min) return;
+    if (now - __atomic_load_n(&S->last_alloc, __ATOMIC_RELAXED) < (omc_time_ns)OMNICONN_SHM_IDLE_MS * 1000000LL) return;
+    omc_alloc_get_stats(omc_pool_allocator(S->pool), &st);
+    if (st.bytes_in_use) return;
+    if (fallocate(S->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)S->reserved_min,
+                  (off_t)(S->reserved - S->reserved_min)) != 0) {
+        OMC__LOG(&S->conn->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_SHM, "%s: cannot give back idle pool memory: %s", S->name, strerror(errno));
+        __atomic_store_n(&S->last_alloc, now, __ATOMIC_RELAXED);     /* not at every sweep */
+        return;
+    }
+    S->reserved = S->reserved_min;
+    S->shrinks++;
 }
 
 /* Has someone shrunk, removed or replaced our segment? Checked with fstat at most every
@@ -1675,6 +1790,8 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
     } else {
         r = omc__shm_alloc_range(S, size ? size : 1, now, &range);
         if (r != OMC_OK) return r;
+        r = omc__shm_reserve(S, range.offset, size ? size : 1);
+        if (r != OMC_OK) { omc_alloc_free(omc_pool_allocator(S->pool), range); return r; }
         if (size) omc__shm_copy_in(S->base + S->lay.data_off + range.offset, (const uint8_t*)p->data, size);
     }
     /* no metadata wanted (the consumer gets by key): no envelope, no inline copy, no CRC */
@@ -1695,6 +1812,14 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
     return OMC_OK;
 }
 
+/* A buffer from the pool, reserved in the tmpfs (or given back and the reason returned). */
+OMC__PRIVATE omc_result omc__shm_reserve_buffer(omc__shm* S, omc_result r, omc_buffer* out) {
+    if (r != OMC_OK) return r;
+    r = omc__shm_reserve(S, out->range.offset, out->size ? out->size : 1);
+    if (r != OMC_OK) omc_buffer_release(out);
+    return r;
+}
+
 /* A buffer for a zero-copy put. Space comes back when receivers release: reclaim, and sleep on
    release_seq (a receiver wakes us) until the deadline. */
 static omc_result omc__shm_alloc_body(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
@@ -1708,12 +1833,12 @@ static omc_result omc__shm_alloc_body(omc_conn* c, uint64_t size, omc_time_ns de
         seen = __atomic_load_n(&S->hdr->release_seq, __ATOMIC_SEQ_CST);
         omc__shm_reclaim_released(S, omc_now_ns());
         r = omc_pool_alloc_buffer(S->pool, size, out);
-        if (r != OMC_ERR_POOL_FULL) return r;
+        if (r != OMC_ERR_POOL_FULL) return omc__shm_reserve_buffer(S, r, out);
         omc__shm_mu_lock(S);
         omc__shm_reclaim_harder(S, omc_now_ns());
         omc__shm_mu_unlock(S);
         r = omc_pool_alloc_buffer(S->pool, size, out);
-        if (r != OMC_ERR_POOL_FULL) return r;
+        if (r != OMC_ERR_POOL_FULL) return omc__shm_reserve_buffer(S, r, out);
         if (omc__load(&c->closed)) return OMC_ERR_CLOSED;
         if (omc_now_ns() >= deadline) {
             OMC__LOG(&c->hooks, OMC_LOG_INFO, OMC_LOGITEM_ALLOC_TIMEOUT, "no %llu-byte range of %s came free before the deadline",
@@ -2390,6 +2515,7 @@ static uint64_t omc__shm_sweep_body(omc_conn* c) {
     if (S->is_owner && omc__shm_self_check(S, omc_now_ns(), 1) == OMC_OK) {
         omc__shm_mu_lock(S);
         n = omc__shm_pass(S, omc_now_ns(), 1);
+        omc__shm_shrink_idle(S, omc_now_ns());
         omc__shm_mu_unlock(S);
     }
     omc__shm_rmu_lock(S);
@@ -2789,7 +2915,7 @@ OMC__PRIVATE omc_result omc__shm_resolve(const omc_shm_desc* in, const omc_hooks
 OMC__PRIVATE omc_result omc__shm_owner_init(omc__shm* S, const omc_shm_desc* d, const omc_hooks* hooks) {
     omc_pool_desc pd;
     omc__shm_peer* P;
-    omc_result r = omc__shm_owner_create(S, hooks, d->pool_size, d->alignment, d->max_entries, d->no_prefault);
+    omc_result r = omc__shm_owner_create(S, hooks, d->pool_size, d->alignment, d->max_entries, d->no_prefault, d->reserve_all);
     if (r != OMC_OK) return r;
     S->is_owner = 1;
     memset(&pd, 0, sizeof(pd));

@@ -5,6 +5,7 @@ usage: OMNICONN_LIBRARY=build/libomniconn.so python3 bench/bench_python.py [out.
        (make bench-python writes bench/results/python.json)
 env:   BENCH_PY_QUICK=1      a fast smoke run (few iterations, no 186 MiB row)
        BENCH_PY_ROUNDS=N     alternating rounds (default 5)
+       BENCH_PY_ONLY=raw|dict   only the raw rows, or only the dict-wrapped rows
 
 One process, one shared-memory connector in the dual role, per payload size (4 KiB, 1 MiB,
 186 MiB), one iteration = put (copy path: one copy into the pool) + get with the metadata (a
@@ -21,6 +22,18 @@ median over BENCH_PY_ROUNDS rounds in which the rows alternate (the machine is s
 time and in the thread's CPU time (which a loaded machine inflates less).
 Derived: the Python overhead per call over C at 4 KiB ((python - c) / 2: two calls per
 iteration) and the throughput ratios python / c and python / seed_design.
+
+Dict-wrapped rows (what vLLM-Omni's orchestrator and chunk adapter put: a dict around engine
+inputs, sampling parameters, metadata and a float32 tensor of 4 KiB, 1 MiB or 64 MiB; "small"
+has no tensor). One iteration = put + get with the metadata; the received object is dropped.
+  omniconn        OmniconnConnector over SHM: the tree packed with the tensor out of band, the
+                  tensor copied once into the pool; get gives a zero-copy view
+  omniconn_copy   the same with copy_on_get: the receiver gets its own copy (as the baseline does)
+  vllm_shm_design vLLM-Omni's SharedMemoryConnector design re-implemented here: its serializer's
+                  shape (msgpack, tensors as aux buffers, header + buffers joined into one bytes),
+                  a lock file (flock) and a new /dev/shm segment per request, copy in; the reader
+                  locks, maps, copies out, unlinks both, decodes (tensors as views of the bytes)
+Ratios: vllm_shm_design / omniconn and / omniconn_copy (time per iteration; > 1 = omniconn faster).
 """
 import fcntl
 import json
@@ -28,6 +41,7 @@ import os
 import pickle      # used ONLY by the seed_design baseline below: it is what is being measured
 import platform
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -37,7 +51,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ.setdefault("OMNICONN_LIBRARY", os.path.join(ROOT, "build", "libomniconn.so"))
 
+import msgpack                                           # noqa: E402
 import numpy as np                                      # noqa: E402
+import torch                                             # noqa: E402
 from multiprocessing import shared_memory              # noqa: E402
 import omniconn                                          # noqa: E402
 from omniconn.vllm_omni import OmniconnConnector         # noqa: E402
@@ -175,6 +191,162 @@ def run_seed(size, iters):
         return (time.perf_counter() - t0) * 1e6 / iters, (time.thread_time() - c0) * 1e6 / iters
 
 
+# ---- dict-wrapped payloads ----------------------------------------------------------------------------
+DICT_SIZES = [("small", 0), ("4KiB", 4 * KiB), ("1MiB", MiB)] + ([] if QUICK else [("64MiB", 64 * MiB)])
+
+
+def dict_iters(size):
+    if QUICK:
+        return {0: 1000, 4 * KiB: 1000, MiB: 40}.get(size, 3)
+    return {0: 10000, 4 * KiB: 10000, MiB: 400}.get(size, 8)
+
+
+def make_dict(size):
+    d = {"request_id": "req-0001", "engine_inputs": {"prompt_token_ids": list(range(32)), "prompt": "hello"},
+         "sampling_params": {"temperature": 0.7, "top_p": 0.9, "max_tokens": 128, "stop": ["</s>"]},
+         "metadata": {"from_stage": 0, "to_stage": 1, "sent_ts": 1.25}}
+    if size:
+        d["engine_inputs"]["hidden"] = torch.full((size // 4,), 0.5, dtype=torch.float32)
+    return d
+
+
+def run_omc_dict(obj, iters, copy=False):
+    c = OmniconnConnector({"protocol": "shm", "channel": "benchd%d%d" % (os.getpid(), copy), "shm_dir": SHM_DIR,
+                           "memory_pool_size": POOL, "copy_on_get": copy})
+    try:
+        for i in range(iters + 3):
+            if i == 3:
+                t0, c0 = time.perf_counter(), time.thread_time()
+            ok, n, md = c.put("0", "1", "k", obj)
+            got, n = c.get("0", "1", "k", md)
+            del got
+        return (time.perf_counter() - t0) * 1e6 / iters, (time.thread_time() - c0) * 1e6 / iters
+    finally:
+        c.close()
+
+
+# vLLM-Omni's SharedMemoryConnector design: its serializer's shape (msgpack; a tensor as [dtype,
+# shape, index of an aux buffer], small ones inline; header + main buffer + aux buffers joined
+# into one bytes object), then a lock file and a new POSIX shared-memory segment per request.
+_AUX_MIN = 256
+
+
+class _AuxEncoder:
+    def encode(self, obj):
+        self.bufs = [b""]
+        self.bufs[0] = msgpack.packb(obj, default=self._hook, use_bin_type=True)
+        return self.bufs
+
+    def _hook(self, obj):
+        if isinstance(obj, torch.Tensor):
+            arr = obj.flatten().contiguous().view(torch.uint8).numpy()
+            if arr.nbytes < _AUX_MIN:
+                data = arr.tobytes()
+            else:
+                self.bufs.append(arr.data)
+                data = len(self.bufs) - 1
+            return {"__t": [str(obj.dtype)[6:], list(obj.shape), data]}
+        raise TypeError(type(obj))
+
+
+def vllm_design_serialize(obj):
+    bufs = _AuxEncoder().encode(obj)
+    header = struct.pack("<BI", 0, len(bufs)) + b"".join(struct.pack("<I", len(memoryview(b).cast("B"))) for b in bufs)
+    return header + b"".join(bufs)
+
+
+def vllm_design_deserialize(data):
+    n = struct.unpack("<BI", data[:5])[1]
+    lens = struct.unpack("<%dI" % n, data[5:5 + 4 * n])
+    mv, off, bufs = memoryview(data), 5 + 4 * n, []
+    for ln in lens:
+        bufs.append(mv[off:off + ln])
+        off += ln
+
+    def hook(d):
+        t = d.get("__t") if len(d) == 1 else None
+        if t is None:
+            return d
+        dt, shape, data = t
+        raw = bufs[data] if isinstance(data, int) else data
+        return torch.frombuffer(raw, dtype=torch.uint8).view(getattr(torch, dt)).reshape(shape)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return msgpack.unpackb(bufs[0], object_hook=hook, raw=False)
+
+
+def vllm_design_put(obj, key):
+    payload = vllm_design_serialize(obj)
+    with open(os.path.join(SHM_DIR, "shm_%s_lockfile.lock" % key), "wb+") as lf:
+        fcntl.flock(lf, fcntl.LOCK_EX)
+        shm = shared_memory.SharedMemory(create=True, size=len(payload))
+        shm.buf[:len(payload)] = payload
+        meta = {"name": shm.name, "size": len(payload)}
+        shm.close()
+        fcntl.flock(lf, fcntl.LOCK_UN)
+    return {"shm": meta, "size": len(payload)}
+
+
+def vllm_design_get(md, key):
+    lock = os.path.join(SHM_DIR, "shm_%s_lockfile.lock" % key)
+    with open(lock, "rb+") as lf:
+        fcntl.flock(lf, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        shm = shared_memory.SharedMemory(name=md["shm"]["name"])
+        data = bytes(shm.buf[:md["shm"]["size"]])
+        shm.close()
+        shm.unlink()
+        fcntl.flock(lf, fcntl.LOCK_UN)
+    os.remove(lock)
+    return vllm_design_deserialize(data), md["size"]
+
+
+def run_vllm_design_dict(obj, iters):
+    for i in range(iters + 3):
+        if i == 3:
+            t0, c0 = time.perf_counter(), time.thread_time()
+        got, n = vllm_design_get(vllm_design_put(obj, "req%d" % i), "req%d" % i)
+        del got
+    return (time.perf_counter() - t0) * 1e6 / iters, (time.thread_time() - c0) * 1e6 / iters
+
+
+def dict_rows():
+    rows = {}
+    for label, size in DICT_SIZES:
+        obj = make_dict(size)
+        # the two designs decode to the same object
+        got, _ = vllm_design_get(vllm_design_put(obj, "check"), "check")
+        assert torch.equal(got["engine_inputs"].get("hidden", torch.empty(0)),
+                           obj["engine_inputs"].get("hidden", torch.empty(0)))
+        it = dict_iters(size)
+        base_it = max(3, it // (4 if size >= MiB else 2))
+        runs = {"omniconn": lambda: run_omc_dict(obj, it), "omniconn_copy": lambda: run_omc_dict(obj, it, True),
+                "vllm_shm_design": lambda: run_vllm_design_dict(obj, base_it)}
+        samples = {k: [] for k in runs}
+        cpu = {k: [] for k in runs}
+        for r in range(ROUNDS):
+            order = list(runs.items())
+            if r % 2:
+                order.reverse()
+            for name, fn in order:
+                wall, c = fn()
+                samples[name].append(wall)
+                cpu[name].append(c)
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        cmed = {k: statistics.median(v) for k, v in cpu.items()}
+        row = {"tensor_bytes": size, "iterations": it, "baseline_iterations": base_it,
+               "us_per_iteration": {k: round(v, 3) for k, v in med.items()},
+               "cpu_us_per_iteration": {k: round(v, 3) for k, v in cmed.items()},
+               "samples_us": {k: [round(x, 3) for x in v] for k, v in samples.items()},
+               "speedup_vs_vllm_shm_design": round(med["vllm_shm_design"] / med["omniconn"], 2),
+               "speedup_copy_vs_vllm_shm_design": round(med["vllm_shm_design"] / med["omniconn_copy"], 2)}
+        rows[label] = row
+        print("dict %-6s omniconn %10.2f us  omniconn_copy %10.2f us  vllm_shm_design %10.2f us | %.2fx (copy: %.2fx)"
+              % (label, med["omniconn"], med["omniconn_copy"], med["vllm_shm_design"],
+                 row["speedup_vs_vllm_shm_design"], row["speedup_copy_vs_vllm_shm_design"]), flush=True)
+    return rows
+
+
 def main():
     global SHM_DIR
     out_path = sys.argv[1] if len(sys.argv) > 1 else None
@@ -184,7 +356,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory(dir="/dev/shm", prefix="omc-benchpy-") as SHM_DIR:
         exe = build_c(tmp)
         rows = {}
-        for size in SIZES:
+        for size in (SIZES if os.environ.get("BENCH_PY_ONLY") != "dict" else []):
             it = iters_for(size)
             seed_it = max(2, it // (4 if size >= MiB else 2))
             samples = {"c": [], "python": [], "vllm_omni": [], "seed_design": []}
@@ -220,6 +392,7 @@ def main():
                    row["python_over_c_per_call_us"], row["vllm_omni_over_c_per_call_us"],
                    row["python_over_c_per_call_cpu_us"], row["vllm_omni_over_c_per_call_cpu_us"],
                    row["python_vs_c_throughput"], row["python_vs_seed_design_speedup"]), flush=True)
+        drows = dict_rows() if os.environ.get("BENCH_PY_ONLY") != "raw" else {}
     result = {
         "benchmark": "bench/bench_python.py",
         "what": "one process, SHM connector (dual), iteration = put (copy into pool) + get with metadata "
@@ -230,6 +403,11 @@ def main():
                  "numpy": np.__version__, "omniconn": omniconn.version(), "loadavg_start": load0,
                  "loadavg": os.getloadavg()},
         "sizes": rows,
+        "dict_wrapped": drows,
+        "dict_wrapped_what": "a dict around engine inputs, sampling parameters, metadata and a float32 tensor of "
+                             "the row's size (small: none); put + get with metadata, the object dropped; "
+                             "omniconn (tensor out of band, view on get), omniconn_copy (copy on get), "
+                             "vllm_shm_design (vLLM-Omni's SharedMemoryConnector design, re-implemented)",
     }
     if out_path:
         with open(out_path, "w") as f:

@@ -22,6 +22,8 @@ if [ "$mode" = uninstall ]; then
     rm -f "$D$LIBDIR/libomniconn.so" "$D$LIBDIR/libomniconn.so.$MAJOR" "$D$LIBDIR/libomniconn.so.$LIB_VERSION"
     rm -f "$D$PCDIR/omniconn.pc"
     rm -rf "$D$CMAKEDIR" "$D$PYTHONDIR/omniconn"
+    rm -rf "$D$PYTHONDIR/omniconn.egg-info"
+    [ -z "$D" ] && [ "$(id -u)" = 0 ] && command -v ldconfig >/dev/null && ldconfig
     echo "uninstalled omniconn $LIB_VERSION from $D$PREFIX"
     exit 0
 fi
@@ -42,4 +44,12 @@ sed "${sub[@]}" cmake/omniconnConfigVersion.cmake.in > "$D$CMAKEDIR/omniconnConf
 install -m 644 python/omniconn/*.py "$D$PYTHONDIR/omniconn/"
 printf '# written by make install: the library directory, relative to this package\nLIBDIR_FROM_PACKAGE = "%s"\n' \
     "$(rel "$LIBDIR" "$PYTHONDIR/omniconn")" > "$D$PYTHONDIR/omniconn/_install.py"
-echo "installed omniconn $LIB_VERSION under $D$PREFIX (headers, libomniconn.so.$MAJOR, omniconn.pc, cmake/omniconn, python)"
+# a real install (no DESTDIR) as root: refresh the loader's cache, so programs and pkg-config
+# users find libomniconn.so.$MAJOR at once (a DESTDIR staging tree is the packager's to do)
+if [ -z "$D" ] && [ "$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then
+    ldconfig
+elif [ -z "$D" ]; then
+    echo "note: run ldconfig as root if $LIBDIR is not in the loader's path yet"
+fi
+echo "installed omniconn $LIB_VERSION under $D$PREFIX (headers, libomniconn.so.$MAJOR, omniconn.pc, cmake/omniconn;" \
+     "python package in $PYTHONDIR)"

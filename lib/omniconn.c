@@ -50,6 +50,11 @@ OMNICONN_API omc_result omc_ffi_tcp_create(int role, const char* host, const cha
                                            uint32_t data_port, uint64_t pool_size, int64_t ttl_ms,
                                            const char* secret_key, const char* public_key, const char* server_key,
                                            int rdma, const char* rdma_devices, omc_conn** out);
+OMNICONN_API omc_result omc_ffi_tcp_create_ex(int role, const char* host, const char* bind_host, uint32_t port,
+                                              uint32_t data_port, uint64_t pool_size, int64_t ttl_ms,
+                                              const char* secret_key, const char* public_key, const char* server_key,
+                                              const char* allowed_clients, int rdma, const char* rdma_devices,
+                                              omc_conn** out);
 OMNICONN_API omc_result omc_ffi_rdma_status(omc_conn* conn, int* enabled, char* reason, size_t reason_size);
 OMNICONN_API const char* omc_ffi_rdma_counter_fields(void);
 OMNICONN_API omc_result omc_ffi_rdma_counters(omc_conn* conn, uint64_t* values, uint32_t count, char* last_fallback,
@@ -214,6 +219,59 @@ OMNICONN_API omc_result omc_ffi_tcp_create(int role, const char* host, const cha
     d.curve.secret_key = secret_key && *secret_key ? secret_key : NULL;
     d.curve.public_key = public_key && *public_key ? public_key : NULL;
     d.curve.server_key = server_key && *server_key ? server_key : NULL;
+    omc__ffi_last[0] = 0;
+    if (rdma) {
+        omc_rdma_connector_desc rd;
+        memset(&rd, 0, sizeof(rd));
+        rd.net = d;
+        rd.rdma.devices = rdma_devices && *rdma_devices ? rdma_devices : NULL;
+        rd.require_rdma = rdma >= 2;
+        return omc_rdma_connector_create(&rd, out);
+    }
+    return omc_tcp_create(&d, out);
+}
+
+/* omc_ffi_tcp_create with CURVE's allow-list: allowed_clients holds the receivers' public keys
+   (Z85, 40 characters each) separated by newlines, spaces or commas; NULL or "" = any receiver
+   that knows the sender's public key. A key of another length is OMC_ERR_INVALID_ARG. */
+#define OMC_FFI_MAX_ALLOWED 256
+OMNICONN_API omc_result omc_ffi_tcp_create_ex(int role, const char* host, const char* bind_host, uint32_t port,
+                                              uint32_t data_port, uint64_t pool_size, int64_t ttl_ms,
+                                              const char* secret_key, const char* public_key, const char* server_key,
+                                              const char* allowed_clients, int rdma, const char* rdma_devices,
+                                              omc_conn** out) {
+    omc_tcp_desc d;
+    char keys[OMC_FFI_MAX_ALLOWED][OMC_CURVE_KEY_LEN + 1];
+    const char* list[OMC_FFI_MAX_ALLOWED];
+    uint32_t n = 0;
+    const char* p = allowed_clients;
+    if (out) *out = NULL;
+    if (port > 65535 || data_port > 65535) return OMC_ERR_INVALID_ARG;
+    while (p && *p) {
+        size_t len;
+        while (*p == '\n' || *p == '\r' || *p == ' ' || *p == '\t' || *p == ',') p++;
+        len = strcspn(p, "\r\n \t,");
+        if (!len) break;
+        if (len != OMC_CURVE_KEY_LEN || n == OMC_FFI_MAX_ALLOWED) return OMC_ERR_INVALID_ARG;
+        memcpy(keys[n], p, len);
+        keys[n][len] = 0;
+        list[n] = keys[n];
+        n++;
+        p += len;
+    }
+    memset(&d, 0, sizeof(d));
+    d.role = omc__ffi_role(role);
+    d.host = host && *host ? host : NULL;
+    d.bind_host = bind_host && *bind_host ? bind_host : NULL;
+    d.port = (uint16_t)port;
+    d.data_port = (uint16_t)data_port;
+    d.pool_size = pool_size;
+    d.default_ttl_ms = ttl_ms;
+    d.curve.secret_key = secret_key && *secret_key ? secret_key : NULL;
+    d.curve.public_key = public_key && *public_key ? public_key : NULL;
+    d.curve.server_key = server_key && *server_key ? server_key : NULL;
+    d.curve.allowed_clients = n ? list : NULL;
+    d.curve.allowed_count = n;
     omc__ffi_last[0] = 0;
     if (rdma) {
         omc_rdma_connector_desc rd;

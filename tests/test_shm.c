@@ -9,6 +9,7 @@
    Child processes are plain fork()s that build their own connectors; the contract's consumer
    process is this binary re-executed (ct_consumer_main). */
 #define OMNICONN_IMPLEMENTATION
+#define OMNICONN_SHM_IDLE_MS 200        /* growing pools give memory back after 0.2 s idle (default 2 s) */
 #include "omniconn.h"
 #include "omniconn_shm.h"
 #include "omc_test.h"
@@ -1380,12 +1381,20 @@ OMC_TEST(shm_symlink_and_foreign_owner_refused) {
 }
 
 /* A 4 MiB tmpfs, mounted in a private mount namespace of a child process (needs root; said so
-   and skipped otherwise): a pool that does not fit fails at create with SHM_FULL, leaving no
-   file; one that fits works, right up to its last byte. */
-OMC_TEST(shm_full_tmpfs_fails_at_create) {
+   and skipped otherwise). A pool reserved whole (reserve_all) that does not fit fails at create
+   with SHM_FULL, leaving no file; a growing pool of the same size is created (it reserves a
+   little), carries the payloads that fit, right up to the tmpfs's last bytes, and refuses one that
+   does not with SHM_FULL and an ERROR naming the directory, its size and the fix - and works
+   again for the next payload that fits. */
+static char full_log[1024];
+static void full_logger(omc_log_level level, omc_log_item item, const char* message, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level == OMC_LOG_ERROR) snprintf(full_log, sizeof(full_log), "%s", message);
+}
+OMC_TEST(shm_full_tmpfs_fails_at_create_or_at_the_put_that_does_not_fit) {
     pid_t pid;
     int status;
-    if (geteuid() != 0) { printf("SKIP shm_full_tmpfs_fails_at_create: needs root to mount a small tmpfs\n"); return; }
+    if (geteuid() != 0) { printf("SKIP shm_full_tmpfs_fails_at_create_or_at_the_put_that_does_not_fit: needs root to mount a small tmpfs\n"); return; }
     pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
@@ -1402,27 +1411,99 @@ OMC_TEST(shm_full_tmpfs_fails_at_create) {
         d.channel = ch;
         d.max_entries = 64;                     /* control area: 64 x 512 bytes */
         d.pool_size = 8u << 20;
-        if (omc_shm_create(&d, &c) != OMC_ERR_SHM_FULL || c) fails++;
-        if (count_segments(dir, NULL) != 0) fails++;
-        d.pool_size = 2u << 20;
-        if (omc_shm_create(&d, &c) != OMC_OK) fails++;
+        d.hooks.log_fn = full_logger;
+        d.reserve_all = 1;
+        if (omc_shm_create(&d, &c) != OMC_ERR_SHM_FULL || c) fails |= 1;
+        if (count_segments(dir, NULL) != 0) fails |= 2;
+        d.reserve_all = 0;                      /* the default: grow on demand */
+        if (omc_shm_create(&d, &c) != OMC_OK) fails |= 4;
         else {
             omc_conn* r = make_shm_in(dir, ch, OMC_ROLE_RECEIVER, 0);
             omc_buffer b;
-            if (!r || put_pattern(c, "big", 2u << 20, 1, 1, NULL) != OMC_OK ||
-                omc_conn_get(r, "a", "b", "big", NULL, 0, omc_deadline_after_ms(1000), &b) != OMC_OK ||
-                !omc_test_verify(b.data, b.size, 1) || omc_buffer_release(&b) != OMC_OK) fails++;
+            if (!r || put_pattern(c, "fits", 3u << 20, 1, 1, NULL) != OMC_OK ||
+                omc_conn_get(r, "a", "b", "fits", NULL, 0, omc_deadline_after_ms(1000), &b) != OMC_OK ||
+                !omc_test_verify(b.data, b.size, 1) || omc_buffer_release(&b) != OMC_OK) fails |= 8;
+            full_log[0] = 0;
+            if (put_pattern(c, "too-big", 6u << 20, 2, 1, NULL) != OMC_ERR_SHM_FULL) fails |= 16;
+            if (!strstr(full_log, dir) || !strstr(full_log, "4 MiB") || !strstr(full_log, "--shm-size")) fails |= 32;
+            if (fails & 32) fprintf(stderr, "  log: %s\n", full_log);
+            if (put_pattern(c, "fits-again", 1u << 20, 3, 1, NULL) != OMC_OK ||
+                omc_conn_get(r, "a", "b", "fits-again", NULL, 0, omc_deadline_after_ms(1000), &b) != OMC_OK ||
+                !omc_test_verify(b.data, b.size, 3) || omc_buffer_release(&b) != OMC_OK) fails |= 64;
             omc_conn_destroy(r);
             omc_conn_destroy(c);
         }
-        if (count_segments(dir, NULL) != 0) fails++;
+        if (count_segments(dir, NULL) != 0) fails |= 128;
         umount(dir);
         rmdir(dir);
         _exit(fails);
     }
     REQUIRE(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
-    if (WEXITSTATUS(status) == 77) { printf("SKIP shm_full_tmpfs_fails_at_create: cannot mount a tmpfs here\n"); return; }
+    if (WEXITSTATUS(status) == 77) { printf("SKIP shm_full_tmpfs_fails_at_create_or_at_the_put_that_does_not_fit: cannot mount a tmpfs here\n"); return; }
     CHECK_EQ(WEXITSTATUS(status), 0);
+}
+
+/* What a segment holds of its tmpfs (allocated blocks, not its size). */
+static uint64_t segment_bytes(omc_conn* c) {
+    char path[OMC_SHM_PATH_MAX];
+    struct stat st;
+    if (omc_shm_segment_path(c, path, sizeof(path)) != OMC_OK || stat(path, &st) != 0) return UINT64_MAX;
+    return (uint64_t)st.st_blocks * 512u;
+}
+
+/* Sweep until the segment holds at most `limit` bytes, or 10 s pass. */
+static uint64_t sweep_until_at_most(omc_conn* c, uint64_t limit) {
+    omc_time_ns end = omc_now_ns() + 10000000000LL;
+    uint64_t held = segment_bytes(c);
+    while (held > limit && omc_now_ns() < end) {
+        struct timespec ts = { 0, 20000000 };
+        nanosleep(&ts, NULL);
+        omc_conn_sweep(c);
+        held = segment_bytes(c);
+    }
+    return held;
+}
+
+/* A growing pool (the default): an idle edge holds a few MiB of /dev/shm whatever its pool_size;
+   a put grows it, a view of a grown range stays valid while held (no shrink under it, however
+   long it is idle), and once nothing is in use a sweep gives the growth back; the next put grows
+   it again, data intact every time. */
+OMC_TEST(shm_pool_grows_on_demand_and_gives_it_back_when_idle) {
+    char ch[32];
+    omc_conn *s, *r;
+    omc_buffer b;
+    omc_time_ns t0;
+    int round;
+    unique_channel(ch, sizeof(ch));
+    s = make_priv(ch, OMC_ROLE_SENDER, 512u << 20);
+    r = make_priv(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    CHECK(segment_bytes(s) <= (8u << 20));
+    for (round = 0; round < 2; round++) {
+        CHECK_OK(put_pattern(s, "big", 40u << 20, 7 + round, 1, NULL));
+        CHECK(segment_bytes(s) >= (40u << 20));
+        CHECK_OK(omc_conn_get(r, "a", "b", "big", NULL, 0, omc_deadline_after_ms(5000), &b));
+        /* idle, but a view is held: nothing is given back */
+        t0 = omc_now_ns();
+        while (omc_now_ns() - t0 < 3 * (omc_time_ns)OMNICONN_SHM_IDLE_MS * 1000000LL) {
+            struct timespec ts = { 0, 20000000 };
+            nanosleep(&ts, NULL);
+            omc_conn_sweep(s);
+        }
+        CHECK(segment_bytes(s) >= (40u << 20));
+        CHECK(b.size == (40u << 20) && omc_test_verify(b.data, b.size, 7 + round));
+        CHECK_OK(omc_buffer_release(&b));
+        CHECK(sweep_until_at_most(s, 8u << 20) <= (8u << 20));
+    }
+    /* small payloads stay in the first reservation */
+    CHECK_OK(put_pattern(s, "small", 100000, 9, 1, NULL));
+    CHECK(segment_bytes(s) <= (8u << 20));
+    CHECK_OK(omc_conn_get(r, "a", "b", "small", NULL, 0, omc_deadline_after_ms(5000), &b));
+    CHECK(omc_test_verify(b.data, b.size, 9));
+    CHECK_OK(omc_buffer_release(&b));
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
 }
 
 /* Another process of our uid scribbles over the control area (entries and key index): nothing

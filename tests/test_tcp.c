@@ -1497,6 +1497,52 @@ OMC_TEST(tcp_wire_codec_roundtrip_and_limits) {
     }
 }
 
+/* A sender that answers late is slow, not broken: with the sender process stopped (SIGSTOP,
+   so it answers nothing until SIGCONT; its port still takes connections), metadata-less gets
+   and queries end at their deadline with OMC_ERR_TIMEOUT, never OMC_ERR_CONNECTION - for a
+   sender that answered before and for one never heard from; once it runs again the key is
+   there. (A sender whose port refuses: tcp_killed_sender_fails_at_deadline.) */
+OMC_TEST(tcp_a_slow_sender_is_a_timeout_not_a_connection_failure) {
+    child a = spawn(KIND_SENDER, 0, NULL), c = spawn(KIND_SENDER, 0, NULL);
+    uint16_t pa = child_port(&a), pc = child_port(&c);
+    omc_conn* r = make_receiver(0);
+    omc_conn* r2 = make_receiver(0);
+    omc_buffer b;
+    omc_tcp_found f;
+    uint32_t n = 0;
+    int i;
+    REQUIRE(r && r2 && pa && pc);
+    /* never heard from: stopped before the first question */
+    CHECK_OK(omc_tcp_add_sender(r2, "new", "127.0.0.1", pc));
+    free(child_put(&c, "n0", 100, 43, 1, 0, &n));
+    REQUIRE(kill(c.pid, SIGSTOP) == 0);
+    CHECK_RES(omc_conn_get(r2, "s0", "s1", "n0", NULL, 0, omc_deadline_after_ms(300), &b), OMC_ERR_TIMEOUT);
+    REQUIRE(kill(c.pid, SIGCONT) == 0);
+    CHECK_OK(omc_conn_get(r2, "s0", "s1", "n0", NULL, 0, omc_deadline_after_ms(5000), &b));
+    CHECK(b.size == 100 && omc_test_verify(b.data, b.size, 43));
+    omc_buffer_release(&b);
+    omc_conn_destroy(r2);
+    reap(&c, 0);
+    /* answered before */
+    CHECK_OK(omc_tcp_add_sender(r, "slow", "127.0.0.1", pa));
+    free(child_put(&a, "k0", 3000, 41, 1, 0, &n));
+    free(child_put(&a, "k1", 3000, 42, 1, 0, &n));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "k0", NULL, 0, omc_deadline_after_ms(5000), &b));     /* the channel is up */
+    CHECK(b.size == 3000 && omc_test_verify(b.data, b.size, 41));
+    omc_buffer_release(&b);
+    REQUIRE(kill(a.pid, SIGSTOP) == 0);
+    for (i = 0; i < 3; i++) {
+        CHECK_RES(omc_conn_get(r, "s0", "s1", "k1", NULL, 0, omc_deadline_after_ms(i ? 2 : 50), &b), OMC_ERR_TIMEOUT);
+        CHECK_RES(omc_tcp_query(r, "slow", "s0", "s1", "k1", omc_deadline_after_ms(2), &f), OMC_ERR_TIMEOUT);
+    }
+    REQUIRE(kill(a.pid, SIGCONT) == 0);
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "k1", NULL, 0, omc_deadline_after_ms(5000), &b));
+    CHECK(b.size == 3000 && omc_test_verify(b.data, b.size, 42));
+    omc_buffer_release(&b);
+    omc_conn_destroy(r);
+    reap(&a, 0);
+}
+
 /* A host without libzmq: the test hook $OMNICONN_ZMQ_LIB makes the loader open a library that
    does not exist. Runs in a fresh process (exec of this binary), because a process that already
    loaded libzmq keeps it. The child prints the log line and exits 0 only if the create answered

@@ -349,6 +349,9 @@ class WritableBuffer(Buffer):
         return self._region
 
 
+_MISS_NOT_FOUND, _MISS_TIMEOUT = _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT
+
+
 # ---- frames (named tensors) -------------------------------------------------------------------------
 def _segments(items):
     """Flatten {name: array | tensor | bytes-like} into the FFI's arrays."""
@@ -406,6 +409,27 @@ def first_segment(buffer):
     check(lib.omc_ffi_frame_segment(buffer._addr, buffer.size, 0, name, 256, *st.refs), "frame segment")
     return (name.value.decode(), kind.value, dt.value, tuple(shape[d] for d in range(nd.value)), off.value,
             size.value)
+
+
+def frame_segments(buffer):
+    """Every segment of a frame buffer: [(name, kind, omc dtype, shape, offset, size), ...]."""
+    st = getattr(_tls, "seg", None)
+    if st is None:
+        st = _tls.seg = _SegState()
+    name, kind, dt, nd, shape, off, size = st.out
+    if buffer.released:
+        raise ValueError("omniconn: buffer used after release")
+    count = ctypes.c_uint32()
+    addr, n = buffer._addr, buffer.size
+    check(lib.omc_ffi_frame_count(addr, n, 0, ctypes.byref(count)), "frame decode")
+    out = []
+    seg = lib.omc_ffi_frame_segment
+    refs = st.refs
+    for i in range(count.value):
+        check(seg(addr, n, i, name, 256, *refs), "frame segment")
+        out.append((name.value.decode(), kind.value, dt.value, tuple(shape[d] for d in range(nd.value)), off.value,
+                    size.value))
+    return out
 
 
 class Frame:
@@ -623,10 +647,11 @@ class Connector:
             raise error(r, "get %r" % (key,))
         return Buffer(st.h.value, st.data.value, st.size.value, st.flags.value)
 
-    def get_first(self, from_stage, to_stage, key, meta=None, timeout=None, sender=None):
+    def get_first(self, from_stage, to_stage, key, meta=None, timeout=None, sender=None, miss=False):
         """get() and, for a frame, its first segment, in one call into the library: (Buffer,
         (name, kind, omc dtype, shape, offset, size) or None if the payload is not a frame).
-        A frame that does not decode raises (the buffer is released)."""
+        A frame that does not decode raises (the buffer is released). miss=True: a key that is
+        not there (NOT_FOUND, or TIMEOUT at the deadline) returns None instead of raising."""
         st = _state()
         h = self._h
         if h is None:
@@ -639,6 +664,8 @@ class Connector:
                            key.encode() if type(key) is str else _b(key), meta, len(meta) if meta else 0,
                            dl, g, _GOT_N, st.name, _NAME_CAP)
         if r != 0:
+            if miss and (r == _MISS_NOT_FOUND or r == _MISS_TIMEOUT):
+                return None
             raise error(r, "get %r" % (key,))
         buf = Buffer(g[0], g[1], g[2], g[3])
         seg = g[4]
@@ -796,9 +823,16 @@ class TcpConnector(Connector):
     _rdma = 0
 
     def __init__(self, role="dual", host=None, port=0, data_port=0, bind_host=None, pool_size=0, ttl_ms=None,
-                 secret_key=None, public_key=None, server_key=None, rdma_devices=None):
-        super().__init__(lib.omc_ffi_tcp_create, ROLES[role], _b(host), _b(bind_host), port, data_port, pool_size,
-                         _ttl(ttl_ms), _b(secret_key), _b(public_key), _b(server_key), self._rdma, _b(rdma_devices))
+                 secret_key=None, public_key=None, server_key=None, rdma_devices=None, allowed_clients=None):
+        """CURVE: secret_key (a sender's turns CURVE on; a receiver's is its own identity),
+        server_key (a receiver: the senders' public key), allowed_clients (a sender: the receiver
+        public keys let in - a list, or one string with one key a line; None = anyone with our
+        public key)."""
+        if allowed_clients is not None and not isinstance(allowed_clients, (str, bytes)):
+            allowed_clients = "\n".join(str(k) for k in allowed_clients)
+        super().__init__(lib.omc_ffi_tcp_create_ex, ROLES[role], _b(host), _b(bind_host), port, data_port, pool_size,
+                         _ttl(ttl_ms), _b(secret_key), _b(public_key), _b(server_key), _b(allowed_clients or None),
+                         self._rdma, _b(rdma_devices))
 
     @property
     def endpoint(self):

@@ -126,6 +126,8 @@ _SIGS = {
     "omc_ffi_shm_create": (c_int, [c_int, c_char_p, c_char_p, c_uint64, c_int64, c_int64, c_uint32, P(c_void_p)]),
     "omc_ffi_tcp_create": (c_int, [c_int, c_char_p, c_char_p, c_uint32, c_uint32, c_uint64, c_int64,
                                    c_char_p, c_char_p, c_char_p, c_int, c_char_p, P(c_void_p)]),
+    "omc_ffi_tcp_create_ex": (c_int, [c_int, c_char_p, c_char_p, c_uint32, c_uint32, c_uint64, c_int64,
+                                      c_char_p, c_char_p, c_char_p, c_char_p, c_int, c_char_p, P(c_void_p)]),
     "omc_ffi_rdma_status": (c_int, [c_void_p, P(c_int), c_char_p, c_size_t]),
     "omc_ffi_rdma_counter_fields": (c_char_p, []),
     "omc_ffi_rdma_counters": (c_int, [c_void_p, P(c_uint64), c_uint32, c_char_p, c_size_t]),

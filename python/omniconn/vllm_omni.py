@@ -5,17 +5,26 @@ an `extra` dict; see docs/python.md. When vllm_omni is importable the class deri
 OmniConnectorBase and registers itself with OmniConnectorFactory on import; otherwise it works
 on its own with the same methods.
 
-What crosses a process: raw payloads (bytes-like, numpy arrays, CPU torch tensors) as they are,
-everything else serialised with msgpack (numpy arrays and tensors inside it as msgpack
-extension types). Nothing is ever pickled.
+What crosses a process (nothing is ever pickled):
+  - raw payloads put as they are (bytes-like, numpy arrays, CPU torch tensors): one copy into
+    the pool; get returns a zero-copy RawBuffer (supports_raw_data, the default) or the same
+    type that was put, as one copy (supports_raw_data false);
+  - any other object (a dict around tensors, dataclasses, msgspec Structs, lists, ...): the
+    object tree packed with its tensors out of band (omniconn._objects, or vLLM-Omni's own
+    serializer when vLLM-Omni is importable), each tensor copied once, straight into the pool;
+    get returns the object with zero-copy views of the tensors (copy_on_get: one copy each).
 """
+import atexit
 import logging
+import os
+import re
 import threading
 import time
+import weakref
 
 import msgpack
 
-from . import _core, _lib
+from . import _core, _lib, _objects
 from ._core import ShmConnector, TcpConnector, RdmaConnector, LocalConnector
 from ._lib import OmniconnError
 
@@ -27,52 +36,71 @@ except Exception:   # standalone
     class _Base:
         pass
 
-_EXT_NDARRAY = 1
-_EXT_TENSOR = 2
-_SEG_RAW = "tensor"         # a raw tensor travels as a frame with this one segment
-_SEG_OBJ = "msgpack"        # a serialised object travels as a frame with this one segment
-_SEG_RAW_B, _SEG_OBJ_B = _SEG_RAW.encode(), _SEG_OBJ.encode()
+_SEG_RAW = "tensor"         # a raw numpy array (or bytes-like) as a one-segment frame
+_SEG_TORCH = "torch"        # a raw torch tensor as a one-segment frame
+_SEG_OBJ = _objects.OBJ_SEGMENT          # an object tree without out-of-band values
+_SEG_OBJS = _objects.OBJ_SEGMENT + "s"   # an object tree followed by its out-of-band values
+_SEG_VLLM = "omc.vllm"      # vLLM-Omni's serializer: its main buffer, then its aux buffers
+_SEG_RAW_B, _SEG_TORCH_B = _SEG_RAW.encode(), _SEG_TORCH.encode()
 _ndarray = _core._ndarray
-
-
-# ---- msgpack with arrays and tensors ------------------------------------------------------------
-def _ext_default(obj):
-    np = _core._np
-    t = _core._torch()
-    if np is not None and isinstance(obj, np.ndarray):
-        a = np.ascontiguousarray(obj)
-        return msgpack.ExtType(_EXT_NDARRAY, msgpack.packb([a.dtype.str, list(a.shape), a.tobytes()]))
-    if t is not None and isinstance(obj, t.Tensor):
-        c = obj.detach().to("cpu").contiguous()
-        raw = c.view(t.uint8).numpy().tobytes() if c.numel() else b""
-        return msgpack.ExtType(_EXT_TENSOR, msgpack.packb([str(c.dtype).replace("torch.", ""), list(c.shape), raw]))
-    if isinstance(obj, (set, frozenset, tuple)):
-        return list(obj)
-    raise TypeError("OmniconnConnector: cannot serialise %s with msgpack (pickle is never used): "
-                    "send dicts, lists, numbers, strings, bytes, numpy arrays or tensors" % type(obj).__name__)
-
-
-def _ext_hook(code, data):
-    if code == _EXT_NDARRAY:
-        import numpy as np
-        dt, shape, raw = msgpack.unpackb(data)
-        return np.frombuffer(raw, dtype=np.dtype(dt)).reshape(shape).copy()
-    if code == _EXT_TENSOR:
-        import torch
-        dt, shape, raw = msgpack.unpackb(data)
-        dtype = getattr(torch, dt)
-        if not raw:
-            return torch.empty(shape, dtype=dtype)
-        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
-    return msgpack.ExtType(code, data)
+_READONLY = _lib.OMC_BUFFER_READONLY
+_RETRYABLE = (_lib.OMC_ERR_TIMEOUT, _lib.OMC_ERR_NOT_FOUND, -80)   # -80: OMC_ERR_CONNECTION
+_SPACE_ERRORS = ("OMC_ERR_TOO_LARGE", "OMC_ERR_POOL_FULL", "OMC_ERR_NO_MEMORY", "OMC_ERR_SHM")
 
 
 def serialize(obj):
-    return msgpack.packb(obj, default=_ext_default, use_bin_type=True)
+    """Self-contained bytes of obj (tensors inline): what serialize_obj returns."""
+    tree, oob = _objects.encode(obj)
+    return msgpack.packb([tree, [_objects.value_record(v) for v in oob]], use_bin_type=True)
 
 
 def deserialize(data):
-    return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False)
+    tree, recs = msgpack.unpackb(data, raw=False)
+    return _objects.Decoder(lambda i, kind: _objects.value_from_record(recs[i], kind)).unpack(tree)
+
+
+# SHM senders are swept once a second by one daemon thread: TTLs pass and a growing pool gives its
+# growth back (omniconn_shm.h: reserve_all) even on an edge that puts nothing any more.
+_SWEEP_S = 1.0
+_sweep_set = weakref.WeakSet()
+_sweep_state = {"thread": None, "stop": False}
+_sweep_lock = threading.Lock()
+
+
+def _sweep_loop():
+    while not _sweep_state["stop"]:
+        time.sleep(_SWEEP_S)
+        for c in list(_sweep_set):
+            with c._lock:           # close() cannot destroy the connector under the sweep
+                conn = c._conn
+                if conn is not None and not _sweep_state["stop"]:
+                    try:
+                        conn.sweep()
+                    except Exception:
+                        pass
+
+
+def _sweep_register(c):
+    with _sweep_lock:
+        _sweep_set.add(c)
+        if _sweep_state["thread"] is None:
+            t = threading.Thread(target=_sweep_loop, name="omniconn-shm-sweep", daemon=True)
+            _sweep_state["thread"] = t
+            t.start()
+
+
+@atexit.register
+def _sweep_stop():
+    _sweep_state["stop"] = True
+
+
+def _vllm_serde():
+    """vLLM-Omni's serializer (the one its SharedMemoryConnector uses), or None."""
+    try:
+        from vllm_omni.distributed.omni_connectors.utils.serialization import OmniSerde
+        return OmniSerde()
+    except Exception:
+        return None
 
 
 # ---- raw payloads ---------------------------------------------------------------------------------
@@ -150,10 +178,22 @@ def _is_raw(data):
     if isinstance(data, (bytes, bytearray, memoryview)):
         return "bytes"
     if np is not None and isinstance(data, np.ndarray):
-        return "tensor"
-    if t is not None and isinstance(data, t.Tensor) and data.device.type == "cpu":
-        return "tensor"
+        return "tensor" if not data.dtype.hasobject else None
+    if t is not None and isinstance(data, t.Tensor):
+        return "torch" if data.device.type == "cpu" else "device"
     return None
+
+
+def _merged_config(config):
+    """vLLM-Omni hands a connector its spec's `extra`; some callers wrap it as {"extra": {...},
+    "stage_id": ...}. Both work: the outer keys win."""
+    cfg = dict(config or {})
+    inner = cfg.pop("extra", None)
+    if isinstance(inner, dict):
+        merged = dict(inner)
+        merged.update(cfg)
+        return merged
+    return cfg
 
 
 # ---- the connector -----------------------------------------------------------------------------------
@@ -164,9 +204,14 @@ class OmniconnConnector(_Base):
       protocol          "shm" | "tcp" | "rdma" | "local" | "auto" (default: shm unless a remote
                         sender_host is given, then tcp)
       role              "sender" | "receiver" | "dual" (default dual)
+      stage_id          this stage's id (vLLM-Omni's chunk adapter reads connector.stage_id;
+                        default -1)
       host              address a sender advertises and binds ("auto" = the default route's)
       zmq_port          sender's side-channel port (0 = ephemeral; get_connection_info says which)
       data_port         sender's TCP data port (0 = ephemeral)
+      port_per_stage    true: a sender binds zmq_port + stage_id (data_port + stage_id) and a
+                        receiver asks sender_zmq_port + stage_id - 1, so one `extra` serves every
+                        edge of a chain
       sender_host, sender_zmq_port   receiver: the sender to ask on metadata-less gets
       memory_pool_size  bytes of the connector's pool (0 = the transport's default)
       channel           SHM channel name (default "vllm_omni")
@@ -174,16 +219,31 @@ class OmniconnConnector(_Base):
                         both sides)
       device_name       RDMA device(s), "mlx5_0,mlx5_1"
       ttl_seconds / ttl_ms   unconsumed payloads are reclaimed after this (default: library's)
-      curve_secret_key_file, curve_public_key_file, curve_server_key_file   CURVE on the side channel
+      curve_server_secret_key_file   sender: its secret key (turns CURVE on)
+      curve_allowed_clients_file     sender: receiver public keys let in, one a line
+      curve_server_public_key_file   receiver: the sender's public key
+      curve_client_secret_key_file   receiver: its own secret key (needed by an allow-list)
+                        (the C pipeline config's names; curve_secret_key_file,
+                        curve_public_key_file and curve_server_key_file are read too)
       get_timeout_ms    how long get() may wait for a payload its metadata announced over TCP
                         or RDMA (default 1000); a miss without metadata waits at most poll_ms
       poll_ms           (default 1)
       fanout            readers per put (default 1)
-      supports_raw_data return raw payloads as RawBuffer (default True)
+      supports_raw_data raw payloads come back as zero-copy RawBuffers (default true); false:
+                        as the type that was put (bytes, numpy array, torch tensor), one copy
+      copy_on_get       objects' tensors come back as copies instead of zero-copy views
+                        (default false; a view holds its payload's pool space until it goes)
+      restore_types     rebuild dataclasses and Structs as their classes where the receiving
+                        process has them imported (default false: a dict of their fields, as
+                        vLLM-Omni's own serializer delivers them)
+      serializer        "auto" (vLLM-Omni's when importable, else omniconn's), "omniconn",
+                        "vllm_omni"
     """
 
+    supports_raw_data = True
+
     def __init__(self, config=None):
-        extra = dict(config or {})
+        extra = _merged_config(config)
         self.config = extra
         self._lock = threading.Lock()
         self._closed = False
@@ -192,9 +252,15 @@ class OmniconnConnector(_Base):
         self._senders = {}
         self._endpoint = None
         self._metrics = {"puts": 0, "gets": 0, "misses": 0, "bytes_put": 0, "bytes_got": 0, "put_failures": 0,
-                         "get_failures": 0}
+                         "get_failures": 0, "staged_device_tensors": 0}
+        try:
+            self.stage_id = int(extra.get("stage_id", -1))
+        except (TypeError, ValueError):
+            self.stage_id = extra.get("stage_id", -1)
         self.role = str(extra.get("role", "dual")).lower()
         self.supports_raw_data = bool(extra.get("supports_raw_data", True))
+        self.copy_on_get = bool(extra.get("copy_on_get", False))
+        self.restore_types = bool(extra.get("restore_types", False))
         self.fanout = int(extra.get("fanout", 1))
         self.get_timeout_s = float(extra.get("get_timeout_ms", 1000)) / 1000.0
         self.poll_s = float(extra.get("poll_ms", 1)) / 1000.0
@@ -205,37 +271,82 @@ class OmniconnConnector(_Base):
         self.host = extra.get("host", "127.0.0.1")
         self.sender_host = extra.get("sender_host")
         self.sender_port = int(extra.get("sender_zmq_port") or 0)
+        ser = str(extra.get("serializer", "auto")).lower()
+        self._serde = _vllm_serde() if ser in ("auto", "vllm_omni") else None
+        if ser == "vllm_omni" and self._serde is None:
+            raise ValueError("OmniconnConnector: serializer 'vllm_omni' asked for, but vLLM-Omni's serializer "
+                             "cannot be imported here")
         protocol = str(extra.get("protocol", "auto")).lower()
         if protocol == "auto":
             local = (None, "", "127.0.0.1", "localhost", "::1")
             protocol = "tcp" if self.sender_host not in local else "shm"
         self.protocol = protocol
         self._remote = protocol in ("tcp", "rdma")
-        pool = int(extra.get("memory_pool_size", 0) or 0)
+        self.pool_size = int(extra.get("memory_pool_size", 0) or 0)
+        self.shm_dir = extra.get("shm_dir") or os.environ.get("OMNICONN_SHM_DIR") or "/dev/shm"
         if protocol == "shm":
             self._conn = ShmConnector(self.role, channel=extra.get("channel", "vllm_omni"),
-                                      shm_dir=extra.get("shm_dir"), pool_size=pool,
+                                      shm_dir=extra.get("shm_dir"), pool_size=self.pool_size,
                                       ttl_ms=self.ttl_ms, inline_threshold=int(extra.get("inline_threshold", 0)))
+            if self.role != "receiver":
+                _sweep_register(self)
         elif protocol == "local":
-            self._conn = LocalConnector(self.role, pool_size=pool, ttl_ms=self.ttl_ms)
+            self._conn = LocalConnector(self.role, pool_size=self.pool_size, ttl_ms=self.ttl_ms)
         elif protocol in ("tcp", "rdma"):
-            keys = {}
-            for name in ("secret", "public", "server"):
-                path = extra.get("curve_%s_key_file" % name)
-                if path:
-                    keys[name + "_key"] = _core.read_key(path)
-            cls = RdmaConnector if protocol == "rdma" else TcpConnector
-            kw = dict(host=self.host if self.role != "receiver" else None, port=int(extra.get("zmq_port", 0) or 0),
-                      data_port=int(extra.get("data_port", 0) or 0), pool_size=pool, ttl_ms=self.ttl_ms,
-                      rdma_devices=extra.get("device_name"), **keys)
-            if protocol == "rdma":
-                kw["require"] = bool(extra.get("require_rdma", True))
-            self._conn = cls(self.role, **kw)
+            self._conn = self._create_remote(extra, protocol)
             self._endpoint = self._conn.endpoint if self.role != "receiver" else None
             if self.sender_host and self.sender_port and self.role != "sender":
-                self.update_sender_info(self.sender_host, self.sender_port)
+                port = self.sender_port
+                if extra.get("port_per_stage") and isinstance(self.stage_id, int) and self.stage_id > 0:
+                    port += self.stage_id - 1
+                self.update_sender_info(self.sender_host, port)
         else:
             raise ValueError("OmniconnConnector: protocol %r is not one of shm, tcp, rdma, local, auto" % protocol)
+
+    def _edge_name(self):
+        e = self.config.get("edge")
+        if e:
+            return "edge %s" % e
+        return "stage %s" % self.stage_id
+
+    def _create_remote(self, extra, protocol):
+        receiver = self.role == "receiver"
+
+        def key(*options):
+            for opt in options:
+                if extra.get(opt):
+                    return _core.read_key(extra[opt])
+            return None
+        # the C pipeline config's key names first, then the older ones
+        secret = key("curve_client_secret_key_file", "curve_secret_key_file") if receiver else \
+            key("curve_server_secret_key_file", "curve_secret_key_file")
+        public = key("curve_public_key_file")
+        server = key("curve_server_public_key_file", "curve_server_key_file")
+        allowed = None
+        path = extra.get("curve_allowed_clients_file")
+        if path:
+            with open(path) as f:
+                allowed = "\n".join(line.strip() for line in f if line.strip() and not line.lstrip().startswith("#"))
+        port = int(extra.get("zmq_port", 0) or 0)
+        dport = int(extra.get("data_port", 0) or 0)
+        if extra.get("port_per_stage") and isinstance(self.stage_id, int) and self.stage_id >= 0:
+            port = port + self.stage_id if port else 0
+            dport = dport + self.stage_id if dport else 0
+        cls = RdmaConnector if protocol == "rdma" else TcpConnector
+        kw = dict(host=self.host if not receiver else None, port=port, data_port=dport, pool_size=self.pool_size,
+                  ttl_ms=self.ttl_ms, rdma_devices=extra.get("device_name"), allowed_clients=allowed,
+                  secret_key=secret, public_key=public, server_key=server)
+        if protocol == "rdma":
+            kw["require"] = bool(extra.get("require_rdma", True))
+        try:
+            return cls(self.role, **kw)
+        except OmniconnError as e:
+            if (port or dport) and e.name == "OMC_ERR_CONNECTION":
+                raise OmniconnError(e.code, "OmniconnConnector %s: zmq_port %d / data_port %d: a port is in use (is "
+                                    "one `extra` shared by several edges? give each edge its own ports, use 0 - "
+                                    "ephemeral, receivers learn the port from the metadata - or set "
+                                    "port_per_stage: true)" % (self._edge_name(), port, dport), log=e.log) from None
+            raise
 
     # -- helpers
     def _c(self):
@@ -243,27 +354,71 @@ class OmniconnConnector(_Base):
             raise _lib.ClosedError(_lib.OMC_ERR_CLOSED, "OmniconnConnector", log="closed")
         return self._conn
 
+    def _space_hint(self, e, size):
+        """The words a put that did not fit needs: how big, which knob, and /dev/shm's size."""
+        if getattr(e, "name", "") not in _SPACE_ERRORS:
+            return ""
+        hint = "; the payload is %d bytes, memory_pool_size is %s" % (size, self.pool_size or "the default")
+        if self.protocol == "shm":
+            try:
+                st = os.statvfs(self.shm_dir)
+                hint += "; %s has %d MiB, %d MiB free (raise memory_pool_size or the tmpfs size, e.g. docker " \
+                        "--shm-size)" % (self.shm_dir, st.f_blocks * st.f_frsize >> 20, st.f_bavail * st.f_frsize >> 20)
+            except OSError:
+                pass
+        return hint
+
     # -- put
+    def _put_object(self, conn, from_stage, to_stage, put_key, data):
+        if self._serde is not None:
+            bufs = self._serde.encoder.encode(data)
+            items = {_SEG_VLLM: bufs[0]}
+            for i, b in enumerate(bufs[1:]):
+                items[str(i)] = b
+        else:
+            tree, oob = _objects.encode(data)
+            if not oob:
+                meta = conn.put_tensor(from_stage, to_stage, put_key, _SEG_OBJ, tree, self.fanout, self.ttl_ms)
+                return meta, len(tree)
+            items = {_SEG_OBJS: tree}
+            for i, v in enumerate(oob):
+                items[str(i)] = v
+        size = 0
+        for v in items.values():
+            size += v.nbytes if hasattr(v, "nbytes") else (v.numel() * v.element_size() if hasattr(v, "numel")
+                                                           else memoryview(v).nbytes)
+        return conn.put_tensors(from_stage, to_stage, put_key, items, self.fanout, self.ttl_ms), size
+
     def put(self, from_stage, to_stage, put_key, data):
         """Store data for (from_stage, to_stage, put_key). Returns (ok, size, metadata): metadata
         is a small msgpack-able dict to forward to the receiver (or drop: gets work without it)."""
+        size = 0
         try:
             conn = self._conn
             if conn is None:
                 conn = self._c()
             kind = "tensor" if type(data) is _ndarray else _is_raw(data)
             if kind == "bytes":
-                meta = conn.put(from_stage, to_stage, put_key, data, readers=self.fanout, ttl_ms=self.ttl_ms)
                 size = memoryview(data).nbytes
+                meta = conn.put(from_stage, to_stage, put_key, data, readers=self.fanout, ttl_ms=self.ttl_ms)
             elif kind == "tensor":
+                size = int(data.nbytes)
                 meta = conn.put_tensor(from_stage, to_stage, put_key, _SEG_RAW_B, data, self.fanout, self.ttl_ms)
-                size = int(data.nbytes) if type(data) is _ndarray or hasattr(data, "nbytes") else \
-                    data.numel() * data.element_size()
+            elif kind == "torch":
+                size = data.numel() * data.element_size()
+                meta = conn.put_tensor(from_stage, to_stage, put_key, _SEG_TORCH_B, data, self.fanout, self.ttl_ms)
             else:
-                payload = serialize(data)
-                kind = "obj"
-                meta = conn.put_tensor(from_stage, to_stage, put_key, _SEG_OBJ_B, payload, self.fanout, self.ttl_ms)
-                size = len(payload)
+                if kind == "device":
+                    self._metrics["staged_device_tensors"] += 1
+                    log.info("OmniconnConnector put %s: a %s tensor is staged through host memory (one "
+                             "device-to-host copy); it arrives as a CPU tensor", put_key, data.device)
+                    data = data.detach().to("cpu")
+                    size = data.numel() * data.element_size()
+                    meta = conn.put_tensor(from_stage, to_stage, put_key, _SEG_TORCH_B, data, self.fanout, self.ttl_ms)
+                    kind = "torch"
+                else:
+                    kind = "obj"
+                    meta, size = self._put_object(conn, from_stage, to_stage, put_key, data)
             with self._lock:
                 self._puts[str(put_key)] = (str(from_stage), str(to_stage))
                 self._metrics["puts"] += 1
@@ -274,30 +429,82 @@ class OmniconnConnector(_Base):
             return True, size, md
         except Exception as e:
             self._metrics["put_failures"] += 1
-            log.error("OmniconnConnector put %s->%s %s failed: %s", from_stage, to_stage, put_key, e)
+            log.error("OmniconnConnector put %s->%s %s failed: %s%s", from_stage, to_stage, put_key, e,
+                      self._space_hint(e, size))
             return False, 0, None
 
     # -- get
+    def _decode_object(self, buf, seg):
+        """The object of a frame whose first segment is an object tree; its tensors are views
+        into buf (which goes when the last of them does) or copies."""
+        name = seg[0]
+        if name == _SEG_OBJ:
+            off, n = seg[4], seg[5]
+            obj = _objects.Decoder(None, self.restore_types).unpack(buf.view[off:off + n])
+            buf.release(strict=False)
+            return obj, n
+        segs = _core.frame_segments(buf)
+        copy = self.copy_on_get or bool(buf.flags & _READONLY)
+        if not (buf.flags & _READONLY) and buf._arr is None and buf._region is not None:
+            buf._region.readonly = False     # one reader: the views may be written
+        size = 0
+        for s in segs:
+            size += s[5]
+        if name == _SEG_VLLM:
+            if self._serde is None:
+                buf.release(strict=False)
+                raise OmniconnError(_lib.OMC_ERR_INVALID_ARG, "get",
+                                    log="the sender used vLLM-Omni's serializer, which cannot be imported here")
+            view = buf.view
+            parts = [view[s[4]:s[4] + s[5]] for s in segs]
+            obj = self._serde.decoder.decode(parts if len(parts) > 1 else parts[0])
+            del view, parts
+            buf.release(strict=False)
+            return obj, size
+        tree = segs[0]
+        if tree[0] != _SEG_OBJS:
+            raise ValueError("a frame whose first segment is %r" % tree[0])
+        view = buf.view
+        obj = _objects.Decoder(lambda i, kind: _objects.value_from_segment(buf, view, segs[i + 1], kind, copy),
+                               self.restore_types).unpack(view[tree[4]:tree[4] + tree[5]])
+        del view
+        buf.release(strict=False)
+        return obj, size
+
     def _decode(self, buf, seg):
         """(object, size) from a received buffer and its first segment (None: not a frame); raw
-        payloads stay zero-copy."""
+        payloads stay zero-copy when supports_raw_data."""
         if seg is not None:
-            if seg[0] == _SEG_OBJ:
-                off, n = seg[4], seg[5]
-                obj = deserialize(buf.view[off:off + n])
-                buf.release(strict=False)
-                return obj, n
-            raw = RawBuffer(buf, seg)
-            if self.supports_raw_data:
-                return raw, raw.size
-            out = raw.numpy().copy()
-            raw.release()
-            return out, out.nbytes
+            name = seg[0]
+            if name == _SEG_RAW or name == _SEG_TORCH:
+                raw = RawBuffer(buf, seg)
+                if self.supports_raw_data:
+                    return raw, raw.size
+                if name == _SEG_TORCH:
+                    out = raw.tensor.clone()
+                    n = out.numel() * out.element_size()
+                else:
+                    out = raw.numpy().copy()
+                    n = out.nbytes
+                raw.release()
+                return out, n
+            return self._decode_object(buf, seg)
         if self.supports_raw_data:
             return RawBuffer(buf), buf.size
         data = buf.to_bytes()
         buf.release()
         return data, len(data)
+
+    @staticmethod
+    def _unwrap(metadata, get_key):
+        """vLLM-Omni may hand the metadata wrapped as {get_key: metadata}."""
+        if isinstance(metadata, dict) and "omc" not in metadata:
+            inner = metadata.get(get_key)
+            if inner is None and get_key is not None:
+                inner = metadata.get(str(get_key))
+            if isinstance(inner, (dict, bytes, bytearray)):
+                return inner
+        return metadata
 
     def _get(self, from_stage, to_stage, get_key, metadata, timeout, poll=False):
         conn = self._conn
@@ -305,45 +512,61 @@ class OmniconnConnector(_Base):
             conn = self._c()
         meta = None
         sender = None
-        if type(metadata) is dict or isinstance(metadata, dict):
-            meta = metadata.get("omc")
-            if meta is None and metadata.get("host") and metadata.get("port") and self.protocol in ("tcp", "rdma"):
-                sender = self._sender_for(metadata["host"], int(metadata["port"]))
-        elif isinstance(metadata, (bytes, bytearray)):
-            meta = bytes(metadata)
-        try:
-            if meta is None and poll and self.protocol in ("tcp", "rdma"):
-                # a miss must be cheap and a hit must not be cut short: ask first (consumes
-                # nothing, waits at most poll_ms), then fetch with the full get timeout
-                if conn.query(from_stage, to_stage, get_key, timeout, sender) is None:
-                    self._metrics["misses"] += 1
-                    return None
-                timeout = self.get_timeout_s
-            buf, seg = conn.get_first(from_stage, to_stage, get_key, meta, timeout, sender)
-        except (_lib.TimeoutError_, _lib.NotFoundError):
+        if metadata is not None:
+            metadata = self._unwrap(metadata, get_key)
+            if isinstance(metadata, dict):
+                meta = metadata.get("omc")
+                if meta is None and metadata.get("host") and metadata.get("port") and self._remote:
+                    sender = self._sender_for(metadata["host"], int(metadata["port"]))
+            elif isinstance(metadata, (bytes, bytearray)):
+                meta = bytes(metadata)
+        if meta is None and poll and self._remote:
+            # a miss must be cheap and a hit must not be cut short: ask first (consumes nothing,
+            # waits at most poll_ms), then fetch with the full get timeout
+            if conn.query(from_stage, to_stage, get_key, timeout, sender) is None:
+                self._metrics["misses"] += 1
+                return None
+            timeout = self.get_timeout_s
+        got = conn.get_first(from_stage, to_stage, get_key, meta, timeout, sender, miss=True)
+        if got is None:
             self._metrics["misses"] += 1
             return None
-        obj, size = self._decode(buf, seg)
+        try:
+            obj, size = self._decode(got[0], got[1])
+        except OmniconnError:
+            raise
+        except Exception as e:      # a payload this side cannot decode: an error, never a crash
+            got[0].release(strict=False)
+            raise OmniconnError(_lib.OMC_ERR_INVALID_ARG, "get %r" % (get_key,),
+                                log="the payload does not decode here (%s: %s); is the sender's omniconn or "
+                                    "serializer another one?" % (type(e).__name__, e)) from None
         with self._lock:
             self._metrics["gets"] += 1
             self._metrics["bytes_got"] += size
         return obj, size
 
+    def _failed(self, from_stage, to_stage, get_key, e):
+        self._metrics["get_failures"] += 1
+        if getattr(e, "code", None) in _RETRYABLE:      # the caller polls again: not an error yet
+            log.warning("OmniconnConnector get %s->%s %s: %s (will be retried)", from_stage, to_stage, get_key, e)
+        else:
+            log.error("OmniconnConnector get %s->%s %s failed: %s", from_stage, to_stage, get_key, e)
+
     def get(self, from_stage, to_stage, get_key, metadata=None):
         """Non-blocking: (object, size) if the payload is there, else None. metadata: the dict put
-        returned, a partial one (host/port only) or None."""
+        returned, that dict wrapped as {get_key: dict}, a partial one (host/port only) or None."""
         if self._remote:
             # a remote payload needs a round trip: announced by metadata it is worth waiting for,
             # otherwise ask briefly
-            has_meta = isinstance(metadata, dict) and metadata.get("omc") is not None
+            md = self._unwrap(metadata, get_key) if metadata is not None else None
+            has_meta = isinstance(md, dict) and md.get("omc") is not None
             timeout = self.get_timeout_s if has_meta else self.poll_s
         else:
             timeout = 0
         try:
             return self._get(from_stage, to_stage, get_key, metadata, timeout, poll=True)
         except OmniconnError as e:
-            self._metrics["get_failures"] += 1
-            log.error("OmniconnConnector get %s->%s %s failed: %s", from_stage, to_stage, get_key, e)
+            self._failed(from_stage, to_stage, get_key, e)
             return None
 
     def get_with_deadline(self, from_stage, to_stage, get_key, metadata=None, deadline=None, timeout=None):
@@ -356,18 +579,47 @@ class OmniconnConnector(_Base):
         try:
             return self._get(from_stage, to_stage, get_key, metadata, timeout)
         except OmniconnError as e:
-            self._metrics["get_failures"] += 1
-            log.error("OmniconnConnector get %s->%s %s failed: %s", from_stage, to_stage, get_key, e)
+            self._failed(from_stage, to_stage, get_key, e)
             return None
 
-    def abandon_get(self, from_stage, to_stage, get_key):
-        """The receiver no longer wants this key: drop it where this connector holds it (dual
-        role, same process). Elsewhere nothing waits on the receiver's side - get() never blocks -
-        and the sender's TTL reclaims the payload. Returns True if something was dropped."""
-        try:
-            return self._c().cleanup(from_stage, to_stage, get_key)
-        except OmniconnError:
+    def abandon_get(self, *args):
+        """The receiver no longer wants a key: abandon_get(get_key) (vLLM-Omni's newest base) or
+        abandon_get(from_stage, to_stage, get_key). Drops the key where this connector holds it
+        (its own puts: the dual role); elsewhere nothing waits on the receiver's side - get() never
+        blocks past its call - and the sender's TTL (or its cleanup) reclaims the payload.
+        Returns True if something was dropped."""
+        if len(args) == 1:
+            key, edge = str(args[0]), None
+        elif len(args) == 3:
+            key, edge = str(args[2]), (str(args[0]), str(args[1]))
+        else:
+            raise TypeError("abandon_get(get_key) or abandon_get(from_stage, to_stage, get_key)")
+        if self._conn is None:
             return False
+        return self._drop(lambda k: k == key, edge, key) > 0
+
+    def _drop(self, match, edge=None, exact=None):
+        """Drop every key of this connector that match(key) accepts (on edge, if given)."""
+        conn = self._conn
+        with self._lock:
+            victims = {(e[0], e[1], k) for k, e in self._puts.items() if match(k) and (edge is None or e == edge)}
+            for _, _, k in victims:
+                self._puts.pop(k, None)
+        try:
+            for f, t, k in conn.list(*(edge or (None, None))):
+                if match(k):
+                    victims.add((f, t, k))
+        except OmniconnError:       # a receiver-only connector has nothing of its own to list
+            pass
+        if edge is not None and exact is not None:
+            victims.add((edge[0], edge[1], exact))
+        dropped = 0
+        for f, t, k in victims:
+            try:
+                dropped += bool(conn.cleanup(f, t, k))
+            except OmniconnError as e:
+                log.warning("OmniconnConnector cleanup %s: %s", k, e)
+        return dropped
 
     # -- sender-side bookkeeping
     def reap_consumed(self):
@@ -389,24 +641,19 @@ class OmniconnConnector(_Base):
         return self._c().wait_consumed(timeout)
 
     def cleanup(self, request_id, from_stage=None, to_stage=None):
-        """Drop what this side put for request_id (vLLM-Omni calls cleanup(request_id))."""
-        conn = self._conn
-        if conn is None:
-            return
-        key = str(request_id)
-        with self._lock:
-            edge = self._puts.pop(key, None)
-        edges = [edge] if edge else []
-        if from_stage is not None and to_stage is not None:
-            edges = [(str(from_stage), str(to_stage))]
-        for f, t in edges:
-            try:
-                conn.cleanup(f, t, key)
-            except OmniconnError as e:
-                log.warning("OmniconnConnector cleanup %s: %s", key, e)
+        """Drop what this side put for a request: the key request_id itself and the request's
+        chunk keys, "{request_id}_{stage}_{n}" (vLLM-Omni's chunk adapter). Returns True if
+        anything was dropped."""
+        if self._conn is None:
+            return False
+        rid = str(request_id)
+        chunk = re.compile(re.escape(rid) + r"_-?\d+_\d+\Z")
+        edge = (str(from_stage), str(to_stage)) if from_stage is not None and to_stage is not None else None
+        return self._drop(lambda k: k == rid or chunk.match(k) is not None, edge) > 0
 
     def health(self):
-        out = {"status": "closed" if self._conn is None else "healthy", "protocol": self.protocol, "role": self.role}
+        out = {"status": "closed" if self._conn is None else "healthy", "protocol": self.protocol, "role": self.role,
+               "stage_id": self.stage_id}
         out.update(self._metrics)
         if self._conn is not None:
             h = self._conn.health()
@@ -418,7 +665,7 @@ class OmniconnConnector(_Base):
     # -- endpoints
     def get_connection_info(self):
         info = {"protocol": self.protocol, "role": self.role}
-        if self.protocol in ("tcp", "rdma") and self.role != "receiver":
+        if self._remote and self.role != "receiver":
             host, port, dport = self._c().endpoint
             info.update(host=host, zmq_port=port, data_port=dport)
         elif self.protocol == "shm":
@@ -435,12 +682,12 @@ class OmniconnConnector(_Base):
         return name
 
     def _server_key_for(self):
-        path = self.config.get("curve_server_key_file")
+        path = self.config.get("curve_server_public_key_file") or self.config.get("curve_server_key_file")
         return _core.read_key(path) if path else None
 
     def update_sender_info(self, host, port, rank=None):
         """Receiver: (re)point metadata-less gets at the sender at host:port (per rank if given)."""
-        if self.protocol not in ("tcp", "rdma"):
+        if not self._remote:
             return
         self.sender_host, self.sender_port = host, int(port)
         self._sender_for(host, int(port), rank)

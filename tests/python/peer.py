@@ -133,6 +133,12 @@ def main():
                 else:
                     meta = conn.put(req["from"], req["to"], req["key"], data, readers=req.get("readers", 1))
                     send({"ok": True, "meta": meta, "sha": hashlib.sha256(data.tobytes()).hexdigest()})
+            elif op == "put_many" and api == "vllm":   # count small puts: key prefix+i, bytes i & 0xFF
+                for i in range(req["count"]):
+                    ok, size, md = conn.put("0", "1", "%s%d" % (req["prefix"], i), bytes([i & 0xFF]) * req["size"])
+                    if not ok:
+                        break
+                send({"ok": ok, "count": i + 1 if ok else i})
             elif op == "info":
                 send({"ok": True, "info": conn.get_connection_info() if api == "vllm" else list(conn.endpoint)})
             elif op == "health":
