@@ -43,7 +43,7 @@ except Exception:   # standalone
         pass
 
 _FROM, _TO = "sglang", "relay"      # every payload of a relay lives on this one edge; keys are unique
-_INLINE_BYTES = 256 << 10           # smaller copies run on the event loop's thread (an executor hop costs more)
+_LOOP_COPY_BYTES = 1 << 20          # default loop_copy_bytes: see OmniconnRelay
 _SPACE = ("OMC_ERR_POOL_FULL", "OMC_ERR_SHM_FULL")
 _DTYPES = ("uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool")
 _KEY_ROOM = _lib.OMC_KEY_MAX - 24    # request ids longer than this are refused (the key adds ".<seq>")
@@ -59,8 +59,23 @@ def _torch():
     return torch
 
 
+_NAMES = {}
+_ITEMSIZES = {}
+
+
 def _dtype_name(dtype):
-    return str(dtype).replace("torch.", "")
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
+def _itemsize(name):
+    n = _ITEMSIZES.get(name)
+    if n is None:
+        torch = _torch()
+        n = _ITEMSIZES[name] = torch.empty(0, dtype=getattr(torch, name)).element_size()
+    return n
 
 
 def _as_tensor(value):
@@ -203,7 +218,8 @@ class OmniconnGetOperation(_OpBase):
     async def wait_for_completion(self, timeout=30.0):
         """Fetch the payload into dest_tensor. Never blocks the event loop: the library calls and the
         copy run on the relay's threads (the library's calls and torch's copy drop the GIL), except
-        a small SHM payload, fetched and copied inline (microseconds). TimeoutError after timeout
+        an SHM payload of at most loop_copy_bytes, which is there already: fetched without waiting
+        and copied inline. TimeoutError after timeout
         seconds (None: no limit): dest_tensor is then not written (unless the copy had begun: it
         completes), and the operation is over (a second wait raises)."""
         if self._completed:
@@ -214,7 +230,7 @@ class OmniconnGetOperation(_OpBase):
                                "timeout)" % self.request_id)
         if self._future is None:
             limit = 30.0 if timeout is None else max(0.0, timeout)
-            if relay.protocol == "shm" and self._info[2] <= _INLINE_BYTES:
+            if relay.protocol == "shm" and self._info[2] <= relay.loop_copy_bytes:
                 try:
                     ok = self._fetch(0)
                 except _lib.TimeoutError_:
@@ -259,18 +275,25 @@ class OmniconnRelay(_RelayBase):
       inline_threshold SHM: tensors below this many bytes also ride inside the metadata (default
                        16 KiB, as TCP's default; -1 = never), so the metadata stays under ~17 KiB
       device_name, require_rdma, curve_*   as OmniconnConnector's extra
+      loop_copy_bytes  a put of at most this many bytes (any protocol) and an SHM get of at most this
+                       many run on the event loop's thread when they need not wait (default 1 MiB:
+                       a copy of tens of microseconds costs less than a hop to a thread); larger
+                       ones, every TCP/RDMA get and any wait for pool space run on the relay's
+                       threads. 0 = always on the threads
+      threads          the relay's threads (default 4)
       credits, slot_size_mb   accepted for sglang-omni's configs and ignored: the pool sizes
                        itself per payload (no slot limit) and bounds in-flight bytes instead
     """
 
     def __init__(self, engine_id="omniconn", device="cpu", protocol="auto", role="dual", channel="sglang_omni",
                  host=None, sender_host=None, zmq_port=0, data_port=0, memory_pool_size=0, alloc_timeout=30.0,
-                 ttl_ms=None, shm_dir=None, device_name=None, require_rdma=True, inline_threshold=16 << 10, threads=4,
-                 **kwargs):
+                 ttl_ms=None, shm_dir=None, device_name=None, require_rdma=True, inline_threshold=16 << 10,
+                 loop_copy_bytes=_LOOP_COPY_BYTES, threads=4, **kwargs):
         from .vllm_omni import OmniconnConnector
         self.engine_id = str(engine_id)
         self.device = device
         self.alloc_timeout = alloc_timeout
+        self.loop_copy_bytes = int(loop_copy_bytes)
         ignored = sorted(k for k in kwargs if k not in ("credits", "slot_size_mb"))
         if ignored:
             log.debug("OmniconnRelay %s: ignoring %s", self.engine_id, ", ".join(ignored))
@@ -383,8 +406,8 @@ class OmniconnRelay(_RelayBase):
 
     async def put_async(self, tensor, request_id=None, dst_rank=None):
         """Put a tensor (torch, numpy, or a PoolTensor from alloc). One copy into the pool (none for
-        a PoolTensor); the copy of a payload over 256 KiB, and a wait for pool space, run off the
-        event loop. Returns an operation whose .metadata the receiver passes to get_async.
+        a PoolTensor); the copy of a payload over loop_copy_bytes, of a device tensor, and a wait
+        for pool space run off the event loop. Returns an operation whose .metadata the receiver passes to get_async.
         dst_rank is accepted and ignored (the metadata names the sender)."""
         conn = self._c()
         rid, key = self._new_key(request_id)
@@ -399,7 +422,7 @@ class OmniconnRelay(_RelayBase):
             omc = None
             if nbytes == 0:
                 omc = conn.put(_FROM, _TO, key, b"")
-            elif nbytes <= _INLINE_BYTES and t.device.type == "cpu":
+            elif nbytes <= self.loop_copy_bytes and t.device.type == "cpu":
                 try:
                     omc = conn.put(_FROM, _TO, key, _flat_bytes(t))
                 except OmniconnError as e:
@@ -424,8 +447,7 @@ class OmniconnRelay(_RelayBase):
             raise ValueError("OmniconnRelay.get_async: not an omniconn relay's metadata (want the dict "
                              "put_async's operation returned: transfer_info with key, omc, size, dtype, shape)") \
                 from None
-        torch = _torch()
-        n = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+        n = _itemsize(dtype)
         for d in shape:
             n *= d
         if n != size or min(shape, default=0) < 0:
