@@ -554,7 +554,11 @@ def main():
         for sec in ("sizes", "dict_wrapped", "relay"):
             if sec != keep.get(only) and sec in old:
                 result[sec] = old[sec]
-        result.setdefault("sections_run", {}).update({keep.get(only, only): {"loadavg_start": load0}})
+        this = {"host": result["host"], "rounds": ROUNDS, "quick": QUICK}
+        for k in ("host", "rounds", "quick"):           # the kept sections' run stays described as it was
+            if k in old:
+                result[k] = old[k]
+        result["sections_run"] = dict(old.get("sections_run", {}), **{keep.get(only, only): this})
     if out_path:
         with open(out_path, "w") as f:
             json.dump(result, f, indent=2)
