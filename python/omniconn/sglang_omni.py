@@ -126,6 +126,38 @@ class PoolTensor:
         self._buffer.release(strict=False)
 
 
+# Every setting of a relay, with its default. sglang-omni's stage runtime hands create_relay only
+# its own keys (engine_id, device, slot_size_mb, credits, rank, ...), so the rest also come from
+# $OMNICONN_RELAY_CONFIG (a JSON object); keyword arguments win over it.
+_DEFAULTS = {"protocol": "auto", "role": "dual", "channel": "sglang_omni", "host": None, "sender_host": None,
+             "zmq_port": 0, "data_port": 0, "memory_pool_size": 0, "alloc_timeout": 30.0, "ttl_ms": None,
+             "shm_dir": None, "device_name": None, "require_rdma": True, "inline_threshold": 16 << 10,
+             "loop_copy_bytes": _LOOP_COPY_BYTES, "threads": 4}
+_SGLANG_KWARGS = ("credits", "slot_size_mb", "rank", "world_size", "send_to_ranks", "recv_from_ranks", "worker_id",
+                  "gpu_id", "master_addr", "master_port", "dst_rank")
+ENV_CONFIG = "OMNICONN_RELAY_CONFIG"
+
+
+def _env_config():
+    import json
+    import os
+    text = os.environ.get(ENV_CONFIG, "").strip()
+    if not text:
+        return {}
+    try:
+        cfg = json.loads(text)
+        if not isinstance(cfg, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        raise ValueError("OmniconnRelay: $%s must be a JSON object of relay settings, e.g. "
+                         "'{\"protocol\": \"tcp\", \"host\": \"10.0.0.7\"}' (%s)" % (ENV_CONFIG, e)) from None
+    unknown = sorted(k for k in cfg if k not in _DEFAULTS and not k.startswith("curve_"))
+    if unknown:
+        raise ValueError("OmniconnRelay: $%s has unknown settings %s (known: %s, curve_*)"
+                         % (ENV_CONFIG, ", ".join(unknown), ", ".join(sorted(_DEFAULTS))))
+    return cfg
+
+
 # ---- operations ---------------------------------------------------------------------------------------
 class OmniconnPutOperation(_OpBase):
     """A put: the bytes are in the pool when put_async returns. wait_for_completion waits until the
@@ -258,8 +290,9 @@ class OmniconnGetOperation(_OpBase):
 class OmniconnRelay(_RelayBase):
     """sglang-omni's Relay contract over omniconn.
 
-    Arguments (all optional; create_relay passes what the pipeline config holds and unknown
-    keys are ignored, as sglang-omni's factory does for its own relays):
+    Settings (all optional): keyword arguments, over $OMNICONN_RELAY_CONFIG (a JSON object of the
+    same names: sglang-omni's stage runtime passes create_relay only its own keys), over the
+    defaults. Keys sglang-omni passes for other relays (rank, world_size, ...) are ignored.
       engine_id        this relay's name (goes into the metadata)
       device           where tensors live ("cpu", "cuda:0"): device tensors are staged through host
                        memory (one device-to-host copy on put, one host-to-device on get)
@@ -285,29 +318,38 @@ class OmniconnRelay(_RelayBase):
                        itself per payload (no slot limit) and bounds in-flight bytes instead
     """
 
-    def __init__(self, engine_id="omniconn", device="cpu", protocol="auto", role="dual", channel="sglang_omni",
-                 host=None, sender_host=None, zmq_port=0, data_port=0, memory_pool_size=0, alloc_timeout=30.0,
-                 ttl_ms=None, shm_dir=None, device_name=None, require_rdma=True, inline_threshold=16 << 10,
-                 loop_copy_bytes=_LOOP_COPY_BYTES, threads=4, **kwargs):
+    def __init__(self, engine_id="omniconn", device="cpu", **kwargs):
         from .vllm_omni import OmniconnConnector
         self.engine_id = str(engine_id)
         self.device = device
-        self.alloc_timeout = alloc_timeout
-        self.loop_copy_bytes = int(loop_copy_bytes)
-        ignored = sorted(k for k in kwargs if k not in ("credits", "slot_size_mb"))
-        if ignored:
-            log.debug("OmniconnRelay %s: ignoring %s", self.engine_id, ", ".join(ignored))
-        extra = {k: v for k, v in kwargs.items() if k.startswith("curve_")}
+        cfg = dict(_DEFAULTS)
+        cfg.update(_env_config())
+        unknown = []
+        for k, v in kwargs.items():
+            if k in _DEFAULTS or k.startswith("curve_"):
+                cfg[k] = v
+            elif k not in _SGLANG_KWARGS:
+                unknown.append(k)
+        if unknown:
+            log.debug("OmniconnRelay %s: ignoring %s", self.engine_id, ", ".join(sorted(unknown)))
+        self.config = cfg
+        self.alloc_timeout = cfg["alloc_timeout"]
+        self.loop_copy_bytes = int(cfg["loop_copy_bytes"])
+        protocol, host = str(cfg["protocol"]).lower(), cfg["host"]
         if protocol == "auto":
             local = (None, "", "127.0.0.1", "localhost", "::1")
-            protocol = "tcp" if host not in local or sender_host not in local else "shm"
-        extra.update(protocol=protocol, role=role, channel=channel, memory_pool_size=memory_pool_size,
-                     zmq_port=zmq_port, data_port=data_port, shm_dir=shm_dir, device_name=device_name,
-                     require_rdma=require_rdma, inline_threshold=inline_threshold, stage_id=-1, edge="relay %s" % self.engine_id)
+            protocol = "tcp" if host not in local or cfg["sender_host"] not in local else "shm"
+        extra = {k: v for k, v in cfg.items() if k.startswith("curve_")}
+        extra.update(protocol=protocol, role=cfg["role"], channel=cfg["channel"], shm_dir=cfg["shm_dir"],
+                     memory_pool_size=int(cfg["memory_pool_size"] or 0), zmq_port=int(cfg["zmq_port"] or 0),
+                     data_port=int(cfg["data_port"] or 0), device_name=cfg["device_name"],
+                     require_rdma=cfg["require_rdma"], inline_threshold=int(cfg["inline_threshold"]), stage_id=-1,
+                     edge="relay %s" % self.engine_id)
         if host not in (None, ""):
             extra["host"] = host
-        if ttl_ms is not None:
-            extra["ttl_ms"] = ttl_ms
+        if cfg["ttl_ms"] is not None:
+            extra["ttl_ms"] = int(cfg["ttl_ms"])
+        threads = cfg["threads"]
         self._oc = OmniconnConnector(extra)        # protocol choice, CURVE, SHM sweeps: one place
         self.protocol = self._oc.protocol
         self._conn = self._oc._conn
@@ -315,7 +357,7 @@ class OmniconnRelay(_RelayBase):
         self._seq = itertools.count()
         self._puts = {}                 # request id -> {key: nbytes} this side put, not known consumed
         self._gets = {}                 # request id -> {get operations not finished}
-        self._threads = int(threads)
+        self._threads = max(1, int(threads))
         self._executor = None
         self._closed = False
 

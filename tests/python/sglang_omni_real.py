@@ -15,7 +15,11 @@ What runs: importing omniconn.sglang_omni registers "omniconn" with sglang-omni'
 and derives OmniconnRelay from its Relay (the operations from its RelayOperation); its
 create_relay builds the relay from the keyword arguments its multiprocess test passes; the
 methods of its TestRelayUnified (test_transfer, test_two_senders_one_receiver, test_health,
-test_cleanup) run with OmniconnRelay as the relay class, over SHM and over TCP. Its multiprocess
+test_cleanup) run with OmniconnRelay as the relay class, over SHM and over TCP; one hop of its
+pipeline runs in its own code (sglang_omni/pipeline/worker/data_plane.py's DataPlaneAdapter writes
+and reads a StagePayload with tensors through the relay, its DataReadyMessage through
+pipeline/control_plane.py's msgpack serialization; both stages in this process, since that
+adapter pickles the payload's non-tensor part into the message). Its multiprocess
 test is not run: it hands metadata and payloads between processes through multiprocessing queues
 and pickle, which this project never does; tests/python/test_sglang_relay.py replays its call
 sequence with msgpack instead. Prints one line per check and the revision when the source is a
@@ -41,6 +45,54 @@ def load_sglang_omni(src):
     importlib.import_module("sglang_omni.relay.shm")
     unified = importlib.import_module("tests.test_relay_unified")
     return base, unified
+
+
+def load_data_plane(src):
+    """sglang-omni's DataPlaneAdapter and its control plane's message (de)serialization. pyzmq is
+    imported by control_plane.py but unused by the two functions taken from it: where Debian's
+    python3-zmq is absent it gets an empty stand-in (third-party, not sglang-omni's)."""
+    for name, rel in (("sglang_omni.pipeline", "sglang_omni/pipeline"),
+                      ("sglang_omni.pipeline.worker", "sglang_omni/pipeline/worker")):
+        m = types.ModuleType(name)
+        m.__path__ = [os.path.join(src, rel)]
+        sys.modules[name] = m
+    try:
+        import zmq  # noqa: F401
+        import zmq.asyncio  # noqa: F401
+    except ImportError:
+        def names(mod):     # any attribute (Context, Socket, ...) is a placeholder class: only annotated
+            mod.__getattr__ = lambda name: type(name, (), {})
+            return mod
+        zmq = names(types.ModuleType("zmq"))
+        zmq.__path__ = []
+        sys.modules["zmq"], sys.modules["zmq.asyncio"] = zmq, names(types.ModuleType("zmq.asyncio"))
+        zmq.asyncio = sys.modules["zmq.asyncio"]
+    proto = importlib.import_module("sglang_omni.proto")
+    cp = importlib.import_module("sglang_omni.pipeline.control_plane")
+    dp = importlib.import_module("sglang_omni.pipeline.worker.data_plane")
+    return proto, cp, dp
+
+
+async def stage_hop(proto, cp, dp, sender, receiver):
+    """One hop of sglang-omni's pipeline, in its own code: the upstream stage's DataPlaneAdapter
+    writes a StagePayload (tensors through the relay), the DataReadyMessage with the relay's
+    metadata goes through the control plane's msgpack serialization, the downstream stage's
+    adapter reads the payload back."""
+    import torch
+    hidden = torch.randn(3, 1024, dtype=torch.float32)
+    codes = torch.arange(4096, dtype=torch.int64).reshape(64, 64)
+    mask = torch.randn(257, dtype=torch.float32).to(torch.bfloat16)
+    payload = proto.StagePayload(request_id="req-1", request=proto.OmniRequest(inputs="hello"),
+                                 data={"hidden": hidden, "aux": [codes, {"mask": mask}], "step": 3})
+    meta, op = await dp.DataPlaneAdapter(sender).write_payload("req-1", payload)
+    wire = cp.serialize_message(proto.DataReadyMessage(request_id="req-1", from_stage="a", to_stage="b",
+                                                       shm_metadata=meta))
+    msg = cp.deserialize_message(wire)
+    got = await dp.DataPlaneAdapter(receiver).read_payload("req-1", msg.shm_metadata)
+    await op.wait_for_completion(timeout=30)
+    ok = (torch.equal(got.data["hidden"], hidden) and torch.equal(got.data["aux"][0], codes)
+          and torch.equal(got.data["aux"][1]["mask"], mask) and got.data["step"] == 3)
+    return ok, len(wire)
 
 
 def revision(src):
@@ -102,6 +154,20 @@ def main():
                 check("sglang-omni's TestRelayUnified.%s over %s" % (name, proto), True)
             except BaseException as e:      # pytest's skip/fail are BaseExceptions
                 check("sglang-omni's TestRelayUnified.%s over %s: %s: %s" % (name, proto, type(e).__name__, e), False)
+    proto, cp, dp = load_data_plane(src)
+    for proto_name in ("shm", "tcp"):
+        kw = {"protocol": proto_name, "host": "127.0.0.1"} if proto_name == "tcp" else {"protocol": "shm"}
+        tx = base.create_relay("omniconn", engine_id="stage_a", device="cpu", slot_size_mb=64, credits=2, **kw)
+        rx = base.create_relay("omniconn", engine_id="stage_b", device="cpu", slot_size_mb=64, credits=2, **kw)
+        try:
+            ok, n = asyncio.run(stage_hop(proto, cp, dp, tx, rx))
+            check("sglang-omni's DataPlaneAdapter write/read of a StagePayload with 3 tensors, its DataReadyMessage "
+                  "through its control plane's msgpack (%d bytes), over %s" % (n, proto_name), ok)
+        except BaseException as e:
+            check("sglang-omni's DataPlaneAdapter over %s: %s: %s" % (proto_name, type(e).__name__, e), False)
+        finally:
+            tx.close()
+            rx.close()
     print("sglang-omni-real: %s" % ("ok" if not failures else "%d failed" % failures))
     return 1 if failures else 0
 

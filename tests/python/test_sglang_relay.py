@@ -440,3 +440,27 @@ def test_create_relay_takes_sglang_omnis_pipeline_kwargs_and_refuses_unknown_typ
     if not sglang_omni.registered:
         with pytest.raises(ValueError, match="Unknown relay type"):
             create_relay("nixl", engine_id="x")
+
+
+def test_settings_come_from_the_environment_when_sglang_omnis_stage_passes_only_its_own_keys(monkeypatch):
+    """sglang-omni's stage runtime calls create_relay(relay_type, engine_id=..., slot_size_mb=...,
+    credits=..., device=..., rank=..., world_size=..., send_to_ranks=..., recv_from_ranks=...)."""
+    stage_kwargs = {"engine_id": "thinker_relay", "slot_size_mb": 64, "credits": 2, "device": "cpu", "rank": None,
+                    "world_size": None, "send_to_ranks": [], "recv_from_ranks": []}
+    monkeypatch.setenv(sglang_omni.ENV_CONFIG, '{"protocol": "tcp", "host": "127.0.0.1", "alloc_timeout": 5}')
+    relay = create_relay("omniconn", **stage_kwargs)
+    try:
+        assert relay.protocol == "tcp" and relay.alloc_timeout == 5
+        assert relay.config["host"] == "127.0.0.1"
+    finally:
+        relay.close()
+    relay = create_relay("omniconn", alloc_timeout=7, **stage_kwargs)     # keyword arguments win
+    try:
+        assert relay.alloc_timeout == 7
+    finally:
+        relay.close()
+    for bad, words in (("{not json", "must be a JSON object"), ('["tcp"]', "must be a JSON object"),
+                       ('{"protocl": "tcp"}', "unknown settings protocl")):
+        monkeypatch.setenv(sglang_omni.ENV_CONFIG, bad)
+        with pytest.raises(ValueError, match=words):
+            create_relay("omniconn", **stage_kwargs)
