@@ -431,7 +431,18 @@ class OmniconnRelay(_RelayBase):
     def _put_staged(self, key, t, nbytes):
         """Wait for pool space (bounded: alloc_timeout), copy the tensor in, hand it over."""
         conn = self._c()
-        wb = conn.alloc(nbytes, self.alloc_timeout)
+        try:
+            wb = conn.alloc(nbytes, self.alloc_timeout)
+        except _lib.TimeoutError_ as e:
+            try:
+                h = conn.health()
+                use = "; the pool has %d of %d bytes in use" % (h["pool_in_use"], h["pool_capacity"])
+            except OmniconnError:
+                use = ""
+            raise _lib.TimeoutError_(e.code, "OmniconnRelay put of %d bytes" % nbytes,
+                                     log="no pool space within alloc_timeout (%.3g s)%s: receivers are not taking "
+                                         "payloads as fast as they are put; raise memory_pool_size or alloc_timeout"
+                                         % (self.alloc_timeout, use)) from None
         try:
             dst = wb.as_tensor(None, (nbytes,))
             dst.copy_(_flat_bytes(t))           # the one copy (device tensors: device to host)
