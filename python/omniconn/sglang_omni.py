@@ -248,35 +248,40 @@ class OmniconnGetOperation(_OpBase):
             buf.release(strict=False)
 
     async def wait_for_completion(self, timeout=30.0):
-        """Fetch the payload into dest_tensor. Never blocks the event loop: the library calls and the
-        copy run on the relay's threads (the library's calls and torch's copy drop the GIL), except
-        an SHM payload of at most loop_copy_bytes, which is there already: fetched without waiting
-        and copied inline. TimeoutError after timeout
-        seconds (None: no limit): dest_tensor is then not written (unless the copy had begun: it
-        completes), and the operation is over (a second wait raises)."""
+        """Fetch the payload into dest_tensor. Never blocks the event loop: the library calls and
+        the copy run on the relay's threads (the library's calls and torch's copy drop the GIL),
+        except an SHM payload of at most loop_copy_bytes, which is there already: fetched without
+        waiting and copied inline. TimeoutError after timeout seconds (None: no limit), and a
+        cancelled wait, leave dest_tensor unwritten (unless the copy had begun: it completes) and
+        end the operation (a second wait raises)."""
         if self._completed:
             return
         relay = self._relay
         if self._cancelled:
             raise RuntimeError("OmniconnRelay: get of request %s was cancelled (cleanup, close or an earlier "
                                "timeout)" % self.request_id)
-        if self._future is None:
-            limit = 30.0 if timeout is None else max(0.0, timeout)
-            if relay.protocol == "shm" and self._info[2] <= relay.loop_copy_bytes:
-                try:
-                    ok = self._fetch(0)
-                except _lib.TimeoutError_:
-                    ok = None
-                if ok is not None:
-                    self._done(ok)
-                    return
-            self._future = asyncio.wrap_future(relay._pool().submit(self._fetch, None if timeout is None else limit))
         try:
+            if self._future is None:
+                if relay.protocol == "shm" and self._info[2] <= relay.loop_copy_bytes:
+                    try:
+                        ok = self._fetch(0)
+                    except _lib.TimeoutError_:
+                        ok = None
+                    if ok is not None:
+                        self._done(ok)
+                        return
+                limit = None if timeout is None else max(0.0, timeout)   # the library's own deadline too
+                self._future = asyncio.wrap_future(relay._pool().submit(self._fetch, limit))
             ok = await asyncio.wait_for(asyncio.shield(self._future), timeout)
         except (asyncio.TimeoutError, TimeoutError):
             self._cancel()
+            relay._forget_get(self)
             raise TimeoutError("OmniconnRelay: get of %s (request %s) not done within %.3g s"
                                % (self._info[0], self.request_id, timeout)) from None
+        except BaseException:       # an error from the library, or the waiting task cancelled
+            self._cancel()
+            relay._forget_get(self)
+            raise
         self._done(ok)
 
     def _done(self, ok):

@@ -465,3 +465,29 @@ def test_settings_come_from_the_environment_when_sglang_omnis_stage_passes_only_
         monkeypatch.setenv(sglang_omni.ENV_CONFIG, bad)
         with pytest.raises(ValueError, match=words):
             create_relay("omniconn", **stage_kwargs)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_cancelled_get_leaves_dest_unwritten_and_the_relay_usable(protocol, pair):
+    here, peer = pair(protocol, loop_copy_bytes=0)      # every get on the relay's threads
+    got = peer.call(op="put", specs=[["float32", [1 << 20], 4, "cancel-me"], ["float32", [1000], 5, "after"]])
+
+    async def run():
+        dest = torch.full((1 << 20,), -1.0)
+        g = await here.get_async(got["items"][0]["meta"], dest)
+        task = asyncio.ensure_future(g.wait_for_completion(timeout=30))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(RuntimeError, match="cancelled"):
+            await g.wait_for_completion(timeout=1)
+        assert here._gets == {}
+        dest2 = torch.zeros(1000)
+        g2 = await here.get_async(got["items"][1]["meta"], dest2)
+        await g2.wait_for_completion(timeout=30)
+        assert digest(dest2) == got["items"][1]["sha"]
+        return dest
+    dest = asyncio.run(run())
+    # the cancelled copy either never began (dest all -1) or had begun and completed (the payload)
+    assert torch.equal(dest, torch.full((1 << 20,), -1.0)) or digest(dest) == got["items"][0]["sha"]
