@@ -44,6 +44,7 @@ except Exception:   # standalone
 
 _FROM, _TO = "sglang", "relay"      # every payload of a relay lives on this one edge; keys are unique
 _LOOP_COPY_BYTES = 1 << 20          # default loop_copy_bytes: see OmniconnRelay
+_FORGET_EVERY = 1024                # puts between sweeps of the bookkeeping of puts nobody waited on
 _SPACE = ("OMC_ERR_POOL_FULL", "OMC_ERR_SHM_FULL")
 _DTYPES = ("uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool")
 _KEY_ROOM = _lib.OMC_KEY_MAX - 24    # request ids longer than this are refused (the key adds ".<seq>")
@@ -285,10 +286,14 @@ class OmniconnGetOperation(_OpBase):
         self._done(ok)
 
     def _done(self, ok):
-        self._relay._forget_get(self)
+        relay = self._relay
+        relay._forget_get(self)
         if not ok:
             raise RuntimeError("OmniconnRelay: get of request %s was cleaned up" % self.request_id)
         self._completed = True
+        with relay._lock:
+            relay._stats["gets"] += 1
+            relay._stats["bytes_got"] += self._info[2]
 
 
 # ---- the relay -----------------------------------------------------------------------------------------
@@ -363,6 +368,7 @@ class OmniconnRelay(_RelayBase):
         self._puts = {}                 # request id -> {key: nbytes} this side put, not known consumed
         self._gets = {}                 # request id -> {get operations not finished}
         self._threads = max(1, int(threads))
+        self._stats = {"puts": 0, "gets": 0, "bytes_put": 0, "bytes_got": 0}
         self._executor = None
         self._closed = False
 
@@ -490,6 +496,11 @@ class OmniconnRelay(_RelayBase):
                 omc = await self._run(self._put_staged, key, t, nbytes)
         with self._lock:
             self._puts.setdefault(rid, {})[key] = nbytes
+            self._stats["puts"] += 1
+            self._stats["bytes_put"] += nbytes
+            sweep = self._stats["puts"] % _FORGET_EVERY == 0
+        if sweep:
+            self._forget_taken()
         return OmniconnPutOperation(self, key, rid, self._metadata(rid, key, omc, nbytes, dtype, shape))
 
     # -- get
@@ -572,9 +583,20 @@ class OmniconnRelay(_RelayBase):
         with self._lock:
             return {rid: len(keys) for rid, keys in self._puts.items()}
 
+    def _forget_taken(self):
+        """Forget puts that were taken (or reclaimed) though nobody waited on their operation."""
+        with self._lock:
+            keys = [k for ks in self._puts.values() for k in ks]
+        for k in keys:
+            self._held(k)
+
     def health(self):
-        out = self._oc.health()
-        out.update(engine_id=self.engine_id, pending_requests=len(self._puts))
+        """The relay's counters (puts, gets, bytes_put, bytes_got, pending_requests, status,
+        protocol) and the connector's (omc_live_entries, omc_pool_in_use, ...)."""
+        h = self._oc.health()
+        out = {k: v for k, v in h.items() if k.startswith("omc_") or k in ("status", "protocol", "role")}
+        with self._lock:
+            out.update(self._stats, engine_id=self.engine_id, pending_requests=len(self._puts))
         return out
 
     def close(self):

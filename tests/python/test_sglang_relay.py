@@ -491,3 +491,26 @@ def test_a_cancelled_get_leaves_dest_unwritten_and_the_relay_usable(protocol, pa
     dest = asyncio.run(run())
     # the cancelled copy either never began (dest all -1) or had begun and completed (the payload)
     assert torch.equal(dest, torch.full((1 << 20,), -1.0)) or digest(dest) == got["items"][0]["sha"]
+
+
+def test_puts_nobody_waits_on_are_forgotten_once_taken_and_counted(channel, monkeypatch):
+    monkeypatch.setattr(sglang_omni, "_FORGET_EVERY", 8)
+    tx = create_relay("omniconn", **_cfg("shm", channel))
+    rx = create_relay("omniconn", **_cfg("shm", channel))
+
+    async def run():
+        for i in range(7):                  # taken, but their operations never awaited
+            op = await tx.put_async(torch.full((100,), float(i)), request_id="fire-%d" % i)
+            g = await rx.get_async(op.metadata, torch.zeros(100))
+            await g.wait_for_completion(timeout=10)
+        assert len(tx.pending()) == 7
+        await tx.put_async(torch.zeros(3), request_id="last")     # the 8th put sweeps
+        assert tx.pending() == {"last": 1}
+    try:
+        asyncio.run(run())
+        h, r = tx.health(), rx.health()
+        assert (h["puts"], h["bytes_put"], h["pending_requests"]) == (8, 7 * 400 + 12, 1)
+        assert (r["gets"], r["bytes_got"]) == (7, 7 * 400) and h["omc_live_entries"] == 1
+    finally:
+        tx.close()
+        rx.close()
