@@ -429,6 +429,8 @@ class OmniconnRelay(_RelayBase):
             n *= int(d)
         if n <= 0:
             raise ValueError("OmniconnRelay.alloc: an empty tensor needs no pool space (put it as it is)")
+        if _dtype_name(dtype) not in _DTYPES:
+            raise TypeError("OmniconnRelay: dtype %s cannot travel (one of %s)" % (dtype, ", ".join(_DTYPES)))
         wb = self._c().alloc(n, self.alloc_timeout if timeout is None else timeout)
         return PoolTensor(wb, dtype, shape)
 
@@ -533,7 +535,7 @@ class OmniconnRelay(_RelayBase):
         if have != size:
             raise RelayMismatchError("OmniconnRelay: payload %s is %s but dest_tensor is %s: sizes differ; "
                                      "dest_tensor left untouched" % (key, want, got))
-        if dest.dtype == torch.uint8 and dtype != "uint8":
+        if dest.dtype == torch.uint8:
             return      # a byte buffer of the right size takes any tensor's bytes (sglang-omni's own use)
         if _dtype_name(dest.dtype) != dtype or tuple(dest.shape) != shape:
             raise RelayMismatchError("OmniconnRelay: payload %s is %s but dest_tensor is %s: dtype or shape "
