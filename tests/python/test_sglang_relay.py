@@ -514,3 +514,25 @@ def test_puts_nobody_waits_on_are_forgotten_once_taken_and_counted(channel, monk
     finally:
         tx.close()
         rx.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_close_during_a_transfer_ends_it_cleanly(protocol, pair):
+    here, peer = pair(protocol, loop_copy_bytes=0)
+    got = peer.call(op="put", specs=[["float16", [32 * MiB], 66, "closing"]])     # 64 MiB
+
+    async def run():
+        dest = torch.zeros(32 * MiB, dtype=torch.float16)
+        g = await here.get_async(got["items"][0]["meta"], dest)
+        task = asyncio.ensure_future(g.wait_for_completion(timeout=60))
+        await asyncio.sleep(0)          # the get is on the relay's thread now
+        here.close()                    # wakes it, waits for it, then frees the connector
+        try:
+            await task
+            return "done" if digest(dest) == got["items"][0]["sha"] else "corrupt"
+        except (RuntimeError, omniconn.OmniconnError):
+            return "ended"
+    outcome = asyncio.run(run())
+    print("close during a %s transfer: %s" % (protocol, outcome))
+    assert outcome in ("done", "ended")
+    here.close()
