@@ -5,7 +5,8 @@ usage: OMNICONN_LIBRARY=build/libomniconn.so python3 bench/bench_python.py [out.
        (make bench-python writes bench/results/python.json)
 env:   BENCH_PY_QUICK=1      a fast smoke run (few iterations, no 186 MiB row)
        BENCH_PY_ROUNDS=N     alternating rounds (default 5)
-       BENCH_PY_ONLY=raw|dict   only the raw rows, or only the dict-wrapped rows
+       BENCH_PY_ONLY=raw|dict|relay   only those rows (with out.json: the other sections of an
+                             existing file are kept)
 
 One process, one shared-memory connector in the dual role, per payload size (4 KiB, 1 MiB,
 186 MiB), one iteration = put (copy path: one copy into the pool) + get with the metadata (a
@@ -34,6 +35,15 @@ has no tensor). One iteration = put + get with the metadata; the received object
                   a lock file (flock) and a new /dev/shm segment per request, copy in; the reader
                   locks, maps, copies out, unlinks both, decodes (tensors as views of the bytes)
 Ratios: vllm_shm_design / omniconn and / omniconn_copy (time per iteration; > 1 = omniconn faster).
+
+Relay rows (sglang-omni's relay contract: a tensor of 4 KiB, 1 MiB or 64 MiB; one event loop; one
+iteration = put_async + get_async into a dest tensor the receiver owns + both waits):
+  omniconn_relay     omniconn.sglang_omni.OmniconnRelay over SHM (sender and receiver relays on one
+                     channel): one copy into the pool, one copy out into dest
+  sglang_shm_design  sglang-omni's shm relay design re-implemented here: per tensor a new
+                     multiprocessing SharedMemory segment sized to it, copied in; the receiver opens
+                     it by name, copies into dest, closes and unlinks it (credits: a semaphore)
+Ratio: sglang_shm_design / omniconn_relay (time per iteration; > 1 = omniconn faster).
 """
 import fcntl
 import json
@@ -347,6 +357,127 @@ def dict_rows():
     return rows
 
 
+# ---- sglang-omni's relay contract ------------------------------------------------------------------------
+RELAY_SIZES = [("4KiB", 4 * KiB), ("1MiB", MiB), ("64MiB", 64 * MiB)]
+
+
+def relay_iters(size):
+    if QUICK:
+        return {4 * KiB: 500, MiB: 40}.get(size, 2)
+    return {4 * KiB: 5000, MiB: 300}.get(size, 6)
+
+
+async def _relay_loop(put, get, tensor, dest, iters):
+    for i in range(iters + 3):
+        if i == 3:
+            t0, c0 = time.perf_counter(), time.thread_time()
+        op = await put(tensor, "req%d" % i)
+        g = await get(op.metadata, dest)
+        await g.wait_for_completion()
+        await op.wait_for_completion()
+    return (time.perf_counter() - t0) * 1e6 / iters, (time.thread_time() - c0) * 1e6 / iters
+
+
+def run_omc_relay(tensor, dest, iters):
+    import asyncio
+    from omniconn.sglang_omni import OmniconnRelay
+    ch = "benchrl%d" % os.getpid()
+    tx = OmniconnRelay("w0", protocol="shm", channel=ch, shm_dir=SHM_DIR, memory_pool_size=POOL)
+    rx = OmniconnRelay("w1", protocol="shm", channel=ch, shm_dir=SHM_DIR)
+    try:
+        return asyncio.run(_relay_loop(lambda t, rid: tx.put_async(t, request_id=rid),
+                                       lambda md, d: rx.get_async(md, d), tensor, dest, iters))
+    finally:
+        tx.close()
+        rx.close()
+
+
+class _SegPut:
+    """The design's put: the segment is written at creation; completing closes this side's handle."""
+
+    def __init__(self, seg, metadata):
+        self.seg, self.metadata = seg, metadata
+
+    async def wait_for_completion(self, timeout=30.0):
+        self.seg.close()
+
+
+class _SegGet:
+    """The design's get: open by name, copy into dest, close and unlink (the receiver owns it)."""
+
+    def __init__(self, metadata, dest):
+        self.metadata, self.dest = metadata, dest
+
+    async def wait_for_completion(self, timeout=30.0):
+        info = self.metadata["transfer_info"]
+        seg = shared_memory.SharedMemory(name=info["shm_name"])
+        try:
+            src = torch.from_numpy(np.ndarray((info["size"],), dtype=np.uint8, buffer=seg.buf))
+            self.dest.view(torch.uint8).reshape(-1)[:info["size"]].copy_(src)
+            del src
+        finally:
+            seg.close()
+            seg.unlink()
+
+
+def run_segment_relay(tensor, dest, iters):
+    import asyncio
+
+    async def main():
+        credits = asyncio.Semaphore(2)
+
+        async def put(t, rid):
+            async with credits:
+                flat = t.reshape(-1).view(torch.uint8).numpy()
+                seg = shared_memory.SharedMemory(create=True, size=flat.nbytes)
+                np.ndarray(flat.shape, dtype=np.uint8, buffer=seg.buf)[:] = flat
+                return _SegPut(seg, {"engine_id": "w0", "transfer_info": {"shm_name": seg.name, "size": flat.nbytes,
+                                                                          "req_id": rid}})
+
+        async def get(md, d):
+            return _SegGet(md, d)
+        return await _relay_loop(put, get, tensor, dest, iters)
+    return asyncio.run(main())
+
+
+def relay_rows():
+    rows = {}
+    for label, size in RELAY_SIZES:
+        tensor = torch.full((size // 2,), 0.5, dtype=torch.float16)
+        dest = torch.zeros(size // 2, dtype=torch.float16)
+        for fn in (run_omc_relay, run_segment_relay):      # both deliver the tensor
+            dest.zero_()
+            fn(tensor, dest, 1)
+            assert torch.equal(dest, tensor)
+        it = relay_iters(size)
+        base_it = max(2, it // (4 if size >= MiB else 2))
+        runs = {"omniconn_relay": lambda: run_omc_relay(tensor, dest, it),
+                "sglang_shm_design": lambda: run_segment_relay(tensor, dest, base_it)}
+        samples = {k: [] for k in runs}
+        cpu = {k: [] for k in runs}
+        for r in range(ROUNDS):
+            order = list(runs.items())
+            if r % 2:
+                order.reverse()
+            for name, fn in order:
+                wall, c = fn()
+                samples[name].append(wall)
+                cpu[name].append(c)
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        cmed = {k: statistics.median(v) for k, v in cpu.items()}
+        row = {"tensor_bytes": size, "iterations": it, "baseline_iterations": base_it,
+               "us_per_iteration": {k: round(v, 3) for k, v in med.items()},
+               "cpu_us_per_iteration": {k: round(v, 3) for k, v in cmed.items()},
+               "gbps": {k: round(size / (v * 1e-6) / 1e9, 3) for k, v in med.items()},
+               "samples_us": {k: [round(x, 3) for x in v] for k, v in samples.items()},
+               "speedup_vs_sglang_shm_design": round(med["sglang_shm_design"] / med["omniconn_relay"], 2)}
+        rows[label] = row
+        print("relay %-6s omniconn_relay %10.2f us (cpu %.2f)  sglang_shm_design %10.2f us (cpu %.2f) | %.2fx"
+              % (label, med["omniconn_relay"], cmed["omniconn_relay"], med["sglang_shm_design"],
+                 cmed["sglang_shm_design"], row["speedup_vs_sglang_shm_design"]), flush=True)
+    return rows
+
+
 def main():
     global SHM_DIR
     out_path = sys.argv[1] if len(sys.argv) > 1 else None
@@ -356,7 +487,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory(dir="/dev/shm", prefix="omc-benchpy-") as SHM_DIR:
         exe = build_c(tmp)
         rows = {}
-        for size in (SIZES if os.environ.get("BENCH_PY_ONLY") != "dict" else []):
+        only = os.environ.get("BENCH_PY_ONLY")
+        for size in (SIZES if only in (None, "", "raw") else []):
             it = iters_for(size)
             seed_it = max(2, it // (4 if size >= MiB else 2))
             samples = {"c": [], "python": [], "vllm_omni": [], "seed_design": []}
@@ -392,7 +524,8 @@ def main():
                    row["python_over_c_per_call_us"], row["vllm_omni_over_c_per_call_us"],
                    row["python_over_c_per_call_cpu_us"], row["vllm_omni_over_c_per_call_cpu_us"],
                    row["python_vs_c_throughput"], row["python_vs_seed_design_speedup"]), flush=True)
-        drows = dict_rows() if os.environ.get("BENCH_PY_ONLY") != "raw" else {}
+        drows = dict_rows() if only in (None, "", "dict") else {}
+        rrows = relay_rows() if only in (None, "", "relay") else {}
     result = {
         "benchmark": "bench/bench_python.py",
         "what": "one process, SHM connector (dual), iteration = put (copy into pool) + get with metadata "
@@ -408,7 +541,24 @@ def main():
                              "the row's size (small: none); put + get with metadata, the object dropped; "
                              "omniconn (tensor out of band, view on get), omniconn_copy (copy on get), "
                              "vllm_shm_design (vLLM-Omni's SharedMemoryConnector design, re-implemented)",
+        "relay": rrows,
+        "relay_what": "sglang-omni's relay contract, one event loop: put_async of a float16 tensor of the row's size "
+                      "+ get_async into a dest tensor + both waits; omniconn_relay (OmniconnRelay over SHM: one copy "
+                      "in, one copy out), sglang_shm_design (sglang-omni's shm relay design re-implemented: a "
+                      "SharedMemory segment per tensor, copied in, opened, copied out, unlinked)",
     }
+    if out_path and only and os.path.exists(out_path):    # one section re-run: keep the others
+        with open(out_path) as f:
+            old = json.load(f)
+        keep = {"raw": "sizes", "dict": "dict_wrapped", "relay": "relay"}
+        for sec in ("sizes", "dict_wrapped", "relay"):
+            if sec != keep.get(only) and sec in old:
+                result[sec] = old[sec]
+        this = {"host": result["host"], "rounds": ROUNDS, "quick": QUICK}
+        for k in ("host", "rounds", "quick"):           # the kept sections' run stays described as it was
+            if k in old:
+                result[k] = old[k]
+        result["sections_run"] = dict(old.get("sections_run", {}), **{keep.get(only, only): this})
     if out_path:
         with open(out_path, "w") as f:
             json.dump(result, f, indent=2)

@@ -5,7 +5,7 @@ A second process (this file with --receiver) is the receiver. The sender puts by
 array and a named-tensor frame, sends the metadata to the receiver over a pipe (msgpack frames,
 no pickle), and the receiver gets each one - with the metadata, and one without it (through the
 registered sender) - and answers with SHA-256 sums of what it read through zero-copy views. The
-vLLM-Omni connector does one round as well (protocol "rdma"). Every sum must match the sender's.
+vLLM-Omni connector and the sglang-omni relay (relay_peer.py) do one round each (protocol "rdma"). Every sum must match the sender's.
 
 Outside a bed ($OMC_RDMA_DEVICE unset) it prints a SKIP line. OMC_PY_RDMA_TCP=1 runs the same
 steps over TCP on this host (a dry run of the script itself, not an RDMA test).
@@ -118,6 +118,41 @@ class Checks:
         sys.stdout.flush()
 
 
+def relay_round(check):
+    """The sglang-omni relay (protocol rdma): put_async here, get_async in relay_peer.py."""
+    import asyncio
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from relay_peer import digest, make_tensor
+    from omniconn.sglang_omni import create_relay
+    cfg = {"protocol": "tcp" if DRY else "rdma", "host": IP, "device_name": DEV or None, "memory_pool_size": 64 * MIB}
+    relay = create_relay("omniconn", engine_id="bed0", **cfg)
+    peer = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay_peer.py"),
+                             msgpack.packb(dict(cfg, role="receiver", engine_id="bed1")).hex()],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ))
+    try:
+        hello = frame_read(peer.stdout)
+        t = make_tensor("bfloat16", (1024, 1024), 5)        # 2 MiB
+
+        async def put():
+            return await relay.put_async(t, request_id="relay-1")
+        op = asyncio.run(put())
+        frame_write(peer.stdin, {"op": "get", "items": [[op.metadata, "bfloat16", [1024, 1024]]], "timeout": 60})
+        r = frame_read(peer.stdout) or {"ok": False}
+        check("sglang-omni relay over %s: bfloat16 1024x1024 checksum" % relay.protocol,
+              bool(hello) and r.get("ok") and r["items"][0].get("sha") == digest(t), r)
+        if not DRY:
+            sc = relay._conn.rdma_counters
+            check("sglang-omni relay: pushed over RDMA", sc["pushes"] >= 1 and sc["push_failures"] == 0, sc)
+    finally:
+        frame_write(peer.stdin, {"op": "exit"})
+        try:
+            peer.wait(60)
+        except subprocess.TimeoutExpired:
+            peer.kill()
+            peer.wait()
+        relay.close()
+
+
 def main():
     if not DEV and not DRY:
         print("SKIP python-rdma: not in an RDMA bed (OMC_RDMA_DEVICE unset; run tests/python/rdma_bed.sh)")
@@ -221,6 +256,7 @@ def main():
             except subprocess.TimeoutExpired:
                 peer.kill()
                 peer.wait()
+    relay_round(check)
     print("python-rdma: %.1f s" % (time.monotonic() - t_start))
     print("python-rdma: %d passed, %d failed" % (check.passed, check.failed))
     return 0 if check.failed == 0 else 1
