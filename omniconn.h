@@ -22,23 +22,53 @@
                                              connector is created; no -lzmq)
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
-      QUICK START
-      STEP BY STEP: THE PIECES OF THE CORE
-      THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
-      CONFIGURATION
-      OVERRIDES
-      ERRORS & LOGGING
-      THREAD SAFETY
-      DEPENDENCIES & LINKING
-      WIRE FORMATS
-      NON-GOALS
-      RECENT REVISIONS
-      then the code, by [SECTION]: Version, platform and feature resolution
-        Result codes | Logging and hooks | Version, features, time
-        The registered-memory allocator | Pools | Buffers and typed views | Payload frames
-        Metadata | The connector contract | The same-process connector
-        The remote connector: ZMQ side channel and TCP data plane
-      then the implementation ("[SECTION] Implementation: ..."), and the licence
+
+    PART A  THE CORE                                                         lines   69 - 4031
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |      73 -  352
+                      ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
+                      WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
+      declarations    [SECTION] Version, platform and feature resolution | Result       354 - 1022
+                      codes | Logging and hooks | Version, features, time | The
+                      registered-memory allocator | Pools | Buffers and typed views |
+                      Payload frames | Metadata | The connector contract | The
+                      same-process connector
+      implementation  [SECTION] Implementation: configuration and system headers |    1024 - 4028
+                      the companion interface | result codes, log items, hooks |
+                      version, time, randomness | little-endian codecs, CRC-32C,
+                      base64url | string map | the registered-memory allocator | pools |
+                      buffers, dtypes, typed views | payload frames | metadata envelope |
+                      the connector contract | the owner's entry table | the
+                      same-process connector | features
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4033 - 9177
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4033 - 4392
+                      B3 CONFIGURATION | B4 WIRE FORMATS
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data   4395 - 4580
+                      plane
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane        4582 - 9174
+                      interface | side-channel codec | sockets with deadlines | the
+                      TCP data plane | endpoints, hosts, ports, keys | the remote
+                      connector - state, sender, receiver channels, get, the contract,
+                      create, public extras
+    LICENSE                                                                        9179 - 9215
+
+    READING PATHS
+      vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
+                  DEPENDENCIES & LINKING, ERRORS & LOGGING; for other hosts Part B B1 QUICK START
+                  and B3 CONFIGURATION. Declarations carry a doc block each; skip the
+                  implementations.
+      learner     (you want to see how it works): Part A STEP BY STEP, then its implementation in
+                  order - the allocator, pools, frames, metadata, the connector contract, the
+                  owner's entry table, and the same-process connector (the smallest complete
+                  connector); then Part B's B2 and B4, and its implementation from the codec
+                  through the TCP data plane to the sender, the receiver and get.
+      maintainer  (you change it): Part A's companion interface (the only core names Part B and
+                  the companion headers may use; tests/check_companions.sh enforces it), Part B's
+                  data-plane interface (what a data plane provides: TCP here, RDMA in
+                  omniconn_rdma.h), WIRE FORMATS of both parts; docs/ keeps the rationale.
+
+################################################################################################
+##  PART A  THE CORE: allocator, pools, buffers, frames, metadata, the connector contract     ##
+################################################################################################
 
 ================================================================================================
 QUICK START
@@ -132,282 +162,10 @@ STEP BY STEP: THE PIECES OF THE CORE
        process hand buffers over by reference. It is also the reference for the contract tests
        every other connector must pass.
 
-================================================================================================
-THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
-================================================================================================
-
-    5. The remote connector (omc_tcp_create): ZMQ side channel + TCP data plane
-       Stages on different hosts. A sender runs a listener on a ZMQ ROUTER socket (the side
-       channel) and a TCP data port; put() copies the payload into the sender's pool (or takes a
-       buffer from omc_conn_alloc) and returns metadata naming the sender's host, port and
-       incarnation. A receiver's get() allocates a destination in its own pool, asks the sender
-       for the entry with a request on its TCP data connection (from the calling thread: no
-       libzmq thread and no side-channel message per get), reads the bytes straight into that
-       destination, and returns once every byte is in place and the sender has recorded the
-       read (the TCP trailer says so; other data planes PULL on the side channel and wait for
-       DONE).
-
-           sender (omc_tcp_create, role SENDER)         receiver (omc_tcp_create, role RECEIVER)
-           put(key) -> pool, metadata  ---- your control plane ---->  get(key, metadata)
-                                       <--- HELLO (once per channel) ---
-                                       ---- HELLO: incarnation, TCP data port, ticket ---->
-                                       <=== TCP: connect, data hello (ticket), once per channel
-                                       <=== TCP: request (entry, capacity) ====  calling thread
-             listener (worker if big)  ==== TCP: header + payload ====>  recv() into pool buffer
-                                       <=== TCP: receipt ==============  every byte is in place
-             record the read           ==== TCP: trailer ============>  return the buffer
-
-       - Small payloads ride inside the metadata: a put of at most inline_threshold bytes
-         (16 KiB by default, at most OMC_TCP_MAX_INLINE; $OMNICONN_TCP_INLINE_THRESHOLD when the
-         desc leaves it 0; 0 or disable_inline = off) copies them into the metadata as well. A
-         get with that metadata takes the bytes from it and sends one 48-byte CLAIM on its data
-         connection, which records the read: one round trip, no payload on the wire. The sender
-         keeps its pool copy and the entry as for any put, so everything else is unchanged:
-         metadata-less gets, exists and list find it, fan-out counts every reader, a get after
-         cleanup, TTL or the last reader is OMC_ERR_NOT_FOUND although the bytes are in hand, and
-         wait_consumed waits for the claims. Such a payload is only as confidential as your
-         metadata's path: a sender with CURVE inlines nothing unless inline_with_curve is set.
-
-       - Without metadata: register senders (omc_tcp_add_sender(conn, "thinker", host, port), as
-         many as you like) and call get(meta = NULL). The receiver asks every registered sender
-         (QUERY; a sender holds the query until the key appears or a second passes, so there is
-         no busy polling) and pulls from the first that has it. omc_tcp_get_from() asks one named
-         sender; omc_tcp_query() only asks ("exists?") and returns the size. With no sender
-         registered at all, a metadata-less get fails at once with OMC_ERR_NOT_FOUND.
-       - Fan-out: payload.readers = N lets N gets (from any receivers) pull the same put; the
-         entry is dropped after the N-th successful pull. A failed pull does not use up a reader.
-       - TTL: an unconsumed put is reclaimed after its TTL, but never while a push is reading it
-         (each push pins its entry; the last unpin frees the range).
-       - Deadlines: every blocking step of a get (connect, HELLO, QUERY, PULL, every read) is
-         bounded by the get's deadline; the sender bounds a push by the budget in the PULL (and
-         by vLLM-Omni's rule, 30 s + 5 s per 100 MiB, when the receiver waits forever; the
-         receiver applies the same rule to its own wait then), never longer than
-         OMNICONN_TCP_MAX_PUSH_MS, and aborts a push whose receiver takes no byte for
-         OMNICONN_TCP_STALL_MS. A sender runs one push at a time per side-channel session (a
-         channel has at most one transfer in flight), so no receiver holds more than one push
-         worker; an ABORT drops a push still waiting for a worker at once. When a get fails at its deadline,
-         the code says why: OMC_ERR_TIMEOUT (the senders answered, the key never came, or the
-         push did not finish), OMC_ERR_CONNECTION (no sender ever answered, or a connection
-         broke: a get whose transfer broke - the sender died - says so at once, not at its
-         deadline), OMC_ERR_AUTH (the CURVE handshake failed; without CURVE a handshake that
-         fails is a connection error).
-       - Restarts: every message carries its author's incarnation (omc_incarnation()). Metadata
-         from a sender process that has since restarted gets OMC_ERR_PEER_RESTARTED; cached
-         connections to the old process are dropped; new puts work at once.
-       - health(): the generic counters, plus omc_tcp_health() (handshake and auth failures,
-         garbage received, pushes in flight) and omc_tcp_peer_health() per sender (the last
-         error, timeouts, restarts, auth failures).
-       - Who may talk to a sender: optional CURVE (libzmq's Curve25519 authentication and
-         encryption of the side channel), off by default. Give the sender a keypair
-         (curve.secret_key) and the receivers its public key (curve.server_key); a receiver
-         without it is refused and the sender counts it (omc_tcp_health().auth_failures). The
-         receiver's get fails at its deadline with OMC_ERR_AUTH if it has CURVE configured (a
-         wrong key), with OMC_ERR_CONNECTION if not (it cannot tell a CURVE sender that hangs up
-         on it from a dying one; its log says which key would help). curve.allowed_clients
-         restricts senders to known receiver keys (a ZAP handler). The TCP data port admits only connections that
-         show a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on),
-         and a connection serves only PULLs of the session that got the ticket; anything else
-         is closed at its first bytes and never counts against a limit. A request on a data
-         connection is served for the session that registered it, exactly as a PULL from that
-         session would be; it names the entry by id (no key travels on the data connection). The
-         TCP data plane is not encrypted: CURVE decides who may ask for data, not who can read a
-         wire. Use a private network or IPsec for that (or pull_on_side_channel, which keeps
-         requests inside CURVE - the payload still is not).
-       - Helpers from vLLM-Omni's orchestration: omc_port_compute() (the port-offset scheme),
-         omc_port_check() (collisions in a set of edges), omc_detect_host() ("auto").
-
-       The data plane is pluggable: the side channel, entries, fan-out, TTL and deadlines are
-       shared; a data plane only moves bytes (see "[SECTION] Implementation: the data-plane
-       interface"). The TCP data plane is built in; omniconn_rdma.h adds an RDMA one.
-
-    Its tunables are in CONFIGURATION (OMNICONN_TCP_*).
-
-    The remote connector (docs/wire.md walks through these with examples):
-
-    Side channel (ZMQ), protocol version 1. A receiver's DEALER socket talks to a sender's
-    ROUTER socket. Every message is one ZMQ frame: a 32-byte header and a body whose layout
-    depends on the type. Replies echo the request's transfer id and sequence number; a receiver
-    drops replies that match neither (late answers to an abandoned request).
-      header, 32 bytes:
-        0   u32  magic 0x5A434D4F ("OMCZ")
-        4   u8   protocol version (1)
-        5   u8   type: 1 HELLO, 2 QUERY, 3 QUERY_REPLY, 4 NOT_FOUND, 5 PULL, 6 DONE, 7 ERROR, 8 ABORT,
-                 9 LIST, 10 LIST_REPLY
-        6   u16  flags (0)
-        8   u64  transfer id (chosen by the receiver, unique per get; 0 only in an ERROR that
-                 answers a message too broken to name one)
-        16  u64  incarnation of the message's author (random per process start, never 0)
-        24  u32  sequence number of the request on its channel: per channel, the first request
-                 (the HELLO) is 1, +1 per request, after 0xFFFFFFFF it wraps to 1 (never 0); a
-                 sender echoes it and checks nothing about it
-        28  u32  body length (the frame is exactly 32 + body length bytes, at most 8192)
-      HELLO body (receiver -> sender; the sender answers with its own HELLO), 8 + records.
-      A receiver's HELLO (sequence 1, the QUERY of a metadata-less get pipelined right behind
-      it) has capability bit 0 set, no type-1 record, and a type-2 record only with an RDMA
-      plane:
-        0   u32  capabilities: bit 0 TCP data plane, bit 1 RDMA data plane, bit 2 (sender) it
-                 takes requests on its TCP data connections (below); a peer ignores bits it
-                 does not know
-        4   u16  endpoint record count (<= 32)
-        6   u16  reserved (0)
-        8   records, back to back, filling the body exactly: u16 type, u16 value length, value
-            type 1, TCP data endpoint (sender only): u16 port (non-zero), u16 reserved (0),
-                    host text (0..255 bytes, no NUL; empty = the host the side channel reached)
-            type 2, RDMA endpoint: defined by omniconn_rdma.h
-            type 0x100, data-connection ticket (sender only, in every answer to a HELLO): 16
-                    random bytes, one ticket per side-channel session (ZMQ routing id), the
-                    same on a repeated HELLO; the session's TCP data connections must show it
-            a record type below 0x100 is a data plane's kind; any type a peer does not know is
-            skipped: a new transport adds a record type, not a protocol version
-      QUERY body (receiver -> sender), 8 + key length bytes:
-        0   u32  wait in ms (hold the query while the key is absent, at most this long and at
-                 most OMNICONN_TCP_MAX_WAIT_MS; 0 = answer now). A sender holds at most 1024
-                 queries at once; a further one gets NOT_FOUND at once whatever its wait
-        4   u16  key length (1..255)
-        6   u16  reserved (0)
-        8   the qualified key
-      QUERY_REPLY body (sender -> receiver), 24 bytes:
-        0   u64  entry id
-        8   u64  payload size in bytes
-        16  u32  payload flags: bit 0 the payload is a frame
-        20  u32  readers left
-      NOT_FOUND: empty body (the key has no live entry, or the held query expired)
-      PULL body (receiver -> sender), 36 + key length + descriptor length bytes:
-        0   u64  entry id (0 = whatever entry the key has now)
-        8   u64  expected sender incarnation (0 = any)
-        16  u64  destination capacity in bytes (a larger payload is refused: OMC_ERR_TOO_LARGE)
-        24  u32  time budget in ms (the sender abandons the push after it; 0 = vLLM-Omni's rule;
-                 a sender grants at most OMNICONN_TCP_MAX_PUSH_MS whatever is asked)
-        28  u16  key length (1..255)
-        30  u8   data plane kind: 1 TCP, 2 RDMA
-        31  u8   reserved (0)
-        32  u16  descriptor length (0..1024)
-        34  u16  reserved (0)
-        36  the qualified key, then the data plane's descriptor (TCP: u64 connection token)
-      DONE body (sender -> receiver, only once the data plane has moved every byte and the
-        read is recorded; not sent after a TCP push, whose trailer says the same), 8 bytes:
-        0   u64  bytes moved (= the payload size)
-      ERROR body (sender -> receiver; a sender answers an ERROR it receives with ERROR
-        OMC_ERR_PROTOCOL and counts it in protocol_errors), 16 + text length bytes:
-        0   i32  omc_result code (negative)
-        4   u16  text length (0..255)
-        6   u16  reserved (0)
-        8   u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
-        16  text (not NUL-terminated)
-        A sender answers a PULL with OMC_ERR_NOT_FOUND, OMC_ERR_STALE, OMC_ERR_TOO_LARGE,
-        OMC_ERR_PEER_RESTARTED or OMC_ERR_UNAVAILABLE only before it has moved any byte; before
-        any byte moves a PULL may also get OMC_ERR_NO_MEMORY (the sender's) or a validation
-        ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION, OMC_ERR_PROTOCOL). When a push fails (its
-        data connection broke or is not this session's, the budget or the stall timeout
-        passed) the sender answers ERROR with the push's code (OMC_ERR_CONNECTION,
-        OMC_ERR_TIMEOUT, ...), and the read is not used up.
-        A replayed PULL (same key, another transfer id) is served again and uses another
-        reader: inside an authenticated session that is the receiver asking twice; with CURVE
-        nobody else can replay one (messages are encrypted and ordered).
-      ABORT: empty body (the receiver gave up this transfer id: a held query is dropped without
-        an answer, a push in progress stops at its next chunk)
-      LIST body (receiver -> sender; omc_conn_list), 8 bytes:
-        0   u32  cursor: how many of the sender's listable keys to skip (0 = from the start;
-                 else the cursor of the previous LIST_REPLY)
-        4   u32  reserved (0)
-      LIST_REPLY body (sender -> receiver), 8 + records bytes (at most 8152):
-        0   u32  next cursor (0 = this is the last page; else send LIST with it for more)
-        4   u16  key count
-        6   u16  reserved (0)
-        8   key records, back to back, filling the body exactly: u16 key length (1..255),
-            the qualified key. The keys are those a PULL could take now (a read still
-            available), newest first; keys that come or go between two pages may be missed
-            or listed twice.
-        A sender of protocol version 1 that predates LIST answers it with ERROR
-        (OMC_ERR_PROTOCOL, "unknown type"): the receiver reports OMC_ERR_UNAVAILABLE.
-      omc_conn_exists asks with a QUERY whose wait is 0 (QUERY_REPLY = live, NOT_FOUND = not).
-      Reserved fields must be zero and lengths must add up exactly. A sender answers anything
-      else with ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION or OMC_ERR_PROTOCOL) and carries on.
-
-    TCP data plane: a receiver opens one connection per channel to the port in the sender's
-    type-1 record; at most one transfer is in flight on a connection.
-      hello, receiver -> sender, version 2, 40 bytes:
-        0   u32  magic 0x54434D4F ("OMCT")
-        4   u16  version (2)
-        6   u16  reserved (0)
-        8   u64  token (random, non-zero; PULL descriptors name the connection by it)
-        16  u64  receiver incarnation
-        24  u8[16] the ticket from the sender's answer to this channel's HELLO (record 0x100)
-      ack, sender -> receiver, 8 bytes: 0 u32 magic 0x41434D4F ("OMCA"), 4 i32 status (0 = OK,
-        else an omc_result: the connection is closed after it). A hello that is not version 2
-        gets OMC_ERR_MALFORMED or OMC_ERR_VERSION (a version-1 hello, 24 bytes without the
-        ticket, is what a receiver of the first release sends; it still sends it to a sender
-        whose HELLO carries no ticket); a ticket the sender did not hand out gets no ack at
-        all: the connection is closed. A ticket registers at most 16 connections (then
-        OMC_ERR_BUSY), a token at most once per ticket (then OMC_ERR_EXISTS).
-      A sender keeps at most 64 connections waiting for their hello (a new one closes the
-      oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS,
-      and serves a PULL only on a connection registered with the ticket of the PULL's own
-      side-channel session (otherwise: ERROR OMC_ERR_CONNECTION, nothing written).
-      request, receiver -> sender, 48 bytes, on an idle connection of a sender whose HELLO has
-      capability bit 2 (receivers send PULL on the side channel to other senders, and when
-      omc_tcp_desc.pull_on_side_channel is set); the sender serves it for the session the
-      connection was registered to, with the checks of a PULL:
-        0   u32  magic 0x50434D4F ("OMCP")
-        4   u8   op: 1 PULL (send the entry's bytes), 2 CLAIM (the receiver has the bytes from
-                 inline metadata: record the read, send none)
-        5   u8   reserved (0)
-        6   u16  reserved (0)
-        8   u64  transfer id (echoed in the header or status record)
-        16  u64  entry id (from the metadata or a QUERY_REPLY; never 0)
-        24  u64  expected sender incarnation (0 = any)
-        32  u64  PULL: destination capacity; CLAIM: the payload size the metadata announced
-                 (a different size than the entry's is OMC_ERR_PROTOCOL)
-        40  u32  time budget in ms, as in PULL
-        44  u32  reserved (0)
-      Anything else - a wrong magic (seen after 4 bytes), op or reserved field, entry id 0, a
-      request not complete within 5 s - closes the connection (counted in protocol_errors).
-      The sender answers a PULL request with the header and payload below, a CLAIM or any
-      refusal with a status record, 24 bytes (what the receiver reads in place of a header;
-      nothing else follows it and the connection stays usable):
-        0   u32  magic 0x53434D4F ("OMCS")
-        4   i32  0 = the CLAIM is recorded; else the omc_result of the refusal (OMC_ERR_NOT_FOUND,
-                 OMC_ERR_TOO_LARGE, OMC_ERR_PEER_RESTARTED, OMC_ERR_PROTOCOL, OMC_ERR_NO_MEMORY):
-                 nothing moved, no read was used
-        8   u64  transfer id
-        16  u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
-      A request names no key, so an older put of the key is OMC_ERR_NOT_FOUND here (the side
-      channel's PULL can say OMC_ERR_STALE). A request whose receiver gives up is abandoned by
-      closing the connection (no ABORT); the push then fails and gives the read back.
-      per transfer, sender -> receiver: a 24-byte header and exactly size payload bytes; then
-      receiver -> sender an 8-byte receipt; then sender -> receiver an 8-byte trailer:
-        header:
-        0   u32  magic 0x44434D4F ("OMCD")
-        4   u32  reserved (0)
-        8   u64  transfer id
-        16  u64  payload size
-        receipt (sent by the receiver once every payload byte is in its destination buffer;
-        only on a connection opened with a version-2 hello):
-        0   u32  magic 0x52434D4F ("OMCR")
-        4   u32  reserved (0)
-        trailer (written only after the receipt came and the sender recorded the read - the
-        entry's reader is used up, a last reader's entry is gone - so it tells the receiver
-        what DONE would). A receiver that dies before its receipt uses up nothing: the push
-        fails (EOF, or OMNICONN_TCP_STALL_MS without the receipt) and the reader is given back.
-        0   u32  magic 0x45434D4F ("OMCE")
-        4   u32  reserved (0)
-      The receiver checks the header (transfer id; size equal to what the metadata or the
-      QUERY_REPLY announced and no larger than its destination) before it reads any payload,
-      never reads more than that into the destination, and completes the get on a valid
-      trailer (the sender sends no DONE for a TCP push; one that arrives anyway is checked). A
-      connection on which anything went wrong is closed by both sides, never reused.
-
-    TCP metadata body (the envelope's transport OMC_TRANSPORT_TCP), 16 + host length bytes,
-    plus the payload size when inline (envelope flag bit 0):
-        0   u64  entry id (never 0; (generation << 32) | slot of the sender's entry table, and
-                 the generation grows with every put of that connector)
-        8   u16  side-channel port
-        10  u16  host length (1..255)
-        12  u32  data-plane capabilities (as in HELLO)
-        16  host text (as the sender advertises itself: an IPv4/IPv6 literal or a name)
-        16+h inline only: the payload bytes, exactly the envelope's payload size of them, at
-             most OMC_TCP_MAX_INLINE (64 KiB); a body whose length is not 16 + h (+ size when
-             inline), or an inline size over that bound, is OMC_ERR_MALFORMED
+    5. Other hosts: the remote connector (omc_tcp_create) is Part B of this file, after the core:
+       its own manual (quick start, side channel, TCP data plane, configuration, wire formats),
+       declarations and implementation. It stands on the public API and the companion
+       interface of Part A, like omniconn_shm.h does.
 
 ================================================================================================
 CONFIGURATION
@@ -425,8 +183,6 @@ CONFIGURATION
     OMNICONN_NO_RDMA             undefined   everywhere   no verbs RDMA engine
     OMNICONN_NO_RUNTIME_LINKING  undefined   impl file    link libzmq and libibverbs directly instead
                                                           of dlopen (-lzmq -libverbs; needs zmq.h)
-    OMNICONN_ZMQ_LIBRARY         "libzmq.so.5" impl file  the library dlopen()ed for the side channel
-                                                          (test hook: $OMNICONN_ZMQ_LIB overrides it)
     OMNICONN_ENABLE_CUDA         undefined   everywhere   CUDA device memory pools (cuda_runtime_api.h)
     OMNICONN_MALLOC(sz)/FREE(p)  malloc/free impl file    default host allocator (define both or none)
     OMNICONN_ASSERT(c)           assert(c)   impl file    programmer errors only (never run-time ones)
@@ -436,26 +192,6 @@ CONFIGURATION
     OMNICONN_LOCAL_POOL_SIZE     256 MiB     impl file    same-process connector pool when pool_size
                                                           is 0 (address space; pages come on first
                                                           touch)
-    OMNICONN_TCP_POOL_SIZE       1 GiB       impl file    remote connector pool when pool_size is 0
-                                                          (address space; pages come on first touch)
-    OMNICONN_TCP_WORKERS         2           impl file    sender push threads when workers is 0
-    OMNICONN_TCP_MAX_WAIT_MS     1000        impl file    longest a sender holds a QUERY for an
-                                                          absent key (long poll)
-    OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
-    OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
-                                                          (without blocking) before a worker takes over
-                                                          (a payload written whole: the listener also
-                                                          waits for its receipt; no worker at all)
-    OMNICONN_TCP_INLINE_THRESHOLD 16 KiB     impl file    payloads of at most this many bytes travel
-                                                          inside the metadata too (omc_tcp_desc.
-                                                          inline_threshold, the environment variable
-                                                          below; at most OMC_TCP_MAX_INLINE, 64 KiB)
-    OMNICONN_TCP_IDLE_MS         120000      impl file    a sender closes a TCP data connection idle
-                                                          this long (a receiver re-opens its channel)
-    OMNICONN_TCP_MAX_PUSH_MS     600000      impl file    the longest budget a sender grants a push,
-                                                          whatever the PULL asks for
-    OMNICONN_TCP_STALL_MS        5000        impl file    a push whose receiver takes no byte this
-                                                          long is aborted (its entry unpinned)
     _GNU_SOURCE                  (defined)   impl file    defined by omniconn.h in the file that defines
                                                           OMNICONN_IMPLEMENTATION (the implementation
                                                           needs Linux extensions) and so in force for
@@ -468,13 +204,12 @@ CONFIGURATION
     ---------------------------  ----------  ---------------------------------------------------
     OMNICONN_LOG                 warn        level of the built-in stderr logger: off, error, warn,
                                              info, debug (see ERRORS & LOGGING); read once
-    OMNICONN_TCP_INLINE_THRESHOLD
-                                 16 KiB      a remote sender's inline threshold in bytes when its
-                                             desc leaves it 0 (0 = off; anything but a number up to
-                                             65536 is ignored with a WARN); read at omc_tcp_create
 
     omc_has(OMC_FEATURE_x) says what was compiled in; omc_available(OMC_FEATURE_x, why, n) says
     whether it is usable on this machine now, and if not, why.
+
+    The remote connector's tunables (OMNICONN_TCP_*, OMNICONN_ZMQ_LIBRARY) and its environment
+    variable are in Part B, B3 CONFIGURATION.
 
 ================================================================================================
 OVERRIDES (HOOKS)
@@ -587,7 +322,8 @@ WIRE FORMATS (all integers little-endian)
       The printable form is "omc1." followed by the envelope in unpadded base64url.
       A qualified key is from_stage, 0x1F, to_stage, 0x1F, key (0x1F is not allowed in the parts).
 
-    Transport bodies are documented in each connector's section.
+    Transport bodies: the remote connector's (side channel, TCP data plane, TCP metadata body) in
+    Part B, B4 WIRE FORMATS; the SHM segment in omniconn_shm.h; RDMA records in omniconn_rdma.h.
 
 ================================================================================================
 NON-GOALS (what omniconn does not do)
@@ -642,6 +378,7 @@ LICENSE: see the end of this file (MIT or public domain, your choice).
     #if defined(_FEATURES_H) || defined(__GLIBC__)
         #error "omniconn: a system header was included before omniconn.h in the file that defines OMNICONN_IMPLEMENTATION. Include omniconn.h before any system header in that file, or define _GNU_SOURCE yourself (first line of the file, or -D_GNU_SOURCE)."
         #define OMNICONN_IMPL_INCLUDED 1    /* skip the implementation: this error is the message */
+        #define OMNICONN_REMOTE_IMPL_INCLUDED 1
     #else
         #define _GNU_SOURCE 1
     #endif
@@ -1276,179 +1013,6 @@ typedef struct omc_local_desc {
 
 OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** out);
 
-/* ============================================================================================== */
-/* [SECTION] The remote connector: ZMQ side channel and TCP data plane                           */
-/* ============================================================================================== */
-#if OMC__HAS_ZMQ
-#define OMC_NET_CAP_TCP  0x1u       /* HELLO capabilities and metadata: the TCP data plane */
-#define OMC_NET_CAP_RDMA 0x2u       /* the RDMA data plane (omniconn_rdma.h) */
-#define OMC_NET_CAP_REQUESTS 0x4u   /* the sender takes pull requests on its TCP data connections */
-#define OMC_TCP_HOST_MAX 256        /* host text, terminator included */
-#define OMC_TCP_NAME_MAX 64         /* sender names, terminator included */
-#define OMC_CURVE_KEY_LEN 40        /* a Z85-encoded Curve25519 key, without terminator */
-#define OMC_TCP_MAX_INLINE ((uint64_t)64 << 10)  /* largest inline_threshold (bytes) */
-
-/* CURVE authentication and encryption of the side channel. All NULL = off (the default).
-   Keys are Z85 strings (40 characters) as zmq_curve_keypair() makes them; omc_tcp_curve_keypair()
-   makes a pair, omc_tcp_read_key() reads one from a file. */
-typedef struct omc_tcp_curve {
-    const char* secret_key;             /* sender: its secret key; setting it turns CURVE on for
-                                           the listener. receiver: optional own secret key (a
-                                           fresh pair is made when NULL) */
-    const char* public_key;             /* the public key of secret_key; NULL = derived from it */
-    const char* server_key;             /* receiver: the senders' public key; setting it turns
-                                           CURVE on for outgoing channels (per-sender keys:
-                                           omc_tcp_add_sender_key) */
-    const char* const* allowed_clients; /* sender: receiver public keys allowed in; NULL = any
-                                           receiver that knows our public key */
-    uint32_t allowed_count;
-} omc_tcp_curve;
-
-typedef struct omc_tcp_desc {
-    omc_role role;              /* SENDER: listen; RECEIVER: pull; DUAL (default): both */
-    const char* host;           /* sender: the address it advertises (and binds): NULL =
-                                   "127.0.0.1", "auto" = omc_detect_host(), or a literal/name */
-    const char* bind_host;      /* sender: bind here instead; "*" = every interface; NULL = host */
-    uint16_t port;              /* sender: side-channel port; 0 = ephemeral (omc_tcp_endpoint) */
-    uint16_t data_port;         /* sender: TCP data port; 0 = ephemeral */
-    uint64_t pool_size;         /* 0 = OMNICONN_TCP_POOL_SIZE (1 GiB of address space) */
-    uint64_t alignment;         /* 0 = 4096 */
-    int prefault;               /* touch the pool's pages at creation (no page faults later) */
-    int lock_memory;            /* mlock the pool (see omc_pool_desc) */
-    int64_t default_ttl_ms;     /* 0 = OMNICONN_DEFAULT_TTL_MS, < 0 = no TTL */
-    uint32_t workers;           /* sender push threads; 0 = OMNICONN_TCP_WORKERS (2) */
-    uint32_t max_idle_channels; /* receiver: cached channels per sender; 0 = 8 */
-    int pull_on_side_channel;   /* receiver: 1 = send every PULL on the side channel, as receivers
-                                   before data-connection requests did (slower; see the manual) */
-    uint64_t inline_threshold;  /* sender: payloads of at most this many bytes also travel inside
-                                   the metadata; 0 = $OMNICONN_TCP_INLINE_THRESHOLD if set, else
-                                   OMNICONN_TCP_INLINE_THRESHOLD (16 KiB); at most OMC_TCP_MAX_INLINE */
-    int disable_inline;         /* sender: 1 = no payload travels inside the metadata */
-    int inline_with_curve;      /* sender with CURVE: 1 = inline all the same (the bytes then travel
-                                   wherever your metadata goes, outside CURVE); 0 = no inline */
-    omc_tcp_curve curve;
-    omc_hooks hooks;
-} omc_tcp_desc;
-
-/* What omc_tcp_health reports beyond omc_health. */
-typedef struct omc_tcp_health_info {
-    char host[OMC_TCP_HOST_MAX];    /* advertised host (sender) */
-    uint16_t port, data_port;       /* bound ports (sender; 0 for a receiver) */
-    int curve;                      /* 1 if the listener requires CURVE */
-    uint64_t handshake_failures;    /* ZMTP handshakes that failed on the listener (any reason) */
-    uint64_t auth_failures;         /* of those: wrong/missing CURVE key, ZAP refusals */
-    uint64_t protocol_errors;       /* malformed or out-of-place messages and data hellos received */
-    uint64_t pushes, pushes_failed; /* sender: pushes completed / failed or aborted */
-    uint64_t pushes_in_flight;      /* sender: now */
-    uint64_t pending_queries;       /* sender: QUERYs held for an absent key, now */
-    uint64_t data_connections;      /* sender: registered TCP data connections, now */
-    uint32_t peers;                 /* receiver: senders known (registered or from metadata) */
-    uint64_t inline_threshold;      /* sender: the resolved threshold (0 = no inline) */
-} omc_tcp_health_info;
-
-/* One sender as a receiver sees it. */
-typedef struct omc_tcp_peer_info {
-    char name[OMC_TCP_NAME_MAX];    /* the registered name, or "host:port" if learned from metadata */
-    char host[OMC_TCP_HOST_MAX];
-    uint16_t port;
-    int registered;
-    uint64_t incarnation;           /* last seen; 0 = never answered */
-    uint64_t requests, failures, timeouts, auth_failures, restarts;
-    uint64_t bytes;                 /* payload bytes pulled from it */
-    uint32_t idle_channels;
-    omc_time_ns last_ok_ns;         /* omc_now_ns() of the last success, 0 = never */
-    omc_result last_error;
-    char last_error_text[160];
-} omc_tcp_peer_info;
-
-/* What omc_tcp_query found. */
-typedef struct omc_tcp_found {
-    uint64_t size;                  /* payload bytes */
-    uint32_t flags;                 /* OMC_BUFFER_FRAME if it is a frame */
-    uint32_t readers_left;
-    uint64_t incarnation;           /* of the sender that has it */
-    char sender[OMC_TCP_NAME_MAX];  /* its name */
-} omc_tcp_found;
-
-/* Create a remote connector. A sender (or dual) binds its side channel and data port at once:
-   OMC_ERR_CONNECTION if a port is taken (the log names it). Returns OMC_ERR_INVALID_ARG for a
-   bad key or host, OMC_ERR_UNAVAILABLE if CURVE is asked for and libzmq lacks it.
-   Thread safety: the connector is thread-safe (see omc_conn_*). */
-OMNICONN_API omc_result omc_tcp_create(const omc_tcp_desc* desc, omc_conn** out);
-
-/* The sender's advertised host and bound ports (any pointer may be NULL). OMC_ERR_WRONG_ROLE for
-   a receiver-only connector, OMC_ERR_INVALID_ARG if conn is not a remote connector. */
-OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* conn, char* host, size_t host_size, uint16_t* port, uint16_t* data_port);
-
-/* Receiver: register a sender for metadata-less gets under a unique name (1..63 bytes).
-   OMC_ERR_EXISTS if the name is taken. Safe from any thread, also while gets run. */
-OMNICONN_API omc_result omc_tcp_add_sender(omc_conn* conn, const char* name, const char* host, uint16_t port);
-/* The same with that sender's own CURVE public key (Z85), overriding curve.server_key. */
-OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* conn, const char* name, const char* host, uint16_t port,
-                                               const char* server_key);
-/* Forget a sender: cached channels close; gets already talking to it finish. OMC_ERR_NOT_FOUND. */
-OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* conn, const char* name);
-
-/* A metadata-less get from one registered sender (omc_conn_get(meta = NULL) asks them all). */
-OMNICONN_API omc_result omc_tcp_get_from(omc_conn* conn, const char* sender, const char* from_stage, const char* to_stage,
-                                         const char* key, omc_time_ns deadline, omc_buffer* out);
-/* Does a sender have this key now? Asks the named sender (or every registered one, sender =
-   NULL) once and consumes nothing. OMC_OK and *out, OMC_ERR_NOT_FOUND, or - if no sender
-   answered by the deadline - OMC_ERR_TIMEOUT / OMC_ERR_CONNECTION / OMC_ERR_AUTH. */
-OMNICONN_API omc_result omc_tcp_query(omc_conn* conn, const char* sender, const char* from_stage, const char* to_stage,
-                                      const char* key, omc_time_ns deadline, omc_tcp_found* out);
-
-OMNICONN_API omc_result omc_tcp_health(omc_conn* conn, omc_tcp_health_info* out);
-/* Senders this receiver knows, indexed 0..count-1 (in the order it learned them). */
-OMNICONN_API uint32_t   omc_tcp_peer_count(omc_conn* conn);
-OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* conn, uint32_t index, omc_tcp_peer_info* out);
-
-/* CURVE keys: a fresh pair (Z85, 41 bytes each with the terminator), and one key read from a
-   file that holds just the 40 Z85 characters (surrounding whitespace is ignored). */
-OMNICONN_API omc_result omc_tcp_curve_keypair(char public_key[OMC_CURVE_KEY_LEN + 1], char secret_key[OMC_CURVE_KEY_LEN + 1]);
-OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KEY_LEN + 1]);
-
-/* Split "host:port" or "[v6-literal]:port" into host (brackets removed) and port (1..65535). */
-OMNICONN_API omc_result omc_tcp_parse_endpoint(const char* text, char* host, size_t host_size, uint16_t* port);
-
-/* ---- helpers vLLM-Omni's orchestration uses --------------------------------------------------- */
-
-/* vLLM-Omni's port-offset scheme:
-       worker:       base + purpose + from_stage + dp_index * tp_size + tp_rank
-       orchestrator: base + 200 + from_stage
-   e.g. base 50051, KV transfer, stage 0, DP 2 x TP 2: 50151, 50152, 50153, 50154; the
-   orchestrator 50251. A worker's offset inside its purpose (from_stage + dp_index * tp_size +
-   tp_rank) must stay below 100, the width of a purpose's range. */
-typedef enum omc_port_purpose {
-    OMC_PORT_REQUEST_FORWARDING = 0,
-    OMC_PORT_KV_TRANSFER = 100
-} omc_port_purpose;
-
-typedef struct omc_port_spec {
-    int base;                   /* 0 = 50051 (vLLM-Omni's zmq_port default) */
-    omc_port_purpose purpose;
-    int from_stage;             /* >= 0 */
-    int dp_index;               /* >= 0 */
-    int tp_size;                /* 0 = 1 */
-    int tp_rank;                /* 0 .. tp_size - 1 */
-    int orchestrator;           /* 1: the orchestrator's port (purpose, DP and TP do not apply) */
-} omc_port_spec;
-
-/* One port. OMC_ERR_INVALID_ARG (logged to the default hooks) for a negative field, tp_rank
-   outside the TP size, an unknown purpose, an offset that spills into the next purpose's
-   range, or a result outside 1..65535. */
-OMNICONN_API omc_result omc_port_compute(const omc_port_spec* spec, uint16_t* out_port);
-/* Every spec's port (ports_out, optional, count entries) and the first collision: OMC_ERR_EXISTS
-   with *clash_a < *clash_b the indices of two specs that land on the same port (logged). */
-OMNICONN_API omc_result omc_port_check(const omc_port_spec* specs, uint32_t count, uint16_t* ports_out,
-                                       uint32_t* clash_a, uint32_t* clash_b);
-
-/* The address other hosts should use to reach this one ("auto"): the source address of the
-   default route (a UDP connect() to a public address, which sends no packet), else the first
-   non-loopback address of the host name, else loopback. family: 0 = IPv4 then IPv6, 4, or 6.
-   how (optional) receives "route", "hostname" or "loopback". */
-OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, const char** how);
-#endif
 
 #ifdef __cplusplus
 } /* extern "C" */
@@ -1456,6 +1020,7 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
 
 /* -------------------------------- stop here if you only need the API ------------------------- */
 #endif /* OMNICONN_H_INCLUDED */
+
 
 /* ============================================================================================== */
 /*                                                                                                */
@@ -1467,6 +1032,7 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
 #if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_IMPL_INCLUDED) && !defined(_GNU_SOURCE)
     #error "omniconn: OMNICONN_IMPLEMENTATION was defined after omniconn.h (or a companion) was already included in this file. Define OMNICONN_IMPLEMENTATION before the first omniconn include and before any system header, or define _GNU_SOURCE yourself (first line of the file, or -D_GNU_SOURCE)."
     #define OMNICONN_IMPL_INCLUDED 1        /* skip the implementation: this error is the message */
+    #define OMNICONN_REMOTE_IMPL_INCLUDED 1
 #endif
 #if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_IMPL_INCLUDED)
 #define OMNICONN_IMPL_INCLUDED
@@ -1513,9 +1079,6 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
 #endif
 #ifndef OMNICONN_LOCAL_POOL_SIZE
     #define OMNICONN_LOCAL_POOL_SIZE ((uint64_t)256 << 20)
-#endif
-#ifndef OMNICONN_ZMQ_LIBRARY
-    #define OMNICONN_ZMQ_LIBRARY "libzmq.so.5"
 #endif
 
 /* every private function is static and may go unused in some feature combination (the rule:
@@ -4414,7 +3977,615 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     return OMC_OK;
 }
 
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: features                                                            */
+/* ============================================================================================== */
+
+OMNICONN_API int omc_has(omc_feature f) {
+    switch (f) {
+        case OMC_FEATURE_LOCAL: return 1;
+        case OMC_FEATURE_SHM: return OMC__HAS_SHM;
+        case OMC_FEATURE_ZMQ: return OMC__HAS_ZMQ;
+        case OMC_FEATURE_RDMA: return OMC__HAS_RDMA;
+        case OMC_FEATURE_CUDA: return OMC__HAS_CUDA;
+        default: return 0;
+    }
+}
+
+OMC__PRIVATE omc_result omc__unavailable(char* why, size_t n, const char* text) {
+    if (why && n) snprintf(why, n, "%s", text);
+    return OMC_ERR_UNAVAILABLE;
+}
+
+OMNICONN_API omc_result omc_available(omc_feature f, char* why, size_t n) {
+    if (why && n) why[0] = '\0';
+    if (!omc_has(f)) return omc__unavailable(why, n, "not compiled in (see the OMNICONN_NO_* / OMNICONN_ENABLE_* macros)");
+    switch (f) {
+        case OMC_FEATURE_ZMQ:
+        case OMC_FEATURE_SHM:
+        case OMC_FEATURE_RDMA:
+            /* the part or companion that implements it knows its own rules (library, directory,
+               device): Part B of this file registers the ZMQ probe, the companions theirs */
+            if (!omc__probes[f]) return omc__unavailable(why, n, f == OMC_FEATURE_SHM
+                                                         ? "omniconn_shm.h is not part of this program (include it in the implementation file)"
+                                                         : f == OMC_FEATURE_RDMA
+                                                         ? "omniconn_rdma.h is not part of this program (include it in the implementation file)"
+                                                         : "the remote connector (Part B of omniconn.h) is not part of this program");
+            return omc__probes[f](why, n);
+        case OMC_FEATURE_CUDA: {
+#if OMC__HAS_CUDA
+            int count = 0;
+            if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return omc__unavailable(why, n, "no CUDA device or driver");
+#endif
+            return OMC_OK;
+        }
+        default:
+            return OMC_OK;
+    }
+}
+
+#endif /* OMNICONN_IMPLEMENTATION */
+/* ########################################################################################## */
+/* ##  END OF PART A                                                                         ## */
+/* ########################################################################################## */
+
+/*
+################################################################################################
+##  PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE                           ##
+##  its own manual, declarations and implementation; it uses Part A only through the public   ##
+##  API and the companion interface (checked like a companion by tests/check_companions.sh)   ##
+################################################################################################
+
+    Compiled unless OMNICONN_NO_ZMQ. Nothing to link: libzmq.so.5 is loaded at run time, the
+    first time a remote connector is made (OMNICONN_NO_RUNTIME_LINKING: link -lzmq instead).
+
+    PART B CONTENTS: B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |
+    B3 CONFIGURATION | B4 WIRE FORMATS | then its declarations and its implementation
+
+================================================================================================
+B1 QUICK START
+================================================================================================
+
+    A sender process (the stage that produces) and a receiver process (the stage that consumes):
+
+        // sender
+        omc_tcp_desc sd = {0};                     // C++: omc_tcp_desc sd = {};
+        sd.role = OMC_ROLE_SENDER;
+        sd.host = "auto";                          // the address receivers reach; NULL = 127.0.0.1
+        sd.port = 5555;                            // side channel; 0 = ephemeral (omc_tcp_endpoint)
+        omc_conn* tx = NULL;
+        omc_result r = omc_tcp_create(&sd, &tx);   // OMC_ERR_UNAVAILABLE: no libzmq (the log says why)
+        omc_payload p = {0};
+        p.data = kv_cache; p.size = nbytes;
+        omc_meta meta = {0};
+        r = omc_conn_put(tx, "prefill", "decode", "req-7", &p, &meta);
+        // forward meta.data / meta.size to the receiver through your control plane
+
+        // receiver
+        omc_tcp_desc rd = {0};
+        rd.role = OMC_ROLE_RECEIVER;
+        omc_conn* rx = NULL;
+        r = omc_tcp_create(&rd, &rx);
+        omc_buffer buf = {0};
+        r = omc_conn_get(rx, "prefill", "decode", "req-7", meta_bytes, meta_size,
+                         omc_deadline_after_ms(5000), &buf);
+        use(buf.data, buf.size);
+        omc_buffer_release(&buf);
+
+    Without metadata: omc_tcp_add_sender(rx, "prefill-0", host, 5555) once, then get with
+    meta = NULL. Everything else (fan-out, TTL, cleanup, health, batches) is Part A's contract.
+
+================================================================================================
+B2 THE SIDE CHANNEL AND THE TCP DATA PLANE
+================================================================================================
+
+    The remote connector (omc_tcp_create): ZMQ side channel + TCP data plane
+       Stages on different hosts. A sender runs a listener on a ZMQ ROUTER socket (the side
+       channel) and a TCP data port; put() copies the payload into the sender's pool (or takes a
+       buffer from omc_conn_alloc) and returns metadata naming the sender's host, port and
+       incarnation. A receiver's get() allocates a destination in its own pool, asks the sender
+       for the entry with a request on its TCP data connection (from the calling thread: no
+       libzmq thread and no side-channel message per get), reads the bytes straight into that
+       destination, and returns once every byte is in place and the sender has recorded the
+       read (the TCP trailer says so; other data planes PULL on the side channel and wait for
+       DONE).
+
+           sender (omc_tcp_create, role SENDER)         receiver (omc_tcp_create, role RECEIVER)
+           put(key) -> pool, metadata  ---- your control plane ---->  get(key, metadata)
+                                       <--- HELLO (once per channel) ---
+                                       ---- HELLO: incarnation, TCP data port, ticket ---->
+                                       <=== TCP: connect, data hello (ticket), once per channel
+                                       <=== TCP: request (entry, capacity) ====  calling thread
+             listener (worker if big)  ==== TCP: header + payload ====>  recv() into pool buffer
+                                       <=== TCP: receipt ==============  every byte is in place
+             record the read           ==== TCP: trailer ============>  return the buffer
+
+       - Small payloads ride inside the metadata: a put of at most inline_threshold bytes
+         (16 KiB by default, at most OMC_TCP_MAX_INLINE; $OMNICONN_TCP_INLINE_THRESHOLD when the
+         desc leaves it 0; 0 or disable_inline = off) copies them into the metadata as well. A
+         get with that metadata takes the bytes from it and sends one 48-byte CLAIM on its data
+         connection, which records the read: one round trip, no payload on the wire. The sender
+         keeps its pool copy and the entry as for any put, so everything else is unchanged:
+         metadata-less gets, exists and list find it, fan-out counts every reader, a get after
+         cleanup, TTL or the last reader is OMC_ERR_NOT_FOUND although the bytes are in hand, and
+         wait_consumed waits for the claims. Such a payload is only as confidential as your
+         metadata's path: a sender with CURVE inlines nothing unless inline_with_curve is set.
+
+       - Without metadata: register senders (omc_tcp_add_sender(conn, "thinker", host, port), as
+         many as you like) and call get(meta = NULL). The receiver asks every registered sender
+         (QUERY; a sender holds the query until the key appears or a second passes, so there is
+         no busy polling) and pulls from the first that has it. omc_tcp_get_from() asks one named
+         sender; omc_tcp_query() only asks ("exists?") and returns the size. With no sender
+         registered at all, a metadata-less get fails at once with OMC_ERR_NOT_FOUND.
+       - Fan-out: payload.readers = N lets N gets (from any receivers) pull the same put; the
+         entry is dropped after the N-th successful pull. A failed pull does not use up a reader.
+       - TTL: an unconsumed put is reclaimed after its TTL, but never while a push is reading it
+         (each push pins its entry; the last unpin frees the range).
+       - Deadlines: every blocking step of a get (connect, HELLO, QUERY, PULL, every read) is
+         bounded by the get's deadline; the sender bounds a push by the budget in the PULL (and
+         by vLLM-Omni's rule, 30 s + 5 s per 100 MiB, when the receiver waits forever; the
+         receiver applies the same rule to its own wait then), never longer than
+         OMNICONN_TCP_MAX_PUSH_MS, and aborts a push whose receiver takes no byte for
+         OMNICONN_TCP_STALL_MS. A sender runs one push at a time per side-channel session (a
+         channel has at most one transfer in flight), so no receiver holds more than one push
+         worker; an ABORT drops a push still waiting for a worker at once. When a get fails at its deadline,
+         the code says why: OMC_ERR_TIMEOUT (the senders answered, the key never came, or the
+         push did not finish), OMC_ERR_CONNECTION (no sender ever answered, or a connection
+         broke: a get whose transfer broke - the sender died - says so at once, not at its
+         deadline), OMC_ERR_AUTH (the CURVE handshake failed; without CURVE a handshake that
+         fails is a connection error).
+       - Restarts: every message carries its author's incarnation (omc_incarnation()). Metadata
+         from a sender process that has since restarted gets OMC_ERR_PEER_RESTARTED; cached
+         connections to the old process are dropped; new puts work at once.
+       - health(): the generic counters, plus omc_tcp_health() (handshake and auth failures,
+         garbage received, pushes in flight) and omc_tcp_peer_health() per sender (the last
+         error, timeouts, restarts, auth failures).
+       - Who may talk to a sender: optional CURVE (libzmq's Curve25519 authentication and
+         encryption of the side channel), off by default. Give the sender a keypair
+         (curve.secret_key) and the receivers its public key (curve.server_key); a receiver
+         without it is refused and the sender counts it (omc_tcp_health().auth_failures). The
+         receiver's get fails at its deadline with OMC_ERR_AUTH if it has CURVE configured (a
+         wrong key), with OMC_ERR_CONNECTION if not (it cannot tell a CURVE sender that hangs up
+         on it from a dying one; its log says which key would help). curve.allowed_clients
+         restricts senders to known receiver keys (a ZAP handler). The TCP data port admits only connections that
+         show a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on),
+         and a connection serves only PULLs of the session that got the ticket; anything else
+         is closed at its first bytes and never counts against a limit. A request on a data
+         connection is served for the session that registered it, exactly as a PULL from that
+         session would be; it names the entry by id (no key travels on the data connection). The
+         TCP data plane is not encrypted: CURVE decides who may ask for data, not who can read a
+         wire. Use a private network or IPsec for that (or pull_on_side_channel, which keeps
+         requests inside CURVE - the payload still is not).
+       - Helpers from vLLM-Omni's orchestration: omc_port_compute() (the port-offset scheme),
+         omc_port_check() (collisions in a set of edges), omc_detect_host() ("auto").
+
+       The data plane is pluggable: the side channel, entries, fan-out, TTL and deadlines are
+       shared; a data plane only moves bytes (see "[SECTION] Implementation: the data-plane
+       interface"). The TCP data plane is built in; omniconn_rdma.h adds an RDMA one.
+
+    Its tunables are in B3 CONFIGURATION, its messages in B4 WIRE FORMATS.
+
+================================================================================================
+B3 CONFIGURATION
+================================================================================================
+
+    macro                        default     where        meaning
+    ---------------------------  ----------  -----------  ----------------------------------------
+    OMNICONN_ZMQ_LIBRARY         "libzmq.so.5" impl file  the library dlopen()ed for the side channel
+                                                          (test hook: $OMNICONN_ZMQ_LIB overrides it)
+    OMNICONN_TCP_POOL_SIZE       1 GiB       impl file    remote connector pool when pool_size is 0
+                                                          (address space; pages come on first touch)
+    OMNICONN_TCP_WORKERS         2           impl file    sender push threads when workers is 0
+    OMNICONN_TCP_MAX_WAIT_MS     1000        impl file    longest a sender holds a QUERY for an
+                                                          absent key (long poll)
+    OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
+    OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
+                                                          (without blocking) before a worker takes over
+                                                          (a payload written whole: the listener also
+                                                          waits for its receipt; no worker at all)
+    OMNICONN_TCP_INLINE_THRESHOLD 16 KiB     impl file    payloads of at most this many bytes travel
+                                                          inside the metadata too (omc_tcp_desc.
+                                                          inline_threshold, the environment variable
+                                                          below; at most OMC_TCP_MAX_INLINE, 64 KiB)
+    OMNICONN_TCP_IDLE_MS         120000      impl file    a sender closes a TCP data connection idle
+                                                          this long (a receiver re-opens its channel)
+    OMNICONN_TCP_MAX_PUSH_MS     600000      impl file    the longest budget a sender grants a push,
+                                                          whatever the PULL asks for
+    OMNICONN_TCP_STALL_MS        5000        impl file    a push whose receiver takes no byte this
+                                                          long is aborted (its entry unpinned)
+
+    environment variable         default     meaning
+    ---------------------------  ----------  ---------------------------------------------------
+    OMNICONN_TCP_INLINE_THRESHOLD
+                                 16 KiB      a remote sender's inline threshold in bytes when its
+                                             desc leaves it 0 (0 = off; anything but a number up to
+                                             65536 is ignored with a WARN); read at omc_tcp_create
+
+================================================================================================
+B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them with examples)
+================================================================================================
+
+    Side channel (ZMQ), protocol version 1. A receiver's DEALER socket talks to a sender's
+    ROUTER socket. Every message is one ZMQ frame: a 32-byte header and a body whose layout
+    depends on the type. Replies echo the request's transfer id and sequence number; a receiver
+    drops replies that match neither (late answers to an abandoned request).
+      header, 32 bytes:
+        0   u32  magic 0x5A434D4F ("OMCZ")
+        4   u8   protocol version (1)
+        5   u8   type: 1 HELLO, 2 QUERY, 3 QUERY_REPLY, 4 NOT_FOUND, 5 PULL, 6 DONE, 7 ERROR, 8 ABORT,
+                 9 LIST, 10 LIST_REPLY
+        6   u16  flags (0)
+        8   u64  transfer id (chosen by the receiver, unique per get; 0 only in an ERROR that
+                 answers a message too broken to name one)
+        16  u64  incarnation of the message's author (random per process start, never 0)
+        24  u32  sequence number of the request on its channel: per channel, the first request
+                 (the HELLO) is 1, +1 per request, after 0xFFFFFFFF it wraps to 1 (never 0); a
+                 sender echoes it and checks nothing about it
+        28  u32  body length (the frame is exactly 32 + body length bytes, at most 8192)
+      HELLO body (receiver -> sender; the sender answers with its own HELLO), 8 + records.
+      A receiver's HELLO (sequence 1, the QUERY of a metadata-less get pipelined right behind
+      it) has capability bit 0 set, no type-1 record, and a type-2 record only with an RDMA
+      plane:
+        0   u32  capabilities: bit 0 TCP data plane, bit 1 RDMA data plane, bit 2 (sender) it
+                 takes requests on its TCP data connections (below); a peer ignores bits it
+                 does not know
+        4   u16  endpoint record count (<= 32)
+        6   u16  reserved (0)
+        8   records, back to back, filling the body exactly: u16 type, u16 value length, value
+            type 1, TCP data endpoint (sender only): u16 port (non-zero), u16 reserved (0),
+                    host text (0..255 bytes, no NUL; empty = the host the side channel reached)
+            type 2, RDMA endpoint: defined by omniconn_rdma.h
+            type 0x100, data-connection ticket (sender only, in every answer to a HELLO): 16
+                    random bytes, one ticket per side-channel session (ZMQ routing id), the
+                    same on a repeated HELLO; the session's TCP data connections must show it
+            a record type below 0x100 is a data plane's kind; any type a peer does not know is
+            skipped: a new transport adds a record type, not a protocol version
+      QUERY body (receiver -> sender), 8 + key length bytes:
+        0   u32  wait in ms (hold the query while the key is absent, at most this long and at
+                 most OMNICONN_TCP_MAX_WAIT_MS; 0 = answer now). A sender holds at most 1024
+                 queries at once; a further one gets NOT_FOUND at once whatever its wait
+        4   u16  key length (1..255)
+        6   u16  reserved (0)
+        8   the qualified key
+      QUERY_REPLY body (sender -> receiver), 24 bytes:
+        0   u64  entry id
+        8   u64  payload size in bytes
+        16  u32  payload flags: bit 0 the payload is a frame
+        20  u32  readers left
+      NOT_FOUND: empty body (the key has no live entry, or the held query expired)
+      PULL body (receiver -> sender), 36 + key length + descriptor length bytes:
+        0   u64  entry id (0 = whatever entry the key has now)
+        8   u64  expected sender incarnation (0 = any)
+        16  u64  destination capacity in bytes (a larger payload is refused: OMC_ERR_TOO_LARGE)
+        24  u32  time budget in ms (the sender abandons the push after it; 0 = vLLM-Omni's rule;
+                 a sender grants at most OMNICONN_TCP_MAX_PUSH_MS whatever is asked)
+        28  u16  key length (1..255)
+        30  u8   data plane kind: 1 TCP, 2 RDMA
+        31  u8   reserved (0)
+        32  u16  descriptor length (0..1024)
+        34  u16  reserved (0)
+        36  the qualified key, then the data plane's descriptor (TCP: u64 connection token)
+      DONE body (sender -> receiver, only once the data plane has moved every byte and the
+        read is recorded; not sent after a TCP push, whose trailer says the same), 8 bytes:
+        0   u64  bytes moved (= the payload size)
+      ERROR body (sender -> receiver; a sender answers an ERROR it receives with ERROR
+        OMC_ERR_PROTOCOL and counts it in protocol_errors), 16 + text length bytes:
+        0   i32  omc_result code (negative)
+        4   u16  text length (0..255)
+        6   u16  reserved (0)
+        8   u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
+        16  text (not NUL-terminated)
+        A sender answers a PULL with OMC_ERR_NOT_FOUND, OMC_ERR_STALE, OMC_ERR_TOO_LARGE,
+        OMC_ERR_PEER_RESTARTED or OMC_ERR_UNAVAILABLE only before it has moved any byte; before
+        any byte moves a PULL may also get OMC_ERR_NO_MEMORY (the sender's) or a validation
+        ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION, OMC_ERR_PROTOCOL). When a push fails (its
+        data connection broke or is not this session's, the budget or the stall timeout
+        passed) the sender answers ERROR with the push's code (OMC_ERR_CONNECTION,
+        OMC_ERR_TIMEOUT, ...), and the read is not used up.
+        A replayed PULL (same key, another transfer id) is served again and uses another
+        reader: inside an authenticated session that is the receiver asking twice; with CURVE
+        nobody else can replay one (messages are encrypted and ordered).
+      ABORT: empty body (the receiver gave up this transfer id: a held query is dropped without
+        an answer, a push in progress stops at its next chunk)
+      LIST body (receiver -> sender; omc_conn_list), 8 bytes:
+        0   u32  cursor: how many of the sender's listable keys to skip (0 = from the start;
+                 else the cursor of the previous LIST_REPLY)
+        4   u32  reserved (0)
+      LIST_REPLY body (sender -> receiver), 8 + records bytes (at most 8152):
+        0   u32  next cursor (0 = this is the last page; else send LIST with it for more)
+        4   u16  key count
+        6   u16  reserved (0)
+        8   key records, back to back, filling the body exactly: u16 key length (1..255),
+            the qualified key. The keys are those a PULL could take now (a read still
+            available), newest first; keys that come or go between two pages may be missed
+            or listed twice.
+        A sender of protocol version 1 that predates LIST answers it with ERROR
+        (OMC_ERR_PROTOCOL, "unknown type"): the receiver reports OMC_ERR_UNAVAILABLE.
+      omc_conn_exists asks with a QUERY whose wait is 0 (QUERY_REPLY = live, NOT_FOUND = not).
+      Reserved fields must be zero and lengths must add up exactly. A sender answers anything
+      else with ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION or OMC_ERR_PROTOCOL) and carries on.
+
+    TCP data plane: a receiver opens one connection per channel to the port in the sender's
+    type-1 record; at most one transfer is in flight on a connection.
+      hello, receiver -> sender, version 2, 40 bytes:
+        0   u32  magic 0x54434D4F ("OMCT")
+        4   u16  version (2)
+        6   u16  reserved (0)
+        8   u64  token (random, non-zero; PULL descriptors name the connection by it)
+        16  u64  receiver incarnation
+        24  u8[16] the ticket from the sender's answer to this channel's HELLO (record 0x100)
+      ack, sender -> receiver, 8 bytes: 0 u32 magic 0x41434D4F ("OMCA"), 4 i32 status (0 = OK,
+        else an omc_result: the connection is closed after it). A hello that is not version 2
+        gets OMC_ERR_MALFORMED or OMC_ERR_VERSION (a version-1 hello, 24 bytes without the
+        ticket, is what a receiver of the first release sends; it still sends it to a sender
+        whose HELLO carries no ticket); a ticket the sender did not hand out gets no ack at
+        all: the connection is closed. A ticket registers at most 16 connections (then
+        OMC_ERR_BUSY), a token at most once per ticket (then OMC_ERR_EXISTS).
+      A sender keeps at most 64 connections waiting for their hello (a new one closes the
+      oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS,
+      and serves a PULL only on a connection registered with the ticket of the PULL's own
+      side-channel session (otherwise: ERROR OMC_ERR_CONNECTION, nothing written).
+      request, receiver -> sender, 48 bytes, on an idle connection of a sender whose HELLO has
+      capability bit 2 (receivers send PULL on the side channel to other senders, and when
+      omc_tcp_desc.pull_on_side_channel is set); the sender serves it for the session the
+      connection was registered to, with the checks of a PULL:
+        0   u32  magic 0x50434D4F ("OMCP")
+        4   u8   op: 1 PULL (send the entry's bytes), 2 CLAIM (the receiver has the bytes from
+                 inline metadata: record the read, send none)
+        5   u8   reserved (0)
+        6   u16  reserved (0)
+        8   u64  transfer id (echoed in the header or status record)
+        16  u64  entry id (from the metadata or a QUERY_REPLY; never 0)
+        24  u64  expected sender incarnation (0 = any)
+        32  u64  PULL: destination capacity; CLAIM: the payload size the metadata announced
+                 (a different size than the entry's is OMC_ERR_PROTOCOL)
+        40  u32  time budget in ms, as in PULL
+        44  u32  reserved (0)
+      Anything else - a wrong magic (seen after 4 bytes), op or reserved field, entry id 0, a
+      request not complete within 5 s - closes the connection (counted in protocol_errors).
+      The sender answers a PULL request with the header and payload below, a CLAIM or any
+      refusal with a status record, 24 bytes (what the receiver reads in place of a header;
+      nothing else follows it and the connection stays usable):
+        0   u32  magic 0x53434D4F ("OMCS")
+        4   i32  0 = the CLAIM is recorded; else the omc_result of the refusal (OMC_ERR_NOT_FOUND,
+                 OMC_ERR_TOO_LARGE, OMC_ERR_PEER_RESTARTED, OMC_ERR_PROTOCOL, OMC_ERR_NO_MEMORY):
+                 nothing moved, no read was used
+        8   u64  transfer id
+        16  u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
+      A request names no key, so an older put of the key is OMC_ERR_NOT_FOUND here (the side
+      channel's PULL can say OMC_ERR_STALE). A request whose receiver gives up is abandoned by
+      closing the connection (no ABORT); the push then fails and gives the read back.
+      per transfer, sender -> receiver: a 24-byte header and exactly size payload bytes; then
+      receiver -> sender an 8-byte receipt; then sender -> receiver an 8-byte trailer:
+        header:
+        0   u32  magic 0x44434D4F ("OMCD")
+        4   u32  reserved (0)
+        8   u64  transfer id
+        16  u64  payload size
+        receipt (sent by the receiver once every payload byte is in its destination buffer;
+        only on a connection opened with a version-2 hello):
+        0   u32  magic 0x52434D4F ("OMCR")
+        4   u32  reserved (0)
+        trailer (written only after the receipt came and the sender recorded the read - the
+        entry's reader is used up, a last reader's entry is gone - so it tells the receiver
+        what DONE would). A receiver that dies before its receipt uses up nothing: the push
+        fails (EOF, or OMNICONN_TCP_STALL_MS without the receipt) and the reader is given back.
+        0   u32  magic 0x45434D4F ("OMCE")
+        4   u32  reserved (0)
+      The receiver checks the header (transfer id; size equal to what the metadata or the
+      QUERY_REPLY announced and no larger than its destination) before it reads any payload,
+      never reads more than that into the destination, and completes the get on a valid
+      trailer (the sender sends no DONE for a TCP push; one that arrives anyway is checked). A
+      connection on which anything went wrong is closed by both sides, never reused.
+
+    TCP metadata body (the envelope's transport OMC_TRANSPORT_TCP), 16 + host length bytes,
+    plus the payload size when inline (envelope flag bit 0):
+        0   u64  entry id (never 0; (generation << 32) | slot of the sender's entry table, and
+                 the generation grows with every put of that connector)
+        8   u16  side-channel port
+        10  u16  host length (1..255)
+        12  u32  data-plane capabilities (as in HELLO)
+        16  host text (as the sender advertises itself: an IPv4/IPv6 literal or a name)
+        16+h inline only: the payload bytes, exactly the envelope's payload size of them, at
+             most OMC_TCP_MAX_INLINE (64 KiB); a body whose length is not 16 + h (+ size when
+             inline), or an inline size over that bound, is OMC_ERR_MALFORMED
+*/
+
+#if !defined(OMNICONN_REMOTE_H_INCLUDED)
+#define OMNICONN_REMOTE_H_INCLUDED
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ============================================================================================== */
+/* [SECTION] The remote connector: ZMQ side channel and TCP data plane                           */
+/* ============================================================================================== */
 #if OMC__HAS_ZMQ
+#define OMC_NET_CAP_TCP  0x1u       /* HELLO capabilities and metadata: the TCP data plane */
+#define OMC_NET_CAP_RDMA 0x2u       /* the RDMA data plane (omniconn_rdma.h) */
+#define OMC_NET_CAP_REQUESTS 0x4u   /* the sender takes pull requests on its TCP data connections */
+#define OMC_TCP_HOST_MAX 256        /* host text, terminator included */
+#define OMC_TCP_NAME_MAX 64         /* sender names, terminator included */
+#define OMC_CURVE_KEY_LEN 40        /* a Z85-encoded Curve25519 key, without terminator */
+#define OMC_TCP_MAX_INLINE ((uint64_t)64 << 10)  /* largest inline_threshold (bytes) */
+
+/* CURVE authentication and encryption of the side channel. All NULL = off (the default).
+   Keys are Z85 strings (40 characters) as zmq_curve_keypair() makes them; omc_tcp_curve_keypair()
+   makes a pair, omc_tcp_read_key() reads one from a file. */
+typedef struct omc_tcp_curve {
+    const char* secret_key;             /* sender: its secret key; setting it turns CURVE on for
+                                           the listener. receiver: optional own secret key (a
+                                           fresh pair is made when NULL) */
+    const char* public_key;             /* the public key of secret_key; NULL = derived from it */
+    const char* server_key;             /* receiver: the senders' public key; setting it turns
+                                           CURVE on for outgoing channels (per-sender keys:
+                                           omc_tcp_add_sender_key) */
+    const char* const* allowed_clients; /* sender: receiver public keys allowed in; NULL = any
+                                           receiver that knows our public key */
+    uint32_t allowed_count;
+} omc_tcp_curve;
+
+typedef struct omc_tcp_desc {
+    omc_role role;              /* SENDER: listen; RECEIVER: pull; DUAL (default): both */
+    const char* host;           /* sender: the address it advertises (and binds): NULL =
+                                   "127.0.0.1", "auto" = omc_detect_host(), or a literal/name */
+    const char* bind_host;      /* sender: bind here instead; "*" = every interface; NULL = host */
+    uint16_t port;              /* sender: side-channel port; 0 = ephemeral (omc_tcp_endpoint) */
+    uint16_t data_port;         /* sender: TCP data port; 0 = ephemeral */
+    uint64_t pool_size;         /* 0 = OMNICONN_TCP_POOL_SIZE (1 GiB of address space) */
+    uint64_t alignment;         /* 0 = 4096 */
+    int prefault;               /* touch the pool's pages at creation (no page faults later) */
+    int lock_memory;            /* mlock the pool (see omc_pool_desc) */
+    int64_t default_ttl_ms;     /* 0 = OMNICONN_DEFAULT_TTL_MS, < 0 = no TTL */
+    uint32_t workers;           /* sender push threads; 0 = OMNICONN_TCP_WORKERS (2) */
+    uint32_t max_idle_channels; /* receiver: cached channels per sender; 0 = 8 */
+    int pull_on_side_channel;   /* receiver: 1 = send every PULL on the side channel, as receivers
+                                   before data-connection requests did (slower; see the manual) */
+    uint64_t inline_threshold;  /* sender: payloads of at most this many bytes also travel inside
+                                   the metadata; 0 = $OMNICONN_TCP_INLINE_THRESHOLD if set, else
+                                   OMNICONN_TCP_INLINE_THRESHOLD (16 KiB); at most OMC_TCP_MAX_INLINE */
+    int disable_inline;         /* sender: 1 = no payload travels inside the metadata */
+    int inline_with_curve;      /* sender with CURVE: 1 = inline all the same (the bytes then travel
+                                   wherever your metadata goes, outside CURVE); 0 = no inline */
+    omc_tcp_curve curve;
+    omc_hooks hooks;
+} omc_tcp_desc;
+
+/* What omc_tcp_health reports beyond omc_health. */
+typedef struct omc_tcp_health_info {
+    char host[OMC_TCP_HOST_MAX];    /* advertised host (sender) */
+    uint16_t port, data_port;       /* bound ports (sender; 0 for a receiver) */
+    int curve;                      /* 1 if the listener requires CURVE */
+    uint64_t handshake_failures;    /* ZMTP handshakes that failed on the listener (any reason) */
+    uint64_t auth_failures;         /* of those: wrong/missing CURVE key, ZAP refusals */
+    uint64_t protocol_errors;       /* malformed or out-of-place messages and data hellos received */
+    uint64_t pushes, pushes_failed; /* sender: pushes completed / failed or aborted */
+    uint64_t pushes_in_flight;      /* sender: now */
+    uint64_t pending_queries;       /* sender: QUERYs held for an absent key, now */
+    uint64_t data_connections;      /* sender: registered TCP data connections, now */
+    uint32_t peers;                 /* receiver: senders known (registered or from metadata) */
+    uint64_t inline_threshold;      /* sender: the resolved threshold (0 = no inline) */
+} omc_tcp_health_info;
+
+/* One sender as a receiver sees it. */
+typedef struct omc_tcp_peer_info {
+    char name[OMC_TCP_NAME_MAX];    /* the registered name, or "host:port" if learned from metadata */
+    char host[OMC_TCP_HOST_MAX];
+    uint16_t port;
+    int registered;
+    uint64_t incarnation;           /* last seen; 0 = never answered */
+    uint64_t requests, failures, timeouts, auth_failures, restarts;
+    uint64_t bytes;                 /* payload bytes pulled from it */
+    uint32_t idle_channels;
+    omc_time_ns last_ok_ns;         /* omc_now_ns() of the last success, 0 = never */
+    omc_result last_error;
+    char last_error_text[160];
+} omc_tcp_peer_info;
+
+/* What omc_tcp_query found. */
+typedef struct omc_tcp_found {
+    uint64_t size;                  /* payload bytes */
+    uint32_t flags;                 /* OMC_BUFFER_FRAME if it is a frame */
+    uint32_t readers_left;
+    uint64_t incarnation;           /* of the sender that has it */
+    char sender[OMC_TCP_NAME_MAX];  /* its name */
+} omc_tcp_found;
+
+/* Create a remote connector. A sender (or dual) binds its side channel and data port at once:
+   OMC_ERR_CONNECTION if a port is taken (the log names it). Returns OMC_ERR_INVALID_ARG for a
+   bad key or host, OMC_ERR_UNAVAILABLE if CURVE is asked for and libzmq lacks it.
+   Thread safety: the connector is thread-safe (see omc_conn_*). */
+OMNICONN_API omc_result omc_tcp_create(const omc_tcp_desc* desc, omc_conn** out);
+
+/* The sender's advertised host and bound ports (any pointer may be NULL). OMC_ERR_WRONG_ROLE for
+   a receiver-only connector, OMC_ERR_INVALID_ARG if conn is not a remote connector. */
+OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* conn, char* host, size_t host_size, uint16_t* port, uint16_t* data_port);
+
+/* Receiver: register a sender for metadata-less gets under a unique name (1..63 bytes).
+   OMC_ERR_EXISTS if the name is taken. Safe from any thread, also while gets run. */
+OMNICONN_API omc_result omc_tcp_add_sender(omc_conn* conn, const char* name, const char* host, uint16_t port);
+/* The same with that sender's own CURVE public key (Z85), overriding curve.server_key. */
+OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* conn, const char* name, const char* host, uint16_t port,
+                                               const char* server_key);
+/* Forget a sender: cached channels close; gets already talking to it finish. OMC_ERR_NOT_FOUND. */
+OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* conn, const char* name);
+
+/* A metadata-less get from one registered sender (omc_conn_get(meta = NULL) asks them all). */
+OMNICONN_API omc_result omc_tcp_get_from(omc_conn* conn, const char* sender, const char* from_stage, const char* to_stage,
+                                         const char* key, omc_time_ns deadline, omc_buffer* out);
+/* Does a sender have this key now? Asks the named sender (or every registered one, sender =
+   NULL) once and consumes nothing. OMC_OK and *out, OMC_ERR_NOT_FOUND, or - if no sender
+   answered by the deadline - OMC_ERR_TIMEOUT / OMC_ERR_CONNECTION / OMC_ERR_AUTH. */
+OMNICONN_API omc_result omc_tcp_query(omc_conn* conn, const char* sender, const char* from_stage, const char* to_stage,
+                                      const char* key, omc_time_ns deadline, omc_tcp_found* out);
+
+OMNICONN_API omc_result omc_tcp_health(omc_conn* conn, omc_tcp_health_info* out);
+/* Senders this receiver knows, indexed 0..count-1 (in the order it learned them). */
+OMNICONN_API uint32_t   omc_tcp_peer_count(omc_conn* conn);
+OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* conn, uint32_t index, omc_tcp_peer_info* out);
+
+/* CURVE keys: a fresh pair (Z85, 41 bytes each with the terminator), and one key read from a
+   file that holds just the 40 Z85 characters (surrounding whitespace is ignored). */
+OMNICONN_API omc_result omc_tcp_curve_keypair(char public_key[OMC_CURVE_KEY_LEN + 1], char secret_key[OMC_CURVE_KEY_LEN + 1]);
+OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KEY_LEN + 1]);
+
+/* Split "host:port" or "[v6-literal]:port" into host (brackets removed) and port (1..65535). */
+OMNICONN_API omc_result omc_tcp_parse_endpoint(const char* text, char* host, size_t host_size, uint16_t* port);
+
+/* ---- helpers vLLM-Omni's orchestration uses --------------------------------------------------- */
+
+/* vLLM-Omni's port-offset scheme:
+       worker:       base + purpose + from_stage + dp_index * tp_size + tp_rank
+       orchestrator: base + 200 + from_stage
+   e.g. base 50051, KV transfer, stage 0, DP 2 x TP 2: 50151, 50152, 50153, 50154; the
+   orchestrator 50251. A worker's offset inside its purpose (from_stage + dp_index * tp_size +
+   tp_rank) must stay below 100, the width of a purpose's range. */
+typedef enum omc_port_purpose {
+    OMC_PORT_REQUEST_FORWARDING = 0,
+    OMC_PORT_KV_TRANSFER = 100
+} omc_port_purpose;
+
+typedef struct omc_port_spec {
+    int base;                   /* 0 = 50051 (vLLM-Omni's zmq_port default) */
+    omc_port_purpose purpose;
+    int from_stage;             /* >= 0 */
+    int dp_index;               /* >= 0 */
+    int tp_size;                /* 0 = 1 */
+    int tp_rank;                /* 0 .. tp_size - 1 */
+    int orchestrator;           /* 1: the orchestrator's port (purpose, DP and TP do not apply) */
+} omc_port_spec;
+
+/* One port. OMC_ERR_INVALID_ARG (logged to the default hooks) for a negative field, tp_rank
+   outside the TP size, an unknown purpose, an offset that spills into the next purpose's
+   range, or a result outside 1..65535. */
+OMNICONN_API omc_result omc_port_compute(const omc_port_spec* spec, uint16_t* out_port);
+/* Every spec's port (ports_out, optional, count entries) and the first collision: OMC_ERR_EXISTS
+   with *clash_a < *clash_b the indices of two specs that land on the same port (logged). */
+OMNICONN_API omc_result omc_port_check(const omc_port_spec* specs, uint32_t count, uint16_t* ports_out,
+                                       uint32_t* clash_a, uint32_t* clash_b);
+
+/* The address other hosts should use to reach this one ("auto"): the source address of the
+   default route (a UDP connect() to a public address, which sends no packet), else the first
+   non-loopback address of the host name, else loopback. family: 0 = IPv4 then IPv6, 4, or 6.
+   how (optional) receives "route", "hostname" or "loopback". */
+OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, const char** how);
+#endif
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+/* ------------------------- stop here if you only need the API of Part B ------------------- */
+#endif /* OMNICONN_REMOTE_H_INCLUDED */
+
+#if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_REMOTE_IMPL_INCLUDED)
+#define OMNICONN_REMOTE_IMPL_INCLUDED
+
+#if OMC__HAS_ZMQ
+#ifndef OMNICONN_ZMQ_LIBRARY
+    #define OMNICONN_ZMQ_LIBRARY "libzmq.so.5"
+#endif
 #include <dlfcn.h>
 
 /* ============================================================================================== */
@@ -4573,6 +4744,10 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
     if (r != OMC_OK) OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "%s", why);
     return r;
 }
+
+/* omc_available(OMC_FEATURE_ZMQ) asks Part B as it asks a companion (see "[SECTION] Implementation:
+   the companion interface" in Part A). */
+__attribute__((constructor)) static void omc__net_register_probe(void) { omc__register_probe(OMC_FEATURE_ZMQ, omc__zmq_load); }
 
 /* ============================================================================================== */
 /* [SECTION] Implementation: the data-plane interface                                            */
@@ -8996,54 +9171,11 @@ OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* c, uint32_t index, omc_tcp
 }
 #endif
 
-/* ============================================================================================== */
-/* [SECTION] Implementation: features                                                            */
-/* ============================================================================================== */
+#endif /* OMNICONN_IMPLEMENTATION, Part B */
+/* ########################################################################################## */
+/* ##  END OF PART B                                                                         ## */
+/* ########################################################################################## */
 
-OMNICONN_API int omc_has(omc_feature f) {
-    switch (f) {
-        case OMC_FEATURE_LOCAL: return 1;
-        case OMC_FEATURE_SHM: return OMC__HAS_SHM;
-        case OMC_FEATURE_ZMQ: return OMC__HAS_ZMQ;
-        case OMC_FEATURE_RDMA: return OMC__HAS_RDMA;
-        case OMC_FEATURE_CUDA: return OMC__HAS_CUDA;
-        default: return 0;
-    }
-}
-
-OMC__PRIVATE omc_result omc__unavailable(char* why, size_t n, const char* text) {
-    if (why && n) snprintf(why, n, "%s", text);
-    return OMC_ERR_UNAVAILABLE;
-}
-
-OMNICONN_API omc_result omc_available(omc_feature f, char* why, size_t n) {
-    if (why && n) why[0] = '\0';
-    if (!omc_has(f)) return omc__unavailable(why, n, "not compiled in (see the OMNICONN_NO_* / OMNICONN_ENABLE_* macros)");
-    switch (f) {
-#if OMC__HAS_ZMQ
-        case OMC_FEATURE_ZMQ:
-            return omc__zmq_load(why, n);
-#endif
-        case OMC_FEATURE_SHM:
-        case OMC_FEATURE_RDMA:
-            /* the companion that implements it knows its own rules (directory, library, device) */
-            if (!omc__probes[f]) return omc__unavailable(why, n, f == OMC_FEATURE_SHM
-                                                         ? "omniconn_shm.h is not part of this program (include it in the implementation file)"
-                                                         : "omniconn_rdma.h is not part of this program (include it in the implementation file)");
-            return omc__probes[f](why, n);
-        case OMC_FEATURE_CUDA: {
-#if OMC__HAS_CUDA
-            int count = 0;
-            if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return omc__unavailable(why, n, "no CUDA device or driver");
-#endif
-            return OMC_OK;
-        }
-        default:
-            return OMC_OK;
-    }
-}
-
-#endif /* OMNICONN_IMPLEMENTATION */
 
 /*
 ------------------------------------------------------------------------------------------------
