@@ -3381,6 +3381,7 @@ typedef struct omc__ent {
     uint32_t state;                     /* OMC__ENT_* */
     uint32_t flags;                     /* the connector's (OMC_BUFFER_FRAME, ...) */
     uint32_t readers_left;              /* reads that may still start */
+    uint32_t taken;                     /* reads taken, not yet committed or given back */
     uint32_t holds;                     /* views / pushes outstanding */
     uint32_t prev, next;                /* used list, or free list (next only) */
     uint32_t qlen;
@@ -3745,6 +3746,75 @@ OMC__PRIVATE uint32_t omc__owner_find(omc__owner* O, const char* qkey, uint32_t 
     return slot != OMC__NIL && O->tab.ent[slot].readers_left ? slot : OMC__NIL;
 }
 
+/* ---- the read protocol: take, commit, give back ----
+   Every read of an owner's entry goes through three calls (the caller holds O->mu):
+   - omc__owner_take: find the entry (by key, by id, or both), check it, and take a read: one of
+     its readers_left, and a hold that pins its range (no TTL, cleanup or close frees it).
+   - omc__owner_commit: the read counts. An entry with no read left and none in flight leaves
+     the index (the key may be put again); its range goes when the last hold ends. keep_pin:
+     the hold stays (a view handed to the caller) until omc__owner_unpin.
+   - omc__owner_give_back: the read failed; the entry can be read again, the hold ends.
+   The same-process get, the remote sender's side-channel PULL, its data-connection requests
+   (PULL and CLAIM) all read this way. */
+
+/* What omc__owner_take looks for. */
+typedef struct omc__read_want {
+    const char* qkey;                   /* the key's LIVE entry (NULL: by id alone) */
+    uint32_t qlen;
+    uint64_t id;                        /* that put (0: whichever the key has) */
+    uint64_t capacity;                  /* the reader's room: a larger entry is OMC_ERR_TOO_LARGE */
+    int exact;                          /* the size must be exactly capacity (else OMC_ERR_PROTOCOL) */
+} omc__read_want;
+
+/* A read taken: the entry and what it holds (valid while pinned). */
+typedef struct omc__read {
+    uint32_t slot;
+    uint64_t id, size;
+    omc_range range;
+    uint32_t flags;
+} omc__read;
+
+/* OMC_ERR_NOT_FOUND (no such entry, or no read left), OMC_ERR_STALE (the id names an older put
+   of the key), OMC_ERR_TOO_LARGE (*detail = its size), OMC_ERR_PROTOCOL (exact, size differs). */
+OMC__PRIVATE omc_result omc__owner_take(omc__owner* O, const omc__read_want* w, omc__read* out, uint64_t* detail) {
+    omc__etab* T = &O->tab;
+    omc__ent* e;
+    uint32_t slot = w->qkey ? omc__etab_find(T, w->qkey, w->qlen, omc__hash64(w->qkey, w->qlen)) : omc__etab_by_id(T, w->id);
+    *detail = 0;
+    e = slot != OMC__NIL ? &T->ent[slot] : NULL;
+    if (!e || e->state != OMC__ENT_LIVE || e->readers_left == 0) return OMC_ERR_NOT_FOUND;
+    if (w->id && omc__etab_id(T, slot) != w->id) return w->id < omc__etab_id(T, slot) ? OMC_ERR_STALE : OMC_ERR_NOT_FOUND;
+    if (w->exact && e->size != w->capacity) return OMC_ERR_PROTOCOL;
+    if (e->size > w->capacity) { *detail = e->size; return OMC_ERR_TOO_LARGE; }
+    e->readers_left--;                  /* a concurrent reader cannot take the same read */
+    e->taken++;
+    e->holds++;                         /* and the bytes stay put until commit or give-back */
+    out->slot = slot;
+    out->id = omc__etab_id(T, slot);
+    out->size = e->size;
+    out->range = e->range;
+    out->flags = e->flags;
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__owner_commit(omc__owner* O, uint32_t slot, int keep_pin) {
+    omc__ent* e = &O->tab.ent[slot];
+    if (e->taken) e->taken--;
+    if (e->state == OMC__ENT_LIVE && e->readers_left == 0 && e->taken == 0) omc__etab_unindex(&O->tab, slot);  /* all read */
+    if (!keep_pin) omc__etab_unhold(&O->tab, slot);     /* frees it if retired and no hold remains */
+    omc__owner_signal(O);
+}
+
+OMC__PRIVATE void omc__owner_give_back(omc__owner* O, uint32_t slot) {
+    omc__ent* e = &O->tab.ent[slot];
+    if (e->taken) e->taken--;
+    e->readers_left++;                  /* a failed read does not use up a reader */
+    omc__etab_unhold(&O->tab, slot);
+}
+
+/* A pin kept past commit ends (a view released). */
+OMC__PRIVATE void omc__owner_unpin(omc__owner* O, uint32_t slot) { omc__etab_unhold(&O->tab, slot); }
+
 OMC__PRIVATE omc_result omc__owner_cleanup(omc__owner* O, const char* qkey, uint32_t qlen) {
     uint32_t slot;
     pthread_mutex_lock(&O->mu);
@@ -3833,7 +3903,7 @@ static omc_result omc__local_release(omc_buffer* b) {
     pthread_mutex_lock(&L->own.mu);
     slot = omc__etab_by_id(&L->own.tab, b->cookie[0]);
     if (slot == OMC__NIL || L->own.tab.ent[slot].holds == 0) r = OMC_ERR_STALE;     /* a copy of a handle already released */
-    else omc__etab_unhold(&L->own.tab, slot);
+    else omc__owner_unpin(&L->own, slot);
     pthread_mutex_unlock(&L->own.mu);
     if (r != OMC_OK) {
         OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_ALLOC_BAD_FREE, "release of a view that is no longer held");
@@ -3869,42 +3939,39 @@ static omc_result omc__local_put(omc_conn* c, const char* qkey, uint32_t qlen, c
 static omc_result omc__local_get(omc_conn* c, const char* qkey, uint32_t qlen, const omc_meta_info* meta,
                                  omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
     omc__local* L = (omc__local*)c->impl;
-    omc__etab* T = &L->own.tab;
-    uint64_t hash = omc__hash64(qkey, qlen), want_id = 0;
-    uint32_t slot = OMC__NIL;
-    omc_result r = OMC_OK;
+    omc__read_want w;
+    omc__read rd;
+    uint64_t detail = 0;
+    omc_result r;
+    memset(&w, 0, sizeof(w));
+    w.qkey = qkey;
+    w.qlen = qlen;
+    w.capacity = max_size ? max_size : UINT64_MAX;
     if (meta) {
         if (meta->body_len != 16) return OMC_ERR_MALFORMED;
-        want_id = omc__get_u64(meta->body);
+        w.id = omc__get_u64(meta->body);
     }
     pthread_mutex_lock(&L->own.mu);
     for (;;) {
         if (omc__load(&c->closed)) { r = OMC_ERR_CLOSED; break; }
         omc__owner_maybe_sweep(&L->own);
-        slot = omc__etab_find(T, qkey, qlen, hash);
-        if (slot != OMC__NIL) {
-            uint64_t id = omc__etab_id(T, slot);
-            if (want_id && id != want_id) r = want_id < id ? OMC_ERR_STALE : OMC_ERR_NOT_FOUND;
-            break;
-        }
+        r = omc__owner_take(&L->own, &w, &rd, &detail);
         /* with metadata the put already happened: absent means consumed, cleaned up or expired */
-        if (meta) { r = OMC_ERR_NOT_FOUND; break; }
+        if (r != OMC_ERR_NOT_FOUND || meta) break;
         if (deadline != OMC_WAIT_FOREVER && omc_now_ns() >= deadline) { r = OMC_ERR_TIMEOUT; break; }
         omc__cond_wait_until(&L->cv, &L->own.mu, deadline);
     }
-    if (r == OMC_OK && max_size && T->ent[slot].size > max_size) { out->size = T->ent[slot].size; r = OMC_ERR_TOO_LARGE; }
+    if (r == OMC_ERR_TOO_LARGE) out->size = detail;
     if (r == OMC_OK) {
-        omc__ent* e = &T->ent[slot];
-        e->holds++;
-        out->data = L->own.pool->base + e->range.offset;
-        out->size = e->size;
+        out->data = L->own.pool->base + rd.range.offset;
+        out->size = rd.size;
         out->pool = L->own.pool;
-        out->range = e->range;
-        out->flags = e->flags;
+        out->range = rd.range;
+        out->flags = rd.flags;
         out->release_fn = omc__local_release;
         out->owner = L;
-        out->cookie[0] = omc__etab_id(T, slot);
-        if (--e->readers_left == 0) omc__etab_retire(T, slot);     /* held: stays allocated */
+        out->cookie[0] = rd.id;
+        omc__owner_commit(&L->own, rd.slot, 1);    /* the view keeps the pin until it is released */
         omc__conn_ref(c);
     }
     pthread_mutex_unlock(&L->own.mu);
@@ -4790,18 +4857,42 @@ __attribute__((constructor)) static void omc__net_register_probe(void) { omc__re
       both: attach(pool) after the connector's pool exists (register it with the NIC there),
             detach at destroy.
 
+      optional, in omc__dp_ext (a plane whose table is an omc__dp_vtable_ext, OMC__DP_FLAG_EXT):
+        tx_ticket   -> a record for a session's HELLO answer: the ticket its data connections
+                       must show (TCP)
+        tx_item_count, tx_items, tx_serve
+                    the plane's own sockets in the listener's poll (TCP: the data port and its
+                    connections), and what to do when they are readable
+        tx_next_request, tx_answer
+                    a request that came on the plane's own connection (omc__dp_request: PULL
+                    or CLAIM of an entry by id, for the session the connection belongs to);
+                    the connector serves it with a PULL's checks and answers a refusal or a
+                    recorded CLAIM through tx_answer; a PULL becomes a push with p->requested
+        tx_await, tx_receipt, tx_end
+                    after tx_try moved every byte: the listener waits for the receiver's
+                    receipt itself (tx_receipt is OMC_ERR_BUSY until it came), commits, and
+                    tx_end lets the plane finish (TCP: the trailer)
+        tx_drop     <- a push aborted before a worker ran it: let go of what the plane holds
+        rx_requests, rx_request
+                    receiver: this channel takes requests on the plane's connection, and one
+                    sent there (no side-channel message per get)
+      A plane keeps its own per-push state in p->state (OMC__DP_STATE_WORDS words that live with
+      the job); the connector never looks inside it.
+
     Completion on the receiver: a get ends when the plane says x->complete and DONE has
     arrived. Two capability flags (omc__dp_vtable.flags) let a plane skip parts of that:
       OMC__DP_FLAG_TRY_NOW       the listener starts a push itself with tx_try, which must not
                                  block (OMC_ERR_BUSY: hand it to a worker; the first bytes go
-                                 while a worker wakes). For TCP, a push whose bytes all went
-                                 stays with the listener, which watches for the receipt itself
-                                 (reached by kind, not through the table)
+                                 while a worker wakes). With tx_await a push whose bytes all
+                                 went stays with the listener, which waits for the receipt
+                                 itself
       OMC__DP_FLAG_SELF_COMPLETE the plane tells the receiver itself that the read was recorded
                                  (TCP: a trailer written after commit): no DONE is sent, and the
                                  receiver completes on the plane alone (one side-channel
                                  message - two libzmq I/O thread wake-ups - less per get)
-    The built-in TCP plane sets both; the connector never tests a plane by its address.
+      OMC__DP_FLAG_EXT           the table is an omc__dp_vtable_ext (the optional entries above)
+    The built-in TCP plane sets all three; the connector never tests a plane by its kind or its
+    address, and never casts a plane's state.
 
     Rules: a plane never touches the entries table, never sends on the side channel and never
     frees the destination; errors are omc_result codes (OMC_ERR_CONNECTION for a broken peer,
@@ -4859,9 +4950,11 @@ __attribute__((constructor)) static void omc__net_register_probe(void) { omc__re
     #define OMNICONN_TCP_INLINE_THRESHOLD ((uint64_t)16 << 10)  /* payloads up to this also ride in the metadata */
 #endif
 
-#define OMC__DP_TCP  1
+/* Plane kinds (HELLO record type, PULL byte 30): 1 is the TCP plane's (defined
+   with it), 2 the RDMA plane's; a plane is told apart by its kind, never tested for it. */
 #define OMC__DP_RDMA 2
 #define OMC__DP_MAX  2                  /* planes per connector: TCP plus one extra */
+#define OMC__DP_STATE_WORDS 4           /* a plane's own per-push state: 32 bytes in the job */
 
 /* One transfer as a receiver-side plane sees it. */
 typedef struct omc__dp_xfer {
@@ -4871,6 +4964,8 @@ typedef struct omc__dp_xfer {
     uint64_t received;                  /* bytes in place so far (the plane keeps it) */
     int complete;                       /* the plane says every byte is in place */
     void* plane;                        /* the plane's own per-transfer state */
+    int refused;                        /* a request was refused before a byte moved (rx_request): */
+    uint64_t detail;                    /* the stream is in step; detail as in ERROR */
 } omc__dp_xfer;
 
 /* One push as a sender-side plane sees it (the fields after abort were added in the second
@@ -4889,12 +4984,34 @@ struct omc__dp_push {
     const int* abort;                   /* read with omc__load; non-zero = stop, return it */
     void (*commit)(const omc__dp_push* p);  /* every byte is in place: record the read, unpin */
     void* commit_ctx;                   /* the connector's */
-    uint64_t resume;                    /* TCP: stream bytes the listener's non-blocking start moved */
+    void* state;                        /* the plane's own state for this push: OMC__DP_STATE_WORDS
+                                           words that live with the job, zero when it starts */
     const uint8_t* channel;             /* the side-channel session that sent the PULL (its ZMQ */
     uint32_t channel_len;               /* routing id): a plane binds its connections to it */
-    int taken;                          /* TCP: the request came on the data connection itself,
-                                           which is the push's already (marked busy) */
+    int requested;                      /* the push answers a request the plane itself received
+                                           (tx_next_request), not a PULL: the plane holds its
+                                           connection already */
 };
+
+/* A request a plane received on its own connections (sender: tx_next_request) or sends on
+   them (receiver: rx_request): a PULL, or a CLAIM of a read whose bytes the receiver already
+   has (inline metadata). The connector serves it with the checks of a side-channel PULL. */
+#define OMC__DP_REQ_PULL  1
+#define OMC__DP_REQ_CLAIM 2
+typedef struct omc__dp_request {
+    uint8_t op;                         /* OMC__DP_REQ_* */
+    uint32_t budget_ms;                 /* 0 = vLLM-Omni's rule */
+    uint64_t xfer, entry_id, expect_incarnation;
+    uint64_t capacity;                  /* PULL: destination bytes; CLAIM: the announced size */
+    /* sender side, filled by tx_next_request */
+    omc_result status;                  /* not OMC_OK: refuse it with this code */
+    void* handle;                       /* the plane's: tx_answer answers on it */
+    uint64_t receiver_incarnation;
+    const uint8_t* channel;             /* the session it belongs to (NULL: none; refused) */
+    uint32_t channel_len;
+    uint8_t desc[8];                    /* the descriptor its push names, as a PULL's would */
+    uint32_t desc_len;
+} omc__dp_request;
 
 /* What a receiver-side plane learns about a sender from its HELLO. */
 typedef struct omc__dp_peer {
@@ -4932,9 +5049,48 @@ typedef struct omc__dp_vtable {
     void       (*rx_end)(void* user, void* chan, omc__dp_xfer* x, omc_result r);
     void       (*rx_close)(void* user, void* chan);
     /* OMC__DP_FLAG_TRY_NOW: start the push without blocking; OMC_ERR_BUSY = a worker goes on
-       from *resume */
-    omc_result (*tx_try)(void* user, const omc__dp_push* p, uint64_t* resume);
+       (from what the plane noted in p->state) */
+    omc_result (*tx_try)(void* user, const omc__dp_push* p);
 } omc__dp_vtable;
+
+/* The third version of the interface adds what a plane with connections of its own offers the
+   listener (the TCP plane: requests on its data connections, receipts it waits for, session
+   tickets, its sockets in the listener's poll). A plane that has them sets OMC__DP_FLAG_EXT and
+   embeds its omc__dp_vtable as the first member of an omc__dp_vtable_ext; a plane written
+   against the earlier table needs no change. Every entry is optional (NULL = the plane does not
+   do it); the connector asks the table, never the kind. */
+#define OMC__DP_FLAG_EXT 0x4u               /* the table is the base of an omc__dp_vtable_ext */
+typedef struct omc__dp_ext {
+    /* sender, on the listener thread */
+    void       (*tx_drop)(void* user, const omc__dp_push* p);  /* aborted before a worker ran it:
+                                                                   let go of what the plane holds */
+    int        (*tx_await)(void* user, const omc__dp_push* p); /* after tx_try: 1 = the listener
+                                                                   waits for the receipt itself */
+    omc_result (*tx_receipt)(void* user, const omc__dp_push* p); /* OMC_ERR_BUSY while it waits */
+    void       (*tx_end)(void* user, const omc__dp_push* p, int committed); /* the wait is over */
+    /* a record for a side-channel session's HELLO answer (*out_len 0 = none) */
+    omc_result (*tx_ticket)(void* user, const uint8_t* channel, uint32_t channel_len, uint8_t* out, uint32_t cap, uint32_t* out_len);
+    /* the plane's own sockets in the listener's poll: at most tx_item_count() items; who[i] is
+       the plane's, handed back to tx_serve */
+    uint32_t   (*tx_item_count)(void* user);
+    int        (*tx_items)(void* user, struct pollfd* items, void** who, int max);
+    void       (*tx_serve)(void* user, const struct pollfd* items, void* const* who, int n);
+    int        (*tx_next_request)(void* user, omc__dp_request* q);      /* 1 = q is one to serve */
+    void       (*tx_answer)(void* user, void* handle, omc_result code, uint64_t xfer, uint64_t detail);
+    /* receiver: does this channel take requests on the plane's connection, and send one */
+    int        (*rx_requests)(void* user, void* chan);
+    omc_result (*rx_request)(void* user, void* chan, omc__dp_xfer* x, const omc__dp_request* q, omc_time_ns deadline);
+} omc__dp_ext;
+
+typedef struct omc__dp_vtable_ext {
+    omc__dp_vtable base;                /* flags has OMC__DP_FLAG_EXT */
+    omc__dp_ext ext;
+} omc__dp_vtable_ext;
+
+/* The extension entries of a plane's table, or NULL (a plane of the earlier interface). */
+OMC__PRIVATE const omc__dp_ext* omc__dp_ext_of(const omc__dp_vtable* vt) {
+    return vt && (vt->flags & OMC__DP_FLAG_EXT) ? &((const omc__dp_vtable_ext*)(const void*)vt)->ext : NULL;
+}
 
 /* A plane registered on a connector: its table and its state. */
 typedef struct omc__dataplane {
@@ -5609,6 +5765,7 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
     the header announced, and the header must announce exactly what the receiver expects.
 */
 
+#define OMC__DP_TCP 1                   /* this plane's kind (HELLO record type, PULL byte 30) */
 #define OMC__TCP_MAX_PENDING 64         /* accepted connections still owing their hello */
 #define OMC__TCP_MAX_CONNS   4096       /* registered data connections per sender */
 #define OMC__TCP_HELLO_MS    5000       /* a connection must say hello within this */
@@ -5696,6 +5853,13 @@ typedef struct omc__tcp_rx {
     uint8_t trl[OMC__TCP_TRAILER_SIZE];
     omc_time_ns deadline;               /* of the transfer in progress */
 } omc__tcp_rx;
+
+/* Sender side: what the plane keeps per push (in the job's OMC__DP_STATE_WORDS). */
+typedef struct omc__tcp_push_state {
+    uint64_t resume;                    /* stream bytes the listener's non-blocking start wrote */
+    struct omc__tcp_conn* await;        /* the listener waits for the receipt on it */
+} omc__tcp_push_state;
+typedef char omc__tcp_push_state_fits[sizeof(omc__tcp_push_state) <= OMC__DP_STATE_WORDS * 8 ? 1 : -1];
 
 OMC__PRIVATE omc_result omc__tcp_attach(void* user, omc_conn* conn, omc_pool* pool, const omc_hooks* hooks) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
@@ -5834,7 +5998,7 @@ OMC__PRIVATE void omc__tcp_sweep(omc__tcp_plane* T, omc_time_ns now) {
 /* Listener: fill poll items for the data port and the connections it watches; who[i] is the
    connection of item i (NULL for the data port). Reaps dead connections first; leaves the data
    port out while accept() is paused for lack of descriptors. */
-OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, omc__tcp_conn** who, int max) {
+OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, void** who, int max) {
     omc__tcp_conn *c, *next;
     omc_time_ns now = omc_now_ns();
     int n = 0;
@@ -6026,7 +6190,7 @@ OMC__PRIVATE void omc__tcp_read_rcpt(omc__tcp_plane* T, omc__tcp_conn* c) {
 }
 
 /* Listener: act on what poll saw, and expire hellos (and requests) that never came whole. */
-OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, omc__tcp_conn** who, int n) {
+OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, void* const* who, int n) {
     omc_time_ns now = omc_now_ns();
     omc__tcp_conn *c, *next;
     int i;
@@ -6034,7 +6198,7 @@ OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, 
         if (!items[i].revents) continue;
         if (!who[i]) { omc__tcp_accept(T); continue; }
         pthread_mutex_lock(&T->mu);
-        c = who[i];
+        c = (omc__tcp_conn*)who[i];
         if (c->state == OMC__TCONN_PENDING) omc__tcp_read_hello(T, c);
         else if (c->state == OMC__TCONN_IDLE) omc__tcp_read_request(T, c);
         else if (c->state == OMC__TCONN_RECEIPT && !c->rcpt_done) omc__tcp_read_rcpt(T, c);
@@ -6207,18 +6371,19 @@ OMC__PRIVATE omc_result omc__tcp_find_conn(omc__tcp_plane* T, const omc__dp_push
 /* The listener starts a push without blocking: header and up to OMNICONN_TCP_INLINE bytes.
    Always OMC_ERR_BUSY on success: *resume bytes of the stream went, and a worker waits for the
    receiver's receipt, commits and writes the trailer (the connection stays ours). */
-static omc_result omc__tcp_tx_try(void* user, const omc__dp_push* p, uint64_t* resume) {
+static omc_result omc__tcp_tx_try(void* user, const omc__dp_push* p) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
+    omc__tcp_push_state* st = (omc__tcp_push_state*)p->state;
     uint8_t hdr[OMC__TCP_HEADER_SIZE];
     uint64_t pos = 0, end = OMC__TCP_HEADER_SIZE + p->size;
     omc__tcp_conn* c;
-    omc_result r = omc__tcp_find_conn(T, p, !p->taken, 0, &c);
-    *resume = 0;
+    omc_result r = omc__tcp_find_conn(T, p, !p->requested, 0, &c);
+    st->resume = 0;
     if (r != OMC_OK) return r;      /* BUSY: a worker waits for the connection */
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
     r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, NULL, &pos, end, 0, OMNICONN_TCP_INLINE, 0, NULL);
-    *resume = pos;
-    if ((r == OMC_OK || r == OMC_ERR_BUSY) && (pos || p->taken)) return OMC_ERR_BUSY;
+    st->resume = pos;
+    if ((r == OMC_OK || r == OMC_ERR_BUSY) && (pos || p->requested)) return OMC_ERR_BUSY;
     omc__tcp_conn_release(T, c, r == OMC_OK || r == OMC_ERR_BUSY);    /* nothing went: a worker starts afresh */
     return r == OMC_OK ? OMC_ERR_BUSY : r;
 }
@@ -6238,6 +6403,23 @@ OMC__PRIVATE omc__tcp_conn* omc__tcp_await_receipt(omc__tcp_plane* T, const omc_
     return c;
 }
 
+/* tx_await: only a payload tx_try wrote whole (header and every byte) is waited for here. */
+static int omc__tcp_tx_await(void* user, const omc__dp_push* p) {
+    omc__tcp_push_state* st = (omc__tcp_push_state*)p->state;
+    if (st->resume != OMC__TCP_HEADER_SIZE + p->size) return 0;
+    st->await = omc__tcp_await_receipt((omc__tcp_plane*)user, p);
+    return st->await != NULL;
+}
+
+/* tx_receipt: the receipt came (OMC_OK), the wait failed, or OMC_ERR_BUSY: not yet. The
+   listener reads it (omc__tcp_serve), on this same thread. */
+static omc_result omc__tcp_tx_receipt(void* user, const omc__dp_push* p) {
+    const omc__tcp_conn* c = ((omc__tcp_push_state*)p->state)->await;
+    (void)user;
+    if (!c) return OMC_ERR_INTERNAL;
+    return c->rcpt_done ? c->rcpt_result : OMC_ERR_BUSY;
+}
+
 /* Listener: the receipt wait of c is over. committed: the read was recorded, so the trailer
    goes (without blocking: the receiver reads nothing else now, so 8 bytes fit; if they do not,
    the connection is closed and the receiver sees the transfer fail, as for a lost trailer). */
@@ -6250,6 +6432,12 @@ OMC__PRIVATE void omc__tcp_end_receipt(omc__tcp_plane* T, omc__tcp_conn* c, int 
         ok = send(c->fd, trl, sizeof(trl), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(trl);
     }
     omc__tcp_conn_release(T, c, ok);
+}
+
+static void omc__tcp_tx_end(void* user, const omc__dp_push* p, int committed) {
+    omc__tcp_push_state* st = (omc__tcp_push_state*)p->state;
+    if (st->await) omc__tcp_end_receipt((omc__tcp_plane*)user, st->await, committed);
+    st->await = NULL;
 }
 
 /* Wait for the receiver's receipt (8 bytes: "OMCR", 0) after the last payload byte: it says
@@ -6277,20 +6465,29 @@ OMC__PRIVATE omc_result omc__tcp_read_receipt(int fd, omc_time_ns deadline, cons
     return omc__get_u32(b) == OMC__TCP_RECEIPT_MAGIC && omc__get_u32(b + 4) == 0 ? OMC_OK : OMC_ERR_PROTOCOL;
 }
 
+/* tx_drop: a push aborted before a worker ran it. The connection the listener started it on
+   (or the request came on) is ours and half a stream may be on it: close it. */
+static void omc__tcp_tx_drop(void* user, const omc__dp_push* p) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    omc__tcp_conn* c;
+    if ((((const omc__tcp_push_state*)p->state)->resume || p->requested) && omc__tcp_find_conn(T, p, 0, 0, &c) == OMC_OK)
+        omc__tcp_conn_release(T, c, 0);
+}
+
 /* A push on a worker: take the connection (or continue what the listener started), write the
    rest of header and payload, wait for the receiver's receipt, commit, then the trailer - which
    is how the receiver learns that the read was recorded without waiting for DONE. */
 OMC__PRIVATE omc_result omc__tcp_tx_push(void* user, const omc__dp_push* p) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
     uint8_t hdr[OMC__TCP_HEADER_SIZE], trl[OMC__TCP_TRAILER_SIZE];
-    uint64_t pos = p->resume, end = OMC__TCP_HEADER_SIZE + p->size;
+    uint64_t pos = ((const omc__tcp_push_state*)p->state)->resume, end = OMC__TCP_HEADER_SIZE + p->size;
     omc__tcp_conn* c;
     omc_result r;
     if (p->abort && omc__load(p->abort)) {      /* aborted before it got a worker */
-        if ((p->resume || p->taken) && omc__tcp_find_conn(T, p, 0, 0, &c) == OMC_OK) omc__tcp_conn_release(T, c, 0);
+        omc__tcp_tx_drop(user, p);
         return (omc_result)omc__load(p->abort);
     }
-    r = omc__tcp_find_conn(T, p, p->resume == 0 && !p->taken, 1, &c);
+    r = omc__tcp_find_conn(T, p, pos == 0 && !p->requested, 1, &c);
     if (r != OMC_OK) return r == OMC_ERR_BUSY ? OMC_ERR_CONNECTION : r;
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
     omc__put_u32(trl, OMC__TCP_END_MAGIC);
@@ -6388,12 +6585,26 @@ OMC__PRIVATE int omc__tcp_rx_fd(void* user, void* chan) { (void)user; return ((o
 
 /* Send a request on the channel's data connection (after rx_prepare): the sender answers on it
    with a header and the payload (PULL) or a status record (CLAIM, or any refusal). */
-OMC__PRIVATE omc_result omc__tcp_rx_request(omc__tcp_rx* x, const omc__tcp_req* q, omc_time_ns deadline) {
+static omc_result omc__tcp_rx_request(void* user, void* chan, omc__dp_xfer* xf, const omc__dp_request* dq, omc_time_ns deadline) {
+    omc__tcp_rx* x = (omc__tcp_rx*)chan;
     uint8_t b[OMC__TCP_REQUEST_SIZE];
-    omc__tcp_req_encode(b, q);
-    x->op = q->op;
+    omc__tcp_req q;
+    (void)user; (void)xf;
+    memset(&q, 0, sizeof(q));
+    q.op = dq->op == OMC__DP_REQ_CLAIM ? OMC__TCP_REQ_CLAIM : OMC__TCP_REQ_PULL;
+    q.xfer = dq->xfer;
+    q.entry_id = dq->entry_id;
+    q.expect_incarnation = dq->expect_incarnation;
+    q.capacity = dq->capacity;
+    q.budget_ms = dq->budget_ms;
+    omc__tcp_req_encode(b, &q);
+    x->op = q.op;
     return omc__fd_write_all(x->fd, b, sizeof(b), deadline, NULL);
 }
+
+/* rx_requests: a sender that takes requests (HELLO capability bit 2, checked by the connector)
+   and handed this channel a ticket. */
+static int omc__tcp_rx_requests(void* user, void* chan) { (void)user; return ((const omc__tcp_rx*)chan)->has_ticket; }
 
 /* Read what has arrived: first the header (checked before a single payload byte is read), then
    payload bytes straight into the destination, never past what the header announced. */
@@ -6449,6 +6660,8 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
                 }
                 r = (omc_result)code;
                 x->refused = 1;
+                xf->refused = 1;
+                xf->detail = x->detail;
                 return strcmp(omc_result_name(r), "OMC_ERR_UNKNOWN") == 0 ? OMC_ERR_REMOTE : r;
             }
             if (x->hdr_got == OMC__TCP_HEADER_SIZE &&
@@ -6485,14 +6698,92 @@ OMC__PRIVATE void omc__tcp_rx_close(void* user, void* chan) {
     omc__free(&T->hooks, x);
 }
 
-static const omc__dp_vtable omc__tcp_plane_vt = {
-    "tcp", OMC__DP_TCP, OMC_NET_CAP_TCP, OMC__DP_FLAG_TRY_NOW | OMC__DP_FLAG_SELF_COMPLETE,
-    omc__tcp_attach, omc__tcp_detach,
-    omc__tcp_tx_hello, omc__tcp_tx_push,
-    omc__tcp_rx_open, omc__tcp_rx_hello, omc__tcp_rx_ready, omc__tcp_rx_reusable, omc__tcp_rx_prepare,
-    omc__tcp_rx_fd, omc__tcp_rx_progress, omc__tcp_rx_end, omc__tcp_rx_close,
-    omc__tcp_tx_try
+/* ---- the plane's life: the connector that has it built in opens it (its lock), makes it
+        listen (a sender), closes it and reads its figures; nothing else ---- */
+
+OMC__PRIVATE omc_result omc__tcp_plane_init(omc__tcp_plane* T) {
+    T->listen_fd = -1;
+    if (pthread_mutex_init(&T->mu, NULL) != 0) return OMC_ERR_SYSTEM;
+    if (omc__cond_init_monotonic(&T->idle_cv) != 0) { pthread_mutex_destroy(&T->mu); return OMC_ERR_SYSTEM; }
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__tcp_plane_uninit(omc__tcp_plane* T) {
+    pthread_mutex_destroy(&T->mu);
+    pthread_cond_destroy(&T->idle_cv);
+}
+
+/* The data port (0: none) and health figures. */
+OMC__PRIVATE void omc__tcp_plane_stats(omc__tcp_plane* T, uint16_t* port, uint64_t* protocol_errors, uint64_t* connections) {
+    if (port) *port = T->port;
+    if (protocol_errors) *protocol_errors = omc__load(&T->protocol_errors);
+    if (connections) *connections = omc__load(&T->nregistered);
+}
+
+/* ---- the listener's side of the plane: its sockets in the listener's poll, the requests that
+        come on data connections, the session tickets ---- */
+
+static omc_result omc__tcp_tx_ticket(void* user, const uint8_t* channel, uint32_t channel_len, uint8_t* out, uint32_t cap, uint32_t* out_len) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    *out_len = 0;
+    if (T->listen_fd < 0) return OMC_OK;    /* no data port: nothing to ticket */
+    if (cap < OMC__TCP_TICKET_SIZE) return OMC_ERR_INTERNAL;
+    *out_len = OMC__TCP_TICKET_SIZE;
+    return omc__tcp_ticket_issue(T, channel, channel_len, out);
+}
+
+static uint32_t omc__tcp_tx_item_count(void* user) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    return 1 + T->npending + (uint32_t)omc__load(&T->nregistered) + 8;
+}
+
+static int omc__tcp_tx_items(void* user, struct pollfd* items, void** who, int max) {
+    return omc__tcp_items((omc__tcp_plane*)user, items, who, max);
+}
+
+static void omc__tcp_tx_serve(void* user, const struct pollfd* items, void* const* who, int n) {
+    omc__tcp_serve((omc__tcp_plane*)user, items, who, n);
+}
+
+/* The next complete request on a data connection, decoded for the connector: the session is
+   the one the connection registered with (its ticket), the descriptor its token. */
+static int omc__tcp_tx_next_request(void* user, omc__dp_request* dq) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    omc__tcp_conn* c = omc__tcp_next_request(T);
+    omc__tcp_req q;
+    if (!c) return 0;
+    memset(dq, 0, sizeof(*dq));
+    dq->status = omc__tcp_req_decode(c->req, OMC__TCP_REQUEST_SIZE, &q);     /* checked when it came */
+    dq->op = q.op == OMC__TCP_REQ_CLAIM ? OMC__DP_REQ_CLAIM : OMC__DP_REQ_PULL;
+    dq->budget_ms = q.budget_ms;
+    dq->xfer = q.xfer;
+    dq->entry_id = q.entry_id;
+    dq->expect_incarnation = q.expect_incarnation;
+    dq->capacity = q.capacity;
+    dq->handle = c;
+    dq->receiver_incarnation = c->incarnation;
+    if (c->ticket) { dq->channel = c->ticket->rid; dq->channel_len = c->ticket->rid_len; }
+    memcpy(dq->desc, c->key + OMC__TCP_TICKET_SIZE, 8);     /* the connection's token, as a PULL names it */
+    dq->desc_len = 8;
+    return 1;
+}
+
+static void omc__tcp_tx_answer(void* user, void* handle, omc_result code, uint64_t xfer, uint64_t detail) {
+    omc__tcp_answer_status((omc__tcp_plane*)user, (omc__tcp_conn*)handle, code, xfer, detail);
+}
+
+static const omc__dp_vtable_ext omc__tcp_plane_table = {
+    { "tcp", OMC__DP_TCP, OMC_NET_CAP_TCP, OMC__DP_FLAG_TRY_NOW | OMC__DP_FLAG_SELF_COMPLETE | OMC__DP_FLAG_EXT,
+      omc__tcp_attach, omc__tcp_detach,
+      omc__tcp_tx_hello, omc__tcp_tx_push,
+      omc__tcp_rx_open, omc__tcp_rx_hello, omc__tcp_rx_ready, omc__tcp_rx_reusable, omc__tcp_rx_prepare,
+      omc__tcp_rx_fd, omc__tcp_rx_progress, omc__tcp_rx_end, omc__tcp_rx_close,
+      omc__tcp_tx_try },
+    { omc__tcp_tx_drop, omc__tcp_tx_await, omc__tcp_tx_receipt, omc__tcp_tx_end, omc__tcp_tx_ticket,
+      omc__tcp_tx_item_count, omc__tcp_tx_items, omc__tcp_tx_serve, omc__tcp_tx_next_request, omc__tcp_tx_answer,
+      omc__tcp_rx_requests, omc__tcp_rx_request }
 };
+#define omc__tcp_plane_vt (omc__tcp_plane_table.base)
 
 /* ============================================================================================== */
 /* [SECTION] Implementation: endpoints, hosts, ports, keys                                       */
@@ -6769,10 +7060,10 @@ typedef struct omc__net_job {
     omc_time_ns deadline;
     int abort;                          /* atomic: non-zero = stop with this code */
     int committed;                      /* the read is recorded (commit ran) */
-    uint64_t resume;                    /* TCP: stream bytes the listener already wrote */
-    int direct;                         /* TCP: asked for on its data connection (no side-channel reply) */
-    omc__tcp_conn* tconn;               /* TCP: the listener waits for its receipt on this connection */
+    int direct;                         /* a request on the plane's own connection (no side-channel reply) */
+    int awaiting;                       /* the listener waits for its receipt (tx_await) */
     omc_time_ns since;                  /* when that wait began (OMNICONN_TCP_STALL_MS) */
+    uint64_t plane_state[OMC__DP_STATE_WORDS];  /* the plane's own (omc__dp_push.state) */
     omc__net* owner;
     omc_result result;
 } omc__net_job;
@@ -6833,9 +7124,10 @@ struct omc__net {
     omc_pool* pool;
     void* ctx;                          /* one ZMQ context per connector (and its own ZAP endpoint) */
     int sender, receiver;
-    omc__dataplane planes[OMC__DP_MAX]; /* [0] is TCP */
+    omc__dataplane planes[OMC__DP_MAX]; /* [0] is the built-in TCP plane (tcp below) */
     uint32_t nplanes, caps;
-    omc__tcp_plane tcp;
+    omc__tcp_plane tcp;                 /* its state: the connector creates, closes and reads its
+                                           health figures; everything else goes through planes[0] */
     uint32_t max_idle;
     int side_pull;                      /* receiver: PULLs only on the side channel (desc) */
     uint64_t inline_max;                /* sender: payloads up to this ride in the metadata; 0 = none */
@@ -6866,7 +7158,7 @@ struct omc__net {
     omc__net_job** queue_tail;
     omc__net_job* done;
     struct pollfd* items;               /* listener poll set, grown as needed */
-    omc__tcp_conn** who;
+    void** who;                         /* a plane's handle per item (tx_items) */
     int items_cap;
     uint64_t handshake_failures, auth_failures, protocol_errors;            /* atomic */
     uint64_t pushes, pushes_failed, pushes_in_flight;                       /* atomic */
@@ -6957,13 +7249,10 @@ OMC__PRIVATE void omc__net_reply_error(omc__net* N, const uint8_t* rid, uint32_t
    worker or the listener, or by the connector after a plane that does not call it. */
 OMC__PRIVATE void omc__net_commit_job(omc__net_job* j) {
     omc__net* N = j->owner;
-    omc__ent* e;
     if (j->committed) return;
     j->committed = 1;
     pthread_mutex_lock(&N->own.mu);
-    e = &N->own.tab.ent[j->slot];
-    if (e->state == OMC__ENT_LIVE && e->readers_left == 0 && e->holds == 1) omc__etab_unindex(&N->own.tab, j->slot);   /* all read */
-    omc__etab_unhold(&N->own.tab, j->slot);     /* frees it if retired (read, TTL, cleanup) and no push remains */
+    omc__owner_commit(&N->own, j->slot, 0);
     pthread_mutex_unlock(&N->own.mu);
 }
 
@@ -6984,10 +7273,10 @@ OMC__PRIVATE void omc__net_job_push(omc__net* N, omc__net_job* j, omc__dp_push* 
     p->abort = &j->abort;
     p->commit = omc__net_commit;
     p->commit_ctx = j;
-    p->resume = j->resume;
+    p->state = j->plane_state;
     p->channel = j->rid;
     p->channel_len = j->rid_len;
-    p->taken = j->direct;
+    p->requested = j->direct;
 }
 
 /* A job has ended (listener thread): settle the entry, answer DONE or ERROR, free the job. */
@@ -6999,8 +7288,7 @@ OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
         j->result = OMC_OK;
     } else {
         pthread_mutex_lock(&N->own.mu);
-        N->own.tab.ent[j->slot].readers_left++;    /* a failed pull does not use up a reader */
-        omc__etab_unhold(&N->own.tab, j->slot);
+        omc__owner_give_back(&N->own, j->slot);    /* a failed pull does not use up a reader */
         pthread_mutex_unlock(&N->own.mu);
     }
     omc__sub(&N->pushes_in_flight, 1u);
@@ -7053,11 +7341,14 @@ OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t ri
         if (p->vt->tx_hello && p->vt->tx_hello(p->user, theirs, theirs_len, val, sizeof(val), &vlen) == OMC_OK)
             omc__wire_add_record(recs, sizeof(recs), &rlen, &count, p->vt->kind, val, vlen);
     }
-    if (N->tcp.listen_fd >= 0) {    /* the session's ticket: its data connections must show it */
-        uint8_t ticket[OMC__TCP_TICKET_SIZE];
-        omc_result r = omc__tcp_ticket_issue(&N->tcp, rid, rid_len, ticket);
-        if (r == OMC_OK) omc__wire_add_record(recs, sizeof(recs), &rlen, &count, OMC__REC_TICKET, ticket, sizeof(ticket));
-        else OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "HELLO answered without a data ticket (%s): that receiver cannot pull", omc_result_str(r));
+    for (i = 0; i < N->nplanes; i++) {     /* the session's ticket: its data connections must show it */
+        const omc__dataplane* p = &N->planes[i];
+        uint32_t vlen = 0;
+        const omc__dp_ext* x = omc__dp_ext_of(p->vt);
+        omc_result r = x && x->tx_ticket ? x->tx_ticket(p->user, rid, rid_len, val, sizeof(val), &vlen) : OMC_OK;
+        if (r == OMC_OK && vlen) omc__wire_add_record(recs, sizeof(recs), &rlen, &count, OMC__REC_TICKET, val, vlen);
+        else if (r != OMC_OK)
+            OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "HELLO answered without a data ticket (%s): that receiver cannot pull", omc_result_str(r));
     }
     memset(&m, 0, sizeof(m));
     m.type = OMC__MSG_HELLO;
@@ -7172,6 +7463,14 @@ OMC__PRIVATE void omc__net_on_list(omc__net* N, const uint8_t* rid, uint32_t rid
 
 OMC__PRIVATE void omc__net_start_job(omc__net* N, omc__net_job* job);
 
+/* A job pushes the read it took (omc__owner_take): the entry's bytes, pinned until commit. */
+OMC__PRIVATE void omc__net_job_read(omc__net* N, omc__net_job* job, const omc__read* rd) {
+    job->slot = rd->slot;
+    job->size = rd->size;
+    job->src = N->pool->base + rd->range.offset;
+    job->range = rd->range;
+}
+
 /* A filled-in push job goes live: its deadline is the receiver's budget (or vLLM-Omni's rule),
    never more than OMNICONN_TCP_MAX_PUSH_MS; it joins the live list and starts. The side-channel
    PULL and the request on a data connection both end here. */
@@ -7187,11 +7486,10 @@ OMC__PRIVATE void omc__net_launch_job(omc__net* N, omc__net_job* job, uint32_t b
 
 OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
     const omc__dataplane* dp = NULL;
-    omc__ent* e = NULL;
-    uint64_t id = 0;
-    uint32_t slot;
+    omc__read_want w;
+    omc__read rd;
     omc__net_job* job;
-    omc_result r = OMC_OK;
+    omc_result r;
     uint64_t detail = 0;
     uint32_t i;
     if (in->expect_incarnation && in->expect_incarnation != omc_incarnation()) {
@@ -7210,22 +7508,16 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
         omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, OMC_ERR_NO_MEMORY, 0, "sender out of memory");
         return;
     }
+    memset(&w, 0, sizeof(w));
+    w.qkey = in->key;
+    w.qlen = in->key_len;
+    w.id = in->entry_id;
+    w.capacity = in->capacity;
     pthread_mutex_lock(&N->own.mu);
     omc__owner_maybe_sweep(&N->own);
-    slot = omc__etab_find(&N->own.tab, in->key, in->key_len, omc__hash64(in->key, in->key_len));
-    if (slot != OMC__NIL) { e = &N->own.tab.ent[slot]; id = omc__etab_id(&N->own.tab, slot); }
-    if (!e || e->readers_left == 0) r = OMC_ERR_NOT_FOUND;
-    else if (in->entry_id && id != in->entry_id) r = in->entry_id < id ? OMC_ERR_STALE : OMC_ERR_NOT_FOUND;
-    else if (e->size > in->capacity) { r = OMC_ERR_TOO_LARGE; detail = e->size; }
-    else {
-        e->readers_left--;      /* reserved: a concurrent PULL cannot take the same reader */
-        e->holds++;             /* and the bytes stay put until the push ends */
-        job->slot = slot;
-        job->size = e->size;
-        job->src = N->pool->base + e->range.offset;
-        job->range = e->range;
-    }
+    r = omc__owner_take(&N->own, &w, &rd, &detail);     /* the read is ours and pinned until the push ends */
     pthread_mutex_unlock(&N->own.mu);
+    if (r == OMC_OK) omc__net_job_read(N, job, &rd);
     if (r != OMC_OK) {
         char key[OMC__WIRE_MAX_KEY + 1];
         uint32_t k;
@@ -7262,11 +7554,12 @@ OMC__PRIVATE void omc__net_start_job(omc__net* N, omc__net_job* job) {
         /* start it here, without blocking: a small payload is done before a worker could wake */
         omc__dp_push p;
         omc__net_job_push(N, job, &p);
-        job->result = dp->vt->tx_try(dp->user, &p, &job->resume);
+        job->result = dp->vt->tx_try(dp->user, &p);
         if (job->result != OMC_ERR_BUSY) { omc__net_finish(N, job, 1); return; }
         job->result = OMC_OK;
-        if (dp->vt->kind == OMC__DP_TCP && job->resume == OMC__TCP_HEADER_SIZE + job->size &&
-            (job->tconn = omc__tcp_await_receipt(&N->tcp, &p)) != NULL) {
+        const omc__dp_ext* x = omc__dp_ext_of(dp->vt);
+        if (x && x->tx_await && x->tx_receipt && x->tx_end && x->tx_await(dp->user, &p)) {
+            job->awaiting = 1;
             job->since = omc_now_ns();
             return;
         }
@@ -7304,10 +7597,11 @@ OMC__PRIVATE void omc__net_on_abort(omc__net* N, const uint8_t* rid, uint32_t ri
         if (j->xfer == in->xfer && j->rid_len == rid_len && memcmp(j->rid, rid, rid_len) == 0 && !omc__load(&j->abort)) {
             omc__store(&j->abort, (int)OMC_ERR_TIMEOUT);
             if (omc__net_unqueue(N, j)) {
-                if (j->resume || j->direct) {
+                const omc__dp_ext* x = omc__dp_ext_of(j->dp->vt);
+                if (x && x->tx_drop) {
                     omc__dp_push p;
                     omc__net_job_push(N, j, &p);
-                    j->dp->vt->tx_push(j->dp->user, &p);
+                    x->tx_drop(j->dp->user, &p);
                 }
                 j->result = OMC_ERR_TIMEOUT;
                 omc__net_finish(N, j, 0);   /* unlinks and frees j: walk again from the start */
@@ -7327,62 +7621,50 @@ OMC__PRIVATE void omc__net_on_abort(omc__net* N, const uint8_t* rid, uint32_t ri
     }
 }
 
-/* A request on a data connection (listener): what a PULL on the side channel does, for the
-   session the connection was registered to (its ticket), naming the entry by id. CLAIM records
+/* A request on a plane's data connection (listener): what a PULL on the side channel does, for
+   the session the connection was registered to (its ticket), naming the entry by id. CLAIM records
    a read whose bytes the receiver already has (inline metadata). A refusal, or a recorded claim,
    is answered with a status record on the connection; a PULL becomes a job like any other. */
-OMC__PRIVATE void omc__net_on_request(omc__net* N, omc__tcp_conn* c) {
-    omc__tcp_req q;
+OMC__PRIVATE void omc__net_on_request(omc__net* N, const omc__dataplane* dp, const omc__dp_request* q) {
     omc__net_job* job = NULL;
-    omc__ent* e;
-    uint32_t slot;
-    omc_result r = omc__tcp_req_decode(c->req, OMC__TCP_REQUEST_SIZE, &q);     /* checked when it came */
+    omc__read_want w;
+    omc__read rd;
+    omc_result r = q->status;
     uint64_t detail = 0;
-    if (r == OMC_OK && q.expect_incarnation && q.expect_incarnation != omc_incarnation()) r = OMC_ERR_PEER_RESTARTED;
-    else if (r == OMC_OK && !c->ticket) r = OMC_ERR_CONNECTION;
-    else if (r == OMC_OK && q.op == OMC__TCP_REQ_PULL && !(job = (omc__net_job*)omc__calloc(&N->conn->hooks, sizeof(omc__net_job))))
+    if (r == OMC_OK && q->expect_incarnation && q->expect_incarnation != omc_incarnation()) r = OMC_ERR_PEER_RESTARTED;
+    else if (r == OMC_OK && !q->channel) r = OMC_ERR_CONNECTION;
+    else if (r == OMC_OK && q->op == OMC__DP_REQ_PULL && !(job = (omc__net_job*)omc__calloc(&N->conn->hooks, sizeof(omc__net_job))))
         r = OMC_ERR_NO_MEMORY;
     if (r == OMC_OK) {
+        memset(&w, 0, sizeof(w));
+        w.id = q->entry_id;             /* a request names no key */
+        w.capacity = q->capacity;
+        w.exact = q->op == OMC__DP_REQ_CLAIM;   /* the metadata and the entry must agree */
         pthread_mutex_lock(&N->own.mu);
         omc__owner_maybe_sweep(&N->own);
-        slot = omc__etab_by_id(&N->own.tab, q.entry_id);
-        e = slot != OMC__NIL ? &N->own.tab.ent[slot] : NULL;
-        if (!e || e->state != OMC__ENT_LIVE || e->readers_left == 0) r = OMC_ERR_NOT_FOUND;
-        else if (q.op == OMC__TCP_REQ_CLAIM) {
-            if (e->size != q.capacity) r = OMC_ERR_PROTOCOL;    /* the metadata and the entry disagree */
-            else {
-                e->readers_left--;  /* the read is recorded now: the receiver has every byte */
-                if (e->readers_left == 0 && e->holds == 0) omc__etab_retire(&N->own.tab, slot);
-                omc__owner_signal(&N->own);
-            }
-        } else if (e->size > q.capacity) { r = OMC_ERR_TOO_LARGE; detail = e->size; }
-        else {
-            e->readers_left--;      /* reserved, and pinned until the push ends */
-            e->holds++;
-            job->slot = slot;
-            job->size = e->size;
-            job->src = N->pool->base + e->range.offset;
-            job->range = e->range;
-        }
+        r = omc__owner_take(&N->own, &w, &rd, &detail);
+        /* CLAIM: the receiver has every byte already, so the read counts at once */
+        if (r == OMC_OK && q->op == OMC__DP_REQ_CLAIM) omc__owner_commit(&N->own, rd.slot, 0);
         pthread_mutex_unlock(&N->own.mu);
+        if (r == OMC_OK && job) omc__net_job_read(N, job, &rd);
     }
-    if (r != OMC_OK || q.op == OMC__TCP_REQ_CLAIM) {
+    if (r != OMC_OK || q->op == OMC__DP_REQ_CLAIM) {
         omc__free(&N->conn->hooks, job);
         if (r != OMC_OK)
-            OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "request for entry %016llx on a data connection refused: %s",
-                     (unsigned long long)q.entry_id, omc_result_str(r));
-        omc__tcp_answer_status(&N->tcp, c, r, q.xfer, detail);
+            OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "request for entry %016llx on a %s data connection refused: %s",
+                     (unsigned long long)q->entry_id, dp->vt->name, omc_result_str(r));
+        omc__dp_ext_of(dp->vt)->tx_answer(dp->user, q->handle, r, q->xfer, detail);    /* it gave us q */
         return;
     }
-    job->dp = &N->planes[0];
-    job->xfer = q.xfer;
-    job->receiver_incarnation = c->incarnation;
-    job->rid_len = c->ticket->rid_len;
-    memcpy(job->rid, c->ticket->rid, c->ticket->rid_len);
-    job->desc_len = 8;
-    memcpy(job->desc, c->key + OMC__TCP_TICKET_SIZE, 8);    /* the connection's token, as a PULL names it */
+    job->dp = dp;
+    job->xfer = q->xfer;
+    job->receiver_incarnation = q->receiver_incarnation;
+    job->rid_len = omc__min(q->channel_len, (uint32_t)OMC__NET_RID_MAX);
+    memcpy(job->rid, q->channel, job->rid_len);
+    job->desc_len = q->desc_len;
+    memcpy(job->desc, q->desc, q->desc_len);
     job->direct = 1;
-    omc__net_launch_job(N, job, q.budget_ms);
+    omc__net_launch_job(N, job, q->budget_ms);
 }
 
 /* Listener: jobs whose receipt it waits for itself. The receipt came (commit, then the
@@ -7391,19 +7673,21 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, omc__tcp_conn* c) {
 OMC__PRIVATE void omc__net_check_receipts(omc__net* N, omc_time_ns now) {
     omc__net_job *j, *next;
     for (j = N->live; j; j = next) {
-        omc__tcp_conn* c = j->tconn;
-        omc_result r = OMC_OK;
-        int a = omc__load(&j->abort), over = 1;
+        omc__dp_push p;
+        omc_result r;
+        int a = omc__load(&j->abort);
         next = j->next_live;
-        if (!c) continue;
-        if (c->rcpt_done) r = c->rcpt_result;       /* written by this thread (omc__tcp_serve) */
-        else if (a) r = (omc_result)a;
-        else if (now - j->since > (omc_time_ns)OMNICONN_TCP_STALL_MS * 1000000LL || now >= j->deadline) r = OMC_ERR_TIMEOUT;
-        else over = 0;
-        if (!over) continue;
-        j->tconn = NULL;
+        if (!j->awaiting) continue;
+        omc__net_job_push(N, j, &p);
+        r = omc__dp_ext_of(j->dp->vt)->tx_receipt(j->dp->user, &p);     /* awaiting: it has these */
+        if (r == OMC_ERR_BUSY) {
+            if (a) r = (omc_result)a;
+            else if (now - j->since > (omc_time_ns)OMNICONN_TCP_STALL_MS * 1000000LL || now >= j->deadline) r = OMC_ERR_TIMEOUT;
+            else continue;
+        }
+        j->awaiting = 0;
         if (r == OMC_OK) omc__net_commit_job(j);    /* every byte is in the receiver's buffer */
-        omc__tcp_end_receipt(&N->tcp, c, r == OMC_OK);
+        omc__dp_ext_of(j->dp->vt)->tx_end(j->dp->user, &p, r == OMC_OK);
         j->result = r;
         omc__net_finish(N, j, 1);
     }
@@ -7532,12 +7816,12 @@ OMC__PRIVATE void omc__net_serve_zap(omc__net* N) {
 
 OMC__PRIVATE int omc__net_grow_items(omc__net* N, int need) {
     struct pollfd* it;
-    omc__tcp_conn** who;
+    void** who;
     int cap;
     if (need <= N->items_cap) return 1;
     cap = omc__max(need, N->items_cap * 2);
     it = (struct pollfd*)omc__calloc(&N->conn->hooks, sizeof(struct pollfd) * (size_t)cap);
-    who = (omc__tcp_conn**)omc__calloc(&N->conn->hooks, sizeof(omc__tcp_conn*) * (size_t)cap);
+    who = (void**)omc__calloc(&N->conn->hooks, sizeof(void*) * (size_t)cap);
     if (!it || !who) { omc__free(&N->conn->hooks, it); omc__free(&N->conn->hooks, who); return 0; }
     omc__free(&N->conn->hooks, N->items);
     omc__free(&N->conn->hooks, N->who);
@@ -7574,18 +7858,29 @@ static void* omc__net_listener_main(void* arg) {
     if (N->zap) zs[nz++] = N->zap;
     for (i = 0; i < nz; i++) zfd[i] = omc__zmq_fd(zs[i]);
     while (!omc__load(&N->stop)) {
-        int n = 0, fixed, ntcp, timeout = OMC__NET_SLICE_MS;
+        int n = 0, fixed, nplane = 0, timeout = OMC__NET_SLICE_MS, first[OMC__DP_MAX], count[OMC__DP_MAX];
+        uint32_t pl, need = 4;
         omc__net_held* h;
         omc_time_ns now = omc_now_ns();
         uint64_t counter;
-        if (!omc__net_grow_items(N, 4 + 1 + (int)N->tcp.npending + (int)omc__load(&N->tcp.nregistered) + 8)) {
+        for (pl = 0; pl < N->nplanes; pl++) {
+            const omc__dp_ext* x = omc__dp_ext_of(N->planes[pl].vt);
+            if (x && x->tx_item_count) need += x->tx_item_count(N->planes[pl].user);
+        }
+        if (!omc__net_grow_items(N, (int)need)) {
             usleep(1000);
             continue;
         }
         N->items[n].fd = N->wake_fd; N->items[n].events = POLLIN; N->items[n++].revents = 0;
         for (i = 0; i < nz; i++) { N->items[n].fd = zfd[i]; N->items[n].events = POLLIN; N->items[n++].revents = 0; }
         fixed = n;
-        ntcp = omc__tcp_items(&N->tcp, N->items + fixed, N->who + fixed, N->items_cap - fixed);
+        for (pl = 0; pl < N->nplanes; pl++) {     /* the planes' own sockets (TCP: data port, connections) */
+            const omc__dataplane* dp = &N->planes[pl];
+            const omc__dp_ext* x = omc__dp_ext_of(dp->vt);
+            first[pl] = fixed + nplane;
+            count[pl] = x && x->tx_items ? x->tx_items(dp->user, N->items + first[pl], N->who + first[pl], N->items_cap - first[pl]) : 0;
+            nplane += count[pl];
+        }
         for (h = N->held; h; h = h->next) {     /* wake up when a held query expires */
             int ms = h->expires <= now ? 0 : (int)((h->expires - now + 999999) / 1000000);
             if (ms < timeout) timeout = ms;
@@ -7593,7 +7888,7 @@ static void* omc__net_listener_main(void* arg) {
         /* the monitor and ZAP sockets are drained whenever they are served; the ROUTER may keep
            what a bounded batch left, so it alone is asked before sleeping */
         if (backlog || omc__zmq_readable(N->router)) timeout = 0;
-        rc = poll(N->items, (nfds_t)(fixed + ntcp), timeout);
+        rc = poll(N->items, (nfds_t)(fixed + nplane), timeout);
         if (rc < 0 && errno != EINTR) usleep(1000);
         if (omc__load(&N->stop)) break;
         if (N->items[0].revents) { ssize_t k = read(N->wake_fd, &counter, sizeof(counter)); (void)k; }
@@ -7605,10 +7900,13 @@ static void* omc__net_listener_main(void* arg) {
                 else omc__net_serve_zap(N);
             }
         backlog = (N->items[1].revents || backlog || omc__zmq_readable(N->router)) ? omc__net_read_router(N) : 0;
-        omc__tcp_serve(&N->tcp, N->items + fixed, N->who + fixed, ntcp);
-        {
-            omc__tcp_conn* c;
-            while ((c = omc__tcp_next_request(&N->tcp)) != NULL) omc__net_on_request(N, c);
+        for (pl = 0; pl < N->nplanes; pl++) {
+            const omc__dataplane* dp = &N->planes[pl];
+            const omc__dp_ext* x = omc__dp_ext_of(dp->vt);
+            omc__dp_request q;
+            if (!x) continue;
+            if (count[pl] && x->tx_serve) x->tx_serve(dp->user, N->items + first[pl], N->who + first[pl], count[pl]);
+            while (x->tx_next_request && x->tx_answer && x->tx_next_request(dp->user, &q)) omc__net_on_request(N, dp, &q);
         }
         omc__net_check_receipts(N, omc_now_ns());
         omc__net_answer_held(N, omc_now_ns());
@@ -7651,9 +7949,9 @@ static void* omc__net_worker_main(void* arg) {
         pthread_mutex_unlock(&N->job_mu);
         omc__net_job_push(N, j, &p);
         a = omc__load(&j->abort);
-        /* aborted meanwhile: a push the listener started still goes to the plane, which
-           releases what it holds */
-        j->result = a && !j->resume ? (omc_result)a : j->dp->vt->tx_push(j->dp->user, &p);
+        /* aborted meanwhile: the plane lets go of what it holds for the push (tx_drop) */
+        if (a && omc__dp_ext_of(j->dp->vt) && omc__dp_ext_of(j->dp->vt)->tx_drop) omc__dp_ext_of(j->dp->vt)->tx_drop(j->dp->user, &p);
+        j->result = a ? (omc_result)a : j->dp->vt->tx_push(j->dp->user, &p);
         pthread_mutex_lock(&N->job_mu);
         for (pp = &N->running; *pp; pp = &(*pp)->next)
             if (*pp == j) { *pp = j->next; break; }
@@ -8020,8 +8318,7 @@ static omc_result omc__net_release(omc_buffer* b) {
 OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp_xfer* x, uint8_t op, uint64_t entry_id,
                                          omc_time_ns deadline, omc_time_ns wait_until, omc_buffer* out, int* keep) {
     const omc__dp_vtable* vt = ch->dp->vt;
-    omc__tcp_rx* rx = (omc__tcp_rx*)ch->dpc;
-    omc__tcp_req q;
+    omc__dp_request q;
     omc_time_ns now = omc_now_ns();
     omc_result r;
     memset(&q, 0, sizeof(q));
@@ -8031,18 +8328,18 @@ OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp
     q.expect_incarnation = ch->incarnation;
     q.capacity = x->size;
     q.budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
-    r = omc__tcp_rx_request(rx, &q, deadline);
+    r = omc__dp_ext_of(vt)->rx_request(ch->dp->user, ch->dpc, x, &q, deadline);   /* omc__net_pull checked it */
     while (r == OMC_OK && !x->complete) {
         struct pollfd pf;
         if (omc__net_closed(N)) { r = OMC_ERR_CLOSED; break; }
         /* giving up closes the connection (rx_end): the sender's push fails at its next write
            and gives the reader back, so no ABORT is needed */
         if (omc_now_ns() >= wait_until) { r = OMC_ERR_TIMEOUT; break; }
-        pf.fd = rx->fd; pf.events = POLLIN; pf.revents = 0;
+        pf.fd = vt->rx_fd(ch->dp->user, ch->dpc); pf.events = POLLIN; pf.revents = 0;
         if (poll(&pf, 1, omc__poll_ms(wait_until, OMC__NET_SLICE_MS)) > 0) r = vt->rx_progress(ch->dp->user, ch->dpc, x, 0);
     }
-    if (r != OMC_OK && rx->refused) {
-        if (r == OMC_ERR_TOO_LARGE) out->size = rx->detail;
+    if (r != OMC_OK && x->refused) {
+        if (r == OMC_ERR_TOO_LARGE) out->size = x->detail;
         *keep = omc__net_clean_refusal(r);
     }
     return r;
@@ -8060,6 +8357,7 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
     omc__wire m;
     omc_time_ns wait_until;
     omc_result r;
+    const omc__dp_ext* ext;
     int got_done = 0, got, direct;
     *keep = 0;
     memset(&x, 0, sizeof(x));
@@ -8081,9 +8379,11 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
     memset(&m, 0, sizeof(m));
     r = vt->rx_prepare(ch->dp->user, ch->dpc, &x, deadline, desc, sizeof(desc), &m.desc_len);
     wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_default_budget_ns(size) : deadline;
-    direct = !N->side_pull && vt->kind == OMC__DP_TCP && (ch->caps & OMC_NET_CAP_REQUESTS) && ((omc__tcp_rx*)ch->dpc)->has_ticket;
+    ext = omc__dp_ext_of(vt);
+    direct = !N->side_pull && (ch->caps & OMC_NET_CAP_REQUESTS) && ext && ext->rx_request && ext->rx_requests && vt->rx_fd &&
+             ext->rx_requests(ch->dp->user, ch->dpc);
     if (r == OMC_OK && direct) {
-        r = omc__net_request(N, ch, &x, inl ? OMC__TCP_REQ_CLAIM : OMC__TCP_REQ_PULL, entry_id, deadline, wait_until, out, keep);
+        r = omc__net_request(N, ch, &x, inl ? OMC__DP_REQ_CLAIM : OMC__DP_REQ_PULL, entry_id, deadline, wait_until, out, keep);
         if (r == OMC_OK && inl && size) memcpy(x.dst.data, inl, (size_t)size);
     } else if (r == OMC_OK) {
         omc_time_ns now = omc_now_ns();
@@ -8570,9 +8870,11 @@ OMC__PRIVATE void omc__net_stop_sender(omc__net* N) {
         omc__net_complete(N, 0);
         for (j = N->live; j; ) {        /* receipts the listener was waiting for */
             omc__net_job* next = j->next_live;
-            if (j->tconn) {
-                omc__tcp_end_receipt(&N->tcp, j->tconn, 0);
-                j->tconn = NULL;
+            if (j->awaiting) {
+                omc__dp_push p;
+                omc__net_job_push(N, j, &p);
+                omc__dp_ext_of(j->dp->vt)->tx_end(j->dp->user, &p, 0);
+                j->awaiting = 0;
                 j->result = OMC_ERR_CLOSED;
                 omc__net_finish(N, j, 0);
             }
@@ -8628,7 +8930,7 @@ OMC__PRIVATE void omc__net_free(omc__net* N, const omc_hooks* hooks) {
     if (N->wake_fd >= 0) close(N->wake_fd);
     if (N->job_ok) { pthread_mutex_destroy(&N->job_mu); pthread_cond_destroy(&N->job_cv); }
     if (N->peer_ok) pthread_mutex_destroy(&N->peer_mu);
-    if (N->tcp_ok) { pthread_mutex_destroy(&N->tcp.mu); pthread_cond_destroy(&N->tcp.idle_cv); }
+    if (N->tcp_ok) omc__tcp_plane_uninit(&N->tcp);
     omc__free(hooks, N->workers);
     omc__free(hooks, N->allowed);
     omc__free(hooks, N->items);
@@ -8793,6 +9095,7 @@ OMC__PRIVATE omc_result omc__net_setup_curve(omc__net* N, const omc_tcp_curve* c
 /* The sender's sockets: ROUTER (+ its monitor, + ZAP when clients are restricted), data port. */
 OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d, const omc_hooks* hooks) {
     char bind_host[OMC_TCP_HOST_MAX], ep[OMC_TCP_HOST_MAX + 32], port[8], last[OMC_TCP_HOST_MAX + 32];
+    uint16_t data_port = 0;
     const char* want = d->host ? d->host : "127.0.0.1";
     size_t ln = sizeof(last);
     int zero = 0, one = 1, hs = OMC__NET_HANDSHAKE_MS;
@@ -8855,8 +9158,9 @@ OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d
     }
     if (pthread_create(&N->listener, NULL, omc__net_listener_main, N) != 0) return OMC_ERR_SYSTEM;
     N->listener_started = 1;
+    omc__tcp_plane_stats(&N->tcp, &data_port, NULL, NULL);
     OMC__LOG(hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "sender listening: side channel %s, TCP data port %u, advertised as %s:%u%s", last,
-             (unsigned)N->tcp.port, N->host, (unsigned)N->port, N->curve_server ? ", CURVE on" : "");
+             (unsigned)data_port, N->host, (unsigned)N->port, N->curve_server ? ", CURVE on" : "");
     return OMC_OK;
 }
 
@@ -8899,13 +9203,12 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     *out = NULL;
     if (desc) d = *desc; else memset(&d, 0, sizeof(d));
     hooks = omc__hooks_resolve(&d.hooks);
-    if ((int)d.role < 0 || d.role > OMC_ROLE_DUAL || (extra && (!extra->vt || extra->vt->kind == OMC__DP_TCP))) return OMC_ERR_INVALID_ARG;
+    if ((int)d.role < 0 || d.role > OMC_ROLE_DUAL || (extra && (!extra->vt || extra->vt->kind == omc__tcp_plane_vt.kind))) return OMC_ERR_INVALID_ARG;   /* one plane per kind */
     r = omc__zmq_require(&hooks);               /* libzmq is opened here, by the first remote connector */
     if (r != OMC_OK) return r;
     N = (omc__net*)omc__calloc(&hooks, sizeof(omc__net));
     if (!N) return OMC_ERR_NO_MEMORY;
     N->wake_fd = -1;
-    N->tcp.listen_fd = -1;
     N->sender = d.role != OMC_ROLE_RECEIVER;
     N->receiver = d.role != OMC_ROLE_SENDER;
     N->vt = omc__net_vtable;
@@ -8919,8 +9222,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     if (r != OMC_OK) { omc__free(&hooks, N); return r; }
     N->conn->impl = N;
     N->peer_ok = pthread_mutex_init(&N->peer_mu, NULL) == 0;
-    N->tcp_ok = pthread_mutex_init(&N->tcp.mu, NULL) == 0;
-    if (N->tcp_ok && omc__cond_init_monotonic(&N->tcp.idle_cv) != 0) { pthread_mutex_destroy(&N->tcp.mu); N->tcp_ok = 0; }
+    N->tcp_ok = omc__tcp_plane_init(&N->tcp) == OMC_OK;
     N->job_ok = pthread_mutex_init(&N->job_mu, NULL) == 0;
     if (N->job_ok && pthread_cond_init(&N->job_cv, NULL) != 0) { pthread_mutex_destroy(&N->job_mu); N->job_ok = 0; }
     r = N->peer_ok && N->tcp_ok && N->job_ok ? OMC_OK : OMC_ERR_SYSTEM;
@@ -8984,7 +9286,7 @@ OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* c, char* host, size_t host_si
         memcpy(host, N->host, strlen(N->host) + 1);
     }
     if (port) *port = N->port;
-    if (data_port) *data_port = N->tcp.port;
+    if (data_port) omc__tcp_plane_stats(&N->tcp, data_port, NULL, NULL);
     return OMC_OK;
 }
 
@@ -9112,17 +9414,17 @@ OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
     if (N->sender) {
         snprintf(h->host, sizeof(h->host), "%s", N->host);
         h->port = N->port;
-        h->data_port = N->tcp.port;
+        omc__tcp_plane_stats(&N->tcp, &h->data_port, NULL, NULL);
     }
     h->curve = N->curve_server;
     h->handshake_failures = omc__load(&N->handshake_failures);
     h->auth_failures = omc__load(&N->auth_failures);
-    h->protocol_errors = omc__load(&N->protocol_errors) + omc__load(&N->tcp.protocol_errors);
+    omc__tcp_plane_stats(&N->tcp, NULL, &h->protocol_errors, &h->data_connections);
+    h->protocol_errors += omc__load(&N->protocol_errors);
     h->pushes = omc__load(&N->pushes);
     h->pushes_failed = omc__load(&N->pushes_failed);
     h->pushes_in_flight = omc__load(&N->pushes_in_flight);
     h->pending_queries = omc__load(&N->held_count);
-    h->data_connections = omc__load(&N->tcp.nregistered);
     pthread_mutex_lock(&N->peer_mu);
     h->peers = N->npeers;
     h->inline_threshold = N->inline_max;
