@@ -1128,12 +1128,19 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
       omc__crc32c            CRC-32C (Castagnoli)
     String map (heap keys, open addressing)
       omc__smap omc__smap_get omc__smap_put omc__smap_del omc__smap_next omc__smap_free
+      fields omc__smap: count   (read-only: how many keys it holds)
     Connectors (a companion that adds one)
-      omc__conn_vtable       the transport table (family, transport, put ... pending)
+      omc__conn_vtable       the transport table (family, transport, put ... pending, desc_name)
       omc__conn_create omc__conn_ref omc__conn_unref omc__conn_is omc__conn_fail omc__conn_fail_at
+      omc__conn_enter        a call's common opening: closed?, role, the qualified key
+      omc__conn_count_error  count a failed call and log it once
+      omc__conn_count_get omc__conn_count_refusal   the counters of a get a connector's own
+                             call served or refused
+      omc__conn_discard      free a connector whose create failed (never handed out)
       omc__key_sink          what a vtable's list() hands keys to
-      omc_conn fields a companion may read or write: impl (its state), hooks, closed (atomic),
-                             ttl_reclaims and releases (atomic counters)
+      fields omc_conn: impl hooks closed role ttl_reclaims releases
+                             (impl: its state; closed and the counters are atomic; role read-only)
+      fields omc__conn_vtable: all
       omc__meta_begin omc__meta_seal   write a metadata envelope around a transport's body
       OMC__META_UNWANTED     meta_out->size a put finds when its caller wants no metadata
     The owner's entry table (a companion that owns payloads)
@@ -1142,10 +1149,18 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
       omc__etab_unindex omc__etab_drop omc__etab_retire omc__etab_unhold omc__etab_list
       omc__bucket_insert omc__bucket_remove   linear-probing buckets (also on shared memory)
       omc__expiry            a put's TTL as an absolute time
-    Data planes of the remote connector (see "the data-plane interface")
-      omc__dataplane omc__dp_vtable omc__dp_push omc__dp_peer omc__dp_xfer
-      OMC__DP_RDMA OMC__DP_FLAG_TRY_NOW OMC__DP_FLAG_SELF_COMPLETE
-      omc__net_create        a remote connector with an extra data plane
+      omc__hash64            the key hash of the table
+      fields omc__etab omc__ent: all
+    The owner (an entry table, its pool and its lock) and its read protocol
+      omc__owner omc__owner_init omc__owner_uninit omc__owner_put omc__owner_find
+      omc__owner_cleanup omc__owner_exists omc__owner_list omc__owner_live omc__owner_health
+      omc__owner_close omc__owner_sweep omc__owner_maybe_sweep omc__owner_signal
+      omc__read omc__read_want omc__owner_take omc__owner_commit omc__owner_give_back
+      omc__owner_unpin       take a read, commit it or give it back (see "the read protocol")
+      fields omc__owner: conn pool mu changed tab
+      fields omc__read omc__read_want: all
+    Pools
+      fields omc_pool: base size alloc
     Availability
       omc__register_probe    answer omc_available() for a feature the companion provides
       omc__fn omc__offer omc__offered OMC__OFFER_RDMA_CONNECTOR   one companion's function for
@@ -2806,6 +2821,9 @@ typedef struct omc__conn_vtable {
     /* pending: puts of this connector not yet consumed (read by all readers, cleaned up or
        expired; expiry is applied first) - omc_conn_wait_consumed waits for 0 */
     uint64_t   (*pending)(omc_conn* c);
+    /* the desc a user edits to change this connector (its pool size): "omc_local_desc", ...;
+       NULL = "the connector's desc" */
+    const char* desc_name;
 } omc__conn_vtable;
 
 struct omc_conn {
@@ -2848,6 +2866,20 @@ OMC__PRIVATE void omc__conn_unref(omc_conn* c) {
         omc__free(&hooks, c);
     }
 }
+
+/* A connector whose create failed, never handed out: freed without its destroy. */
+OMC__PRIVATE void omc__conn_discard(omc_conn* c, const omc_hooks* hooks) {
+    if (!c) return;
+    pthread_mutex_destroy(&c->err_mu);
+    omc__free(hooks, c);
+}
+
+/* The counters of a get that a connector's own call (not omc_conn_get) served or refused. */
+OMC__PRIVATE void omc__conn_count_get(omc_conn* c, uint64_t bytes) {
+    omc__add(&c->gets, 1u);
+    omc__add(&c->bytes_got, bytes);
+}
+OMC__PRIVATE void omc__conn_count_refusal(omc_conn* c, omc_result r) { if (r != OMC_ERR_CLOSED) omc__add(&c->errors, 1u); }
 
 /* Remember the last failure (health() reports it) and log it. */
 static void omc__conn_failv(omc_conn* c, omc_result r, omc_log_item item, const char* file, int line, const char* fmt, va_list ap) {
@@ -2906,10 +2938,7 @@ static void omc__key_printable(const char* qkey, uint32_t qlen, char out[OMC_KEY
 
 /* The desc a user edits to change this connector's pool. */
 static const char* omc__conn_desc_name(const omc_conn* c) {
-    if (omc__conn_is(c, "local")) return "omc_local_desc";
-    if (omc__conn_is(c, "shm")) return "omc_shm_desc";
-    if (omc__conn_is(c, "remote") && c->vt->transport == OMC_TRANSPORT_TCP) return "omc_tcp_desc";
-    return "the connector's desc";
+    return c->vt->desc_name ? c->vt->desc_name : "the connector's desc";
 }
 
 /* Count a failed call and log it once: "op from/to/key: what; which side, the sizes, the fix". */
@@ -4006,7 +4035,7 @@ static void omc__local_destroy(omc_conn* c) {
 static const omc__conn_vtable omc__local_vtable = {
     "local", OMC_TRANSPORT_LOCAL, omc__local_put, omc__local_get, omc__local_alloc, omc__local_cleanup,
     omc__local_health, omc__local_sweep, omc__local_close, omc__local_destroy,
-    omc__local_exists, omc__local_list, omc__local_pending
+    omc__local_exists, omc__local_list, omc__local_pending, "omc_local_desc"
 };
 
 OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** out) {
@@ -4033,7 +4062,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     if (r == OMC_OK) r = omc__owner_init(&L->own, c, pool, d.default_ttl_ms, "views held");
     if (r == OMC_OK && omc__cond_init_monotonic(&L->cv) != 0) { omc__owner_uninit(&L->own); r = OMC_ERR_SYSTEM; }
     if (r != OMC_OK) {
-        if (c) { pthread_mutex_destroy(&c->err_mu); omc__free(&hooks, c); }
+        omc__conn_discard(c, &hooks);
         if (pool) omc_pool_destroy(pool);
         omc__free(&hooks, L);
         return r;
@@ -4820,6 +4849,20 @@ __attribute__((constructor)) static void omc__net_register_probe(void) { omc__re
 /* [SECTION] Implementation: the data-plane interface                                            */
 /* ============================================================================================== */
 /*
+    Part B's own interface for companions: what a data plane (omniconn_rdma.h) may use of the
+    remote connector. tests/check_companions.sh checks the headers against it and against Part
+    A's companion interface.
+
+    remote-interface-begin
+      omc__dataplane omc__dp_vtable omc__dp_push omc__dp_peer omc__dp_xfer omc__dp_request
+      omc__dp_ext omc__dp_vtable_ext omc__dp_ext_of   the tables and what travels through them
+      OMC__DP_RDMA OMC__DP_FLAG_TRY_NOW OMC__DP_FLAG_SELF_COMPLETE OMC__DP_FLAG_EXT
+      OMC__DP_STATE_WORDS OMC__DP_REQ_PULL OMC__DP_REQ_CLAIM
+      omc__net_create        a remote connector with an extra data plane
+      fields omc__dataplane omc__dp_vtable omc__dp_push omc__dp_peer omc__dp_xfer: all
+      fields omc__dp_request omc__dp_ext omc__dp_vtable_ext: all
+    remote-interface-end
+
     The remote connector is two layers. The side channel (ZMQ, below) does everything that is
     not moving payload bytes: HELLO, QUERY, PULL, DONE/ERROR/ABORT, the entries table, fan-out,
     TTL and pins, deadlines, restarts, CURVE, health. A data plane only moves the bytes of one
@@ -9042,7 +9085,7 @@ static omc_result omc__net_list(omc_conn* c, omc__key_sink sink, void* user) {
 static const omc__conn_vtable omc__net_vtable = {
     "remote", OMC_TRANSPORT_TCP, omc__net_put, omc__net_get, omc__net_alloc, omc__net_cleanup,
     omc__net_health, omc__net_sweep, omc__net_close, omc__net_destroy,
-    omc__net_exists, omc__net_list, omc__net_pending
+    omc__net_exists, omc__net_list, omc__net_pending, "omc_tcp_desc"
 };
 
 OMC__PRIVATE omc__net* omc__net_of(omc_conn* c) {
@@ -9213,6 +9256,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     N->receiver = d.role != OMC_ROLE_SENDER;
     N->vt = omc__net_vtable;
     N->vt.transport = transport;
+    if (transport != OMC_TRANSPORT_TCP) N->vt.desc_name = NULL;     /* a companion's transport: its own desc, not ours */
     N->max_idle = d.max_idle_channels ? d.max_idle_channels : 8;
     N->side_pull = d.pull_on_side_channel != 0;
     N->next_xfer = omc__random_u64() >> 1;
@@ -9260,8 +9304,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
         omc_conn* shell = N->conn;                  /* never handed out: free it without destroy */
         omc__net_stop_sender(N);
         omc__net_free(N, &hooks);
-        pthread_mutex_destroy(&shell->err_mu);
-        omc__free(&hooks, shell);
+        omc__conn_discard(shell, &hooks);
         return r;
     }
     *out = N->conn;
@@ -9380,15 +9423,14 @@ OMNICONN_API omc_result omc_tcp_get_from(omc_conn* c, const char* sender, const 
     memset(out, 0, sizeof(*out));
     if (!N || !sender) return OMC_ERR_INVALID_ARG;
     r = omc__conn_enter(c, OMC_ROLE_RECEIVER, from, to, key, qkey, &qlen);
-    if (r != OMC_OK) { if (r != OMC_ERR_CLOSED) omc__add(&c->errors, 1u); return r; }
+    if (r != OMC_OK) { omc__conn_count_refusal(c, r); return r; }
     r = omc__net_get_any(N, sender, qkey, qlen, deadline, 0, out);
     if (r != OMC_OK) {
         omc__conn_count_error(c, r, "get", qkey, qlen);
         memset(out, 0, sizeof(*out));
         return r;
     }
-    omc__add(&c->gets, 1u);
-    omc__add(&c->bytes_got, out->size);
+    omc__conn_count_get(c, out->size);
     return OMC_OK;
 }
 

@@ -2714,7 +2714,7 @@ static void omc__shm_close(omc_conn* c) {
 static const omc__conn_vtable omc__shm_vtable = {
     "shm", OMC_TRANSPORT_SHM, omc__shm_put, omc__shm_get, omc__shm_alloc, omc__shm_cleanup,
     omc__shm_health, omc__shm_sweep, omc__shm_close, omc__shm_destroy,
-    omc__shm_exists, omc__shm_list, omc__shm_pending
+    omc__shm_exists, omc__shm_list, omc__shm_pending, "omc_shm_desc"
 };
 
 /* The spin of a desc that leaves it 0: $OMNICONN_SHM_SPIN_US (microseconds; 0 = never spin;
