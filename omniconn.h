@@ -4719,7 +4719,8 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
     X(R, int, has, zmq_has, (const char* capability), (capability)) \
     X(R, int, curve_keypair, zmq_curve_keypair, (char* pub, char* sec), (pub, sec)) \
     X(R, int, curve_public, zmq_curve_public, (char* pub, const char* sec), (pub, sec)) \
-    X(R, uint8_t*, z85_decode, zmq_z85_decode, (uint8_t* dest, const char* str), (dest, str))
+    X(R, uint8_t*, z85_decode, zmq_z85_decode, (uint8_t* dest, const char* str), (dest, str)) \
+    X(V, void, version, zmq_version, (int* major, int* minor, int* patch), (major, minor, patch))
 
 #if defined(OMNICONN_NO_RUNTIME_LINKING)
     #include <zmq.h>
@@ -4772,7 +4773,9 @@ static omc__zmq_table omc__zmq;             /* filled once, then read-only */
 static int omc__zmq_loaded;                 /* atomic: 1 once omc__zmq is complete */
 static pthread_mutex_t omc__zmq_mu = PTHREAD_MUTEX_INITIALIZER;
 
-#define OMC__X(kind, ret, member, sym, params, args) OMC__PRIVATE ret omc__zmq_##member params { return omc__zmq.member args; }
+#define OMC__ZMQ_RETURN_R return              /* a function that returns a value hands it on */
+#define OMC__ZMQ_RETURN_V                     /* a void one is just called */
+#define OMC__X(kind, ret, member, sym, params, args) OMC__PRIVATE ret omc__zmq_##member params { OMC__ZMQ_RETURN_##kind omc__zmq.member args; }
 OMC__ZMQ_SYMBOLS(OMC__X)
 #undef OMC__X
 
@@ -4791,6 +4794,10 @@ OMC__PRIVATE omc_result omc__zmq_load(char* why, size_t n) {
     return OMC_OK;
 }
 #else
+/* A static executable has no dynamic section (the weak reference stays NULL): dlopen cannot load
+   a shared libzmq into it, so the fix there is to link libzmq in. */
+extern int _DYNAMIC[] __attribute__((weak));
+
 /* dlopen libzmq and resolve every symbol of the list, once per process (a failure is not
    remembered: the next connector tries again). */
 OMC__PRIVATE omc_result omc__zmq_load(char* why, size_t n) {
@@ -4805,8 +4812,12 @@ OMC__PRIVATE omc_result omc__zmq_load(char* why, size_t n) {
     lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         const char* e = dlerror();
-        if (why && n) snprintf(why, n, "cannot load %s (%s): install Debian's libzmq5 package (apt-get install libzmq5), "
-                               "or build with OMNICONN_NO_ZMQ", name, e ? e : "not found");
+        if (why && n && !_DYNAMIC)
+            snprintf(why, n, "cannot load %s into a static executable (%s): build it with OMNICONN_NO_RUNTIME_LINKING and link "
+                     "libzmq (-DOMNICONN_NO_RUNTIME_LINKING ... -lzmq), or build with OMNICONN_NO_ZMQ", name, e ? e : "not supported");
+        else if (why && n)
+            snprintf(why, n, "cannot load %s (%s): install Debian's libzmq5 package (apt-get install libzmq5), "
+                     "or build with OMNICONN_NO_ZMQ", name, e ? e : "not found");
         pthread_mutex_unlock(&omc__zmq_mu);
         return OMC_ERR_UNAVAILABLE;
     }
@@ -4836,8 +4847,11 @@ OMC__PRIVATE omc_result omc__zmq_load(char* why, size_t n) {
 /* Load libzmq or say why not through the logger (ERROR: a remote connector cannot exist). */
 OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
     char why[512];
+    int major = 0, minor = 0, patch = 0;
     omc_result r = omc__zmq_load(why, sizeof(why));
-    if (r != OMC_OK) OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "%s", why);
+    if (r != OMC_OK) { OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "%s", why); return r; }
+    omc__zmq_version(&major, &minor, &patch);
+    OMC__LOG(hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "side channel: libzmq %d.%d.%d", major, minor, patch);
     return r;
 }
 

@@ -556,7 +556,20 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <linux/futex.h>
+/* The futex operations used here, a stable kernel ABI (include/uapi/linux/futex.h); defined
+   rather than included so that a C library without the kernel's UAPI headers (musl-gcc) builds. */
+#ifndef FUTEX_WAIT
+    #define FUTEX_WAIT 0
+#endif
+#ifndef FUTEX_WAKE
+    #define FUTEX_WAKE 1
+#endif
+#ifndef FUTEX_WAIT_BITSET
+    #define FUTEX_WAIT_BITSET 9
+#endif
+#ifndef FUTEX_WAKE_BITSET
+    #define FUTEX_WAKE_BITSET 10
+#endif
 #if defined(__x86_64__) && defined(__SSE2__)
     #include <emmintrin.h>              /* streaming stores for large puts */
     #define OMC__SHM_HAS_STREAM 1

@@ -9,7 +9,8 @@
                       libzmq and libibverbs
 
    Build: make cli      (or, from the repository root, one line:
-          cc -std=c99 -O2 -I. tools/omniconn_cli.c -o omniconn -lzmq -ldl -lpthread -lm)
+          cc -std=c99 -O2 -I. tools/omniconn_cli.c -o omniconn -ldl -lpthread -lm; libzmq and
+          libibverbs are loaded at run time, as by any omniconn program)
    Run:   omniconn help, omniconn bench -h, omniconn doctor -h. docs/cli.md shows them on real runs. */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
@@ -17,7 +18,6 @@
 #include "omniconn_rdma.h"
 #include "omniconn_pipeline.h"
 #if OMC__HAS_ZMQ
-#include <zmq.h>      /* doctor prints the version of the libzmq it links (-lzmq) */
 #endif
 
 #include <errno.h>
@@ -1584,9 +1584,15 @@ static void doctor_libs(doctor* d) {
     int need_rdma = d->rdma_edges > 0;
 #if OMC__HAS_ZMQ
     {
+        /* the libzmq omniconn itself loads (the one its remote connectors will use), not one
+           linked into this tool */
+        char zwhy[512] = "";
         int maj = 0, min = 0, pat = 0;
-        zmq_version(&maj, &min, &pat);
-        report(d, OK, "libzmq", "%d.%d.%d (linked), CURVE %s", maj, min, pat, zmq_has("curve") ? "available" : "NOT available");
+        if (omc__zmq_load(zwhy, sizeof(zwhy)) == OMC_OK) {
+            omc__zmq_version(&maj, &min, &pat);
+            report(d, OK, "libzmq", "%d.%d.%d (loaded by omniconn), CURVE %s", maj, min, pat,
+                   omc__zmq_has("curve") ? "available" : "NOT available");
+        } else report(d, d->tcp_edges || d->rdma_edges ? FAIL : WARN, "libzmq", "%s", zwhy);
     }
 #else
     report(d, d->tcp_edges || d->rdma_edges ? FAIL : WARN, "libzmq", "built without ZMQ (OMNICONN_NO_ZMQ): no TCP/RDMA transports. "
