@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines   69 - 4031
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |      73 -  352
+    PART A  THE CORE                                                         lines     69 - 4146
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |        73 -  358
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result       354 - 1022
+      declarations    [SECTION] Version, platform and feature resolution | Result        360 - 1041
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |    1024 - 4028
+      implementation  [SECTION] Implementation: configuration and system headers |    1044 - 4143
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4033 - 9177
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4033 - 4392
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4148 - 9554
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4148 - 4507
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data   4395 - 4580
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data   4510 - 4695
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane        4582 - 9174
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane        4697 - 9551
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        9179 - 9215
+    LICENSE                                                                        9557 - 9592
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -100,6 +100,11 @@ QUICK START
     Every other connector (shared memory, TCP, RDMA) is created by its own *_create function and
     then used through exactly the same omc_conn_* calls.
 
+    C and C++: every desc, payload and handle starts zeroed. In C write "T x = {0};"; in C++ write
+    "T x = {};" ("= {0}" does not compile in C++ for a struct whose first member is an enum, as
+    every desc's is; "{}" zeroes every member). memset(&x, 0, sizeof(x)) works in both.
+    tests/compile/app_cxx_init.cpp builds every desc of every header that way.
+
 ================================================================================================
 STEP BY STEP: THE PIECES OF THE CORE
 ================================================================================================
@@ -116,9 +121,10 @@ STEP BY STEP: THE PIECES OF THE CORE
        - Every allocation is an omc_range {offset, size, generation, slot}. The slot lets free()
          find the block in O(1); the generation (never 0, different for every allocation) makes a
          stale handle - freed and then reallocated - detectable (OMC_ERR_STALE).
-       - Freeing a free range gives OMC_ERR_DOUBLE_FREE, a range that was never handed out gives
-         OMC_ERR_INVALID_FREE, a range that straddles blocks or lies about its size gives
-         OMC_ERR_OVERLAP. The allocator is unchanged after any of these.
+       - A free the allocator refuses leaves it unchanged and says why (OMC_ERR_DOUBLE_FREE,
+         _STALE, _OVERLAP, _INVALID_FREE): the full table is at omc_alloc_free below.
+       - Why offsets, TLSF and out-of-band records (against vLLM-Omni's first-fit
+         BufferAllocator), the tests and the figures: docs/allocator.md.
        - With thread_safe set, calls are serialised by a mutex and omc_alloc_alloc_wait() blocks
          until enough is freed or a deadline passes (back-pressure instead of failure).
 
@@ -641,8 +647,21 @@ OMNICONN_API omc_result omc_alloc_alloc(omc_alloc* a, uint64_t size, omc_range* 
 /* Like omc_alloc_alloc, but waits (thread-safe mode only) until space is freed or the deadline
    passes (OMC_ERR_TIMEOUT). */
 OMNICONN_API omc_result omc_alloc_alloc_wait(omc_alloc* a, uint64_t size, omc_time_ns deadline, omc_range* out);
-/* Give a range back. O(1) for a valid handle. Errors (allocator unchanged): OMC_ERR_DOUBLE_FREE,
-   OMC_ERR_INVALID_FREE, OMC_ERR_OVERLAP, OMC_ERR_STALE. */
+/* Give a range back. O(1) for a valid handle. A refusal leaves the allocator exactly as it was
+   (same statistics, omc_alloc_validate still OK) and is logged as OMC_LOGITEM_ALLOC_BAD_FREE.
+   The verdict depends on the range and the allocator's state; the handle's slot only matters
+   for a handle that is otherwise right (a wrong slot makes it a forgery):
+     the range ...                                                   result
+     is empty, starts at or past the capacity, or runs past it       OMC_ERR_INVALID_FREE
+     starts at a live block, with another generation                 OMC_ERR_STALE
+     starts at a live block, right generation, another size          OMC_ERR_OVERLAP
+     starts at a live block, right generation and size, wrong slot   OMC_ERR_STALE
+     starts inside a live block (not at its start), ends inside it   OMC_ERR_INVALID_FREE
+     starts inside a live block and runs past it                     OMC_ERR_OVERLAP
+     lies inside one free block (also after it merged with others)   OMC_ERR_DOUBLE_FREE
+     starts in a free block and runs past it                         OMC_ERR_OVERLAP
+   A range in free space that was never handed out cannot be told from one that was freed: both
+   are OMC_ERR_DOUBLE_FREE. */
 OMNICONN_API omc_result omc_alloc_free(omc_alloc* a, omc_range r);
 /* OMC_OK if r is a live allocation with that generation; the free() error it would get otherwise. */
 OMNICONN_API omc_result omc_alloc_check(omc_alloc* a, omc_range r);

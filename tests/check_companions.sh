@@ -11,10 +11,13 @@
 # Comments are stripped first (gcc -fpreprocessed), so only code counts. Then a self-test plants
 # a name and a field violation in a copy of the tree and checks that both are caught.
 # Last line: "companions: N passed, M failed".
-# Usage: tests/check_companions.sh [--no-self-test] [DIR]   (DIR: the tree to check, default: this one)
+# Also: the CONTENTS of omniconn.h give the true line spans of Part A and Part B.
+# Usage: tests/check_companions.sh [--no-self-test | --fix-contents] [DIR]   (DIR: default this tree)
 set -u
 self_test=1
+fix_contents=0
 if [ "${1:-}" = "--no-self-test" ]; then self_test=0; shift; fi
+if [ "${1:-}" = "--fix-contents" ]; then fix_contents=1; shift; fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "${1:-$here}"
 pass=0; fail=0
@@ -124,6 +127,51 @@ done
 if strip "$tmp/part_a.h" | grep -qE '"omc_(shm|rdma|rdma_connector|tcp|pipeline)_desc"'; then
     fail=$((fail + 1)); echo "FAIL core: Part A names a companion's desc (use the connector table's desc_name)"
 else pass=$((pass + 1)); echo "PASS core: Part A names no companion's desc"; fi
+
+# the CONTENTS of omniconn.h give the line spans of both parts: they must be where the markers are
+# (--fix-contents rewrites them)
+spans() {   # spans [fix]
+    python3 - omniconn.h "${1:-check}" <<'PY'
+import re, sys
+path, mode = sys.argv[1], sys.argv[2]
+L = open(path).read().split('\n')
+def at(pred, start=0):
+    for i in range(start, len(L)):
+        if pred(L[i]): return i + 1
+    raise SystemExit('marker not found')
+a0 = at(lambda l: l.startswith('##  PART A')) - 1
+am1 = at(lambda l: l == '*/', a0) - 1
+ad0 = at(lambda l: l == '#ifndef OMNICONN_H_INCLUDED'); ad1 = at(lambda l: l.startswith('#endif /* OMNICONN_H_INCLUDED'), ad0)
+ai0 = at(lambda l: l.strip() != '', ad1); ai1 = at(lambda l: l.startswith('#endif /* OMNICONN_IMPLEMENTATION */'), ai0)
+a1 = at(lambda l: 'END OF PART A' in l, ai1) + 1
+b0 = at(lambda l: l.startswith('##  PART B'), a1) - 2
+bm1 = at(lambda l: l == '*/', b0) - 1
+bd0 = at(lambda l: l == '#if !defined(OMNICONN_REMOTE_H_INCLUDED)', bm1); bd1 = at(lambda l: l.startswith('#endif /* OMNICONN_REMOTE_H_INCLUDED'), bd0)
+bi0 = at(lambda l: l.startswith('#if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_REMOTE_IMPL_INCLUDED)'), bd1)
+bi1 = at(lambda l: l.startswith('#endif /* OMNICONN_IMPLEMENTATION, Part B */'), bi0)
+b1 = at(lambda l: 'END OF PART B' in l, bi1) + 1
+l0 = at(lambda l: l.strip() != '', b1 + 1); l1 = len(L) - (1 if L[-1] == '' else 0)
+want = {'PART A': (a0, a1), 'manual A': (a0 + 4, am1), 'declarations A': (ad0, ad1), 'implementation A': (ai0, ai1),
+        'PART B': (b0, b1), 'manual B': (b0, bm1), 'declarations B': (bd0, bd1), 'implementation B': (bi0, bi1), 'LICENSE': (l0, l1)}
+order = ['PART A', 'manual A', 'declarations A', 'implementation A', 'PART B', 'manual B', 'declarations B', 'implementation B', 'LICENSE']
+c0 = at(lambda l: l.strip().startswith('CONTENTS'))
+c1 = at(lambda l: l.strip().startswith('READING PATHS'), c0)
+rows = [i for i in range(c0, c1) if re.search(r'\d+ - +\d+\s*$', L[i])]
+if len(rows) != len(order): raise SystemExit('CONTENTS has %d spans, expected %d' % (len(rows), len(order)))
+bad = []
+for k, i in zip(order, rows):
+    m = re.search(r'(\d+) - +(\d+)\s*$', L[i])
+    if (int(m.group(1)), int(m.group(2))) != want[k]:
+        bad.append('%s: CONTENTS says %s - %s, the markers are at %d - %d' % (k, m.group(1), m.group(2), want[k][0], want[k][1]))
+        L[i] = L[i][:m.start()] + ('%4d - %4d' % want[k]).rjust(len(m.group(0).rstrip()))
+if mode == 'fix': open(path, 'w').write('\n'.join(L))
+print('\n'.join(bad) if mode == 'check' else 'CONTENTS: %d spans rewritten' % len(bad))
+PY
+}
+if [ "$fix_contents" = 1 ]; then spans fix; exit 0; fi
+bad=$(spans 2>&1)
+if [ -z "$bad" ]; then pass=$((pass + 1)); echo "PASS omniconn.h CONTENTS: the line spans of Part A and Part B match the markers"
+else fail=$((fail + 1)); echo "FAIL omniconn.h CONTENTS (fix: tests/check_companions.sh --fix-contents):"; echo "$bad" | sed 's/^/    /'; fi
 
 # self-test: a copy of the tree with one planted violation each must fail, naming it
 if [ "$self_test" = 1 ]; then
