@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4146
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |        73 -  358
+    PART A  THE CORE                                                         lines       69 - 4150
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |          73 -  362
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result        360 - 1041
+      declarations    [SECTION] Version, platform and feature resolution | Result         364 - 1045
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |    1044 - 4143
+      implementation  [SECTION] Implementation: configuration and system headers |    1048 - 4147
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4148 - 9554
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4148 - 4507
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4152 - 9558
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4152 - 4511
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data   4510 - 4695
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data   4514 - 4699
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane        4697 - 9551
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane        4701 - 9555
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        9557 - 9592
+    LICENSE                                                                        9561 - 9596
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -351,6 +351,10 @@ RECENT REVISIONS
                         it sends one CLAIM (new desc fields inline_threshold, disable_inline,
                         inline_with_curve, pull_on_side_channel; omc_tcp_health_info.
                         inline_threshold).
+    unreleased          the file reads as Part A (the core) and Part B (the remote connector, with
+                        its own manual) behind a visible seam; the TCP data plane sits behind the
+                        data-plane table like any plane; every read of an entry goes through
+                        one take / commit / give-back protocol. No wire or API change.
     0.1.0 (2026-11-22)  first release: allocator, pools, buffers, frames, metadata, the
                         connector contract, the same-process connector, and the remote
                         connector (ZMQ side channel + TCP data plane, pluggable data planes).
