@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines       69 - 4150
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |          73 -  362
+    PART A  THE CORE                                                         lines     69 - 4150
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  362
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result         364 - 1045
+      declarations    [SECTION] Version, platform and feature resolution | Result     364 - 1045
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |    1048 - 4147
+      implementation  [SECTION] Implementation: configuration and system headers |   1048 - 4147
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4152 - 9558
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines  4152 - 9558
       manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4152 - 4511
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data   4514 - 4699
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4514 - 4699
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane        4701 - 9555
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane      4701 - 9555
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        9561 - 9596
+    LICENSE                                                                          9561 - 9596
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,

@@ -159,11 +159,14 @@ c1 = at(lambda l: l.strip().startswith('READING PATHS'), c0)
 rows = [i for i in range(c0, c1) if re.search(r'\d+ - +\d+\s*$', L[i])]
 if len(rows) != len(order): raise SystemExit('CONTENTS has %d spans, expected %d' % (len(rows), len(order)))
 bad = []
+end = max(len(L[i][:re.search(r'\d+ - +\d+\s*$', L[i]).start()].rstrip()) for i in rows) + 13
 for k, i in zip(order, rows):
     m = re.search(r'(\d+) - +(\d+)\s*$', L[i])
     if (int(m.group(1)), int(m.group(2))) != want[k]:
         bad.append('%s: CONTENTS says %s - %s, the markers are at %d - %d' % (k, m.group(1), m.group(2), want[k][0], want[k][1]))
-        L[i] = L[i][:m.start()] + ('%4d - %4d' % want[k]).rjust(len(m.group(0).rstrip()))
+    if mode == 'fix':           # the numbers of every row end in one column
+        head = L[i][:m.start()].rstrip()
+        L[i] = head + ('%d - %4d' % want[k]).rjust(end - len(head))
 if mode == 'fix': open(path, 'w').write('\n'.join(L))
 print('\n'.join(bad) if mode == 'check' else 'CONTENTS: %d spans rewritten' % len(bad))
 PY
