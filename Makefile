@@ -17,7 +17,7 @@ WARN    := -Wall -Wextra -Werror -pedantic -Wshadow -Wstrict-prototypes -Wno-mis
 CFLAGS  := -std=c99 $(OPT) -g $(WARN) -I. -Itests $(EXTRA_CFLAGS)
 LDLIBS  := -ldl -lpthread -lm
 # libzmq is loaded at run time; only programs that call libzmq themselves link it
-$(BUILD)/test_tcp $(BUILD)/test_hostile $(BUILD)/test_cli $(BUILD)/bench_tcp $(BUILD)/omniconn: LDLIBS += -lzmq
+$(BUILD)/test_tcp $(BUILD)/test_hostile $(BUILD)/bench_tcp: LDLIBS += -lzmq
 
 ifeq ($(SAN),asan)
   CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -36,12 +36,18 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps test check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails bench-store bench-xfer
+.PHONY: all deps build-deps test check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails bench-store bench-xfer
 
 all: tests examples benches cli
 
 deps:
 	@bash scripts/install-deps.sh
+
+# What compiling the programs needs, checked first (instead of hundreds of errors): a C compiler
+# and the verbs headers omniconn_rdma.h compiles against (libzmq needs no header: loaded at run time).
+build-deps:
+	@command -v $(CC) >/dev/null 2>&1 || { echo "omniconn: no C compiler ($(CC)). Run: bash scripts/install-deps.sh (as root; Debian: apt-get install build-essential)" >&2; exit 1; }
+	@printf '#include <infiniband/verbs.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 || { echo "omniconn: infiniband/verbs.h is missing (omniconn_rdma.h compiles against it). Run: bash scripts/install-deps.sh (as root; Debian: apt-get install libibverbs-dev)" >&2; exit 1; }
 
 tests: $(TEST_BINS)
 examples: $(EXAMPLE_BINS)
@@ -55,7 +61,7 @@ $(BUILD)/%: examples/%.c $(HEADERS) | $(BUILD)
 $(BUILD)/%: bench/%.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -O2 -o $@ $< $(LDFLAGS) $(LDLIBS)
 # the command-line tool (omniconn bench / doctor); tests that compile in a program's source depend on it
-$(BUILD)/omniconn: tools/omniconn_cli.c $(HEADERS) | $(BUILD)
+$(BUILD)/omniconn: tools/omniconn_cli.c $(HEADERS) | $(BUILD) build-deps
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
 $(BUILD)/test_pipeline3: examples/pipeline3.c
 $(BUILD)/test_cli: tools/omniconn_cli.c
@@ -70,8 +76,9 @@ test: deps
 check: tests
 	@bash tests/run.sh --quick
 
-demo: deps
-	@bash examples/demo.sh
+# the README's demo: scripts/demo.sh installs only what the demo needs, then runs examples/demo.sh
+demo:
+	@bash scripts/demo.sh
 
 # The store connector against servers it starts itself (redis-server, a 3-master cluster).
 store-demo: deps $(BUILD)/test_store
@@ -163,3 +170,6 @@ uninstall:
 
 bench-python: deps lib
 	OMNICONN_LIBRARY=$(abspath $(BUILD))/libomniconn.so /usr/bin/python3 bench/bench_python.py bench/results/python.json
+
+# ---- checked first (see build-deps): what the library needs to compile -------------------------
+$(BUILD)/libomniconn.so.$(LIB_VERSION): | build-deps

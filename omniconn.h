@@ -22,23 +22,53 @@
                                              connector is created; no -lzmq)
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
-      QUICK START
-      STEP BY STEP: THE PIECES OF THE CORE
-      THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
-      CONFIGURATION
-      OVERRIDES
-      ERRORS & LOGGING
-      THREAD SAFETY
-      DEPENDENCIES & LINKING
-      WIRE FORMATS
-      NON-GOALS
-      RECENT REVISIONS
-      then the code, by [SECTION]: Version, platform and feature resolution
-        Result codes | Logging and hooks | Version, features, time
-        The registered-memory allocator | Pools | Buffers and typed views | Payload frames
-        Metadata | The connector contract | The same-process connector
-        The remote connector: ZMQ side channel and TCP data plane
-      then the implementation ("[SECTION] Implementation: ..."), and the licence
+
+    PART A  THE CORE                                                         lines     69 - 4150
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  362
+                      ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
+                      WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
+      declarations    [SECTION] Version, platform and feature resolution | Result     364 - 1045
+                      codes | Logging and hooks | Version, features, time | The
+                      registered-memory allocator | Pools | Buffers and typed views |
+                      Payload frames | Metadata | The connector contract | The
+                      same-process connector
+      implementation  [SECTION] Implementation: configuration and system headers |   1048 - 4147
+                      the companion interface | result codes, log items, hooks |
+                      version, time, randomness | little-endian codecs, CRC-32C,
+                      base64url | string map | the registered-memory allocator | pools |
+                      buffers, dtypes, typed views | payload frames | metadata envelope |
+                      the connector contract | the owner's entry table | the
+                      same-process connector | features
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines  4152 - 9577
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4152 - 4512
+                      B3 CONFIGURATION | B4 WIRE FORMATS
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4515 - 4700
+                      plane
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane      4702 - 9574
+                      interface | side-channel codec | sockets with deadlines | the
+                      TCP data plane | endpoints, hosts, ports, keys | the remote
+                      connector - state, sender, receiver channels, get, the contract,
+                      create, public extras
+    LICENSE                                                                          9580 - 9615
+
+    READING PATHS
+      vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
+                  DEPENDENCIES & LINKING, ERRORS & LOGGING; for other hosts Part B B1 QUICK START
+                  and B3 CONFIGURATION. Declarations carry a doc block each; skip the
+                  implementations.
+      learner     (you want to see how it works): Part A STEP BY STEP, then its implementation in
+                  order - the allocator, pools, frames, metadata, the connector contract, the
+                  owner's entry table, and the same-process connector (the smallest complete
+                  connector); then Part B's B2 and B4, and its implementation from the codec
+                  through the TCP data plane to the sender, the receiver and get.
+      maintainer  (you change it): Part A's companion interface (the only core names Part B and
+                  the companion headers may use; tests/check_companions.sh enforces it), Part B's
+                  data-plane interface (what a data plane provides: TCP here, RDMA in
+                  omniconn_rdma.h), WIRE FORMATS of both parts; docs/ keeps the rationale.
+
+################################################################################################
+##  PART A  THE CORE: allocator, pools, buffers, frames, metadata, the connector contract     ##
+################################################################################################
 
 ================================================================================================
 QUICK START
@@ -70,6 +100,11 @@ QUICK START
     Every other connector (shared memory, TCP, RDMA) is created by its own *_create function and
     then used through exactly the same omc_conn_* calls.
 
+    C and C++: every desc, payload and handle starts zeroed. In C write "T x = {0};"; in C++ write
+    "T x = {};" ("= {0}" does not compile in C++ for a struct whose first member is an enum, as
+    every desc's is; "{}" zeroes every member). memset(&x, 0, sizeof(x)) works in both.
+    tests/compile/app_cxx_init.cpp builds every desc of every header that way.
+
 ================================================================================================
 STEP BY STEP: THE PIECES OF THE CORE
 ================================================================================================
@@ -86,9 +121,10 @@ STEP BY STEP: THE PIECES OF THE CORE
        - Every allocation is an omc_range {offset, size, generation, slot}. The slot lets free()
          find the block in O(1); the generation (never 0, different for every allocation) makes a
          stale handle - freed and then reallocated - detectable (OMC_ERR_STALE).
-       - Freeing a free range gives OMC_ERR_DOUBLE_FREE, a range that was never handed out gives
-         OMC_ERR_INVALID_FREE, a range that straddles blocks or lies about its size gives
-         OMC_ERR_OVERLAP. The allocator is unchanged after any of these.
+       - A free the allocator refuses leaves it unchanged and says why (OMC_ERR_DOUBLE_FREE,
+         _STALE, _OVERLAP, _INVALID_FREE): the full table is at omc_alloc_free below.
+       - Why offsets, TLSF and out-of-band records (against vLLM-Omni's first-fit
+         BufferAllocator), the tests and the figures: docs/allocator.md.
        - With thread_safe set, calls are serialised by a mutex and omc_alloc_alloc_wait() blocks
          until enough is freed or a deadline passes (back-pressure instead of failure).
 
@@ -132,283 +168,10 @@ STEP BY STEP: THE PIECES OF THE CORE
        process hand buffers over by reference. It is also the reference for the contract tests
        every other connector must pass.
 
-================================================================================================
-THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
-================================================================================================
-
-    5. The remote connector (omc_tcp_create): ZMQ side channel + TCP data plane
-       Stages on different hosts. A sender runs a listener on a ZMQ ROUTER socket (the side
-       channel) and a TCP data port; put() copies the payload into the sender's pool (or takes a
-       buffer from omc_conn_alloc) and returns metadata naming the sender's host, port and
-       incarnation. A receiver's get() allocates a destination in its own pool, asks the sender
-       for the entry with a request on its TCP data connection (from the calling thread: no
-       libzmq thread and no side-channel message per get), reads the bytes straight into that
-       destination, and returns once every byte is in place and the sender has recorded the
-       read (the TCP trailer says so; other data planes PULL on the side channel and wait for
-       DONE).
-
-           sender (omc_tcp_create, role SENDER)         receiver (omc_tcp_create, role RECEIVER)
-           put(key) -> pool, metadata  ---- your control plane ---->  get(key, metadata)
-                                       <--- HELLO (once per channel) ---
-                                       ---- HELLO: incarnation, TCP data port, ticket ---->
-                                       <=== TCP: connect, data hello (ticket), once per channel
-                                       <=== TCP: request (entry, capacity) ====  calling thread
-             listener (worker if big)  ==== TCP: header + payload ====>  recv() into pool buffer
-                                       <=== TCP: receipt ==============  every byte is in place
-             record the read           ==== TCP: trailer ============>  return the buffer
-
-       - Small payloads ride inside the metadata: a put of at most inline_threshold bytes
-         (16 KiB by default, at most OMC_TCP_MAX_INLINE; $OMNICONN_TCP_INLINE_THRESHOLD when the
-         desc leaves it 0; 0 or disable_inline = off) copies them into the metadata as well. A
-         get with that metadata takes the bytes from it and sends one 48-byte CLAIM on its data
-         connection, which records the read: one round trip, no payload on the wire. The sender
-         keeps its pool copy and the entry as for any put, so everything else is unchanged:
-         metadata-less gets, exists and list find it, fan-out counts every reader, a get after
-         cleanup, TTL or the last reader is OMC_ERR_NOT_FOUND although the bytes are in hand, and
-         wait_consumed waits for the claims. Such a payload is only as confidential as your
-         metadata's path: a sender with CURVE inlines nothing unless inline_with_curve is set.
-
-       - Without metadata: register senders (omc_tcp_add_sender(conn, "thinker", host, port), as
-         many as you like) and call get(meta = NULL). The receiver asks every registered sender
-         (QUERY; a sender holds the query until the key appears or a second passes, so there is
-         no busy polling) and pulls from the first that has it. omc_tcp_get_from() asks one named
-         sender; omc_tcp_query() only asks ("exists?") and returns the size. With no sender
-         registered at all, a metadata-less get fails at once with OMC_ERR_NOT_FOUND.
-       - Fan-out: payload.readers = N lets N gets (from any receivers) pull the same put; the
-         entry is dropped after the N-th successful pull. A failed pull does not use up a reader.
-       - TTL: an unconsumed put is reclaimed after its TTL, but never while a push is reading it
-         (each push pins its entry; the last unpin frees the range).
-       - Deadlines: every blocking step of a get (connect, HELLO, QUERY, PULL, every read) is
-         bounded by the get's deadline; the sender bounds a push by the budget in the PULL (and
-         by vLLM-Omni's rule, 30 s + 5 s per 100 MiB, when the receiver waits forever; the
-         receiver applies the same rule to its own wait then), never longer than
-         OMNICONN_TCP_MAX_PUSH_MS, and aborts a push whose receiver takes no byte for
-         OMNICONN_TCP_STALL_MS. A sender runs one push at a time per side-channel session (a
-         channel has at most one transfer in flight), so no receiver holds more than one push
-         worker; an ABORT drops a push still waiting for a worker at once. When a get fails at its deadline,
-         the code says why: OMC_ERR_TIMEOUT (the senders answered, the key never came, or the
-         push did not finish; or a sender was only slow: a deadline too short for a busy host
-         is no broken link), OMC_ERR_CONNECTION (no sender answered and the link failed:
-         refused, dropped, or our HELLO ignored for 500 ms; or a connection broke: a get whose
-         transfer broke - the sender died - says so at once, not at its deadline), OMC_ERR_AUTH (the CURVE handshake failed; without CURVE a handshake that
-         fails is a connection error).
-       - Restarts: every message carries its author's incarnation (omc_incarnation()). Metadata
-         from a sender process that has since restarted gets OMC_ERR_PEER_RESTARTED; cached
-         connections to the old process are dropped; new puts work at once.
-       - health(): the generic counters, plus omc_tcp_health() (handshake and auth failures,
-         garbage received, pushes in flight) and omc_tcp_peer_health() per sender (the last
-         error, timeouts, restarts, auth failures).
-       - Who may talk to a sender: optional CURVE (libzmq's Curve25519 authentication and
-         encryption of the side channel), off by default. Give the sender a keypair
-         (curve.secret_key) and the receivers its public key (curve.server_key); a receiver
-         without it is refused and the sender counts it (omc_tcp_health().auth_failures). The
-         receiver's get fails at its deadline with OMC_ERR_AUTH if it has CURVE configured (a
-         wrong key), with OMC_ERR_CONNECTION if not (it cannot tell a CURVE sender that hangs up
-         on it from a dying one; its log says which key would help). curve.allowed_clients
-         restricts senders to known receiver keys (a ZAP handler). The TCP data port admits only connections that
-         show a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on),
-         and a connection serves only PULLs of the session that got the ticket; anything else
-         is closed at its first bytes and never counts against a limit. A request on a data
-         connection is served for the session that registered it, exactly as a PULL from that
-         session would be; it names the entry by id (no key travels on the data connection). The
-         TCP data plane is not encrypted: CURVE decides who may ask for data, not who can read a
-         wire. Use a private network or IPsec for that (or pull_on_side_channel, which keeps
-         requests inside CURVE - the payload still is not).
-       - Helpers from vLLM-Omni's orchestration: omc_port_compute() (the port-offset scheme),
-         omc_port_check() (collisions in a set of edges), omc_detect_host() ("auto").
-
-       The data plane is pluggable: the side channel, entries, fan-out, TTL and deadlines are
-       shared; a data plane only moves bytes (see "[SECTION] Implementation: the data-plane
-       interface"). The TCP data plane is built in; omniconn_rdma.h adds an RDMA one.
-
-    Its tunables are in CONFIGURATION (OMNICONN_TCP_*).
-
-    The remote connector (docs/wire.md walks through these with examples):
-
-    Side channel (ZMQ), protocol version 1. A receiver's DEALER socket talks to a sender's
-    ROUTER socket. Every message is one ZMQ frame: a 32-byte header and a body whose layout
-    depends on the type. Replies echo the request's transfer id and sequence number; a receiver
-    drops replies that match neither (late answers to an abandoned request).
-      header, 32 bytes:
-        0   u32  magic 0x5A434D4F ("OMCZ")
-        4   u8   protocol version (1)
-        5   u8   type: 1 HELLO, 2 QUERY, 3 QUERY_REPLY, 4 NOT_FOUND, 5 PULL, 6 DONE, 7 ERROR, 8 ABORT,
-                 9 LIST, 10 LIST_REPLY
-        6   u16  flags (0)
-        8   u64  transfer id (chosen by the receiver, unique per get; 0 only in an ERROR that
-                 answers a message too broken to name one)
-        16  u64  incarnation of the message's author (random per process start, never 0)
-        24  u32  sequence number of the request on its channel: per channel, the first request
-                 (the HELLO) is 1, +1 per request, after 0xFFFFFFFF it wraps to 1 (never 0); a
-                 sender echoes it and checks nothing about it
-        28  u32  body length (the frame is exactly 32 + body length bytes, at most 8192)
-      HELLO body (receiver -> sender; the sender answers with its own HELLO), 8 + records.
-      A receiver's HELLO (sequence 1, the QUERY of a metadata-less get pipelined right behind
-      it) has capability bit 0 set, no type-1 record, and a type-2 record only with an RDMA
-      plane:
-        0   u32  capabilities: bit 0 TCP data plane, bit 1 RDMA data plane, bit 2 (sender) it
-                 takes requests on its TCP data connections (below); a peer ignores bits it
-                 does not know
-        4   u16  endpoint record count (<= 32)
-        6   u16  reserved (0)
-        8   records, back to back, filling the body exactly: u16 type, u16 value length, value
-            type 1, TCP data endpoint (sender only): u16 port (non-zero), u16 reserved (0),
-                    host text (0..255 bytes, no NUL; empty = the host the side channel reached)
-            type 2, RDMA endpoint: defined by omniconn_rdma.h
-            type 0x100, data-connection ticket (sender only, in every answer to a HELLO): 16
-                    random bytes, one ticket per side-channel session (ZMQ routing id), the
-                    same on a repeated HELLO; the session's TCP data connections must show it
-            a record type below 0x100 is a data plane's kind; any type a peer does not know is
-            skipped: a new transport adds a record type, not a protocol version
-      QUERY body (receiver -> sender), 8 + key length bytes:
-        0   u32  wait in ms (hold the query while the key is absent, at most this long and at
-                 most OMNICONN_TCP_MAX_WAIT_MS; 0 = answer now). A sender holds at most 1024
-                 queries at once; a further one gets NOT_FOUND at once whatever its wait
-        4   u16  key length (1..255)
-        6   u16  reserved (0)
-        8   the qualified key
-      QUERY_REPLY body (sender -> receiver), 24 bytes:
-        0   u64  entry id
-        8   u64  payload size in bytes
-        16  u32  payload flags: bit 0 the payload is a frame
-        20  u32  readers left
-      NOT_FOUND: empty body (the key has no live entry, or the held query expired)
-      PULL body (receiver -> sender), 36 + key length + descriptor length bytes:
-        0   u64  entry id (0 = whatever entry the key has now)
-        8   u64  expected sender incarnation (0 = any)
-        16  u64  destination capacity in bytes (a larger payload is refused: OMC_ERR_TOO_LARGE)
-        24  u32  time budget in ms (the sender abandons the push after it; 0 = vLLM-Omni's rule;
-                 a sender grants at most OMNICONN_TCP_MAX_PUSH_MS whatever is asked)
-        28  u16  key length (1..255)
-        30  u8   data plane kind: 1 TCP, 2 RDMA
-        31  u8   reserved (0)
-        32  u16  descriptor length (0..1024)
-        34  u16  reserved (0)
-        36  the qualified key, then the data plane's descriptor (TCP: u64 connection token)
-      DONE body (sender -> receiver, only once the data plane has moved every byte and the
-        read is recorded; not sent after a TCP push, whose trailer says the same), 8 bytes:
-        0   u64  bytes moved (= the payload size)
-      ERROR body (sender -> receiver; a sender answers an ERROR it receives with ERROR
-        OMC_ERR_PROTOCOL and counts it in protocol_errors), 16 + text length bytes:
-        0   i32  omc_result code (negative)
-        4   u16  text length (0..255)
-        6   u16  reserved (0)
-        8   u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
-        16  text (not NUL-terminated)
-        A sender answers a PULL with OMC_ERR_NOT_FOUND, OMC_ERR_STALE, OMC_ERR_TOO_LARGE,
-        OMC_ERR_PEER_RESTARTED or OMC_ERR_UNAVAILABLE only before it has moved any byte; before
-        any byte moves a PULL may also get OMC_ERR_NO_MEMORY (the sender's) or a validation
-        ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION, OMC_ERR_PROTOCOL). When a push fails (its
-        data connection broke or is not this session's, the budget or the stall timeout
-        passed) the sender answers ERROR with the push's code (OMC_ERR_CONNECTION,
-        OMC_ERR_TIMEOUT, ...), and the read is not used up.
-        A replayed PULL (same key, another transfer id) is served again and uses another
-        reader: inside an authenticated session that is the receiver asking twice; with CURVE
-        nobody else can replay one (messages are encrypted and ordered).
-      ABORT: empty body (the receiver gave up this transfer id: a held query is dropped without
-        an answer, a push in progress stops at its next chunk)
-      LIST body (receiver -> sender; omc_conn_list), 8 bytes:
-        0   u32  cursor: how many of the sender's listable keys to skip (0 = from the start;
-                 else the cursor of the previous LIST_REPLY)
-        4   u32  reserved (0)
-      LIST_REPLY body (sender -> receiver), 8 + records bytes (at most 8152):
-        0   u32  next cursor (0 = this is the last page; else send LIST with it for more)
-        4   u16  key count
-        6   u16  reserved (0)
-        8   key records, back to back, filling the body exactly: u16 key length (1..255),
-            the qualified key. The keys are those a PULL could take now (a read still
-            available), newest first; keys that come or go between two pages may be missed
-            or listed twice.
-        A sender of protocol version 1 that predates LIST answers it with ERROR
-        (OMC_ERR_PROTOCOL, "unknown type"): the receiver reports OMC_ERR_UNAVAILABLE.
-      omc_conn_exists asks with a QUERY whose wait is 0 (QUERY_REPLY = live, NOT_FOUND = not).
-      Reserved fields must be zero and lengths must add up exactly. A sender answers anything
-      else with ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION or OMC_ERR_PROTOCOL) and carries on.
-
-    TCP data plane: a receiver opens one connection per channel to the port in the sender's
-    type-1 record; at most one transfer is in flight on a connection.
-      hello, receiver -> sender, version 2, 40 bytes:
-        0   u32  magic 0x54434D4F ("OMCT")
-        4   u16  version (2)
-        6   u16  reserved (0)
-        8   u64  token (random, non-zero; PULL descriptors name the connection by it)
-        16  u64  receiver incarnation
-        24  u8[16] the ticket from the sender's answer to this channel's HELLO (record 0x100)
-      ack, sender -> receiver, 8 bytes: 0 u32 magic 0x41434D4F ("OMCA"), 4 i32 status (0 = OK,
-        else an omc_result: the connection is closed after it). A hello that is not version 2
-        gets OMC_ERR_MALFORMED or OMC_ERR_VERSION (a version-1 hello, 24 bytes without the
-        ticket, is what a receiver of the first release sends; it still sends it to a sender
-        whose HELLO carries no ticket); a ticket the sender did not hand out gets no ack at
-        all: the connection is closed. A ticket registers at most 16 connections (then
-        OMC_ERR_BUSY), a token at most once per ticket (then OMC_ERR_EXISTS).
-      A sender keeps at most 64 connections waiting for their hello (a new one closes the
-      oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS,
-      and serves a PULL only on a connection registered with the ticket of the PULL's own
-      side-channel session (otherwise: ERROR OMC_ERR_CONNECTION, nothing written).
-      request, receiver -> sender, 48 bytes, on an idle connection of a sender whose HELLO has
-      capability bit 2 (receivers send PULL on the side channel to other senders, and when
-      omc_tcp_desc.pull_on_side_channel is set); the sender serves it for the session the
-      connection was registered to, with the checks of a PULL:
-        0   u32  magic 0x50434D4F ("OMCP")
-        4   u8   op: 1 PULL (send the entry's bytes), 2 CLAIM (the receiver has the bytes from
-                 inline metadata: record the read, send none)
-        5   u8   reserved (0)
-        6   u16  reserved (0)
-        8   u64  transfer id (echoed in the header or status record)
-        16  u64  entry id (from the metadata or a QUERY_REPLY; never 0)
-        24  u64  expected sender incarnation (0 = any)
-        32  u64  PULL: destination capacity; CLAIM: the payload size the metadata announced
-                 (a different size than the entry's is OMC_ERR_PROTOCOL)
-        40  u32  time budget in ms, as in PULL
-        44  u32  reserved (0)
-      Anything else - a wrong magic (seen after 4 bytes), op or reserved field, entry id 0, a
-      request not complete within 5 s - closes the connection (counted in protocol_errors).
-      The sender answers a PULL request with the header and payload below, a CLAIM or any
-      refusal with a status record, 24 bytes (what the receiver reads in place of a header;
-      nothing else follows it and the connection stays usable):
-        0   u32  magic 0x53434D4F ("OMCS")
-        4   i32  0 = the CLAIM is recorded; else the omc_result of the refusal (OMC_ERR_NOT_FOUND,
-                 OMC_ERR_TOO_LARGE, OMC_ERR_PEER_RESTARTED, OMC_ERR_PROTOCOL, OMC_ERR_NO_MEMORY):
-                 nothing moved, no read was used
-        8   u64  transfer id
-        16  u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
-      A request names no key, so an older put of the key is OMC_ERR_NOT_FOUND here (the side
-      channel's PULL can say OMC_ERR_STALE). A request whose receiver gives up is abandoned by
-      closing the connection (no ABORT); the push then fails and gives the read back.
-      per transfer, sender -> receiver: a 24-byte header and exactly size payload bytes; then
-      receiver -> sender an 8-byte receipt; then sender -> receiver an 8-byte trailer:
-        header:
-        0   u32  magic 0x44434D4F ("OMCD")
-        4   u32  reserved (0)
-        8   u64  transfer id
-        16  u64  payload size
-        receipt (sent by the receiver once every payload byte is in its destination buffer;
-        only on a connection opened with a version-2 hello):
-        0   u32  magic 0x52434D4F ("OMCR")
-        4   u32  reserved (0)
-        trailer (written only after the receipt came and the sender recorded the read - the
-        entry's reader is used up, a last reader's entry is gone - so it tells the receiver
-        what DONE would). A receiver that dies before its receipt uses up nothing: the push
-        fails (EOF, or OMNICONN_TCP_STALL_MS without the receipt) and the reader is given back.
-        0   u32  magic 0x45434D4F ("OMCE")
-        4   u32  reserved (0)
-      The receiver checks the header (transfer id; size equal to what the metadata or the
-      QUERY_REPLY announced and no larger than its destination) before it reads any payload,
-      never reads more than that into the destination, and completes the get on a valid
-      trailer (the sender sends no DONE for a TCP push; one that arrives anyway is checked). A
-      connection on which anything went wrong is closed by both sides, never reused.
-
-    TCP metadata body (the envelope's transport OMC_TRANSPORT_TCP), 16 + host length bytes,
-    plus the payload size when inline (envelope flag bit 0):
-        0   u64  entry id (never 0; (generation << 32) | slot of the sender's entry table, and
-                 the generation grows with every put of that connector)
-        8   u16  side-channel port
-        10  u16  host length (1..255)
-        12  u32  data-plane capabilities (as in HELLO)
-        16  host text (as the sender advertises itself: an IPv4/IPv6 literal or a name)
-        16+h inline only: the payload bytes, exactly the envelope's payload size of them, at
-             most OMC_TCP_MAX_INLINE (64 KiB); a body whose length is not 16 + h (+ size when
-             inline), or an inline size over that bound, is OMC_ERR_MALFORMED
+    5. Other hosts: the remote connector (omc_tcp_create) is Part B of this file, after the core:
+       its own manual (quick start, side channel, TCP data plane, configuration, wire formats),
+       declarations and implementation. It stands on the public API and the companion
+       interface of Part A, like omniconn_shm.h does.
 
 ================================================================================================
 CONFIGURATION
@@ -426,8 +189,6 @@ CONFIGURATION
     OMNICONN_NO_RDMA             undefined   everywhere   no verbs RDMA engine
     OMNICONN_NO_RUNTIME_LINKING  undefined   impl file    link libzmq and libibverbs directly instead
                                                           of dlopen (-lzmq -libverbs; needs zmq.h)
-    OMNICONN_ZMQ_LIBRARY         "libzmq.so.5" impl file  the library dlopen()ed for the side channel
-                                                          (test hook: $OMNICONN_ZMQ_LIB overrides it)
     OMNICONN_ENABLE_CUDA         undefined   everywhere   CUDA device memory pools (cuda_runtime_api.h)
     OMNICONN_MALLOC(sz)/FREE(p)  malloc/free impl file    default host allocator (define both or none)
     OMNICONN_ASSERT(c)           assert(c)   impl file    programmer errors only (never run-time ones)
@@ -437,26 +198,6 @@ CONFIGURATION
     OMNICONN_LOCAL_POOL_SIZE     256 MiB     impl file    same-process connector pool when pool_size
                                                           is 0 (address space; pages come on first
                                                           touch)
-    OMNICONN_TCP_POOL_SIZE       1 GiB       impl file    remote connector pool when pool_size is 0
-                                                          (address space; pages come on first touch)
-    OMNICONN_TCP_WORKERS         2           impl file    sender push threads when workers is 0
-    OMNICONN_TCP_MAX_WAIT_MS     1000        impl file    longest a sender holds a QUERY for an
-                                                          absent key (long poll)
-    OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
-    OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
-                                                          (without blocking) before a worker takes over
-                                                          (a payload written whole: the listener also
-                                                          waits for its receipt; no worker at all)
-    OMNICONN_TCP_INLINE_THRESHOLD 16 KiB     impl file    payloads of at most this many bytes travel
-                                                          inside the metadata too (omc_tcp_desc.
-                                                          inline_threshold, the environment variable
-                                                          below; at most OMC_TCP_MAX_INLINE, 64 KiB)
-    OMNICONN_TCP_IDLE_MS         120000      impl file    a sender closes a TCP data connection idle
-                                                          this long (a receiver re-opens its channel)
-    OMNICONN_TCP_MAX_PUSH_MS     600000      impl file    the longest budget a sender grants a push,
-                                                          whatever the PULL asks for
-    OMNICONN_TCP_STALL_MS        5000        impl file    a push whose receiver takes no byte this
-                                                          long is aborted (its entry unpinned)
     _GNU_SOURCE                  (defined)   impl file    defined by omniconn.h in the file that defines
                                                           OMNICONN_IMPLEMENTATION (the implementation
                                                           needs Linux extensions) and so in force for
@@ -469,13 +210,12 @@ CONFIGURATION
     ---------------------------  ----------  ---------------------------------------------------
     OMNICONN_LOG                 warn        level of the built-in stderr logger: off, error, warn,
                                              info, debug (see ERRORS & LOGGING); read once
-    OMNICONN_TCP_INLINE_THRESHOLD
-                                 16 KiB      a remote sender's inline threshold in bytes when its
-                                             desc leaves it 0 (0 = off; anything but a number up to
-                                             65536 is ignored with a WARN); read at omc_tcp_create
 
     omc_has(OMC_FEATURE_x) says what was compiled in; omc_available(OMC_FEATURE_x, why, n) says
     whether it is usable on this machine now, and if not, why.
+
+    The remote connector's tunables (OMNICONN_TCP_*, OMNICONN_ZMQ_LIBRARY) and its environment
+    variable are in Part B, B3 CONFIGURATION.
 
 ================================================================================================
 OVERRIDES (HOOKS)
@@ -588,7 +328,8 @@ WIRE FORMATS (all integers little-endian)
       The printable form is "omc1." followed by the envelope in unpadded base64url.
       A qualified key is from_stage, 0x1F, to_stage, 0x1F, key (0x1F is not allowed in the parts).
 
-    Transport bodies are documented in each connector's section.
+    Transport bodies: the remote connector's (side channel, TCP data plane, TCP metadata body) in
+    Part B, B4 WIRE FORMATS; the SHM segment in omniconn_shm.h; RDMA records in omniconn_rdma.h.
 
 ================================================================================================
 NON-GOALS (what omniconn does not do)
@@ -610,6 +351,10 @@ RECENT REVISIONS
                         it sends one CLAIM (new desc fields inline_threshold, disable_inline,
                         inline_with_curve, pull_on_side_channel; omc_tcp_health_info.
                         inline_threshold).
+    unreleased          the file reads as Part A (the core) and Part B (the remote connector, with
+                        its own manual) behind a visible seam; the TCP data plane sits behind the
+                        data-plane table like any plane; every read of an entry goes through
+                        one take / commit / give-back protocol. No wire or API change.
     0.1.0 (2026-11-22)  first release: allocator, pools, buffers, frames, metadata, the
                         connector contract, the same-process connector, and the remote
                         connector (ZMQ side channel + TCP data plane, pluggable data planes).
@@ -643,6 +388,7 @@ LICENSE: see the end of this file (MIT or public domain, your choice).
     #if defined(_FEATURES_H) || defined(__GLIBC__)
         #error "omniconn: a system header was included before omniconn.h in the file that defines OMNICONN_IMPLEMENTATION. Include omniconn.h before any system header in that file, or define _GNU_SOURCE yourself (first line of the file, or -D_GNU_SOURCE)."
         #define OMNICONN_IMPL_INCLUDED 1    /* skip the implementation: this error is the message */
+        #define OMNICONN_REMOTE_IMPL_INCLUDED 1
     #else
         #define _GNU_SOURCE 1
     #endif
@@ -905,8 +651,21 @@ OMNICONN_API omc_result omc_alloc_alloc(omc_alloc* a, uint64_t size, omc_range* 
 /* Like omc_alloc_alloc, but waits (thread-safe mode only) until space is freed or the deadline
    passes (OMC_ERR_TIMEOUT). */
 OMNICONN_API omc_result omc_alloc_alloc_wait(omc_alloc* a, uint64_t size, omc_time_ns deadline, omc_range* out);
-/* Give a range back. O(1) for a valid handle. Errors (allocator unchanged): OMC_ERR_DOUBLE_FREE,
-   OMC_ERR_INVALID_FREE, OMC_ERR_OVERLAP, OMC_ERR_STALE. */
+/* Give a range back. O(1) for a valid handle. A refusal leaves the allocator exactly as it was
+   (same statistics, omc_alloc_validate still OK) and is logged as OMC_LOGITEM_ALLOC_BAD_FREE.
+   The verdict depends on the range and the allocator's state; the handle's slot only matters
+   for a handle that is otherwise right (a wrong slot makes it a forgery):
+     the range ...                                                   result
+     is empty, starts at or past the capacity, or runs past it       OMC_ERR_INVALID_FREE
+     starts at a live block, with another generation                 OMC_ERR_STALE
+     starts at a live block, right generation, another size          OMC_ERR_OVERLAP
+     starts at a live block, right generation and size, wrong slot   OMC_ERR_STALE
+     starts inside a live block (not at its start), ends inside it   OMC_ERR_INVALID_FREE
+     starts inside a live block and runs past it                     OMC_ERR_OVERLAP
+     lies inside one free block (also after it merged with others)   OMC_ERR_DOUBLE_FREE
+     starts in a free block and runs past it                         OMC_ERR_OVERLAP
+   A range in free space that was never handed out cannot be told from one that was freed: both
+   are OMC_ERR_DOUBLE_FREE. */
 OMNICONN_API omc_result omc_alloc_free(omc_alloc* a, omc_range r);
 /* OMC_OK if r is a live allocation with that generation; the free() error it would get otherwise. */
 OMNICONN_API omc_result omc_alloc_check(omc_alloc* a, omc_range r);
@@ -1277,179 +1036,6 @@ typedef struct omc_local_desc {
 
 OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** out);
 
-/* ============================================================================================== */
-/* [SECTION] The remote connector: ZMQ side channel and TCP data plane                           */
-/* ============================================================================================== */
-#if OMC__HAS_ZMQ
-#define OMC_NET_CAP_TCP  0x1u       /* HELLO capabilities and metadata: the TCP data plane */
-#define OMC_NET_CAP_RDMA 0x2u       /* the RDMA data plane (omniconn_rdma.h) */
-#define OMC_NET_CAP_REQUESTS 0x4u   /* the sender takes pull requests on its TCP data connections */
-#define OMC_TCP_HOST_MAX 256        /* host text, terminator included */
-#define OMC_TCP_NAME_MAX 64         /* sender names, terminator included */
-#define OMC_CURVE_KEY_LEN 40        /* a Z85-encoded Curve25519 key, without terminator */
-#define OMC_TCP_MAX_INLINE ((uint64_t)64 << 10)  /* largest inline_threshold (bytes) */
-
-/* CURVE authentication and encryption of the side channel. All NULL = off (the default).
-   Keys are Z85 strings (40 characters) as zmq_curve_keypair() makes them; omc_tcp_curve_keypair()
-   makes a pair, omc_tcp_read_key() reads one from a file. */
-typedef struct omc_tcp_curve {
-    const char* secret_key;             /* sender: its secret key; setting it turns CURVE on for
-                                           the listener. receiver: optional own secret key (a
-                                           fresh pair is made when NULL) */
-    const char* public_key;             /* the public key of secret_key; NULL = derived from it */
-    const char* server_key;             /* receiver: the senders' public key; setting it turns
-                                           CURVE on for outgoing channels (per-sender keys:
-                                           omc_tcp_add_sender_key) */
-    const char* const* allowed_clients; /* sender: receiver public keys allowed in; NULL = any
-                                           receiver that knows our public key */
-    uint32_t allowed_count;
-} omc_tcp_curve;
-
-typedef struct omc_tcp_desc {
-    omc_role role;              /* SENDER: listen; RECEIVER: pull; DUAL (default): both */
-    const char* host;           /* sender: the address it advertises (and binds): NULL =
-                                   "127.0.0.1", "auto" = omc_detect_host(), or a literal/name */
-    const char* bind_host;      /* sender: bind here instead; "*" = every interface; NULL = host */
-    uint16_t port;              /* sender: side-channel port; 0 = ephemeral (omc_tcp_endpoint) */
-    uint16_t data_port;         /* sender: TCP data port; 0 = ephemeral */
-    uint64_t pool_size;         /* 0 = OMNICONN_TCP_POOL_SIZE (1 GiB of address space) */
-    uint64_t alignment;         /* 0 = 4096 */
-    int prefault;               /* touch the pool's pages at creation (no page faults later) */
-    int lock_memory;            /* mlock the pool (see omc_pool_desc) */
-    int64_t default_ttl_ms;     /* 0 = OMNICONN_DEFAULT_TTL_MS, < 0 = no TTL */
-    uint32_t workers;           /* sender push threads; 0 = OMNICONN_TCP_WORKERS (2) */
-    uint32_t max_idle_channels; /* receiver: cached channels per sender; 0 = 8 */
-    int pull_on_side_channel;   /* receiver: 1 = send every PULL on the side channel, as receivers
-                                   before data-connection requests did (slower; see the manual) */
-    uint64_t inline_threshold;  /* sender: payloads of at most this many bytes also travel inside
-                                   the metadata; 0 = $OMNICONN_TCP_INLINE_THRESHOLD if set, else
-                                   OMNICONN_TCP_INLINE_THRESHOLD (16 KiB); at most OMC_TCP_MAX_INLINE */
-    int disable_inline;         /* sender: 1 = no payload travels inside the metadata */
-    int inline_with_curve;      /* sender with CURVE: 1 = inline all the same (the bytes then travel
-                                   wherever your metadata goes, outside CURVE); 0 = no inline */
-    omc_tcp_curve curve;
-    omc_hooks hooks;
-} omc_tcp_desc;
-
-/* What omc_tcp_health reports beyond omc_health. */
-typedef struct omc_tcp_health_info {
-    char host[OMC_TCP_HOST_MAX];    /* advertised host (sender) */
-    uint16_t port, data_port;       /* bound ports (sender; 0 for a receiver) */
-    int curve;                      /* 1 if the listener requires CURVE */
-    uint64_t handshake_failures;    /* ZMTP handshakes that failed on the listener (any reason) */
-    uint64_t auth_failures;         /* of those: wrong/missing CURVE key, ZAP refusals */
-    uint64_t protocol_errors;       /* malformed or out-of-place messages and data hellos received */
-    uint64_t pushes, pushes_failed; /* sender: pushes completed / failed or aborted */
-    uint64_t pushes_in_flight;      /* sender: now */
-    uint64_t pending_queries;       /* sender: QUERYs held for an absent key, now */
-    uint64_t data_connections;      /* sender: registered TCP data connections, now */
-    uint32_t peers;                 /* receiver: senders known (registered or from metadata) */
-    uint64_t inline_threshold;      /* sender: the resolved threshold (0 = no inline) */
-} omc_tcp_health_info;
-
-/* One sender as a receiver sees it. */
-typedef struct omc_tcp_peer_info {
-    char name[OMC_TCP_NAME_MAX];    /* the registered name, or "host:port" if learned from metadata */
-    char host[OMC_TCP_HOST_MAX];
-    uint16_t port;
-    int registered;
-    uint64_t incarnation;           /* last seen; 0 = never answered */
-    uint64_t requests, failures, timeouts, auth_failures, restarts;
-    uint64_t bytes;                 /* payload bytes pulled from it */
-    uint32_t idle_channels;
-    omc_time_ns last_ok_ns;         /* omc_now_ns() of the last success, 0 = never */
-    omc_result last_error;
-    char last_error_text[160];
-} omc_tcp_peer_info;
-
-/* What omc_tcp_query found. */
-typedef struct omc_tcp_found {
-    uint64_t size;                  /* payload bytes */
-    uint32_t flags;                 /* OMC_BUFFER_FRAME if it is a frame */
-    uint32_t readers_left;
-    uint64_t incarnation;           /* of the sender that has it */
-    char sender[OMC_TCP_NAME_MAX];  /* its name */
-} omc_tcp_found;
-
-/* Create a remote connector. A sender (or dual) binds its side channel and data port at once:
-   OMC_ERR_CONNECTION if a port is taken (the log names it). Returns OMC_ERR_INVALID_ARG for a
-   bad key or host, OMC_ERR_UNAVAILABLE if CURVE is asked for and libzmq lacks it.
-   Thread safety: the connector is thread-safe (see omc_conn_*). */
-OMNICONN_API omc_result omc_tcp_create(const omc_tcp_desc* desc, omc_conn** out);
-
-/* The sender's advertised host and bound ports (any pointer may be NULL). OMC_ERR_WRONG_ROLE for
-   a receiver-only connector, OMC_ERR_INVALID_ARG if conn is not a remote connector. */
-OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* conn, char* host, size_t host_size, uint16_t* port, uint16_t* data_port);
-
-/* Receiver: register a sender for metadata-less gets under a unique name (1..63 bytes).
-   OMC_ERR_EXISTS if the name is taken. Safe from any thread, also while gets run. */
-OMNICONN_API omc_result omc_tcp_add_sender(omc_conn* conn, const char* name, const char* host, uint16_t port);
-/* The same with that sender's own CURVE public key (Z85), overriding curve.server_key. */
-OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* conn, const char* name, const char* host, uint16_t port,
-                                               const char* server_key);
-/* Forget a sender: cached channels close; gets already talking to it finish. OMC_ERR_NOT_FOUND. */
-OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* conn, const char* name);
-
-/* A metadata-less get from one registered sender (omc_conn_get(meta = NULL) asks them all). */
-OMNICONN_API omc_result omc_tcp_get_from(omc_conn* conn, const char* sender, const char* from_stage, const char* to_stage,
-                                         const char* key, omc_time_ns deadline, omc_buffer* out);
-/* Does a sender have this key now? Asks the named sender (or every registered one, sender =
-   NULL) once and consumes nothing. OMC_OK and *out, OMC_ERR_NOT_FOUND, or - if no sender
-   answered by the deadline - OMC_ERR_TIMEOUT / OMC_ERR_CONNECTION / OMC_ERR_AUTH. */
-OMNICONN_API omc_result omc_tcp_query(omc_conn* conn, const char* sender, const char* from_stage, const char* to_stage,
-                                      const char* key, omc_time_ns deadline, omc_tcp_found* out);
-
-OMNICONN_API omc_result omc_tcp_health(omc_conn* conn, omc_tcp_health_info* out);
-/* Senders this receiver knows, indexed 0..count-1 (in the order it learned them). */
-OMNICONN_API uint32_t   omc_tcp_peer_count(omc_conn* conn);
-OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* conn, uint32_t index, omc_tcp_peer_info* out);
-
-/* CURVE keys: a fresh pair (Z85, 41 bytes each with the terminator), and one key read from a
-   file that holds just the 40 Z85 characters (surrounding whitespace is ignored). */
-OMNICONN_API omc_result omc_tcp_curve_keypair(char public_key[OMC_CURVE_KEY_LEN + 1], char secret_key[OMC_CURVE_KEY_LEN + 1]);
-OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KEY_LEN + 1]);
-
-/* Split "host:port" or "[v6-literal]:port" into host (brackets removed) and port (1..65535). */
-OMNICONN_API omc_result omc_tcp_parse_endpoint(const char* text, char* host, size_t host_size, uint16_t* port);
-
-/* ---- helpers vLLM-Omni's orchestration uses --------------------------------------------------- */
-
-/* vLLM-Omni's port-offset scheme:
-       worker:       base + purpose + from_stage + dp_index * tp_size + tp_rank
-       orchestrator: base + 200 + from_stage
-   e.g. base 50051, KV transfer, stage 0, DP 2 x TP 2: 50151, 50152, 50153, 50154; the
-   orchestrator 50251. A worker's offset inside its purpose (from_stage + dp_index * tp_size +
-   tp_rank) must stay below 100, the width of a purpose's range. */
-typedef enum omc_port_purpose {
-    OMC_PORT_REQUEST_FORWARDING = 0,
-    OMC_PORT_KV_TRANSFER = 100
-} omc_port_purpose;
-
-typedef struct omc_port_spec {
-    int base;                   /* 0 = 50051 (vLLM-Omni's zmq_port default) */
-    omc_port_purpose purpose;
-    int from_stage;             /* >= 0 */
-    int dp_index;               /* >= 0 */
-    int tp_size;                /* 0 = 1 */
-    int tp_rank;                /* 0 .. tp_size - 1 */
-    int orchestrator;           /* 1: the orchestrator's port (purpose, DP and TP do not apply) */
-} omc_port_spec;
-
-/* One port. OMC_ERR_INVALID_ARG (logged to the default hooks) for a negative field, tp_rank
-   outside the TP size, an unknown purpose, an offset that spills into the next purpose's
-   range, or a result outside 1..65535. */
-OMNICONN_API omc_result omc_port_compute(const omc_port_spec* spec, uint16_t* out_port);
-/* Every spec's port (ports_out, optional, count entries) and the first collision: OMC_ERR_EXISTS
-   with *clash_a < *clash_b the indices of two specs that land on the same port (logged). */
-OMNICONN_API omc_result omc_port_check(const omc_port_spec* specs, uint32_t count, uint16_t* ports_out,
-                                       uint32_t* clash_a, uint32_t* clash_b);
-
-/* The address other hosts should use to reach this one ("auto"): the source address of the
-   default route (a UDP connect() to a public address, which sends no packet), else the first
-   non-loopback address of the host name, else loopback. family: 0 = IPv4 then IPv6, 4, or 6.
-   how (optional) receives "route", "hostname" or "loopback". */
-OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, const char** how);
-#endif
 
 #ifdef __cplusplus
 } /* extern "C" */
@@ -1457,6 +1043,7 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
 
 /* -------------------------------- stop here if you only need the API ------------------------- */
 #endif /* OMNICONN_H_INCLUDED */
+
 
 /* ============================================================================================== */
 /*                                                                                                */
@@ -1468,6 +1055,7 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
 #if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_IMPL_INCLUDED) && !defined(_GNU_SOURCE)
     #error "omniconn: OMNICONN_IMPLEMENTATION was defined after omniconn.h (or a companion) was already included in this file. Define OMNICONN_IMPLEMENTATION before the first omniconn include and before any system header, or define _GNU_SOURCE yourself (first line of the file, or -D_GNU_SOURCE)."
     #define OMNICONN_IMPL_INCLUDED 1        /* skip the implementation: this error is the message */
+    #define OMNICONN_REMOTE_IMPL_INCLUDED 1
 #endif
 #if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_IMPL_INCLUDED)
 #define OMNICONN_IMPL_INCLUDED
@@ -1514,9 +1102,6 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
 #endif
 #ifndef OMNICONN_LOCAL_POOL_SIZE
     #define OMNICONN_LOCAL_POOL_SIZE ((uint64_t)256 << 20)
-#endif
-#ifndef OMNICONN_ZMQ_LIBRARY
-    #define OMNICONN_ZMQ_LIBRARY "libzmq.so.5"
 #endif
 
 /* every private function is static and may go unused in some feature combination (the rule:
@@ -1566,12 +1151,19 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
       omc__crc32c            CRC-32C (Castagnoli)
     String map (heap keys, open addressing)
       omc__smap omc__smap_get omc__smap_put omc__smap_del omc__smap_next omc__smap_free
+      fields omc__smap: count   (read-only: how many keys it holds)
     Connectors (a companion that adds one)
-      omc__conn_vtable       the transport table (family, transport, put ... pending)
+      omc__conn_vtable       the transport table (family, transport, put ... pending, desc_name)
       omc__conn_create omc__conn_ref omc__conn_unref omc__conn_is omc__conn_fail omc__conn_fail_at
+      omc__conn_enter        a call's common opening: closed?, role, the qualified key
+      omc__conn_count_error  count a failed call and log it once
+      omc__conn_count_get omc__conn_count_refusal   the counters of a get a connector's own
+                             call served or refused
+      omc__conn_discard      free a connector whose create failed (never handed out)
       omc__key_sink          what a vtable's list() hands keys to
-      omc_conn fields a companion may read or write: impl (its state), hooks, closed (atomic),
-                             ttl_reclaims and releases (atomic counters)
+      fields omc_conn: impl hooks closed role ttl_reclaims releases
+                             (impl: its state; closed and the counters are atomic; role read-only)
+      fields omc__conn_vtable: all
       omc__meta_begin omc__meta_seal   write a metadata envelope around a transport's body
       OMC__META_UNWANTED     meta_out->size a put finds when its caller wants no metadata
     The owner's entry table (a companion that owns payloads)
@@ -1580,10 +1172,18 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
       omc__etab_unindex omc__etab_drop omc__etab_retire omc__etab_unhold omc__etab_list
       omc__bucket_insert omc__bucket_remove   linear-probing buckets (also on shared memory)
       omc__expiry            a put's TTL as an absolute time
-    Data planes of the remote connector (see "the data-plane interface")
-      omc__dataplane omc__dp_vtable omc__dp_push omc__dp_peer omc__dp_xfer
-      OMC__DP_RDMA OMC__DP_FLAG_TRY_NOW OMC__DP_FLAG_SELF_COMPLETE
-      omc__net_create        a remote connector with an extra data plane
+      omc__hash64            the key hash of the table
+      fields omc__etab omc__ent: all
+    The owner (an entry table, its pool and its lock) and its read protocol
+      omc__owner omc__owner_init omc__owner_uninit omc__owner_put omc__owner_find
+      omc__owner_cleanup omc__owner_exists omc__owner_list omc__owner_live omc__owner_health
+      omc__owner_close omc__owner_sweep omc__owner_maybe_sweep omc__owner_signal
+      omc__read omc__read_want omc__owner_take omc__owner_commit omc__owner_give_back
+      omc__owner_unpin       take a read, commit it or give it back (see "the read protocol")
+      fields omc__owner: conn pool mu changed tab
+      fields omc__read omc__read_want: all
+    Pools
+      fields omc_pool: base size alloc
     Availability
       omc__register_probe    answer omc_available() for a feature the companion provides
       omc__fn omc__offer omc__offered OMC__OFFER_RDMA_CONNECTOR   one companion's function for
@@ -3244,6 +2844,9 @@ typedef struct omc__conn_vtable {
     /* pending: puts of this connector not yet consumed (read by all readers, cleaned up or
        expired; expiry is applied first) - omc_conn_wait_consumed waits for 0 */
     uint64_t   (*pending)(omc_conn* c);
+    /* the desc a user edits to change this connector (its pool size): "omc_local_desc", ...;
+       NULL = "the connector's desc" */
+    const char* desc_name;
 } omc__conn_vtable;
 
 struct omc_conn {
@@ -3286,6 +2889,20 @@ OMC__PRIVATE void omc__conn_unref(omc_conn* c) {
         omc__free(&hooks, c);
     }
 }
+
+/* A connector whose create failed, never handed out: freed without its destroy. */
+OMC__PRIVATE void omc__conn_discard(omc_conn* c, const omc_hooks* hooks) {
+    if (!c) return;
+    pthread_mutex_destroy(&c->err_mu);
+    omc__free(hooks, c);
+}
+
+/* The counters of a get that a connector's own call (not omc_conn_get) served or refused. */
+OMC__PRIVATE void omc__conn_count_get(omc_conn* c, uint64_t bytes) {
+    omc__add(&c->gets, 1u);
+    omc__add(&c->bytes_got, bytes);
+}
+OMC__PRIVATE void omc__conn_count_refusal(omc_conn* c, omc_result r) { if (r != OMC_ERR_CLOSED) omc__add(&c->errors, 1u); }
 
 /* Remember the last failure (health() reports it) and log it. */
 static void omc__conn_failv(omc_conn* c, omc_result r, omc_log_item item, const char* file, int line, const char* fmt, va_list ap) {
@@ -3344,10 +2961,7 @@ static void omc__key_printable(const char* qkey, uint32_t qlen, char out[OMC_KEY
 
 /* The desc a user edits to change this connector's pool. */
 static const char* omc__conn_desc_name(const omc_conn* c) {
-    if (omc__conn_is(c, "local")) return "omc_local_desc";
-    if (omc__conn_is(c, "shm")) return "omc_shm_desc";
-    if (omc__conn_is(c, "remote") && c->vt->transport == OMC_TRANSPORT_TCP) return "omc_tcp_desc";
-    return "the connector's desc";
+    return c->vt->desc_name ? c->vt->desc_name : "the connector's desc";
 }
 
 /* Count a failed call and log it once: "op from/to/key: what; which side, the sizes, the fix". */
@@ -3819,6 +3433,7 @@ typedef struct omc__ent {
     uint32_t state;                     /* OMC__ENT_* */
     uint32_t flags;                     /* the connector's (OMC_BUFFER_FRAME, ...) */
     uint32_t readers_left;              /* reads that may still start */
+    uint32_t taken;                     /* reads taken, not yet committed or given back */
     uint32_t holds;                     /* views / pushes outstanding */
     uint32_t prev, next;                /* used list, or free list (next only) */
     uint32_t qlen;
@@ -4183,6 +3798,75 @@ OMC__PRIVATE uint32_t omc__owner_find(omc__owner* O, const char* qkey, uint32_t 
     return slot != OMC__NIL && O->tab.ent[slot].readers_left ? slot : OMC__NIL;
 }
 
+/* ---- the read protocol: take, commit, give back ----
+   Every read of an owner's entry goes through three calls (the caller holds O->mu):
+   - omc__owner_take: find the entry (by key, by id, or both), check it, and take a read: one of
+     its readers_left, and a hold that pins its range (no TTL, cleanup or close frees it).
+   - omc__owner_commit: the read counts. An entry with no read left and none in flight leaves
+     the index (the key may be put again); its range goes when the last hold ends. keep_pin:
+     the hold stays (a view handed to the caller) until omc__owner_unpin.
+   - omc__owner_give_back: the read failed; the entry can be read again, the hold ends.
+   The same-process get, the remote sender's side-channel PULL, its data-connection requests
+   (PULL and CLAIM) all read this way. */
+
+/* What omc__owner_take looks for. */
+typedef struct omc__read_want {
+    const char* qkey;                   /* the key's LIVE entry (NULL: by id alone) */
+    uint32_t qlen;
+    uint64_t id;                        /* that put (0: whichever the key has) */
+    uint64_t capacity;                  /* the reader's room: a larger entry is OMC_ERR_TOO_LARGE */
+    int exact;                          /* the size must be exactly capacity (else OMC_ERR_PROTOCOL) */
+} omc__read_want;
+
+/* A read taken: the entry and what it holds (valid while pinned). */
+typedef struct omc__read {
+    uint32_t slot;
+    uint64_t id, size;
+    omc_range range;
+    uint32_t flags;
+} omc__read;
+
+/* OMC_ERR_NOT_FOUND (no such entry, or no read left), OMC_ERR_STALE (the id names an older put
+   of the key), OMC_ERR_TOO_LARGE (*detail = its size), OMC_ERR_PROTOCOL (exact, size differs). */
+OMC__PRIVATE omc_result omc__owner_take(omc__owner* O, const omc__read_want* w, omc__read* out, uint64_t* detail) {
+    omc__etab* T = &O->tab;
+    omc__ent* e;
+    uint32_t slot = w->qkey ? omc__etab_find(T, w->qkey, w->qlen, omc__hash64(w->qkey, w->qlen)) : omc__etab_by_id(T, w->id);
+    *detail = 0;
+    e = slot != OMC__NIL ? &T->ent[slot] : NULL;
+    if (!e || e->state != OMC__ENT_LIVE || e->readers_left == 0) return OMC_ERR_NOT_FOUND;
+    if (w->id && omc__etab_id(T, slot) != w->id) return w->id < omc__etab_id(T, slot) ? OMC_ERR_STALE : OMC_ERR_NOT_FOUND;
+    if (w->exact && e->size != w->capacity) return OMC_ERR_PROTOCOL;
+    if (e->size > w->capacity) { *detail = e->size; return OMC_ERR_TOO_LARGE; }
+    e->readers_left--;                  /* a concurrent reader cannot take the same read */
+    e->taken++;
+    e->holds++;                         /* and the bytes stay put until commit or give-back */
+    out->slot = slot;
+    out->id = omc__etab_id(T, slot);
+    out->size = e->size;
+    out->range = e->range;
+    out->flags = e->flags;
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__owner_commit(omc__owner* O, uint32_t slot, int keep_pin) {
+    omc__ent* e = &O->tab.ent[slot];
+    if (e->taken) e->taken--;
+    if (e->state == OMC__ENT_LIVE && e->readers_left == 0 && e->taken == 0) omc__etab_unindex(&O->tab, slot);  /* all read */
+    if (!keep_pin) omc__etab_unhold(&O->tab, slot);     /* frees it if retired and no hold remains */
+    omc__owner_signal(O);
+}
+
+OMC__PRIVATE void omc__owner_give_back(omc__owner* O, uint32_t slot) {
+    omc__ent* e = &O->tab.ent[slot];
+    if (e->taken) e->taken--;
+    e->readers_left++;                  /* a failed read does not use up a reader */
+    omc__etab_unhold(&O->tab, slot);
+}
+
+/* A pin kept past commit ends (a view released). */
+OMC__PRIVATE void omc__owner_unpin(omc__owner* O, uint32_t slot) { omc__etab_unhold(&O->tab, slot); }
+
 OMC__PRIVATE omc_result omc__owner_cleanup(omc__owner* O, const char* qkey, uint32_t qlen) {
     uint32_t slot;
     pthread_mutex_lock(&O->mu);
@@ -4271,7 +3955,7 @@ static omc_result omc__local_release(omc_buffer* b) {
     pthread_mutex_lock(&L->own.mu);
     slot = omc__etab_by_id(&L->own.tab, b->cookie[0]);
     if (slot == OMC__NIL || L->own.tab.ent[slot].holds == 0) r = OMC_ERR_STALE;     /* a copy of a handle already released */
-    else omc__etab_unhold(&L->own.tab, slot);
+    else omc__owner_unpin(&L->own, slot);
     pthread_mutex_unlock(&L->own.mu);
     if (r != OMC_OK) {
         OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_ALLOC_BAD_FREE, "release of a view that is no longer held");
@@ -4307,42 +3991,39 @@ static omc_result omc__local_put(omc_conn* c, const char* qkey, uint32_t qlen, c
 static omc_result omc__local_get(omc_conn* c, const char* qkey, uint32_t qlen, const omc_meta_info* meta,
                                  omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
     omc__local* L = (omc__local*)c->impl;
-    omc__etab* T = &L->own.tab;
-    uint64_t hash = omc__hash64(qkey, qlen), want_id = 0;
-    uint32_t slot = OMC__NIL;
-    omc_result r = OMC_OK;
+    omc__read_want w;
+    omc__read rd;
+    uint64_t detail = 0;
+    omc_result r;
+    memset(&w, 0, sizeof(w));
+    w.qkey = qkey;
+    w.qlen = qlen;
+    w.capacity = max_size ? max_size : UINT64_MAX;
     if (meta) {
         if (meta->body_len != 16) return OMC_ERR_MALFORMED;
-        want_id = omc__get_u64(meta->body);
+        w.id = omc__get_u64(meta->body);
     }
     pthread_mutex_lock(&L->own.mu);
     for (;;) {
         if (omc__load(&c->closed)) { r = OMC_ERR_CLOSED; break; }
         omc__owner_maybe_sweep(&L->own);
-        slot = omc__etab_find(T, qkey, qlen, hash);
-        if (slot != OMC__NIL) {
-            uint64_t id = omc__etab_id(T, slot);
-            if (want_id && id != want_id) r = want_id < id ? OMC_ERR_STALE : OMC_ERR_NOT_FOUND;
-            break;
-        }
+        r = omc__owner_take(&L->own, &w, &rd, &detail);
         /* with metadata the put already happened: absent means consumed, cleaned up or expired */
-        if (meta) { r = OMC_ERR_NOT_FOUND; break; }
+        if (r != OMC_ERR_NOT_FOUND || meta) break;
         if (deadline != OMC_WAIT_FOREVER && omc_now_ns() >= deadline) { r = OMC_ERR_TIMEOUT; break; }
         omc__cond_wait_until(&L->cv, &L->own.mu, deadline);
     }
-    if (r == OMC_OK && max_size && T->ent[slot].size > max_size) { out->size = T->ent[slot].size; r = OMC_ERR_TOO_LARGE; }
+    if (r == OMC_ERR_TOO_LARGE) out->size = detail;
     if (r == OMC_OK) {
-        omc__ent* e = &T->ent[slot];
-        e->holds++;
-        out->data = L->own.pool->base + e->range.offset;
-        out->size = e->size;
+        out->data = L->own.pool->base + rd.range.offset;
+        out->size = rd.size;
         out->pool = L->own.pool;
-        out->range = e->range;
-        out->flags = e->flags;
+        out->range = rd.range;
+        out->flags = rd.flags;
         out->release_fn = omc__local_release;
         out->owner = L;
-        out->cookie[0] = omc__etab_id(T, slot);
-        if (--e->readers_left == 0) omc__etab_retire(T, slot);     /* held: stays allocated */
+        out->cookie[0] = rd.id;
+        omc__owner_commit(&L->own, rd.slot, 1);    /* the view keeps the pin until it is released */
         omc__conn_ref(c);
     }
     pthread_mutex_unlock(&L->own.mu);
@@ -4377,7 +4058,7 @@ static void omc__local_destroy(omc_conn* c) {
 static const omc__conn_vtable omc__local_vtable = {
     "local", OMC_TRANSPORT_LOCAL, omc__local_put, omc__local_get, omc__local_alloc, omc__local_cleanup,
     omc__local_health, omc__local_sweep, omc__local_close, omc__local_destroy,
-    omc__local_exists, omc__local_list, omc__local_pending
+    omc__local_exists, omc__local_list, omc__local_pending, "omc_local_desc"
 };
 
 OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** out) {
@@ -4404,7 +4085,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     if (r == OMC_OK) r = omc__owner_init(&L->own, c, pool, d.default_ttl_ms, "views held");
     if (r == OMC_OK && omc__cond_init_monotonic(&L->cv) != 0) { omc__owner_uninit(&L->own); r = OMC_ERR_SYSTEM; }
     if (r != OMC_OK) {
-        if (c) { pthread_mutex_destroy(&c->err_mu); omc__free(&hooks, c); }
+        omc__conn_discard(c, &hooks);
         if (pool) omc_pool_destroy(pool);
         omc__free(&hooks, L);
         return r;
@@ -4415,7 +4096,616 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     return OMC_OK;
 }
 
+
+/* ============================================================================================== */
+/* [SECTION] Implementation: features                                                            */
+/* ============================================================================================== */
+
+OMNICONN_API int omc_has(omc_feature f) {
+    switch (f) {
+        case OMC_FEATURE_LOCAL: return 1;
+        case OMC_FEATURE_SHM: return OMC__HAS_SHM;
+        case OMC_FEATURE_ZMQ: return OMC__HAS_ZMQ;
+        case OMC_FEATURE_RDMA: return OMC__HAS_RDMA;
+        case OMC_FEATURE_CUDA: return OMC__HAS_CUDA;
+        default: return 0;
+    }
+}
+
+OMC__PRIVATE omc_result omc__unavailable(char* why, size_t n, const char* text) {
+    if (why && n) snprintf(why, n, "%s", text);
+    return OMC_ERR_UNAVAILABLE;
+}
+
+OMNICONN_API omc_result omc_available(omc_feature f, char* why, size_t n) {
+    if (why && n) why[0] = '\0';
+    if (!omc_has(f)) return omc__unavailable(why, n, "not compiled in (see the OMNICONN_NO_* / OMNICONN_ENABLE_* macros)");
+    switch (f) {
+        case OMC_FEATURE_ZMQ:
+        case OMC_FEATURE_SHM:
+        case OMC_FEATURE_RDMA:
+            /* the part or companion that implements it knows its own rules (library, directory,
+               device): Part B of this file registers the ZMQ probe, the companions theirs */
+            if (!omc__probes[f]) return omc__unavailable(why, n, f == OMC_FEATURE_SHM
+                                                         ? "omniconn_shm.h is not part of this program (include it in the implementation file)"
+                                                         : f == OMC_FEATURE_RDMA
+                                                         ? "omniconn_rdma.h is not part of this program (include it in the implementation file)"
+                                                         : "the remote connector (Part B of omniconn.h) is not part of this program");
+            return omc__probes[f](why, n);
+        case OMC_FEATURE_CUDA: {
+#if OMC__HAS_CUDA
+            int count = 0;
+            if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return omc__unavailable(why, n, "no CUDA device or driver");
+#endif
+            return OMC_OK;
+        }
+        default:
+            return OMC_OK;
+    }
+}
+
+#endif /* OMNICONN_IMPLEMENTATION */
+/* ########################################################################################## */
+/* ##  END OF PART A                                                                         ## */
+/* ########################################################################################## */
+
+/*
+################################################################################################
+##  PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE                           ##
+##  its own manual, declarations and implementation; it uses Part A only through the public   ##
+##  API and the companion interface (checked like a companion by tests/check_companions.sh)   ##
+################################################################################################
+
+    Compiled unless OMNICONN_NO_ZMQ. Nothing to link: libzmq.so.5 is loaded at run time, the
+    first time a remote connector is made (OMNICONN_NO_RUNTIME_LINKING: link -lzmq instead).
+
+    PART B CONTENTS: B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |
+    B3 CONFIGURATION | B4 WIRE FORMATS | then its declarations and its implementation
+
+================================================================================================
+B1 QUICK START
+================================================================================================
+
+    A sender process (the stage that produces) and a receiver process (the stage that consumes):
+
+        // sender
+        omc_tcp_desc sd = {0};                     // C++: omc_tcp_desc sd = {};
+        sd.role = OMC_ROLE_SENDER;
+        sd.host = "auto";                          // the address receivers reach; NULL = 127.0.0.1
+        sd.port = 5555;                            // side channel; 0 = ephemeral (omc_tcp_endpoint)
+        omc_conn* tx = NULL;
+        omc_result r = omc_tcp_create(&sd, &tx);   // OMC_ERR_UNAVAILABLE: no libzmq (the log says why)
+        omc_payload p = {0};
+        p.data = kv_cache; p.size = nbytes;
+        omc_meta meta = {0};
+        r = omc_conn_put(tx, "prefill", "decode", "req-7", &p, &meta);
+        // forward meta.data / meta.size to the receiver through your control plane
+
+        // receiver
+        omc_tcp_desc rd = {0};
+        rd.role = OMC_ROLE_RECEIVER;
+        omc_conn* rx = NULL;
+        r = omc_tcp_create(&rd, &rx);
+        omc_buffer buf = {0};
+        r = omc_conn_get(rx, "prefill", "decode", "req-7", meta_bytes, meta_size,
+                         omc_deadline_after_ms(5000), &buf);
+        use(buf.data, buf.size);
+        omc_buffer_release(&buf);
+
+    Without metadata: omc_tcp_add_sender(rx, "prefill-0", host, 5555) once, then get with
+    meta = NULL. Everything else (fan-out, TTL, cleanup, health, batches) is Part A's contract.
+
+================================================================================================
+B2 THE SIDE CHANNEL AND THE TCP DATA PLANE
+================================================================================================
+
+    The remote connector (omc_tcp_create): ZMQ side channel + TCP data plane
+       Stages on different hosts. A sender runs a listener on a ZMQ ROUTER socket (the side
+       channel) and a TCP data port; put() copies the payload into the sender's pool (or takes a
+       buffer from omc_conn_alloc) and returns metadata naming the sender's host, port and
+       incarnation. A receiver's get() allocates a destination in its own pool, asks the sender
+       for the entry with a request on its TCP data connection (from the calling thread: no
+       libzmq thread and no side-channel message per get), reads the bytes straight into that
+       destination, and returns once every byte is in place and the sender has recorded the
+       read (the TCP trailer says so; other data planes PULL on the side channel and wait for
+       DONE).
+
+           sender (omc_tcp_create, role SENDER)         receiver (omc_tcp_create, role RECEIVER)
+           put(key) -> pool, metadata  ---- your control plane ---->  get(key, metadata)
+                                       <--- HELLO (once per channel) ---
+                                       ---- HELLO: incarnation, TCP data port, ticket ---->
+                                       <=== TCP: connect, data hello (ticket), once per channel
+                                       <=== TCP: request (entry, capacity) ====  calling thread
+             listener (worker if big)  ==== TCP: header + payload ====>  recv() into pool buffer
+                                       <=== TCP: receipt ==============  every byte is in place
+             record the read           ==== TCP: trailer ============>  return the buffer
+
+       - Small payloads ride inside the metadata: a put of at most inline_threshold bytes
+         (16 KiB by default, at most OMC_TCP_MAX_INLINE; $OMNICONN_TCP_INLINE_THRESHOLD when the
+         desc leaves it 0; 0 or disable_inline = off) copies them into the metadata as well. A
+         get with that metadata takes the bytes from it and sends one 48-byte CLAIM on its data
+         connection, which records the read: one round trip, no payload on the wire. The sender
+         keeps its pool copy and the entry as for any put, so everything else is unchanged:
+         metadata-less gets, exists and list find it, fan-out counts every reader, a get after
+         cleanup, TTL or the last reader is OMC_ERR_NOT_FOUND although the bytes are in hand, and
+         wait_consumed waits for the claims. Such a payload is only as confidential as your
+         metadata's path: a sender with CURVE inlines nothing unless inline_with_curve is set.
+
+       - Without metadata: register senders (omc_tcp_add_sender(conn, "thinker", host, port), as
+         many as you like) and call get(meta = NULL). The receiver asks every registered sender
+         (QUERY; a sender holds the query until the key appears or a second passes, so there is
+         no busy polling) and pulls from the first that has it. omc_tcp_get_from() asks one named
+         sender; omc_tcp_query() only asks ("exists?") and returns the size. With no sender
+         registered at all, a metadata-less get fails at once with OMC_ERR_NOT_FOUND.
+       - Fan-out: payload.readers = N lets N gets (from any receivers) pull the same put; the
+         entry is dropped after the N-th successful pull. A failed pull does not use up a reader.
+       - TTL: an unconsumed put is reclaimed after its TTL, but never while a push is reading it
+         (each push pins its entry; the last unpin frees the range).
+       - Deadlines: every blocking step of a get (connect, HELLO, QUERY, PULL, every read) is
+         bounded by the get's deadline; the sender bounds a push by the budget in the PULL (and
+         by vLLM-Omni's rule, 30 s + 5 s per 100 MiB, when the receiver waits forever; the
+         receiver applies the same rule to its own wait then), never longer than
+         OMNICONN_TCP_MAX_PUSH_MS, and aborts a push whose receiver takes no byte for
+         OMNICONN_TCP_STALL_MS. A sender runs one push at a time per side-channel session (a
+         channel has at most one transfer in flight), so no receiver holds more than one push
+         worker; an ABORT drops a push still waiting for a worker at once. When a get fails at its deadline,
+         the code says why: OMC_ERR_TIMEOUT (the senders answered, the key never came, or the
+         push did not finish; or a sender was only slow: a deadline too short for a busy host
+         is no broken link), OMC_ERR_CONNECTION (no sender answered and the link failed:
+         refused, dropped, or our HELLO ignored for 500 ms; or a connection broke: a get whose
+         transfer broke - the sender died - says so at once, not at its deadline), OMC_ERR_AUTH (the CURVE handshake failed; without CURVE a handshake that
+         fails is a connection error).
+       - Restarts: every message carries its author's incarnation (omc_incarnation()). Metadata
+         from a sender process that has since restarted gets OMC_ERR_PEER_RESTARTED; cached
+         connections to the old process are dropped; new puts work at once.
+       - health(): the generic counters, plus omc_tcp_health() (handshake and auth failures,
+         garbage received, pushes in flight) and omc_tcp_peer_health() per sender (the last
+         error, timeouts, restarts, auth failures).
+       - Who may talk to a sender: optional CURVE (libzmq's Curve25519 authentication and
+         encryption of the side channel), off by default. Give the sender a keypair
+         (curve.secret_key) and the receivers its public key (curve.server_key); a receiver
+         without it is refused and the sender counts it (omc_tcp_health().auth_failures). The
+         receiver's get fails at its deadline with OMC_ERR_AUTH if it has CURVE configured (a
+         wrong key), with OMC_ERR_CONNECTION if not (it cannot tell a CURVE sender that hangs up
+         on it from a dying one; its log says which key would help). curve.allowed_clients
+         restricts senders to known receiver keys (a ZAP handler). The TCP data port admits only connections that
+         show a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on),
+         and a connection serves only PULLs of the session that got the ticket; anything else
+         is closed at its first bytes and never counts against a limit. A request on a data
+         connection is served for the session that registered it, exactly as a PULL from that
+         session would be; it names the entry by id (no key travels on the data connection). The
+         TCP data plane is not encrypted: CURVE decides who may ask for data, not who can read a
+         wire. Use a private network or IPsec for that (or pull_on_side_channel, which keeps
+         requests inside CURVE - the payload still is not).
+       - Helpers from vLLM-Omni's orchestration: omc_port_compute() (the port-offset scheme),
+         omc_port_check() (collisions in a set of edges), omc_detect_host() ("auto").
+
+       The data plane is pluggable: the side channel, entries, fan-out, TTL and deadlines are
+       shared; a data plane only moves bytes (see "[SECTION] Implementation: the data-plane
+       interface"). The TCP data plane is built in; omniconn_rdma.h adds an RDMA one.
+
+    Its tunables are in B3 CONFIGURATION, its messages in B4 WIRE FORMATS.
+
+================================================================================================
+B3 CONFIGURATION
+================================================================================================
+
+    macro                        default     where        meaning
+    ---------------------------  ----------  -----------  ----------------------------------------
+    OMNICONN_ZMQ_LIBRARY         "libzmq.so.5" impl file  the library dlopen()ed for the side channel
+                                                          (test hook: $OMNICONN_ZMQ_LIB overrides it)
+    OMNICONN_TCP_POOL_SIZE       1 GiB       impl file    remote connector pool when pool_size is 0
+                                                          (address space; pages come on first touch)
+    OMNICONN_TCP_WORKERS         2           impl file    sender push threads when workers is 0
+    OMNICONN_TCP_MAX_WAIT_MS     1000        impl file    longest a sender holds a QUERY for an
+                                                          absent key (long poll)
+    OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
+    OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
+                                                          (without blocking) before a worker takes over
+                                                          (a payload written whole: the listener also
+                                                          waits for its receipt; no worker at all)
+    OMNICONN_TCP_INLINE_THRESHOLD 16 KiB     impl file    payloads of at most this many bytes travel
+                                                          inside the metadata too (omc_tcp_desc.
+                                                          inline_threshold, the environment variable
+                                                          below; at most OMC_TCP_MAX_INLINE, 64 KiB)
+    OMNICONN_TCP_IDLE_MS         120000      impl file    a sender closes a TCP data connection idle
+                                                          this long (a receiver re-opens its channel)
+    OMNICONN_TCP_MAX_PUSH_MS     600000      impl file    the longest budget a sender grants a push,
+                                                          whatever the PULL asks for
+    OMNICONN_TCP_STALL_MS        5000        impl file    a push whose receiver takes no byte this
+                                                          long is aborted (its entry unpinned)
+
+    environment variable         default     meaning
+    ---------------------------  ----------  ---------------------------------------------------
+    OMNICONN_TCP_INLINE_THRESHOLD
+                                 16 KiB      a remote sender's inline threshold in bytes when its
+                                             desc leaves it 0 (0 = off; anything but a number up to
+                                             65536 is ignored with a WARN); read at omc_tcp_create
+
+================================================================================================
+B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them with examples)
+================================================================================================
+
+    Side channel (ZMQ), protocol version 1. A receiver's DEALER socket talks to a sender's
+    ROUTER socket. Every message is one ZMQ frame: a 32-byte header and a body whose layout
+    depends on the type. Replies echo the request's transfer id and sequence number; a receiver
+    drops replies that match neither (late answers to an abandoned request).
+      header, 32 bytes:
+        0   u32  magic 0x5A434D4F ("OMCZ")
+        4   u8   protocol version (1)
+        5   u8   type: 1 HELLO, 2 QUERY, 3 QUERY_REPLY, 4 NOT_FOUND, 5 PULL, 6 DONE, 7 ERROR, 8 ABORT,
+                 9 LIST, 10 LIST_REPLY
+        6   u16  flags (0)
+        8   u64  transfer id (chosen by the receiver, unique per get; 0 only in an ERROR that
+                 answers a message too broken to name one)
+        16  u64  incarnation of the message's author (random per process start, never 0)
+        24  u32  sequence number of the request on its channel: per channel, the first request
+                 (the HELLO) is 1, +1 per request, after 0xFFFFFFFF it wraps to 1 (never 0); a
+                 sender echoes it and checks nothing about it
+        28  u32  body length (the frame is exactly 32 + body length bytes, at most 8192)
+      HELLO body (receiver -> sender; the sender answers with its own HELLO), 8 + records.
+      A receiver's HELLO (sequence 1, the QUERY of a metadata-less get pipelined right behind
+      it) has capability bit 0 set, no type-1 record, and a type-2 record only with an RDMA
+      plane:
+        0   u32  capabilities: bit 0 TCP data plane, bit 1 RDMA data plane, bit 2 (sender) it
+                 takes requests on its TCP data connections (below); a peer ignores bits it
+                 does not know
+        4   u16  endpoint record count (<= 32)
+        6   u16  reserved (0)
+        8   records, back to back, filling the body exactly: u16 type, u16 value length, value
+            type 1, TCP data endpoint (sender only): u16 port (non-zero), u16 reserved (0),
+                    host text (0..255 bytes, no NUL; empty = the host the side channel reached)
+            type 2, RDMA endpoint: defined by omniconn_rdma.h
+            type 0x100, data-connection ticket (sender only, in every answer to a HELLO): 16
+                    random bytes, one ticket per side-channel session (ZMQ routing id), the
+                    same on a repeated HELLO; the session's TCP data connections must show it
+            a record type below 0x100 is a data plane's kind; any type a peer does not know is
+            skipped: a new transport adds a record type, not a protocol version
+      QUERY body (receiver -> sender), 8 + key length bytes:
+        0   u32  wait in ms (hold the query while the key is absent, at most this long and at
+                 most OMNICONN_TCP_MAX_WAIT_MS; 0 = answer now). A sender holds at most 1024
+                 queries at once; a further one gets NOT_FOUND at once whatever its wait
+        4   u16  key length (1..255)
+        6   u16  reserved (0)
+        8   the qualified key
+      QUERY_REPLY body (sender -> receiver), 24 bytes:
+        0   u64  entry id
+        8   u64  payload size in bytes
+        16  u32  payload flags: bit 0 the payload is a frame
+        20  u32  readers left
+      NOT_FOUND: empty body (the key has no live entry, or the held query expired)
+      PULL body (receiver -> sender), 36 + key length + descriptor length bytes:
+        0   u64  entry id (0 = whatever entry the key has now)
+        8   u64  expected sender incarnation (0 = any)
+        16  u64  destination capacity in bytes (a larger payload is refused: OMC_ERR_TOO_LARGE)
+        24  u32  time budget in ms (the sender abandons the push after it; 0 = vLLM-Omni's rule;
+                 a sender grants at most OMNICONN_TCP_MAX_PUSH_MS whatever is asked)
+        28  u16  key length (1..255)
+        30  u8   data plane kind: 1 TCP, 2 RDMA
+        31  u8   reserved (0)
+        32  u16  descriptor length (0..1024)
+        34  u16  reserved (0)
+        36  the qualified key, then the data plane's descriptor (TCP: u64 connection token)
+      DONE body (sender -> receiver, only once the data plane has moved every byte and the
+        read is recorded; not sent after a TCP push, whose trailer says the same), 8 bytes:
+        0   u64  bytes moved (= the payload size)
+      ERROR body (sender -> receiver; a sender answers an ERROR it receives with ERROR
+        OMC_ERR_PROTOCOL and counts it in protocol_errors), 16 + text length bytes:
+        0   i32  omc_result code (negative)
+        4   u16  text length (0..255)
+        6   u16  reserved (0)
+        8   u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
+        16  text (not NUL-terminated)
+        A sender answers a PULL with OMC_ERR_NOT_FOUND, OMC_ERR_STALE, OMC_ERR_TOO_LARGE,
+        OMC_ERR_PEER_RESTARTED or OMC_ERR_UNAVAILABLE only before it has moved any byte; before
+        any byte moves a PULL may also get OMC_ERR_NO_MEMORY (the sender's) or a validation
+        ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION, OMC_ERR_PROTOCOL). When a push fails (its
+        data connection broke or is not this session's, the budget or the stall timeout
+        passed) the sender answers ERROR with the push's code (OMC_ERR_CONNECTION,
+        OMC_ERR_TIMEOUT, ...), and the read is not used up.
+        A replayed PULL (same key, another transfer id) is served again and uses another
+        reader: inside an authenticated session that is the receiver asking twice; with CURVE
+        nobody else can replay one (messages are encrypted and ordered).
+      ABORT: empty body (the receiver gave up this transfer id: a held query is dropped without
+        an answer, a push in progress stops at its next chunk)
+      LIST body (receiver -> sender; omc_conn_list), 8 bytes:
+        0   u32  cursor: how many of the sender's listable keys to skip (0 = from the start;
+                 else the cursor of the previous LIST_REPLY)
+        4   u32  reserved (0)
+      LIST_REPLY body (sender -> receiver), 8 + records bytes (at most 8152):
+        0   u32  next cursor (0 = this is the last page; else send LIST with it for more)
+        4   u16  key count
+        6   u16  reserved (0)
+        8   key records, back to back, filling the body exactly: u16 key length (1..255),
+            the qualified key. The keys are those a PULL could take now (a read still
+            available), newest first; keys that come or go between two pages may be missed
+            or listed twice.
+        A sender of protocol version 1 that predates LIST answers it with ERROR
+        (OMC_ERR_PROTOCOL, "unknown type"): the receiver reports OMC_ERR_UNAVAILABLE.
+      omc_conn_exists asks with a QUERY whose wait is 0 (QUERY_REPLY = live, NOT_FOUND = not).
+      Reserved fields must be zero and lengths must add up exactly. A sender answers anything
+      else with ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION or OMC_ERR_PROTOCOL) and carries on.
+
+    TCP data plane: a receiver opens one connection per channel to the port in the sender's
+    type-1 record; at most one transfer is in flight on a connection.
+      hello, receiver -> sender, version 2, 40 bytes:
+        0   u32  magic 0x54434D4F ("OMCT")
+        4   u16  version (2)
+        6   u16  reserved (0)
+        8   u64  token (random, non-zero; PULL descriptors name the connection by it)
+        16  u64  receiver incarnation
+        24  u8[16] the ticket from the sender's answer to this channel's HELLO (record 0x100)
+      ack, sender -> receiver, 8 bytes: 0 u32 magic 0x41434D4F ("OMCA"), 4 i32 status (0 = OK,
+        else an omc_result: the connection is closed after it). A hello that is not version 2
+        gets OMC_ERR_MALFORMED or OMC_ERR_VERSION (a version-1 hello, 24 bytes without the
+        ticket, is what a receiver of the first release sends; it still sends it to a sender
+        whose HELLO carries no ticket); a ticket the sender did not hand out gets no ack at
+        all: the connection is closed. A ticket registers at most 16 connections (then
+        OMC_ERR_BUSY), a token at most once per ticket (then OMC_ERR_EXISTS).
+      A sender keeps at most 64 connections waiting for their hello (a new one closes the
+      oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS,
+      and serves a PULL only on a connection registered with the ticket of the PULL's own
+      side-channel session (otherwise: ERROR OMC_ERR_CONNECTION, nothing written).
+      request, receiver -> sender, 48 bytes, on an idle connection of a sender whose HELLO has
+      capability bit 2 (receivers send PULL on the side channel to other senders, and when
+      omc_tcp_desc.pull_on_side_channel is set); the sender serves it for the session the
+      connection was registered to, with the checks of a PULL:
+        0   u32  magic 0x50434D4F ("OMCP")
+        4   u8   op: 1 PULL (send the entry's bytes), 2 CLAIM (the receiver has the bytes from
+                 inline metadata: record the read, send none)
+        5   u8   reserved (0)
+        6   u16  reserved (0)
+        8   u64  transfer id (echoed in the header or status record)
+        16  u64  entry id (from the metadata or a QUERY_REPLY; never 0)
+        24  u64  expected sender incarnation (0 = any)
+        32  u64  PULL: destination capacity; CLAIM: the payload size the metadata announced
+                 (a different size than the entry's is OMC_ERR_PROTOCOL)
+        40  u32  time budget in ms, as in PULL
+        44  u32  reserved (0)
+      Anything else - a wrong magic (seen after 4 bytes), op or reserved field, entry id 0, a
+      request not complete within 5 s - closes the connection (counted in protocol_errors).
+      The sender answers a PULL request with the header and payload below, a CLAIM or any
+      refusal with a status record, 24 bytes (what the receiver reads in place of a header;
+      nothing else follows it and the connection stays usable):
+        0   u32  magic 0x53434D4F ("OMCS")
+        4   i32  0 = the CLAIM is recorded; else the omc_result of the refusal (OMC_ERR_NOT_FOUND,
+                 OMC_ERR_TOO_LARGE, OMC_ERR_PEER_RESTARTED, OMC_ERR_PROTOCOL, OMC_ERR_NO_MEMORY):
+                 nothing moved, no read was used
+        8   u64  transfer id
+        16  u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
+      A request names no key, so an older put of the key is OMC_ERR_NOT_FOUND here (the side
+      channel's PULL can say OMC_ERR_STALE). A request whose receiver gives up is abandoned by
+      closing the connection (no ABORT); the push then fails and gives the read back.
+      per transfer, sender -> receiver: a 24-byte header and exactly size payload bytes; then
+      receiver -> sender an 8-byte receipt; then sender -> receiver an 8-byte trailer:
+        header:
+        0   u32  magic 0x44434D4F ("OMCD")
+        4   u32  reserved (0)
+        8   u64  transfer id
+        16  u64  payload size
+        receipt (sent by the receiver once every payload byte is in its destination buffer;
+        only on a connection opened with a version-2 hello):
+        0   u32  magic 0x52434D4F ("OMCR")
+        4   u32  reserved (0)
+        trailer (written only after the receipt came and the sender recorded the read - the
+        entry's reader is used up, a last reader's entry is gone - so it tells the receiver
+        what DONE would). A receiver that dies before its receipt uses up nothing: the push
+        fails (EOF, or OMNICONN_TCP_STALL_MS without the receipt) and the reader is given back.
+        0   u32  magic 0x45434D4F ("OMCE")
+        4   u32  reserved (0)
+      The receiver checks the header (transfer id; size equal to what the metadata or the
+      QUERY_REPLY announced and no larger than its destination) before it reads any payload,
+      never reads more than that into the destination, and completes the get on a valid
+      trailer (the sender sends no DONE for a TCP push; one that arrives anyway is checked). A
+      connection on which anything went wrong is closed by both sides, never reused.
+
+    TCP metadata body (the envelope's transport OMC_TRANSPORT_TCP), 16 + host length bytes,
+    plus the payload size when inline (envelope flag bit 0):
+        0   u64  entry id (never 0; (generation << 32) | slot of the sender's entry table, and
+                 the generation grows with every put of that connector)
+        8   u16  side-channel port
+        10  u16  host length (1..255)
+        12  u32  data-plane capabilities (as in HELLO)
+        16  host text (as the sender advertises itself: an IPv4/IPv6 literal or a name)
+        16+h inline only: the payload bytes, exactly the envelope's payload size of them, at
+             most OMC_TCP_MAX_INLINE (64 KiB); a body whose length is not 16 + h (+ size when
+             inline), or an inline size over that bound, is OMC_ERR_MALFORMED
+*/
+
+#if !defined(OMNICONN_REMOTE_H_INCLUDED)
+#define OMNICONN_REMOTE_H_INCLUDED
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ============================================================================================== */
+/* [SECTION] The remote connector: ZMQ side channel and TCP data plane                           */
+/* ============================================================================================== */
 #if OMC__HAS_ZMQ
+#define OMC_NET_CAP_TCP  0x1u       /* HELLO capabilities and metadata: the TCP data plane */
+#define OMC_NET_CAP_RDMA 0x2u       /* the RDMA data plane (omniconn_rdma.h) */
+#define OMC_NET_CAP_REQUESTS 0x4u   /* the sender takes pull requests on its TCP data connections */
+#define OMC_TCP_HOST_MAX 256        /* host text, terminator included */
+#define OMC_TCP_NAME_MAX 64         /* sender names, terminator included */
+#define OMC_CURVE_KEY_LEN 40        /* a Z85-encoded Curve25519 key, without terminator */
+#define OMC_TCP_MAX_INLINE ((uint64_t)64 << 10)  /* largest inline_threshold (bytes) */
+
+/* CURVE authentication and encryption of the side channel. All NULL = off (the default).
+   Keys are Z85 strings (40 characters) as zmq_curve_keypair() makes them; omc_tcp_curve_keypair()
+   makes a pair, omc_tcp_read_key() reads one from a file. */
+typedef struct omc_tcp_curve {
+    const char* secret_key;             /* sender: its secret key; setting it turns CURVE on for
+                                           the listener. receiver: optional own secret key (a
+                                           fresh pair is made when NULL) */
+    const char* public_key;             /* the public key of secret_key; NULL = derived from it */
+    const char* server_key;             /* receiver: the senders' public key; setting it turns
+                                           CURVE on for outgoing channels (per-sender keys:
+                                           omc_tcp_add_sender_key) */
+    const char* const* allowed_clients; /* sender: receiver public keys allowed in; NULL = any
+                                           receiver that knows our public key */
+    uint32_t allowed_count;
+} omc_tcp_curve;
+
+typedef struct omc_tcp_desc {
+    omc_role role;              /* SENDER: listen; RECEIVER: pull; DUAL (default): both */
+    const char* host;           /* sender: the address it advertises (and binds): NULL =
+                                   "127.0.0.1", "auto" = omc_detect_host(), or a literal/name */
+    const char* bind_host;      /* sender: bind here instead; "*" = every interface; NULL = host */
+    uint16_t port;              /* sender: side-channel port; 0 = ephemeral (omc_tcp_endpoint) */
+    uint16_t data_port;         /* sender: TCP data port; 0 = ephemeral */
+    uint64_t pool_size;         /* 0 = OMNICONN_TCP_POOL_SIZE (1 GiB of address space) */
+    uint64_t alignment;         /* 0 = 4096 */
+    int prefault;               /* touch the pool's pages at creation (no page faults later) */
+    int lock_memory;            /* mlock the pool (see omc_pool_desc) */
+    int64_t default_ttl_ms;     /* 0 = OMNICONN_DEFAULT_TTL_MS, < 0 = no TTL */
+    uint32_t workers;           /* sender push threads; 0 = OMNICONN_TCP_WORKERS (2) */
+    uint32_t max_idle_channels; /* receiver: cached channels per sender; 0 = 8 */
+    int pull_on_side_channel;   /* receiver: 1 = send every PULL on the side channel, as receivers
+                                   before data-connection requests did (slower; see the manual) */
+    uint64_t inline_threshold;  /* sender: payloads of at most this many bytes also travel inside
+                                   the metadata; 0 = $OMNICONN_TCP_INLINE_THRESHOLD if set, else
+                                   OMNICONN_TCP_INLINE_THRESHOLD (16 KiB); at most OMC_TCP_MAX_INLINE */
+    int disable_inline;         /* sender: 1 = no payload travels inside the metadata */
+    int inline_with_curve;      /* sender with CURVE: 1 = inline all the same (the bytes then travel
+                                   wherever your metadata goes, outside CURVE); 0 = no inline */
+    omc_tcp_curve curve;
+    omc_hooks hooks;
+} omc_tcp_desc;
+
+/* What omc_tcp_health reports beyond omc_health. */
+typedef struct omc_tcp_health_info {
+    char host[OMC_TCP_HOST_MAX];    /* advertised host (sender) */
+    uint16_t port, data_port;       /* bound ports (sender; 0 for a receiver) */
+    int curve;                      /* 1 if the listener requires CURVE */
+    uint64_t handshake_failures;    /* ZMTP handshakes that failed on the listener (any reason) */
+    uint64_t auth_failures;         /* of those: wrong/missing CURVE key, ZAP refusals */
+    uint64_t protocol_errors;       /* malformed or out-of-place messages and data hellos received */
+    uint64_t pushes, pushes_failed; /* sender: pushes completed / failed or aborted */
+    uint64_t pushes_in_flight;      /* sender: now */
+    uint64_t pending_queries;       /* sender: QUERYs held for an absent key, now */
+    uint64_t data_connections;      /* sender: registered TCP data connections, now */
+    uint32_t peers;                 /* receiver: senders known (registered or from metadata) */
+    uint64_t inline_threshold;      /* sender: the resolved threshold (0 = no inline) */
+} omc_tcp_health_info;
+
+/* One sender as a receiver sees it. */
+typedef struct omc_tcp_peer_info {
+    char name[OMC_TCP_NAME_MAX];    /* the registered name, or "host:port" if learned from metadata */
+    char host[OMC_TCP_HOST_MAX];
+    uint16_t port;
+    int registered;
+    uint64_t incarnation;           /* last seen; 0 = never answered */
+    uint64_t requests, failures, timeouts, auth_failures, restarts;
+    uint64_t bytes;                 /* payload bytes pulled from it */
+    uint32_t idle_channels;
+    omc_time_ns last_ok_ns;         /* omc_now_ns() of the last success, 0 = never */
+    omc_result last_error;
+    char last_error_text[160];
+} omc_tcp_peer_info;
+
+/* What omc_tcp_query found. */
+typedef struct omc_tcp_found {
+    uint64_t size;                  /* payload bytes */
+    uint32_t flags;                 /* OMC_BUFFER_FRAME if it is a frame */
+    uint32_t readers_left;
+    uint64_t incarnation;           /* of the sender that has it */
+    char sender[OMC_TCP_NAME_MAX];  /* its name */
+} omc_tcp_found;
+
+/* Create a remote connector. A sender (or dual) binds its side channel and data port at once:
+   OMC_ERR_CONNECTION if a port is taken (the log names it). Returns OMC_ERR_INVALID_ARG for a
+   bad key or host, OMC_ERR_UNAVAILABLE if CURVE is asked for and libzmq lacks it.
+   Thread safety: the connector is thread-safe (see omc_conn_*). */
+OMNICONN_API omc_result omc_tcp_create(const omc_tcp_desc* desc, omc_conn** out);
+
+/* The sender's advertised host and bound ports (any pointer may be NULL). OMC_ERR_WRONG_ROLE for
+   a receiver-only connector, OMC_ERR_INVALID_ARG if conn is not a remote connector. */
+OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* conn, char* host, size_t host_size, uint16_t* port, uint16_t* data_port);
+
+/* Receiver: register a sender for metadata-less gets under a unique name (1..63 bytes).
+   OMC_ERR_EXISTS if the name is taken. Safe from any thread, also while gets run. */
+OMNICONN_API omc_result omc_tcp_add_sender(omc_conn* conn, const char* name, const char* host, uint16_t port);
+/* The same with that sender's own CURVE public key (Z85), overriding curve.server_key. */
+OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* conn, const char* name, const char* host, uint16_t port,
+                                               const char* server_key);
+/* Forget a sender: cached channels close; gets already talking to it finish. OMC_ERR_NOT_FOUND. */
+OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* conn, const char* name);
+
+/* A metadata-less get from one registered sender (omc_conn_get(meta = NULL) asks them all). */
+OMNICONN_API omc_result omc_tcp_get_from(omc_conn* conn, const char* sender, const char* from_stage, const char* to_stage,
+                                         const char* key, omc_time_ns deadline, omc_buffer* out);
+/* Does a sender have this key now? Asks the named sender (or every registered one, sender =
+   NULL) once and consumes nothing. OMC_OK and *out, OMC_ERR_NOT_FOUND, or - if no sender
+   answered by the deadline - OMC_ERR_TIMEOUT / OMC_ERR_CONNECTION / OMC_ERR_AUTH. */
+OMNICONN_API omc_result omc_tcp_query(omc_conn* conn, const char* sender, const char* from_stage, const char* to_stage,
+                                      const char* key, omc_time_ns deadline, omc_tcp_found* out);
+
+OMNICONN_API omc_result omc_tcp_health(omc_conn* conn, omc_tcp_health_info* out);
+/* Senders this receiver knows, indexed 0..count-1 (in the order it learned them). */
+OMNICONN_API uint32_t   omc_tcp_peer_count(omc_conn* conn);
+OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* conn, uint32_t index, omc_tcp_peer_info* out);
+
+/* CURVE keys: a fresh pair (Z85, 41 bytes each with the terminator), and one key read from a
+   file that holds just the 40 Z85 characters (surrounding whitespace is ignored). */
+OMNICONN_API omc_result omc_tcp_curve_keypair(char public_key[OMC_CURVE_KEY_LEN + 1], char secret_key[OMC_CURVE_KEY_LEN + 1]);
+OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KEY_LEN + 1]);
+
+/* Split "host:port" or "[v6-literal]:port" into host (brackets removed) and port (1..65535). */
+OMNICONN_API omc_result omc_tcp_parse_endpoint(const char* text, char* host, size_t host_size, uint16_t* port);
+
+/* ---- helpers vLLM-Omni's orchestration uses --------------------------------------------------- */
+
+/* vLLM-Omni's port-offset scheme:
+       worker:       base + purpose + from_stage + dp_index * tp_size + tp_rank
+       orchestrator: base + 200 + from_stage
+   e.g. base 50051, KV transfer, stage 0, DP 2 x TP 2: 50151, 50152, 50153, 50154; the
+   orchestrator 50251. A worker's offset inside its purpose (from_stage + dp_index * tp_size +
+   tp_rank) must stay below 100, the width of a purpose's range. */
+typedef enum omc_port_purpose {
+    OMC_PORT_REQUEST_FORWARDING = 0,
+    OMC_PORT_KV_TRANSFER = 100
+} omc_port_purpose;
+
+typedef struct omc_port_spec {
+    int base;                   /* 0 = 50051 (vLLM-Omni's zmq_port default) */
+    omc_port_purpose purpose;
+    int from_stage;             /* >= 0 */
+    int dp_index;               /* >= 0 */
+    int tp_size;                /* 0 = 1 */
+    int tp_rank;                /* 0 .. tp_size - 1 */
+    int orchestrator;           /* 1: the orchestrator's port (purpose, DP and TP do not apply) */
+} omc_port_spec;
+
+/* One port. OMC_ERR_INVALID_ARG (logged to the default hooks) for a negative field, tp_rank
+   outside the TP size, an unknown purpose, an offset that spills into the next purpose's
+   range, or a result outside 1..65535. */
+OMNICONN_API omc_result omc_port_compute(const omc_port_spec* spec, uint16_t* out_port);
+/* Every spec's port (ports_out, optional, count entries) and the first collision: OMC_ERR_EXISTS
+   with *clash_a < *clash_b the indices of two specs that land on the same port (logged). */
+OMNICONN_API omc_result omc_port_check(const omc_port_spec* specs, uint32_t count, uint16_t* ports_out,
+                                       uint32_t* clash_a, uint32_t* clash_b);
+
+/* The address other hosts should use to reach this one ("auto"): the source address of the
+   default route (a UDP connect() to a public address, which sends no packet), else the first
+   non-loopback address of the host name, else loopback. family: 0 = IPv4 then IPv6, 4, or 6.
+   how (optional) receives "route", "hostname" or "loopback". */
+OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, const char** how);
+#endif
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+/* ------------------------- stop here if you only need the API of Part B ------------------- */
+#endif /* OMNICONN_REMOTE_H_INCLUDED */
+
+#if defined(OMNICONN_IMPLEMENTATION) && !defined(OMNICONN_REMOTE_IMPL_INCLUDED)
+#define OMNICONN_REMOTE_IMPL_INCLUDED
+
+#if OMC__HAS_ZMQ
+#ifndef OMNICONN_ZMQ_LIBRARY
+    #define OMNICONN_ZMQ_LIBRARY "libzmq.so.5"
+#endif
 #include <dlfcn.h>
 
 /* ============================================================================================== */
@@ -4453,7 +4743,8 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     X(R, int, has, zmq_has, (const char* capability), (capability)) \
     X(R, int, curve_keypair, zmq_curve_keypair, (char* pub, char* sec), (pub, sec)) \
     X(R, int, curve_public, zmq_curve_public, (char* pub, const char* sec), (pub, sec)) \
-    X(R, uint8_t*, z85_decode, zmq_z85_decode, (uint8_t* dest, const char* str), (dest, str))
+    X(R, uint8_t*, z85_decode, zmq_z85_decode, (uint8_t* dest, const char* str), (dest, str)) \
+    X(V, void, version, zmq_version, (int* major, int* minor, int* patch), (major, minor, patch))
 
 #if defined(OMNICONN_NO_RUNTIME_LINKING)
     #include <zmq.h>
@@ -4506,7 +4797,9 @@ static omc__zmq_table omc__zmq;             /* filled once, then read-only */
 static int omc__zmq_loaded;                 /* atomic: 1 once omc__zmq is complete */
 static pthread_mutex_t omc__zmq_mu = PTHREAD_MUTEX_INITIALIZER;
 
-#define OMC__X(kind, ret, member, sym, params, args) OMC__PRIVATE ret omc__zmq_##member params { return omc__zmq.member args; }
+#define OMC__ZMQ_RETURN_R return              /* a function that returns a value hands it on */
+#define OMC__ZMQ_RETURN_V                     /* a void one is just called */
+#define OMC__X(kind, ret, member, sym, params, args) OMC__PRIVATE ret omc__zmq_##member params { OMC__ZMQ_RETURN_##kind omc__zmq.member args; }
 OMC__ZMQ_SYMBOLS(OMC__X)
 #undef OMC__X
 
@@ -4525,6 +4818,10 @@ OMC__PRIVATE omc_result omc__zmq_load(char* why, size_t n) {
     return OMC_OK;
 }
 #else
+/* A static executable has no dynamic section (the weak reference stays NULL): dlopen cannot load
+   a shared libzmq into it, so the fix there is to link libzmq in. */
+extern int _DYNAMIC[] __attribute__((weak));
+
 /* dlopen libzmq and resolve every symbol of the list, once per process (a failure is not
    remembered: the next connector tries again). */
 OMC__PRIVATE omc_result omc__zmq_load(char* why, size_t n) {
@@ -4539,8 +4836,12 @@ OMC__PRIVATE omc_result omc__zmq_load(char* why, size_t n) {
     lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         const char* e = dlerror();
-        if (why && n) snprintf(why, n, "cannot load %s (%s): install Debian's libzmq5 package (apt-get install libzmq5), "
-                               "or build with OMNICONN_NO_ZMQ", name, e ? e : "not found");
+        if (why && n && !_DYNAMIC)
+            snprintf(why, n, "cannot load %s into a static executable (%s): build it with OMNICONN_NO_RUNTIME_LINKING and link "
+                     "libzmq (-DOMNICONN_NO_RUNTIME_LINKING ... -lzmq), or build with OMNICONN_NO_ZMQ", name, e ? e : "not supported");
+        else if (why && n)
+            snprintf(why, n, "cannot load %s (%s): install Debian's libzmq5 package (apt-get install libzmq5), "
+                     "or build with OMNICONN_NO_ZMQ", name, e ? e : "not found");
         pthread_mutex_unlock(&omc__zmq_mu);
         return OMC_ERR_UNAVAILABLE;
     }
@@ -4570,15 +4871,36 @@ OMC__PRIVATE omc_result omc__zmq_load(char* why, size_t n) {
 /* Load libzmq or say why not through the logger (ERROR: a remote connector cannot exist). */
 OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
     char why[512];
+    int major = 0, minor = 0, patch = 0;
     omc_result r = omc__zmq_load(why, sizeof(why));
-    if (r != OMC_OK) OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "%s", why);
+    if (r != OMC_OK) { OMC__LOG(hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "%s", why); return r; }
+    omc__zmq_version(&major, &minor, &patch);
+    OMC__LOG(hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "side channel: libzmq %d.%d.%d", major, minor, patch);
     return r;
 }
+
+/* omc_available(OMC_FEATURE_ZMQ) asks Part B as it asks a companion (see "[SECTION] Implementation:
+   the companion interface" in Part A). */
+__attribute__((constructor)) static void omc__net_register_probe(void) { omc__register_probe(OMC_FEATURE_ZMQ, omc__zmq_load); }
 
 /* ============================================================================================== */
 /* [SECTION] Implementation: the data-plane interface                                            */
 /* ============================================================================================== */
 /*
+    Part B's own interface for companions: what a data plane (omniconn_rdma.h) may use of the
+    remote connector. tests/check_companions.sh checks the headers against it and against Part
+    A's companion interface.
+
+    remote-interface-begin
+      omc__dataplane omc__dp_vtable omc__dp_push omc__dp_peer omc__dp_xfer omc__dp_request
+      omc__dp_ext omc__dp_vtable_ext omc__dp_ext_of   the tables and what travels through them
+      OMC__DP_RDMA OMC__DP_FLAG_TRY_NOW OMC__DP_FLAG_SELF_COMPLETE OMC__DP_FLAG_EXT
+      OMC__DP_STATE_WORDS OMC__DP_REQ_PULL OMC__DP_REQ_CLAIM
+      omc__net_create        a remote connector with an extra data plane
+      fields omc__dataplane omc__dp_vtable omc__dp_push omc__dp_peer omc__dp_xfer: all
+      fields omc__dp_request omc__dp_ext omc__dp_vtable_ext: all
+    remote-interface-end
+
     The remote connector is two layers. The side channel (ZMQ, below) does everything that is
     not moving payload bytes: HELLO, QUERY, PULL, DONE/ERROR/ABORT, the entries table, fan-out,
     TTL and pins, deadlines, restarts, CURVE, health. A data plane only moves the bytes of one
@@ -4616,18 +4938,42 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
       both: attach(pool) after the connector's pool exists (register it with the NIC there),
             detach at destroy.
 
+      optional, in omc__dp_ext (a plane whose table is an omc__dp_vtable_ext, OMC__DP_FLAG_EXT):
+        tx_ticket   -> a record for a session's HELLO answer: the ticket its data connections
+                       must show (TCP)
+        tx_item_count, tx_items, tx_serve
+                    the plane's own sockets in the listener's poll (TCP: the data port and its
+                    connections), and what to do when they are readable
+        tx_next_request, tx_answer
+                    a request that came on the plane's own connection (omc__dp_request: PULL
+                    or CLAIM of an entry by id, for the session the connection belongs to);
+                    the connector serves it with a PULL's checks and answers a refusal or a
+                    recorded CLAIM through tx_answer; a PULL becomes a push with p->requested
+        tx_await, tx_receipt, tx_end
+                    after tx_try moved every byte: the listener waits for the receiver's
+                    receipt itself (tx_receipt is OMC_ERR_BUSY until it came), commits, and
+                    tx_end lets the plane finish (TCP: the trailer)
+        tx_drop     <- a push aborted before a worker ran it: let go of what the plane holds
+        rx_requests, rx_request
+                    receiver: this channel takes requests on the plane's connection, and one
+                    sent there (no side-channel message per get)
+      A plane keeps its own per-push state in p->state (OMC__DP_STATE_WORDS words that live with
+      the job); the connector never looks inside it.
+
     Completion on the receiver: a get ends when the plane says x->complete and DONE has
     arrived. Two capability flags (omc__dp_vtable.flags) let a plane skip parts of that:
       OMC__DP_FLAG_TRY_NOW       the listener starts a push itself with tx_try, which must not
                                  block (OMC_ERR_BUSY: hand it to a worker; the first bytes go
-                                 while a worker wakes). For TCP, a push whose bytes all went
-                                 stays with the listener, which watches for the receipt itself
-                                 (reached by kind, not through the table)
+                                 while a worker wakes). With tx_await a push whose bytes all
+                                 went stays with the listener, which waits for the receipt
+                                 itself
       OMC__DP_FLAG_SELF_COMPLETE the plane tells the receiver itself that the read was recorded
                                  (TCP: a trailer written after commit): no DONE is sent, and the
                                  receiver completes on the plane alone (one side-channel
                                  message - two libzmq I/O thread wake-ups - less per get)
-    The built-in TCP plane sets both; the connector never tests a plane by its address.
+      OMC__DP_FLAG_EXT           the table is an omc__dp_vtable_ext (the optional entries above)
+    The built-in TCP plane sets all three; the connector never tests a plane by its kind or its
+    address, and never casts a plane's state.
 
     Rules: a plane never touches the entries table, never sends on the side channel and never
     frees the destination; errors are omc_result codes (OMC_ERR_CONNECTION for a broken peer,
@@ -4685,9 +5031,11 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
     #define OMNICONN_TCP_INLINE_THRESHOLD ((uint64_t)16 << 10)  /* payloads up to this also ride in the metadata */
 #endif
 
-#define OMC__DP_TCP  1
+/* Plane kinds (HELLO record type, PULL byte 30): 1 is the TCP plane's (defined
+   with it), 2 the RDMA plane's; a plane is told apart by its kind, never tested for it. */
 #define OMC__DP_RDMA 2
 #define OMC__DP_MAX  2                  /* planes per connector: TCP plus one extra */
+#define OMC__DP_STATE_WORDS 4           /* a plane's own per-push state: 32 bytes in the job */
 
 /* One transfer as a receiver-side plane sees it. */
 typedef struct omc__dp_xfer {
@@ -4697,6 +5045,8 @@ typedef struct omc__dp_xfer {
     uint64_t received;                  /* bytes in place so far (the plane keeps it) */
     int complete;                       /* the plane says every byte is in place */
     void* plane;                        /* the plane's own per-transfer state */
+    int refused;                        /* a request was refused before a byte moved (rx_request): */
+    uint64_t detail;                    /* the stream is in step; detail as in ERROR */
 } omc__dp_xfer;
 
 /* One push as a sender-side plane sees it (the fields after abort were added in the second
@@ -4715,12 +5065,34 @@ struct omc__dp_push {
     const int* abort;                   /* read with omc__load; non-zero = stop, return it */
     void (*commit)(const omc__dp_push* p);  /* every byte is in place: record the read, unpin */
     void* commit_ctx;                   /* the connector's */
-    uint64_t resume;                    /* TCP: stream bytes the listener's non-blocking start moved */
+    void* state;                        /* the plane's own state for this push: OMC__DP_STATE_WORDS
+                                           words that live with the job, zero when it starts */
     const uint8_t* channel;             /* the side-channel session that sent the PULL (its ZMQ */
     uint32_t channel_len;               /* routing id): a plane binds its connections to it */
-    int taken;                          /* TCP: the request came on the data connection itself,
-                                           which is the push's already (marked busy) */
+    int requested;                      /* the push answers a request the plane itself received
+                                           (tx_next_request), not a PULL: the plane holds its
+                                           connection already */
 };
+
+/* A request a plane received on its own connections (sender: tx_next_request) or sends on
+   them (receiver: rx_request): a PULL, or a CLAIM of a read whose bytes the receiver already
+   has (inline metadata). The connector serves it with the checks of a side-channel PULL. */
+#define OMC__DP_REQ_PULL  1
+#define OMC__DP_REQ_CLAIM 2
+typedef struct omc__dp_request {
+    uint8_t op;                         /* OMC__DP_REQ_* */
+    uint32_t budget_ms;                 /* 0 = vLLM-Omni's rule */
+    uint64_t xfer, entry_id, expect_incarnation;
+    uint64_t capacity;                  /* PULL: destination bytes; CLAIM: the announced size */
+    /* sender side, filled by tx_next_request */
+    omc_result status;                  /* not OMC_OK: refuse it with this code */
+    void* handle;                       /* the plane's: tx_answer answers on it */
+    uint64_t receiver_incarnation;
+    const uint8_t* channel;             /* the session it belongs to (NULL: none; refused) */
+    uint32_t channel_len;
+    uint8_t desc[8];                    /* the descriptor its push names, as a PULL's would */
+    uint32_t desc_len;
+} omc__dp_request;
 
 /* What a receiver-side plane learns about a sender from its HELLO. */
 typedef struct omc__dp_peer {
@@ -4758,9 +5130,48 @@ typedef struct omc__dp_vtable {
     void       (*rx_end)(void* user, void* chan, omc__dp_xfer* x, omc_result r);
     void       (*rx_close)(void* user, void* chan);
     /* OMC__DP_FLAG_TRY_NOW: start the push without blocking; OMC_ERR_BUSY = a worker goes on
-       from *resume */
-    omc_result (*tx_try)(void* user, const omc__dp_push* p, uint64_t* resume);
+       (from what the plane noted in p->state) */
+    omc_result (*tx_try)(void* user, const omc__dp_push* p);
 } omc__dp_vtable;
+
+/* The third version of the interface adds what a plane with connections of its own offers the
+   listener (the TCP plane: requests on its data connections, receipts it waits for, session
+   tickets, its sockets in the listener's poll). A plane that has them sets OMC__DP_FLAG_EXT and
+   embeds its omc__dp_vtable as the first member of an omc__dp_vtable_ext; a plane written
+   against the earlier table needs no change. Every entry is optional (NULL = the plane does not
+   do it); the connector asks the table, never the kind. */
+#define OMC__DP_FLAG_EXT 0x4u               /* the table is the base of an omc__dp_vtable_ext */
+typedef struct omc__dp_ext {
+    /* sender, on the listener thread */
+    void       (*tx_drop)(void* user, const omc__dp_push* p);  /* aborted before a worker ran it:
+                                                                   let go of what the plane holds */
+    int        (*tx_await)(void* user, const omc__dp_push* p); /* after tx_try: 1 = the listener
+                                                                   waits for the receipt itself */
+    omc_result (*tx_receipt)(void* user, const omc__dp_push* p); /* OMC_ERR_BUSY while it waits */
+    void       (*tx_end)(void* user, const omc__dp_push* p, int committed); /* the wait is over */
+    /* a record for a side-channel session's HELLO answer (*out_len 0 = none) */
+    omc_result (*tx_ticket)(void* user, const uint8_t* channel, uint32_t channel_len, uint8_t* out, uint32_t cap, uint32_t* out_len);
+    /* the plane's own sockets in the listener's poll: at most tx_item_count() items; who[i] is
+       the plane's, handed back to tx_serve */
+    uint32_t   (*tx_item_count)(void* user);
+    int        (*tx_items)(void* user, struct pollfd* items, void** who, int max);
+    void       (*tx_serve)(void* user, const struct pollfd* items, void* const* who, int n);
+    int        (*tx_next_request)(void* user, omc__dp_request* q);      /* 1 = q is one to serve */
+    void       (*tx_answer)(void* user, void* handle, omc_result code, uint64_t xfer, uint64_t detail);
+    /* receiver: does this channel take requests on the plane's connection, and send one */
+    int        (*rx_requests)(void* user, void* chan);
+    omc_result (*rx_request)(void* user, void* chan, omc__dp_xfer* x, const omc__dp_request* q, omc_time_ns deadline);
+} omc__dp_ext;
+
+typedef struct omc__dp_vtable_ext {
+    omc__dp_vtable base;                /* flags has OMC__DP_FLAG_EXT */
+    omc__dp_ext ext;
+} omc__dp_vtable_ext;
+
+/* The extension entries of a plane's table, or NULL (a plane of the earlier interface). */
+OMC__PRIVATE const omc__dp_ext* omc__dp_ext_of(const omc__dp_vtable* vt) {
+    return vt && (vt->flags & OMC__DP_FLAG_EXT) ? &((const omc__dp_vtable_ext*)(const void*)vt)->ext : NULL;
+}
 
 /* A plane registered on a connector: its table and its state. */
 typedef struct omc__dataplane {
@@ -5435,6 +5846,7 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
     the header announced, and the header must announce exactly what the receiver expects.
 */
 
+#define OMC__DP_TCP 1                   /* this plane's kind (HELLO record type, PULL byte 30) */
 #define OMC__TCP_MAX_PENDING 64         /* accepted connections still owing their hello */
 #define OMC__TCP_MAX_CONNS   4096       /* registered data connections per sender */
 #define OMC__TCP_HELLO_MS    5000       /* a connection must say hello within this */
@@ -5522,6 +5934,13 @@ typedef struct omc__tcp_rx {
     uint8_t trl[OMC__TCP_TRAILER_SIZE];
     omc_time_ns deadline;               /* of the transfer in progress */
 } omc__tcp_rx;
+
+/* Sender side: what the plane keeps per push (in the job's OMC__DP_STATE_WORDS). */
+typedef struct omc__tcp_push_state {
+    uint64_t resume;                    /* stream bytes the listener's non-blocking start wrote */
+    struct omc__tcp_conn* await;        /* the listener waits for the receipt on it */
+} omc__tcp_push_state;
+typedef char omc__tcp_push_state_fits[sizeof(omc__tcp_push_state) <= OMC__DP_STATE_WORDS * 8 ? 1 : -1];
 
 OMC__PRIVATE omc_result omc__tcp_attach(void* user, omc_conn* conn, omc_pool* pool, const omc_hooks* hooks) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
@@ -5660,7 +6079,7 @@ OMC__PRIVATE void omc__tcp_sweep(omc__tcp_plane* T, omc_time_ns now) {
 /* Listener: fill poll items for the data port and the connections it watches; who[i] is the
    connection of item i (NULL for the data port). Reaps dead connections first; leaves the data
    port out while accept() is paused for lack of descriptors. */
-OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, omc__tcp_conn** who, int max) {
+OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, void** who, int max) {
     omc__tcp_conn *c, *next;
     omc_time_ns now = omc_now_ns();
     int n = 0;
@@ -5852,7 +6271,7 @@ OMC__PRIVATE void omc__tcp_read_rcpt(omc__tcp_plane* T, omc__tcp_conn* c) {
 }
 
 /* Listener: act on what poll saw, and expire hellos (and requests) that never came whole. */
-OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, omc__tcp_conn** who, int n) {
+OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, void* const* who, int n) {
     omc_time_ns now = omc_now_ns();
     omc__tcp_conn *c, *next;
     int i;
@@ -5860,7 +6279,7 @@ OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, 
         if (!items[i].revents) continue;
         if (!who[i]) { omc__tcp_accept(T); continue; }
         pthread_mutex_lock(&T->mu);
-        c = who[i];
+        c = (omc__tcp_conn*)who[i];
         if (c->state == OMC__TCONN_PENDING) omc__tcp_read_hello(T, c);
         else if (c->state == OMC__TCONN_IDLE) omc__tcp_read_request(T, c);
         else if (c->state == OMC__TCONN_RECEIPT && !c->rcpt_done) omc__tcp_read_rcpt(T, c);
@@ -6033,18 +6452,19 @@ OMC__PRIVATE omc_result omc__tcp_find_conn(omc__tcp_plane* T, const omc__dp_push
 /* The listener starts a push without blocking: header and up to OMNICONN_TCP_INLINE bytes.
    Always OMC_ERR_BUSY on success: *resume bytes of the stream went, and a worker waits for the
    receiver's receipt, commits and writes the trailer (the connection stays ours). */
-static omc_result omc__tcp_tx_try(void* user, const omc__dp_push* p, uint64_t* resume) {
+static omc_result omc__tcp_tx_try(void* user, const omc__dp_push* p) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
+    omc__tcp_push_state* st = (omc__tcp_push_state*)p->state;
     uint8_t hdr[OMC__TCP_HEADER_SIZE];
     uint64_t pos = 0, end = OMC__TCP_HEADER_SIZE + p->size;
     omc__tcp_conn* c;
-    omc_result r = omc__tcp_find_conn(T, p, !p->taken, 0, &c);
-    *resume = 0;
+    omc_result r = omc__tcp_find_conn(T, p, !p->requested, 0, &c);
+    st->resume = 0;
     if (r != OMC_OK) return r;      /* BUSY: a worker waits for the connection */
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
     r = omc__tcp_write_stream(c->fd, hdr, p->src, p->size, NULL, &pos, end, 0, OMNICONN_TCP_INLINE, 0, NULL);
-    *resume = pos;
-    if ((r == OMC_OK || r == OMC_ERR_BUSY) && (pos || p->taken)) return OMC_ERR_BUSY;
+    st->resume = pos;
+    if ((r == OMC_OK || r == OMC_ERR_BUSY) && (pos || p->requested)) return OMC_ERR_BUSY;
     omc__tcp_conn_release(T, c, r == OMC_OK || r == OMC_ERR_BUSY);    /* nothing went: a worker starts afresh */
     return r == OMC_OK ? OMC_ERR_BUSY : r;
 }
@@ -6064,6 +6484,23 @@ OMC__PRIVATE omc__tcp_conn* omc__tcp_await_receipt(omc__tcp_plane* T, const omc_
     return c;
 }
 
+/* tx_await: only a payload tx_try wrote whole (header and every byte) is waited for here. */
+static int omc__tcp_tx_await(void* user, const omc__dp_push* p) {
+    omc__tcp_push_state* st = (omc__tcp_push_state*)p->state;
+    if (st->resume != OMC__TCP_HEADER_SIZE + p->size) return 0;
+    st->await = omc__tcp_await_receipt((omc__tcp_plane*)user, p);
+    return st->await != NULL;
+}
+
+/* tx_receipt: the receipt came (OMC_OK), the wait failed, or OMC_ERR_BUSY: not yet. The
+   listener reads it (omc__tcp_serve), on this same thread. */
+static omc_result omc__tcp_tx_receipt(void* user, const omc__dp_push* p) {
+    const omc__tcp_conn* c = ((omc__tcp_push_state*)p->state)->await;
+    (void)user;
+    if (!c) return OMC_ERR_INTERNAL;
+    return c->rcpt_done ? c->rcpt_result : OMC_ERR_BUSY;
+}
+
 /* Listener: the receipt wait of c is over. committed: the read was recorded, so the trailer
    goes (without blocking: the receiver reads nothing else now, so 8 bytes fit; if they do not,
    the connection is closed and the receiver sees the transfer fail, as for a lost trailer). */
@@ -6076,6 +6513,12 @@ OMC__PRIVATE void omc__tcp_end_receipt(omc__tcp_plane* T, omc__tcp_conn* c, int 
         ok = send(c->fd, trl, sizeof(trl), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(trl);
     }
     omc__tcp_conn_release(T, c, ok);
+}
+
+static void omc__tcp_tx_end(void* user, const omc__dp_push* p, int committed) {
+    omc__tcp_push_state* st = (omc__tcp_push_state*)p->state;
+    if (st->await) omc__tcp_end_receipt((omc__tcp_plane*)user, st->await, committed);
+    st->await = NULL;
 }
 
 /* Wait for the receiver's receipt (8 bytes: "OMCR", 0) after the last payload byte: it says
@@ -6103,20 +6546,29 @@ OMC__PRIVATE omc_result omc__tcp_read_receipt(int fd, omc_time_ns deadline, cons
     return omc__get_u32(b) == OMC__TCP_RECEIPT_MAGIC && omc__get_u32(b + 4) == 0 ? OMC_OK : OMC_ERR_PROTOCOL;
 }
 
+/* tx_drop: a push aborted before a worker ran it. The connection the listener started it on
+   (or the request came on) is ours and half a stream may be on it: close it. */
+static void omc__tcp_tx_drop(void* user, const omc__dp_push* p) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    omc__tcp_conn* c;
+    if ((((const omc__tcp_push_state*)p->state)->resume || p->requested) && omc__tcp_find_conn(T, p, 0, 0, &c) == OMC_OK)
+        omc__tcp_conn_release(T, c, 0);
+}
+
 /* A push on a worker: take the connection (or continue what the listener started), write the
    rest of header and payload, wait for the receiver's receipt, commit, then the trailer - which
    is how the receiver learns that the read was recorded without waiting for DONE. */
 OMC__PRIVATE omc_result omc__tcp_tx_push(void* user, const omc__dp_push* p) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
     uint8_t hdr[OMC__TCP_HEADER_SIZE], trl[OMC__TCP_TRAILER_SIZE];
-    uint64_t pos = p->resume, end = OMC__TCP_HEADER_SIZE + p->size;
+    uint64_t pos = ((const omc__tcp_push_state*)p->state)->resume, end = OMC__TCP_HEADER_SIZE + p->size;
     omc__tcp_conn* c;
     omc_result r;
     if (p->abort && omc__load(p->abort)) {      /* aborted before it got a worker */
-        if ((p->resume || p->taken) && omc__tcp_find_conn(T, p, 0, 0, &c) == OMC_OK) omc__tcp_conn_release(T, c, 0);
+        omc__tcp_tx_drop(user, p);
         return (omc_result)omc__load(p->abort);
     }
-    r = omc__tcp_find_conn(T, p, p->resume == 0 && !p->taken, 1, &c);
+    r = omc__tcp_find_conn(T, p, pos == 0 && !p->requested, 1, &c);
     if (r != OMC_OK) return r == OMC_ERR_BUSY ? OMC_ERR_CONNECTION : r;
     omc__tcp_header_encode(hdr, p->transfer_id, p->size);
     omc__put_u32(trl, OMC__TCP_END_MAGIC);
@@ -6214,12 +6666,26 @@ OMC__PRIVATE int omc__tcp_rx_fd(void* user, void* chan) { (void)user; return ((o
 
 /* Send a request on the channel's data connection (after rx_prepare): the sender answers on it
    with a header and the payload (PULL) or a status record (CLAIM, or any refusal). */
-OMC__PRIVATE omc_result omc__tcp_rx_request(omc__tcp_rx* x, const omc__tcp_req* q, omc_time_ns deadline) {
+static omc_result omc__tcp_rx_request(void* user, void* chan, omc__dp_xfer* xf, const omc__dp_request* dq, omc_time_ns deadline) {
+    omc__tcp_rx* x = (omc__tcp_rx*)chan;
     uint8_t b[OMC__TCP_REQUEST_SIZE];
-    omc__tcp_req_encode(b, q);
-    x->op = q->op;
+    omc__tcp_req q;
+    (void)user; (void)xf;
+    memset(&q, 0, sizeof(q));
+    q.op = dq->op == OMC__DP_REQ_CLAIM ? OMC__TCP_REQ_CLAIM : OMC__TCP_REQ_PULL;
+    q.xfer = dq->xfer;
+    q.entry_id = dq->entry_id;
+    q.expect_incarnation = dq->expect_incarnation;
+    q.capacity = dq->capacity;
+    q.budget_ms = dq->budget_ms;
+    omc__tcp_req_encode(b, &q);
+    x->op = q.op;
     return omc__fd_write_all(x->fd, b, sizeof(b), deadline, NULL);
 }
+
+/* rx_requests: a sender that takes requests (HELLO capability bit 2, checked by the connector)
+   and handed this channel a ticket. */
+static int omc__tcp_rx_requests(void* user, void* chan) { (void)user; return ((const omc__tcp_rx*)chan)->has_ticket; }
 
 /* Read what has arrived: first the header (checked before a single payload byte is read), then
    payload bytes straight into the destination, never past what the header announced. */
@@ -6275,6 +6741,8 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
                 }
                 r = (omc_result)code;
                 x->refused = 1;
+                xf->refused = 1;
+                xf->detail = x->detail;
                 return strcmp(omc_result_name(r), "OMC_ERR_UNKNOWN") == 0 ? OMC_ERR_REMOTE : r;
             }
             if (x->hdr_got == OMC__TCP_HEADER_SIZE &&
@@ -6311,14 +6779,92 @@ OMC__PRIVATE void omc__tcp_rx_close(void* user, void* chan) {
     omc__free(&T->hooks, x);
 }
 
-static const omc__dp_vtable omc__tcp_plane_vt = {
-    "tcp", OMC__DP_TCP, OMC_NET_CAP_TCP, OMC__DP_FLAG_TRY_NOW | OMC__DP_FLAG_SELF_COMPLETE,
-    omc__tcp_attach, omc__tcp_detach,
-    omc__tcp_tx_hello, omc__tcp_tx_push,
-    omc__tcp_rx_open, omc__tcp_rx_hello, omc__tcp_rx_ready, omc__tcp_rx_reusable, omc__tcp_rx_prepare,
-    omc__tcp_rx_fd, omc__tcp_rx_progress, omc__tcp_rx_end, omc__tcp_rx_close,
-    omc__tcp_tx_try
+/* ---- the plane's life: the connector that has it built in opens it (its lock), makes it
+        listen (a sender), closes it and reads its figures; nothing else ---- */
+
+OMC__PRIVATE omc_result omc__tcp_plane_init(omc__tcp_plane* T) {
+    T->listen_fd = -1;
+    if (pthread_mutex_init(&T->mu, NULL) != 0) return OMC_ERR_SYSTEM;
+    if (omc__cond_init_monotonic(&T->idle_cv) != 0) { pthread_mutex_destroy(&T->mu); return OMC_ERR_SYSTEM; }
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__tcp_plane_uninit(omc__tcp_plane* T) {
+    pthread_mutex_destroy(&T->mu);
+    pthread_cond_destroy(&T->idle_cv);
+}
+
+/* The data port (0: none) and health figures. */
+OMC__PRIVATE void omc__tcp_plane_stats(omc__tcp_plane* T, uint16_t* port, uint64_t* protocol_errors, uint64_t* connections) {
+    if (port) *port = T->port;
+    if (protocol_errors) *protocol_errors = omc__load(&T->protocol_errors);
+    if (connections) *connections = omc__load(&T->nregistered);
+}
+
+/* ---- the listener's side of the plane: its sockets in the listener's poll, the requests that
+        come on data connections, the session tickets ---- */
+
+static omc_result omc__tcp_tx_ticket(void* user, const uint8_t* channel, uint32_t channel_len, uint8_t* out, uint32_t cap, uint32_t* out_len) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    *out_len = 0;
+    if (T->listen_fd < 0) return OMC_OK;    /* no data port: nothing to ticket */
+    if (cap < OMC__TCP_TICKET_SIZE) return OMC_ERR_INTERNAL;
+    *out_len = OMC__TCP_TICKET_SIZE;
+    return omc__tcp_ticket_issue(T, channel, channel_len, out);
+}
+
+static uint32_t omc__tcp_tx_item_count(void* user) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    return 1 + T->npending + (uint32_t)omc__load(&T->nregistered) + 8;
+}
+
+static int omc__tcp_tx_items(void* user, struct pollfd* items, void** who, int max) {
+    return omc__tcp_items((omc__tcp_plane*)user, items, who, max);
+}
+
+static void omc__tcp_tx_serve(void* user, const struct pollfd* items, void* const* who, int n) {
+    omc__tcp_serve((omc__tcp_plane*)user, items, who, n);
+}
+
+/* The next complete request on a data connection, decoded for the connector: the session is
+   the one the connection registered with (its ticket), the descriptor its token. */
+static int omc__tcp_tx_next_request(void* user, omc__dp_request* dq) {
+    omc__tcp_plane* T = (omc__tcp_plane*)user;
+    omc__tcp_conn* c = omc__tcp_next_request(T);
+    omc__tcp_req q;
+    if (!c) return 0;
+    memset(dq, 0, sizeof(*dq));
+    dq->status = omc__tcp_req_decode(c->req, OMC__TCP_REQUEST_SIZE, &q);     /* checked when it came */
+    dq->op = q.op == OMC__TCP_REQ_CLAIM ? OMC__DP_REQ_CLAIM : OMC__DP_REQ_PULL;
+    dq->budget_ms = q.budget_ms;
+    dq->xfer = q.xfer;
+    dq->entry_id = q.entry_id;
+    dq->expect_incarnation = q.expect_incarnation;
+    dq->capacity = q.capacity;
+    dq->handle = c;
+    dq->receiver_incarnation = c->incarnation;
+    if (c->ticket) { dq->channel = c->ticket->rid; dq->channel_len = c->ticket->rid_len; }
+    memcpy(dq->desc, c->key + OMC__TCP_TICKET_SIZE, 8);     /* the connection's token, as a PULL names it */
+    dq->desc_len = 8;
+    return 1;
+}
+
+static void omc__tcp_tx_answer(void* user, void* handle, omc_result code, uint64_t xfer, uint64_t detail) {
+    omc__tcp_answer_status((omc__tcp_plane*)user, (omc__tcp_conn*)handle, code, xfer, detail);
+}
+
+static const omc__dp_vtable_ext omc__tcp_plane_table = {
+    { "tcp", OMC__DP_TCP, OMC_NET_CAP_TCP, OMC__DP_FLAG_TRY_NOW | OMC__DP_FLAG_SELF_COMPLETE | OMC__DP_FLAG_EXT,
+      omc__tcp_attach, omc__tcp_detach,
+      omc__tcp_tx_hello, omc__tcp_tx_push,
+      omc__tcp_rx_open, omc__tcp_rx_hello, omc__tcp_rx_ready, omc__tcp_rx_reusable, omc__tcp_rx_prepare,
+      omc__tcp_rx_fd, omc__tcp_rx_progress, omc__tcp_rx_end, omc__tcp_rx_close,
+      omc__tcp_tx_try },
+    { omc__tcp_tx_drop, omc__tcp_tx_await, omc__tcp_tx_receipt, omc__tcp_tx_end, omc__tcp_tx_ticket,
+      omc__tcp_tx_item_count, omc__tcp_tx_items, omc__tcp_tx_serve, omc__tcp_tx_next_request, omc__tcp_tx_answer,
+      omc__tcp_rx_requests, omc__tcp_rx_request }
 };
+#define omc__tcp_plane_vt (omc__tcp_plane_table.base)
 
 /* ============================================================================================== */
 /* [SECTION] Implementation: endpoints, hosts, ports, keys                                       */
@@ -6598,10 +7144,10 @@ typedef struct omc__net_job {
     omc_time_ns deadline;
     int abort;                          /* atomic: non-zero = stop with this code */
     int committed;                      /* the read is recorded (commit ran) */
-    uint64_t resume;                    /* TCP: stream bytes the listener already wrote */
-    int direct;                         /* TCP: asked for on its data connection (no side-channel reply) */
-    omc__tcp_conn* tconn;               /* TCP: the listener waits for its receipt on this connection */
+    int direct;                         /* a request on the plane's own connection (no side-channel reply) */
+    int awaiting;                       /* the listener waits for its receipt (tx_await) */
     omc_time_ns since;                  /* when that wait began (OMNICONN_TCP_STALL_MS) */
+    uint64_t plane_state[OMC__DP_STATE_WORDS];  /* the plane's own (omc__dp_push.state) */
     omc__net* owner;
     omc_result result;
 } omc__net_job;
@@ -6664,9 +7210,10 @@ struct omc__net {
     omc_pool* pool;
     void* ctx;                          /* one ZMQ context per connector (and its own ZAP endpoint) */
     int sender, receiver;
-    omc__dataplane planes[OMC__DP_MAX]; /* [0] is TCP */
+    omc__dataplane planes[OMC__DP_MAX]; /* [0] is the built-in TCP plane (tcp below) */
     uint32_t nplanes, caps;
-    omc__tcp_plane tcp;
+    omc__tcp_plane tcp;                 /* its state: the connector creates, closes and reads its
+                                           health figures; everything else goes through planes[0] */
     uint32_t max_idle;
     int side_pull;                      /* receiver: PULLs only on the side channel (desc) */
     uint64_t inline_max;                /* sender: payloads up to this ride in the metadata; 0 = none */
@@ -6697,7 +7244,7 @@ struct omc__net {
     omc__net_job** queue_tail;
     omc__net_job* done;
     struct pollfd* items;               /* listener poll set, grown as needed */
-    omc__tcp_conn** who;
+    void** who;                         /* a plane's handle per item (tx_items) */
     int items_cap;
     uint64_t handshake_failures, auth_failures, protocol_errors;            /* atomic */
     uint64_t pushes, pushes_failed, pushes_in_flight;                       /* atomic */
@@ -6788,13 +7335,10 @@ OMC__PRIVATE void omc__net_reply_error(omc__net* N, const uint8_t* rid, uint32_t
    worker or the listener, or by the connector after a plane that does not call it. */
 OMC__PRIVATE void omc__net_commit_job(omc__net_job* j) {
     omc__net* N = j->owner;
-    omc__ent* e;
     if (j->committed) return;
     j->committed = 1;
     pthread_mutex_lock(&N->own.mu);
-    e = &N->own.tab.ent[j->slot];
-    if (e->state == OMC__ENT_LIVE && e->readers_left == 0 && e->holds == 1) omc__etab_unindex(&N->own.tab, j->slot);   /* all read */
-    omc__etab_unhold(&N->own.tab, j->slot);     /* frees it if retired (read, TTL, cleanup) and no push remains */
+    omc__owner_commit(&N->own, j->slot, 0);
     pthread_mutex_unlock(&N->own.mu);
 }
 
@@ -6815,10 +7359,10 @@ OMC__PRIVATE void omc__net_job_push(omc__net* N, omc__net_job* j, omc__dp_push* 
     p->abort = &j->abort;
     p->commit = omc__net_commit;
     p->commit_ctx = j;
-    p->resume = j->resume;
+    p->state = j->plane_state;
     p->channel = j->rid;
     p->channel_len = j->rid_len;
-    p->taken = j->direct;
+    p->requested = j->direct;
 }
 
 /* A job has ended (listener thread): settle the entry, answer DONE or ERROR, free the job. */
@@ -6830,8 +7374,7 @@ OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
         j->result = OMC_OK;
     } else {
         pthread_mutex_lock(&N->own.mu);
-        N->own.tab.ent[j->slot].readers_left++;    /* a failed pull does not use up a reader */
-        omc__etab_unhold(&N->own.tab, j->slot);
+        omc__owner_give_back(&N->own, j->slot);    /* a failed pull does not use up a reader */
         pthread_mutex_unlock(&N->own.mu);
     }
     omc__sub(&N->pushes_in_flight, 1u);
@@ -6884,11 +7427,14 @@ OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t ri
         if (p->vt->tx_hello && p->vt->tx_hello(p->user, theirs, theirs_len, val, sizeof(val), &vlen) == OMC_OK)
             omc__wire_add_record(recs, sizeof(recs), &rlen, &count, p->vt->kind, val, vlen);
     }
-    if (N->tcp.listen_fd >= 0) {    /* the session's ticket: its data connections must show it */
-        uint8_t ticket[OMC__TCP_TICKET_SIZE];
-        omc_result r = omc__tcp_ticket_issue(&N->tcp, rid, rid_len, ticket);
-        if (r == OMC_OK) omc__wire_add_record(recs, sizeof(recs), &rlen, &count, OMC__REC_TICKET, ticket, sizeof(ticket));
-        else OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "HELLO answered without a data ticket (%s): that receiver cannot pull", omc_result_str(r));
+    for (i = 0; i < N->nplanes; i++) {     /* the session's ticket: its data connections must show it */
+        const omc__dataplane* p = &N->planes[i];
+        uint32_t vlen = 0;
+        const omc__dp_ext* x = omc__dp_ext_of(p->vt);
+        omc_result r = x && x->tx_ticket ? x->tx_ticket(p->user, rid, rid_len, val, sizeof(val), &vlen) : OMC_OK;
+        if (r == OMC_OK && vlen) omc__wire_add_record(recs, sizeof(recs), &rlen, &count, OMC__REC_TICKET, val, vlen);
+        else if (r != OMC_OK)
+            OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "HELLO answered without a data ticket (%s): that receiver cannot pull", omc_result_str(r));
     }
     memset(&m, 0, sizeof(m));
     m.type = OMC__MSG_HELLO;
@@ -7003,6 +7549,14 @@ OMC__PRIVATE void omc__net_on_list(omc__net* N, const uint8_t* rid, uint32_t rid
 
 OMC__PRIVATE void omc__net_start_job(omc__net* N, omc__net_job* job);
 
+/* A job pushes the read it took (omc__owner_take): the entry's bytes, pinned until commit. */
+OMC__PRIVATE void omc__net_job_read(omc__net* N, omc__net_job* job, const omc__read* rd) {
+    job->slot = rd->slot;
+    job->size = rd->size;
+    job->src = N->pool->base + rd->range.offset;
+    job->range = rd->range;
+}
+
 /* A filled-in push job goes live: its deadline is the receiver's budget (or vLLM-Omni's rule),
    never more than OMNICONN_TCP_MAX_PUSH_MS; it joins the live list and starts. The side-channel
    PULL and the request on a data connection both end here. */
@@ -7018,11 +7572,10 @@ OMC__PRIVATE void omc__net_launch_job(omc__net* N, omc__net_job* job, uint32_t b
 
 OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
     const omc__dataplane* dp = NULL;
-    omc__ent* e = NULL;
-    uint64_t id = 0;
-    uint32_t slot;
+    omc__read_want w;
+    omc__read rd;
     omc__net_job* job;
-    omc_result r = OMC_OK;
+    omc_result r;
     uint64_t detail = 0;
     uint32_t i;
     if (in->expect_incarnation && in->expect_incarnation != omc_incarnation()) {
@@ -7041,22 +7594,16 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
         omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, OMC_ERR_NO_MEMORY, 0, "sender out of memory");
         return;
     }
+    memset(&w, 0, sizeof(w));
+    w.qkey = in->key;
+    w.qlen = in->key_len;
+    w.id = in->entry_id;
+    w.capacity = in->capacity;
     pthread_mutex_lock(&N->own.mu);
     omc__owner_maybe_sweep(&N->own);
-    slot = omc__etab_find(&N->own.tab, in->key, in->key_len, omc__hash64(in->key, in->key_len));
-    if (slot != OMC__NIL) { e = &N->own.tab.ent[slot]; id = omc__etab_id(&N->own.tab, slot); }
-    if (!e || e->readers_left == 0) r = OMC_ERR_NOT_FOUND;
-    else if (in->entry_id && id != in->entry_id) r = in->entry_id < id ? OMC_ERR_STALE : OMC_ERR_NOT_FOUND;
-    else if (e->size > in->capacity) { r = OMC_ERR_TOO_LARGE; detail = e->size; }
-    else {
-        e->readers_left--;      /* reserved: a concurrent PULL cannot take the same reader */
-        e->holds++;             /* and the bytes stay put until the push ends */
-        job->slot = slot;
-        job->size = e->size;
-        job->src = N->pool->base + e->range.offset;
-        job->range = e->range;
-    }
+    r = omc__owner_take(&N->own, &w, &rd, &detail);     /* the read is ours and pinned until the push ends */
     pthread_mutex_unlock(&N->own.mu);
+    if (r == OMC_OK) omc__net_job_read(N, job, &rd);
     if (r != OMC_OK) {
         char key[OMC__WIRE_MAX_KEY + 1];
         uint32_t k;
@@ -7093,11 +7640,12 @@ OMC__PRIVATE void omc__net_start_job(omc__net* N, omc__net_job* job) {
         /* start it here, without blocking: a small payload is done before a worker could wake */
         omc__dp_push p;
         omc__net_job_push(N, job, &p);
-        job->result = dp->vt->tx_try(dp->user, &p, &job->resume);
+        job->result = dp->vt->tx_try(dp->user, &p);
         if (job->result != OMC_ERR_BUSY) { omc__net_finish(N, job, 1); return; }
         job->result = OMC_OK;
-        if (dp->vt->kind == OMC__DP_TCP && job->resume == OMC__TCP_HEADER_SIZE + job->size &&
-            (job->tconn = omc__tcp_await_receipt(&N->tcp, &p)) != NULL) {
+        const omc__dp_ext* x = omc__dp_ext_of(dp->vt);
+        if (x && x->tx_await && x->tx_receipt && x->tx_end && x->tx_await(dp->user, &p)) {
+            job->awaiting = 1;
             job->since = omc_now_ns();
             return;
         }
@@ -7135,10 +7683,11 @@ OMC__PRIVATE void omc__net_on_abort(omc__net* N, const uint8_t* rid, uint32_t ri
         if (j->xfer == in->xfer && j->rid_len == rid_len && memcmp(j->rid, rid, rid_len) == 0 && !omc__load(&j->abort)) {
             omc__store(&j->abort, (int)OMC_ERR_TIMEOUT);
             if (omc__net_unqueue(N, j)) {
-                if (j->resume || j->direct) {
+                const omc__dp_ext* x = omc__dp_ext_of(j->dp->vt);
+                if (x && x->tx_drop) {
                     omc__dp_push p;
                     omc__net_job_push(N, j, &p);
-                    j->dp->vt->tx_push(j->dp->user, &p);
+                    x->tx_drop(j->dp->user, &p);
                 }
                 j->result = OMC_ERR_TIMEOUT;
                 omc__net_finish(N, j, 0);   /* unlinks and frees j: walk again from the start */
@@ -7158,62 +7707,50 @@ OMC__PRIVATE void omc__net_on_abort(omc__net* N, const uint8_t* rid, uint32_t ri
     }
 }
 
-/* A request on a data connection (listener): what a PULL on the side channel does, for the
-   session the connection was registered to (its ticket), naming the entry by id. CLAIM records
+/* A request on a plane's data connection (listener): what a PULL on the side channel does, for
+   the session the connection was registered to (its ticket), naming the entry by id. CLAIM records
    a read whose bytes the receiver already has (inline metadata). A refusal, or a recorded claim,
    is answered with a status record on the connection; a PULL becomes a job like any other. */
-OMC__PRIVATE void omc__net_on_request(omc__net* N, omc__tcp_conn* c) {
-    omc__tcp_req q;
+OMC__PRIVATE void omc__net_on_request(omc__net* N, const omc__dataplane* dp, const omc__dp_request* q) {
     omc__net_job* job = NULL;
-    omc__ent* e;
-    uint32_t slot;
-    omc_result r = omc__tcp_req_decode(c->req, OMC__TCP_REQUEST_SIZE, &q);     /* checked when it came */
+    omc__read_want w;
+    omc__read rd;
+    omc_result r = q->status;
     uint64_t detail = 0;
-    if (r == OMC_OK && q.expect_incarnation && q.expect_incarnation != omc_incarnation()) r = OMC_ERR_PEER_RESTARTED;
-    else if (r == OMC_OK && !c->ticket) r = OMC_ERR_CONNECTION;
-    else if (r == OMC_OK && q.op == OMC__TCP_REQ_PULL && !(job = (omc__net_job*)omc__calloc(&N->conn->hooks, sizeof(omc__net_job))))
+    if (r == OMC_OK && q->expect_incarnation && q->expect_incarnation != omc_incarnation()) r = OMC_ERR_PEER_RESTARTED;
+    else if (r == OMC_OK && !q->channel) r = OMC_ERR_CONNECTION;
+    else if (r == OMC_OK && q->op == OMC__DP_REQ_PULL && !(job = (omc__net_job*)omc__calloc(&N->conn->hooks, sizeof(omc__net_job))))
         r = OMC_ERR_NO_MEMORY;
     if (r == OMC_OK) {
+        memset(&w, 0, sizeof(w));
+        w.id = q->entry_id;             /* a request names no key */
+        w.capacity = q->capacity;
+        w.exact = q->op == OMC__DP_REQ_CLAIM;   /* the metadata and the entry must agree */
         pthread_mutex_lock(&N->own.mu);
         omc__owner_maybe_sweep(&N->own);
-        slot = omc__etab_by_id(&N->own.tab, q.entry_id);
-        e = slot != OMC__NIL ? &N->own.tab.ent[slot] : NULL;
-        if (!e || e->state != OMC__ENT_LIVE || e->readers_left == 0) r = OMC_ERR_NOT_FOUND;
-        else if (q.op == OMC__TCP_REQ_CLAIM) {
-            if (e->size != q.capacity) r = OMC_ERR_PROTOCOL;    /* the metadata and the entry disagree */
-            else {
-                e->readers_left--;  /* the read is recorded now: the receiver has every byte */
-                if (e->readers_left == 0 && e->holds == 0) omc__etab_retire(&N->own.tab, slot);
-                omc__owner_signal(&N->own);
-            }
-        } else if (e->size > q.capacity) { r = OMC_ERR_TOO_LARGE; detail = e->size; }
-        else {
-            e->readers_left--;      /* reserved, and pinned until the push ends */
-            e->holds++;
-            job->slot = slot;
-            job->size = e->size;
-            job->src = N->pool->base + e->range.offset;
-            job->range = e->range;
-        }
+        r = omc__owner_take(&N->own, &w, &rd, &detail);
+        /* CLAIM: the receiver has every byte already, so the read counts at once */
+        if (r == OMC_OK && q->op == OMC__DP_REQ_CLAIM) omc__owner_commit(&N->own, rd.slot, 0);
         pthread_mutex_unlock(&N->own.mu);
+        if (r == OMC_OK && job) omc__net_job_read(N, job, &rd);
     }
-    if (r != OMC_OK || q.op == OMC__TCP_REQ_CLAIM) {
+    if (r != OMC_OK || q->op == OMC__DP_REQ_CLAIM) {
         omc__free(&N->conn->hooks, job);
         if (r != OMC_OK)
-            OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "request for entry %016llx on a data connection refused: %s",
-                     (unsigned long long)q.entry_id, omc_result_str(r));
-        omc__tcp_answer_status(&N->tcp, c, r, q.xfer, detail);
+            OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "request for entry %016llx on a %s data connection refused: %s",
+                     (unsigned long long)q->entry_id, dp->vt->name, omc_result_str(r));
+        omc__dp_ext_of(dp->vt)->tx_answer(dp->user, q->handle, r, q->xfer, detail);    /* it gave us q */
         return;
     }
-    job->dp = &N->planes[0];
-    job->xfer = q.xfer;
-    job->receiver_incarnation = c->incarnation;
-    job->rid_len = c->ticket->rid_len;
-    memcpy(job->rid, c->ticket->rid, c->ticket->rid_len);
-    job->desc_len = 8;
-    memcpy(job->desc, c->key + OMC__TCP_TICKET_SIZE, 8);    /* the connection's token, as a PULL names it */
+    job->dp = dp;
+    job->xfer = q->xfer;
+    job->receiver_incarnation = q->receiver_incarnation;
+    job->rid_len = omc__min(q->channel_len, (uint32_t)OMC__NET_RID_MAX);
+    memcpy(job->rid, q->channel, job->rid_len);
+    job->desc_len = q->desc_len;
+    memcpy(job->desc, q->desc, q->desc_len);
     job->direct = 1;
-    omc__net_launch_job(N, job, q.budget_ms);
+    omc__net_launch_job(N, job, q->budget_ms);
 }
 
 /* Listener: jobs whose receipt it waits for itself. The receipt came (commit, then the
@@ -7222,19 +7759,21 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, omc__tcp_conn* c) {
 OMC__PRIVATE void omc__net_check_receipts(omc__net* N, omc_time_ns now) {
     omc__net_job *j, *next;
     for (j = N->live; j; j = next) {
-        omc__tcp_conn* c = j->tconn;
-        omc_result r = OMC_OK;
-        int a = omc__load(&j->abort), over = 1;
+        omc__dp_push p;
+        omc_result r;
+        int a = omc__load(&j->abort);
         next = j->next_live;
-        if (!c) continue;
-        if (c->rcpt_done) r = c->rcpt_result;       /* written by this thread (omc__tcp_serve) */
-        else if (a) r = (omc_result)a;
-        else if (now - j->since > (omc_time_ns)OMNICONN_TCP_STALL_MS * 1000000LL || now >= j->deadline) r = OMC_ERR_TIMEOUT;
-        else over = 0;
-        if (!over) continue;
-        j->tconn = NULL;
+        if (!j->awaiting) continue;
+        omc__net_job_push(N, j, &p);
+        r = omc__dp_ext_of(j->dp->vt)->tx_receipt(j->dp->user, &p);     /* awaiting: it has these */
+        if (r == OMC_ERR_BUSY) {
+            if (a) r = (omc_result)a;
+            else if (now - j->since > (omc_time_ns)OMNICONN_TCP_STALL_MS * 1000000LL || now >= j->deadline) r = OMC_ERR_TIMEOUT;
+            else continue;
+        }
+        j->awaiting = 0;
         if (r == OMC_OK) omc__net_commit_job(j);    /* every byte is in the receiver's buffer */
-        omc__tcp_end_receipt(&N->tcp, c, r == OMC_OK);
+        omc__dp_ext_of(j->dp->vt)->tx_end(j->dp->user, &p, r == OMC_OK);
         j->result = r;
         omc__net_finish(N, j, 1);
     }
@@ -7363,12 +7902,12 @@ OMC__PRIVATE void omc__net_serve_zap(omc__net* N) {
 
 OMC__PRIVATE int omc__net_grow_items(omc__net* N, int need) {
     struct pollfd* it;
-    omc__tcp_conn** who;
+    void** who;
     int cap;
     if (need <= N->items_cap) return 1;
     cap = omc__max(need, N->items_cap * 2);
     it = (struct pollfd*)omc__calloc(&N->conn->hooks, sizeof(struct pollfd) * (size_t)cap);
-    who = (omc__tcp_conn**)omc__calloc(&N->conn->hooks, sizeof(omc__tcp_conn*) * (size_t)cap);
+    who = (void**)omc__calloc(&N->conn->hooks, sizeof(void*) * (size_t)cap);
     if (!it || !who) { omc__free(&N->conn->hooks, it); omc__free(&N->conn->hooks, who); return 0; }
     omc__free(&N->conn->hooks, N->items);
     omc__free(&N->conn->hooks, N->who);
@@ -7405,18 +7944,29 @@ static void* omc__net_listener_main(void* arg) {
     if (N->zap) zs[nz++] = N->zap;
     for (i = 0; i < nz; i++) zfd[i] = omc__zmq_fd(zs[i]);
     while (!omc__load(&N->stop)) {
-        int n = 0, fixed, ntcp, timeout = OMC__NET_SLICE_MS;
+        int n = 0, fixed, nplane = 0, timeout = OMC__NET_SLICE_MS, first[OMC__DP_MAX], count[OMC__DP_MAX];
+        uint32_t pl, need = 4;
         omc__net_held* h;
         omc_time_ns now = omc_now_ns();
         uint64_t counter;
-        if (!omc__net_grow_items(N, 4 + 1 + (int)N->tcp.npending + (int)omc__load(&N->tcp.nregistered) + 8)) {
+        for (pl = 0; pl < N->nplanes; pl++) {
+            const omc__dp_ext* x = omc__dp_ext_of(N->planes[pl].vt);
+            if (x && x->tx_item_count) need += x->tx_item_count(N->planes[pl].user);
+        }
+        if (!omc__net_grow_items(N, (int)need)) {
             usleep(1000);
             continue;
         }
         N->items[n].fd = N->wake_fd; N->items[n].events = POLLIN; N->items[n++].revents = 0;
         for (i = 0; i < nz; i++) { N->items[n].fd = zfd[i]; N->items[n].events = POLLIN; N->items[n++].revents = 0; }
         fixed = n;
-        ntcp = omc__tcp_items(&N->tcp, N->items + fixed, N->who + fixed, N->items_cap - fixed);
+        for (pl = 0; pl < N->nplanes; pl++) {     /* the planes' own sockets (TCP: data port, connections) */
+            const omc__dataplane* dp = &N->planes[pl];
+            const omc__dp_ext* x = omc__dp_ext_of(dp->vt);
+            first[pl] = fixed + nplane;
+            count[pl] = x && x->tx_items ? x->tx_items(dp->user, N->items + first[pl], N->who + first[pl], N->items_cap - first[pl]) : 0;
+            nplane += count[pl];
+        }
         for (h = N->held; h; h = h->next) {     /* wake up when a held query expires */
             int ms = h->expires <= now ? 0 : (int)((h->expires - now + 999999) / 1000000);
             if (ms < timeout) timeout = ms;
@@ -7424,7 +7974,7 @@ static void* omc__net_listener_main(void* arg) {
         /* the monitor and ZAP sockets are drained whenever they are served; the ROUTER may keep
            what a bounded batch left, so it alone is asked before sleeping */
         if (backlog || omc__zmq_readable(N->router)) timeout = 0;
-        rc = poll(N->items, (nfds_t)(fixed + ntcp), timeout);
+        rc = poll(N->items, (nfds_t)(fixed + nplane), timeout);
         if (rc < 0 && errno != EINTR) usleep(1000);
         if (omc__load(&N->stop)) break;
         if (N->items[0].revents) { ssize_t k = read(N->wake_fd, &counter, sizeof(counter)); (void)k; }
@@ -7436,10 +7986,13 @@ static void* omc__net_listener_main(void* arg) {
                 else omc__net_serve_zap(N);
             }
         backlog = (N->items[1].revents || backlog || omc__zmq_readable(N->router)) ? omc__net_read_router(N) : 0;
-        omc__tcp_serve(&N->tcp, N->items + fixed, N->who + fixed, ntcp);
-        {
-            omc__tcp_conn* c;
-            while ((c = omc__tcp_next_request(&N->tcp)) != NULL) omc__net_on_request(N, c);
+        for (pl = 0; pl < N->nplanes; pl++) {
+            const omc__dataplane* dp = &N->planes[pl];
+            const omc__dp_ext* x = omc__dp_ext_of(dp->vt);
+            omc__dp_request q;
+            if (!x) continue;
+            if (count[pl] && x->tx_serve) x->tx_serve(dp->user, N->items + first[pl], N->who + first[pl], count[pl]);
+            while (x->tx_next_request && x->tx_answer && x->tx_next_request(dp->user, &q)) omc__net_on_request(N, dp, &q);
         }
         omc__net_check_receipts(N, omc_now_ns());
         omc__net_answer_held(N, omc_now_ns());
@@ -7482,9 +8035,9 @@ static void* omc__net_worker_main(void* arg) {
         pthread_mutex_unlock(&N->job_mu);
         omc__net_job_push(N, j, &p);
         a = omc__load(&j->abort);
-        /* aborted meanwhile: a push the listener started still goes to the plane, which
-           releases what it holds */
-        j->result = a && !j->resume ? (omc_result)a : j->dp->vt->tx_push(j->dp->user, &p);
+        /* aborted meanwhile: the plane lets go of what it holds for the push (tx_drop) */
+        if (a && omc__dp_ext_of(j->dp->vt) && omc__dp_ext_of(j->dp->vt)->tx_drop) omc__dp_ext_of(j->dp->vt)->tx_drop(j->dp->user, &p);
+        j->result = a ? (omc_result)a : j->dp->vt->tx_push(j->dp->user, &p);
         pthread_mutex_lock(&N->job_mu);
         for (pp = &N->running; *pp; pp = &(*pp)->next)
             if (*pp == j) { *pp = j->next; break; }
@@ -7855,8 +8408,7 @@ static omc_result omc__net_release(omc_buffer* b) {
 OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp_xfer* x, uint8_t op, uint64_t entry_id,
                                          omc_time_ns deadline, omc_time_ns wait_until, omc_buffer* out, int* keep) {
     const omc__dp_vtable* vt = ch->dp->vt;
-    omc__tcp_rx* rx = (omc__tcp_rx*)ch->dpc;
-    omc__tcp_req q;
+    omc__dp_request q;
     omc_time_ns now = omc_now_ns();
     omc_result r;
     memset(&q, 0, sizeof(q));
@@ -7866,18 +8418,18 @@ OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp
     q.expect_incarnation = ch->incarnation;
     q.capacity = x->size;
     q.budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
-    r = omc__tcp_rx_request(rx, &q, deadline);
+    r = omc__dp_ext_of(vt)->rx_request(ch->dp->user, ch->dpc, x, &q, deadline);   /* omc__net_pull checked it */
     while (r == OMC_OK && !x->complete) {
         struct pollfd pf;
         if (omc__net_closed(N)) { r = OMC_ERR_CLOSED; break; }
         /* giving up closes the connection (rx_end): the sender's push fails at its next write
            and gives the reader back, so no ABORT is needed */
         if (omc_now_ns() >= wait_until) { r = OMC_ERR_TIMEOUT; break; }
-        pf.fd = rx->fd; pf.events = POLLIN; pf.revents = 0;
+        pf.fd = vt->rx_fd(ch->dp->user, ch->dpc); pf.events = POLLIN; pf.revents = 0;
         if (poll(&pf, 1, omc__poll_ms(wait_until, OMC__NET_SLICE_MS)) > 0) r = vt->rx_progress(ch->dp->user, ch->dpc, x, 0);
     }
-    if (r != OMC_OK && rx->refused) {
-        if (r == OMC_ERR_TOO_LARGE) out->size = rx->detail;
+    if (r != OMC_OK && x->refused) {
+        if (r == OMC_ERR_TOO_LARGE) out->size = x->detail;
         *keep = omc__net_clean_refusal(r);
     }
     return r;
@@ -7895,6 +8447,7 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
     omc__wire m;
     omc_time_ns wait_until;
     omc_result r;
+    const omc__dp_ext* ext;
     int got_done = 0, got, direct;
     *keep = 0;
     memset(&x, 0, sizeof(x));
@@ -7916,9 +8469,11 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
     memset(&m, 0, sizeof(m));
     r = vt->rx_prepare(ch->dp->user, ch->dpc, &x, deadline, desc, sizeof(desc), &m.desc_len);
     wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_default_budget_ns(size) : deadline;
-    direct = !N->side_pull && vt->kind == OMC__DP_TCP && (ch->caps & OMC_NET_CAP_REQUESTS) && ((omc__tcp_rx*)ch->dpc)->has_ticket;
+    ext = omc__dp_ext_of(vt);
+    direct = !N->side_pull && (ch->caps & OMC_NET_CAP_REQUESTS) && ext && ext->rx_request && ext->rx_requests && vt->rx_fd &&
+             ext->rx_requests(ch->dp->user, ch->dpc);
     if (r == OMC_OK && direct) {
-        r = omc__net_request(N, ch, &x, inl ? OMC__TCP_REQ_CLAIM : OMC__TCP_REQ_PULL, entry_id, deadline, wait_until, out, keep);
+        r = omc__net_request(N, ch, &x, inl ? OMC__DP_REQ_CLAIM : OMC__DP_REQ_PULL, entry_id, deadline, wait_until, out, keep);
         if (r == OMC_OK && inl && size) memcpy(x.dst.data, inl, (size_t)size);
     } else if (r == OMC_OK) {
         omc_time_ns now = omc_now_ns();
@@ -8414,9 +8969,11 @@ OMC__PRIVATE void omc__net_stop_sender(omc__net* N) {
         omc__net_complete(N, 0);
         for (j = N->live; j; ) {        /* receipts the listener was waiting for */
             omc__net_job* next = j->next_live;
-            if (j->tconn) {
-                omc__tcp_end_receipt(&N->tcp, j->tconn, 0);
-                j->tconn = NULL;
+            if (j->awaiting) {
+                omc__dp_push p;
+                omc__net_job_push(N, j, &p);
+                omc__dp_ext_of(j->dp->vt)->tx_end(j->dp->user, &p, 0);
+                j->awaiting = 0;
                 j->result = OMC_ERR_CLOSED;
                 omc__net_finish(N, j, 0);
             }
@@ -8472,7 +9029,7 @@ OMC__PRIVATE void omc__net_free(omc__net* N, const omc_hooks* hooks) {
     if (N->wake_fd >= 0) close(N->wake_fd);
     if (N->job_ok) { pthread_mutex_destroy(&N->job_mu); pthread_cond_destroy(&N->job_cv); }
     if (N->peer_ok) pthread_mutex_destroy(&N->peer_mu);
-    if (N->tcp_ok) { pthread_mutex_destroy(&N->tcp.mu); pthread_cond_destroy(&N->tcp.idle_cv); }
+    if (N->tcp_ok) omc__tcp_plane_uninit(&N->tcp);
     omc__free(hooks, N->workers);
     omc__free(hooks, N->allowed);
     omc__free(hooks, N->items);
@@ -8584,7 +9141,7 @@ static omc_result omc__net_list(omc_conn* c, omc__key_sink sink, void* user) {
 static const omc__conn_vtable omc__net_vtable = {
     "remote", OMC_TRANSPORT_TCP, omc__net_put, omc__net_get, omc__net_alloc, omc__net_cleanup,
     omc__net_health, omc__net_sweep, omc__net_close, omc__net_destroy,
-    omc__net_exists, omc__net_list, omc__net_pending
+    omc__net_exists, omc__net_list, omc__net_pending, "omc_tcp_desc"
 };
 
 OMC__PRIVATE omc__net* omc__net_of(omc_conn* c) {
@@ -8637,6 +9194,7 @@ OMC__PRIVATE omc_result omc__net_setup_curve(omc__net* N, const omc_tcp_curve* c
 /* The sender's sockets: ROUTER (+ its monitor, + ZAP when clients are restricted), data port. */
 OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d, const omc_hooks* hooks) {
     char bind_host[OMC_TCP_HOST_MAX], ep[OMC_TCP_HOST_MAX + 32], port[8], last[OMC_TCP_HOST_MAX + 32];
+    uint16_t data_port = 0;
     const char* want = d->host ? d->host : "127.0.0.1";
     size_t ln = sizeof(last);
     int zero = 0, one = 1, hs = OMC__NET_HANDSHAKE_MS;
@@ -8699,8 +9257,9 @@ OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d
     }
     if (pthread_create(&N->listener, NULL, omc__net_listener_main, N) != 0) return OMC_ERR_SYSTEM;
     N->listener_started = 1;
+    omc__tcp_plane_stats(&N->tcp, &data_port, NULL, NULL);
     OMC__LOG(hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "sender listening: side channel %s, TCP data port %u, advertised as %s:%u%s", last,
-             (unsigned)N->tcp.port, N->host, (unsigned)N->port, N->curve_server ? ", CURVE on" : "");
+             (unsigned)data_port, N->host, (unsigned)N->port, N->curve_server ? ", CURVE on" : "");
     return OMC_OK;
 }
 
@@ -8743,17 +9302,17 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     *out = NULL;
     if (desc) d = *desc; else memset(&d, 0, sizeof(d));
     hooks = omc__hooks_resolve(&d.hooks);
-    if ((int)d.role < 0 || d.role > OMC_ROLE_DUAL || (extra && (!extra->vt || extra->vt->kind == OMC__DP_TCP))) return OMC_ERR_INVALID_ARG;
+    if ((int)d.role < 0 || d.role > OMC_ROLE_DUAL || (extra && (!extra->vt || extra->vt->kind == omc__tcp_plane_vt.kind))) return OMC_ERR_INVALID_ARG;   /* one plane per kind */
     r = omc__zmq_require(&hooks);               /* libzmq is opened here, by the first remote connector */
     if (r != OMC_OK) return r;
     N = (omc__net*)omc__calloc(&hooks, sizeof(omc__net));
     if (!N) return OMC_ERR_NO_MEMORY;
     N->wake_fd = -1;
-    N->tcp.listen_fd = -1;
     N->sender = d.role != OMC_ROLE_RECEIVER;
     N->receiver = d.role != OMC_ROLE_SENDER;
     N->vt = omc__net_vtable;
     N->vt.transport = transport;
+    if (transport != OMC_TRANSPORT_TCP) N->vt.desc_name = NULL;     /* a companion's transport: its own desc, not ours */
     N->max_idle = d.max_idle_channels ? d.max_idle_channels : 8;
     N->side_pull = d.pull_on_side_channel != 0;
     N->next_xfer = omc__random_u64() >> 1;
@@ -8763,8 +9322,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     if (r != OMC_OK) { omc__free(&hooks, N); return r; }
     N->conn->impl = N;
     N->peer_ok = pthread_mutex_init(&N->peer_mu, NULL) == 0;
-    N->tcp_ok = pthread_mutex_init(&N->tcp.mu, NULL) == 0;
-    if (N->tcp_ok && omc__cond_init_monotonic(&N->tcp.idle_cv) != 0) { pthread_mutex_destroy(&N->tcp.mu); N->tcp_ok = 0; }
+    N->tcp_ok = omc__tcp_plane_init(&N->tcp) == OMC_OK;
     N->job_ok = pthread_mutex_init(&N->job_mu, NULL) == 0;
     if (N->job_ok && pthread_cond_init(&N->job_cv, NULL) != 0) { pthread_mutex_destroy(&N->job_mu); N->job_ok = 0; }
     r = N->peer_ok && N->tcp_ok && N->job_ok ? OMC_OK : OMC_ERR_SYSTEM;
@@ -8802,8 +9360,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
         omc_conn* shell = N->conn;                  /* never handed out: free it without destroy */
         omc__net_stop_sender(N);
         omc__net_free(N, &hooks);
-        pthread_mutex_destroy(&shell->err_mu);
-        omc__free(&hooks, shell);
+        omc__conn_discard(shell, &hooks);
         return r;
     }
     *out = N->conn;
@@ -8828,7 +9385,7 @@ OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* c, char* host, size_t host_si
         memcpy(host, N->host, strlen(N->host) + 1);
     }
     if (port) *port = N->port;
-    if (data_port) *data_port = N->tcp.port;
+    if (data_port) omc__tcp_plane_stats(&N->tcp, data_port, NULL, NULL);
     return OMC_OK;
 }
 
@@ -8922,15 +9479,14 @@ OMNICONN_API omc_result omc_tcp_get_from(omc_conn* c, const char* sender, const 
     memset(out, 0, sizeof(*out));
     if (!N || !sender) return OMC_ERR_INVALID_ARG;
     r = omc__conn_enter(c, OMC_ROLE_RECEIVER, from, to, key, qkey, &qlen);
-    if (r != OMC_OK) { if (r != OMC_ERR_CLOSED) omc__add(&c->errors, 1u); return r; }
+    if (r != OMC_OK) { omc__conn_count_refusal(c, r); return r; }
     r = omc__net_get_any(N, sender, qkey, qlen, deadline, 0, out);
     if (r != OMC_OK) {
         omc__conn_count_error(c, r, "get", qkey, qlen);
         memset(out, 0, sizeof(*out));
         return r;
     }
-    omc__add(&c->gets, 1u);
-    omc__add(&c->bytes_got, out->size);
+    omc__conn_count_get(c, out->size);
     return OMC_OK;
 }
 
@@ -8956,17 +9512,17 @@ OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
     if (N->sender) {
         snprintf(h->host, sizeof(h->host), "%s", N->host);
         h->port = N->port;
-        h->data_port = N->tcp.port;
+        omc__tcp_plane_stats(&N->tcp, &h->data_port, NULL, NULL);
     }
     h->curve = N->curve_server;
     h->handshake_failures = omc__load(&N->handshake_failures);
     h->auth_failures = omc__load(&N->auth_failures);
-    h->protocol_errors = omc__load(&N->protocol_errors) + omc__load(&N->tcp.protocol_errors);
+    omc__tcp_plane_stats(&N->tcp, NULL, &h->protocol_errors, &h->data_connections);
+    h->protocol_errors += omc__load(&N->protocol_errors);
     h->pushes = omc__load(&N->pushes);
     h->pushes_failed = omc__load(&N->pushes_failed);
     h->pushes_in_flight = omc__load(&N->pushes_in_flight);
     h->pending_queries = omc__load(&N->held_count);
-    h->data_connections = omc__load(&N->tcp.nregistered);
     pthread_mutex_lock(&N->peer_mu);
     h->peers = N->npeers;
     h->inline_threshold = N->inline_max;
@@ -9015,54 +9571,11 @@ OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* c, uint32_t index, omc_tcp
 }
 #endif
 
-/* ============================================================================================== */
-/* [SECTION] Implementation: features                                                            */
-/* ============================================================================================== */
+#endif /* OMNICONN_IMPLEMENTATION, Part B */
+/* ########################################################################################## */
+/* ##  END OF PART B                                                                         ## */
+/* ########################################################################################## */
 
-OMNICONN_API int omc_has(omc_feature f) {
-    switch (f) {
-        case OMC_FEATURE_LOCAL: return 1;
-        case OMC_FEATURE_SHM: return OMC__HAS_SHM;
-        case OMC_FEATURE_ZMQ: return OMC__HAS_ZMQ;
-        case OMC_FEATURE_RDMA: return OMC__HAS_RDMA;
-        case OMC_FEATURE_CUDA: return OMC__HAS_CUDA;
-        default: return 0;
-    }
-}
-
-OMC__PRIVATE omc_result omc__unavailable(char* why, size_t n, const char* text) {
-    if (why && n) snprintf(why, n, "%s", text);
-    return OMC_ERR_UNAVAILABLE;
-}
-
-OMNICONN_API omc_result omc_available(omc_feature f, char* why, size_t n) {
-    if (why && n) why[0] = '\0';
-    if (!omc_has(f)) return omc__unavailable(why, n, "not compiled in (see the OMNICONN_NO_* / OMNICONN_ENABLE_* macros)");
-    switch (f) {
-#if OMC__HAS_ZMQ
-        case OMC_FEATURE_ZMQ:
-            return omc__zmq_load(why, n);
-#endif
-        case OMC_FEATURE_SHM:
-        case OMC_FEATURE_RDMA:
-            /* the companion that implements it knows its own rules (directory, library, device) */
-            if (!omc__probes[f]) return omc__unavailable(why, n, f == OMC_FEATURE_SHM
-                                                         ? "omniconn_shm.h is not part of this program (include it in the implementation file)"
-                                                         : "omniconn_rdma.h is not part of this program (include it in the implementation file)");
-            return omc__probes[f](why, n);
-        case OMC_FEATURE_CUDA: {
-#if OMC__HAS_CUDA
-            int count = 0;
-            if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return omc__unavailable(why, n, "no CUDA device or driver");
-#endif
-            return OMC_OK;
-        }
-        default:
-            return OMC_OK;
-    }
-}
-
-#endif /* OMNICONN_IMPLEMENTATION */
 
 /*
 ------------------------------------------------------------------------------------------------

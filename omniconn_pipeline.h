@@ -23,7 +23,12 @@
         #include "omniconn.h"
         #include "omniconn_pipeline.h"
 
-    Build: cc -std=c99 app.c -lpthread -ldl      (like omniconn.h; no other dependency)
+    Vendoring: copy omniconn.h, omniconn_shm.h and this file. The configuration reader's
+    omc_pipeline_connect creates shared-memory connectors, so this file includes omniconn_shm.h
+    (a missing omniconn_shm.h is a compile error naming it). Stages wired in code that need only
+    transfer ids and streams define OMNICONN_PIPELINE_NO_CONFIG and need omniconn.h alone.
+
+    Build: cc -std=c99 app.c -lpthread -ldl      (like omniconn.h; no other library)
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
       QUICK START
@@ -264,7 +269,8 @@ THREAD SAFETY
 DEPENDENCIES & LINKING
 ================================================================================================
 
-    Nothing beyond omniconn.h (pthreads, -ldl; libzmq is loaded at run time by remote connectors). The YAML and JSON
+    omniconn.h and omniconn_shm.h (pthreads, -ldl; libzmq is loaded at run time by remote
+    connectors); with OMNICONN_PIPELINE_NO_CONFIG, omniconn.h alone. The YAML and JSON
     readers are part of this file. The port table needs the remote connector's omc_port_compute
     (compiled with ZMQ). omc_pipeline_connect creates shared-memory connectors, so this file
     includes omniconn_shm.h (declarations and, in the implementation file, its implementation).
@@ -3641,6 +3647,11 @@ OMNICONN_API omc_result omc_stream_next(omc_stream_reader* rd, omc_time_ns deadl
     program needs no other include (its implementation is emitted in this file like any
     companion's; including it again later is harmless). The remote connector is omniconn.h's.
 */
+#if defined(__has_include)
+    #if !__has_include("omniconn_shm.h")
+        #error "omniconn_pipeline.h needs omniconn_shm.h next to it (omc_pipeline_connect creates shared-memory connectors): copy omniconn_shm.h from the same release, or define OMNICONN_PIPELINE_NO_CONFIG for transfer ids and streams without the configuration reader."
+    #endif
+#endif
 #include "omniconn_shm.h"
 
 /* RDMA edges use the constructor the desc names, or the one omniconn_rdma.h's implementation

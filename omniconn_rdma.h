@@ -1,4 +1,4 @@
-/* omniconn_rdma.h - v0.1.2 - the verbs RDMA engine of omniconn - SPDX-License-Identifier: MIT OR Unlicense
+/* omniconn_rdma.h - v0.1.0 - the verbs RDMA engine of omniconn - SPDX-License-Identifier: MIT OR Unlicense
 
     This companion header moves bytes from one process's registered pool straight into another
     process's memory with RDMA WRITE, on libibverbs directly (InfiniBand, RoCE, Soft-RoCE).

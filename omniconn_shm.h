@@ -576,7 +576,20 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <linux/futex.h>
+/* The futex operations used here, a stable kernel ABI (include/uapi/linux/futex.h); defined
+   rather than included so that a C library without the kernel's UAPI headers (musl-gcc) builds. */
+#ifndef FUTEX_WAIT
+    #define FUTEX_WAIT 0
+#endif
+#ifndef FUTEX_WAKE
+    #define FUTEX_WAKE 1
+#endif
+#ifndef FUTEX_WAIT_BITSET
+    #define FUTEX_WAIT_BITSET 9
+#endif
+#ifndef FUTEX_WAKE_BITSET
+    #define FUTEX_WAKE_BITSET 10
+#endif
 #if defined(__x86_64__) && defined(__SSE2__)
     #include <emmintrin.h>              /* streaming stores for large puts */
     #define OMC__SHM_HAS_STREAM 1
@@ -2840,7 +2853,7 @@ static void omc__shm_close(omc_conn* c) {
 static const omc__conn_vtable omc__shm_vtable = {
     "shm", OMC_TRANSPORT_SHM, omc__shm_put, omc__shm_get, omc__shm_alloc, omc__shm_cleanup,
     omc__shm_health, omc__shm_sweep, omc__shm_close, omc__shm_destroy,
-    omc__shm_exists, omc__shm_list, omc__shm_pending
+    omc__shm_exists, omc__shm_list, omc__shm_pending, "omc_shm_desc"
 };
 
 /* The spin of a desc that leaves it 0: $OMNICONN_SHM_SPIN_US (microseconds; 0 = never spin;

@@ -2191,7 +2191,7 @@ static void omc__st_destroy(omc_conn* c) {
 
 static const omc__conn_vtable omc__st_vt = {
     "store", OMC_TRANSPORT_TCP, omc__st_put, omc__st_get, omc__st_alloc, omc__st_cleanup, omc__st_health, omc__st_sweep,
-    omc__st_close, omc__st_destroy, omc__st_exists, omc__st_list, omc__st_pending
+    omc__st_close, omc__st_destroy, omc__st_exists, omc__st_list, omc__st_pending, "omc_store_desc"
 };
 
 /* ============================================================================================== */

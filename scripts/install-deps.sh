@@ -15,9 +15,10 @@ set -euo pipefail
 #   python3-numpy python3-torch      zero-copy array and tensor views (optional for users)
 #   pkg-config cmake                 tests/install: building against an installed copy
 #   redis-server redis-tools         the store connector's tests and bench (a real Redis and Redis Cluster)
+#   musl-tools                       musl-gcc: the static (embedded) build in tests/compile
 PKGS=(build-essential clang libclang-rt-14-dev libzmq3-dev libibverbs-dev ibverbs-providers ibverbs-utils
       rdma-core iproute2 perftest gnuplot-nox ucx-utils iperf3 qemu-system-x86 busybox-static cpio kmod
-      python3-pytest python3-msgpack python3-numpy python3-torch pkg-config cmake redis-server redis-tools)
+      python3-pytest python3-msgpack python3-numpy python3-torch pkg-config cmake musl-tools redis-server redis-tools)
 [ "${OMC_DEPS_MINIMAL:-0}" = 1 ] && PKGS=(build-essential libzmq3-dev libibverbs-dev)   # the demo: verbs headers, loaded at run time
 
 missing=()

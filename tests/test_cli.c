@@ -12,9 +12,7 @@
 #include "tools/omniconn_cli.c"         /* defines OMNICONN_IMPLEMENTATION, includes the headers */
 #include "omc_test.h"
 
-/* ThreadSanitizer: libzmq is not instrumented (see tests/test_tcp.c); ignore what happens inside it. */
-const char* __tsan_default_suppressions(void);
-const char* __tsan_default_suppressions(void) { return "called_from_lib:libzmq.so.5\ncalled_from_lib:libstdc++.so.6\nrace:libzmq.so.5\n"; }
+OMC_TEST_TSAN_IGNORE_LIBZMQ()    /* libzmq is not instrumented: see omc_test.h */
 
 static const char* repo_path(const char* rel) {
     static char buf[4][1024];

@@ -30,9 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ThreadSanitizer: libzmq is not instrumented (see tests/test_tcp.c). */
-const char* __tsan_default_suppressions(void);
-const char* __tsan_default_suppressions(void) { return "called_from_lib:libzmq.so.5\ncalled_from_lib:libstdc++.so.6\nrace:libzmq.so.5\n"; }
+OMC_TEST_TSAN_IGNORE_LIBZMQ()    /* libzmq is not instrumented: see omc_test.h */
 
 #if defined(__SANITIZE_THREAD__)
 #define FAULT_TSAN 1

@@ -9,9 +9,7 @@
 #include "omc_test.h"
 #include <sys/wait.h>
 
-/* libzmq is not built with TSan: its own lock-free queues look like races to it */
-const char* __tsan_default_suppressions(void);
-const char* __tsan_default_suppressions(void) { return "called_from_lib:libzmq.so.5\ncalled_from_lib:libstdc++.so.6\nrace:libzmq.so.5\n"; }
+OMC_TEST_TSAN_IGNORE_LIBZMQ()    /* libzmq is not instrumented: see omc_test.h */
 
 /* ---- the child's side: provoke messages of known levels ---------------------------------- */
 

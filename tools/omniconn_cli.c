@@ -9,7 +9,8 @@
                       libzmq and libibverbs
 
    Build: make cli      (or, from the repository root, one line:
-          cc -std=c99 -O2 -I. tools/omniconn_cli.c -o omniconn -lzmq -ldl -lpthread -lm)
+          cc -std=c99 -O2 -I. tools/omniconn_cli.c -o omniconn -ldl -lpthread -lm; libzmq and
+          libibverbs are loaded at run time, as by any omniconn program)
    Run:   omniconn help, omniconn bench -h, omniconn doctor -h. docs/cli.md shows them on real runs. */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
@@ -17,7 +18,6 @@
 #include "omniconn_rdma.h"
 #include "omniconn_pipeline.h"
 #if OMC__HAS_ZMQ
-#include <zmq.h>      /* doctor prints the version of the libzmq it links (-lzmq) */
 #endif
 
 #include <errno.h>
@@ -1049,7 +1049,22 @@ static int bench_consumer_for(bench_opts* o) {
     return rc;
 }
 
-static int cmd_bench(int argc, char** argv) {
+/* The bench run: options, the producer's and the consumer's side, and what they share. */
+typedef struct bench_run {
+    bench_opts o;
+    bench_row rows[BENCH_MAX_SIZES];
+    bench_side prod, cons;
+    progress pg;
+    uint8_t *src, *scratch;
+    uint64_t next_index;
+    int processes, fds_msg[2], fds_ack[2], thread_started;
+    char channel[OMC_SHM_CHANNEL_MAX + 1];
+    pid_t pid;
+    pthread_t th;
+} bench_run;
+
+/* Step 1: the options. Returns -1 to go on, else the exit code (0 after --help, 2 for a bad one). */
+static int bench_parse_options(int argc, char** argv, bench_opts* o, const char** list) {
     static const struct option longs[] = {
         { "transport", required_argument, NULL, 't' }, { "sizes", required_argument, NULL, 's' }, { "iters", required_argument, NULL, 'n' },
         { "json", required_argument, NULL, 'j' }, { "plot", required_argument, NULL, 'p' }, { "progress", no_argument, NULL, 'P' },
@@ -1061,95 +1076,84 @@ static int cmd_bench(int argc, char** argv) {
         { "gid-index", required_argument, NULL, 'G' }, { "timeline", required_argument, NULL, 'T' }, { "flap", required_argument, NULL, 'F' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
-    bench_opts o;
     char* end;
-    bench_row rows[BENCH_MAX_SIZES];
-    bench_side prod, cons;
-    progress pg;
-    const char* list = "4K,64K,1M,16M";
-    uint8_t *src = NULL, *scratch = NULL;
-    uint64_t next_index = 2 * BENCH_MAX_LAT;
-    int opt, i, rc = 0, processes = 2, fds_msg[2], fds_ack[2], done = 0;
-    char channel[OMC_SHM_CHANNEL_MAX + 1];
-    pid_t pid = -1;
-    pthread_t th;
-    memset(&o, 0, sizeof(o));
-    o.transport = "shm";
-    o.progress = -1;
-    o.host = "127.0.0.1";
-    o.cpu_producer = o.cpu_consumer = -1;
+    int opt;
+    o->transport = "shm";
+    o->progress = -1;
+    o->host = "127.0.0.1";
+    o->cpu_producer = o->cpu_consumer = -1;
     optind = 1;
     while ((opt = next_opt("bench", argc, argv, longs)) != -1) {
         switch (opt) {
-            case 't': o.transport = optarg; break;
-            case 's': list = optarg; break;
+            case 't': o->transport = optarg; break;
+            case 's': *list = optarg; break;
             case 'n':
-                o.iters = strtol(optarg, &end, 10);
-                if (*end || o.iters <= 0) { fprintf(stderr, "omniconn bench: --iters '%s' is not a positive number\n", optarg); return 2; }
+                o->iters = strtol(optarg, &end, 10);
+                if (*end || o->iters <= 0) { fprintf(stderr, "omniconn bench: --iters '%s' is not a positive number\n", optarg); return 2; }
                 break;
             case 'd':
-                o.duration = strtod(optarg, &end);
-                if (*end || !(o.duration > 0) || o.duration > 3600) {
+                o->duration = strtod(optarg, &end);
+                if (*end || !(o->duration > 0) || o->duration > 3600) {
                     fprintf(stderr, "omniconn bench: --duration '%s' is not a number of seconds in (0, 3600]\n", optarg);
                     return 2;
                 }
                 break;
             case 'o':
-                o.pool = parse_size(optarg);
-                if (!o.pool) { fprintf(stderr, "omniconn bench: --pool '%s' is not a size (4096, 4K, 1M, 2G)\n", optarg); return 2; }
+                o->pool = parse_size(optarg);
+                if (!o->pool) { fprintf(stderr, "omniconn bench: --pool '%s' is not a size (4096, 4K, 1M, 2G)\n", optarg); return 2; }
                 break;
             case 'u':
-                if (strcmp(optarg, "copy") == 0) o.copy_put = 1;
-                else if (strcmp(optarg, "zero-copy") == 0) o.copy_put = 0;
+                if (strcmp(optarg, "copy") == 0) o->copy_put = 1;
+                else if (strcmp(optarg, "zero-copy") == 0) o->copy_put = 0;
                 else { fprintf(stderr, "omniconn bench: --put '%s' is not copy or zero-copy\n", optarg); return 2; }
                 break;
             case 'c':
-                if (sscanf(optarg, "%d,%d", &o.cpu_producer, &o.cpu_consumer) != 2 || o.cpu_producer < 0 || o.cpu_consumer < 0 ||
-                    o.cpu_producer >= CPU_SETSIZE || o.cpu_consumer >= CPU_SETSIZE) {
+                if (sscanf(optarg, "%d,%d", &o->cpu_producer, &o->cpu_consumer) != 2 || o->cpu_producer < 0 || o->cpu_consumer < 0 ||
+                    o->cpu_producer >= CPU_SETSIZE || o->cpu_consumer >= CPU_SETSIZE) {
                     fprintf(stderr, "omniconn bench: --cpus '%s' is not two CPU numbers P,C\n", optarg);
                     return 2;
                 }
                 break;
             case 'i':
-                o.inflight = strtol(optarg, &end, 10);
-                if (*end || o.inflight <= 0 || o.inflight > 1000000) {
+                o->inflight = strtol(optarg, &end, 10);
+                if (*end || o->inflight <= 0 || o->inflight > 1000000) {
                     fprintf(stderr, "omniconn bench: --inflight '%s' is not a number of transfers (1..1000000)\n", optarg);
                     return 2;
                 }
                 break;
-            case 'g': o.gbits = 1; break;
-            case 'S': o.serve = 1; break;
+            case 'g': o->gbits = 1; break;
+            case 'S': o->serve = 1; break;
             case 'r': {
                 unsigned long v = strtoul(optarg, &end, 10);
                 if (*end || v == 0 || v > 1024) { fprintf(stderr, "omniconn bench: --readers '%s' is not a number of readers (1..1024)\n", optarg); return 2; }
-                o.readers = (uint32_t)v;
+                o->readers = (uint32_t)v;
                 break;
             }
             case 'O':
-                o.port = (unsigned)strtoul(optarg, &end, 10);
-                if (*end || o.port == 0 || o.port > 65535) { fprintf(stderr, "omniconn bench: --port '%s' is not a port (1..65535)\n", optarg); return 2; }
+                o->port = (unsigned)strtoul(optarg, &end, 10);
+                if (*end || o->port == 0 || o->port > 65535) { fprintf(stderr, "omniconn bench: --port '%s' is not a port (1..65535)\n", optarg); return 2; }
                 break;
-            case 'E': o.devices = optarg; break;
-            case 'A': o.rdma_addr = optarg; break;
+            case 'E': o->devices = optarg; break;
+            case 'A': o->rdma_addr = optarg; break;
             case 'R': {
                 long v = strtol(optarg, &end, 10);
                 if (*end || v < 1 || v > BENCH_RAILS) { fprintf(stderr, "omniconn bench: --rails '%s' is not a number of rails (1..%d)\n", optarg, BENCH_RAILS); return 2; }
 #if !defined(OMC_RDMA_MAX_RAILS)
                 if (v > 1) { fprintf(stderr, "omniconn bench: --rails %ld: this omniconn_rdma.h has one rail per engine\n", v); return 2; }
 #endif
-                o.rails = (int)v;
+                o->rails = (int)v;
                 break;
             }
             case 'G': {
                 long v = strtol(optarg, &end, 10);
                 if (*end || v < 0 || v > 255) { fprintf(stderr, "omniconn bench: --gid-index '%s' is not a GID index (0..255)\n", optarg); return 2; }
-                o.gid_index = (int)v;
-                o.gid_index_set = 1;
+                o->gid_index = (int)v;
+                o->gid_index_set = 1;
                 break;
             }
             case 'T':
-                o.timeline = strtod(optarg, &end);
-                if (*end || !(o.timeline >= 0.01 && o.timeline <= 60)) {
+                o->timeline = strtod(optarg, &end);
+                if (*end || !(o->timeline >= 0.01 && o->timeline <= 60)) {
                     fprintf(stderr, "omniconn bench: --timeline '%s' is not a slice length in seconds (0.01..60)\n", optarg);
                     return 2;
                 }
@@ -1157,8 +1161,8 @@ static int cmd_bench(int argc, char** argv) {
             case 'F': {
                 static char dev[64];
                 int k = 0;
-                if (sscanf(optarg, "%63[^,],%lf,%lf%n", dev, &o.flap_down, &o.flap_up, &k) != 3 || optarg[k] || !(o.flap_down >= 0) ||
-                    !(o.flap_up > o.flap_down)) {
+                if (sscanf(optarg, "%63[^,],%lf,%lf%n", dev, &o->flap_down, &o->flap_up, &k) != 3 || optarg[k] || !(o->flap_down >= 0) ||
+                    !(o->flap_up > o->flap_down)) {
                     fprintf(stderr, "omniconn bench: --flap '%s' is not NETDEV,DOWN,UP (seconds into the throughput phase, DOWN < UP)\n", optarg);
                     return 2;
                 }
@@ -1166,239 +1170,300 @@ static int cmd_bench(int argc, char** argv) {
                     fprintf(stderr, "omniconn bench: --flap refuses the loopback device 'lo': name a data link (an RDMA rail's netdev)\n");
                     return 2;
                 }
-                o.flap_dev = dev;
+                o->flap_dev = dev;
                 break;
             }
-            case 'f': o.force = 1; break;
-            case 'j': o.json = optarg; break;
-            case 'p': o.plot = optarg; break;
-            case 'P': o.progress = 1; break;
-            case 'Q': o.progress = 0; break;
-            case 'H': o.host = optarg; break;
-            case 'D': o.shm_dir = optarg; break;
+            case 'f': o->force = 1; break;
+            case 'j': o->json = optarg; break;
+            case 'p': o->plot = optarg; break;
+            case 'P': o->progress = 1; break;
+            case 'Q': o->progress = 0; break;
+            case 'H': o->host = optarg; break;
+            case 'D': o->shm_dir = optarg; break;
             case 'h': bench_usage(); return 0;
             default: return 2;
         }
     }
-    if (!o.port) o.port = BENCH_PORT;
-    if (optind < argc && !o.serve && argv[optind][0] != '-') o.peer = argv[optind++];    /* omniconn bench HOST */
+    if (!o->port) o->port = BENCH_PORT;
+    if (optind < argc && !o->serve && argv[optind][0] != '-') o->peer = argv[optind++];    /* omniconn bench HOST */
     if (optind != argc) { fprintf(stderr, "omniconn bench: unexpected argument '%s' (options start with --)\n", argv[optind]); return 2; }
-    if (o.peer) return bench_consumer_for(&o);
+    return -1;
+}
+
+/* Step 2: the sizes (--sizes 4K,64K,...). 0 or 2 (a bad list). */
+static int bench_parse_sizes(bench_opts* o, const char* list) {
     while (*list) {
         char item[32];
         size_t len = strcspn(list, ",");
-        if (len == 0 || len >= sizeof(item) || o.nsizes == BENCH_MAX_SIZES) {
+        if (len == 0 || len >= sizeof(item) || o->nsizes == BENCH_MAX_SIZES) {
             fprintf(stderr, "omniconn bench: --sizes '%s': give 1..%d sizes separated by commas\n", list, BENCH_MAX_SIZES);
             return 2;
         }
         memcpy(item, list, len);
         item[len] = '\0';
-        o.sizes[o.nsizes] = parse_size(item);
-        if (!o.sizes[o.nsizes]) { fprintf(stderr, "omniconn bench: '%s' is not a size (4096, 4K, 1M, 2G)\n", item); return 2; }
-        o.nsizes++;
+        o->sizes[o->nsizes] = parse_size(item);
+        if (!o->sizes[o->nsizes]) { fprintf(stderr, "omniconn bench: '%s' is not a size (4096, 4K, 1M, 2G)\n", item); return 2; }
+        o->nsizes++;
         list += len;
         if (*list == ',') list++;
     }
-    if (strcmp(o.transport, "local") && strcmp(o.transport, "shm") && strcmp(o.transport, "tcp") && strcmp(o.transport, "rdma")) {
-        fprintf(stderr, "omniconn bench: unknown transport '%s' (local, shm, tcp, rdma)\n", o.transport);
+    return 0;
+}
+
+/* Step 3: combinations that cannot work, said before anything is set up. -1 to go on, else the
+   exit code. */
+static int bench_check_options(bench_opts* o) {
+    if (strcmp(o->transport, "local") && strcmp(o->transport, "shm") && strcmp(o->transport, "tcp") && strcmp(o->transport, "rdma")) {
+        fprintf(stderr, "omniconn bench: unknown transport '%s' (local, shm, tcp, rdma)\n", o->transport);
         return 2;
     }
-    if (strcmp(o.transport, "rdma") == 0) {
+    if (strcmp(o->transport, "rdma") == 0) {
         char why[256] = "";
         if (omc_rdma_probe(NULL, why, sizeof(why)) != OMC_OK) {     /* say it once, before two processes say it twice */
             fprintf(stderr, "omniconn bench: rdma: %s\n", why);
             return 1;
         }
     }
-    if (o.pool && o.pool < max_size(&o)) {
+    if (o->pool && o->pool < max_size(o)) {
         char a[32], b[32];
-        fprintf(stderr, "omniconn bench: --pool %s cannot hold one %s payload\n", size_text(o.pool, a, sizeof(a)), size_text(max_size(&o), b, sizeof(b)));
+        fprintf(stderr, "omniconn bench: --pool %s cannot hold one %s payload\n", size_text(o->pool, a, sizeof(a)), size_text(max_size(o), b, sizeof(b)));
         return 2;
     }
-    if (o.cpu_producer >= 0 && (o.cpu_producer >= sysconf(_SC_NPROCESSORS_ONLN) || o.cpu_consumer >= sysconf(_SC_NPROCESSORS_ONLN))) {
-        fprintf(stderr, "omniconn bench: --cpus %d,%d: this host has CPUs 0..%ld\n", o.cpu_producer, o.cpu_consumer, sysconf(_SC_NPROCESSORS_ONLN) - 1);
+    if (o->cpu_producer >= 0 && (o->cpu_producer >= sysconf(_SC_NPROCESSORS_ONLN) || o->cpu_consumer >= sysconf(_SC_NPROCESSORS_ONLN))) {
+        fprintf(stderr, "omniconn bench: --cpus %d,%d: this host has CPUs 0..%ld\n", o->cpu_producer, o->cpu_consumer, sysconf(_SC_NPROCESSORS_ONLN) - 1);
         return 2;
     }
-    if ((o.devices || o.rdma_addr || o.rails || o.gid_index_set) && strcmp(o.transport, "rdma")) {
+    if ((o->devices || o->rdma_addr || o->rails || o->gid_index_set) && strcmp(o->transport, "rdma")) {
         fprintf(stderr, "omniconn bench: --devices, --rails, --rdma-addr and --gid-index are for --transport rdma\n");
         return 2;
     }
-    if (o.timeline > 0 && !o.inflight) o.inflight = 4;     /* slices count acknowledged transfers */
-    if (o.flap_dev && o.timeline <= 0) { fprintf(stderr, "omniconn bench: --flap needs --timeline (to show before, during and after)\n"); return 2; }
-    if (o.flap_dev && (o.iters || (o.duration > 0 ? o.duration : 1.0) <= o.flap_up)) {
-        fprintf(stderr, "omniconn bench: --flap: the throughput phase must outlast the link's return: --duration > %.1f, no --iters\n", o.flap_up);
+    if (o->timeline > 0 && !o->inflight) o->inflight = 4;     /* slices count acknowledged transfers */
+    if (o->flap_dev && o->timeline <= 0) { fprintf(stderr, "omniconn bench: --flap needs --timeline (to show before, during and after)\n"); return 2; }
+    if (o->flap_dev && (o->iters || (o->duration > 0 ? o->duration : 1.0) <= o->flap_up)) {
+        fprintf(stderr, "omniconn bench: --flap: the throughput phase must outlast the link's return: --duration > %.1f, no --iters\n", o->flap_up);
         return 2;
     }
-    if (o.serve && strcmp(o.transport, "tcp") && strcmp(o.transport, "rdma")) {
-        fprintf(stderr, "omniconn bench: --serve needs --transport tcp or rdma (%s cannot span hosts)\n", o.transport);
+    if (o->serve && strcmp(o->transport, "tcp") && strcmp(o->transport, "rdma")) {
+        fprintf(stderr, "omniconn bench: --serve needs --transport tcp or rdma (%s cannot span hosts)\n", o->transport);
         return 2;
     }
-    if (bench_memory_check(&o) != 0) return 1;
-    signal(SIGPIPE, SIG_IGN);       /* a consumer gone: write() fails and we say so */
-    if (o.progress < 0) o.progress = isatty(2);
-    memset(&prod, 0, sizeof(prod));
-    memset(&pg, 0, sizeof(pg));
-    pg.on = o.progress;
-    pg.transport = o.transport;
-    prod.sh = (bench_shared*)mmap(NULL, sizeof(bench_shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    src = (uint8_t*)malloc((size_t)max_size(&o));
-    scratch = (uint8_t*)malloc((size_t)max_size(&o));
-    if (prod.sh == MAP_FAILED || !src || !scratch || pipe(fds_msg) != 0 || pipe(fds_ack) != 0) {
+    return -1;
+}
+
+/* Step 4: what both sides share (an anonymous shared page), the payload source and the pipes. */
+static int bench_setup(bench_run* b) {
+    bench_opts* o = &b->o;
+    uint64_t k;
+    b->pg.on = o->progress;
+    b->pg.transport = o->transport;
+    b->prod.sh = (bench_shared*)mmap(NULL, sizeof(bench_shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    b->src = (uint8_t*)malloc((size_t)max_size(o));
+    b->scratch = (uint8_t*)malloc((size_t)max_size(o));
+    if (b->prod.sh == MAP_FAILED || !b->src || !b->scratch || pipe(b->fds_msg) != 0 || pipe(b->fds_ack) != 0) {
         fprintf(stderr, "omniconn bench: out of memory\n");
-        free(src); free(scratch);
+        free(b->src); free(b->scratch);
         return 1;
     }
-    for (i = 0; (uint64_t)i < max_size(&o); i++) src[i] = (uint8_t)(i * 131u + 7u);
-    memset(scratch, 0, (size_t)max_size(&o));
-    cons = prod;
-    prod.msg_fd = fds_msg[1];
-    prod.ack_fd = fds_ack[0];
-    cons.msg_fd = fds_msg[0];
-    cons.ack_fd = fds_ack[1];
-    snprintf(channel, sizeof(channel), "bench_%ld", (long)getpid());
-    if (o.serve) {
-        int sock = bench_wait_for_consumer(&o);
-        close(fds_msg[0]); close(fds_msg[1]); close(fds_ack[0]); close(fds_ack[1]);
-        fds_msg[1] = sock;
-        fds_ack[0] = sock >= 0 ? dup(sock) : -1;
-        prod.msg_fd = fds_msg[1];
-        prod.ack_fd = fds_ack[0];
-        o.remote = 1;
-        if (sock < 0 || fds_ack[0] < 0) rc = 1;
-        else {
-            prod.conn = bench_connector(&o, OMC_ROLE_SENDER, channel);
-            if (!prod.conn) rc = 1;
-        }
-    } else if (strcmp(o.transport, "local") == 0) {
-        /* the same-process connector cannot span processes: two threads, one connector */
-        processes = 1;
-        prod.conn = cons.conn = bench_connector(&o, OMC_ROLE_DUAL, channel);
-        if (!prod.conn || pthread_create(&th, NULL, consumer_thread, &cons) != 0) rc = 1;
-        else done = 1;
-    } else {
-        fflush(stdout);
-        fflush(stderr);
-        signal(SIGINT, bench_on_signal);
-        signal(SIGTERM, bench_on_signal);
-        pid = fork();
-        if (pid == 0) {
-            /* the consumer: its own connector (a ZMQ context does not survive fork) */
-            int crc = 1;
-            close(fds_msg[1]);
-            close(fds_ack[0]);
-            signal(SIGINT, SIG_DFL);
-            signal(SIGTERM, SIG_DFL);
-            if (pin_to(o.cpu_consumer) != 0) exit(1);
-            cons.conn = bench_connector(&o, OMC_ROLE_RECEIVER, channel);
-            if (cons.conn) {
-                crc = consumer_loop(&cons);
-#if OMC__HAS_ZMQ
-                if (strcmp(o.transport, "rdma") == 0) {
-                    omc_rdma_connector_info info;
-                    if (omc_rdma_connector_query(cons.conn, &info) == OMC_OK) {
-                        char gid[64];
-                        omc_rdma_gid_to_text(info.engine.gid, gid, sizeof(gid));
-                        cons.sh->plane_known = 1;
-                        cons.sh->rdma_enabled = info.rdma_enabled;
-                        cons.sh->rdma_channels = info.rdma_channels;
-                        cons.sh->tcp_fallbacks = info.tcp_fallbacks;
-                        if (info.tcp_fallbacks) snprintf(cons.sh->plane, sizeof(cons.sh->plane), "%s", info.last_fallback);
-                        else snprintf(cons.sh->plane, sizeof(cons.sh->plane), "%s port %u, GID index %u (%s), MTU %u, %s", info.engine.device,
-                                      info.engine.port, info.engine.gid_index, gid, info.engine.active_mtu,
-                                      info.engine.protection == OMC_RDMA_PROTECT_WINDOWS ? "a memory window per destination"
-                                      : info.engine.protection == OMC_RDMA_PROTECT_REGIONS ? "a memory region per destination"
-                                      : "the pool's rkey");
-                    }
-                }
-#endif
-                omc_conn_destroy(cons.conn);
-            }
-            close(fds_msg[0]);
-            close(fds_ack[1]);
-            free(src);
-            free(scratch);
-            exit(crc);
-        }
-        close(fds_msg[0]);
-        close(fds_ack[1]);
-        if (pid < 0) rc = 1;
-        else {
-            char pool[32];
-            sigset_t stop, old;
-            /* Ctrl-C or SIGTERM while the segment is being made waits until its name is known,
-               then removes it */
-            sigemptyset(&stop);
-            sigaddset(&stop, SIGINT);
-            sigaddset(&stop, SIGTERM);
-            sigprocmask(SIG_BLOCK, &stop, &old);
-            fprintf(stderr, "omniconn bench: setting up the producer (%s pool)...\n", size_text(pool_for(&o), pool, sizeof(pool)));
-            prod.conn = pin_to(o.cpu_producer) == 0 ? bench_connector(&o, OMC_ROLE_SENDER, channel) : NULL;
-            if (!prod.conn) rc = 1;
-            else if (strcmp(o.transport, "shm") == 0) omc_shm_segment_path(prod.conn, bench_segment, sizeof(bench_segment));
-            sigprocmask(SIG_SETMASK, &old, NULL);
-        }
-    }
-    if (rc == 0) {
-        char host[256] = "";
-        if (o.iters) fprintf(stderr, "omniconn bench: set up; measuring %d size%s (%ld transfers each)\n", o.nsizes, o.nsizes == 1 ? "" : "s", o.iters);
-        else fprintf(stderr, "omniconn bench: set up; measuring %d size%s (at most about %.1f s each)\n", o.nsizes, o.nsizes == 1 ? "" : "s",
-                     1.5 * (o.duration > 0 ? o.duration : (double)BENCH_PHASE_NS / 1e9));
-        gethostname(host, sizeof(host) - 1);
-        printf("omniconn bench: %s, producer and consumer in %s, %d size%s (%s, %ld CPUs)\n", o.transport,
-               o.remote ? "two hosts (the consumer connected from the other)" : processes == 2 ? "two processes" : "two threads (the same-process connector)", o.nsizes, o.nsizes == 1 ? "" : "s", host, sysconf(_SC_NPROCESSORS_ONLN));
-        printf("  put = %s; get = %s; metadata over %s\n", o.copy_put ? "put from the caller's memory (the connector copies)"
-               : "pool buffer + one memcpy + zero-copy put",
-               strcmp(o.transport, "tcp") == 0 ? "pull into the consumer's pool"
-               : strcmp(o.transport, "rdma") == 0 ? "the producer RDMA-WRITEs into the consumer's pool" : "a zero-copy view",
-               o.remote ? "the control connection" : "a pipe");
-        printf("  units: %s, msg/s = transfers per second; latency in us, %s, one transfer at a time; put = %s; in flight: ",
-               o.gbits ? "Gb/s = 10^9 bits/s" : "GB/s = 10^9 bytes/s", o.remote ? "round trip (put -> get there -> ack back)" : "one way",
-               o.copy_put ? "copy from the caller's memory" : "zero-copy");
-        if (o.inflight) printf("at most %ld", o.inflight);
-        else printf("as many as the pool holds");
-        if (o.readers > 1) printf("; fan-out: %u gets per payload, GB/s counts the bytes read\n", o.readers);
-        else printf("\n");
-        print_header(&o);
-        fflush(stdout);
-        for (i = 0; i < o.nsizes; i++) {
-            if (producer_size(&prod, &o, &pg, o.sizes[i], src, scratch, &next_index, &rows[i]) != 0) { rc = 1; break; }
-            print_row(&o, &rows[i]);
-            if (o.timeline > 0) print_timeline(&o);
-        }
-    }
-    /* stop the consumer, then tear down */
-    {
-        bench_msg m;
-        memset(&m, 0, sizeof(m));
-        m.kind = MSG_QUIT;
-        write_all(fds_msg[1], &m, sizeof(m));
-        close(fds_msg[1]);
-    }
-    if (done) pthread_join(th, NULL);
-    if (pid > 0) {
-        int st = 0;
-        waitpid(pid, &st, 0);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) { if (rc == 0) fprintf(stderr, "omniconn bench: the consumer failed\n"); rc = 1; }
-    }
-    if (rc == 0 && prod.sh->plane_known) {
-        if (prod.sh->tcp_fallbacks || !prod.sh->rdma_channels) {
-            fprintf(stderr, "omniconn bench: rdma: the consumer fell back to TCP: %s\n", prod.sh->plane);
-            rc = 1;
-        } else printf("\n  rdma: %llu connection(s): %s\n", (unsigned long long)prod.sh->rdma_channels, prod.sh->plane);
-    }
-    if (prod.conn && strcmp(o.transport, "rdma") == 0) print_rails(prod.conn);
-    if (prod.conn) omc_conn_destroy(prod.conn);
-    bench_segment[0] = '\0';
-    if (processes == 2) { signal(SIGINT, SIG_DFL); signal(SIGTERM, SIG_DFL); }
-    if (processes == 1) close(fds_msg[0]);
+    for (k = 0; k < max_size(o); k++) b->src[k] = (uint8_t)(k * 131u + 7u);
+    memset(b->scratch, 0, (size_t)max_size(o));
+    b->cons = b->prod;
+    b->prod.msg_fd = b->fds_msg[1];
+    b->prod.ack_fd = b->fds_ack[0];
+    b->cons.msg_fd = b->fds_msg[0];
+    b->cons.ack_fd = b->fds_ack[1];
+    snprintf(b->channel, sizeof(b->channel), "bench_%ld", (long)getpid());
+    return 0;
+}
+
+/* Step 5, one of three by mode. --serve: the consumer connects from another host; the control
+   connection replaces the pipes. */
+static int bench_start_serving(bench_run* b) {
+    int sock = bench_wait_for_consumer(&b->o);
+    close(b->fds_msg[0]); close(b->fds_msg[1]); close(b->fds_ack[0]); close(b->fds_ack[1]);
+    b->fds_msg[1] = sock;
+    b->fds_ack[0] = sock >= 0 ? dup(sock) : -1;
+    b->prod.msg_fd = b->fds_msg[1];
+    b->prod.ack_fd = b->fds_ack[0];
+    b->o.remote = 1;
+    if (sock < 0 || b->fds_ack[0] < 0) return 1;
+    b->prod.conn = bench_connector(&b->o, OMC_ROLE_SENDER, b->channel);
+    return b->prod.conn ? 0 : 1;
+}
+
+/* The same-process connector cannot span processes: two threads, one connector. */
+static int bench_start_threads(bench_run* b) {
+    b->processes = 1;
+    b->prod.conn = b->cons.conn = bench_connector(&b->o, OMC_ROLE_DUAL, b->channel);
+    if (!b->prod.conn || pthread_create(&b->th, NULL, consumer_thread, &b->cons) != 0) return 1;
+    b->thread_started = 1;
+    return 0;
+}
+
+/* The forked consumer: its own connector (a ZMQ context does not survive fork); never returns. */
+static void bench_consumer_process(bench_run* b) {
+    bench_opts o = b->o;
+    bench_side cons = b->cons;
+    int* fds_msg = b->fds_msg;
+    int* fds_ack = b->fds_ack;
+    uint8_t* src = b->src;
+    uint8_t* scratch = b->scratch;
+    const char* channel = b->channel;
+    int crc = 1;
+    close(fds_msg[1]);
     close(fds_ack[0]);
-    if (processes == 1) close(fds_ack[1]);
-    munmap(prod.sh, sizeof(bench_shared));
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (pin_to(o.cpu_consumer) != 0) exit(1);
+    cons.conn = bench_connector(&o, OMC_ROLE_RECEIVER, channel);
+    if (cons.conn) {
+        crc = consumer_loop(&cons);
+#if OMC__HAS_ZMQ
+        if (strcmp(o.transport, "rdma") == 0) {
+            omc_rdma_connector_info info;
+            if (omc_rdma_connector_query(cons.conn, &info) == OMC_OK) {
+                char gid[64];
+                omc_rdma_gid_to_text(info.engine.gid, gid, sizeof(gid));
+                cons.sh->plane_known = 1;
+                cons.sh->rdma_enabled = info.rdma_enabled;
+                cons.sh->rdma_channels = info.rdma_channels;
+                cons.sh->tcp_fallbacks = info.tcp_fallbacks;
+                if (info.tcp_fallbacks) snprintf(cons.sh->plane, sizeof(cons.sh->plane), "%s", info.last_fallback);
+                else snprintf(cons.sh->plane, sizeof(cons.sh->plane), "%s port %u, GID index %u (%s), MTU %u, %s", info.engine.device,
+                              info.engine.port, info.engine.gid_index, gid, info.engine.active_mtu,
+                              info.engine.protection == OMC_RDMA_PROTECT_WINDOWS ? "a memory window per destination"
+                              : info.engine.protection == OMC_RDMA_PROTECT_REGIONS ? "a memory region per destination"
+                              : "the pool's rkey");
+            }
+        }
+#endif
+        omc_conn_destroy(cons.conn);
+    }
+    close(fds_msg[0]);
+    close(fds_ack[1]);
     free(src);
     free(scratch);
-    if (rc == 0 && o.json && write_json(&o, rows, o.nsizes, processes) != 0) rc = 1;
-    if (rc == 0 && o.plot && write_plot(&o, rows, o.nsizes, processes) != 0) rc = 1;
+    exit(crc);
+}
+
+/* Two processes (shm, tcp, rdma on one host): fork the consumer, then make the producer. */
+static int bench_start_processes(bench_run* b) {
+    bench_opts* o = &b->o;
+    char pool[32];
+    sigset_t stop, old;
+    fflush(stdout);
+    fflush(stderr);
+    signal(SIGINT, bench_on_signal);
+    signal(SIGTERM, bench_on_signal);
+    b->pid = fork();
+    if (b->pid == 0) bench_consumer_process(b);
+    close(b->fds_msg[0]);
+    close(b->fds_ack[1]);
+    if (b->pid < 0) return 1;
+    /* Ctrl-C or SIGTERM while the segment is being made waits until its name is known, then
+       removes it */
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigprocmask(SIG_BLOCK, &stop, &old);
+    fprintf(stderr, "omniconn bench: setting up the producer (%s pool)...\n", size_text(pool_for(o), pool, sizeof(pool)));
+    b->prod.conn = pin_to(o->cpu_producer) == 0 ? bench_connector(o, OMC_ROLE_SENDER, b->channel) : NULL;
+    if (b->prod.conn && strcmp(o->transport, "shm") == 0) omc_shm_segment_path(b->prod.conn, bench_segment, sizeof(bench_segment));
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return b->prod.conn ? 0 : 1;
+}
+
+/* Step 6: the table, one row per size. */
+static int bench_measure(bench_run* b) {
+    bench_opts* o = &b->o;
+    char host[256] = "";
+    int i, processes = b->processes;
+    if (o->iters) fprintf(stderr, "omniconn bench: set up; measuring %d size%s (%ld transfers each)\n", o->nsizes, o->nsizes == 1 ? "" : "s", o->iters);
+    else fprintf(stderr, "omniconn bench: set up; measuring %d size%s (at most about %.1f s each)\n", o->nsizes, o->nsizes == 1 ? "" : "s",
+                 1.5 * (o->duration > 0 ? o->duration : (double)BENCH_PHASE_NS / 1e9));
+    gethostname(host, sizeof(host) - 1);
+    printf("omniconn bench: %s, producer and consumer in %s, %d size%s (%s, %ld CPUs)\n", o->transport,
+           o->remote ? "two hosts (the consumer connected from the other)" : processes == 2 ? "two processes" : "two threads (the same-process connector)", o->nsizes, o->nsizes == 1 ? "" : "s", host, sysconf(_SC_NPROCESSORS_ONLN));
+    printf("  put = %s; get = %s; metadata over %s\n", o->copy_put ? "put from the caller's memory (the connector copies)"
+           : "pool buffer + one memcpy + zero-copy put",
+           strcmp(o->transport, "tcp") == 0 ? "pull into the consumer's pool"
+           : strcmp(o->transport, "rdma") == 0 ? "the producer RDMA-WRITEs into the consumer's pool" : "a zero-copy view",
+           o->remote ? "the control connection" : "a pipe");
+    printf("  units: %s, msg/s = transfers per second; latency in us, %s, one transfer at a time; put = %s; in flight: ",
+           o->gbits ? "Gb/s = 10^9 bits/s" : "GB/s = 10^9 bytes/s", o->remote ? "round trip (put -> get there -> ack back)" : "one way",
+           o->copy_put ? "copy from the caller's memory" : "zero-copy");
+    if (o->inflight) printf("at most %ld", o->inflight);
+    else printf("as many as the pool holds");
+    if (o->readers > 1) printf("; fan-out: %u gets per payload, GB/s counts the bytes read\n", o->readers);
+    else printf("\n");
+    print_header(o);
+    fflush(stdout);
+    for (i = 0; i < o->nsizes; i++) {
+        if (producer_size(&b->prod, o, &b->pg, o->sizes[i], b->src, b->scratch, &b->next_index, &b->rows[i]) != 0) return 1;
+        print_row(o, &b->rows[i]);
+        if (o->timeline > 0) print_timeline(o);
+    }
+    return 0;
+}
+
+/* Step 7: stop the consumer, check how it ended, tear down, write the files. */
+static int bench_finish(bench_run* b, int rc) {
+    bench_opts* o = &b->o;
+    bench_msg m;
+    memset(&m, 0, sizeof(m));
+    m.kind = MSG_QUIT;
+    write_all(b->fds_msg[1], &m, sizeof(m));
+    close(b->fds_msg[1]);
+    if (b->thread_started) pthread_join(b->th, NULL);
+    if (b->pid > 0) {
+        int st = 0;
+        waitpid(b->pid, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) { if (rc == 0) fprintf(stderr, "omniconn bench: the consumer failed\n"); rc = 1; }
+    }
+    if (rc == 0 && b->prod.sh->plane_known) {
+        if (b->prod.sh->tcp_fallbacks || !b->prod.sh->rdma_channels) {
+            fprintf(stderr, "omniconn bench: rdma: the consumer fell back to TCP: %s\n", b->prod.sh->plane);
+            rc = 1;
+        } else printf("\n  rdma: %llu connection(s): %s\n", (unsigned long long)b->prod.sh->rdma_channels, b->prod.sh->plane);
+    }
+    if (b->prod.conn && strcmp(o->transport, "rdma") == 0) print_rails(b->prod.conn);
+    if (b->prod.conn) omc_conn_destroy(b->prod.conn);
+    bench_segment[0] = '\0';
+    if (b->processes == 2) { signal(SIGINT, SIG_DFL); signal(SIGTERM, SIG_DFL); }
+    if (b->processes == 1) close(b->fds_msg[0]);
+    close(b->fds_ack[0]);
+    if (b->processes == 1) close(b->fds_ack[1]);
+    munmap(b->prod.sh, sizeof(bench_shared));
+    free(b->src);
+    free(b->scratch);
+    if (rc == 0 && o->json && write_json(o, b->rows, o->nsizes, b->processes) != 0) rc = 1;
+    if (rc == 0 && o->plot && write_plot(o, b->rows, o->nsizes, b->processes) != 0) rc = 1;
     return rc;
+}
+
+/* omniconn bench: options, sizes, checks; a consumer for another host's bench (HOST given);
+   else set up, start by mode (serve / threads / processes), measure, finish. */
+static int cmd_bench(int argc, char** argv) {
+    static bench_run run;
+    bench_run* b = &run;
+    const char* list = "4K,64K,1M,16M";
+    int rc;
+    memset(b, 0, sizeof(*b));
+    b->next_index = 2 * BENCH_MAX_LAT;
+    b->processes = 2;
+    b->pid = -1;
+    if ((rc = bench_parse_options(argc, argv, &b->o, &list)) >= 0) return rc;
+    if (b->o.peer) return bench_consumer_for(&b->o);
+    if ((rc = bench_parse_sizes(&b->o, list)) != 0) return rc;
+    if ((rc = bench_check_options(&b->o)) >= 0) return rc;
+    if (bench_memory_check(&b->o) != 0) return 1;
+    signal(SIGPIPE, SIG_IGN);       /* a consumer gone: write() fails and we say so */
+    if (b->o.progress < 0) b->o.progress = isatty(2);
+    if (bench_setup(b) != 0) return 1;
+    if (b->o.serve) rc = bench_start_serving(b);
+    else if (strcmp(b->o.transport, "local") == 0) rc = bench_start_threads(b);
+    else rc = bench_start_processes(b);
+    if (rc == 0) rc = bench_measure(b);
+    return bench_finish(b, rc);
 }
 
 /* ============================================================================================== */
@@ -1584,9 +1649,15 @@ static void doctor_libs(doctor* d) {
     int need_rdma = d->rdma_edges > 0;
 #if OMC__HAS_ZMQ
     {
+        /* the libzmq omniconn itself loads (the one its remote connectors will use), not one
+           linked into this tool */
+        char zwhy[512] = "";
         int maj = 0, min = 0, pat = 0;
-        zmq_version(&maj, &min, &pat);
-        report(d, OK, "libzmq", "%d.%d.%d (linked), CURVE %s", maj, min, pat, zmq_has("curve") ? "available" : "NOT available");
+        if (omc__zmq_load(zwhy, sizeof(zwhy)) == OMC_OK) {
+            omc__zmq_version(&maj, &min, &pat);
+            report(d, OK, "libzmq", "%d.%d.%d (loaded by omniconn), CURVE %s", maj, min, pat,
+                   omc__zmq_has("curve") ? "available" : "NOT available");
+        } else report(d, d->tcp_edges || d->rdma_edges ? FAIL : WARN, "libzmq", "%s", zwhy);
     }
 #else
     report(d, d->tcp_edges || d->rdma_edges ? FAIL : WARN, "libzmq", "built without ZMQ (OMNICONN_NO_ZMQ): no TCP/RDMA transports. "

@@ -102,6 +102,25 @@ cell "plain-cc.shm-app" plain_app shm
 cell "plain-cc.tcp-app" plain_app tcp
 # the same SHM program linked directly (OMNICONN_NO_RUNTIME_LINKING links libzmq and libibverbs)
 cell "direct-linking.tcp-app" gcc -std=c99 $CWARN -DOMNICONN_NO_RUNTIME_LINKING -I. tests/compile/app_tcp.c -o "$OUT/app_tcp_direct" -lzmq -ldl -lpthread
+# Embedded: the SHM program as a static musl binary (musl-gcc -static, nothing else: no kernel UAPI
+# header, no libzmq), run; and a static program asked for the remote connector, whose reason must
+# name the fix for a static build (OMNICONN_NO_RUNTIME_LINKING and -lzmq)
+static_app() {   # static_app NAME: build tests/compile/app_NAME.c with musl-gcc -static and run it
+    local dir=$OUT/static_$1
+    mkdir -p "$dir"
+    cp omniconn*.h "$dir/" && cp "tests/compile/app_$1.c" "$dir/app.c"
+    (cd "$dir" && musl-gcc -static -std=c99 $CWARN app.c -o app -lpthread -ldl && ./app)
+}
+if command -v musl-gcc >/dev/null; then
+    cell "musl-static.shm-app" static_app shm
+    cell "musl-static.tcp-reason-names-static-fix" static_app static_tcp
+else
+    fail=$((fail+1)); echo "FAIL compile.musl-static (musl-gcc missing: bash scripts/install-deps.sh installs musl-tools)"
+fi
+# C++: every desc initialised with "= {}" as the manuals say (C's "= {0}" does not compile there
+# for a desc that starts with an enum), with g++ and clang++, run
+cell "cxx-desc-init.g++" bash -c "g++ -std=c++11 $WARN -I. tests/compile/app_cxx_init.cpp -o '$OUT/app_cxx_init' -ldl -lpthread -lm && '$OUT/app_cxx_init'"
+cell "cxx-desc-init.clang++" bash -c "clang++ -std=c++17 $WARN -I. tests/compile/app_cxx_init.cpp -o '$OUT/app_cxx_init_clang' -ldl -lpthread -lm && '$OUT/app_cxx_init_clang'"
 # CUDA: compiled here (cuda_runtime_api.h from nvcc's toolkit), not run: no GPU on these machines
 if [ -f "$CUDA_INC/cuda_runtime_api.h" ]; then
     tu=$(all_impl -DOMNICONN_ENABLE_CUDA)
