@@ -153,9 +153,9 @@ LIB_HAS_VERBS := $(shell printf '\043include <infiniband/verbs.h>\n' | $(CC) -E 
 LIB_CFLAGS  := $(if $(LIB_HAS_VERBS),,-DOMNICONN_NO_RDMA)
 
 lib: $(BUILD)/libomniconn.so
-$(BUILD)/libomniconn.so.$(LIB_VERSION): lib/omniconn.c lib/omniconn.map $(HEADERS) | $(BUILD)
+$(BUILD)/libomniconn.so.$(LIB_VERSION): lib/libomniconn.c lib/libomniconn.map $(HEADERS) | $(BUILD)
 	$(if $(LIB_HAS_VERBS),,@echo "libomniconn: infiniband/verbs.h not found: building without the RDMA engine (install libibverbs-dev for it)")
-	$(CC) $(CFLAGS) $(LIB_CFLAGS) -fPIC -shared -Wl,-soname,$(LIB_SONAME) -Wl,--version-script=lib/omniconn.map \
+	$(CC) $(CFLAGS) $(LIB_CFLAGS) -fPIC -shared -Wl,-soname,$(LIB_SONAME) -Wl,--version-script=lib/libomniconn.map \
 	    -Wl,--no-undefined -o $@ $< $(LDFLAGS) $(LIB_LDLIBS)
 $(BUILD)/libomniconn.so: $(BUILD)/libomniconn.so.$(LIB_VERSION)
 	ln -sf libomniconn.so.$(LIB_VERSION) $(BUILD)/$(LIB_SONAME)

@@ -31,7 +31,7 @@ int main(void) {
     first = 1;
     T(omc_result); T(omc_role); T(omc_feature); T(omc_transport); T(omc_time_ns); T(size_t); T(void*); T(uint16_t);
     printf("}, \"health\": [");
-    {   /* the fields omc_ffi_health copies, in the order lib/omniconn.c lists them */
+    {   /* the fields omc_ffi_health copies, in the order lib/libomniconn.c lists them */
         static const char* names[] = { "state", "transport", "role", "puts", "gets", "releases", "bytes_put",
                                        "bytes_got", "errors", "timeouts", "ttl_reclaims", "live_entries",
                                        "pool_capacity", "pool_in_use", "last_error" };

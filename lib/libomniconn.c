@@ -1,4 +1,4 @@
-/* omniconn.c - the shared library libomniconn.so, built from the headers - SPDX-License-Identifier: MIT OR Unlicense
+/* libomniconn.c - the shared library libomniconn.so, built from the headers - SPDX-License-Identifier: MIT OR Unlicense
 
     This file is the implementation file of the shared library (`make lib`): it defines
     OMNICONN_IMPLEMENTATION once and includes every header, so the library exports the whole
