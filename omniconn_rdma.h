@@ -669,7 +669,7 @@ NON-GOALS
 RECENT REVISIONS
 ================================================================================================
 
-    next release        the transfer engine (omc_xfer_*): caller-registered memory, exported
+    unreleased          the transfer engine (omc_xfer_*): caller-registered memory, exported
                         descriptors, batched RDMA READ and WRITE with one completion and a
                         status per entry, async submit / test / wait / cancel, notifications,
                         the same API over TCP through the engine's RPC listener, discovery by
@@ -677,17 +677,17 @@ RECENT REVISIONS
                         (OMNICONN_IB_TC / OMNICONN_IB_SL); QPs accept RDMA READ (up to 16 in
                         flight per QP).
 
-    0.1.2 (2026-11-24)  rails: every usable device port (max_rails), records and descriptors
+    unreleased          rails: every usable device port (max_rails), records and descriptors
                         version 2, pairing by subnet, slices striped by earliest finish at the
                         measured throughput, failover of a failed rail's slices, port events
                         take rails down and back, omc_rdma_rail_stats; NIC ranking by topology
                         (omc_rdma_topo_*).
-    0.1.1 (2026-11-24)  hostile receivers: QP count set by the accepting engine, no eviction of
+    unreleased          hostile receivers: QP count set by the accepting engine, no eviction of
                         live connections (a new peer is refused and uses TCP), descriptors bound
                         to the receiver that sends the PULL, failed revokes quarantine the range,
                         receivers notice a dead sender within seconds (zero-byte probes), the
                         connector reports engine failures as OMC_ERR_CONNECTION.
-    0.1.0 (2026-11-22)  first release: runtime-loaded libibverbs, GID selection by rule,
+    unreleased          the first engine: runtime-loaded libibverbs, GID selection by rule,
                         chunked registration with a memlock check, RC connections, sliced and
                         windowed RDMA WRITE, per-transfer windows or regions (with a probe of
                         the device's window bounds), the remote connector's RDMA data plane.
