@@ -36,7 +36,7 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps build-deps test check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails bench-store bench-xfer
+.PHONY: all deps build-cc build-deps test check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails bench-store bench-xfer
 
 all: tests examples benches cli
 
@@ -45,8 +45,11 @@ deps:
 
 # What compiling the programs needs, checked first (instead of hundreds of errors): a C compiler
 # and the verbs headers omniconn_rdma.h compiles against (libzmq needs no header: loaded at run time).
-build-deps:
+# (the shared library needs only the compiler: without the verbs headers it is built without the
+# RDMA engine, and says so)
+build-cc:
 	@command -v $(CC) >/dev/null 2>&1 || { echo "omniconn: no C compiler ($(CC)). Run: bash scripts/install-deps.sh (as root; Debian: apt-get install build-essential)" >&2; exit 1; }
+build-deps: build-cc
 	@printf '#include <infiniband/verbs.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 || { echo "omniconn: infiniband/verbs.h is missing (omniconn_rdma.h compiles against it). Run: bash scripts/install-deps.sh (as root; Debian: apt-get install libibverbs-dev)" >&2; exit 1; }
 
 tests: $(TEST_BINS)
@@ -171,5 +174,5 @@ uninstall:
 bench-python: deps lib
 	OMNICONN_LIBRARY=$(abspath $(BUILD))/libomniconn.so /usr/bin/python3 bench/bench_python.py bench/results/python.json
 
-# ---- checked first (see build-deps): what the library needs to compile -------------------------
-$(BUILD)/libomniconn.so.$(LIB_VERSION): | build-deps
+# ---- checked first (see build-cc): what the library needs to compile ----------------------------
+$(BUILD)/libomniconn.so.$(LIB_VERSION): | build-cc
