@@ -1257,12 +1257,19 @@ static int data_conn(uint16_t dport, uint64_t token, const hz* h) {
 
 /* A request on a data connection, encoded from the documentation: magic "OMCP", op (1 PULL,
    2 CLAIM), reserved, transfer id, entry id, expected incarnation, capacity, budget, reserved. */
-static int dreq(int fd, uint8_t op, uint64_t xfer, uint64_t entry, uint64_t expect, uint64_t capacity) {
+/* The key check (bytes 44..47): CRC-32C of the qualified key the receiver asks for. */
+static int dreq_key(int fd, uint8_t op, uint64_t xfer, uint64_t entry, uint64_t expect, uint64_t capacity, const char* qkey) {
     uint8_t q[48];
     memset(q, 0, sizeof(q));
     le32(q, 0x50434D4Fu); q[4] = op;
     le64(q + 8, xfer); le64(q + 16, entry); le64(q + 24, expect); le64(q + 32, capacity); le32(q + 40, 2000);
+    le32(q + 44, qkey ? crc32c_ref((const uint8_t*)qkey, strlen(qkey), 0) : 0);
     return write(fd, q, sizeof(q)) == (ssize_t)sizeof(q) ? 0 : -1;
+}
+
+/* The request for the key s0/s1/k (the one the cases below put). */
+static int dreq(int fd, uint8_t op, uint64_t xfer, uint64_t entry, uint64_t expect, uint64_t capacity) {
+    return dreq_key(fd, op, xfer, entry, expect, capacity, QKEY("k"));
 }
 
 /* Read exactly n bytes (the socket has a 2 s receive timeout); 0 on success. */
@@ -1327,7 +1334,7 @@ OMC_TEST(garbage_requests_on_a_data_connection_are_refused_or_closed) {
         CHECK(closed_within(fd, 1500));
         close(fd);
     }
-    for (i = 0; i < 4; i++) {           /* bad op, a reserved byte, entry id 0, a reserved word */
+    for (i = 0; i < 4; i++) {           /* bad op, a reserved byte, entry id 0, a reserved u16 */
         fd = data_conn(dport, 0xE100u + (uint64_t)i, &h);
         REQUIRE(fd >= 0);
         memset(q, 0, sizeof(q));
@@ -1335,7 +1342,7 @@ OMC_TEST(garbage_requests_on_a_data_connection_are_refused_or_closed) {
         if (i == 0) q[4] = 9;
         if (i == 1) q[5] = 1;
         if (i == 2) le64(q + 16, 0);
-        if (i == 3) le32(q + 44, 1);
+        if (i == 3) le16(q + 6, 1);
         CHECK(write(fd, q, sizeof(q)) == (ssize_t)sizeof(q));
         CHECK(closed_within(fd, 1500));
         close(fd);
@@ -1352,6 +1359,8 @@ OMC_TEST(garbage_requests_on_a_data_connection_are_refused_or_closed) {
     CHECK_EQ(dstatus(fd, 3, NULL), OMC_ERR_PROTOCOL);
     CHECK(dreq(fd, 1, 4, entry, 0x1234u, 1u << 20) == 0);                       /* metadata of another process */
     CHECK_EQ(dstatus(fd, 4, NULL), OMC_ERR_PEER_RESTARTED);
+    CHECK(dreq_key(fd, 1, 7, entry, 0, 1u << 20, QKEY("other")) == 0);         /* the entry of another key */
+    CHECK_EQ(dstatus(fd, 7, NULL), OMC_ERR_NOT_FOUND);
     CHECK_OK(omc_conn_exists(s, "s0", "s1", "k"));                              /* nothing was used up */
     CHECK(dreq(fd, 1, 5, entry, 0, 1u << 20) == 0);                             /* now a real pull, by hand */
     CHECK(read_n(fd, hdr, sizeof(hdr)) == 0 && rd32(hdr) == 0x44434D4Fu && rd64(hdr + 8) == 5 && rd64(hdr + 16) == 4096);
@@ -1394,7 +1403,7 @@ OMC_TEST(a_requester_that_never_sends_its_receipt_uses_up_nothing) {
     CHECK(hz_hello(&h) == HZ_HELLO);
     fd = data_conn(dport, 0xF00Du, &h);
     REQUIRE(fd >= 0);
-    CHECK(dreq(fd, 1, 1, entry_of(&m), 0, 1u << 20) == 0);
+    CHECK(dreq_key(fd, 1, 1, entry_of(&m), 0, 1u << 20, QKEY("r")) == 0);
     CHECK(read_n(fd, hdr, sizeof(hdr)) == 0 && rd64(hdr + 16) == (32u << 10));
     usleep(100000);                 /* the payload sits in our socket; no receipt, and we go */
     close(fd);
@@ -1561,6 +1570,240 @@ OMC_TEST(timed_out_get_counts_only_as_a_timeout) {
     }
     if (r) omc_conn_destroy(r);
     if (s) omc_conn_destroy(s);
+}
+
+/* ================================================================================================
+   Edges, round two: the data-port listener, requests, tickets
+   ================================================================================================ */
+
+/* Descriptors a process has open (/proc/PID/fd), or -1. */
+static int fd_count(pid_t pid) {
+    char path[64];
+    struct dirent* de;
+    DIR* d;
+    int n = 0;
+    snprintf(path, sizeof(path), "/proc/%ld/fd", (long)pid);
+    if (!(d = opendir(path))) return -1;
+    while ((de = readdir(d)) != NULL) if (de->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+/* Wait until pid has at least n descriptors open (the listener accepted what we connected). */
+static int fds_reach(pid_t pid, int n, int ms) {
+    double end = now_s() + ms / 1000.0;
+    while (now_s() < end) {
+        if (fd_count(pid) >= n) return 1;
+        usleep(2000);
+    }
+    return 0;
+}
+
+/* HOSTILE: 64 connections that owe their hello (the most the listener keeps), then - with the
+   sender stopped, so one poll() round sees it all - a byte on each of them and a 65th connect.
+   Accepting the 65th closes the oldest pending connection; the same round must not then read
+   the readable, closed one (a heap use-after-free: ASan reports it, a plain build reads freed
+   memory silently). The sender runs in a child, stopped with SIGSTOP between rounds; afterwards
+   it must still serve a real get on its data port and exit cleanly. */
+OMC_TEST(evicting_a_pending_connection_in_the_same_poll_round_never_touches_it_again) {
+    int up[2], go[2], status = 0, round, i, fds[65], base;
+    uint16_t dport = 0;
+    pid_t pid;
+    REQUIRE(pipe(up) == 0 && pipe(go) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+        omc_conn* r = make_receiver(0, NULL, NULL, NULL);
+        omc_meta m = {0};
+        omc_buffer b;
+        uint16_t p = 0, dp = 0;
+        char x;
+        int ok;
+        close(up[0]); close(go[1]);
+        if (!s || !r) _exit(2);
+        ports_of(s, &p, &dp);
+        if (write(up[1], &dp, sizeof(dp)) != (ssize_t)sizeof(dp)) _exit(2);
+        if (read(go[0], &x, 1) != 1) _exit(2);
+        /* the data port still works: a 100 KB get through it */
+        ok = put_bytes(s, "after", 100000, 201, &m) == OMC_OK &&
+             omc_conn_get(r, "s0", "s1", "after", m.data, m.size, omc_deadline_after_ms(5000), &b) == OMC_OK &&
+             b.size == 100000 && omc_test_verify(b.data, b.size, 201);
+        if (ok) omc_buffer_release(&b);
+        omc_meta_free(&m);
+        omc_conn_destroy(r);
+        omc_conn_destroy(s);
+        _exit(ok ? 0 : 3);
+    }
+    close(up[1]); close(go[0]);
+    REQUIRE(read(up[0], &dport, sizeof(dport)) == (ssize_t)sizeof(dport));
+    base = fd_count(pid);
+    REQUIRE(base > 0);
+    for (round = 0; round < 4; round++) {
+        for (i = 0; i < 64; i++) fds[i] = tcp_connect(dport, 0);
+        for (i = 0; i < 64; i++) REQUIRE(fds[i] >= 0);
+        /* an event, not a delay: the listener accepted all 64 (its descriptor count says so) */
+        CHECK(fds_reach(pid, base + 64, 5000));
+        REQUIRE(kill(pid, SIGSTOP) == 0);
+        REQUIRE(waitpid(pid, &status, WUNTRACED) == pid && WIFSTOPPED(status));
+        for (i = 0; i < 64; i++) CHECK(write(fds[i], "O", 1) == 1);     /* every one readable... */
+        fds[64] = tcp_connect(dport, 0);                                /* ...and the 65th in the backlog */
+        CHECK(fds[64] >= 0);
+        REQUIRE(kill(pid, SIGCONT) == 0);
+        /* the oldest is closed for the 65th: wait for its EOF, then let the rest go */
+        CHECK(closed_within(fds[0], 3000));
+        for (i = 0; i < 65; i++) if (fds[i] >= 0) close(fds[i]);
+        if (waitpid(pid, &status, WNOHANG) != 0) break;     /* the child died */
+        {   /* the listener saw every close: back to its base count */
+            double end = now_s() + 5;
+            while (now_s() < end && fd_count(pid) > base) usleep(2000);
+        }
+    }
+    CHECK(write(go[1], "g", 1) == 1);
+    CHECK(waitpid(pid, &status, 0) == pid);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        printf("  sender child ended with %s %d\n", WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(up[0]); close(go[1]);
+}
+
+/* HOSTILE: a session with a valid ticket sends a CLAIM - "I have the bytes from inline metadata,
+   record my read" - for an entry the sender never inlined (100 KB, over the inline threshold).
+   The side-channel PULL has no such shortcut; a request must not have one either. Want: refused
+   with a status record, no read used; the real receiver gets the bytes. */
+OMC_TEST(claim_of_an_entry_that_was_never_inlined_is_refused) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_conn* r = make_receiver(0, NULL, NULL, NULL);
+    omc_meta m = {0};
+    omc_buffer b;
+    uint16_t port = 0, dport = 0;
+    hz h;
+    int fd;
+    REQUIRE(s && r);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "k", 100000, 202, &m));
+    REQUIRE(hz_open(&h, port) == 0);
+    CHECK(hz_hello(&h) == HZ_HELLO);
+    fd = data_conn(dport, 0xC1A1u, &h);
+    REQUIRE(fd >= 0);
+    CHECK(dreq(fd, 2, 1, entry_of(&m), 0, 100000) == 0);
+    CHECK(dstatus(fd, 1, NULL) < 0);
+    close(fd);
+    hz_close(&h);
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "k"));
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "k", m.data, m.size, omc_deadline_after_ms(3000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 202));
+    if (b.data) omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* Put another entry's id into an envelope (body offset 0), keeping everything else. */
+static uint64_t rekey_entry;
+static void edit_entry_id(uint8_t* p, uint32_t* n) { (void)n; le64(p + 40 + (p[24] | p[25] << 8), rekey_entry); }
+
+/* HOSTILE (whoever carries the metadata): B's envelope with A's entry id, CRC resealed. A
+   side-channel PULL names the key and the sender checks both; a request names only the entry,
+   so get(B) came back with A's bytes - and used up A's read. Want: the get of B fails, nothing is
+   used up, both true envelopes still work. Once with payloads too large to inline, once inline
+   (a CLAIM). */
+static void rekeyed_envelope_case(uint64_t size) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_conn* r = make_receiver(0, NULL, NULL, NULL);
+    omc_meta a = {0}, bm = {0}, f = {0};
+    omc_buffer b;
+    omc_result res;
+    REQUIRE(s && r);
+    CHECK_OK(put_bytes(s, "A", size, 203, &a));
+    CHECK_OK(put_bytes(s, "B", size, 204, &bm));
+    rekey_entry = entry_of(&a);
+    forged(&bm, edit_entry_id, &f);
+    memset(&b, 0, sizeof(b));
+    res = omc_conn_get(r, "s0", "s1", "B", f.data, f.size, omc_deadline_after_ms(3000), &b);
+    if (res == OMC_OK) {
+        printf("  get(B) with A's entry id returned %s bytes\n", omc_test_verify(b.data, b.size, 203) ? "A's" : "some");
+        omc_buffer_release(&b);
+    }
+    CHECK(res != OMC_OK);
+    omc_meta_free(&f);
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "A"));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "A", a.data, a.size, omc_deadline_after_ms(3000), &b));
+    CHECK(b.size == size && omc_test_verify(b.data, b.size, 203));
+    if (b.data) omc_buffer_release(&b);
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "B", bm.data, bm.size, omc_deadline_after_ms(3000), &b));
+    CHECK(b.size == size && omc_test_verify(b.data, b.size, 204));
+    if (b.data) omc_buffer_release(&b);
+    omc_meta_free(&a);
+    omc_meta_free(&bm);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+OMC_TEST(a_rekeyed_envelope_cannot_return_another_entrys_bytes) {
+    rekeyed_envelope_case(100000);      /* a PULL request */
+    rekeyed_envelope_case(1000);        /* inline: a CLAIM */
+}
+
+/* A side-channel client that chooses its own ZMQ routing id (ZMQ_ROUTING_ID). */
+static int hz_open_rid(hz* h, uint16_t port, const char* rid) {
+    char ep[64];
+    int zero = 0, send_ms = 2000;
+    memset(h, 0, sizeof(*h));
+    h->ctx = zmq_ctx_new();
+    if (!h->ctx || !(h->sock = zmq_socket(h->ctx, ZMQ_DEALER))) return -1;
+    zmq_setsockopt(h->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(h->sock, ZMQ_SNDTIMEO, &send_ms, sizeof(send_ms));
+    zmq_setsockopt(h->sock, ZMQ_ROUTING_ID, rid, strlen(rid));
+    snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%u", (unsigned)port);
+    return zmq_connect(h->sock, ep);
+}
+
+/* HOSTILE: a session that chose its routing id takes a ticket and fills its 16 data-connection
+   slots, then its side channel goes away (its data connections stay). A later connection that
+   sets the same routing id (anyone can) must not inherit that ticket: it gets a ticket of its
+   own (and so its own 16 slots), and it cannot have a push written to the first session's data
+   connections. */
+OMC_TEST(a_later_connection_with_the_same_routing_id_does_not_inherit_the_ticket) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    uint8_t first[16], rep[8192];
+    uint16_t port = 0, dport = 0;
+    int fds[16], i, t = -1, fd;
+    double end;
+    hz v, a;
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "k", 100000, 205, NULL));
+    REQUIRE(hz_open_rid(&v, port, "victim-session") == 0);
+    REQUIRE(hz_hello(&v) == HZ_HELLO && v.has_ticket);
+    memcpy(first, v.ticket, 16);
+    for (i = 0; i < 16; i++) { fds[i] = data_conn(dport, 0xAB00u + (uint64_t)i, &v); CHECK(fds[i] >= 0); }
+    hz_close(&v);
+    /* the ROUTER refuses a second connection with a routing id in use: retry until it has seen
+       the first one go (an event: the HELLO answer) */
+    memset(&a, 0, sizeof(a));
+    for (end = now_s() + 5; now_s() < end; ) {
+        REQUIRE(hz_open_rid(&a, port, "victim-session") == 0);
+        if ((t = hz_hello(&a)) == HZ_HELLO) break;
+        hz_close(&a);
+    }
+    REQUIRE(t == HZ_HELLO);
+    CHECK(a.has_ticket);
+    CHECK(memcmp(a.ticket, first, 16) != 0);
+    fd = data_conn(dport, 0xAC00u, &a);     /* its own slots: registered, not BUSY */
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    /* a PULL naming the first session's data connection is refused before a byte moves */
+    CHECK(hz_pull(&a, 77, QKEY("k"), 1u << 20, 2000, 0xAB00u) == 0);
+    t = hz_recv(&a, rep, sizeof(rep), 3000, NULL);
+    CHECK_EQ(t, HZ_ERROR);
+    if (t == HZ_ERROR) CHECK_EQ((int32_t)rd32(rep + 32), OMC_ERR_CONNECTION);
+    hz_close(&a);
+    for (i = 0; i < 16; i++) if (fds[i] >= 0) close(fds[i]);
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "k"));
+    omc_conn_destroy(s);
 }
 
 /* ---- main: the harness of omc_test.h, with the open cases skipped ----------------------------- */
