@@ -5587,6 +5587,18 @@ OMC__PRIVATE void omc__tcp_conn_free(omc__tcp_plane* T, omc__tcp_conn* c) {
     omc__free(&T->hooks, c);
 }
 
+/* Close a connection that owes its hello to make room (accept, listener; holds mu), without
+   freeing it: the poll round in progress may still hold its pointer (omc__tcp_serve walks
+   the results after accepting), so it only becomes DEAD - closed, counted out, never read
+   again - and omc__tcp_items frees it before the next round. */
+OMC__PRIVATE void omc__tcp_conn_evict(omc__tcp_plane* T, omc__tcp_conn* c) {
+    if (c->state == OMC__TCONN_PENDING) T->npending--;
+    omc__tcp_unregister(T, c);
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    c->state = OMC__TCONN_DEAD;
+}
+
 /* Drop a ticket nobody uses (holds mu). */
 OMC__PRIVATE void omc__tcp_ticket_free(omc__tcp_plane* T, omc__tcp_ticket* t) {
     omc__tcp_ticket** pp;
@@ -5712,7 +5724,7 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
                 T->paused_until = omc_now_ns() + (omc_time_ns)OMC__TCP_PAUSE_MS * 1000000LL;
                 pthread_mutex_lock(&T->mu);
                 c = omc__tcp_oldest_pending(T);
-                if (c) omc__tcp_conn_free(T, c);
+                if (c) omc__tcp_conn_evict(T, c);
                 pthread_mutex_unlock(&T->mu);
             }
             if (omc__tcp_flood(T, 0, &hidden))
@@ -5730,7 +5742,7 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
             close(fd);
             continue;
         }
-        if (T->npending >= OMC__TCP_MAX_PENDING && (c = omc__tcp_oldest_pending(T)) != NULL) omc__tcp_conn_free(T, c);
+        if (T->npending >= OMC__TCP_MAX_PENDING && (c = omc__tcp_oldest_pending(T)) != NULL) omc__tcp_conn_evict(T, c);
         c = (omc__tcp_conn*)omc__calloc(&T->hooks, sizeof(*c));
         if (!c) { pthread_mutex_unlock(&T->mu); close(fd); continue; }
         c->fd = fd;
