@@ -6736,6 +6736,10 @@ OMC__PRIVATE omc_result omc__net_remote_code(int32_t code) {
     return strcmp(omc_result_name(r), "OMC_ERR_UNKNOWN") == 0 || code >= 0 ? OMC_ERR_REMOTE : r;
 }
 
+/* Does a put of this size carry its bytes in the metadata (sender)? The only entries a CLAIM
+   may name: the receiver of any other entry cannot have its bytes. */
+OMC__PRIVATE int omc__net_inlines(const omc__net* N, uint64_t size) { return N->inline_max && size <= N->inline_max; }
+
 /* Refusals that promise no payload byte moved (the receiver keeps its channel after them). */
 OMC__PRIVATE int omc__net_clean_refusal(omc_result r) {
     return r == OMC_ERR_NOT_FOUND || r == OMC_ERR_STALE || r == OMC_ERR_TOO_LARGE || r == OMC_ERR_PEER_RESTARTED ||
@@ -7186,7 +7190,7 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, omc__tcp_conn* c) {
         e = slot != OMC__NIL ? &N->own.tab.ent[slot] : NULL;
         if (!e || e->state != OMC__ENT_LIVE || e->readers_left == 0) r = OMC_ERR_NOT_FOUND;
         else if (q.op == OMC__TCP_REQ_CLAIM) {
-            if (e->size != q.capacity) r = OMC_ERR_PROTOCOL;    /* the metadata and the entry disagree */
+            if (e->size != q.capacity || !omc__net_inlines(N, e->size)) r = OMC_ERR_PROTOCOL;  /* the metadata and the entry disagree */
             else {
                 e->readers_left--;  /* the read is recorded now: the receiver has every byte */
                 if (e->readers_left == 0 && e->holds == 0) omc__etab_retire(&N->own.tab, slot);
@@ -8329,7 +8333,7 @@ static omc_result omc__net_make_meta(omc__owner* O, uint32_t slot, void* user, o
     omc__net* N = (omc__net*)user;
     const omc__ent* e = &O->tab.ent[slot];
     uint8_t* body;
-    int inl = N->inline_max && e->size <= N->inline_max;     /* the bytes ride along; the entry stays (see the manual) */
+    int inl = omc__net_inlines(N, e->size);     /* the bytes ride along; the entry stays (see the manual) */
     omc_result r = omc__meta_begin(N->vt.transport, (e->flags & OMC_BUFFER_FRAME ? OMC_META_FLAG_FRAME : 0) | (inl ? OMC_META_FLAG_INLINE : 0),
                                    e->size, e->qkey, e->qlen, omc__net_meta_body_size(N->host) + (inl ? (uint32_t)e->size : 0), meta_out, &body);
     if (r != OMC_OK) return r;
