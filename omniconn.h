@@ -357,9 +357,11 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
         16  u64  entry id (from the metadata or a QUERY_REPLY; never 0)
         24  u64  expected sender incarnation (0 = any)
         32  u64  PULL: destination capacity; CLAIM: the payload size the metadata announced
-                 (a different size than the entry's is OMC_ERR_PROTOCOL)
+                 (a different size than the entry's, or a CLAIM of an entry the sender did not
+                 inline, is OMC_ERR_PROTOCOL)
         40  u32  time budget in ms, as in PULL
-        44  u32  reserved (0)
+        44  u32  key check: CRC-32C of the qualified key the get asks for (as the envelope's
+                 CRC is computed); an entry of another key is OMC_ERR_NOT_FOUND
       Anything else - a wrong magic (seen after 4 bytes), op or reserved field, entry id 0, a
       request not complete within 5 s - closes the connection (counted in protocol_errors).
       The sender answers a PULL request with the header and payload below, a CLAIM or any
@@ -371,8 +373,8 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
                  nothing moved, no read was used
         8   u64  transfer id
         16  u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
-      A request names no key, so an older put of the key is OMC_ERR_NOT_FOUND here (the side
-      channel's PULL can say OMC_ERR_STALE). A request whose receiver gives up is abandoned by
+      A request carries a check of the key, not the key, so an older put of the key is
+      OMC_ERR_NOT_FOUND here (the side channel's PULL can say OMC_ERR_STALE). A request whose receiver gives up is abandoned by
       closing the connection (no ABORT); the push then fails and gives the read back.
       per transfer, sender -> receiver: a 24-byte header and exactly size payload bytes; then
       receiver -> sender an 8-byte receipt; then sender -> receiver an 8-byte trailer:
@@ -5173,6 +5175,7 @@ OMC__PRIVATE omc_result omc__tcp_header_check(const uint8_t* p, uint64_t xfer, u
 typedef struct omc__tcp_req {
     uint8_t op;                         /* OMC__TCP_REQ_* */
     uint32_t budget_ms;                 /* 0 = vLLM-Omni's rule */
+    uint32_t key_check;                 /* CRC-32C of the qualified key the receiver asks for */
     uint64_t xfer, entry_id, expect_incarnation, capacity;
 } omc__tcp_req;
 
@@ -5186,24 +5189,29 @@ OMC__PRIVATE void omc__tcp_req_encode(uint8_t* p, const omc__tcp_req* q) {
     omc__put_u64(p + 24, q->expect_incarnation);
     omc__put_u64(p + 32, q->capacity);
     omc__put_u32(p + 40, q->budget_ms);
-    omc__put_u32(p + 44, 0);
+    omc__put_u32(p + 44, q->key_check);
 }
 
 /* OMC_ERR_MALFORMED for anything but exactly one well-formed request. */
 OMC__PRIVATE omc_result omc__tcp_req_decode(const uint8_t* p, size_t n, omc__tcp_req* q) {
     memset(q, 0, sizeof(*q));
     if (n != OMC__TCP_REQUEST_SIZE || omc__get_u32(p) != OMC__TCP_REQUEST_MAGIC) return OMC_ERR_MALFORMED;
-    if ((p[4] != OMC__TCP_REQ_PULL && p[4] != OMC__TCP_REQ_CLAIM) || p[5] || omc__get_u16(p + 6) || omc__get_u32(p + 44))
-        return OMC_ERR_MALFORMED;
+    if ((p[4] != OMC__TCP_REQ_PULL && p[4] != OMC__TCP_REQ_CLAIM) || p[5] || omc__get_u16(p + 6)) return OMC_ERR_MALFORMED;
     q->op = p[4];
     q->xfer = omc__get_u64(p + 8);
     q->entry_id = omc__get_u64(p + 16);
     q->expect_incarnation = omc__get_u64(p + 24);
     q->capacity = omc__get_u64(p + 32);
     q->budget_ms = omc__get_u32(p + 40);
+    q->key_check = omc__get_u32(p + 44);
     if (q->entry_id == 0) return OMC_ERR_MALFORMED;
     return OMC_OK;
 }
+
+/* A request's key check: CRC-32C of the qualified key. The sender serves a request only for an
+   entry of that key, so metadata whose entry id was swapped for another key's cannot fetch or
+   claim that key's bytes (a request carries no key: the side channel's PULL checks the key). */
+OMC__PRIVATE uint32_t omc__tcp_key_check(const char* qkey, uint32_t qlen) { return omc__crc32c(0, qkey, qlen); }
 
 OMC__PRIVATE void omc__tcp_status_encode(uint8_t* p, omc_result code, uint64_t xfer, uint64_t detail) {
     omc__put_u32(p, OMC__TCP_STATUS_MAGIC);
@@ -7189,6 +7197,7 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, omc__tcp_conn* c) {
         slot = omc__etab_by_id(&N->own.tab, q.entry_id);
         e = slot != OMC__NIL ? &N->own.tab.ent[slot] : NULL;
         if (!e || e->state != OMC__ENT_LIVE || e->readers_left == 0) r = OMC_ERR_NOT_FOUND;
+        else if (omc__tcp_key_check(e->qkey, e->qlen) != q.key_check) r = OMC_ERR_NOT_FOUND;    /* another key's entry */
         else if (q.op == OMC__TCP_REQ_CLAIM) {
             if (e->size != q.capacity || !omc__net_inlines(N, e->size)) r = OMC_ERR_PROTOCOL;  /* the metadata and the entry disagree */
             else {
@@ -7858,8 +7867,8 @@ static omc_result omc__net_release(omc_buffer* b) {
 /* A PULL as a request on the channel's TCP data connection, from this thread: no libzmq
    thread and no side-channel message on the way. Waits for the payload (or, for a CLAIM, the
    status record) until wait_until. */
-OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp_xfer* x, uint8_t op, uint64_t entry_id,
-                                         omc_time_ns deadline, omc_time_ns wait_until, omc_buffer* out, int* keep) {
+OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp_xfer* x, uint8_t op, const char* qkey, uint32_t qlen,
+                                         uint64_t entry_id, omc_time_ns deadline, omc_time_ns wait_until, omc_buffer* out, int* keep) {
     const omc__dp_vtable* vt = ch->dp->vt;
     omc__tcp_rx* rx = (omc__tcp_rx*)ch->dpc;
     omc__tcp_req q;
@@ -7869,6 +7878,7 @@ OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp
     q.op = op;
     q.xfer = ch->xfer;
     q.entry_id = entry_id;
+    q.key_check = omc__tcp_key_check(qkey, qlen);
     q.expect_incarnation = ch->incarnation;
     q.capacity = x->size;
     q.budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
@@ -7924,7 +7934,7 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
     wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_default_budget_ns(size) : deadline;
     direct = !N->side_pull && vt->kind == OMC__DP_TCP && (ch->caps & OMC_NET_CAP_REQUESTS) && ((omc__tcp_rx*)ch->dpc)->has_ticket;
     if (r == OMC_OK && direct) {
-        r = omc__net_request(N, ch, &x, inl ? OMC__TCP_REQ_CLAIM : OMC__TCP_REQ_PULL, entry_id, deadline, wait_until, out, keep);
+        r = omc__net_request(N, ch, &x, inl ? OMC__TCP_REQ_CLAIM : OMC__TCP_REQ_PULL, qkey, qlen, entry_id, deadline, wait_until, out, keep);
         if (r == OMC_OK && inl && size) memcpy(x.dst.data, inl, (size_t)size);
     } else if (r == OMC_OK) {
         omc_time_ns now = omc_now_ns();
