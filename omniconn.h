@@ -255,8 +255,9 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
                     host text (0..255 bytes, no NUL; empty = the host the side channel reached)
             type 2, RDMA endpoint: defined by omniconn_rdma.h
             type 0x100, data-connection ticket (sender only, in every answer to a HELLO): 16
-                    random bytes, one ticket per side-channel session (ZMQ routing id), the
-                    same on a repeated HELLO; the session's TCP data connections must show it
+                    random bytes, one ticket per side-channel session (ZMQ routing id); a
+                    repeated HELLO from a routing id gets a new ticket and the old one
+                    registers nothing more; the session's TCP data connections must show it
             a record type below 0x100 is a data plane's kind; any type a peer does not know is
             skipped: a new transport adds a record type, not a protocol version
       QUERY body (receiver -> sender), 8 + key length bytes:
@@ -5466,6 +5467,7 @@ typedef struct omc__tcp_ticket {
     uint8_t rid[256];
     uint32_t nconns;                    /* registered data connections that showed it */
     omc_time_ns last_used;
+    int detached;                       /* a later HELLO from its routing id got a new ticket */
 } omc__tcp_ticket;
 
 typedef struct omc__tcp_conn {
@@ -5613,21 +5615,34 @@ OMC__PRIVATE void omc__tcp_ticket_free(omc__tcp_plane* T, omc__tcp_ticket* t) {
     for (pp = &T->tickets; *pp; pp = &(*pp)->next)
         if (*pp == t) { *pp = t->next; break; }
     omc__smap_del(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE);
-    omc__smap_del(&T->by_rid, &T->hooks, (const char*)t->rid, t->rid_len);
+    if (omc__smap_get(&T->by_rid, (const char*)t->rid, t->rid_len) == t) omc__smap_del(&T->by_rid, &T->hooks, (const char*)t->rid, t->rid_len);
     T->ntickets--;
     omc__free(&T->hooks, t);
 }
 
-/* The ticket of a side-channel session (its ZMQ routing id), made on its first HELLO: 16 random
-   bytes, answered inside the HELLO reply (CURVE-encrypted when CURVE is on). A full table drops
-   the ticket unused longest; OMC_ERR_BUSY if every ticket has data connections. */
+/* A HELLO from a routing id that has a ticket already: a peer chooses its routing id
+   (ZMQ_ROUTING_ID), so this may be a later connection that took the id of one that went away.
+   The old ticket is no longer the id's: PULLs from the id cannot name its data connections, it
+   registers no new ones, and it goes when its last one does (holds mu). */
+OMC__PRIVATE void omc__tcp_ticket_detach(omc__tcp_plane* T, omc__tcp_ticket* t) {
+    omc__smap_del(&T->by_rid, &T->hooks, (const char*)t->rid, t->rid_len);
+    t->detached = 1;
+    if (t->nconns == 0) omc__tcp_ticket_free(T, t);
+}
+
+/* The ticket of a side-channel session (its ZMQ routing id), made on each HELLO: 16 random
+   bytes, answered inside the HELLO reply (CURVE-encrypted when CURVE is on); never the ticket of
+   an earlier HELLO (omc__tcp_ticket_detach). A full table drops the ticket unused longest;
+   OMC_ERR_BUSY if every ticket has data connections. */
 OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, uint8_t* out) {
     omc__tcp_ticket *t, *old = NULL;
     omc_result r = OMC_OK;
     if (T->listen_fd < 0 || rid_len == 0 || rid_len > 255) return OMC_ERR_INVALID_ARG;
     pthread_mutex_lock(&T->mu);
     t = (omc__tcp_ticket*)omc__smap_get(&T->by_rid, (const char*)rid, rid_len);
-    if (!t && T->ntickets >= OMC__TCP_MAX_TICKETS) {
+    if (t) omc__tcp_ticket_detach(T, t);
+    t = NULL;
+    if (T->ntickets >= OMC__TCP_MAX_TICKETS) {
         for (t = T->tickets; t; t = t->next)
             if (t->nconns == 0 && (!old || t->last_used < old->last_used)) old = t;
         if (old) omc__tcp_ticket_free(T, old);
@@ -5672,7 +5687,7 @@ OMC__PRIVATE void omc__tcp_sweep(omc__tcp_plane* T, omc_time_ns now) {
     }
     for (t = T->tickets; t; t = tn) {
         tn = t->next;
-        if (t->nconns == 0 && now - t->last_used > (omc_time_ns)OMC__TCP_TICKET_IDLE_MS * 1000000LL) omc__tcp_ticket_free(T, t);
+        if (t->nconns == 0 && (t->detached || now - t->last_used > (omc_time_ns)OMC__TCP_TICKET_IDLE_MS * 1000000LL)) omc__tcp_ticket_free(T, t);
     }
 }
 
@@ -5805,7 +5820,7 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     r = omc__tcp_hello_decode(c->hello, OMC__TCP_HELLO_SIZE, &c->token, &c->incarnation, ticket);
     if (r != OMC_OK) { omc__tcp_refuse(T, c, r, 1); return; }
     t = (omc__tcp_ticket*)omc__smap_get(&T->by_ticket, (const char*)ticket, OMC__TCP_TICKET_SIZE);
-    if (!t) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
+    if (!t || t->detached) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
     if (t->nconns >= OMC__TCP_PER_TICKET) { omc__tcp_refuse(T, c, OMC_ERR_BUSY, 1); return; }
     memcpy(c->key, ticket, OMC__TCP_TICKET_SIZE);
     memcpy(c->key + OMC__TCP_TICKET_SIZE, c->hello + 8, 8);
