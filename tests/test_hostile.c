@@ -12,6 +12,9 @@
    the wire documentation (omniconn.h WIRE FORMATS, docs/wire.md), not with the library's
    encoder: an attacker does not use our code either. Each case is bounded (< 5 s). */
 #define OMNICONN_IMPLEMENTATION
+/* the data port's private tables, shrunk so one process can fill them (16 per address) */
+#define OMC__TCP_MAX_CONNS 64
+#define OMC__TCP_MAX_TICKETS 64
 #include "omniconn.h"
 #include "omniconn_shm.h"
 #include "omniconn_pipeline.h"
@@ -1747,6 +1750,42 @@ OMC_TEST(a_rekeyed_envelope_cannot_return_another_entrys_bytes) {
     rekeyed_envelope_case(1000);        /* inline: a CLAIM */
 }
 
+/* ---- finding: one address must not take the data port or the ticket table ------------------ */
+
+/* A side-channel session from a chosen loopback address (127.0.0.x), on a shared context. */
+static int hz_open_from(hz* h, void* ctx, const char* src, uint16_t port) {
+    char ep[96];
+    int zero = 0, send_ms = 2000;
+    memset(h, 0, sizeof(*h));
+    if (!(h->sock = zmq_socket(ctx, ZMQ_DEALER))) return -1;
+    zmq_setsockopt(h->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(h->sock, ZMQ_SNDTIMEO, &send_ms, sizeof(send_ms));
+    snprintf(ep, sizeof(ep), "tcp://%s:0;127.0.0.1:%u", src, (unsigned)port);
+    return zmq_connect(h->sock, ep);
+}
+
+/* A data connection from a chosen loopback address: the ack status (0 = registered), 1 if the
+   sender closed it, -100 if we could not connect. */
+static int data_conn_from(const char* src, uint16_t dport, uint64_t token, const hz* h, int* fd_out) {
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), st;
+    struct timeval tv = {2, 0};
+    *fd_out = -1;
+    if (fd < 0) return -100;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, src, &a.sin_addr);
+    if (bind(fd, (struct sockaddr*)&a, sizeof(a)) != 0) { close(fd); return -100; }
+    a.sin_port = htons(dport);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr*)&a, sizeof(a)) != 0) { close(fd); return -100; }
+    st = data_hello(fd, token, h->ticket);
+    if (st == 0) *fd_out = fd;
+    else close(fd);
+    return st;
+}
+
 /* A side-channel client that chooses its own ZMQ routing id (ZMQ_ROUTING_ID). */
 static int hz_open_rid(hz* h, uint16_t port, const char* rid) {
     char ep[64];
@@ -1779,7 +1818,9 @@ OMC_TEST(a_later_connection_with_the_same_routing_id_does_not_inherit_the_ticket
     REQUIRE(hz_open_rid(&v, port, "victim-session") == 0);
     REQUIRE(hz_hello(&v) == HZ_HELLO && v.has_ticket);
     memcpy(first, v.ticket, 16);
-    for (i = 0; i < 16; i++) { fds[i] = data_conn(dport, 0xAB00u + (uint64_t)i, &v); CHECK(fds[i] >= 0); }
+    for (i = 0; i < 16; i++) {  /* from an address of their own (this binary allows 16 per address) */
+        CHECK_EQ(data_conn_from("127.0.0.6", dport, 0xAB00u + (uint64_t)i, &v, &fds[i]), 0);
+    }
     hz_close(&v);
     /* the ROUTER refuses a second connection with a routing id in use: retry until it has seen
        the first one go (an event: the HELLO answer) */
@@ -1803,6 +1844,88 @@ OMC_TEST(a_later_connection_with_the_same_routing_id_does_not_inherit_the_ticket
     hz_close(&a);
     for (i = 0; i < 16; i++) if (fds[i] >= 0) close(fds[i]);
     CHECK_OK(omc_conn_exists(s, "s0", "s1", "k"));
+    omc_conn_destroy(s);
+}
+
+/* HOSTILE: from 127.0.0.2, 80 side-channel sessions, each with a data connection (a ticket with
+   a connection is never dropped to make room), then 16 more connections on one ticket; then
+   three more addresses fill their share. The sender's tables are shrunk for the test
+   (OMC__TCP_MAX_CONNS = OMC__TCP_MAX_TICKETS = 64, so 16 per address). Want: one address holds
+   at most its share of tickets and registrations; a receiver from another address gets a ticket
+   and a data connection, also when every registration is taken (an idle connection of the
+   address holding the most is closed for it). Before: the first address filled both tables and
+   every get from elsewhere failed. */
+OMC_TEST(one_address_cannot_take_the_data_port_or_the_ticket_table) {
+    enum { SESSIONS = 80 };
+    static hz hs[SESSIONS + 3];
+    static int fds[SESSIONS + 3 * 16 + 16];
+    const char* others[3] = {"127.0.0.3", "127.0.0.4", "127.0.0.5"};
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_conn *r = NULL, *r2 = NULL;
+    void* ctx = zmq_ctx_new();
+    omc_meta m = {0};
+    omc_buffer b;
+    uint16_t port = 0, dport = 0;
+    int i, j, nfd = 0, tickets = 0, registered = 0, fd, st;
+    REQUIRE(s && ctx);
+    ports_of(s, &port, &dport);
+    for (i = 0; i < SESSIONS; i++) {
+        REQUIRE(hz_open_from(&hs[i], ctx, "127.0.0.2", port) == 0);
+        if (hz_hello(&hs[i]) != HZ_HELLO || !hs[i].has_ticket) continue;
+        tickets++;
+        if (data_conn_from("127.0.0.2", dport, 0x2000u + (uint64_t)i, &hs[i], &fd) == 0) { fds[nfd++] = fd; registered++; }
+    }
+    for (j = 0; j < 16 && tickets; j++) {      /* the rest of one ticket's 16 */
+        for (i = 0; i < SESSIONS && !hs[i].has_ticket; i++) {}
+        if (data_conn_from("127.0.0.2", dport, 0x3000u + (uint64_t)j, &hs[i], &fd) == 0) { fds[nfd++] = fd; registered++; }
+    }
+    printf("  127.0.0.2: %d of %d HELLOs got a ticket, %d data connections registered\n", tickets, SESSIONS, registered);
+    CHECK(tickets <= OMC__TCP_SOURCE_TICKETS);
+    CHECK(registered <= OMC__TCP_SOURCE_CONNS);
+    CHECK(tcp_data_connections(s) <= OMC__TCP_SOURCE_CONNS);
+    /* a receiver from elsewhere (127.0.0.1) still gets a ticket and its data connection */
+    r = make_receiver(0, NULL, NULL, NULL);
+    REQUIRE(r);
+    CHECK_OK(put_bytes(s, "k", 100000, 206, &m));
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "k", m.data, m.size, omc_deadline_after_ms(3000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 206));
+    if (b.data) omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);        /* its connection goes (wait for the sender to see it): the others fill the table now */
+    {
+        double end = now_s() + 5;
+        while (now_s() < end && tcp_data_connections(s) > (uint64_t)registered) usleep(2000);
+    }
+    for (i = 0; i < 3; i++) {
+        hz* h = &hs[SESSIONS + i];
+        REQUIRE(hz_open_from(h, ctx, others[i], port) == 0);
+        if (hz_hello(h) != HZ_HELLO || !h->has_ticket) continue;
+        for (j = 0; j < 16; j++)
+            if ((st = data_conn_from(others[i], dport, 0x4000u + (uint64_t)j, h, &fd)) == 0) fds[nfd++] = fd;
+            else if (!quiet()) printf("  %s #%d: %d\n", others[i], j, st);
+        if (!quiet()) printf("  after %s: %llu registered\n", others[i], (unsigned long long)tcp_data_connections(s));
+    }
+    {   /* the sender counts a registration just after its ack */
+        double end = now_s() + 2;
+        while (now_s() < end && tcp_data_connections(s) < OMC__TCP_MAX_CONNS) usleep(2000);
+    }
+    printf("  after three more addresses: %llu data connections registered (table: %d)\n",
+           (unsigned long long)tcp_data_connections(s), OMC__TCP_MAX_CONNS);
+    CHECK_EQ(tcp_data_connections(s), OMC__TCP_MAX_CONNS);
+    /* every registration taken: a new receiver's data connection makes room */
+    r2 = make_receiver(0, NULL, NULL, NULL);
+    REQUIRE(r2);
+    CHECK_OK(put_bytes(s, "k2", 100000, 207, &m));
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r2, "s0", "s1", "k2", m.data, m.size, omc_deadline_after_ms(3000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 207));
+    if (b.data) omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_destroy(r2);
+    for (i = 0; i < nfd; i++) close(fds[i]);
+    for (i = 0; i < SESSIONS + 3; i++) if (hs[i].sock) zmq_close(hs[i].sock);
+    zmq_ctx_term(ctx);
     omc_conn_destroy(s);
 }
 
