@@ -4455,14 +4455,22 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     X(R, int, has, zmq_has, (const char* capability), (capability)) \
     X(R, int, curve_keypair, zmq_curve_keypair, (char* pub, char* sec), (pub, sec)) \
     X(R, int, curve_public, zmq_curve_public, (char* pub, const char* sec), (pub, sec)) \
-    X(R, uint8_t*, z85_decode, zmq_z85_decode, (uint8_t* dest, const char* str), (dest, str))
+    X(R, uint8_t*, z85_decode, zmq_z85_decode, (uint8_t* dest, const char* str), (dest, str)) \
+    X(R, int, msg_init, zmq_msg_init, (omc__zmq_msg* m), (m)) \
+    X(R, int, msg_recv, zmq_msg_recv, (omc__zmq_msg* m, void* s, int flags), (m, s, flags)) \
+    X(R, void*, msg_data, zmq_msg_data, (omc__zmq_msg* m), (m)) \
+    X(R, size_t, msg_size, zmq_msg_size, (const omc__zmq_msg* m), (m)) \
+    X(R, const char*, msg_gets, zmq_msg_gets, (const omc__zmq_msg* m, const char* property), (m, property)) \
+    X(R, int, msg_close, zmq_msg_close, (omc__zmq_msg* m), (m))
 
 #if defined(OMNICONN_NO_RUNTIME_LINKING)
     #include <zmq.h>
     typedef zmq_pollitem_t omc__zmq_pollitem;
+    typedef zmq_msg_t omc__zmq_msg;
 #else
     /* the subset of zmq.h the side channel uses, spelled as zmq.h spells it */
     typedef struct omc__zmq_pollitem { void* socket; int fd; short events; short revents; } omc__zmq_pollitem;
+    typedef union omc__zmq_msg { unsigned char bytes[64]; void* align; } omc__zmq_msg;     /* zmq_msg_t: 64 opaque bytes */
     #ifndef ZMQ_PAIR
         #define ZMQ_PAIR 0
         #define ZMQ_REP 4
@@ -5444,9 +5452,15 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 */
 
 #define OMC__TCP_MAX_PENDING 64         /* accepted connections still owing their hello */
+#ifndef OMC__TCP_MAX_CONNS              /* (the limits below are private; a test may shrink them) */
 #define OMC__TCP_MAX_CONNS   4096       /* registered data connections per sender */
+#endif
 #define OMC__TCP_HELLO_MS    5000       /* a connection must say hello within this */
+#ifndef OMC__TCP_MAX_TICKETS
 #define OMC__TCP_MAX_TICKETS 4096       /* tickets (side-channel sessions) a sender remembers */
+#endif
+#define OMC__TCP_SOURCE_CONNS   (OMC__TCP_MAX_CONNS / 4)     /* registered connections from one address */
+#define OMC__TCP_SOURCE_TICKETS (OMC__TCP_MAX_TICKETS / 4)   /* tickets held by sessions from one address */
 #define OMC__TCP_PER_TICKET  16         /* data connections one ticket may register */
 #define OMC__TCP_TICKET_IDLE_MS 600000  /* a ticket with no data connection lives this long */
 #define OMC__TCP_PAUSE_MS    100        /* accept() out of descriptors: stop polling the port this long */
@@ -5456,6 +5470,15 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
    a request the connector has not served yet) owns it; RECEIPT: the listener wrote a whole
    payload and watches for the receipt; DEAD: to be freed by the listener. */
 enum { OMC__TCONN_PENDING = 0, OMC__TCONN_IDLE, OMC__TCONN_BUSY, OMC__TCONN_DEAD, OMC__TCONN_RECEIPT };
+
+/* A source: the address (numeric text) side-channel sessions and data connections come from.
+   No address may hold more than a quarter of the tickets or of the registered connections, and
+   a full table makes room at the expense of the address that holds the most. */
+typedef struct omc__tcp_source {
+    uint32_t ntickets, nconns;
+    uint32_t len;
+    char addr[64];
+} omc__tcp_source;
 
 /* A ticket: handed to one side-channel session (a ZMQ routing id) in the HELLO answer, and
    required in the data hello: a data connection belongs to the session whose ticket it showed,
@@ -5468,6 +5491,7 @@ typedef struct omc__tcp_ticket {
     uint32_t nconns;                    /* registered data connections that showed it */
     omc_time_ns last_used;
     int detached;                       /* a later HELLO from its routing id got a new ticket */
+    omc__tcp_source* src;               /* the address of the session's side channel */
 } omc__tcp_ticket;
 
 typedef struct omc__tcp_conn {
@@ -5482,6 +5506,8 @@ typedef struct omc__tcp_conn {
     omc_time_ns idle_since;
     uint32_t hello_got;
     uint8_t hello[OMC__TCP_HELLO_SIZE];
+    char addr[64];                      /* the peer's address (numeric), from accept() */
+    omc__tcp_source* src;               /* registered connections: counted there */
     /* requests on the connection (listener only) */
     struct omc__tcp_conn* next_ready;   /* in the plane's list of requests to serve */
     uint32_t req_got;
@@ -5504,6 +5530,7 @@ typedef struct omc__tcp_plane {
     omc__smap tokens;                   /* ticket | token (24 bytes) -> registered connection */
     omc__tcp_ticket* tickets;           /* every ticket, newest first */
     omc__smap by_ticket, by_rid;        /* ticket -> ticket; routing id -> ticket */
+    omc__smap sources;                  /* address -> omc__tcp_source */
     uint32_t ntickets;
     uint32_t npending;
     omc_time_ns paused_until;           /* listener only: accept() ran out of descriptors */
@@ -5576,6 +5603,43 @@ OMC__PRIVATE int omc__tcp_flood(omc__tcp_plane* T, int kind, unsigned long long*
     return 1;
 }
 
+/* The source record of an address, made on first use; NULL out of memory (holds mu). */
+OMC__PRIVATE omc__tcp_source* omc__tcp_source_get(omc__tcp_plane* T, const char* addr) {
+    uint32_t len = (uint32_t)strlen(addr);
+    omc__tcp_source* s = (omc__tcp_source*)omc__smap_get(&T->sources, addr, len);
+    if (s || len >= sizeof(s->addr)) return s;
+    s = (omc__tcp_source*)omc__calloc(&T->hooks, sizeof(*s));
+    if (!s) return NULL;
+    memcpy(s->addr, addr, len);
+    s->len = len;
+    if (omc__smap_put(&T->sources, &T->hooks, s->addr, len, s) != OMC_OK) { omc__free(&T->hooks, s); return NULL; }
+    return s;
+}
+
+/* Forget a source that holds nothing any more (holds mu). */
+OMC__PRIVATE void omc__tcp_source_put(omc__tcp_plane* T, omc__tcp_source* s) {
+    if (!s || s->ntickets || s->nconns) return;
+    omc__smap_del(&T->sources, &T->hooks, s->addr, s->len);
+    omc__free(&T->hooks, s);
+}
+
+/* The global table of registered connections is full: close the idle connection, unused
+   longest, of the address with the most registered connections - never one of `mine`, the
+   address asking. 1 if one was closed (holds mu; listener). */
+OMC__PRIVATE void omc__tcp_conn_evict(omc__tcp_plane* T, omc__tcp_conn* c);
+OMC__PRIVATE int omc__tcp_evict_idle(omc__tcp_plane* T, const omc__tcp_source* mine) {
+    omc__tcp_conn *c, *best = NULL;
+    for (c = T->conns; c; c = c->next) {
+        if (c->state != OMC__TCONN_IDLE || c->req_got || !c->src || c->src == mine) continue;
+        if (!best || c->src->nconns > best->src->nconns || (c->src->nconns == best->src->nconns && c->idle_since < best->idle_since)) best = c;
+    }
+    if (!best) return 0;
+    OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data port: all %d registrations taken: closed an idle connection of %s (%u registered)",
+             OMC__TCP_MAX_CONNS, best->src->addr, (unsigned)best->src->nconns);
+    omc__tcp_conn_evict(T, best);
+    return 1;
+}
+
 /* Forget a registered connection's name and its place in its ticket's count (holds mu). */
 OMC__PRIVATE void omc__tcp_unregister(omc__tcp_plane* T, omc__tcp_conn* c) {
     if (!c->ticket) return;
@@ -5584,6 +5648,7 @@ OMC__PRIVATE void omc__tcp_unregister(omc__tcp_plane* T, omc__tcp_conn* c) {
     c->ticket->nconns--;
     c->ticket->last_used = omc_now_ns();
     c->ticket = NULL;
+    if (c->src) { c->src->nconns--; omc__tcp_source_put(T, c->src); c->src = NULL; }
 }
 
 /* Close and free one connection (caller holds mu; the connection is unlinked here). */
@@ -5617,6 +5682,7 @@ OMC__PRIVATE void omc__tcp_ticket_free(omc__tcp_plane* T, omc__tcp_ticket* t) {
     omc__smap_del(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE);
     if (omc__smap_get(&T->by_rid, (const char*)t->rid, t->rid_len) == t) omc__smap_del(&T->by_rid, &T->hooks, (const char*)t->rid, t->rid_len);
     T->ntickets--;
+    if (t->src) { t->src->ntickets--; omc__tcp_source_put(T, t->src); }
     omc__free(&T->hooks, t);
 }
 
@@ -5630,26 +5696,46 @@ OMC__PRIVATE void omc__tcp_ticket_detach(omc__tcp_plane* T, omc__tcp_ticket* t) 
     if (t->nconns == 0) omc__tcp_ticket_free(T, t);
 }
 
+/* The ticket to drop to make room (holds mu): one without data connections, of the address
+   `only` if given, else of the address holding the most tickets; the one unused longest among
+   those. NULL if there is none. */
+OMC__PRIVATE omc__tcp_ticket* omc__tcp_ticket_victim(omc__tcp_plane* T, const omc__tcp_source* only) {
+    omc__tcp_ticket *t, *old = NULL;
+    for (t = T->tickets; t; t = t->next) {
+        uint32_t mine, theirs;
+        if (t->nconns || (only && t->src != only)) continue;
+        if (!old) { old = t; continue; }
+        mine = t->src ? t->src->ntickets : 0;
+        theirs = old->src ? old->src->ntickets : 0;
+        if (mine > theirs || (mine == theirs && t->last_used < old->last_used)) old = t;
+    }
+    return old;
+}
+
 /* The ticket of a side-channel session (its ZMQ routing id), made on each HELLO: 16 random
    bytes, answered inside the HELLO reply (CURVE-encrypted when CURVE is on); never the ticket of
-   an earlier HELLO (omc__tcp_ticket_detach). A full table drops the ticket unused longest;
-   OMC_ERR_BUSY if every ticket has data connections. */
-OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, uint8_t* out) {
+   an earlier HELLO (omc__tcp_ticket_detach). addr is the session's address ("" if unknown): an
+   address at its share (OMC__TCP_SOURCE_TICKETS) drops one of its own unused tickets, a full
+   table one of the address that holds the most; OMC_ERR_BUSY if there is none to drop. */
+OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, const char* addr, uint8_t* out) {
     omc__tcp_ticket *t, *old = NULL;
+    omc__tcp_source* src;
     omc_result r = OMC_OK;
     if (T->listen_fd < 0 || rid_len == 0 || rid_len > 255) return OMC_ERR_INVALID_ARG;
     pthread_mutex_lock(&T->mu);
     t = (omc__tcp_ticket*)omc__smap_get(&T->by_rid, (const char*)rid, rid_len);
     if (t) omc__tcp_ticket_detach(T, t);
     t = NULL;
-    if (T->ntickets >= OMC__TCP_MAX_TICKETS) {
-        for (t = T->tickets; t; t = t->next)
-            if (t->nconns == 0 && (!old || t->last_used < old->last_used)) old = t;
-        if (old) omc__tcp_ticket_free(T, old);
-        t = NULL;
+    src = omc__tcp_source_get(T, addr ? addr : "");
+    if (src) src->ntickets++;           /* reserved: the new ticket's (nothing below frees src) */
+    if (src && src->ntickets > OMC__TCP_SOURCE_TICKETS) {
+        if ((old = omc__tcp_ticket_victim(T, src)) != NULL) omc__tcp_ticket_free(T, old);
+        else r = OMC_ERR_BUSY;
     }
-    if (!t && T->ntickets >= OMC__TCP_MAX_TICKETS) r = OMC_ERR_BUSY;
-    else if (!t) {
+    if (r == OMC_OK && T->ntickets >= OMC__TCP_MAX_TICKETS && (old = omc__tcp_ticket_victim(T, NULL)) != NULL) omc__tcp_ticket_free(T, old);
+    if (!src) r = OMC_ERR_NO_MEMORY;
+    else if (r == OMC_OK && T->ntickets >= OMC__TCP_MAX_TICKETS) r = OMC_ERR_BUSY;
+    else if (r == OMC_OK) {
         t = (omc__tcp_ticket*)omc__calloc(&T->hooks, sizeof(*t));
         if (!t) r = OMC_ERR_NO_MEMORY;
         else {
@@ -5662,9 +5748,10 @@ OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* 
                 r = OMC_ERR_NO_MEMORY;
             }
             if (r != OMC_OK) { omc__free(&T->hooks, t); t = NULL; }
-            else { t->next = T->tickets; T->tickets = t; T->ntickets++; }
+            else { t->next = T->tickets; T->tickets = t; T->ntickets++; t->src = src; }
         }
     }
+    if (src && !t) { src->ntickets--; omc__tcp_source_put(T, src); }
     if (t) { t->last_used = omc_now_ns(); memcpy(out, t->ticket, OMC__TCP_TICKET_SIZE); }
     pthread_mutex_unlock(&T->mu);
     return r;
@@ -5731,6 +5818,34 @@ OMC__PRIVATE omc__tcp_conn* omc__tcp_oldest_pending(omc__tcp_plane* T) {
     return old;
 }
 
+/* The numeric address of an accepted peer ("" if it has none we know). */
+OMC__PRIVATE void omc__tcp_peer_addr(const struct sockaddr_storage* sa, char* out, size_t n) {
+    out[0] = '\0';
+    if (sa->ss_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in*)sa)->sin_addr, out, (socklen_t)n);
+    else if (sa->ss_family == AF_INET6) inet_ntop(AF_INET6, &((const struct sockaddr_in6*)sa)->sin6_addr, out, (socklen_t)n);
+}
+
+/* Registration limits for a connection that showed a valid ticket (holds mu): its address's
+   share (OMC__TCP_SOURCE_CONNS), then the table (OMC__TCP_MAX_CONNS), which makes room by
+   closing an idle connection of the address that holds the most. The source to count it in,
+   or NULL with *why set (OMC_ERR_BUSY, OMC_ERR_NO_MEMORY). */
+OMC__PRIVATE omc__tcp_source* omc__tcp_admit(omc__tcp_plane* T, omc__tcp_conn* c, omc_result* why) {
+    omc__tcp_source* src = omc__tcp_source_get(T, c->addr);
+    unsigned long long hidden = 0;
+    *why = OMC_ERR_BUSY;
+    if (!src) { *why = OMC_ERR_NO_MEMORY; return NULL; }
+    if (src->nconns < OMC__TCP_SOURCE_CONNS &&
+        (omc__load(&T->nregistered) < OMC__TCP_MAX_CONNS || omc__tcp_evict_idle(T, src)))
+        return src;
+    if (omc__tcp_flood(T, 1, &hidden))
+        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port %u: %s: %u data connections from %s (at most %d per address, %d in all), "
+                 "new one refused (%llu more since the last report)", (unsigned)T->port,
+                 src->nconns >= OMC__TCP_SOURCE_CONNS ? "an address at its share" : "every registration taken and none idle elsewhere",
+                 (unsigned)src->nconns, src->addr[0] ? src->addr : "an unknown address", OMC__TCP_SOURCE_CONNS, OMC__TCP_MAX_CONNS, hidden);
+    omc__tcp_source_put(T, src);
+    return NULL;
+}
+
 /* Listener: accept what is waiting on the data port. Out of descriptors (EMFILE, ENFILE): the
    oldest connection still owing its hello is closed and the port is not polled for
    OMC__TCP_PAUSE_MS, so a flood costs neither a spinning core nor a log line per event. */
@@ -5738,7 +5853,9 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
     unsigned long long hidden = 0;
     for (;;) {
         omc__tcp_conn* c;
-        int fd = accept4(T->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        struct sockaddr_storage sa;
+        socklen_t salen = sizeof(sa);
+        int fd = accept4(T->listen_fd, (struct sockaddr*)&sa, &salen, SOCK_CLOEXEC);
         if (fd < 0) {
             int e = errno;
             if (e == EINTR) continue;
@@ -5757,18 +5874,11 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
             return;
         }
         pthread_mutex_lock(&T->mu);
-        if (omc__load(&T->nregistered) >= OMC__TCP_MAX_CONNS) {
-            pthread_mutex_unlock(&T->mu);
-            if (omc__tcp_flood(T, 1, &hidden))
-                OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port %u: %d data connections registered, refusing new ones (%llu more since the last report)",
-                         (unsigned)T->port, OMC__TCP_MAX_CONNS, hidden);
-            close(fd);
-            continue;
-        }
         if (T->npending >= OMC__TCP_MAX_PENDING && (c = omc__tcp_oldest_pending(T)) != NULL) omc__tcp_conn_evict(T, c);
         c = (omc__tcp_conn*)omc__calloc(&T->hooks, sizeof(*c));
         if (!c) { pthread_mutex_unlock(&T->mu); close(fd); continue; }
         c->fd = fd;
+        omc__tcp_peer_addr(&sa, c->addr, sizeof(c->addr));
         c->state = OMC__TCONN_PENDING;
         c->hello_deadline = omc_deadline_after_ms(OMC__TCP_HELLO_MS);
         c->next = T->conns;
@@ -5810,6 +5920,7 @@ OMC__PRIVATE void omc__tcp_refuse(omc__tcp_plane* T, omc__tcp_conn* c, omc_resul
 OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     uint8_t ack[OMC__TCP_ACK_SIZE], ticket[OMC__TCP_TICKET_SIZE];
     omc__tcp_ticket* t;
+    omc__tcp_source* src;
     omc_result r;
     ssize_t k = recv(c->fd, c->hello + c->hello_got, OMC__TCP_HELLO_SIZE - c->hello_got, MSG_DONTWAIT);
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
@@ -5825,12 +5936,18 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     memcpy(c->key, ticket, OMC__TCP_TICKET_SIZE);
     memcpy(c->key + OMC__TCP_TICKET_SIZE, c->hello + 8, 8);
     if (omc__smap_get(&T->tokens, (const char*)c->key, sizeof(c->key))) { omc__tcp_refuse(T, c, OMC_ERR_EXISTS, 1); return; }
-    if (omc__smap_put(&T->tokens, &T->hooks, (const char*)c->key, sizeof(c->key), c) != OMC_OK) { omc__tcp_conn_free(T, c); return; }
+    if ((src = omc__tcp_admit(T, c, &r)) == NULL) { omc__tcp_refuse(T, c, r, 1); return; }
+    if (omc__smap_put(&T->tokens, &T->hooks, (const char*)c->key, sizeof(c->key), c) != OMC_OK) {
+        omc__tcp_source_put(T, src);
+        omc__tcp_conn_free(T, c);
+        return;
+    }
     omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
     omc__put_u32(ack + 4, 0);
     /* a fresh socket always has room for 8 bytes; anything else means it is already broken */
     if (send(c->fd, ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack)) {
         omc__smap_del(&T->tokens, &T->hooks, (const char*)c->key, sizeof(c->key));
+        omc__tcp_source_put(T, src);
         omc__tcp_conn_free(T, c);
         return;
     }
@@ -5840,6 +5957,8 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     c->ticket = t;
     t->nconns++;
     t->last_used = c->idle_since;
+    c->src = src;
+    src->nconns++;
     omc__add(&T->nregistered, 1u);
 }
 
@@ -5929,10 +6048,16 @@ OMC__PRIVATE omc__tcp_conn* omc__tcp_next_request(omc__tcp_plane* T) {
    the 24 bytes do not fit at once, which a receiver waiting for them never causes). */
 OMC__PRIVATE void omc__tcp_answer_status(omc__tcp_plane* T, omc__tcp_conn* c, omc_result code, uint64_t xfer, uint64_t detail) {
     uint8_t st[OMC__TCP_STATUS_SIZE];
+    omc_time_ns since = c->idle_since;
     ssize_t k;
     omc__tcp_status_encode(st, code, xfer, detail);
     k = send(c->fd, st, sizeof(st), MSG_NOSIGNAL | MSG_DONTWAIT);
     omc__tcp_conn_release(T, c, k == (ssize_t)sizeof(st));
+    if (code != OMC_OK) {       /* a refused request is no activity: it keeps nothing alive */
+        pthread_mutex_lock(&T->mu);
+        if (c->state == OMC__TCONN_IDLE) c->idle_since = since;
+        pthread_mutex_unlock(&T->mu);
+    }
 }
 
 /* Close everything (connector close; no worker runs any more). */
@@ -5944,6 +6069,7 @@ OMC__PRIVATE void omc__tcp_shutdown(omc__tcp_plane* T) {
     omc__smap_free(&T->tokens, &T->hooks);
     omc__smap_free(&T->by_ticket, &T->hooks);
     omc__smap_free(&T->by_rid, &T->hooks);
+    omc__smap_free(&T->sources, &T->hooks);     /* empty now: the last ticket and connection took theirs */
     pthread_mutex_unlock(&T->mu);
     if (T->listen_fd >= 0) close(T->listen_fd);
     T->listen_fd = -1;
@@ -6710,6 +6836,7 @@ struct omc__net {
     uint8_t (*allowed)[32];
     uint32_t nallowed;
     int wake_fd;
+    char msg_addr[64];                  /* listener only: the address of the message it handles */
     pthread_t listener;
     int listener_started;
     pthread_t* workers;
@@ -6919,7 +7046,7 @@ OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t ri
     }
     if (N->tcp.listen_fd >= 0) {    /* the session's ticket: its data connections must show it */
         uint8_t ticket[OMC__TCP_TICKET_SIZE];
-        omc_result r = omc__tcp_ticket_issue(&N->tcp, rid, rid_len, ticket);
+        omc_result r = omc__tcp_ticket_issue(&N->tcp, rid, rid_len, N->msg_addr, ticket);
         if (r == OMC_OK) omc__wire_add_record(recs, sizeof(recs), &rlen, &count, OMC__REC_TICKET, ticket, sizeof(ticket));
         else OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "HELLO answered without a data ticket (%s): that receiver cannot pull", omc_result_str(r));
     }
@@ -7314,15 +7441,34 @@ OMC__PRIVATE int omc__zmq_frame(void* sock, uint8_t* buf, size_t cap, int flags,
     return 0;
 }
 
+/* omc__zmq_frame for a message's first frame, also giving the address of the peer that sent it
+   (libzmq's "Peer-Address" property; "" if the transport has none). */
+OMC__PRIVATE int omc__zmq_frame_from(void* sock, uint8_t* buf, size_t cap, int flags, size_t* len, int* more, char* addr, size_t addr_size) {
+    omc__zmq_msg msg;
+    const char* a;
+    size_t ms = sizeof(*more);
+    addr[0] = '\0';
+    if (omc__zmq_msg_init(&msg) != 0) return -1;
+    if (omc__zmq_msg_recv(&msg, sock, flags) < 0) { omc__zmq_msg_close(&msg); return -1; }
+    *len = omc__zmq_msg_size(&msg);
+    if (*len) memcpy(buf, omc__zmq_msg_data(&msg), omc__min(*len, cap));
+    if ((a = omc__zmq_msg_gets(&msg, "Peer-Address")) != NULL) omc__strcut(addr, addr_size, a);
+    omc__zmq_msg_close(&msg);
+    *more = 0;
+    if (omc__zmq_getsockopt(sock, ZMQ_RCVMORE, more, &ms) != 0) *more = 0;
+    return 0;
+}
+
 /* Read what is waiting on the ROUTER, in a bounded batch so nothing else starves; 1 if it
-   stopped at the bound (more may be waiting). */
+   stopped at the bound (more may be waiting). The address of each message's sender is in
+   N->msg_addr while it is handled. */
 OMC__PRIVATE int omc__net_read_router(omc__net* N) {
     int batch;
     for (batch = 0; batch < 64; batch++) {
         uint8_t rid[OMC__NET_RID_MAX], buf[OMC__WIRE_MAX];
         size_t rn, n, junk;
         int more = 0, extra = 0;
-        if (omc__zmq_frame(N->router, rid, sizeof(rid), ZMQ_DONTWAIT, &rn, &more) != 0) return 0;
+        if (omc__zmq_frame_from(N->router, rid, sizeof(rid), ZMQ_DONTWAIT, &rn, &more, N->msg_addr, sizeof(N->msg_addr)) != 0) return 0;
         if (!more) continue;                                            /* cannot happen on a ROUTER */
         if (omc__zmq_frame(N->router, buf, sizeof(buf), 0, &n, &more) != 0) return 0;
         while (more) {      /* anything after the one frame we expect is garbage: drain it */
