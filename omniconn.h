@@ -308,8 +308,9 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
       ABORT: empty body (the receiver gave up this transfer id: a held query is dropped without
         an answer, a push in progress stops at its next chunk)
       LIST body (receiver -> sender; omc_conn_list), 8 bytes:
-        0   u32  cursor: how many of the sender's listable keys to skip (0 = from the start;
-                 else the cursor of the previous LIST_REPLY)
+        0   u32  cursor: 0 = from the start; else the cursor of the previous LIST_REPLY,
+                 an opaque position the sender chose (a page costs the sender the same
+                 wherever it starts)
         4   u32  reserved (0)
       LIST_REPLY body (sender -> receiver), 8 + records bytes (at most 8152):
         0   u32  next cursor (0 = this is the last page; else send LIST with it for more)
@@ -318,7 +319,8 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
         8   key records, back to back, filling the body exactly: u16 key length (1..255),
             the qualified key. The keys are those a PULL could take now (a read still
             available), newest first; keys that come or go between two pages may be missed
-            or listed twice.
+            (a page may also hold no key and a next cursor: the sender looks at a bounded
+            number of entries per page).
         A sender of protocol version 1 that predates LIST answers it with ERROR
         (OMC_ERR_PROTOCOL, "unknown type"): the receiver reports OMC_ERR_UNAVAILABLE.
       omc_conn_exists asks with a QUERY whose wait is 0 (QUERY_REPLY = live, NOT_FOUND = not).
@@ -4093,6 +4095,30 @@ OMC__PRIVATE omc_result omc__etab_list(const omc__etab* T, omc__key_sink sink, v
     return r;
 }
 
+/* A LIST position: the slot to go on from, with 8 bits of its generation; never 0 (0 is "from
+   the newest"). */
+OMC__PRIVATE uint32_t omc__etab_cursor(const omc__etab* T, uint32_t slot) { return ((T->ent[slot].gen & 0xFFu) << 24) | (slot + 1u); }
+
+/* omc__etab_list one page at a time, at a cost bounded by the page: from the position cursor
+   (0: the newest entry), visiting at most max_visit entries. *next is the position of the first
+   entry not given to sink (the one it refused, or the one after the visits ran out), 0 at the
+   end of the list. A position whose entry is gone (freed, or its slot reused) is the end: keys
+   put or taken between two pages may be missed. */
+OMC__PRIVATE omc_result omc__etab_list_from(const omc__etab* T, uint32_t cursor, uint32_t max_visit, omc__key_sink sink, void* user, uint32_t* next) {
+    uint32_t i = T->used_head, slot = (cursor & 0xFFFFFFu) - 1u;
+    omc_result r = OMC_OK;
+    *next = 0;
+    if (cursor) {
+        if (slot >= T->cap || T->ent[slot].state == OMC__ENT_FREE || (T->ent[slot].gen & 0xFFu) != cursor >> 24) return OMC_OK;
+        i = slot;
+    }
+    for (; i != OMC__NIL; i = T->ent[i].next) {
+        if (max_visit-- == 0) { *next = omc__etab_cursor(T, i); break; }
+        if (T->ent[i].state == OMC__ENT_LIVE && (r = sink(T->ent[i].qkey, T->ent[i].qlen, user)) != OMC_OK) { *next = omc__etab_cursor(T, i); break; }
+    }
+    return r;
+}
+
 /* ---- the owner: an entry table, its pool and its lock (the same-process and remote
         connectors are both one of these plus their transport) ---- */
 
@@ -4220,6 +4246,20 @@ OMC__PRIVATE omc_result omc__owner_list(omc__owner* O, omc__key_sink sink, void*
     pthread_mutex_lock(&O->mu);
     omc__owner_maybe_sweep(O);
     r = omc__etab_list(&O->tab, omc__owner_list_filter, &x);
+    pthread_mutex_unlock(&O->mu);
+    return r;
+}
+
+/* One page of omc__owner_list (omc__etab_list_from). */
+OMC__PRIVATE omc_result omc__owner_list_page(omc__owner* O, uint32_t cursor, uint32_t max_visit, omc__key_sink sink, void* user, uint32_t* next) {
+    omc__owner_list_ctx x;
+    omc_result r;
+    x.O = O;
+    x.sink = sink;
+    x.user = user;
+    pthread_mutex_lock(&O->mu);
+    omc__owner_maybe_sweep(O);
+    r = omc__etab_list_from(&O->tab, cursor, max_visit, omc__owner_list_filter, &x, next);
     pthread_mutex_unlock(&O->mu);
     return r;
 }
@@ -6726,6 +6766,7 @@ OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KE
 */
 
 #define OMC__NET_RID_MAX     256        /* ZMQ routing ids are at most 255 bytes */
+#define OMC__NET_LIST_VISIT  4096       /* entries one LIST page looks at, at most */
 #define OMC__NET_MAX_HELD    1024       /* QUERYs held at once; more are answered NOT_FOUND now */
 #define OMC__NET_MAX_PEERS   4096       /* senders a receiver remembers */
 #define OMC__NET_HANDSHAKE_MS 10000     /* a ZMTP handshake (incl. CURVE) must finish within this */
@@ -7128,7 +7169,7 @@ OMC__PRIVATE void omc__net_answer_held(omc__net* N, omc_time_ns now) {
     }
 }
 
-/* LIST: one page of the keys a PULL could take now, after skipping cursor of them. */
+/* LIST: one page of the keys a PULL could take now, from the position of the cursor. */
 typedef struct omc__net_page { uint8_t keys[OMC__WIRE_LIST_MAX]; uint32_t len, n, skip, seen, full; } omc__net_page;
 
 static omc_result omc__net_page_add(const char* qkey, uint32_t qlen, void* user) {
@@ -7146,14 +7187,12 @@ static omc_result omc__net_page_add(const char* qkey, uint32_t qlen, void* user)
 OMC__PRIVATE void omc__net_on_list(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
     omc__net_page* pg = (omc__net_page*)omc__calloc(&N->conn->hooks, sizeof(omc__net_page));
     omc__wire m;
-    if (!pg) { omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, OMC_ERR_NO_MEMORY, 0, "sender out of memory"); return; }
-    pg->skip = in->cursor;
-    omc__owner_list(&N->own, omc__net_page_add, pg);
     memset(&m, 0, sizeof(m));
+    if (!pg) { omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, OMC_ERR_NO_MEMORY, 0, "sender out of memory"); return; }
+    omc__owner_list_page(&N->own, in->cursor, OMC__NET_LIST_VISIT, omc__net_page_add, pg, &m.cursor);
     m.type = OMC__MSG_LIST_REPLY;
     m.xfer = in->xfer;
     m.seq = in->seq;
-    m.cursor = pg->full ? in->cursor + pg->n : 0;
     m.nkeys = pg->n;
     m.keys = pg->keys;
     m.keys_len = pg->len;
