@@ -26,6 +26,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -1996,6 +1997,83 @@ OMC_TEST(a_list_page_costs_the_same_at_the_end_of_a_long_list_as_at_its_start) {
     printf("  CPU per page: first %.3f ms, last %.3f ms (medians of %d)\n", first_cpu[ROUNDS / 2] * 1e3, last_cpu[ROUNDS / 2] * 1e3, ROUNDS);
     CHECK(last_cpu[ROUNDS / 2] <= 3 * first_cpu[ROUNDS / 2] + 0.00025);
     hz_close(&h);
+    omc_conn_destroy(s);
+}
+
+/* A get on its own thread, timed. */
+typedef struct timed_get { omc_conn* r; const char* key; omc_meta* m; int deadline_ms; omc_result res; double secs; uint64_t size; int ok; } timed_get;
+
+static void* timed_get_main(void* arg) {
+    timed_get* g = (timed_get*)arg;
+    omc_buffer b;
+    double t0 = now_s();
+    memset(&b, 0, sizeof(b));
+    g->res = omc_conn_get(g->r, "s0", "s1", g->key, g->m->data, g->m->size, omc_deadline_after_ms(g->deadline_ms), &b);
+    g->secs = now_s() - t0;
+    if (g->res == OMC_OK) { g->size = b.size; g->ok = omc_test_verify(b.data, b.size, 209); omc_buffer_release(&b); }
+    __atomic_store_n(&g->deadline_ms, 0, __ATOMIC_RELEASE);     /* done */
+    return NULL;
+}
+
+/* HOSTILE: two sessions from another address each ask for a 64 MiB entry on their data
+   connection, with the longest budget, and then read 0.5 MiB/s - enough to never trip the
+   "no byte for 5 s" stall abort. The sender has two push workers. Want: a legitimate 32 MiB get
+   (which needs a worker) is served well within its 10 s deadline; the slow pushes are aborted
+   (OMNICONN_TCP_MIN_RATE) and their connections closed. Before: both workers were held for
+   128 s and the get timed out. */
+OMC_TEST(slow_readers_cannot_hold_the_push_workers) {
+    omc_conn* s = make_sender(256u << 20, NULL, NULL, 0, 2);
+    omc_conn* r = make_receiver(64u << 20, NULL, NULL, NULL);
+    void* ctx = zmq_ctx_new();
+    omc_meta m1 = {0}, m2 = {0}, ml = {0};
+    timed_get g;
+    pthread_t th;
+    uint16_t port = 0, dport = 0;
+    hz h[2];
+    int fd[2] = {-1, -1}, closed[2] = {0, 0}, i;
+    uint8_t q[48], sink[65536];
+    double end;
+    REQUIRE(s && r && ctx);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "slow0", 64u << 20, 207, &m1));
+    CHECK_OK(put_bytes(s, "slow1", 64u << 20, 208, &m2));
+    CHECK_OK(put_bytes(s, "legit", 32u << 20, 209, &ml));
+    for (i = 0; i < 2; i++) {
+        const omc_meta* m = i ? &m2 : &m1;
+        REQUIRE(hz_open_from(&h[i], ctx, "127.0.0.2", port) == 0);
+        REQUIRE(hz_hello(&h[i]) == HZ_HELLO);
+        REQUIRE(data_conn_from("127.0.0.2", dport, 0x5100u + (uint64_t)i, &h[i], &fd[i]) == 0);
+        memset(q, 0, sizeof(q));        /* a PULL request asking for the longest budget */
+        le32(q, 0x50434D4Fu); q[4] = 1;
+        le64(q + 8, 1); le64(q + 16, entry_of(m)); le64(q + 32, 64u << 20); le32(q + 40, 0xFFFFFFFFu);
+        le32(q + 44, crc32c_ref((const uint8_t*)(i ? QKEY("slow1") : QKEY("slow0")), strlen(QKEY("slow0")), 0));
+        CHECK(write(fd[i], q, sizeof(q)) == (ssize_t)sizeof(q));
+    }
+    usleep(300000);                     /* both pushes have their worker (a real one would too) */
+    memset(&g, 0, sizeof(g));
+    g.r = r; g.key = "legit"; g.m = &ml; g.deadline_ms = 10000;
+    REQUIRE(pthread_create(&th, NULL, timed_get_main, &g) == 0);
+    for (end = now_s() + 15; now_s() < end && __atomic_load_n(&g.deadline_ms, __ATOMIC_ACQUIRE); ) {
+        for (i = 0; i < 2; i++) {       /* 50 KiB per 100 ms each: 0.5 MiB/s */
+            ssize_t k;
+            if (closed[i]) continue;
+            k = recv(fd[i], sink, 50u << 10, MSG_DONTWAIT);
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed[i] = 1;
+        }
+        usleep(100000);
+    }
+    pthread_join(th, NULL);
+    printf("  legitimate 32 MiB get: %s after %.2f s; slow connections closed by the sender: %d, %d\n",
+           omc_result_name(g.res), g.secs, closed[0], closed[1]);
+    CHECK_OK(g.res);
+    CHECK(g.ok && g.size == (32u << 20));
+    for (i = 0; i < 2; i++) if (!closed[i]) CHECK(closed_within(fd[i], 6000));
+    for (i = 0; i < 2; i++) { close(fd[i]); zmq_close(h[i].sock); }
+    zmq_ctx_term(ctx);
+    omc_meta_free(&m1);
+    omc_meta_free(&m2);
+    omc_meta_free(&ml);
+    omc_conn_destroy(r);
     omc_conn_destroy(s);
 }
 
