@@ -183,7 +183,7 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
          by vLLM-Omni's rule, 30 s + 5 s per 100 MiB, when the receiver waits forever; the
          receiver applies the same rule to its own wait then), never longer than
          OMNICONN_TCP_MAX_PUSH_MS, and aborts a push whose receiver takes no byte for
-         OMNICONN_TCP_STALL_MS. A sender runs one push at a time per side-channel session (a
+         OMNICONN_TCP_STALL_MS or reads slower than OMNICONN_TCP_MIN_RATE. A sender runs one push at a time per side-channel session (a
          channel has at most one transfer in flight), so no receiver holds more than one push
          worker; an ABORT drops a push still waiting for a worker at once. When a get fails at its deadline,
          the code says why: OMC_ERR_TIMEOUT (the senders answered, the key never came, or the
@@ -461,6 +461,10 @@ CONFIGURATION
                                                           whatever the PULL asks for
     OMNICONN_TCP_STALL_MS        5000        impl file    a push whose receiver takes no byte this
                                                           long is aborted (its entry unpinned)
+    OMNICONN_TCP_MIN_RATE        1 MiB/s     impl file    a push that moves less than this in any
+                                                          2 s (after its first) is aborted, so slow
+                                                          readers cannot hold the push workers; 0 =
+                                                          no minimum
     _GNU_SOURCE                  (defined)   impl file    defined by omniconn.h in the file that defines
                                                           OMNICONN_IMPLEMENTATION (the implementation
                                                           needs Linux extensions) and so in force for
@@ -4731,6 +4735,9 @@ OMC__PRIVATE omc_result omc__zmq_require(const omc_hooks* hooks) {
 #ifndef OMNICONN_TCP_STALL_MS
     #define OMNICONN_TCP_STALL_MS 5000      /* a push whose receiver takes no byte this long is aborted */
 #endif
+#ifndef OMNICONN_TCP_MIN_RATE
+    #define OMNICONN_TCP_MIN_RATE ((uint64_t)1 << 20)  /* bytes/s a push must keep up, per 2 s; 0 = any rate */
+#endif
 #ifndef OMNICONN_TCP_INLINE_THRESHOLD
     #define OMNICONN_TCP_INLINE_THRESHOLD ((uint64_t)16 << 10)  /* payloads up to this also ride in the metadata */
 #endif
@@ -6129,12 +6136,27 @@ OMC__PRIVATE omc_result omc__tcp_tx_hello(void* user, const uint8_t* rec, uint32
    system calls as possible. blocking: wait (deadline, abort) whenever the socket is full.
    Non-blocking (the listener): stop with OMC_ERR_BUSY when the socket is full or after budget
    bytes. Short writes and EINTR are retried; *pos always says how far it got. */
+#define OMC__TCP_RATE_WINDOW_MS 2000   /* OMNICONN_TCP_MIN_RATE is judged over windows this long */
+
+/* A blocking push's rate check, once per OMC__TCP_RATE_WINDOW_MS: 1 if the window that just
+   ended moved less than OMNICONN_TCP_MIN_RATE allows (the first window also fills the socket
+   buffers, so a slow reader fails the second). *since and *moved start the next window. */
+OMC__PRIVATE int omc__tcp_too_slow(omc_time_ns now, omc_time_ns* since, uint64_t* moved) {
+    int slow;
+    if (now - *since < (omc_time_ns)OMC__TCP_RATE_WINDOW_MS * 1000000LL) return 0;
+    slow = (uint64_t)OMNICONN_TCP_MIN_RATE > 0 && *moved < (uint64_t)OMNICONN_TCP_MIN_RATE * OMC__TCP_RATE_WINDOW_MS / 1000u;
+    *since = now;
+    *moved = 0;
+    return slow;
+}
+
 OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const uint8_t* src, uint64_t size, const uint8_t* trl,
                                               uint64_t* pos, uint64_t end, int blocking, uint64_t budget, omc_time_ns deadline,
                                               const int* abort) {
     const uint8_t* seg[3];
-    uint64_t seglen[3], moved = 0;
+    uint64_t seglen[3], moved = 0, window_moved = 0;
     omc_time_ns progress = blocking ? omc_now_ns() : 0;    /* last time the receiver took a byte */
+    omc_time_ns window = progress;                          /* the rate window began */
     seg[0] = hdr; seglen[0] = OMC__TCP_HEADER_SIZE;
     seg[1] = src; seglen[1] = size;
     seg[2] = trl; seglen[2] = OMC__TCP_TRAILER_SIZE;
@@ -6164,6 +6186,7 @@ OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const 
         if (k > 0) {
             *pos += (uint64_t)k;
             moved += (uint64_t)k;
+            window_moved += (uint64_t)k;
             if (blocking) progress = omc_now_ns();
             if (!blocking && moved >= budget && *pos < end) return OMC_ERR_BUSY;
         } else if (k < 0 && errno == EINTR) {
@@ -6175,6 +6198,7 @@ OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const 
             if (omc__deadline_passed(deadline)) return OMC_ERR_TIMEOUT;
             /* a receiver that takes nothing for OMNICONN_TCP_STALL_MS is dead or hostile */
             if (omc_now_ns() - progress > (omc_time_ns)OMNICONN_TCP_STALL_MS * 1000000LL) return OMC_ERR_TIMEOUT;
+            if (omc__tcp_too_slow(omc_now_ns(), &window, &window_moved)) return OMC_ERR_TIMEOUT;
         }
     }
     return OMC_OK;
@@ -6799,6 +6823,7 @@ typedef struct omc__net_job {
     uint64_t resume;                    /* TCP: stream bytes the listener already wrote */
     int direct;                         /* TCP: asked for on its data connection (no side-channel reply) */
     omc__tcp_conn* tconn;               /* TCP: the listener waits for its receipt on this connection */
+    char addr[64];                      /* the receiver's address (fair scheduling across addresses) */
     omc_time_ns since;                  /* when that wait began (OMNICONN_TCP_STALL_MS) */
     omc__net* owner;
     omc_result result;
@@ -7278,6 +7303,7 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     job->receiver_incarnation = in->incarnation;
     job->rid_len = rid_len;
     memcpy(job->rid, rid, rid_len);
+    memcpy(job->addr, N->msg_addr, sizeof(job->addr));
     job->desc_len = in->desc_len;
     if (in->desc_len) memcpy(job->desc, in->desc, in->desc_len);
     omc__net_launch_job(N, job, in->budget_ms);
@@ -7410,6 +7436,7 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, omc__tcp_conn* c) {
     job->receiver_incarnation = c->incarnation;
     job->rid_len = c->ticket->rid_len;
     memcpy(job->rid, c->ticket->rid, c->ticket->rid_len);
+    memcpy(job->addr, c->addr, sizeof(job->addr));
     job->desc_len = 8;
     memcpy(job->desc, c->key + OMC__TCP_TICKET_SIZE, 8);    /* the connection's token, as a PULL names it */
     job->direct = 1;
@@ -7674,17 +7701,25 @@ static void* omc__net_listener_main(void* arg) {
    transfer in flight anyway, so only a peer that misbehaves waits here - and it cannot hold
    more than one worker, whatever budget it asks for. */
 OMC__PRIVATE omc__net_job* omc__net_pick(omc__net* N) {
-    omc__net_job **pp, *r;
+    omc__net_job **pp, **best = NULL, *r;
+    uint32_t best_n = 0;
     for (pp = &N->queue; *pp; pp = &(*pp)->next) {
         omc__net_job* j = *pp;
-        for (r = N->running; r; r = r->next)
+        uint32_t n = 0;
+        for (r = N->running; r; r = r->next) {
             if (r->rid_len == j->rid_len && memcmp(r->rid, j->rid, j->rid_len) == 0) break;
+            n += strcmp(r->addr, j->addr) == 0;
+        }
         if (r) continue;
-        *pp = j->next;
-        if (!*pp) N->queue_tail = pp;
-        return j;
+        /* fair across addresses: the oldest job of the address that runs the fewest pushes */
+        if (!best || n < best_n) { best = pp; best_n = n; }
+        if (n == 0) break;
     }
-    return NULL;
+    if (!best) return NULL;
+    r = *best;
+    *best = r->next;
+    if (!*best) N->queue_tail = best;
+    return r;
 }
 
 static void* omc__net_worker_main(void* arg) {
