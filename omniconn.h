@@ -6139,12 +6139,13 @@ OMC__PRIVATE omc_result omc__tcp_tx_hello(void* user, const uint8_t* rec, uint32
 #define OMC__TCP_RATE_WINDOW_MS 2000   /* OMNICONN_TCP_MIN_RATE is judged over windows this long */
 
 /* A blocking push's rate check, once per OMC__TCP_RATE_WINDOW_MS: 1 if the window that just
-   ended moved less than OMNICONN_TCP_MIN_RATE allows (the first window also fills the socket
-   buffers, so a slow reader fails the second). *since and *moved start the next window. */
+   ended moved some bytes but fewer than OMNICONN_TCP_MIN_RATE allows (the first window also
+   fills the socket buffers, so a slow reader fails the second; a window without a byte is the
+   stall timeout's to judge). *since and *moved start the next window. */
 OMC__PRIVATE int omc__tcp_too_slow(omc_time_ns now, omc_time_ns* since, uint64_t* moved) {
     int slow;
     if (now - *since < (omc_time_ns)OMC__TCP_RATE_WINDOW_MS * 1000000LL) return 0;
-    slow = (uint64_t)OMNICONN_TCP_MIN_RATE > 0 && *moved < (uint64_t)OMNICONN_TCP_MIN_RATE * OMC__TCP_RATE_WINDOW_MS / 1000u;
+    slow = (uint64_t)OMNICONN_TCP_MIN_RATE > 0 && *moved > 0 && *moved < (uint64_t)OMNICONN_TCP_MIN_RATE * OMC__TCP_RATE_WINDOW_MS / 1000u;
     *since = now;
     *moved = 0;
     return slow;
