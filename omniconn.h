@@ -388,7 +388,7 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
         16  u64  payload size
         receipt (sent by the receiver once every payload byte is in its destination buffer;
         only on a connection opened with a version-2 hello):
-        0   u32  magic 0x52434D4F ("OMCR")
+        0   u32  magic 0x47434D4F ("OMCG"; the RDMA endpoint record has "OMCR")
         4   u32  reserved (0)
         trailer (written only after the receipt came and the sender recorded the read - the
         entry's reader is used up, a last reader's entry is gone - so it tells the receiver
@@ -5150,7 +5150,7 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_ACK_MAGIC   0x41434D4Fu    /* "OMCA" */
 #define OMC__TCP_DATA_MAGIC  0x44434D4Fu    /* "OMCD" */
 #define OMC__TCP_END_MAGIC   0x45434D4Fu    /* "OMCE" */
-#define OMC__TCP_RECEIPT_MAGIC 0x52434D4Fu  /* "OMCR" */
+#define OMC__TCP_RECEIPT_MAGIC 0x47434D4Fu  /* "OMCG": got every byte ("OMCR" is the RDMA endpoint record's) */
 #define OMC__TCP_RECEIPT_SIZE 8
 #define OMC__TCP_TRAILER_SIZE 8
 #define OMC__TCP_HELLO_SIZE  40         /* version 2: with the ticket */
@@ -6303,7 +6303,7 @@ OMC__PRIVATE void omc__tcp_end_receipt(omc__tcp_plane* T, omc__tcp_conn* c, int 
     omc__tcp_conn_release(T, c, ok);
 }
 
-/* Wait for the receiver's receipt (8 bytes: "OMCR", 0) after the last payload byte: it says
+/* Wait for the receiver's receipt (8 bytes: "OMCG", 0) after the last payload byte: it says
    the bytes are in the receiver's buffer, not just in a kernel. Bounded by the deadline, ABORT
    and OMNICONN_TCP_STALL_MS; EOF or anything else than a receipt fails the push. */
 OMC__PRIVATE omc_result omc__tcp_read_receipt(int fd, omc_time_ns deadline, const int* abort) {

@@ -1369,7 +1369,7 @@ OMC_TEST(garbage_requests_on_a_data_connection_are_refused_or_closed) {
     CHECK(dreq(fd, 1, 5, entry, 0, 1u << 20) == 0);                             /* now a real pull, by hand */
     CHECK(read_n(fd, hdr, sizeof(hdr)) == 0 && rd32(hdr) == 0x44434D4Fu && rd64(hdr + 8) == 5 && rd64(hdr + 16) == 4096);
     CHECK(read_n(fd, payload, sizeof(payload)) == 0 && omc_test_verify(payload, sizeof(payload), 141));
-    le32(rc, 0x52434D4Fu); le32(rc + 4, 0);
+    le32(rc, 0x47434D4Fu); le32(rc + 4, 0);     /* the receipt, "OMCG" */
     CHECK(write(fd, rc, sizeof(rc)) == (ssize_t)sizeof(rc));
     CHECK(read_n(fd, trl, sizeof(trl)) == 0 && rd32(trl) == 0x45434D4Fu);
     CHECK(dreq(fd, 1, 6, entry, 0, 1u << 20) == 0);                             /* its one reader is used up */
