@@ -254,7 +254,8 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
             type 1, TCP data endpoint (sender only): u16 port (non-zero), u16 reserved (0),
                     host text (0..255 bytes, no NUL; empty = the host the side channel reached)
             type 2, RDMA endpoint: defined by omniconn_rdma.h
-            type 0x100, data-connection ticket (sender only, in every answer to a HELLO): 16
+            type 0x100, data-connection ticket (sender only, in the answer to a HELLO unless
+                    the sender's ticket table has no room: then a WARN and no record): 16
                     random bytes, one ticket per side-channel session (ZMQ routing id); a
                     repeated HELLO from a routing id gets a new ticket and the old one
                     registers nothing more; the session's TCP data connections must show it
@@ -324,6 +325,10 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
         A sender of protocol version 1 that predates LIST answers it with ERROR
         (OMC_ERR_PROTOCOL, "unknown type"): the receiver reports OMC_ERR_UNAVAILABLE.
       omc_conn_exists asks with a QUERY whose wait is 0 (QUERY_REPLY = live, NOT_FOUND = not).
+      QUERY and LIST need no HELLO first (only a data connection needs the HELLO's ticket).
+      A receiver may send its next message before the answer to the last (a new channel
+      pipelines HELLO and QUERY); answers echo the transfer id and sequence number, and a held
+      QUERY may be answered after later messages.
       Reserved fields must be zero and lengths must add up exactly. A sender answers anything
       else with ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION or OMC_ERR_PROTOCOL) and carries on.
 
@@ -340,11 +345,16 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
         else an omc_result: the connection is closed after it). A hello that is not version 2
         gets OMC_ERR_MALFORMED or OMC_ERR_VERSION (a version-1 hello, 24 bytes without the
         ticket, is what a receiver of the first release sends; it still sends it to a sender
-        whose HELLO carries no ticket); a ticket the sender did not hand out gets no ack at
-        all: the connection is closed. A ticket registers at most 16 connections (then
-        OMC_ERR_BUSY), a token at most once per ticket (then OMC_ERR_EXISTS).
+        whose HELLO carries no ticket); a well-formed hello whose ticket the sender did not
+        hand out gets no ack at all: the connection is closed (so bytes that are not a hello
+        learn only that this is an omniconn data port). A ticket registers at most 16
+        connections (then OMC_ERR_BUSY), a token at most once per ticket (then
+        OMC_ERR_EXISTS); one address at most a quarter of the 4096 registrations, and when all
+        are taken an idle connection of the address holding the most is closed to make room,
+        else the new one gets OMC_ERR_BUSY.
       A sender keeps at most 64 connections waiting for their hello (a new one closes the
-      oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS,
+      oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS
+      (a refused request does not count as activity),
       and serves a PULL only on a connection registered with the ticket of the PULL's own
       side-channel session (otherwise: ERROR OMC_ERR_CONNECTION, nothing written).
       request, receiver -> sender, 48 bytes, on an idle connection of a sender whose HELLO has
@@ -362,11 +372,14 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
         32  u64  PULL: destination capacity; CLAIM: the payload size the metadata announced
                  (a different size than the entry's, or a CLAIM of an entry the sender did not
                  inline, is OMC_ERR_PROTOCOL)
-        40  u32  time budget in ms, as in PULL
+        40  u32  PULL: time budget in ms, as in PULL; CLAIM: ignored (nothing moves)
         44  u32  key check: CRC-32C of the qualified key the get asks for (as the envelope's
                  CRC is computed); an entry of another key is OMC_ERR_NOT_FOUND
       Anything else - a wrong magic (seen after 4 bytes), op or reserved field, entry id 0, a
       request not complete within 5 s - closes the connection (counted in protocol_errors).
+      Requests may be pipelined: one sent before the previous one is answered waits in the
+      socket and is read once that one is done (a CLAIM or refusal: its status written; a
+      PULL: its receipt read, so the receipt must come first). One at a time, in order.
       The sender answers a PULL request with the header and payload below, a CLAIM or any
       refusal with a status record, 24 bytes (what the receiver reads in place of a header;
       nothing else follows it and the connection stays usable):
@@ -580,7 +593,9 @@ WIRE FORMATS (all integers little-endian)
         0   u32  magic 0x4D434D4F ("OMCM")
         4   u8   version (1)
         5   u8   transport (omc_transport)
-        6   u16  flags: bit 0 inline (the payload bytes are the body), bit 1 frame
+        6   u16  flags: bit 0 inline (the payload's bytes ride in the body: the whole body for
+                 the same-process connectors, its tail after the address for the remote one),
+                 bit 1 frame
         8   u64  payload size in bytes
         16  u64  producer incarnation (random per process start)
         24  u16  qualified key length (1..OMC_KEY_MAX-1)
