@@ -2077,6 +2077,33 @@ OMC_TEST(slow_readers_cannot_hold_the_push_workers) {
     omc_conn_destroy(s);
 }
 
+/* HOSTILE (someone who saw a data hello on the wire): the ticket in it was good for 10 minutes,
+   after its session had ended. Want: when the side-channel connection of a session goes, its
+   ticket goes with it - the session's idle data connection is closed by the sender, and a data
+   hello showing the ticket afterwards is closed without an ack. */
+OMC_TEST(a_ticket_dies_with_its_side_channel_session) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    uint8_t ticket[16];
+    uint16_t port = 0, dport = 0;
+    int fd, fd2;
+    hz h;
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    REQUIRE(hz_open(&h, port) == 0);
+    REQUIRE(hz_hello(&h) == HZ_HELLO && h.has_ticket);
+    memcpy(ticket, h.ticket, 16);
+    fd = data_conn(dport, 0xD1E0u, &h);
+    REQUIRE(fd >= 0);
+    hz_close(&h);                       /* the session ends */
+    CHECK(closed_within(fd, 3000));     /* an event: the sender closes its data connection */
+    close(fd);
+    fd2 = tcp_connect(dport, 0);
+    REQUIRE(fd2 >= 0);
+    CHECK_EQ(data_hello(fd2, 0xD1E1u, ticket), 1);     /* the ticket is gone: closed, no ack */
+    close(fd2);
+    omc_conn_destroy(s);
+}
+
 /* ---- main: the harness of omc_test.h, with the open cases skipped ----------------------------- */
 
 int main(int argc, char** argv) {
