@@ -4520,7 +4520,8 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     X(R, void*, msg_data, zmq_msg_data, (omc__zmq_msg* m), (m)) \
     X(R, size_t, msg_size, zmq_msg_size, (const omc__zmq_msg* m), (m)) \
     X(R, const char*, msg_gets, zmq_msg_gets, (const omc__zmq_msg* m, const char* property), (m, property)) \
-    X(R, int, msg_close, zmq_msg_close, (omc__zmq_msg* m), (m))
+    X(R, int, msg_close, zmq_msg_close, (omc__zmq_msg* m), (m)) \
+    X(R, int, msg_get, zmq_msg_get, (const omc__zmq_msg* m, int property), (m, property))
 
 #if defined(OMNICONN_NO_RUNTIME_LINKING)
     #include <zmq.h>
@@ -4554,6 +4555,12 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
         #define ZMQ_CURVE_SERVERKEY 50
         #define ZMQ_ZAP_DOMAIN 55
         #define ZMQ_HANDSHAKE_IVL 66
+    #endif
+    #ifndef ZMQ_SRCFD
+        #define ZMQ_SRCFD 2
+    #endif
+    #ifndef ZMQ_EVENT_DISCONNECTED
+        #define ZMQ_EVENT_DISCONNECTED 0x0200
     #endif
     #ifndef ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
         #define ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL 0x0800
@@ -5553,6 +5560,8 @@ typedef struct omc__tcp_ticket {
     uint32_t nconns;                    /* registered data connections that showed it */
     omc_time_ns last_used;
     int detached;                       /* a later HELLO from its routing id got a new ticket */
+    int gone;                           /* its side-channel connection went: its connections serve nothing */
+    int zfd;                            /* that connection's descriptor (-1: unknown) */
     omc__tcp_source* src;               /* the address of the session's side channel */
 } omc__tcp_ticket;
 
@@ -5593,6 +5602,7 @@ typedef struct omc__tcp_plane {
     omc__tcp_ticket* tickets;           /* every ticket, newest first */
     omc__smap by_ticket, by_rid;        /* ticket -> ticket; routing id -> ticket */
     omc__smap sources;                  /* address -> omc__tcp_source */
+    omc__smap by_fd;                    /* side-channel connection descriptor -> its newest ticket */
     uint32_t ntickets;
     uint32_t npending;
     omc_time_ns paused_until;           /* listener only: accept() ran out of descriptors */
@@ -5743,6 +5753,8 @@ OMC__PRIVATE void omc__tcp_ticket_free(omc__tcp_plane* T, omc__tcp_ticket* t) {
         if (*pp == t) { *pp = t->next; break; }
     omc__smap_del(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE);
     if (omc__smap_get(&T->by_rid, (const char*)t->rid, t->rid_len) == t) omc__smap_del(&T->by_rid, &T->hooks, (const char*)t->rid, t->rid_len);
+    if (t->zfd >= 0 && omc__smap_get(&T->by_fd, (const char*)&t->zfd, sizeof(t->zfd)) == t)
+        omc__smap_del(&T->by_fd, &T->hooks, (const char*)&t->zfd, sizeof(t->zfd));
     T->ntickets--;
     if (t->src) { t->src->ntickets--; omc__tcp_source_put(T, t->src); }
     omc__free(&T->hooks, t);
@@ -5753,9 +5765,40 @@ OMC__PRIVATE void omc__tcp_ticket_free(omc__tcp_plane* T, omc__tcp_ticket* t) {
    The old ticket is no longer the id's: PULLs from the id cannot name its data connections, it
    registers no new ones, and it goes when its last one does (holds mu). */
 OMC__PRIVATE void omc__tcp_ticket_detach(omc__tcp_plane* T, omc__tcp_ticket* t) {
-    omc__smap_del(&T->by_rid, &T->hooks, (const char*)t->rid, t->rid_len);
+    if (omc__smap_get(&T->by_rid, (const char*)t->rid, t->rid_len) == t) omc__smap_del(&T->by_rid, &T->hooks, (const char*)t->rid, t->rid_len);
     t->detached = 1;
     if (t->nconns == 0) omc__tcp_ticket_free(T, t);
+}
+
+/* Remember that a ticket belongs to the side-channel connection t->zfd (holds mu). A
+   descriptor is reused once its connection is gone, so the newest ticket takes it over. */
+OMC__PRIVATE void omc__tcp_ticket_bind_fd(omc__tcp_plane* T, omc__tcp_ticket* t) {
+    if (t->zfd < 0) return;
+    omc__smap_del(&T->by_fd, &T->hooks, (const char*)&t->zfd, sizeof(t->zfd));
+    if (omc__smap_put(&T->by_fd, &T->hooks, (const char*)&t->zfd, sizeof(t->zfd), t) != OMC_OK) t->zfd = -1;
+}
+
+/* The side-channel connection with descriptor fd went (the ROUTER's monitor said so; listener):
+   its session's ticket goes with it - no new data connection may show it, its idle connections
+   are closed now, and a request on one still busy is refused - so a ticket seen on the wire is
+   worth nothing once its session has ended. */
+OMC__PRIVATE void omc__tcp_session_gone(omc__tcp_plane* T, int fd) {
+    omc__tcp_ticket* t;
+    omc__tcp_conn *c, *next;
+    pthread_mutex_lock(&T->mu);
+    t = (omc__tcp_ticket*)omc__smap_get(&T->by_fd, (const char*)&fd, sizeof(fd));
+    if (t) {
+        omc__smap_del(&T->by_fd, &T->hooks, (const char*)&fd, sizeof(fd));
+        t->zfd = -1;
+        t->gone = 1;
+        for (c = T->conns; c; c = next) {
+            next = c->next;
+            if (c->ticket == t && c->state == OMC__TCONN_IDLE) omc__tcp_conn_evict(T, c);
+        }
+        if (!t->detached) omc__tcp_ticket_detach(T, t);    /* frees it if no connection is left */
+        else if (t->nconns == 0) omc__tcp_ticket_free(T, t);
+    }
+    pthread_mutex_unlock(&T->mu);
 }
 
 /* The ticket to drop to make room (holds mu): one without data connections, of the address
@@ -5776,10 +5819,11 @@ OMC__PRIVATE omc__tcp_ticket* omc__tcp_ticket_victim(omc__tcp_plane* T, const om
 
 /* The ticket of a side-channel session (its ZMQ routing id), made on each HELLO: 16 random
    bytes, answered inside the HELLO reply (CURVE-encrypted when CURVE is on); never the ticket of
-   an earlier HELLO (omc__tcp_ticket_detach). addr is the session's address ("" if unknown): an
+   an earlier HELLO (omc__tcp_ticket_detach). zfd is the descriptor of the session's connection
+   (-1 if unknown): when it goes the ticket goes (omc__tcp_session_gone). addr is the session's address ("" if unknown): an
    address at its share (OMC__TCP_SOURCE_TICKETS) drops one of its own unused tickets, a full
    table one of the address that holds the most; OMC_ERR_BUSY if there is none to drop. */
-OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, const char* addr, uint8_t* out) {
+OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, const char* addr, int zfd, uint8_t* out) {
     omc__tcp_ticket *t, *old = NULL;
     omc__tcp_source* src;
     omc_result r = OMC_OK;
@@ -5810,7 +5854,11 @@ OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* 
                 r = OMC_ERR_NO_MEMORY;
             }
             if (r != OMC_OK) { omc__free(&T->hooks, t); t = NULL; }
-            else { t->next = T->tickets; T->tickets = t; T->ntickets++; t->src = src; }
+            else {
+                t->next = T->tickets; T->tickets = t; T->ntickets++; t->src = src;
+                t->zfd = zfd;
+                omc__tcp_ticket_bind_fd(T, t);
+            }
         }
     }
     if (src && !t) { src->ntickets--; omc__tcp_source_put(T, src); }
@@ -6132,6 +6180,7 @@ OMC__PRIVATE void omc__tcp_shutdown(omc__tcp_plane* T) {
     omc__smap_free(&T->by_ticket, &T->hooks);
     omc__smap_free(&T->by_rid, &T->hooks);
     omc__smap_free(&T->sources, &T->hooks);     /* empty now: the last ticket and connection took theirs */
+    omc__smap_free(&T->by_fd, &T->hooks);
     pthread_mutex_unlock(&T->mu);
     if (T->listen_fd >= 0) close(T->listen_fd);
     T->listen_fd = -1;
@@ -6815,6 +6864,7 @@ OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KE
                                            sender closes the data connection or forgets the ticket) */
 #define OMC__NET_REQUERY_MS  5          /* at least this between two QUERYs to one sender */
 #define OMC__NET_MON_EVENTS  (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+#define OMC__NET_ROUTER_MON_EVENTS (OMC__NET_MON_EVENTS | ZMQ_EVENT_DISCONNECTED)   /* the sender's: a session's end drops its ticket */
 
 typedef struct omc__net omc__net;
 
@@ -6919,6 +6969,7 @@ struct omc__net {
     uint32_t nallowed;
     int wake_fd;
     char msg_addr[64];                  /* listener only: the address of the message it handles */
+    int msg_fd;                         /* listener only: and its connection's descriptor (-1: unknown) */
     pthread_t listener;
     int listener_started;
     pthread_t* workers;
@@ -7128,7 +7179,7 @@ OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t ri
     }
     if (N->tcp.listen_fd >= 0) {    /* the session's ticket: its data connections must show it */
         uint8_t ticket[OMC__TCP_TICKET_SIZE];
-        omc_result r = omc__tcp_ticket_issue(&N->tcp, rid, rid_len, N->msg_addr, ticket);
+        omc_result r = omc__tcp_ticket_issue(&N->tcp, rid, rid_len, N->msg_addr, N->msg_fd, ticket);
         if (r == OMC_OK) omc__wire_add_record(recs, sizeof(recs), &rlen, &count, OMC__REC_TICKET, ticket, sizeof(ticket));
         else OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "HELLO answered without a data ticket (%s): that receiver cannot pull", omc_result_str(r));
     }
@@ -7411,7 +7462,7 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, omc__tcp_conn* c) {
     omc_result r = omc__tcp_req_decode(c->req, OMC__TCP_REQUEST_SIZE, &q);     /* checked when it came */
     uint64_t detail = 0;
     if (r == OMC_OK && q.expect_incarnation && q.expect_incarnation != omc_incarnation()) r = OMC_ERR_PEER_RESTARTED;
-    else if (r == OMC_OK && !c->ticket) r = OMC_ERR_CONNECTION;
+    else if (r == OMC_OK && (!c->ticket || c->ticket->gone)) r = OMC_ERR_CONNECTION;     /* its session ended */
     else if (r == OMC_OK && q.op == OMC__TCP_REQ_PULL && !(job = (omc__net_job*)omc__calloc(&N->conn->hooks, sizeof(omc__net_job))))
         r = OMC_ERR_NO_MEMORY;
     if (r == OMC_OK) {
@@ -7524,8 +7575,10 @@ OMC__PRIVATE int omc__zmq_frame(void* sock, uint8_t* buf, size_t cap, int flags,
 }
 
 /* omc__zmq_frame for a message's first frame, also giving the address of the peer that sent it
-   (libzmq's "Peer-Address" property; "" if the transport has none). */
-OMC__PRIVATE int omc__zmq_frame_from(void* sock, uint8_t* buf, size_t cap, int flags, size_t* len, int* more, char* addr, size_t addr_size) {
+   (libzmq's "Peer-Address" property; "" if the transport has none) and the descriptor of its
+   connection (ZMQ_SRCFD; -1 if unknown). */
+OMC__PRIVATE int omc__zmq_frame_from(void* sock, uint8_t* buf, size_t cap, int flags, size_t* len, int* more, char* addr, size_t addr_size,
+                                     int* fd) {
     omc__zmq_msg msg;
     const char* a;
     size_t ms = sizeof(*more);
@@ -7535,6 +7588,7 @@ OMC__PRIVATE int omc__zmq_frame_from(void* sock, uint8_t* buf, size_t cap, int f
     *len = omc__zmq_msg_size(&msg);
     if (*len) memcpy(buf, omc__zmq_msg_data(&msg), omc__min(*len, cap));
     if ((a = omc__zmq_msg_gets(&msg, "Peer-Address")) != NULL) omc__strcut(addr, addr_size, a);
+    *fd = omc__zmq_msg_get(&msg, ZMQ_SRCFD);      /* the connection's socket: the monitor names it when it goes */
     omc__zmq_msg_close(&msg);
     *more = 0;
     if (omc__zmq_getsockopt(sock, ZMQ_RCVMORE, more, &ms) != 0) *more = 0;
@@ -7550,7 +7604,7 @@ OMC__PRIVATE int omc__net_read_router(omc__net* N) {
         uint8_t rid[OMC__NET_RID_MAX], buf[OMC__WIRE_MAX];
         size_t rn, n, junk;
         int more = 0, extra = 0;
-        if (omc__zmq_frame_from(N->router, rid, sizeof(rid), ZMQ_DONTWAIT, &rn, &more, N->msg_addr, sizeof(N->msg_addr)) != 0) return 0;
+        if (omc__zmq_frame_from(N->router, rid, sizeof(rid), ZMQ_DONTWAIT, &rn, &more, N->msg_addr, sizeof(N->msg_addr), &N->msg_fd) != 0) return 0;
         if (!more) continue;                                            /* cannot happen on a ROUTER */
         if (omc__zmq_frame(N->router, buf, sizeof(buf), 0, &n, &more) != 0) return 0;
         while (more) {      /* anything after the one frame we expect is garbage: drain it */
@@ -7581,6 +7635,7 @@ OMC__PRIVATE void omc__net_drain_router_monitor(omc__net* N) {
         if (n != 6) continue;
         event = omc__get_u16(ev);
         value = omc__get_u32(ev + 2);
+        if (event == ZMQ_EVENT_DISCONNECTED) { omc__tcp_session_gone(&N->tcp, (int)value); continue; }
         /* with CURVE required, a client that drops out of the handshake (NO_DETAIL) is most
            likely one that does not speak CURVE: it saw our mechanism and hung up first */
         auth = event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && N->curve_server) ||
@@ -7693,7 +7748,9 @@ static void* omc__net_listener_main(void* arg) {
         omc__net_complete(N, 1);
         /* a send on a ZMQ socket can swallow its edge: a quiet tick looks at them all anyway */
         for (i = 1; i < nz; i++)
-            if ((N->items[1 + i].revents || rc == 0) && omc__zmq_readable(zs[i])) {
+            /* (the ROUTER's monitor always, before the ROUTER: a session's end comes before a
+               new connection that reuses its descriptor says HELLO) */
+            if ((N->items[1 + i].revents || rc == 0 || zs[i] == N->router_mon) && omc__zmq_readable(zs[i])) {
                 if (zs[i] == N->router_mon) omc__net_drain_router_monitor(N);
                 else omc__net_serve_zap(N);
             }
@@ -8930,7 +8987,7 @@ OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d
         if (!N->zap || omc__zmq_bind(N->zap, "inproc://zeromq.zap.01") != 0) return OMC_ERR_SYSTEM;
         omc__zmq_setsockopt(N->router, ZMQ_ZAP_DOMAIN, "omniconn", 8);
     }
-    if (omc__zmq_socket_monitor(N->router, "inproc://omc-listener-mon", OMC__NET_MON_EVENTS) == 0) {
+    if (omc__zmq_socket_monitor(N->router, "inproc://omc-listener-mon", OMC__NET_ROUTER_MON_EVENTS) == 0) {
         N->router_mon = omc__zmq_socket(N->ctx, ZMQ_PAIR);
         if (N->router_mon && omc__zmq_connect(N->router_mon, "inproc://omc-listener-mon") != 0) { omc__zmq_close(N->router_mon); N->router_mon = NULL; }
         if (!N->router_mon) omc__zmq_socket_monitor(N->router, NULL, 0);
