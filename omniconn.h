@@ -258,7 +258,8 @@ THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL AND TCP DATA PLANE
                     the sender's ticket table has no room: then a WARN and no record): 16
                     random bytes, one ticket per side-channel session (ZMQ routing id); a
                     repeated HELLO from a routing id gets a new ticket and the old one
-                    registers nothing more; the session's TCP data connections must show it
+                    registers nothing more; the session's TCP data connections must show it;
+                    it ends with the session's side-channel connection
             a record type below 0x100 is a data plane's kind; any type a peer does not know is
             skipped: a new transport adds a record type, not a protocol version
       QUERY body (receiver -> sender), 8 + key length bytes:
