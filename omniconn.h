@@ -5789,6 +5789,8 @@ OMC__PRIVATE void omc__tcp_session_gone(omc__tcp_plane* T, int fd) {
     pthread_mutex_lock(&T->mu);
     t = (omc__tcp_ticket*)omc__smap_get(&T->by_fd, (const char*)&fd, sizeof(fd));
     if (t) {
+        OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "side-channel connection %d went: its data ticket goes (%u data connections)",
+                 fd, (unsigned)t->nconns);
         omc__smap_del(&T->by_fd, &T->hooks, (const char*)&fd, sizeof(fd));
         t->zfd = -1;
         t->gone = 1;
@@ -7575,7 +7577,7 @@ OMC__PRIVATE int omc__zmq_frame(void* sock, uint8_t* buf, size_t cap, int flags,
     return 0;
 }
 
-/* omc__zmq_frame for a message's first frame, also giving the address of the peer that sent it
+/* omc__zmq_frame, also giving the address of the peer that sent the message
    (libzmq's "Peer-Address" property; "" if the transport has none) and the descriptor of its
    connection (ZMQ_SRCFD; -1 if unknown). */
 OMC__PRIVATE int omc__zmq_frame_from(void* sock, uint8_t* buf, size_t cap, int flags, size_t* len, int* more, char* addr, size_t addr_size,
@@ -7605,9 +7607,11 @@ OMC__PRIVATE int omc__net_read_router(omc__net* N) {
         uint8_t rid[OMC__NET_RID_MAX], buf[OMC__WIRE_MAX];
         size_t rn, n, junk;
         int more = 0, extra = 0;
-        if (omc__zmq_frame_from(N->router, rid, sizeof(rid), ZMQ_DONTWAIT, &rn, &more, N->msg_addr, sizeof(N->msg_addr), &N->msg_fd) != 0) return 0;
+        if (omc__zmq_frame(N->router, rid, sizeof(rid), ZMQ_DONTWAIT, &rn, &more) != 0) return 0;
         if (!more) continue;                                            /* cannot happen on a ROUTER */
-        if (omc__zmq_frame(N->router, buf, sizeof(buf), 0, &n, &more) != 0) return 0;
+        /* the address and descriptor from the body: the routing-id frame a ROUTER made while
+           polling carries neither */
+        if (omc__zmq_frame_from(N->router, buf, sizeof(buf), 0, &n, &more, N->msg_addr, sizeof(N->msg_addr), &N->msg_fd) != 0) return 0;
         while (more) {      /* anything after the one frame we expect is garbage: drain it */
             extra = 1;
             if (omc__zmq_frame(N->router, NULL, 0, 0, &junk, &more) != 0) break;

@@ -1874,7 +1874,8 @@ OMC_TEST(one_address_cannot_take_the_data_port_or_the_ticket_table) {
         REQUIRE(hz_open_from(&hs[i], ctx, "127.0.0.2", port) == 0);
         if (hz_hello(&hs[i]) != HZ_HELLO || !hs[i].has_ticket) continue;
         tickets++;
-        if (data_conn_from("127.0.0.2", dport, 0x2000u + (uint64_t)i, &hs[i], &fd) == 0) { fds[nfd++] = fd; registered++; }
+        if ((st = data_conn_from("127.0.0.2", dport, 0x2000u + (uint64_t)i, &hs[i], &fd)) == 0) { fds[nfd++] = fd; registered++; }
+        else if (!quiet()) printf("  session %d: data hello %d\n", i, st);
     }
     for (j = 0; j < 16 && tickets; j++) {      /* the rest of one ticket's 16 */
         for (i = 0; i < SESSIONS && !hs[i].has_ticket; i++) {}
