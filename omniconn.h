@@ -6889,6 +6889,7 @@ typedef struct omc__net_job {
     omc_time_ns deadline;
     int abort;                          /* atomic: non-zero = stop with this code */
     int committed;                      /* the read is recorded (commit ran) */
+    int counted;                        /* already counted in pushes (before its trailer went out) */
     uint64_t resume;                    /* TCP: stream bytes the listener already wrote */
     int direct;                         /* TCP: asked for on its data connection (no side-channel reply) */
     omc__tcp_conn* tconn;               /* TCP: the listener waits for its receipt on this connection */
@@ -7132,7 +7133,7 @@ OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
     }
     omc__sub(&N->pushes_in_flight, 1u);
     if (j->result == OMC_OK) {
-        omc__add(&N->pushes, 1u);
+        if (!j->counted) omc__add(&N->pushes, 1u);
         /* a TCP push ended with its trailer, which told the receiver all DONE would: a DONE
            would only wake two more threads (both libzmq I/O threads) per get */
         if (reply && !j->direct && !(j->dp->vt->flags & OMC__DP_FLAG_SELF_COMPLETE)) {
@@ -7530,7 +7531,11 @@ OMC__PRIVATE void omc__net_check_receipts(omc__net* N, omc_time_ns now) {
         else over = 0;
         if (!over) continue;
         j->tconn = NULL;
-        if (r == OMC_OK) omc__net_commit_job(j);    /* every byte is in the receiver's buffer */
+        if (r == OMC_OK) {
+            omc__net_commit_job(j);                 /* every byte is in the receiver's buffer */
+            omc__add(&N->pushes, 1u);               /* counted before the trailer lets the get return */
+            j->counted = 1;
+        }
         omc__tcp_end_receipt(&N->tcp, c, r == OMC_OK);
         j->result = r;
         omc__net_finish(N, j, 1);
