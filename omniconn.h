@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4150
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  362
+    PART A  THE CORE                                                         lines     69 - 4192
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  364
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result     364 - 1045
+      declarations    [SECTION] Version, platform and feature resolution | Result     366 - 1047
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1048 - 4147
+      implementation  [SECTION] Implementation: configuration and system headers |   1050 - 4189
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines  4152 - 9577
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4152 - 4512
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines  4194 - 9973
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4194 - 4577
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4515 - 4700
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4580 - 4765
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane      4702 - 9574
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane      4767 - 9970
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                          9580 - 9615
+    LICENSE                                                                         9976 - 10011
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -312,7 +312,9 @@ WIRE FORMATS (all integers little-endian)
         0   u32  magic 0x4D434D4F ("OMCM")
         4   u8   version (1)
         5   u8   transport (omc_transport)
-        6   u16  flags: bit 0 inline (the payload bytes are the body), bit 1 frame
+        6   u16  flags: bit 0 inline (the payload's bytes ride in the body: the whole body for
+                 the same-process connectors, its tail after the address for the remote one),
+                 bit 1 frame
         8   u64  payload size in bytes
         16  u64  producer incarnation (random per process start)
         24  u16  qualified key length (1..OMC_KEY_MAX-1)
@@ -1170,6 +1172,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
       omc__etab omc__ent OMC__ENT_FREE OMC__ENT_LIVE OMC__ENT_DRAINING
       omc__etab_init omc__etab_uninit omc__etab_add omc__etab_find omc__etab_by_id omc__etab_id
       omc__etab_unindex omc__etab_drop omc__etab_retire omc__etab_unhold omc__etab_list
+      omc__etab_list_from omc__etab_cursor
       omc__bucket_insert omc__bucket_remove   linear-probing buckets (also on shared memory)
       omc__expiry            a put's TTL as an absolute time
       omc__hash64            the key hash of the table
@@ -1177,6 +1180,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     The owner (an entry table, its pool and its lock) and its read protocol
       omc__owner omc__owner_init omc__owner_uninit omc__owner_put omc__owner_find
       omc__owner_cleanup omc__owner_exists omc__owner_list omc__owner_live omc__owner_health
+      omc__owner_list_page   one page of omc__owner_list from an opaque cursor, at a bounded cost
       omc__owner_close omc__owner_sweep omc__owner_maybe_sweep omc__owner_signal
       omc__read omc__read_want omc__owner_take omc__owner_commit omc__owner_give_back
       omc__owner_unpin       take a read, commit it or give it back (see "the read protocol")
@@ -3706,6 +3710,30 @@ OMC__PRIVATE omc_result omc__etab_list(const omc__etab* T, omc__key_sink sink, v
     return r;
 }
 
+/* A LIST position: the slot to go on from, with 8 bits of its generation; never 0 (0 is "from
+   the newest"). */
+OMC__PRIVATE uint32_t omc__etab_cursor(const omc__etab* T, uint32_t slot) { return ((T->ent[slot].gen & 0xFFu) << 24) | (slot + 1u); }
+
+/* omc__etab_list one page at a time, at a cost bounded by the page: from the position cursor
+   (0: the newest entry), visiting at most max_visit entries. *next is the position of the first
+   entry not given to sink (the one it refused, or the one after the visits ran out), 0 at the
+   end of the list. A position whose entry is gone (freed, or its slot reused) is the end: keys
+   put or taken between two pages may be missed. */
+OMC__PRIVATE omc_result omc__etab_list_from(const omc__etab* T, uint32_t cursor, uint32_t max_visit, omc__key_sink sink, void* user, uint32_t* next) {
+    uint32_t i = T->used_head, slot = (cursor & 0xFFFFFFu) - 1u;
+    omc_result r = OMC_OK;
+    *next = 0;
+    if (cursor) {
+        if (slot >= T->cap || T->ent[slot].state == OMC__ENT_FREE || (T->ent[slot].gen & 0xFFu) != cursor >> 24) return OMC_OK;
+        i = slot;
+    }
+    for (; i != OMC__NIL; i = T->ent[i].next) {
+        if (max_visit-- == 0) { *next = omc__etab_cursor(T, i); break; }
+        if (T->ent[i].state == OMC__ENT_LIVE && (r = sink(T->ent[i].qkey, T->ent[i].qlen, user)) != OMC_OK) { *next = omc__etab_cursor(T, i); break; }
+    }
+    return r;
+}
+
 /* ---- the owner: an entry table, its pool and its lock (the same-process and remote
         connectors are both one of these plus their transport) ---- */
 
@@ -3902,6 +3930,20 @@ OMC__PRIVATE omc_result omc__owner_list(omc__owner* O, omc__key_sink sink, void*
     pthread_mutex_lock(&O->mu);
     omc__owner_maybe_sweep(O);
     r = omc__etab_list(&O->tab, omc__owner_list_filter, &x);
+    pthread_mutex_unlock(&O->mu);
+    return r;
+}
+
+/* One page of omc__owner_list (omc__etab_list_from). */
+OMC__PRIVATE omc_result omc__owner_list_page(omc__owner* O, uint32_t cursor, uint32_t max_visit, omc__key_sink sink, void* user, uint32_t* next) {
+    omc__owner_list_ctx x;
+    omc_result r;
+    x.O = O;
+    x.sink = sink;
+    x.user = user;
+    pthread_mutex_lock(&O->mu);
+    omc__owner_maybe_sweep(O);
+    r = omc__etab_list_from(&O->tab, cursor, max_visit, omc__owner_list_filter, &x, next);
     pthread_mutex_unlock(&O->mu);
     return r;
 }
@@ -4246,7 +4288,7 @@ B2 THE SIDE CHANNEL AND THE TCP DATA PLANE
          by vLLM-Omni's rule, 30 s + 5 s per 100 MiB, when the receiver waits forever; the
          receiver applies the same rule to its own wait then), never longer than
          OMNICONN_TCP_MAX_PUSH_MS, and aborts a push whose receiver takes no byte for
-         OMNICONN_TCP_STALL_MS. A sender runs one push at a time per side-channel session (a
+         OMNICONN_TCP_STALL_MS or reads slower than OMNICONN_TCP_MIN_RATE. A sender runs one push at a time per side-channel session (a
          channel has at most one transfer in flight), so no receiver holds more than one push
          worker; an ABORT drops a push still waiting for a worker at once. When a get fails at its deadline,
          the code says why: OMC_ERR_TIMEOUT (the senders answered, the key never came, or the
@@ -4314,6 +4356,10 @@ B3 CONFIGURATION
                                                           whatever the PULL asks for
     OMNICONN_TCP_STALL_MS        5000        impl file    a push whose receiver takes no byte this
                                                           long is aborted (its entry unpinned)
+    OMNICONN_TCP_MIN_RATE        1 MiB/s     impl file    a push that moves less than this in any
+                                                          2 s (after its first) is aborted, so slow
+                                                          readers cannot hold the push workers; 0 =
+                                                          no minimum
 
     environment variable         default     meaning
     ---------------------------  ----------  ---------------------------------------------------
@@ -4356,9 +4402,12 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
             type 1, TCP data endpoint (sender only): u16 port (non-zero), u16 reserved (0),
                     host text (0..255 bytes, no NUL; empty = the host the side channel reached)
             type 2, RDMA endpoint: defined by omniconn_rdma.h
-            type 0x100, data-connection ticket (sender only, in every answer to a HELLO): 16
-                    random bytes, one ticket per side-channel session (ZMQ routing id), the
-                    same on a repeated HELLO; the session's TCP data connections must show it
+            type 0x100, data-connection ticket (sender only, in the answer to a HELLO unless
+                    the sender's ticket table has no room: then a WARN and no record): 16
+                    random bytes, one ticket per side-channel session (ZMQ routing id); a
+                    repeated HELLO from a routing id gets a new ticket and the old one
+                    registers nothing more; the session's TCP data connections must show it;
+                    it ends with the session's side-channel connection
             a record type below 0x100 is a data plane's kind; any type a peer does not know is
             skipped: a new transport adds a record type, not a protocol version
       QUERY body (receiver -> sender), 8 + key length bytes:
@@ -4409,8 +4458,9 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
       ABORT: empty body (the receiver gave up this transfer id: a held query is dropped without
         an answer, a push in progress stops at its next chunk)
       LIST body (receiver -> sender; omc_conn_list), 8 bytes:
-        0   u32  cursor: how many of the sender's listable keys to skip (0 = from the start;
-                 else the cursor of the previous LIST_REPLY)
+        0   u32  cursor: 0 = from the start; else the cursor of the previous LIST_REPLY,
+                 an opaque position the sender chose (a page costs the sender the same
+                 wherever it starts)
         4   u32  reserved (0)
       LIST_REPLY body (sender -> receiver), 8 + records bytes (at most 8152):
         0   u32  next cursor (0 = this is the last page; else send LIST with it for more)
@@ -4419,10 +4469,15 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
         8   key records, back to back, filling the body exactly: u16 key length (1..255),
             the qualified key. The keys are those a PULL could take now (a read still
             available), newest first; keys that come or go between two pages may be missed
-            or listed twice.
+            (a page may also hold no key and a next cursor: the sender looks at a bounded
+            number of entries per page).
         A sender of protocol version 1 that predates LIST answers it with ERROR
         (OMC_ERR_PROTOCOL, "unknown type"): the receiver reports OMC_ERR_UNAVAILABLE.
       omc_conn_exists asks with a QUERY whose wait is 0 (QUERY_REPLY = live, NOT_FOUND = not).
+      QUERY and LIST need no HELLO first (only a data connection needs the HELLO's ticket).
+      A receiver may send its next message before the answer to the last (a new channel
+      pipelines HELLO and QUERY); answers echo the transfer id and sequence number, and a held
+      QUERY may be answered after later messages.
       Reserved fields must be zero and lengths must add up exactly. A sender answers anything
       else with ERROR (OMC_ERR_MALFORMED, OMC_ERR_VERSION or OMC_ERR_PROTOCOL) and carries on.
 
@@ -4439,11 +4494,16 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
         else an omc_result: the connection is closed after it). A hello that is not version 2
         gets OMC_ERR_MALFORMED or OMC_ERR_VERSION (a version-1 hello, 24 bytes without the
         ticket, is what a receiver of the first release sends; it still sends it to a sender
-        whose HELLO carries no ticket); a ticket the sender did not hand out gets no ack at
-        all: the connection is closed. A ticket registers at most 16 connections (then
-        OMC_ERR_BUSY), a token at most once per ticket (then OMC_ERR_EXISTS).
+        whose HELLO carries no ticket); a well-formed hello whose ticket the sender did not
+        hand out gets no ack at all: the connection is closed (so bytes that are not a hello
+        learn only that this is an omniconn data port). A ticket registers at most 16
+        connections (then OMC_ERR_BUSY), a token at most once per ticket (then
+        OMC_ERR_EXISTS); one address at most a quarter of the 4096 registrations, and when all
+        are taken an idle connection of the address holding the most is closed to make room,
+        else the new one gets OMC_ERR_BUSY.
       A sender keeps at most 64 connections waiting for their hello (a new one closes the
-      oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS,
+      oldest) for at most 5 s, closes a registered connection idle for OMNICONN_TCP_IDLE_MS
+      (a refused request does not count as activity),
       and serves a PULL only on a connection registered with the ticket of the PULL's own
       side-channel session (otherwise: ERROR OMC_ERR_CONNECTION, nothing written).
       request, receiver -> sender, 48 bytes, on an idle connection of a sender whose HELLO has
@@ -4459,11 +4519,16 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
         16  u64  entry id (from the metadata or a QUERY_REPLY; never 0)
         24  u64  expected sender incarnation (0 = any)
         32  u64  PULL: destination capacity; CLAIM: the payload size the metadata announced
-                 (a different size than the entry's is OMC_ERR_PROTOCOL)
-        40  u32  time budget in ms, as in PULL
-        44  u32  reserved (0)
+                 (a different size than the entry's, or a CLAIM of an entry the sender did not
+                 inline, is OMC_ERR_PROTOCOL)
+        40  u32  PULL: time budget in ms, as in PULL; CLAIM: ignored (nothing moves)
+        44  u32  key check: CRC-32C of the qualified key the get asks for (as the envelope's
+                 CRC is computed); an entry of another key is OMC_ERR_NOT_FOUND
       Anything else - a wrong magic (seen after 4 bytes), op or reserved field, entry id 0, a
       request not complete within 5 s - closes the connection (counted in protocol_errors).
+      Requests may be pipelined: one sent before the previous one is answered waits in the
+      socket and is read once that one is done (a CLAIM or refusal: its status written; a
+      PULL: its receipt read, so the receipt must come first). One at a time, in order.
       The sender answers a PULL request with the header and payload below, a CLAIM or any
       refusal with a status record, 24 bytes (what the receiver reads in place of a header;
       nothing else follows it and the connection stays usable):
@@ -4473,8 +4538,8 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
                  nothing moved, no read was used
         8   u64  transfer id
         16  u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
-      A request names no key, so an older put of the key is OMC_ERR_NOT_FOUND here (the side
-      channel's PULL can say OMC_ERR_STALE). A request whose receiver gives up is abandoned by
+      A request carries a check of the key, not the key, so an older put of the key is
+      OMC_ERR_NOT_FOUND here (the side channel's PULL can say OMC_ERR_STALE). A request whose receiver gives up is abandoned by
       closing the connection (no ABORT); the push then fails and gives the read back.
       per transfer, sender -> receiver: a 24-byte header and exactly size payload bytes; then
       receiver -> sender an 8-byte receipt; then sender -> receiver an 8-byte trailer:
@@ -4485,7 +4550,7 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
         16  u64  payload size
         receipt (sent by the receiver once every payload byte is in its destination buffer;
         only on a connection opened with a version-2 hello):
-        0   u32  magic 0x52434D4F ("OMCR")
+        0   u32  magic 0x47434D4F ("OMCG"; the RDMA endpoint record has "OMCR")
         4   u32  reserved (0)
         trailer (written only after the receipt came and the sender recorded the read - the
         entry's reader is used up, a last reader's entry is gone - so it tells the receiver
@@ -4744,14 +4809,23 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
     X(R, int, curve_keypair, zmq_curve_keypair, (char* pub, char* sec), (pub, sec)) \
     X(R, int, curve_public, zmq_curve_public, (char* pub, const char* sec), (pub, sec)) \
     X(R, uint8_t*, z85_decode, zmq_z85_decode, (uint8_t* dest, const char* str), (dest, str)) \
-    X(V, void, version, zmq_version, (int* major, int* minor, int* patch), (major, minor, patch))
+    X(V, void, version, zmq_version, (int* major, int* minor, int* patch), (major, minor, patch)) \
+    X(R, int, msg_init, zmq_msg_init, (omc__zmq_msg* m), (m)) \
+    X(R, int, msg_recv, zmq_msg_recv, (omc__zmq_msg* m, void* s, int flags), (m, s, flags)) \
+    X(R, void*, msg_data, zmq_msg_data, (omc__zmq_msg* m), (m)) \
+    X(R, size_t, msg_size, zmq_msg_size, (const omc__zmq_msg* m), (m)) \
+    X(R, const char*, msg_gets, zmq_msg_gets, (const omc__zmq_msg* m, const char* property), (m, property)) \
+    X(R, int, msg_close, zmq_msg_close, (omc__zmq_msg* m), (m)) \
+    X(R, int, msg_get, zmq_msg_get, (const omc__zmq_msg* m, int property), (m, property))
 
 #if defined(OMNICONN_NO_RUNTIME_LINKING)
     #include <zmq.h>
     typedef zmq_pollitem_t omc__zmq_pollitem;
+    typedef zmq_msg_t omc__zmq_msg;
 #else
     /* the subset of zmq.h the side channel uses, spelled as zmq.h spells it */
     typedef struct omc__zmq_pollitem { void* socket; int fd; short events; short revents; } omc__zmq_pollitem;
+    typedef union omc__zmq_msg { unsigned char bytes[64]; void* align; } omc__zmq_msg;     /* zmq_msg_t: 64 opaque bytes */
     #ifndef ZMQ_PAIR
         #define ZMQ_PAIR 0
         #define ZMQ_REP 4
@@ -4776,6 +4850,12 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
         #define ZMQ_CURVE_SERVERKEY 50
         #define ZMQ_ZAP_DOMAIN 55
         #define ZMQ_HANDSHAKE_IVL 66
+    #endif
+    #ifndef ZMQ_SRCFD
+        #define ZMQ_SRCFD 2
+    #endif
+    #ifndef ZMQ_EVENT_DISCONNECTED
+        #define ZMQ_EVENT_DISCONNECTED 0x0200
     #endif
     #ifndef ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
         #define ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL 0x0800
@@ -4940,7 +5020,9 @@ __attribute__((constructor)) static void omc__net_register_probe(void) { omc__re
 
       optional, in omc__dp_ext (a plane whose table is an omc__dp_vtable_ext, OMC__DP_FLAG_EXT):
         tx_ticket   -> a record for a session's HELLO answer: the ticket its data connections
-                       must show (TCP)
+                       must show (TCP), bound to the session's side-channel connection
+        tx_session_gone
+                    <- that side-channel connection closed: what it was issued ends with it
         tx_item_count, tx_items, tx_serve
                     the plane's own sockets in the listener's poll (TCP: the data port and its
                     connections), and what to do when they are readable
@@ -5027,6 +5109,9 @@ __attribute__((constructor)) static void omc__net_register_probe(void) { omc__re
 #ifndef OMNICONN_TCP_STALL_MS
     #define OMNICONN_TCP_STALL_MS 5000      /* a push whose receiver takes no byte this long is aborted */
 #endif
+#ifndef OMNICONN_TCP_MIN_RATE
+    #define OMNICONN_TCP_MIN_RATE ((uint64_t)1 << 20)  /* bytes/s a push must keep up, per 2 s; 0 = any rate */
+#endif
 #ifndef OMNICONN_TCP_INLINE_THRESHOLD
     #define OMNICONN_TCP_INLINE_THRESHOLD ((uint64_t)16 << 10)  /* payloads up to this also ride in the metadata */
 #endif
@@ -5084,6 +5169,7 @@ typedef struct omc__dp_request {
     uint32_t budget_ms;                 /* 0 = vLLM-Omni's rule */
     uint64_t xfer, entry_id, expect_incarnation;
     uint64_t capacity;                  /* PULL: destination bytes; CLAIM: the announced size */
+    uint32_t key_check;                 /* omc__dp_key_check of the key the get asks for */
     /* sender side, filled by tx_next_request */
     omc_result status;                  /* not OMC_OK: refuse it with this code */
     void* handle;                       /* the plane's: tx_answer answers on it */
@@ -5092,7 +5178,14 @@ typedef struct omc__dp_request {
     uint32_t channel_len;
     uint8_t desc[8];                    /* the descriptor its push names, as a PULL's would */
     uint32_t desc_len;
+    char addr[64];                      /* the receiver's address (fair scheduling; "" = unknown) */
 } omc__dp_request;
+
+/* A request's key check: CRC-32C of the qualified key the get asks for. A request names its
+   entry by id and carries no key; the sender serves it only for an entry of that key, so
+   metadata whose entry id was swapped for another key's cannot fetch or claim that key's
+   bytes (the side channel's PULL checks the key itself). */
+OMC__PRIVATE uint32_t omc__dp_key_check(const char* qkey, uint32_t qlen) { return omc__crc32c(0, qkey, qlen); }
 
 /* What a receiver-side plane learns about a sender from its HELLO. */
 typedef struct omc__dp_peer {
@@ -5149,8 +5242,12 @@ typedef struct omc__dp_ext {
                                                                    waits for the receipt itself */
     omc_result (*tx_receipt)(void* user, const omc__dp_push* p); /* OMC_ERR_BUSY while it waits */
     void       (*tx_end)(void* user, const omc__dp_push* p, int committed); /* the wait is over */
-    /* a record for a side-channel session's HELLO answer (*out_len 0 = none) */
-    omc_result (*tx_ticket)(void* user, const uint8_t* channel, uint32_t channel_len, uint8_t* out, uint32_t cap, uint32_t* out_len);
+    /* a record for a side-channel session's HELLO answer (*out_len 0 = none); addr is the
+       session's peer address ("" = unknown), session its side-channel connection's descriptor
+       (-1 = unknown) */
+    omc_result (*tx_ticket)(void* user, const uint8_t* channel, uint32_t channel_len, const char* addr, int session,
+                            uint8_t* out, uint32_t cap, uint32_t* out_len);
+    void       (*tx_session_gone)(void* user, int session);    /* that side-channel connection closed */
     /* the plane's own sockets in the listener's poll: at most tx_item_count() items; who[i] is
        the plane's, handed back to tx_serve */
     uint32_t   (*tx_item_count)(void* user);
@@ -5504,7 +5601,7 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_ACK_MAGIC   0x41434D4Fu    /* "OMCA" */
 #define OMC__TCP_DATA_MAGIC  0x44434D4Fu    /* "OMCD" */
 #define OMC__TCP_END_MAGIC   0x45434D4Fu    /* "OMCE" */
-#define OMC__TCP_RECEIPT_MAGIC 0x52434D4Fu  /* "OMCR" */
+#define OMC__TCP_RECEIPT_MAGIC 0x47434D4Fu  /* "OMCG": got every byte ("OMCR" is the RDMA endpoint record's) */
 #define OMC__TCP_RECEIPT_SIZE 8
 #define OMC__TCP_TRAILER_SIZE 8
 #define OMC__TCP_HELLO_SIZE  40         /* version 2: with the ticket */
@@ -5585,6 +5682,7 @@ OMC__PRIVATE omc_result omc__tcp_header_check(const uint8_t* p, uint64_t xfer, u
 typedef struct omc__tcp_req {
     uint8_t op;                         /* OMC__TCP_REQ_* */
     uint32_t budget_ms;                 /* 0 = vLLM-Omni's rule */
+    uint32_t key_check;                 /* CRC-32C of the qualified key the receiver asks for */
     uint64_t xfer, entry_id, expect_incarnation, capacity;
 } omc__tcp_req;
 
@@ -5598,21 +5696,21 @@ OMC__PRIVATE void omc__tcp_req_encode(uint8_t* p, const omc__tcp_req* q) {
     omc__put_u64(p + 24, q->expect_incarnation);
     omc__put_u64(p + 32, q->capacity);
     omc__put_u32(p + 40, q->budget_ms);
-    omc__put_u32(p + 44, 0);
+    omc__put_u32(p + 44, q->key_check);
 }
 
 /* OMC_ERR_MALFORMED for anything but exactly one well-formed request. */
 OMC__PRIVATE omc_result omc__tcp_req_decode(const uint8_t* p, size_t n, omc__tcp_req* q) {
     memset(q, 0, sizeof(*q));
     if (n != OMC__TCP_REQUEST_SIZE || omc__get_u32(p) != OMC__TCP_REQUEST_MAGIC) return OMC_ERR_MALFORMED;
-    if ((p[4] != OMC__TCP_REQ_PULL && p[4] != OMC__TCP_REQ_CLAIM) || p[5] || omc__get_u16(p + 6) || omc__get_u32(p + 44))
-        return OMC_ERR_MALFORMED;
+    if ((p[4] != OMC__TCP_REQ_PULL && p[4] != OMC__TCP_REQ_CLAIM) || p[5] || omc__get_u16(p + 6)) return OMC_ERR_MALFORMED;
     q->op = p[4];
     q->xfer = omc__get_u64(p + 8);
     q->entry_id = omc__get_u64(p + 16);
     q->expect_incarnation = omc__get_u64(p + 24);
     q->capacity = omc__get_u64(p + 32);
     q->budget_ms = omc__get_u32(p + 40);
+    q->key_check = omc__get_u32(p + 44);
     if (q->entry_id == 0) return OMC_ERR_MALFORMED;
     return OMC_OK;
 }
@@ -5848,9 +5946,15 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 
 #define OMC__DP_TCP 1                   /* this plane's kind (HELLO record type, PULL byte 30) */
 #define OMC__TCP_MAX_PENDING 64         /* accepted connections still owing their hello */
+#ifndef OMC__TCP_MAX_CONNS              /* (the limits below are private; a test may shrink them) */
 #define OMC__TCP_MAX_CONNS   4096       /* registered data connections per sender */
+#endif
 #define OMC__TCP_HELLO_MS    5000       /* a connection must say hello within this */
+#ifndef OMC__TCP_MAX_TICKETS
 #define OMC__TCP_MAX_TICKETS 4096       /* tickets (side-channel sessions) a sender remembers */
+#endif
+#define OMC__TCP_SOURCE_CONNS   (OMC__TCP_MAX_CONNS / 4)     /* registered connections from one address */
+#define OMC__TCP_SOURCE_TICKETS (OMC__TCP_MAX_TICKETS / 4)   /* tickets held by sessions from one address */
 #define OMC__TCP_PER_TICKET  16         /* data connections one ticket may register */
 #define OMC__TCP_TICKET_IDLE_MS 600000  /* a ticket with no data connection lives this long */
 #define OMC__TCP_PAUSE_MS    100        /* accept() out of descriptors: stop polling the port this long */
@@ -5860,6 +5964,15 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
    a request the connector has not served yet) owns it; RECEIPT: the listener wrote a whole
    payload and watches for the receipt; DEAD: to be freed by the listener. */
 enum { OMC__TCONN_PENDING = 0, OMC__TCONN_IDLE, OMC__TCONN_BUSY, OMC__TCONN_DEAD, OMC__TCONN_RECEIPT };
+
+/* A source: the address (numeric text) side-channel sessions and data connections come from.
+   No address may hold more than a quarter of the tickets or of the registered connections, and
+   a full table makes room at the expense of the address that holds the most. */
+typedef struct omc__tcp_source {
+    uint32_t ntickets, nconns;
+    uint32_t len;
+    char addr[64];
+} omc__tcp_source;
 
 /* A ticket: handed to one side-channel session (a ZMQ routing id) in the HELLO answer, and
    required in the data hello: a data connection belongs to the session whose ticket it showed,
@@ -5871,6 +5984,10 @@ typedef struct omc__tcp_ticket {
     uint8_t rid[256];
     uint32_t nconns;                    /* registered data connections that showed it */
     omc_time_ns last_used;
+    int detached;                       /* a later HELLO from its routing id got a new ticket */
+    int gone;                           /* its side-channel connection went: its connections serve nothing */
+    int zfd;                            /* that connection's descriptor (-1: unknown) */
+    omc__tcp_source* src;               /* the address of the session's side channel */
 } omc__tcp_ticket;
 
 typedef struct omc__tcp_conn {
@@ -5885,6 +6002,8 @@ typedef struct omc__tcp_conn {
     omc_time_ns idle_since;
     uint32_t hello_got;
     uint8_t hello[OMC__TCP_HELLO_SIZE];
+    char addr[64];                      /* the peer's address (numeric), from accept() */
+    omc__tcp_source* src;               /* registered connections: counted there */
     /* requests on the connection (listener only) */
     struct omc__tcp_conn* next_ready;   /* in the plane's list of requests to serve */
     uint32_t req_got;
@@ -5907,6 +6026,8 @@ typedef struct omc__tcp_plane {
     omc__smap tokens;                   /* ticket | token (24 bytes) -> registered connection */
     omc__tcp_ticket* tickets;           /* every ticket, newest first */
     omc__smap by_ticket, by_rid;        /* ticket -> ticket; routing id -> ticket */
+    omc__smap sources;                  /* address -> omc__tcp_source */
+    omc__smap by_fd;                    /* side-channel connection descriptor -> its newest ticket */
     uint32_t ntickets;
     uint32_t npending;
     omc_time_ns paused_until;           /* listener only: accept() ran out of descriptors */
@@ -5986,6 +6107,43 @@ OMC__PRIVATE int omc__tcp_flood(omc__tcp_plane* T, int kind, unsigned long long*
     return 1;
 }
 
+/* The source record of an address, made on first use; NULL out of memory (holds mu). */
+OMC__PRIVATE omc__tcp_source* omc__tcp_source_get(omc__tcp_plane* T, const char* addr) {
+    uint32_t len = (uint32_t)strlen(addr);
+    omc__tcp_source* s = (omc__tcp_source*)omc__smap_get(&T->sources, addr, len);
+    if (s || len >= sizeof(s->addr)) return s;
+    s = (omc__tcp_source*)omc__calloc(&T->hooks, sizeof(*s));
+    if (!s) return NULL;
+    memcpy(s->addr, addr, len);
+    s->len = len;
+    if (omc__smap_put(&T->sources, &T->hooks, s->addr, len, s) != OMC_OK) { omc__free(&T->hooks, s); return NULL; }
+    return s;
+}
+
+/* Forget a source that holds nothing any more (holds mu). */
+OMC__PRIVATE void omc__tcp_source_put(omc__tcp_plane* T, omc__tcp_source* s) {
+    if (!s || s->ntickets || s->nconns) return;
+    omc__smap_del(&T->sources, &T->hooks, s->addr, s->len);
+    omc__free(&T->hooks, s);
+}
+
+/* The global table of registered connections is full: close the idle connection, unused
+   longest, of the address with the most registered connections - never one of `mine`, the
+   address asking. 1 if one was closed (holds mu; listener). */
+OMC__PRIVATE void omc__tcp_conn_evict(omc__tcp_plane* T, omc__tcp_conn* c);
+OMC__PRIVATE int omc__tcp_evict_idle(omc__tcp_plane* T, const omc__tcp_source* mine) {
+    omc__tcp_conn *c, *best = NULL;
+    for (c = T->conns; c; c = c->next) {
+        if (c->state != OMC__TCONN_IDLE || c->req_got || !c->src || c->src == mine) continue;
+        if (!best || c->src->nconns > best->src->nconns || (c->src->nconns == best->src->nconns && c->idle_since < best->idle_since)) best = c;
+    }
+    if (!best) return 0;
+    OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data port: all %d registrations taken: closed an idle connection of %s (%u registered)",
+             OMC__TCP_MAX_CONNS, best->src->addr, (unsigned)best->src->nconns);
+    omc__tcp_conn_evict(T, best);
+    return 1;
+}
+
 /* Forget a registered connection's name and its place in its ticket's count (holds mu). */
 OMC__PRIVATE void omc__tcp_unregister(omc__tcp_plane* T, omc__tcp_conn* c) {
     if (!c->ticket) return;
@@ -5994,6 +6152,7 @@ OMC__PRIVATE void omc__tcp_unregister(omc__tcp_plane* T, omc__tcp_conn* c) {
     c->ticket->nconns--;
     c->ticket->last_used = omc_now_ns();
     c->ticket = NULL;
+    if (c->src) { c->src->nconns--; omc__tcp_source_put(T, c->src); c->src = NULL; }
 }
 
 /* Close and free one connection (caller holds mu; the connection is unlinked here). */
@@ -6007,34 +6166,116 @@ OMC__PRIVATE void omc__tcp_conn_free(omc__tcp_plane* T, omc__tcp_conn* c) {
     omc__free(&T->hooks, c);
 }
 
+/* Close a connection that owes its hello to make room (accept, listener; holds mu), without
+   freeing it: the poll round in progress may still hold its pointer (omc__tcp_serve walks
+   the results after accepting), so it only becomes DEAD - closed, counted out, never read
+   again - and omc__tcp_items frees it before the next round. */
+OMC__PRIVATE void omc__tcp_conn_evict(omc__tcp_plane* T, omc__tcp_conn* c) {
+    if (c->state == OMC__TCONN_PENDING) T->npending--;
+    omc__tcp_unregister(T, c);
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    c->state = OMC__TCONN_DEAD;
+}
+
 /* Drop a ticket nobody uses (holds mu). */
 OMC__PRIVATE void omc__tcp_ticket_free(omc__tcp_plane* T, omc__tcp_ticket* t) {
     omc__tcp_ticket** pp;
     for (pp = &T->tickets; *pp; pp = &(*pp)->next)
         if (*pp == t) { *pp = t->next; break; }
     omc__smap_del(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE);
-    omc__smap_del(&T->by_rid, &T->hooks, (const char*)t->rid, t->rid_len);
+    if (omc__smap_get(&T->by_rid, (const char*)t->rid, t->rid_len) == t) omc__smap_del(&T->by_rid, &T->hooks, (const char*)t->rid, t->rid_len);
+    if (t->zfd >= 0 && omc__smap_get(&T->by_fd, (const char*)&t->zfd, sizeof(t->zfd)) == t)
+        omc__smap_del(&T->by_fd, &T->hooks, (const char*)&t->zfd, sizeof(t->zfd));
     T->ntickets--;
+    if (t->src) { t->src->ntickets--; omc__tcp_source_put(T, t->src); }
     omc__free(&T->hooks, t);
 }
 
-/* The ticket of a side-channel session (its ZMQ routing id), made on its first HELLO: 16 random
-   bytes, answered inside the HELLO reply (CURVE-encrypted when CURVE is on). A full table drops
-   the ticket unused longest; OMC_ERR_BUSY if every ticket has data connections. */
-OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, uint8_t* out) {
+/* A HELLO from a routing id that has a ticket already: a peer chooses its routing id
+   (ZMQ_ROUTING_ID), so this may be a later connection that took the id of one that went away.
+   The old ticket is no longer the id's: PULLs from the id cannot name its data connections, it
+   registers no new ones, and it goes when its last one does (holds mu). */
+OMC__PRIVATE void omc__tcp_ticket_detach(omc__tcp_plane* T, omc__tcp_ticket* t) {
+    if (omc__smap_get(&T->by_rid, (const char*)t->rid, t->rid_len) == t) omc__smap_del(&T->by_rid, &T->hooks, (const char*)t->rid, t->rid_len);
+    t->detached = 1;
+    if (t->nconns == 0) omc__tcp_ticket_free(T, t);
+}
+
+/* Remember that a ticket belongs to the side-channel connection t->zfd (holds mu). A
+   descriptor is reused once its connection is gone, so the newest ticket takes it over. */
+OMC__PRIVATE void omc__tcp_ticket_bind_fd(omc__tcp_plane* T, omc__tcp_ticket* t) {
+    if (t->zfd < 0) return;
+    omc__smap_del(&T->by_fd, &T->hooks, (const char*)&t->zfd, sizeof(t->zfd));
+    if (omc__smap_put(&T->by_fd, &T->hooks, (const char*)&t->zfd, sizeof(t->zfd), t) != OMC_OK) t->zfd = -1;
+}
+
+/* The side-channel connection with descriptor fd went (the ROUTER's monitor said so; listener):
+   its session's ticket goes with it - no new data connection may show it, its idle connections
+   are closed now, and a request on one still busy is refused - so a ticket seen on the wire is
+   worth nothing once its session has ended. */
+OMC__PRIVATE void omc__tcp_session_gone(omc__tcp_plane* T, int fd) {
+    omc__tcp_ticket* t;
+    omc__tcp_conn *c, *next;
+    pthread_mutex_lock(&T->mu);
+    t = (omc__tcp_ticket*)omc__smap_get(&T->by_fd, (const char*)&fd, sizeof(fd));
+    if (t) {
+        OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "side-channel connection %d went: its data ticket goes (%u data connections)",
+                 fd, (unsigned)t->nconns);
+        omc__smap_del(&T->by_fd, &T->hooks, (const char*)&fd, sizeof(fd));
+        t->zfd = -1;
+        t->gone = 1;
+        for (c = T->conns; c; c = next) {
+            next = c->next;
+            if (c->ticket == t && c->state == OMC__TCONN_IDLE) omc__tcp_conn_evict(T, c);
+        }
+        if (!t->detached) omc__tcp_ticket_detach(T, t);    /* frees it if no connection is left */
+        else if (t->nconns == 0) omc__tcp_ticket_free(T, t);
+    }
+    pthread_mutex_unlock(&T->mu);
+}
+
+/* The ticket to drop to make room (holds mu): one without data connections, of the address
+   `only` if given, else of the address holding the most tickets; the one unused longest among
+   those. NULL if there is none. */
+OMC__PRIVATE omc__tcp_ticket* omc__tcp_ticket_victim(omc__tcp_plane* T, const omc__tcp_source* only) {
     omc__tcp_ticket *t, *old = NULL;
+    for (t = T->tickets; t; t = t->next) {
+        uint32_t mine, theirs;
+        if (t->nconns || (only && t->src != only)) continue;
+        if (!old) { old = t; continue; }
+        mine = t->src ? t->src->ntickets : 0;
+        theirs = old->src ? old->src->ntickets : 0;
+        if (mine > theirs || (mine == theirs && t->last_used < old->last_used)) old = t;
+    }
+    return old;
+}
+
+/* The ticket of a side-channel session (its ZMQ routing id), made on each HELLO: 16 random
+   bytes, answered inside the HELLO reply (CURVE-encrypted when CURVE is on); never the ticket of
+   an earlier HELLO (omc__tcp_ticket_detach). zfd is the descriptor of the session's connection
+   (-1 if unknown): when it goes the ticket goes (omc__tcp_session_gone). addr is the session's address ("" if unknown): an
+   address at its share (OMC__TCP_SOURCE_TICKETS) drops one of its own unused tickets, a full
+   table one of the address that holds the most; OMC_ERR_BUSY if there is none to drop. */
+OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, const char* addr, int zfd, uint8_t* out) {
+    omc__tcp_ticket *t, *old = NULL;
+    omc__tcp_source* src;
     omc_result r = OMC_OK;
     if (T->listen_fd < 0 || rid_len == 0 || rid_len > 255) return OMC_ERR_INVALID_ARG;
     pthread_mutex_lock(&T->mu);
     t = (omc__tcp_ticket*)omc__smap_get(&T->by_rid, (const char*)rid, rid_len);
-    if (!t && T->ntickets >= OMC__TCP_MAX_TICKETS) {
-        for (t = T->tickets; t; t = t->next)
-            if (t->nconns == 0 && (!old || t->last_used < old->last_used)) old = t;
-        if (old) omc__tcp_ticket_free(T, old);
-        t = NULL;
+    if (t) omc__tcp_ticket_detach(T, t);
+    t = NULL;
+    src = omc__tcp_source_get(T, addr ? addr : "");
+    if (src) src->ntickets++;           /* reserved: the new ticket's (nothing below frees src) */
+    if (src && src->ntickets > OMC__TCP_SOURCE_TICKETS) {
+        if ((old = omc__tcp_ticket_victim(T, src)) != NULL) omc__tcp_ticket_free(T, old);
+        else r = OMC_ERR_BUSY;
     }
-    if (!t && T->ntickets >= OMC__TCP_MAX_TICKETS) r = OMC_ERR_BUSY;
-    else if (!t) {
+    if (r == OMC_OK && T->ntickets >= OMC__TCP_MAX_TICKETS && (old = omc__tcp_ticket_victim(T, NULL)) != NULL) omc__tcp_ticket_free(T, old);
+    if (!src) r = OMC_ERR_NO_MEMORY;
+    else if (r == OMC_OK && T->ntickets >= OMC__TCP_MAX_TICKETS) r = OMC_ERR_BUSY;
+    else if (r == OMC_OK) {
         t = (omc__tcp_ticket*)omc__calloc(&T->hooks, sizeof(*t));
         if (!t) r = OMC_ERR_NO_MEMORY;
         else {
@@ -6047,9 +6288,14 @@ OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* 
                 r = OMC_ERR_NO_MEMORY;
             }
             if (r != OMC_OK) { omc__free(&T->hooks, t); t = NULL; }
-            else { t->next = T->tickets; T->tickets = t; T->ntickets++; }
+            else {
+                t->next = T->tickets; T->tickets = t; T->ntickets++; t->src = src;
+                t->zfd = zfd;
+                omc__tcp_ticket_bind_fd(T, t);
+            }
         }
     }
+    if (src && !t) { src->ntickets--; omc__tcp_source_put(T, src); }
     if (t) { t->last_used = omc_now_ns(); memcpy(out, t->ticket, OMC__TCP_TICKET_SIZE); }
     pthread_mutex_unlock(&T->mu);
     return r;
@@ -6072,7 +6318,7 @@ OMC__PRIVATE void omc__tcp_sweep(omc__tcp_plane* T, omc_time_ns now) {
     }
     for (t = T->tickets; t; t = tn) {
         tn = t->next;
-        if (t->nconns == 0 && now - t->last_used > (omc_time_ns)OMC__TCP_TICKET_IDLE_MS * 1000000LL) omc__tcp_ticket_free(T, t);
+        if (t->nconns == 0 && (t->detached || now - t->last_used > (omc_time_ns)OMC__TCP_TICKET_IDLE_MS * 1000000LL)) omc__tcp_ticket_free(T, t);
     }
 }
 
@@ -6116,6 +6362,34 @@ OMC__PRIVATE omc__tcp_conn* omc__tcp_oldest_pending(omc__tcp_plane* T) {
     return old;
 }
 
+/* The numeric address of an accepted peer ("" if it has none we know). */
+OMC__PRIVATE void omc__tcp_peer_addr(const struct sockaddr_storage* sa, char* out, size_t n) {
+    out[0] = '\0';
+    if (sa->ss_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in*)sa)->sin_addr, out, (socklen_t)n);
+    else if (sa->ss_family == AF_INET6) inet_ntop(AF_INET6, &((const struct sockaddr_in6*)sa)->sin6_addr, out, (socklen_t)n);
+}
+
+/* Registration limits for a connection that showed a valid ticket (holds mu): its address's
+   share (OMC__TCP_SOURCE_CONNS), then the table (OMC__TCP_MAX_CONNS), which makes room by
+   closing an idle connection of the address that holds the most. The source to count it in,
+   or NULL with *why set (OMC_ERR_BUSY, OMC_ERR_NO_MEMORY). */
+OMC__PRIVATE omc__tcp_source* omc__tcp_admit(omc__tcp_plane* T, omc__tcp_conn* c, omc_result* why) {
+    omc__tcp_source* src = omc__tcp_source_get(T, c->addr);
+    unsigned long long hidden = 0;
+    *why = OMC_ERR_BUSY;
+    if (!src) { *why = OMC_ERR_NO_MEMORY; return NULL; }
+    if (src->nconns < OMC__TCP_SOURCE_CONNS &&
+        (omc__load(&T->nregistered) < OMC__TCP_MAX_CONNS || omc__tcp_evict_idle(T, src)))
+        return src;
+    if (omc__tcp_flood(T, 1, &hidden))
+        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port %u: %s: %u data connections from %s (at most %d per address, %d in all), "
+                 "new one refused (%llu more since the last report)", (unsigned)T->port,
+                 src->nconns >= OMC__TCP_SOURCE_CONNS ? "an address at its share" : "every registration taken and none idle elsewhere",
+                 (unsigned)src->nconns, src->addr[0] ? src->addr : "an unknown address", OMC__TCP_SOURCE_CONNS, OMC__TCP_MAX_CONNS, hidden);
+    omc__tcp_source_put(T, src);
+    return NULL;
+}
+
 /* Listener: accept what is waiting on the data port. Out of descriptors (EMFILE, ENFILE): the
    oldest connection still owing its hello is closed and the port is not polled for
    OMC__TCP_PAUSE_MS, so a flood costs neither a spinning core nor a log line per event. */
@@ -6123,7 +6397,9 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
     unsigned long long hidden = 0;
     for (;;) {
         omc__tcp_conn* c;
-        int fd = accept4(T->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        struct sockaddr_storage sa;
+        socklen_t salen = sizeof(sa);
+        int fd = accept4(T->listen_fd, (struct sockaddr*)&sa, &salen, SOCK_CLOEXEC);
         if (fd < 0) {
             int e = errno;
             if (e == EINTR) continue;
@@ -6132,7 +6408,7 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
                 T->paused_until = omc_now_ns() + (omc_time_ns)OMC__TCP_PAUSE_MS * 1000000LL;
                 pthread_mutex_lock(&T->mu);
                 c = omc__tcp_oldest_pending(T);
-                if (c) omc__tcp_conn_free(T, c);
+                if (c) omc__tcp_conn_evict(T, c);
                 pthread_mutex_unlock(&T->mu);
             }
             if (omc__tcp_flood(T, 0, &hidden))
@@ -6142,18 +6418,11 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
             return;
         }
         pthread_mutex_lock(&T->mu);
-        if (omc__load(&T->nregistered) >= OMC__TCP_MAX_CONNS) {
-            pthread_mutex_unlock(&T->mu);
-            if (omc__tcp_flood(T, 1, &hidden))
-                OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port %u: %d data connections registered, refusing new ones (%llu more since the last report)",
-                         (unsigned)T->port, OMC__TCP_MAX_CONNS, hidden);
-            close(fd);
-            continue;
-        }
-        if (T->npending >= OMC__TCP_MAX_PENDING && (c = omc__tcp_oldest_pending(T)) != NULL) omc__tcp_conn_free(T, c);
+        if (T->npending >= OMC__TCP_MAX_PENDING && (c = omc__tcp_oldest_pending(T)) != NULL) omc__tcp_conn_evict(T, c);
         c = (omc__tcp_conn*)omc__calloc(&T->hooks, sizeof(*c));
         if (!c) { pthread_mutex_unlock(&T->mu); close(fd); continue; }
         c->fd = fd;
+        omc__tcp_peer_addr(&sa, c->addr, sizeof(c->addr));
         c->state = OMC__TCONN_PENDING;
         c->hello_deadline = omc_deadline_after_ms(OMC__TCP_HELLO_MS);
         c->next = T->conns;
@@ -6195,6 +6464,7 @@ OMC__PRIVATE void omc__tcp_refuse(omc__tcp_plane* T, omc__tcp_conn* c, omc_resul
 OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     uint8_t ack[OMC__TCP_ACK_SIZE], ticket[OMC__TCP_TICKET_SIZE];
     omc__tcp_ticket* t;
+    omc__tcp_source* src;
     omc_result r;
     ssize_t k = recv(c->fd, c->hello + c->hello_got, OMC__TCP_HELLO_SIZE - c->hello_got, MSG_DONTWAIT);
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
@@ -6205,17 +6475,23 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     r = omc__tcp_hello_decode(c->hello, OMC__TCP_HELLO_SIZE, &c->token, &c->incarnation, ticket);
     if (r != OMC_OK) { omc__tcp_refuse(T, c, r, 1); return; }
     t = (omc__tcp_ticket*)omc__smap_get(&T->by_ticket, (const char*)ticket, OMC__TCP_TICKET_SIZE);
-    if (!t) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
+    if (!t || t->detached) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
     if (t->nconns >= OMC__TCP_PER_TICKET) { omc__tcp_refuse(T, c, OMC_ERR_BUSY, 1); return; }
     memcpy(c->key, ticket, OMC__TCP_TICKET_SIZE);
     memcpy(c->key + OMC__TCP_TICKET_SIZE, c->hello + 8, 8);
     if (omc__smap_get(&T->tokens, (const char*)c->key, sizeof(c->key))) { omc__tcp_refuse(T, c, OMC_ERR_EXISTS, 1); return; }
-    if (omc__smap_put(&T->tokens, &T->hooks, (const char*)c->key, sizeof(c->key), c) != OMC_OK) { omc__tcp_conn_free(T, c); return; }
+    if ((src = omc__tcp_admit(T, c, &r)) == NULL) { omc__tcp_refuse(T, c, r, 1); return; }
+    if (omc__smap_put(&T->tokens, &T->hooks, (const char*)c->key, sizeof(c->key), c) != OMC_OK) {
+        omc__tcp_source_put(T, src);
+        omc__tcp_conn_free(T, c);
+        return;
+    }
     omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
     omc__put_u32(ack + 4, 0);
     /* a fresh socket always has room for 8 bytes; anything else means it is already broken */
     if (send(c->fd, ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack)) {
         omc__smap_del(&T->tokens, &T->hooks, (const char*)c->key, sizeof(c->key));
+        omc__tcp_source_put(T, src);
         omc__tcp_conn_free(T, c);
         return;
     }
@@ -6225,6 +6501,8 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     c->ticket = t;
     t->nconns++;
     t->last_used = c->idle_since;
+    c->src = src;
+    src->nconns++;
     omc__add(&T->nregistered, 1u);
 }
 
@@ -6314,10 +6592,16 @@ OMC__PRIVATE omc__tcp_conn* omc__tcp_next_request(omc__tcp_plane* T) {
    the 24 bytes do not fit at once, which a receiver waiting for them never causes). */
 OMC__PRIVATE void omc__tcp_answer_status(omc__tcp_plane* T, omc__tcp_conn* c, omc_result code, uint64_t xfer, uint64_t detail) {
     uint8_t st[OMC__TCP_STATUS_SIZE];
+    omc_time_ns since = c->idle_since;
     ssize_t k;
     omc__tcp_status_encode(st, code, xfer, detail);
     k = send(c->fd, st, sizeof(st), MSG_NOSIGNAL | MSG_DONTWAIT);
     omc__tcp_conn_release(T, c, k == (ssize_t)sizeof(st));
+    if (code != OMC_OK) {       /* a refused request is no activity: it keeps nothing alive */
+        pthread_mutex_lock(&T->mu);
+        if (c->state == OMC__TCONN_IDLE) c->idle_since = since;
+        pthread_mutex_unlock(&T->mu);
+    }
 }
 
 /* Close everything (connector close; no worker runs any more). */
@@ -6329,6 +6613,8 @@ OMC__PRIVATE void omc__tcp_shutdown(omc__tcp_plane* T) {
     omc__smap_free(&T->tokens, &T->hooks);
     omc__smap_free(&T->by_ticket, &T->hooks);
     omc__smap_free(&T->by_rid, &T->hooks);
+    omc__smap_free(&T->sources, &T->hooks);     /* empty now: the last ticket and connection took theirs */
+    omc__smap_free(&T->by_fd, &T->hooks);
     pthread_mutex_unlock(&T->mu);
     if (T->listen_fd >= 0) close(T->listen_fd);
     T->listen_fd = -1;
@@ -6348,12 +6634,28 @@ OMC__PRIVATE omc_result omc__tcp_tx_hello(void* user, const uint8_t* rec, uint32
    system calls as possible. blocking: wait (deadline, abort) whenever the socket is full.
    Non-blocking (the listener): stop with OMC_ERR_BUSY when the socket is full or after budget
    bytes. Short writes and EINTR are retried; *pos always says how far it got. */
+#define OMC__TCP_RATE_WINDOW_MS 2000   /* OMNICONN_TCP_MIN_RATE is judged over windows this long */
+
+/* A blocking push's rate check, once per OMC__TCP_RATE_WINDOW_MS: 1 if the window that just
+   ended moved some bytes but fewer than OMNICONN_TCP_MIN_RATE allows (the first window also
+   fills the socket buffers, so a slow reader fails the second; a window without a byte is the
+   stall timeout's to judge). *since and *moved start the next window. */
+OMC__PRIVATE int omc__tcp_too_slow(omc_time_ns now, omc_time_ns* since, uint64_t* moved) {
+    int slow;
+    if (now - *since < (omc_time_ns)OMC__TCP_RATE_WINDOW_MS * 1000000LL) return 0;
+    slow = (uint64_t)OMNICONN_TCP_MIN_RATE > 0 && *moved > 0 && *moved < (uint64_t)OMNICONN_TCP_MIN_RATE * OMC__TCP_RATE_WINDOW_MS / 1000u;
+    *since = now;
+    *moved = 0;
+    return slow;
+}
+
 OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const uint8_t* src, uint64_t size, const uint8_t* trl,
                                               uint64_t* pos, uint64_t end, int blocking, uint64_t budget, omc_time_ns deadline,
                                               const int* abort) {
     const uint8_t* seg[3];
-    uint64_t seglen[3], moved = 0;
+    uint64_t seglen[3], moved = 0, window_moved = 0;
     omc_time_ns progress = blocking ? omc_now_ns() : 0;    /* last time the receiver took a byte */
+    omc_time_ns window = progress;                          /* the rate window began */
     seg[0] = hdr; seglen[0] = OMC__TCP_HEADER_SIZE;
     seg[1] = src; seglen[1] = size;
     seg[2] = trl; seglen[2] = OMC__TCP_TRAILER_SIZE;
@@ -6383,6 +6685,7 @@ OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const 
         if (k > 0) {
             *pos += (uint64_t)k;
             moved += (uint64_t)k;
+            window_moved += (uint64_t)k;
             if (blocking) progress = omc_now_ns();
             if (!blocking && moved >= budget && *pos < end) return OMC_ERR_BUSY;
         } else if (k < 0 && errno == EINTR) {
@@ -6394,6 +6697,7 @@ OMC__PRIVATE omc_result omc__tcp_write_stream(int fd, const uint8_t* hdr, const 
             if (omc__deadline_passed(deadline)) return OMC_ERR_TIMEOUT;
             /* a receiver that takes nothing for OMNICONN_TCP_STALL_MS is dead or hostile */
             if (omc_now_ns() - progress > (omc_time_ns)OMNICONN_TCP_STALL_MS * 1000000LL) return OMC_ERR_TIMEOUT;
+            if (omc__tcp_too_slow(omc_now_ns(), &window, &window_moved)) return OMC_ERR_TIMEOUT;
         }
     }
     return OMC_OK;
@@ -6521,7 +6825,7 @@ static void omc__tcp_tx_end(void* user, const omc__dp_push* p, int committed) {
     st->await = NULL;
 }
 
-/* Wait for the receiver's receipt (8 bytes: "OMCR", 0) after the last payload byte: it says
+/* Wait for the receiver's receipt (8 bytes: "OMCG", 0) after the last payload byte: it says
    the bytes are in the receiver's buffer, not just in a kernel. Bounded by the deadline, ABORT
    and OMNICONN_TCP_STALL_MS; EOF or anything else than a receipt fails the push. */
 OMC__PRIVATE omc_result omc__tcp_read_receipt(int fd, omc_time_ns deadline, const int* abort) {
@@ -6678,6 +6982,7 @@ static omc_result omc__tcp_rx_request(void* user, void* chan, omc__dp_xfer* xf, 
     q.expect_incarnation = dq->expect_incarnation;
     q.capacity = dq->capacity;
     q.budget_ms = dq->budget_ms;
+    q.key_check = dq->key_check;
     omc__tcp_req_encode(b, &q);
     x->op = q.op;
     return omc__fd_write_all(x->fd, b, sizeof(b), deadline, NULL);
@@ -6804,14 +7109,17 @@ OMC__PRIVATE void omc__tcp_plane_stats(omc__tcp_plane* T, uint16_t* port, uint64
 /* ---- the listener's side of the plane: its sockets in the listener's poll, the requests that
         come on data connections, the session tickets ---- */
 
-static omc_result omc__tcp_tx_ticket(void* user, const uint8_t* channel, uint32_t channel_len, uint8_t* out, uint32_t cap, uint32_t* out_len) {
+static omc_result omc__tcp_tx_ticket(void* user, const uint8_t* channel, uint32_t channel_len, const char* addr, int session,
+                                     uint8_t* out, uint32_t cap, uint32_t* out_len) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
     *out_len = 0;
     if (T->listen_fd < 0) return OMC_OK;    /* no data port: nothing to ticket */
     if (cap < OMC__TCP_TICKET_SIZE) return OMC_ERR_INTERNAL;
     *out_len = OMC__TCP_TICKET_SIZE;
-    return omc__tcp_ticket_issue(T, channel, channel_len, out);
+    return omc__tcp_ticket_issue(T, channel, channel_len, addr, session, out);
 }
+
+static void omc__tcp_tx_session_gone(void* user, int session) { omc__tcp_session_gone((omc__tcp_plane*)user, session); }
 
 static uint32_t omc__tcp_tx_item_count(void* user) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
@@ -6843,9 +7151,11 @@ static int omc__tcp_tx_next_request(void* user, omc__dp_request* dq) {
     dq->capacity = q.capacity;
     dq->handle = c;
     dq->receiver_incarnation = c->incarnation;
-    if (c->ticket) { dq->channel = c->ticket->rid; dq->channel_len = c->ticket->rid_len; }
+    dq->key_check = q.key_check;
+    if (c->ticket && !c->ticket->gone) { dq->channel = c->ticket->rid; dq->channel_len = c->ticket->rid_len; }    /* else its session ended */
     memcpy(dq->desc, c->key + OMC__TCP_TICKET_SIZE, 8);     /* the connection's token, as a PULL names it */
     dq->desc_len = 8;
+    memcpy(dq->addr, c->addr, sizeof(dq->addr));
     return 1;
 }
 
@@ -6860,7 +7170,7 @@ static const omc__dp_vtable_ext omc__tcp_plane_table = {
       omc__tcp_rx_open, omc__tcp_rx_hello, omc__tcp_rx_ready, omc__tcp_rx_reusable, omc__tcp_rx_prepare,
       omc__tcp_rx_fd, omc__tcp_rx_progress, omc__tcp_rx_end, omc__tcp_rx_close,
       omc__tcp_tx_try },
-    { omc__tcp_tx_drop, omc__tcp_tx_await, omc__tcp_tx_receipt, omc__tcp_tx_end, omc__tcp_tx_ticket,
+    { omc__tcp_tx_drop, omc__tcp_tx_await, omc__tcp_tx_receipt, omc__tcp_tx_end, omc__tcp_tx_ticket, omc__tcp_tx_session_gone,
       omc__tcp_tx_item_count, omc__tcp_tx_items, omc__tcp_tx_serve, omc__tcp_tx_next_request, omc__tcp_tx_answer,
       omc__tcp_rx_requests, omc__tcp_rx_request }
 };
@@ -7112,6 +7422,7 @@ OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KE
 */
 
 #define OMC__NET_RID_MAX     256        /* ZMQ routing ids are at most 255 bytes */
+#define OMC__NET_LIST_VISIT  4096       /* entries one LIST page looks at, at most */
 #define OMC__NET_MAX_HELD    1024       /* QUERYs held at once; more are answered NOT_FOUND now */
 #define OMC__NET_MAX_PEERS   4096       /* senders a receiver remembers */
 #define OMC__NET_HANDSHAKE_MS 10000     /* a ZMTP handshake (incl. CURVE) must finish within this */
@@ -7123,6 +7434,7 @@ OMNICONN_API omc_result omc_tcp_read_key(const char* path, char key[OMC_CURVE_KE
 #define OMC__NET_MON_CONNECTED 0x0001    /* ZMQ_EVENT_CONNECTED: a receiver's channel reached the sender's port */
 #define OMC__NET_MON_DOWN 0x0204         /* ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_DISCONNECTED: refused or dropped */
 #define OMC__NET_SILENT_MS 500           /* a peer that leaves our HELLO unanswered this long is not just slow */
+#define OMC__NET_ROUTER_MON_EVENTS (OMC__NET_MON_EVENTS | ZMQ_EVENT_DISCONNECTED)   /* the sender's: a session's end drops its ticket */
 
 typedef struct omc__net omc__net;
 
@@ -7144,8 +7456,10 @@ typedef struct omc__net_job {
     omc_time_ns deadline;
     int abort;                          /* atomic: non-zero = stop with this code */
     int committed;                      /* the read is recorded (commit ran) */
+    int counted;                        /* already counted in pushes (before its trailer went out) */
     int direct;                         /* a request on the plane's own connection (no side-channel reply) */
     int awaiting;                       /* the listener waits for its receipt (tx_await) */
+    char addr[64];                      /* the receiver's address (fair scheduling across addresses) */
     omc_time_ns since;                  /* when that wait began (OMNICONN_TCP_STALL_MS) */
     uint64_t plane_state[OMC__DP_STATE_WORDS];  /* the plane's own (omc__dp_push.state) */
     omc__net* owner;
@@ -7228,6 +7542,8 @@ struct omc__net {
     uint8_t (*allowed)[32];
     uint32_t nallowed;
     int wake_fd;
+    char msg_addr[64];                  /* listener only: the address of the message it handles */
+    int msg_fd;                         /* listener only: and its connection's descriptor (-1: unknown) */
     pthread_t listener;
     int listener_started;
     pthread_t* workers;
@@ -7276,6 +7592,10 @@ OMC__PRIVATE omc_result omc__net_remote_code(int32_t code) {
     omc_result r = (omc_result)code;
     return strcmp(omc_result_name(r), "OMC_ERR_UNKNOWN") == 0 || code >= 0 ? OMC_ERR_REMOTE : r;
 }
+
+/* Does a put of this size carry its bytes in the metadata (sender)? The only entries a CLAIM
+   may name: the receiver of any other entry cannot have its bytes. */
+OMC__PRIVATE int omc__net_inlines(const omc__net* N, uint64_t size) { return N->inline_max && size <= N->inline_max; }
 
 /* Refusals that promise no payload byte moved (the receiver keeps its channel after them). */
 OMC__PRIVATE int omc__net_clean_refusal(omc_result r) {
@@ -7379,7 +7699,7 @@ OMC__PRIVATE void omc__net_finish(omc__net* N, omc__net_job* j, int reply) {
     }
     omc__sub(&N->pushes_in_flight, 1u);
     if (j->result == OMC_OK) {
-        omc__add(&N->pushes, 1u);
+        if (!j->counted) omc__add(&N->pushes, 1u);
         /* a TCP push ended with its trailer, which told the receiver all DONE would: a DONE
            would only wake two more threads (both libzmq I/O threads) per get */
         if (reply && !j->direct && !(j->dp->vt->flags & OMC__DP_FLAG_SELF_COMPLETE)) {
@@ -7431,7 +7751,7 @@ OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t ri
         const omc__dataplane* p = &N->planes[i];
         uint32_t vlen = 0;
         const omc__dp_ext* x = omc__dp_ext_of(p->vt);
-        omc_result r = x && x->tx_ticket ? x->tx_ticket(p->user, rid, rid_len, val, sizeof(val), &vlen) : OMC_OK;
+        omc_result r = x && x->tx_ticket ? x->tx_ticket(p->user, rid, rid_len, N->msg_addr, N->msg_fd, val, sizeof(val), &vlen) : OMC_OK;
         if (r == OMC_OK && vlen) omc__wire_add_record(recs, sizeof(recs), &rlen, &count, OMC__REC_TICKET, val, vlen);
         else if (r != OMC_OK)
             OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "HELLO answered without a data ticket (%s): that receiver cannot pull", omc_result_str(r));
@@ -7514,7 +7834,7 @@ OMC__PRIVATE void omc__net_answer_held(omc__net* N, omc_time_ns now) {
     }
 }
 
-/* LIST: one page of the keys a PULL could take now, after skipping cursor of them. */
+/* LIST: one page of the keys a PULL could take now, from the position of the cursor. */
 typedef struct omc__net_page { uint8_t keys[OMC__WIRE_LIST_MAX]; uint32_t len, n, skip, seen, full; } omc__net_page;
 
 static omc_result omc__net_page_add(const char* qkey, uint32_t qlen, void* user) {
@@ -7532,14 +7852,12 @@ static omc_result omc__net_page_add(const char* qkey, uint32_t qlen, void* user)
 OMC__PRIVATE void omc__net_on_list(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
     omc__net_page* pg = (omc__net_page*)omc__calloc(&N->conn->hooks, sizeof(omc__net_page));
     omc__wire m;
-    if (!pg) { omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, OMC_ERR_NO_MEMORY, 0, "sender out of memory"); return; }
-    pg->skip = in->cursor;
-    omc__owner_list(&N->own, omc__net_page_add, pg);
     memset(&m, 0, sizeof(m));
+    if (!pg) { omc__net_reply_error(N, rid, rid_len, in->xfer, in->seq, OMC_ERR_NO_MEMORY, 0, "sender out of memory"); return; }
+    omc__owner_list_page(&N->own, in->cursor, OMC__NET_LIST_VISIT, omc__net_page_add, pg, &m.cursor);
     m.type = OMC__MSG_LIST_REPLY;
     m.xfer = in->xfer;
     m.seq = in->seq;
-    m.cursor = pg->full ? in->cursor + pg->n : 0;
     m.nkeys = pg->n;
     m.keys = pg->keys;
     m.keys_len = pg->len;
@@ -7626,6 +7944,7 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     job->receiver_incarnation = in->incarnation;
     job->rid_len = rid_len;
     memcpy(job->rid, rid, rid_len);
+    memcpy(job->addr, N->msg_addr, sizeof(job->addr));
     job->desc_len = in->desc_len;
     if (in->desc_len) memcpy(job->desc, in->desc, in->desc_len);
     omc__net_launch_job(N, job, in->budget_ms);
@@ -7717,8 +8036,10 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, const omc__dataplane* dp, con
     omc__read rd;
     omc_result r = q->status;
     uint64_t detail = 0;
+    const omc__ent* e;
+    uint32_t slot;
     if (r == OMC_OK && q->expect_incarnation && q->expect_incarnation != omc_incarnation()) r = OMC_ERR_PEER_RESTARTED;
-    else if (r == OMC_OK && !q->channel) r = OMC_ERR_CONNECTION;
+    else if (r == OMC_OK && !q->channel) r = OMC_ERR_CONNECTION;    /* no session, or its session ended */
     else if (r == OMC_OK && q->op == OMC__DP_REQ_PULL && !(job = (omc__net_job*)omc__calloc(&N->conn->hooks, sizeof(omc__net_job))))
         r = OMC_ERR_NO_MEMORY;
     if (r == OMC_OK) {
@@ -7728,7 +8049,13 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, const omc__dataplane* dp, con
         w.exact = q->op == OMC__DP_REQ_CLAIM;   /* the metadata and the entry must agree */
         pthread_mutex_lock(&N->own.mu);
         omc__owner_maybe_sweep(&N->own);
-        r = omc__owner_take(&N->own, &w, &rd, &detail);
+        slot = omc__etab_by_id(&N->own.tab, q->entry_id);
+        e = slot != OMC__NIL ? &N->own.tab.ent[slot] : NULL;
+        if (e && e->state == OMC__ENT_LIVE && e->readers_left && omc__dp_key_check(e->qkey, e->qlen) != q->key_check)
+            r = OMC_ERR_NOT_FOUND;      /* another key's entry */
+        else if (e && e->state == OMC__ENT_LIVE && e->readers_left && q->op == OMC__DP_REQ_CLAIM && !omc__net_inlines(N, e->size))
+            r = OMC_ERR_PROTOCOL;       /* a CLAIM of bytes the sender never sent along */
+        else r = omc__owner_take(&N->own, &w, &rd, &detail);
         /* CLAIM: the receiver has every byte already, so the read counts at once */
         if (r == OMC_OK && q->op == OMC__DP_REQ_CLAIM) omc__owner_commit(&N->own, rd.slot, 0);
         pthread_mutex_unlock(&N->own.mu);
@@ -7747,6 +8074,7 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, const omc__dataplane* dp, con
     job->receiver_incarnation = q->receiver_incarnation;
     job->rid_len = omc__min(q->channel_len, (uint32_t)OMC__NET_RID_MAX);
     memcpy(job->rid, q->channel, job->rid_len);
+    memcpy(job->addr, q->addr, sizeof(job->addr));
     job->desc_len = q->desc_len;
     memcpy(job->desc, q->desc, q->desc_len);
     job->direct = 1;
@@ -7772,7 +8100,11 @@ OMC__PRIVATE void omc__net_check_receipts(omc__net* N, omc_time_ns now) {
             else continue;
         }
         j->awaiting = 0;
-        if (r == OMC_OK) omc__net_commit_job(j);    /* every byte is in the receiver's buffer */
+        if (r == OMC_OK) {
+            omc__net_commit_job(j);                 /* every byte is in the receiver's buffer */
+            omc__add(&N->pushes, 1u);               /* counted before the trailer lets the get return */
+            j->counted = 1;
+        }
         omc__dp_ext_of(j->dp->vt)->tx_end(j->dp->user, &p, r == OMC_OK);
         j->result = r;
         omc__net_finish(N, j, 1);
@@ -7819,8 +8151,51 @@ OMC__PRIVATE int omc__zmq_frame(void* sock, uint8_t* buf, size_t cap, int flags,
     return 0;
 }
 
+/* Copy a received frame's bytes out of libzmq's buffer. libzmq's I/O thread wrote them and
+   handed them over through lock-free queues that ThreadSanitizer cannot see (libzmq is not
+   instrumented; zmq_recv copies inside libzmq for the same reason), so under TSan this one copy
+   is made byte by byte and left unchecked; everything else stays checked. */
+#if defined(__SANITIZE_THREAD__)
+    #define OMC__TSAN 1
+#elif defined(__has_feature)
+    #if __has_feature(thread_sanitizer)
+        #define OMC__TSAN 1
+    #endif
+#endif
+#if defined(OMC__TSAN)
+__attribute__((no_sanitize_thread)) static void omc__zmq_copy_out(uint8_t* dst, const uint8_t* src, size_t n) {
+    volatile uint8_t* d = dst;      /* volatile: the loop must not become a (checked) memcpy */
+    size_t i;
+    for (i = 0; i < n; i++) d[i] = src[i];
+}
+#else
+static void omc__zmq_copy_out(uint8_t* dst, const uint8_t* src, size_t n) { memcpy(dst, src, n); }
+#endif
+
+/* omc__zmq_frame, also giving the address of the peer that sent the message
+   (libzmq's "Peer-Address" property; "" if the transport has none) and the descriptor of its
+   connection (ZMQ_SRCFD; -1 if unknown). */
+OMC__PRIVATE int omc__zmq_frame_from(void* sock, uint8_t* buf, size_t cap, int flags, size_t* len, int* more, char* addr, size_t addr_size,
+                                     int* fd) {
+    omc__zmq_msg msg;
+    const char* a;
+    size_t ms = sizeof(*more);
+    addr[0] = '\0';
+    if (omc__zmq_msg_init(&msg) != 0) return -1;
+    if (omc__zmq_msg_recv(&msg, sock, flags) < 0) { omc__zmq_msg_close(&msg); return -1; }
+    *len = omc__zmq_msg_size(&msg);
+    if (*len) omc__zmq_copy_out(buf, (const uint8_t*)omc__zmq_msg_data(&msg), omc__min(*len, cap));
+    if ((a = omc__zmq_msg_gets(&msg, "Peer-Address")) != NULL) omc__strcut(addr, addr_size, a);
+    *fd = omc__zmq_msg_get(&msg, ZMQ_SRCFD);      /* the connection's socket: the monitor names it when it goes */
+    omc__zmq_msg_close(&msg);
+    *more = 0;
+    if (omc__zmq_getsockopt(sock, ZMQ_RCVMORE, more, &ms) != 0) *more = 0;
+    return 0;
+}
+
 /* Read what is waiting on the ROUTER, in a bounded batch so nothing else starves; 1 if it
-   stopped at the bound (more may be waiting). */
+   stopped at the bound (more may be waiting). The address of each message's sender is in
+   N->msg_addr while it is handled. */
 OMC__PRIVATE int omc__net_read_router(omc__net* N) {
     int batch;
     for (batch = 0; batch < 64; batch++) {
@@ -7829,7 +8204,9 @@ OMC__PRIVATE int omc__net_read_router(omc__net* N) {
         int more = 0, extra = 0;
         if (omc__zmq_frame(N->router, rid, sizeof(rid), ZMQ_DONTWAIT, &rn, &more) != 0) return 0;
         if (!more) continue;                                            /* cannot happen on a ROUTER */
-        if (omc__zmq_frame(N->router, buf, sizeof(buf), 0, &n, &more) != 0) return 0;
+        /* the address and descriptor from the body: the routing-id frame a ROUTER made while
+           polling carries neither */
+        if (omc__zmq_frame_from(N->router, buf, sizeof(buf), 0, &n, &more, N->msg_addr, sizeof(N->msg_addr), &N->msg_fd) != 0) return 0;
         while (more) {      /* anything after the one frame we expect is garbage: drain it */
             extra = 1;
             if (omc__zmq_frame(N->router, NULL, 0, 0, &junk, &more) != 0) break;
@@ -7858,6 +8235,14 @@ OMC__PRIVATE void omc__net_drain_router_monitor(omc__net* N) {
         if (n != 6) continue;
         event = omc__get_u16(ev);
         value = omc__get_u32(ev + 2);
+        if (event == ZMQ_EVENT_DISCONNECTED) {     /* a session's end: what its planes issued ends with it */
+            uint32_t i;
+            for (i = 0; i < N->nplanes; i++) {
+                const omc__dp_ext* x = omc__dp_ext_of(N->planes[i].vt);
+                if (x && x->tx_session_gone) x->tx_session_gone(N->planes[i].user, (int)value);
+            }
+            continue;
+        }
         /* with CURVE required, a client that drops out of the handshake (NO_DETAIL) is most
            likely one that does not speak CURVE: it saw our mechanism and hung up first */
         auth = event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && N->curve_server) ||
@@ -7981,7 +8366,9 @@ static void* omc__net_listener_main(void* arg) {
         omc__net_complete(N, 1);
         /* a send on a ZMQ socket can swallow its edge: a quiet tick looks at them all anyway */
         for (i = 1; i < nz; i++)
-            if ((N->items[1 + i].revents || rc == 0) && omc__zmq_readable(zs[i])) {
+            /* (the ROUTER's monitor always, before the ROUTER: a session's end comes before a
+               new connection that reuses its descriptor says HELLO) */
+            if ((N->items[1 + i].revents || rc == 0 || zs[i] == N->router_mon) && omc__zmq_readable(zs[i])) {
                 if (zs[i] == N->router_mon) omc__net_drain_router_monitor(N);
                 else omc__net_serve_zap(N);
             }
@@ -8008,17 +8395,25 @@ static void* omc__net_listener_main(void* arg) {
    transfer in flight anyway, so only a peer that misbehaves waits here - and it cannot hold
    more than one worker, whatever budget it asks for. */
 OMC__PRIVATE omc__net_job* omc__net_pick(omc__net* N) {
-    omc__net_job **pp, *r;
+    omc__net_job **pp, **best = NULL, *r;
+    uint32_t best_n = 0;
     for (pp = &N->queue; *pp; pp = &(*pp)->next) {
         omc__net_job* j = *pp;
-        for (r = N->running; r; r = r->next)
+        uint32_t n = 0;
+        for (r = N->running; r; r = r->next) {
             if (r->rid_len == j->rid_len && memcmp(r->rid, j->rid, j->rid_len) == 0) break;
+            n += strcmp(r->addr, j->addr) == 0;
+        }
         if (r) continue;
-        *pp = j->next;
-        if (!*pp) N->queue_tail = pp;
-        return j;
+        /* fair across addresses: the oldest job of the address that runs the fewest pushes */
+        if (!best || n < best_n) { best = pp; best_n = n; }
+        if (n == 0) break;
     }
-    return NULL;
+    if (!best) return NULL;
+    r = *best;
+    *best = r->next;
+    if (!*best) N->queue_tail = best;
+    return r;
 }
 
 static void* omc__net_worker_main(void* arg) {
@@ -8405,8 +8800,8 @@ static omc_result omc__net_release(omc_buffer* b) {
 /* A PULL as a request on the channel's TCP data connection, from this thread: no libzmq
    thread and no side-channel message on the way. Waits for the payload (or, for a CLAIM, the
    status record) until wait_until. */
-OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp_xfer* x, uint8_t op, uint64_t entry_id,
-                                         omc_time_ns deadline, omc_time_ns wait_until, omc_buffer* out, int* keep) {
+OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp_xfer* x, uint8_t op, const char* qkey, uint32_t qlen,
+                                         uint64_t entry_id, omc_time_ns deadline, omc_time_ns wait_until, omc_buffer* out, int* keep) {
     const omc__dp_vtable* vt = ch->dp->vt;
     omc__dp_request q;
     omc_time_ns now = omc_now_ns();
@@ -8415,6 +8810,7 @@ OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp
     q.op = op;
     q.xfer = ch->xfer;
     q.entry_id = entry_id;
+    q.key_check = omc__dp_key_check(qkey, qlen);
     q.expect_incarnation = ch->incarnation;
     q.capacity = x->size;
     q.budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
@@ -8473,7 +8869,7 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
     direct = !N->side_pull && (ch->caps & OMC_NET_CAP_REQUESTS) && ext && ext->rx_request && ext->rx_requests && vt->rx_fd &&
              ext->rx_requests(ch->dp->user, ch->dpc);
     if (r == OMC_OK && direct) {
-        r = omc__net_request(N, ch, &x, inl ? OMC__DP_REQ_CLAIM : OMC__DP_REQ_PULL, entry_id, deadline, wait_until, out, keep);
+        r = omc__net_request(N, ch, &x, inl ? OMC__DP_REQ_CLAIM : OMC__DP_REQ_PULL, qkey, qlen, entry_id, deadline, wait_until, out, keep);
         if (r == OMC_OK && inl && size) memcpy(x.dst.data, inl, (size_t)size);
     } else if (r == OMC_OK) {
         omc_time_ns now = omc_now_ns();
@@ -8891,7 +9287,7 @@ static omc_result omc__net_make_meta(omc__owner* O, uint32_t slot, void* user, o
     omc__net* N = (omc__net*)user;
     const omc__ent* e = &O->tab.ent[slot];
     uint8_t* body;
-    int inl = N->inline_max && e->size <= N->inline_max;     /* the bytes ride along; the entry stays (see the manual) */
+    int inl = omc__net_inlines(N, e->size);     /* the bytes ride along; the entry stays (see the manual) */
     omc_result r = omc__meta_begin(N->vt.transport, (e->flags & OMC_BUFFER_FRAME ? OMC_META_FLAG_FRAME : 0) | (inl ? OMC_META_FLAG_INLINE : 0),
                                    e->size, e->qkey, e->qlen, omc__net_meta_body_size(N->host) + (inl ? (uint32_t)e->size : 0), meta_out, &body);
     if (r != OMC_OK) return r;
@@ -9230,7 +9626,7 @@ OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d
         if (!N->zap || omc__zmq_bind(N->zap, "inproc://zeromq.zap.01") != 0) return OMC_ERR_SYSTEM;
         omc__zmq_setsockopt(N->router, ZMQ_ZAP_DOMAIN, "omniconn", 8);
     }
-    if (omc__zmq_socket_monitor(N->router, "inproc://omc-listener-mon", OMC__NET_MON_EVENTS) == 0) {
+    if (omc__zmq_socket_monitor(N->router, "inproc://omc-listener-mon", OMC__NET_ROUTER_MON_EVENTS) == 0) {
         N->router_mon = omc__zmq_socket(N->ctx, ZMQ_PAIR);
         if (N->router_mon && omc__zmq_connect(N->router_mon, "inproc://omc-listener-mon") != 0) { omc__zmq_close(N->router_mon); N->router_mon = NULL; }
         if (!N->router_mon) omc__zmq_socket_monitor(N->router, NULL, 0);

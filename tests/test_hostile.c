@@ -12,6 +12,9 @@
    the wire documentation (omniconn.h WIRE FORMATS, docs/wire.md), not with the library's
    encoder: an attacker does not use our code either. Each case is bounded (< 5 s). */
 #define OMNICONN_IMPLEMENTATION
+/* the data port's private tables, shrunk so one process can fill them (16 per address) */
+#define OMC__TCP_MAX_CONNS 64
+#define OMC__TCP_MAX_TICKETS 64
 #include "omniconn.h"
 #include "omniconn_shm.h"
 #include "omniconn_pipeline.h"
@@ -23,6 +26,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -1272,12 +1276,19 @@ static int data_conn(uint16_t dport, uint64_t token, const hz* h) {
 
 /* A request on a data connection, encoded from the documentation: magic "OMCP", op (1 PULL,
    2 CLAIM), reserved, transfer id, entry id, expected incarnation, capacity, budget, reserved. */
-static int dreq(int fd, uint8_t op, uint64_t xfer, uint64_t entry, uint64_t expect, uint64_t capacity) {
+/* The key check (bytes 44..47): CRC-32C of the qualified key the receiver asks for. */
+static int dreq_key(int fd, uint8_t op, uint64_t xfer, uint64_t entry, uint64_t expect, uint64_t capacity, const char* qkey) {
     uint8_t q[48];
     memset(q, 0, sizeof(q));
     le32(q, 0x50434D4Fu); q[4] = op;
     le64(q + 8, xfer); le64(q + 16, entry); le64(q + 24, expect); le64(q + 32, capacity); le32(q + 40, 2000);
+    le32(q + 44, qkey ? crc32c_ref((const uint8_t*)qkey, strlen(qkey), 0) : 0);
     return write(fd, q, sizeof(q)) == (ssize_t)sizeof(q) ? 0 : -1;
+}
+
+/* The request for the key s0/s1/k (the one the cases below put). */
+static int dreq(int fd, uint8_t op, uint64_t xfer, uint64_t entry, uint64_t expect, uint64_t capacity) {
+    return dreq_key(fd, op, xfer, entry, expect, capacity, QKEY("k"));
 }
 
 /* Read exactly n bytes (the socket has a 2 s receive timeout); 0 on success. */
@@ -1342,7 +1353,7 @@ OMC_TEST(garbage_requests_on_a_data_connection_are_refused_or_closed) {
         CHECK(closed_within(fd, 1500));
         close(fd);
     }
-    for (i = 0; i < 4; i++) {           /* bad op, a reserved byte, entry id 0, a reserved word */
+    for (i = 0; i < 4; i++) {           /* bad op, a reserved byte, entry id 0, a reserved u16 */
         fd = data_conn(dport, 0xE100u + (uint64_t)i, &h);
         REQUIRE(fd >= 0);
         memset(q, 0, sizeof(q));
@@ -1350,7 +1361,7 @@ OMC_TEST(garbage_requests_on_a_data_connection_are_refused_or_closed) {
         if (i == 0) q[4] = 9;
         if (i == 1) q[5] = 1;
         if (i == 2) le64(q + 16, 0);
-        if (i == 3) le32(q + 44, 1);
+        if (i == 3) le16(q + 6, 1);
         CHECK(write(fd, q, sizeof(q)) == (ssize_t)sizeof(q));
         CHECK(closed_within(fd, 1500));
         close(fd);
@@ -1367,11 +1378,13 @@ OMC_TEST(garbage_requests_on_a_data_connection_are_refused_or_closed) {
     CHECK_EQ(dstatus(fd, 3, NULL), OMC_ERR_PROTOCOL);
     CHECK(dreq(fd, 1, 4, entry, 0x1234u, 1u << 20) == 0);                       /* metadata of another process */
     CHECK_EQ(dstatus(fd, 4, NULL), OMC_ERR_PEER_RESTARTED);
+    CHECK(dreq_key(fd, 1, 7, entry, 0, 1u << 20, QKEY("other")) == 0);         /* the entry of another key */
+    CHECK_EQ(dstatus(fd, 7, NULL), OMC_ERR_NOT_FOUND);
     CHECK_OK(omc_conn_exists(s, "s0", "s1", "k"));                              /* nothing was used up */
     CHECK(dreq(fd, 1, 5, entry, 0, 1u << 20) == 0);                             /* now a real pull, by hand */
     CHECK(read_n(fd, hdr, sizeof(hdr)) == 0 && rd32(hdr) == 0x44434D4Fu && rd64(hdr + 8) == 5 && rd64(hdr + 16) == 4096);
     CHECK(read_n(fd, payload, sizeof(payload)) == 0 && omc_test_verify(payload, sizeof(payload), 141));
-    le32(rc, 0x52434D4Fu); le32(rc + 4, 0);
+    le32(rc, 0x47434D4Fu); le32(rc + 4, 0);     /* the receipt, "OMCG" */
     CHECK(write(fd, rc, sizeof(rc)) == (ssize_t)sizeof(rc));
     CHECK(read_n(fd, trl, sizeof(trl)) == 0 && rd32(trl) == 0x45434D4Fu);
     CHECK(dreq(fd, 1, 6, entry, 0, 1u << 20) == 0);                             /* its one reader is used up */
@@ -1409,7 +1422,7 @@ OMC_TEST(a_requester_that_never_sends_its_receipt_uses_up_nothing) {
     CHECK(hz_hello(&h) == HZ_HELLO);
     fd = data_conn(dport, 0xF00Du, &h);
     REQUIRE(fd >= 0);
-    CHECK(dreq(fd, 1, 1, entry_of(&m), 0, 1u << 20) == 0);
+    CHECK(dreq_key(fd, 1, 1, entry_of(&m), 0, 1u << 20, QKEY("r")) == 0);
     CHECK(read_n(fd, hdr, sizeof(hdr)) == 0 && rd64(hdr + 16) == (32u << 10));
     usleep(100000);                 /* the payload sits in our socket; no receipt, and we go */
     close(fd);
@@ -1576,6 +1589,535 @@ OMC_TEST(timed_out_get_counts_only_as_a_timeout) {
     }
     if (r) omc_conn_destroy(r);
     if (s) omc_conn_destroy(s);
+}
+
+/* ================================================================================================
+   Edges, round two: the data-port listener, requests, tickets
+   ================================================================================================ */
+
+/* Descriptors a process has open (/proc/PID/fd), or -1. */
+static int fd_count(pid_t pid) {
+    char path[64];
+    struct dirent* de;
+    DIR* d;
+    int n = 0;
+    snprintf(path, sizeof(path), "/proc/%ld/fd", (long)pid);
+    if (!(d = opendir(path))) return -1;
+    while ((de = readdir(d)) != NULL) if (de->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+/* Wait until pid has at least n descriptors open (the listener accepted what we connected). */
+static int fds_reach(pid_t pid, int n, int ms) {
+    double end = now_s() + ms / 1000.0;
+    while (now_s() < end) {
+        if (fd_count(pid) >= n) return 1;
+        usleep(2000);
+    }
+    return 0;
+}
+
+/* HOSTILE: 64 connections that owe their hello (the most the listener keeps), then - with the
+   sender stopped, so one poll() round sees it all - a byte on each of them and a 65th connect.
+   Accepting the 65th closes the oldest pending connection; the same round must not then read
+   the readable, closed one (a heap use-after-free: ASan reports it, a plain build reads freed
+   memory silently). The sender runs in a child, stopped with SIGSTOP between rounds; afterwards
+   it must still serve a real get on its data port and exit cleanly. */
+OMC_TEST(evicting_a_pending_connection_in_the_same_poll_round_never_touches_it_again) {
+    int up[2], go[2], status = 0, round, i, fds[65], base;
+    uint16_t dport = 0;
+    pid_t pid;
+    REQUIRE(pipe(up) == 0 && pipe(go) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+        omc_conn* r = make_receiver(0, NULL, NULL, NULL);
+        omc_meta m = {0};
+        omc_buffer b;
+        uint16_t p = 0, dp = 0;
+        char x;
+        int ok;
+        close(up[0]); close(go[1]);
+        if (!s || !r) _exit(2);
+        ports_of(s, &p, &dp);
+        if (write(up[1], &dp, sizeof(dp)) != (ssize_t)sizeof(dp)) _exit(2);
+        if (read(go[0], &x, 1) != 1) _exit(2);
+        /* the data port still works: a 100 KB get through it */
+        ok = put_bytes(s, "after", 100000, 201, &m) == OMC_OK &&
+             omc_conn_get(r, "s0", "s1", "after", m.data, m.size, omc_deadline_after_ms(5000), &b) == OMC_OK &&
+             b.size == 100000 && omc_test_verify(b.data, b.size, 201);
+        if (ok) omc_buffer_release(&b);
+        omc_meta_free(&m);
+        omc_conn_destroy(r);
+        omc_conn_destroy(s);
+        _exit(ok ? 0 : 3);
+    }
+    close(up[1]); close(go[0]);
+    REQUIRE(read(up[0], &dport, sizeof(dport)) == (ssize_t)sizeof(dport));
+    base = fd_count(pid);
+    REQUIRE(base > 0);
+    for (round = 0; round < 4; round++) {
+        for (i = 0; i < 64; i++) fds[i] = tcp_connect(dport, 0);
+        for (i = 0; i < 64; i++) REQUIRE(fds[i] >= 0);
+        /* an event, not a delay: the listener accepted all 64 (its descriptor count says so) */
+        CHECK(fds_reach(pid, base + 64, 5000));
+        REQUIRE(kill(pid, SIGSTOP) == 0);
+        REQUIRE(waitpid(pid, &status, WUNTRACED) == pid && WIFSTOPPED(status));
+        for (i = 0; i < 64; i++) CHECK(write(fds[i], "O", 1) == 1);     /* every one readable... */
+        fds[64] = tcp_connect(dport, 0);                                /* ...and the 65th in the backlog */
+        CHECK(fds[64] >= 0);
+        REQUIRE(kill(pid, SIGCONT) == 0);
+        /* the oldest is closed for the 65th: wait for its EOF, then let the rest go */
+        CHECK(closed_within(fds[0], 3000));
+        for (i = 0; i < 65; i++) if (fds[i] >= 0) close(fds[i]);
+        if (waitpid(pid, &status, WNOHANG) != 0) break;     /* the child died */
+        {   /* the listener saw every close: back to its base count */
+            double end = now_s() + 5;
+            while (now_s() < end && fd_count(pid) > base) usleep(2000);
+        }
+    }
+    CHECK(write(go[1], "g", 1) == 1);
+    CHECK(waitpid(pid, &status, 0) == pid);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        printf("  sender child ended with %s %d\n", WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(up[0]); close(go[1]);
+}
+
+/* HOSTILE: a session with a valid ticket sends a CLAIM - "I have the bytes from inline metadata,
+   record my read" - for an entry the sender never inlined (100 KB, over the inline threshold).
+   The side-channel PULL has no such shortcut; a request must not have one either. Want: refused
+   with a status record, no read used; the real receiver gets the bytes. */
+OMC_TEST(claim_of_an_entry_that_was_never_inlined_is_refused) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_conn* r = make_receiver(0, NULL, NULL, NULL);
+    omc_meta m = {0};
+    omc_buffer b;
+    uint16_t port = 0, dport = 0;
+    hz h;
+    int fd;
+    REQUIRE(s && r);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "k", 100000, 202, &m));
+    REQUIRE(hz_open(&h, port) == 0);
+    CHECK(hz_hello(&h) == HZ_HELLO);
+    fd = data_conn(dport, 0xC1A1u, &h);
+    REQUIRE(fd >= 0);
+    CHECK(dreq(fd, 2, 1, entry_of(&m), 0, 100000) == 0);
+    CHECK(dstatus(fd, 1, NULL) < 0);
+    close(fd);
+    hz_close(&h);
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "k"));
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "k", m.data, m.size, omc_deadline_after_ms(3000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 202));
+    if (b.data) omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* Put another entry's id into an envelope (body offset 0), keeping everything else. */
+static uint64_t rekey_entry;
+static void edit_entry_id(uint8_t* p, uint32_t* n) { (void)n; le64(p + 40 + (p[24] | p[25] << 8), rekey_entry); }
+
+/* HOSTILE (whoever carries the metadata): B's envelope with A's entry id, CRC resealed. A
+   side-channel PULL names the key and the sender checks both; a request names only the entry,
+   so get(B) came back with A's bytes - and used up A's read. Want: the get of B fails, nothing is
+   used up, both true envelopes still work. Once with payloads too large to inline, once inline
+   (a CLAIM). */
+static void rekeyed_envelope_case(uint64_t size) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_conn* r = make_receiver(0, NULL, NULL, NULL);
+    omc_meta a = {0}, bm = {0}, f = {0};
+    omc_buffer b;
+    omc_result res;
+    REQUIRE(s && r);
+    CHECK_OK(put_bytes(s, "A", size, 203, &a));
+    CHECK_OK(put_bytes(s, "B", size, 204, &bm));
+    rekey_entry = entry_of(&a);
+    forged(&bm, edit_entry_id, &f);
+    memset(&b, 0, sizeof(b));
+    res = omc_conn_get(r, "s0", "s1", "B", f.data, f.size, omc_deadline_after_ms(3000), &b);
+    if (res == OMC_OK) {
+        printf("  get(B) with A's entry id returned %s bytes\n", omc_test_verify(b.data, b.size, 203) ? "A's" : "some");
+        omc_buffer_release(&b);
+    }
+    CHECK(res != OMC_OK);
+    omc_meta_free(&f);
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "A"));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "A", a.data, a.size, omc_deadline_after_ms(3000), &b));
+    CHECK(b.size == size && omc_test_verify(b.data, b.size, 203));
+    if (b.data) omc_buffer_release(&b);
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "B", bm.data, bm.size, omc_deadline_after_ms(3000), &b));
+    CHECK(b.size == size && omc_test_verify(b.data, b.size, 204));
+    if (b.data) omc_buffer_release(&b);
+    omc_meta_free(&a);
+    omc_meta_free(&bm);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+OMC_TEST(a_rekeyed_envelope_cannot_return_another_entrys_bytes) {
+    rekeyed_envelope_case(100000);      /* a PULL request */
+    rekeyed_envelope_case(1000);        /* inline: a CLAIM */
+}
+
+/* ---- finding: one address must not take the data port or the ticket table ------------------ */
+
+/* A side-channel session from a chosen loopback address (127.0.0.x), on a shared context. */
+static int hz_open_from(hz* h, void* ctx, const char* src, uint16_t port) {
+    char ep[96];
+    int zero = 0, send_ms = 2000;
+    memset(h, 0, sizeof(*h));
+    if (!(h->sock = zmq_socket(ctx, ZMQ_DEALER))) return -1;
+    zmq_setsockopt(h->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(h->sock, ZMQ_SNDTIMEO, &send_ms, sizeof(send_ms));
+    snprintf(ep, sizeof(ep), "tcp://%s:0;127.0.0.1:%u", src, (unsigned)port);
+    return zmq_connect(h->sock, ep);
+}
+
+/* A data connection from a chosen loopback address: the ack status (0 = registered), 1 if the
+   sender closed it, -100 if we could not connect. */
+static int data_conn_from(const char* src, uint16_t dport, uint64_t token, const hz* h, int* fd_out) {
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), st;
+    struct timeval tv = {2, 0};
+    *fd_out = -1;
+    if (fd < 0) return -100;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, src, &a.sin_addr);
+    if (bind(fd, (struct sockaddr*)&a, sizeof(a)) != 0) { close(fd); return -100; }
+    a.sin_port = htons(dport);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr*)&a, sizeof(a)) != 0) { close(fd); return -100; }
+    st = data_hello(fd, token, h->ticket);
+    if (st == 0) *fd_out = fd;
+    else close(fd);
+    return st;
+}
+
+/* A side-channel client that chooses its own ZMQ routing id (ZMQ_ROUTING_ID). */
+static int hz_open_rid(hz* h, uint16_t port, const char* rid) {
+    char ep[64];
+    int zero = 0, send_ms = 2000;
+    memset(h, 0, sizeof(*h));
+    h->ctx = zmq_ctx_new();
+    if (!h->ctx || !(h->sock = zmq_socket(h->ctx, ZMQ_DEALER))) return -1;
+    zmq_setsockopt(h->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(h->sock, ZMQ_SNDTIMEO, &send_ms, sizeof(send_ms));
+    zmq_setsockopt(h->sock, ZMQ_ROUTING_ID, rid, strlen(rid));
+    snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%u", (unsigned)port);
+    return zmq_connect(h->sock, ep);
+}
+
+/* HOSTILE: a session that chose its routing id takes a ticket and fills its 16 data-connection
+   slots, then its side channel goes away (its data connections stay). A later connection that
+   sets the same routing id (anyone can) must not inherit that ticket: it gets a ticket of its
+   own (and so its own 16 slots), and it cannot have a push written to the first session's data
+   connections. */
+OMC_TEST(a_later_connection_with_the_same_routing_id_does_not_inherit_the_ticket) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    uint8_t first[16], rep[8192];
+    uint16_t port = 0, dport = 0;
+    int fds[16], i, t = -1, fd;
+    double end;
+    hz v, a;
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "k", 100000, 205, NULL));
+    REQUIRE(hz_open_rid(&v, port, "victim-session") == 0);
+    REQUIRE(hz_hello(&v) == HZ_HELLO && v.has_ticket);
+    memcpy(first, v.ticket, 16);
+    for (i = 0; i < 16; i++) {  /* from an address of their own (this binary allows 16 per address) */
+        CHECK_EQ(data_conn_from("127.0.0.6", dport, 0xAB00u + (uint64_t)i, &v, &fds[i]), 0);
+    }
+    hz_close(&v);
+    /* the ROUTER refuses a second connection with a routing id in use: retry until it has seen
+       the first one go (an event: the HELLO answer) */
+    memset(&a, 0, sizeof(a));
+    for (end = now_s() + 5; now_s() < end; ) {
+        REQUIRE(hz_open_rid(&a, port, "victim-session") == 0);
+        if ((t = hz_hello(&a)) == HZ_HELLO) break;
+        hz_close(&a);
+    }
+    REQUIRE(t == HZ_HELLO);
+    CHECK(a.has_ticket);
+    CHECK(memcmp(a.ticket, first, 16) != 0);
+    fd = data_conn(dport, 0xAC00u, &a);     /* its own slots: registered, not BUSY */
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    /* a PULL naming the first session's data connection is refused before a byte moves */
+    CHECK(hz_pull(&a, 77, QKEY("k"), 1u << 20, 2000, 0xAB00u) == 0);
+    t = hz_recv(&a, rep, sizeof(rep), 3000, NULL);
+    CHECK_EQ(t, HZ_ERROR);
+    if (t == HZ_ERROR) CHECK_EQ((int32_t)rd32(rep + 32), OMC_ERR_CONNECTION);
+    hz_close(&a);
+    for (i = 0; i < 16; i++) if (fds[i] >= 0) close(fds[i]);
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "k"));
+    omc_conn_destroy(s);
+}
+
+/* HOSTILE: from 127.0.0.2, 80 side-channel sessions, each with a data connection (a ticket with
+   a connection is never dropped to make room), then 16 more connections on one ticket; then
+   three more addresses fill their share. The sender's tables are shrunk for the test
+   (OMC__TCP_MAX_CONNS = OMC__TCP_MAX_TICKETS = 64, so 16 per address). Want: one address holds
+   at most its share of tickets and registrations; a receiver from another address gets a ticket
+   and a data connection, also when every registration is taken (an idle connection of the
+   address holding the most is closed for it). Before: the first address filled both tables and
+   every get from elsewhere failed. */
+OMC_TEST(one_address_cannot_take_the_data_port_or_the_ticket_table) {
+    enum { SESSIONS = 80 };
+    static hz hs[SESSIONS + 3];
+    static int fds[SESSIONS + 3 * 16 + 16];
+    const char* others[3] = {"127.0.0.3", "127.0.0.4", "127.0.0.5"};
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_conn *r = NULL, *r2 = NULL;
+    void* ctx = zmq_ctx_new();
+    omc_meta m = {0};
+    omc_buffer b;
+    uint16_t port = 0, dport = 0;
+    int i, j, nfd = 0, tickets = 0, registered = 0, fd, st;
+    REQUIRE(s && ctx);
+    ports_of(s, &port, &dport);
+    for (i = 0; i < SESSIONS; i++) {
+        REQUIRE(hz_open_from(&hs[i], ctx, "127.0.0.2", port) == 0);
+        if (hz_hello(&hs[i]) != HZ_HELLO || !hs[i].has_ticket) continue;
+        tickets++;
+        if ((st = data_conn_from("127.0.0.2", dport, 0x2000u + (uint64_t)i, &hs[i], &fd)) == 0) { fds[nfd++] = fd; registered++; }
+        else if (!quiet()) printf("  session %d: data hello %d\n", i, st);
+    }
+    for (j = 0; j < 16 && tickets; j++) {      /* the rest of one ticket's 16 */
+        for (i = 0; i < SESSIONS && !hs[i].has_ticket; i++) {}
+        if (data_conn_from("127.0.0.2", dport, 0x3000u + (uint64_t)j, &hs[i], &fd) == 0) { fds[nfd++] = fd; registered++; }
+    }
+    printf("  127.0.0.2: %d of %d HELLOs got a ticket, %d data connections registered\n", tickets, SESSIONS, registered);
+    CHECK(tickets <= OMC__TCP_SOURCE_TICKETS);
+    CHECK(registered <= OMC__TCP_SOURCE_CONNS);
+    CHECK(tcp_data_connections(s) <= OMC__TCP_SOURCE_CONNS);
+    /* a receiver from elsewhere (127.0.0.1) still gets a ticket and its data connection */
+    r = make_receiver(0, NULL, NULL, NULL);
+    REQUIRE(r);
+    CHECK_OK(put_bytes(s, "k", 100000, 206, &m));
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "k", m.data, m.size, omc_deadline_after_ms(3000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 206));
+    if (b.data) omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);        /* its connection goes (wait for the sender to see it): the others fill the table now */
+    {
+        double end = now_s() + 5;
+        while (now_s() < end && tcp_data_connections(s) > (uint64_t)registered) usleep(2000);
+    }
+    for (i = 0; i < 3; i++) {
+        hz* h = &hs[SESSIONS + i];
+        REQUIRE(hz_open_from(h, ctx, others[i], port) == 0);
+        if (hz_hello(h) != HZ_HELLO || !h->has_ticket) continue;
+        for (j = 0; j < 16; j++)
+            if ((st = data_conn_from(others[i], dport, 0x4000u + (uint64_t)j, h, &fd)) == 0) fds[nfd++] = fd;
+            else if (!quiet()) printf("  %s #%d: %d\n", others[i], j, st);
+        if (!quiet()) printf("  after %s: %llu registered\n", others[i], (unsigned long long)tcp_data_connections(s));
+    }
+    {   /* the sender counts a registration just after its ack */
+        double end = now_s() + 2;
+        while (now_s() < end && tcp_data_connections(s) < OMC__TCP_MAX_CONNS) usleep(2000);
+    }
+    printf("  after three more addresses: %llu data connections registered (table: %d)\n",
+           (unsigned long long)tcp_data_connections(s), OMC__TCP_MAX_CONNS);
+    CHECK_EQ(tcp_data_connections(s), OMC__TCP_MAX_CONNS);
+    /* every registration taken: a new receiver's data connection makes room */
+    r2 = make_receiver(0, NULL, NULL, NULL);
+    REQUIRE(r2);
+    CHECK_OK(put_bytes(s, "k2", 100000, 207, &m));
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r2, "s0", "s1", "k2", m.data, m.size, omc_deadline_after_ms(3000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 207));
+    if (b.data) omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_destroy(r2);
+    for (i = 0; i < nfd; i++) close(fds[i]);
+    for (i = 0; i < SESSIONS + 3; i++) if (hs[i].sock) zmq_close(hs[i].sock);
+    zmq_ctx_term(ctx);
+    omc_conn_destroy(s);
+}
+
+/* LIST by hand: one page from cursor; the reply's key count and next cursor; -1 if no reply. */
+static int hz_list(hz* h, uint64_t xfer, uint32_t cursor, uint32_t* next, uint32_t* nkeys) {
+    uint8_t body[8], rep[8192];
+    int len = 0;
+    le32(body, cursor); le32(body + 4, 0);
+    if (hz_send(h, 9, xfer, body, 8) != 0) return -1;
+    if (hz_recv(h, rep, sizeof(rep), 5000, &len) != 10 || len < 40) return -1;
+    *next = rd32(rep + 32);
+    *nkeys = (uint32_t)(rep[36] | rep[37] << 8);
+    return 0;
+}
+
+/* HOSTILE: LIST needs no HELLO and no ticket, and it ran on the sender's listener thread at a
+   cost of O(entries) per page (the cursor was a count of keys to skip), so a few clients paging
+   through a large sender slowed every get. Want: a page costs about the same at the end of
+   the list as at its start. Measured as the process's CPU time (the listener's work; nothing
+   else runs), the median of 7 alternating rounds, over 60 000 keys: the last page may cost at
+   most 3 times the first plus 0.25 ms (before: it walked all 60 000 entries: 3.8 ms here,
+   28 times the first page). */
+OMC_TEST(a_list_page_costs_the_same_at_the_end_of_a_long_list_as_at_its_start) {
+    enum { KEYS = 60000, ROUNDS = 7 };
+    omc_conn* s = make_sender(256u << 20, NULL, NULL, 0, 0);
+    uint32_t cursor = 0, next = 0, n = 0, last = 0, total = 0, pages = 0;
+    double first_cpu[ROUNDS], last_cpu[ROUNDS], t;
+    uint16_t port = 0;
+    char key[32];
+    hz h;
+    int i, j;
+    REQUIRE(s);
+    ports_of(s, &port, NULL);
+    for (i = 0; i < KEYS; i++) {
+        omc_payload p;
+        uint8_t byte = (uint8_t)i;
+        memset(&p, 0, sizeof(p));
+        p.data = &byte; p.size = 1;
+        snprintf(key, sizeof(key), "k%05d", i);
+        if (omc_conn_put(s, "s0", "s1", key, &p, NULL) != OMC_OK) break;
+    }
+    REQUIRE(i == KEYS);
+    REQUIRE(hz_open(&h, port) == 0);
+    do {        /* page through once: every key, and the cursor of the last page */
+        REQUIRE(hz_list(&h, 1000u + pages, cursor, &next, &n) == 0);
+        total += n;
+        pages++;
+        if (next) last = next;
+        cursor = next;
+    } while (cursor && pages < 100000);
+    printf("  %u keys in %u pages\n", total, pages);
+    CHECK_EQ(total, KEYS);
+    REQUIRE(last != 0);
+    for (j = 0; j < ROUNDS; j++) {      /* alternating: the first page, then the last */
+        t = cpu_s();
+        CHECK(hz_list(&h, 1, 0, &next, &n) == 0);
+        first_cpu[j] = cpu_s() - t;
+        t = cpu_s();
+        CHECK(hz_list(&h, 2, last, &next, &n) == 0);
+        last_cpu[j] = cpu_s() - t;
+        CHECK(n > 0 && next == 0);
+    }
+    for (i = 0; i < ROUNDS; i++)        /* sort both for their medians */
+        for (j = i + 1; j < ROUNDS; j++) {
+            if (first_cpu[j] < first_cpu[i]) { t = first_cpu[i]; first_cpu[i] = first_cpu[j]; first_cpu[j] = t; }
+            if (last_cpu[j] < last_cpu[i]) { t = last_cpu[i]; last_cpu[i] = last_cpu[j]; last_cpu[j] = t; }
+        }
+    printf("  CPU per page: first %.3f ms, last %.3f ms (medians of %d)\n", first_cpu[ROUNDS / 2] * 1e3, last_cpu[ROUNDS / 2] * 1e3, ROUNDS);
+    CHECK(last_cpu[ROUNDS / 2] <= 3 * first_cpu[ROUNDS / 2] + 0.00025);
+    hz_close(&h);
+    omc_conn_destroy(s);
+}
+
+/* A get on its own thread, timed. */
+typedef struct timed_get { omc_conn* r; const char* key; omc_meta* m; int deadline_ms; omc_result res; double secs; uint64_t size; int ok; } timed_get;
+
+static void* timed_get_main(void* arg) {
+    timed_get* g = (timed_get*)arg;
+    omc_buffer b;
+    double t0 = now_s();
+    memset(&b, 0, sizeof(b));
+    g->res = omc_conn_get(g->r, "s0", "s1", g->key, g->m->data, g->m->size, omc_deadline_after_ms(g->deadline_ms), &b);
+    g->secs = now_s() - t0;
+    if (g->res == OMC_OK) { g->size = b.size; g->ok = omc_test_verify(b.data, b.size, 209); omc_buffer_release(&b); }
+    __atomic_store_n(&g->deadline_ms, 0, __ATOMIC_RELEASE);     /* done */
+    return NULL;
+}
+
+/* HOSTILE: two sessions from another address each ask for a 64 MiB entry on their data
+   connection, with the longest budget, and then read 0.5 MiB/s - enough to never trip the
+   "no byte for 5 s" stall abort. The sender has two push workers. Want: a legitimate 32 MiB get
+   (which needs a worker) is served well within its 10 s deadline; the slow pushes are aborted
+   (OMNICONN_TCP_MIN_RATE) and their connections closed. Before: both workers were held for
+   128 s and the get timed out. */
+OMC_TEST(slow_readers_cannot_hold_the_push_workers) {
+    omc_conn* s = make_sender(256u << 20, NULL, NULL, 0, 2);
+    omc_conn* r = make_receiver(64u << 20, NULL, NULL, NULL);
+    void* ctx = zmq_ctx_new();
+    omc_meta m1 = {0}, m2 = {0}, ml = {0};
+    timed_get g;
+    pthread_t th;
+    uint16_t port = 0, dport = 0;
+    hz h[2];
+    int fd[2] = {-1, -1}, closed[2] = {0, 0}, i;
+    uint8_t q[48], sink[65536];
+    double end;
+    REQUIRE(s && r && ctx);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "slow0", 64u << 20, 207, &m1));
+    CHECK_OK(put_bytes(s, "slow1", 64u << 20, 208, &m2));
+    CHECK_OK(put_bytes(s, "legit", 32u << 20, 209, &ml));
+    for (i = 0; i < 2; i++) {
+        const omc_meta* m = i ? &m2 : &m1;
+        REQUIRE(hz_open_from(&h[i], ctx, "127.0.0.2", port) == 0);
+        REQUIRE(hz_hello(&h[i]) == HZ_HELLO);
+        REQUIRE(data_conn_from("127.0.0.2", dport, 0x5100u + (uint64_t)i, &h[i], &fd[i]) == 0);
+        memset(q, 0, sizeof(q));        /* a PULL request asking for the longest budget */
+        le32(q, 0x50434D4Fu); q[4] = 1;
+        le64(q + 8, 1); le64(q + 16, entry_of(m)); le64(q + 32, 64u << 20); le32(q + 40, 0xFFFFFFFFu);
+        le32(q + 44, crc32c_ref((const uint8_t*)(i ? QKEY("slow1") : QKEY("slow0")), strlen(QKEY("slow0")), 0));
+        CHECK(write(fd[i], q, sizeof(q)) == (ssize_t)sizeof(q));
+    }
+    usleep(300000);                     /* both pushes have their worker (a real one would too) */
+    memset(&g, 0, sizeof(g));
+    g.r = r; g.key = "legit"; g.m = &ml; g.deadline_ms = 10000;
+    REQUIRE(pthread_create(&th, NULL, timed_get_main, &g) == 0);
+    for (end = now_s() + 15; now_s() < end && __atomic_load_n(&g.deadline_ms, __ATOMIC_ACQUIRE); ) {
+        for (i = 0; i < 2; i++) {       /* 50 KiB per 100 ms each: 0.5 MiB/s */
+            ssize_t k;
+            if (closed[i]) continue;
+            k = recv(fd[i], sink, 50u << 10, MSG_DONTWAIT);
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed[i] = 1;
+        }
+        usleep(100000);
+    }
+    pthread_join(th, NULL);
+    printf("  legitimate 32 MiB get: %s after %.2f s; slow connections closed by the sender: %d, %d\n",
+           omc_result_name(g.res), g.secs, closed[0], closed[1]);
+    CHECK_OK(g.res);
+    CHECK(g.ok && g.size == (32u << 20));
+    for (i = 0; i < 2; i++) if (!closed[i]) CHECK(closed_within(fd[i], 6000));
+    for (i = 0; i < 2; i++) { close(fd[i]); zmq_close(h[i].sock); }
+    zmq_ctx_term(ctx);
+    omc_meta_free(&m1);
+    omc_meta_free(&m2);
+    omc_meta_free(&ml);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* HOSTILE (someone who saw a data hello on the wire): the ticket in it was good for 10 minutes,
+   after its session had ended. Want: when the side-channel connection of a session goes, its
+   ticket goes with it - the session's idle data connection is closed by the sender, and a data
+   hello showing the ticket afterwards is closed without an ack. */
+OMC_TEST(a_ticket_dies_with_its_side_channel_session) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    uint8_t ticket[16];
+    uint16_t port = 0, dport = 0;
+    int fd, fd2;
+    hz h;
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    REQUIRE(hz_open(&h, port) == 0);
+    REQUIRE(hz_hello(&h) == HZ_HELLO && h.has_ticket);
+    memcpy(ticket, h.ticket, 16);
+    fd = data_conn(dport, 0xD1E0u, &h);
+    REQUIRE(fd >= 0);
+    hz_close(&h);                       /* the session ends */
+    CHECK(closed_within(fd, 3000));     /* an event: the sender closes its data connection */
+    close(fd);
+    fd2 = tcp_connect(dport, 0);
+    REQUIRE(fd2 >= 0);
+    CHECK_EQ(data_hello(fd2, 0xD1E1u, ticket), 1);     /* the ticket is gone: closed, no ack */
+    close(fd2);
+    omc_conn_destroy(s);
 }
 
 /* ---- main: the harness of omc_test.h, with the open cases skipped ----------------------------- */
