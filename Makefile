@@ -36,7 +36,7 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps build-cc build-deps test check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails bench-store bench-xfer
+.PHONY: all deps build-cc build-deps test test-under-load check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails bench-store bench-xfer
 
 all: tests examples benches cli
 
@@ -74,6 +74,10 @@ $(BUILD):
 # The whole suite: compile matrix, tests (plain, ASan+UBSan, TSan), fuzz smoke, RDMA bed.
 test: deps
 	@bash tests/run.sh
+
+# The whole suite with two busy loops beside it (LOAD_LOOPS=N for another count): a shared CI host
+test-under-load: deps
+	@bash scripts/test-under-load.sh
 
 # The quick loop: build and run the unit and functional tests once.
 check: tests

@@ -88,7 +88,7 @@ if [ "$QUICK" -eq 0 ]; then
         echo "== RDMA tests on a kernel RDMA stack"
         bash tests/rdma/run-tests.sh >"$LOGS/rdma.log" 2>&1
         grep -E '^rdma bed:' "$LOGS/rdma.log" | head -n 1
-        count "$LOGS/rdma.log" "rdma"
+        count "$LOGS/rdma.log" "rdma" "rdma"     # its own closing line: a cut-off log is a failure, not the last binary's count
     fi
     if [ -x tests/rdma/xhost-tests.sh ]; then
         echo "== cross-host (TCP and RDMA) and multi-rail tests on two guests, one boot"
