@@ -86,6 +86,9 @@ static inline int omc_test_verify(const void* p, uint64_t n, uint64_t seed) {
 /* ---- helpers more than one test file needs -------------------------------------------------- */
 #include <errno.h>
 #include <unistd.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 
 /* ThreadSanitizer: libzmq is not instrumented, so the hand-off between its I/O thread and ours
    (lock-free queues whose atomics TSan cannot see) is reported as races on the message bytes
@@ -128,6 +131,30 @@ static __attribute__((unused)) int omc_test_read_all(int fd, void* p, size_t n) 
         if (k <= 0) { if (k < 0 && errno == EINTR) continue; return -1; }
         b += k;
         n -= (size_t)k;
+    }
+    return 0;
+}
+/* A base port P such that P .. P+count-1 can be bound on every address now (a pick, not a
+   reservation: close the window by using it at once). Picked below the kernel's ephemeral range
+   (32768 and up), where any outgoing connection on the host may hold a port, and probed, because
+   other programs (and other test binaries running at the same time) use fixed ports too. 0 if
+   200 tries found nothing. */
+static __attribute__((unused)) int omc_test_free_port_base(int count) {
+    int attempt;
+    for (attempt = 0; attempt < 200; attempt++) {
+        int base = 20000 + (int)(((unsigned)getpid() * 7919u + (unsigned)attempt * 104729u) % (12000u - (unsigned)count));
+        int k, ok = 1;
+        for (k = 0; k < count && ok; k++) {
+            struct sockaddr_in a;
+            int s = socket(AF_INET, SOCK_STREAM, 0);
+            memset(&a, 0, sizeof(a));
+            a.sin_family = AF_INET;
+            a.sin_port = htons((uint16_t)(base + k));
+            a.sin_addr.s_addr = htonl(INADDR_ANY);
+            if (s < 0 || bind(s, (struct sockaddr*)&a, sizeof(a)) != 0) ok = 0;
+            if (s >= 0) close(s);
+        }
+        if (ok) return base;
     }
     return 0;
 }

@@ -752,7 +752,8 @@ static void write_text(const char* path, const char* text) {
     fclose(f);
 }
 
-static int test_port_base(void) { return 30000 + (int)(getpid() * 13 % 20000); }
+/* the config's connector binds its side channel on the base (its data port is ephemeral) */
+static int test_port_base(void) { return omc_test_free_port_base(4); }
 
 OMC_TEST(config_curve_keys_insecure_and_their_errors) {
     char dir[] = "/tmp/omc-curve-cfg-XXXXXX", path[300], want[320];
@@ -893,7 +894,7 @@ OMC_TEST(connect_insecure_listener_is_refused_unless_the_config_says_so) {
     omc_config_diag err;
     omc_conn* c = NULL;
     pipe_log pl;
-    int base = test_port_base() + 100;
+    int base = test_port_base();
     if (omc_detect_host(0, host, sizeof(host), &how) != OMC_OK || (how && strcmp(how, "loopback") == 0)) {
         printf("  (this host has no address but loopback: nothing to refuse)\n");
         return;
