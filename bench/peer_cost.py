@@ -58,7 +58,18 @@ def sample(pid):
             if line.startswith("Pss:"):
                 out["pss_kib"] = int(line.split()[1])
     out["threads"] = len(os.listdir("/proc/%d/task" % pid))
-    out["fds"] = len(os.listdir("/proc/%d/fd" % pid))
+    fds = os.listdir("/proc/%d/fd" % pid)
+    out["fds"] = len(fds)
+    kinds = {}
+    for fd in fds:
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        kind = ("socket" if target.startswith("socket:") else target[len("anon_inode:"):].strip("[]") if target.startswith("anon_inode:")
+                else "shm" if target.startswith("/dev/shm/") else "pipe" if target.startswith("pipe:") else "file")
+        kinds[kind] = kinds.get(kind, 0) + 1
+    out["fd_kinds"] = kinds
     return out
 
 
@@ -100,7 +111,10 @@ def cpu_ns(pid):
 
 
 def per_peer(before, after, peers):
-    return {k: (after[k] - before[k]) / float(peers) for k in KEYS}
+    d = {k: (after[k] - before[k]) / float(peers) for k in KEYS}
+    d["fd_kinds"] = {k: (after["fd_kinds"].get(k, 0) - before["fd_kinds"].get(k, 0)) / float(peers)
+                     for k in set(after["fd_kinds"]) | set(before["fd_kinds"])}
+    return d
 
 
 KEYS = ("rss_kib", "anon_kib", "pss_kib", "threads", "fds")
