@@ -6,6 +6,7 @@
 #   make bench-rails  1 rail vs 2 rails and a rail flap across two QEMU guests -> bench/results/rails.json
 #   make bench-peers  omniconn beside ucx_perftest, iperf3 and memcpy -> bench/results/peers.json
 #   make bench-scaling  cost per transfer vs size and transfers in flight -> bench/results/scaling.json, docs/scaling.png
+#   make bench-peer-cost  memory, threads, fds and throughput per connected peer -> bench/results/peer_cost.json, docs/scaling.md
 #   make fuzz        build the libFuzzer targets and run each for FUZZ_SECONDS
 # Variables: BUILD (output dir), SAN (asan | tsan), CC, EXTRA_CFLAGS.
 
@@ -36,7 +37,7 @@ EXAMPLE_BINS:= $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS  := $(wildcard bench/*.c)
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRCS))
 
-.PHONY: all deps build-cc build-deps test test-under-load check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-rails bench-store bench-xfer
+.PHONY: all deps build-cc build-deps test test-under-load check demo store-demo tests examples benches cli clean fuzz bench-alloc bench-shm bench-tcp bench-rdma bench-peers bench-scaling bench-peer-cost bench-rails bench-store bench-xfer
 
 all: tests examples benches cli
 
@@ -114,6 +115,11 @@ bench-peers: deps $(BUILD)/bench_shm $(BUILD)/bench_tcp $(BUILD)/bench_alloc
 # omniconn bench per transport at 1/4/16/64 transfers in flight (about a minute)
 bench-scaling: $(BUILD)/omniconn
 	/usr/bin/python3 bench/scaling.py --build $(BUILD)
+
+# what one connected peer costs (TCP, SHM): one sender with 1/16/64/256 receiver processes, one receiver
+# with 1/16 senders (well under a minute) -> bench/results/peer_cost.json, docs/peer_cost.svg, docs/scaling.md
+bench-peer-cost: $(BUILD)/bench_peer_cost
+	/usr/bin/python3 bench/peer_cost.py --build $(BUILD)
 
 # ib_write_bw and omniconn's RDMA data plane in one boot of the RDMA bed -> bench/results/rdma.json
 bench-rdma: deps $(BUILD)/bench_rdma

@@ -118,7 +118,10 @@ CONFIGURATION
       default_ttl_ms   0 = OMNICONN_DEFAULT_TTL_MS (5 min), < 0 = keys never expire
       request_timeout_ms  deadline of calls that take none (put, exists, cleanup); 0 = 10 s
       connect_timeout_ms  0 = 2000
-      role, hooks      as on every connector
+      role, hooks      as on every connector: every allocation of the connector goes through
+                       hooks.alloc_fn / free_fn, else OMNICONN_MALLOC / OMNICONN_FREE (the FFI
+                       handles of the *_flat calls always come from OMNICONN_MALLOC: the caller
+                       frees them without hooks)
 
     Macros (set in the implementation file): OMNICONN_STORE_MAX_INFLIGHT (8),
     OMNICONN_STORE_POOL_SIZE (256 MiB), OMNICONN_STORE_BATCH_BYTES (64 MiB: a batch is cut into
@@ -204,7 +207,8 @@ NON-GOALS
 RECENT REVISIONS
 ================================================================================================
 
-    unreleased   first version: Redis and Redis Cluster, priority executor, batches, tickets.
+    unreleased   first version: Redis and Redis Cluster, priority executor, batches, tickets;
+                 every allocation through the desc's hooks (or OMNICONN_MALLOC / OMNICONN_FREE).
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -301,8 +305,9 @@ OMNICONN_API uint64_t omc_store_ticket_sequence(const omc_store_ticket* t);
 OMNICONN_API void omc_store_ticket_free(omc_store_ticket* t);
 
 /* A pipelined batch get with scalar arguments (for FFI callers): for each of count keys,
-   results[i], and on OMC_OK handles[i] (a malloc'd omc_buffer: omc_buffer_release it, then
-   free() it - libomniconn's omc_ffi_buffer_release does both), datas[i], sizes[i], flags[i].
+   results[i], and on OMC_OK handles[i] (an omc_buffer from OMNICONN_MALLOC, malloc unless you
+   define it: omc_buffer_release it, then OMNICONN_FREE it - libomniconn's omc_ffi_buffer_release
+   does both), datas[i], sizes[i], flags[i].
    metadata-less; wait_missing != 0: wait for missing keys until the deadline (else
    OMC_ERR_NOT_FOUND at once). */
 OMNICONN_API omc_result omc_store_get_batch_flat(omc_conn* conn, const char* from, const char* to, const char* const* keys,
@@ -354,8 +359,8 @@ OMNICONN_API omc_result omc_store_dir_put(omc_store_dir* dir, const char* from, 
    remote connector's view. Records whose sender is gone are removed and the wait goes on. */
 OMNICONN_API omc_result omc_store_dir_get(omc_store_dir* dir, const char* from, const char* to, const char* key,
                                           omc_time_ns deadline, omc_buffer* out);
-/* The same with scalar arguments (for FFI callers). put: a copy-path payload. get: *handle is a
-   malloc'd omc_buffer (omc_buffer_release it, then free() it - libomniconn's
+/* The same with scalar arguments (for FFI callers). put: a copy-path payload. get: *handle is an
+   omc_buffer from OMNICONN_MALLOC (omc_buffer_release it, then OMNICONN_FREE it - libomniconn's
    omc_ffi_buffer_release does both). */
 OMNICONN_API omc_result omc_store_dir_create_flat(omc_conn* store, omc_conn* remote, const char* name, omc_store_dir** out);
 OMNICONN_API omc_result omc_store_dir_put_flat(omc_store_dir* dir, const char* from, const char* to, const char* key,
@@ -438,13 +443,26 @@ typedef struct omc__rv {
     struct omc__rv* e;
 } omc__rv;
 
-static void omc__rv_clear(omc__rv* v) {
+/* Every allocation of this file goes through the connector's hooks (omc__malloc / omc__free,
+   which fall back to OMNICONN_MALLOC / OMNICONN_FREE): the decoder, the command buffers and the
+   read buffers take the hooks as an argument. */
+static void omc__rv_clear(const omc_hooks* h, omc__rv* v) {
     uint32_t k;
     if (!v) return;
-    for (k = 0; k < v->n && v->e; k++) omc__rv_clear(&v->e[k]);
-    free(v->e);
-    free(v->s);
+    for (k = 0; k < v->n && v->e; k++) omc__rv_clear(h, &v->e[k]);
+    omc__free(h, v->e);
+    omc__free(h, v->s);
     memset(v, 0, sizeof(*v));
+}
+
+/* The core has no realloc hook: a larger block from the hooks, the old_size bytes copied, the
+   old block freed. NULL (old block untouched) when the hooks have no memory. */
+static void* omc__st_grow(const omc_hooks* h, void* p, size_t old_size, size_t new_size) {
+    void* np = omc__malloc(h, new_size);
+    if (!np) return NULL;
+    if (p && old_size) memcpy(np, p, old_size);
+    omc__free(h, p);
+    return np;
 }
 
 static void omc__rc_close(omc__rc* rc) {
@@ -472,13 +490,13 @@ static omc_result omc__rc_wait(int fd, short events, omc_time_ns deadline) {
 }
 
 /* Connect to host:port, or to path when path[0]. Non-blocking socket afterwards. */
-static omc_result omc__rc_connect(omc__rc* rc, const char* host, int port, const char* path, omc_time_ns deadline,
-                                  char* why, size_t why_n) {
+static omc_result omc__rc_connect(const omc_hooks* h, omc__rc* rc, const char* host, int port, const char* path,
+                                  omc_time_ns deadline, char* why, size_t why_n) {
     int fd = -1, one = 1, err = 0;
     socklen_t elen = sizeof(err);
     omc_result r;
     omc__rc_close(rc);
-    if (!rc->buf) { rc->buf = (uint8_t*)malloc(OMC__ST_RBUF); if (!rc->buf) return OMC_ERR_NO_MEMORY; }
+    if (!rc->buf) { rc->buf = (uint8_t*)omc__malloc(h, OMC__ST_RBUF); if (!rc->buf) return OMC_ERR_NO_MEMORY; }
     if (path && path[0]) {
         struct sockaddr_un sa;
         memset(&sa, 0, sizeof(sa));
@@ -637,8 +655,8 @@ static int omc__parse_i64(const char* s, size_t n, int64_t* out) {
     return 0;
 }
 
-static char* omc__strndup(const char* s, size_t n) {
-    char* d = (char*)malloc(n + 1);
+static char* omc__strndup(const omc_hooks* h, const char* s, size_t n) {
+    char* d = (char*)omc__malloc(h, n + 1);
     if (!d) return NULL;
     memcpy(d, s, n);
     d[n] = '\0';
@@ -646,7 +664,7 @@ static char* omc__strndup(const char* s, size_t n) {
 }
 
 /* Decode one reply into v (depth-limited; strings up to OMNICONN_STORE_MAX_REPLY). */
-static omc_result omc__rc_reply_depth(omc__rc* rc, omc__rv* v, omc_time_ns deadline, int depth) {
+static omc_result omc__rc_reply_depth(const omc_hooks* h, omc__rc* rc, omc__rv* v, omc_time_ns deadline, int depth) {
     const char* l;
     size_t n;
     int64_t x;
@@ -658,7 +676,7 @@ static omc_result omc__rc_reply_depth(omc__rc* rc, omc__rv* v, omc_time_ns deadl
     switch (l[0]) {
         case '+': case '-':
             v->type = l[0] == '+' ? OMC__RV_STATUS : OMC__RV_ERROR;
-            v->s = omc__strndup(l + 1, n - 1);
+            v->s = omc__strndup(h, l + 1, n - 1);
             v->len = n - 1;
             return v->s ? OMC_OK : OMC_ERR_NO_MEMORY;
         case ':':
@@ -671,7 +689,7 @@ static omc_result omc__rc_reply_depth(omc__rc* rc, omc__rv* v, omc_time_ns deadl
             if (x == -1) { v->type = OMC__RV_NIL; return OMC_OK; }
             if ((uint64_t)x > OMNICONN_STORE_MAX_REPLY) return OMC_ERR_PROTOCOL;
             v->type = OMC__RV_BULK;
-            v->s = (char*)malloc((size_t)x + 2);
+            v->s = (char*)omc__malloc(h, (size_t)x + 2);
             if (!v->s) return OMC_ERR_NO_MEMORY;
             v->len = (uint64_t)x;
             r = omc__rc_read_exact(rc, (uint8_t*)v->s, (uint64_t)x + 2, deadline);
@@ -685,11 +703,11 @@ static omc_result omc__rc_reply_depth(omc__rc* rc, omc__rv* v, omc_time_ns deadl
             if (x == -1) { v->type = OMC__RV_NIL; return OMC_OK; }
             if (depth >= 4) return OMC_ERR_PROTOCOL;
             v->type = OMC__RV_ARRAY;
-            v->e = (omc__rv*)calloc((size_t)(x ? x : 1), sizeof(omc__rv));
+            v->e = (omc__rv*)omc__calloc(h, (size_t)(x ? x : 1) * sizeof(omc__rv));
             if (!v->e) return OMC_ERR_NO_MEMORY;
             for (k = 0; k < (uint32_t)x; k++) {
                 v->n = k + 1;
-                r = omc__rc_reply_depth(rc, &v->e[k], deadline, depth + 1);
+                r = omc__rc_reply_depth(h, rc, &v->e[k], deadline, depth + 1);
                 if (r != OMC_OK) return r;
             }
             v->n = (uint32_t)x;
@@ -699,14 +717,17 @@ static omc_result omc__rc_reply_depth(omc__rc* rc, omc__rv* v, omc_time_ns deadl
             return OMC_ERR_PROTOCOL;
     }
 }
-static omc_result omc__rc_reply(omc__rc* rc, omc__rv* v, omc_time_ns deadline) {
-    omc_result r = omc__rc_reply_depth(rc, v, deadline, 0);
-    if (r != OMC_OK) omc__rv_clear(v);
+static omc_result omc__rc_reply(const omc_hooks* h, omc__rc* rc, omc__rv* v, omc_time_ns deadline) {
+    omc_result r = omc__rc_reply_depth(h, rc, v, deadline, 0);
+    if (r != OMC_OK) omc__rv_clear(h, v);
     return r;
 }
 
-/* A growing byte buffer for encoded commands. */
-typedef struct omc__wb { uint8_t* p; size_t len, cap; int oom; } omc__wb;
+/* A growing byte buffer for encoded commands, in memory from the hooks it names. */
+typedef struct omc__wb { const omc_hooks* hooks; uint8_t* p; size_t len, cap; int oom; } omc__wb;
+
+static void omc__wb_init(omc__wb* w, const omc_hooks* h) { memset(w, 0, sizeof(*w)); w->hooks = h; }
+static void omc__wb_uninit(omc__wb* w) { omc__free(w->hooks, w->p); w->p = NULL; w->len = w->cap = 0; }
 
 static void omc__wb_put(omc__wb* w, const void* s, size_t n) {
     if (w->oom) return;
@@ -714,7 +735,7 @@ static void omc__wb_put(omc__wb* w, const void* s, size_t n) {
         size_t nc = w->cap ? w->cap * 2 : 1024;
         uint8_t* np;
         while (nc < w->len + n) nc *= 2;
-        np = (uint8_t*)realloc(w->p, nc);
+        np = (uint8_t*)omc__st_grow(w->hooks, w->p, w->len, nc);
         if (!np) { w->oom = 1; return; }
         w->p = np;
         w->cap = nc;
@@ -888,6 +909,7 @@ struct omc__snode {
 
 struct omc__st_state {
     omc_conn* conn;
+    omc_hooks hooks;            /* the desc's, resolved: every allocation of the connector */
     char prefix[64];
     char user[128], password[256];
     int db;
@@ -940,8 +962,25 @@ static omc_result omc__st_group_wait(omc__sgroup* g, omc_time_ns deadline) {
 
 static void* omc__st_worker(void* arg);
 
+/* A request and its op list (the ops belong to their callers). */
+static void omc__st_req_free(omc__st_state* S, omc__sreq* q) {
+    omc__free(&S->hooks, q->ops);
+    omc__free(&S->hooks, q);
+}
+
+/* A node's arrays and the node itself (what node_new got before it failed, or node_free). */
+static void omc__st_node_release(omc__snode* N) {
+    const omc_hooks* h = &N->S->hooks;
+    omc__free(h, N->th);
+    omc__free(h, N->conns);
+    omc__free(h, N->free_conn);
+    pthread_cond_destroy(&N->cv);
+    pthread_mutex_destroy(&N->mu);
+    omc__free(h, N);
+}
+
 static omc__snode* omc__st_node_new(omc__st_state* S, const char* host, int port, const char* path) {
-    omc__snode* N = (omc__snode*)calloc(1, sizeof(omc__snode));
+    omc__snode* N = (omc__snode*)omc__calloc(&S->hooks, sizeof(omc__snode));
     uint32_t i;
     if (!N) return NULL;
     N->S = S;
@@ -950,27 +989,19 @@ static omc__snode* omc__st_node_new(omc__st_state* S, const char* host, int port
     snprintf(N->path, sizeof(N->path), "%s", path ? path : "");
     if (path && path[0]) snprintf(N->name, sizeof(N->name), "unix:%.107s", path);
     else snprintf(N->name, sizeof(N->name), "%.255s:%d", host, port);
-    if (pthread_mutex_init(&N->mu, NULL) != 0) { free(N); return NULL; }
-    if (omc__cond_init_monotonic(&N->cv) != 0) { pthread_mutex_destroy(&N->mu); free(N); return NULL; }
-    N->th = (pthread_t*)calloc(S->max_inflight, sizeof(pthread_t));
-    N->conns = (omc__rc*)calloc(S->max_inflight, sizeof(omc__rc));
-    N->free_conn = (uint32_t*)calloc(S->max_inflight, sizeof(uint32_t));
-    if (!N->th || !N->conns || !N->free_conn) {
-        free(N->th); free(N->conns); free(N->free_conn);
-        pthread_cond_destroy(&N->cv); pthread_mutex_destroy(&N->mu); free(N);
-        return NULL;
-    }
+    if (pthread_mutex_init(&N->mu, NULL) != 0) { omc__free(&S->hooks, N); return NULL; }
+    if (omc__cond_init_monotonic(&N->cv) != 0) { pthread_mutex_destroy(&N->mu); omc__free(&S->hooks, N); return NULL; }
+    N->th = (pthread_t*)omc__calloc(&S->hooks, S->max_inflight * sizeof(pthread_t));
+    N->conns = (omc__rc*)omc__calloc(&S->hooks, S->max_inflight * sizeof(omc__rc));
+    N->free_conn = (uint32_t*)omc__calloc(&S->hooks, S->max_inflight * sizeof(uint32_t));
+    if (!N->th || !N->conns || !N->free_conn) { omc__st_node_release(N); return NULL; }
     for (i = 0; i < S->max_inflight; i++) { N->conns[i].fd = -1; N->free_conn[i] = i; }
     N->nfree = S->max_inflight;
     for (i = 0; i < S->max_inflight; i++) {
         if (pthread_create(&N->th[i], NULL, omc__st_worker, N) != 0) break;
         N->nth++;
     }
-    if (N->nth == 0) {
-        free(N->th); free(N->conns); free(N->free_conn);
-        pthread_cond_destroy(&N->cv); pthread_mutex_destroy(&N->mu); free(N);
-        return NULL;
-    }
+    if (N->nth == 0) { omc__st_node_release(N); return NULL; }
     return N;
 }
 
@@ -988,8 +1019,7 @@ static void omc__st_node_stop(omc__snode* N) {
             omc__sreq* nx = q->next;
             uint32_t k;
             for (k = 0; k < q->nops; k++) omc__st_complete(q->ops[k], OMC_ERR_CLOSED);
-            free(q->ops);
-            free(q);
+            omc__st_req_free(N->S, q);
             q = nx;
         }
         N->head[p] = N->tail[p] = NULL;
@@ -998,13 +1028,8 @@ static void omc__st_node_stop(omc__snode* N) {
 
 static void omc__st_node_free(omc__snode* N) {
     uint32_t i;
-    for (i = 0; N->conns && i < N->S->max_inflight; i++) { omc__rc_close(&N->conns[i]); free(N->conns[i].buf); }
-    free(N->conns);
-    free(N->free_conn);
-    free(N->th);
-    pthread_cond_destroy(&N->cv);
-    pthread_mutex_destroy(&N->mu);
-    free(N);
+    for (i = 0; N->conns && i < N->S->max_inflight; i++) { omc__rc_close(&N->conns[i]); omc__free(&N->S->hooks, N->conns[i].buf); }
+    omc__st_node_release(N);
 }
 
 /* The node for host:port, created if new (route_mu held). */
@@ -1030,8 +1055,7 @@ static void omc__st_enqueue(omc__snode* N, omc__sreq* q) {
         uint32_t k;
         pthread_mutex_unlock(&N->mu);
         for (k = 0; k < q->nops; k++) omc__st_complete(q->ops[k], OMC_ERR_CLOSED);
-        free(q->ops);
-        free(q);
+        omc__st_req_free(N->S, q);
         return;
     }
     q->next = NULL;
@@ -1043,11 +1067,11 @@ static void omc__st_enqueue(omc__snode* N, omc__sreq* q) {
     pthread_mutex_unlock(&N->mu);
 }
 
-static omc__sreq* omc__st_req_new(uint32_t nops, int prio, omc_time_ns deadline) {
-    omc__sreq* q = (omc__sreq*)calloc(1, sizeof(omc__sreq));
+static omc__sreq* omc__st_req_new(omc__st_state* S, uint32_t nops, int prio, omc_time_ns deadline) {
+    omc__sreq* q = (omc__sreq*)omc__calloc(&S->hooks, sizeof(omc__sreq));
     if (!q) return NULL;
-    q->ops = (omc__sop**)calloc(nops ? nops : 1, sizeof(omc__sop*));
-    if (!q->ops) { free(q); return NULL; }
+    q->ops = (omc__sop**)omc__calloc(&S->hooks, (nops ? nops : 1) * sizeof(omc__sop*));
+    if (!q->ops) { omc__free(&S->hooks, q); return NULL; }
     q->prio = prio;
     q->deadline = deadline;
     return q;
@@ -1067,7 +1091,7 @@ static omc__snode* omc__st_route(omc__st_state* S, const omc__sop* op) {
    OMNICONN_STORE_BATCH_BYTES bytes. An op with no node is answered at once. */
 static void omc__st_dispatch(omc__st_state* S, omc__sop** ops, uint32_t n, int prio, omc_time_ns deadline) {
     uint32_t i, j;
-    uint8_t* done = (uint8_t*)calloc(n ? n : 1, 1);
+    uint8_t* done = (uint8_t*)omc__calloc(&S->hooks, n ? n : 1);
     if (!done) { for (i = 0; i < n; i++) omc__st_complete(ops[i], OMC_ERR_NO_MEMORY); return; }
     for (i = 0; i < n; i++) {
         omc__snode* N;
@@ -1081,7 +1105,7 @@ static void omc__st_dispatch(omc__st_state* S, omc__sop** ops, uint32_t n, int p
             omc__st_complete(ops[i], OMC_ERR_CONNECTION);
             continue;
         }
-        q = omc__st_req_new(omc__min(n - i, OMC__ST_BATCH_OPS), prio, deadline);
+        q = omc__st_req_new(S, omc__min(n - i, OMC__ST_BATCH_OPS), prio, deadline);
         if (!q) { done[i] = 1; omc__st_complete(ops[i], OMC_ERR_NO_MEMORY); continue; }
         for (j = i; j < n && q->nops < OMC__ST_BATCH_OPS; j++) {
             uint64_t b;
@@ -1094,7 +1118,7 @@ static void omc__st_dispatch(omc__st_state* S, omc__sop** ops, uint32_t n, int p
         }
         omc__st_enqueue(N, q);
     }
-    free(done);
+    omc__free(&S->hooks, done);
 }
 
 /* Log a failed op (once, with the server's name). */
@@ -1324,7 +1348,7 @@ static omc_result omc__st_read_payload(omc__st_state* S, omc__snode* N, omc__rc*
 /* Read one reply and turn an error reply into a result (redirection in *moved). */
 static omc_result omc__st_read_one(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sop* op, omc__rv* v, omc_time_ns deadline,
                                    int* io_broken, int* moved, char* host, size_t host_n, int* port) {
-    omc_result r = omc__rc_reply(rc, v, deadline);
+    omc_result r = omc__rc_reply(&S->hooks, rc, v, deadline);
     *moved = 0;
     if (r != OMC_OK) { *io_broken = 1; return r; }
     if (v->type == OMC__RV_ERROR) {
@@ -1346,22 +1370,22 @@ static omc_result omc__st_read_op(omc__st_state* S, omc__snode* N, omc__rc* rc, 
     *moved = 0;
     if (op->asking) {               /* +OK of ASKING */
         r = omc__st_read_one(S, N, rc, op, &v, deadline, io_broken, &mv, host, host_n, port);
-        omc__rv_clear(&v);
+        omc__rv_clear(&S->hooks, &v);
         if (*io_broken) return r;
     }
     switch (op->kind) {
         case OMC__OP_PUT:
             r = omc__st_read_one(S, N, rc, op, &v, deadline, io_broken, moved, host, host_n, port);
-            omc__rv_clear(&v);
+            omc__rv_clear(&S->hooks, &v);
             if (*io_broken) return r;
             if (op->asking) {
                 r2 = omc__st_read_one(S, N, rc, op, &v, deadline, io_broken, &mv, host, host_n, port);
-                omc__rv_clear(&v);
+                omc__rv_clear(&S->hooks, &v);
                 if (*io_broken) return r2;
             }
             r2 = omc__st_read_one(S, N, rc, op, &v, deadline, io_broken, &mv, host, host_n, port);
-            if (*io_broken) { omc__rv_clear(&v); return r2; }
-            if (*moved) { omc__rv_clear(&v); return OMC_OK; }
+            if (*io_broken) { omc__rv_clear(&S->hooks, &v); return r2; }
+            if (*moved) { omc__rv_clear(&S->hooks, &v); return OMC_OK; }
             if (r == OMC_OK && r2 == OMC_OK) {
                 if (v.type != OMC__RV_INT) r = OMC_ERR_PROTOCOL;
                 else if (v.i == 0) {
@@ -1375,13 +1399,13 @@ static omc_result omc__st_read_op(omc__st_state* S, omc__snode* N, omc__rc* rc, 
             if (r == OMC_ERR_POOL_FULL && !strstr(op->err, "full"))
                 snprintf(op->err, sizeof(op->err), "%.120s: the server is full (maxmemory reached, policy noeviction): %.100s", N->name,
                          v.s ? v.s : "OOM");
-            omc__rv_clear(&v);
+            omc__rv_clear(&S->hooks, &v);
             return r;
         case OMC__OP_GET: {
             uint64_t len = 0;
             uint32_t fl = 0;
             r = omc__st_read_one(S, N, rc, op, &v, deadline, io_broken, moved, host, host_n, port);
-            if (*io_broken) { omc__rv_clear(&v); return r; }
+            if (*io_broken) { omc__rv_clear(&S->hooks, &v); return r; }
             if (r == OMC_OK && !*moved) {
                 if (v.type != OMC__RV_ARRAY || v.n < 1 || v.e[0].type != OMC__RV_INT) r = OMC_ERR_PROTOCOL;
                 else if (v.e[0].i == 0) r = OMC_ERR_NOT_FOUND;
@@ -1399,10 +1423,10 @@ static omc_result omc__st_read_op(omc__st_state* S, omc__snode* N, omc__rc* rc, 
                     fl = (uint32_t)v.e[2].i;
                 } else r = OMC_ERR_PROTOCOL;
             }
-            omc__rv_clear(&v);
+            omc__rv_clear(&S->hooks, &v);
             if (op->asking) {
                 r2 = omc__st_read_one(S, N, rc, op, &v, deadline, io_broken, &mv, host, host_n, port);
-                omc__rv_clear(&v);
+                omc__rv_clear(&S->hooks, &v);
                 if (*io_broken) return r2;
             }
             if (r == OMC_OK && !*moved) {
@@ -1410,30 +1434,30 @@ static omc_result omc__st_read_op(omc__st_state* S, omc__snode* N, omc__rc* rc, 
                     snprintf(op->err, sizeof(op->err), "%.120s: the payload (%llu bytes) is larger than the reader's pool (%llu bytes): "
                              "raise pool_size in omc_store_desc", N->name, (unsigned long long)len,
                              (unsigned long long)omc_pool_size(S->pool));
-                    r2 = omc__rc_reply(rc, &v, deadline);       /* the bytes: dropped, the stream stays in step */
+                    r2 = omc__rc_reply(&S->hooks, rc, &v, deadline);       /* the bytes: dropped, the stream stays in step */
                     if (r2 != OMC_OK) *io_broken = 1;
-                    omc__rv_clear(&v);
+                    omc__rv_clear(&S->hooks, &v);
                     return OMC_ERR_TOO_LARGE;
                 }
                 return omc__st_read_payload(S, N, rc, op, len, fl, deadline, io_broken);
             }
-            r2 = omc__rc_reply(rc, &v, deadline);      /* GETDEL of nothing: nil */
+            r2 = omc__rc_reply(&S->hooks, rc, &v, deadline);      /* GETDEL of nothing: nil */
             if (r2 != OMC_OK) { *io_broken = 1; return r2; }
-            omc__rv_clear(&v);
+            omc__rv_clear(&S->hooks, &v);
             return r;
         }
         case OMC__OP_EXISTS:
         case OMC__OP_DROP:
             r = omc__st_read_one(S, N, rc, op, &v, deadline, io_broken, moved, host, host_n, port);
             if (r == OMC_OK && !*moved) r = v.type != OMC__RV_INT ? OMC_ERR_PROTOCOL : v.i > 0 ? OMC_OK : OMC_ERR_NOT_FOUND;
-            omc__rv_clear(&v);
+            omc__rv_clear(&S->hooks, &v);
             return r;
         case OMC__OP_OWNED: {
             char hx[17];
             r = omc__st_read_one(S, N, rc, op, &v, deadline, io_broken, moved, host, host_n, port);
             omc__st_hex(op->tok, hx);
             if (r == OMC_OK && !*moved) r = v.type == OMC__RV_BULK && v.len == 16 && !memcmp(v.s, hx, 16) ? OMC_OK : OMC_ERR_NOT_FOUND;
-            omc__rv_clear(&v);
+            omc__rv_clear(&S->hooks, &v);
             return r;
         }
         case OMC__OP_RAW:
@@ -1455,10 +1479,10 @@ static omc_result omc__st_open(omc__st_state* S, omc__snode* N, omc__rc* rc, omc
     omc_time_ns cdl = omc_deadline_after_ms(S->connect_timeout_ms);
     why[0] = '\0';
     if (deadline < cdl) cdl = deadline;
-    r = omc__rc_connect(rc, N->host, N->port, N->path, cdl, why, why_n);
+    r = omc__rc_connect(&S->hooks, rc, N->host, N->port, N->path, cdl, why, why_n);
     if (r != OMC_OK) return r;
     omc__add(&S->connects, 1u);
-    memset(&w, 0, sizeof(w));
+    omc__wb_init(&w, &S->hooks);
     if (S->password[0]) {
         omc__wb_cmd(&w, S->user[0] ? 3 : 2);
         omc__wb_str(&w, "AUTH");
@@ -1470,13 +1494,13 @@ static omc_result omc__st_open(omc__st_state* S, omc__snode* N, omc__rc* rc, omc
     snprintf(name, sizeof(name), "omniconn-%ld", (long)getpid());
     omc__wb_cmd(&w, 3); omc__wb_str(&w, "CLIENT"); omc__wb_str(&w, "SETNAME"); omc__wb_str(&w, name); nrep++;
     omc__wb_cmd(&w, 3); omc__wb_str(&w, "CONFIG"); omc__wb_str(&w, "GET"); omc__wb_str(&w, "proto-max-bulk-len"); nrep++;
-    if (w.oom) { free(w.p); omc__rc_close(rc); return OMC_ERR_NO_MEMORY; }
+    if (w.oom) { omc__wb_uninit(&w); omc__rc_close(rc); return OMC_ERR_NO_MEMORY; }
     iov.iov_base = w.p;
     iov.iov_len = w.len;
     r = omc__rc_writev(rc, &iov, 1, cdl);
-    free(w.p);
+    omc__wb_uninit(&w);
     for (k = 0; r == OMC_OK && k < nrep; k++) {
-        r = omc__rc_reply(rc, &v, cdl);
+        r = omc__rc_reply(&S->hooks, rc, &v, cdl);
         if (r != OMC_OK) break;
         if (v.type == OMC__RV_ERROR) {
             if (k == 0 && S->password[0]) { snprintf(why, why_n, "AUTH refused: %s", v.s); r = OMC_ERR_AUTH; }
@@ -1487,7 +1511,7 @@ static omc_result omc__st_open(omc__st_state* S, omc__snode* N, omc__rc* rc, omc
             int64_t mb = 0;
             if (!omc__parse_i64(v.e[1].s, v.e[1].len, &mb)) __atomic_store_n(&N->max_bulk, mb, __ATOMIC_RELAXED);
         }
-        omc__rv_clear(&v);
+        omc__rv_clear(&S->hooks, &v);
     }
     if (r != OMC_OK) {
         if (!why[0]) snprintf(why, why_n, "handshake: %s", omc_result_str(r));
@@ -1501,17 +1525,17 @@ static void omc__st_refresh(omc__st_state* S);
 /* Run one request on a worker's connection. */
 static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq* q) {
     omc__wb w;
-    omc__st_mark* marks = (omc__st_mark*)calloc(q->nops, sizeof(omc__st_mark));
-    struct iovec* iov = (struct iovec*)calloc((size_t)q->nops * 2 + 1, sizeof(struct iovec));
+    omc__st_mark* marks = (omc__st_mark*)omc__calloc(&S->hooks, (size_t)q->nops * sizeof(omc__st_mark));
+    struct iovec* iov = (struct iovec*)omc__calloc(&S->hooks, ((size_t)q->nops * 2 + 1) * sizeof(struct iovec));
     uint32_t k, sent = 0;
     int niov = 0, io_broken = 0;
     size_t from = 0;
     omc_result r = OMC_OK;
     char why[200];
-    memset(&w, 0, sizeof(w));
+    omc__wb_init(&w, &S->hooks);
     if (!marks || !iov) {
         for (k = 0; k < q->nops; k++) omc__st_complete(q->ops[k], OMC_ERR_NO_MEMORY);
-        free(marks); free(iov);
+        omc__free(&S->hooks, marks); omc__free(&S->hooks, iov);
         return;
     }
     /* values over the server's limit never go out (the server would drop the connection) */
@@ -1539,7 +1563,7 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
                 omc__st_fail(S, N, q->ops[k], r, "%s", why);
             }
             if (S->cluster && r == OMC_ERR_CONNECTION) omc__st_refresh(S);
-            free(marks); free(iov);
+            omc__free(&S->hooks, marks); omc__free(&S->hooks, iov);
             return;
         }
     }
@@ -1592,7 +1616,7 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
             pthread_mutex_unlock(&S->route_mu);
             omc__add(moved == 1 ? &S->moved : &S->ask, 1u);
             op->asking = moved == 2;
-            nq = T ? omc__st_req_new(1, q->prio, q->deadline) : NULL;
+            nq = T ? omc__st_req_new(S, 1, q->prio, q->deadline) : NULL;
             if (!nq) { omc__st_fail(S, N, op, OMC_ERR_CONNECTION, "redirected to %s:%d, which cannot be reached", host, port); continue; }
             nq->ops[nq->nops++] = op;
             omc__st_enqueue(T, nq);
@@ -1608,9 +1632,9 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
     sent = 1;
     (void)sent;
     if (io_broken) omc__rc_close(rc);
-    free(w.p);
-    free(marks);
-    free(iov);
+    omc__wb_uninit(&w);
+    omc__free(&S->hooks, marks);
+    omc__free(&S->hooks, iov);
 }
 
 /* A request slot on a node (mu held; inflight < max_inflight): one of its connections. The slots
@@ -1658,8 +1682,7 @@ static void* omc__st_worker(void* arg) {
                 snprintf(q->ops[k]->err, sizeof(q->ops[k]->err), "%.120s: deadline passed while queued (never sent)", N->name);
                 omc__st_complete(q->ops[k], OMC_ERR_TIMEOUT);
             }
-            free(q->ops);
-            free(q);
+            omc__st_req_free(S, q);
             continue;
         }
         ci = omc__st_slot_take(S, N);
@@ -1667,8 +1690,7 @@ static void* omc__st_worker(void* arg) {
         omc__add(&S->by_prio[q->prio], (uint64_t)q->nops);
         omc__st_run(S, N, &N->conns[ci], q);
         omc__st_slot_give(N, ci);
-        free(q->ops);
-        free(q);
+        omc__st_req_free(S, q);
     }
     return NULL;
 }
@@ -1702,11 +1724,11 @@ static int omc__st_try_direct(omc__st_state* S, omc__sop* op, int prio, omc_time
 static void omc__st_exec(omc__st_state* S, omc__sop** ops, uint32_t n, int prio, omc_time_ns deadline) {
     omc__sgroup g;
     uint32_t i, again;
-    omc__sop** todo = (omc__sop**)malloc(sizeof(omc__sop*) * (n ? n : 1));
+    omc__sop** todo = (omc__sop**)omc__malloc(&S->hooks, sizeof(omc__sop*) * (n ? n : 1));
     int64_t nap_us = 2000;
     if (!todo || omc__st_group_init(&g, 0) != OMC_OK) {
         for (i = 0; i < n; i++) ops[i]->result = OMC_ERR_NO_MEMORY;
-        free(todo);
+        omc__free(&S->hooks, todo);
         return;
     }
     for (i = 0; i < n; i++) todo[i] = ops[i];
@@ -1731,25 +1753,26 @@ static void omc__st_exec(omc__st_state* S, omc__sop** ops, uint32_t n, int prio,
         }
     }
     omc__st_group_uninit(&g);
-    free(todo);
+    omc__free(&S->hooks, todo);
 }
 
 /* One raw command to one node, reply into *out (caller clears it). */
 static omc_result omc__st_raw_on(omc__snode* N, const char* const* argv, int argc, omc_time_ns deadline, omc__rv* out,
                                  char* err, size_t err_n) {
-    omc__sop* op = (omc__sop*)calloc(1, sizeof(omc__sop));
+    omc__st_state* S = N->S;
+    omc__sop* op = (omc__sop*)omc__calloc(&S->hooks, sizeof(omc__sop));
     omc__sgroup g;
     omc__sreq* q;
     omc_result r;
     memset(out, 0, sizeof(*out));
     if (!op) return OMC_ERR_NO_MEMORY;
-    if (omc__st_group_init(&g, 1) != OMC_OK) { free(op); return OMC_ERR_SYSTEM; }
+    if (omc__st_group_init(&g, 1) != OMC_OK) { omc__free(&S->hooks, op); return OMC_ERR_SYSTEM; }
     op->kind = OMC__OP_RAW;
     op->argv = argv;
     op->argc = argc;
     op->group = &g;
-    q = omc__st_req_new(1, 0, deadline);
-    if (!q) { omc__st_group_uninit(&g); free(op); return OMC_ERR_NO_MEMORY; }
+    q = omc__st_req_new(S, 1, 0, deadline);
+    if (!q) { omc__st_group_uninit(&g); omc__free(&S->hooks, op); return OMC_ERR_NO_MEMORY; }
     q->ops[q->nops++] = op;
     omc__st_enqueue(N, q);
     omc__st_group_wait(&g, OMC_WAIT_FOREVER);
@@ -1758,7 +1781,7 @@ static omc_result omc__st_raw_on(omc__snode* N, const char* const* argv, int arg
     *out = op->reply;
     if (r == OMC_OK && out->type == OMC__RV_ERROR) r = OMC_ERR_REMOTE;
     if (err && err_n) snprintf(err, err_n, "%.280s", op->err[0] ? op->err : out->type == OMC__RV_ERROR && out->s ? out->s : "");
-    free(op);
+    omc__free(&S->hooks, op);
     return r;
 }
 
@@ -1789,17 +1812,17 @@ static void omc__st_refresh(omc__st_state* S) {
         snprintf(tmp.host, sizeof(tmp.host), "%.255s", hosts[i]);
         tmp.port = ports[i];
         snprintf(tmp.name, sizeof(tmp.name), "%.255s:%d", hosts[i], ports[i]);
-        if (omc__st_open(S, &tmp, &rc, dl, why, sizeof(why)) != OMC_OK) { free(rc.buf); continue; }
-        memset(&w, 0, sizeof(w));
+        if (omc__st_open(S, &tmp, &rc, dl, why, sizeof(why)) != OMC_OK) { omc__free(&S->hooks, rc.buf); continue; }
+        omc__wb_init(&w, &S->hooks);
         omc__wb_cmd(&w, 2); omc__wb_str(&w, "CLUSTER"); omc__wb_str(&w, "SLOTS");
         iov.iov_base = w.p; iov.iov_len = w.len;
-        if (w.oom || omc__rc_writev(&rc, &iov, 1, dl) != OMC_OK || omc__rc_reply(&rc, &v, dl) != OMC_OK) {
-            free(w.p); omc__rc_close(&rc); free(rc.buf); continue;
+        if (w.oom || omc__rc_writev(&rc, &iov, 1, dl) != OMC_OK || omc__rc_reply(&S->hooks, &rc, &v, dl) != OMC_OK) {
+            omc__wb_uninit(&w); omc__rc_close(&rc); omc__free(&S->hooks, rc.buf); continue;
         }
-        free(w.p);
+        omc__wb_uninit(&w);
         omc__rc_close(&rc);
-        free(rc.buf);
-        if (v.type != OMC__RV_ARRAY || v.n == 0) { omc__rv_clear(&v); continue; }
+        omc__free(&S->hooks, rc.buf);
+        if (v.type != OMC__RV_ARRAY || v.n == 0) { omc__rv_clear(&S->hooks, &v); continue; }
         pthread_mutex_lock(&S->route_mu);
         for (k = 0; k < v.n; k++) {
             omc__rv* e = &v.e[k];
@@ -1815,7 +1838,7 @@ static void omc__st_refresh(omc__st_state* S) {
             for (s = a; s <= b; s++) S->slots[s] = (uint8_t)(omc__st_node_index(S, T) + 1);
         }
         pthread_mutex_unlock(&S->route_mu);
-        omc__rv_clear(&v);
+        omc__rv_clear(&S->hooks, &v);
         return;
     }
 }
@@ -1825,6 +1848,13 @@ static void omc__st_refresh(omc__st_state* S) {
 /* ============================================================================================== */
 
 static omc__st_state* omc__st_of(omc_conn* c) { return (omc__st_state*)c->impl; }
+
+/* The state's own memory (its mutexes are the caller's business). */
+static void omc__st_state_free(omc__st_state* S) {
+    omc_hooks h = S->hooks;
+    omc__free(&h, S->slots);
+    omc__free(&h, S);
+}
 
 static void omc__st_op_key(omc__sop* op, const char* qkey, uint32_t qlen) {
     memcpy(op->qkey, qkey, qlen);
@@ -1858,12 +1888,12 @@ static void omc__st_describe(omc__sop* op, const void* data, uint64_t size, uint
     }
 }
 
-static void omc__st_prepare_put(omc__st_state* S, omc__sop* op, const char* qkey, uint32_t qlen, const omc_payload* p) {
+/* A put op for payload p (op already keyed by omc__st_op_key). */
+static void omc__st_prepare_put(omc__st_state* S, omc__sop* op, const omc_payload* p) {
     const void* data = p->buffer ? p->buffer->data : p->data;
     uint64_t size = p->buffer ? (p->size ? p->size : p->buffer->size) : p->size;
     int64_t ttl = p->ttl_ms ? p->ttl_ms : S->default_ttl_ms;
     op->kind = OMC__OP_PUT;
-    omc__st_op_key(op, qkey, qlen);
     op->data = data;
     op->size = size;
     do op->tok = omc__random_u64(); while (op->tok == 0);
@@ -1875,7 +1905,7 @@ static void omc__st_prepare_put(omc__st_state* S, omc__sop* op, const char* qkey
 
 /* After a put: remember it (health, wait_consumed, ttl_reclaims) and build the metadata. */
 static omc_result omc__st_after_put(omc__st_state* S, omc__sop* op, const omc_payload* p, omc_meta* meta_out) {
-    omc__sown* o = (omc__sown*)malloc(sizeof(omc__sown));
+    omc__sown* o = (omc__sown*)omc__malloc(&S->hooks, sizeof(omc__sown));
     omc_result r = OMC_OK;
     if (o) {
         void* old;
@@ -1883,9 +1913,9 @@ static omc_result omc__st_after_put(omc__st_state* S, omc__sop* op, const omc_pa
         o->h = op->h;
         o->expires = op->ttl_ms > 0 ? omc_now_ns() + op->ttl_ms * 1000000LL : 0;
         pthread_mutex_lock(&S->own_mu);
-        old = omc__smap_del(&S->own, &S->conn->hooks, op->qkey, op->qlen);
-        free(old);
-        if (omc__smap_put(&S->own, &S->conn->hooks, op->qkey, op->qlen, o) != OMC_OK) free(o);
+        old = omc__smap_del(&S->own, &S->hooks, op->qkey, op->qlen);
+        omc__free(&S->hooks, old);
+        if (omc__smap_put(&S->own, &S->hooks, op->qkey, op->qlen, o) != OMC_OK) omc__free(&S->hooks, o);
         pthread_mutex_unlock(&S->own_mu);
     }
     if (p->buffer) { omc_buffer_release(p->buffer); memset(p->buffer, 0, sizeof(*p->buffer)); }
@@ -1911,15 +1941,16 @@ static void omc__st_log_op(omc__st_state* S, const omc__sop* op, omc_result r) {
 
 static omc_result omc__st_put(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out) {
     omc__st_state* S = omc__st_of(c);
-    omc__sop* op = (omc__sop*)calloc(1, sizeof(omc__sop));
+    omc__sop* op = (omc__sop*)omc__calloc(&S->hooks, sizeof(omc__sop));
     omc_result r;
     if (!op) return OMC_ERR_NO_MEMORY;
-    omc__st_prepare_put(S, op, qkey, qlen, p);
+    omc__st_op_key(op, qkey, qlen);
+    omc__st_prepare_put(S, op, p);
     omc__st_exec(S, &op, 1, OMC_STORE_PUT - 1, omc__st_req_deadline(S));
     r = op->result;
     omc__st_log_op(S, op, r);
     if (r == OMC_OK) r = omc__st_after_put(S, op, p, meta_out);
-    free(op);
+    omc__free(&S->hooks, op);
     return r;
 }
 
@@ -1952,7 +1983,7 @@ static omc_result omc__st_release(omc_buffer* b) {
 static omc_result omc__st_get_prio(omc_conn* c, const char* qkey, uint32_t qlen, const omc_meta_info* meta, omc_time_ns deadline,
                                    uint64_t max_size, omc_buffer* out, int prio) {
     omc__st_state* S = omc__st_of(c);
-    omc__sop* op = (omc__sop*)calloc(1, sizeof(omc__sop));
+    omc__sop* op = (omc__sop*)omc__calloc(&S->hooks, sizeof(omc__sop));
     omc_result r;
     int64_t nap_us = 1000;
     if (!op) return OMC_ERR_NO_MEMORY;
@@ -1961,13 +1992,13 @@ static omc_result omc__st_get_prio(omc_conn* c, const char* qkey, uint32_t qlen,
     op->max_size = max_size;
     if (meta) {
         r = omc__st_body(meta, &op->want_tok, &op->want_size);
-        if (r != OMC_OK) { free(op); return r; }
-        if (max_size && op->want_size > max_size) { out->size = op->want_size; free(op); return OMC_ERR_TOO_LARGE; }
+        if (r != OMC_OK) { omc__free(&S->hooks, op); return r; }
+        if (max_size && op->want_size > max_size) { out->size = op->want_size; omc__free(&S->hooks, op); return OMC_ERR_TOO_LARGE; }
         if (op->want_size > omc_pool_size(S->pool)) {
             snprintf(op->err, sizeof(op->err), "the payload (%llu bytes) is larger than the reader's pool (%llu bytes): raise pool_size",
                      (unsigned long long)op->want_size, (unsigned long long)omc_pool_size(S->pool));
             omc__st_log_op(S, op, OMC_ERR_TOO_LARGE);
-            free(op);
+            omc__free(&S->hooks, op);
             return OMC_ERR_TOO_LARGE;
         }
     }
@@ -1998,7 +2029,7 @@ static omc_result omc__st_get_prio(omc_conn* c, const char* qkey, uint32_t qlen,
     } else if (r == OMC_ERR_TOO_LARGE) {
         out->size = op->out.size;
     }
-    free(op);
+    omc__free(&S->hooks, op);
     return r;
 }
 
@@ -2028,7 +2059,7 @@ static omc_result omc__st_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) 
     omc_result r = omc__st_simple(c, OMC__OP_DROP, qkey, qlen, OMC_STORE_PUT - 1);
     if (r == OMC_OK || r == OMC_ERR_NOT_FOUND) {
         pthread_mutex_lock(&S->own_mu);
-        free(omc__smap_del(&S->own, &c->hooks, qkey, qlen));
+        omc__free(&S->hooks, omc__smap_del(&S->own, &S->hooks, qkey, qlen));
         pthread_mutex_unlock(&S->own_mu);
     }
     return r;
@@ -2052,9 +2083,9 @@ static uint64_t omc__st_own_refresh(omc_conn* c) {
     omc_time_ns now;
     pthread_mutex_lock(&S->own_mu);
     n = S->own.count;
-    ops = (omc__sop*)calloc(n ? n : 1, sizeof(omc__sop));
-    pp = (omc__sop**)calloc(n ? n : 1, sizeof(omc__sop*));
-    if (!ops || !pp) { pthread_mutex_unlock(&S->own_mu); free(ops); free(pp); return n; }
+    ops = (omc__sop*)omc__calloc(&S->hooks, (n ? n : 1) * sizeof(omc__sop));
+    pp = (omc__sop**)omc__calloc(&S->hooks, (n ? n : 1) * sizeof(omc__sop*));
+    if (!ops || !pp) { pthread_mutex_unlock(&S->own_mu); omc__free(&S->hooks, ops); omc__free(&S->hooks, pp); return n; }
     while (i < n && omc__smap_next(&S->own, &it, &k, &kl, &v)) {
         omc__sop* op = &ops[i];
         op->kind = OMC__OP_OWNED;
@@ -2073,13 +2104,13 @@ static uint64_t omc__st_own_refresh(omc_conn* c) {
         if (!o || o->tok != ops[i].tok) continue;
         if (ops[i].result == OMC_ERR_NOT_FOUND) {
             if (o->expires && now >= o->expires) omc__add(&c->ttl_reclaims, 1u);
-            free(omc__smap_del(&S->own, &c->hooks, ops[i].qkey, ops[i].qlen));
+            omc__free(&S->hooks, omc__smap_del(&S->own, &S->hooks, ops[i].qkey, ops[i].qlen));
         }
     }
     left = S->own.count;
     pthread_mutex_unlock(&S->own_mu);
-    free(ops);
-    free(pp);
+    omc__free(&S->hooks, ops);
+    omc__free(&S->hooks, pp);
     return left;
 }
 
@@ -2135,13 +2166,13 @@ static omc_result omc__st_list(omc_conn* c, omc__key_sink sink, void* user) {
             argv[0] = "SCAN"; argv[1] = cursor; argv[2] = "MATCH"; argv[3] = pattern; argv[4] = "COUNT"; argv[5] = "1000";
             r = omc__st_raw_on(nodes[i], argv, 6, omc__st_req_deadline(S), &v, err, sizeof(err));
             if (r != OMC_OK) {
-                if (S->cluster && r == OMC_ERR_CONNECTION) { r = OMC_OK; omc__rv_clear(&v); break; }   /* a master gone: its keys with it */
+                if (S->cluster && r == OMC_ERR_CONNECTION) { r = OMC_OK; omc__rv_clear(&S->hooks, &v); break; }   /* a master gone: its keys with it */
                 OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_CONN_ERROR, "store list: SCAN on %s: %s", nodes[i]->name, err);
-                omc__rv_clear(&v);
+                omc__rv_clear(&S->hooks, &v);
                 break;
             }
             if (v.type != OMC__RV_ARRAY || v.n != 2 || v.e[0].type != OMC__RV_BULK || v.e[1].type != OMC__RV_ARRAY) {
-                omc__rv_clear(&v);
+                omc__rv_clear(&S->hooks, &v);
                 r = OMC_ERR_PROTOCOL;
                 break;
             }
@@ -2156,7 +2187,7 @@ static omc_result omc__st_list(omc_conn* c, omc__key_sink sink, void* user) {
                 if ((size_t)(key->s + key->len - m) == 0 || (size_t)(key->s + key->len - m) >= OMC_KEY_MAX) continue;
                 r = sink(m, (uint32_t)(key->s + key->len - m), user);
             }
-            omc__rv_clear(&v);
+            omc__rv_clear(&S->hooks, &v);
         } while (r == OMC_OK && strcmp(cursor, "0") != 0);
     }
     return r;
@@ -2177,15 +2208,16 @@ static void omc__st_destroy(omc_conn* c) {
     omc__st_state* S = omc__st_of(c);
     uint32_t i, it = 0;
     void* v;
+    omc_hooks h;
     if (!S) return;
+    h = S->hooks;
     for (i = 0; i < S->nnodes; i++) { omc__st_node_stop(S->nodes[i]); omc__st_node_free(S->nodes[i]); }
-    while (omc__smap_next(&S->own, &it, NULL, NULL, &v)) free(v);
-    omc__smap_free(&S->own, &c->hooks);
+    while (omc__smap_next(&S->own, &it, NULL, NULL, &v)) omc__free(&h, v);
+    omc__smap_free(&S->own, &h);
     if (S->pool) omc_pool_destroy(S->pool);
-    free(S->slots);
     pthread_mutex_destroy(&S->route_mu);
     pthread_mutex_destroy(&S->own_mu);
-    free(S);
+    omc__st_state_free(S);
     c->impl = NULL;
 }
 
@@ -2246,81 +2278,104 @@ OMNICONN_API omc_result omc_store_get_ex(omc_conn* c, const char* from, const ch
     return r;
 }
 
-OMNICONN_API omc_result omc_store_put_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
-                                            omc_time_ns deadline) {
-    omc__st_state* S;
-    omc__sop* ops;
-    omc__sop** pp;
-    uint32_t i, n = 0;
-    omc_result first = OMC_OK, r;
-    r = omc__st_enter(c, 1, NULL, NULL, NULL, NULL, NULL);
-    if (r != OMC_OK || (!items && count)) return r != OMC_OK ? r : OMC_ERR_INVALID_ARG;
-    S = omc__st_of(c);
-    ops = (omc__sop*)calloc(count ? count : 1, sizeof(omc__sop));
-    pp = (omc__sop**)calloc(count ? count : 1, sizeof(omc__sop*));
-    if (!ops || !pp) { free(ops); free(pp); return OMC_ERR_NO_MEMORY; }
+/* What every batch call starts with: the connector checked (a store, open, in the role), count
+   ops and the pointer list omc__st_exec takes, each op keyed by its qualified key (from
+   items[i].key, or keys[i] when items is NULL). A key that does not qualify leaves the result of
+   omc_qualify_key in its op's result and the op unkeyed. args_ok = 0: OMC_ERR_INVALID_ARG after
+   the connector checks. */
+typedef struct omc__st_batch { omc__st_state* S; omc__sop* ops; omc__sop** pp; } omc__st_batch;
+
+static void omc__st_batch_end(omc__st_batch* b) {
+    if (!b->S) return;
+    omc__free(&b->S->hooks, b->ops);
+    omc__free(&b->S->hooks, b->pp);
+    memset(b, 0, sizeof(*b));
+}
+
+static omc_result omc__st_batch_begin(omc_conn* c, int need_put, int args_ok, const char* from, const char* to,
+                                      const omc_batch_item* items, const char* const* keys, uint32_t count, omc__st_batch* b) {
+    uint32_t i;
+    omc_result r = omc__st_enter(c, need_put, NULL, NULL, NULL, NULL, NULL);
+    memset(b, 0, sizeof(*b));
+    if (r != OMC_OK) return r;
+    if (!args_ok) return OMC_ERR_INVALID_ARG;
+    b->S = omc__st_of(c);
+    b->ops = (omc__sop*)omc__calloc(&b->S->hooks, (count ? count : 1) * sizeof(omc__sop));
+    b->pp = (omc__sop**)omc__calloc(&b->S->hooks, (count ? count : 1) * sizeof(omc__sop*));
+    if (!b->ops || !b->pp) { omc__st_batch_end(b); return OMC_ERR_NO_MEMORY; }
     for (i = 0; i < count; i++) {
         char q[OMC_KEY_MAX];
         uint32_t ql = 0;
+        b->ops[i].result = omc_qualify_key(from, to, items ? items[i].key : keys[i], q, &ql);
+        if (b->ops[i].result == OMC_OK) omc__st_op_key(&b->ops[i], q, ql);
+    }
+    return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_store_put_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
+                                            omc_time_ns deadline) {
+    omc__st_batch b;
+    omc__st_state* S;
+    uint32_t i, n = 0;
+    omc_result first = OMC_OK, r;
+    r = omc__st_batch_begin(c, 1, items || !count, from, to, items, NULL, count, &b);
+    if (r != OMC_OK) return r;
+    S = b.S;
+    for (i = 0; i < count; i++) {
         items[i].meta.data = NULL;
         items[i].meta.size = 0;
-        items[i].result = omc_qualify_key(from, to, items[i].key, q, &ql);
+        items[i].result = b.ops[i].result;
         if (items[i].result == OMC_OK && !items[i].payload.buffer && !items[i].payload.data && items[i].payload.size)
             items[i].result = OMC_ERR_INVALID_ARG;
         if (items[i].result != OMC_OK) continue;
-        omc__st_prepare_put(S, &ops[i], q, ql, &items[i].payload);
-        pp[n++] = &ops[i];
+        omc__st_prepare_put(S, &b.ops[i], &items[i].payload);
+        b.pp[n++] = &b.ops[i];
     }
-    omc__st_exec(S, pp, n, OMC_STORE_PUT - 1, deadline);
+    omc__st_exec(S, b.pp, n, OMC_STORE_PUT - 1, deadline);
     for (i = 0; i < count; i++) {
         if (items[i].result == OMC_OK) {
-            items[i].result = ops[i].result;
-            omc__st_log_op(S, &ops[i], ops[i].result);
-            if (ops[i].result == OMC_OK) items[i].result = omc__st_after_put(S, &ops[i], &items[i].payload, &items[i].meta);
+            items[i].result = b.ops[i].result;
+            omc__st_log_op(S, &b.ops[i], b.ops[i].result);
+            if (b.ops[i].result == OMC_OK) items[i].result = omc__st_after_put(S, &b.ops[i], &items[i].payload, &items[i].meta);
         }
         if (items[i].result != OMC_OK && first == OMC_OK) first = items[i].result;
     }
-    free(ops);
-    free(pp);
+    omc__st_batch_end(&b);
     return first;
 }
 
 OMNICONN_API omc_result omc_store_get_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
                                             omc_store_priority priority, omc_time_ns deadline) {
+    omc__st_batch b;
     omc__st_state* S;
     omc__sop* ops;
-    omc__sop** pp;
     uint32_t i, n;
     omc_result first = OMC_OK, r;
     int prio = omc__st_prio(priority, OMC_STORE_GET - 1);
     int64_t nap_us = 1000;
-    r = omc__st_enter(c, 0, NULL, NULL, NULL, NULL, NULL);
-    if (r != OMC_OK || (!items && count)) return r != OMC_OK ? r : OMC_ERR_INVALID_ARG;
-    S = omc__st_of(c);
-    ops = (omc__sop*)calloc(count ? count : 1, sizeof(omc__sop));
-    pp = (omc__sop**)calloc(count ? count : 1, sizeof(omc__sop*));
-    if (!ops || !pp) { free(ops); free(pp); return OMC_ERR_NO_MEMORY; }
+    r = omc__st_batch_begin(c, 0, items || !count, from, to, items, NULL, count, &b);
+    if (r != OMC_OK) return r;
+    S = b.S;
+    ops = b.ops;
     for (i = 0; i < count; i++) {
-        char q[OMC_KEY_MAX];
-        uint32_t ql = 0;
         memset(&items[i].buffer, 0, sizeof(items[i].buffer));
-        items[i].result = omc_qualify_key(from, to, items[i].key, q, &ql);
+        items[i].result = ops[i].result;
         if (items[i].result != OMC_OK) continue;
         ops[i].kind = OMC__OP_GET;
-        omc__st_op_key(&ops[i], q, ql);
         if (items[i].meta.size) {
             omc_meta_info info;
             items[i].result = omc_meta_parse(items[i].meta.data, items[i].meta.size, &info);
-            if (items[i].result == OMC_OK && (info.key_len != ql || memcmp(info.key, q, ql) != 0)) items[i].result = OMC_ERR_INVALID_ARG;
+            if (items[i].result == OMC_OK && (info.key_len != ops[i].qlen || memcmp(info.key, ops[i].qkey, ops[i].qlen) != 0))
+                items[i].result = OMC_ERR_INVALID_ARG;
             if (items[i].result == OMC_OK) items[i].result = omc__st_body(&info, &ops[i].want_tok, &ops[i].want_size);
         }
         if (items[i].result == OMC_OK) items[i].result = OMC_ERR_NOT_FOUND;     /* = still to do */
     }
     for (;;) {      /* one pipeline per server; metadata-less items not there yet: again until the deadline */
         n = 0;
-        for (i = 0; i < count; i++) if (items[i].result == OMC_ERR_NOT_FOUND) pp[n++] = &ops[i];
+        for (i = 0; i < count; i++) if (items[i].result == OMC_ERR_NOT_FOUND) b.pp[n++] = &ops[i];
         if (!n) break;
-        omc__st_exec(S, pp, n, prio, deadline == OMC_NO_WAIT ? omc__st_req_deadline(S) : deadline);
+        omc__st_exec(S, b.pp, n, prio, deadline == OMC_NO_WAIT ? omc__st_req_deadline(S) : deadline);
         for (i = 0; i < count; i++) {
             if (items[i].result != OMC_ERR_NOT_FOUND) continue;
             items[i].result = ops[i].result;
@@ -2341,40 +2396,28 @@ OMNICONN_API omc_result omc_store_get_batch(omc_conn* c, const char* from, const
         else if (items[i].result == OMC_ERR_NOT_FOUND) items[i].result = OMC_ERR_TIMEOUT;          /* metadata-less: never came */
         if (items[i].result != OMC_OK && first == OMC_OK) first = items[i].result;
     }
-    free(ops);
-    free(pp);
+    omc__st_batch_end(&b);
     return first;
 }
 
 OMNICONN_API omc_result omc_store_exists_batch(omc_conn* c, const char* from, const char* to, const char* const* keys, uint32_t count,
                                                omc_result* results, omc_time_ns deadline) {
-    omc__st_state* S;
-    omc__sop* ops;
-    omc__sop** pp;
+    omc__st_batch b;
     uint32_t i, n = 0;
-    omc_result r = omc__st_enter(c, 2, NULL, NULL, NULL, NULL, NULL);
-    if (r != OMC_OK || (count && (!keys || !results))) return r != OMC_OK ? r : OMC_ERR_INVALID_ARG;
-    S = omc__st_of(c);
-    ops = (omc__sop*)calloc(count ? count : 1, sizeof(omc__sop));
-    pp = (omc__sop**)calloc(count ? count : 1, sizeof(omc__sop*));
-    if (!ops || !pp) { free(ops); free(pp); return OMC_ERR_NO_MEMORY; }
+    omc_result r = omc__st_batch_begin(c, 2, !count || (keys && results), from, to, NULL, keys, count, &b);
+    if (r != OMC_OK) return r;
     for (i = 0; i < count; i++) {
-        char q[OMC_KEY_MAX];
-        uint32_t ql = 0;
-        results[i] = omc_qualify_key(from, to, keys[i], q, &ql);
+        results[i] = b.ops[i].result;
         if (results[i] != OMC_OK) continue;
-        ops[i].kind = OMC__OP_EXISTS;
-        omc__st_op_key(&ops[i], q, ql);
-        pp[n++] = &ops[i];
+        b.ops[i].kind = OMC__OP_EXISTS;
+        b.pp[n++] = &b.ops[i];
     }
-    omc__st_exec(S, pp, n, OMC_STORE_PEEK - 1, deadline);
-    r = OMC_OK;
+    omc__st_exec(b.S, b.pp, n, OMC_STORE_PEEK - 1, deadline);
     for (i = 0; i < count; i++) {
-        if (results[i] == OMC_OK) results[i] = ops[i].result;
-        if (results[i] != OMC_OK && results[i] != OMC_ERR_NOT_FOUND && r == OMC_OK) { r = results[i]; omc__st_log_op(S, &ops[i], r); }
+        if (results[i] == OMC_OK) results[i] = b.ops[i].result;
+        if (results[i] != OMC_OK && results[i] != OMC_ERR_NOT_FOUND && r == OMC_OK) { r = results[i]; omc__st_log_op(b.S, &b.ops[i], r); }
     }
-    free(ops);
-    free(pp);
+    omc__st_batch_end(&b);
     return r;
 }
 
@@ -2389,7 +2432,7 @@ struct omc_store_ticket {
 
 static omc_result omc__st_submit(omc_conn* c, omc_store_ticket* t, int prio, omc_time_ns deadline, omc_store_ticket** out) {
     omc__sop* p = &t->op;
-    if (omc__st_group_init(&t->g, 1) != OMC_OK) { free(t); return OMC_ERR_SYSTEM; }
+    if (omc__st_group_init(&t->g, 1) != OMC_OK) { omc__free(&omc__st_of(c)->hooks, t); return OMC_ERR_SYSTEM; }
     t->c = c;
     t->op.group = &t->g;
     omc__conn_ref(c);
@@ -2409,10 +2452,11 @@ OMNICONN_API omc_result omc_store_submit_put(omc_conn* c, const char* from, cons
     r = omc__st_enter(c, 1, from, to, key, q, &ql);
     if (r != OMC_OK) return r;
     if (!payload->buffer && !payload->data && payload->size) return OMC_ERR_INVALID_ARG;
-    t = (omc_store_ticket*)calloc(1, sizeof(*t));
+    t = (omc_store_ticket*)omc__calloc(&omc__st_of(c)->hooks, sizeof(*t));
     if (!t) return OMC_ERR_NO_MEMORY;
     t->payload = *payload;
-    omc__st_prepare_put(omc__st_of(c), &t->op, q, ql, payload);
+    omc__st_op_key(&t->op, q, ql);
+    omc__st_prepare_put(omc__st_of(c), &t->op, payload);
     return omc__st_submit(c, t, omc__st_prio(priority, OMC_STORE_PUT - 1), deadline, out);
 }
 
@@ -2426,7 +2470,7 @@ OMNICONN_API omc_result omc_store_submit_get(omc_conn* c, const char* from, cons
     *out = NULL;
     r = omc__st_enter(c, 0, from, to, key, q, &ql);
     if (r != OMC_OK) return r;
-    t = (omc_store_ticket*)calloc(1, sizeof(*t));
+    t = (omc_store_ticket*)omc__calloc(&omc__st_of(c)->hooks, sizeof(*t));
     if (!t) return OMC_ERR_NO_MEMORY;
     t->op.kind = OMC__OP_GET;
     omc__st_op_key(&t->op, q, ql);
@@ -2457,12 +2501,14 @@ OMNICONN_API omc_result omc_store_ticket_wait(omc_store_ticket* t, omc_time_ns w
 OMNICONN_API uint64_t omc_store_ticket_sequence(const omc_store_ticket* t) { return t ? __atomic_load_n(&t->op.seq, __ATOMIC_ACQUIRE) : 0; }
 
 OMNICONN_API void omc_store_ticket_free(omc_store_ticket* t) {
+    omc_hooks h;
     if (!t) return;
     if (!t->answered) omc_store_ticket_wait(t, OMC_WAIT_FOREVER, NULL);
     if (t->op.out.data) omc_buffer_release(&t->op.out);
     omc__st_group_uninit(&t->g);
+    h = omc__st_of(t->c)->hooks;        /* the ticket's reference may be the connector's last */
     omc__conn_unref(t->c);
-    free(t);
+    omc__free(&h, t);
 }
 
 OMNICONN_API omc_result omc_store_get_stats(omc_conn* c, omc_store_stats* out) {
@@ -2500,15 +2546,18 @@ OMNICONN_API omc_result omc_store_get_batch_flat(omc_conn* c, const char* from, 
                                                  omc_buffer** handles, void** datas, uint64_t* sizes, uint32_t* flags,
                                                  int32_t* results) {
     omc_batch_item* it;
+    const omc_hooks* h;
     uint32_t i;
     omc_result r, first = OMC_OK;
     if (count && (!keys || !handles || !results)) return OMC_ERR_INVALID_ARG;
-    it = (omc_batch_item*)calloc(count ? count : 1, sizeof(omc_batch_item));
+    if (!c || !omc__conn_is(c, "store")) return c ? OMC_ERR_TYPE : OMC_ERR_INVALID_ARG;
+    h = &omc__st_of(c)->hooks;
+    it = (omc_batch_item*)omc__calloc(h, (count ? count : 1) * sizeof(omc_batch_item));
     if (!it) return OMC_ERR_NO_MEMORY;
     for (i = 0; i < count; i++) it[i].key = keys[i];
     r = omc_store_get_batch(c, from, to, it, count, (omc_store_priority)priority, wait_missing ? deadline : OMC_NO_WAIT);
     if (r == OMC_ERR_INVALID_ARG || r == OMC_ERR_TYPE || r == OMC_ERR_CLOSED || r == OMC_ERR_WRONG_ROLE || r == OMC_ERR_NO_MEMORY) {
-        free(it);
+        omc__free(h, it);
         return r;
     }
     for (i = 0; i < count; i++) {
@@ -2516,7 +2565,7 @@ OMNICONN_API omc_result omc_store_get_batch_flat(omc_conn* c, const char* from, 
         handles[i] = NULL;
         if (ri == OMC_ERR_TIMEOUT && !wait_missing) ri = OMC_ERR_NOT_FOUND;
         if (ri == OMC_OK) {
-            handles[i] = (omc_buffer*)malloc(sizeof(omc_buffer));
+            handles[i] = (omc_buffer*)OMNICONN_MALLOC(sizeof(omc_buffer));     /* the caller frees it: no hooks there */
             if (!handles[i]) { omc_buffer_release(&it[i].buffer); ri = OMC_ERR_NO_MEMORY; }
             else *handles[i] = it[i].buffer;
         }
@@ -2526,7 +2575,7 @@ OMNICONN_API omc_result omc_store_get_batch_flat(omc_conn* c, const char* from, 
         results[i] = (int32_t)ri;
         if (ri != OMC_OK && first == OMC_OK) first = ri;
     }
-    free(it);
+    omc__free(h, it);
     return first;
 }
 
@@ -2654,21 +2703,22 @@ OMNICONN_API omc_result omc_store_create(const omc_store_desc* desc, omc_conn** 
         OMC__LOG(&hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "omc_store_desc.role is not a role");
         return OMC_ERR_INVALID_ARG;
     }
-    S = (omc__st_state*)calloc(1, sizeof(omc__st_state));
+    S = (omc__st_state*)omc__calloc(&hooks, sizeof(omc__st_state));
     if (!S) return OMC_ERR_NO_MEMORY;
-    S->slots = (uint8_t*)calloc(OMC__ST_SLOTS, 1);
-    if (!S->slots) { free(S); return OMC_ERR_NO_MEMORY; }
+    S->hooks = hooks;
+    S->slots = (uint8_t*)omc__calloc(&hooks, OMC__ST_SLOTS);
+    if (!S->slots) { omc__st_state_free(S); return OMC_ERR_NO_MEMORY; }
     r = omc__st_parse_url(S, d.url ? d.url : "redis://127.0.0.1:6379", host, sizeof(host), &port, path, sizeof(path), why, sizeof(why));
     if (r != OMC_OK) {
         OMC__LOG(&hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "omc_store_desc.url: %s", why);
-        free(S->slots); free(S);
+        omc__st_state_free(S);
         return r;
     }
     if (d.user) snprintf(S->user, sizeof(S->user), "%s", d.user);
     if (d.password) snprintf(S->password, sizeof(S->password), "%s", d.password);
     if (d.key_prefix && (strlen(d.key_prefix) >= sizeof(S->prefix) - 1 || strchr(d.key_prefix, '{') || strchr(d.key_prefix, '}'))) {
         OMC__LOG(&hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "omc_store_desc.key_prefix: at most 62 bytes, without { or }");
-        free(S->slots); free(S);
+        omc__st_state_free(S);
         return OMC_ERR_INVALID_ARG;
     }
     snprintf(S->prefix, sizeof(S->prefix), "%s", d.key_prefix ? d.key_prefix : "omc:");
@@ -2677,10 +2727,10 @@ OMNICONN_API omc_result omc_store_create(const omc_store_desc* desc, omc_conn** 
     S->default_ttl_ms = d.default_ttl_ms ? d.default_ttl_ms : OMNICONN_DEFAULT_TTL_MS;
     S->request_timeout_ms = d.request_timeout_ms > 0 ? d.request_timeout_ms : 10000;
     S->connect_timeout_ms = d.connect_timeout_ms > 0 ? d.connect_timeout_ms : 2000;
-    if (pthread_mutex_init(&S->route_mu, NULL) != 0) { free(S->slots); free(S); return OMC_ERR_SYSTEM; }
-    if (pthread_mutex_init(&S->own_mu, NULL) != 0) { pthread_mutex_destroy(&S->route_mu); free(S->slots); free(S); return OMC_ERR_SYSTEM; }
+    if (pthread_mutex_init(&S->route_mu, NULL) != 0) { omc__st_state_free(S); return OMC_ERR_SYSTEM; }
+    if (pthread_mutex_init(&S->own_mu, NULL) != 0) { pthread_mutex_destroy(&S->route_mu); omc__st_state_free(S); return OMC_ERR_SYSTEM; }
     r = omc__conn_create(&hooks, &omc__st_vt, d.role, &c);
-    if (r != OMC_OK) { pthread_mutex_destroy(&S->route_mu); pthread_mutex_destroy(&S->own_mu); free(S->slots); free(S); return r; }
+    if (r != OMC_OK) { pthread_mutex_destroy(&S->route_mu); pthread_mutex_destroy(&S->own_mu); omc__st_state_free(S); return r; }
     c->impl = S;
     S->conn = c;
     memset(&pd, 0, sizeof(pd));
@@ -2699,7 +2749,7 @@ OMNICONN_API omc_result omc_store_create(const omc_store_desc* desc, omc_conn** 
     if (r != OMC_OK) {
         OMC__LOG(&hooks, OMC_LOG_WARN, OMC_LOGITEM_CONN_ERROR, "store: cannot use the server at %s: %s (%s)", S->nodes[0]->name,
                  why[0] ? why : "no answer", omc_result_str(r));
-        omc__rv_clear(&v);
+        omc__rv_clear(&S->hooks, &v);
         omc_conn_destroy(c);
         return r;
     }
@@ -2707,13 +2757,13 @@ OMNICONN_API omc_result omc_store_create(const omc_store_desc* desc, omc_conn** 
         S->cluster = 1;
         if (path[0]) {
             OMC__LOG(&hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "store: a cluster is reached over TCP (redis://host:port), not a unix socket");
-            omc__rv_clear(&v);
+            omc__rv_clear(&S->hooks, &v);
             omc_conn_destroy(c);
             return OMC_ERR_INVALID_ARG;
         }
         omc__st_refresh(S);
     }
-    omc__rv_clear(&v);
+    omc__rv_clear(&S->hooks, &v);
     *out = c;
     return OMC_OK;
 }
@@ -2746,6 +2796,7 @@ OMNICONN_API omc_result omc_store_create_url(const char* url, int role, uint64_t
 struct omc_store_dir {
     omc_conn* store;
     omc_conn* remote;
+    omc_hooks hooks;            /* the store connector's, copied: the directory may outlive it */
     char name[64];
 };
 
@@ -2795,8 +2846,9 @@ OMNICONN_API omc_result omc_store_dir_create(const omc_store_dir_desc* desc, omc
     *out = NULL;
     if (!desc || !desc->store || !desc->remote || !omc__conn_is(desc->store, "store")) return OMC_ERR_INVALID_ARG;
     if (desc->name && (!desc->name[0] || strlen(desc->name) > 63)) return OMC_ERR_INVALID_ARG;
-    d = (omc_store_dir*)calloc(1, sizeof(*d));
+    d = (omc_store_dir*)omc__calloc(&desc->store->hooks, sizeof(*d));
     if (!d) return OMC_ERR_NO_MEMORY;
+    d->hooks = desc->store->hooks;
     d->store = desc->store;
     d->remote = desc->remote;
     if (desc->name) {
@@ -2813,7 +2865,12 @@ OMNICONN_API omc_result omc_store_dir_create(const omc_store_dir_desc* desc, omc
     return OMC_OK;
 }
 
-OMNICONN_API void omc_store_dir_destroy(omc_store_dir* dir) { free(dir); }
+OMNICONN_API void omc_store_dir_destroy(omc_store_dir* dir) {
+    omc_hooks h;
+    if (!dir) return;
+    h = dir->hooks;
+    omc__free(&h, dir);
+}
 
 OMNICONN_API omc_result omc_store_dir_put(omc_store_dir* dir, const char* from, const char* to, const char* key,
                                           const omc_payload* payload, omc_meta* meta_out) {
@@ -2831,7 +2888,7 @@ OMNICONN_API omc_result omc_store_dir_put(omc_store_dir* dir, const char* from, 
     if (r != OMC_OK) return r;
     nl = strlen(dir->name);
     total = 10 + nl + m.size;
-    buf = (uint8_t*)malloc(total);
+    buf = (uint8_t*)omc__malloc(&dir->hooks, total);
     if (!buf) { omc_conn_cleanup(dir->remote, from, to, key); omc_meta_free(&m); return OMC_ERR_NO_MEMORY; }
     buf[0] = (uint8_t)(nl & 0xFF);
     buf[1] = (uint8_t)(nl >> 8);
@@ -2844,7 +2901,7 @@ OMNICONN_API omc_result omc_store_dir_put(omc_store_dir* dir, const char* from, 
     rec.readers = OMC_STORE_READERS_CACHE;
     rec.ttl_ms = payload->ttl_ms;
     r = omc_conn_put(dir->store, stage, to, key, &rec, NULL);
-    free(buf);
+    omc__free(&dir->hooks, buf);
     if (r != OMC_OK) {          /* not registered: nobody could find it, take it back */
         omc_conn_cleanup(dir->remote, from, to, key);
         omc_meta_free(&m);
@@ -2915,7 +2972,7 @@ OMNICONN_API omc_result omc_store_dir_get_flat(omc_store_dir* dir, const char* f
     *handle = NULL;
     r = omc_store_dir_get(dir, from, to, key, deadline, &b);
     if (r != OMC_OK) return r;
-    *handle = (omc_buffer*)malloc(sizeof(omc_buffer));
+    *handle = (omc_buffer*)OMNICONN_MALLOC(sizeof(omc_buffer));       /* the caller frees it: no hooks there */
     if (!*handle) { omc_buffer_release(&b); return OMC_ERR_NO_MEMORY; }
     **handle = b;
     if (data) *data = b.data;

@@ -9,9 +9,26 @@
 
    redis-server missing is a failure with the fix (scripts/install-deps.sh installs it), never a
    skip. Every server is killed at exit, also when a check fails. */
+/* This program is the build with OMNICONN_MALLOC / OMNICONN_FREE defined to counting functions
+   (the library's fallback when a desc sets no alloc_fn/free_fn): see "allocations" below. */
+static void* counting_fallback_malloc(__SIZE_TYPE__ size);     /* no system header before omniconn.h */
+static void counting_fallback_free(void* p);
+#define OMNICONN_MALLOC(sz) counting_fallback_malloc(sz)
+#define OMNICONN_FREE(p) counting_fallback_free(p)
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
+/* The store's implementation is compiled with the libc allocator's names taken away: a bare
+   malloc / calloc / realloc / free in omniconn_store.h calls an undeclared function, and this
+   file does not compile (warnings are errors). */
+#define malloc(n) omniconn_store_h_calls_libc_malloc(n)
+#define calloc(n, s) omniconn_store_h_calls_libc_calloc(n, s)
+#define realloc(p, n) omniconn_store_h_calls_libc_realloc(p, n)
+#define free(p) omniconn_store_h_calls_libc_free(p)
 #include "omniconn_store.h"
+#undef malloc
+#undef calloc
+#undef realloc
+#undef free
 #include "omc_test.h"
 #include "contract.h"
 
@@ -259,6 +276,216 @@ static void meta_key_of(const char* key, char* out, size_t cap, size_t* len) {
     n = snprintf(out, cap, "omc:{%016llx}m:", (unsigned long long)h);
     memcpy(out + n, q, ql);
     *len = (size_t)n + ql;
+}
+
+/* ---- allocations ---------------------------------------------------------------------------- */
+/* Every block handed out by a counting allocator carries a 16-byte header (a magic word naming
+   the allocator, the size): a free by the other allocator, or of a block neither handed out, is
+   seen as "foreign" instead of going unnoticed. */
+typedef struct alloc_count { long allocs, frees, foreign; long long live; } alloc_count;
+#define HOOK_MAGIC 0x484f4f4b484f4f4bull      /* "HOOKHOOK" */
+#define FALLBACK_MAGIC 0x46414c4c4241434bull  /* "FALLBACK" */
+static alloc_count fallback_count;
+
+static void* counted_alloc(alloc_count* a, uint64_t magic, size_t size) {
+    uint64_t* h = (uint64_t*)malloc(size + 16);
+    if (!h) return NULL;
+    h[0] = magic;
+    h[1] = size;
+    __atomic_add_fetch(&a->allocs, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&a->live, (long long)size, __ATOMIC_RELAXED);
+    return h + 2;
+}
+static void counted_free(alloc_count* a, uint64_t magic, void* p) {
+    uint64_t* h;
+    if (!p) return;
+    h = (uint64_t*)p - 2;
+    if (h[0] != magic) { __atomic_add_fetch(&a->foreign, 1, __ATOMIC_RELAXED); return; }   /* leaked on purpose: not ours to free */
+    h[0] = 0;
+    __atomic_add_fetch(&a->frees, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&a->live, (long long)h[1], __ATOMIC_RELAXED);
+    free(h);
+}
+static void* counting_fallback_malloc(size_t size) { return counted_alloc(&fallback_count, FALLBACK_MAGIC, size); }
+static void counting_fallback_free(void* p) { counted_free(&fallback_count, FALLBACK_MAGIC, p); }
+static void* counting_hook_alloc(size_t size, void* user) { return counted_alloc((alloc_count*)user, HOOK_MAGIC, size); }
+static void counting_hook_free(void* p, void* user) { counted_free((alloc_count*)user, HOOK_MAGIC, p); }
+
+static int count_key(const char* from, const char* to, const char* key, void* user) {
+    (void)from; (void)to; (void)key;
+    (*(int*)user)++;
+    return 0;
+}
+
+/* One session that touches every allocating path a single server has: put and get (with and
+   without metadata), batches, exists, list, cleanup, tickets, the flat batch get, health, stats.
+   Returns how many blocks the caller received from OMNICONN_MALLOC (metadata blobs, flat
+   handles), all given back before it returns. */
+static long store_session(omc_conn* c, const char* tag) {
+    enum { NB = 12 };
+    omc_batch_item it[NB];
+    char keys[NB][32], k1[32], k2[32];
+    const char* ks[NB + 1];
+    omc_result res[NB + 1];
+    omc_buffer* handles[NB];
+    int32_t results[NB];
+    uint8_t data[NB][3000];
+    omc_meta m;
+    omc_buffer b;
+    omc_health h;
+    omc_store_stats st;
+    omc_store_ticket* tp = NULL;
+    omc_store_ticket* tg = NULL;
+    omc_payload p;
+    long received = 0;
+    int i, listed = 0;
+    snprintf(k1, sizeof(k1), "%s-one", tag);
+    snprintf(k2, sizeof(k2), "%s-two", tag);
+    /* put with metadata, get with it; put without, metadata-less get */
+    CHECK_OK(put_bytes(c, k1, 70000, 901, 60000, &m));
+    received++;
+    CHECK_OK(get_check(c, k1, 70000, 901, &m));
+    omc_meta_free(&m);
+    CHECK_OK(put_bytes(c, k2, 5000, 902, 60000, NULL));
+    CHECK_OK(get_check(c, k2, 5000, 902, NULL));
+    /* batches, exists, list, cleanup */
+    memset(it, 0, sizeof(it));
+    for (i = 0; i < NB; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "%s-b%d", tag, i);
+        omc_test_fill(data[i], sizeof(data[i]), 910 + (uint64_t)i);
+        it[i].key = keys[i]; it[i].payload.data = data[i]; it[i].payload.size = sizeof(data[i]);
+        ks[i] = keys[i];
+    }
+    ks[NB] = "never-put";
+    CHECK_OK(omc_store_put_batch(c, "a", "b", it, NB, omc_deadline_after_ms(20000)));
+    for (i = 0; i < NB; i++) if (it[i].meta.data) received++;
+    CHECK_OK(omc_store_exists_batch(c, "a", "b", ks, NB + 1, res, omc_deadline_after_ms(5000)));
+    CHECK_RES(res[NB], OMC_ERR_NOT_FOUND);
+    CHECK_OK(omc_conn_list(c, "a", "b", count_key, &listed, NULL));
+    CHECK(listed >= NB);
+    CHECK_OK(omc_conn_cleanup(c, "a", "b", keys[NB - 1]));
+    CHECK_OK(omc_store_get_batch(c, "a", "b", it, NB - 2, OMC_STORE_GET, omc_deadline_after_ms(20000)));
+    for (i = 0; i < NB - 2; i++) {
+        CHECK_OK(it[i].result);
+        CHECK(it[i].buffer.size == sizeof(data[i]) && omc_test_verify(it[i].buffer.data, it[i].buffer.size, 910 + (uint64_t)i));
+        omc_buffer_release(&it[i].buffer);
+    }
+    for (i = 0; i < NB; i++) omc_meta_free(&it[i].meta);
+    /* the flat batch get: key NB-2 is there, NB-1 was cleaned up */
+    CHECK_RES(omc_store_get_batch_flat(c, "a", "b", ks + NB - 2, 2, OMC_STORE_GET, 0, omc_deadline_after_ms(5000),
+                                       handles, NULL, NULL, NULL, results), OMC_ERR_NOT_FOUND);
+    CHECK_OK(results[0]);
+    CHECK_RES(results[1], OMC_ERR_NOT_FOUND);
+    if (handles[0]) { received++; omc_buffer_release(handles[0]); OMNICONN_FREE(handles[0]); }
+    /* tickets */
+    memset(&p, 0, sizeof(p));
+    p.data = data[0]; p.size = sizeof(data[0]); p.ttl_ms = 60000;
+    CHECK_OK(omc_store_submit_put(c, "a", "b", k1, &p, OMC_STORE_PUT, omc_deadline_after_ms(20000), &tp));
+    CHECK_OK(omc_store_ticket_wait(tp, omc_deadline_after_ms(20000), NULL));
+    omc_store_ticket_free(tp);
+    CHECK_OK(omc_store_submit_get(c, "a", "b", k1, OMC_STORE_PREFETCH, omc_deadline_after_ms(20000), &tg));
+    CHECK_OK(omc_store_ticket_wait(tg, omc_deadline_after_ms(20000), &b));
+    CHECK(b.size == sizeof(data[0]) && omc_test_verify(b.data, b.size, 910));
+    omc_buffer_release(&b);
+    omc_store_ticket_free(tg);
+    omc_conn_health(c, &h);
+    CHECK_OK(omc_store_get_stats(c, &st));
+    return received;
+}
+
+OMC_TEST(store_every_allocation_goes_through_the_desc_hooks_and_the_counts_balance) {
+    alloc_count hk;
+    omc_store_desc d;
+    omc_conn* c = NULL;
+    long fb_allocs, fb_frees, received;
+    memset(&hk, 0, sizeof(hk));
+    memset(&d, 0, sizeof(d));
+    d.url = main_srv.url;
+    d.role = OMC_ROLE_DUAL;
+    d.pool_size = 16u << 20;
+    d.max_inflight = 2;
+    d.hooks.alloc_fn = counting_hook_alloc;
+    d.hooks.free_fn = counting_hook_free;
+    d.hooks.user_data = &hk;
+    fb_allocs = __atomic_load_n(&fallback_count.allocs, __ATOMIC_RELAXED);
+    fb_frees = __atomic_load_n(&fallback_count.frees, __ATOMIC_RELAXED);
+    REQUIRE(omc_store_create(&d, &c) == OMC_OK);
+    received = store_session(c, "hooked");
+    omc_conn_destroy(c);
+    printf("  desc hooks: %ld allocations, %ld frees, %lld bytes live, %ld foreign frees\n", hk.allocs, hk.frees, hk.live, hk.foreign);
+    CHECK(hk.allocs > 100);              /* the session allocates: requests, replies, buffers, the state */
+    CHECK_EQ(hk.allocs, hk.frees);
+    CHECK_EQ(hk.live, 0);
+    CHECK_EQ(hk.foreign, 0);
+    /* the fallback saw only the blocks handed to the caller (metadata, flat handles) */
+    CHECK_EQ(__atomic_load_n(&fallback_count.allocs, __ATOMIC_RELAXED) - fb_allocs, received);
+    CHECK_EQ(__atomic_load_n(&fallback_count.frees, __ATOMIC_RELAXED) - fb_frees, received);
+    CHECK_EQ(__atomic_load_n(&fallback_count.foreign, __ATOMIC_RELAXED), 0);
+}
+
+OMC_TEST(store_without_hooks_allocates_from_OMNICONN_MALLOC_and_the_counts_balance) {
+    long a0 = __atomic_load_n(&fallback_count.allocs, __ATOMIC_RELAXED);
+    long long live0 = __atomic_load_n(&fallback_count.live, __ATOMIC_RELAXED);
+    long allocs;
+    omc_conn* c = store_make(main_srv.url, OMC_ROLE_DUAL, 2);
+    REQUIRE(c);
+    store_session(c, "fallback");
+    omc_conn_destroy(c);
+    allocs = __atomic_load_n(&fallback_count.allocs, __ATOMIC_RELAXED) - a0;
+    printf("  OMNICONN_MALLOC: %ld allocations in the session\n", allocs);
+    CHECK(allocs > 100);
+    CHECK_EQ(__atomic_load_n(&fallback_count.live, __ATOMIC_RELAXED), live0);
+    CHECK_EQ(__atomic_load_n(&fallback_count.foreign, __ATOMIC_RELAXED), 0);
+}
+
+/* The source itself: outside comments and string literals, omniconn_store.h names no libc
+   allocation call (everything goes through omc__malloc / omc__calloc / omc__free, and the FFI
+   handles the caller frees through OMNICONN_MALLOC). */
+OMC_TEST(store_header_has_no_bare_libc_allocation_call) {
+    char path[512];
+    const char* slash = strrchr(__FILE__, '/');
+    FILE* f;
+    char* src;
+    long n, i, line = 1, found = 0;
+    static const char* const names[] = { "malloc", "calloc", "realloc", "free" };
+    snprintf(path, sizeof(path), "%.*s/../omniconn_store.h", slash ? (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".");
+    f = fopen(path, "rb");
+    if (!f) f = fopen("omniconn_store.h", "rb");
+    REQUIRE(f);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    src = (char*)malloc((size_t)n + 1);
+    REQUIRE(src && fread(src, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    src[n] = '\0';
+    for (i = 0; i < n; i++) {           /* blank comments and literals, keep the newlines */
+        if (src[i] == '/' && src[i + 1] == '*') {
+            for (; i < n && !(src[i] == '*' && src[i + 1] == '/'); i++) if (src[i] != '\n') src[i] = ' ';
+            if (i < n) { src[i] = ' '; src[i + 1] = ' '; i++; }
+        } else if (src[i] == '/' && src[i + 1] == '/') {
+            for (; i < n && src[i] != '\n'; i++) src[i] = ' ';
+        } else if (src[i] == '"' || src[i] == '\'') {
+            char q = src[i++];
+            for (; i < n && src[i] != q; i++) { if (src[i] == '\\') src[i++] = ' '; if (src[i] != '\n') src[i] = ' '; }
+        }
+    }
+    for (i = 0; i < n; i++) {
+        size_t k;
+        if (src[i] == '\n') { line++; continue; }
+        if (i > 0 && (isalnum((unsigned char)src[i - 1]) || src[i - 1] == '_')) continue;
+        for (k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+            size_t l = strlen(names[k]);
+            long j = i + (long)l;
+            if (strncmp(src + i, names[k], l) != 0 || isalnum((unsigned char)src[j]) || src[j] == '_') continue;
+            while (src[j] == ' ' || src[j] == '\t') j++;
+            if (src[j] != '(') continue;
+            printf("  omniconn_store.h:%ld calls %s directly\n", line, names[k]);
+            found++;
+        }
+    }
+    free(src);
+    CHECK_EQ(found, 0);
 }
 
 /* ---- the contract --------------------------------------------------------------------------- */
