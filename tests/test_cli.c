@@ -6,8 +6,10 @@
    Gb/s, message rate and latency percentiles, its segment removed on SIGTERM, two hosts over
    loopback), and `doctor` (a
    clean config, port collisions, a broken config, an RDMA config on a host without RDMA, segments
-   left by a dead owner, --sweep and the free space counted after it). Every run is a child
-   process with its output captured. */
+   left by a dead owner, --sweep and the free space counted after it, key files given as options
+   or named by a config), `keygen` (modes, refusal to overwrite, a CURVE transfer from the files)
+   and docs/getting-started.md's key step run as printed. Every run is a child process with its
+   output captured. */
 #define OMNICONN_CLI_NO_MAIN
 #include "tools/omniconn_cli.c"         /* defines OMNICONN_IMPLEMENTATION, includes the headers */
 #include "omc_test.h"
@@ -900,6 +902,40 @@ OMC_TEST(doctor_checks_key_files_a_config_names) {
         show_if(&r, bad);
     }
     remove_tree(dir);
+}
+
+static void getting_started_keys(void) {
+    char cmd[1200], line[1024];
+    FILE* p;
+    int st, passed = 0;
+    snprintf(cmd, sizeof(cmd), "bash '%s' 2>&1", repo_path("tests/getting_started_keys.sh"));
+    fflush(stdout);
+    p = popen(cmd, "r");
+    REQUIRE(p);
+    while (fgets(line, sizeof(line), p)) {
+        if (strncmp(line, "FAIL", 4) == 0 || strncmp(line, "    ", 4) == 0) fprintf(stderr, "  %s", line);
+        if (strstr(line, "getting-started keys: ") && strstr(line, " 0 failed")) passed = 1;
+    }
+    st = pclose(p);
+    CHECK(passed && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* docs/getting-started.md's "Across hosts, with keys", run as printed (keygen on two "hosts",
+   the .pub exchange, doctor, a CURVE transfer over 127.0.0.1 and over this host's own address,
+   the failures the page lists): tests/getting_started_keys.sh. The programs it builds are plain
+   builds whatever this binary is, so the sanitizer builds of this test leave it to the plain one. */
+OMC_TEST(getting_started_keys_page_runs_as_printed) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    printf("  (skipped in a sanitizer build: the plain build runs it)\n");
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+    printf("  (skipped in a sanitizer build: the plain build runs it)\n");
+#else
+    getting_started_keys();
+#endif
+#else
+    getting_started_keys();
+#endif
 }
 
 OMC_TEST(doctor_port_collision_fails) {
