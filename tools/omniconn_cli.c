@@ -4,7 +4,7 @@
                       ib_write_bw for any omniconn transport: a producer and a consumer in two
                       processes, a table on stdout, JSON, and a PNG plot (gnuplot)
      omniconn keygen  a CURVE key pair in files: NAME.key (secret, 0600) and NAME.pub (public)
-     omniconn doctor  a preflight of what pipelines trip over, each finding with its fix: memlock
+     omniconn doctor  a preflight of what pipelines trip over, each finding with its fix: key files, memlock
                       limit, RDMA devices/ports/GIDs (and the GID omniconn would choose), /dev/shm
                       size and segments left by dead processes, port collisions of a config,
                       libzmq and libibverbs
