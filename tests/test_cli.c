@@ -420,7 +420,8 @@ OMC_TEST(help_and_version_are_listed) {
     {
         const char* args[] = { "help", NULL };
         cli(&r, NULL, args);
-        CHECK(r.status == 0 && has(&r, "omniconn help") && has(&r, "omniconn version") && has(&r, "omniconn bench") && has(&r, "omniconn doctor"));
+        CHECK(r.status == 0 && has(&r, "omniconn help") && has(&r, "omniconn version") && has(&r, "omniconn bench") && has(&r, "omniconn doctor") &&
+              has(&r, "omniconn keygen"));
     }
     {
         const char* args[] = { "help", "bench", NULL };
@@ -753,6 +754,10 @@ OMC_TEST(keygen_writes_a_pair_and_refuses_to_overwrite) {
     pub2 = slurp(in_dir(dir, "alice.pub"));
     CHECK(pub2 && strncmp(pub2, pub, OMC_CURVE_KEY_LEN) != 0);
     free(pub2);
+
+    keygen(&r, dir, "bob.key", 0);                                                     /* NAME.key given: NAME meant */
+    CHECK(r.status == 0 && file_mode(in_dir(dir, "bob.key")) == 0600 && access(in_dir(dir, "bob.pub"), F_OK) == 0 &&
+          access(in_dir(dir, "bob.key.key"), F_OK) != 0);
 
     REQUIRE(symlink(in_dir(dir, "victim"), in_dir(dir, "link.key")) == 0);           /* never written through a link */
     keygen(&r, dir, "link", 0);

@@ -2066,6 +2066,11 @@ static void doctor_shm_leftovers(doctor* d) {
    config's curve_*_file options read, and what an allow-list holds one a line (so the .pub files
    of several receivers concatenated are an allow-list). */
 
+static int ends_with(const char* s, const char* tail) {
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && strcmp(s + n - t, tail) == 0;
+}
+
 static void keygen_usage(void) {
     printf("usage: omniconn keygen [--force] NAME\n");
     printf("  writes NAME.key (the secret key, mode 0600: it stays on this host) and NAME.pub (the public key:\n");
@@ -2091,7 +2096,7 @@ static int keygen_write(const char* path, mode_t mode, const char* text) {
 static int cmd_keygen(int argc, char** argv) {
     static const struct option longs[] = { { "force", no_argument, NULL, 'f' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
     char pub[OMC_CURVE_KEY_LEN + 1], sec[OMC_CURVE_KEY_LEN + 1], kpath[4096], ppath[4096], line[OMC_CURVE_KEY_LEN + 2];
-    int opt, force = 0;
+    int opt, force = 0, len;
     omc_result r;
     optind = 1;
     while ((opt = next_opt("keygen", argc, argv, longs)) != -1) {
@@ -2103,8 +2108,10 @@ static int cmd_keygen(int argc, char** argv) {
         fprintf(stderr, "omniconn keygen: give one NAME (the files are NAME.key and NAME.pub)\n");
         return 2;
     }
-    if (snprintf(kpath, sizeof(kpath), "%s.key", argv[optind]) >= (int)sizeof(kpath) ||
-        snprintf(ppath, sizeof(ppath), "%s.pub", argv[optind]) >= (int)sizeof(ppath)) {
+    len = (int)strlen(argv[optind]);       /* "keygen alice.key" means alice: not alice.key.key */
+    if (len > 4 && (ends_with(argv[optind], ".key") || ends_with(argv[optind], ".pub"))) len -= 4;
+    if (snprintf(kpath, sizeof(kpath), "%.*s.key", len, argv[optind]) >= (int)sizeof(kpath) ||
+        snprintf(ppath, sizeof(ppath), "%.*s.pub", len, argv[optind]) >= (int)sizeof(ppath)) {
         fprintf(stderr, "omniconn keygen: the name is too long\n");
         return 2;
     }
@@ -2156,10 +2163,6 @@ typedef struct keyfile {
     int flawed;                         /* usable, but a FAIL/WARN line was reported for it */
 } keyfile;
 
-static int ends_with(const char* s, const char* tail) {
-    size_t n = strlen(s), t = strlen(tail);
-    return n >= t && strcmp(s + n - t, tail) == 0;
-}
 
 /* The text of a small file, trimmed of surrounding whitespace; 0, or -1 with errno. */
 static int key_text(const char* path, char* buf, size_t n, size_t* len) {
