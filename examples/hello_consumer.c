@@ -144,7 +144,7 @@ done:
     if (r == OMC_ERR_AUTH)                              /* a CURVE handshake the producer refused */
         fprintf(stderr, "hello_consumer: the producer refused our keys: --server-key is not its NAME.pub, "
                         "or our --key's NAME.pub is not on its --allow list\n");
-    else if (r == OMC_ERR_CONNECTION && !server_file && strcmp(step, "get the payload") == 0)
+    else if ((r == OMC_ERR_CONNECTION || r == OMC_ERR_TIMEOUT) && !server_file && strcmp(step, "get the payload") == 0)
         fprintf(stderr, "hello_consumer: if the producer runs with --key, give us its NAME.pub with --server-key\n");
     omc_buffer_release(&b);                             /* the producer sees it consumed */
     omc_meta_free(&meta);

@@ -113,7 +113,7 @@ failure() {   # failure LABEL EXPECTED_EXIT PAGE_LINE CONSUMER_ARGS...
     (cd "$TMP/hostA" && exec ../hello_producer -t tcp -H 127.0.0.1 -w 60000 --key producer.key --allow consumer.pub > meta.txt 2> "$TMP/producer.err") &
     ppid=$!
     for i in $(seq 600); do [ -s "$TMP/hostA/meta.txt" ] && break; kill -0 "$ppid" 2>/dev/null || break; sleep 0.1; done
-    out=$(cd "$TMP/hostB" && timeout 60 ../hello_consumer -t tcp -w 2000 "$@" < ../hostA/meta.txt 2>&1); rc=$?
+    out=$(cd "$TMP/hostB" && timeout 60 ../hello_consumer -t tcp -w 4000 "$@" < ../hostA/meta.txt 2>&1); rc=$?
     kill "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null; ppid=""
     if [ $rc -eq "$want" ] && printf '%s\n' "$out" | grep -qF -- "$line"; then ok "$label"; else bad "$label (exit $rc, want $want)" "$out"; fi
 }

@@ -795,9 +795,9 @@ OMC_TEST(keygen_pair_carries_a_curve_transfer) {
     allowed[0] = in_dir(dir, "consumer.pub");
     res = curve_transfer(in_dir(dir, "producer.key"), allowed, 1, in_dir(dir, "consumer.key"), in_dir(dir, "producer.pub"), 20000);
     CHECK_EQ(res, OMC_OK);
-    res = curve_transfer(in_dir(dir, "producer.key"), allowed, 1, in_dir(dir, "stranger.key"), in_dir(dir, "producer.pub"), 1500);
+    res = curve_transfer(in_dir(dir, "producer.key"), allowed, 1, in_dir(dir, "stranger.key"), in_dir(dir, "producer.pub"), 4000);
     CHECK_EQ(res, OMC_ERR_AUTH);                 /* not on the allow-list */
-    res = curve_transfer(in_dir(dir, "producer.key"), allowed, 1, in_dir(dir, "consumer.key"), in_dir(dir, "stranger.pub"), 1500);
+    res = curve_transfer(in_dir(dir, "producer.key"), allowed, 1, in_dir(dir, "consumer.key"), in_dir(dir, "stranger.pub"), 4000);
     CHECK_EQ(res, OMC_ERR_AUTH);                 /* the wrong server key */
     remove_tree(dir);
 }
