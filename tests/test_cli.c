@@ -843,7 +843,7 @@ OMC_TEST(doctor_checks_key_files_given_as_options) {
     {
         const char* args[] = { "doctor", "--key", in_dir(dir, "wide.key"), "--key", in_dir(dir, "missing.key"), "--key", in_dir(dir, "mixed.key"),
                                "--key", in_dir(dir, "short.key"), "--server-key", in_dir(dir, "notz85.pub"), "--key", in_dir(dir, "good.pub"),
-                               "--allow", in_dir(dir, "allow.txt"), NULL };
+                               "--allow", in_dir(dir, "allow.txt"), "--server-key", dir, NULL };
         cli(&r, NULL, args);
     }
     bad = r.status != 1 || !has(&r, "wide.key': mode 0640 is wider than 0600: other users can read or change the secret key. Fix: chmod 600") ||
@@ -852,7 +852,7 @@ OMC_TEST(doctor_checks_key_files_given_as_options) {
           !has(&r, "short.key': it holds 39 characters, not one 40-character Z85 CURVE key") ||
           !has(&r, "notz85.pub': character 39 (0x7e) is not Z85") ||
           !has(&r, "good.pub': names a public key file where the secret key belongs") ||
-          !has(&r, "allow.txt' line 4: it holds 9 characters") || has(&r, "allow.txt' line 3") || has(&r, "OK    keys");
+          !has(&r, "allow.txt' line 4: it holds 9 characters") || !has(&r, "': not a regular file") || has(&r, "allow.txt' line 3") || has(&r, "OK    keys");
     CHECK(!bad);
     show_if(&r, bad);
     remove_tree(dir);
