@@ -11,15 +11,19 @@
    Run:
        ./hello_producer | ./hello_consumer                  shared memory, one host
        ./hello_producer -t tcp | ./hello_consumer -t tcp    TCP (two hosts: docs/getting-started.md)
+       ./hello_producer -t tcp --key p.key --allow c.pub    TCP with CURVE keys (omniconn keygen)
        ./hello_producer -h                                  the options and their defaults */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
 #include "omniconn_shm.h"
 
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#define MAX_ALLOWED 16
 
 static void usage(void) {
     fprintf(stderr,
@@ -31,11 +35,42 @@ static void usage(void) {
         "  -H HOST     tcp: address to listen on and advertise      (default 127.0.0.1;\n"
         "              auto = the address of the default route)\n"
         "  -p PORT     tcp: side-channel port, data port PORT+1     (default 0: any free ports)\n"
-        "  -w MS       how long to wait for the consumer            (default 30000)\n");
+        "  -w MS       how long to wait for the consumer            (default 30000)\n"
+        "  --key FILE    tcp: this producer's secret key (NAME.key from omniconn keygen NAME):\n"
+        "                CURVE on; consumers need its NAME.pub       (default: no CURVE)\n"
+        "  --allow FILE  tcp, with --key: a consumer's public key (its NAME.pub) let in;\n"
+        "                repeatable                                 (default: any consumer with our .pub)\n");
+}
+
+/* One CURVE key from a file omniconn keygen wrote (NAME.key or NAME.pub); 0, or -1 said why. */
+static int read_key(const char* opt, const char* path, int secret, char key[OMC_CURVE_KEY_LEN + 1]) {
+    size_t n = strlen(path);
+    omc_result r;
+    if (secret && n > 4 && strcmp(path + n - 4, ".pub") == 0) {
+        fprintf(stderr, "hello_producer: %s %s: that is a public key; %s wants the secret one (NAME.key)\n", opt, path, opt);
+        return -1;
+    }
+    if (!secret && n > 4 && strcmp(path + n - 4, ".key") == 0) {
+        fprintf(stderr, "hello_producer: %s %s: that is a secret key; %s wants a public one (NAME.pub; a .key never leaves its host)\n", opt, path, opt);
+        return -1;
+    }
+    r = omc_tcp_read_key(path, key);
+    if (r == OMC_ERR_NOT_FOUND)
+        fprintf(stderr, "hello_producer: %s %s: cannot open the key file (make a pair with: omniconn keygen NAME)\n", opt, path);
+    else if (r != OMC_OK)
+        fprintf(stderr, "hello_producer: %s %s: does not hold one 40-character Z85 CURVE key (%s)\n", opt, path, omc_result_str(r));
+    return r == OMC_OK ? 0 : -1;
 }
 
 int main(int argc, char** argv) {
+    static const struct option longs[] = { { "key", required_argument, NULL, 'K' }, { "allow", required_argument, NULL, 'A' },
+                                           { "host", required_argument, NULL, 'H' }, { "port", required_argument, NULL, 'p' },
+                                           { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
     const char *transport = "shm", *key = "req-42", *channel = "hello", *host = "127.0.0.1";
+    const char *key_file = NULL, *allow_files[MAX_ALLOWED];
+    char secret[OMC_CURVE_KEY_LEN + 1], allowed[MAX_ALLOWED][OMC_CURVE_KEY_LEN + 1];
+    const char* allowed_keys[MAX_ALLOWED];
+    int nallowed = 0;
     long size = 1 << 20, port = 0, wait_ms = 30000;
     unsigned char* bytes = NULL;
     char* text = NULL;
@@ -46,7 +81,7 @@ int main(int argc, char** argv) {
     const char* step = "";
     int opt, status = 1;
 
-    while ((opt = getopt(argc, argv, "t:k:s:c:H:p:w:h")) != -1) {
+    while ((opt = getopt_long(argc, argv, "t:k:s:c:H:p:w:h", longs, NULL)) != -1) {
         switch (opt) {
         case 't': transport = optarg; break;
         case 'k': key = optarg; break;
@@ -55,12 +90,31 @@ int main(int argc, char** argv) {
         case 'H': host = optarg; break;
         case 'p': port = atol(optarg); break;
         case 'w': wait_ms = atol(optarg); break;
+        case 'K': key_file = optarg; break;
+        case 'A':
+            if (nallowed == MAX_ALLOWED) { fprintf(stderr, "hello_producer: at most %d --allow\n", MAX_ALLOWED); return 2; }
+            allow_files[nallowed++] = optarg;
+            break;
         default: usage(); return opt == 'h' ? 0 : 2;
         }
     }
-    if (size < 1 || port < 0 || port > 65534 || (strcmp(transport, "shm") && strcmp(transport, "tcp"))) {
+    if (size < 1 || port < 0 || port > 65534 || (strcmp(transport, "shm") && strcmp(transport, "tcp")) ||
+        (optind < argc)) {
         usage();
         return 2;
+    }
+    if ((key_file || nallowed) && strcmp(transport, "tcp") != 0) {
+        fprintf(stderr, "hello_producer: --key and --allow are for -t tcp (shared memory stays on this host)\n");
+        return 2;
+    }
+    if (nallowed && !key_file) {
+        fprintf(stderr, "hello_producer: --allow needs --key (the allow-list is part of CURVE)\n");
+        return 2;
+    }
+    if (key_file && read_key("--key", key_file, 1, secret) != 0) return 2;
+    for (int i = 0; i < nallowed; i++) {
+        if (read_key("--allow", allow_files[i], 0, allowed[i]) != 0) return 2;
+        allowed_keys[i] = allowed[i];
     }
 
     /* 1. A sender connector. Its pool holds the payload until the consumer has read it. */
@@ -71,6 +125,9 @@ int main(int argc, char** argv) {
         d.host = host;
         d.port = (uint16_t)port;
         d.data_port = (uint16_t)(port ? port + 1 : 0);
+        d.curve.secret_key = key_file ? secret : NULL;  /* CURVE on: only holders of our .pub */
+        d.curve.allowed_clients = nallowed ? allowed_keys : NULL;   /* ... and of these keys */
+        d.curve.allowed_count = (uint32_t)nallowed;
         r = omc_tcp_create(&d, &conn);
     } else {
         omc_shm_desc d = {0};
@@ -100,8 +157,8 @@ int main(int argc, char** argv) {
     if (r != OMC_OK) goto done;
     printf("%s\n", text);
     fflush(stdout);
-    fprintf(stderr, "hello_producer: put %ld bytes under %s over %s; waiting for the consumer\n",
-            size, key, transport);
+    fprintf(stderr, "hello_producer: put %ld bytes under %s over %s%s; waiting for the consumer\n",
+            size, key, transport, key_file ? " with CURVE" : "");
 
     /* 4. Wait until every put of this connector was read (or cleaned up, or expired). */
     step = "see the payload consumed";

@@ -3,7 +3,8 @@
      omniconn bench   throughput and latency of a transport across a size sweep, like perftest's
                       ib_write_bw for any omniconn transport: a producer and a consumer in two
                       processes, a table on stdout, JSON, and a PNG plot (gnuplot)
-     omniconn doctor  a preflight of what pipelines trip over, each finding with its fix: memlock
+     omniconn keygen  a CURVE key pair in files: NAME.key (secret, 0600) and NAME.pub (public)
+     omniconn doctor  a preflight of what pipelines trip over, each finding with its fix: key files, memlock
                       limit, RDMA devices/ports/GIDs (and the GID omniconn would choose), /dev/shm
                       size and segments left by dead processes, port collisions of a config,
                       libzmq and libibverbs
@@ -1486,6 +1487,8 @@ typedef struct doctor {
     const char* sysfs;          /* where the NIC topology is read (default /sys) */
     int numa;                   /* the memory's NUMA node for the ranking (-2 = this CPU's) */
     const char* gpu;            /* rank for a GPU at this PCI address instead (NULL = host memory) */
+    const char* key_opt[3][8];  /* --key, --server-key, --allow FILE (each repeatable) */
+    int key_opts[3];
 } doctor;
 
 enum { OK, WARN, FAIL };
@@ -2055,6 +2058,311 @@ static void doctor_shm_leftovers(doctor* d) {
     if (foreign) report(d, OK, "shm leftovers", "%u segments of other users (not ours to judge)", foreign);
 }
 
+/* ============================================================================================== */
+/* keys: keygen, and the key-file checks doctor runs                                              */
+/* ============================================================================================== */
+
+/* A CURVE key file holds one 40-character Z85 key and a newline: what omc_tcp_read_key and the
+   config's curve_*_file options read, and what an allow-list holds one a line (so the .pub files
+   of several receivers concatenated are an allow-list). */
+
+static int ends_with(const char* s, const char* tail) {
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && strcmp(s + n - t, tail) == 0;
+}
+
+static void keygen_usage(void) {
+    printf("usage: omniconn keygen [--force] NAME\n");
+    printf("  writes NAME.key (the secret key, mode 0600: it stays on this host) and NAME.pub (the public key:\n");
+    printf("  copy it to the peers), one 40-character Z85 CURVE key each, as the key options and curve_*_file read\n");
+    printf("  --force          replace NAME.key and NAME.pub if they exist (default: refuse)\n");
+}
+
+/* Create PATH anew (O_EXCL: never through an existing file or link) with exactly MODE and write
+   TEXT. 0, or -1 with errno set. */
+static int keygen_write(const char* path, mode_t mode, const char* text) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode), e;
+    if (fd < 0) return -1;
+    if (fchmod(fd, mode) != 0 || write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0) {
+        e = errno;
+        close(fd);
+        unlink(path);
+        errno = e ? e : EIO;
+        return -1;
+    }
+    return close(fd);
+}
+
+static int cmd_keygen(int argc, char** argv) {
+    static const struct option longs[] = { { "force", no_argument, NULL, 'f' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
+    char pub[OMC_CURVE_KEY_LEN + 1], sec[OMC_CURVE_KEY_LEN + 1], kpath[4096], ppath[4096], line[OMC_CURVE_KEY_LEN + 2];
+    int opt, force = 0, len;
+    omc_result r;
+    optind = 1;
+    while ((opt = next_opt("keygen", argc, argv, longs)) != -1) {
+        if (opt == 'f') force = 1;
+        else if (opt == 'h') { keygen_usage(); return 0; }
+        else return 2;
+    }
+    if (optind != argc - 1 || !argv[optind][0]) {
+        fprintf(stderr, "omniconn keygen: give one NAME (the files are NAME.key and NAME.pub)\n");
+        return 2;
+    }
+    len = (int)strlen(argv[optind]);       /* "keygen alice.key" means alice: not alice.key.key */
+    if (len > 4 && (ends_with(argv[optind], ".key") || ends_with(argv[optind], ".pub"))) len -= 4;
+    if (snprintf(kpath, sizeof(kpath), "%.*s.key", len, argv[optind]) >= (int)sizeof(kpath) ||
+        snprintf(ppath, sizeof(ppath), "%.*s.pub", len, argv[optind]) >= (int)sizeof(ppath)) {
+        fprintf(stderr, "omniconn keygen: the name is too long\n");
+        return 2;
+    }
+    if (!force) {       /* both checked first: never half a new pair beside half an old one */
+        const char* p = access(kpath, F_OK) == 0 ? kpath : access(ppath, F_OK) == 0 ? ppath : NULL;
+        if (p) {
+            fprintf(stderr, "omniconn keygen: %s exists: not replaced (peers may hold its public key). "
+                    "Use another NAME, or --force to replace the pair\n", p);
+            return 1;
+        }
+    } else {
+        if (unlink(kpath) != 0 && errno != ENOENT) { fprintf(stderr, "omniconn keygen: cannot replace %s: %s\n", kpath, strerror(errno)); return 1; }
+        if (unlink(ppath) != 0 && errno != ENOENT) { fprintf(stderr, "omniconn keygen: cannot replace %s: %s\n", ppath, strerror(errno)); return 1; }
+    }
+    r = omc_tcp_curve_keypair(pub, sec);
+    if (r != OMC_OK) {
+        char why[512] = "";
+        if (omc__zmq_load(why, sizeof(why)) == OMC_OK) snprintf(why, sizeof(why), "this libzmq was built without CURVE (libsodium)");
+        fprintf(stderr, "omniconn keygen: cannot make a CURVE key pair: %s\n", why);
+        return 1;
+    }
+    snprintf(line, sizeof(line), "%s\n", sec);
+    if (keygen_write(kpath, 0600, line) != 0) {
+        fprintf(stderr, "omniconn keygen: cannot create %s: %s%s\n", kpath, strerror(errno),
+                errno == EEXIST ? " (created by someone else meanwhile)" : "");
+        memset(sec, 0, sizeof(sec));
+        memset(line, 0, sizeof(line));
+        return 1;
+    }
+    memset(sec, 0, sizeof(sec));
+    memset(line, 0, sizeof(line));
+    snprintf(line, sizeof(line), "%s\n", pub);
+    if (keygen_write(ppath, 0644, line) != 0) {
+        fprintf(stderr, "omniconn keygen: cannot create %s: %s (%s removed again)\n", ppath, strerror(errno), kpath);
+        unlink(kpath);
+        return 1;
+    }
+    printf("wrote %s (secret key, mode 0600: keep it on this host) and %s (public key: copy it to the peers)\n", kpath, ppath);
+    printf("public key: %s\n", pub);
+    return 0;
+}
+
+/* ---- doctor: key files ---------------------------------------------------------------------- */
+
+/* One key file as doctor reads it. */
+typedef struct keyfile {
+    char key[OMC_CURVE_KEY_LEN + 1];    /* the key it holds */
+    char pub[OMC_CURVE_KEY_LEN + 1];    /* a secret's public key (derived), or the key itself */
+    int flawed;                         /* usable, but a FAIL/WARN line was reported for it */
+} keyfile;
+
+
+/* The text of a small file, trimmed of surrounding whitespace; 0, or -1 with errno. */
+static int key_text(const char* path, char* buf, size_t n, size_t* len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC), e;
+    ssize_t k;
+    size_t s = 0, m;
+    if (fd < 0) return -1;
+    k = read(fd, buf, n - 1);
+    e = errno;
+    close(fd);
+    if (k < 0) { errno = e; return -1; }
+    m = (size_t)k;
+    buf[m] = '\0';
+    while (s < m && isspace((unsigned char)buf[s])) s++;
+    while (m > s && isspace((unsigned char)buf[m - 1])) buf[--m] = '\0';
+    memmove(buf, buf + s, m - s + 1);
+    *len = m - s;
+    return 0;
+}
+
+/* Why TEXT is not one Z85 CURVE key ("" if it is one). */
+static const char* z85_problem(const char* text, size_t len, char* why, size_t n) {
+    static const char alphabet[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+    size_t i;
+    why[0] = '\0';
+    if (len != OMC_CURVE_KEY_LEN) {
+        snprintf(why, n, "it holds %zu characters, not one 40-character Z85 CURVE key%s", len,
+                 len == 0 ? " (empty)" : strchr(text, '\n') ? " (more than one line)" : "");
+        return why;
+    }
+    for (i = 0; i < len; i++)
+        if (!strchr(alphabet, text[i])) {
+            snprintf(why, n, "character %zu (0x%02x) is not Z85: not a CURVE key", i + 1, (unsigned)(unsigned char)text[i]);
+            return why;
+        }
+    return why;
+}
+
+/* Check one key file (SECRET: a secret key) and fill *out. Each problem is one FAIL/WARN line
+   naming WHAT (the option that names it); returns 1 if the key is usable. */
+static int doctor_key_file(doctor* d, const char* what, const char* path, int secret, keyfile* out) {
+    struct stat st;
+    char text[512], why[160];
+    size_t len = 0;
+    memset(out, 0, sizeof(*out));
+    if (stat(path, &st) != 0) {
+        report(d, FAIL, "keys", "%s '%s': %s. Fix: omniconn keygen NAME makes NAME.key (secret) and NAME.pub (public)", what, path,
+               strerror(errno));
+        return 0;
+    }
+    if (!S_ISREG(st.st_mode)) { report(d, FAIL, "keys", "%s '%s': not a regular file", what, path); return 0; }
+    if (key_text(path, text, sizeof(text), &len) != 0) {
+        report(d, FAIL, "keys", "%s '%s': cannot read it: %s. Fix: run as its owner (uid %u), or chmod u+r", what, path, strerror(errno),
+               (unsigned)st.st_uid);
+        return 0;
+    }
+    out->flawed = (secret && ends_with(path, ".pub")) || (!secret && ends_with(path, ".key")) || (secret && (st.st_mode & 0177)) ||
+                  (secret && st.st_uid != geteuid());
+    if (secret && ends_with(path, ".pub"))
+        report(d, FAIL, "keys", "%s '%s': names a public key file where the secret key belongs. Fix: name NAME.key", what, path);
+    else if (!secret && ends_with(path, ".key"))
+        report(d, WARN, "keys", "%s '%s': names a .key file where a public key belongs: if it is a secret key it leaks to "
+               "whoever reads this config. Fix: name NAME.pub", what, path);
+    if (secret && (st.st_mode & 0177))
+        report(d, FAIL, "keys", "%s '%s': mode %04o is wider than 0600: %s can read or change the secret key. Fix: chmod 600 '%s'",
+               what, path, (unsigned)(st.st_mode & 07777), (st.st_mode & 077) ? "other users" : "programs", path);
+    if (secret && st.st_uid != geteuid())
+        report(d, WARN, "keys", "%s '%s': owned by uid %u, not by this user (uid %u)", what, path, (unsigned)st.st_uid, (unsigned)geteuid());
+    if (z85_problem(text, len, why, sizeof(why))[0]) {
+        report(d, FAIL, "keys", "%s '%s': %s. Fix: omniconn keygen NAME writes a valid pair", what, path, why);
+        return 0;
+    }
+    memcpy(out->key, text, OMC_CURVE_KEY_LEN + 1);
+    memcpy(out->pub, text, OMC_CURVE_KEY_LEN + 1);
+    memset(text, 0, sizeof(text));
+    if (secret) {
+        uint8_t bin[32];
+        if (omc__zmq_load(NULL, 0) != OMC_OK || !omc__zmq_has("curve")) {
+            report(d, WARN, "keys", "%s '%s': a Z85 key; its public key cannot be derived (libzmq with CURVE is not loadable here)", what, path);
+            return 1;
+        }
+        if (!omc__zmq_z85_decode(bin, out->key) || omc__zmq_curve_public(out->pub, out->key) != 0) {
+            report(d, FAIL, "keys", "%s '%s': not a valid CURVE secret key. Fix: omniconn keygen NAME", what, path);
+            return 0;
+        }
+        memset(bin, 0, sizeof(bin));
+    }
+    return 1;
+}
+
+/* A secret key file NAME.key and the NAME.pub beside it (if there is one) must be one pair. */
+static void doctor_key_pair(doctor* d, const char* what, const char* path, const keyfile* k) {
+    char ppath[4096];
+    keyfile p;
+    size_t n = strlen(path);
+    if (!ends_with(path, ".key") || n >= sizeof(ppath)) {
+        if (!k->flawed) report(d, OK, "keys", "%s '%s': a valid secret key, mode 0600 (public key %s)", what, path, k->pub);
+        return;
+    }
+    memcpy(ppath, path, n - 4);
+    memcpy(ppath + n - 4, ".pub", 5);
+    if (access(ppath, F_OK) != 0) {
+        if (!k->flawed) report(d, OK, "keys", "%s '%s': a valid secret key, mode 0600 (public key %s; no %s beside it)", what, path, k->pub, ppath);
+        return;
+    }
+    if (!doctor_key_file(d, "its public key", ppath, 0, &p)) return;
+    if (strcmp(p.key, k->pub) != 0)
+        report(d, FAIL, "keys", "%s '%s' and '%s' are not one pair: peers holding that .pub are refused. Fix: copy the .pub that "
+               "omniconn keygen wrote with this .key to the peers again (or make a new pair)", what, path, ppath);
+    else if (!k->flawed) report(d, OK, "keys", "%s '%s': a valid secret key, mode 0600, and '%s' is its public key", what, path, ppath);
+}
+
+static void doctor_public_key(doctor* d, const char* what, const char* path, keyfile* k) {
+    if (doctor_key_file(d, what, path, 0, k) && !k->flawed) report(d, OK, "keys", "%s '%s': a valid public key (%s)", what, path, k->key);
+}
+
+/* An allow-list: one public key a line; blank lines and '#' lines skipped. Is KEY (if given) on it? */
+static int doctor_allow_list(doctor* d, const char* what, const char* path, const char* key) {
+    FILE* f;
+    char line[512], why[160];
+    unsigned lineno = 0, keys = 0, bad = 0;
+    int found = 0;
+    f = fopen(path, "r");
+    if (!f) {
+        report(d, FAIL, "keys", "%s '%s': %s. Fix: put the receivers' .pub files into it (cat a.pub b.pub > %s)", what, path,
+               strerror(errno), path);
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f)) {
+        char* k = line;
+        size_t n;
+        lineno++;
+        while (*k == ' ' || *k == '\t') k++;
+        n = strlen(k);
+        while (n && isspace((unsigned char)k[n - 1])) k[--n] = '\0';
+        if (!n || k[0] == '#') continue;
+        if (z85_problem(k, n, why, sizeof(why))[0]) {
+            report(d, FAIL, "keys", "%s '%s' line %u: %s", what, path, lineno, why);
+            bad++;
+            continue;
+        }
+        keys++;
+        if (key && strcmp(k, key) == 0) found = 1;
+    }
+    fclose(f);
+    if (!keys && !bad) report(d, FAIL, "keys", "%s '%s' lists no key: no receiver could connect", what, path);
+    else if (!bad) report(d, OK, "keys", "%s '%s': %u public key%s", what, path, keys, keys == 1 ? "" : "s");
+    return found;
+}
+
+/* The key files of every TCP/RDMA connector spec of the config, and whether they fit together
+   (the config holds both ends: the senders' pair, the receivers' key and the allow-list). */
+static void doctor_config_keys(doctor* d) {
+    uint32_t i, n = omc_pipeline_config_connector_count(d->cfg);
+    for (i = 0; i < n; i++) {
+        omc_connector_spec s;
+        keyfile ss, sp, cs;
+        int have_ss = 0, have_sp = 0, have_cs = 0;
+        char what[160];
+        omc_pipeline_config_connector(d->cfg, i, &s);
+        if (s.transport != OMC_TRANSPORT_TCP && s.transport != OMC_TRANSPORT_RDMA) continue;
+        if (s.curve_server_secret_key_file) {
+            snprintf(what, sizeof(what), "'%s' curve_server_secret_key_file", s.name);
+            if ((have_ss = doctor_key_file(d, what, s.curve_server_secret_key_file, 1, &ss))) doctor_key_pair(d, what, s.curve_server_secret_key_file, &ss);
+        }
+        if (s.curve_server_public_key_file) {
+            snprintf(what, sizeof(what), "'%s' curve_server_public_key_file", s.name);
+            have_sp = doctor_key_file(d, what, s.curve_server_public_key_file, 0, &sp);
+            if (have_sp && have_ss && strcmp(sp.key, ss.pub) != 0)
+                report(d, FAIL, "keys", "connector '%s': curve_server_public_key_file is not the public key of curve_server_secret_key_file: "
+                       "the receivers would be refused (server key does not match). Fix: give the receivers the sender's .pub", s.name);
+            else if (have_sp && !sp.flawed) report(d, OK, "keys", "%s '%s': a valid public key%s", what, s.curve_server_public_key_file,
+                                     have_ss ? ", the senders' own" : "");
+        }
+        if (s.curve_client_secret_key_file) {
+            snprintf(what, sizeof(what), "'%s' curve_client_secret_key_file", s.name);
+            if ((have_cs = doctor_key_file(d, what, s.curve_client_secret_key_file, 1, &cs))) doctor_key_pair(d, what, s.curve_client_secret_key_file, &cs);
+        }
+        if (s.curve_allowed_clients_file) {
+            snprintf(what, sizeof(what), "'%s' curve_allowed_clients_file", s.name);
+            if (doctor_allow_list(d, what, s.curve_allowed_clients_file, have_cs ? cs.pub : NULL) == 0 && have_cs)
+                report(d, FAIL, "keys", "connector '%s': the public key of curve_client_secret_key_file (%s) is not on curve_allowed_clients_file: "
+                       "the receivers would be refused (client key not on the allow-list). Fix: add their .pub to it", s.name, cs.pub);
+        }
+        memset(&ss, 0, sizeof(ss));
+        memset(&cs, 0, sizeof(cs));
+    }
+}
+
+/* The key files given on the command line. */
+static void doctor_key_options(doctor* d) {
+    int i;
+    keyfile k;
+    for (i = 0; i < d->key_opts[0]; i++)
+        if (doctor_key_file(d, "--key", d->key_opt[0][i], 1, &k)) doctor_key_pair(d, "--key", d->key_opt[0][i], &k);
+    for (i = 0; i < d->key_opts[1]; i++) doctor_public_key(d, "--server-key", d->key_opt[1][i], &k);
+    for (i = 0; i < d->key_opts[2]; i++) doctor_allow_list(d, "--allow", d->key_opt[2][i], NULL);
+    memset(&k, 0, sizeof(k));
+}
+
 static void doctor_usage(void) {
     printf("usage: omniconn doctor [options]\n");
     printf("  --config FILE    also check this pipeline configuration (ports, pools, transports)\n");
@@ -2062,6 +2370,10 @@ static void doctor_usage(void) {
     printf("  --sweep          remove the segments of dead owners it finds\n");
     printf("  --numa N         rank the RDMA devices for memory on NUMA node N  (default: the node of the CPU it runs on)\n");
     printf("  --gpu PCI        rank them for a GPU at PCI address PCI (0000:3b:00.0) instead\n");
+    printf("  --key FILE       check a secret key file: readable, mode 0600, one Z85 key, and the .pub beside it its pair\n");
+    printf("  --server-key FILE  check a public key file (the sender's .pub a receiver is given)\n");
+    printf("  --allow FILE     check an allow-list (receiver .pub keys, one a line); each key option repeatable\n");
+    printf("                   (a config's curve_*_file options are checked the same way)\n");
     printf("  --sysfs DIR      read the device topology from DIR instead of /sys (a copy of another host's tree);\n");
     printf("                   with DIR given, only the topology is checked\n");
     printf("One line per check: OK, WARN or FAIL, and the fix. Exit status 1 if any check FAILs.\n");
@@ -2071,6 +2383,7 @@ static int cmd_doctor(int argc, char** argv) {
     static const struct option longs[] = {
         { "config", required_argument, NULL, 'c' }, { "shm-dir", required_argument, NULL, 'D' }, { "sweep", no_argument, NULL, 'S' },
         { "numa", required_argument, NULL, 'N' }, { "gpu", required_argument, NULL, 'G' }, { "sysfs", required_argument, NULL, 'Y' },
+        { "key", required_argument, NULL, 'K' }, { "server-key", required_argument, NULL, 'P' }, { "allow", required_argument, NULL, 'A' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     doctor d;
@@ -2094,6 +2407,12 @@ static int cmd_doctor(int argc, char** argv) {
             }
             case 'G': d.gpu = optarg; break;
             case 'Y': d.sysfs = optarg; break;
+            case 'K': case 'P': case 'A': {
+                int k = opt == 'K' ? 0 : opt == 'P' ? 1 : 2;
+                if (d.key_opts[k] == 8) { fprintf(stderr, "omniconn doctor: at most 8 of each key option\n"); return 2; }
+                d.key_opt[k][d.key_opts[k]++] = optarg;
+                break;
+            }
             case 'h': doctor_usage(); return 0;
             default: return 2;
         }
@@ -2106,6 +2425,8 @@ static int cmd_doctor(int argc, char** argv) {
         return d.fails ? 1 : 0;
     }
     if (d.config) doctor_config(&d);
+    if (d.cfg) doctor_config_keys(&d);
+    doctor_key_options(&d);
     doctor_host(&d);
     if (d.cfg) doctor_ports(&d);
     doctor_libs(&d);
@@ -2125,8 +2446,9 @@ static int cmd_doctor(int argc, char** argv) {
 static void usage(void) {
     printf("omniconn %s - move stage payloads between processes and hosts\n", omc_version_string());
     printf("usage: omniconn bench   [--transport local|shm|tcp|rdma] [--sizes 4K,64K,1M,16M] [--duration SEC] [--json FILE] ...\n");
-    printf("       omniconn doctor  [--config FILE] [--shm-dir /dev/shm] [--sweep]\n");
-    printf("       omniconn help    [bench|doctor]   this text, or a command's options and their defaults\n");
+    printf("       omniconn doctor  [--config FILE] [--shm-dir /dev/shm] [--sweep] [--key F] [--server-key F] [--allow F]\n");
+    printf("       omniconn keygen  [--force] NAME   a CURVE key pair: NAME.key (secret, 0600) and NAME.pub\n");
+    printf("       omniconn help    [bench|doctor|keygen]   this text, or a command's options and their defaults\n");
     printf("       omniconn version the library version\n");
 }
 
@@ -2134,11 +2456,13 @@ static int omniconn_main(int argc, char** argv) {
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) { usage(); return argc < 2 ? 2 : 0; }
     if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 1, argv + 1);
     if (strcmp(argv[1], "doctor") == 0) return cmd_doctor(argc - 1, argv + 1);
+    if (strcmp(argv[1], "keygen") == 0) return cmd_keygen(argc - 1, argv + 1);
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) { printf("omniconn %s\n", omc_version_string()); return 0; }
     if (strcmp(argv[1], "help") == 0) {
         if (argc > 2 && strcmp(argv[2], "bench") == 0) bench_usage();
         else if (argc > 2 && strcmp(argv[2], "doctor") == 0) doctor_usage();
-        else if (argc > 2) { fprintf(stderr, "omniconn help: unknown command '%s' (bench, doctor)\n", argv[2]); return 2; }
+        else if (argc > 2 && strcmp(argv[2], "keygen") == 0) keygen_usage();
+        else if (argc > 2) { fprintf(stderr, "omniconn help: unknown command '%s' (bench, doctor, keygen)\n", argv[2]); return 2; }
         else usage();
         return 0;
     }
