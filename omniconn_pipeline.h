@@ -3824,7 +3824,7 @@ OMC__PRIVATE int omc__pc_read_key(const omc_pipeline_config* cfg, const omc_pipe
     omc__pc_origin(cfg, e, key, from_desc, origin, sizeof(origin));
     OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: '%s': %s (%s)", origin, path,
              r == OMC_ERR_NOT_FOUND ? "cannot open the key file" : "the file does not hold one 40-character Z85 CURVE key "
-             "(make a pair with omc_tcp_curve_keypair or libzmq's curve_keygen)", where);
+             "(make a pair with: omniconn keygen NAME, or omc_tcp_curve_keypair)", where);
     *res = r == OMC_ERR_NOT_FOUND ? OMC_ERR_NOT_FOUND : OMC_ERR_INVALID_ARG;
     return -1;
 }
@@ -3951,7 +3951,7 @@ OMC__PRIVATE omc_result omc__pc_curve_setup(const omc_pipeline_config* cfg, cons
             if (!s->insecure && !d->insecure) {
                 OMC__LOG(h, OMC_LOG_ERROR, OMC_LOGITEM_PIPELINE, "%s: refusing to listen on %s (host: %s) without CURVE: anyone who "
                          "can reach that address could read and take this stage's payloads. Set curve_server_secret_key_file and "
-                         "curve_allowed_clients_file in the connector's extra (omc_tcp_curve_keypair or libzmq's curve_keygen make keys), or host: 127.0.0.1 "
+                         "curve_allowed_clients_file in the connector's extra (omniconn keygen NAME makes a pair), or host: 127.0.0.1 "
                          "for stages on one machine, or insecure: true on a network you trust", where, addr, s->host);
                 return OMC_ERR_INVALID_ARG;
             }

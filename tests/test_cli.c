@@ -505,7 +505,7 @@ OMC_TEST(bench_two_hosts_serve_and_connect) {
     pid_t server;
     int st = 0, i, bad;
     snprintf(out, sizeof(out), "/tmp/omc_cli_%ld_serve.txt", (long)getpid());
-    snprintf(port, sizeof(port), "%d", 20000 + (int)(getpid() % 20000));
+    snprintf(port, sizeof(port), "%d", omc_test_free_port_base(1));
     fflush(stdout);
     fflush(stderr);
     server = fork();
