@@ -149,6 +149,41 @@ def test_close_from_many_threads_while_puts_and_gets_run(channel):
     ''' % channel)
 
 
+@pytest.mark.parametrize("kind", ["local", "shm"])
+def test_close_while_another_thread_waits_for_pool_space(kind, channel):
+    # the pool is full (one buffer holds it): the other thread's alloc waits for space until
+    # close(), which must not free the pool under it nor wait for its 60 s deadline
+    out = run('''
+        conn = omniconn.LocalConnector(pool_size=1 << 20) if %r == "local" else \\
+            omniconn.ShmConnector(channel=%r, pool_size=1 << 20)
+        cap = conn.health()["pool_capacity"]
+        hog = conn.alloc(cap)
+        started, result = threading.Event(), []
+        def wait():
+            started.set()
+            try:
+                conn.alloc(4096, timeout=60)
+                result.append("got space")
+            except omniconn.ClosedError as e:
+                result.append("closed")
+            except omniconn.OmniconnError as e:
+                result.append(str(e))
+        th = threading.Thread(target=wait)
+        t0 = time.monotonic()
+        th.start()
+        in_call(conn, started)
+        conn.close()
+        th.join()
+        assert result == ["closed"], result
+        assert time.monotonic() - t0 < 60
+        hog.view[:3] = b"abc"           # the held buffer still works, and its release frees the rest
+        hog.release()
+        assert conn._core.h is None
+        print("ok")
+    ''' % (kind, channel))
+    assert "ok" in out
+
+
 # ---- buffers outlive their connector -----------------------------------------------------------------------
 @pytest.mark.parametrize("kind", KINDS)
 def test_alloc_buffer_used_after_close(kind, channel):
@@ -300,3 +335,36 @@ def test_ports_and_narrowed_integers_are_checked(channel):
         with pytest.raises(ValueError, match="size"):
             c.alloc(-1)
         assert not c.exists("a", "b", "k")             # none of them reached the library
+
+
+def test_fork_child_of_a_vllm_omni_connector_makes_its_own(channel):
+    # the parent's SHM sweep thread runs (and may hold a connector's lock at the fork): the
+    # child closes what it inherited, makes a connector of its own (with a sweep of its own),
+    # moves a payload through it and exits normally; the parent still reads its entry
+    out = run('''
+        from omniconn.vllm_omni import OmniconnConnector, _sweep_state
+        parent = OmniconnConnector({"protocol": "shm", "role": "dual", "channel": %r})
+        ok, size, md = parent.put("0", "1", "kept", b"parent bytes" * 100)
+        assert ok and _sweep_state["thread"] is not None
+        pid = os.fork()
+        if pid == 0:
+            parent.close()
+            child = OmniconnConnector({"protocol": "shm", "role": "dual", "channel": %r + "_child"})
+            assert _sweep_state["thread"] is not None and _sweep_state["thread"].is_alive()
+            ok, size, cmd = child.put("0", "1", "own", b"child bytes")
+            obj, n = child.get("0", "1", "own", cmd)
+            assert bytes(obj.to_bytes() if hasattr(obj, "to_bytes") else obj) == b"child bytes", obj
+            if hasattr(obj, "release"):
+                obj.release()
+            child.close()
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "child ended with status %%#x" %% status
+        obj, n = parent.get("0", "1", "kept", md)
+        assert bytes(obj.to_bytes() if hasattr(obj, "to_bytes") else obj) == b"parent bytes" * 100
+        if hasattr(obj, "release"):
+            obj.release()
+        parent.close()
+        print("ok")
+    ''' % (channel, channel))
+    assert "ok" in out
