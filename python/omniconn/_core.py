@@ -32,12 +32,17 @@ def deadline(timeout):
 def _b(s):
     """A string argument as the C string the library gets. C strings end at the first NUL, so a
     string holding one would reach the library cut short (another key, another host): refused."""
-    if s is None:
+    if type(s) is str:
+        if "\0" not in s:
+            return s.encode()
+    elif s is None:
         return None
-    b = s.encode() if type(s) is str else s if isinstance(s, bytes) else str(s).encode()
-    if b"\0" in b:
-        raise ValueError("omniconn: %r contains a NUL character (C strings end there)" % (s,))
-    return b
+    elif isinstance(s, bytes):
+        if b"\0" not in s:
+            return s
+    else:
+        return _b(str(s))
+    raise ValueError("omniconn: %r contains a NUL character (C strings end there)" % (s,))
 
 
 def _int(value, what, low, high):
@@ -562,12 +567,16 @@ class _Core:
     for the calls in flight to return, and destroys the C connector only then - or, while
     buffers from alloc() are still held, when the last of them is released or put (their bytes
     are in the connector's pool). A forked child's copy never destroys anything: the creator
-    owns the segments, sockets and threads; the child's copy goes with the child's exit."""
-    __slots__ = ("h", "lock", "idle", "calls", "allocs", "closed", "creator", "__weakref__")
+    owns the segments, sockets and threads; the child's copy goes with the child's exit.
+
+    The calls in flight are the entries of a list: append and pop are atomic, so the hot path
+    takes no lock. A call appends, then looks at closed; close() sets closed, then looks at the
+    list: one of the two always sees the other."""
+    __slots__ = ("h", "calls", "lock", "idle", "allocs", "closed", "creator", "__weakref__")
 
     def __init__(self, h):
         self.h = h
-        self.calls = 0          # calls inside the library now
+        self.calls = []         # one entry per call inside the library now
         self.allocs = 0         # buffers from alloc() not yet released or put
         self.closed = False
         self.creator = _pid
@@ -586,16 +595,16 @@ class _Core:
 
     def enter(self):
         """The handle, counted as in use until leave(); ClosedError once close() began."""
-        with self.lock:
-            if self.closed:
-                raise self.closed_error()
-            self.calls += 1
+        self.calls.append(None)
+        if self.closed:
+            self.leave()
+            raise self.closed_error()
         return self.h
 
     def leave(self):
-        with self.lock:
-            self.calls -= 1
-            if self.closed and not self.calls:
+        self.calls.pop()
+        if self.closed:
+            with self.lock:
                 self.idle.notify_all()
 
     def alloc_taken(self):
@@ -646,7 +655,7 @@ def _after_fork_in_child():
     Connector._create_lock = threading.Lock()
     for core in list(_cores):
         core._locks()
-        core.calls = 0
+        core.calls = []
         core.closed = True
 
 

@@ -35,7 +35,7 @@ def in_call(conn, started):
     about to make it (the event) where the count cannot be seen."""
     started.wait()
     core = getattr(conn, "_core", None)
-    while core is not None and core.calls == 0 and not done:
+    while core is not None and not core.calls and not done:
         time.sleep(0.001)
 
 done = False
