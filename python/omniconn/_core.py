@@ -572,12 +572,13 @@ class _Core:
     The calls in flight are the entries of a list: append and pop are atomic, so the hot path
     takes no lock. A call appends, then looks at closed; close() sets closed, then looks at the
     list: one of the two always sees the other."""
-    __slots__ = ("h", "calls", "lock", "idle", "allocs", "closed", "creator", "__weakref__")
+    __slots__ = ("h", "calls", "lock", "idle", "allocs", "closers", "closed", "creator", "__weakref__")
 
     def __init__(self, h):
         self.h = h
         self.calls = []         # one entry per call inside the library now
         self.allocs = 0         # buffers from alloc() not yet released or put
+        self.closers = 0        # close() calls under way (they destroy, once nothing holds the handle)
         self.closed = False
         self.creator = _pid
         self._locks()
@@ -595,6 +596,8 @@ class _Core:
 
     def enter(self):
         """The handle, counted as in use until leave(); ClosedError once close() began."""
+        if self.closed:
+            raise self.closed_error()
         self.calls.append(None)
         if self.closed:
             self.leave()
@@ -606,6 +609,9 @@ class _Core:
         if self.closed:
             with self.lock:
                 self.idle.notify_all()
+                h = self._destroyable()
+            if h:
+                lib.omc_conn_destroy(h)
 
     def alloc_taken(self):
         with self.lock:
@@ -620,7 +626,7 @@ class _Core:
 
     def _destroyable(self):
         """The handle to destroy now (and forget), or None. Called with the lock held."""
-        if not self.closed or self.calls or self.allocs or not self.h or self.creator != _pid:
+        if not self.closed or self.calls or self.allocs or self.closers or not self.h or self.creator != _pid:
             return None
         h, self.h = self.h, None
         return h
@@ -629,17 +635,22 @@ class _Core:
         with self.lock:
             first, self.closed = not self.closed, True
             h = self.h
-            busy = self.calls or self.allocs
-        if not h or self.creator != _pid:
-            return
-        if busy and first:
-            # calls waiting in the library (a get for a key, a relay's wait) return OMC_ERR_CLOSED;
-            # the connector stops now even when buffers from alloc() keep its memory for a while
-            lib.omc_conn_close(h)
-        with self.lock:
-            while self.calls:
-                self.idle.wait()
-            h = self._destroyable()
+            if not h or self.creator != _pid:
+                return
+            self.closers += 1           # nobody destroys the handle under this close()
+            wake = first and (self.calls or self.allocs)
+        try:
+            if wake:
+                # calls waiting in the library (a get for a key, a relay's wait) return
+                # OMC_ERR_CLOSED; the connector stops now even when buffers from alloc() keep its
+                # memory for a while
+                lib.omc_conn_close(h)
+        finally:
+            with self.lock:
+                while self.calls:
+                    self.idle.wait()
+                self.closers -= 1
+                h = self._destroyable()
         if h:
             lib.omc_conn_destroy(h)
 
@@ -656,6 +667,7 @@ def _after_fork_in_child():
     for core in list(_cores):
         core._locks()
         core.calls = []
+        core.closers = 0
         core.closed = True
 
 
