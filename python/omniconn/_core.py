@@ -830,7 +830,8 @@ class Connector:
             is_tensor = True
         else:
             tm = _torch()
-            is_tensor = (tm is not None and isinstance(value, tm.Tensor)) or (_np is not None and isinstance(value, _np.ndarray))
+            is_tensor = (tm is not None and isinstance(value, tm.Tensor)) or \
+                        (_np is not None and isinstance(value, _np.ndarray))
         if is_tensor:
             dims = tuple(value.shape)
             nd = len(dims)
@@ -1077,8 +1078,9 @@ class TcpConnector(Connector):
         if allowed_clients is not None and not isinstance(allowed_clients, (str, bytes)):
             allowed_clients = "\n".join(str(k) for k in allowed_clients)
         super().__init__(lib.omc_ffi_tcp_create_ex, _role(role), _b(host), _b(bind_host), _port(port, "port", True),
-                         _port(data_port, "data_port", True), _u64(pool_size, "pool_size"), _ttl(ttl_ms), _b(secret_key), _b(public_key), _b(server_key), _b(allowed_clients or None),
-                         self._rdma, _b(rdma_devices))
+                         _port(data_port, "data_port", True), _u64(pool_size, "pool_size"), _ttl(ttl_ms),
+                         _b(secret_key), _b(public_key), _b(server_key), _b(allowed_clients or None), self._rdma,
+                         _b(rdma_devices))
 
     @property
     def endpoint(self):
