@@ -607,11 +607,15 @@ class _Core:
     def leave(self):
         self.calls.pop()
         if self.closed:
-            with self.lock:
-                self.idle.notify_all()
-                h = self._destroyable()
-            if h:
-                lib.omc_conn_destroy(h)
+            self.left_closed()
+
+    def left_closed(self):
+        """A call left a closed connector: wake close(), or destroy if it was the last holder."""
+        with self.lock:
+            self.idle.notify_all()
+            h = self._destroyable()
+        if h:
+            lib.omc_conn_destroy(h)
 
     def alloc_taken(self):
         with self.lock:
@@ -731,7 +735,10 @@ class Connector:
     def put(self, from_stage, to_stage, key, data, readers=1, ttl_ms=0, frame=False):
         """Copy data (bytes, bytearray, memoryview, numpy array, CPU torch tensor) into the
         connector's memory - the only copy - and return the metadata (bytes) for the receiver."""
-        f, t, k = _b(from_stage), _b(to_stage), _b(key)
+        # _b() inlined for the common case (str without NUL): the hot path
+        f = from_stage.encode() if type(from_stage) is str and "\0" not in from_stage else _b(from_stage)
+        t = to_stage.encode() if type(to_stage) is str and "\0" not in to_stage else _b(to_stage)
+        k = key.encode() if type(key) is str and "\0" not in key else _b(key)
         if type(readers) is not int or readers < 0 or readers > _U32:
             readers = _u32(readers, "readers")
         if type(ttl_ms) is not int or ttl_ms > _I64 or ttl_ms < -_I64:
@@ -739,11 +746,17 @@ class Connector:
         addr, size, keep = _address(data)
         st = _state()
         core = self._core
-        h = core.enter()
+        calls = core.calls
+        calls.append(None)              # core.enter() inlined: the hot path
+        h = core.h
         try:
+            if core.closed:
+                raise core.closed_error()
             r = _ffi_put(h, f, t, k, addr, size, 1 if frame else 0, readers, ttl_ms, st.meta, _META_CAP, st.msize_ref)
         finally:
-            core.leave()
+            calls.pop()
+            if core.closed:
+                core.left_closed()
         del keep
         if r != 0:
             raise self._fail(core, r, "put %r" % (key,))
@@ -817,7 +830,11 @@ class Connector:
     def put_tensor(self, from_stage, to_stage, key, name, value, readers=1, ttl_ms=0):
         """Put one array, tensor or bytes-like as a one-segment frame named name (one copy, into
         the pool): the receiver gets its dtype and shape with it (first_segment, get_tensors)."""
-        f, t, k, nm = _b(from_stage), _b(to_stage), _b(key), _b(name)
+        # _b() inlined for the common case (str without NUL): the hot path
+        f = from_stage.encode() if type(from_stage) is str and "\0" not in from_stage else _b(from_stage)
+        t = to_stage.encode() if type(to_stage) is str and "\0" not in to_stage else _b(to_stage)
+        k = key.encode() if type(key) is str and "\0" not in key else _b(key)
+        nm = _b(name)
         if type(readers) is not int or readers < 0 or readers > _U32:
             readers = _u32(readers, "readers")
         if type(ttl_ms) is not int or ttl_ms > _I64 or ttl_ms < -_I64:
@@ -842,12 +859,18 @@ class Connector:
             code = _DTYPE_CACHE.get(dt) or dtype_code(dt)
         addr, size, keep = _address(value)
         core = self._core
-        h = core.enter()
+        calls = core.calls
+        calls.append(None)              # core.enter() inlined: the hot path
+        h = core.h
         try:
+            if core.closed:
+                raise core.closed_error()
             r = _ffi_put_tensor(h, f, t, k, nm, code, nd, shape, addr, size, readers, ttl_ms, st.meta, _META_CAP,
                                 st.msize_ref)
         finally:
-            core.leave()
+            calls.pop()
+            if core.closed:
+                core.left_closed()
         del keep
         if r != 0:
             raise self._fail(core, r, "put %r" % (key,))
@@ -858,19 +881,28 @@ class Connector:
         """A zero-copy Buffer with the payload. meta: the bytes put() returned, or None (wait for
         the key to appear). timeout in seconds (None = forever, 0 = only if it is there now).
         sender: a remote connector's registered sender to ask (metadata-less gets only)."""
-        f, t, k = _b(from_stage), _b(to_stage), _b(key)
+        # _b() inlined for the common case (str without NUL): the hot path
+        f = from_stage.encode() if type(from_stage) is str and "\0" not in from_stage else _b(from_stage)
+        t = to_stage.encode() if type(to_stage) is str and "\0" not in to_stage else _b(to_stage)
+        k = key.encode() if type(key) is str and "\0" not in key else _b(key)
         st = _state()
         rh, rd, rs, rf = st.refs
         dl = _FOREVER if timeout is None else deadline(timeout)
         core = self._core
-        h = core.enter()
+        calls = core.calls
+        calls.append(None)              # core.enter() inlined: the hot path
+        h = core.h
         try:
+            if core.closed:
+                raise core.closed_error()
             if sender is not None:
                 r = lib.omc_ffi_get_from(h, _b(sender), f, t, k, dl, rh, rd, rs, rf)
             else:
                 r = _ffi_get(h, f, t, k, meta, len(meta) if meta else 0, dl, rh, rd, rs, rf)
         finally:
-            core.leave()
+            calls.pop()
+            if core.closed:
+                core.left_closed()
         if r != 0:
             raise self._fail(core, r, "get %r" % (key,))
         return Buffer(st.h.value, st.data.value, st.size.value, st.flags.value)
@@ -880,17 +912,26 @@ class Connector:
         (name, kind, omc dtype, shape, offset, size) or None if the payload is not a frame).
         A frame that does not decode raises (the buffer is released). miss=True: a key that is
         not there (NOT_FOUND, or TIMEOUT at the deadline) returns None instead of raising."""
-        f, t, k = _b(from_stage), _b(to_stage), _b(key)
+        # _b() inlined for the common case (str without NUL): the hot path
+        f = from_stage.encode() if type(from_stage) is str and "\0" not in from_stage else _b(from_stage)
+        t = to_stage.encode() if type(to_stage) is str and "\0" not in to_stage else _b(to_stage)
+        k = key.encode() if type(key) is str and "\0" not in key else _b(key)
         sn = None if sender is None else _b(sender)
         st = _state()
         dl = _FOREVER if timeout is None else deadline(timeout)
         g = st.got
         core = self._core
-        h = core.enter()
+        calls = core.calls
+        calls.append(None)              # core.enter() inlined: the hot path
+        h = core.h
         try:
+            if core.closed:
+                raise core.closed_error()
             r = _ffi_get_first(h, sn, f, t, k, meta, len(meta) if meta else 0, dl, g, _GOT_N, st.name, _NAME_CAP)
         finally:
-            core.leave()
+            calls.pop()
+            if core.closed:
+                core.left_closed()
         if r != 0:
             if core.closed:
                 raise self._fail(core, r, "get %r" % (key,))
