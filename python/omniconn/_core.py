@@ -1,9 +1,11 @@
 """Connectors, buffers and named-tensor frames over libomniconn."""
 import ctypes
+import operator
 import os
 import sys
 import threading
 import time
+import weakref
 
 from . import _lib
 from ._lib import lib, check, error, OmniconnError
@@ -24,13 +26,55 @@ def deadline(timeout):
         return _FOREVER
     if timeout <= 0:
         return _NO_WAIT
-    return time.monotonic_ns() + int(timeout * 1e9)    # CLOCK_MONOTONIC, as omc_now_ns
+    return min(time.monotonic_ns() + int(timeout * 1e9), _FOREVER)    # CLOCK_MONOTONIC, as omc_now_ns
 
 
 def _b(s):
-    if s is None:
+    """A string argument as the C string the library gets. C strings end at the first NUL, so a
+    string holding one would reach the library cut short (another key, another host): refused."""
+    if type(s) is str:
+        if "\0" not in s:
+            return s.encode()
+    elif s is None:
         return None
-    return s if isinstance(s, bytes) else str(s).encode()
+    elif isinstance(s, bytes):
+        if b"\0" not in s:
+            return s
+    else:
+        return _b(str(s))
+    raise ValueError("omniconn: %r contains a NUL character (C strings end there)" % (s,))
+
+
+def _int(value, what, low, high):
+    """An integer argument checked against the range of the C type it is narrowed to (ctypes
+    would wrap it silently: a port of 65558 becomes 22, a size of -1 becomes 2**64 - 1)."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError("omniconn: %s must be an integer, not %s" % (what, type(value).__name__)) from None
+    if v < low or v > high:
+        raise ValueError("omniconn: %s %d is outside %d..%d" % (what, v, low, high))
+    return v
+
+
+_U32, _U64, _I64 = (1 << 32) - 1, (1 << 64) - 1, (1 << 63) - 1
+
+
+def _u32(value, what):
+    return _int(value, what, 0, _U32)
+
+
+def _u64(value, what):
+    return _int(value, what, 0, _U64)
+
+
+def _i64(value, what):
+    return _int(value, what, -_I64 - 1, _I64)
+
+
+def _port(value, what="port", ephemeral=False):
+    """A TCP port: 1..65535 (0 too where it means "pick one")."""
+    return _int(value, what, 0 if ephemeral else 1, 65535)
 
 
 _tls = threading.local()
@@ -123,16 +167,23 @@ _ffi_release = lib.omc_ffi_buffer_release
 
 
 # ---- buffers ---------------------------------------------------------------------------------------
+_pid = os.getpid()      # this process (a forked child sets its own, see _after_fork_in_child)
+
+
 class _Region:
     """Owns one C buffer handle; lives as long as the array that exposes its bytes (and so as
-    long as every view of them). Its release happens at most once."""
-    __slots__ = ("handle", "address", "size", "readonly", "__weakref__")
+    long as every view of them). Its release happens at most once, and only in the process that
+    got the buffer (a forked child's copy of a handle is not its to give back). core: the
+    connector a buffer from alloc() keeps alive (a get's view keeps it in the library itself)."""
+    __slots__ = ("handle", "address", "size", "readonly", "pid", "core", "__weakref__")
 
-    def __init__(self, handle, address, size, readonly):
+    def __init__(self, handle, address, size, readonly, core=None):
         self.handle = handle
         self.address = address
         self.size = size
         self.readonly = readonly
+        self.pid = _pid
+        self.core = core
 
     @property
     def __array_interface__(self):
@@ -140,9 +191,21 @@ class _Region:
 
     def release(self):
         h, self.handle = self.handle, None
-        if h:
+        core, self.core = self.core, None
+        if not h or self.pid != _pid:
+            return 0
+        try:
             return _ffi_release(h)
-        return 0
+        finally:
+            if core is not None:
+                core.buffer_gone()
+
+    def consumed(self):
+        """The library took the handle over (a put of this buffer)."""
+        self.handle = None
+        core, self.core = self.core, None
+        if core is not None:
+            core.buffer_gone()
 
     def __del__(self):
         try:
@@ -212,8 +275,8 @@ class Buffer:
     with the last of the buffer and its array; its own __del__ hands the bytes back)."""
     __slots__ = ("_arr", "_region", "_addr", "_size", "flags", "_released", "__weakref__")
 
-    def __init__(self, handle, address, size, flags, readonly=True):
-        self._region = _Region(handle, address, size, readonly)
+    def __init__(self, handle, address, size, flags, readonly=True, core=None):
+        self._region = _Region(handle, address, size, readonly, core)
         self._arr = None                    # the exporting array, made on first use
         self._addr = address
         self._size = size
@@ -350,6 +413,7 @@ class WritableBuffer(Buffer):
 
 
 _MISS_NOT_FOUND, _MISS_TIMEOUT = _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT
+_SLICE_NS = 100 * 1000 * 1000    # longest single wait of a call the library cannot wake at close
 
 
 # ---- frames (named tensors) -------------------------------------------------------------------------
@@ -497,69 +561,240 @@ ROLES = {None: 0, "default": 0, "dual": 3, "sender": 1, "receiver": 2, 0: 0, 1: 
 TRANSPORTS = {0: "none", 1: "local", 2: "shm", 3: "tcp", 4: "rdma"}
 
 
+class _Core:
+    """The C handle of one connector and what still needs it. Calls in flight and buffers from
+    alloc() hold it: close() refuses new calls at once, wakes calls waiting in the library, waits
+    for the calls in flight to return, and destroys the C connector only then - or, while
+    buffers from alloc() are still held, when the last of them is released or put (their bytes
+    are in the connector's pool). A forked child's copy never destroys anything: the creator
+    owns the segments, sockets and threads; the child's copy goes with the child's exit.
+
+    The calls in flight are the entries of a list: append and pop are atomic, so the hot path
+    takes no lock. A call appends, then looks at closed; close() sets closed, then looks at the
+    list: one of the two always sees the other."""
+    __slots__ = ("h", "calls", "lock", "idle", "allocs", "closers", "closed", "creator", "__weakref__")
+
+    def __init__(self, h):
+        self.h = h
+        self.calls = []         # one entry per call inside the library now
+        self.allocs = 0         # buffers from alloc() not yet released or put
+        self.closers = 0        # close() calls under way (they destroy, once nothing holds the handle)
+        self.closed = False
+        self.creator = _pid
+        self._locks()
+        _cores.add(self)
+
+    def _locks(self):
+        self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)
+
+    def closed_error(self):
+        if self.creator != _pid:
+            return _lib.ClosedError(_lib.OMC_ERR_CLOSED, "connector created in pid %d; create a new connector in "
+                                    "this process (pid %d)" % (self.creator, _pid), log="")
+        return _lib.ClosedError(_lib.OMC_ERR_CLOSED, "connector", log="the connector was closed")
+
+    def enter(self):
+        """The handle, counted as in use until leave(); ClosedError once close() began."""
+        if self.closed:
+            raise self.closed_error()
+        self.calls.append(None)
+        if self.closed:
+            self.leave()
+            raise self.closed_error()
+        return self.h
+
+    def leave(self):
+        self.calls.pop()
+        if self.closed:
+            self.left_closed()
+
+    def left_closed(self):
+        """A call left a closed connector: wake close(), or destroy if it was the last holder."""
+        with self.lock:
+            self.idle.notify_all()
+            h = self._destroyable()
+        if h:
+            lib.omc_conn_destroy(h)
+
+    def alloc_taken(self):
+        with self.lock:
+            self.allocs += 1
+
+    def buffer_gone(self):
+        with self.lock:
+            self.allocs -= 1
+            h = self._destroyable()
+        if h:
+            lib.omc_conn_destroy(h)
+
+    def _destroyable(self):
+        """The handle to destroy now (and forget), or None. Called with the lock held."""
+        if not self.closed or self.calls or self.allocs or self.closers or not self.h or self.creator != _pid:
+            return None
+        h, self.h = self.h, None
+        return h
+
+    def close(self):
+        with self.lock:
+            first, self.closed = not self.closed, True
+            h = self.h
+            if not h or self.creator != _pid:
+                return
+            self.closers += 1           # nobody destroys the handle under this close()
+            wake = first and (self.calls or self.allocs)
+        try:
+            if wake:
+                # calls waiting in the library (a get for a key, a relay's wait) return
+                # OMC_ERR_CLOSED; the connector stops now even when buffers from alloc() keep its
+                # memory for a while
+                lib.omc_conn_close(h)
+        finally:
+            with self.lock:
+                while self.calls:
+                    self.idle.wait()
+                self.closers -= 1
+                h = self._destroyable()
+        if h:
+            lib.omc_conn_destroy(h)
+
+
+_cores = weakref.WeakSet()      # every connector's core, for the fork handler
+
+
+def _after_fork_in_child():
+    """os.fork(): the child's copies of connectors refuse calls (the creator owns them) and never
+    destroy; their locks may have been held by parent threads that do not exist here."""
+    global _pid
+    _pid = os.getpid()
+    Connector._create_lock = threading.Lock()
+    for core in list(_cores):
+        core._locks()
+        core.calls = []
+        core.closers = 0
+        core.closed = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Connector:
     """One omniconn connector (use LocalConnector, ShmConnector, TcpConnector, RdmaConnector).
-    Thread-safe like the C connector. close() is idempotent; `with` closes it."""
+    Thread-safe like the C connector; close() may come from any thread, while others are inside
+    calls (they end with ClosedError). close() is idempotent; `with` closes it. A child made
+    with os.fork() cannot use the parent's connectors (ClosedError): it creates its own."""
 
     _create_lock = threading.Lock()
 
     def __init__(self, create, *args):
-        self._h = None
+        self._core = None
         h = ctypes.c_void_p()
         with Connector._create_lock:
             _lib.sync_log_level()
             r = create(*args, ctypes.byref(h))
         if r != 0:
             raise error(r, "%s create" % type(self).__name__)
-        self._h = h.value
-        self._closed = False
+        self._core = _Core(h.value)
 
     # -- plumbing
     def _c(self):
-        h = self._h
-        if h is None:
-            raise _lib.ClosedError(_lib.OMC_ERR_CLOSED, "connector", log="")
-        return h
+        """The handle while open (for a call that needs no protection from a concurrent close)."""
+        core = self._core
+        if core is None or core.closed:
+            raise _lib.ClosedError(_lib.OMC_ERR_CLOSED, "connector", log="") if core is None else core.closed_error()
+        return core.h
+
+    @property
+    def _h(self):
+        core = self._core
+        return None if core is None or core.closed else core.h
+
+    def _call(self, fn, *args):
+        """fn(handle, *args) with the connector held open for the call."""
+        core = self._core
+        if core is None:
+            self._c()
+        h = core.enter()
+        try:
+            return fn(h, *args)
+        finally:
+            core.leave()
+
+    def _fail(self, core, r, what):
+        """The error of a failed call: ClosedError when close() came while it was inside."""
+        if core.closed and r in (_lib.OMC_ERR_CLOSED, _MISS_TIMEOUT, _MISS_NOT_FOUND):
+            return _lib.ClosedError(_lib.OMC_ERR_CLOSED, "%s: the connector was closed meanwhile" % what, log="")
+        return error(r, what)
 
     @property
     def transport(self):
-        return TRANSPORTS.get(lib.omc_conn_transport(self._c()), "none")
+        return TRANSPORTS.get(self._call(lib.omc_conn_transport), "none")
 
     # -- put
     def put(self, from_stage, to_stage, key, data, readers=1, ttl_ms=0, frame=False):
         """Copy data (bytes, bytearray, memoryview, numpy array, CPU torch tensor) into the
         connector's memory - the only copy - and return the metadata (bytes) for the receiver."""
+        # _b() inlined for the common case (str without NUL): the hot path
+        f = from_stage.encode() if type(from_stage) is str and "\0" not in from_stage else _b(from_stage)
+        t = to_stage.encode() if type(to_stage) is str and "\0" not in to_stage else _b(to_stage)
+        k = key.encode() if type(key) is str and "\0" not in key else _b(key)
+        if type(readers) is not int or readers < 0 or readers > _U32:
+            readers = _u32(readers, "readers")
+        if type(ttl_ms) is not int or ttl_ms > _I64 or ttl_ms < -_I64:
+            ttl_ms = _i64(ttl_ms, "ttl_ms")
         addr, size, keep = _address(data)
         st = _state()
-        h = self._h
-        if h is None:
-            self._c()
-        r = _ffi_put(h, from_stage.encode() if type(from_stage) is str else _b(from_stage),
-                     to_stage.encode() if type(to_stage) is str else _b(to_stage),
-                     key.encode() if type(key) is str else _b(key), addr, size,
-                     1 if frame else 0, readers, ttl_ms, st.meta, _META_CAP, st.msize_ref)
+        core = self._core
+        calls = core.calls
+        calls.append(None)              # core.enter() inlined: the hot path
+        h = core.h
+        try:
+            if core.closed:
+                raise core.closed_error()
+            r = _ffi_put(h, f, t, k, addr, size, 1 if frame else 0, readers, ttl_ms, st.meta, _META_CAP, st.msize_ref)
+        finally:
+            calls.pop()
+            if core.closed:
+                core.left_closed()
         del keep
         if r != 0:
-            raise error(r, "put %r" % (key,))
+            raise self._fail(core, r, "put %r" % (key,))
         return st.meta_mv[:st.msize.value].tobytes()
 
     def alloc(self, size, timeout=None):
-        """A pool buffer of size bytes to fill in place and pass to put_buffer (zero copies)."""
+        """A pool buffer of size bytes to fill in place and pass to put_buffer (zero copies).
+        It keeps the connector's memory: after close() it stays usable until released."""
+        size = _u64(size, "size")
         h, data = ctypes.c_void_p(), ctypes.c_void_p()
-        r = lib.omc_ffi_alloc(self._c(), size, deadline(timeout), ctypes.byref(h), ctypes.byref(data))
+        dl = deadline(timeout)
+        core = self._core
+        ch = core.enter()
+        try:
+            while True:     # a long wait for pool space in slices, so that close() is not kept waiting
+                step = dl if dl == _NO_WAIT else min(dl, time.monotonic_ns() + _SLICE_NS)
+                r = lib.omc_ffi_alloc(ch, size, step, ctypes.byref(h), ctypes.byref(data))
+                if r != _MISS_TIMEOUT or step == dl or core.closed:
+                    break
+            if r == 0:
+                core.alloc_taken()
+        finally:
+            core.leave()
         if r != 0:
-            raise error(r, "alloc %d bytes" % size)
-        return WritableBuffer(h.value, data.value, size, 0, readonly=False)
+            raise self._fail(core, r, "alloc %d bytes" % size)
+        return WritableBuffer(h.value, data.value, size, 0, readonly=False, core=core)
 
     def put_buffer(self, from_stage, to_stage, key, buffer, readers=1, ttl_ms=0, frame=False):
         """Put a buffer from alloc(): the connector takes it over (buffer is released here)."""
+        f, t, k = _b(from_stage), _b(to_stage), _b(key)
+        readers, ttl_ms = _u32(readers, "readers"), _i64(ttl_ms, "ttl_ms")
         region = buffer._take()
         buf, msize = _meta_buf()
-        r = lib.omc_ffi_put_buffer(self._c(), _b(from_stage), _b(to_stage), _b(key), region.handle,
-                                   1 if frame else 0, readers, ttl_ms, buf, _META_CAP, ctypes.byref(msize))
+        r = self._call(lib.omc_ffi_put_buffer, f, t, k, region.handle, 1 if frame else 0, readers, ttl_ms, buf,
+                       _META_CAP, ctypes.byref(msize))
         if r != 0:
-            raise error(r, "put %r" % (key,))
-        region.handle = None            # the C side freed the handle with the put
+            raise self._fail(self._core, r, "put %r" % (key,))
+        region.consumed()               # the C side freed the handle with the put
         buffer._released = True
         buffer._arr = buffer._region = None
         return ctypes.string_at(buf, msize.value)
@@ -595,6 +830,15 @@ class Connector:
     def put_tensor(self, from_stage, to_stage, key, name, value, readers=1, ttl_ms=0):
         """Put one array, tensor or bytes-like as a one-segment frame named name (one copy, into
         the pool): the receiver gets its dtype and shape with it (first_segment, get_tensors)."""
+        # _b() inlined for the common case (str without NUL): the hot path
+        f = from_stage.encode() if type(from_stage) is str and "\0" not in from_stage else _b(from_stage)
+        t = to_stage.encode() if type(to_stage) is str and "\0" not in to_stage else _b(to_stage)
+        k = key.encode() if type(key) is str and "\0" not in key else _b(key)
+        nm = _b(name)
+        if type(readers) is not int or readers < 0 or readers > _U32:
+            readers = _u32(readers, "readers")
+        if type(ttl_ms) is not int or ttl_ms > _I64 or ttl_ms < -_I64:
+            ttl_ms = _i64(ttl_ms, "ttl_ms")
         st = _state()
         shape = st.shape
         nd = 0
@@ -602,8 +846,9 @@ class Connector:
         if type(value) is _ndarray:
             is_tensor = True
         else:
-            t = _torch()
-            is_tensor = (t is not None and isinstance(value, t.Tensor)) or (_np is not None and isinstance(value, _np.ndarray))
+            tm = _torch()
+            is_tensor = (tm is not None and isinstance(value, tm.Tensor)) or \
+                        (_np is not None and isinstance(value, _np.ndarray))
         if is_tensor:
             dims = tuple(value.shape)
             nd = len(dims)
@@ -613,16 +858,22 @@ class Connector:
             dt = value.dtype
             code = _DTYPE_CACHE.get(dt) or dtype_code(dt)
         addr, size, keep = _address(value)
-        h = self._h
-        if h is None:
-            self._c()
-        r = _ffi_put_tensor(h, from_stage.encode() if type(from_stage) is str else _b(from_stage),
-                            to_stage.encode() if type(to_stage) is str else _b(to_stage),
-                            key.encode() if type(key) is str else _b(key), _b(name), code, nd, shape, addr,
-                            size, readers, ttl_ms, st.meta, _META_CAP, st.msize_ref)
+        core = self._core
+        calls = core.calls
+        calls.append(None)              # core.enter() inlined: the hot path
+        h = core.h
+        try:
+            if core.closed:
+                raise core.closed_error()
+            r = _ffi_put_tensor(h, f, t, k, nm, code, nd, shape, addr, size, readers, ttl_ms, st.meta, _META_CAP,
+                                st.msize_ref)
+        finally:
+            calls.pop()
+            if core.closed:
+                core.left_closed()
         del keep
         if r != 0:
-            raise error(r, "put %r" % (key,))
+            raise self._fail(core, r, "put %r" % (key,))
         return st.meta_mv[:st.msize.value].tobytes()
 
     # -- get
@@ -630,21 +881,30 @@ class Connector:
         """A zero-copy Buffer with the payload. meta: the bytes put() returned, or None (wait for
         the key to appear). timeout in seconds (None = forever, 0 = only if it is there now).
         sender: a remote connector's registered sender to ask (metadata-less gets only)."""
+        # _b() inlined for the common case (str without NUL): the hot path
+        f = from_stage.encode() if type(from_stage) is str and "\0" not in from_stage else _b(from_stage)
+        t = to_stage.encode() if type(to_stage) is str and "\0" not in to_stage else _b(to_stage)
+        k = key.encode() if type(key) is str and "\0" not in key else _b(key)
         st = _state()
         rh, rd, rs, rf = st.refs
-        h = self._h
-        if h is None:
-            self._c()
         dl = _FOREVER if timeout is None else deadline(timeout)
-        if sender is not None:
-            r = lib.omc_ffi_get_from(h, _b(sender), _b(from_stage), _b(to_stage), _b(key), dl, rh, rd, rs, rf)
-        else:
-            r = _ffi_get(h, from_stage.encode() if type(from_stage) is str else _b(from_stage),
-                         to_stage.encode() if type(to_stage) is str else _b(to_stage),
-                         key.encode() if type(key) is str else _b(key), meta, len(meta) if meta else 0,
-                         dl, rh, rd, rs, rf)
+        core = self._core
+        calls = core.calls
+        calls.append(None)              # core.enter() inlined: the hot path
+        h = core.h
+        try:
+            if core.closed:
+                raise core.closed_error()
+            if sender is not None:
+                r = lib.omc_ffi_get_from(h, _b(sender), f, t, k, dl, rh, rd, rs, rf)
+            else:
+                r = _ffi_get(h, f, t, k, meta, len(meta) if meta else 0, dl, rh, rd, rs, rf)
+        finally:
+            calls.pop()
+            if core.closed:
+                core.left_closed()
         if r != 0:
-            raise error(r, "get %r" % (key,))
+            raise self._fail(core, r, "get %r" % (key,))
         return Buffer(st.h.value, st.data.value, st.size.value, st.flags.value)
 
     def get_first(self, from_stage, to_stage, key, meta=None, timeout=None, sender=None, miss=False):
@@ -652,18 +912,29 @@ class Connector:
         (name, kind, omc dtype, shape, offset, size) or None if the payload is not a frame).
         A frame that does not decode raises (the buffer is released). miss=True: a key that is
         not there (NOT_FOUND, or TIMEOUT at the deadline) returns None instead of raising."""
+        # _b() inlined for the common case (str without NUL): the hot path
+        f = from_stage.encode() if type(from_stage) is str and "\0" not in from_stage else _b(from_stage)
+        t = to_stage.encode() if type(to_stage) is str and "\0" not in to_stage else _b(to_stage)
+        k = key.encode() if type(key) is str and "\0" not in key else _b(key)
+        sn = None if sender is None else _b(sender)
         st = _state()
-        h = self._h
-        if h is None:
-            self._c()
         dl = _FOREVER if timeout is None else deadline(timeout)
         g = st.got
-        r = _ffi_get_first(h, None if sender is None else _b(sender),
-                           from_stage.encode() if type(from_stage) is str else _b(from_stage),
-                           to_stage.encode() if type(to_stage) is str else _b(to_stage),
-                           key.encode() if type(key) is str else _b(key), meta, len(meta) if meta else 0,
-                           dl, g, _GOT_N, st.name, _NAME_CAP)
+        core = self._core
+        calls = core.calls
+        calls.append(None)              # core.enter() inlined: the hot path
+        h = core.h
+        try:
+            if core.closed:
+                raise core.closed_error()
+            r = _ffi_get_first(h, sn, f, t, k, meta, len(meta) if meta else 0, dl, g, _GOT_N, st.name, _NAME_CAP)
+        finally:
+            calls.pop()
+            if core.closed:
+                core.left_closed()
         if r != 0:
+            if core.closed:
+                raise self._fail(core, r, "get %r" % (key,))
             if miss and (r == _MISS_NOT_FOUND or r == _MISS_TIMEOUT):
                 return None
             raise error(r, "get %r" % (key,))
@@ -692,13 +963,14 @@ class Connector:
         if out is None:
             with self.get(from_stage, to_stage, key, meta, timeout) as b:
                 return b.to_bytes()
+        f, t, k = _b(from_stage), _b(to_stage), _b(key)
         addr, size, keep = _address_w(out)
         n = ctypes.c_uint64()
-        r = lib.omc_conn_get_copy(self._c(), _b(from_stage), _b(to_stage), _b(key), meta, len(meta) if meta else 0,
-                                  deadline(timeout), addr, size, ctypes.byref(n))
+        r = self._call(lib.omc_conn_get_copy, f, t, k, meta, len(meta) if meta else 0, deadline(timeout), addr, size,
+                       ctypes.byref(n))
         del keep
         if r != 0:
-            e = error(r, "get_copy %r" % (key,))
+            e = self._fail(self._core, r, "get_copy %r" % (key,))
             e.needed = n.value
             raise e
         return n.value
@@ -706,7 +978,7 @@ class Connector:
     # -- the rest of the contract
     def cleanup(self, from_stage, to_stage, key):
         """Drop a put nobody will read. Returns False if the key was not there."""
-        r = lib.omc_conn_cleanup(self._c(), _b(from_stage), _b(to_stage), _b(key))
+        r = self._call(lib.omc_conn_cleanup, _b(from_stage), _b(to_stage), _b(key))
         if r == _lib.OMC_ERR_NOT_FOUND:
             return False
         check(r, "cleanup %r" % (key,))
@@ -714,7 +986,7 @@ class Connector:
 
     def exists(self, from_stage, to_stage, key):
         """Is the key live on this connector (put and not fully consumed)? Never blocks."""
-        r = lib.omc_conn_exists(self._c(), _b(from_stage), _b(to_stage), _b(key))
+        r = self._call(lib.omc_conn_exists, _b(from_stage), _b(to_stage), _b(key))
         if r == _lib.OMC_ERR_NOT_FOUND:
             return False
         check(r, "exists %r" % (key,))
@@ -728,7 +1000,7 @@ class Connector:
             found.append((f.decode(), t.decode(), k.decode()))
             return 0
         cb = _lib.KEY_FN(visit)
-        check(lib.omc_conn_list(self._c(), _b(from_stage), _b(to_stage), cb, None, None), "list")
+        check(self._call(lib.omc_conn_list, _b(from_stage), _b(to_stage), cb, None, None), "list")
         return found
 
     def health(self):
@@ -736,7 +1008,7 @@ class Connector:
         fields = _lib.HEALTH_FIELDS
         vals = (ctypes.c_uint64 * len(fields))()
         text = ctypes.create_string_buffer(160)
-        check(lib.omc_ffi_health(self._c(), vals, len(fields), text, 160), "health")
+        check(self._call(lib.omc_ffi_health, vals, len(fields), text, 160), "health")
         h = {f: vals[i] for i, f in enumerate(fields)}
         h["last_error"] = ctypes.c_int64(h["last_error"]).value
         h["state"] = ("healthy", "degraded", "closed")[h["state"]] if h["state"] < 3 else str(h["state"])
@@ -748,22 +1020,31 @@ class Connector:
 
     def sweep(self):
         """Reclaim puts whose TTL passed now; returns how many."""
-        return lib.omc_conn_sweep(self._c())
+        return self._call(lib.omc_conn_sweep)
 
     def wait_consumed(self, timeout=None):
         """Wait until every put of this connector was consumed (or expired). Returns True if so,
         False if the timeout passed first."""
-        r = lib.omc_conn_wait_consumed(self._c(), deadline(timeout))
-        if r == _lib.OMC_ERR_TIMEOUT:
+        r = self._call(lib.omc_conn_wait_consumed, deadline(timeout))
+        if r == _lib.OMC_ERR_TIMEOUT and not self._core.closed:
             return False
-        check(r, "wait_consumed")
+        if r != 0:
+            raise self._fail(self._core, r, "wait_consumed")
         return True
 
     def close(self):
-        """Stop and free the connector. Idempotent. Buffers still held stay valid until released."""
-        h, self._h = self._h, None
-        if h:
-            lib.omc_conn_destroy(h)
+        """Stop and free the connector. Idempotent, from any thread: calls in flight in other
+        threads end (with ClosedError where they were waiting) before the library frees it.
+        Buffers still held stay valid until released. In a forked child it only forgets the
+        parent's connector (the parent's segments and entries stay)."""
+        core = self._core
+        if core is not None:
+            core.close()
+
+    @property
+    def closed(self):
+        core = self._core
+        return core is None or core.closed
 
     def __enter__(self):
         return self
@@ -794,14 +1075,21 @@ def _address_w(out):
 
 
 def _ttl(ttl_ms):
-    return 0 if ttl_ms is None else int(ttl_ms)
+    return 0 if ttl_ms is None else _i64(ttl_ms, "ttl_ms")
+
+
+def _role(role):
+    try:
+        return ROLES[role]
+    except (KeyError, TypeError):
+        raise ValueError("omniconn: role %r is not one of sender, receiver, dual" % (role,)) from None
 
 
 class LocalConnector(Connector):
     """Stages in one process (buffers handed over by reference)."""
 
     def __init__(self, role="dual", pool_size=0, ttl_ms=None):
-        super().__init__(lib.omc_ffi_local_create, ROLES[role], pool_size, _ttl(ttl_ms))
+        super().__init__(lib.omc_ffi_local_create, _role(role), _u64(pool_size, "pool_size"), _ttl(ttl_ms))
 
 
 class ShmConnector(Connector):
@@ -813,8 +1101,8 @@ class ShmConnector(Connector):
                  inline_threshold=0, max_entries=0):
         if shm_dir is None:     # the environment's default (the same on every side), else /dev/shm
             shm_dir = os.environ.get("OMNICONN_SHM_DIR") or None
-        super().__init__(lib.omc_ffi_shm_create, ROLES[role], _b(channel), _b(shm_dir), pool_size, _ttl(ttl_ms),
-                         inline_threshold, max_entries)
+        super().__init__(lib.omc_ffi_shm_create, _role(role), _b(channel), _b(shm_dir), _u64(pool_size, "pool_size"),
+                         _ttl(ttl_ms), _i64(inline_threshold, "inline_threshold"), _u32(max_entries, "max_entries"))
 
 
 class TcpConnector(Connector):
@@ -830,37 +1118,39 @@ class TcpConnector(Connector):
         public key)."""
         if allowed_clients is not None and not isinstance(allowed_clients, (str, bytes)):
             allowed_clients = "\n".join(str(k) for k in allowed_clients)
-        super().__init__(lib.omc_ffi_tcp_create_ex, ROLES[role], _b(host), _b(bind_host), port, data_port, pool_size,
-                         _ttl(ttl_ms), _b(secret_key), _b(public_key), _b(server_key), _b(allowed_clients or None),
-                         self._rdma, _b(rdma_devices))
+        super().__init__(lib.omc_ffi_tcp_create_ex, _role(role), _b(host), _b(bind_host), _port(port, "port", True),
+                         _port(data_port, "data_port", True), _u64(pool_size, "pool_size"), _ttl(ttl_ms),
+                         _b(secret_key), _b(public_key), _b(server_key), _b(allowed_clients or None), self._rdma,
+                         _b(rdma_devices))
 
     @property
     def endpoint(self):
         """(host, port, data_port) a sender listens on."""
         host = ctypes.create_string_buffer(256)
         port, dport = ctypes.c_uint16(), ctypes.c_uint16()
-        check(lib.omc_tcp_endpoint(self._c(), host, 256, ctypes.byref(port), ctypes.byref(dport)), "endpoint")
+        check(self._call(lib.omc_tcp_endpoint, host, 256, ctypes.byref(port), ctypes.byref(dport)), "endpoint")
         return host.value.decode(), port.value, dport.value
 
     def add_sender(self, name, host, port, server_key=None):
         """Receiver: register a sender for metadata-less gets."""
+        name, host, port = _b(name), _b(host), _port(port)
         if server_key:
-            check(lib.omc_tcp_add_sender_key(self._c(), _b(name), _b(host), port, _b(server_key)), "add_sender")
+            check(self._call(lib.omc_tcp_add_sender_key, name, host, port, _b(server_key)), "add_sender")
         else:
-            check(lib.omc_tcp_add_sender(self._c(), _b(name), _b(host), port), "add_sender")
+            check(self._call(lib.omc_tcp_add_sender, name, host, port), "add_sender")
 
     def query(self, from_stage, to_stage, key, timeout=0, sender=None):
         """Does a sender (or any registered one) have the key now? Its size, or None. Consumes nothing."""
         size = ctypes.c_uint64()
-        r = lib.omc_ffi_tcp_query(self._c(), _b(sender), _b(from_stage), _b(to_stage), _b(key), deadline(timeout),
-                                  ctypes.byref(size))
-        if r in (_lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT):
+        r = self._call(lib.omc_ffi_tcp_query, _b(sender), _b(from_stage), _b(to_stage), _b(key), deadline(timeout),
+                       ctypes.byref(size))
+        if r in (_lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT) and not self._core.closed:
             return None
         check(r, "query %r" % (key,))
         return size.value
 
     def remove_sender(self, name):
-        r = lib.omc_tcp_remove_sender(self._c(), _b(name))
+        r = self._call(lib.omc_tcp_remove_sender, _b(name))
         if r == _lib.OMC_ERR_NOT_FOUND:
             return False
         check(r, "remove_sender")
@@ -880,7 +1170,7 @@ class RdmaConnector(TcpConnector):
     def rdma_status(self):
         enabled = ctypes.c_int()
         why = ctypes.create_string_buffer(256)
-        check(lib.omc_ffi_rdma_status(self._c(), ctypes.byref(enabled), why, 256), "rdma status")
+        check(self._call(lib.omc_ffi_rdma_status, ctypes.byref(enabled), why, 256), "rdma status")
         return bool(enabled.value), why.value.decode()
 
     @property
@@ -891,7 +1181,7 @@ class RdmaConnector(TcpConnector):
         fields = _lib.RDMA_COUNTER_FIELDS
         vals = (ctypes.c_uint64 * len(fields))()
         why = ctypes.create_string_buffer(256)
-        check(lib.omc_ffi_rdma_counters(self._c(), vals, len(fields), why, 256), "rdma counters")
+        check(self._call(lib.omc_ffi_rdma_counters, vals, len(fields), why, 256), "rdma counters")
         out = {f: vals[i] for i, f in enumerate(fields)}
         out["last_fallback"] = why.value.decode("utf-8", "replace")
         return out

@@ -281,6 +281,15 @@ _log_lock = threading.Lock()
 _log_state = [None]
 
 
+def _log_lock_after_fork():
+    global _log_lock
+    _log_lock = threading.Lock()     # a parent thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_log_lock_after_fork)
+
+
 def sync_log_level():
     """Apply the "omniconn" logger's level (or $OMNICONN_LOG) to connectors created from now on."""
     lvl = _c_level()

@@ -615,8 +615,8 @@ class OmniconnRelay(_RelayBase):
         for op in ops:
             op._cancel()
         conn, self._conn = self._conn, None
-        if conn is not None and conn._h:
-            _lib.lib.omc_conn_close(conn._h)    # wakes this relay's threads waiting in the library
+        if conn is not None:
+            conn.close()    # wakes this relay's threads waiting in the library; returns once they are out
         if ex is not None:
             ex.shutdown(wait=True, cancel_futures=True)
         self._oc.close()

@@ -94,6 +94,22 @@ def _sweep_stop():
     _sweep_state["stop"] = True
 
 
+def _sweep_after_fork():
+    """A forked child: the sweep thread stayed in the parent, and the connectors the child
+    inherited are the parent's (they refuse calls here); a lock the parent's sweep held at the
+    fork would never be released in the child."""
+    global _sweep_lock
+    _sweep_lock = threading.Lock()
+    for c in list(_sweep_set):
+        c._lock = threading.Lock()
+    _sweep_set.clear()
+    _sweep_state["thread"] = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_sweep_after_fork)
+
+
 def _vllm_serde():
     """vLLM-Omni's serializer (the one its SharedMemoryConnector uses), or None."""
     try:
