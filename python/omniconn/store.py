@@ -12,7 +12,7 @@ get_batch. See docs/store.md and omniconn_store.h.
 import ctypes
 
 from . import _lib
-from ._core import Connector, Buffer, deadline, _b, error, _address
+from ._core import Connector, Buffer, deadline, _b, error, _address, _u32, _u64, _i64
 from ._store_lib import lib, PRIORITIES, READERS_CACHE
 
 __all__ = ["StoreConnector", "StoreDirectory", "PRIORITIES", "READERS_CACHE"]
@@ -26,15 +26,18 @@ class StoreConnector(Connector):
     < 0 = none); max_inflight: requests in flight per server (0 = 8)."""
 
     def __init__(self, url="redis://127.0.0.1:6379", role=None, pool_size=0, ttl_ms=0, max_inflight=0):
-        super().__init__(lib.omc_store_create_url, _b(url), ROLES[role], pool_size, ttl_ms, max_inflight)
+        if role not in ROLES:
+            raise ValueError("role must be one of %s, not %r" % (sorted(k for k in ROLES if k), role))
+        super().__init__(lib.omc_store_create_url, _b(url), ROLES[role], _u64(pool_size, "pool_size"),
+                         _i64(ttl_ms, "ttl_ms"), _u32(max_inflight, "max_inflight"))
 
     def exists_batch(self, from_stage, to_stage, keys, timeout=None):
         """[bool] for keys, one pipelined request per server (LMCache's batched contains)."""
         n = len(keys)
         arr = (ctypes.c_char_p * n)(*[_b(k) for k in keys])
         res = (ctypes.c_int * n)()
-        r = lib.omc_store_exists_batch(self._c(), _b(from_stage), _b(to_stage), arr, n, res,
-                                       deadline(10.0 if timeout is None else timeout))
+        r = self._call(lib.omc_store_exists_batch, _b(from_stage), _b(to_stage), arr, n, res,
+                       deadline(10.0 if timeout is None else timeout))
         if r != 0:
             raise error(r, "exists_batch")
         return [res[i] == 0 for i in range(n)]
@@ -46,9 +49,8 @@ class StoreConnector(Connector):
         arr = (ctypes.c_char_p * n)(*[_b(k) for k in keys])
         hs, ds = (ctypes.c_void_p * n)(), (ctypes.c_void_p * n)()
         ss, fs, rs = (ctypes.c_uint64 * n)(), (ctypes.c_uint32 * n)(), (ctypes.c_int32 * n)()
-        r = lib.omc_store_get_batch_flat(self._c(), _b(from_stage), _b(to_stage), arr, n, PRIORITIES[priority],
-                                         1 if wait else 0, deadline(10.0 if timeout is None else timeout),
-                                         hs, ds, ss, fs, rs)
+        r = self._call(lib.omc_store_get_batch_flat, _b(from_stage), _b(to_stage), arr, n, PRIORITIES[priority],
+                       1 if wait else 0, deadline(10.0 if timeout is None else timeout), hs, ds, ss, fs, rs)
         out = []
         for i in range(n):
             if rs[i] == 0:
