@@ -374,8 +374,14 @@ TRANSFER ENGINE: REGISTERED MEMORY, BATCHED READ AND WRITE, NOTIFICATIONS
     local write, remote read and remote write access: a peer holding the descriptor may read
     and write every byte of it until omc_xfer_unregister (the model of Mooncake and NIXL: the
     protection is who gets the descriptor, and the QP it arrives on). Each registration gets a
-    number (range id); one registered again is another range. Device memory (OMC_XFER_MEM_DEVICE)
-    is refused with a log line: GPUDirect through dma-buf is not in this release.
+    number (range id); one registered again is another range. Device memory (OMC_XFER_MEM_DEVICE,
+    GPUDirect RDMA) needs a build with OMNICONN_ENABLE_CUDA and the RDMA transport: CUDA exports
+    the range as a dma-buf (cuMemGetHandleForAddressRange; libcuda.so.1 is opened at run time,
+    CUDA 11.7+) and each rail registers it with ibv_reg_dmabuf_mr (rdma-core 34+, a kernel and
+    adapter driver with dma-buf MRs); the range must be cudaMalloc'ed device memory aligned to
+    the host page size. Without CUDA, over TCP, or where a step fails it is refused with
+    OMC_ERR_UNAVAILABLE (OMC_ERR_RDMA_DEVICE if the adapter refuses) and a log line that says
+    which step; the TCP listener never touches device memory (RDMA only).
 
     The descriptor (omc_xfer_export, WIRE FORMATS) lists the exporting engine's incarnation (a
     random number per engine), its RPC listener (host, port), its rails, and per range the
@@ -702,8 +708,9 @@ NON-GOALS
     - No RDMA CM (rdma_cm) and no receive queues: QPs are connected with the endpoint records,
       data moves by RDMA WRITE (and READ, in the transfer engine), notifications go over a
       socket (yours, or the transfer engine's listener).
-    - No GPU memory registration yet (GPUDirect needs nvidia-peermem or dma-buf; pools of
-      OMC_MEMORY_CUDA and OMC_XFER_MEM_DEVICE are refused with a log line).
+    - GPU memory only through the transfer engine's dma-buf registration (OMC_XFER_MEM_DEVICE
+      with OMNICONN_ENABLE_CUDA); pools of OMC_MEMORY_CUDA are refused with a log line, and
+      nvidia-peermem (ibv_reg_mr of device pointers) is not used.
     - No multi-path within one rail; a rail that comes back is used by new connections (the
       remote connector replaces its own), never by the QPs that failed.
     - The transfer engine has no metadata store (etcd, Redis): peers are named host:port, as
@@ -2219,6 +2226,9 @@ OMNICONN_API void omc_rdma_topo_rank(const omc_rdma_topo_nic* nics, int n, int b
     #endif
 #endif
 #include <infiniband/verbs.h>
+#if OMC__HAS_CUDA
+#include <cuda.h>                   /* the driver API's types: dma-buf export of device memory */
+#endif
 #include <dlfcn.h>
 #include <net/if.h>
 #include <ifaddrs.h>
@@ -2257,6 +2267,7 @@ OMNICONN_API void omc_rdma_topo_rank(const omc_rdma_topo_nic* nics, int n, int b
     X(1, R, int, dealloc_pd, ibv_dealloc_pd, (struct ibv_pd* pd), (pd)) \
     X(1, R, struct ibv_mr*, reg_mr, ibv_reg_mr, (struct ibv_pd* pd, void* addr, size_t length, int access), (pd, addr, length, access)) \
     X(1, R, int, dereg_mr, ibv_dereg_mr, (struct ibv_mr* mr), (mr)) \
+    X(0, R, struct ibv_mr*, reg_dmabuf_mr, ibv_reg_dmabuf_mr, (struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access), (pd, offset, length, iova, fd, access)) \
     X(1, R, struct ibv_comp_channel*, create_comp_channel, ibv_create_comp_channel, (struct ibv_context* ctx), (ctx)) \
     X(1, R, int, destroy_comp_channel, ibv_destroy_comp_channel, (struct ibv_comp_channel* ch), (ch)) \
     X(1, R, struct ibv_cq*, create_cq, ibv_create_cq, (struct ibv_context* ctx, int cqe, void* user, struct ibv_comp_channel* ch, int vector), (ctx, cqe, user, ch, vector)) \
@@ -3760,6 +3771,71 @@ OMC__PRIVATE omc_result omc__rdma_register_as(omc_rdma* E, void* base, uint64_t 
                   g.count, g.count == 1 ? "" : "s", E->nrails, E->nrails == 1 ? "" : "s", omc__rdma_protection_name(E->protect));
     return OMC_OK;
 }
+
+#if OMC__HAS_CUDA
+/* GPU memory: CUDA exports the range as a dma-buf (cuMemGetHandleForAddressRange, CUDA 11.7+ and
+   a driver with dma-buf support), each rail's PD registers it with ibv_reg_dmabuf_mr (rdma-core
+   34+, a kernel with dma-buf MRs); the MR's iova is the device address, so peers address it as
+   they address host ranges. libcuda is opened at run time (the CUDA driver API is not linked). */
+typedef CUresult (*omc__cu_get_handle_fn)(void*, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
+
+OMC__PRIVATE omc_result omc__rdma_dmabuf_fd(omc_rdma* E, void* base, uint64_t size, int* fd) {
+    static omc__cu_get_handle_fn get_handle;
+    CUresult cr;
+    if (!get_handle) {
+        void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        void* sym = lib ? dlsym(lib, "cuMemGetHandleForAddressRange") : NULL;
+        if (!sym) {
+            OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device memory: libcuda.so.1 with cuMemGetHandleForAddressRange is needed for dma-buf "
+                          "registration (a CUDA 11.7+ driver): %s", lib ? "symbol missing" : "cannot load libcuda.so.1");
+            return OMC_ERR_UNAVAILABLE;
+        }
+        memcpy(&get_handle, &sym, sizeof(sym));
+    }
+    *fd = -1;
+    cr = get_handle(fd, (CUdeviceptr)(uintptr_t)base, (size_t)size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (cr != CUDA_SUCCESS || *fd < 0) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device memory [%p, +%llu): cuMemGetHandleForAddressRange gave CUresult %d (the range must be "
+                      "device memory from cuMemAlloc/cudaMalloc, aligned to the host page size; the driver must support dma-buf)",
+                      base, (unsigned long long)size, (int)cr);
+        return OMC_ERR_UNAVAILABLE;
+    }
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__rdma_register_dmabuf(omc_rdma* E, void* base, uint64_t size, int access) {
+    omc__rdma_region g;
+    uint32_t i;
+    int fd = -1;
+    omc_result r;
+    if (!omc__ibv.reg_dmabuf_mr) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device memory: this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later is needed)");
+        return OMC_ERR_UNAVAILABLE;
+    }
+    if ((r = omc__rdma_dmabuf_fd(E, base, size, &fd)) != OMC_OK) return r;
+    memset(&g, 0, sizeof(g));
+    g.base = (uint8_t*)base;
+    g.size = size;
+    g.chunk = size;
+    g.count = 1;
+    g.mr = (struct ibv_mr**)omc__calloc(&E->hooks, sizeof(struct ibv_mr*) * E->nrails);
+    r = g.mr ? OMC_OK : OMC_ERR_NO_MEMORY;
+    for (i = 0; r == OMC_OK && i < E->nrails; i++) {
+        g.mr[i] = omc__ibv_reg_dmabuf_mr(E->rail[i].pd, 0, (size_t)size, (uint64_t)(uintptr_t)base, fd, access);
+        if (!g.mr[i]) {
+            OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_reg_dmabuf_mr of device memory [%p, +%llu) on rail %u (%s) failed: %s (a kernel and "
+                          "adapter driver with dma-buf MRs are needed)", base, (unsigned long long)size, i, E->rail[i].device, strerror(errno));
+            r = OMC_ERR_RDMA_DEVICE;
+        }
+    }
+    close(fd);                  /* the MRs hold the dma-buf */
+    if (r == OMC_OK) r = omc__rdma_region_add(E, &g);
+    if (r != OMC_OK) { if (g.mr) omc__rdma_region_drop(E, &g); return r; }
+    OMC__RDMA_LOG(E, OMC_LOG_INFO, "registered device memory [%p, +%llu) as a dma-buf on each of %u rail%s", base, (unsigned long long)size,
+                  E->nrails, E->nrails == 1 ? "" : "s");
+    return OMC_OK;
+}
+#endif
 
 OMNICONN_API omc_result omc_rdma_deregister(omc_rdma* E, void* base) {
     omc__rdma_region g;
@@ -6488,13 +6564,12 @@ OMNICONN_API omc_result omc_xfer_register(omc_xfer* x, void* addr, uint64_t leng
     uint32_t i;
     omc_result r = OMC_OK;
     if (!x || !addr || !length || (uintptr_t)addr > UINTPTR_MAX - length || (flags & ~OMC_XFER_MEM_DEVICE)) return OMC_ERR_INVALID_ARG;
-    if (flags & OMC_XFER_MEM_DEVICE) {
+    if ((flags & OMC_XFER_MEM_DEVICE) && (!OMC__HAS_CUDA || !x->rdma)) {
         /* GPU memory goes to the adapter as a dma-buf (ibv_reg_dmabuf_mr): a build with CUDA and
            a verbs engine; over TCP the listener would have to copy through the host */
         OMC__XFER_LOG(x, OMC_LOG_ERROR, "cannot register device memory [%p, +%llu): %s", addr, (unsigned long long)length,
                       !OMC__HAS_CUDA ? "this build has no CUDA (define OMNICONN_ENABLE_CUDA)" :
-                      !x->rdma ? "device memory needs the RDMA transport (GPUDirect RDMA with dma-buf)" :
-                      "dma-buf registration is not implemented in this release");
+                      "device memory needs the RDMA transport (GPUDirect RDMA with dma-buf)");
         return OMC_ERR_UNAVAILABLE;
     }
     pthread_mutex_lock(&x->mu);
@@ -6514,13 +6589,19 @@ OMNICONN_API omc_result omc_xfer_register(omc_xfer* x, void* addr, uint64_t leng
        READ and WRITE: a peer that holds the descriptor may touch every byte of it, as with
        Mooncake's and NIXL's registrations */
     if (x->rdma) {
-        r = omc__rdma_register_as(x->rdma, addr, length, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE, 0);
+        int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+#if OMC__HAS_CUDA
+        if (flags & OMC_XFER_MEM_DEVICE) r = omc__rdma_register_dmabuf(x->rdma, addr, length, access);
+        else
+#endif
+        r = omc__rdma_register_as(x->rdma, addr, length, access, 0);
         if (r != OMC_OK) return r;
     }
 #endif
     memset(&g, 0, sizeof(g));
     g.base = (uint8_t*)addr;
     g.size = length;
+    g.device = (flags & OMC_XFER_MEM_DEVICE) != 0;
     pthread_mutex_lock(&x->mu);
     g.id = ++x->next_id;
     x->regions[x->nregions++] = g;
@@ -7115,6 +7196,7 @@ OMC__PRIVATE omc_result omc__xfer_serve_rw(omc__xfer_client* cl, int type, uint3
         x->auth_failures++;
         snprintf(why, sizeof(why), "range %u is not among the ranges this client's descriptor exchange granted (up to %u)", id, cl->grant);
     } else if (!g) { st = OMC_ERR_STALE; snprintf(why, sizeof(why), "range %u is not registered (any more)", id); }
+    else if (g->device) { st = OMC_ERR_UNAVAILABLE; snprintf(why, sizeof(why), "range %u is device memory: RDMA only", id); }
     else if (a < (uint64_t)(uintptr_t)g->base || a - (uint64_t)(uintptr_t)g->base > g->size || len > g->size - (a - (uint64_t)(uintptr_t)g->base)) {
         st = OMC_ERR_RDMA_ACCESS;
         snprintf(why, sizeof(why), "[0x%llx, +%llu) leaves range %u [%p, +%llu)", (unsigned long long)a, (unsigned long long)len, id,
