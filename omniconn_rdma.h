@@ -8095,12 +8095,33 @@ OMC__PRIVATE omc_result omc__xfer_plan(omc_rdma_conn* c, omc_xfer_batch* b, uint
     return OMC_OK;
 }
 
+/* A slice could not be posted on q (mu held): if its pair failed meanwhile (a rail went down
+   while the batch was being posted) the slice is posted again on the pairs left in the next
+   round, as a write's are; OMC_OK then. Otherwise (the connection is gone, the deadline) the
+   error, and the batch stops posting. */
+OMC__PRIVATE omc_result omc__xfer_post_failed(omc_rdma_conn* c, omc_rdma_op* op, omc__rdma_qp* q, omc__rdma_slice* sl, omc_result r) {
+    if (omc__rdma_conn_usable(c) != OMC_OK || r == OMC_ERR_TIMEOUT || r == OMC_ERR_NO_MEMORY) return r;
+    if (c->pair[q->pair].up) {
+        char text[160];
+        snprintf(text, sizeof(text), "could not post on QP %u: %s", q->qpn, omc_result_str(r));
+        omc__rdma_pair_down_locked(c, q->pair, r, text);
+    }
+    if (omc__rdma_conn_usable(c) != OMC_OK) return c->error != OMC_OK ? c->error : OMC_ERR_RDMA_QP;
+    sl->state = OMC__SLICE_REPOST;
+    op->reposts++;
+    return OMC_OK;
+}
+
 OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op, omc_time_ns deadline) {
     omc_rdma* E = c->eng;
     omc_xfer_batch* b = op->xfer;
     uint32_t last[OMC_RDMA_MAX_QPS], k;
     uint16_t* plan = (uint16_t*)omc__malloc(&E->hooks, sizeof(uint16_t) * (b->nslices ? b->nslices : 1));
     omc_result r;
+    /* a slot is waited for until the batch's deadline: a round of reposts comes from a wait
+       that looks only a poll interval ahead, and the pairs left have only so many slots */
+    (void)deadline;
+    deadline = b->deadline ? b->deadline : OMC_WAIT_FOREVER;
     if (!plan) return OMC_ERR_NO_MEMORY;
     r = omc__xfer_plan(c, b, plan, last);
     if (r != OMC_OK) {
@@ -8122,7 +8143,11 @@ OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op,
         e = &b->e[sl->ext];
         if (omc__load(&b->cancel)) { r = OMC_ERR_CLOSED; break; }      /* the rest stays unposted */
         r = omc__rdma_wait_slot(E, q, deadline);
-        if (r != OMC_OK) break;
+        if (r != OMC_OK) {
+            r = omc__xfer_post_failed(c, op, q, sl, r);
+            if (r != OMC_OK) break;
+            continue;
+        }
         sge.addr = (uint64_t)(uintptr_t)e->local + sl->off;
         sge.length = (uint32_t)sl->len;
         sge.lkey = b->lkey[sl->ext][q->rail];
@@ -8133,7 +8158,11 @@ OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op,
         wr.wr.rdma.remote_addr = e->remote + sl->off;
         wr.wr.rdma.rkey = b->rkey[sl->ext][b->peer->pair_rail[q->pair]];
         r = omc__rdma_post(E, q, &wr, op, last[plan[k]] == k, k);
-        if (r != OMC_OK) break;
+        if (r != OMC_OK) {
+            r = omc__xfer_post_failed(c, op, q, sl, r);
+            if (r != OMC_OK) break;
+            continue;
+        }
         sl->state = OMC__SLICE_POSTED;
         sl->pair = (uint8_t)q->pair;
         if (!R->inflight) {

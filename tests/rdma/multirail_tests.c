@@ -876,10 +876,14 @@ static void* xf_tap_main(void* arg) {
     while (!__atomic_load_n(&t->stop, __ATOMIC_RELAXED)) {
         struct pollfd pf;
         ssize_t k;
+        memset(&pf, 0, sizeof(pf));
         pf.fd = t->fd; pf.events = POLLIN; pf.revents = 0;
         if (poll(&pf, 1, 50) <= 0) continue;
-        k = recv(t->fd, pkt, sizeof(pkt), MSG_TRUNC);
-        if (k < 28 || (pkt[0] >> 4) != 4 || pkt[9] != 17) continue;
+        struct sockaddr_ll from;
+        socklen_t fl = sizeof(from);
+        k = recvfrom(t->fd, pkt, sizeof(pkt), MSG_TRUNC, (struct sockaddr*)&from, &fl);
+        /* what this host sends (the peer's answers carry the peer's class) */
+        if (k < 28 || from.sll_pkttype != PACKET_OUTGOING || from.sll_protocol != htons(ETH_P_IP) || (pkt[0] >> 4) != 4 || pkt[9] != 17) continue;
         {
             size_t ihl = (size_t)(pkt[0] & 15) * 4;
             if (ihl + 4 > sizeof(pkt) || ((unsigned)pkt[ihl + 2] << 8 | pkt[ihl + 3]) != 4791) continue;
@@ -895,11 +899,11 @@ static int xf_tap_start(xf_tap* t, const char* dev, unsigned want) {
     memset(t, 0, sizeof(*t));
     t->dev = dev;
     t->want = want;
-    t->fd = socket(AF_PACKET, SOCK_DGRAM, htons(ETH_P_IP));
+    t->fd = socket(AF_PACKET, SOCK_DGRAM, htons(ETH_P_ALL));      /* ETH_P_ALL: outgoing packets too */
     if (t->fd < 0) { fprintf(stderr, "  AF_PACKET socket: %s\n", strerror(errno)); return -1; }
     memset(&sl, 0, sizeof(sl));
     sl.sll_family = AF_PACKET;
-    sl.sll_protocol = htons(ETH_P_IP);
+    sl.sll_protocol = htons(ETH_P_ALL);
     sl.sll_ifindex = (int)if_nametoindex(dev);
     if (!sl.sll_ifindex || bind(t->fd, (struct sockaddr*)&sl, sizeof(sl)) != 0 || pthread_create(&t->t, NULL, xf_tap_main, t) != 0) {
         fprintf(stderr, "  capture on %s: %s\n", dev, strerror(errno));
@@ -963,7 +967,9 @@ static void a_xfer_qos(ct_env* e) {
             CHECK_EQ(query_qp(q->qp, &attr, IBV_QP_AV, &init), 0);
             printf("  QP %u on rail %u: traffic class %u, service level %u\n", q->qpn, q->rail, attr.ah_attr.grh.traffic_class, attr.ah_attr.sl);
             CHECK_EQ(attr.ah_attr.grh.traffic_class, tc[q->rail & 1]);
-            CHECK_EQ(attr.ah_attr.sl, sl[q->rail & 1]);
+            /* Soft-RoCE keeps no service level in its address vector (and RoCE has no SL field on
+               the wire: it maps to a VLAN priority): checked on other devices only */
+            if (strncmp(mr_dev((int)(q->rail & 1)), "rxe", 3) != 0) CHECK_EQ(attr.ah_attr.sl, sl[q->rail & 1]);
             checked++;
         }
         CHECK(checked >= 2);
