@@ -494,9 +494,11 @@ CONFIGURATION
     traffic class's upper six bits) to a PFC priority: set it to what the fabric expects.
     omniconn doctor shows each rail's values.
     Transfer engine (omc_xfer_desc): max_clients 64, max_notifies 1024, io_timeout_ms 10000,
-    window 32 (TCP requests in flight per batch); zero means these. curve (keys, all NULL =
-    no CURVE) and curve_port (0 = any free port); CURVE needs libzmq at run time
-    ($OMNICONN_ZMQ_LIB, as for the remote connector).
+    window 32 (TCP requests in flight per batch); zero means these. curve (keys) and
+    curve_port (0 = any free port); with no key in the desc, $OMNICONN_XFER_SECRET_KEY_FILE
+    (the target's secret key) and $OMNICONN_XFER_SERVER_KEY_FILE (the public key of the
+    targets it opens) name files of one Z85 key each (as omc_tcp_read_key reads them): so
+    Python's omniconn.mooncake.TransferEngine gets CURVE without a code change. CURVE needs libzmq at run time ($OMNICONN_ZMQ_LIB).
 
 ================================================================================================
 ERRORS & LOGGING
@@ -1209,7 +1211,8 @@ typedef struct omc_xfer_desc {
     uint32_t io_timeout_ms;     /* a listener client that moves none of a request's next 4 MiB
                                    (or of its header) this long is dropped; 0 = 10000 */
     uint32_t window;            /* TCP: requests of one batch in flight; 0 = 32 */
-    omc_xfer_curve curve;       /* CURVE on the descriptor exchange (see "Authentication"); all NULL = off */
+    omc_xfer_curve curve;       /* CURVE on the descriptor exchange (see "Authentication"); all NULL =
+                                   $OMNICONN_XFER_SECRET_KEY_FILE / _SERVER_KEY_FILE if set, else off */
     uint32_t curve_port;        /* with curve.secret_key: the CURVE port of the exchange; 0 = any free one */
     omc_hooks hooks;
 } omc_xfer_desc;
@@ -6896,9 +6899,36 @@ OMC__PRIVATE void omc__xz_endpoint(char* out, size_t cap, const char* host, uint
     else snprintf(out, cap, strchr(host, ':') ? "tcp://[%s]:*" : "tcp://%s:*", host);
 }
 
-/* Keys from the desc: validated and copied (caller: before the listener starts). */
-OMC__PRIVATE omc_result omc__xfer_curve_setup(omc_xfer* x, const omc_xfer_curve* cv) {
+/* Keys from the environment when the desc has none: $OMNICONN_XFER_SECRET_KEY_FILE and
+   $OMNICONN_XFER_SERVER_KEY_FILE name files that hold one Z85 key each (omc_tcp_read_key). */
+OMC__PRIVATE omc_result omc__xfer_curve_env(omc_xfer* x, omc_xfer_curve* cv, char* sec, char* srv) {
+    const char* names[2] = {"OMNICONN_XFER_SECRET_KEY_FILE", "OMNICONN_XFER_SERVER_KEY_FILE"};
+    char* keys[2];
+    int i;
+    keys[0] = sec;
+    keys[1] = srv;
+    for (i = 0; i < 2; i++) {
+        const char* path = getenv(names[i]);
+        omc_result r;
+        if (!path || !path[0]) continue;
+        r = omc_tcp_read_key(path, keys[i]);
+        if (r != OMC_OK) {
+            OMC__XFER_LOG(x, OMC_LOG_ERROR, "$%s=%s: %s (a file with one 40-character Z85 key)", names[i], path, omc_result_name(r));
+            return r == OMC_ERR_UNAVAILABLE ? r : OMC_ERR_INVALID_ARG;
+        }
+        if (i == 0) cv->secret_key = sec; else cv->server_key = srv;
+    }
+    return OMC_OK;
+}
+
+/* Keys from the desc (or the environment): validated and copied (caller: before the listener
+   starts). */
+OMC__PRIVATE omc_result omc__xfer_curve_setup(omc_xfer* x, const omc_xfer_curve* desc_cv) {
+    char sec[OMC__XFER_KEY_LEN + 1], srv[OMC__XFER_KEY_LEN + 1];
+    omc_xfer_curve env_cv, *cv = &env_cv;
     omc_result r;
+    env_cv = *desc_cv;
+    if (!cv->secret_key && !cv->public_key && !cv->server_key && (r = omc__xfer_curve_env(x, cv, sec, srv)) != OMC_OK) return r;
     if (!cv->secret_key && !cv->public_key && !cv->server_key) return OMC_OK;
     if ((r = omc__xz_load(x)) != OMC_OK) return r;
     if ((cv->secret_key && !omc__xz_key_ok(cv->secret_key)) || (cv->public_key && !omc__xz_key_ok(cv->public_key)) ||
@@ -7109,7 +7139,9 @@ OMC__PRIVATE omc_result omc__xfer_curve_hello(omc_xfer_peer* P, const char* host
 }
 #else
 OMC__PRIVATE omc_result omc__xfer_curve_setup(omc_xfer* x, const omc_xfer_curve* cv) {
-    if (!cv->secret_key && !cv->public_key && !cv->server_key) return OMC_OK;
+    const char* e1 = getenv("OMNICONN_XFER_SECRET_KEY_FILE");
+    const char* e2 = getenv("OMNICONN_XFER_SERVER_KEY_FILE");
+    if (!cv->secret_key && !cv->public_key && !cv->server_key && !(e1 && e1[0]) && !(e2 && e2[0])) return OMC_OK;
     OMC__XFER_LOG(x, OMC_LOG_ERROR, "CURVE keys given, but this build has no ZMQ (OMNICONN_NO_ZMQ)");
     return OMC_ERR_UNAVAILABLE;
 }

@@ -647,6 +647,51 @@ OMC_TEST(curve_right_key_moves_data_wrong_or_no_key_is_refused) {
     free(mb);
 }
 
+OMC_TEST(curve_keys_from_key_files_named_in_the_environment) {
+    char pub[41], sec[41], fs[] = "/tmp/omc-xfer-sec-XXXXXX", fp[] = "/tmp/omc-xfer-pub-XXXXXX";
+    omc_xfer *b, *a, *c;
+    omc_xfer_peer *p = NULL, *q = NULL;
+    omc_xfer_info ib;
+    uint8_t* m = pages(4096);
+    int f1, f2;
+    REQUIRE(omc_tcp_curve_keypair(pub, sec) == OMC_OK && m);
+    f1 = mkstemp(fs);
+    f2 = mkstemp(fp);
+    REQUIRE(f1 >= 0 && f2 >= 0);
+    CHECK(write(f1, sec, 40) == 40 && write(f1, "\n", 1) == 1);
+    CHECK(write(f2, pub, 40) == 40);
+    close(f1);
+    close(f2);
+    setenv("OMNICONN_XFER_SECRET_KEY_FILE", fs, 1);
+    b = curve_engine(NULL, NULL, NULL);
+    unsetenv("OMNICONN_XFER_SECRET_KEY_FILE");
+    setenv("OMNICONN_XFER_SERVER_KEY_FILE", fp, 1);
+    a = curve_engine(NULL, NULL, NULL);
+    setenv("OMNICONN_XFER_SERVER_KEY_FILE", "/nonexistent/key", 1);
+    {
+        omc_xfer_desc d;
+        omc_xfer* z = NULL;
+        memset(&d, 0, sizeof(d));
+        d.transport = OMC_XFER_TRANSPORT_TCP;
+        CHECK(omc_xfer_create(&d, &z) != OMC_OK && z == NULL);      /* a key file that cannot be read: refused */
+    }
+    unsetenv("OMNICONN_XFER_SERVER_KEY_FILE");
+    c = curve_engine(NULL, NULL, NULL);
+    REQUIRE(a && b && c);
+    CHECK_OK(omc_xfer_register(b, m, 4096, 0));
+    CHECK_OK(omc_xfer_query(b, &ib));
+    CHECK(ib.curve_port != 0);
+    CHECK_OK(omc_xfer_peer_open(a, ib.name, omc_deadline_after_ms(5000), &p));
+    CHECK_RES(omc_xfer_peer_open(c, ib.name, omc_deadline_after_ms(5000), &q), OMC_ERR_AUTH);
+    omc_xfer_peer_close(p);
+    omc_xfer_destroy(a);
+    omc_xfer_destroy(b);
+    omc_xfer_destroy(c);
+    unlink(fs);
+    unlink(fp);
+    free(m);
+}
+
 /* request header helper for the hand-made sessions below */
 static void req(uint8_t* h, int type, uint32_t word, uint64_t a, uint64_t len) {
     omc__xfer_header(h, OMC_XFER_RPC_MAGIC, type, 0, word, a, len);
