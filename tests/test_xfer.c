@@ -520,12 +520,13 @@ static int logcap_has(logcap_t* c, const char* what) {
     return r;
 }
 
-/* a TCP engine with CURVE keys (any may be NULL), its log captured in cap (may be NULL) */
-static omc_xfer* curve_engine(const char* secret, const char* server_key, logcap_t* cap) {
+/* an engine with CURVE keys (any may be NULL), its log captured in cap (may be NULL); over the
+   run's transport, or over TCP on loopback (tcp: the hand-made requests dial 127.0.0.1) */
+static omc_xfer* curve_engine_on(int tcp, const char* secret, const char* server_key, logcap_t* cap) {
     omc_xfer_desc d;
     omc_xfer* x = NULL;
     memset(&d, 0, sizeof(d));
-    d.transport = transport();
+    d.transport = tcp ? OMC_XFER_TRANSPORT_TCP : transport();
     d.io_timeout_ms = 3000;
     if (d.transport == OMC_XFER_TRANSPORT_RDMA) {
         d.host = getenv("OMC_RDMA_IP") ? getenv("OMC_RDMA_IP") : "127.0.0.1";
@@ -542,6 +543,7 @@ static omc_xfer* curve_engine(const char* secret, const char* server_key, logcap
     CHECK_OK(omc_xfer_create(&d, &x));
     return x;
 }
+#define curve_engine(secret, server_key, cap) curve_engine_on(0, secret, server_key, cap)
 
 OMC_TEST(hmac_sha256_matches_rfc4231) {
     static const uint8_t want2[32] = {0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e, 0x6a, 0x04, 0x24, 0x26, 0x08, 0x95, 0x75, 0xc7,
@@ -707,7 +709,7 @@ OMC_TEST(curve_listener_serves_only_what_an_authenticated_session_was_granted) {
     omc_result st = OMC_OK;
     int fd;
     REQUIRE(omc_tcp_curve_keypair(pub, sec) == OMC_OK);       /* libzmq with CURVE is a dependency */
-    b = curve_engine(sec, NULL, NULL);
+    b = curve_engine_on(1, sec, NULL, NULL);
     REQUIRE(b && m1 && m2);
     memset(m1, 0x5a, 8192);
     memset(m2, 0xa5, 8192);
