@@ -7004,12 +7004,16 @@ OMC__PRIVATE void omc__xfer_zmq_events(omc_xfer* x) {
         int k = -1;
         if (omc__xz.getsockopt(x->zmon, OMC__XZ_RCVMORE, &more, &ml) == 0 && more) k = omc__xz.recv(x->zmon, addr, sizeof(addr) - 1, 0);
         addr[k > 0 && k < (int)sizeof(addr) ? k : 0] = '\0';
+        uint64_t n;
         pthread_mutex_lock(&x->mu);
         x->refused++;
-        x->auth_failures++;
+        n = ++x->auth_failures;
         pthread_mutex_unlock(&x->mu);
-        OMC__XFER_LOG(x, OMC_LOG_WARN, "listener %s: a CURVE handshake on the exchange port failed (event 0x%x, %s): a client without this "
-                      "engine's public key was refused", x->name, (unsigned)omc__get_u16(ev), addr[0] ? addr : "?");
+        /* a client with a wrong key retries its handshake every 100 ms: the first few, then every 100th */
+        if (n <= 4 || n % 100 == 0)
+            OMC__XFER_LOG(x, OMC_LOG_WARN, "listener %s: a CURVE handshake on the exchange port failed (event 0x%x, %s): a client without "
+                          "this engine's public key was refused (%llu so far)", x->name, (unsigned)omc__get_u16(ev), addr[0] ? addr : "?",
+                          (unsigned long long)n);
     }
 }
 
@@ -8127,12 +8131,24 @@ OMC__PRIVATE omc_result omc__xfer_plan(omc_rdma_conn* c, omc_xfer_batch* b, uint
     return OMC_OK;
 }
 
+/* A free slot on q (mu held) before the batch's deadline, a poll interval at a time so that a
+   cancel is seen while the adapter drains (OMC_ERR_CLOSED then). */
+OMC__PRIVATE omc_result omc__xfer_wait_slot(omc_xfer_batch* b, omc__rdma_qp* q, omc_time_ns deadline) {
+    for (;;) {
+        omc_time_ns step = omc_deadline_after_ms(OMC__XFER_POLL_MS);
+        omc_result r = omc__rdma_wait_slot(q->conn->eng, q, deadline < step ? deadline : step);
+        if (r != OMC_ERR_TIMEOUT) return r;
+        if (omc__load(&b->cancel)) return OMC_ERR_CLOSED;
+        if (omc_now_ns() >= deadline) return r;
+    }
+}
+
 /* A slice could not be posted on q (mu held): if its pair failed meanwhile (a rail went down
    while the batch was being posted) the slice is posted again on the pairs left in the next
    round, as a write's are; OMC_OK then. Otherwise (the connection is gone, the deadline) the
    error, and the batch stops posting. */
 OMC__PRIVATE omc_result omc__xfer_post_failed(omc_rdma_conn* c, omc_rdma_op* op, omc__rdma_qp* q, omc__rdma_slice* sl, omc_result r) {
-    if (omc__rdma_conn_usable(c) != OMC_OK || r == OMC_ERR_TIMEOUT || r == OMC_ERR_NO_MEMORY) return r;
+    if (omc__rdma_conn_usable(c) != OMC_OK || r == OMC_ERR_TIMEOUT || r == OMC_ERR_NO_MEMORY || r == OMC_ERR_CLOSED) return r;
     if (c->pair[q->pair].up) {
         char text[160];
         snprintf(text, sizeof(text), "could not post on QP %u: %s", q->qpn, omc_result_str(r));
@@ -8174,7 +8190,7 @@ OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op,
         R = &E->rail[q->rail];
         e = &b->e[sl->ext];
         if (omc__load(&b->cancel)) { r = OMC_ERR_CLOSED; break; }      /* the rest stays unposted */
-        r = omc__rdma_wait_slot(E, q, deadline);
+        r = omc__xfer_wait_slot(b, q, deadline);
         if (r != OMC_OK) {
             r = omc__xfer_post_failed(c, op, q, sl, r);
             if (r != OMC_OK) break;
