@@ -374,8 +374,14 @@ TRANSFER ENGINE: REGISTERED MEMORY, BATCHED READ AND WRITE, NOTIFICATIONS
     local write, remote read and remote write access: a peer holding the descriptor may read
     and write every byte of it until omc_xfer_unregister (the model of Mooncake and NIXL: the
     protection is who gets the descriptor, and the QP it arrives on). Each registration gets a
-    number (range id); one registered again is another range. Device memory (OMC_XFER_MEM_DEVICE)
-    is refused with a log line: GPUDirect through dma-buf is not in this release.
+    number (range id); one registered again is another range. Device memory (OMC_XFER_MEM_DEVICE,
+    GPUDirect RDMA) needs a build with OMNICONN_ENABLE_CUDA and the RDMA transport: CUDA exports
+    the range as a dma-buf (cuMemGetHandleForAddressRange; libcuda.so.1 is opened at run time,
+    CUDA 11.7+) and each rail registers it with ibv_reg_dmabuf_mr (rdma-core 34+, a kernel and
+    adapter driver with dma-buf MRs); the range must be cudaMalloc'ed device memory aligned to
+    the host page size. Without CUDA, over TCP, or where a step fails it is refused with
+    OMC_ERR_UNAVAILABLE (OMC_ERR_RDMA_DEVICE if the adapter refuses) and a log line that says
+    which step; the TCP listener never touches device memory (RDMA only).
 
     The descriptor (omc_xfer_export, WIRE FORMATS) lists the exporting engine's incarnation (a
     random number per engine), its RPC listener (host, port), its rails, and per range the
@@ -423,8 +429,33 @@ TRANSFER ENGINE: REGISTERED MEMORY, BATCHED READ AND WRITE, NOTIFICATIONS
 
     The listener is reachable by anyone who can reach the port: it serves only registered
     ranges, checks every size against a bound before reading it, and holds at most
-    max_clients connections. There is no authentication (CURVE keys are not applied to it in
-    this release): bind it to the address of a trusted network.
+    max_clients connections. Without CURVE keys that is all: bind it to the address of a
+    trusted network.
+
+    Authentication (CURVE). Give the target engine a keypair (desc.curve.secret_key; the
+    same Z85 keys as the remote connector's, from omc_tcp_curve_keypair) and its initiators
+    its public key (desc.curve.server_key). The descriptor exchange then runs on a second
+    port (desc.curve_port, 0 = any; omc_xfer_query's curve_port) inside libzmq's CURVE
+    (Curve25519 authentication and encryption), and grants a session: the ranges of the
+    descriptor handed out, and a session secret that only crosses inside CURVE. A connection
+    to the RPC listener is served only after it proved it holds a session secret (HMAC-SHA-256
+    over a fresh random challenge of the listener: no secret crosses in clear, and a recorded
+    proof is worthless on another connection); from then on it reads and writes only the
+    ranges its session was granted. omc_xfer_peer_open does all of it from the name alone.
+      initiator without the key        OMC_ERR_AUTH at once (its HELLO is refused; both logs
+                                       say why; the target counts auth_failures)
+      initiator with a wrong key       OMC_ERR_AUTH at its deadline (the CURVE handshake never
+                                       completes; the target logs the failed handshake)
+      initiator with a key, target     OMC_ERR_AUTH (it opens peers only through CURVE)
+      without CURVE
+      a guessed address, range or      OMC_ERR_AUTH and the connection closed; a range
+      forged session                   registered after the exchange is not granted
+                                       (omc_xfer_peer_refresh makes a new session)
+    Over RDMA the QPs are connected only on an authenticated connection; the adapter then
+    enforces the rkeys, which a peer knows for the ranges of its descriptor (a range
+    registered later has new rkeys). The bytes themselves are not encrypted, on TCP or RDMA:
+    CURVE decides who may ask, not who can read a wire (as for the remote connector). One
+    server_key per engine: an initiator opens only targets that share that keypair.
 
 ================================================================================================
 CONFIGURATION
@@ -463,7 +494,11 @@ CONFIGURATION
     traffic class's upper six bits) to a PFC priority: set it to what the fabric expects.
     omniconn doctor shows each rail's values.
     Transfer engine (omc_xfer_desc): max_clients 64, max_notifies 1024, io_timeout_ms 10000,
-    window 32 (TCP requests in flight per batch); zero means these.
+    window 32 (TCP requests in flight per batch); zero means these. curve (keys) and
+    curve_port (0 = any free port); with no key in the desc, $OMNICONN_XFER_SECRET_KEY_FILE
+    (the target's secret key) and $OMNICONN_XFER_SERVER_KEY_FILE (the public key of the
+    targets it opens) name files of one Z85 key each (as omc_tcp_read_key reads them): so
+    Python's omniconn.mooncake.TransferEngine gets CURVE without a code change. CURVE needs libzmq at run time ($OMNICONN_ZMQ_LIB).
 
 ================================================================================================
 ERRORS & LOGGING
@@ -625,11 +660,14 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
     and, for WRITE, HELLO, NOTIFY and RDMA_CONNECT, `length` bytes after it:
         0   u32  magic 0x51434D4F ("OMCQ")
         4   u8   version (1)
-        5   u8   type: 1 HELLO, 2 READ, 3 WRITE, 4 NOTIFY, 5 RDMA_CONNECT
+        5   u8   type: 1 HELLO, 2 READ, 3 WRITE, 4 NOTIFY, 5 RDMA_CONNECT, 6 CHALLENGE,
+                 7 AUTH
         6   u16  reserved, zero
         8   u32  request number (echoed in the answer; a batch numbers its entries from 0)
-        12  u32  READ/WRITE: the range id the address lies in; otherwise zero
-        16  u64  READ/WRITE: the address; HELLO: the incarnation the caller expects (0 = any)
+        12  u32  READ/WRITE: the range id the address lies in; AUTH: the session's grant;
+                 otherwise zero
+        16  u64  READ/WRITE: the address; HELLO: the incarnation the caller expects (0 = any);
+                 AUTH: the session nonce
         24  u64  READ: bytes to read; WRITE: bytes that follow; others: payload size
     An answer is a 32-byte header and `length` bytes:
         0   u32  magic 0x41434D4F ("OMCA")
@@ -651,6 +689,20 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
     another version, magic or type; after a refused WRITE it reads and drops the bytes (up to
     64 MiB, else it closes), after a bad header it closes the connection.
 
+    With CURVE (the target has curve.secret_key):
+      CHALLENGE (no payload) is answered with 20 bytes: u16 the CURVE port, u16 zero, 16
+      random bytes (the challenge). An engine without CURVE answers OMC_ERR_UNAVAILABLE.
+      On the CURVE port (a ZMQ ROUTER; the initiator's DEALER sends one frame) the HELLO is
+      the same 32-byte header and name; its answer is one frame: the 32-byte answer header,
+      then 48 bytes of session - u64 session nonce, u32 grant (the highest range id of the
+      descriptor), u32 zero, u8[32] session secret = HMAC-SHA-256(key: the engine's random
+      master; message: "omc-xfer-ses", u64 nonce, u32 grant, u64 incarnation) - and the
+      descriptor.
+      AUTH carries 32 bytes, HMAC-SHA-256(key: the session secret; message: "omc-xfer-auth",
+      the challenge); answered 0 or OMC_ERR_AUTH (then closed). One AUTH per CHALLENGE.
+      Before a successful AUTH any other request is answered OMC_ERR_AUTH and the connection
+      closed; after it, READ and WRITE of a range id above the grant are OMC_ERR_AUTH.
+
 ================================================================================================
 NON-GOALS
 ================================================================================================
@@ -658,12 +710,13 @@ NON-GOALS
     - No RDMA CM (rdma_cm) and no receive queues: QPs are connected with the endpoint records,
       data moves by RDMA WRITE (and READ, in the transfer engine), notifications go over a
       socket (yours, or the transfer engine's listener).
-    - No GPU memory registration yet (GPUDirect needs nvidia-peermem or dma-buf; pools of
-      OMC_MEMORY_CUDA and OMC_XFER_MEM_DEVICE are refused with a log line).
+    - GPU memory only through the transfer engine's dma-buf registration (OMC_XFER_MEM_DEVICE
+      with OMNICONN_ENABLE_CUDA); pools of OMC_MEMORY_CUDA are refused with a log line, and
+      nvidia-peermem (ibv_reg_mr of device pointers) is not used.
     - No multi-path within one rail; a rail that comes back is used by new connections (the
       remote connector replaces its own), never by the QPs that failed.
     - The transfer engine has no metadata store (etcd, Redis): peers are named host:port, as
-      in Mooncake's P2PHANDSHAKE mode, and its listener has no authentication.
+      in Mooncake's P2PHANDSHAKE mode. Its CURVE encrypts the exchange, not the data.
 
 ================================================================================================
 RECENT REVISIONS
@@ -1136,6 +1189,16 @@ typedef enum omc_xfer_op {
     OMC_XFER_WRITE = 2                  /* local -> remote (RDMA WRITE, or a push) */
 } omc_xfer_op;
 
+/* CURVE keys of an engine (Z85 text, 40 characters, as omc_tcp_curve_keypair or zmq_curve_keypair
+   make them; the same keys the remote connector takes). */
+typedef struct omc_xfer_curve {
+    const char* secret_key;     /* this engine's secret key: its listener then serves only peers that
+                                   know its public key (the descriptor exchange runs inside CURVE) */
+    const char* public_key;     /* the public key of secret_key; NULL = derived from it */
+    const char* server_key;     /* the public key of the engines this one opens: it then opens peers
+                                   only through CURVE (a peer without CURVE is refused) */
+} omc_xfer_curve;
+
 typedef struct omc_xfer_desc {
     const char* host;           /* address the RPC listener binds and announces (an IP literal or
                                    a name); NULL = "127.0.0.1" */
@@ -1148,6 +1211,9 @@ typedef struct omc_xfer_desc {
     uint32_t io_timeout_ms;     /* a listener client that moves none of a request's next 4 MiB
                                    (or of its header) this long is dropped; 0 = 10000 */
     uint32_t window;            /* TCP: requests of one batch in flight; 0 = 32 */
+    omc_xfer_curve curve;       /* CURVE on the descriptor exchange (see "Authentication"); all NULL =
+                                   $OMNICONN_XFER_SECRET_KEY_FILE / _SERVER_KEY_FILE if set, else off */
+    uint32_t curve_port;        /* with curve.secret_key: the CURVE port of the exchange; 0 = any free one */
     omc_hooks hooks;
 } omc_xfer_desc;
 
@@ -1193,6 +1259,8 @@ typedef struct omc_xfer_info {
     uint64_t served_reads, served_writes, served_bytes, refused;   /* as target (TCP listener) */
     uint64_t notifies, notifies_dropped;        /* received; refused because the queue was full */
     uint32_t clients;           /* listener connections now */
+    uint32_t curve_port;        /* the CURVE port of the descriptor exchange (0: no CURVE) */
+    uint64_t auth_failures;     /* of `refused`: clients that did not authenticate */
 } omc_xfer_info;
 
 /* A notification as the target receives it. */
@@ -2161,6 +2229,9 @@ OMNICONN_API void omc_rdma_topo_rank(const omc_rdma_topo_nic* nics, int n, int b
     #endif
 #endif
 #include <infiniband/verbs.h>
+#if OMC__HAS_CUDA
+#include <cuda.h>                   /* the driver API's types: dma-buf export of device memory */
+#endif
 #include <dlfcn.h>
 #include <net/if.h>
 #include <ifaddrs.h>
@@ -2199,6 +2270,7 @@ OMNICONN_API void omc_rdma_topo_rank(const omc_rdma_topo_nic* nics, int n, int b
     X(1, R, int, dealloc_pd, ibv_dealloc_pd, (struct ibv_pd* pd), (pd)) \
     X(1, R, struct ibv_mr*, reg_mr, ibv_reg_mr, (struct ibv_pd* pd, void* addr, size_t length, int access), (pd, addr, length, access)) \
     X(1, R, int, dereg_mr, ibv_dereg_mr, (struct ibv_mr* mr), (mr)) \
+    X(0, R, struct ibv_mr*, reg_dmabuf_mr, ibv_reg_dmabuf_mr, (struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access), (pd, offset, length, iova, fd, access)) \
     X(1, R, struct ibv_comp_channel*, create_comp_channel, ibv_create_comp_channel, (struct ibv_context* ctx), (ctx)) \
     X(1, R, int, destroy_comp_channel, ibv_destroy_comp_channel, (struct ibv_comp_channel* ch), (ch)) \
     X(1, R, struct ibv_cq*, create_cq, ibv_create_cq, (struct ibv_context* ctx, int cqe, void* user, struct ibv_comp_channel* ch, int vector), (ctx, cqe, user, ch, vector)) \
@@ -3702,6 +3774,71 @@ OMC__PRIVATE omc_result omc__rdma_register_as(omc_rdma* E, void* base, uint64_t 
                   g.count, g.count == 1 ? "" : "s", E->nrails, E->nrails == 1 ? "" : "s", omc__rdma_protection_name(E->protect));
     return OMC_OK;
 }
+
+#if OMC__HAS_CUDA
+/* GPU memory: CUDA exports the range as a dma-buf (cuMemGetHandleForAddressRange, CUDA 11.7+ and
+   a driver with dma-buf support), each rail's PD registers it with ibv_reg_dmabuf_mr (rdma-core
+   34+, a kernel with dma-buf MRs); the MR's iova is the device address, so peers address it as
+   they address host ranges. libcuda is opened at run time (the CUDA driver API is not linked). */
+typedef CUresult (*omc__cu_get_handle_fn)(void*, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
+
+OMC__PRIVATE omc_result omc__rdma_dmabuf_fd(omc_rdma* E, void* base, uint64_t size, int* fd) {
+    static omc__cu_get_handle_fn get_handle;
+    CUresult cr;
+    if (!get_handle) {
+        void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        void* sym = lib ? dlsym(lib, "cuMemGetHandleForAddressRange") : NULL;
+        if (!sym) {
+            OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device memory: libcuda.so.1 with cuMemGetHandleForAddressRange is needed for dma-buf "
+                          "registration (a CUDA 11.7+ driver): %s", lib ? "symbol missing" : "cannot load libcuda.so.1");
+            return OMC_ERR_UNAVAILABLE;
+        }
+        memcpy(&get_handle, &sym, sizeof(sym));
+    }
+    *fd = -1;
+    cr = get_handle(fd, (CUdeviceptr)(uintptr_t)base, (size_t)size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (cr != CUDA_SUCCESS || *fd < 0) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device memory [%p, +%llu): cuMemGetHandleForAddressRange gave CUresult %d (the range must be "
+                      "device memory from cuMemAlloc/cudaMalloc, aligned to the host page size; the driver must support dma-buf)",
+                      base, (unsigned long long)size, (int)cr);
+        return OMC_ERR_UNAVAILABLE;
+    }
+    return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__rdma_register_dmabuf(omc_rdma* E, void* base, uint64_t size, int access) {
+    omc__rdma_region g;
+    uint32_t i;
+    int fd = -1;
+    omc_result r;
+    if (!omc__ibv.reg_dmabuf_mr) {
+        OMC__RDMA_LOG(E, OMC_LOG_ERROR, "device memory: this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later is needed)");
+        return OMC_ERR_UNAVAILABLE;
+    }
+    if ((r = omc__rdma_dmabuf_fd(E, base, size, &fd)) != OMC_OK) return r;
+    memset(&g, 0, sizeof(g));
+    g.base = (uint8_t*)base;
+    g.size = size;
+    g.chunk = size;
+    g.count = 1;
+    g.mr = (struct ibv_mr**)omc__calloc(&E->hooks, sizeof(struct ibv_mr*) * E->nrails);
+    r = g.mr ? OMC_OK : OMC_ERR_NO_MEMORY;
+    for (i = 0; r == OMC_OK && i < E->nrails; i++) {
+        g.mr[i] = omc__ibv_reg_dmabuf_mr(E->rail[i].pd, 0, (size_t)size, (uint64_t)(uintptr_t)base, fd, access);
+        if (!g.mr[i]) {
+            OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_reg_dmabuf_mr of device memory [%p, +%llu) on rail %u (%s) failed: %s (a kernel and "
+                          "adapter driver with dma-buf MRs are needed)", base, (unsigned long long)size, i, E->rail[i].device, strerror(errno));
+            r = OMC_ERR_RDMA_DEVICE;
+        }
+    }
+    close(fd);                  /* the MRs hold the dma-buf */
+    if (r == OMC_OK) r = omc__rdma_region_add(E, &g);
+    if (r != OMC_OK) { if (g.mr) omc__rdma_region_drop(E, &g); return r; }
+    OMC__RDMA_LOG(E, OMC_LOG_INFO, "registered device memory [%p, +%llu) as a dma-buf on each of %u rail%s", base, (unsigned long long)size,
+                  E->nrails, E->nrails == 1 ? "" : "s");
+    return OMC_OK;
+}
+#endif
 
 OMNICONN_API omc_result omc_rdma_deregister(omc_rdma* E, void* base) {
     omc__rdma_region g;
@@ -6132,7 +6269,13 @@ OMNICONN_API omc_result omc_xfer_descriptor_decode(const void* data, size_t len,
     top, WIRE FORMATS.
 */
 
-enum { OMC__XRPC_HELLO = 1, OMC__XRPC_READ = 2, OMC__XRPC_WRITE = 3, OMC__XRPC_NOTIFY = 4, OMC__XRPC_RDMA_CONNECT = 5 };
+enum { OMC__XRPC_HELLO = 1, OMC__XRPC_READ = 2, OMC__XRPC_WRITE = 3, OMC__XRPC_NOTIFY = 4, OMC__XRPC_RDMA_CONNECT = 5,
+       OMC__XRPC_CHALLENGE = 6, OMC__XRPC_AUTH = 7 };
+#define OMC__XFER_NONCE 16              /* the listener's challenge */
+#define OMC__XFER_MAC 32                /* HMAC-SHA-256 */
+#define OMC__XFER_KEY_LEN 40            /* a Z85 CURVE key */
+#define OMC__XFER_CHALLENGE_LEN (4 + OMC__XFER_NONCE)                  /* u16 CURVE port, u16 0, nonce */
+#define OMC__XFER_GRANT_LEN (16 + OMC__XFER_MAC)                       /* session nonce, grant, 0, secret */
 #define OMC__XFER_DRAIN_MAX ((uint64_t)64 << 20)
 #define OMC__XFER_POLL_MS 50            /* how often a blocked transfer looks at its cancel flag */
 #define OMC__XFER_IO_STEP ((uint64_t)4 << 20)   /* the listener's I/O timeout applies per step of this */
@@ -6158,6 +6301,9 @@ typedef struct omc__xfer_client {
 #endif
     uint8_t held[OMC__XFER_HELD * OMC_XFER_RPC_HEADER];    /* answers without bytes, not sent yet */
     uint32_t nheld;
+    int challenged, authed;     /* CURVE on: a challenge was sent / answered */
+    uint32_t grant;             /* authenticated: the ranges granted are those with id <= grant */
+    uint8_t nonce[OMC__XFER_NONCE];
 } omc__xfer_client;
 
 struct omc_xfer {
@@ -6183,7 +6329,17 @@ struct omc_xfer {
     uint32_t running;           /* batch threads still running */
     omc_xfer_batch* live;       /* those batches */
     uint64_t batches, batch_failures, bytes_read, bytes_written, served_reads, served_writes, served_bytes, refused,
-             notifies, notifies_dropped;
+             notifies, notifies_dropped, auth_failures;
+    /* CURVE (see "transfer engine - CURVE") */
+    int curve_server, curve_client;
+    char curve_secret[OMC__XFER_KEY_LEN + 1], curve_public[OMC__XFER_KEY_LEN + 1], server_key[OMC__XFER_KEY_LEN + 1];
+    uint8_t master[OMC__XFER_MAC];      /* session secrets derive from it; never leaves the engine */
+    uint32_t curve_port;
+    void* zctx;
+    void* zrouter;
+    void* zmon;                 /* the router's monitor: failed handshakes */
+    pthread_t zthread;
+    int zrunning;
 };
 
 struct omc_xfer_peer {
@@ -6411,13 +6567,12 @@ OMNICONN_API omc_result omc_xfer_register(omc_xfer* x, void* addr, uint64_t leng
     uint32_t i;
     omc_result r = OMC_OK;
     if (!x || !addr || !length || (uintptr_t)addr > UINTPTR_MAX - length || (flags & ~OMC_XFER_MEM_DEVICE)) return OMC_ERR_INVALID_ARG;
-    if (flags & OMC_XFER_MEM_DEVICE) {
+    if ((flags & OMC_XFER_MEM_DEVICE) && (!OMC__HAS_CUDA || !x->rdma)) {
         /* GPU memory goes to the adapter as a dma-buf (ibv_reg_dmabuf_mr): a build with CUDA and
            a verbs engine; over TCP the listener would have to copy through the host */
         OMC__XFER_LOG(x, OMC_LOG_ERROR, "cannot register device memory [%p, +%llu): %s", addr, (unsigned long long)length,
                       !OMC__HAS_CUDA ? "this build has no CUDA (define OMNICONN_ENABLE_CUDA)" :
-                      !x->rdma ? "device memory needs the RDMA transport (GPUDirect RDMA with dma-buf)" :
-                      "dma-buf registration is not implemented in this release");
+                      "device memory needs the RDMA transport (GPUDirect RDMA with dma-buf)");
         return OMC_ERR_UNAVAILABLE;
     }
     pthread_mutex_lock(&x->mu);
@@ -6437,13 +6592,19 @@ OMNICONN_API omc_result omc_xfer_register(omc_xfer* x, void* addr, uint64_t leng
        READ and WRITE: a peer that holds the descriptor may touch every byte of it, as with
        Mooncake's and NIXL's registrations */
     if (x->rdma) {
-        r = omc__rdma_register_as(x->rdma, addr, length, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE, 0);
+        int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+#if OMC__HAS_CUDA
+        if (flags & OMC_XFER_MEM_DEVICE) r = omc__rdma_register_dmabuf(x->rdma, addr, length, access);
+        else
+#endif
+        r = omc__rdma_register_as(x->rdma, addr, length, access, 0);
         if (r != OMC_OK) return r;
     }
 #endif
     memset(&g, 0, sizeof(g));
     g.base = (uint8_t*)addr;
     g.size = length;
+    g.device = (flags & OMC_XFER_MEM_DEVICE) != 0;
     pthread_mutex_lock(&x->mu);
     g.id = ++x->next_id;
     x->regions[x->nregions++] = g;
@@ -6526,6 +6687,478 @@ OMNICONN_API omc_result omc_xfer_export(omc_xfer* x, void* out, size_t cap, size
 }
 
 /* ============================================================================================== */
+/* [SECTION] Implementation: transfer engine - CURVE on the descriptor exchange                   */
+/* ============================================================================================== */
+/*
+    With curve.secret_key the engine runs a second socket beside its RPC listener: a ZMQ ROUTER
+    with CURVE (libzmq's Curve25519 handshake and encryption), on curve_port. The descriptor
+    exchange (HELLO) runs only there. Its answer grants a session: a random session nonce, the
+    highest range id the descriptor lists (the grant) and a session secret, HMAC(master, nonce,
+    grant), where master is 32 random bytes that never leave the engine. The secret crosses only
+    inside CURVE.
+
+    The plain listener then serves a connection only after it proved it holds a secret: the
+    client asks for a CHALLENGE (the answer carries the CURVE port and 16 fresh random bytes),
+    and answers with AUTH: session nonce and grant in the header, HMAC(secret, challenge) as
+    payload. The listener recomputes the secret from its master, compares in constant time and
+    from then on serves READ and WRITE only in ranges with id <= grant. Every other request on an
+    unauthenticated connection is answered OMC_ERR_AUTH and the connection closed. No secret
+    crosses in clear, and a recorded AUTH is worthless on another connection (new challenge).
+
+    libzmq is loaded here with dlopen, as the core loads it (the core's loader is not part of
+    the companion interface). The MAC is HMAC-SHA-256 (FIPS 180-4, RFC 2104), below.
+*/
+
+/* ---- SHA-256 and HMAC ---- */
+typedef struct omc__sha256 { uint32_t h[8]; uint64_t n; uint8_t buf[64]; uint32_t used; } omc__sha256;
+
+OMC__PRIVATE void omc__sha256_block(omc__sha256* c, const uint8_t* p) {
+    static const uint32_t k[64] = {
+        0x428a2f98u, 0x71374491u, 0xb5c0fbcfu, 0xe9b5dba5u, 0x3956c25bu, 0x59f111f1u, 0x923f82a4u, 0xab1c5ed5u, 0xd807aa98u, 0x12835b01u,
+        0x243185beu, 0x550c7dc3u, 0x72be5d74u, 0x80deb1feu, 0x9bdc06a7u, 0xc19bf174u, 0xe49b69c1u, 0xefbe4786u, 0x0fc19dc6u, 0x240ca1ccu,
+        0x2de92c6fu, 0x4a7484aau, 0x5cb0a9dcu, 0x76f988dau, 0x983e5152u, 0xa831c66du, 0xb00327c8u, 0xbf597fc7u, 0xc6e00bf3u, 0xd5a79147u,
+        0x06ca6351u, 0x14292967u, 0x27b70a85u, 0x2e1b2138u, 0x4d2c6dfcu, 0x53380d13u, 0x650a7354u, 0x766a0abbu, 0x81c2c92eu, 0x92722c85u,
+        0xa2bfe8a1u, 0xa81a664bu, 0xc24b8b70u, 0xc76c51a3u, 0xd192e819u, 0xd6990624u, 0xf40e3585u, 0x106aa070u, 0x19a4c116u, 0x1e376c08u,
+        0x2748774cu, 0x34b0bcb5u, 0x391c0cb3u, 0x4ed8aa4au, 0x5b9cca4fu, 0x682e6ff3u, 0x748f82eeu, 0x78a5636fu, 0x84c87814u, 0x8cc70208u,
+        0x90befffau, 0xa4506cebu, 0xbef9a3f7u, 0xc67178f2u};
+    uint32_t w[64], v[8], i;
+#define OMC__ROR(a, b) (((a) >> (b)) | ((a) << (32 - (b))))
+    for (i = 0; i < 16; i++) w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (i = 16; i < 64; i++)
+        w[i] = w[i - 16] + (OMC__ROR(w[i - 15], 7) ^ OMC__ROR(w[i - 15], 18) ^ (w[i - 15] >> 3)) + w[i - 7] +
+               (OMC__ROR(w[i - 2], 17) ^ OMC__ROR(w[i - 2], 19) ^ (w[i - 2] >> 10));
+    memcpy(v, c->h, sizeof(v));
+    for (i = 0; i < 64; i++) {
+        uint32_t t1 = v[7] + (OMC__ROR(v[4], 6) ^ OMC__ROR(v[4], 11) ^ OMC__ROR(v[4], 25)) + ((v[4] & v[5]) ^ (~v[4] & v[6])) + k[i] + w[i];
+        uint32_t t2 = (OMC__ROR(v[0], 2) ^ OMC__ROR(v[0], 13) ^ OMC__ROR(v[0], 22)) + ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
+        memmove(v + 1, v, 7 * sizeof(uint32_t));
+        v[4] += t1;
+        v[0] = t1 + t2;
+    }
+#undef OMC__ROR
+    for (i = 0; i < 8; i++) c->h[i] += v[i];
+}
+
+OMC__PRIVATE void omc__sha256_init(omc__sha256* c) {
+    static const uint32_t h0[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au, 0x510e527fu, 0x9b05688cu, 0x1f83d9abu, 0x5be0cd19u};
+    memcpy(c->h, h0, sizeof(h0));
+    c->n = 0;
+    c->used = 0;
+}
+
+OMC__PRIVATE void omc__sha256_update(omc__sha256* c, const void* data, size_t len) {
+    const uint8_t* p = (const uint8_t*)data;
+    c->n += len;
+    while (len) {
+        size_t k = omc__min((size_t)(64 - c->used), len);
+        memcpy(c->buf + c->used, p, k);
+        c->used += (uint32_t)k;
+        p += k;
+        len -= k;
+        if (c->used == 64) { omc__sha256_block(c, c->buf); c->used = 0; }
+    }
+}
+
+OMC__PRIVATE void omc__sha256_final(omc__sha256* c, uint8_t out[32]) {
+    uint64_t bits = c->n * 8;
+    uint8_t pad = 0x80, z = 0, len[8];
+    int i;
+    omc__sha256_update(c, &pad, 1);
+    while (c->used != 56) omc__sha256_update(c, &z, 1);
+    for (i = 0; i < 8; i++) len[i] = (uint8_t)(bits >> (56 - 8 * i));
+    omc__sha256_update(c, len, 8);
+    for (i = 0; i < 32; i++) out[i] = (uint8_t)(c->h[i / 4] >> (24 - 8 * (i % 4)));
+}
+
+/* HMAC-SHA-256 of the concatenation of a and b (b may be NULL). */
+OMC__PRIVATE void omc__hmac_sha256(const uint8_t* key, size_t klen, const void* a, size_t alen, const void* b, size_t blen, uint8_t out[32]) {
+    uint8_t k[64], pad[64], inner[32];
+    omc__sha256 c;
+    size_t i;
+    memset(k, 0, sizeof(k));
+    if (klen > 64) { omc__sha256_init(&c); omc__sha256_update(&c, key, klen); omc__sha256_final(&c, k); }
+    else memcpy(k, key, klen);
+    for (i = 0; i < 64; i++) pad[i] = (uint8_t)(k[i] ^ 0x36);
+    omc__sha256_init(&c);
+    omc__sha256_update(&c, pad, 64);
+    omc__sha256_update(&c, a, alen);
+    if (b) omc__sha256_update(&c, b, blen);
+    omc__sha256_final(&c, inner);
+    for (i = 0; i < 64; i++) pad[i] = (uint8_t)(k[i] ^ 0x5c);
+    omc__sha256_init(&c);
+    omc__sha256_update(&c, pad, 64);
+    omc__sha256_update(&c, inner, 32);
+    omc__sha256_final(&c, out);
+}
+
+OMC__PRIVATE int omc__xfer_mac_equal(const uint8_t* a, const uint8_t* b) {
+    uint8_t d = 0;
+    int i;
+    for (i = 0; i < OMC__XFER_MAC; i++) d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+/* The secret of a session (nonce, grant): only the engine holding master can compute it. */
+OMC__PRIVATE void omc__xfer_session_secret(const omc_xfer* x, uint64_t nonce, uint32_t grant, uint8_t out[OMC__XFER_MAC]) {
+    uint8_t m[12 + 8 + 4 + 8];
+    memcpy(m, "omc-xfer-ses", 12);
+    omc__put_u64(m + 12, nonce);
+    omc__put_u32(m + 20, grant);
+    omc__put_u64(m + 24, x->incarnation);
+    omc__hmac_sha256(x->master, sizeof(x->master), m, sizeof(m), NULL, 0, out);
+}
+
+/* What a client shows for a challenge. */
+OMC__PRIVATE void omc__xfer_proof(const uint8_t* secret, const uint8_t* challenge, uint8_t out[OMC__XFER_MAC]) {
+    omc__hmac_sha256(secret, OMC__XFER_MAC, "omc-xfer-auth", 13, challenge, OMC__XFER_NONCE, out);
+}
+
+/* ---- libzmq, loaded at run time ---- */
+#if OMC__HAS_ZMQ
+#include <dlfcn.h>
+#ifndef OMNICONN_ZMQ_LIBRARY
+#define OMNICONN_ZMQ_LIBRARY "libzmq.so.5"
+#endif
+enum { OMC__XZ_DEALER = 5, OMC__XZ_ROUTER = 6, OMC__XZ_RCVMORE = 13, OMC__XZ_LINGER = 17, OMC__XZ_MAXMSGSIZE = 22,
+       OMC__XZ_RCVTIMEO = 27, OMC__XZ_SNDTIMEO = 28, OMC__XZ_LAST_ENDPOINT = 32, OMC__XZ_IPV6 = 42, OMC__XZ_CURVE_SERVER = 47,
+       OMC__XZ_CURVE_PUBLICKEY = 48, OMC__XZ_CURVE_SECRETKEY = 49, OMC__XZ_CURVE_SERVERKEY = 50, OMC__XZ_SNDMORE = 2,
+       OMC__XZ_DONTWAIT = 1, OMC__XZ_PAIR = 0, OMC__XZ_EVENTS_FAILED = 0x0800 | 0x2000 | 0x4000 };
+typedef struct omc__xz_table {
+    void* (*ctx_new)(void);
+    int (*ctx_term)(void*);
+    void* (*socket)(void*, int);
+    int (*close)(void*);
+    int (*setsockopt)(void*, int, const void*, size_t);
+    int (*getsockopt)(void*, int, void*, size_t*);
+    int (*bind)(void*, const char*);
+    int (*connect)(void*, const char*);
+    int (*send)(void*, const void*, size_t, int);
+    int (*recv)(void*, void*, size_t, int);
+    int (*curve_public)(char*, const char*);
+    int (*curve_keypair)(char*, char*);
+    uint8_t* (*z85_decode)(uint8_t*, const char*);
+    int (*has)(const char*);
+    int (*socket_monitor)(void*, const char*, int);
+} omc__xz_table;
+static omc__xz_table omc__xz;
+static int omc__xz_loaded;
+static pthread_mutex_t omc__xz_mu = PTHREAD_MUTEX_INITIALIZER;
+
+OMC__PRIVATE omc_result omc__xz_load(omc_xfer* x) {
+    static const char* const names[] = {"zmq_ctx_new", "zmq_ctx_term", "zmq_socket", "zmq_close", "zmq_setsockopt", "zmq_getsockopt",
+                                        "zmq_bind", "zmq_connect", "zmq_send", "zmq_recv", "zmq_curve_public", "zmq_curve_keypair",
+                                        "zmq_z85_decode", "zmq_has", "zmq_socket_monitor"};
+    const char* env = getenv("OMNICONN_ZMQ_LIB");
+    const char* name = env && env[0] ? env : OMNICONN_ZMQ_LIBRARY;
+    void* fns[sizeof(names) / sizeof(names[0])];
+    void* lib;
+    size_t i;
+    if (omc__load(&omc__xz_loaded)) return OMC_OK;
+    pthread_mutex_lock(&omc__xz_mu);
+    if (omc__load(&omc__xz_loaded)) { pthread_mutex_unlock(&omc__xz_mu); return OMC_OK; }
+    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    for (i = 0; lib && i < sizeof(names) / sizeof(names[0]); i++) if (!(fns[i] = dlsym(lib, names[i]))) break;
+    if (!lib || i < sizeof(names) / sizeof(names[0])) {
+        const char* e = dlerror();
+        pthread_mutex_unlock(&omc__xz_mu);
+        OMC__XFER_LOG(x, OMC_LOG_ERROR, "CURVE keys given, but %s cannot be used (%s): install Debian's libzmq5", name, e ? e : "symbol missing");
+        return OMC_ERR_UNAVAILABLE;
+    }
+    /* ISO C has no object-to-function pointer conversion; POSIX guarantees the bytes fit */
+    memcpy(&omc__xz.ctx_new, &fns[0], sizeof(void*));
+    memcpy(&omc__xz.ctx_term, &fns[1], sizeof(void*));
+    memcpy(&omc__xz.socket, &fns[2], sizeof(void*));
+    memcpy(&omc__xz.close, &fns[3], sizeof(void*));
+    memcpy(&omc__xz.setsockopt, &fns[4], sizeof(void*));
+    memcpy(&omc__xz.getsockopt, &fns[5], sizeof(void*));
+    memcpy(&omc__xz.bind, &fns[6], sizeof(void*));
+    memcpy(&omc__xz.connect, &fns[7], sizeof(void*));
+    memcpy(&omc__xz.send, &fns[8], sizeof(void*));
+    memcpy(&omc__xz.recv, &fns[9], sizeof(void*));
+    memcpy(&omc__xz.curve_public, &fns[10], sizeof(void*));
+    memcpy(&omc__xz.curve_keypair, &fns[11], sizeof(void*));
+    memcpy(&omc__xz.z85_decode, &fns[12], sizeof(void*));
+    memcpy(&omc__xz.has, &fns[13], sizeof(void*));
+    memcpy(&omc__xz.socket_monitor, &fns[14], sizeof(void*));
+    omc__store(&omc__xz_loaded, 1);
+    pthread_mutex_unlock(&omc__xz_mu);
+    if (!omc__xz.has("curve")) {
+        OMC__XFER_LOG(x, OMC_LOG_ERROR, "CURVE keys given, but this libzmq was built without CURVE (libsodium)");
+        return OMC_ERR_UNAVAILABLE;
+    }
+    return OMC_OK;
+}
+
+OMC__PRIVATE int omc__xz_key_ok(const char* k) {
+    uint8_t bin[32];
+    return k && strlen(k) == OMC__XFER_KEY_LEN && omc__xz.z85_decode(bin, k) != NULL;
+}
+
+OMC__PRIVATE void omc__xz_endpoint(char* out, size_t cap, const char* host, uint32_t port) {
+    if (port) snprintf(out, cap, strchr(host, ':') ? "tcp://[%s]:%u" : "tcp://%s:%u", host, port);
+    else snprintf(out, cap, strchr(host, ':') ? "tcp://[%s]:*" : "tcp://%s:*", host);
+}
+
+/* Keys from the environment when the desc has none: $OMNICONN_XFER_SECRET_KEY_FILE and
+   $OMNICONN_XFER_SERVER_KEY_FILE name files that hold one Z85 key each (omc_tcp_read_key). */
+OMC__PRIVATE omc_result omc__xfer_curve_env(omc_xfer* x, omc_xfer_curve* cv, char* sec, char* srv) {
+    const char* names[2] = {"OMNICONN_XFER_SECRET_KEY_FILE", "OMNICONN_XFER_SERVER_KEY_FILE"};
+    char* keys[2];
+    int i;
+    keys[0] = sec;
+    keys[1] = srv;
+    for (i = 0; i < 2; i++) {
+        const char* path = getenv(names[i]);
+        omc_result r;
+        if (!path || !path[0]) continue;
+        r = omc_tcp_read_key(path, keys[i]);
+        if (r != OMC_OK) {
+            OMC__XFER_LOG(x, OMC_LOG_ERROR, "$%s=%s: %s (a file with one 40-character Z85 key)", names[i], path, omc_result_name(r));
+            return r == OMC_ERR_UNAVAILABLE ? r : OMC_ERR_INVALID_ARG;
+        }
+        if (i == 0) cv->secret_key = sec; else cv->server_key = srv;
+    }
+    return OMC_OK;
+}
+
+/* Keys from the desc (or the environment): validated and copied (caller: before the listener
+   starts). */
+OMC__PRIVATE omc_result omc__xfer_curve_setup(omc_xfer* x, const omc_xfer_curve* desc_cv) {
+    char sec[OMC__XFER_KEY_LEN + 1], srv[OMC__XFER_KEY_LEN + 1];
+    omc_xfer_curve env_cv, *cv = &env_cv;
+    omc_result r;
+    env_cv = *desc_cv;
+    if (!cv->secret_key && !cv->public_key && !cv->server_key && (r = omc__xfer_curve_env(x, cv, sec, srv)) != OMC_OK) return r;
+    if (!cv->secret_key && !cv->public_key && !cv->server_key) return OMC_OK;
+    if ((r = omc__xz_load(x)) != OMC_OK) return r;
+    if ((cv->secret_key && !omc__xz_key_ok(cv->secret_key)) || (cv->public_key && !omc__xz_key_ok(cv->public_key)) ||
+        (cv->server_key && !omc__xz_key_ok(cv->server_key)) || (cv->public_key && !cv->secret_key)) {
+        OMC__XFER_LOG(x, OMC_LOG_ERROR, "omc_xfer_desc.curve: every key is 40 characters of Z85 text, and a public key needs its secret key");
+        return OMC_ERR_INVALID_ARG;
+    }
+    if (cv->secret_key) {
+        snprintf(x->curve_secret, sizeof(x->curve_secret), "%s", cv->secret_key);
+        if (cv->public_key) snprintf(x->curve_public, sizeof(x->curve_public), "%s", cv->public_key);
+        else if (omc__xz.curve_public(x->curve_public, x->curve_secret) != 0) return OMC_ERR_INVALID_ARG;
+        x->curve_server = 1;
+    } else if (omc__xz.curve_keypair(x->curve_public, x->curve_secret) != 0) return OMC_ERR_UNAVAILABLE;
+    if (cv->server_key) {
+        snprintf(x->server_key, sizeof(x->server_key), "%s", cv->server_key);
+        x->curve_client = 1;
+    }
+    omc__random_bytes(x->master, sizeof(x->master));
+    x->zctx = omc__xz.ctx_new();
+    return x->zctx ? OMC_OK : OMC_ERR_SYSTEM;
+}
+
+/* The CURVE HELLO: answer with the descriptor and a session (nonce, grant, secret). */
+OMC__PRIVATE void omc__xfer_zmq_hello(omc_xfer* x, const uint8_t* id, size_t idlen, const uint8_t* req, size_t n) {
+    uint8_t* out = (uint8_t*)omc__malloc(&x->hooks, OMC_XFER_RPC_HEADER + OMC__XFER_GRANT_LEN + OMC_XFER_DESC_MAX);
+    omc_xfer_descriptor* d = (omc_xfer_descriptor*)omc__malloc(&x->hooks, sizeof(*d));
+    omc_result st = OMC_OK;
+    uint64_t nonce = omc__random_u64();
+    uint32_t grant = 0, i;
+    size_t dl = 0;
+    if (!out || !d) { omc__free(&x->hooks, out); omc__free(&x->hooks, d); return; }
+    if (n < OMC_XFER_RPC_HEADER || omc__get_u32(req) != OMC_XFER_RPC_MAGIC || req[4] != OMC_XFER_RPC_VERSION || req[5] != OMC__XRPC_HELLO ||
+        omc__get_u64(req + 24) != n - OMC_XFER_RPC_HEADER || n - OMC_XFER_RPC_HEADER == 0 || n - OMC_XFER_RPC_HEADER >= OMC_XFER_NAME_MAX)
+        st = OMC_ERR_MALFORMED;
+    for (i = OMC_XFER_RPC_HEADER; st == OMC_OK && i < n; i++) if (req[i] <= 0x20 || req[i] >= 0x7f) st = OMC_ERR_MALFORMED;
+    if (st == OMC_OK) {
+        pthread_mutex_lock(&x->mu);
+        omc__xfer_describe(x, d);
+        grant = x->next_id;
+        pthread_mutex_unlock(&x->mu);
+        st = omc_xfer_descriptor_encode(d, out + OMC_XFER_RPC_HEADER + OMC__XFER_GRANT_LEN, OMC_XFER_DESC_MAX, &dl);
+    }
+    if (st == OMC_OK) {
+        uint8_t* g = out + OMC_XFER_RPC_HEADER;
+        memset(g, 0, OMC__XFER_GRANT_LEN);
+        omc__put_u64(g, nonce);
+        omc__put_u32(g + 8, grant);
+        omc__xfer_session_secret(x, nonce, grant, g + 16);
+        dl += OMC__XFER_GRANT_LEN;
+        OMC__XFER_LOG(x, OMC_LOG_INFO, "listener %s: descriptor exchange over CURVE with %.*s (ranges up to id %u granted)", x->name,
+                      (int)(n - OMC_XFER_RPC_HEADER), (const char*)req + OMC_XFER_RPC_HEADER, grant);
+    } else {
+        dl = 0;
+        pthread_mutex_lock(&x->mu);
+        x->refused++;
+        pthread_mutex_unlock(&x->mu);
+        OMC__XFER_LOG(x, OMC_LOG_WARN, "listener %s: refused a malformed HELLO of %zu bytes on the CURVE port", x->name, n);
+    }
+    omc__xfer_header(out, OMC_XFER_RPC_ANSWER, OMC__XRPC_HELLO, n >= 12 ? omc__get_u32(req + 8) : 0, (uint32_t)(int32_t)st, x->incarnation, dl);
+    if (omc__xz.send(x->zrouter, id, idlen, OMC__XZ_SNDMORE) >= 0) omc__xz.send(x->zrouter, out, OMC_XFER_RPC_HEADER + dl, 0);
+    omc__free(&x->hooks, out);
+    omc__free(&x->hooks, d);
+}
+
+/* Failed CURVE handshakes (a client with a wrong key, or none, on the CURVE port): counted and
+   logged from the socket's monitor. */
+OMC__PRIVATE void omc__xfer_zmq_events(omc_xfer* x) {
+    uint8_t ev[6];
+    char addr[128];
+    int more = 0;
+    size_t ml = sizeof(more);
+    while (x->zmon && omc__xz.recv(x->zmon, ev, sizeof(ev), OMC__XZ_DONTWAIT) >= 0) {
+        int k = -1;
+        if (omc__xz.getsockopt(x->zmon, OMC__XZ_RCVMORE, &more, &ml) == 0 && more) k = omc__xz.recv(x->zmon, addr, sizeof(addr) - 1, 0);
+        addr[k > 0 && k < (int)sizeof(addr) ? k : 0] = '\0';
+        uint64_t n;
+        pthread_mutex_lock(&x->mu);
+        x->refused++;
+        n = ++x->auth_failures;
+        pthread_mutex_unlock(&x->mu);
+        /* a client with a wrong key retries its handshake every 100 ms: the first few, then every 100th */
+        if (n <= 4 || n % 100 == 0)
+            OMC__XFER_LOG(x, OMC_LOG_WARN, "listener %s: a CURVE handshake on the exchange port failed (event 0x%x, %s): a client without "
+                          "this engine's public key was refused (%llu so far)", x->name, (unsigned)omc__get_u16(ev), addr[0] ? addr : "?",
+                          (unsigned long long)n);
+    }
+}
+
+static void* omc__xfer_zmq_main(void* arg) {
+    omc_xfer* x = (omc_xfer*)arg;
+    uint8_t id[256], req[OMC_XFER_RPC_HEADER + OMC_XFER_NAME_MAX], junk[64];
+    while (!omc__load(&x->stop)) {
+        omc__xfer_zmq_events(x);
+        int more = 0, k = omc__xz.recv(x->zrouter, id, sizeof(id), 0), n = -1;
+        size_t ml = sizeof(more);
+        if (k < 0) continue;            /* the receive timeout: look at stop */
+        if (omc__xz.getsockopt(x->zrouter, OMC__XZ_RCVMORE, &more, &ml) == 0 && more) n = omc__xz.recv(x->zrouter, req, sizeof(req), 0);
+        for (;;) {                      /* frames beyond the request: drop them */
+            more = 0;
+            ml = sizeof(more);
+            if (omc__xz.getsockopt(x->zrouter, OMC__XZ_RCVMORE, &more, &ml) != 0 || !more) break;
+            omc__xz.recv(x->zrouter, junk, sizeof(junk), 0);
+            n = -1;
+        }
+        if (k > (int)sizeof(id) || n < 0) continue;
+        omc__xfer_zmq_hello(x, id, (size_t)k, req, (size_t)n > sizeof(req) ? sizeof(req) + 1 : (size_t)n);
+    }
+    return NULL;
+}
+
+/* The CURVE socket of the exchange, bound on host:curve_port, and its thread. */
+OMC__PRIVATE omc_result omc__xfer_curve_listen(omc_xfer* x, uint32_t port) {
+    char ep[OMC_XFER_HOST_MAX + 32], last[OMC_XFER_HOST_MAX + 32];
+    int one = 1, zero = 0, tmo = 100, six = strchr(x->host, ':') != NULL;
+    int64_t maxmsg = 2048;              /* bounds the handshake commands too (CURVE INITIATE: ~300 bytes) */
+    size_t ll = sizeof(last);
+    const char* colon;
+    if (!x->curve_server) return OMC_OK;
+    x->zrouter = omc__xz.socket(x->zctx, OMC__XZ_ROUTER);
+    if (!x->zrouter) return OMC_ERR_SYSTEM;
+    omc__xz.setsockopt(x->zrouter, OMC__XZ_LINGER, &zero, sizeof(zero));
+    omc__xz.setsockopt(x->zrouter, OMC__XZ_RCVTIMEO, &tmo, sizeof(tmo));
+    omc__xz.setsockopt(x->zrouter, OMC__XZ_SNDTIMEO, &tmo, sizeof(tmo));
+    omc__xz.setsockopt(x->zrouter, OMC__XZ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    omc__xz.setsockopt(x->zrouter, OMC__XZ_IPV6, &six, sizeof(six));
+    omc__xz.setsockopt(x->zrouter, OMC__XZ_CURVE_SERVER, &one, sizeof(one));
+    omc__xz.setsockopt(x->zrouter, OMC__XZ_CURVE_SECRETKEY, x->curve_secret, OMC__XFER_KEY_LEN);
+    omc__xz_endpoint(ep, sizeof(ep), x->host, port);
+    if (omc__xz.bind(x->zrouter, ep) != 0 || omc__xz.getsockopt(x->zrouter, OMC__XZ_LAST_ENDPOINT, last, &ll) != 0 ||
+        !(colon = strrchr(last, ':'))) {
+        OMC__XFER_LOG(x, OMC_LOG_ERROR, "listener: cannot bind the CURVE port %s: %s", ep, strerror(errno));
+        return OMC_ERR_SYSTEM;
+    }
+    x->curve_port = (uint32_t)strtoul(colon + 1, NULL, 10);
+    snprintf(ep, sizeof(ep), "inproc://omniconn-xfer-monitor-%p", (void*)x);
+    if (omc__xz.socket_monitor(x->zrouter, ep, OMC__XZ_EVENTS_FAILED) == 0 && (x->zmon = omc__xz.socket(x->zctx, OMC__XZ_PAIR)) != NULL) {
+        omc__xz.setsockopt(x->zmon, OMC__XZ_LINGER, &zero, sizeof(zero));
+        if (omc__xz.connect(x->zmon, ep) != 0) { omc__xz.close(x->zmon); x->zmon = NULL; }
+    }
+    if (pthread_create(&x->zthread, NULL, omc__xfer_zmq_main, x) != 0) return OMC_ERR_SYSTEM;
+    x->zrunning = 1;
+    return OMC_OK;
+}
+
+OMC__PRIVATE void omc__xfer_curve_stop(omc_xfer* x) {
+    if (x->zrunning) pthread_join(x->zthread, NULL);
+    x->zrunning = 0;
+    if (x->zmon) omc__xz.close(x->zmon);
+    x->zmon = NULL;
+    if (x->zrouter) { omc__xz.socket_monitor(x->zrouter, NULL, 0); omc__xz.close(x->zrouter); }
+    x->zrouter = NULL;
+    if (x->zctx) omc__xz.ctx_term(x->zctx);
+    x->zctx = NULL;
+}
+
+/* The initiator's HELLO over CURVE to host:zport: the answer's status, incarnation, session
+   grant (nonce, grant, secret: OMC__XFER_GRANT_LEN bytes) and the descriptor (*desc, *dlen). */
+OMC__PRIVATE omc_result omc__xfer_curve_hello(omc_xfer_peer* P, const char* host, uint32_t zport, uint64_t want, omc_time_ns deadline,
+                                              omc_result* st, uint64_t* inc, uint8_t* grant, uint8_t* desc, size_t* dlen) {
+    omc_xfer* x = P->x;
+    char ep[OMC_XFER_HOST_MAX + 32];
+    uint8_t req[OMC_XFER_RPC_HEADER + OMC_XFER_NAME_MAX];
+    uint8_t* ans = (uint8_t*)omc__malloc(&x->hooks, OMC_XFER_RPC_HEADER + OMC__XFER_GRANT_LEN + OMC_XFER_DESC_MAX + 1);
+    size_t nl = strlen(x->name);
+    int zero = 0, six = strchr(host, ':') != NULL, k = -1;
+    void* s;
+    omc_result r = OMC_OK;
+    if (!ans) return OMC_ERR_NO_MEMORY;
+    s = omc__xz.socket(x->zctx, OMC__XZ_DEALER);
+    if (!s) { omc__free(&x->hooks, ans); return OMC_ERR_SYSTEM; }
+    omc__xz.setsockopt(s, OMC__XZ_LINGER, &zero, sizeof(zero));
+    omc__xz.setsockopt(s, OMC__XZ_IPV6, &six, sizeof(six));
+    omc__xz.setsockopt(s, OMC__XZ_CURVE_SERVERKEY, x->server_key, OMC__XFER_KEY_LEN);
+    omc__xz.setsockopt(s, OMC__XZ_CURVE_PUBLICKEY, x->curve_public, OMC__XFER_KEY_LEN);
+    omc__xz.setsockopt(s, OMC__XZ_CURVE_SECRETKEY, x->curve_secret, OMC__XFER_KEY_LEN);
+    omc__xz_endpoint(ep, sizeof(ep), host, zport);
+    omc__xfer_header(req, OMC_XFER_RPC_MAGIC, OMC__XRPC_HELLO, 0, 0, want, nl);
+    memcpy(req + OMC_XFER_RPC_HEADER, x->name, nl);
+    if (omc__xz.connect(s, ep) != 0 || omc__xz.send(s, req, OMC_XFER_RPC_HEADER + nl, OMC__XZ_DONTWAIT) < 0) r = OMC_ERR_CONNECTION;
+    while (r == OMC_OK) {               /* the answer, in steps that look at the deadline and the cancel flag */
+        omc_time_ns now = omc_now_ns();
+        int ms = OMC__XFER_POLL_MS;
+        if (P->cancel && omc__load(P->cancel)) { r = OMC_ERR_CLOSED; break; }
+        if (deadline && now >= deadline) {
+            OMC__XFER_LOG(x, OMC_LOG_ERROR, "peer %s: no answer over CURVE from %s before the deadline: the CURVE handshake failed "
+                          "(is curve.server_key that engine's public key?) or the peer is gone", P->name, ep);
+            r = OMC_ERR_AUTH;
+            break;
+        }
+        omc__xz.setsockopt(s, OMC__XZ_RCVTIMEO, &ms, sizeof(ms));
+        k = omc__xz.recv(s, ans, OMC_XFER_RPC_HEADER + OMC__XFER_GRANT_LEN + OMC_XFER_DESC_MAX + 1, 0);
+        if (k >= 0) break;
+    }
+    omc__xz.close(s);
+    if (r == OMC_OK && (k < OMC_XFER_RPC_HEADER || k > OMC_XFER_RPC_HEADER + OMC__XFER_GRANT_LEN + OMC_XFER_DESC_MAX ||
+                        omc__get_u32(ans) != OMC_XFER_RPC_ANSWER || ans[4] != OMC_XFER_RPC_VERSION || ans[5] != OMC__XRPC_HELLO ||
+                        omc__get_u64(ans + 24) != (uint64_t)k - OMC_XFER_RPC_HEADER))
+        r = OMC_ERR_PROTOCOL;
+    if (r == OMC_OK) {
+        *st = (omc_result)(int32_t)omc__get_u32(ans + 12);
+        *inc = omc__get_u64(ans + 16);
+        *dlen = 0;
+        if (*st == OMC_OK && (size_t)k < OMC_XFER_RPC_HEADER + OMC__XFER_GRANT_LEN + OMC_XFER_DESC_HEADER) r = OMC_ERR_PROTOCOL;
+        else if (*st == OMC_OK) {
+            memcpy(grant, ans + OMC_XFER_RPC_HEADER, OMC__XFER_GRANT_LEN);
+            *dlen = (size_t)k - OMC_XFER_RPC_HEADER - OMC__XFER_GRANT_LEN;
+            memcpy(desc, ans + OMC_XFER_RPC_HEADER + OMC__XFER_GRANT_LEN, *dlen);
+        }
+    }
+    omc__free(&x->hooks, ans);
+    return r;
+}
+#else
+OMC__PRIVATE omc_result omc__xfer_curve_setup(omc_xfer* x, const omc_xfer_curve* cv) {
+    const char* e1 = getenv("OMNICONN_XFER_SECRET_KEY_FILE");
+    const char* e2 = getenv("OMNICONN_XFER_SERVER_KEY_FILE");
+    if (!cv->secret_key && !cv->public_key && !cv->server_key && !(e1 && e1[0]) && !(e2 && e2[0])) return OMC_OK;
+    OMC__XFER_LOG(x, OMC_LOG_ERROR, "CURVE keys given, but this build has no ZMQ (OMNICONN_NO_ZMQ)");
+    return OMC_ERR_UNAVAILABLE;
+}
+OMC__PRIVATE omc_result omc__xfer_curve_listen(omc_xfer* x, uint32_t port) { (void)x; (void)port; return OMC_OK; }
+OMC__PRIVATE void omc__xfer_curve_stop(omc_xfer* x) { (void)x; }
+OMC__PRIVATE omc_result omc__xfer_curve_hello(omc_xfer_peer* P, const char* host, uint32_t zport, uint64_t want, omc_time_ns deadline,
+                                              omc_result* st, uint64_t* inc, uint8_t* grant, uint8_t* desc, size_t* dlen) {
+    (void)P; (void)host; (void)zport; (void)want; (void)deadline; (void)st; (void)inc; (void)grant; (void)desc; (void)dlen;
+    return OMC_ERR_UNAVAILABLE;
+}
+#endif
+
+/* ============================================================================================== */
 /* [SECTION] Implementation: transfer engine - the RPC listener (the target's side)               */
 /* ============================================================================================== */
 
@@ -6594,7 +7227,12 @@ OMC__PRIVATE omc_result omc__xfer_serve_rw(omc__xfer_client* cl, int type, uint3
     pthread_mutex_lock(&x->mu);
     g = omc__xfer_by_id(x, id);
     if (!len) { st = OMC_ERR_MALFORMED; snprintf(why, sizeof(why), "a %s of 0 bytes", type == OMC__XRPC_READ ? "READ" : "WRITE"); }
-    else if (!g) { st = OMC_ERR_STALE; snprintf(why, sizeof(why), "range %u is not registered (any more)", id); }
+    else if (x->curve_server && id > cl->grant) {
+        st = OMC_ERR_AUTH;
+        x->auth_failures++;
+        snprintf(why, sizeof(why), "range %u is not among the ranges this client's descriptor exchange granted (up to %u)", id, cl->grant);
+    } else if (!g) { st = OMC_ERR_STALE; snprintf(why, sizeof(why), "range %u is not registered (any more)", id); }
+    else if (g->device) { st = OMC_ERR_UNAVAILABLE; snprintf(why, sizeof(why), "range %u is device memory: RDMA only", id); }
     else if (a < (uint64_t)(uintptr_t)g->base || a - (uint64_t)(uintptr_t)g->base > g->size || len > g->size - (a - (uint64_t)(uintptr_t)g->base)) {
         st = OMC_ERR_RDMA_ACCESS;
         snprintf(why, sizeof(why), "[0x%llx, +%llu) leaves range %u [%p, +%llu)", (unsigned long long)a, (unsigned long long)len, id,
@@ -6729,6 +7367,46 @@ OMC__PRIVATE omc_result omc__xfer_serve_hello(omc__xfer_client* cl, uint32_t num
     return r;
 }
 
+/* A connection of an engine with CURVE, before it authenticated: a CHALLENGE gets the CURVE port
+   and fresh random bytes, an AUTH must prove a session secret for them; anything else (a client
+   without the keys) is refused with OMC_ERR_AUTH and the connection closed. */
+OMC__PRIVATE omc_result omc__xfer_serve_auth(omc__xfer_client* cl, int type, uint32_t num, uint32_t word, uint64_t a, uint64_t len) {
+    omc_xfer* x = cl->x;
+    uint8_t msg[OMC__XFER_CHALLENGE_LEN], proof[OMC__XFER_MAC], secret[OMC__XFER_MAC], want[OMC__XFER_MAC];
+    const char* why = NULL;
+    omc_result r;
+    if (type == OMC__XRPC_CHALLENGE && !len && !cl->challenged) {
+        omc__random_bytes(cl->nonce, sizeof(cl->nonce));
+        cl->challenged = 1;
+        omc__put_u16(msg, (uint16_t)x->curve_port);
+        omc__put_u16(msg + 2, 0);
+        memcpy(msg + 4, cl->nonce, OMC__XFER_NONCE);
+        return omc__xfer_answer(cl, type, num, OMC_OK, msg, sizeof(msg));
+    }
+    if (type == OMC__XRPC_AUTH && cl->challenged && len == OMC__XFER_MAC) {
+        r = omc__xfer_io(cl->fd, proof, sizeof(proof), 0, omc_deadline_after_ms(x->io_timeout_ms), NULL, NULL);
+        if (r != OMC_OK) return r;
+        omc__xfer_session_secret(x, a, word, secret);
+        omc__xfer_proof(secret, cl->nonce, want);
+        cl->challenged = 0;             /* one try per challenge */
+        if (omc__xfer_mac_equal(proof, want)) {
+            cl->authed = 1;
+            cl->grant = word;
+            return omc__xfer_answer(cl, type, num, OMC_OK, NULL, 0);
+        }
+        why = "its proof of a session secret is wrong (a forged or stale session)";
+    }
+    if (!why) why = type == OMC__XRPC_HELLO ? "this engine requires CURVE: the descriptor exchange runs on its CURVE port, for clients "
+                                              "that know its public key (omc_xfer_desc.curve.server_key)"
+                                            : "this engine requires CURVE, and the connection has not authenticated";
+    pthread_mutex_lock(&x->mu);
+    x->auth_failures++;
+    pthread_mutex_unlock(&x->mu);
+    omc__xfer_refuse(cl, OMC_ERR_AUTH, why);
+    omc__xfer_answer(cl, type, num, OMC_ERR_AUTH, NULL, 0);
+    return OMC_ERR_AUTH;
+}
+
 /* One request (its header in h). OMC_OK: serve the next; otherwise close the connection. */
 OMC__PRIVATE omc_result omc__xfer_serve_one(omc__xfer_client* cl, const uint8_t* h) {
     omc_xfer* x = cl->x;
@@ -6746,6 +7424,12 @@ OMC__PRIVATE omc_result omc__xfer_serve_one(omc__xfer_client* cl, const uint8_t*
         omc__xfer_refuse(cl, OMC_ERR_VERSION, "unknown protocol version");
         omc__xfer_answer(cl, type, num, OMC_ERR_VERSION, NULL, 0);
         return OMC_ERR_VERSION;
+    }
+    if (x->curve_server && !cl->authed) return omc__xfer_serve_auth(cl, type, num, word, a, len);
+    if (type == OMC__XRPC_CHALLENGE || type == OMC__XRPC_AUTH) {
+        /* a client that insists on CURVE, at an engine without it: it logs why and hangs up */
+        omc__xfer_answer(cl, type, num, OMC_ERR_UNAVAILABLE, NULL, 0);
+        return len ? OMC_ERR_PROTOCOL : OMC_OK;
     }
     switch (type) {
         case OMC__XRPC_READ: case OMC__XRPC_WRITE:
@@ -6967,10 +7651,14 @@ OMNICONN_API omc_result omc_xfer_create(const omc_xfer_desc* desc, omc_xfer** ou
     for (i = 0; i < x->max_clients; i++) x->clients[i].fd = -1;
     if (pthread_mutex_init(&x->mu, NULL) != 0) { r = OMC_ERR_SYSTEM; goto fail_alloc; }
     if (omc__cond_init_monotonic(&x->cv) != 0) { r = OMC_ERR_SYSTEM; goto fail_mutex; }
+    r = omc__xfer_curve_setup(x, &d.curve);
+    if (r != OMC_OK) goto fail_curve;
     r = omc__xfer_start_rdma(x, &d);
-    if (r != OMC_OK) goto fail_cond;
+    if (r != OMC_OK) goto fail_curve;
     r = omc__xfer_listen(x, x->host, d.port);
     if (r != OMC_OK) goto fail_rdma;
+    r = omc__xfer_curve_listen(x, d.curve_port);
+    if (r != OMC_OK) goto fail_listen;
     if (pthread_create(&x->accept_thread, NULL, omc__xfer_accept_main, x) != 0) { r = OMC_ERR_SYSTEM; goto fail_listen; }
     x->accepting = 1;
     if (strcmp(x->host, "0.0.0.0") == 0 || strcmp(x->host, "::") == 0)
@@ -6980,10 +7668,14 @@ OMNICONN_API omc_result omc_xfer_create(const omc_xfer_desc* desc, omc_xfer** ou
     *out = x;
     return OMC_OK;
 fail_listen:
+    omc__store(&x->stop, 1);
+    omc__xfer_curve_stop(x);
     close(x->lfd);
 fail_rdma:
     if (x->rdma) omc_rdma_destroy(x->rdma);
-fail_cond:
+fail_curve:
+    omc__xfer_curve_stop(x);
+    memset(x->master, 0, sizeof(x->master));
     pthread_cond_destroy(&x->cv);
 fail_mutex:
     pthread_mutex_destroy(&x->mu);
@@ -7004,6 +7696,7 @@ OMNICONN_API void omc_xfer_destroy(omc_xfer* x) {
     /* the listener: shutting the sockets down wakes accept() and every client's poll */
     if (x->lfd >= 0) shutdown(x->lfd, SHUT_RDWR);
     if (x->accepting) pthread_join(x->accept_thread, NULL);
+    omc__xfer_curve_stop(x);
     pthread_mutex_lock(&x->mu);
     {
         omc_xfer_batch* b;
@@ -7029,6 +7722,7 @@ OMNICONN_API void omc_xfer_destroy(omc_xfer* x) {
     omc__free(&hooks, x->regions);
     omc__free(&hooks, x->clients);
     omc__free(&hooks, x->notifs);
+    memset(x->master, 0, sizeof(x->master));
     omc__free(&hooks, x);
 }
 
@@ -7054,6 +7748,8 @@ OMNICONN_API omc_result omc_xfer_query(omc_xfer* x, omc_xfer_info* o) {
     o->refused = x->refused;
     o->notifies = x->notifies;
     o->notifies_dropped = x->notifies_dropped;
+    o->curve_port = x->curve_port;
+    o->auth_failures = x->auth_failures;
     for (i = 0; i < x->max_clients; i++) o->clients += x->clients[i].state == 1;
     pthread_mutex_unlock(&x->mu);
     return OMC_OK;
@@ -7118,6 +7814,46 @@ OMC__PRIVATE omc_result omc__xfer_call(omc_xfer_peer* P, int type, uint64_t a, c
     return OMC_OK;
 }
 
+/* With CURVE (peer->io held, P->fd connected): a challenge on the plain connection (it names the
+   CURVE port), the HELLO over CURVE (descriptor and session), then the proof on the plain
+   connection. *st is the HELLO's status; the descriptor lands in desc (*dlen bytes). */
+OMC__PRIVATE omc_result omc__xfer_authenticate(omc_xfer_peer* P, const char* host, uint64_t want, omc_time_ns deadline, omc_result* st,
+                                               uint64_t* inc, uint8_t* desc, size_t* dlen) {
+    omc_xfer* x = P->x;
+    uint8_t ch[OMC__XFER_CHALLENGE_LEN], grant[OMC__XFER_GRANT_LEN], proof[OMC__XFER_MAC];
+    uint64_t i2, len = 0;
+    omc_result r, s2 = OMC_OK;
+    r = omc__xfer_call(P, OMC__XRPC_CHALLENGE, 0, NULL, 0, deadline, st, &i2, &len);
+    if (r == OMC_OK && *st != OMC_OK) {
+        OMC__XFER_LOG(x, OMC_LOG_ERROR, "peer %s does not use CURVE, and this engine opens peers only through CURVE (curve.server_key "
+                      "is set): refused", P->name);
+        *st = OMC_ERR_AUTH;
+        return OMC_OK;
+    }
+    if (r == OMC_OK && len != OMC__XFER_CHALLENGE_LEN) { omc__xfer_hangup(P); r = OMC_ERR_PROTOCOL; }
+    if (r == OMC_OK) r = omc__xfer_io(P->fd, ch, sizeof(ch), 0, deadline, NULL, NULL);
+    if (r == OMC_OK && omc__get_u16(ch) == 0) { omc__xfer_hangup(P); r = OMC_ERR_PROTOCOL; }
+    if (r == OMC_OK) r = omc__xfer_curve_hello(P, host, omc__get_u16(ch), want, deadline, st, inc, grant, desc, dlen);
+    if (r != OMC_OK || *st != OMC_OK) return r;
+    if (*inc != i2) return OMC_ERR_PROTOCOL;       /* the CURVE port is another engine's */
+    omc__xfer_proof(grant + 16, ch + 4, proof);
+    memset(grant + 16, 0, OMC__XFER_MAC);
+    {
+        uint8_t h[OMC_XFER_RPC_HEADER];
+        omc__xfer_header(h, OMC_XFER_RPC_MAGIC, OMC__XRPC_AUTH, 0, omc__get_u32(grant + 8), omc__get_u64(grant), sizeof(proof));
+        r = omc__xfer_send2(P->fd, h, sizeof(h), proof, sizeof(proof), deadline, NULL);
+        if (r == OMC_OK) r = omc__xfer_io(P->fd, h, sizeof(h), 0, deadline, NULL, NULL);
+        if (r == OMC_OK && (omc__get_u32(h) != OMC_XFER_RPC_ANSWER || h[5] != OMC__XRPC_AUTH || omc__get_u64(h + 24))) r = OMC_ERR_PROTOCOL;
+        if (r == OMC_OK) s2 = (omc_result)(int32_t)omc__get_u32(h + 12);
+        if (r != OMC_OK) omc__xfer_hangup(P);
+    }
+    if (r == OMC_OK && s2 != OMC_OK) {
+        OMC__XFER_LOG(x, OMC_LOG_ERROR, "peer %s refused this engine's session proof (%s)", P->name, omc_result_name(s2));
+        *st = s2;
+    }
+    return r;
+}
+
 /* Connect and HELLO (peer->io held): the answering engine must be the descriptor's (unless the
    peer has none yet); its descriptor replaces ours. */
 OMC__PRIVATE omc_result omc__xfer_hello(omc_xfer_peer* P, const char* host, uint32_t port, omc_time_ns deadline) {
@@ -7132,14 +7868,25 @@ OMC__PRIVATE omc_result omc__xfer_hello(omc_xfer_peer* P, const char* host, uint
         OMC__XFER_LOG(x, OMC_LOG_WARN, "peer %s:%u: cannot connect: %s", host, port, omc_result_name(r));
         return r;
     }
-    r = omc__xfer_call(P, OMC__XRPC_HELLO, want, x->name, (uint32_t)strlen(x->name), deadline, &st, &inc, &len);
-    if (r == OMC_OK && st == OMC_OK && (len < OMC_XFER_DESC_HEADER || len > OMC_XFER_DESC_MAX)) r = OMC_ERR_PROTOCOL;
-    if (r == OMC_OK && st == OMC_OK) {
-        buf = (uint8_t*)omc__malloc(&x->hooks, (size_t)len);
+    if (x->curve_client) {
+        size_t dl = 0;
+        buf = (uint8_t*)omc__malloc(&x->hooks, OMC_XFER_DESC_MAX);
         d = (omc_xfer_descriptor*)omc__malloc(&x->hooks, sizeof(*d));
-        r = buf && d ? omc__xfer_io(P->fd, buf, (size_t)len, 0, deadline, NULL, NULL) : OMC_ERR_NO_MEMORY;
-        if (r == OMC_OK) r = omc_xfer_descriptor_decode(buf, (size_t)len, d);
-        if (r == OMC_OK && d->incarnation != inc) r = OMC_ERR_PROTOCOL;
+        r = buf && d ? omc__xfer_authenticate(P, host, want, deadline, &st, &inc, buf, &dl) : OMC_ERR_NO_MEMORY;
+        if (r == OMC_OK && st == OMC_OK) r = omc_xfer_descriptor_decode(buf, dl, d);
+        if (r == OMC_OK && st == OMC_OK && d->incarnation != inc) r = OMC_ERR_PROTOCOL;
+    } else {
+        r = omc__xfer_call(P, OMC__XRPC_HELLO, want, x->name, (uint32_t)strlen(x->name), deadline, &st, &inc, &len);
+        if (r == OMC_OK && st == OMC_OK && (len < OMC_XFER_DESC_HEADER || len > OMC_XFER_DESC_MAX)) r = OMC_ERR_PROTOCOL;
+        if (r == OMC_OK && st == OMC_OK) {
+            buf = (uint8_t*)omc__malloc(&x->hooks, (size_t)len);
+            d = (omc_xfer_descriptor*)omc__malloc(&x->hooks, sizeof(*d));
+            r = buf && d ? omc__xfer_io(P->fd, buf, (size_t)len, 0, deadline, NULL, NULL) : OMC_ERR_NO_MEMORY;
+            if (r == OMC_OK) r = omc_xfer_descriptor_decode(buf, (size_t)len, d);
+            if (r == OMC_OK && d->incarnation != inc) r = OMC_ERR_PROTOCOL;
+        }
+        if (r == OMC_OK && st == OMC_ERR_AUTH)
+            OMC__XFER_LOG(x, OMC_LOG_ERROR, "peer %s requires CURVE: give this engine its public key (omc_xfer_desc.curve.server_key)", P->name);
     }
     if (r == OMC_OK && st != OMC_OK) r = st;
     if (r == OMC_OK && want && inc != want) {
@@ -7384,12 +8131,45 @@ OMC__PRIVATE omc_result omc__xfer_plan(omc_rdma_conn* c, omc_xfer_batch* b, uint
     return OMC_OK;
 }
 
+/* A free slot on q (mu held) before the batch's deadline, a poll interval at a time so that a
+   cancel is seen while the adapter drains (OMC_ERR_CLOSED then). */
+OMC__PRIVATE omc_result omc__xfer_wait_slot(omc_xfer_batch* b, omc__rdma_qp* q, omc_time_ns deadline) {
+    for (;;) {
+        omc_time_ns step = omc_deadline_after_ms(OMC__XFER_POLL_MS);
+        omc_result r = omc__rdma_wait_slot(q->conn->eng, q, deadline < step ? deadline : step);
+        if (r != OMC_ERR_TIMEOUT) return r;
+        if (omc__load(&b->cancel)) return OMC_ERR_CLOSED;
+        if (omc_now_ns() >= deadline) return r;
+    }
+}
+
+/* A slice could not be posted on q (mu held): if its pair failed meanwhile (a rail went down
+   while the batch was being posted) the slice is posted again on the pairs left in the next
+   round, as a write's are; OMC_OK then. Otherwise (the connection is gone, the deadline) the
+   error, and the batch stops posting. */
+OMC__PRIVATE omc_result omc__xfer_post_failed(omc_rdma_conn* c, omc_rdma_op* op, omc__rdma_qp* q, omc__rdma_slice* sl, omc_result r) {
+    if (omc__rdma_conn_usable(c) != OMC_OK || r == OMC_ERR_TIMEOUT || r == OMC_ERR_NO_MEMORY || r == OMC_ERR_CLOSED) return r;
+    if (c->pair[q->pair].up) {
+        char text[160];
+        snprintf(text, sizeof(text), "could not post on QP %u: %s", q->qpn, omc_result_str(r));
+        omc__rdma_pair_down_locked(c, q->pair, r, text);
+    }
+    if (omc__rdma_conn_usable(c) != OMC_OK) return c->error != OMC_OK ? c->error : OMC_ERR_RDMA_QP;
+    sl->state = OMC__SLICE_REPOST;
+    op->reposts++;
+    return OMC_OK;
+}
+
 OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op, omc_time_ns deadline) {
     omc_rdma* E = c->eng;
     omc_xfer_batch* b = op->xfer;
     uint32_t last[OMC_RDMA_MAX_QPS], k;
     uint16_t* plan = (uint16_t*)omc__malloc(&E->hooks, sizeof(uint16_t) * (b->nslices ? b->nslices : 1));
     omc_result r;
+    /* a slot is waited for until the batch's deadline: a round of reposts comes from a wait
+       that looks only a poll interval ahead, and the pairs left have only so many slots */
+    (void)deadline;
+    deadline = b->deadline ? b->deadline : OMC_WAIT_FOREVER;
     if (!plan) return OMC_ERR_NO_MEMORY;
     r = omc__xfer_plan(c, b, plan, last);
     if (r != OMC_OK) {
@@ -7410,8 +8190,12 @@ OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op,
         R = &E->rail[q->rail];
         e = &b->e[sl->ext];
         if (omc__load(&b->cancel)) { r = OMC_ERR_CLOSED; break; }      /* the rest stays unposted */
-        r = omc__rdma_wait_slot(E, q, deadline);
-        if (r != OMC_OK) break;
+        r = omc__xfer_wait_slot(b, q, deadline);
+        if (r != OMC_OK) {
+            r = omc__xfer_post_failed(c, op, q, sl, r);
+            if (r != OMC_OK) break;
+            continue;
+        }
         sge.addr = (uint64_t)(uintptr_t)e->local + sl->off;
         sge.length = (uint32_t)sl->len;
         sge.lkey = b->lkey[sl->ext][q->rail];
@@ -7422,7 +8206,11 @@ OMC__PRIVATE omc_result omc__xfer_post_slices(omc_rdma_conn* c, omc_rdma_op* op,
         wr.wr.rdma.remote_addr = e->remote + sl->off;
         wr.wr.rdma.rkey = b->rkey[sl->ext][b->peer->pair_rail[q->pair]];
         r = omc__rdma_post(E, q, &wr, op, last[plan[k]] == k, k);
-        if (r != OMC_OK) break;
+        if (r != OMC_OK) {
+            r = omc__xfer_post_failed(c, op, q, sl, r);
+            if (r != OMC_OK) break;
+            continue;
+        }
         sl->state = OMC__SLICE_POSTED;
         sl->pair = (uint8_t)q->pair;
         if (!R->inflight) {

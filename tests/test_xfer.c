@@ -498,6 +498,299 @@ OMC_TEST(a_restarted_peer_is_detected_and_a_dead_one_fails_promptly) {
     free(mine);
 }
 
+/* ---- CURVE on the descriptor exchange ---------------------------------------------------------- */
+
+typedef struct logcap_t { pthread_mutex_t mu; char text[8192]; } logcap_t;
+
+static void logcap_fn(omc_log_level level, omc_log_item item, const char* message, const char* file, int line, void* user) {
+    logcap_t* c = (logcap_t*)user;
+    size_t n;
+    (void)level; (void)item; (void)file; (void)line;
+    pthread_mutex_lock(&c->mu);
+    n = strlen(c->text);
+    if (n + strlen(message) + 2 < sizeof(c->text)) { strcat(c->text, message); strcat(c->text, "\n"); }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int logcap_has(logcap_t* c, const char* what) {
+    int r;
+    pthread_mutex_lock(&c->mu);
+    r = strstr(c->text, what) != NULL;
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
+/* an engine with CURVE keys (any may be NULL), its log captured in cap (may be NULL); over the
+   run's transport, or over TCP on loopback (tcp: the hand-made requests dial 127.0.0.1) */
+static omc_xfer* curve_engine_on(int tcp, const char* secret, const char* server_key, logcap_t* cap) {
+    omc_xfer_desc d;
+    omc_xfer* x = NULL;
+    memset(&d, 0, sizeof(d));
+    d.transport = tcp ? OMC_XFER_TRANSPORT_TCP : transport();
+    d.io_timeout_ms = 3000;
+    if (d.transport == OMC_XFER_TRANSPORT_RDMA) {
+        d.host = getenv("OMC_RDMA_IP") ? getenv("OMC_RDMA_IP") : "127.0.0.1";
+        d.rdma.devices = getenv("OMC_RDMA_DEVICE");
+        d.rdma.max_rails = 1;
+    }
+    d.curve.secret_key = secret;
+    d.curve.server_key = server_key;
+    if (cap) {
+        d.hooks.log_fn = logcap_fn;
+        d.hooks.max_level = OMC_LOG_INFO;
+        d.hooks.user_data = cap;
+    }
+    CHECK_OK(omc_xfer_create(&d, &x));
+    return x;
+}
+#define curve_engine(secret, server_key, cap) curve_engine_on(0, secret, server_key, cap)
+
+OMC_TEST(hmac_sha256_matches_rfc4231) {
+    static const uint8_t want2[32] = {0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e, 0x6a, 0x04, 0x24, 0x26, 0x08, 0x95, 0x75, 0xc7,
+                                      0x5a, 0x00, 0x3f, 0x08, 0x9d, 0x27, 0x39, 0x83, 0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43};
+    static const uint8_t want6[32] = {0x60, 0xe4, 0x31, 0x59, 0x1e, 0xe0, 0xb6, 0x7f, 0x0d, 0x8a, 0x26, 0xaa, 0xcb, 0xf5, 0xb7, 0x7f,
+                                      0x8e, 0x0b, 0xc6, 0x21, 0x37, 0x28, 0xc5, 0x14, 0x05, 0x46, 0x04, 0x0f, 0x0e, 0xe3, 0x7f, 0x54};
+    uint8_t key[131], out[32];
+    memset(key, 0xaa, sizeof(key));
+    /* test case 2, with the message split across the two parts */
+    omc__hmac_sha256((const uint8_t*)"Jefe", 4, "what do ya want ", 16, "for nothing?", 12, out);
+    CHECK(memcmp(out, want2, 32) == 0);
+    /* test case 6: a key longer than the block */
+    omc__hmac_sha256(key, sizeof(key), "Test Using Larger Than Block-Size Key - Hash Key First", 54, NULL, 0, out);
+    CHECK(memcmp(out, want6, 32) == 0);
+}
+
+OMC_TEST(curve_right_key_moves_data_wrong_or_no_key_is_refused) {
+    char pub[41], sec[41], pub2[41], sec2[41];
+    logcap_t lb, lc, ld;
+    omc_xfer *a, *b, *c, *d;
+    omc_xfer_peer* p = NULL;
+    omc_xfer_info ib;
+    omc_xfer_entry e[16];
+    omc_result st[16];
+    omc_xfer_notif nf[2];
+    uint8_t *ma = pages(16 * 4096), *mb = pages(16 * 4096);
+    uint32_t i;
+    omc_time_ns t0;
+    REQUIRE(omc_tcp_curve_keypair(pub, sec) == OMC_OK);       /* libzmq with CURVE is a dependency */
+    CHECK_OK(omc_tcp_curve_keypair(pub2, sec2));
+    memset(&lb, 0, sizeof(lb)); memset(&lc, 0, sizeof(lc)); memset(&ld, 0, sizeof(ld));
+    pthread_mutex_init(&lb.mu, NULL); pthread_mutex_init(&lc.mu, NULL); pthread_mutex_init(&ld.mu, NULL);
+    b = curve_engine(sec, NULL, &lb);           /* the target: its exchange requires CURVE */
+    a = curve_engine(NULL, pub, NULL);          /* knows b's public key */
+    c = curve_engine(NULL, NULL, &lc);          /* no key */
+    d = curve_engine(NULL, pub2, &ld);          /* the wrong key */
+    REQUIRE(a && b && c && d && ma && mb);
+    CHECK_OK(omc_xfer_register(a, ma, 16 * 4096, 0));
+    CHECK_OK(omc_xfer_register(b, mb, 16 * 4096, 0));
+    CHECK_OK(omc_xfer_query(b, &ib));
+    CHECK(ib.curve_port != 0 && ib.curve_port != ib.port);
+
+    /* right key: scattered WRITE with a notification, then READ back */
+    CHECK_OK(omc_xfer_peer_open(a, ib.name, omc_deadline_after_ms(5000), &p));
+    REQUIRE(p != NULL);
+    omc_test_fill(ma, 16 * 4096, 3);
+    for (i = 0; i < 16; i++) {
+        e[i].local = ma + (size_t)i * 4096;
+        e[i].remote = (uint64_t)(uintptr_t)(mb + (size_t)((i * 5) % 16) * 4096);
+        e[i].length = 4096 - i;
+    }
+    CHECK_OK(omc_xfer_run(p, OMC_XFER_WRITE, e, 16, "curve", 5, omc_deadline_after_ms(10000), st));
+    for (i = 0; i < 16; i++) CHECK(memcmp(mb + (size_t)((i * 5) % 16) * 4096, ma + (size_t)i * 4096, 4096 - i) == 0);
+    CHECK_EQ(omc_xfer_notifs(b, nf, 2), 1);
+    memset(ma, 0, 16 * 4096);
+    CHECK_OK(omc_xfer_run(p, OMC_XFER_READ, e, 16, NULL, 0, omc_deadline_after_ms(10000), st));
+    for (i = 0; i < 16; i++) CHECK(memcmp(ma + (size_t)i * 4096, mb + (size_t)((i * 5) % 16) * 4096, 4096 - i) == 0);
+    CHECK(logcap_has(&lb, "descriptor exchange over CURVE"));
+    CHECK_OK(omc_xfer_query(b, &ib));
+    CHECK_EQ(ib.auth_failures, 0);
+
+    /* no key: the plain HELLO is refused at once with OMC_ERR_AUTH, both sides say why */
+    {
+        omc_xfer_peer* q = NULL;
+        CHECK_RES(omc_xfer_peer_open(c, ib.name, omc_deadline_after_ms(5000), &q), OMC_ERR_AUTH);
+        CHECK(q == NULL);
+        CHECK(logcap_has(&lc, "requires CURVE"));
+        CHECK(logcap_has(&lb, "this engine requires CURVE"));
+        CHECK_OK(omc_xfer_query(b, &ib));
+        CHECK_EQ(ib.auth_failures, 1);
+    }
+    /* wrong key: the CURVE handshake never completes; OMC_ERR_AUTH at the deadline */
+    {
+        omc_xfer_peer* q = NULL;
+        t0 = omc_now_ns();
+        CHECK_RES(omc_xfer_peer_open(d, ib.name, omc_deadline_after_ms(1500), &q), OMC_ERR_AUTH);
+        CHECK(q == NULL);
+        CHECK(omc_now_ns() - t0 < (omc_time_ns)20 * 1000000000);
+        CHECK(logcap_has(&ld, "CURVE handshake failed"));
+        /* the target saw it too (its monitor reports the failed handshake, at once or soon) */
+        t0 = omc_now_ns();
+        while (!logcap_has(&lb, "CURVE handshake on the exchange port failed") && omc_now_ns() - t0 < (omc_time_ns)10 * 1000000000) poll(NULL, 0, 20);
+        CHECK(logcap_has(&lb, "CURVE handshake on the exchange port failed"));
+        CHECK_OK(omc_xfer_query(b, &ib));
+        CHECK(ib.auth_failures >= 2);
+    }
+    /* a CURVE client at an engine without CURVE refuses it */
+    {
+        omc_xfer_peer* q = NULL;
+        omc_xfer_info ic;
+        CHECK_OK(omc_xfer_query(c, &ic));
+        CHECK_RES(omc_xfer_peer_open(a, ic.name, omc_deadline_after_ms(5000), &q), OMC_ERR_AUTH);
+        CHECK(q == NULL);
+    }
+    /* the session still works after all that */
+    CHECK_OK(omc_xfer_run(p, OMC_XFER_READ, e, 16, NULL, 0, omc_deadline_after_ms(10000), st));
+    omc_xfer_peer_close(p);
+    omc_xfer_destroy(a);
+    omc_xfer_destroy(b);
+    omc_xfer_destroy(c);
+    omc_xfer_destroy(d);
+    free(ma);
+    free(mb);
+}
+
+OMC_TEST(curve_keys_from_key_files_named_in_the_environment) {
+    char pub[41], sec[41], fs[] = "/tmp/omc-xfer-sec-XXXXXX", fp[] = "/tmp/omc-xfer-pub-XXXXXX";
+    omc_xfer *b, *a, *c;
+    omc_xfer_peer *p = NULL, *q = NULL;
+    omc_xfer_info ib;
+    uint8_t* m = pages(4096);
+    int f1, f2;
+    REQUIRE(omc_tcp_curve_keypair(pub, sec) == OMC_OK && m);
+    f1 = mkstemp(fs);
+    f2 = mkstemp(fp);
+    REQUIRE(f1 >= 0 && f2 >= 0);
+    CHECK(write(f1, sec, 40) == 40 && write(f1, "\n", 1) == 1);
+    CHECK(write(f2, pub, 40) == 40);
+    close(f1);
+    close(f2);
+    setenv("OMNICONN_XFER_SECRET_KEY_FILE", fs, 1);
+    b = curve_engine(NULL, NULL, NULL);
+    unsetenv("OMNICONN_XFER_SECRET_KEY_FILE");
+    setenv("OMNICONN_XFER_SERVER_KEY_FILE", fp, 1);
+    a = curve_engine(NULL, NULL, NULL);
+    setenv("OMNICONN_XFER_SERVER_KEY_FILE", "/nonexistent/key", 1);
+    {
+        omc_xfer_desc d;
+        omc_xfer* z = NULL;
+        memset(&d, 0, sizeof(d));
+        d.transport = OMC_XFER_TRANSPORT_TCP;
+        CHECK(omc_xfer_create(&d, &z) != OMC_OK && z == NULL);      /* a key file that cannot be read: refused */
+    }
+    unsetenv("OMNICONN_XFER_SERVER_KEY_FILE");
+    c = curve_engine(NULL, NULL, NULL);
+    REQUIRE(a && b && c);
+    CHECK_OK(omc_xfer_register(b, m, 4096, 0));
+    CHECK_OK(omc_xfer_query(b, &ib));
+    CHECK(ib.curve_port != 0);
+    CHECK_OK(omc_xfer_peer_open(a, ib.name, omc_deadline_after_ms(5000), &p));
+    CHECK_RES(omc_xfer_peer_open(c, ib.name, omc_deadline_after_ms(5000), &q), OMC_ERR_AUTH);
+    omc_xfer_peer_close(p);
+    omc_xfer_destroy(a);
+    omc_xfer_destroy(b);
+    omc_xfer_destroy(c);
+    unlink(fs);
+    unlink(fp);
+    free(m);
+}
+
+/* request header helper for the hand-made sessions below */
+static void req(uint8_t* h, int type, uint32_t word, uint64_t a, uint64_t len) {
+    omc__xfer_header(h, OMC_XFER_RPC_MAGIC, type, 0, word, a, len);
+}
+
+OMC_TEST(curve_listener_serves_only_what_an_authenticated_session_was_granted) {
+    char pub[41], sec[41];
+    omc_xfer* b;
+    omc_xfer_info ib;
+    uint8_t *m1 = pages(8192), *m2 = pages(8192);
+    uint8_t h[OMC_XFER_RPC_HEADER], ch[OMC__XFER_CHALLENGE_LEN], secret[32], proof[32], msg[OMC_XFER_RPC_HEADER + 32], data[64];
+    uint8_t old_proof[32];
+    omc_result st = OMC_OK;
+    int fd;
+    REQUIRE(omc_tcp_curve_keypair(pub, sec) == OMC_OK);       /* libzmq with CURVE is a dependency */
+    b = curve_engine_on(1, sec, NULL, NULL);
+    REQUIRE(b && m1 && m2);
+    memset(m1, 0x5a, 8192);
+    memset(m2, 0xa5, 8192);
+    CHECK_OK(omc_xfer_register(b, m1, 8192, 0));            /* range 1 */
+    CHECK_OK(omc_xfer_query(b, &ib));
+
+    /* a keyless client guessing an address and a range id: refused, connection closed */
+    fd = dial(ib.port);
+    req(h, OMC__XRPC_READ, 1, (uint64_t)(uintptr_t)m1, 64);
+    CHECK(exchange(fd, h, sizeof(h), &st) == 0);
+    CHECK_EQ(st, OMC_ERR_AUTH);
+    CHECK(omc__xfer_io(fd, data, 1, 0, omc_deadline_after_ms(3000), NULL, NULL) == OMC_ERR_CONNECTION);   /* closed, no bytes */
+    close(fd);
+    /* AUTH without a challenge, and a forged proof: refused */
+    fd = dial(ib.port);
+    req(msg, OMC__XRPC_CHALLENGE, 0, 0, 0);
+    CHECK(exchange(fd, msg, OMC_XFER_RPC_HEADER, &st) == 0);
+    CHECK_EQ(st, OMC_OK);
+    CHECK(omc__xfer_io(fd, ch, sizeof(ch), 0, omc_deadline_after_ms(3000), NULL, NULL) == OMC_OK);
+    CHECK_EQ(omc__get_u16(ch), ib.curve_port);
+    memset(proof, 0x11, sizeof(proof));
+    req(msg, OMC__XRPC_AUTH, 1, 7, 32);
+    memcpy(msg + OMC_XFER_RPC_HEADER, proof, 32);
+    CHECK(exchange(fd, msg, sizeof(msg), &st) == 0);
+    CHECK_EQ(st, OMC_ERR_AUTH);
+    close(fd);
+
+    /* a session granted ranges up to id 1 (as the CURVE exchange grants it: the secret is
+       computed here from the engine's master, standing in for the encrypted answer) */
+    b->next_id = b->next_id;            /* (grant = 1) */
+    omc__xfer_session_secret(b, 7, 1, secret);
+    fd = dial(ib.port);
+    req(msg, OMC__XRPC_CHALLENGE, 0, 0, 0);
+    CHECK(exchange(fd, msg, OMC_XFER_RPC_HEADER, &st) == 0);
+    CHECK(omc__xfer_io(fd, ch, sizeof(ch), 0, omc_deadline_after_ms(3000), NULL, NULL) == OMC_OK);
+    omc__xfer_proof(secret, ch + 4, proof);
+    memcpy(old_proof, proof, 32);
+    req(msg, OMC__XRPC_AUTH, 1, 7, 32);
+    memcpy(msg + OMC_XFER_RPC_HEADER, proof, 32);
+    CHECK(exchange(fd, msg, sizeof(msg), &st) == 0);
+    CHECK_EQ(st, OMC_OK);
+    /* range 1 is served */
+    req(h, OMC__XRPC_READ, 1, (uint64_t)(uintptr_t)m1, 64);
+    CHECK(exchange(fd, h, sizeof(h), &st) == 0);
+    CHECK_EQ(st, OMC_OK);
+    CHECK(omc__xfer_io(fd, data, 64, 0, omc_deadline_after_ms(3000), NULL, NULL) == OMC_OK);
+    CHECK(data[0] == 0x5a && data[63] == 0x5a);
+    /* a range registered after the exchange is not granted to this session */
+    CHECK_OK(omc_xfer_register(b, m2, 8192, 0));            /* range 2 */
+    req(h, OMC__XRPC_READ, 2, (uint64_t)(uintptr_t)m2, 64);
+    CHECK(exchange(fd, h, sizeof(h), &st) == 0);
+    CHECK_EQ(st, OMC_ERR_AUTH);
+    close(fd);
+    /* a recorded proof is worthless on a new connection (a fresh challenge) */
+    fd = dial(ib.port);
+    req(msg, OMC__XRPC_CHALLENGE, 0, 0, 0);
+    CHECK(exchange(fd, msg, OMC_XFER_RPC_HEADER, &st) == 0);
+    CHECK(omc__xfer_io(fd, ch, sizeof(ch), 0, omc_deadline_after_ms(3000), NULL, NULL) == OMC_OK);
+    req(msg, OMC__XRPC_AUTH, 1, 7, 32);
+    memcpy(msg + OMC_XFER_RPC_HEADER, old_proof, 32);
+    CHECK(exchange(fd, msg, sizeof(msg), &st) == 0);
+    CHECK_EQ(st, OMC_ERR_AUTH);
+    /* nor can a session claim a larger grant than it was given */
+    close(fd);
+    fd = dial(ib.port);
+    req(msg, OMC__XRPC_CHALLENGE, 0, 0, 0);
+    CHECK(exchange(fd, msg, OMC_XFER_RPC_HEADER, &st) == 0);
+    CHECK(omc__xfer_io(fd, ch, sizeof(ch), 0, omc_deadline_after_ms(3000), NULL, NULL) == OMC_OK);
+    omc__xfer_proof(secret, ch + 4, proof);
+    req(msg, OMC__XRPC_AUTH, 2, 7, 32);
+    memcpy(msg + OMC_XFER_RPC_HEADER, proof, 32);
+    CHECK(exchange(fd, msg, sizeof(msg), &st) == 0);
+    CHECK_EQ(st, OMC_ERR_AUTH);
+    close(fd);
+    CHECK_OK(omc_xfer_query(b, &ib));
+    CHECK_EQ(ib.auth_failures, 5);
+    omc_xfer_destroy(b);
+    free(m1);
+    free(m2);
+}
+
 OMC_TEST(device_memory_is_refused_with_a_reason) {
     omc_xfer* x = engine(0);
     uint8_t* m = pages(4096);

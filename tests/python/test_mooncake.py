@@ -217,6 +217,49 @@ def test_rdma_protocol_without_a_device_is_a_negative_code():
     assert r < 0
 
 
+
+def test_curve_keys_from_the_environment_for_an_unchanged_connector(tmp_path, monkeypatch):
+    """CURVE without a code change: the receiver's process gets its secret key from
+    $OMNICONN_XFER_SECRET_KEY_FILE, the sender the receiver's public key from
+    $OMNICONN_XFER_SERVER_KEY_FILE; the batched write works; an engine without the key gets a
+    negative code and moves nothing."""
+    from omniconn import _lib
+    lib = _lib._load()[0]               # the library omniconn.mooncake uses
+    pub, sec = ctypes.create_string_buffer(41), ctypes.create_string_buffer(41)
+    assert lib.omc_tcp_curve_keypair(pub, sec) == 0
+    pub, sec = pub.value, sec.value
+    (tmp_path / "rx.key").write_bytes(sec + b"\n")
+    (tmp_path / "rx.pub").write_bytes(pub + b"\n")
+    monkeypatch.setenv("OMNICONN_XFER_SECRET_KEY_FILE", str(tmp_path / "rx.key"))
+    rx = Receiver()                     # its process inherits the secret key's file
+    monkeypatch.delenv("OMNICONN_XFER_SECRET_KEY_FILE")
+    rx.call(op="fill")
+    keyless = TransferEngine()
+    assert keyless.initialize(HOST, "P2PHANDSHAKE", PROTOCOL, DEVICE) == 0
+    monkeypatch.setenv("OMNICONN_XFER_SERVER_KEY_FILE", str(tmp_path / "rx.pub"))
+    engine = TransferEngine()
+    assert engine.initialize(HOST, "P2PHANDSHAKE", PROTOCOL, DEVICE) == 0
+    monkeypatch.delenv("OMNICONN_XFER_SERVER_KEY_FILE")
+    pool = torch.randint(0, 256, (1 << 20,), dtype=torch.uint8)
+    other = torch.zeros(1 << 20, dtype=torch.uint8)
+    assert engine.register_memory(pool.data_ptr(), 1 << 20) == 0
+    assert keyless.register_memory(other.data_ptr(), 1 << 20) == 0
+    lengths, src_off, dst_off = [4096, 65536, 300000], [0, 8192, 200000], [7 << 20, 3 << 20, 0]
+    assert engine.batch_transfer_sync_write(rx.session, [pool.data_ptr() + o for o in src_off],
+                                            [rx.base + o for o in dst_off], lengths) == 0
+    raw = pool.numpy().tobytes()
+    assert rx.call(op="sha", spans=[[o, n] for o, n in zip(dst_off, lengths)])["sha"] == \
+        [_sha(raw[o:o + n]) for o, n in zip(src_off, lengths)]
+    # no key: refused, and the receiver's pool keeps what it had
+    assert keyless.batch_transfer_sync_write(rx.session, [other.data_ptr()], [rx.base + (5 << 20)], [4096]) < 0
+    assert rx.call(op="sha", spans=[[5 << 20, 4096]])["sha"] == \
+        [_sha(bytes((i % 251) for i in range(5 << 20, (5 << 20) + 4096)))]
+    for e, t in ((engine, pool), (keyless, other)):
+        assert e.unregister_memory(t.data_ptr()) == 0
+        e.close()
+    assert rx.close() == {"unregister": 0}
+
+
 def test_ctypes_layouts_match_the_header(tmp_path):
     """_engine_lib's structs and numbers against the C compiler's view of omniconn_rdma.h."""
     import shutil

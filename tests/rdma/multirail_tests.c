@@ -25,6 +25,9 @@
 #include "omc_test.h"
 #include "contract.h"
 #include "xhost.h"
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
 
 #define MR_GET_DEADLINE_MS 40000    /* a get's result must come inside this (+ XH_SLACK_MS) */
 #define MR_BIG (48 * MIB)           /* in flight for seconds: Soft-RoCE under TCG moves ~10 MB/s */
@@ -656,6 +659,334 @@ static void b_both_down(ct_env* e) {
     b_done(e, c, before, "receiver (both rails down)");
 }
 
+/* ---- 7. the transfer engine over both rails -------------------------------------------------- */
+
+#define XF_SLOT (64 * 1024)
+#define XF_SLOTS 512u               /* the target's region: 32 MiB */
+#define XF_BLOCKS 256u              /* one batch: 16 MiB of scattered blocks */
+#define XF_BIG_BLOCKS 768u          /* the rail-loss batch: 48 MiB (in flight for seconds) */
+
+/* A transfer engine over RDMA with `rails` rails; its RPC listener on the ctl link. */
+static omc_xfer* mr_xfer(int rails, const char* tc, const char* sl) {
+    char devs[128], addrs[128];
+    omc_xfer_desc d;
+    omc_xfer* x = NULL;
+    omc_result r;
+    memset(&d, 0, sizeof(d));
+    d.host = env_or("OMC_BED_CTL_IP", "10.98.0.1");
+    d.transport = OMC_XFER_TRANSPORT_RDMA;
+    d.io_timeout_ms = 20000;
+    d.hooks = xh_hooks();
+    d.rdma.devices = mr_list("OMC_RDMA_DEVICES", "rxe0 rxe1", rails, devs, sizeof(devs));
+    d.rdma.local_addr = mr_list("OMC_RDMA_IPS", "10.99.0.1 10.99.1.1", rails, addrs, sizeof(addrs));
+    d.rdma.max_rails = (uint32_t)rails;
+    d.rdma.traffic_class = tc;
+    d.rdma.service_level = sl;
+    d.rdma.hooks = xh_hooks();
+    r = omc_xfer_create(&d, &x);
+    if (r != OMC_OK) { OMC_TEST_FAIL(); fprintf(stderr, "  transfer engine with %d rail(s) (%s on %s): %s\n", rails, devs, addrs, omc_result_name(r)); }
+    return x;
+}
+
+/* Target (host b): an engine with both rails and a 32 MiB region of seed; its name goes to
+   host a. Then: "written N SEED MULT ADD" asks it to check that block i of a buffer of SEED
+   landed in slot (i * MULT + ADD) % XF_SLOTS for i < N (and that one notification came);
+   "end" ends the case. */
+static void b_xfer_target(ct_env* e) {
+    uint8_t* mem = NULL;
+    uint8_t* ref = NULL;
+    omc_xfer* x = mr_xfer(2, NULL, NULL);
+    char* m;
+    if (!x) { ctl_sendf(e->fd, "no target"); return; }
+    if (posix_memalign((void**)&mem, 4096, (size_t)XF_SLOTS * XF_SLOT) != 0) { OMC_TEST_FAIL(); omc_xfer_destroy(x); return; }
+    omc_test_fill(mem, (size_t)XF_SLOTS * XF_SLOT, g_seed);
+    CHECK_OK(omc_xfer_register(x, mem, (size_t)XF_SLOTS * XF_SLOT, 0));
+    CHECK(ctl_sendf(e->fd, "%s", omc_xfer_name(x)) == 0);
+    while ((m = ctl_recv(e->fd)) != NULL && strncmp(m, "written", 7) == 0) {
+        unsigned n = 0, mult = 0, add = 0, i, bad = 0;
+        unsigned long long seed = 0;
+        omc_xfer_notif nf[2];
+        if (sscanf(m, "written %u %llu %u %u", &n, &seed, &mult, &add) != 4 || n > XF_BIG_BLOCKS) { OMC_TEST_FAIL(); free(m); break; }
+        ref = (uint8_t*)malloc((size_t)n * XF_SLOT);
+        REQUIRE(ref);
+        omc_test_fill(ref, (size_t)n * XF_SLOT, seed);
+        for (i = 0; i < n; i++) bad += memcmp(mem + (size_t)((i * mult + add) % XF_SLOTS) * XF_SLOT, ref + (size_t)i * XF_SLOT, XF_SLOT) != 0;
+        CHECK_EQ(bad, 0);
+        CHECK_EQ(omc_xfer_notifs(x, nf, 2), 1);             /* once, after the data */
+        printf("  target: %u block(s) checked, %u wrong\n", n, bad);
+        fflush(stdout);
+        free(ref);
+        free(m);
+        ct_say(e, "checked");
+    }
+    free(m);
+    omc_xfer_destroy(x);
+    free(mem);
+}
+
+/* Initiator: the target's name from host b, an engine with both rails, a peer. */
+static omc_xfer_peer* a_xfer_peer(ct_env* e, omc_xfer* x) {
+    omc_xfer_peer* p = NULL;
+    char* name = ctl_recv(e->fd);
+    if (!name || strcmp(name, "no target") == 0) { OMC_TEST_FAIL(); fprintf(stderr, "  no target on host b\n"); free(name); return NULL; }
+    CHECK_OK(omc_xfer_peer_open(x, name, omc_deadline_after_ms(60000), &p));
+    free(name);
+    return p;
+}
+
+static int a_xfer_rails(omc_xfer* x, omc_rdma_rail_stat* st, const char* label) {
+    int n = omc_rdma_rail_stats(omc_xfer_rdma(x), st, OMC_RDMA_MAX_RAILS), i;
+    for (i = 0; i < n && i < OMC_RDMA_MAX_RAILS; i++)
+        printf("  %s: rail %d %s: %s, %llu bytes in %llu slices, %u failure(s)%s%s\n", label, i, st[i].device, st[i].up ? "up" : "DOWN",
+               (unsigned long long)st[i].bytes, (unsigned long long)st[i].slices, st[i].failures, st[i].why[0] ? ": " : "", st[i].why);
+    fflush(stdout);
+    return n;
+}
+
+/* Batched READ of 256 scattered 64 KiB blocks from the target, then a batched WRITE of 256
+   blocks into other slots with a notification: every byte right, both rails carried bytes. */
+static void a_xfer_scattered(ct_env* e) {
+    omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
+    omc_xfer_descriptor* d = (omc_xfer_descriptor*)malloc(sizeof(*d));
+    uint8_t *loc = NULL, *ref = (uint8_t*)malloc((size_t)XF_SLOTS * XF_SLOT);
+    omc_xfer_entry* en = (omc_xfer_entry*)calloc(XF_BLOCKS, sizeof(*en));
+    omc_result* stt = (omc_result*)calloc(XF_BLOCKS, sizeof(*stt));
+    omc_xfer* x = mr_xfer(2, NULL, NULL);
+    omc_xfer_peer* p;
+    uint64_t base;
+    uint32_t i, bad = 0;
+    int n;
+    REQUIRE(x && d && ref && en && stt && posix_memalign((void**)&loc, 4096, (size_t)XF_BLOCKS * XF_SLOT) == 0);
+    CHECK_OK(omc_xfer_register(x, loc, (size_t)XF_BLOCKS * XF_SLOT, 0));
+    p = a_xfer_peer(e, x);
+    if (p) {
+        CHECK_OK(omc_xfer_peer_descriptor(p, d));
+        CHECK_EQ(d->rails, 2);
+        base = d->range[0].addr;
+        omc_test_fill(ref, (size_t)XF_SLOTS * XF_SLOT, g_seed);    /* the target's contents */
+        for (i = 0; i < XF_BLOCKS; i++) {
+            en[i].local = loc + (size_t)i * XF_SLOT;
+            en[i].remote = base + (uint64_t)((i * 97 + 13) % XF_SLOTS) * XF_SLOT;
+            en[i].length = XF_SLOT;
+        }
+        CHECK_OK(omc_xfer_run(p, OMC_XFER_READ, en, XF_BLOCKS, NULL, 0, omc_deadline_after_ms(120000), stt));
+        for (i = 0; i < XF_BLOCKS; i++) bad += stt[i] != OMC_OK || memcmp(loc + (size_t)i * XF_SLOT, ref + (size_t)((i * 97 + 13) % XF_SLOTS) * XF_SLOT, XF_SLOT) != 0;
+        CHECK_EQ(bad, 0);
+        omc_test_fill(loc, (size_t)XF_BLOCKS * XF_SLOT, g_seed + 1);
+        for (i = 0; i < XF_BLOCKS; i++) en[i].remote = base + (uint64_t)((i * 89 + 7) % XF_SLOTS) * XF_SLOT;
+        CHECK_OK(omc_xfer_run(p, OMC_XFER_WRITE, en, XF_BLOCKS, "kv-written", 10, omc_deadline_after_ms(120000), stt));
+        CHECK(ctl_sendf(e->fd, "written %u %llu 89 7", XF_BLOCKS, (unsigned long long)(g_seed + 1)) == 0);
+        ct_expect(e, "checked");
+        n = a_xfer_rails(x, st, "initiator after READ and WRITE of 2 x 16 MiB");
+        CHECK_EQ(n, 2);
+        if (n == 2) {
+            CHECK(st[0].bytes > 0 && st[1].bytes > 0);      /* both rails carried the batches */
+            CHECK(st[0].bytes + st[1].bytes >= 2ull * XF_BLOCKS * XF_SLOT);
+            CHECK_EQ(st[0].failures + st[1].failures, 0);
+        }
+        omc_xfer_peer_close(p);
+    }
+    CHECK(ctl_sendf(e->fd, "end") == 0);
+    omc_xfer_destroy(x);
+    free(loc); free(ref); free(en); free(stt); free(d);
+}
+
+/* A batched WRITE of 768 blocks (48 MiB); as soon as 2 MiB of it have left through rail1 (the
+   device's counter: an event, not a delay) rail1 goes down on the initiator's host. The batch
+   ends inside its deadline with OMC_OK, every block in place at the target (the rest went over
+   rail0), rail 1 down with a failure counted. */
+static void a_xfer_rail_lost(ct_env* e) {
+    omc_rdma_rail_stat st[OMC_RDMA_MAX_RAILS];
+    omc_xfer_descriptor* d = (omc_xfer_descriptor*)malloc(sizeof(*d));
+    uint8_t* loc = NULL;
+    omc_xfer_entry* en = (omc_xfer_entry*)calloc(XF_BIG_BLOCKS, sizeof(*en));
+    omc_result* stt = (omc_result*)calloc(XF_BIG_BLOCKS, sizeof(*stt));
+    omc_xfer* x = mr_xfer(2, NULL, NULL);
+    omc_xfer_peer* p;
+    omc_xfer_batch* b = NULL;
+    uint64_t tx1, r0_at_down = 0;
+    uint32_t i, bad = 0;
+    omc_result r;
+    omc_time_ns t0;
+    int n;
+    REQUIRE(x && d && en && stt && posix_memalign((void**)&loc, 4096, (size_t)XF_BIG_BLOCKS * XF_SLOT) == 0);
+    CHECK_OK(omc_xfer_register(x, loc, (size_t)XF_BIG_BLOCKS * XF_SLOT, 0));
+    omc_test_fill(loc, (size_t)XF_BIG_BLOCKS * XF_SLOT, g_seed + 2);
+    p = a_xfer_peer(e, x);
+    if (p) {
+        CHECK_OK(omc_xfer_peer_descriptor(p, d));
+        /* 768 blocks into 512 slots: the last 256 overwrite slots of the first ones, in order
+           (one batch, but a slot's later block is what stays); the target checks the last 512 */
+        for (i = 0; i < XF_BIG_BLOCKS; i++) {
+            en[i].local = loc + (size_t)i * XF_SLOT;
+            en[i].remote = d->range[0].addr + (uint64_t)((i * 89 + 7) % XF_SLOTS) * XF_SLOT;
+            en[i].length = XF_SLOT;
+        }
+        /* the first 256 blocks go to slots the last 256 also write: the batch's slices may land
+           in any order, so only entries 0..511 are used and the rest repeat them exactly */
+        for (i = XF_SLOTS; i < XF_BIG_BLOCKS; i++) { en[i].local = en[i - XF_SLOTS].local; en[i].remote = en[i - XF_SLOTS].remote; }
+        tx1 = mr_tx_bytes("rail1");
+        t0 = omc_now_ns();
+        CHECK_OK(omc_xfer_submit(p, OMC_XFER_WRITE, en, XF_BIG_BLOCKS, "kv-written", 10, omc_deadline_after_ms(120000), &b));
+        if (b) {
+            CHECK(mr_wait_under_way("rail1", tx1));
+            r0_at_down = omc_rdma_rail_stats(omc_xfer_rdma(x), st, OMC_RDMA_MAX_RAILS) > 0 ? st[0].bytes : 0;
+            CHECK_EQ(link_cmd("rail1", "down"), 0);
+            printf("  rail1 down on the initiator's host %.2f s into the batch, after %llu bytes left through it\n",
+                   (double)(omc_now_ns() - t0) / 1e9, (unsigned long long)(mr_tx_bytes("rail1") - tx1));
+            fflush(stdout);
+            r = omc_xfer_batch_wait(b, omc_deadline_after_ms(150000));
+            printf("  batch of %u blocks: %s after %.2f s\n", XF_BIG_BLOCKS, omc_result_name(r), (double)(omc_now_ns() - t0) / 1e9);
+            fflush(stdout);
+            CHECK_OK(r);
+            CHECK_OK(omc_xfer_batch_status(b, stt, XF_BIG_BLOCKS));
+            for (i = 0; i < XF_BIG_BLOCKS; i++) bad += stt[i] != OMC_OK;
+            CHECK_EQ(bad, 0);
+            omc_xfer_batch_destroy(b);
+            if (r == OMC_OK) {
+                CHECK(ctl_sendf(e->fd, "written %u %llu 89 7", XF_SLOTS, (unsigned long long)(g_seed + 2)) == 0);
+                ct_expect(e, "checked");
+            }
+        }
+        n = a_xfer_rails(x, st, "initiator after rail1 went down");
+        CHECK_EQ(n, 2);
+        if (n == 2) {
+            CHECK(st[0].up && !st[1].up);
+            CHECK(st[1].failures >= 1);
+            CHECK(st[0].bytes > r0_at_down);            /* the rest went over rail0 */
+        }
+        CHECK_EQ(link_cmd("rail1", "up"), 0);
+        CHECK(wait_port_active(mr_dev(1), 20000));
+        omc_xfer_peer_close(p);
+    }
+    CHECK(ctl_sendf(e->fd, "end") == 0);
+    omc_xfer_destroy(x);
+    free(loc); free(en); free(stt); free(d);
+}
+
+/* ---- 8. traffic class and service level reach the QPs and the wire ------------------------------ */
+
+/* The IPv4 TOS bytes of the RoCEv2 packets (UDP 4791) this host sends on netdev `dev` while it
+   runs; a thread of its own on an AF_PACKET socket (the guest runs the tests as root). */
+typedef struct xf_tap { const char* dev; int fd, stop, seen, match; unsigned want, other; pthread_t t; } xf_tap;
+
+static void* xf_tap_main(void* arg) {
+    xf_tap* t = (xf_tap*)arg;
+    uint8_t pkt[256];
+    while (!__atomic_load_n(&t->stop, __ATOMIC_RELAXED)) {
+        struct pollfd pf;
+        ssize_t k;
+        memset(&pf, 0, sizeof(pf));
+        pf.fd = t->fd; pf.events = POLLIN; pf.revents = 0;
+        if (poll(&pf, 1, 50) <= 0) continue;
+        struct sockaddr_ll from;
+        socklen_t fl = sizeof(from);
+        k = recvfrom(t->fd, pkt, sizeof(pkt), MSG_TRUNC, (struct sockaddr*)&from, &fl);
+        /* what this host sends (the peer's answers carry the peer's class) */
+        if (k < 28 || from.sll_pkttype != PACKET_OUTGOING || from.sll_protocol != htons(ETH_P_IP) || (pkt[0] >> 4) != 4 || pkt[9] != 17) continue;
+        {
+            size_t ihl = (size_t)(pkt[0] & 15) * 4;
+            if (ihl + 4 > sizeof(pkt) || ((unsigned)pkt[ihl + 2] << 8 | pkt[ihl + 3]) != 4791) continue;
+            t->seen++;
+            if (pkt[1] == t->want) t->match++; else t->other = pkt[1];
+        }
+    }
+    return NULL;
+}
+
+static int xf_tap_start(xf_tap* t, const char* dev, unsigned want) {
+    struct sockaddr_ll sl;
+    memset(t, 0, sizeof(*t));
+    t->dev = dev;
+    t->want = want;
+    t->fd = socket(AF_PACKET, SOCK_DGRAM, htons(ETH_P_ALL));      /* ETH_P_ALL: outgoing packets too */
+    if (t->fd < 0) { fprintf(stderr, "  AF_PACKET socket: %s\n", strerror(errno)); return -1; }
+    memset(&sl, 0, sizeof(sl));
+    sl.sll_family = AF_PACKET;
+    sl.sll_protocol = htons(ETH_P_ALL);
+    sl.sll_ifindex = (int)if_nametoindex(dev);
+    if (!sl.sll_ifindex || bind(t->fd, (struct sockaddr*)&sl, sizeof(sl)) != 0 || pthread_create(&t->t, NULL, xf_tap_main, t) != 0) {
+        fprintf(stderr, "  capture on %s: %s\n", dev, strerror(errno));
+        close(t->fd);
+        return -1;
+    }
+    return 0;
+}
+
+static void xf_tap_stop(xf_tap* t) {
+    __atomic_store_n(&t->stop, 1, __ATOMIC_RELAXED);
+    pthread_join(t->t, NULL);
+    close(t->fd);
+    printf("  %s: %d RoCEv2 packet(s) sent, %d with TOS %u%s", t->dev, t->seen, t->match, t->want, t->seen > t->match ? ", another TOS: " : "\n");
+    if (t->seen > t->match) printf("%u\n", t->other);
+    fflush(stdout);
+}
+
+/* An initiator with traffic class 106 on rail 0 and 96 on rail 1, service levels 3 and 5: every
+   QP of its connection reports them (ibv_query_qp), and the packets it sends on each rail carry
+   that traffic class as their IP TOS byte. */
+static void a_xfer_qos(ct_env* e) {
+    typedef int (*query_qp_fn)(struct ibv_qp*, struct ibv_qp_attr*, int, struct ibv_qp_init_attr*);
+    static const unsigned tc[2] = {106, 96}, sl[2] = {3, 5};
+    omc_xfer_descriptor* d = (omc_xfer_descriptor*)malloc(sizeof(*d));
+    uint8_t* loc = NULL;
+    omc_xfer_entry en[64];
+    omc_result stt[64];
+    omc_xfer* x = mr_xfer(2, "106,96", "3,5");
+    omc_xfer_peer* p;
+    void* lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+    void* sym = lib ? dlsym(lib, "ibv_query_qp") : NULL;
+    query_qp_fn query_qp = NULL;
+    xf_tap tap[2];
+    int taps = 0, k;
+    uint32_t i, checked = 0;
+    REQUIRE(x && d && sym && posix_memalign((void**)&loc, 4096, 64 * (size_t)XF_SLOT) == 0);
+    memcpy(&query_qp, &sym, sizeof(sym));
+    CHECK_OK(omc_xfer_register(x, loc, 64 * (size_t)XF_SLOT, 0));
+    omc_test_fill(loc, 64 * (size_t)XF_SLOT, g_seed + 3);
+    for (k = 0; k < 2; k++) if (xf_tap_start(&tap[k], k ? "rail1" : "rail0", tc[k]) == 0) taps |= 1 << k;
+    CHECK_EQ(taps, 3);
+    p = a_xfer_peer(e, x);
+    if (p) {
+        CHECK_OK(omc_xfer_peer_descriptor(p, d));
+        for (i = 0; i < 64; i++) {
+            en[i].local = loc + (size_t)i * XF_SLOT;
+            en[i].remote = d->range[0].addr + (uint64_t)((i * 89 + 7) % XF_SLOTS) * XF_SLOT;
+            en[i].length = XF_SLOT;
+        }
+        CHECK_OK(omc_xfer_run(p, OMC_XFER_WRITE, en, 64, "kv-written", 10, omc_deadline_after_ms(120000), stt));
+        CHECK(ctl_sendf(e->fd, "written 64 %llu 89 7", (unsigned long long)(g_seed + 3)) == 0);
+        ct_expect(e, "checked");
+        REQUIRE(p->conn != NULL);
+        for (i = 0; i < p->conn->nqp; i++) {
+            struct ibv_qp_attr attr;
+            struct ibv_qp_init_attr init;
+            const omc__rdma_qp* q = &p->conn->qps[i];
+            if (!q->qp) continue;
+            memset(&attr, 0, sizeof(attr));
+            CHECK_EQ(query_qp(q->qp, &attr, IBV_QP_AV, &init), 0);
+            printf("  QP %u on rail %u: traffic class %u, service level %u\n", q->qpn, q->rail, attr.ah_attr.grh.traffic_class, attr.ah_attr.sl);
+            CHECK_EQ(attr.ah_attr.grh.traffic_class, tc[q->rail & 1]);
+            /* Soft-RoCE keeps no service level in its address vector (and RoCE has no SL field on
+               the wire: it maps to a VLAN priority): checked on other devices only */
+            if (strncmp(mr_dev((int)(q->rail & 1)), "rxe", 3) != 0) CHECK_EQ(attr.ah_attr.sl, sl[q->rail & 1]);
+            checked++;
+        }
+        CHECK(checked >= 2);
+        omc_xfer_peer_close(p);
+    }
+    for (k = 0; k < 2; k++)
+        if (taps & (1 << k)) {
+            xf_tap_stop(&tap[k]);
+            CHECK(tap[k].seen > 0);                 /* the rail carried part of the batch */
+            CHECK_EQ(tap[k].match, tap[k].seen);    /* every packet with the rail's class */
+        }
+    CHECK(ctl_sendf(e->fd, "end") == 0);
+    omc_xfer_destroy(x);
+    free(loc); free(d);
+    if (lib) dlclose(lib);
+}
+
 #endif /* MR_HAVE_RAILS */
 
 /* ---- the case list and the runner ------------------------------------------------------------ */
@@ -679,6 +1010,9 @@ static const mr_case mr_cases[] = {
     MR_CASE("rail1_back_up_rejoins", a_rejoin, b_rejoin),
     MR_CASE("rail1_rejoins_after_a_replacement_while_down", a_rejoin_late, b_rejoin_late),
     MR_CASE("both_rails_down_then_recovery", a_both_down, b_both_down),
+    MR_CASE("xfer_batched_read_and_write_of_scattered_blocks_over_both_rails", a_xfer_scattered, b_xfer_target),
+    MR_CASE("xfer_rail1_lost_mid_batch_finishes_on_rail0", a_xfer_rail_lost, b_xfer_target),
+    MR_CASE("xfer_traffic_class_and_service_level_reach_the_qps_and_the_wire", a_xfer_qos, b_xfer_target),
 };
 #define MR_NCASES ((int)(sizeof(mr_cases) / sizeof(mr_cases[0])))
 
