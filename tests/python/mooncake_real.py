@@ -28,8 +28,10 @@ dict (their serialized path); a second process (this script with "recv") builds 
 role "receiver" (sender_host / sender_zmq_port set) and get()s each payload by the metadata its
 put returned, some with no metadata (the connector asks the sender), some with the sender's
 address only; it checks every byte by SHA-256, then asks again for a consumed key and for a key
-never put (both must return None, not hang or crash). Both close(). Metadata crosses the
-processes as msgpack. One line per check; exit 1 if any failed.
+never put (both must return None, not hang or crash); eight more are pulled by 4 receiver
+threads at once (the sender answers from its 4 workers, so batch_transfer_sync_write runs
+concurrently on one engine). Both close(); a peer's write into the receiver's pool is accepted
+before its close() and refused after. Metadata crosses the processes as msgpack. One line per check; exit 1 if any failed.
 """
 import dataclasses
 import hashlib
@@ -39,6 +41,7 @@ import socket
 import subprocess
 import sys
 import types
+from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
@@ -197,6 +200,8 @@ def payloads():
     out.append(("bytes-nometa", rnd(2 << 20), "none"))
     out.append(("tensor-nometa", torch.rand(64, 64, generator=g), "none"))
     out.append(("bytes-partial", rnd(100000), "partial"))
+    for i in range(8):                    # pulled by 4 receiver threads at once; the sender's 4 workers write
+        out.append(("conc-%d" % i, rnd((256 << 10) + i * (160 << 10) + i), "threads"))
     return out
 
 
@@ -216,7 +221,7 @@ def check_one(mod, conn, key, task):
     """One get() as a vLLM-Omni stage would do it; returns (ok, what)."""
     import torch
     how, exp = task["how"], task["expect"]
-    if how == "metadata":
+    if how in ("metadata", "threads"):
         got = conn.get(FROM, TO, key, metadata=task["metadata"])
     elif how == "partial":
         got = conn.get(FROM, TO, key, metadata={"source_host": task["metadata"]["source_host"],
@@ -254,19 +259,49 @@ def receiver_main(src, extra_hex):
     conn = mod.MooncakeTransferEngineConnector(extra)
     results = []
     for key, task in tasks:
-        ok, what = check_one(mod, conn, key, task)
-        results.append([key, task["how"], ok, what])
+        if task["how"] != "threads":
+            results.append([key, task["how"], *check_one(mod, conn, key, task)])
+    threaded = [(k, t) for k, t in tasks if t["how"] == "threads"]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for (key, task), (ok, what) in zip(threaded, pool.map(lambda kt: check_one(mod, conn, *kt), threaded)):
+            results.append([key, "4 threads", ok, what])
     again = conn.get(FROM, TO, tasks[0][0], metadata=tasks[0][1]["metadata"])
     results.append(["consumed-key-again", "metadata", again is None,
-                    "None (1 sender -> 1 receiver per key)" if again is None else "returned data twice"])
+                    "None (1 sender -> 1 receiver per key; their connector logs this as an error)"
+                    if again is None else "returned data twice"])
     missing = conn.get(FROM, TO, "never-put")
     results.append(["never-put", "none", missing is None, "None" if missing is None else "returned data"])
+    results.extend(close_receiver(conn, len(tasks)))
+    sys.stdout.write(msgpack.packb(results, use_bin_type=True).hex() + "\n")
+
+
+def _probe_write(probe, session, local, remote, n):
+    return probe.batch_transfer_sync_write(session, [local], [remote], [n])
+
+
+def close_receiver(conn, n_tasks):
+    """close(), then show that the pool it unregistered is closed to peers: a third engine (a
+    plain omniconn.mooncake.TransferEngine) writes 4 KiB at the pool's base before close (0) and
+    after (refused). The pool tensor is kept alive here so a wrong acceptance is a clean FAIL."""
+    import ctypes
+    import omniconn.mooncake as om
     health = conn.health()
+    pool_ref, base, session = conn.pool, conn.base_ptr, "%s:%d" % (conn.host, conn.rpc_port)
+    probe = om.TransferEngine()
+    src = ctypes.create_string_buffer(b"\x5a" * 4096, 4096)
+    setup = probe.initialize(conn.host, "P2PHANDSHAKE", conn.protocol, "") or \
+        probe.register_memory(ctypes.addressof(src), 4096)
+    before = _probe_write(probe, session, ctypes.addressof(src), base, 4096) if setup == 0 else setup
+    wrote = before == 0 and bytes(pool_ref[:4096].numpy()) == b"\x5a" * 4096
     conn.close()
     closed = conn.health().get("status") == "unhealthy"
-    results.append(["receiver-close", "-", closed and health.get("gets") == len(tasks),
-                    "health gets=%s errors=%s, closed=%s" % (health.get("gets"), health.get("errors"), closed)])
-    sys.stdout.write(msgpack.packb(results, use_bin_type=True).hex() + "\n")
+    after = _probe_write(probe, session, ctypes.addressof(src), base, 4096)
+    probe.close()
+    del pool_ref
+    return [["receiver-close", "-", closed and health.get("gets") == n_tasks,
+             "health before close: gets=%s errors=%s; closed=%s" % (health.get("gets"), health.get("errors"), closed)],
+            ["pool-after-close", "-", wrote and after != 0,
+             "a peer's write into the pool: %d before close(), %d after (refused: unregistered)" % (before, after)]]
 
 
 # ---- the sender process (main) ----------------------------------------------------------------
@@ -329,7 +364,7 @@ def main():
     for key, how, ok, what in results:
         failures += not ok
         print("%s get %-22s (%s) %s" % ("PASS" if ok else "FAIL", key, how, what))
-    if proc.returncode != 0 or len(results) != len(tasks) + 3:
+    if proc.returncode != 0 or len(results) != len(tasks) + 4:
         failures += 1
         print("FAIL receiver process: exit %d\n%s" % (proc.returncode, proc.stderr[-4000:]))
     elif proc.stderr.strip():
@@ -345,7 +380,7 @@ def main():
     tx.close()
     ok = tx.health().get("status") == "unhealthy" and not (tx._listener_thread and tx._listener_thread.is_alive())
     failures += not ok
-    print("%s sender close: listener stopped, pool unregistered" % ("PASS" if ok else "FAIL"))
+    print("%s sender close(): health unhealthy, listener thread stopped" % ("PASS" if ok else "FAIL"))
     print("mooncake-real: %s" % ("ok" if not failures else "%d failures" % failures))
     sys.exit(1 if failures else 0)
 
