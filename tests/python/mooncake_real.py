@@ -35,6 +35,7 @@ before its close() and refused after. Metadata crosses the processes as msgpack.
 """
 import dataclasses
 import hashlib
+import importlib
 import logging
 import os
 import socket
@@ -52,14 +53,18 @@ FROM, TO = "0", "1"
 
 
 # ---- stand-ins for what this machine lacks ---------------------------------------------------
+def _have(name):
+    try:
+        importlib.import_module(name)
+        return True
+    except ImportError:
+        return False
+
+
 def _standin_vllm():
     """vllm.logger and vllm.v1.serial_utils: what vLLM-Omni's connector modules import from vLLM."""
-    try:
-        import vllm.logger  # noqa: F401
-        import vllm.v1.serial_utils  # noqa: F401
+    if _have("vllm.logger") and _have("vllm.v1.serial_utils"):
         return []
-    except ImportError:
-        pass
     import msgpack
     import torch
 
@@ -100,11 +105,8 @@ def _standin_vllm():
 def _standin_msgspec():
     """msgspec.msgpack.encode(dataclass) / decode(buf, type=dataclass): a map of the fields, as
     msgspec encodes a dataclass; decode checks the fields are there."""
-    try:
-        import msgspec  # noqa: F401
+    if _have("msgspec.msgpack"):
         return []
-    except ImportError:
-        pass
     import msgpack
 
     class ValidationError(ValueError):
@@ -168,7 +170,6 @@ def load_connector(src):
         sys.modules[name] = m
     standins = _standin_vllm() + _standin_msgspec() + _standin_torch()
     _install_omniconn_as_mooncake()
-    import importlib
     mod = importlib.import_module(CONNECTOR)
     return mod, standins
 
