@@ -302,19 +302,58 @@ class Buffer:
     this buffer are still alive, like memoryview.release(). After release every accessor raises.
     Views kept past the buffer's collection keep the bytes alive until they go (the region goes
     with the last of the buffer and its array; its own __del__ hands the bytes back)."""
-    __slots__ = ("_arr", "_region", "_addr", "_size", "flags", "_released", "__weakref__")
+    __slots__ = ("_arr", "_reg", "_h", "_ro", "_core", "_pid", "_addr", "_size", "flags", "_released", "__weakref__")
 
     def __init__(self, handle, address, size, flags, readonly=True, core=None):
-        self._region = _Region(handle, address, size, readonly, core)
+        # The buffer holds the handle itself until a view needs a _Region (most gets are released
+        # without one): no region to make and tear down per call. _h, _core and _pid are the
+        # region's handle, core and pid while there is none.
+        self._h = handle
+        self._core = core
+        self._pid = _pid
+        self._ro = readonly
+        self._reg = None
         self._arr = None                    # the exporting array, made on first use
         self._addr = address
         self._size = size
         self.flags = flags
         self._released = False
         if not size:                        # nothing to view: give the handle back now
-            check(self._region.release(), "release")
-            self._region = None
+            self._released = True
+            r = self._give_back()
+            self._released = False
             self._arr = _np.zeros(0, _np.uint8) if _np is not None else (ctypes.c_ubyte * 0)()
+            if r:
+                check(r, "release")
+
+    @property
+    def _region(self):
+        """The region owning the handle from the first view on (made then; None once released)."""
+        reg = self._reg
+        if reg is None and not self._released and (self._h or self._core is not None):
+            reg = self._reg = _Region(self._h, self._addr, self._size, self._ro, self._core)
+            reg.pid = self._pid         # the process that got the handle, not this one
+            self._h = self._core = None
+        return reg
+
+    def _give_back(self):
+        """Release the handle the buffer still holds itself (no region was made). At most once."""
+        h, core = self._h, self._core
+        self._h = self._core = None
+        if core is None:
+            return _ffi_release(h) if h and self._pid == _pid else 0
+        try:
+            return _ffi_release(h) if h and self._pid == _pid else 0
+        finally:
+            core.buffer_gone()
+
+    def __del__(self):
+        if self._h is None and self._core is None:       # released, or a region holds it
+            return
+        try:
+            self._give_back()
+        except Exception:
+            pass
 
     # -- state
     def _live(self):
@@ -406,21 +445,21 @@ class Buffer:
         if self._arr is not None and _getrefcount(self._arr) > 2:     # _exported(), inlined
             if not strict:
                 self._released = True
-                self._arr = self._region = None
+                self._arr = self._reg = None
                 return
             raise BufferError("omniconn: buffer still has %d view(s) alive; drop them before release()"
                               % (sys.getrefcount(self._arr) - 2))
-        region = self._region
+        region = self._reg
         self._released = True
-        self._arr = self._region = None
-        if region is None:
-            return
-        if region.core is None:         # a get's view: region.release() inlined (the hot path)
-            h = region.handle
-            region.handle = None
-            r = _ffi_release(h) if h and region.pid == _pid else 0
-        else:
+        if region is not None:
+            self._arr = self._reg = None
             r = region.release()
+        elif self._core is None:        # a get's buffer, never viewed: _give_back() inlined (the hot path)
+            h = self._h
+            self._h = None
+            r = _ffi_release(h) if h and self._pid == _pid else 0
+        else:
+            r = self._give_back()
         if r:
             check(r, "release")
 
@@ -865,7 +904,7 @@ class Connector:
             raise self._fail(self._core, r, "put %r" % (key,))
         region.consumed()               # the C side freed the handle with the put
         buffer._released = True
-        buffer._arr = buffer._region = None
+        buffer._arr = buffer._reg = None
         return ctypes.string_at(buf, msize.value)
 
     def put_tensors(self, from_stage, to_stage, key, tensors, readers=1, ttl_ms=0):
