@@ -169,19 +169,19 @@ def omc_tcp_once(build):
     return {str(r["size_bytes"]): r for r in j["rows"] if "case" not in r}
 
 
-def omc_window_once(build, transport):
-    """One `omniconn bench --inflight WINDOW` run over the window sizes: ({size: row}, the command) or None.
+def omc_window_once(build, transport, inflight):
+    """One `omniconn bench --inflight N` run over the window sizes: ({size: row}, the command) or None.
     The pool holds WINDOW of the largest payloads, so the pool never narrows the window."""
     path = "/tmp/omc-peers-window-%s-%d.json" % (transport, os.getpid())
     pool = WINDOW * max(WINDOW_SIZES) + MiB
     cmd = [os.path.join(build, "omniconn"), "bench", "--transport", transport, "--sizes", ",".join(str(s) for s in WINDOW_SIZES),
-           "--inflight", str(WINDOW), "--pool", str(pool), "--duration", str(WINDOW_DURATION_S), "--no-progress", "--json", path]
+           "--inflight", str(inflight), "--pool", str(pool), "--duration", str(WINDOW_DURATION_S), "--no-progress", "--json", path]
     if not os.path.exists(cmd[0]):
         log("%s is not built (make cli): no window rows" % cmd[0])
         return None
     rc, out = run(cmd, timeout=300)
     if rc != 0 or not os.path.exists(path):
-        log("omniconn bench --transport %s --inflight %d failed: %s" % (transport, WINDOW, out[-300:]))
+        log("omniconn bench --transport %s --inflight %d failed: %s" % (transport, inflight, out[-300:]))
         return None
     with open(path) as f:
         j = json.load(f)
@@ -307,17 +307,19 @@ def main():
                 add("omniconn_tcp_side_channel_get_us_p50/%d" % s, row.get("omniconn_side_channel_get_us_p50"), ld)
 
     def omc_window():
+        # the window, and the same benchmark one transfer at a time: what the window itself gains
         for t in ["shm", "tcp"]:
-            ld = load()
-            r = omc_window_once(a.build, t)
-            if not r:
-                continue
-            rows, info["window_command"][t] = r
-            for s in WINDOW_SIZES:
-                row = rows.get(str(s))
-                if row:
-                    add("omniconn_%s_window%d_gbps/%d" % (t, WINDOW, s), row["gbps"], ld)
-                    add("omniconn_%s_window%d_msg_rate/%d" % (t, WINDOW, s), row["msg_rate"], ld)
+            for n in [WINDOW, 1]:
+                ld = load()
+                r = omc_window_once(a.build, t, n)
+                if not r:
+                    continue
+                rows, info["window_command"]["%s/%d" % (t, n)] = r
+                for s in WINDOW_SIZES:
+                    row = rows.get(str(s))
+                    if row:
+                        add("omniconn_%s_window%d_gbps/%d" % (t, n, s), row["gbps"], ld)
+                        add("omniconn_%s_window%d_msg_rate/%d" % (t, n, s), row["msg_rate"], ld)
 
     tools = [("ucx_perftest", ucx_tools), ("iperf3", iperf), ("omniconn shm", omc_shm), ("omniconn tcp", omc_tcp),
              ("omniconn window", omc_window)]
@@ -348,6 +350,8 @@ def main():
         "elapsed_s": round(elapsed, 1),
         "bench_shm_settings": info["shm_settings"],
         "window": {"inflight": WINDOW, "sizes": WINDOW_SIZES, "commands": info["window_command"],
+                   "same_method_one_at_a_time": "the same command with --inflight 1 (samples omniconn_*_window1_*): the "
+                                                "window's own gain, without the difference in method from bench_shm / bench_tcp",
                    "meaning": "omniconn bench --inflight: the producer keeps at most this many transfers put and not yet released by the "
                               "consumer; the consumer's gets run one after the other (on TCP one request at a time on the data "
                               "connection). Producer: omc_conn_alloc + one memcpy + zero-copy put; consumer: omc_conn_get with "
@@ -360,7 +364,8 @@ def main():
                    "ping-pong put -> get -> release, p50, with the connector's default waiting and no pinning; handoff_spin = the same with "
                    "the two processes pinned to two CPUs and the consumer spinning, when bench_shm has it) and bench_tcp (one get with "
                    "metadata per iteration, size / median time; get_us_p50 = "
-                   "median time of one 4 KiB get). Window rows: omniconn bench --inflight %d (see \"window\"), one run per transport per round. memcpy, warm: bench_shm's baseline (source and destination faulted in and reused, so "
+                   "median time of one 4 KiB get). Window rows: omniconn bench --inflight %d (see \"window\"), one run per transport per round, "
+                   "and the same with --inflight 1 (the window rows' benchmark one at a time). memcpy, warm: bench_shm's baseline (source and destination faulted in and reused, so "
                    "sizes that fit the cache run from it; above the last-level cache it is memory-bound). memcpy, destination cycling: "
                    "the same source copied into destinations cycling through a faulted-in region the size of the stream's pool (colder "
                    "than the transfer, whose allocator hands back the range just released, while that fits the cache). RDMA rows: "
@@ -449,6 +454,9 @@ def table_rows(med):
         else:
             row("shm_large", "SHM throughput %s (GB/s)" % human(s), o, "UCX shm tag_bw", u, ratio(o, u), "(no target; reported)", None)
         if s in WINDOW_SIZES:
+            w1 = m("omniconn_shm_window1_gbps/%d" % s)
+            row("shm_window_1", "SHM throughput %s, the window rows' benchmark one at a time (GB/s)" % human(s), w1, "UCX shm tag_bw", u,
+                ratio(w1, u), "(no target; reported)", None)
             w = m("omniconn_shm_window%d_gbps/%d" % (WINDOW, s))
             lim = 1.0 if s <= 64 * KiB else None
             row("shm_window" if lim else "shm_window_large", "SHM throughput %s, with a window of %d puts not yet released (GB/s)" % (human(s), WINDOW), w, "UCX shm tag_bw", u,
@@ -473,6 +481,9 @@ def table_rows(med):
         o, u = m("omniconn_tcp_gbps/%d" % s), m("ucx_tcp_tag_bw_gbps/%d" % s)
         row("tcp_ucx", "TCP throughput %s (GB/s)" % human(s), o, "UCX tcp tag_bw", u, ratio(o, u), ">= UCX tcp tag_bw", 1.0)
         if s in WINDOW_SIZES:
+            w1 = m("omniconn_tcp_window1_gbps/%d" % s)
+            row("tcp_window_1", "TCP throughput %s, the window rows' benchmark one at a time (GB/s)" % human(s), w1, "UCX tcp tag_bw", u,
+                ratio(w1, u), "(no target; reported)", None)
             w = m("omniconn_tcp_window%d_gbps/%d" % (WINDOW, s))
             lim = 0.5 if s < 64 * KiB else 1.0
             row("tcp_window", "TCP throughput %s, with a window of %d puts not yet released, gets one at a time (GB/s)" % (human(s), WINDOW), w,

@@ -143,6 +143,7 @@ def _torch():
 
 _ndarray = _np.ndarray if _np is not None else None
 _getrefcount = sys.getrefcount
+_region_lock = threading.Lock()     # a buffer's region is made once (Buffer._region)
 _char_from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 
@@ -319,9 +320,7 @@ class Buffer:
         self.flags = flags
         self._released = False
         if not size:                        # nothing to view: give the handle back now
-            self._released = True
             r = self._give_back()
-            self._released = False
             self._arr = _np.zeros(0, _np.uint8) if _np is not None else (ctypes.c_ubyte * 0)()
             if r:
                 check(r, "release")
@@ -330,10 +329,14 @@ class Buffer:
     def _region(self):
         """The region owning the handle from the first view on (made then; None once released)."""
         reg = self._reg
-        if reg is None and not self._released and (self._h or self._core is not None):
-            reg = self._reg = _Region(self._h, self._addr, self._size, self._ro, self._core)
-            reg.pid = self._pid         # the process that got the handle, not this one
-            self._h = self._core = None
+        if reg is None and not self._released:
+            with _region_lock:          # two threads making the first views: one region, one owner
+                reg = self._reg
+                if reg is None and (self._h or self._core is not None):
+                    reg = _Region(self._h, self._addr, self._size, self._ro, self._core)
+                    reg.pid = self._pid         # the process that got the handle, not this one
+                    self._h = self._core = None
+                    self._reg = reg
         return reg
 
     def _give_back(self):
@@ -741,8 +744,9 @@ _cores = weakref.WeakSet()      # every connector's core, for the fork handler
 def _after_fork_in_child():
     """os.fork(): the child's copies of connectors refuse calls (the creator owns them) and never
     destroy; their locks may have been held by parent threads that do not exist here."""
-    global _pid
+    global _pid, _region_lock
     _pid = os.getpid()
+    _region_lock = threading.Lock()     # a parent thread may have held it
     Connector._create_lock = threading.Lock()
     for core in list(_cores):
         core._locks()
