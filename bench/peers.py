@@ -10,7 +10,8 @@ them see the same load on a shared machine; a figure is the median of the rounds
 UCX server and client on 127.0.0.1 (a fresh port per test), iperf3 single stream on 127.0.0.1,
 omniconn's two-process benchmarks (bench_shm, bench_tcp; one round each per round here) and the
 window rows: `omniconn bench --inflight 16` over SHM and TCP at 4 KiB to 16 MiB (the CLI: make cli),
-each beside its one-at-a-time row and against the same UCX tag_bw figure.
+each beside its one-at-a-time row and against the same UCX tag_bw figure, and the same command
+with --inflight 1 (the window's own gain; four `omniconn bench` runs of about 7 s a round).
 
 Units: GB/s = 1e9 B/s. ucx_perftest prints "MB/s" meaning 2^20 B/s; it is converted. Its tag_lat
 "overhead" is one way (half a round trip). Latency ratios are peer time / omniconn time, so every
