@@ -109,7 +109,7 @@ bench-tcp: deps $(BUILD)/bench_tcp
 
 # UCX's ucx_perftest (shm and tcp), iperf3, memcpy, the allocator and omniconn in alternating rounds on loopback (3-6 min)
 #   -> bench/results/peers.json and the side-by-side table in docs/performance.md
-bench-peers: deps $(BUILD)/bench_shm $(BUILD)/bench_tcp $(BUILD)/bench_alloc
+bench-peers: deps $(BUILD)/bench_shm $(BUILD)/bench_tcp $(BUILD)/bench_alloc $(BUILD)/omniconn
 	/usr/bin/python3 bench/peers.py --build $(BUILD)
 
 # omniconn bench per transport at 1/4/16/64 transfers in flight (about a minute)

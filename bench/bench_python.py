@@ -44,8 +44,20 @@ iteration = put_async + get_async into a dest tensor the receiver owns + both wa
                      multiprocessing SharedMemory segment sized to it, copied in; the receiver opens
                      it by name, copies into dest, closes and unlinks it (credits: a semaphore)
 Ratio: sglang_shm_design / omniconn_relay (time per iteration; > 1 = omniconn faster).
+
+Call rows (BENCH_PY_ONLY=calls; what one Python call costs, and what it cost in earlier versions of
+the package): python/omniconn/_core.py as it is now and as it was at each git revision in
+BENCH_PY_CALLS_REVS (comma-separated; default: the last version whose calls did not hold the
+connector open against a concurrent close), each loaded as its own module in this process over the
+same library, on a local connector, alternating from round to round:
+  get_release   get of a 4 KiB payload with its metadata (put once for many readers) + release
+  exists        exists() of a live key
+  put_get       put of 4 KiB + metadata-less get + release
+Microseconds per call, wall and thread CPU time, medians of the rounds; ratio = revision / now
+(> 1: now is cheaper).
 """
 import fcntl
+import importlib.util
 import json
 import os
 import pickle      # used ONLY by the seed_design baseline below: it is what is being measured
@@ -478,6 +490,91 @@ def relay_rows():
     return rows
 
 
+CALLS_REVS = os.environ.get("BENCH_PY_CALLS_REVS", "2540a05")
+CALLS_N = 2000 if QUICK else 50000
+
+
+def core_at(rev, tmp):
+    """python/omniconn/_core.py at git revision rev, loaded as a module of the package, or None."""
+    p = subprocess.run(["git", "-C", ROOT, "show", "%s:python/omniconn/_core.py" % rev], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        print("bench_python: no _core.py at %s: %s" % (rev, p.stderr.strip()), file=sys.stderr)
+        return None
+    path = os.path.join(tmp, "core_%s.py" % rev.replace("/", "_"))
+    with open(path, "w") as f:
+        f.write(p.stdout)
+    name = "omniconn._core_at_%s" % "".join(c if c.isalnum() else "_" for c in rev)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def time_calls(core, n):
+    """One round of the call rows with one version of _core: {row: (wall us, cpu us)} per call."""
+    out = {}
+    payload = b"x" * (4 * KiB)
+    c = core.LocalConnector()
+    try:
+        meta = c.put("a", "b", "k", payload, readers=1 << 30)
+        get, exists, put = c.get, c.exists, c.put
+        for _ in range(500):
+            get("a", "b", "k", meta).release()
+
+        def get_release():
+            for _ in range(n):
+                get("a", "b", "k", meta).release()
+
+        def exists_():
+            for _ in range(n):
+                exists("a", "b", "k")
+
+        def put_get():
+            for i in range(n // 4):
+                key = "p%d" % (i & 7)
+                put("a", "b", key, payload)
+                get("a", "b", key).release()
+
+        for name, fn, calls in (("get_release", get_release, n), ("exists", exists_, n), ("put_get", put_get, n // 4)):
+            w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            fn()
+            out[name] = ((time.perf_counter_ns() - w0) / calls / 1e3, (time.thread_time_ns() - c0) / calls / 1e3)
+    finally:
+        c.close()
+    return out
+
+
+def call_rows(tmp):
+    from omniconn import _core
+    cores = {"now": _core}
+    for rev in [r.strip() for r in CALLS_REVS.split(",") if r.strip()]:
+        m = core_at(rev, tmp)
+        if m is not None:
+            cores[rev] = m
+    samples = {k: [] for k in cores}
+    for r in range(max(ROUNDS, 9)):
+        order = list(cores) if r % 2 == 0 else list(cores)[::-1]
+        for k in order:
+            samples[k].append({"load": os.getloadavg()[0], **time_calls(cores[k], CALLS_N)})
+    rows = {}
+    for name in ("get_release", "exists", "put_get"):
+        row = {}
+        for k, v in samples.items():
+            row[k] = {"us": round(statistics.median(x[name][0] for x in v), 3),
+                      "cpu_us": round(statistics.median(x[name][1] for x in v), 3),
+                      "samples_us": [round(x[name][0], 3) for x in v], "samples_cpu_us": [round(x[name][1], 3) for x in v]}
+        for k in cores:
+            if k != "now":
+                row[k]["ratio_to_now"] = round(row[k]["us"] / row["now"]["us"], 3)
+                row[k]["cpu_ratio_to_now"] = round(row[k]["cpu_us"] / row["now"]["cpu_us"], 3)
+        rows[name] = row
+        print("%-12s " % name + "  ".join("%s %.2f us (cpu %.2f)" % (k, row[k]["us"], row[k]["cpu_us"]) for k in cores), flush=True)
+    return {"rows": rows, "revisions": list(cores), "iterations": CALLS_N, "rounds": max(ROUNDS, 9),
+            "loads": [x["load"] for v in samples.values() for x in v]}
+
+
 def main():
     global SHM_DIR
     out_path = sys.argv[1] if len(sys.argv) > 1 else None
@@ -526,6 +623,7 @@ def main():
                    row["python_vs_c_throughput"], row["python_vs_seed_design_speedup"]), flush=True)
         drows = dict_rows() if only in (None, "", "dict") else {}
         rrows = relay_rows() if only in (None, "", "relay") else {}
+        crows = call_rows(tmp) if only in (None, "", "calls") else {}
     result = {
         "benchmark": "bench/bench_python.py",
         "what": "one process, SHM connector (dual), iteration = put (copy into pool) + get with metadata "
@@ -542,6 +640,11 @@ def main():
                              "omniconn (tensor out of band, view on get), omniconn_copy (copy on get), "
                              "vllm_shm_design (vLLM-Omni's SharedMemoryConnector design, re-implemented)",
         "relay": rrows,
+        "calls": crows,
+        "calls_what": "one call of the Python package, local connector, 4 KiB: get_release (get with metadata + release), "
+                      "exists, put_get (put + metadata-less get + release, per pair); python/omniconn/_core.py now and at "
+                      "earlier git revisions, each loaded in this process, alternating per round; medians; ratio_to_now > 1: "
+                      "now is cheaper",
         "relay_what": "sglang-omni's relay contract, one event loop: put_async of a float16 tensor of the row's size "
                       "+ get_async into a dest tensor + both waits; omniconn_relay (OmniconnRelay over SHM: one copy "
                       "in, one copy out), sglang_shm_design (sglang-omni's shm relay design re-implemented: a "
@@ -550,8 +653,8 @@ def main():
     if out_path and only and os.path.exists(out_path):    # one section re-run: keep the others
         with open(out_path) as f:
             old = json.load(f)
-        keep = {"raw": "sizes", "dict": "dict_wrapped", "relay": "relay"}
-        for sec in ("sizes", "dict_wrapped", "relay"):
+        keep = {"raw": "sizes", "dict": "dict_wrapped", "relay": "relay", "calls": "calls"}
+        for sec in ("sizes", "dict_wrapped", "relay", "calls"):
             if sec != keep.get(only) and sec in old:
                 result[sec] = old[sec]
         this = {"host": result["host"], "rounds": ROUNDS, "quick": QUICK}

@@ -45,6 +45,29 @@ def _b(s):
     raise ValueError("omniconn: %r contains a NUL character (C strings end there)" % (s,))
 
 
+_STAGES = {}            # stage name (str or bytes) -> its C string, NUL-checked once
+_STAGES_MAX = 1024      # stage names are few; a program that makes up new ones starts over here
+
+
+def _stage(s):
+    """_b() for a stage name, remembered: the hot calls look a stage name up instead of checking
+    and encoding it on every call (keys, unique per request, are not remembered)."""
+    if type(s) is str or type(s) is bytes:
+        try:
+            return _STAGES[s]
+        except KeyError:
+            pass
+        v = _b(s)
+        if len(_STAGES) >= _STAGES_MAX:
+            _STAGES.clear()
+        _STAGES[s] = v
+        return v
+    return _b(s)
+
+
+_stage_get = _STAGES.get
+
+
 def _int(value, what, low, high):
     """An integer argument checked against the range of the C type it is narrowed to (ctypes
     would wrap it silently: a port of 65558 becomes 22, a size of -1 becomes 2**64 - 1)."""
@@ -119,6 +142,8 @@ def _torch():
 
 
 _ndarray = _np.ndarray if _np is not None else None
+_getrefcount = sys.getrefcount
+_region_lock = threading.Lock()     # a buffer's region is made once (Buffer._region)
 _char_from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 
@@ -164,6 +189,8 @@ _ffi_put_tensor = lib.omc_ffi_put_tensor
 _ffi_get = lib.omc_ffi_get
 _ffi_get_first = lib.omc_ffi_get_first
 _ffi_release = lib.omc_ffi_buffer_release
+_conn_exists = lib.omc_conn_exists
+_conn_cleanup = lib.omc_conn_cleanup
 
 
 # ---- buffers ---------------------------------------------------------------------------------------
@@ -190,15 +217,16 @@ class _Region:
         return {"data": (self.address, self.readonly), "shape": (self.size,), "typestr": "|u1", "version": 3}
 
     def release(self):
-        h, self.handle = self.handle, None
-        core, self.core = self.core, None
-        if not h or self.pid != _pid:
-            return 0
+        h = self.handle
+        self.handle = None
+        core = self.core
+        if core is None:                # a get's view: nothing else to let go
+            return _ffi_release(h) if h and self.pid == _pid else 0
+        self.core = None
         try:
-            return _ffi_release(h)
+            return _ffi_release(h) if h and self.pid == _pid else 0
         finally:
-            if core is not None:
-                core.buffer_gone()
+            core.buffer_gone()
 
     def consumed(self):
         """The library took the handle over (a put of this buffer)."""
@@ -208,6 +236,8 @@ class _Region:
             core.buffer_gone()
 
     def __del__(self):
+        if self.handle is None and self.core is None:     # released already: the usual case
+            return
         try:
             self.release()
         except Exception:
@@ -273,19 +303,60 @@ class Buffer:
     this buffer are still alive, like memoryview.release(). After release every accessor raises.
     Views kept past the buffer's collection keep the bytes alive until they go (the region goes
     with the last of the buffer and its array; its own __del__ hands the bytes back)."""
-    __slots__ = ("_arr", "_region", "_addr", "_size", "flags", "_released", "__weakref__")
+    __slots__ = ("_arr", "_reg", "_h", "_ro", "_core", "_pid", "_addr", "_size", "flags", "_released", "__weakref__")
 
     def __init__(self, handle, address, size, flags, readonly=True, core=None):
-        self._region = _Region(handle, address, size, readonly, core)
+        # The buffer holds the handle itself until a view needs a _Region (most gets are released
+        # without one): no region to make and tear down per call. _h, _core and _pid are the
+        # region's handle, core and pid while there is none.
+        self._h = handle
+        self._core = core
+        self._pid = _pid
+        self._ro = readonly
+        self._reg = None
         self._arr = None                    # the exporting array, made on first use
         self._addr = address
         self._size = size
         self.flags = flags
         self._released = False
         if not size:                        # nothing to view: give the handle back now
-            check(self._region.release(), "release")
-            self._region = None
+            r = self._give_back()
             self._arr = _np.zeros(0, _np.uint8) if _np is not None else (ctypes.c_ubyte * 0)()
+            if r:
+                check(r, "release")
+
+    @property
+    def _region(self):
+        """The region owning the handle from the first view on (made then; None once released)."""
+        reg = self._reg
+        if reg is None and not self._released:
+            with _region_lock:          # two threads making the first views: one region, one owner
+                reg = self._reg
+                if reg is None and (self._h or self._core is not None):
+                    reg = _Region(self._h, self._addr, self._size, self._ro, self._core)
+                    reg.pid = self._pid         # the process that got the handle, not this one
+                    self._h = self._core = None
+                    self._reg = reg
+        return reg
+
+    def _give_back(self):
+        """Release the handle the buffer still holds itself (no region was made). At most once."""
+        h, core = self._h, self._core
+        self._h = self._core = None
+        if core is None:
+            return _ffi_release(h) if h and self._pid == _pid else 0
+        try:
+            return _ffi_release(h) if h and self._pid == _pid else 0
+        finally:
+            core.buffer_gone()
+
+    def __del__(self):
+        if self._h is None and self._core is None:       # released, or a region holds it
+            return
+        try:
+            self._give_back()
+        except Exception:
+            pass
 
     # -- state
     def _live(self):
@@ -374,18 +445,26 @@ class Buffer:
         give the bytes back when it goes; either way this object refuses use afterwards."""
         if self._released:
             return
-        if self._exported():
+        if self._arr is not None and _getrefcount(self._arr) > 2:     # _exported(), inlined
             if not strict:
                 self._released = True
-                self._arr = self._region = None
+                self._arr = self._reg = None
                 return
             raise BufferError("omniconn: buffer still has %d view(s) alive; drop them before release()"
                               % (sys.getrefcount(self._arr) - 2))
-        region = self._region
+        region = self._reg
         self._released = True
-        self._arr = self._region = None
         if region is not None:
-            check(region.release(), "release")
+            self._arr = self._reg = None
+            r = region.release()
+        elif self._core is None:        # a get's buffer, never viewed: _give_back() inlined (the hot path)
+            h = self._h
+            self._h = None
+            r = _ffi_release(h) if h and self._pid == _pid else 0
+        else:
+            r = self._give_back()
+        if r:
+            check(r, "release")
 
     def __enter__(self):
         return self
@@ -665,8 +744,9 @@ _cores = weakref.WeakSet()      # every connector's core, for the fork handler
 def _after_fork_in_child():
     """os.fork(): the child's copies of connectors refuse calls (the creator owns them) and never
     destroy; their locks may have been held by parent threads that do not exist here."""
-    global _pid
+    global _pid, _region_lock
     _pid = os.getpid()
+    _region_lock = threading.Lock()     # a parent thread may have held it
     Connector._create_lock = threading.Lock()
     for core in list(_cores):
         core._locks()
@@ -721,6 +801,31 @@ class Connector:
         finally:
             core.leave()
 
+    def _keyed(self, fn, from_stage, to_stage, key):
+        """fn(handle, from, to, key) held open for the call: _call() for the short keyed calls,
+        with the stage names looked up and core.enter() / leave() inlined (the hot path)."""
+        f = _stage_get(from_stage) if type(from_stage) is str else None
+        if f is None:
+            f = _stage(from_stage)
+        t = _stage_get(to_stage) if type(to_stage) is str else None
+        if t is None:
+            t = _stage(to_stage)
+        k = key.encode() if type(key) is str and "\0" not in key else _b(key)
+        core = self._core
+        if core is None:
+            self._c()
+        calls = core.calls
+        calls.append(None)
+        h = core.h
+        try:
+            if core.closed:
+                raise core.closed_error()
+            return fn(h, f, t, k)
+        finally:
+            calls.pop()
+            if core.closed:
+                core.left_closed()
+
     def _fail(self, core, r, what):
         """The error of a failed call: ClosedError when close() came while it was inside."""
         if core.closed and r in (_lib.OMC_ERR_CLOSED, _MISS_TIMEOUT, _MISS_NOT_FOUND):
@@ -735,16 +840,23 @@ class Connector:
     def put(self, from_stage, to_stage, key, data, readers=1, ttl_ms=0, frame=False):
         """Copy data (bytes, bytearray, memoryview, numpy array, CPU torch tensor) into the
         connector's memory - the only copy - and return the metadata (bytes) for the receiver."""
-        # _b() inlined for the common case (str without NUL): the hot path
-        f = from_stage.encode() if type(from_stage) is str and "\0" not in from_stage else _b(from_stage)
-        t = to_stage.encode() if type(to_stage) is str and "\0" not in to_stage else _b(to_stage)
+        # stage names looked up (_stage), the key's _b() inlined for a str without NUL: the hot path
+        f = _stage_get(from_stage) if type(from_stage) is str else None
+        if f is None:
+            f = _stage(from_stage)
+        t = _stage_get(to_stage) if type(to_stage) is str else None
+        if t is None:
+            t = _stage(to_stage)
         k = key.encode() if type(key) is str and "\0" not in key else _b(key)
         if type(readers) is not int or readers < 0 or readers > _U32:
             readers = _u32(readers, "readers")
         if type(ttl_ms) is not int or ttl_ms > _I64 or ttl_ms < -_I64:
             ttl_ms = _i64(ttl_ms, "ttl_ms")
         addr, size, keep = _address(data)
-        st = _state()
+        try:
+            st = _tls.st
+        except AttributeError:
+            st = _state()
         core = self._core
         calls = core.calls
         calls.append(None)              # core.enter() inlined: the hot path
@@ -796,7 +908,7 @@ class Connector:
             raise self._fail(self._core, r, "put %r" % (key,))
         region.consumed()               # the C side freed the handle with the put
         buffer._released = True
-        buffer._arr = buffer._region = None
+        buffer._arr = buffer._reg = None
         return ctypes.string_at(buf, msize.value)
 
     def put_tensors(self, from_stage, to_stage, key, tensors, readers=1, ttl_ms=0):
@@ -830,16 +942,23 @@ class Connector:
     def put_tensor(self, from_stage, to_stage, key, name, value, readers=1, ttl_ms=0):
         """Put one array, tensor or bytes-like as a one-segment frame named name (one copy, into
         the pool): the receiver gets its dtype and shape with it (first_segment, get_tensors)."""
-        # _b() inlined for the common case (str without NUL): the hot path
-        f = from_stage.encode() if type(from_stage) is str and "\0" not in from_stage else _b(from_stage)
-        t = to_stage.encode() if type(to_stage) is str and "\0" not in to_stage else _b(to_stage)
+        # stage names looked up (_stage), the key's _b() inlined for a str without NUL: the hot path
+        f = _stage_get(from_stage) if type(from_stage) is str else None
+        if f is None:
+            f = _stage(from_stage)
+        t = _stage_get(to_stage) if type(to_stage) is str else None
+        if t is None:
+            t = _stage(to_stage)
         k = key.encode() if type(key) is str and "\0" not in key else _b(key)
         nm = _b(name)
         if type(readers) is not int or readers < 0 or readers > _U32:
             readers = _u32(readers, "readers")
         if type(ttl_ms) is not int or ttl_ms > _I64 or ttl_ms < -_I64:
             ttl_ms = _i64(ttl_ms, "ttl_ms")
-        st = _state()
+        try:
+            st = _tls.st
+        except AttributeError:
+            st = _state()
         shape = st.shape
         nd = 0
         code = 0
@@ -881,11 +1000,18 @@ class Connector:
         """A zero-copy Buffer with the payload. meta: the bytes put() returned, or None (wait for
         the key to appear). timeout in seconds (None = forever, 0 = only if it is there now).
         sender: a remote connector's registered sender to ask (metadata-less gets only)."""
-        # _b() inlined for the common case (str without NUL): the hot path
-        f = from_stage.encode() if type(from_stage) is str and "\0" not in from_stage else _b(from_stage)
-        t = to_stage.encode() if type(to_stage) is str and "\0" not in to_stage else _b(to_stage)
+        # stage names looked up (_stage), the key's _b() inlined for a str without NUL: the hot path
+        f = _stage_get(from_stage) if type(from_stage) is str else None
+        if f is None:
+            f = _stage(from_stage)
+        t = _stage_get(to_stage) if type(to_stage) is str else None
+        if t is None:
+            t = _stage(to_stage)
         k = key.encode() if type(key) is str and "\0" not in key else _b(key)
-        st = _state()
+        try:
+            st = _tls.st
+        except AttributeError:
+            st = _state()
         rh, rd, rs, rf = st.refs
         dl = _FOREVER if timeout is None else deadline(timeout)
         core = self._core
@@ -912,12 +1038,19 @@ class Connector:
         (name, kind, omc dtype, shape, offset, size) or None if the payload is not a frame).
         A frame that does not decode raises (the buffer is released). miss=True: a key that is
         not there (NOT_FOUND, or TIMEOUT at the deadline) returns None instead of raising."""
-        # _b() inlined for the common case (str without NUL): the hot path
-        f = from_stage.encode() if type(from_stage) is str and "\0" not in from_stage else _b(from_stage)
-        t = to_stage.encode() if type(to_stage) is str and "\0" not in to_stage else _b(to_stage)
+        # stage names looked up (_stage), the key's _b() inlined for a str without NUL: the hot path
+        f = _stage_get(from_stage) if type(from_stage) is str else None
+        if f is None:
+            f = _stage(from_stage)
+        t = _stage_get(to_stage) if type(to_stage) is str else None
+        if t is None:
+            t = _stage(to_stage)
         k = key.encode() if type(key) is str and "\0" not in key else _b(key)
         sn = None if sender is None else _b(sender)
-        st = _state()
+        try:
+            st = _tls.st
+        except AttributeError:
+            st = _state()
         dl = _FOREVER if timeout is None else deadline(timeout)
         g = st.got
         core = self._core
@@ -978,7 +1111,7 @@ class Connector:
     # -- the rest of the contract
     def cleanup(self, from_stage, to_stage, key):
         """Drop a put nobody will read. Returns False if the key was not there."""
-        r = self._call(lib.omc_conn_cleanup, _b(from_stage), _b(to_stage), _b(key))
+        r = self._keyed(_conn_cleanup, from_stage, to_stage, key)
         if r == _lib.OMC_ERR_NOT_FOUND:
             return False
         check(r, "cleanup %r" % (key,))
@@ -986,7 +1119,7 @@ class Connector:
 
     def exists(self, from_stage, to_stage, key):
         """Is the key live on this connector (put and not fully consumed)? Never blocks."""
-        r = self._call(lib.omc_conn_exists, _b(from_stage), _b(to_stage), _b(key))
+        r = self._keyed(_conn_exists, from_stage, to_stage, key)
         if r == _lib.OMC_ERR_NOT_FOUND:
             return False
         check(r, "exists %r" % (key,))

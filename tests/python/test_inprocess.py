@@ -98,6 +98,32 @@ def test_garbage_collection_gives_the_bytes_back(channel):
         assert h["pool_in_use"] == 0 and h["releases"] == 1
 
 
+def test_first_views_made_at_once_from_several_threads_give_the_bytes_back_once(channel):
+    import threading
+    n, threads = 40, 4
+    with omniconn.LocalConnector() as c:
+        for i in range(n):
+            meta = c.put("a", "b", "k%d" % i, bytes([i]) * 4096)
+            buf = c.get("a", "b", "k%d" % i, meta, timeout=10)
+            start, views = threading.Barrier(threads), []
+
+            def view():
+                start.wait()
+                views.append(buf.numpy())
+
+            ts = [threading.Thread(target=view) for _ in range(threads)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            assert len(views) == threads and all(bytes(v[:2]) == bytes([i]) * 2 for v in views)
+            del views
+            buf.release()
+        gc.collect()
+        h = c.health()
+        assert h["releases"] == n and h["pool_in_use"] == 0
+
+
 def test_a_pool_buffer_filled_in_place_is_put_without_a_copy(conn):
     wb = conn.alloc(1 << 16)
     arr = wb.numpy("float32")
