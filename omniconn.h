@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4192
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  364
+    PART A  THE CORE                                                         lines     69 - 4197
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  369
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result     366 - 1047
+      declarations    [SECTION] Version, platform and feature resolution | Result     371 - 1052
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1050 - 4189
+      implementation  [SECTION] Implementation: configuration and system headers |   1055 - 4194
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines  4194 - 9973
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4194 - 4577
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4199 - 10223
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4199 - 4605
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4580 - 4765
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4608 - 4793
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane      4767 - 9970
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     4795 - 10220
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                         9976 - 10011
+    LICENSE                                                                        10226 - 10261
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -346,6 +346,11 @@ NON-GOALS (what omniconn does not do)
 RECENT REVISIONS
 ================================================================================================
 
+    unreleased          TCP data hello version 3: the data port sends a nonce first and the hello
+                        proves the session's ticket with an HMAC-SHA-256 over it instead of
+                        carrying the ticket (HELLO record 0x101 replaces 0x100); receivers and
+                        senders of version 2 are refused with a log line naming both versions.
+                        A request that names an entry wrongly always gets OMC_ERR_NOT_FOUND.
     unreleased          remote connector: gets travel as requests on the ticketed TCP data
                         connection (HELLO capability bit 2; senders without it still get PULL on
                         the side channel); the listener waits for small payloads' receipts
@@ -4256,7 +4261,7 @@ B2 THE SIDE CHANNEL AND THE TCP DATA PLANE
            put(key) -> pool, metadata  ---- your control plane ---->  get(key, metadata)
                                        <--- HELLO (once per channel) ---
                                        ---- HELLO: incarnation, TCP data port, ticket ---->
-                                       <=== TCP: connect, data hello (ticket), once per channel
+                                       <=== TCP: connect, nonce, data hello (ticket proof), once per channel
                                        <=== TCP: request (entry, capacity) ====  calling thread
              listener (worker if big)  ==== TCP: header + payload ====>  recv() into pool buffer
                                        <=== TCP: receipt ==============  every byte is in place
@@ -4311,9 +4316,12 @@ B2 THE SIDE CHANNEL AND THE TCP DATA PLANE
          wrong key), with OMC_ERR_CONNECTION if not (it cannot tell a CURVE sender that hangs up
          on it from a dying one; its log says which key would help). curve.allowed_clients
          restricts senders to known receiver keys (a ZAP handler). The TCP data port admits only connections that
-         show a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on),
-         and a connection serves only PULLs of the session that got the ticket; anything else
-         is closed at its first bytes and never counts against a limit. A request on a data
+         prove a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on):
+         the data hello carries an HMAC over a nonce the port sent on that connection, never the
+         ticket's secret, so a data hello seen on the wire opens nothing. A ticket is bound to its
+         session (and with CURVE to the session's public key) and dies with it; a connection serves
+         only PULLs of the session that got the ticket; anything else is closed at its first bytes
+         and never counts against a limit. A request on a data
          connection is served for the session that registered it, exactly as a PULL from that
          session would be; it names the entry by id (no key travels on the data connection). The
          TCP data plane is not encrypted: CURVE decides who may ask for data, not who can read a
@@ -4402,12 +4410,18 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
             type 1, TCP data endpoint (sender only): u16 port (non-zero), u16 reserved (0),
                     host text (0..255 bytes, no NUL; empty = the host the side channel reached)
             type 2, RDMA endpoint: defined by omniconn_rdma.h
-            type 0x100, data-connection ticket (sender only, in the answer to a HELLO unless
-                    the sender's ticket table has no room: then a WARN and no record): 16
-                    random bytes, one ticket per side-channel session (ZMQ routing id); a
-                    repeated HELLO from a routing id gets a new ticket and the old one
-                    registers nothing more; the session's TCP data connections must show it;
-                    it ends with the session's side-channel connection
+            type 0x101, data-connection ticket (sender only, in the answer to a HELLO unless
+                    the sender's ticket table has no room: then a WARN and no record), 48
+                    bytes: u8[16] ticket id (names the ticket; not a secret), u8[32] ticket
+                    secret (random; it never travels anywhere else: a data hello proves it).
+                    One ticket per side-channel session (ZMQ routing id; with CURVE, bound to
+                    the session's public key too); a repeated HELLO from a routing id gets a
+                    new ticket and the old one registers nothing more; the session's TCP data
+                    connections must prove it; it ends with the session's side-channel
+                    connection (the listener's socket monitor reports the disconnect)
+            type 0x100, what a sender of data hello version 2 sent instead (16 bytes, shown in
+                    clear in every data hello): no longer sent; a receiver that sees it and no
+                    0x101 logs that the sender must be upgraded
             a record type below 0x100 is a data plane's kind; any type a peer does not know is
             skipped: a new transport adds a record type, not a protocol version
       QUERY body (receiver -> sender), 8 + key length bytes:
@@ -4483,20 +4497,33 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
 
     TCP data plane: a receiver opens one connection per channel to the port in the sender's
     type-1 record; at most one transfer is in flight on a connection.
-      hello, receiver -> sender, version 2, 40 bytes:
+      nonce, sender -> receiver, 24 bytes, the first bytes on every accepted connection:
+        0   u32  magic 0x4E434D4F ("OMCN")
+        4   u16  data hello version the sender speaks (3)
+        6   u16  reserved (0)
+        8   u8[16] nonce (random, fresh per connection)
+      hello, receiver -> sender, version 3, 72 bytes, after the nonce:
         0   u32  magic 0x54434D4F ("OMCT")
-        4   u16  version (2)
+        4   u16  version (3)
         6   u16  reserved (0)
         8   u64  token (random, non-zero; PULL descriptors name the connection by it)
         16  u64  receiver incarnation
-        24  u8[16] the ticket from the sender's answer to this channel's HELLO (record 0x100)
+        24  u8[16] ticket id (record 0x101 of the sender's answer to this channel's HELLO)
+        40  u8[32] proof: HMAC-SHA-256 (RFC 2104, FIPS 180-4) keyed with the 32-byte ticket
+                 secret, over the 21 ASCII bytes "omniconn data hello 3", then the 16 nonce
+                 bytes, then bytes 0..39 of this hello. The secret is never sent: a hello seen
+                 on the wire proves nothing on another connection (another nonce), for another
+                 token or for another ticket.
+        Versions 1 (24 bytes, no ticket) and 2 (40 bytes, the ticket in clear at byte 24) are
+        refused: the ack carries OMC_ERR_VERSION and the sender logs a line naming the
+        version it got and version 3. A receiver that gets a nonce frame of another version
+        logs both versions and fails the get with OMC_ERR_VERSION.
       ack, sender -> receiver, 8 bytes: 0 u32 magic 0x41434D4F ("OMCA"), 4 i32 status (0 = OK,
-        else an omc_result: the connection is closed after it). A hello that is not version 2
-        gets OMC_ERR_MALFORMED or OMC_ERR_VERSION (a version-1 hello, 24 bytes without the
-        ticket, is what a receiver of the first release sends; it still sends it to a sender
-        whose HELLO carries no ticket); a well-formed hello whose ticket the sender did not
-        hand out gets no ack at all: the connection is closed (so bytes that are not a hello
-        learn only that this is an omniconn data port). A ticket registers at most 16
+        else an omc_result: the connection is closed after it). A hello that is not version 3
+        gets OMC_ERR_MALFORMED or OMC_ERR_VERSION; a well-formed hello whose ticket id the
+        sender did not hand out, whose session has ended, or whose proof does not match gets
+        no ack at all: the connection is closed. A port scanner learns that this is an
+        omniconn data port (the nonce frame says so) and nothing else. A ticket registers at most 16
         connections (then OMC_ERR_BUSY), a token at most once per ticket (then
         OMC_ERR_EXISTS); one address at most a quarter of the 4096 registrations, and when all
         are taken an idle connection of the address holding the most is closed to make room,
@@ -4520,10 +4547,11 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
         24  u64  expected sender incarnation (0 = any)
         32  u64  PULL: destination capacity; CLAIM: the payload size the metadata announced
                  (a different size than the entry's, or a CLAIM of an entry the sender did not
-                 inline, is OMC_ERR_PROTOCOL)
+                 inline, is OMC_ERR_NOT_FOUND with detail 0, exactly what an id nobody holds
+                 gets: the answers to requests never tell which entry ids exist)
         40  u32  PULL: time budget in ms, as in PULL; CLAIM: ignored (nothing moves)
         44  u32  key check: CRC-32C of the qualified key the get asks for (as the envelope's
-                 CRC is computed); an entry of another key is OMC_ERR_NOT_FOUND
+                 CRC is computed); an entry of another key is OMC_ERR_NOT_FOUND (detail 0)
       Anything else - a wrong magic (seen after 4 bytes), op or reserved field, entry id 0, a
       request not complete within 5 s - closes the connection (counted in protocol_errors).
       Requests may be pipelined: one sent before the previous one is answered waits in the
@@ -5157,7 +5185,10 @@ struct omc__dp_push {
     int requested;                      /* the push answers a request the plane itself received
                                            (tx_next_request), not a PULL: the plane holds its
                                            connection already */
+    const char* peer_key;               /* the PULL's CURVE public key in hex ("" or NULL = none):
+                                           a plane serves it only on connections of that key */
 };
+#define OMC__PEER_KEY_MAX 65            /* a CURVE public key in hex, and its terminator */
 
 /* A request a plane received on its own connections (sender: tx_next_request) or sends on
    them (receiver: rx_request): a PULL, or a CLAIM of a read whose bytes the receiver already
@@ -5244,9 +5275,9 @@ typedef struct omc__dp_ext {
     void       (*tx_end)(void* user, const omc__dp_push* p, int committed); /* the wait is over */
     /* a record for a side-channel session's HELLO answer (*out_len 0 = none); addr is the
        session's peer address ("" = unknown), session its side-channel connection's descriptor
-       (-1 = unknown) */
+       (-1 = unknown), peer_key its CURVE public key in hex ("" = no CURVE) */
     omc_result (*tx_ticket)(void* user, const uint8_t* channel, uint32_t channel_len, const char* addr, int session,
-                            uint8_t* out, uint32_t cap, uint32_t* out_len);
+                            const char* peer_key, uint8_t* out, uint32_t cap, uint32_t* out_len);
     void       (*tx_session_gone)(void* user, int session);    /* that side-channel connection closed */
     /* the plane's own sockets in the listener's poll: at most tx_item_count() items; who[i] is
        the plane's, handed back to tx_serve */
@@ -5595,6 +5626,114 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
     return OMC_OK;
 }
 
+/* ---- SHA-256 and HMAC-SHA-256 (FIPS 180-4, RFC 2104) ----------------------------------------
+   The data hello proves that the receiver holds its session's ticket without sending it: an
+   HMAC over a nonce the data port chose for this connection. Small and self-contained so Part B
+   needs no crypto library; it runs a handful of times per data connection, so it is written for
+   clarity, not speed. */
+typedef struct omc__sha256 {
+    uint32_t h[8];
+    uint64_t total;                     /* bytes hashed so far */
+    uint8_t block[64];
+    uint32_t used;                      /* bytes waiting in block */
+} omc__sha256;
+
+#define OMC__SHA256_SIZE 32
+
+static const uint32_t omc__sha256_k[64] = {
+    0x428a2f98u, 0x71374491u, 0xb5c0fbcfu, 0xe9b5dba5u, 0x3956c25bu, 0x59f111f1u, 0x923f82a4u, 0xab1c5ed5u,
+    0xd807aa98u, 0x12835b01u, 0x243185beu, 0x550c7dc3u, 0x72be5d74u, 0x80deb1feu, 0x9bdc06a7u, 0xc19bf174u,
+    0xe49b69c1u, 0xefbe4786u, 0x0fc19dc6u, 0x240ca1ccu, 0x2de92c6fu, 0x4a7484aau, 0x5cb0a9dcu, 0x76f988dau,
+    0x983e5152u, 0xa831c66du, 0xb00327c8u, 0xbf597fc7u, 0xc6e00bf3u, 0xd5a79147u, 0x06ca6351u, 0x14292967u,
+    0x27b70a85u, 0x2e1b2138u, 0x4d2c6dfcu, 0x53380d13u, 0x650a7354u, 0x766a0abbu, 0x81c2c92eu, 0x92722c85u,
+    0xa2bfe8a1u, 0xa81a664bu, 0xc24b8b70u, 0xc76c51a3u, 0xd192e819u, 0xd6990624u, 0xf40e3585u, 0x106aa070u,
+    0x19a4c116u, 0x1e376c08u, 0x2748774cu, 0x34b0bcb5u, 0x391c0cb3u, 0x4ed8aa4au, 0x5b9cca4fu, 0x682e6ff3u,
+    0x748f82eeu, 0x78a5636fu, 0x84c87814u, 0x8cc70208u, 0x90befffau, 0xa4506cebu, 0xbef9a3f7u, 0xc67178f2u};
+
+OMC__PRIVATE uint32_t omc__ror32(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+/* One 64-byte block into the state (the FIPS 180-4 compression function). */
+OMC__PRIVATE void omc__sha256_block(omc__sha256* s, const uint8_t* p) {
+    uint32_t w[64], a, b, c, d, e, f, g, h, t1, t2;
+    int i;
+    for (i = 0; i < 16; i++) w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (i = 16; i < 64; i++) {
+        uint32_t s0 = omc__ror32(w[i - 15], 7) ^ omc__ror32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = omc__ror32(w[i - 2], 17) ^ omc__ror32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    a = s->h[0]; b = s->h[1]; c = s->h[2]; d = s->h[3]; e = s->h[4]; f = s->h[5]; g = s->h[6]; h = s->h[7];
+    for (i = 0; i < 64; i++) {
+        t1 = h + (omc__ror32(e, 6) ^ omc__ror32(e, 11) ^ omc__ror32(e, 25)) + ((e & f) ^ (~e & g)) + omc__sha256_k[i] + w[i];
+        t2 = (omc__ror32(a, 2) ^ omc__ror32(a, 13) ^ omc__ror32(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+    }
+    s->h[0] += a; s->h[1] += b; s->h[2] += c; s->h[3] += d; s->h[4] += e; s->h[5] += f; s->h[6] += g; s->h[7] += h;
+}
+
+OMC__PRIVATE void omc__sha256_init(omc__sha256* s) {
+    static const uint32_t iv[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au, 0x510e527fu, 0x9b05688cu, 0x1f83d9abu, 0x5be0cd19u};
+    memcpy(s->h, iv, sizeof(iv));
+    s->total = 0;
+    s->used = 0;
+}
+
+OMC__PRIVATE void omc__sha256_update(omc__sha256* s, const void* data, size_t n) {
+    const uint8_t* p = (const uint8_t*)data;
+    s->total += n;
+    while (n) {
+        size_t take = omc__min(n, (size_t)(64 - s->used));
+        memcpy(s->block + s->used, p, take);
+        s->used += (uint32_t)take;
+        p += take;
+        n -= take;
+        if (s->used == 64) { omc__sha256_block(s, s->block); s->used = 0; }
+    }
+}
+
+/* Pad (0x80, zeros, the bit length big-endian) and write the 32-byte digest. */
+OMC__PRIVATE void omc__sha256_final(omc__sha256* s, uint8_t* out) {
+    uint64_t bits = s->total * 8u;
+    uint8_t pad = 0x80, zero = 0, len[8];
+    int i;
+    omc__sha256_update(s, &pad, 1);
+    while (s->used != 56) omc__sha256_update(s, &zero, 1);
+    for (i = 0; i < 8; i++) len[i] = (uint8_t)(bits >> (56 - 8 * i));
+    omc__sha256_update(s, len, 8);
+    for (i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(s->h[i] >> 24); out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(s->h[i] >> 8); out[4 * i + 3] = (uint8_t)s->h[i];
+    }
+}
+
+/* HMAC-SHA-256 of the concatenation of n parts (a key longer than a block is hashed first). */
+OMC__PRIVATE void omc__hmac_sha256(const uint8_t* key, size_t klen, const void* const* part, const size_t* plen, int n, uint8_t* out) {
+    uint8_t k[64], pad[64], inner[OMC__SHA256_SIZE];
+    omc__sha256 s;
+    int i;
+    memset(k, 0, sizeof(k));
+    if (klen > 64) { omc__sha256_init(&s); omc__sha256_update(&s, key, klen); omc__sha256_final(&s, k); }
+    else if (klen) memcpy(k, key, klen);
+    for (i = 0; i < 64; i++) pad[i] = (uint8_t)(k[i] ^ 0x36);
+    omc__sha256_init(&s);
+    omc__sha256_update(&s, pad, 64);
+    for (i = 0; i < n; i++) omc__sha256_update(&s, part[i], plen[i]);
+    omc__sha256_final(&s, inner);
+    for (i = 0; i < 64; i++) pad[i] = (uint8_t)(k[i] ^ 0x5c);
+    omc__sha256_init(&s);
+    omc__sha256_update(&s, pad, 64);
+    omc__sha256_update(&s, inner, sizeof(inner));
+    omc__sha256_final(&s, out);
+}
+
+/* Compare without an early exit, so the time taken says nothing about where a guess went wrong. */
+OMC__PRIVATE int omc__equal_ct(const uint8_t* a, const uint8_t* b, size_t n) {
+    uint8_t d = 0;
+    size_t i;
+    for (i = 0; i < n; i++) d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
+}
+
 /* ---- TCP data plane records and headers ----------------------------------------------------- */
 
 #define OMC__TCP_HELLO_MAGIC 0x54434D4Fu    /* "OMCT" */
@@ -5604,10 +5743,15 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_RECEIPT_MAGIC 0x47434D4Fu  /* "OMCG": got every byte ("OMCR" is the RDMA endpoint record's) */
 #define OMC__TCP_RECEIPT_SIZE 8
 #define OMC__TCP_TRAILER_SIZE 8
-#define OMC__TCP_HELLO_SIZE  40         /* version 2: with the ticket */
-#define OMC__TCP_HELLO1_SIZE 24         /* version 1 (no ticket): refused by a sender now */
-#define OMC__TCP_TICKET_SIZE 16         /* the per-channel ticket of the sender's HELLO */
-#define OMC__REC_TICKET      0x0100u    /* HELLO record type: the data-connection ticket */
+#define OMC__TCP_HELLO_VERSION 3        /* 1 sent no ticket, 2 sent it in clear; both refused now */
+#define OMC__TCP_HELLO_SIZE  72         /* version 3: ticket id and the proof of its secret */
+#define OMC__TCP_HELLO_SIGNED 40        /* the bytes of the hello the proof covers */
+#define OMC__TCP_NONCE_MAGIC 0x4E434D4Fu    /* "OMCN": the data port's first bytes on a connection */
+#define OMC__TCP_NONCE_SIZE  24
+#define OMC__TCP_TICKET_SIZE 16         /* a ticket's id: names it, proves nothing */
+#define OMC__TCP_SECRET_SIZE 32         /* a ticket's secret: never on a data connection */
+#define OMC__REC_TICKET      0x0101u    /* HELLO record type: the data-connection ticket (id | secret) */
+#define OMC__REC_TICKET_V2   0x0100u    /* what a sender of data hello version 2 offered instead */
 #define OMC__TCP_ACK_SIZE    8
 #define OMC__TCP_HEADER_SIZE 24
 #define OMC__TCP_REQUEST_MAGIC 0x50434D4Fu  /* "OMCP": a request on the data connection */
@@ -5629,33 +5773,66 @@ OMC__PRIVATE omc_result omc__tcp_record_decode(const uint8_t* v, uint32_t n, uin
     return OMC_OK;
 }
 
-/* The data hello, version 2 (40 bytes); ticket NULL writes version 1 (24 bytes, what a sender
-   of the first release expects). */
-OMC__PRIVATE void omc__tcp_hello_encode(uint8_t* p, uint64_t token, uint64_t incarnation, const uint8_t* ticket) {
+/* The nonce frame the data port writes first on every connection: u32 "OMCN", u16 hello version
+   (3), u16 reserved, 16 random bytes. A data hello must prove the ticket over this nonce, so a
+   hello seen on the wire is worth nothing on another connection. */
+OMC__PRIVATE void omc__tcp_nonce_encode(uint8_t* p, const uint8_t* nonce) {
+    omc__put_u32(p, OMC__TCP_NONCE_MAGIC);
+    omc__put_u16(p + 4, OMC__TCP_HELLO_VERSION);
+    omc__put_u16(p + 6, 0);
+    memcpy(p + 8, nonce, 16);
+}
+
+OMC__PRIVATE omc_result omc__tcp_nonce_decode(const uint8_t* p, uint8_t* nonce) {
+    if (omc__get_u32(p) != OMC__TCP_NONCE_MAGIC || omc__get_u16(p + 6) != 0) return OMC_ERR_PROTOCOL;
+    if (omc__get_u16(p + 4) != OMC__TCP_HELLO_VERSION) return OMC_ERR_VERSION;
+    memcpy(nonce, p + 8, 16);
+    return OMC_OK;
+}
+
+/* The proof of a data hello: HMAC-SHA-256 keyed with the ticket's secret over the label
+   "omniconn data hello 3", the connection's nonce and the hello's first 40 bytes (magic,
+   version, token, incarnation, ticket id), so it holds for this connection, token and ticket only. */
+OMC__PRIVATE void omc__tcp_hello_proof(const uint8_t* secret, const uint8_t* nonce, const uint8_t* hello, uint8_t* out) {
+    static const char label[] = "omniconn data hello 3";
+    const void* part[3];
+    size_t len[3];
+    part[0] = label; len[0] = sizeof(label) - 1;
+    part[1] = nonce; len[1] = 16;
+    part[2] = hello; len[2] = OMC__TCP_HELLO_SIGNED;
+    omc__hmac_sha256(secret, OMC__TCP_SECRET_SIZE, part, len, 3, out);
+}
+
+/* The data hello, version 3 (72 bytes): the ticket id names the session's ticket and the proof
+   shows its secret without sending it. */
+OMC__PRIVATE void omc__tcp_hello_encode(uint8_t* p, uint64_t token, uint64_t incarnation, const uint8_t* ticket_id,
+                                        const uint8_t* secret, const uint8_t* nonce) {
     omc__put_u32(p, OMC__TCP_HELLO_MAGIC);
-    omc__put_u16(p + 4, ticket ? 2 : 1);
+    omc__put_u16(p + 4, OMC__TCP_HELLO_VERSION);
     omc__put_u16(p + 6, 0);
     omc__put_u64(p + 8, token);
     omc__put_u64(p + 16, incarnation);
-    if (ticket) memcpy(p + 24, ticket, OMC__TCP_TICKET_SIZE);
+    memcpy(p + 24, ticket_id, OMC__TCP_TICKET_SIZE);
+    omc__tcp_hello_proof(secret, nonce, p, p + OMC__TCP_HELLO_SIGNED);
 }
 
-/* The first 8 bytes of a data hello: OMC_OK if they start a version-2 hello. */
+/* The first 8 bytes of a data hello: OMC_OK if they start a version-3 hello. */
 OMC__PRIVATE omc_result omc__tcp_hello_start(const uint8_t* p, size_t n) {
     if (n < 8 || omc__get_u32(p) != OMC__TCP_HELLO_MAGIC) return OMC_ERR_MALFORMED;
-    if (omc__get_u16(p + 4) != 2) return OMC_ERR_VERSION;
+    if (omc__get_u16(p + 4) != OMC__TCP_HELLO_VERSION) return OMC_ERR_VERSION;
     if (omc__get_u16(p + 6) != 0) return OMC_ERR_MALFORMED;
     return OMC_OK;
 }
 
-/* A whole version-2 hello; ticket (16 bytes) receives the ticket it presents. */
-OMC__PRIVATE omc_result omc__tcp_hello_decode(const uint8_t* p, size_t n, uint64_t* token, uint64_t* incarnation, uint8_t* ticket) {
+/* A whole version-3 hello; ticket_id (16 bytes) receives the id it names (its proof is checked
+   against that ticket's secret by the caller). */
+OMC__PRIVATE omc_result omc__tcp_hello_decode(const uint8_t* p, size_t n, uint64_t* token, uint64_t* incarnation, uint8_t* ticket_id) {
     omc_result r = omc__tcp_hello_start(p, n);
     if (r != OMC_OK) return r;
     if (n != OMC__TCP_HELLO_SIZE) return OMC_ERR_MALFORMED;
     *token = omc__get_u64(p + 8);
     *incarnation = omc__get_u64(p + 16);
-    memcpy(ticket, p + 24, OMC__TCP_TICKET_SIZE);
+    memcpy(ticket_id, p + 24, OMC__TCP_TICKET_SIZE);
     if (*token == 0) return OMC_ERR_MALFORMED;
     return OMC_OK;
 }
@@ -5975,11 +6152,13 @@ typedef struct omc__tcp_source {
 } omc__tcp_source;
 
 /* A ticket: handed to one side-channel session (a ZMQ routing id) in the HELLO answer, and
-   required in the data hello: a data connection belongs to the session whose ticket it showed,
-   and only a PULL from that session may name it. */
+   proven in the data hello: a data connection belongs to the session whose ticket it proved,
+   and only a PULL from that session may name it. The id is public (the data hello names it);
+   the secret travels only inside the HELLO answer (encrypted when CURVE is on). */
 typedef struct omc__tcp_ticket {
     struct omc__tcp_ticket* next;
-    uint8_t ticket[OMC__TCP_TICKET_SIZE];
+    uint8_t ticket[OMC__TCP_TICKET_SIZE];   /* its id */
+    uint8_t secret[OMC__TCP_SECRET_SIZE];
     uint32_t rid_len;
     uint8_t rid[256];
     uint32_t nconns;                    /* registered data connections that showed it */
@@ -5988,6 +6167,8 @@ typedef struct omc__tcp_ticket {
     int gone;                           /* its side-channel connection went: its connections serve nothing */
     int zfd;                            /* that connection's descriptor (-1: unknown) */
     omc__tcp_source* src;               /* the address of the session's side channel */
+    char peer_key[OMC__PEER_KEY_MAX];   /* the session's CURVE public key in hex ("" = no CURVE):
+                                           a PULL must come from the same key */
 } omc__tcp_ticket;
 
 typedef struct omc__tcp_conn {
@@ -6002,6 +6183,7 @@ typedef struct omc__tcp_conn {
     omc_time_ns idle_since;
     uint32_t hello_got;
     uint8_t hello[OMC__TCP_HELLO_SIZE];
+    uint8_t nonce[16];                  /* sent on accept: this connection's hello proves over it */
     char addr[64];                      /* the peer's address (numeric), from accept() */
     omc__tcp_source* src;               /* registered connections: counted there */
     /* requests on the connection (listener only) */
@@ -6042,8 +6224,9 @@ typedef struct omc__tcp_plane {
 typedef struct omc__tcp_rx {
     int fd;                             /* -1 until the first PULL */
     uint64_t token;
-    int has_ticket;                     /* the sender's HELLO carried a ticket (every sender */
-    uint8_t ticket[OMC__TCP_TICKET_SIZE];   /* but one of the first release does) */
+    int has_ticket;                     /* the sender's HELLO gave this channel a ticket */
+    uint8_t ticket[OMC__TCP_TICKET_SIZE];   /* its id, named in the data hello */
+    uint8_t secret[OMC__TCP_SECRET_SIZE];   /* its secret: proven in the data hello, never sent */
     char host[OMC_TCP_HOST_MAX];
     uint16_t port;
     uint32_t hdr_got, trl_got;
@@ -6257,7 +6440,8 @@ OMC__PRIVATE omc__tcp_ticket* omc__tcp_ticket_victim(omc__tcp_plane* T, const om
    (-1 if unknown): when it goes the ticket goes (omc__tcp_session_gone). addr is the session's address ("" if unknown): an
    address at its share (OMC__TCP_SOURCE_TICKETS) drops one of its own unused tickets, a full
    table one of the address that holds the most; OMC_ERR_BUSY if there is none to drop. */
-OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, const char* addr, int zfd, uint8_t* out) {
+OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, const char* addr, int zfd,
+                                              const char* peer_key, uint8_t* out) {
     omc__tcp_ticket *t, *old = NULL;
     omc__tcp_source* src;
     omc_result r = OMC_OK;
@@ -6280,6 +6464,7 @@ OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* 
         if (!t) r = OMC_ERR_NO_MEMORY;
         else {
             do { omc__random_bytes(t->ticket, sizeof(t->ticket)); } while (omc__smap_get(&T->by_ticket, (const char*)t->ticket, OMC__TCP_TICKET_SIZE));
+            omc__random_bytes(t->secret, sizeof(t->secret));
             t->rid_len = rid_len;
             memcpy(t->rid, rid, rid_len);
             if (omc__smap_put(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE, t) != OMC_OK) r = OMC_ERR_NO_MEMORY;
@@ -6290,13 +6475,18 @@ OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* 
             if (r != OMC_OK) { omc__free(&T->hooks, t); t = NULL; }
             else {
                 t->next = T->tickets; T->tickets = t; T->ntickets++; t->src = src;
+                snprintf(t->peer_key, sizeof(t->peer_key), "%s", peer_key ? peer_key : "");
                 t->zfd = zfd;
                 omc__tcp_ticket_bind_fd(T, t);
             }
         }
     }
     if (src && !t) { src->ntickets--; omc__tcp_source_put(T, src); }
-    if (t) { t->last_used = omc_now_ns(); memcpy(out, t->ticket, OMC__TCP_TICKET_SIZE); }
+    if (t) {
+        t->last_used = omc_now_ns();
+        memcpy(out, t->ticket, OMC__TCP_TICKET_SIZE);
+        memcpy(out + OMC__TCP_TICKET_SIZE, t->secret, OMC__TCP_SECRET_SIZE);
+    }
     pthread_mutex_unlock(&T->mu);
     return r;
 }
@@ -6390,6 +6580,15 @@ OMC__PRIVATE omc__tcp_source* omc__tcp_admit(omc__tcp_plane* T, omc__tcp_conn* c
     return NULL;
 }
 
+/* The nonce frame, first thing on an accepted connection (a fresh socket always has room for
+   24 bytes; anything else means it is already broken: 0). */
+OMC__PRIVATE int omc__tcp_send_nonce(omc__tcp_conn* c) {
+    uint8_t frame[OMC__TCP_NONCE_SIZE];
+    omc__random_bytes(c->nonce, sizeof(c->nonce));
+    omc__tcp_nonce_encode(frame, c->nonce);
+    return send(c->fd, frame, sizeof(frame), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(frame);
+}
+
 /* Listener: accept what is waiting on the data port. Out of descriptors (EMFILE, ENFILE): the
    oldest connection still owing its hello is closed and the port is not polled for
    OMC__TCP_PAUSE_MS, so a flood costs neither a spinning core nor a log line per event. */
@@ -6423,6 +6622,7 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
         if (!c) { pthread_mutex_unlock(&T->mu); close(fd); continue; }
         c->fd = fd;
         omc__tcp_peer_addr(&sa, c->addr, sizeof(c->addr));
+        if (!omc__tcp_send_nonce(c)) { pthread_mutex_unlock(&T->mu); omc__free(&T->hooks, c); close(fd); continue; }
         c->state = OMC__TCONN_PENDING;
         c->hello_deadline = omc_deadline_after_ms(OMC__TCP_HELLO_MS);
         c->next = T->conns;
@@ -6439,6 +6639,10 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
    ticket (a port scanner learns nothing). Never registered, so never counted. */
 OMC__PRIVATE void omc__tcp_refuse(omc__tcp_plane* T, omc__tcp_conn* c, omc_result r, int ack_it) {
     unsigned long long hidden = 0;
+    char why[160];
+    snprintf(why, sizeof(why), ": the receiver sent data hello version %u, this sender speaks version %d "
+             "(a version-3 receiver proves its ticket instead of sending it); upgrade the receiver",
+             (unsigned)(c->hello_got >= 6 ? omc__get_u16(c->hello + 4) : 0), OMC__TCP_HELLO_VERSION);
     if (ack_it) {
         uint8_t ack[OMC__TCP_ACK_SIZE];
         ssize_t k;
@@ -6452,9 +6656,8 @@ OMC__PRIVATE void omc__tcp_refuse(omc__tcp_plane* T, omc__tcp_conn* c, omc_resul
         OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
                  "data port %u: data hello refused (%s), connection closed%s (%llu more since the last report)", (unsigned)T->port,
                  omc_result_str(r),
-                 r == OMC_ERR_AUTH ? ": no valid ticket (a data connection must show the ticket of a side-channel HELLO)"
-                 : r == OMC_ERR_VERSION ? ": the receiver predates data hello version 2; upgrade it"
-                 : r == OMC_ERR_BUSY ? ": too many data connections for one side-channel session" : "",
+                 r == OMC_ERR_AUTH ? ": no valid ticket proof (a data connection must prove the ticket of a live side-channel session)"
+                 : r == OMC_ERR_VERSION ? why : r == OMC_ERR_BUSY ? ": too many data connections for one side-channel session" : "",
                  hidden);
     omc__tcp_conn_free(T, c);
 }
@@ -6462,7 +6665,7 @@ OMC__PRIVATE void omc__tcp_refuse(omc__tcp_plane* T, omc__tcp_conn* c, omc_resul
 /* Listener: a pending connection is readable: take its hello bytes; register when complete and
    its ticket is one we handed out. */
 OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
-    uint8_t ack[OMC__TCP_ACK_SIZE], ticket[OMC__TCP_TICKET_SIZE];
+    uint8_t ack[OMC__TCP_ACK_SIZE], ticket[OMC__TCP_TICKET_SIZE], proof[OMC__SHA256_SIZE];
     omc__tcp_ticket* t;
     omc__tcp_source* src;
     omc_result r;
@@ -6475,7 +6678,9 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     r = omc__tcp_hello_decode(c->hello, OMC__TCP_HELLO_SIZE, &c->token, &c->incarnation, ticket);
     if (r != OMC_OK) { omc__tcp_refuse(T, c, r, 1); return; }
     t = (omc__tcp_ticket*)omc__smap_get(&T->by_ticket, (const char*)ticket, OMC__TCP_TICKET_SIZE);
-    if (!t || t->detached) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
+    if (!t || t->detached || t->gone) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
+    omc__tcp_hello_proof(t->secret, c->nonce, c->hello, proof);
+    if (!omc__equal_ct(proof, c->hello + OMC__TCP_HELLO_SIGNED, sizeof(proof))) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
     if (t->nconns >= OMC__TCP_PER_TICKET) { omc__tcp_refuse(T, c, OMC_ERR_BUSY, 1); return; }
     memcpy(c->key, ticket, OMC__TCP_TICKET_SIZE);
     memcpy(c->key + OMC__TCP_TICKET_SIZE, c->hello + 8, 8);
@@ -6731,6 +6936,7 @@ OMC__PRIVATE omc_result omc__tcp_find_conn(omc__tcp_plane* T, const omc__dp_push
     if (p->desc_len != 8) return OMC_ERR_PROTOCOL;
     pthread_mutex_lock(&T->mu);
     t = p->channel_len ? (omc__tcp_ticket*)omc__smap_get(&T->by_rid, (const char*)p->channel, p->channel_len) : NULL;
+    if (t && !p->requested && strcmp(t->peer_key, p->peer_key ? p->peer_key : "") != 0) t = NULL;  /* another CURVE key */
     if (t) {
         memcpy(key, t->ticket, OMC__TCP_TICKET_SIZE);
         memcpy(key + OMC__TCP_TICKET_SIZE, p->desc, 8);
@@ -6906,9 +7112,12 @@ OMC__PRIVATE omc_result omc__tcp_rx_ready(void* user, void* chan, const omc__dp_
     (void)user; (void)deadline;
     if (!peer->record) return OMC_ERR_UNAVAILABLE;
     if (omc__tcp_record_decode(peer->record, peer->record_len, &x->port, x->host, sizeof(x->host)) != OMC_OK) return OMC_ERR_PROTOCOL;
-    if (peer->ticket && peer->ticket_len != OMC__TCP_TICKET_SIZE) return OMC_ERR_PROTOCOL;
+    if (peer->ticket && peer->ticket_len != OMC__TCP_TICKET_SIZE + OMC__TCP_SECRET_SIZE) return OMC_ERR_PROTOCOL;
     x->has_ticket = peer->ticket != NULL;
-    if (peer->ticket) memcpy(x->ticket, peer->ticket, OMC__TCP_TICKET_SIZE);
+    if (peer->ticket) {
+        memcpy(x->ticket, peer->ticket, OMC__TCP_TICKET_SIZE);
+        memcpy(x->secret, peer->ticket + OMC__TCP_TICKET_SIZE, OMC__TCP_SECRET_SIZE);
+    }
     if (!x->host[0]) snprintf(x->host, sizeof(x->host), "%s", peer->host);
     return OMC_OK;
 }
@@ -6923,17 +7132,31 @@ OMC__PRIVATE int omc__tcp_rx_reusable(void* user, void* chan) {
     return poll(&p, 1, 0) == 0;
 }
 
-/* Open the data connection: connect, hello, ack - all before the deadline. */
+/* Open the data connection: connect, read the port's nonce, hello (proving the ticket over the
+   nonce), ack - all before the deadline. */
 OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, omc_time_ns deadline) {
-    uint8_t hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE];
-    omc_result r = omc__fd_connect(x->host, x->port, deadline, &x->fd);
+    uint8_t hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], frame[OMC__TCP_NONCE_SIZE], nonce[16];
+    omc_result r;
+    if (!x->has_ticket) {
+        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data connection to %s:%u: the sender's HELLO answer carried no data ticket "
+                 "(its ticket table is full, or it predates data hello version %d): no data connection without one",
+                 x->host, (unsigned)x->port, OMC__TCP_HELLO_VERSION);
+        return OMC_ERR_AUTH;
+    }
+    r = omc__fd_connect(x->host, x->port, deadline, &x->fd);
     if (r != OMC_OK) {
         OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data connection to %s:%u: %s", x->host, (unsigned)x->port, omc_result_str(r));
         return r;
     }
     do { x->token = omc__random_u64(); } while (x->token == 0);
-    omc__tcp_hello_encode(hello, x->token, omc_incarnation(), x->has_ticket ? x->ticket : NULL);
-    r = omc__fd_write_all(x->fd, hello, x->has_ticket ? OMC__TCP_HELLO_SIZE : OMC__TCP_HELLO1_SIZE, deadline, NULL);
+    r = omc__fd_read_all(x->fd, frame, sizeof(frame), deadline);
+    if (r == OMC_OK && (r = omc__tcp_nonce_decode(frame, nonce)) == OMC_ERR_VERSION)
+        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data connection to %s:%u: the sender asks for data hello version %u, "
+                 "this receiver speaks version %d", x->host, (unsigned)x->port, (unsigned)omc__get_u16(frame + 4), OMC__TCP_HELLO_VERSION);
+    if (r == OMC_OK) {
+        omc__tcp_hello_encode(hello, x->token, omc_incarnation(), x->ticket, x->secret, nonce);
+        r = omc__fd_write_all(x->fd, hello, sizeof(hello), deadline, NULL);
+    }
     if (r == OMC_OK) r = omc__fd_read_all(x->fd, ack, sizeof(ack), deadline);
     if (r == OMC_OK && (omc__get_u32(ack) != OMC__TCP_ACK_MAGIC || omc__get_u32(ack + 4) != 0)) r = OMC_ERR_PROTOCOL;
     if (r != OMC_OK) {
@@ -7110,13 +7333,13 @@ OMC__PRIVATE void omc__tcp_plane_stats(omc__tcp_plane* T, uint16_t* port, uint64
         come on data connections, the session tickets ---- */
 
 static omc_result omc__tcp_tx_ticket(void* user, const uint8_t* channel, uint32_t channel_len, const char* addr, int session,
-                                     uint8_t* out, uint32_t cap, uint32_t* out_len) {
+                                     const char* peer_key, uint8_t* out, uint32_t cap, uint32_t* out_len) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
     *out_len = 0;
     if (T->listen_fd < 0) return OMC_OK;    /* no data port: nothing to ticket */
-    if (cap < OMC__TCP_TICKET_SIZE) return OMC_ERR_INTERNAL;
-    *out_len = OMC__TCP_TICKET_SIZE;
-    return omc__tcp_ticket_issue(T, channel, channel_len, addr, session, out);
+    if (cap < OMC__TCP_TICKET_SIZE + OMC__TCP_SECRET_SIZE) return OMC_ERR_INTERNAL;
+    *out_len = OMC__TCP_TICKET_SIZE + OMC__TCP_SECRET_SIZE;
+    return omc__tcp_ticket_issue(T, channel, channel_len, addr, session, peer_key, out);
 }
 
 static void omc__tcp_tx_session_gone(void* user, int session) { omc__tcp_session_gone((omc__tcp_plane*)user, session); }
@@ -7460,6 +7683,7 @@ typedef struct omc__net_job {
     int direct;                         /* a request on the plane's own connection (no side-channel reply) */
     int awaiting;                       /* the listener waits for its receipt (tx_await) */
     char addr[64];                      /* the receiver's address (fair scheduling across addresses) */
+    char peer_key[OMC__PEER_KEY_MAX];   /* its CURVE public key in hex ("" = no CURVE) */
     omc_time_ns since;                  /* when that wait began (OMNICONN_TCP_STALL_MS) */
     uint64_t plane_state[OMC__DP_STATE_WORDS];  /* the plane's own (omc__dp_push.state) */
     omc__net* owner;
@@ -7543,6 +7767,7 @@ struct omc__net {
     uint32_t nallowed;
     int wake_fd;
     char msg_addr[64];                  /* listener only: the address of the message it handles */
+    char msg_key[OMC__PEER_KEY_MAX];    /* listener only: and its CURVE public key in hex ("" = no CURVE) */
     int msg_fd;                         /* listener only: and its connection's descriptor (-1: unknown) */
     pthread_t listener;
     int listener_started;
@@ -7682,6 +7907,7 @@ OMC__PRIVATE void omc__net_job_push(omc__net* N, omc__net_job* j, omc__dp_push* 
     p->state = j->plane_state;
     p->channel = j->rid;
     p->channel_len = j->rid_len;
+    p->peer_key = j->peer_key;
     p->requested = j->direct;
 }
 
@@ -7751,7 +7977,7 @@ OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t ri
         const omc__dataplane* p = &N->planes[i];
         uint32_t vlen = 0;
         const omc__dp_ext* x = omc__dp_ext_of(p->vt);
-        omc_result r = x && x->tx_ticket ? x->tx_ticket(p->user, rid, rid_len, N->msg_addr, N->msg_fd, val, sizeof(val), &vlen) : OMC_OK;
+        omc_result r = x && x->tx_ticket ? x->tx_ticket(p->user, rid, rid_len, N->msg_addr, N->msg_fd, N->msg_key, val, sizeof(val), &vlen) : OMC_OK;
         if (r == OMC_OK && vlen) omc__wire_add_record(recs, sizeof(recs), &rlen, &count, OMC__REC_TICKET, val, vlen);
         else if (r != OMC_OK)
             OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "HELLO answered without a data ticket (%s): that receiver cannot pull", omc_result_str(r));
@@ -7945,6 +8171,7 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     job->rid_len = rid_len;
     memcpy(job->rid, rid, rid_len);
     memcpy(job->addr, N->msg_addr, sizeof(job->addr));
+    memcpy(job->peer_key, N->msg_key, sizeof(job->peer_key));
     job->desc_len = in->desc_len;
     if (in->desc_len) memcpy(job->desc, in->desc, in->desc_len);
     omc__net_launch_job(N, job, in->budget_ms);
@@ -8056,6 +8283,13 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, const omc__dataplane* dp, con
         else if (e && e->state == OMC__ENT_LIVE && e->readers_left && q->op == OMC__DP_REQ_CLAIM && !omc__net_inlines(N, e->size))
             r = OMC_ERR_PROTOCOL;       /* a CLAIM of bytes the sender never sent along */
         else r = omc__owner_take(&N->own, &w, &rd, &detail);
+        /* a request names the entry by id: every way of naming it wrongly (another key's check,
+           a CLAIM of another size or of bytes never inlined, an older put) gets the answer an
+           entry that does not exist gets, so probing ids learns nothing about which exist */
+        if (r == OMC_ERR_PROTOCOL || r == OMC_ERR_STALE || (r == OMC_ERR_TOO_LARGE && q->op == OMC__DP_REQ_CLAIM)) {
+            r = OMC_ERR_NOT_FOUND;
+            detail = 0;
+        }
         /* CLAIM: the receiver has every byte already, so the read counts at once */
         if (r == OMC_OK && q->op == OMC__DP_REQ_CLAIM) omc__owner_commit(&N->own, rd.slot, 0);
         pthread_mutex_unlock(&N->own.mu);
@@ -8173,19 +8407,22 @@ static void omc__zmq_copy_out(uint8_t* dst, const uint8_t* src, size_t n) { memc
 #endif
 
 /* omc__zmq_frame, also giving the address of the peer that sent the message
-   (libzmq's "Peer-Address" property; "" if the transport has none) and the descriptor of its
-   connection (ZMQ_SRCFD; -1 if unknown). */
+   (libzmq's "Peer-Address" property; "" if the transport has none), the descriptor of its
+   connection (ZMQ_SRCFD; -1 if unknown) and its user id ("User-Id": the CURVE public key in hex
+   our ZAP handler gave the connection; "" without CURVE). */
 OMC__PRIVATE int omc__zmq_frame_from(void* sock, uint8_t* buf, size_t cap, int flags, size_t* len, int* more, char* addr, size_t addr_size,
-                                     int* fd) {
+                                     int* fd, char* user, size_t user_size) {
     omc__zmq_msg msg;
     const char* a;
     size_t ms = sizeof(*more);
     addr[0] = '\0';
+    user[0] = '\0';
     if (omc__zmq_msg_init(&msg) != 0) return -1;
     if (omc__zmq_msg_recv(&msg, sock, flags) < 0) { omc__zmq_msg_close(&msg); return -1; }
     *len = omc__zmq_msg_size(&msg);
     if (*len) omc__zmq_copy_out(buf, (const uint8_t*)omc__zmq_msg_data(&msg), omc__min(*len, cap));
     if ((a = omc__zmq_msg_gets(&msg, "Peer-Address")) != NULL) omc__strcut(addr, addr_size, a);
+    if ((a = omc__zmq_msg_gets(&msg, "User-Id")) != NULL) omc__strcut(user, user_size, a);    /* our ZAP handler's: the CURVE key */
     *fd = omc__zmq_msg_get(&msg, ZMQ_SRCFD);      /* the connection's socket: the monitor names it when it goes */
     omc__zmq_msg_close(&msg);
     *more = 0;
@@ -8206,7 +8443,8 @@ OMC__PRIVATE int omc__net_read_router(omc__net* N) {
         if (!more) continue;                                            /* cannot happen on a ROUTER */
         /* the address and descriptor from the body: the routing-id frame a ROUTER made while
            polling carries neither */
-        if (omc__zmq_frame_from(N->router, buf, sizeof(buf), 0, &n, &more, N->msg_addr, sizeof(N->msg_addr), &N->msg_fd) != 0) return 0;
+        if (omc__zmq_frame_from(N->router, buf, sizeof(buf), 0, &n, &more, N->msg_addr, sizeof(N->msg_addr), &N->msg_fd,
+                                N->msg_key, sizeof(N->msg_key)) != 0) return 0;
         while (more) {      /* anything after the one frame we expect is garbage: drain it */
             extra = 1;
             if (omc__zmq_frame(N->router, NULL, 0, 0, &junk, &more) != 0) break;
@@ -8259,7 +8497,7 @@ OMC__PRIVATE void omc__net_drain_router_monitor(omc__net* N) {
 /* ZAP (RFC 27): libzmq asks us, per CURVE handshake, whether this client key may come in. */
 OMC__PRIVATE void omc__net_serve_zap(omc__net* N) {
     for (;;) {
-        char part[8][64];
+        char part[8][64], user[64];
         int len[8], n = 0, more = 1, ok = 0;
         uint32_t i;
         size_t ms;
@@ -8273,14 +8511,22 @@ OMC__PRIVATE void omc__net_serve_zap(omc__net* N) {
             if (k < 0) break;
             if (n < 8) len[n++] = k;
         }
-        /* version, request id, domain, address, routing id, mechanism, credentials */
-        if (n >= 7 && len[5] == 5 && memcmp(part[5], "CURVE", 5) == 0 && len[6] == 32)
+        /* version, request id, domain, address, routing id, mechanism, credentials. Without an
+           allow-list every CURVE client comes in; either way the connection's user id becomes its
+           public key in hex, so each message names the key it came with (tickets are bound to it) */
+        if (n >= 7 && len[5] == 5 && memcmp(part[5], "CURVE", 5) == 0 && len[6] == 32) {
+            ok = N->nallowed == 0;
             for (i = 0; i < N->nallowed && !ok; i++) ok = memcmp(N->allowed[i], part[6], 32) == 0;
+            for (i = 0; i < 32; i++) {
+                user[2 * i] = "0123456789abcdef"[(uint8_t)part[6][i] >> 4];
+                user[2 * i + 1] = "0123456789abcdef"[(uint8_t)part[6][i] & 15];
+            }
+        }
         omc__zmq_send(N->zap, "1.0", 3, ZMQ_SNDMORE);
         omc__zmq_send(N->zap, part[1], (size_t)(n > 1 ? omc__min(len[1], 64) : 0), ZMQ_SNDMORE);
         omc__zmq_send(N->zap, ok ? "200" : "400", 3, ZMQ_SNDMORE);
         omc__zmq_send(N->zap, ok ? "OK" : "client key not allowed", ok ? 2 : 22, ZMQ_SNDMORE);
-        omc__zmq_send(N->zap, "", 0, ZMQ_SNDMORE);
+        omc__zmq_send(N->zap, ok ? user : "", ok ? 64 : 0, ZMQ_SNDMORE);
         omc__zmq_send(N->zap, "", 0, 0);
     }
 }
@@ -8696,6 +8942,9 @@ OMC__PRIVATE omc_result omc__net_chan_on_hello(omc__net* N, omc__net_chan* ch, c
     dpeer.incarnation = m->incarnation;
     dpeer.record = omc__wire_find_record(m, ch->dp->vt->kind, &dpeer.record_len);
     dpeer.ticket = omc__wire_find_record(m, OMC__REC_TICKET, &dpeer.ticket_len);
+    if (!dpeer.ticket && omc__wire_find_record(m, OMC__REC_TICKET_V2, &dpeer.ticket_len))
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "sender %s speaks data hello version 2 (its ticket travels in clear); "
+                 "this receiver speaks version 3 only: upgrade the sender", p->name);
     r = ch->dp->vt->rx_ready(ch->dp->user, ch->dpc, &dpeer, ch->deadline);
     if (r == OMC_ERR_UNAVAILABLE && ch->dp != &N->planes[0]) {
         ch->dp->vt->rx_close(ch->dp->user, ch->dpc);
@@ -9620,8 +9869,9 @@ OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d
         omc__zmq_setsockopt(N->router, ZMQ_CURVE_SERVER, &one, sizeof(one));
         omc__zmq_setsockopt(N->router, ZMQ_CURVE_SECRETKEY, N->curve_secret, OMC_CURVE_KEY_LEN);
     }
-    if (N->allowed) {
-        /* a ZAP handler in our own context; libzmq asks it about every CURVE client */
+    if (N->curve_server) {
+        /* a ZAP handler in our own context; libzmq asks it about every CURVE client (the
+           allow-list, and the key each connection's messages then carry) */
         N->zap = omc__zmq_socket(N->ctx, ZMQ_REP);
         if (!N->zap || omc__zmq_bind(N->zap, "inproc://zeromq.zap.01") != 0) return OMC_ERR_SYSTEM;
         omc__zmq_setsockopt(N->router, ZMQ_ZAP_DOMAIN, "omniconn", 8);

@@ -879,8 +879,9 @@ OMC_TEST(tcp_garbage_on_the_listener) {
     if (fd >= 0) { CHECK(write(fd, "junk", 4) == 4); close(fd); }
     fd = raw_connect(dport);
     if (fd >= 0) {
-        uint8_t h[OMC__TCP_HELLO_SIZE], ack[8];
-        omc__tcp_hello_encode(h, 42, 1, NULL);
+        uint8_t h[OMC__TCP_HELLO_SIZE], ack[8], nonce[OMC__TCP_NONCE_SIZE], id[OMC__TCP_TICKET_SIZE] = {0}, secret[OMC__TCP_SECRET_SIZE] = {0};
+        CHECK(recv(fd, nonce, sizeof(nonce), MSG_WAITALL) == (ssize_t)sizeof(nonce) && omc__get_u32(nonce) == OMC__TCP_NONCE_MAGIC);
+        omc__tcp_hello_encode(h, 42, 1, id, secret, nonce + 8);
         h[0] ^= 0xFF;
         CHECK(write(fd, h, sizeof(h)) == (ssize_t)sizeof(h));
         CHECK(read(fd, ack, sizeof(ack)) == 8 && (int32_t)omc__get_u32(ack + 4) == OMC_ERR_MALFORMED);
@@ -930,7 +931,7 @@ OMC_TEST(tcp_a_push_whose_receiver_takes_nothing_is_aborted_at_the_stall_timeout
     omc_conn *s = make_sender(0, 128u << 20), *r = make_receiver(64u << 20);
     void* ctx = zmq_ctx_new();
     void* d = zmq_socket(ctx, ZMQ_DEALER);
-    uint8_t buf[OMC__WIRE_MAX], hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], desc[8];
+    uint8_t buf[OMC__WIRE_MAX], hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], desc[8], nonce[OMC__TCP_NONCE_SIZE];
     const uint8_t* ticket;
     uint32_t len = 0, tlen = 0;
     uint16_t port = 0, dport = 0;
@@ -958,8 +959,7 @@ OMC_TEST(tcp_a_push_whose_receiver_takes_nothing_is_aborted_at_the_stall_timeout
     n = zmq_recv(d, buf, sizeof(buf), 0);
     REQUIRE(n > 0 && omc__wire_decode(buf, (size_t)n, &m) == OMC_OK && m.type == OMC__MSG_HELLO);
     ticket = omc__wire_find_record(&m, OMC__REC_TICKET, &tlen);
-    REQUIRE(ticket && tlen == OMC__TCP_TICKET_SIZE);
-    omc__tcp_hello_encode(hello, 0xABCD, 7, ticket);
+    REQUIRE(ticket && tlen == OMC__TCP_TICKET_SIZE + OMC__TCP_SECRET_SIZE);
     fd = socket(AF_INET, SOCK_STREAM, 0);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
     {
@@ -968,6 +968,8 @@ OMC_TEST(tcp_a_push_whose_receiver_takes_nothing_is_aborted_at_the_stall_timeout
         a.sin_family = AF_INET; a.sin_port = htons(dport); a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         REQUIRE(connect(fd, (struct sockaddr*)&a, sizeof(a)) == 0);
     }
+    REQUIRE(recv(fd, nonce, sizeof(nonce), MSG_WAITALL) == (ssize_t)sizeof(nonce));   /* the port speaks first */
+    omc__tcp_hello_encode(hello, 0xABCD, 7, ticket, ticket + OMC__TCP_TICKET_SIZE, nonce + 8);
     CHECK(write(fd, hello, sizeof(hello)) == (ssize_t)sizeof(hello));
     CHECK(recv(fd, ack, sizeof(ack), MSG_WAITALL) == (ssize_t)sizeof(ack) && omc__get_u32(ack + 4) == 0);
     omc__put_u64(desc, 0xABCD);
@@ -1174,9 +1176,11 @@ static void* fake_main(void* arg) {
         it[1].fd = f->lfd; it[1].events = ZMQ_POLLIN;
         if (zmq_poll(it, n, 50) <= 0) continue;
         if (it[1].revents) {    /* a data connection: take its hello, ack it */
-            uint8_t h[OMC__TCP_HELLO1_SIZE], ack[OMC__TCP_ACK_SIZE];   /* a sender of the first release: no ticket */
+            uint8_t h[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], nonce[OMC__TCP_NONCE_SIZE], zero16[16] = {0};
             int fd = accept(f->lfd, NULL, NULL);
-            if (fd >= 0 && recv(fd, h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
+            omc__tcp_nonce_encode(nonce, zero16);       /* a fake: a fixed nonce, the hello is not checked */
+            if (fd >= 0 && write(fd, nonce, sizeof(nonce)) == (ssize_t)sizeof(nonce) &&
+                recv(fd, h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
                 omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
                 omc__put_u32(ack + 4, 0);
                 if (write(fd, ack, sizeof(ack)) != (ssize_t)sizeof(ack)) {}
@@ -1193,11 +1197,13 @@ static void* fake_main(void* arg) {
             m.xfer = in.xfer;
             m.seq = in.seq;
             if (in.type == OMC__MSG_HELLO) {
-                uint8_t recs[64], val[4];
+                uint8_t recs[128], val[4], ticket[OMC__TCP_TICKET_SIZE + OMC__TCP_SECRET_SIZE];
                 uint32_t rl = 0, cnt = 0;
                 omc__put_u16(val, f->dport);
                 omc__put_u16(val + 2, 0);
+                memset(ticket, 0x42, sizeof(ticket));
                 omc__wire_add_record(recs, sizeof(recs), &rl, &cnt, OMC__DP_TCP, val, 4);
+                omc__wire_add_record(recs, sizeof(recs), &rl, &cnt, OMC__REC_TICKET, ticket, sizeof(ticket));
                 m.type = OMC__MSG_HELLO; m.caps = OMC_NET_CAP_TCP; m.nrecords = cnt; m.records = recs; m.records_len = rl;
                 fake_reply(f, rid, rn, &m);
             } else if (in.type == OMC__MSG_PULL && f->dfd >= 0) fake_push(f, &in, rid, rn);
