@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4197
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  369
+    PART A  THE CORE                                                         lines     69 - 4418
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  382
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result     371 - 1052
+      declarations    [SECTION] Version, platform and feature resolution | Result     384 - 1067
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1055 - 4194
+      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4415
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4199 - 10223
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4199 - 4605
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4420 - 10467
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4420 - 4826
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4608 - 4793
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4829 - 5014
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     4795 - 10220
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5016 - 10464
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10226 - 10261
+    LICENSE                                                                        10470 - 10505
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -263,8 +263,17 @@ THREAD SAFETY
 ================================================================================================
 
     - omc_alloc / omc_pool: thread-safe when desc.thread_safe is set, otherwise single-threaded.
-    - omc_conn: every connector is thread-safe (put/get/cleanup/health from any thread); destroy
-      must not race with other calls on the same connector.
+    - omc_conn: every connector is thread-safe (put/get/cleanup/health from any thread). Every
+      omc_conn_* call holds the connector while inside: omc_conn_close or omc_conn_destroy from
+      another thread wakes calls blocked inside (a get waiting for a key), they return
+      OMC_ERR_CLOSED, and close/destroy return after the last one has left. A call that starts
+      after destroy has returned is a use after free, as with any freed handle. Do not close or
+      destroy a connector from inside one of its own callbacks (omc_conn_list's).
+    - fork(): a child gets a copy of every connector, but none of its threads. There, every
+      call returns OMC_ERR_CLOSED with an ERROR log line naming both processes, and
+      omc_conn_destroy only closes the child's copies of descriptors and unmaps its copy of the
+      pool (the core's connectors): no thread is joined, no message sent, nothing unlinked, so
+      the parent's entries stay readable. Create new connectors in the child.
     - omc_buffer values may be released from any thread, once per handle.
     - frames and metadata helpers are pure functions over caller memory.
 
@@ -346,6 +355,10 @@ NON-GOALS (what omniconn does not do)
 RECENT REVISIONS
 ================================================================================================
 
+    unreleased          close/destroy from another thread is safe: calls hold the connector and
+                        destroy waits for them; connectors copied by fork() refuse calls and
+                        release only the child's copies; buffers from omc_conn_alloc keep the
+                        pool mapped after destroy (core connectors).
     unreleased          TCP data hello version 3: the data port sends a nonce first and the hello
                         proves the session's ticket with an HMAC-SHA-256 over it instead of
                         carrying the ticket (HELLO record 0x101 replaces 0x100); receivers and
@@ -972,10 +985,12 @@ OMNICONN_API omc_result omc_conn_cleanup(omc_conn* conn, const char* from_stage,
 OMNICONN_API omc_result omc_conn_health(omc_conn* conn, omc_health* out);
 /* Reclaim puts whose TTL has passed (connectors also do this on their own); returns how many. */
 OMNICONN_API uint64_t   omc_conn_sweep(omc_conn* conn);
-/* Stop everything and free what the connector owns. Idempotent. Views still held stay valid
-   until released; later calls return OMC_ERR_CLOSED. */
+/* Stop everything and free what the connector owns. Idempotent. Calls blocked inside (on other
+   threads) are woken and return OMC_ERR_CLOSED; close returns once they have left. Views still
+   held stay valid until released; later calls return OMC_ERR_CLOSED. */
 OMNICONN_API void       omc_conn_close(omc_conn* conn);
-/* close + free the handle (the memory goes when the last view is released). */
+/* close + free the handle (the memory goes when the last view or omc_conn_alloc buffer of the
+   core's connectors is released). In a child after fork(): releases only the child's copy. */
 OMNICONN_API void       omc_conn_destroy(omc_conn* conn);
 OMNICONN_API omc_transport omc_conn_transport(const omc_conn* conn);
 /* Build the qualified key ("from\x1Fto\x1Fkey"): OMC_ERR_INVALID_ARG if a part contains 0x1F or
@@ -1162,6 +1177,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     Connectors (a companion that adds one)
       omc__conn_vtable       the transport table (family, transport, put ... pending, desc_name)
       omc__conn_create omc__conn_ref omc__conn_unref omc__conn_is omc__conn_fail omc__conn_fail_at
+      omc__conn_hold omc__conn_leave_call omc__conn_pool_buffer omc__pool_unmap_copy
       omc__conn_enter        a call's common opening: closed?, role, the qualified key
       omc__conn_count_error  count a failed call and log it once
       omc__conn_count_get omc__conn_count_refusal   the counters of a get a connector's own
@@ -2341,6 +2357,12 @@ OMNICONN_API void omc_pool_destroy(omc_pool* pool) {
     omc__free(&hooks, pool);
 }
 
+/* In a child after fork(): unmap this process's copy of a pool the library mapped itself (the
+   creator's mapping is untouched; nothing else of the pool is freed or detached here). */
+OMC__PRIVATE void omc__pool_unmap_copy(omc_pool* pool) {
+    if (pool && pool->mapped) munmap(pool->base, pool->mapped);
+}
+
 OMNICONN_API void* omc_pool_base(const omc_pool* pool) { return pool ? pool->base : NULL; }
 OMNICONN_API uint64_t omc_pool_size(const omc_pool* pool) { return pool ? pool->size : 0; }
 OMNICONN_API omc_memory_kind omc_pool_memory(const omc_pool* pool) { return pool ? pool->memory : OMC_MEMORY_DEFAULT; }
@@ -2856,6 +2878,13 @@ typedef struct omc__conn_vtable {
     /* the desc a user edits to change this connector (its pool size): "omc_local_desc", ...;
        NULL = "the connector's desc" */
     const char* desc_name;
+    /* wake (optional): omc_conn_close has set closed; wake every call blocked inside so it sees
+       it and returns (a call that polls closed needs none) */
+    void       (*wake)(omc_conn* c);
+    /* forked (optional): destroy in a process other than the creator's (after fork()): close
+       this process's descriptors and unmap, nothing else - no thread to join, no message, nothing
+       unlinked (the creator still uses all of it). NULL: nothing is released there. */
+    void       (*forked)(omc_conn* c);
 } omc__conn_vtable;
 
 struct omc_conn {
@@ -2864,7 +2893,10 @@ struct omc_conn {
     omc_hooks hooks;
     omc_role role;
     int closed;                 /* atomic */
-    uint32_t refs;              /* atomic */
+    uint32_t refs;              /* atomic: the creator's, and one per buffer that needs the connector */
+    uint32_t calls;             /* atomic: public calls inside now; close waits for them to leave */
+    pthread_cond_t calls_cv;    /* with err_mu: the last call left a closing connector */
+    pid_t pid;                  /* the creator's process: elsewhere (after fork()) calls are refused */
     uint64_t puts, gets, releases, bytes_put, bytes_got, errors, timeouts, ttl_reclaims;   /* atomic */
     pthread_mutex_t err_mu;
     omc_result last_error;
@@ -2878,12 +2910,68 @@ OMC__PRIVATE omc_result omc__conn_create(const omc_hooks* hooks, const omc__conn
     c->hooks = *hooks;
     c->role = role == OMC_ROLE_DEFAULT ? OMC_ROLE_DUAL : role;
     c->refs = 1;
+    c->pid = getpid();
     if (pthread_mutex_init(&c->err_mu, NULL) != 0) { omc__free(hooks, c); return OMC_ERR_SYSTEM; }
+    if (omc__cond_init_monotonic(&c->calls_cv) != 0) { pthread_mutex_destroy(&c->err_mu); omc__free(hooks, c); return OMC_ERR_SYSTEM; }
     *out = c;
     return OMC_OK;
 }
 
+/* Is this the process that created c? After fork() the child has a copy of the connector whose
+   threads do not exist there: it may only let go of it. */
+OMC__PRIVATE int omc__conn_foreign(const omc_conn* c) { return c->pid != getpid(); }
+
+OMC__PRIVATE void omc__conn_leave_call(omc_conn* c);
+OMC__PRIVATE void omc__conn_ref(omc_conn* c);
+OMC__PRIVATE void omc__conn_unref(omc_conn* c);
+
+/* A buffer from a core connector's pool (omc_conn_alloc) holds a reference on the connector, so
+   the pool stays mapped until the buffer is released or put, even after omc_conn_destroy. */
+static omc_result omc__conn_buffer_release(omc_buffer* b) {
+    omc_conn* c = (omc_conn*)b->owner;
+    omc_result r = omc_alloc_free(b->pool->alloc, b->range);
+    omc__conn_unref(c);
+    return r;
+}
+
+OMC__PRIVATE omc_result omc__conn_pool_buffer(omc_conn* c, omc_pool* pool, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
+    omc_result r = omc_pool_alloc_buffer_wait(pool, size, deadline, out);
+    if (r != OMC_OK) return r;
+    out->release_fn = omc__conn_buffer_release;
+    out->owner = c;
+    omc__conn_ref(c);
+    return OMC_OK;
+}
+
+/* Every public call holds c while inside (omc__conn_hold .. omc__conn_leave), so
+   omc_conn_close / omc_conn_destroy from another thread wakes it, waits for it to leave, and
+   only then tears the connector down. OMC_ERR_CLOSED (nothing held) once closed or in a process
+   other than the creator's. */
+OMC__PRIVATE omc_result omc__conn_hold(omc_conn* c) {
+    if (omc__conn_foreign(c)) {
+        OMC__LOG(&c->hooks, OMC_LOG_ERROR, OMC_LOGITEM_CONN_CLOSED, "connector used in process %d, but it belongs to process %d "
+                 "(it was copied by fork()): create a connector in this process; destroy is the only call allowed here",
+                 (int)getpid(), (int)c->pid);
+        return OMC_ERR_CLOSED;
+    }
+    __atomic_add_fetch(&c->calls, 1u, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&c->closed, __ATOMIC_SEQ_CST)) {    /* close may be waiting for us: leave */
+        omc__conn_leave_call(c);
+        return OMC_ERR_CLOSED;
+    }
+    return OMC_OK;
+}
+
 OMC__PRIVATE void omc__conn_ref(omc_conn* c) { omc__add(&c->refs, 1u); }
+
+/* A public call leaves c; the last one out of a closing connector wakes omc_conn_close. */
+OMC__PRIVATE void omc__conn_leave_call(omc_conn* c) {
+    if (__atomic_sub_fetch(&c->calls, 1u, __ATOMIC_SEQ_CST) == 0 && __atomic_load_n(&c->closed, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&c->err_mu);
+        pthread_cond_broadcast(&c->calls_cv);
+        pthread_mutex_unlock(&c->err_mu);
+    }
+}
 
 /* Is c a connector of this family (its implementation's own state is in c->impl)? */
 OMC__PRIVATE int omc__conn_is(const omc_conn* c, const char* family) {
@@ -2894,6 +2982,7 @@ OMC__PRIVATE void omc__conn_unref(omc_conn* c) {
     if (omc__sub(&c->refs, 1u) == 0) {
         omc_hooks hooks = c->hooks;
         if (c->vt->destroy) c->vt->destroy(c);
+        pthread_cond_destroy(&c->calls_cv);
         pthread_mutex_destroy(&c->err_mu);
         omc__free(&hooks, c);
     }
@@ -2902,6 +2991,7 @@ OMC__PRIVATE void omc__conn_unref(omc_conn* c) {
 /* A connector whose create failed, never handed out: freed without its destroy. */
 OMC__PRIVATE void omc__conn_discard(omc_conn* c, const omc_hooks* hooks) {
     if (!c) return;
+    pthread_cond_destroy(&c->calls_cv);
     pthread_mutex_destroy(&c->err_mu);
     omc__free(hooks, c);
 }
@@ -3064,8 +3154,7 @@ OMC__PRIVATE omc_result omc__conn_enter(omc_conn* c, omc_role need, const char* 
     return OMC_OK;
 }
 
-OMNICONN_API omc_result omc_conn_put(omc_conn* c, const char* from, const char* to, const char* key,
-                                     const omc_payload* p, omc_meta* meta_out) {
+static omc_result omc__conn_put_in(omc_conn* c, const char* from, const char* to, const char* key, const omc_payload* p, omc_meta* meta_out) {
     char qkey[OMC_KEY_MAX];
     uint32_t qlen = 0;
     omc_meta tmp = {NULL, 0};
@@ -3099,6 +3188,17 @@ OMNICONN_API omc_result omc_conn_put(omc_conn* c, const char* from, const char* 
     if (meta_out) *meta_out = tmp;
     else omc_meta_free(&tmp);
     return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_conn_put(omc_conn* c, const char* from, const char* to, const char* key,
+                                     const omc_payload* p, omc_meta* meta_out) {
+    omc_result r;
+    if (meta_out) { meta_out->data = NULL; meta_out->size = 0; }
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_put_in(c, from, to, key, p, meta_out);
+    omc__conn_leave_call(c);
+    return r;
 }
 
 /* Shared by get and get_copy: validate metadata against the key and the transport. */
@@ -3147,7 +3247,7 @@ OMC__PRIVATE omc_result omc__conn_get(omc_conn* c, const char* from, const char*
         uint64_t need = out->size;
         /* TOO_LARGE with max_size is get_copy asking how much room it needs: no error; without
            it, the payload does not fit this receiver at all */
-        if (r != OMC_ERR_TOO_LARGE || max_size == 0) {
+        if ((r != OMC_ERR_TOO_LARGE || max_size == 0) && r != OMC_ERR_CLOSED) {   /* closed under it: not an error of the get */
             char hint[1024];
             omc__conn_hint(c, r, 0, NULL, need ? need : (meta ? info.data_size : 0), meta != NULL, hint, sizeof(hint));
             omc__conn_count_error_hint(c, r, "get", qkey, qlen, hint);
@@ -3161,8 +3261,7 @@ OMC__PRIVATE omc_result omc__conn_get(omc_conn* c, const char* from, const char*
     return OMC_OK;
 }
 
-OMNICONN_API omc_result omc_conn_get(omc_conn* c, const char* from, const char* to, const char* key, const void* meta,
-                                     size_t meta_size, omc_time_ns deadline, omc_buffer* out) {
+static omc_result omc__conn_get_in(omc_conn* c, const char* from, const char* to, const char* key, const void* meta, size_t meta_size, omc_time_ns deadline, omc_buffer* out) {
     omc_result r;
     if (!out) return OMC_ERR_INVALID_ARG;
     memset(out, 0, sizeof(*out));
@@ -3172,8 +3271,18 @@ OMNICONN_API omc_result omc_conn_get(omc_conn* c, const char* from, const char* 
     return r;
 }
 
-OMNICONN_API omc_result omc_conn_get_copy(omc_conn* c, const char* from, const char* to, const char* key, const void* meta,
-                                          size_t meta_size, omc_time_ns deadline, void* dst, uint64_t dst_size, uint64_t* out_size) {
+OMNICONN_API omc_result omc_conn_get(omc_conn* c, const char* from, const char* to, const char* key, const void* meta,
+                                     size_t meta_size, omc_time_ns deadline, omc_buffer* out) {
+    omc_result r;
+    if (out) memset(out, 0, sizeof(*out));
+    if (!c || !out) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_get_in(c, from, to, key, meta, meta_size, deadline, out);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+static omc_result omc__conn_get_copy_in(omc_conn* c, const char* from, const char* to, const char* key, const void* meta, size_t meta_size, omc_time_ns deadline, void* dst, uint64_t dst_size, uint64_t* out_size) {
     omc_buffer b;
     omc_result r;
     if (out_size) *out_size = 0;
@@ -3196,7 +3305,18 @@ OMNICONN_API omc_result omc_conn_get_copy(omc_conn* c, const char* from, const c
     return r;
 }
 
-OMNICONN_API omc_result omc_conn_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
+OMNICONN_API omc_result omc_conn_get_copy(omc_conn* c, const char* from, const char* to, const char* key, const void* meta,
+                                          size_t meta_size, omc_time_ns deadline, void* dst, uint64_t dst_size, uint64_t* out_size) {
+    omc_result r;
+    if (out_size) *out_size = 0;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_get_copy_in(c, from, to, key, meta, meta_size, deadline, dst, dst_size, out_size);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+static omc_result omc__conn_alloc_in(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
     if (!out) return OMC_ERR_INVALID_ARG;
     memset(out, 0, sizeof(*out));
     if (!c) return OMC_ERR_INVALID_ARG;
@@ -3205,7 +3325,17 @@ OMNICONN_API omc_result omc_conn_alloc(omc_conn* c, uint64_t size, omc_time_ns d
     return c->vt->alloc(c, size, deadline, out);
 }
 
-OMNICONN_API omc_result omc_conn_cleanup(omc_conn* c, const char* from, const char* to, const char* key) {
+OMNICONN_API omc_result omc_conn_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
+    omc_result r;
+    if (out) memset(out, 0, sizeof(*out));
+    if (!c || !out) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_alloc_in(c, size, deadline, out);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+static omc_result omc__conn_cleanup_in(omc_conn* c, const char* from, const char* to, const char* key) {
     char qkey[OMC_KEY_MAX];
     uint32_t qlen = 0;
     omc_result r;
@@ -3215,10 +3345,24 @@ OMNICONN_API omc_result omc_conn_cleanup(omc_conn* c, const char* from, const ch
     return c->vt->cleanup ? c->vt->cleanup(c, qkey, qlen) : OMC_ERR_UNAVAILABLE;
 }
 
+OMNICONN_API omc_result omc_conn_cleanup(omc_conn* c, const char* from, const char* to, const char* key) {
+    omc_result r;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_cleanup_in(c, from, to, key);
+    omc__conn_leave_call(c);
+    return r;
+}
+
 OMNICONN_API omc_result omc_conn_health(omc_conn* c, omc_health* h) {
+    int inside;
     if (!h) return OMC_ERR_INVALID_ARG;
     memset(h, 0, sizeof(*h));
     if (!c) return OMC_ERR_INVALID_ARG;
+    if (omc__conn_foreign(c)) return omc__conn_hold(c);     /* refused, with its log line */
+    /* a closed connector still answers (state CLOSED, its counters), without its transport */
+    __atomic_add_fetch(&c->calls, 1u, __ATOMIC_SEQ_CST);
+    inside = !__atomic_load_n(&c->closed, __ATOMIC_SEQ_CST);
     h->transport = c->vt->transport;
     h->role = c->role;
     h->puts = omc__load(&c->puts);
@@ -3234,24 +3378,62 @@ OMNICONN_API omc_result omc_conn_health(omc_conn* c, omc_health* h) {
     memcpy(h->last_error_text, c->last_error_text, sizeof(h->last_error_text));
     pthread_mutex_unlock(&c->err_mu);
     h->state = OMC_CONN_HEALTHY;
-    if (c->vt->health) c->vt->health(c, h);
-    if (omc__load(&c->closed)) h->state = OMC_CONN_CLOSED;
+    if (inside && c->vt->health) c->vt->health(c, h);
+    if (!inside || omc__load(&c->closed)) h->state = OMC_CONN_CLOSED;
+    omc__conn_leave_call(c);
     return OMC_OK;
 }
 
-OMNICONN_API uint64_t omc_conn_sweep(omc_conn* c) {
+static uint64_t omc__conn_sweep_in(omc_conn* c) {
     if (!c || omc__load(&c->closed) || !c->vt->sweep) return 0;
     return c->vt->sweep(c);
 }
 
+OMNICONN_API uint64_t omc_conn_sweep(omc_conn* c) {
+    uint64_t n;
+    if (!c) return 0;
+    if (omc__conn_hold(c) != OMC_OK) return 0;
+    n = omc__conn_sweep_in(c);
+    omc__conn_leave_call(c);
+    return n;
+}
+
+/* Close: mark closed (new calls are refused), wake the calls blocked inside, wait for every
+   call to leave, then stop the transport. So closing from another thread is safe: a get waiting
+   for a key returns OMC_ERR_CLOSED promptly and close returns after it. In a process other than
+   the creator's (after fork()) nothing is stopped there: see omc_conn_destroy. */
 OMNICONN_API void omc_conn_close(omc_conn* c) {
     if (!c) return;
-    if (__atomic_exchange_n(&c->closed, 1, __ATOMIC_ACQ_REL)) return;   /* idempotent */
+    if (omc__conn_foreign(c)) return;
+    if (__atomic_exchange_n(&c->closed, 1, __ATOMIC_SEQ_CST)) return;   /* idempotent */
+    if (c->vt->wake) c->vt->wake(c);
+    pthread_mutex_lock(&c->err_mu);
+    while (__atomic_load_n(&c->calls, __ATOMIC_SEQ_CST) != 0) {
+        /* a call that polls closed notices within its slice; wake again in case it was between
+           its check and its wait when the first wake came */
+        omc__cond_wait_until(&c->calls_cv, &c->err_mu, omc_now_ns() + 50 * 1000000LL);
+        if (c->vt->wake && __atomic_load_n(&c->calls, __ATOMIC_SEQ_CST) != 0) {
+            pthread_mutex_unlock(&c->err_mu);
+            c->vt->wake(c);
+            pthread_mutex_lock(&c->err_mu);
+        }
+    }
+    pthread_mutex_unlock(&c->err_mu);
     if (c->vt->close) c->vt->close(c);
 }
 
+/* Destroy in the creator's process: close, then drop the creator's reference (buffers still held
+   keep the connector's memory until released). In another process (a child after fork()): only
+   what belongs to this process's copy goes - descriptors closed, memory unmapped - with no
+   thread joined, no message sent and nothing unlinked, so the creator's entries stay readable. */
 OMNICONN_API void omc_conn_destroy(omc_conn* c) {
     if (!c) return;
+    if (omc__conn_foreign(c)) {
+        OMC__LOG(&c->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_CONN_CLOSED, "destroy in process %d of a connector of process %d: "
+                 "releasing this process's copy only", (int)getpid(), (int)c->pid);
+        if (c->vt->forked) c->vt->forked(c);
+        return;     /* the handle's memory is this process's copy: left as it is, like the rest */
+    }
     omc_conn_close(c);
     omc__conn_unref(c);
 }
@@ -3318,7 +3500,7 @@ OMNICONN_API omc_result omc_conn_get_batch(omc_conn* c, const char* from, const 
     return omc__batch(c, from, to, items, count, deadline, omc__get_item);
 }
 
-OMNICONN_API omc_result omc_conn_exists(omc_conn* c, const char* from, const char* to, const char* key) {
+static omc_result omc__conn_exists_in(omc_conn* c, const char* from, const char* to, const char* key) {
     char q[OMC_KEY_MAX];
     uint32_t ql = 0;
     omc_result r;
@@ -3326,6 +3508,15 @@ OMNICONN_API omc_result omc_conn_exists(omc_conn* c, const char* from, const cha
     r = omc__conn_enter(c, OMC_ROLE_DEFAULT, from, to, key, q, &ql);
     if (r != OMC_OK) return r;
     return c->vt->exists ? c->vt->exists(c, q, ql) : OMC_ERR_UNAVAILABLE;
+}
+
+OMNICONN_API omc_result omc_conn_exists(omc_conn* c, const char* from, const char* to, const char* key) {
+    omc_result r;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_exists_in(c, from, to, key);
+    omc__conn_leave_call(c);
+    return r;
 }
 
 /* Qualified keys copied out under the connector's lock, as [u16 length][bytes] records. */
@@ -3354,7 +3545,7 @@ static omc_result omc__keybuf_sink(const char* qkey, uint32_t qlen, void* user) 
     return OMC_OK;
 }
 
-OMNICONN_API omc_result omc_conn_list(omc_conn* c, const char* from, const char* to, omc_key_fn fn, void* user_data, uint64_t* out_count) {
+static omc_result omc__conn_list_in(omc_conn* c, const char* from, const char* to, omc_key_fn fn, void* user_data, uint64_t* out_count) {
     omc__keybuf kb;
     size_t pos = 0;
     uint64_t n = 0;
@@ -3387,7 +3578,17 @@ OMNICONN_API omc_result omc_conn_list(omc_conn* c, const char* from, const char*
     return r;
 }
 
-OMNICONN_API omc_result omc_conn_wait_consumed(omc_conn* c, omc_time_ns deadline) {
+OMNICONN_API omc_result omc_conn_list(omc_conn* c, const char* from, const char* to, omc_key_fn fn, void* user_data, uint64_t* out_count) {
+    omc_result r;
+    if (out_count) *out_count = 0;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_list_in(c, from, to, fn, user_data, out_count);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+static omc_result omc__conn_wait_consumed_in(omc_conn* c, omc_time_ns deadline) {
     int64_t nap_us = 200;
     if (!c) return OMC_ERR_INVALID_ARG;
     if (!c->vt->pending) return OMC_ERR_UNAVAILABLE;
@@ -3402,6 +3603,15 @@ OMNICONN_API omc_result omc_conn_wait_consumed(omc_conn* c, omc_time_ns deadline
         nanosleep(&ts, NULL);
         if (nap_us < 10000) nap_us *= 2;
     }
+}
+
+OMNICONN_API omc_result omc_conn_wait_consumed(omc_conn* c, omc_time_ns deadline) {
+    omc_result r;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_wait_consumed_in(c, deadline);
+    omc__conn_leave_call(c);
+    return r;
 }
 
 
@@ -3675,7 +3885,7 @@ OMC__PRIVATE omc_result omc__stage_payload(omc_pool* pool, uint8_t* base, const 
                                            omc_range* range, uint64_t* size) {
     omc_result r;
     if (p->buffer) {
-        if (p->buffer->pool != pool || p->buffer->release_fn) return OMC_ERR_INVALID_ARG;
+        if (p->buffer->pool != pool || (p->buffer->release_fn && p->buffer->release_fn != omc__conn_buffer_release)) return OMC_ERR_INVALID_ARG;
         r = omc_alloc_check(pool->alloc, p->buffer->range);
         if (r != OMC_OK) return r;
         *range = p->buffer->range;
@@ -3696,7 +3906,9 @@ OMC__PRIVATE void omc__unstage_payload(omc_pool* pool, const omc_payload* p, omc
 
 /* The put succeeded: a zero-copy buffer now belongs to the entry. */
 OMC__PRIVATE void omc__stage_done(const omc_payload* p) {
-    if (p->buffer) memset(p->buffer, 0, sizeof(*p->buffer));
+    if (!p->buffer) return;
+    if (p->buffer->release_fn == omc__conn_buffer_release) omc__conn_unref((omc_conn*)p->buffer->owner);   /* inside a call: never the last */
+    memset(p->buffer, 0, sizeof(*p->buffer));
 }
 
 /* A TTL in ms (0 = the connector's default, < 0 = none) as an absolute expiry (0 = never). */
@@ -4078,7 +4290,7 @@ static omc_result omc__local_get(omc_conn* c, const char* qkey, uint32_t qlen, c
 }
 
 static omc_result omc__local_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
-    return omc_pool_alloc_buffer_wait(((omc__local*)c->impl)->own.pool, size, deadline, out);
+    return omc__conn_pool_buffer(c, ((omc__local*)c->impl)->own.pool, size, deadline, out);
 }
 static omc_result omc__local_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) {
     return omc__owner_cleanup(&((omc__local*)c->impl)->own, qkey, qlen);
@@ -4086,6 +4298,15 @@ static omc_result omc__local_cleanup(omc_conn* c, const char* qkey, uint32_t qle
 static void omc__local_health(omc_conn* c, omc_health* h) { omc__owner_health(&((omc__local*)c->impl)->own, h); }
 static uint64_t omc__local_sweep(omc_conn* c) { return omc__owner_sweep(&((omc__local*)c->impl)->own); }
 static void omc__local_close(omc_conn* c) { omc__owner_close(&((omc__local*)c->impl)->own); }
+/* A get waiting for a key sleeps on L->cv: wake it to see closed. */
+static void omc__local_wake(omc_conn* c) {
+    omc__local* L = (omc__local*)c->impl;
+    pthread_mutex_lock(&L->own.mu);
+    pthread_cond_broadcast(&L->cv);
+    pthread_mutex_unlock(&L->own.mu);
+}
+/* In a child after fork(): the pool is private anonymous memory: unmap this process's copy. */
+static void omc__local_forked(omc_conn* c) { omc__pool_unmap_copy(((omc__local*)c->impl)->own.pool); }
 static omc_result omc__local_exists(omc_conn* c, const char* qkey, uint32_t qlen) {
     return omc__owner_exists(&((omc__local*)c->impl)->own, qkey, qlen);
 }
@@ -4105,7 +4326,7 @@ static void omc__local_destroy(omc_conn* c) {
 static const omc__conn_vtable omc__local_vtable = {
     "local", OMC_TRANSPORT_LOCAL, omc__local_put, omc__local_get, omc__local_alloc, omc__local_cleanup,
     omc__local_health, omc__local_sweep, omc__local_close, omc__local_destroy,
-    omc__local_exists, omc__local_list, omc__local_pending, "omc_local_desc"
+    omc__local_exists, omc__local_list, omc__local_pending, "omc_local_desc", omc__local_wake, omc__local_forked
 };
 
 OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** out) {
@@ -9562,7 +9783,7 @@ static omc_result omc__net_get(omc_conn* c, const char* qkey, uint32_t qlen, con
 
 static omc_result omc__net_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
     omc__net* N = (omc__net*)c->impl;
-    return omc_pool_alloc_buffer_wait(N->pool, size, deadline, out);
+    return omc__conn_pool_buffer(c, N->pool, size, deadline, out);     /* the buffer keeps the pool mapped */
 }
 
 static omc_result omc__net_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) {
@@ -9655,6 +9876,29 @@ static void omc__net_close(omc_conn* c) {
     }
     pthread_mutex_unlock(&N->peer_mu);
     while (idle) { omc__net_chan* next = idle->next; omc__net_chan_close(N, idle); idle = next; }
+}
+
+/* destroy in a child after fork(): the listener and workers live only in the creator, and
+   libzmq's context must not be touched here (its I/O threads are the creator's). Close this
+   process's copies of our own descriptors (the data port, data connections, the wake-up
+   eventfd) and unmap the pool; the creator keeps serving. No lock is taken: a thread of the
+   creator may have held one at fork() time, and no other thread runs here. */
+static void omc__net_forked(omc_conn* c) {
+    omc__net* N = (omc__net*)c->impl;
+    omc__net_peer* p;
+    omc__net_chan* ch;
+    omc__tcp_conn* k;
+    if (N->tcp_ok) {
+        for (k = N->tcp.conns; k; k = k->next) if (k->fd >= 0) close(k->fd);
+        if (N->tcp.listen_fd >= 0) close(N->tcp.listen_fd);
+    }
+    for (p = N->peers; p; p = p->next)
+        for (ch = p->idle; ch; ch = ch->next) {
+            int fd = ch->dp && ch->dpc && ch->dp->vt->rx_fd ? ch->dp->vt->rx_fd(ch->dp->user, ch->dpc) : -1;
+            if (fd >= 0) close(fd);
+        }
+    if (N->wake_fd >= 0) close(N->wake_fd);
+    omc__pool_unmap_copy(N->pool);
 }
 
 /* Free what is left (the connector's last reference is gone, or create failed). */
@@ -9786,7 +10030,7 @@ static omc_result omc__net_list(omc_conn* c, omc__key_sink sink, void* user) {
 static const omc__conn_vtable omc__net_vtable = {
     "remote", OMC_TRANSPORT_TCP, omc__net_put, omc__net_get, omc__net_alloc, omc__net_cleanup,
     omc__net_health, omc__net_sweep, omc__net_close, omc__net_destroy,
-    omc__net_exists, omc__net_list, omc__net_pending, "omc_tcp_desc"
+    omc__net_exists, omc__net_list, omc__net_pending, "omc_tcp_desc", NULL, omc__net_forked
 };
 
 OMC__PRIVATE omc__net* omc__net_of(omc_conn* c) {
