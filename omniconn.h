@@ -23,7 +23,7 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4418
+    PART A  THE CORE                                                         lines     69 - 4423
       manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  382
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
@@ -32,24 +32,24 @@
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4415
+      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4420
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4420 - 10467
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4420 - 4826
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4425 - 10605
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4425 - 4831
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4829 - 5014
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4834 - 5019
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5016 - 10464
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5021 - 10602
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10470 - 10505
+    LICENSE                                                                        10608 - 10643
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -2885,6 +2885,9 @@ typedef struct omc__conn_vtable {
        this process's descriptors and unmap, nothing else - no thread to join, no message, nothing
        unlinked (the creator still uses all of it). NULL: nothing is released there. */
     void       (*forked)(omc_conn* c);
+    /* hint (optional): for a failed call's log line, what the transport knows about where it
+       failed (a remote connector: the peer's name, host and port) */
+    void       (*hint)(omc_conn* c, omc_result r, char* out, size_t n);
 } omc__conn_vtable;
 
 struct omc_conn {
@@ -3112,6 +3115,8 @@ static void omc__conn_hint(omc_conn* c, omc_result r, int is_put, const omc_payl
     else if (r == OMC_ERR_NOT_FOUND && with_meta)
         snprintf(out, n, "the put this metadata names is gone from the sender (read by all its readers, cleaned up, or past "
                  "its TTL)");
+    else if ((r == OMC_ERR_CONNECTION || r == OMC_ERR_AUTH || r == OMC_ERR_TIMEOUT || r == OMC_ERR_PROTOCOL) && c->vt->hint)
+        c->vt->hint(c, r, out, n);
 }
 
 OMNICONN_API omc_result omc_qualify_key(const char* from_stage, const char* to_stage, const char* key,
@@ -5058,6 +5063,7 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
     X(R, int, curve_keypair, zmq_curve_keypair, (char* pub, char* sec), (pub, sec)) \
     X(R, int, curve_public, zmq_curve_public, (char* pub, const char* sec), (pub, sec)) \
     X(R, uint8_t*, z85_decode, zmq_z85_decode, (uint8_t* dest, const char* str), (dest, str)) \
+    X(R, char*, z85_encode, zmq_z85_encode, (char* dest, const uint8_t* data, size_t size), (dest, data, size)) \
     X(V, void, version, zmq_version, (int* major, int* minor, int* patch), (major, minor, patch)) \
     X(R, int, msg_init, zmq_msg_init, (omc__zmq_msg* m), (m)) \
     X(R, int, msg_recv, zmq_msg_recv, (omc__zmq_msg* m, void* s, int flags), (m, s, flags)) \
@@ -6353,6 +6359,9 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 #endif
 #define OMC__TCP_SOURCE_CONNS   (OMC__TCP_MAX_CONNS / 4)     /* registered connections from one address */
 #define OMC__TCP_SOURCE_TICKETS (OMC__TCP_MAX_TICKETS / 4)   /* tickets held by sessions from one address */
+/* the same shares per CURVE client key: one key, from however many addresses, takes no more */
+#define OMC__TCP_KEY_CONNS      OMC__TCP_SOURCE_CONNS
+#define OMC__TCP_KEY_TICKETS    OMC__TCP_SOURCE_TICKETS
 #define OMC__TCP_PER_TICKET  16         /* data connections one ticket may register */
 #define OMC__TCP_TICKET_IDLE_MS 600000  /* a ticket with no data connection lives this long */
 #define OMC__TCP_PAUSE_MS    100        /* accept() out of descriptors: stop polling the port this long */
@@ -6363,13 +6372,14 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
    payload and watches for the receipt; DEAD: to be freed by the listener. */
 enum { OMC__TCONN_PENDING = 0, OMC__TCONN_IDLE, OMC__TCONN_BUSY, OMC__TCONN_DEAD, OMC__TCONN_RECEIPT };
 
-/* A source: the address (numeric text) side-channel sessions and data connections come from.
-   No address may hold more than a quarter of the tickets or of the registered connections, and
+/* A source: the address (numeric text) side-channel sessions and data connections come from,
+   or with CURVE the client key they authenticated with ("curve:" and the key in hex). No address
+   and no key may hold more than a quarter of the tickets or of the registered connections, and
    a full table makes room at the expense of the address that holds the most. */
 typedef struct omc__tcp_source {
     uint32_t ntickets, nconns;
     uint32_t len;
-    char addr[64];
+    char addr[80];
 } omc__tcp_source;
 
 /* A ticket: handed to one side-channel session (a ZMQ routing id) in the HELLO answer, and
@@ -6390,6 +6400,7 @@ typedef struct omc__tcp_ticket {
     omc__tcp_source* src;               /* the address of the session's side channel */
     char peer_key[OMC__PEER_KEY_MAX];   /* the session's CURVE public key in hex ("" = no CURVE):
                                            a PULL must come from the same key */
+    omc__tcp_source* ksrc;              /* that key's share (NULL without CURVE) */
 } omc__tcp_ticket;
 
 typedef struct omc__tcp_conn {
@@ -6407,6 +6418,7 @@ typedef struct omc__tcp_conn {
     uint8_t nonce[16];                  /* sent on accept: this connection's hello proves over it */
     char addr[64];                      /* the peer's address (numeric), from accept() */
     omc__tcp_source* src;               /* registered connections: counted there */
+    omc__tcp_source* ksrc;              /* and in its ticket's CURVE key's share (NULL: none) */
     /* requests on the connection (listener only) */
     struct omc__tcp_conn* next_ready;   /* in the plane's list of requests to serve */
     uint32_t req_got;
@@ -6557,6 +6569,7 @@ OMC__PRIVATE void omc__tcp_unregister(omc__tcp_plane* T, omc__tcp_conn* c) {
     c->ticket->last_used = omc_now_ns();
     c->ticket = NULL;
     if (c->src) { c->src->nconns--; omc__tcp_source_put(T, c->src); c->src = NULL; }
+    if (c->ksrc) { c->ksrc->nconns--; omc__tcp_source_put(T, c->ksrc); c->ksrc = NULL; }
 }
 
 /* Close and free one connection (caller holds mu; the connection is unlinked here). */
@@ -6593,6 +6606,7 @@ OMC__PRIVATE void omc__tcp_ticket_free(omc__tcp_plane* T, omc__tcp_ticket* t) {
         omc__smap_del(&T->by_fd, &T->hooks, (const char*)&t->zfd, sizeof(t->zfd));
     T->ntickets--;
     if (t->src) { t->src->ntickets--; omc__tcp_source_put(T, t->src); }
+    if (t->ksrc) { t->ksrc->ntickets--; omc__tcp_source_put(T, t->ksrc); }
     omc__free(&T->hooks, t);
 }
 
@@ -6646,7 +6660,7 @@ OMC__PRIVATE omc__tcp_ticket* omc__tcp_ticket_victim(omc__tcp_plane* T, const om
     omc__tcp_ticket *t, *old = NULL;
     for (t = T->tickets; t; t = t->next) {
         uint32_t mine, theirs;
-        if (t->nconns || (only && t->src != only)) continue;
+        if (t->nconns || (only && t->src != only && t->ksrc != only)) continue;
         if (!old) { old = t; continue; }
         mine = t->src ? t->src->ntickets : 0;
         theirs = old->src ? old->src->ntickets : 0;
@@ -6664,7 +6678,7 @@ OMC__PRIVATE omc__tcp_ticket* omc__tcp_ticket_victim(omc__tcp_plane* T, const om
 OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, const char* addr, int zfd,
                                               const char* peer_key, uint8_t* out) {
     omc__tcp_ticket *t, *old = NULL;
-    omc__tcp_source* src;
+    omc__tcp_source *src, *ksrc = NULL;
     omc_result r = OMC_OK;
     if (T->listen_fd < 0 || rid_len == 0 || rid_len > 255) return OMC_ERR_INVALID_ARG;
     pthread_mutex_lock(&T->mu);
@@ -6676,6 +6690,15 @@ OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* 
     if (src && src->ntickets > OMC__TCP_SOURCE_TICKETS) {
         if ((old = omc__tcp_ticket_victim(T, src)) != NULL) omc__tcp_ticket_free(T, old);
         else r = OMC_ERR_BUSY;
+    }
+    if (r == OMC_OK && peer_key && peer_key[0]) {      /* the key's share, from whatever address */
+        char name[80];
+        snprintf(name, sizeof(name), "curve:%s", peer_key);
+        if ((ksrc = omc__tcp_source_get(T, name)) == NULL) r = OMC_ERR_NO_MEMORY;
+        else if (++ksrc->ntickets > OMC__TCP_KEY_TICKETS) {
+            if ((old = omc__tcp_ticket_victim(T, ksrc)) != NULL) omc__tcp_ticket_free(T, old);
+            else r = OMC_ERR_BUSY;
+        }
     }
     if (r == OMC_OK && T->ntickets >= OMC__TCP_MAX_TICKETS && (old = omc__tcp_ticket_victim(T, NULL)) != NULL) omc__tcp_ticket_free(T, old);
     if (!src) r = OMC_ERR_NO_MEMORY;
@@ -6695,7 +6718,7 @@ OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* 
             }
             if (r != OMC_OK) { omc__free(&T->hooks, t); t = NULL; }
             else {
-                t->next = T->tickets; T->tickets = t; T->ntickets++; t->src = src;
+                t->next = T->tickets; T->tickets = t; T->ntickets++; t->src = src; t->ksrc = ksrc;
                 snprintf(t->peer_key, sizeof(t->peer_key), "%s", peer_key ? peer_key : "");
                 t->zfd = zfd;
                 omc__tcp_ticket_bind_fd(T, t);
@@ -6703,6 +6726,7 @@ OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* 
         }
     }
     if (src && !t) { src->ntickets--; omc__tcp_source_put(T, src); }
+    if (ksrc && !t) { ksrc->ntickets--; omc__tcp_source_put(T, ksrc); }
     if (t) {
         t->last_used = omc_now_ns();
         memcpy(out, t->ticket, OMC__TCP_TICKET_SIZE);
@@ -6903,6 +6927,15 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     omc__tcp_hello_proof(t->secret, c->nonce, c->hello, proof);
     if (!omc__equal_ct(proof, c->hello + OMC__TCP_HELLO_SIGNED, sizeof(proof))) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
     if (t->nconns >= OMC__TCP_PER_TICKET) { omc__tcp_refuse(T, c, OMC_ERR_BUSY, 1); return; }
+    if (t->ksrc && t->ksrc->nconns >= OMC__TCP_KEY_CONNS) {     /* one CURVE key, however many addresses */
+        unsigned long long hidden = 0;
+        if (omc__tcp_flood(T, 1, &hidden))
+            OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port %u: a CURVE client key at its share: %u data connections "
+                     "(at most %d per key), new one from %s refused (%llu more since the last report)", (unsigned)T->port,
+                     (unsigned)t->ksrc->nconns, OMC__TCP_KEY_CONNS, c->addr[0] ? c->addr : "an unknown address", hidden);
+        omc__tcp_refuse(T, c, OMC_ERR_BUSY, 1);
+        return;
+    }
     memcpy(c->key, ticket, OMC__TCP_TICKET_SIZE);
     memcpy(c->key + OMC__TCP_TICKET_SIZE, c->hello + 8, 8);
     if (omc__smap_get(&T->tokens, (const char*)c->key, sizeof(c->key))) { omc__tcp_refuse(T, c, OMC_ERR_EXISTS, 1); return; }
@@ -6929,6 +6962,8 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     t->last_used = c->idle_since;
     c->src = src;
     src->nconns++;
+    c->ksrc = t->ksrc;
+    if (c->ksrc) c->ksrc->nconns++;
     omc__add(&T->nregistered, 1u);
 }
 
@@ -7925,8 +7960,18 @@ typedef struct omc__net_held {
 
 typedef struct omc__net_chan omc__net_chan;
 
+/* One line per peer (and kind of failure) per OMC__NET_SAY_MS: what a listener last said about
+   handshakes that failed, so a client retrying every 100 ms costs one log line, not hundreds. */
+#define OMC__NET_SAY_MS 10000
+typedef struct omc__net_said {
+    char who[96];                       /* peer address (or listener endpoint) and the kind */
+    omc_time_ns at;
+    uint64_t hidden;                    /* failures since that line */
+} omc__net_said;
+
 typedef struct omc__net_peer {
     struct omc__net_peer* next;         /* every peer, in the order we learned them */
+    uint64_t hs_said_at;                /* atomic: when a failed handshake with it was last logged */
     char name[OMC_TCP_NAME_MAX];
     char host[OMC_TCP_HOST_MAX];
     uint16_t port;
@@ -7989,6 +8034,7 @@ struct omc__net {
     int wake_fd;
     char msg_addr[64];                  /* listener only: the address of the message it handles */
     char msg_key[OMC__PEER_KEY_MAX];    /* listener only: and its CURVE public key in hex ("" = no CURVE) */
+    omc__net_said said[16];             /* listener only: handshake failures logged lately, per peer */
     int msg_fd;                         /* listener only: and its connection's descriptor (-1: unknown) */
     pthread_t listener;
     int listener_started;
@@ -8676,6 +8722,51 @@ OMC__PRIVATE int omc__net_read_router(omc__net* N) {
     return 1;
 }
 
+/* Listener: may we log a failure about `who` now? 1 = yes (*hidden = how many were not logged
+   since the last line); else it is counted for the next line. The table is small: the entry
+   said longest ago makes room. */
+OMC__PRIVATE int omc__net_say(omc__net* N, const char* who, unsigned long long* hidden) {
+    omc_time_ns now = omc_now_ns();
+    omc__net_said* e = NULL;
+    int i;
+    for (i = 0; i < 16 && !e; i++) if (strcmp(N->said[i].who, who) == 0) e = &N->said[i];
+    if (!e) {
+        for (e = &N->said[0], i = 1; i < 16; i++) if (N->said[i].at < e->at) e = &N->said[i];
+        snprintf(e->who, sizeof(e->who), "%s", who);
+        e->at = 0;
+        e->hidden = 0;
+    }
+    if (e->at && now - e->at < (omc_time_ns)OMC__NET_SAY_MS * 1000000LL) { e->hidden++; return 0; }
+    *hidden = e->hidden;
+    e->hidden = 0;
+    e->at = now;
+    return 1;
+}
+
+/* A failed handshake in words, as the listener (server) or a receiver (client) sees it. */
+OMC__PRIVATE const char* omc__net_hs_words(uint16_t event, uint32_t value, int curve, int server) {
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        return value == 400 ? (server ? "client key not on the allow-list (curve.allowed_clients)"
+                                      : "this receiver's key is not on the sender's allow-list: add its public key to the sender's curve.allowed_clients")
+                            : "refused by the authentication handler";
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+        return server ? "the client's CURVE messages do not decrypt: its server key does not match this sender's public key"
+                      : "server key does not match: curve.server_key is not that sender's public key";
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        return curve ? (server ? "the client does not use CURVE, this sender requires it (give the receiver curve.server_key)"
+                               : "the sender does not use CURVE, this receiver does (drop curve.server_key, or turn CURVE on at the sender)")
+                     : (server ? "the client uses CURVE, this sender does not" : "the sender requires CURVE: give this receiver its public key "
+                                                                                  "(curve.server_key or omc_tcp_add_sender_key)");
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        return curve ? (server ? "the client hung up during the CURVE handshake: most likely it has no CURVE keys (a receiver needs "
+                                 "curve.server_key = this sender's public key)"
+                               : "the sender hung up during the CURVE handshake: most likely curve.server_key is not its public key")
+                     : (server ? "the client hung up during the handshake"
+                               : "the sender hung up during the handshake: if it requires CURVE, give this receiver its public key "
+                                 "(curve.server_key or omc_tcp_add_sender_key)");
+    return "the handshake failed";
+}
+
 /* The monitor of the ROUTER: count failed handshakes. The listener drains it on every wake-up
    (at least every 100 ms), which matters: libzmq sends monitor events with a blocking send, so
    a monitor nobody reads would eventually stall the I/O thread. Only failure events are
@@ -8710,8 +8801,17 @@ OMC__PRIVATE void omc__net_drain_router_monitor(omc__net* N) {
                  (value & 0xF0000000u) == ZMQ_PROTOCOL_ERROR_ZAP_UNSPECIFIED));
         omc__add(&N->handshake_failures, 1u);
         if (auth) omc__add(&N->auth_failures, 1u);
-        OMC__LOG(&N->conn->hooks, auth ? OMC_LOG_WARN : OMC_LOG_INFO, OMC_LOGITEM_NET, "listener: %s handshake failed (event 0x%x, detail 0x%x) from %s",
-                 auth ? "CURVE" : "ZMTP", (unsigned)event, (unsigned)value, addr);
+        /* a ZAP refusal was logged by the ZAP handler, which knows the client's address and key;
+           libzmq names only our own endpoint here */
+        if (event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            char who[96];
+            unsigned long long hidden = 0;
+            snprintf(who, sizeof(who), "%.64s|%x|%x", addr, (unsigned)event, (unsigned)value);
+            if (omc__net_say(N, who, &hidden))
+                OMC__LOG(&N->conn->hooks, auth ? OMC_LOG_WARN : OMC_LOG_INFO, OMC_LOGITEM_NET,
+                         "listener %s: %s handshake of a client failed: %s (%llu more like it since the last report)", addr,
+                         auth ? "CURVE" : "ZMTP", omc__net_hs_words(event, value, N->curve_server, 1), hidden);
+        }
     }
 }
 
@@ -8742,6 +8842,18 @@ OMC__PRIVATE void omc__net_serve_zap(omc__net* N) {
                 user[2 * i] = "0123456789abcdef"[(uint8_t)part[6][i] >> 4];
                 user[2 * i + 1] = "0123456789abcdef"[(uint8_t)part[6][i] & 15];
             }
+        }
+        if (!ok) {
+            char who[96], key[41];
+            unsigned long long hidden = 0;
+            part[3][omc__min(len[3], 63)] = '\0';
+            key[0] = '\0';
+            if (n >= 7 && len[6] == 32) omc__zmq_z85_encode(key, (const uint8_t*)part[6], 32);
+            snprintf(who, sizeof(who), "zap|%.63s", part[3]);
+            if (omc__net_say(N, who, &hidden))
+                OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "listener: CURVE client at %s refused: client key %s%s "
+                         "(%llu more refusals of that address since the last report)", part[3], key[0] ? key : "(none)",
+                         key[0] ? " is not on the allow-list (curve.allowed_clients)" : ": no CURVE key", hidden);
         }
         omc__zmq_send(N->zap, "1.0", 3, ZMQ_SNDMORE);
         omc__zmq_send(N->zap, part[1], (size_t)(n > 1 ? omc__min(len[1], 64) : 0), ZMQ_SNDMORE);
@@ -8977,11 +9089,14 @@ OMC__PRIVATE void omc__net_chan_events(omc__net_chan* ch) {
         }
         if (n != 6 || !(omc__get_u16(ev) & OMC__NET_MON_EVENTS)) continue;
         if (ch->curve) ch->hs_failed = 1;
-        else if (!ch->hs_logged) {
-            ch->hs_logged = 1;
-            OMC__LOG(ch->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET,
-                     "receiver: handshake with sender %s failed (event 0x%x): if it requires CURVE, give this receiver its public key "
-                     "(curve.server_key or omc_tcp_add_sender_key)", ch->peer->name, (unsigned)omc__get_u16(ev));
+        else ch->hs_logged = 1;
+        {   /* in words, once per sender per OMC__NET_SAY_MS (a get retries its channel often) */
+            uint64_t last = omc__load(&ch->peer->hs_said_at), now = (uint64_t)omc_now_ns();
+            if ((last == 0 || now - last >= (uint64_t)OMC__NET_SAY_MS * 1000000ull) &&
+                __atomic_compare_exchange_n(&ch->peer->hs_said_at, &last, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                OMC__LOG(ch->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "receiver: %s handshake with sender %s at %s:%u failed: %s",
+                         ch->curve ? "CURVE" : "ZMTP", ch->peer->name, ch->peer->host, (unsigned)ch->peer->port,
+                         omc__net_hs_words(omc__get_u16(ev), omc__get_u32(ev + 2), ch->curve, 0));
         }
     }
 }
@@ -9878,6 +9993,20 @@ static void omc__net_close(omc_conn* c) {
     while (idle) { omc__net_chan* next = idle->next; omc__net_chan_close(N, idle); idle = next; }
 }
 
+/* Where the latest failure toward a sender happened: its name, host and port (and what it was),
+   for the get's log line. */
+static void omc__net_hint(omc_conn* c, omc_result r, char* out, size_t n) {
+    omc__net* N = (omc__net*)c->impl;
+    omc__net_peer *p, *last = NULL;
+    (void)r;
+    pthread_mutex_lock(&N->peer_mu);
+    for (p = N->peers; p; p = p->next) if (p->last_fail && (!last || p->last_fail > last->last_fail)) last = p;
+    if (last)
+        snprintf(out, n, "sender %s at %s:%u%s%s", last->name, last->host, (unsigned)last->port, last->last_error_text[0] ? ": " : "",
+                 last->last_error_text);
+    pthread_mutex_unlock(&N->peer_mu);
+}
+
 /* destroy in a child after fork(): the listener and workers live only in the creator, and
    libzmq's context must not be touched here (its I/O threads are the creator's). Close this
    process's copies of our own descriptors (the data port, data connections, the wake-up
@@ -10030,7 +10159,7 @@ static omc_result omc__net_list(omc_conn* c, omc__key_sink sink, void* user) {
 static const omc__conn_vtable omc__net_vtable = {
     "remote", OMC_TRANSPORT_TCP, omc__net_put, omc__net_get, omc__net_alloc, omc__net_cleanup,
     omc__net_health, omc__net_sweep, omc__net_close, omc__net_destroy,
-    omc__net_exists, omc__net_list, omc__net_pending, "omc_tcp_desc", NULL, omc__net_forked
+    omc__net_exists, omc__net_list, omc__net_pending, "omc_tcp_desc", NULL, omc__net_forked, omc__net_hint
 };
 
 OMC__PRIVATE omc__net* omc__net_of(omc_conn* c) {
@@ -10081,6 +10210,11 @@ OMC__PRIVATE omc_result omc__net_setup_curve(omc__net* N, const omc_tcp_curve* c
 }
 
 /* The sender's sockets: ROUTER (+ its monitor, + ZAP when clients are restricted), data port. */
+/* Is a numeric bind address loopback ("*", 0.0.0.0 and :: are every interface: not loopback)? */
+OMC__PRIVATE int omc__net_loopback(const char* numeric) {
+    return strncmp(numeric, "127.", 4) == 0 || strcmp(numeric, "::1") == 0 || strcmp(numeric, "::ffff:127.0.0.1") == 0;
+}
+
 OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d, const omc_hooks* hooks) {
     char bind_host[OMC_TCP_HOST_MAX], ep[OMC_TCP_HOST_MAX + 32], port[8], last[OMC_TCP_HOST_MAX + 32];
     uint16_t data_port = 0;
@@ -10150,6 +10284,10 @@ OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d
     omc__tcp_plane_stats(&N->tcp, &data_port, NULL, NULL);
     OMC__LOG(hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "sender listening: side channel %s, TCP data port %u, advertised as %s:%u%s", last,
              (unsigned)data_port, N->host, (unsigned)N->port, N->curve_server ? ", CURVE on" : "");
+    if (!N->curve_server && !omc__net_loopback(bind_host))
+        OMC__LOG(hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "sender listening on %s (side channel %s, TCP data port %u) without CURVE: anyone "
+                 "who can reach this address can ask for every payload; give it curve.secret_key and curve.allowed_clients "
+                 "(omc_tcp_curve_keypair makes a pair), or bind it to 127.0.0.1", bind_host, last, (unsigned)data_port);
     return OMC_OK;
 }
 

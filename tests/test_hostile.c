@@ -2334,6 +2334,178 @@ OMC_TEST(requests_naming_an_entry_wrongly_cannot_tell_whether_it_exists) {
     omc_conn_destroy(s);
 }
 
+/* ---- CURVE that people turn on: what the logs say ------------------------------------------- */
+
+/* How many of the last 64 WARN/ERROR lines contain text. */
+static int warn_count(const char* a, const char* b) {
+    int i, n = 0;
+    pthread_mutex_lock(&warn_mu);
+    for (i = 0; i < 64; i++) n += strstr(warn_ring[i], a) && (!b || strstr(warn_ring[i], b));
+    pthread_mutex_unlock(&warn_mu);
+    return n;
+}
+
+static void warn_reset(void) {
+    pthread_mutex_lock(&warn_mu);
+    memset(warn_ring, 0, sizeof(warn_ring));
+    pthread_mutex_unlock(&warn_mu);
+}
+
+/* A receiver whose key is not on the allow-list, one with the wrong server key, one without
+   CURVE, each retrying its get three times. Want: the sender says in words which client was
+   refused and why, naming its address, once per interval however often it retries; each
+   receiver says at WARN what is wrong (not on the allow-list / server key does not match / the
+   sender requires CURVE), naming the sender's host and port, once per interval; the get's own
+   failure line names the sender's host and port too. */
+OMC_TEST(curve_failures_are_logged_in_words_naming_the_peer_once_per_interval) {
+    char pub[OMC_CURVE_KEY_LEN + 1], sec[OMC_CURVE_KEY_LEN + 1], cpub[OMC_CURVE_KEY_LEN + 1], csec[OMC_CURVE_KEY_LEN + 1];
+    char opub[OMC_CURVE_KEY_LEN + 1], osec[OMC_CURVE_KEY_LEN + 1], where[64];
+    const char* allowed[1];
+    omc_conn *s, *r;
+    omc_buffer b;
+    uint16_t port = 0;
+    int i;
+    REQUIRE(omc_tcp_curve_keypair(pub, sec) == OMC_OK && omc_tcp_curve_keypair(cpub, csec) == OMC_OK &&
+            omc_tcp_curve_keypair(opub, osec) == OMC_OK);
+    allowed[0] = cpub;
+    s = make_sender(0, sec, allowed, 1, 0);
+    REQUIRE(s);
+    ports_of(s, &port, NULL);
+    snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)port);
+    warn_reset();
+    r = make_receiver(0, pub, osec, opub);                              /* a key not on the list */
+    REQUIRE(r);
+    CHECK_OK(omc_tcp_add_sender(r, "s", "127.0.0.1", port));
+    for (i = 0; i < 3; i++) CHECK_RES(omc_conn_get(r, "s0", "s1", "k", NULL, 0, omc_deadline_after_ms(700), &b), OMC_ERR_AUTH);
+    CHECK(warn_seen(3000, "client key", "not on the allow-list", "127.0.0.1"));     /* the sender, with the address */
+    CHECK(warn_seen(3000, "not on the sender's allow-list", where, NULL));          /* the receiver, with host:port */
+    CHECK_EQ(warn_count("refused: client key", NULL), 1);                           /* once, however many retries */
+    CHECK_EQ(warn_count("not on the sender's allow-list", NULL), 1);
+    omc_conn_destroy(r);
+    warn_reset();
+    r = make_receiver(0, opub, csec, cpub);                             /* the wrong server key */
+    REQUIRE(r);
+    CHECK_OK(omc_tcp_add_sender(r, "s", "127.0.0.1", port));
+    for (i = 0; i < 3; i++) CHECK(omc_conn_get(r, "s0", "s1", "k", NULL, 0, omc_deadline_after_ms(700), &b) != OMC_OK);
+    CHECK(warn_seen(3000, "curve.server_key is not", where, NULL));
+    CHECK(warn_count("curve.server_key is not", where) == 1);
+    CHECK(warn_seen(3000, "listener", "server key does not match", NULL) || warn_seen(10, "listener", "hung up during the CURVE handshake", NULL));
+    omc_conn_destroy(r);
+    warn_reset();
+    r = make_receiver(0, NULL, NULL, NULL);                             /* no CURVE at all */
+    REQUIRE(r);
+    CHECK_OK(omc_tcp_add_sender(r, "s", "127.0.0.1", port));
+    for (i = 0; i < 3; i++) CHECK(omc_conn_get(r, "s0", "s1", "k", NULL, 0, omc_deadline_after_ms(700), &b) != OMC_OK);
+    CHECK(warn_seen(3000, "give this receiver its public key", where, NULL));      /* the key hint, at WARN */
+    CHECK(warn_seen(3000, "get s0/s1/k: connection failed", where, NULL));        /* the failure names host and port */
+    CHECK_EQ(warn_count("give this receiver its public key", NULL), 1);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* Listeners on a routable address without CURVE: one WARN each, naming the address; none on
+   loopback and none with CURVE. */
+OMC_TEST(a_listener_on_a_routable_address_without_curve_warns_once) {
+    char pub[OMC_CURVE_KEY_LEN + 1], sec[OMC_CURVE_KEY_LEN + 1];
+    omc_tcp_desc d;
+    omc_conn *c = NULL, *k = NULL, *l;
+    REQUIRE(omc_tcp_curve_keypair(pub, sec) == OMC_OK);
+    warn_reset();
+    l = make_sender(0, NULL, NULL, 0, 0);                               /* 127.0.0.1 */
+    REQUIRE(l);
+    CHECK_EQ(warn_count("without CURVE", NULL), 0);
+    memset(&d, 0, sizeof(d));
+    d.role = OMC_ROLE_SENDER;
+    d.bind_host = "0.0.0.0";
+    d.hooks.log_fn = counting_log;
+    d.hooks.max_level = OMC_LOG_WARN;
+    REQUIRE(omc_tcp_create(&d, &c) == OMC_OK);
+    CHECK_EQ(warn_count("without CURVE", "0.0.0.0"), 1);
+    d.curve.secret_key = sec;
+    REQUIRE(omc_tcp_create(&d, &k) == OMC_OK);
+    CHECK_EQ(warn_count("without CURVE", NULL), 1);                   /* still only the first */
+    omc_conn_destroy(k);
+    omc_conn_destroy(c);
+    omc_conn_destroy(l);
+}
+
+/* ---- finding: one CURVE key must not take the data port or the ticket table ------------------- */
+
+/* A CURVE session from a chosen loopback address with the client keypair (cpub, csec). */
+static int hz_open_curve(hz* h, void* ctx, const char* src, uint16_t port, const char* server, const char* cpub, const char* csec) {
+    char ep[96];
+    int zero = 0, send_ms = 2000;
+    memset(h, 0, sizeof(*h));
+    if (!(h->sock = zmq_socket(ctx, ZMQ_DEALER))) return -1;
+    zmq_setsockopt(h->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(h->sock, ZMQ_SNDTIMEO, &send_ms, sizeof(send_ms));
+    zmq_setsockopt(h->sock, ZMQ_CURVE_SERVERKEY, server, 40);
+    zmq_setsockopt(h->sock, ZMQ_CURVE_PUBLICKEY, cpub, 40);
+    zmq_setsockopt(h->sock, ZMQ_CURVE_SECRETKEY, csec, 40);
+    snprintf(ep, sizeof(ep), "tcp://%s:0;127.0.0.1:%u", src, (unsigned)port);
+    return zmq_connect(h->sock, ep);
+}
+
+/* HOSTILE (CURVE without an allow-list: the sender's public key is all it takes): one client
+   key opens sessions from eight addresses, so no address reaches its share, and registers every
+   data connection it can. Want: that key holds at most its share of the tickets and of the
+   registered connections whatever address it comes from; a receiver with another key still
+   gets a ticket and its payload. */
+OMC_TEST(one_curve_key_from_many_addresses_cannot_take_the_tickets_or_the_data_port) {
+    enum { ADDRS = 8, PER = 10 };
+    static hz hs[ADDRS * PER];
+    static int fds[ADDRS * PER * 2];
+    char pub[OMC_CURVE_KEY_LEN + 1], sec[OMC_CURVE_KEY_LEN + 1], cpub[OMC_CURVE_KEY_LEN + 1], csec[OMC_CURVE_KEY_LEN + 1];
+    char rpub[OMC_CURVE_KEY_LEN + 1], rsec[OMC_CURVE_KEY_LEN + 1], src[32];
+    omc_conn *s, *r;
+    void* ctx = zmq_ctx_new();
+    omc_meta m = {0};
+    omc_buffer b;
+    uint16_t port = 0, dport = 0;
+    int i, nfd = 0, tickets = 0, registered = 0, fd;
+    REQUIRE(ctx && omc_tcp_curve_keypair(pub, sec) == OMC_OK && omc_tcp_curve_keypair(cpub, csec) == OMC_OK &&
+            omc_tcp_curve_keypair(rpub, rsec) == OMC_OK);
+    s = make_sender(0, sec, NULL, 0, 0);
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    for (i = 0; i < ADDRS * PER; i++) {
+        snprintf(src, sizeof(src), "127.0.1.%d", 10 + i / PER);
+        REQUIRE(hz_open_curve(&hs[i], ctx, src, port, pub, cpub, csec) == 0);
+        if (hz_hello(&hs[i]) != HZ_HELLO || !hs[i].has_ticket) continue;
+        tickets++;
+        if (data_conn_from(src, dport, 0x5000u + (uint64_t)i, &hs[i], &fd) == 0) { fds[nfd++] = fd; registered++; }
+        if (data_conn_from(src, dport, 0x6000u + (uint64_t)i, &hs[i], &fd) == 0) { fds[nfd++] = fd; registered++; }
+    }
+    printf("  one key from %d addresses: %d of %d HELLOs answered with a ticket, %d data connections registered (share: %d)\n",
+           ADDRS, tickets, ADDRS * PER, registered, OMC__TCP_KEY_CONNS);
+    CHECK(registered <= OMC__TCP_KEY_CONNS);
+    CHECK(tcp_data_connections(s) <= OMC__TCP_KEY_CONNS);
+    CHECK(warn_seen(2000, "a CURVE client key at its share", NULL, NULL));
+    for (i = 0, tickets = 0; i < ADDRS * PER; i++) {     /* which tickets still live: a dead one is closed without an ack */
+        int st;
+        snprintf(src, sizeof(src), "127.0.1.%d", 10 + i / PER);
+        if (!hs[i].has_ticket) continue;
+        st = data_conn_from(src, dport, 0x7000u + (uint64_t)i, &hs[i], &fd);
+        if (st != 1) tickets++;
+        if (st == 0) fds[nfd++] = fd;
+    }
+    printf("  tickets of that key still live: %d (share: %d)\n", tickets, OMC__TCP_KEY_TICKETS);
+    CHECK(tickets <= OMC__TCP_KEY_TICKETS);
+    r = make_receiver(0, pub, rsec, rpub);                      /* another key, from 127.0.0.1 */
+    REQUIRE(r);
+    CHECK_OK(put_bytes(s, "k", 100000, 208, &m));
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "k", m.data, m.size, omc_deadline_after_ms(5000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 208));
+    if (b.data) omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    for (i = 0; i < nfd; i++) close(fds[i]);
+    for (i = 0; i < ADDRS * PER; i++) if (hs[i].sock) zmq_close(hs[i].sock);
+    zmq_ctx_term(ctx);
+    omc_conn_destroy(s);
+}
+
 /* ---- main: the harness of omc_test.h, with the open cases skipped ----------------------------- */
 
 int main(int argc, char** argv) {
