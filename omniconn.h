@@ -23,7 +23,7 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4423
+    PART A  THE CORE                                                         lines     69 - 4428
       manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  382
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
@@ -32,24 +32,24 @@
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4420
+      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4425
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4425 - 10605
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4425 - 4831
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4430 - 10614
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4430 - 4836
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4834 - 5019
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4839 - 5024
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5021 - 10602
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5026 - 10611
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10608 - 10643
+    LICENSE                                                                        10617 - 10652
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -2879,7 +2879,9 @@ typedef struct omc__conn_vtable {
        NULL = "the connector's desc" */
     const char* desc_name;
     /* wake (optional): omc_conn_close has set closed; wake every call blocked inside so it sees
-       it and returns (a call that polls closed needs none) */
+       it and returns (a transport whose calls poll closed gives a wake that does nothing). With
+       wake, close runs only after every call has left; without it, close runs at once (it
+       must wake the calls itself and bear them inside) and the connector is freed only after */
     void       (*wake)(omc_conn* c);
     /* forked (optional): destroy in a process other than the creator's (after fork()): close
        this process's descriptors and unmap, nothing else - no thread to join, no message, nothing
@@ -3412,6 +3414,9 @@ OMNICONN_API void omc_conn_close(omc_conn* c) {
     if (omc__conn_foreign(c)) return;
     if (__atomic_exchange_n(&c->closed, 1, __ATOMIC_SEQ_CST)) return;   /* idempotent */
     if (c->vt->wake) c->vt->wake(c);
+    /* a transport without wake may need its close to wake its blocked calls: close first (it
+       must then bear calls still inside), and free nothing before they left all the same */
+    else if (c->vt->close) c->vt->close(c);
     pthread_mutex_lock(&c->err_mu);
     while (__atomic_load_n(&c->calls, __ATOMIC_SEQ_CST) != 0) {
         /* a call that polls closed notices within its slice; wake again in case it was between
@@ -3424,7 +3429,7 @@ OMNICONN_API void omc_conn_close(omc_conn* c) {
         }
     }
     pthread_mutex_unlock(&c->err_mu);
-    if (c->vt->close) c->vt->close(c);
+    if (c->vt->wake && c->vt->close) c->vt->close(c);
 }
 
 /* Destroy in the creator's process: close, then drop the creator's reference (buffers still held
@@ -9993,6 +9998,10 @@ static void omc__net_close(omc_conn* c) {
     while (idle) { omc__net_chan* next = idle->next; omc__net_chan_close(N, idle); idle = next; }
 }
 
+/* Every blocking wait of the remote connector polls closed at least every OMC__NET_SLICE_MS:
+   nothing to wake, but close may then wait for the calls before it stops the listener. */
+static void omc__net_wake_calls(omc_conn* c) { (void)c; }
+
 /* Where the latest failure toward a sender happened: its name, host and port (and what it was),
    for the get's log line. */
 static void omc__net_hint(omc_conn* c, omc_result r, char* out, size_t n) {
@@ -10159,7 +10168,7 @@ static omc_result omc__net_list(omc_conn* c, omc__key_sink sink, void* user) {
 static const omc__conn_vtable omc__net_vtable = {
     "remote", OMC_TRANSPORT_TCP, omc__net_put, omc__net_get, omc__net_alloc, omc__net_cleanup,
     omc__net_health, omc__net_sweep, omc__net_close, omc__net_destroy,
-    omc__net_exists, omc__net_list, omc__net_pending, "omc_tcp_desc", NULL, omc__net_forked, omc__net_hint
+    omc__net_exists, omc__net_list, omc__net_pending, "omc_tcp_desc", omc__net_wake_calls, omc__net_forked, omc__net_hint
 };
 
 OMC__PRIVATE omc__net* omc__net_of(omc_conn* c) {
