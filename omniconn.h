@@ -23,7 +23,7 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4428
+    PART A  THE CORE                                                         lines     69 - 4432
       manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  382
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
@@ -32,24 +32,24 @@
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4425
+      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4429
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4430 - 10614
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4430 - 4836
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4434 - 10619
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4434 - 4840
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4839 - 5024
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4843 - 5028
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5026 - 10611
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5030 - 10616
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10617 - 10652
+    LICENSE                                                                        10622 - 10657
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -1184,7 +1184,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
                              call served or refused
       omc__conn_discard      free a connector whose create failed (never handed out)
       omc__key_sink          what a vtable's list() hands keys to
-      fields omc_conn: impl hooks closed role ttl_reclaims releases
+      fields omc_conn: impl hooks closed role ttl_reclaims releases wake forked hint
                              (impl: its state; closed and the counters are atomic; role read-only)
       fields omc__conn_vtable: all
       omc__meta_begin omc__meta_seal   write a metadata envelope around a transport's body
@@ -2878,18 +2878,6 @@ typedef struct omc__conn_vtable {
     /* the desc a user edits to change this connector (its pool size): "omc_local_desc", ...;
        NULL = "the connector's desc" */
     const char* desc_name;
-    /* wake (optional): omc_conn_close has set closed; wake every call blocked inside so it sees
-       it and returns (a transport whose calls poll closed gives a wake that does nothing). With
-       wake, close runs only after every call has left; without it, close runs at once (it
-       must wake the calls itself and bear them inside) and the connector is freed only after */
-    void       (*wake)(omc_conn* c);
-    /* forked (optional): destroy in a process other than the creator's (after fork()): close
-       this process's descriptors and unmap, nothing else - no thread to join, no message, nothing
-       unlinked (the creator still uses all of it). NULL: nothing is released there. */
-    void       (*forked)(omc_conn* c);
-    /* hint (optional): for a failed call's log line, what the transport knows about where it
-       failed (a remote connector: the peer's name, host and port) */
-    void       (*hint)(omc_conn* c, omc_result r, char* out, size_t n);
 } omc__conn_vtable;
 
 struct omc_conn {
@@ -2902,6 +2890,21 @@ struct omc_conn {
     uint32_t calls;             /* atomic: public calls inside now; close waits for them to leave */
     pthread_cond_t calls_cv;    /* with err_mu: the last call left a closing connector */
     pid_t pid;                  /* the creator's process: elsewhere (after fork()) calls are refused */
+    /* optional lifetime hooks a connector sets after omc__conn_create (kept out of the vtable so
+       the tables companions initialise stay as they are) */
+    /* wake (optional): omc_conn_close has set closed; wake every call blocked inside so it sees
+       it and returns (a transport whose calls poll closed gives a wake that does nothing). With
+       wake, close runs only after every call has left; without it, close runs at once (it
+       must wake the calls itself and bear them inside) and the connector is freed only after */
+    void (*wake)(omc_conn* c);
+    /* forked (optional): destroy in a process other than the creator's (after fork()): close
+       this process's descriptors and unmap, nothing else - no thread to join, no message, nothing
+       unlinked (the creator still uses all of it). NULL: nothing is released there. */
+    void (*forked)(omc_conn* c);
+    /* hint (optional): for a failed call's log line, what the transport knows about where it
+       failed (a remote connector: the peer's name, host and port) */
+    void (*hint)(omc_conn* c, omc_result r, char* out, size_t n);
+
     uint64_t puts, gets, releases, bytes_put, bytes_got, errors, timeouts, ttl_reclaims;   /* atomic */
     pthread_mutex_t err_mu;
     omc_result last_error;
@@ -3117,8 +3120,8 @@ static void omc__conn_hint(omc_conn* c, omc_result r, int is_put, const omc_payl
     else if (r == OMC_ERR_NOT_FOUND && with_meta)
         snprintf(out, n, "the put this metadata names is gone from the sender (read by all its readers, cleaned up, or past "
                  "its TTL)");
-    else if ((r == OMC_ERR_CONNECTION || r == OMC_ERR_AUTH || r == OMC_ERR_TIMEOUT || r == OMC_ERR_PROTOCOL) && c->vt->hint)
-        c->vt->hint(c, r, out, n);
+    else if ((r == OMC_ERR_CONNECTION || r == OMC_ERR_AUTH || r == OMC_ERR_TIMEOUT || r == OMC_ERR_PROTOCOL) && c->hint)
+        c->hint(c, r, out, n);
 }
 
 OMNICONN_API omc_result omc_qualify_key(const char* from_stage, const char* to_stage, const char* key,
@@ -3413,7 +3416,7 @@ OMNICONN_API void omc_conn_close(omc_conn* c) {
     if (!c) return;
     if (omc__conn_foreign(c)) return;
     if (__atomic_exchange_n(&c->closed, 1, __ATOMIC_SEQ_CST)) return;   /* idempotent */
-    if (c->vt->wake) c->vt->wake(c);
+    if (c->wake) c->wake(c);
     /* a transport without wake may need its close to wake its blocked calls: close first (it
        must then bear calls still inside), and free nothing before they left all the same */
     else if (c->vt->close) c->vt->close(c);
@@ -3422,14 +3425,14 @@ OMNICONN_API void omc_conn_close(omc_conn* c) {
         /* a call that polls closed notices within its slice; wake again in case it was between
            its check and its wait when the first wake came */
         omc__cond_wait_until(&c->calls_cv, &c->err_mu, omc_now_ns() + 50 * 1000000LL);
-        if (c->vt->wake && __atomic_load_n(&c->calls, __ATOMIC_SEQ_CST) != 0) {
+        if (c->wake && __atomic_load_n(&c->calls, __ATOMIC_SEQ_CST) != 0) {
             pthread_mutex_unlock(&c->err_mu);
-            c->vt->wake(c);
+            c->wake(c);
             pthread_mutex_lock(&c->err_mu);
         }
     }
     pthread_mutex_unlock(&c->err_mu);
-    if (c->vt->wake && c->vt->close) c->vt->close(c);
+    if (c->wake && c->vt->close) c->vt->close(c);
 }
 
 /* Destroy in the creator's process: close, then drop the creator's reference (buffers still held
@@ -3441,7 +3444,7 @@ OMNICONN_API void omc_conn_destroy(omc_conn* c) {
     if (omc__conn_foreign(c)) {
         OMC__LOG(&c->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_CONN_CLOSED, "destroy in process %d of a connector of process %d: "
                  "releasing this process's copy only", (int)getpid(), (int)c->pid);
-        if (c->vt->forked) c->vt->forked(c);
+        if (c->forked) c->forked(c);
         return;     /* the handle's memory is this process's copy: left as it is, like the rest */
     }
     omc_conn_close(c);
@@ -4336,7 +4339,7 @@ static void omc__local_destroy(omc_conn* c) {
 static const omc__conn_vtable omc__local_vtable = {
     "local", OMC_TRANSPORT_LOCAL, omc__local_put, omc__local_get, omc__local_alloc, omc__local_cleanup,
     omc__local_health, omc__local_sweep, omc__local_close, omc__local_destroy,
-    omc__local_exists, omc__local_list, omc__local_pending, "omc_local_desc", omc__local_wake, omc__local_forked
+    omc__local_exists, omc__local_list, omc__local_pending, "omc_local_desc"
 };
 
 OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** out) {
@@ -4360,6 +4363,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     pd.hooks = hooks;
     r = omc_pool_create(&pd, &pool);
     if (r == OMC_OK) r = omc__conn_create(&hooks, &omc__local_vtable, d.role, &c);
+    if (r == OMC_OK) { c->wake = omc__local_wake; c->forked = omc__local_forked; }
     if (r == OMC_OK) r = omc__owner_init(&L->own, c, pool, d.default_ttl_ms, "views held");
     if (r == OMC_OK && omc__cond_init_monotonic(&L->cv) != 0) { omc__owner_uninit(&L->own); r = OMC_ERR_SYSTEM; }
     if (r != OMC_OK) {
@@ -10168,7 +10172,7 @@ static omc_result omc__net_list(omc_conn* c, omc__key_sink sink, void* user) {
 static const omc__conn_vtable omc__net_vtable = {
     "remote", OMC_TRANSPORT_TCP, omc__net_put, omc__net_get, omc__net_alloc, omc__net_cleanup,
     omc__net_health, omc__net_sweep, omc__net_close, omc__net_destroy,
-    omc__net_exists, omc__net_list, omc__net_pending, "omc_tcp_desc", omc__net_wake_calls, omc__net_forked, omc__net_hint
+    omc__net_exists, omc__net_list, omc__net_pending, "omc_tcp_desc"
 };
 
 OMC__PRIVATE omc__net* omc__net_of(omc_conn* c) {
@@ -10356,6 +10360,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     N->queue_tail = &N->queue;
     N->peers_tail = &N->peers;
     r = omc__conn_create(&hooks, &N->vt, d.role, &N->conn);
+    if (r == OMC_OK) { N->conn->wake = omc__net_wake_calls; N->conn->forked = omc__net_forked; N->conn->hint = omc__net_hint; }
     if (r != OMC_OK) { omc__free(&hooks, N); return r; }
     N->conn->impl = N;
     N->peer_ok = pthread_mutex_init(&N->peer_mu, NULL) == 0;
