@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4192
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  364
+    PART A  THE CORE                                                         lines     69 - 4432
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  382
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result     366 - 1047
+      declarations    [SECTION] Version, platform and feature resolution | Result     384 - 1067
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1050 - 4189
+      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4429
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines  4194 - 9973
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4194 - 4577
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4434 - 10619
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4434 - 4840
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4580 - 4765
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4843 - 5028
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane      4767 - 9970
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5030 - 10616
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                         9976 - 10011
+    LICENSE                                                                        10622 - 10657
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -263,8 +263,17 @@ THREAD SAFETY
 ================================================================================================
 
     - omc_alloc / omc_pool: thread-safe when desc.thread_safe is set, otherwise single-threaded.
-    - omc_conn: every connector is thread-safe (put/get/cleanup/health from any thread); destroy
-      must not race with other calls on the same connector.
+    - omc_conn: every connector is thread-safe (put/get/cleanup/health from any thread). Every
+      omc_conn_* call holds the connector while inside: omc_conn_close or omc_conn_destroy from
+      another thread wakes calls blocked inside (a get waiting for a key), they return
+      OMC_ERR_CLOSED, and close/destroy return after the last one has left. A call that starts
+      after destroy has returned is a use after free, as with any freed handle. Do not close or
+      destroy a connector from inside one of its own callbacks (omc_conn_list's).
+    - fork(): a child gets a copy of every connector, but none of its threads. There, every
+      call returns OMC_ERR_CLOSED with an ERROR log line naming both processes, and
+      omc_conn_destroy only closes the child's copies of descriptors and unmaps its copy of the
+      pool (the core's connectors): no thread is joined, no message sent, nothing unlinked, so
+      the parent's entries stay readable. Create new connectors in the child.
     - omc_buffer values may be released from any thread, once per handle.
     - frames and metadata helpers are pure functions over caller memory.
 
@@ -346,6 +355,15 @@ NON-GOALS (what omniconn does not do)
 RECENT REVISIONS
 ================================================================================================
 
+    unreleased          close/destroy from another thread is safe: calls hold the connector and
+                        destroy waits for them; connectors copied by fork() refuse calls and
+                        release only the child's copies; buffers from omc_conn_alloc keep the
+                        pool mapped after destroy (core connectors).
+    unreleased          TCP data hello version 3: the data port sends a nonce first and the hello
+                        proves the session's ticket with an HMAC-SHA-256 over it instead of
+                        carrying the ticket (HELLO record 0x101 replaces 0x100); receivers and
+                        senders of version 2 are refused with a log line naming both versions.
+                        A request that names an entry wrongly always gets OMC_ERR_NOT_FOUND.
     unreleased          remote connector: gets travel as requests on the ticketed TCP data
                         connection (HELLO capability bit 2; senders without it still get PULL on
                         the side channel); the listener waits for small payloads' receipts
@@ -967,10 +985,12 @@ OMNICONN_API omc_result omc_conn_cleanup(omc_conn* conn, const char* from_stage,
 OMNICONN_API omc_result omc_conn_health(omc_conn* conn, omc_health* out);
 /* Reclaim puts whose TTL has passed (connectors also do this on their own); returns how many. */
 OMNICONN_API uint64_t   omc_conn_sweep(omc_conn* conn);
-/* Stop everything and free what the connector owns. Idempotent. Views still held stay valid
-   until released; later calls return OMC_ERR_CLOSED. */
+/* Stop everything and free what the connector owns. Idempotent. Calls blocked inside (on other
+   threads) are woken and return OMC_ERR_CLOSED; close returns once they have left. Views still
+   held stay valid until released; later calls return OMC_ERR_CLOSED. */
 OMNICONN_API void       omc_conn_close(omc_conn* conn);
-/* close + free the handle (the memory goes when the last view is released). */
+/* close + free the handle (the memory goes when the last view or omc_conn_alloc buffer of the
+   core's connectors is released). In a child after fork(): releases only the child's copy. */
 OMNICONN_API void       omc_conn_destroy(omc_conn* conn);
 OMNICONN_API omc_transport omc_conn_transport(const omc_conn* conn);
 /* Build the qualified key ("from\x1Fto\x1Fkey"): OMC_ERR_INVALID_ARG if a part contains 0x1F or
@@ -1157,13 +1177,14 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     Connectors (a companion that adds one)
       omc__conn_vtable       the transport table (family, transport, put ... pending, desc_name)
       omc__conn_create omc__conn_ref omc__conn_unref omc__conn_is omc__conn_fail omc__conn_fail_at
+      omc__conn_hold omc__conn_leave_call omc__conn_pool_buffer omc__pool_unmap_copy
       omc__conn_enter        a call's common opening: closed?, role, the qualified key
       omc__conn_count_error  count a failed call and log it once
       omc__conn_count_get omc__conn_count_refusal   the counters of a get a connector's own
                              call served or refused
       omc__conn_discard      free a connector whose create failed (never handed out)
       omc__key_sink          what a vtable's list() hands keys to
-      fields omc_conn: impl hooks closed role ttl_reclaims releases
+      fields omc_conn: impl hooks closed role ttl_reclaims releases wake forked hint
                              (impl: its state; closed and the counters are atomic; role read-only)
       fields omc__conn_vtable: all
       omc__meta_begin omc__meta_seal   write a metadata envelope around a transport's body
@@ -2336,6 +2357,12 @@ OMNICONN_API void omc_pool_destroy(omc_pool* pool) {
     omc__free(&hooks, pool);
 }
 
+/* In a child after fork(): unmap this process's copy of a pool the library mapped itself (the
+   creator's mapping is untouched; nothing else of the pool is freed or detached here). */
+OMC__PRIVATE void omc__pool_unmap_copy(omc_pool* pool) {
+    if (pool && pool->mapped) munmap(pool->base, pool->mapped);
+}
+
 OMNICONN_API void* omc_pool_base(const omc_pool* pool) { return pool ? pool->base : NULL; }
 OMNICONN_API uint64_t omc_pool_size(const omc_pool* pool) { return pool ? pool->size : 0; }
 OMNICONN_API omc_memory_kind omc_pool_memory(const omc_pool* pool) { return pool ? pool->memory : OMC_MEMORY_DEFAULT; }
@@ -2859,7 +2886,25 @@ struct omc_conn {
     omc_hooks hooks;
     omc_role role;
     int closed;                 /* atomic */
-    uint32_t refs;              /* atomic */
+    uint32_t refs;              /* atomic: the creator's, and one per buffer that needs the connector */
+    uint32_t calls;             /* atomic: public calls inside now; close waits for them to leave */
+    pthread_cond_t calls_cv;    /* with err_mu: the last call left a closing connector */
+    pid_t pid;                  /* the creator's process: elsewhere (after fork()) calls are refused */
+    /* optional lifetime hooks a connector sets after omc__conn_create (kept out of the vtable so
+       the tables companions initialise stay as they are) */
+    /* wake (optional): omc_conn_close has set closed; wake every call blocked inside so it sees
+       it and returns (a transport whose calls poll closed gives a wake that does nothing). With
+       wake, close runs only after every call has left; without it, close runs at once (it
+       must wake the calls itself and bear them inside) and the connector is freed only after */
+    void (*wake)(omc_conn* c);
+    /* forked (optional): destroy in a process other than the creator's (after fork()): close
+       this process's descriptors and unmap, nothing else - no thread to join, no message, nothing
+       unlinked (the creator still uses all of it). NULL: nothing is released there. */
+    void (*forked)(omc_conn* c);
+    /* hint (optional): for a failed call's log line, what the transport knows about where it
+       failed (a remote connector: the peer's name, host and port) */
+    void (*hint)(omc_conn* c, omc_result r, char* out, size_t n);
+
     uint64_t puts, gets, releases, bytes_put, bytes_got, errors, timeouts, ttl_reclaims;   /* atomic */
     pthread_mutex_t err_mu;
     omc_result last_error;
@@ -2873,12 +2918,68 @@ OMC__PRIVATE omc_result omc__conn_create(const omc_hooks* hooks, const omc__conn
     c->hooks = *hooks;
     c->role = role == OMC_ROLE_DEFAULT ? OMC_ROLE_DUAL : role;
     c->refs = 1;
+    c->pid = getpid();
     if (pthread_mutex_init(&c->err_mu, NULL) != 0) { omc__free(hooks, c); return OMC_ERR_SYSTEM; }
+    if (omc__cond_init_monotonic(&c->calls_cv) != 0) { pthread_mutex_destroy(&c->err_mu); omc__free(hooks, c); return OMC_ERR_SYSTEM; }
     *out = c;
     return OMC_OK;
 }
 
+/* Is this the process that created c? After fork() the child has a copy of the connector whose
+   threads do not exist there: it may only let go of it. */
+OMC__PRIVATE int omc__conn_foreign(const omc_conn* c) { return c->pid != getpid(); }
+
+OMC__PRIVATE void omc__conn_leave_call(omc_conn* c);
+OMC__PRIVATE void omc__conn_ref(omc_conn* c);
+OMC__PRIVATE void omc__conn_unref(omc_conn* c);
+
+/* A buffer from a core connector's pool (omc_conn_alloc) holds a reference on the connector, so
+   the pool stays mapped until the buffer is released or put, even after omc_conn_destroy. */
+static omc_result omc__conn_buffer_release(omc_buffer* b) {
+    omc_conn* c = (omc_conn*)b->owner;
+    omc_result r = omc_alloc_free(b->pool->alloc, b->range);
+    omc__conn_unref(c);
+    return r;
+}
+
+OMC__PRIVATE omc_result omc__conn_pool_buffer(omc_conn* c, omc_pool* pool, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
+    omc_result r = omc_pool_alloc_buffer_wait(pool, size, deadline, out);
+    if (r != OMC_OK) return r;
+    out->release_fn = omc__conn_buffer_release;
+    out->owner = c;
+    omc__conn_ref(c);
+    return OMC_OK;
+}
+
+/* Every public call holds c while inside (omc__conn_hold .. omc__conn_leave), so
+   omc_conn_close / omc_conn_destroy from another thread wakes it, waits for it to leave, and
+   only then tears the connector down. OMC_ERR_CLOSED (nothing held) once closed or in a process
+   other than the creator's. */
+OMC__PRIVATE omc_result omc__conn_hold(omc_conn* c) {
+    if (omc__conn_foreign(c)) {
+        OMC__LOG(&c->hooks, OMC_LOG_ERROR, OMC_LOGITEM_CONN_CLOSED, "connector used in process %d, but it belongs to process %d "
+                 "(it was copied by fork()): create a connector in this process; destroy is the only call allowed here",
+                 (int)getpid(), (int)c->pid);
+        return OMC_ERR_CLOSED;
+    }
+    __atomic_add_fetch(&c->calls, 1u, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&c->closed, __ATOMIC_SEQ_CST)) {    /* close may be waiting for us: leave */
+        omc__conn_leave_call(c);
+        return OMC_ERR_CLOSED;
+    }
+    return OMC_OK;
+}
+
 OMC__PRIVATE void omc__conn_ref(omc_conn* c) { omc__add(&c->refs, 1u); }
+
+/* A public call leaves c; the last one out of a closing connector wakes omc_conn_close. */
+OMC__PRIVATE void omc__conn_leave_call(omc_conn* c) {
+    if (__atomic_sub_fetch(&c->calls, 1u, __ATOMIC_SEQ_CST) == 0 && __atomic_load_n(&c->closed, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&c->err_mu);
+        pthread_cond_broadcast(&c->calls_cv);
+        pthread_mutex_unlock(&c->err_mu);
+    }
+}
 
 /* Is c a connector of this family (its implementation's own state is in c->impl)? */
 OMC__PRIVATE int omc__conn_is(const omc_conn* c, const char* family) {
@@ -2889,6 +2990,7 @@ OMC__PRIVATE void omc__conn_unref(omc_conn* c) {
     if (omc__sub(&c->refs, 1u) == 0) {
         omc_hooks hooks = c->hooks;
         if (c->vt->destroy) c->vt->destroy(c);
+        pthread_cond_destroy(&c->calls_cv);
         pthread_mutex_destroy(&c->err_mu);
         omc__free(&hooks, c);
     }
@@ -2897,6 +2999,7 @@ OMC__PRIVATE void omc__conn_unref(omc_conn* c) {
 /* A connector whose create failed, never handed out: freed without its destroy. */
 OMC__PRIVATE void omc__conn_discard(omc_conn* c, const omc_hooks* hooks) {
     if (!c) return;
+    pthread_cond_destroy(&c->calls_cv);
     pthread_mutex_destroy(&c->err_mu);
     omc__free(hooks, c);
 }
@@ -3017,6 +3120,8 @@ static void omc__conn_hint(omc_conn* c, omc_result r, int is_put, const omc_payl
     else if (r == OMC_ERR_NOT_FOUND && with_meta)
         snprintf(out, n, "the put this metadata names is gone from the sender (read by all its readers, cleaned up, or past "
                  "its TTL)");
+    else if ((r == OMC_ERR_CONNECTION || r == OMC_ERR_AUTH || r == OMC_ERR_TIMEOUT || r == OMC_ERR_PROTOCOL) && c->hint)
+        c->hint(c, r, out, n);
 }
 
 OMNICONN_API omc_result omc_qualify_key(const char* from_stage, const char* to_stage, const char* key,
@@ -3059,8 +3164,7 @@ OMC__PRIVATE omc_result omc__conn_enter(omc_conn* c, omc_role need, const char* 
     return OMC_OK;
 }
 
-OMNICONN_API omc_result omc_conn_put(omc_conn* c, const char* from, const char* to, const char* key,
-                                     const omc_payload* p, omc_meta* meta_out) {
+static omc_result omc__conn_put_in(omc_conn* c, const char* from, const char* to, const char* key, const omc_payload* p, omc_meta* meta_out) {
     char qkey[OMC_KEY_MAX];
     uint32_t qlen = 0;
     omc_meta tmp = {NULL, 0};
@@ -3094,6 +3198,17 @@ OMNICONN_API omc_result omc_conn_put(omc_conn* c, const char* from, const char* 
     if (meta_out) *meta_out = tmp;
     else omc_meta_free(&tmp);
     return OMC_OK;
+}
+
+OMNICONN_API omc_result omc_conn_put(omc_conn* c, const char* from, const char* to, const char* key,
+                                     const omc_payload* p, omc_meta* meta_out) {
+    omc_result r;
+    if (meta_out) { meta_out->data = NULL; meta_out->size = 0; }
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_put_in(c, from, to, key, p, meta_out);
+    omc__conn_leave_call(c);
+    return r;
 }
 
 /* Shared by get and get_copy: validate metadata against the key and the transport. */
@@ -3142,7 +3257,7 @@ OMC__PRIVATE omc_result omc__conn_get(omc_conn* c, const char* from, const char*
         uint64_t need = out->size;
         /* TOO_LARGE with max_size is get_copy asking how much room it needs: no error; without
            it, the payload does not fit this receiver at all */
-        if (r != OMC_ERR_TOO_LARGE || max_size == 0) {
+        if ((r != OMC_ERR_TOO_LARGE || max_size == 0) && r != OMC_ERR_CLOSED) {   /* closed under it: not an error of the get */
             char hint[1024];
             omc__conn_hint(c, r, 0, NULL, need ? need : (meta ? info.data_size : 0), meta != NULL, hint, sizeof(hint));
             omc__conn_count_error_hint(c, r, "get", qkey, qlen, hint);
@@ -3156,8 +3271,7 @@ OMC__PRIVATE omc_result omc__conn_get(omc_conn* c, const char* from, const char*
     return OMC_OK;
 }
 
-OMNICONN_API omc_result omc_conn_get(omc_conn* c, const char* from, const char* to, const char* key, const void* meta,
-                                     size_t meta_size, omc_time_ns deadline, omc_buffer* out) {
+static omc_result omc__conn_get_in(omc_conn* c, const char* from, const char* to, const char* key, const void* meta, size_t meta_size, omc_time_ns deadline, omc_buffer* out) {
     omc_result r;
     if (!out) return OMC_ERR_INVALID_ARG;
     memset(out, 0, sizeof(*out));
@@ -3167,8 +3281,18 @@ OMNICONN_API omc_result omc_conn_get(omc_conn* c, const char* from, const char* 
     return r;
 }
 
-OMNICONN_API omc_result omc_conn_get_copy(omc_conn* c, const char* from, const char* to, const char* key, const void* meta,
-                                          size_t meta_size, omc_time_ns deadline, void* dst, uint64_t dst_size, uint64_t* out_size) {
+OMNICONN_API omc_result omc_conn_get(omc_conn* c, const char* from, const char* to, const char* key, const void* meta,
+                                     size_t meta_size, omc_time_ns deadline, omc_buffer* out) {
+    omc_result r;
+    if (out) memset(out, 0, sizeof(*out));
+    if (!c || !out) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_get_in(c, from, to, key, meta, meta_size, deadline, out);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+static omc_result omc__conn_get_copy_in(omc_conn* c, const char* from, const char* to, const char* key, const void* meta, size_t meta_size, omc_time_ns deadline, void* dst, uint64_t dst_size, uint64_t* out_size) {
     omc_buffer b;
     omc_result r;
     if (out_size) *out_size = 0;
@@ -3191,7 +3315,18 @@ OMNICONN_API omc_result omc_conn_get_copy(omc_conn* c, const char* from, const c
     return r;
 }
 
-OMNICONN_API omc_result omc_conn_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
+OMNICONN_API omc_result omc_conn_get_copy(omc_conn* c, const char* from, const char* to, const char* key, const void* meta,
+                                          size_t meta_size, omc_time_ns deadline, void* dst, uint64_t dst_size, uint64_t* out_size) {
+    omc_result r;
+    if (out_size) *out_size = 0;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_get_copy_in(c, from, to, key, meta, meta_size, deadline, dst, dst_size, out_size);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+static omc_result omc__conn_alloc_in(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
     if (!out) return OMC_ERR_INVALID_ARG;
     memset(out, 0, sizeof(*out));
     if (!c) return OMC_ERR_INVALID_ARG;
@@ -3200,7 +3335,17 @@ OMNICONN_API omc_result omc_conn_alloc(omc_conn* c, uint64_t size, omc_time_ns d
     return c->vt->alloc(c, size, deadline, out);
 }
 
-OMNICONN_API omc_result omc_conn_cleanup(omc_conn* c, const char* from, const char* to, const char* key) {
+OMNICONN_API omc_result omc_conn_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
+    omc_result r;
+    if (out) memset(out, 0, sizeof(*out));
+    if (!c || !out) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_alloc_in(c, size, deadline, out);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+static omc_result omc__conn_cleanup_in(omc_conn* c, const char* from, const char* to, const char* key) {
     char qkey[OMC_KEY_MAX];
     uint32_t qlen = 0;
     omc_result r;
@@ -3210,10 +3355,24 @@ OMNICONN_API omc_result omc_conn_cleanup(omc_conn* c, const char* from, const ch
     return c->vt->cleanup ? c->vt->cleanup(c, qkey, qlen) : OMC_ERR_UNAVAILABLE;
 }
 
+OMNICONN_API omc_result omc_conn_cleanup(omc_conn* c, const char* from, const char* to, const char* key) {
+    omc_result r;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_cleanup_in(c, from, to, key);
+    omc__conn_leave_call(c);
+    return r;
+}
+
 OMNICONN_API omc_result omc_conn_health(omc_conn* c, omc_health* h) {
+    int inside;
     if (!h) return OMC_ERR_INVALID_ARG;
     memset(h, 0, sizeof(*h));
     if (!c) return OMC_ERR_INVALID_ARG;
+    if (omc__conn_foreign(c)) return omc__conn_hold(c);     /* refused, with its log line */
+    /* a closed connector still answers (state CLOSED, its counters), without its transport */
+    __atomic_add_fetch(&c->calls, 1u, __ATOMIC_SEQ_CST);
+    inside = !__atomic_load_n(&c->closed, __ATOMIC_SEQ_CST);
     h->transport = c->vt->transport;
     h->role = c->role;
     h->puts = omc__load(&c->puts);
@@ -3229,24 +3388,65 @@ OMNICONN_API omc_result omc_conn_health(omc_conn* c, omc_health* h) {
     memcpy(h->last_error_text, c->last_error_text, sizeof(h->last_error_text));
     pthread_mutex_unlock(&c->err_mu);
     h->state = OMC_CONN_HEALTHY;
-    if (c->vt->health) c->vt->health(c, h);
-    if (omc__load(&c->closed)) h->state = OMC_CONN_CLOSED;
+    if (inside && c->vt->health) c->vt->health(c, h);
+    if (!inside || omc__load(&c->closed)) h->state = OMC_CONN_CLOSED;
+    omc__conn_leave_call(c);
     return OMC_OK;
 }
 
-OMNICONN_API uint64_t omc_conn_sweep(omc_conn* c) {
+static uint64_t omc__conn_sweep_in(omc_conn* c) {
     if (!c || omc__load(&c->closed) || !c->vt->sweep) return 0;
     return c->vt->sweep(c);
 }
 
-OMNICONN_API void omc_conn_close(omc_conn* c) {
-    if (!c) return;
-    if (__atomic_exchange_n(&c->closed, 1, __ATOMIC_ACQ_REL)) return;   /* idempotent */
-    if (c->vt->close) c->vt->close(c);
+OMNICONN_API uint64_t omc_conn_sweep(omc_conn* c) {
+    uint64_t n;
+    if (!c) return 0;
+    if (omc__conn_hold(c) != OMC_OK) return 0;
+    n = omc__conn_sweep_in(c);
+    omc__conn_leave_call(c);
+    return n;
 }
 
+/* Close: mark closed (new calls are refused), wake the calls blocked inside, wait for every
+   call to leave, then stop the transport. So closing from another thread is safe: a get waiting
+   for a key returns OMC_ERR_CLOSED promptly and close returns after it. In a process other than
+   the creator's (after fork()) nothing is stopped there: see omc_conn_destroy. */
+OMNICONN_API void omc_conn_close(omc_conn* c) {
+    if (!c) return;
+    if (omc__conn_foreign(c)) return;
+    if (__atomic_exchange_n(&c->closed, 1, __ATOMIC_SEQ_CST)) return;   /* idempotent */
+    if (c->wake) c->wake(c);
+    /* a transport without wake may need its close to wake its blocked calls: close first (it
+       must then bear calls still inside), and free nothing before they left all the same */
+    else if (c->vt->close) c->vt->close(c);
+    pthread_mutex_lock(&c->err_mu);
+    while (__atomic_load_n(&c->calls, __ATOMIC_SEQ_CST) != 0) {
+        /* a call that polls closed notices within its slice; wake again in case it was between
+           its check and its wait when the first wake came */
+        omc__cond_wait_until(&c->calls_cv, &c->err_mu, omc_now_ns() + 50 * 1000000LL);
+        if (c->wake && __atomic_load_n(&c->calls, __ATOMIC_SEQ_CST) != 0) {
+            pthread_mutex_unlock(&c->err_mu);
+            c->wake(c);
+            pthread_mutex_lock(&c->err_mu);
+        }
+    }
+    pthread_mutex_unlock(&c->err_mu);
+    if (c->wake && c->vt->close) c->vt->close(c);
+}
+
+/* Destroy in the creator's process: close, then drop the creator's reference (buffers still held
+   keep the connector's memory until released). In another process (a child after fork()): only
+   what belongs to this process's copy goes - descriptors closed, memory unmapped - with no
+   thread joined, no message sent and nothing unlinked, so the creator's entries stay readable. */
 OMNICONN_API void omc_conn_destroy(omc_conn* c) {
     if (!c) return;
+    if (omc__conn_foreign(c)) {
+        OMC__LOG(&c->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_CONN_CLOSED, "destroy in process %d of a connector of process %d: "
+                 "releasing this process's copy only", (int)getpid(), (int)c->pid);
+        if (c->forked) c->forked(c);
+        return;     /* the handle's memory is this process's copy: left as it is, like the rest */
+    }
     omc_conn_close(c);
     omc__conn_unref(c);
 }
@@ -3313,7 +3513,7 @@ OMNICONN_API omc_result omc_conn_get_batch(omc_conn* c, const char* from, const 
     return omc__batch(c, from, to, items, count, deadline, omc__get_item);
 }
 
-OMNICONN_API omc_result omc_conn_exists(omc_conn* c, const char* from, const char* to, const char* key) {
+static omc_result omc__conn_exists_in(omc_conn* c, const char* from, const char* to, const char* key) {
     char q[OMC_KEY_MAX];
     uint32_t ql = 0;
     omc_result r;
@@ -3321,6 +3521,15 @@ OMNICONN_API omc_result omc_conn_exists(omc_conn* c, const char* from, const cha
     r = omc__conn_enter(c, OMC_ROLE_DEFAULT, from, to, key, q, &ql);
     if (r != OMC_OK) return r;
     return c->vt->exists ? c->vt->exists(c, q, ql) : OMC_ERR_UNAVAILABLE;
+}
+
+OMNICONN_API omc_result omc_conn_exists(omc_conn* c, const char* from, const char* to, const char* key) {
+    omc_result r;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_exists_in(c, from, to, key);
+    omc__conn_leave_call(c);
+    return r;
 }
 
 /* Qualified keys copied out under the connector's lock, as [u16 length][bytes] records. */
@@ -3349,7 +3558,7 @@ static omc_result omc__keybuf_sink(const char* qkey, uint32_t qlen, void* user) 
     return OMC_OK;
 }
 
-OMNICONN_API omc_result omc_conn_list(omc_conn* c, const char* from, const char* to, omc_key_fn fn, void* user_data, uint64_t* out_count) {
+static omc_result omc__conn_list_in(omc_conn* c, const char* from, const char* to, omc_key_fn fn, void* user_data, uint64_t* out_count) {
     omc__keybuf kb;
     size_t pos = 0;
     uint64_t n = 0;
@@ -3382,7 +3591,17 @@ OMNICONN_API omc_result omc_conn_list(omc_conn* c, const char* from, const char*
     return r;
 }
 
-OMNICONN_API omc_result omc_conn_wait_consumed(omc_conn* c, omc_time_ns deadline) {
+OMNICONN_API omc_result omc_conn_list(omc_conn* c, const char* from, const char* to, omc_key_fn fn, void* user_data, uint64_t* out_count) {
+    omc_result r;
+    if (out_count) *out_count = 0;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_list_in(c, from, to, fn, user_data, out_count);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+static omc_result omc__conn_wait_consumed_in(omc_conn* c, omc_time_ns deadline) {
     int64_t nap_us = 200;
     if (!c) return OMC_ERR_INVALID_ARG;
     if (!c->vt->pending) return OMC_ERR_UNAVAILABLE;
@@ -3397,6 +3616,15 @@ OMNICONN_API omc_result omc_conn_wait_consumed(omc_conn* c, omc_time_ns deadline
         nanosleep(&ts, NULL);
         if (nap_us < 10000) nap_us *= 2;
     }
+}
+
+OMNICONN_API omc_result omc_conn_wait_consumed(omc_conn* c, omc_time_ns deadline) {
+    omc_result r;
+    if (!c) return OMC_ERR_INVALID_ARG;
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__conn_wait_consumed_in(c, deadline);
+    omc__conn_leave_call(c);
+    return r;
 }
 
 
@@ -3670,7 +3898,7 @@ OMC__PRIVATE omc_result omc__stage_payload(omc_pool* pool, uint8_t* base, const 
                                            omc_range* range, uint64_t* size) {
     omc_result r;
     if (p->buffer) {
-        if (p->buffer->pool != pool || p->buffer->release_fn) return OMC_ERR_INVALID_ARG;
+        if (p->buffer->pool != pool || (p->buffer->release_fn && p->buffer->release_fn != omc__conn_buffer_release)) return OMC_ERR_INVALID_ARG;
         r = omc_alloc_check(pool->alloc, p->buffer->range);
         if (r != OMC_OK) return r;
         *range = p->buffer->range;
@@ -3691,7 +3919,9 @@ OMC__PRIVATE void omc__unstage_payload(omc_pool* pool, const omc_payload* p, omc
 
 /* The put succeeded: a zero-copy buffer now belongs to the entry. */
 OMC__PRIVATE void omc__stage_done(const omc_payload* p) {
-    if (p->buffer) memset(p->buffer, 0, sizeof(*p->buffer));
+    if (!p->buffer) return;
+    if (p->buffer->release_fn == omc__conn_buffer_release) omc__conn_unref((omc_conn*)p->buffer->owner);   /* inside a call: never the last */
+    memset(p->buffer, 0, sizeof(*p->buffer));
 }
 
 /* A TTL in ms (0 = the connector's default, < 0 = none) as an absolute expiry (0 = never). */
@@ -4073,7 +4303,7 @@ static omc_result omc__local_get(omc_conn* c, const char* qkey, uint32_t qlen, c
 }
 
 static omc_result omc__local_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
-    return omc_pool_alloc_buffer_wait(((omc__local*)c->impl)->own.pool, size, deadline, out);
+    return omc__conn_pool_buffer(c, ((omc__local*)c->impl)->own.pool, size, deadline, out);
 }
 static omc_result omc__local_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) {
     return omc__owner_cleanup(&((omc__local*)c->impl)->own, qkey, qlen);
@@ -4081,6 +4311,15 @@ static omc_result omc__local_cleanup(omc_conn* c, const char* qkey, uint32_t qle
 static void omc__local_health(omc_conn* c, omc_health* h) { omc__owner_health(&((omc__local*)c->impl)->own, h); }
 static uint64_t omc__local_sweep(omc_conn* c) { return omc__owner_sweep(&((omc__local*)c->impl)->own); }
 static void omc__local_close(omc_conn* c) { omc__owner_close(&((omc__local*)c->impl)->own); }
+/* A get waiting for a key sleeps on L->cv: wake it to see closed. */
+static void omc__local_wake(omc_conn* c) {
+    omc__local* L = (omc__local*)c->impl;
+    pthread_mutex_lock(&L->own.mu);
+    pthread_cond_broadcast(&L->cv);
+    pthread_mutex_unlock(&L->own.mu);
+}
+/* In a child after fork(): the pool is private anonymous memory: unmap this process's copy. */
+static void omc__local_forked(omc_conn* c) { omc__pool_unmap_copy(((omc__local*)c->impl)->own.pool); }
 static omc_result omc__local_exists(omc_conn* c, const char* qkey, uint32_t qlen) {
     return omc__owner_exists(&((omc__local*)c->impl)->own, qkey, qlen);
 }
@@ -4124,6 +4363,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     pd.hooks = hooks;
     r = omc_pool_create(&pd, &pool);
     if (r == OMC_OK) r = omc__conn_create(&hooks, &omc__local_vtable, d.role, &c);
+    if (r == OMC_OK) { c->wake = omc__local_wake; c->forked = omc__local_forked; }
     if (r == OMC_OK) r = omc__owner_init(&L->own, c, pool, d.default_ttl_ms, "views held");
     if (r == OMC_OK && omc__cond_init_monotonic(&L->cv) != 0) { omc__owner_uninit(&L->own); r = OMC_ERR_SYSTEM; }
     if (r != OMC_OK) {
@@ -4256,7 +4496,7 @@ B2 THE SIDE CHANNEL AND THE TCP DATA PLANE
            put(key) -> pool, metadata  ---- your control plane ---->  get(key, metadata)
                                        <--- HELLO (once per channel) ---
                                        ---- HELLO: incarnation, TCP data port, ticket ---->
-                                       <=== TCP: connect, data hello (ticket), once per channel
+                                       <=== TCP: connect, nonce, data hello (ticket proof), once per channel
                                        <=== TCP: request (entry, capacity) ====  calling thread
              listener (worker if big)  ==== TCP: header + payload ====>  recv() into pool buffer
                                        <=== TCP: receipt ==============  every byte is in place
@@ -4311,9 +4551,12 @@ B2 THE SIDE CHANNEL AND THE TCP DATA PLANE
          wrong key), with OMC_ERR_CONNECTION if not (it cannot tell a CURVE sender that hangs up
          on it from a dying one; its log says which key would help). curve.allowed_clients
          restricts senders to known receiver keys (a ZAP handler). The TCP data port admits only connections that
-         show a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on),
-         and a connection serves only PULLs of the session that got the ticket; anything else
-         is closed at its first bytes and never counts against a limit. A request on a data
+         prove a ticket the sender handed out inside its HELLO answer (encrypted with CURVE on):
+         the data hello carries an HMAC over a nonce the port sent on that connection, never the
+         ticket's secret, so a data hello seen on the wire opens nothing. A ticket is bound to its
+         session (and with CURVE to the session's public key) and dies with it; a connection serves
+         only PULLs of the session that got the ticket; anything else is closed at its first bytes
+         and never counts against a limit. A request on a data
          connection is served for the session that registered it, exactly as a PULL from that
          session would be; it names the entry by id (no key travels on the data connection). The
          TCP data plane is not encrypted: CURVE decides who may ask for data, not who can read a
@@ -4402,12 +4645,18 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
             type 1, TCP data endpoint (sender only): u16 port (non-zero), u16 reserved (0),
                     host text (0..255 bytes, no NUL; empty = the host the side channel reached)
             type 2, RDMA endpoint: defined by omniconn_rdma.h
-            type 0x100, data-connection ticket (sender only, in the answer to a HELLO unless
-                    the sender's ticket table has no room: then a WARN and no record): 16
-                    random bytes, one ticket per side-channel session (ZMQ routing id); a
-                    repeated HELLO from a routing id gets a new ticket and the old one
-                    registers nothing more; the session's TCP data connections must show it;
-                    it ends with the session's side-channel connection
+            type 0x101, data-connection ticket (sender only, in the answer to a HELLO unless
+                    the sender's ticket table has no room: then a WARN and no record), 48
+                    bytes: u8[16] ticket id (names the ticket; not a secret), u8[32] ticket
+                    secret (random; it never travels anywhere else: a data hello proves it).
+                    One ticket per side-channel session (ZMQ routing id; with CURVE, bound to
+                    the session's public key too); a repeated HELLO from a routing id gets a
+                    new ticket and the old one registers nothing more; the session's TCP data
+                    connections must prove it; it ends with the session's side-channel
+                    connection (the listener's socket monitor reports the disconnect)
+            type 0x100, what a sender of data hello version 2 sent instead (16 bytes, shown in
+                    clear in every data hello): no longer sent; a receiver that sees it and no
+                    0x101 logs that the sender must be upgraded
             a record type below 0x100 is a data plane's kind; any type a peer does not know is
             skipped: a new transport adds a record type, not a protocol version
       QUERY body (receiver -> sender), 8 + key length bytes:
@@ -4483,20 +4732,33 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
 
     TCP data plane: a receiver opens one connection per channel to the port in the sender's
     type-1 record; at most one transfer is in flight on a connection.
-      hello, receiver -> sender, version 2, 40 bytes:
+      nonce, sender -> receiver, 24 bytes, the first bytes on every accepted connection:
+        0   u32  magic 0x4E434D4F ("OMCN")
+        4   u16  data hello version the sender speaks (3)
+        6   u16  reserved (0)
+        8   u8[16] nonce (random, fresh per connection)
+      hello, receiver -> sender, version 3, 72 bytes, after the nonce:
         0   u32  magic 0x54434D4F ("OMCT")
-        4   u16  version (2)
+        4   u16  version (3)
         6   u16  reserved (0)
         8   u64  token (random, non-zero; PULL descriptors name the connection by it)
         16  u64  receiver incarnation
-        24  u8[16] the ticket from the sender's answer to this channel's HELLO (record 0x100)
+        24  u8[16] ticket id (record 0x101 of the sender's answer to this channel's HELLO)
+        40  u8[32] proof: HMAC-SHA-256 (RFC 2104, FIPS 180-4) keyed with the 32-byte ticket
+                 secret, over the 21 ASCII bytes "omniconn data hello 3", then the 16 nonce
+                 bytes, then bytes 0..39 of this hello. The secret is never sent: a hello seen
+                 on the wire proves nothing on another connection (another nonce), for another
+                 token or for another ticket.
+        Versions 1 (24 bytes, no ticket) and 2 (40 bytes, the ticket in clear at byte 24) are
+        refused: the ack carries OMC_ERR_VERSION and the sender logs a line naming the
+        version it got and version 3. A receiver that gets a nonce frame of another version
+        logs both versions and fails the get with OMC_ERR_VERSION.
       ack, sender -> receiver, 8 bytes: 0 u32 magic 0x41434D4F ("OMCA"), 4 i32 status (0 = OK,
-        else an omc_result: the connection is closed after it). A hello that is not version 2
-        gets OMC_ERR_MALFORMED or OMC_ERR_VERSION (a version-1 hello, 24 bytes without the
-        ticket, is what a receiver of the first release sends; it still sends it to a sender
-        whose HELLO carries no ticket); a well-formed hello whose ticket the sender did not
-        hand out gets no ack at all: the connection is closed (so bytes that are not a hello
-        learn only that this is an omniconn data port). A ticket registers at most 16
+        else an omc_result: the connection is closed after it). A hello that is not version 3
+        gets OMC_ERR_MALFORMED or OMC_ERR_VERSION; a well-formed hello whose ticket id the
+        sender did not hand out, whose session has ended, or whose proof does not match gets
+        no ack at all: the connection is closed. A port scanner learns that this is an
+        omniconn data port (the nonce frame says so) and nothing else. A ticket registers at most 16
         connections (then OMC_ERR_BUSY), a token at most once per ticket (then
         OMC_ERR_EXISTS); one address at most a quarter of the 4096 registrations, and when all
         are taken an idle connection of the address holding the most is closed to make room,
@@ -4520,10 +4782,11 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
         24  u64  expected sender incarnation (0 = any)
         32  u64  PULL: destination capacity; CLAIM: the payload size the metadata announced
                  (a different size than the entry's, or a CLAIM of an entry the sender did not
-                 inline, is OMC_ERR_PROTOCOL)
+                 inline, is OMC_ERR_NOT_FOUND with detail 0, exactly what an id nobody holds
+                 gets: the answers to requests never tell which entry ids exist)
         40  u32  PULL: time budget in ms, as in PULL; CLAIM: ignored (nothing moves)
         44  u32  key check: CRC-32C of the qualified key the get asks for (as the envelope's
-                 CRC is computed); an entry of another key is OMC_ERR_NOT_FOUND
+                 CRC is computed); an entry of another key is OMC_ERR_NOT_FOUND (detail 0)
       Anything else - a wrong magic (seen after 4 bytes), op or reserved field, entry id 0, a
       request not complete within 5 s - closes the connection (counted in protocol_errors).
       Requests may be pipelined: one sent before the previous one is answered waits in the
@@ -4809,6 +5072,7 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
     X(R, int, curve_keypair, zmq_curve_keypair, (char* pub, char* sec), (pub, sec)) \
     X(R, int, curve_public, zmq_curve_public, (char* pub, const char* sec), (pub, sec)) \
     X(R, uint8_t*, z85_decode, zmq_z85_decode, (uint8_t* dest, const char* str), (dest, str)) \
+    X(R, char*, z85_encode, zmq_z85_encode, (char* dest, const uint8_t* data, size_t size), (dest, data, size)) \
     X(V, void, version, zmq_version, (int* major, int* minor, int* patch), (major, minor, patch)) \
     X(R, int, msg_init, zmq_msg_init, (omc__zmq_msg* m), (m)) \
     X(R, int, msg_recv, zmq_msg_recv, (omc__zmq_msg* m, void* s, int flags), (m, s, flags)) \
@@ -5157,7 +5421,10 @@ struct omc__dp_push {
     int requested;                      /* the push answers a request the plane itself received
                                            (tx_next_request), not a PULL: the plane holds its
                                            connection already */
+    const char* peer_key;               /* the PULL's CURVE public key in hex ("" or NULL = none):
+                                           a plane serves it only on connections of that key */
 };
+#define OMC__PEER_KEY_MAX 65            /* a CURVE public key in hex, and its terminator */
 
 /* A request a plane received on its own connections (sender: tx_next_request) or sends on
    them (receiver: rx_request): a PULL, or a CLAIM of a read whose bytes the receiver already
@@ -5244,9 +5511,9 @@ typedef struct omc__dp_ext {
     void       (*tx_end)(void* user, const omc__dp_push* p, int committed); /* the wait is over */
     /* a record for a side-channel session's HELLO answer (*out_len 0 = none); addr is the
        session's peer address ("" = unknown), session its side-channel connection's descriptor
-       (-1 = unknown) */
+       (-1 = unknown), peer_key its CURVE public key in hex ("" = no CURVE) */
     omc_result (*tx_ticket)(void* user, const uint8_t* channel, uint32_t channel_len, const char* addr, int session,
-                            uint8_t* out, uint32_t cap, uint32_t* out_len);
+                            const char* peer_key, uint8_t* out, uint32_t cap, uint32_t* out_len);
     void       (*tx_session_gone)(void* user, int session);    /* that side-channel connection closed */
     /* the plane's own sockets in the listener's poll: at most tx_item_count() items; who[i] is
        the plane's, handed back to tx_serve */
@@ -5595,6 +5862,114 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
     return OMC_OK;
 }
 
+/* ---- SHA-256 and HMAC-SHA-256 (FIPS 180-4, RFC 2104) ----------------------------------------
+   The data hello proves that the receiver holds its session's ticket without sending it: an
+   HMAC over a nonce the data port chose for this connection. Small and self-contained so Part B
+   needs no crypto library; it runs a handful of times per data connection, so it is written for
+   clarity, not speed. */
+typedef struct omc__sha256 {
+    uint32_t h[8];
+    uint64_t total;                     /* bytes hashed so far */
+    uint8_t block[64];
+    uint32_t used;                      /* bytes waiting in block */
+} omc__sha256;
+
+#define OMC__SHA256_SIZE 32
+
+static const uint32_t omc__sha256_k[64] = {
+    0x428a2f98u, 0x71374491u, 0xb5c0fbcfu, 0xe9b5dba5u, 0x3956c25bu, 0x59f111f1u, 0x923f82a4u, 0xab1c5ed5u,
+    0xd807aa98u, 0x12835b01u, 0x243185beu, 0x550c7dc3u, 0x72be5d74u, 0x80deb1feu, 0x9bdc06a7u, 0xc19bf174u,
+    0xe49b69c1u, 0xefbe4786u, 0x0fc19dc6u, 0x240ca1ccu, 0x2de92c6fu, 0x4a7484aau, 0x5cb0a9dcu, 0x76f988dau,
+    0x983e5152u, 0xa831c66du, 0xb00327c8u, 0xbf597fc7u, 0xc6e00bf3u, 0xd5a79147u, 0x06ca6351u, 0x14292967u,
+    0x27b70a85u, 0x2e1b2138u, 0x4d2c6dfcu, 0x53380d13u, 0x650a7354u, 0x766a0abbu, 0x81c2c92eu, 0x92722c85u,
+    0xa2bfe8a1u, 0xa81a664bu, 0xc24b8b70u, 0xc76c51a3u, 0xd192e819u, 0xd6990624u, 0xf40e3585u, 0x106aa070u,
+    0x19a4c116u, 0x1e376c08u, 0x2748774cu, 0x34b0bcb5u, 0x391c0cb3u, 0x4ed8aa4au, 0x5b9cca4fu, 0x682e6ff3u,
+    0x748f82eeu, 0x78a5636fu, 0x84c87814u, 0x8cc70208u, 0x90befffau, 0xa4506cebu, 0xbef9a3f7u, 0xc67178f2u};
+
+OMC__PRIVATE uint32_t omc__ror32(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+/* One 64-byte block into the state (the FIPS 180-4 compression function). */
+OMC__PRIVATE void omc__sha256_block(omc__sha256* s, const uint8_t* p) {
+    uint32_t w[64], a, b, c, d, e, f, g, h, t1, t2;
+    int i;
+    for (i = 0; i < 16; i++) w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (i = 16; i < 64; i++) {
+        uint32_t s0 = omc__ror32(w[i - 15], 7) ^ omc__ror32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = omc__ror32(w[i - 2], 17) ^ omc__ror32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    a = s->h[0]; b = s->h[1]; c = s->h[2]; d = s->h[3]; e = s->h[4]; f = s->h[5]; g = s->h[6]; h = s->h[7];
+    for (i = 0; i < 64; i++) {
+        t1 = h + (omc__ror32(e, 6) ^ omc__ror32(e, 11) ^ omc__ror32(e, 25)) + ((e & f) ^ (~e & g)) + omc__sha256_k[i] + w[i];
+        t2 = (omc__ror32(a, 2) ^ omc__ror32(a, 13) ^ omc__ror32(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+    }
+    s->h[0] += a; s->h[1] += b; s->h[2] += c; s->h[3] += d; s->h[4] += e; s->h[5] += f; s->h[6] += g; s->h[7] += h;
+}
+
+OMC__PRIVATE void omc__sha256_init(omc__sha256* s) {
+    static const uint32_t iv[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au, 0x510e527fu, 0x9b05688cu, 0x1f83d9abu, 0x5be0cd19u};
+    memcpy(s->h, iv, sizeof(iv));
+    s->total = 0;
+    s->used = 0;
+}
+
+OMC__PRIVATE void omc__sha256_update(omc__sha256* s, const void* data, size_t n) {
+    const uint8_t* p = (const uint8_t*)data;
+    s->total += n;
+    while (n) {
+        size_t take = omc__min(n, (size_t)(64 - s->used));
+        memcpy(s->block + s->used, p, take);
+        s->used += (uint32_t)take;
+        p += take;
+        n -= take;
+        if (s->used == 64) { omc__sha256_block(s, s->block); s->used = 0; }
+    }
+}
+
+/* Pad (0x80, zeros, the bit length big-endian) and write the 32-byte digest. */
+OMC__PRIVATE void omc__sha256_final(omc__sha256* s, uint8_t* out) {
+    uint64_t bits = s->total * 8u;
+    uint8_t pad = 0x80, zero = 0, len[8];
+    int i;
+    omc__sha256_update(s, &pad, 1);
+    while (s->used != 56) omc__sha256_update(s, &zero, 1);
+    for (i = 0; i < 8; i++) len[i] = (uint8_t)(bits >> (56 - 8 * i));
+    omc__sha256_update(s, len, 8);
+    for (i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(s->h[i] >> 24); out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(s->h[i] >> 8); out[4 * i + 3] = (uint8_t)s->h[i];
+    }
+}
+
+/* HMAC-SHA-256 of the concatenation of n parts (a key longer than a block is hashed first). */
+OMC__PRIVATE void omc__hmac_sha256(const uint8_t* key, size_t klen, const void* const* part, const size_t* plen, int n, uint8_t* out) {
+    uint8_t k[64], pad[64], inner[OMC__SHA256_SIZE];
+    omc__sha256 s;
+    int i;
+    memset(k, 0, sizeof(k));
+    if (klen > 64) { omc__sha256_init(&s); omc__sha256_update(&s, key, klen); omc__sha256_final(&s, k); }
+    else if (klen) memcpy(k, key, klen);
+    for (i = 0; i < 64; i++) pad[i] = (uint8_t)(k[i] ^ 0x36);
+    omc__sha256_init(&s);
+    omc__sha256_update(&s, pad, 64);
+    for (i = 0; i < n; i++) omc__sha256_update(&s, part[i], plen[i]);
+    omc__sha256_final(&s, inner);
+    for (i = 0; i < 64; i++) pad[i] = (uint8_t)(k[i] ^ 0x5c);
+    omc__sha256_init(&s);
+    omc__sha256_update(&s, pad, 64);
+    omc__sha256_update(&s, inner, sizeof(inner));
+    omc__sha256_final(&s, out);
+}
+
+/* Compare without an early exit, so the time taken says nothing about where a guess went wrong. */
+OMC__PRIVATE int omc__equal_ct(const uint8_t* a, const uint8_t* b, size_t n) {
+    uint8_t d = 0;
+    size_t i;
+    for (i = 0; i < n; i++) d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
+}
+
 /* ---- TCP data plane records and headers ----------------------------------------------------- */
 
 #define OMC__TCP_HELLO_MAGIC 0x54434D4Fu    /* "OMCT" */
@@ -5604,10 +5979,15 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_RECEIPT_MAGIC 0x47434D4Fu  /* "OMCG": got every byte ("OMCR" is the RDMA endpoint record's) */
 #define OMC__TCP_RECEIPT_SIZE 8
 #define OMC__TCP_TRAILER_SIZE 8
-#define OMC__TCP_HELLO_SIZE  40         /* version 2: with the ticket */
-#define OMC__TCP_HELLO1_SIZE 24         /* version 1 (no ticket): refused by a sender now */
-#define OMC__TCP_TICKET_SIZE 16         /* the per-channel ticket of the sender's HELLO */
-#define OMC__REC_TICKET      0x0100u    /* HELLO record type: the data-connection ticket */
+#define OMC__TCP_HELLO_VERSION 3        /* 1 sent no ticket, 2 sent it in clear; both refused now */
+#define OMC__TCP_HELLO_SIZE  72         /* version 3: ticket id and the proof of its secret */
+#define OMC__TCP_HELLO_SIGNED 40        /* the bytes of the hello the proof covers */
+#define OMC__TCP_NONCE_MAGIC 0x4E434D4Fu    /* "OMCN": the data port's first bytes on a connection */
+#define OMC__TCP_NONCE_SIZE  24
+#define OMC__TCP_TICKET_SIZE 16         /* a ticket's id: names it, proves nothing */
+#define OMC__TCP_SECRET_SIZE 32         /* a ticket's secret: never on a data connection */
+#define OMC__REC_TICKET      0x0101u    /* HELLO record type: the data-connection ticket (id | secret) */
+#define OMC__REC_TICKET_V2   0x0100u    /* what a sender of data hello version 2 offered instead */
 #define OMC__TCP_ACK_SIZE    8
 #define OMC__TCP_HEADER_SIZE 24
 #define OMC__TCP_REQUEST_MAGIC 0x50434D4Fu  /* "OMCP": a request on the data connection */
@@ -5629,33 +6009,66 @@ OMC__PRIVATE omc_result omc__tcp_record_decode(const uint8_t* v, uint32_t n, uin
     return OMC_OK;
 }
 
-/* The data hello, version 2 (40 bytes); ticket NULL writes version 1 (24 bytes, what a sender
-   of the first release expects). */
-OMC__PRIVATE void omc__tcp_hello_encode(uint8_t* p, uint64_t token, uint64_t incarnation, const uint8_t* ticket) {
+/* The nonce frame the data port writes first on every connection: u32 "OMCN", u16 hello version
+   (3), u16 reserved, 16 random bytes. A data hello must prove the ticket over this nonce, so a
+   hello seen on the wire is worth nothing on another connection. */
+OMC__PRIVATE void omc__tcp_nonce_encode(uint8_t* p, const uint8_t* nonce) {
+    omc__put_u32(p, OMC__TCP_NONCE_MAGIC);
+    omc__put_u16(p + 4, OMC__TCP_HELLO_VERSION);
+    omc__put_u16(p + 6, 0);
+    memcpy(p + 8, nonce, 16);
+}
+
+OMC__PRIVATE omc_result omc__tcp_nonce_decode(const uint8_t* p, uint8_t* nonce) {
+    if (omc__get_u32(p) != OMC__TCP_NONCE_MAGIC || omc__get_u16(p + 6) != 0) return OMC_ERR_PROTOCOL;
+    if (omc__get_u16(p + 4) != OMC__TCP_HELLO_VERSION) return OMC_ERR_VERSION;
+    memcpy(nonce, p + 8, 16);
+    return OMC_OK;
+}
+
+/* The proof of a data hello: HMAC-SHA-256 keyed with the ticket's secret over the label
+   "omniconn data hello 3", the connection's nonce and the hello's first 40 bytes (magic,
+   version, token, incarnation, ticket id), so it holds for this connection, token and ticket only. */
+OMC__PRIVATE void omc__tcp_hello_proof(const uint8_t* secret, const uint8_t* nonce, const uint8_t* hello, uint8_t* out) {
+    static const char label[] = "omniconn data hello 3";
+    const void* part[3];
+    size_t len[3];
+    part[0] = label; len[0] = sizeof(label) - 1;
+    part[1] = nonce; len[1] = 16;
+    part[2] = hello; len[2] = OMC__TCP_HELLO_SIGNED;
+    omc__hmac_sha256(secret, OMC__TCP_SECRET_SIZE, part, len, 3, out);
+}
+
+/* The data hello, version 3 (72 bytes): the ticket id names the session's ticket and the proof
+   shows its secret without sending it. */
+OMC__PRIVATE void omc__tcp_hello_encode(uint8_t* p, uint64_t token, uint64_t incarnation, const uint8_t* ticket_id,
+                                        const uint8_t* secret, const uint8_t* nonce) {
     omc__put_u32(p, OMC__TCP_HELLO_MAGIC);
-    omc__put_u16(p + 4, ticket ? 2 : 1);
+    omc__put_u16(p + 4, OMC__TCP_HELLO_VERSION);
     omc__put_u16(p + 6, 0);
     omc__put_u64(p + 8, token);
     omc__put_u64(p + 16, incarnation);
-    if (ticket) memcpy(p + 24, ticket, OMC__TCP_TICKET_SIZE);
+    memcpy(p + 24, ticket_id, OMC__TCP_TICKET_SIZE);
+    omc__tcp_hello_proof(secret, nonce, p, p + OMC__TCP_HELLO_SIGNED);
 }
 
-/* The first 8 bytes of a data hello: OMC_OK if they start a version-2 hello. */
+/* The first 8 bytes of a data hello: OMC_OK if they start a version-3 hello. */
 OMC__PRIVATE omc_result omc__tcp_hello_start(const uint8_t* p, size_t n) {
     if (n < 8 || omc__get_u32(p) != OMC__TCP_HELLO_MAGIC) return OMC_ERR_MALFORMED;
-    if (omc__get_u16(p + 4) != 2) return OMC_ERR_VERSION;
+    if (omc__get_u16(p + 4) != OMC__TCP_HELLO_VERSION) return OMC_ERR_VERSION;
     if (omc__get_u16(p + 6) != 0) return OMC_ERR_MALFORMED;
     return OMC_OK;
 }
 
-/* A whole version-2 hello; ticket (16 bytes) receives the ticket it presents. */
-OMC__PRIVATE omc_result omc__tcp_hello_decode(const uint8_t* p, size_t n, uint64_t* token, uint64_t* incarnation, uint8_t* ticket) {
+/* A whole version-3 hello; ticket_id (16 bytes) receives the id it names (its proof is checked
+   against that ticket's secret by the caller). */
+OMC__PRIVATE omc_result omc__tcp_hello_decode(const uint8_t* p, size_t n, uint64_t* token, uint64_t* incarnation, uint8_t* ticket_id) {
     omc_result r = omc__tcp_hello_start(p, n);
     if (r != OMC_OK) return r;
     if (n != OMC__TCP_HELLO_SIZE) return OMC_ERR_MALFORMED;
     *token = omc__get_u64(p + 8);
     *incarnation = omc__get_u64(p + 16);
-    memcpy(ticket, p + 24, OMC__TCP_TICKET_SIZE);
+    memcpy(ticket_id, p + 24, OMC__TCP_TICKET_SIZE);
     if (*token == 0) return OMC_ERR_MALFORMED;
     return OMC_OK;
 }
@@ -5955,6 +6368,9 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 #endif
 #define OMC__TCP_SOURCE_CONNS   (OMC__TCP_MAX_CONNS / 4)     /* registered connections from one address */
 #define OMC__TCP_SOURCE_TICKETS (OMC__TCP_MAX_TICKETS / 4)   /* tickets held by sessions from one address */
+/* the same shares per CURVE client key: one key, from however many addresses, takes no more */
+#define OMC__TCP_KEY_CONNS      OMC__TCP_SOURCE_CONNS
+#define OMC__TCP_KEY_TICKETS    OMC__TCP_SOURCE_TICKETS
 #define OMC__TCP_PER_TICKET  16         /* data connections one ticket may register */
 #define OMC__TCP_TICKET_IDLE_MS 600000  /* a ticket with no data connection lives this long */
 #define OMC__TCP_PAUSE_MS    100        /* accept() out of descriptors: stop polling the port this long */
@@ -5965,21 +6381,24 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
    payload and watches for the receipt; DEAD: to be freed by the listener. */
 enum { OMC__TCONN_PENDING = 0, OMC__TCONN_IDLE, OMC__TCONN_BUSY, OMC__TCONN_DEAD, OMC__TCONN_RECEIPT };
 
-/* A source: the address (numeric text) side-channel sessions and data connections come from.
-   No address may hold more than a quarter of the tickets or of the registered connections, and
+/* A source: the address (numeric text) side-channel sessions and data connections come from,
+   or with CURVE the client key they authenticated with ("curve:" and the key in hex). No address
+   and no key may hold more than a quarter of the tickets or of the registered connections, and
    a full table makes room at the expense of the address that holds the most. */
 typedef struct omc__tcp_source {
     uint32_t ntickets, nconns;
     uint32_t len;
-    char addr[64];
+    char addr[80];
 } omc__tcp_source;
 
 /* A ticket: handed to one side-channel session (a ZMQ routing id) in the HELLO answer, and
-   required in the data hello: a data connection belongs to the session whose ticket it showed,
-   and only a PULL from that session may name it. */
+   proven in the data hello: a data connection belongs to the session whose ticket it proved,
+   and only a PULL from that session may name it. The id is public (the data hello names it);
+   the secret travels only inside the HELLO answer (encrypted when CURVE is on). */
 typedef struct omc__tcp_ticket {
     struct omc__tcp_ticket* next;
-    uint8_t ticket[OMC__TCP_TICKET_SIZE];
+    uint8_t ticket[OMC__TCP_TICKET_SIZE];   /* its id */
+    uint8_t secret[OMC__TCP_SECRET_SIZE];
     uint32_t rid_len;
     uint8_t rid[256];
     uint32_t nconns;                    /* registered data connections that showed it */
@@ -5988,6 +6407,9 @@ typedef struct omc__tcp_ticket {
     int gone;                           /* its side-channel connection went: its connections serve nothing */
     int zfd;                            /* that connection's descriptor (-1: unknown) */
     omc__tcp_source* src;               /* the address of the session's side channel */
+    char peer_key[OMC__PEER_KEY_MAX];   /* the session's CURVE public key in hex ("" = no CURVE):
+                                           a PULL must come from the same key */
+    omc__tcp_source* ksrc;              /* that key's share (NULL without CURVE) */
 } omc__tcp_ticket;
 
 typedef struct omc__tcp_conn {
@@ -6002,8 +6424,10 @@ typedef struct omc__tcp_conn {
     omc_time_ns idle_since;
     uint32_t hello_got;
     uint8_t hello[OMC__TCP_HELLO_SIZE];
+    uint8_t nonce[16];                  /* sent on accept: this connection's hello proves over it */
     char addr[64];                      /* the peer's address (numeric), from accept() */
     omc__tcp_source* src;               /* registered connections: counted there */
+    omc__tcp_source* ksrc;              /* and in its ticket's CURVE key's share (NULL: none) */
     /* requests on the connection (listener only) */
     struct omc__tcp_conn* next_ready;   /* in the plane's list of requests to serve */
     uint32_t req_got;
@@ -6042,8 +6466,9 @@ typedef struct omc__tcp_plane {
 typedef struct omc__tcp_rx {
     int fd;                             /* -1 until the first PULL */
     uint64_t token;
-    int has_ticket;                     /* the sender's HELLO carried a ticket (every sender */
-    uint8_t ticket[OMC__TCP_TICKET_SIZE];   /* but one of the first release does) */
+    int has_ticket;                     /* the sender's HELLO gave this channel a ticket */
+    uint8_t ticket[OMC__TCP_TICKET_SIZE];   /* its id, named in the data hello */
+    uint8_t secret[OMC__TCP_SECRET_SIZE];   /* its secret: proven in the data hello, never sent */
     char host[OMC_TCP_HOST_MAX];
     uint16_t port;
     uint32_t hdr_got, trl_got;
@@ -6153,6 +6578,7 @@ OMC__PRIVATE void omc__tcp_unregister(omc__tcp_plane* T, omc__tcp_conn* c) {
     c->ticket->last_used = omc_now_ns();
     c->ticket = NULL;
     if (c->src) { c->src->nconns--; omc__tcp_source_put(T, c->src); c->src = NULL; }
+    if (c->ksrc) { c->ksrc->nconns--; omc__tcp_source_put(T, c->ksrc); c->ksrc = NULL; }
 }
 
 /* Close and free one connection (caller holds mu; the connection is unlinked here). */
@@ -6189,6 +6615,7 @@ OMC__PRIVATE void omc__tcp_ticket_free(omc__tcp_plane* T, omc__tcp_ticket* t) {
         omc__smap_del(&T->by_fd, &T->hooks, (const char*)&t->zfd, sizeof(t->zfd));
     T->ntickets--;
     if (t->src) { t->src->ntickets--; omc__tcp_source_put(T, t->src); }
+    if (t->ksrc) { t->ksrc->ntickets--; omc__tcp_source_put(T, t->ksrc); }
     omc__free(&T->hooks, t);
 }
 
@@ -6242,7 +6669,7 @@ OMC__PRIVATE omc__tcp_ticket* omc__tcp_ticket_victim(omc__tcp_plane* T, const om
     omc__tcp_ticket *t, *old = NULL;
     for (t = T->tickets; t; t = t->next) {
         uint32_t mine, theirs;
-        if (t->nconns || (only && t->src != only)) continue;
+        if (t->nconns || (only && t->src != only && t->ksrc != only)) continue;
         if (!old) { old = t; continue; }
         mine = t->src ? t->src->ntickets : 0;
         theirs = old->src ? old->src->ntickets : 0;
@@ -6257,9 +6684,10 @@ OMC__PRIVATE omc__tcp_ticket* omc__tcp_ticket_victim(omc__tcp_plane* T, const om
    (-1 if unknown): when it goes the ticket goes (omc__tcp_session_gone). addr is the session's address ("" if unknown): an
    address at its share (OMC__TCP_SOURCE_TICKETS) drops one of its own unused tickets, a full
    table one of the address that holds the most; OMC_ERR_BUSY if there is none to drop. */
-OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, const char* addr, int zfd, uint8_t* out) {
+OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* rid, uint32_t rid_len, const char* addr, int zfd,
+                                              const char* peer_key, uint8_t* out) {
     omc__tcp_ticket *t, *old = NULL;
-    omc__tcp_source* src;
+    omc__tcp_source *src, *ksrc = NULL;
     omc_result r = OMC_OK;
     if (T->listen_fd < 0 || rid_len == 0 || rid_len > 255) return OMC_ERR_INVALID_ARG;
     pthread_mutex_lock(&T->mu);
@@ -6272,6 +6700,15 @@ OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* 
         if ((old = omc__tcp_ticket_victim(T, src)) != NULL) omc__tcp_ticket_free(T, old);
         else r = OMC_ERR_BUSY;
     }
+    if (r == OMC_OK && peer_key && peer_key[0]) {      /* the key's share, from whatever address */
+        char name[80];
+        snprintf(name, sizeof(name), "curve:%s", peer_key);
+        if ((ksrc = omc__tcp_source_get(T, name)) == NULL) r = OMC_ERR_NO_MEMORY;
+        else if (++ksrc->ntickets > OMC__TCP_KEY_TICKETS) {
+            if ((old = omc__tcp_ticket_victim(T, ksrc)) != NULL) omc__tcp_ticket_free(T, old);
+            else r = OMC_ERR_BUSY;
+        }
+    }
     if (r == OMC_OK && T->ntickets >= OMC__TCP_MAX_TICKETS && (old = omc__tcp_ticket_victim(T, NULL)) != NULL) omc__tcp_ticket_free(T, old);
     if (!src) r = OMC_ERR_NO_MEMORY;
     else if (r == OMC_OK && T->ntickets >= OMC__TCP_MAX_TICKETS) r = OMC_ERR_BUSY;
@@ -6280,6 +6717,7 @@ OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* 
         if (!t) r = OMC_ERR_NO_MEMORY;
         else {
             do { omc__random_bytes(t->ticket, sizeof(t->ticket)); } while (omc__smap_get(&T->by_ticket, (const char*)t->ticket, OMC__TCP_TICKET_SIZE));
+            omc__random_bytes(t->secret, sizeof(t->secret));
             t->rid_len = rid_len;
             memcpy(t->rid, rid, rid_len);
             if (omc__smap_put(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE, t) != OMC_OK) r = OMC_ERR_NO_MEMORY;
@@ -6289,14 +6727,20 @@ OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* 
             }
             if (r != OMC_OK) { omc__free(&T->hooks, t); t = NULL; }
             else {
-                t->next = T->tickets; T->tickets = t; T->ntickets++; t->src = src;
+                t->next = T->tickets; T->tickets = t; T->ntickets++; t->src = src; t->ksrc = ksrc;
+                snprintf(t->peer_key, sizeof(t->peer_key), "%s", peer_key ? peer_key : "");
                 t->zfd = zfd;
                 omc__tcp_ticket_bind_fd(T, t);
             }
         }
     }
     if (src && !t) { src->ntickets--; omc__tcp_source_put(T, src); }
-    if (t) { t->last_used = omc_now_ns(); memcpy(out, t->ticket, OMC__TCP_TICKET_SIZE); }
+    if (ksrc && !t) { ksrc->ntickets--; omc__tcp_source_put(T, ksrc); }
+    if (t) {
+        t->last_used = omc_now_ns();
+        memcpy(out, t->ticket, OMC__TCP_TICKET_SIZE);
+        memcpy(out + OMC__TCP_TICKET_SIZE, t->secret, OMC__TCP_SECRET_SIZE);
+    }
     pthread_mutex_unlock(&T->mu);
     return r;
 }
@@ -6390,6 +6834,15 @@ OMC__PRIVATE omc__tcp_source* omc__tcp_admit(omc__tcp_plane* T, omc__tcp_conn* c
     return NULL;
 }
 
+/* The nonce frame, first thing on an accepted connection (a fresh socket always has room for
+   24 bytes; anything else means it is already broken: 0). */
+OMC__PRIVATE int omc__tcp_send_nonce(omc__tcp_conn* c) {
+    uint8_t frame[OMC__TCP_NONCE_SIZE];
+    omc__random_bytes(c->nonce, sizeof(c->nonce));
+    omc__tcp_nonce_encode(frame, c->nonce);
+    return send(c->fd, frame, sizeof(frame), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(frame);
+}
+
 /* Listener: accept what is waiting on the data port. Out of descriptors (EMFILE, ENFILE): the
    oldest connection still owing its hello is closed and the port is not polled for
    OMC__TCP_PAUSE_MS, so a flood costs neither a spinning core nor a log line per event. */
@@ -6423,6 +6876,7 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
         if (!c) { pthread_mutex_unlock(&T->mu); close(fd); continue; }
         c->fd = fd;
         omc__tcp_peer_addr(&sa, c->addr, sizeof(c->addr));
+        if (!omc__tcp_send_nonce(c)) { pthread_mutex_unlock(&T->mu); omc__free(&T->hooks, c); close(fd); continue; }
         c->state = OMC__TCONN_PENDING;
         c->hello_deadline = omc_deadline_after_ms(OMC__TCP_HELLO_MS);
         c->next = T->conns;
@@ -6439,6 +6893,10 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
    ticket (a port scanner learns nothing). Never registered, so never counted. */
 OMC__PRIVATE void omc__tcp_refuse(omc__tcp_plane* T, omc__tcp_conn* c, omc_result r, int ack_it) {
     unsigned long long hidden = 0;
+    char why[160];
+    snprintf(why, sizeof(why), ": the receiver sent data hello version %u, this sender speaks version %d "
+             "(a version-3 receiver proves its ticket instead of sending it); upgrade the receiver",
+             (unsigned)(c->hello_got >= 6 ? omc__get_u16(c->hello + 4) : 0), OMC__TCP_HELLO_VERSION);
     if (ack_it) {
         uint8_t ack[OMC__TCP_ACK_SIZE];
         ssize_t k;
@@ -6452,9 +6910,8 @@ OMC__PRIVATE void omc__tcp_refuse(omc__tcp_plane* T, omc__tcp_conn* c, omc_resul
         OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET,
                  "data port %u: data hello refused (%s), connection closed%s (%llu more since the last report)", (unsigned)T->port,
                  omc_result_str(r),
-                 r == OMC_ERR_AUTH ? ": no valid ticket (a data connection must show the ticket of a side-channel HELLO)"
-                 : r == OMC_ERR_VERSION ? ": the receiver predates data hello version 2; upgrade it"
-                 : r == OMC_ERR_BUSY ? ": too many data connections for one side-channel session" : "",
+                 r == OMC_ERR_AUTH ? ": no valid ticket proof (a data connection must prove the ticket of a live side-channel session)"
+                 : r == OMC_ERR_VERSION ? why : r == OMC_ERR_BUSY ? ": too many data connections for one side-channel session" : "",
                  hidden);
     omc__tcp_conn_free(T, c);
 }
@@ -6462,7 +6919,7 @@ OMC__PRIVATE void omc__tcp_refuse(omc__tcp_plane* T, omc__tcp_conn* c, omc_resul
 /* Listener: a pending connection is readable: take its hello bytes; register when complete and
    its ticket is one we handed out. */
 OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
-    uint8_t ack[OMC__TCP_ACK_SIZE], ticket[OMC__TCP_TICKET_SIZE];
+    uint8_t ack[OMC__TCP_ACK_SIZE], ticket[OMC__TCP_TICKET_SIZE], proof[OMC__SHA256_SIZE];
     omc__tcp_ticket* t;
     omc__tcp_source* src;
     omc_result r;
@@ -6475,8 +6932,19 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     r = omc__tcp_hello_decode(c->hello, OMC__TCP_HELLO_SIZE, &c->token, &c->incarnation, ticket);
     if (r != OMC_OK) { omc__tcp_refuse(T, c, r, 1); return; }
     t = (omc__tcp_ticket*)omc__smap_get(&T->by_ticket, (const char*)ticket, OMC__TCP_TICKET_SIZE);
-    if (!t || t->detached) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
+    if (!t || t->detached || t->gone) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
+    omc__tcp_hello_proof(t->secret, c->nonce, c->hello, proof);
+    if (!omc__equal_ct(proof, c->hello + OMC__TCP_HELLO_SIGNED, sizeof(proof))) { omc__tcp_refuse(T, c, OMC_ERR_AUTH, 0); return; }
     if (t->nconns >= OMC__TCP_PER_TICKET) { omc__tcp_refuse(T, c, OMC_ERR_BUSY, 1); return; }
+    if (t->ksrc && t->ksrc->nconns >= OMC__TCP_KEY_CONNS) {     /* one CURVE key, however many addresses */
+        unsigned long long hidden = 0;
+        if (omc__tcp_flood(T, 1, &hidden))
+            OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data port %u: a CURVE client key at its share: %u data connections "
+                     "(at most %d per key), new one from %s refused (%llu more since the last report)", (unsigned)T->port,
+                     (unsigned)t->ksrc->nconns, OMC__TCP_KEY_CONNS, c->addr[0] ? c->addr : "an unknown address", hidden);
+        omc__tcp_refuse(T, c, OMC_ERR_BUSY, 1);
+        return;
+    }
     memcpy(c->key, ticket, OMC__TCP_TICKET_SIZE);
     memcpy(c->key + OMC__TCP_TICKET_SIZE, c->hello + 8, 8);
     if (omc__smap_get(&T->tokens, (const char*)c->key, sizeof(c->key))) { omc__tcp_refuse(T, c, OMC_ERR_EXISTS, 1); return; }
@@ -6503,6 +6971,8 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     t->last_used = c->idle_since;
     c->src = src;
     src->nconns++;
+    c->ksrc = t->ksrc;
+    if (c->ksrc) c->ksrc->nconns++;
     omc__add(&T->nregistered, 1u);
 }
 
@@ -6731,6 +7201,7 @@ OMC__PRIVATE omc_result omc__tcp_find_conn(omc__tcp_plane* T, const omc__dp_push
     if (p->desc_len != 8) return OMC_ERR_PROTOCOL;
     pthread_mutex_lock(&T->mu);
     t = p->channel_len ? (omc__tcp_ticket*)omc__smap_get(&T->by_rid, (const char*)p->channel, p->channel_len) : NULL;
+    if (t && !p->requested && strcmp(t->peer_key, p->peer_key ? p->peer_key : "") != 0) t = NULL;  /* another CURVE key */
     if (t) {
         memcpy(key, t->ticket, OMC__TCP_TICKET_SIZE);
         memcpy(key + OMC__TCP_TICKET_SIZE, p->desc, 8);
@@ -6906,9 +7377,12 @@ OMC__PRIVATE omc_result omc__tcp_rx_ready(void* user, void* chan, const omc__dp_
     (void)user; (void)deadline;
     if (!peer->record) return OMC_ERR_UNAVAILABLE;
     if (omc__tcp_record_decode(peer->record, peer->record_len, &x->port, x->host, sizeof(x->host)) != OMC_OK) return OMC_ERR_PROTOCOL;
-    if (peer->ticket && peer->ticket_len != OMC__TCP_TICKET_SIZE) return OMC_ERR_PROTOCOL;
+    if (peer->ticket && peer->ticket_len != OMC__TCP_TICKET_SIZE + OMC__TCP_SECRET_SIZE) return OMC_ERR_PROTOCOL;
     x->has_ticket = peer->ticket != NULL;
-    if (peer->ticket) memcpy(x->ticket, peer->ticket, OMC__TCP_TICKET_SIZE);
+    if (peer->ticket) {
+        memcpy(x->ticket, peer->ticket, OMC__TCP_TICKET_SIZE);
+        memcpy(x->secret, peer->ticket + OMC__TCP_TICKET_SIZE, OMC__TCP_SECRET_SIZE);
+    }
     if (!x->host[0]) snprintf(x->host, sizeof(x->host), "%s", peer->host);
     return OMC_OK;
 }
@@ -6923,17 +7397,31 @@ OMC__PRIVATE int omc__tcp_rx_reusable(void* user, void* chan) {
     return poll(&p, 1, 0) == 0;
 }
 
-/* Open the data connection: connect, hello, ack - all before the deadline. */
+/* Open the data connection: connect, read the port's nonce, hello (proving the ticket over the
+   nonce), ack - all before the deadline. */
 OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, omc_time_ns deadline) {
-    uint8_t hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE];
-    omc_result r = omc__fd_connect(x->host, x->port, deadline, &x->fd);
+    uint8_t hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], frame[OMC__TCP_NONCE_SIZE], nonce[16];
+    omc_result r;
+    if (!x->has_ticket) {
+        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data connection to %s:%u: the sender's HELLO answer carried no data ticket "
+                 "(its ticket table is full, or it predates data hello version %d): no data connection without one",
+                 x->host, (unsigned)x->port, OMC__TCP_HELLO_VERSION);
+        return OMC_ERR_AUTH;
+    }
+    r = omc__fd_connect(x->host, x->port, deadline, &x->fd);
     if (r != OMC_OK) {
         OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data connection to %s:%u: %s", x->host, (unsigned)x->port, omc_result_str(r));
         return r;
     }
     do { x->token = omc__random_u64(); } while (x->token == 0);
-    omc__tcp_hello_encode(hello, x->token, omc_incarnation(), x->has_ticket ? x->ticket : NULL);
-    r = omc__fd_write_all(x->fd, hello, x->has_ticket ? OMC__TCP_HELLO_SIZE : OMC__TCP_HELLO1_SIZE, deadline, NULL);
+    r = omc__fd_read_all(x->fd, frame, sizeof(frame), deadline);
+    if (r == OMC_OK && (r = omc__tcp_nonce_decode(frame, nonce)) == OMC_ERR_VERSION)
+        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data connection to %s:%u: the sender asks for data hello version %u, "
+                 "this receiver speaks version %d", x->host, (unsigned)x->port, (unsigned)omc__get_u16(frame + 4), OMC__TCP_HELLO_VERSION);
+    if (r == OMC_OK) {
+        omc__tcp_hello_encode(hello, x->token, omc_incarnation(), x->ticket, x->secret, nonce);
+        r = omc__fd_write_all(x->fd, hello, sizeof(hello), deadline, NULL);
+    }
     if (r == OMC_OK) r = omc__fd_read_all(x->fd, ack, sizeof(ack), deadline);
     if (r == OMC_OK && (omc__get_u32(ack) != OMC__TCP_ACK_MAGIC || omc__get_u32(ack + 4) != 0)) r = OMC_ERR_PROTOCOL;
     if (r != OMC_OK) {
@@ -7110,13 +7598,13 @@ OMC__PRIVATE void omc__tcp_plane_stats(omc__tcp_plane* T, uint16_t* port, uint64
         come on data connections, the session tickets ---- */
 
 static omc_result omc__tcp_tx_ticket(void* user, const uint8_t* channel, uint32_t channel_len, const char* addr, int session,
-                                     uint8_t* out, uint32_t cap, uint32_t* out_len) {
+                                     const char* peer_key, uint8_t* out, uint32_t cap, uint32_t* out_len) {
     omc__tcp_plane* T = (omc__tcp_plane*)user;
     *out_len = 0;
     if (T->listen_fd < 0) return OMC_OK;    /* no data port: nothing to ticket */
-    if (cap < OMC__TCP_TICKET_SIZE) return OMC_ERR_INTERNAL;
-    *out_len = OMC__TCP_TICKET_SIZE;
-    return omc__tcp_ticket_issue(T, channel, channel_len, addr, session, out);
+    if (cap < OMC__TCP_TICKET_SIZE + OMC__TCP_SECRET_SIZE) return OMC_ERR_INTERNAL;
+    *out_len = OMC__TCP_TICKET_SIZE + OMC__TCP_SECRET_SIZE;
+    return omc__tcp_ticket_issue(T, channel, channel_len, addr, session, peer_key, out);
 }
 
 static void omc__tcp_tx_session_gone(void* user, int session) { omc__tcp_session_gone((omc__tcp_plane*)user, session); }
@@ -7460,6 +7948,7 @@ typedef struct omc__net_job {
     int direct;                         /* a request on the plane's own connection (no side-channel reply) */
     int awaiting;                       /* the listener waits for its receipt (tx_await) */
     char addr[64];                      /* the receiver's address (fair scheduling across addresses) */
+    char peer_key[OMC__PEER_KEY_MAX];   /* its CURVE public key in hex ("" = no CURVE) */
     omc_time_ns since;                  /* when that wait began (OMNICONN_TCP_STALL_MS) */
     uint64_t plane_state[OMC__DP_STATE_WORDS];  /* the plane's own (omc__dp_push.state) */
     omc__net* owner;
@@ -7480,8 +7969,18 @@ typedef struct omc__net_held {
 
 typedef struct omc__net_chan omc__net_chan;
 
+/* One line per peer (and kind of failure) per OMC__NET_SAY_MS: what a listener last said about
+   handshakes that failed, so a client retrying every 100 ms costs one log line, not hundreds. */
+#define OMC__NET_SAY_MS 10000
+typedef struct omc__net_said {
+    char who[96];                       /* peer address (or listener endpoint) and the kind */
+    omc_time_ns at;
+    uint64_t hidden;                    /* failures since that line */
+} omc__net_said;
+
 typedef struct omc__net_peer {
     struct omc__net_peer* next;         /* every peer, in the order we learned them */
+    uint64_t hs_said_at;                /* atomic: when a failed handshake with it was last logged */
     char name[OMC_TCP_NAME_MAX];
     char host[OMC_TCP_HOST_MAX];
     uint16_t port;
@@ -7543,6 +8042,8 @@ struct omc__net {
     uint32_t nallowed;
     int wake_fd;
     char msg_addr[64];                  /* listener only: the address of the message it handles */
+    char msg_key[OMC__PEER_KEY_MAX];    /* listener only: and its CURVE public key in hex ("" = no CURVE) */
+    omc__net_said said[16];             /* listener only: handshake failures logged lately, per peer */
     int msg_fd;                         /* listener only: and its connection's descriptor (-1: unknown) */
     pthread_t listener;
     int listener_started;
@@ -7682,6 +8183,7 @@ OMC__PRIVATE void omc__net_job_push(omc__net* N, omc__net_job* j, omc__dp_push* 
     p->state = j->plane_state;
     p->channel = j->rid;
     p->channel_len = j->rid_len;
+    p->peer_key = j->peer_key;
     p->requested = j->direct;
 }
 
@@ -7751,7 +8253,7 @@ OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t ri
         const omc__dataplane* p = &N->planes[i];
         uint32_t vlen = 0;
         const omc__dp_ext* x = omc__dp_ext_of(p->vt);
-        omc_result r = x && x->tx_ticket ? x->tx_ticket(p->user, rid, rid_len, N->msg_addr, N->msg_fd, val, sizeof(val), &vlen) : OMC_OK;
+        omc_result r = x && x->tx_ticket ? x->tx_ticket(p->user, rid, rid_len, N->msg_addr, N->msg_fd, N->msg_key, val, sizeof(val), &vlen) : OMC_OK;
         if (r == OMC_OK && vlen) omc__wire_add_record(recs, sizeof(recs), &rlen, &count, OMC__REC_TICKET, val, vlen);
         else if (r != OMC_OK)
             OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "HELLO answered without a data ticket (%s): that receiver cannot pull", omc_result_str(r));
@@ -7945,6 +8447,7 @@ OMC__PRIVATE void omc__net_on_pull(omc__net* N, const uint8_t* rid, uint32_t rid
     job->rid_len = rid_len;
     memcpy(job->rid, rid, rid_len);
     memcpy(job->addr, N->msg_addr, sizeof(job->addr));
+    memcpy(job->peer_key, N->msg_key, sizeof(job->peer_key));
     job->desc_len = in->desc_len;
     if (in->desc_len) memcpy(job->desc, in->desc, in->desc_len);
     omc__net_launch_job(N, job, in->budget_ms);
@@ -8056,6 +8559,13 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, const omc__dataplane* dp, con
         else if (e && e->state == OMC__ENT_LIVE && e->readers_left && q->op == OMC__DP_REQ_CLAIM && !omc__net_inlines(N, e->size))
             r = OMC_ERR_PROTOCOL;       /* a CLAIM of bytes the sender never sent along */
         else r = omc__owner_take(&N->own, &w, &rd, &detail);
+        /* a request names the entry by id: every way of naming it wrongly (another key's check,
+           a CLAIM of another size or of bytes never inlined, an older put) gets the answer an
+           entry that does not exist gets, so probing ids learns nothing about which exist */
+        if (r == OMC_ERR_PROTOCOL || r == OMC_ERR_STALE || (r == OMC_ERR_TOO_LARGE && q->op == OMC__DP_REQ_CLAIM)) {
+            r = OMC_ERR_NOT_FOUND;
+            detail = 0;
+        }
         /* CLAIM: the receiver has every byte already, so the read counts at once */
         if (r == OMC_OK && q->op == OMC__DP_REQ_CLAIM) omc__owner_commit(&N->own, rd.slot, 0);
         pthread_mutex_unlock(&N->own.mu);
@@ -8173,19 +8683,22 @@ static void omc__zmq_copy_out(uint8_t* dst, const uint8_t* src, size_t n) { memc
 #endif
 
 /* omc__zmq_frame, also giving the address of the peer that sent the message
-   (libzmq's "Peer-Address" property; "" if the transport has none) and the descriptor of its
-   connection (ZMQ_SRCFD; -1 if unknown). */
+   (libzmq's "Peer-Address" property; "" if the transport has none), the descriptor of its
+   connection (ZMQ_SRCFD; -1 if unknown) and its user id ("User-Id": the CURVE public key in hex
+   our ZAP handler gave the connection; "" without CURVE). */
 OMC__PRIVATE int omc__zmq_frame_from(void* sock, uint8_t* buf, size_t cap, int flags, size_t* len, int* more, char* addr, size_t addr_size,
-                                     int* fd) {
+                                     int* fd, char* user, size_t user_size) {
     omc__zmq_msg msg;
     const char* a;
     size_t ms = sizeof(*more);
     addr[0] = '\0';
+    user[0] = '\0';
     if (omc__zmq_msg_init(&msg) != 0) return -1;
     if (omc__zmq_msg_recv(&msg, sock, flags) < 0) { omc__zmq_msg_close(&msg); return -1; }
     *len = omc__zmq_msg_size(&msg);
     if (*len) omc__zmq_copy_out(buf, (const uint8_t*)omc__zmq_msg_data(&msg), omc__min(*len, cap));
     if ((a = omc__zmq_msg_gets(&msg, "Peer-Address")) != NULL) omc__strcut(addr, addr_size, a);
+    if ((a = omc__zmq_msg_gets(&msg, "User-Id")) != NULL) omc__strcut(user, user_size, a);    /* our ZAP handler's: the CURVE key */
     *fd = omc__zmq_msg_get(&msg, ZMQ_SRCFD);      /* the connection's socket: the monitor names it when it goes */
     omc__zmq_msg_close(&msg);
     *more = 0;
@@ -8206,7 +8719,8 @@ OMC__PRIVATE int omc__net_read_router(omc__net* N) {
         if (!more) continue;                                            /* cannot happen on a ROUTER */
         /* the address and descriptor from the body: the routing-id frame a ROUTER made while
            polling carries neither */
-        if (omc__zmq_frame_from(N->router, buf, sizeof(buf), 0, &n, &more, N->msg_addr, sizeof(N->msg_addr), &N->msg_fd) != 0) return 0;
+        if (omc__zmq_frame_from(N->router, buf, sizeof(buf), 0, &n, &more, N->msg_addr, sizeof(N->msg_addr), &N->msg_fd,
+                                N->msg_key, sizeof(N->msg_key)) != 0) return 0;
         while (more) {      /* anything after the one frame we expect is garbage: drain it */
             extra = 1;
             if (omc__zmq_frame(N->router, NULL, 0, 0, &junk, &more) != 0) break;
@@ -8215,6 +8729,51 @@ OMC__PRIVATE int omc__net_read_router(omc__net* N) {
                             extra ? OMC_ERR_PROTOCOL : n > sizeof(buf) ? OMC_ERR_MALFORMED : OMC_OK);
     }
     return 1;
+}
+
+/* Listener: may we log a failure about `who` now? 1 = yes (*hidden = how many were not logged
+   since the last line); else it is counted for the next line. The table is small: the entry
+   said longest ago makes room. */
+OMC__PRIVATE int omc__net_say(omc__net* N, const char* who, unsigned long long* hidden) {
+    omc_time_ns now = omc_now_ns();
+    omc__net_said* e = NULL;
+    int i;
+    for (i = 0; i < 16 && !e; i++) if (strcmp(N->said[i].who, who) == 0) e = &N->said[i];
+    if (!e) {
+        for (e = &N->said[0], i = 1; i < 16; i++) if (N->said[i].at < e->at) e = &N->said[i];
+        snprintf(e->who, sizeof(e->who), "%s", who);
+        e->at = 0;
+        e->hidden = 0;
+    }
+    if (e->at && now - e->at < (omc_time_ns)OMC__NET_SAY_MS * 1000000LL) { e->hidden++; return 0; }
+    *hidden = e->hidden;
+    e->hidden = 0;
+    e->at = now;
+    return 1;
+}
+
+/* A failed handshake in words, as the listener (server) or a receiver (client) sees it. */
+OMC__PRIVATE const char* omc__net_hs_words(uint16_t event, uint32_t value, int curve, int server) {
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        return value == 400 ? (server ? "client key not on the allow-list (curve.allowed_clients)"
+                                      : "this receiver's key is not on the sender's allow-list: add its public key to the sender's curve.allowed_clients")
+                            : "refused by the authentication handler";
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+        return server ? "the client's CURVE messages do not decrypt: its server key does not match this sender's public key"
+                      : "server key does not match: curve.server_key is not that sender's public key";
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        return curve ? (server ? "the client does not use CURVE, this sender requires it (give the receiver curve.server_key)"
+                               : "the sender does not use CURVE, this receiver does (drop curve.server_key, or turn CURVE on at the sender)")
+                     : (server ? "the client uses CURVE, this sender does not" : "the sender requires CURVE: give this receiver its public key "
+                                                                                  "(curve.server_key or omc_tcp_add_sender_key)");
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        return curve ? (server ? "the client hung up during the CURVE handshake: most likely it has no CURVE keys (a receiver needs "
+                                 "curve.server_key = this sender's public key)"
+                               : "the sender hung up during the CURVE handshake: most likely curve.server_key is not its public key")
+                     : (server ? "the client hung up during the handshake"
+                               : "the sender hung up during the handshake: if it requires CURVE, give this receiver its public key "
+                                 "(curve.server_key or omc_tcp_add_sender_key)");
+    return "the handshake failed";
 }
 
 /* The monitor of the ROUTER: count failed handshakes. The listener drains it on every wake-up
@@ -8251,15 +8810,24 @@ OMC__PRIVATE void omc__net_drain_router_monitor(omc__net* N) {
                  (value & 0xF0000000u) == ZMQ_PROTOCOL_ERROR_ZAP_UNSPECIFIED));
         omc__add(&N->handshake_failures, 1u);
         if (auth) omc__add(&N->auth_failures, 1u);
-        OMC__LOG(&N->conn->hooks, auth ? OMC_LOG_WARN : OMC_LOG_INFO, OMC_LOGITEM_NET, "listener: %s handshake failed (event 0x%x, detail 0x%x) from %s",
-                 auth ? "CURVE" : "ZMTP", (unsigned)event, (unsigned)value, addr);
+        /* a ZAP refusal was logged by the ZAP handler, which knows the client's address and key;
+           libzmq names only our own endpoint here */
+        if (event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            char who[96];
+            unsigned long long hidden = 0;
+            snprintf(who, sizeof(who), "%.64s|%x|%x", addr, (unsigned)event, (unsigned)value);
+            if (omc__net_say(N, who, &hidden))
+                OMC__LOG(&N->conn->hooks, auth ? OMC_LOG_WARN : OMC_LOG_INFO, OMC_LOGITEM_NET,
+                         "listener %s: %s handshake of a client failed: %s (%llu more like it since the last report)", addr,
+                         auth ? "CURVE" : "ZMTP", omc__net_hs_words(event, value, N->curve_server, 1), hidden);
+        }
     }
 }
 
 /* ZAP (RFC 27): libzmq asks us, per CURVE handshake, whether this client key may come in. */
 OMC__PRIVATE void omc__net_serve_zap(omc__net* N) {
     for (;;) {
-        char part[8][64];
+        char part[8][64], user[64];
         int len[8], n = 0, more = 1, ok = 0;
         uint32_t i;
         size_t ms;
@@ -8273,14 +8841,34 @@ OMC__PRIVATE void omc__net_serve_zap(omc__net* N) {
             if (k < 0) break;
             if (n < 8) len[n++] = k;
         }
-        /* version, request id, domain, address, routing id, mechanism, credentials */
-        if (n >= 7 && len[5] == 5 && memcmp(part[5], "CURVE", 5) == 0 && len[6] == 32)
+        /* version, request id, domain, address, routing id, mechanism, credentials. Without an
+           allow-list every CURVE client comes in; either way the connection's user id becomes its
+           public key in hex, so each message names the key it came with (tickets are bound to it) */
+        if (n >= 7 && len[5] == 5 && memcmp(part[5], "CURVE", 5) == 0 && len[6] == 32) {
+            ok = N->nallowed == 0;
             for (i = 0; i < N->nallowed && !ok; i++) ok = memcmp(N->allowed[i], part[6], 32) == 0;
+            for (i = 0; i < 32; i++) {
+                user[2 * i] = "0123456789abcdef"[(uint8_t)part[6][i] >> 4];
+                user[2 * i + 1] = "0123456789abcdef"[(uint8_t)part[6][i] & 15];
+            }
+        }
+        if (!ok) {
+            char who[96], key[41];
+            unsigned long long hidden = 0;
+            part[3][omc__min(len[3], 63)] = '\0';
+            key[0] = '\0';
+            if (n >= 7 && len[6] == 32) omc__zmq_z85_encode(key, (const uint8_t*)part[6], 32);
+            snprintf(who, sizeof(who), "zap|%.63s", part[3]);
+            if (omc__net_say(N, who, &hidden))
+                OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "listener: CURVE client at %s refused: client key %s%s "
+                         "(%llu more refusals of that address since the last report)", part[3], key[0] ? key : "(none)",
+                         key[0] ? " is not on the allow-list (curve.allowed_clients)" : ": no CURVE key", hidden);
+        }
         omc__zmq_send(N->zap, "1.0", 3, ZMQ_SNDMORE);
         omc__zmq_send(N->zap, part[1], (size_t)(n > 1 ? omc__min(len[1], 64) : 0), ZMQ_SNDMORE);
         omc__zmq_send(N->zap, ok ? "200" : "400", 3, ZMQ_SNDMORE);
         omc__zmq_send(N->zap, ok ? "OK" : "client key not allowed", ok ? 2 : 22, ZMQ_SNDMORE);
-        omc__zmq_send(N->zap, "", 0, ZMQ_SNDMORE);
+        omc__zmq_send(N->zap, ok ? user : "", ok ? 64 : 0, ZMQ_SNDMORE);
         omc__zmq_send(N->zap, "", 0, 0);
     }
 }
@@ -8510,11 +9098,14 @@ OMC__PRIVATE void omc__net_chan_events(omc__net_chan* ch) {
         }
         if (n != 6 || !(omc__get_u16(ev) & OMC__NET_MON_EVENTS)) continue;
         if (ch->curve) ch->hs_failed = 1;
-        else if (!ch->hs_logged) {
-            ch->hs_logged = 1;
-            OMC__LOG(ch->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET,
-                     "receiver: handshake with sender %s failed (event 0x%x): if it requires CURVE, give this receiver its public key "
-                     "(curve.server_key or omc_tcp_add_sender_key)", ch->peer->name, (unsigned)omc__get_u16(ev));
+        else ch->hs_logged = 1;
+        {   /* in words, once per sender per OMC__NET_SAY_MS (a get retries its channel often) */
+            uint64_t last = omc__load(&ch->peer->hs_said_at), now = (uint64_t)omc_now_ns();
+            if ((last == 0 || now - last >= (uint64_t)OMC__NET_SAY_MS * 1000000ull) &&
+                __atomic_compare_exchange_n(&ch->peer->hs_said_at, &last, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                OMC__LOG(ch->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "receiver: %s handshake with sender %s at %s:%u failed: %s",
+                         ch->curve ? "CURVE" : "ZMTP", ch->peer->name, ch->peer->host, (unsigned)ch->peer->port,
+                         omc__net_hs_words(omc__get_u16(ev), omc__get_u32(ev + 2), ch->curve, 0));
         }
     }
 }
@@ -8696,6 +9287,9 @@ OMC__PRIVATE omc_result omc__net_chan_on_hello(omc__net* N, omc__net_chan* ch, c
     dpeer.incarnation = m->incarnation;
     dpeer.record = omc__wire_find_record(m, ch->dp->vt->kind, &dpeer.record_len);
     dpeer.ticket = omc__wire_find_record(m, OMC__REC_TICKET, &dpeer.ticket_len);
+    if (!dpeer.ticket && omc__wire_find_record(m, OMC__REC_TICKET_V2, &dpeer.ticket_len))
+        OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "sender %s speaks data hello version 2 (its ticket travels in clear); "
+                 "this receiver speaks version 3 only: upgrade the sender", p->name);
     r = ch->dp->vt->rx_ready(ch->dp->user, ch->dpc, &dpeer, ch->deadline);
     if (r == OMC_ERR_UNAVAILABLE && ch->dp != &N->planes[0]) {
         ch->dp->vt->rx_close(ch->dp->user, ch->dpc);
@@ -9313,7 +9907,7 @@ static omc_result omc__net_get(omc_conn* c, const char* qkey, uint32_t qlen, con
 
 static omc_result omc__net_alloc(omc_conn* c, uint64_t size, omc_time_ns deadline, omc_buffer* out) {
     omc__net* N = (omc__net*)c->impl;
-    return omc_pool_alloc_buffer_wait(N->pool, size, deadline, out);
+    return omc__conn_pool_buffer(c, N->pool, size, deadline, out);     /* the buffer keeps the pool mapped */
 }
 
 static omc_result omc__net_cleanup(omc_conn* c, const char* qkey, uint32_t qlen) {
@@ -9406,6 +10000,47 @@ static void omc__net_close(omc_conn* c) {
     }
     pthread_mutex_unlock(&N->peer_mu);
     while (idle) { omc__net_chan* next = idle->next; omc__net_chan_close(N, idle); idle = next; }
+}
+
+/* Every blocking wait of the remote connector polls closed at least every OMC__NET_SLICE_MS:
+   nothing to wake, but close may then wait for the calls before it stops the listener. */
+static void omc__net_wake_calls(omc_conn* c) { (void)c; }
+
+/* Where the latest failure toward a sender happened: its name, host and port (and what it was),
+   for the get's log line. */
+static void omc__net_hint(omc_conn* c, omc_result r, char* out, size_t n) {
+    omc__net* N = (omc__net*)c->impl;
+    omc__net_peer *p, *last = NULL;
+    (void)r;
+    pthread_mutex_lock(&N->peer_mu);
+    for (p = N->peers; p; p = p->next) if (p->last_fail && (!last || p->last_fail > last->last_fail)) last = p;
+    if (last)
+        snprintf(out, n, "sender %s at %s:%u%s%s", last->name, last->host, (unsigned)last->port, last->last_error_text[0] ? ": " : "",
+                 last->last_error_text);
+    pthread_mutex_unlock(&N->peer_mu);
+}
+
+/* destroy in a child after fork(): the listener and workers live only in the creator, and
+   libzmq's context must not be touched here (its I/O threads are the creator's). Close this
+   process's copies of our own descriptors (the data port, data connections, the wake-up
+   eventfd) and unmap the pool; the creator keeps serving. No lock is taken: a thread of the
+   creator may have held one at fork() time, and no other thread runs here. */
+static void omc__net_forked(omc_conn* c) {
+    omc__net* N = (omc__net*)c->impl;
+    omc__net_peer* p;
+    omc__net_chan* ch;
+    omc__tcp_conn* k;
+    if (N->tcp_ok) {
+        for (k = N->tcp.conns; k; k = k->next) if (k->fd >= 0) close(k->fd);
+        if (N->tcp.listen_fd >= 0) close(N->tcp.listen_fd);
+    }
+    for (p = N->peers; p; p = p->next)
+        for (ch = p->idle; ch; ch = ch->next) {
+            int fd = ch->dp && ch->dpc && ch->dp->vt->rx_fd ? ch->dp->vt->rx_fd(ch->dp->user, ch->dpc) : -1;
+            if (fd >= 0) close(fd);
+        }
+    if (N->wake_fd >= 0) close(N->wake_fd);
+    omc__pool_unmap_copy(N->pool);
 }
 
 /* Free what is left (the connector's last reference is gone, or create failed). */
@@ -9588,6 +10223,11 @@ OMC__PRIVATE omc_result omc__net_setup_curve(omc__net* N, const omc_tcp_curve* c
 }
 
 /* The sender's sockets: ROUTER (+ its monitor, + ZAP when clients are restricted), data port. */
+/* Is a numeric bind address loopback ("*", 0.0.0.0 and :: are every interface: not loopback)? */
+OMC__PRIVATE int omc__net_loopback(const char* numeric) {
+    return strncmp(numeric, "127.", 4) == 0 || strcmp(numeric, "::1") == 0 || strcmp(numeric, "::ffff:127.0.0.1") == 0;
+}
+
 OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d, const omc_hooks* hooks) {
     char bind_host[OMC_TCP_HOST_MAX], ep[OMC_TCP_HOST_MAX + 32], port[8], last[OMC_TCP_HOST_MAX + 32];
     uint16_t data_port = 0;
@@ -9620,8 +10260,9 @@ OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d
         omc__zmq_setsockopt(N->router, ZMQ_CURVE_SERVER, &one, sizeof(one));
         omc__zmq_setsockopt(N->router, ZMQ_CURVE_SECRETKEY, N->curve_secret, OMC_CURVE_KEY_LEN);
     }
-    if (N->allowed) {
-        /* a ZAP handler in our own context; libzmq asks it about every CURVE client */
+    if (N->curve_server) {
+        /* a ZAP handler in our own context; libzmq asks it about every CURVE client (the
+           allow-list, and the key each connection's messages then carry) */
         N->zap = omc__zmq_socket(N->ctx, ZMQ_REP);
         if (!N->zap || omc__zmq_bind(N->zap, "inproc://zeromq.zap.01") != 0) return OMC_ERR_SYSTEM;
         omc__zmq_setsockopt(N->router, ZMQ_ZAP_DOMAIN, "omniconn", 8);
@@ -9656,6 +10297,10 @@ OMC__PRIVATE omc_result omc__net_start_sender(omc__net* N, const omc_tcp_desc* d
     omc__tcp_plane_stats(&N->tcp, &data_port, NULL, NULL);
     OMC__LOG(hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "sender listening: side channel %s, TCP data port %u, advertised as %s:%u%s", last,
              (unsigned)data_port, N->host, (unsigned)N->port, N->curve_server ? ", CURVE on" : "");
+    if (!N->curve_server && !omc__net_loopback(bind_host))
+        OMC__LOG(hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "sender listening on %s (side channel %s, TCP data port %u) without CURVE: anyone "
+                 "who can reach this address can ask for every payload; give it curve.secret_key and curve.allowed_clients "
+                 "(omc_tcp_curve_keypair makes a pair), or bind it to 127.0.0.1", bind_host, last, (unsigned)data_port);
     return OMC_OK;
 }
 
@@ -9715,6 +10360,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     N->queue_tail = &N->queue;
     N->peers_tail = &N->peers;
     r = omc__conn_create(&hooks, &N->vt, d.role, &N->conn);
+    if (r == OMC_OK) { N->conn->wake = omc__net_wake_calls; N->conn->forked = omc__net_forked; N->conn->hint = omc__net_hint; }
     if (r != OMC_OK) { omc__free(&hooks, N); return r; }
     N->conn->impl = N;
     N->peer_ok = pthread_mutex_init(&N->peer_mu, NULL) == 0;

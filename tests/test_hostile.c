@@ -70,10 +70,34 @@ static int quiet(void) { return getenv("HOSTILE_LOG") == NULL; }
 
 /* A logger that counts WARN and ERROR lines (and prints them with HOSTILE_LOG set). */
 static uint64_t warn_lines;
+static pthread_mutex_t warn_mu = PTHREAD_MUTEX_INITIALIZER;
+static char warn_ring[64][512];         /* the last 64 WARN/ERROR texts, for warn_seen() */
+static unsigned warn_next;
 static void counting_log(omc_log_level level, omc_log_item item, const char* msg, const char* file, int line, void* user) {
     (void)item; (void)file; (void)line; (void)user;
-    if (level <= OMC_LOG_WARN) __atomic_add_fetch(&warn_lines, 1, __ATOMIC_RELAXED);
+    if (level <= OMC_LOG_WARN) {
+        __atomic_add_fetch(&warn_lines, 1, __ATOMIC_RELAXED);
+        pthread_mutex_lock(&warn_mu);
+        snprintf(warn_ring[warn_next++ % 64], sizeof(warn_ring[0]), "%s", msg);
+        pthread_mutex_unlock(&warn_mu);
+    }
     if (!quiet()) fprintf(stderr, "  log %d: %s\n", (int)level, msg);
+}
+
+/* Did a recent WARN/ERROR line contain every one of the (up to three) texts? Waits up to ms for it
+   (the listener thread logs it): an event, not a delay. */
+static int warn_seen(int ms, const char* a, const char* b, const char* c) {
+    omc_time_ns until = omc_now_ns() + (omc_time_ns)ms * 1000000LL;
+    do {
+        int i, hit = 0;
+        pthread_mutex_lock(&warn_mu);
+        for (i = 0; i < 64 && !hit; i++)
+            hit = strstr(warn_ring[i], a) && (!b || strstr(warn_ring[i], b)) && (!c || strstr(warn_ring[i], c));
+        pthread_mutex_unlock(&warn_mu);
+        if (hit) return 1;
+        usleep(2000);
+    } while (omc_now_ns() < until);
+    return 0;
 }
 
 static omc_conn* make_sender(uint64_t pool, const char* secret, const char* const* allowed, uint32_t nallowed, uint32_t workers) {
@@ -126,7 +150,8 @@ static omc_result put_bytes(omc_conn* c, const char* key, uint64_t n, uint64_t s
 
 enum { HZ_HELLO = 1, HZ_QUERY, HZ_QUERY_REPLY, HZ_NOT_FOUND, HZ_PULL, HZ_DONE, HZ_ERROR, HZ_ABORT };
 
-typedef struct hz { void* ctx; void* sock; uint32_t seq; uint8_t ticket[16]; int has_ticket; } hz;
+/* ticket: record 0x101 of the HELLO answer, the ticket's id (16 bytes) then its secret (32) */
+typedef struct hz { void* ctx; void* sock; uint32_t seq; uint8_t ticket[48]; int has_ticket, has_v2_ticket; } hz;
 
 static void le16(uint8_t* p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 static void le32(uint8_t* p, uint32_t v) { le16(p, (uint16_t)v); le16(p + 2, (uint16_t)(v >> 16)); }
@@ -182,8 +207,8 @@ static int hz_recv(hz* h, uint8_t* buf, size_t cap, int timeout_ms, int* len) {
     return buf[5];
 }
 
-/* HELLO; the sender's answer carries this session's data-connection ticket (record type 0x100,
-   16 bytes), which the data hello of a connection used by this session must show. */
+/* HELLO; the sender's answer carries this session's data-connection ticket (record type 0x101,
+   48 bytes: id, secret), which the data hello of a connection used by this session must prove. */
 static int hz_hello(hz* h) {
     uint8_t body[8] = {1, 0, 0, 0, 0, 0, 0, 0}, rep[8192];
     int len = 0, t, off;
@@ -191,7 +216,8 @@ static int hz_hello(hz* h) {
     t = hz_recv(h, rep, sizeof(rep), 2000, &len);
     for (off = 40; t == HZ_HELLO && off + 4 <= len; ) {
         int type = rep[off] | rep[off + 1] << 8, vl = rep[off + 2] | rep[off + 3] << 8;
-        if (type == 0x100 && vl == 16 && off + 4 + vl <= len) { memcpy(h->ticket, rep + off + 4, 16); h->has_ticket = 1; }
+        if (type == 0x101 && vl == 48 && off + 4 + vl <= len) { memcpy(h->ticket, rep + off + 4, 48); h->has_ticket = 1; }
+        if (type == 0x100) h->has_v2_ticket = 1;
         off += 4 + vl;
     }
     return t;
@@ -237,22 +263,71 @@ static int tcp_connect(uint16_t port, int rcvbuf) {
     return fd;
 }
 
-/* The data hello (magic "OMCT", version, token, incarnation, and in version 2 the session's
-   16-byte ticket; ticket NULL = version 1, 24 bytes); returns the ack status, or 1 if the sender
-   closed the connection instead of answering. */
-static int data_hello(int fd, uint64_t token, const uint8_t* ticket) {
-    uint8_t hello[40], ack[8];
-    size_t got = 0, hl = ticket ? 40 : 24;
-    le32(hello, 0x54434D4Fu); le16(hello + 4, ticket ? 2 : 1); le16(hello + 6, 0); le64(hello + 8, token); le64(hello + 16, 0x0BADC0DEull);
-    if (ticket) memcpy(hello + 24, ticket, 16);
-    if (write(fd, hello, hl) != (ssize_t)hl) return 1;
-    while (got < sizeof(ack)) {
-        ssize_t n = read(fd, ack + got, sizeof(ack) - got);
-        if (n <= 0) return 1;
-        got += (size_t)n;
+/* Read exactly n bytes (the socket has a 2 s receive timeout): 0, or -1. */
+static int read_exact(int fd, uint8_t* p, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, p + got, n - got);
+        if (k <= 0) return -1;
+        got += (size_t)k;
     }
+    return 0;
+}
+
+/* The data port speaks first: a 24-byte nonce frame ("OMCN", u16 version 3, u16 0, 16 random
+   bytes). 0 with the nonce, or -1. */
+static int read_nonce(int fd, uint8_t* nonce) {
+    uint8_t f[24];
+    if (read_exact(fd, f, sizeof(f)) != 0 || rd32(f) != 0x4E434D4Fu || f[4] != 3 || f[5] != 0) return -1;
+    memcpy(nonce, f + 8, 16);
+    return 0;
+}
+
+/* A version-3 data hello into out (72 bytes): magic "OMCT", version 3, token, incarnation, the
+   ticket id, then HMAC-SHA-256 keyed with the ticket's secret over "omniconn data hello 3", the
+   nonce and the first 40 bytes (the header's HMAC, checked against RFC 4231 in its own test). */
+static void hello_v3(uint8_t* out, uint64_t token, const uint8_t* ticket, const uint8_t* nonce) {
+    static const char label[] = "omniconn data hello 3";
+    const void* part[3];
+    size_t len[3];
+    le32(out, 0x54434D4Fu); le16(out + 4, 3); le16(out + 6, 0); le64(out + 8, token); le64(out + 16, 0x0BADC0DEull);
+    memcpy(out + 24, ticket, 16);
+    part[0] = label; len[0] = sizeof(label) - 1;
+    part[1] = nonce; len[1] = 16;
+    part[2] = out; len[2] = 40;
+    omc__hmac_sha256(ticket + 16, 32, part, len, 3, out + 40);
+}
+
+/* The ack after a hello: its status, 1 if the sender closed the connection instead, 2 if the
+   bytes are not an ack. */
+static int read_ack(int fd) {
+    uint8_t ack[8];
+    if (read_exact(fd, ack, sizeof(ack)) != 0) return 1;
     if (rd32(ack) != 0x41434D4Fu) return 2;
     return (int)(int32_t)rd32(ack + 4);
+}
+
+/* An old data hello: version 1 (24 bytes, no ticket) or version 2 (40 bytes, the ticket id where
+   the ticket used to travel in clear). Returns the ack status, or 1 if closed without one. */
+static int data_hello_old(int fd, uint64_t token, const uint8_t* ticket, int version) {
+    uint8_t hello[40], nonce[16];
+    size_t hl = version == 2 ? 40 : 24;
+    if (read_nonce(fd, nonce) != 0) return 1;
+    le32(hello, 0x54434D4Fu); le16(hello + 4, (uint16_t)version); le16(hello + 6, 0); le64(hello + 8, token); le64(hello + 16, 0x0BADC0DEull);
+    if (version == 2) memcpy(hello + 24, ticket, 16);
+    if (write(fd, hello, hl) != (ssize_t)hl) return 1;
+    return read_ack(fd);
+}
+
+/* The data hello of this session's ticket (48 bytes, from hz_hello; NULL = a version-1 hello);
+   returns the ack status, or 1 if the sender closed the connection instead of answering. */
+static int data_hello(int fd, uint64_t token, const uint8_t* ticket) {
+    uint8_t hello[72], nonce[16];
+    if (!ticket) return data_hello_old(fd, token, NULL, 1);
+    if (read_nonce(fd, nonce) != 0) return 1;
+    hello_v3(hello, token, ticket, nonce);
+    if (write(fd, hello, sizeof(hello)) != (ssize_t)sizeof(hello)) return 1;
+    return read_ack(fd);
 }
 
 /* Has the peer closed fd (EOF or reset) within ms? */
@@ -456,10 +531,10 @@ OMC_TEST(data_hello_without_a_ticket_is_closed_and_never_registered) {
     CHECK(closed_within(fd, 1000));
     CHECK_EQ(tcp_data_connections(s), 0);
     close(fd);
-    {   /* a version-2 hello with a made-up ticket: closed without an answer */
-        uint8_t forged[16];
+    {   /* a version-3 hello with a made-up ticket: closed without an answer */
+        uint8_t forged[48];
         int i;
-        for (i = 0; i < 16; i++) forged[i] = (uint8_t)(0x5A ^ i);
+        for (i = 0; i < 48; i++) forged[i] = (uint8_t)(0x5A ^ i);
         fd = tcp_connect(dport, 0);
         REQUIRE(fd >= 0);
         CHECK_EQ(data_hello(fd, 0x1122334455667789ull, forged), 1);
@@ -1375,7 +1450,7 @@ OMC_TEST(garbage_requests_on_a_data_connection_are_refused_or_closed) {
     CHECK_EQ(dstatus(fd, 2, &detail), OMC_ERR_TOO_LARGE);
     CHECK_EQ(detail, 4096);
     CHECK(dreq(fd, 2, 3, entry, 0, 4095) == 0);                                 /* a claim whose size lies */
-    CHECK_EQ(dstatus(fd, 3, NULL), OMC_ERR_PROTOCOL);
+    CHECK_EQ(dstatus(fd, 3, NULL), OMC_ERR_NOT_FOUND);                         /* as if it did not exist */
     CHECK(dreq(fd, 1, 4, entry, 0x1234u, 1u << 20) == 0);                       /* metadata of another process */
     CHECK_EQ(dstatus(fd, 4, NULL), OMC_ERR_PEER_RESTARTED);
     CHECK(dreq_key(fd, 1, 7, entry, 0, 1u << 20, QKEY("other")) == 0);         /* the entry of another key */
@@ -2099,7 +2174,7 @@ OMC_TEST(slow_readers_cannot_hold_the_push_workers) {
    hello showing the ticket afterwards is closed without an ack. */
 OMC_TEST(a_ticket_dies_with_its_side_channel_session) {
     omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
-    uint8_t ticket[16];
+    uint8_t ticket[48];
     uint16_t port = 0, dport = 0;
     int fd, fd2;
     hz h;
@@ -2107,7 +2182,7 @@ OMC_TEST(a_ticket_dies_with_its_side_channel_session) {
     ports_of(s, &port, &dport);
     REQUIRE(hz_open(&h, port) == 0);
     REQUIRE(hz_hello(&h) == HZ_HELLO && h.has_ticket);
-    memcpy(ticket, h.ticket, 16);
+    memcpy(ticket, h.ticket, 48);
     fd = data_conn(dport, 0xD1E0u, &h);
     REQUIRE(fd >= 0);
     hz_close(&h);                       /* the session ends */
@@ -2117,6 +2192,317 @@ OMC_TEST(a_ticket_dies_with_its_side_channel_session) {
     REQUIRE(fd2 >= 0);
     CHECK_EQ(data_hello(fd2, 0xD1E1u, ticket), 1);     /* the ticket is gone: closed, no ack */
     close(fd2);
+    omc_conn_destroy(s);
+}
+
+/* Wait for the sender's count of registered data connections to reach n (it counts just after
+   the ack): 1 if it did within ms. */
+static int registered_within(omc_conn* s, uint64_t n, int ms) {
+    omc_time_ns until = omc_now_ns() + (omc_time_ns)ms * 1000000LL;
+    while (tcp_data_connections(s) != n && omc_now_ns() < until) usleep(2000);
+    return tcp_data_connections(s) == n;
+}
+
+/* ---- finding: a ticket seen on the wire --------------------------------------------------------- */
+
+/* The MAC the data hello rests on: SHA-256 of "abc" (FIPS 180-4) and HMAC-SHA-256 test cases 1,
+   2 and 6 of RFC 4231 (6: a key longer than a block). */
+OMC_TEST(hmac_sha256_matches_fips_180_4_and_rfc_4231) {
+    static const uint8_t abc[32] = {0xba,0x78,0x16,0xbf,0x8f,0x01,0xcf,0xea,0x41,0x41,0x40,0xde,0x5d,0xae,0x22,0x23,
+                                    0xb0,0x03,0x61,0xa3,0x96,0x17,0x7a,0x9c,0xb4,0x10,0xff,0x61,0xf2,0x00,0x15,0xad};
+    static const uint8_t t1[32] = {0xb0,0x34,0x4c,0x61,0xd8,0xdb,0x38,0x53,0x5c,0xa8,0xaf,0xce,0xaf,0x0b,0xf1,0x2b,
+                                   0x88,0x1d,0xc2,0x00,0xc9,0x83,0x3d,0xa7,0x26,0xe9,0x37,0x6c,0x2e,0x32,0xcf,0xf7};
+    static const uint8_t t2[32] = {0x5b,0xdc,0xc1,0x46,0xbf,0x60,0x75,0x4e,0x6a,0x04,0x24,0x26,0x08,0x95,0x75,0xc7,
+                                   0x5a,0x00,0x3f,0x08,0x9d,0x27,0x39,0x83,0x9d,0xec,0x58,0xb9,0x64,0xec,0x38,0x43};
+    static const uint8_t t6[32] = {0x60,0xe4,0x31,0x59,0x1e,0xe0,0xb6,0x7f,0x0d,0x8a,0x26,0xaa,0xcb,0xf5,0xb7,0x7f,
+                                   0x8e,0x0b,0xc6,0x21,0x37,0x28,0xc5,0x14,0x05,0x46,0x04,0x0f,0x0e,0xe3,0x7f,0x54};
+    static const char m6[] = "Test Using Larger Than Block-Size Key - Hash Key First";
+    uint8_t out[32], key[131];
+    omc__sha256 h;
+    const void* part[2];
+    size_t len[2];
+    omc__sha256_init(&h); omc__sha256_update(&h, "abc", 3); omc__sha256_final(&h, out);
+    CHECK(memcmp(out, abc, 32) == 0);
+    memset(key, 0x0b, 20);
+    part[0] = "Hi "; len[0] = 3; part[1] = "There"; len[1] = 5;          /* split: the parts are one message */
+    omc__hmac_sha256(key, 20, part, len, 2, out);
+    CHECK(memcmp(out, t1, 32) == 0);
+    part[0] = "what do ya want for nothing?"; len[0] = 28;
+    omc__hmac_sha256((const uint8_t*)"Jefe", 4, part, len, 1, out);
+    CHECK(memcmp(out, t2, 32) == 0);
+    memset(key, 0xaa, sizeof(key));
+    part[0] = m6; len[0] = sizeof(m6) - 1;
+    omc__hmac_sha256(key, sizeof(key), part, len, 1, out);
+    CHECK(memcmp(out, t6, 32) == 0);
+}
+
+/* HOSTILE (someone who sees the data port's traffic, without CURVE on it): the data hello used to
+   carry the ticket itself, a bearer secret. Want: the HELLO answer has no clear-text ticket record
+   any more; a data hello does not contain the ticket's secret; replayed byte for byte on another
+   connection (which gets another nonce) it is closed without an ack and registers nothing; the
+   old version-2 hello naming the ticket is refused with OMC_ERR_VERSION and a log line that
+   names both versions. */
+OMC_TEST(a_data_hello_seen_on_the_wire_opens_nothing_on_another_connection) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    uint8_t nonce[16], nonce2[16], seen[72];
+    uint16_t port = 0, dport = 0;
+    int fd, fd2;
+    hz h;
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    REQUIRE(hz_open(&h, port) == 0);
+    REQUIRE(hz_hello(&h) == HZ_HELLO);
+    CHECK(h.has_ticket);
+    CHECK(!h.has_v2_ticket);
+    fd2 = tcp_connect(dport, 0);                                        /* the old hello, ticket in clear */
+    REQUIRE(fd2 >= 0);
+    CHECK_EQ(data_hello_old(fd2, 0xE1E3u, h.ticket, 2), OMC_ERR_VERSION);
+    CHECK(warn_seen(3000, "data hello version 2", "version 3", NULL));
+    close(fd2);
+    fd = tcp_connect(dport, 0);
+    REQUIRE(fd >= 0);
+    REQUIRE(read_nonce(fd, nonce) == 0);
+    hello_v3(seen, 0xE1E1u, h.ticket, nonce);
+    CHECK(memmem(seen, sizeof(seen), h.ticket + 16, 32) == NULL);      /* the secret is not on the wire */
+    REQUIRE(write(fd, seen, sizeof(seen)) == (ssize_t)sizeof(seen));
+    CHECK_EQ(read_ack(fd), 0);                                          /* the honest connection */
+    CHECK(registered_within(s, 1, 3000));
+    fd2 = tcp_connect(dport, 0);                                        /* the eavesdropper replays it */
+    REQUIRE(fd2 >= 0);
+    REQUIRE(read_nonce(fd2, nonce2) == 0);
+    CHECK(memcmp(nonce, nonce2, 16) != 0);
+    le64(seen + 8, 0xE1E2u);                                            /* another token, same proof */
+    REQUIRE(write(fd2, seen, sizeof(seen)) == (ssize_t)sizeof(seen));
+    CHECK_EQ(read_ack(fd2), 1);
+    close(fd2);
+    fd2 = tcp_connect(dport, 0);                                        /* byte for byte */
+    REQUIRE(fd2 >= 0);
+    REQUIRE(read_nonce(fd2, nonce2) == 0);
+    le64(seen + 8, 0xE1E1u);
+    REQUIRE(write(fd2, seen, sizeof(seen)) == (ssize_t)sizeof(seen));
+    CHECK_EQ(read_ack(fd2), 1);
+    close(fd2);
+    CHECK_EQ(tcp_data_connections(s), 1);
+    close(fd);
+    hz_close(&h);
+    omc_conn_destroy(s);
+}
+
+/* The whole status record for a request (24 bytes), 0 or -1. */
+static int dstatus_raw(int fd, uint8_t* st) { return read_n(fd, st, 24); }
+
+/* HOSTILE (a session probing entry ids): every way a request can name an entry wrongly - an id
+   nobody holds, another key's check, a CLAIM of the wrong size, a CLAIM of bytes never inlined -
+   must get the same answer as an entry that does not exist, so the answers tell nothing about
+   which ids are live. Want: each status record is OMC_ERR_NOT_FOUND with detail 0, byte for byte
+   the record of a made-up id (the transfer id aside), and nothing is used up. */
+OMC_TEST(requests_naming_an_entry_wrongly_cannot_tell_whether_it_exists) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_meta small = {0}, big = {0};
+    uint8_t none[24], st[24];
+    uint16_t port = 0, dport = 0;
+    uint64_t e_small, e_big;
+    hz h;
+    int fd;
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "small", 4096, 301, &small));        /* inlined */
+    CHECK_OK(put_bytes(s, "big", 200000, 302, &big));          /* not inlined */
+    e_small = entry_of(&small);
+    e_big = entry_of(&big);
+    REQUIRE(hz_open(&h, port) == 0);
+    CHECK(hz_hello(&h) == HZ_HELLO);
+    fd = data_conn(dport, 0xF00Du, &h);
+    REQUIRE(fd >= 0);
+    CHECK(dreq_key(fd, 2, 1, e_small ^ ((uint64_t)0x55 << 32), 0, 4096, QKEY("small")) == 0);   /* a made-up id */
+    REQUIRE(dstatus_raw(fd, none) == 0);
+    CHECK_EQ((int32_t)rd32(none + 4), OMC_ERR_NOT_FOUND);
+    CHECK(dreq_key(fd, 2, 1, e_small, 0, 4095, QKEY("small")) == 0);                              /* the wrong size */
+    CHECK(dstatus_raw(fd, st) == 0 && memcmp(st, none, 24) == 0);
+    CHECK(dreq_key(fd, 2, 1, e_small, 0, 4096, QKEY("other")) == 0);                              /* another key */
+    CHECK(dstatus_raw(fd, st) == 0 && memcmp(st, none, 24) == 0);
+    CHECK(dreq_key(fd, 2, 1, e_big, 0, 200000, QKEY("big")) == 0);                                /* never inlined */
+    CHECK(dstatus_raw(fd, st) == 0 && memcmp(st, none, 24) == 0);
+    CHECK(dreq_key(fd, 2, 1, e_big, 0, 1, QKEY("big")) == 0);                                     /* both wrong */
+    CHECK(dstatus_raw(fd, st) == 0 && memcmp(st, none, 24) == 0);
+    close(fd);
+    hz_close(&h);
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "small"));
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "big"));
+    omc_meta_free(&small);
+    omc_meta_free(&big);
+    omc_conn_destroy(s);
+}
+
+/* ---- CURVE that people turn on: what the logs say ------------------------------------------- */
+
+/* How many of the last 64 WARN/ERROR lines contain text. */
+static int warn_count(const char* a, const char* b) {
+    int i, n = 0;
+    pthread_mutex_lock(&warn_mu);
+    for (i = 0; i < 64; i++) n += strstr(warn_ring[i], a) && (!b || strstr(warn_ring[i], b));
+    pthread_mutex_unlock(&warn_mu);
+    return n;
+}
+
+static void warn_reset(void) {
+    pthread_mutex_lock(&warn_mu);
+    memset(warn_ring, 0, sizeof(warn_ring));
+    pthread_mutex_unlock(&warn_mu);
+}
+
+/* A receiver whose key is not on the allow-list, one with the wrong server key, one without
+   CURVE, each retrying its get three times. Want: the sender says in words which client was
+   refused and why, naming its address, once per interval however often it retries; each
+   receiver says at WARN what is wrong (not on the allow-list / server key does not match / the
+   sender requires CURVE), naming the sender's host and port, once per interval; the get's own
+   failure line names the sender's host and port too. */
+OMC_TEST(curve_failures_are_logged_in_words_naming_the_peer_once_per_interval) {
+    char pub[OMC_CURVE_KEY_LEN + 1], sec[OMC_CURVE_KEY_LEN + 1], cpub[OMC_CURVE_KEY_LEN + 1], csec[OMC_CURVE_KEY_LEN + 1];
+    char opub[OMC_CURVE_KEY_LEN + 1], osec[OMC_CURVE_KEY_LEN + 1], where[64];
+    const char* allowed[1];
+    omc_conn *s, *r;
+    omc_buffer b;
+    uint16_t port = 0;
+    int i;
+    REQUIRE(omc_tcp_curve_keypair(pub, sec) == OMC_OK && omc_tcp_curve_keypair(cpub, csec) == OMC_OK &&
+            omc_tcp_curve_keypair(opub, osec) == OMC_OK);
+    allowed[0] = cpub;
+    s = make_sender(0, sec, allowed, 1, 0);
+    REQUIRE(s);
+    ports_of(s, &port, NULL);
+    snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)port);
+    warn_reset();
+    r = make_receiver(0, pub, osec, opub);                              /* a key not on the list */
+    REQUIRE(r);
+    CHECK_OK(omc_tcp_add_sender(r, "s", "127.0.0.1", port));
+    for (i = 0; i < 3; i++) CHECK_RES(omc_conn_get(r, "s0", "s1", "k", NULL, 0, omc_deadline_after_ms(700), &b), OMC_ERR_AUTH);
+    CHECK(warn_seen(3000, "client key", "not on the allow-list", "127.0.0.1"));     /* the sender, with the address */
+    CHECK(warn_seen(3000, "not on the sender's allow-list", where, NULL));          /* the receiver, with host:port */
+    CHECK_EQ(warn_count("refused: client key", NULL), 1);                           /* once, however many retries */
+    CHECK_EQ(warn_count("not on the sender's allow-list", NULL), 1);
+    omc_conn_destroy(r);
+    warn_reset();
+    r = make_receiver(0, opub, csec, cpub);                             /* the wrong server key */
+    REQUIRE(r);
+    CHECK_OK(omc_tcp_add_sender(r, "s", "127.0.0.1", port));
+    for (i = 0; i < 3; i++) CHECK(omc_conn_get(r, "s0", "s1", "k", NULL, 0, omc_deadline_after_ms(700), &b) != OMC_OK);
+    CHECK(warn_seen(3000, "curve.server_key is not", where, NULL));
+    CHECK(warn_count("curve.server_key is not", where) == 1);
+    CHECK(warn_seen(3000, "listener", "server key does not match", NULL) || warn_seen(10, "listener", "hung up during the CURVE handshake", NULL));
+    omc_conn_destroy(r);
+    warn_reset();
+    r = make_receiver(0, NULL, NULL, NULL);                             /* no CURVE at all */
+    REQUIRE(r);
+    CHECK_OK(omc_tcp_add_sender(r, "s", "127.0.0.1", port));
+    for (i = 0; i < 3; i++) CHECK(omc_conn_get(r, "s0", "s1", "k", NULL, 0, omc_deadline_after_ms(700), &b) != OMC_OK);
+    CHECK(warn_seen(3000, "give this receiver its public key", where, NULL));      /* the key hint, at WARN */
+    CHECK(warn_seen(3000, "get s0/s1/k: connection failed", where, NULL));        /* the failure names host and port */
+    CHECK_EQ(warn_count("give this receiver its public key", NULL), 1);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* Listeners on a routable address without CURVE: one WARN each, naming the address; none on
+   loopback and none with CURVE. */
+OMC_TEST(a_listener_on_a_routable_address_without_curve_warns_once) {
+    char pub[OMC_CURVE_KEY_LEN + 1], sec[OMC_CURVE_KEY_LEN + 1];
+    omc_tcp_desc d;
+    omc_conn *c = NULL, *k = NULL, *l;
+    REQUIRE(omc_tcp_curve_keypair(pub, sec) == OMC_OK);
+    warn_reset();
+    l = make_sender(0, NULL, NULL, 0, 0);                               /* 127.0.0.1 */
+    REQUIRE(l);
+    CHECK_EQ(warn_count("without CURVE", NULL), 0);
+    memset(&d, 0, sizeof(d));
+    d.role = OMC_ROLE_SENDER;
+    d.bind_host = "0.0.0.0";
+    d.hooks.log_fn = counting_log;
+    d.hooks.max_level = OMC_LOG_WARN;
+    REQUIRE(omc_tcp_create(&d, &c) == OMC_OK);
+    CHECK_EQ(warn_count("without CURVE", "0.0.0.0"), 1);
+    d.curve.secret_key = sec;
+    REQUIRE(omc_tcp_create(&d, &k) == OMC_OK);
+    CHECK_EQ(warn_count("without CURVE", NULL), 1);                   /* still only the first */
+    omc_conn_destroy(k);
+    omc_conn_destroy(c);
+    omc_conn_destroy(l);
+}
+
+/* ---- finding: one CURVE key must not take the data port or the ticket table ------------------- */
+
+/* A CURVE session from a chosen loopback address with the client keypair (cpub, csec). */
+static int hz_open_curve(hz* h, void* ctx, const char* src, uint16_t port, const char* server, const char* cpub, const char* csec) {
+    char ep[96];
+    int zero = 0, send_ms = 2000;
+    memset(h, 0, sizeof(*h));
+    if (!(h->sock = zmq_socket(ctx, ZMQ_DEALER))) return -1;
+    zmq_setsockopt(h->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(h->sock, ZMQ_SNDTIMEO, &send_ms, sizeof(send_ms));
+    zmq_setsockopt(h->sock, ZMQ_CURVE_SERVERKEY, server, 40);
+    zmq_setsockopt(h->sock, ZMQ_CURVE_PUBLICKEY, cpub, 40);
+    zmq_setsockopt(h->sock, ZMQ_CURVE_SECRETKEY, csec, 40);
+    snprintf(ep, sizeof(ep), "tcp://%s:0;127.0.0.1:%u", src, (unsigned)port);
+    return zmq_connect(h->sock, ep);
+}
+
+/* HOSTILE (CURVE without an allow-list: the sender's public key is all it takes): one client
+   key opens sessions from eight addresses, so no address reaches its share, and registers every
+   data connection it can. Want: that key holds at most its share of the tickets and of the
+   registered connections whatever address it comes from; a receiver with another key still
+   gets a ticket and its payload. */
+OMC_TEST(one_curve_key_from_many_addresses_cannot_take_the_tickets_or_the_data_port) {
+    enum { ADDRS = 8, PER = 10 };
+    static hz hs[ADDRS * PER];
+    static int fds[ADDRS * PER * 2];
+    char pub[OMC_CURVE_KEY_LEN + 1], sec[OMC_CURVE_KEY_LEN + 1], cpub[OMC_CURVE_KEY_LEN + 1], csec[OMC_CURVE_KEY_LEN + 1];
+    char rpub[OMC_CURVE_KEY_LEN + 1], rsec[OMC_CURVE_KEY_LEN + 1], src[32];
+    omc_conn *s, *r;
+    void* ctx = zmq_ctx_new();
+    omc_meta m = {0};
+    omc_buffer b;
+    uint16_t port = 0, dport = 0;
+    int i, nfd = 0, tickets = 0, registered = 0, fd;
+    REQUIRE(ctx && omc_tcp_curve_keypair(pub, sec) == OMC_OK && omc_tcp_curve_keypair(cpub, csec) == OMC_OK &&
+            omc_tcp_curve_keypair(rpub, rsec) == OMC_OK);
+    s = make_sender(0, sec, NULL, 0, 0);
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    for (i = 0; i < ADDRS * PER; i++) {
+        snprintf(src, sizeof(src), "127.0.1.%d", 10 + i / PER);
+        REQUIRE(hz_open_curve(&hs[i], ctx, src, port, pub, cpub, csec) == 0);
+        if (hz_hello(&hs[i]) != HZ_HELLO || !hs[i].has_ticket) continue;
+        tickets++;
+        if (data_conn_from(src, dport, 0x5000u + (uint64_t)i, &hs[i], &fd) == 0) { fds[nfd++] = fd; registered++; }
+        if (data_conn_from(src, dport, 0x6000u + (uint64_t)i, &hs[i], &fd) == 0) { fds[nfd++] = fd; registered++; }
+    }
+    printf("  one key from %d addresses: %d of %d HELLOs answered with a ticket, %d data connections registered (share: %d)\n",
+           ADDRS, tickets, ADDRS * PER, registered, OMC__TCP_KEY_CONNS);
+    CHECK(registered <= OMC__TCP_KEY_CONNS);
+    CHECK(tcp_data_connections(s) <= OMC__TCP_KEY_CONNS);
+    CHECK(warn_seen(2000, "a CURVE client key at its share", NULL, NULL));
+    for (i = 0, tickets = 0; i < ADDRS * PER; i++) {     /* which tickets still live: a dead one is closed without an ack */
+        int st;
+        snprintf(src, sizeof(src), "127.0.1.%d", 10 + i / PER);
+        if (!hs[i].has_ticket) continue;
+        st = data_conn_from(src, dport, 0x7000u + (uint64_t)i, &hs[i], &fd);
+        if (st != 1) tickets++;
+        if (st == 0) fds[nfd++] = fd;
+    }
+    printf("  tickets of that key still live: %d (share: %d)\n", tickets, OMC__TCP_KEY_TICKETS);
+    CHECK(tickets <= OMC__TCP_KEY_TICKETS);
+    r = make_receiver(0, pub, rsec, rpub);                      /* another key, from 127.0.0.1 */
+    REQUIRE(r);
+    CHECK_OK(put_bytes(s, "k", 100000, 208, &m));
+    memset(&b, 0, sizeof(b));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "k", m.data, m.size, omc_deadline_after_ms(5000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 208));
+    if (b.data) omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    for (i = 0; i < nfd; i++) close(fds[i]);
+    for (i = 0; i < ADDRS * PER; i++) if (hs[i].sock) zmq_close(hs[i].sock);
+    zmq_ctx_term(ctx);
     omc_conn_destroy(s);
 }
 

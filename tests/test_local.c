@@ -111,6 +111,49 @@ OMC_TEST(local_close_wakes_waiting_getter) {
     omc_conn_destroy(c);
 }
 
+typedef struct local_waiter { omc_conn* c; omc_result r; int returned; } local_waiter;
+
+static void* local_wait_main(void* arg) {
+    local_waiter* w = (local_waiter*)arg;
+    omc_buffer b;
+    w->r = omc_conn_get(w->c, "a", "b", "never", NULL, 0, omc_deadline_after_ms(60000), &b);
+    if (w->r == OMC_OK) omc_buffer_release(&b);
+    __atomic_store_n(&w->returned, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Destroy (not just close) from another thread while a get waits for a key (60 s deadline).
+   Want: the get returns OMC_ERR_CLOSED, destroy returns only after it left (ASan: no use after
+   free), long before the get's deadline. The waiter is inside before destroy starts (the
+   connector's count of calls inside says so). */
+OMC_TEST(local_destroy_from_another_thread_waits_for_the_blocked_get) {
+    omc_conn* c = make_local(1u << 20, OMC_ROLE_DEFAULT);
+    local_waiter w;
+    pthread_t th;
+    int i;
+    REQUIRE(c);
+    memset(&w, 0, sizeof(w));
+    w.c = c;
+    REQUIRE(pthread_create(&th, NULL, local_wait_main, &w) == 0);
+    for (i = 0; i < 3000 && __atomic_load_n(&c->calls, __ATOMIC_ACQUIRE) == 0; i++) usleep(1000);   /* the get is inside */
+    CHECK(__atomic_load_n(&c->calls, __ATOMIC_ACQUIRE) == 1);
+    omc_conn_destroy(c);        /* returns once the get has left the library (its thread may not have stored the result yet) */
+    pthread_join(th, NULL);
+    CHECK_RES(w.r, OMC_ERR_CLOSED);
+}
+
+/* A buffer from omc_conn_alloc keeps the pool mapped after destroy; releasing it is OMC_OK. */
+OMC_TEST(local_a_buffer_from_alloc_outlives_its_connector) {
+    omc_conn* c = make_local(1u << 20, OMC_ROLE_DEFAULT);
+    omc_buffer b;
+    REQUIRE(c);
+    CHECK_OK(omc_conn_alloc(c, 100000, OMC_NO_WAIT, &b));
+    omc_conn_destroy(c);
+    memset(b.data, 0x5A, (size_t)b.size);
+    CHECK(((const uint8_t*)b.data)[99999] == 0x5A);
+    CHECK_OK(omc_buffer_release(&b));
+}
+
 /* A budget that ran out is a deadline in the past: the get times out at once instead of waiting
    for ever (the closer turns a wrong wait into OMC_ERR_CLOSED instead of a hang). */
 OMC_TEST(deadline_after_negative_ms_has_already_passed) {

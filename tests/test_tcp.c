@@ -879,8 +879,9 @@ OMC_TEST(tcp_garbage_on_the_listener) {
     if (fd >= 0) { CHECK(write(fd, "junk", 4) == 4); close(fd); }
     fd = raw_connect(dport);
     if (fd >= 0) {
-        uint8_t h[OMC__TCP_HELLO_SIZE], ack[8];
-        omc__tcp_hello_encode(h, 42, 1, NULL);
+        uint8_t h[OMC__TCP_HELLO_SIZE], ack[8], nonce[OMC__TCP_NONCE_SIZE], id[OMC__TCP_TICKET_SIZE] = {0}, secret[OMC__TCP_SECRET_SIZE] = {0};
+        CHECK(recv(fd, nonce, sizeof(nonce), MSG_WAITALL) == (ssize_t)sizeof(nonce) && omc__get_u32(nonce) == OMC__TCP_NONCE_MAGIC);
+        omc__tcp_hello_encode(h, 42, 1, id, secret, nonce + 8);
         h[0] ^= 0xFF;
         CHECK(write(fd, h, sizeof(h)) == (ssize_t)sizeof(h));
         CHECK(read(fd, ack, sizeof(ack)) == 8 && (int32_t)omc__get_u32(ack + 4) == OMC_ERR_MALFORMED);
@@ -930,7 +931,7 @@ OMC_TEST(tcp_a_push_whose_receiver_takes_nothing_is_aborted_at_the_stall_timeout
     omc_conn *s = make_sender(0, 128u << 20), *r = make_receiver(64u << 20);
     void* ctx = zmq_ctx_new();
     void* d = zmq_socket(ctx, ZMQ_DEALER);
-    uint8_t buf[OMC__WIRE_MAX], hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], desc[8];
+    uint8_t buf[OMC__WIRE_MAX], hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], desc[8], nonce[OMC__TCP_NONCE_SIZE];
     const uint8_t* ticket;
     uint32_t len = 0, tlen = 0;
     uint16_t port = 0, dport = 0;
@@ -958,8 +959,7 @@ OMC_TEST(tcp_a_push_whose_receiver_takes_nothing_is_aborted_at_the_stall_timeout
     n = zmq_recv(d, buf, sizeof(buf), 0);
     REQUIRE(n > 0 && omc__wire_decode(buf, (size_t)n, &m) == OMC_OK && m.type == OMC__MSG_HELLO);
     ticket = omc__wire_find_record(&m, OMC__REC_TICKET, &tlen);
-    REQUIRE(ticket && tlen == OMC__TCP_TICKET_SIZE);
-    omc__tcp_hello_encode(hello, 0xABCD, 7, ticket);
+    REQUIRE(ticket && tlen == OMC__TCP_TICKET_SIZE + OMC__TCP_SECRET_SIZE);
     fd = socket(AF_INET, SOCK_STREAM, 0);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
     {
@@ -968,6 +968,8 @@ OMC_TEST(tcp_a_push_whose_receiver_takes_nothing_is_aborted_at_the_stall_timeout
         a.sin_family = AF_INET; a.sin_port = htons(dport); a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         REQUIRE(connect(fd, (struct sockaddr*)&a, sizeof(a)) == 0);
     }
+    REQUIRE(recv(fd, nonce, sizeof(nonce), MSG_WAITALL) == (ssize_t)sizeof(nonce));   /* the port speaks first */
+    omc__tcp_hello_encode(hello, 0xABCD, 7, ticket, ticket + OMC__TCP_TICKET_SIZE, nonce + 8);
     CHECK(write(fd, hello, sizeof(hello)) == (ssize_t)sizeof(hello));
     CHECK(recv(fd, ack, sizeof(ack), MSG_WAITALL) == (ssize_t)sizeof(ack) && omc__get_u32(ack + 4) == 0);
     omc__put_u64(desc, 0xABCD);
@@ -1174,9 +1176,11 @@ static void* fake_main(void* arg) {
         it[1].fd = f->lfd; it[1].events = ZMQ_POLLIN;
         if (zmq_poll(it, n, 50) <= 0) continue;
         if (it[1].revents) {    /* a data connection: take its hello, ack it */
-            uint8_t h[OMC__TCP_HELLO1_SIZE], ack[OMC__TCP_ACK_SIZE];   /* a sender of the first release: no ticket */
+            uint8_t h[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], nonce[OMC__TCP_NONCE_SIZE], zero16[16] = {0};
             int fd = accept(f->lfd, NULL, NULL);
-            if (fd >= 0 && recv(fd, h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
+            omc__tcp_nonce_encode(nonce, zero16);       /* a fake: a fixed nonce, the hello is not checked */
+            if (fd >= 0 && write(fd, nonce, sizeof(nonce)) == (ssize_t)sizeof(nonce) &&
+                recv(fd, h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
                 omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
                 omc__put_u32(ack + 4, 0);
                 if (write(fd, ack, sizeof(ack)) != (ssize_t)sizeof(ack)) {}
@@ -1193,11 +1197,13 @@ static void* fake_main(void* arg) {
             m.xfer = in.xfer;
             m.seq = in.seq;
             if (in.type == OMC__MSG_HELLO) {
-                uint8_t recs[64], val[4];
+                uint8_t recs[128], val[4], ticket[OMC__TCP_TICKET_SIZE + OMC__TCP_SECRET_SIZE];
                 uint32_t rl = 0, cnt = 0;
                 omc__put_u16(val, f->dport);
                 omc__put_u16(val + 2, 0);
+                memset(ticket, 0x42, sizeof(ticket));
                 omc__wire_add_record(recs, sizeof(recs), &rl, &cnt, OMC__DP_TCP, val, 4);
+                omc__wire_add_record(recs, sizeof(recs), &rl, &cnt, OMC__REC_TICKET, ticket, sizeof(ticket));
                 m.type = OMC__MSG_HELLO; m.caps = OMC_NET_CAP_TCP; m.nrecords = cnt; m.records = recs; m.records_len = rl;
                 fake_reply(f, rid, rn, &m);
             } else if (in.type == OMC__MSG_PULL && f->dfd >= 0) fake_push(f, &in, rid, rn);
@@ -1502,6 +1508,13 @@ OMC_TEST(tcp_wire_codec_roundtrip_and_limits) {
    and queries end at their deadline with OMC_ERR_TIMEOUT, never OMC_ERR_CONNECTION - for a
    sender that answered before and for one never heard from; once it runs again the key is
    there. (A sender whose port refuses: tcp_killed_sender_fails_at_deadline.) */
+/* Wait until our child pid has really stopped (SIGSTOP is delivered asynchronously: a thread of it
+   may still answer a request for a moment on a loaded machine): an event, not a delay. */
+static int stopped(pid_t pid) {
+    int st = 0;
+    return waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st);
+}
+
 OMC_TEST(tcp_a_slow_sender_is_a_timeout_not_a_connection_failure) {
     child a = spawn(KIND_SENDER, 0, NULL), c = spawn(KIND_SENDER, 0, NULL);
     uint16_t pa = child_port(&a), pc = child_port(&c);
@@ -1516,6 +1529,7 @@ OMC_TEST(tcp_a_slow_sender_is_a_timeout_not_a_connection_failure) {
     CHECK_OK(omc_tcp_add_sender(r2, "new", "127.0.0.1", pc));
     free(child_put(&c, "n0", 100, 43, 1, 0, &n));
     REQUIRE(kill(c.pid, SIGSTOP) == 0);
+    REQUIRE(stopped(c.pid));
     CHECK_RES(omc_conn_get(r2, "s0", "s1", "n0", NULL, 0, omc_deadline_after_ms(300), &b), OMC_ERR_TIMEOUT);
     REQUIRE(kill(c.pid, SIGCONT) == 0);
     CHECK_OK(omc_conn_get(r2, "s0", "s1", "n0", NULL, 0, omc_deadline_after_ms(5000), &b));
@@ -1531,6 +1545,7 @@ OMC_TEST(tcp_a_slow_sender_is_a_timeout_not_a_connection_failure) {
     CHECK(b.size == 3000 && omc_test_verify(b.data, b.size, 41));
     omc_buffer_release(&b);
     REQUIRE(kill(a.pid, SIGSTOP) == 0);
+    REQUIRE(stopped(a.pid));
     for (i = 0; i < 3; i++) {
         CHECK_RES(omc_conn_get(r, "s0", "s1", "k1", NULL, 0, omc_deadline_after_ms(i ? 2 : 50), &b), OMC_ERR_TIMEOUT);
         CHECK_RES(omc_tcp_query(r, "slow", "s0", "s1", "k1", omc_deadline_after_ms(2), &f), OMC_ERR_TIMEOUT);
@@ -1585,6 +1600,152 @@ OMC_TEST(a_host_without_libzmq_gets_unavailable_naming_the_package) {
     }
     REQUIRE(waitpid(pid, &st, 0) == pid);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* ---- destroy while calls are inside, connectors after fork(), buffers after destroy --------- */
+
+typedef struct inside_call {
+    omc_conn* c;
+    omc_result result;
+    uint64_t returned;                  /* atomic: the call has returned */
+    uint64_t calls;                     /* health loop: calls made */
+} inside_call;
+
+static void* blocked_get_main(void* arg) {
+    inside_call* g = (inside_call*)arg;
+    omc_buffer b;
+    g->result = omc_conn_get(g->c, "s0", "s1", "never-put", NULL, 0, omc_deadline_after_ms(60000), &b);
+    if (g->result == OMC_OK) omc_buffer_release(&b);
+    __atomic_store_n(&g->returned, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* A metadata-less get waits for a key that never comes (60 s deadline) while another thread
+   destroys the receiver. Want: the get returns OMC_ERR_CLOSED promptly, destroy returns only
+   after it has left (no use after free: run under ASan), well before the get's deadline. */
+OMC_TEST(tcp_destroy_from_another_thread_wakes_a_blocked_get_and_waits_for_it) {
+    omc_conn *s = make_sender(0, 0), *r = make_receiver(0);
+    omc_tcp_health_info th;
+    inside_call g;
+    pthread_t t;
+    omc_time_ns t0;
+    int i;
+    REQUIRE(s && r);
+    CHECK_OK(omc_tcp_add_sender(r, "s", "127.0.0.1", port_of(s)));
+    memset(&g, 0, sizeof(g));
+    g.c = r;
+    REQUIRE(pthread_create(&t, NULL, blocked_get_main, &g) == 0);
+    memset(&th, 0, sizeof(th));
+    for (i = 0; i < 3000 && th.pending_queries == 0; i++) {   /* an event: the sender holds its QUERY */
+        CHECK_OK(omc_tcp_health(s, &th));
+        if (th.pending_queries == 0) usleep(10000);
+    }
+    REQUIRE(th.pending_queries >= 1);
+    t0 = omc_now_ns();
+    omc_conn_destroy(r);        /* returns once the get has left the library */
+    pthread_join(t, NULL);
+    printf("  destroy and the get done after %.3f s; the get said %s\n", (double)(omc_now_ns() - t0) / 1e9, omc_result_str(g.result));
+    CHECK_RES(g.result, OMC_ERR_CLOSED);
+    CHECK(omc_now_ns() - t0 < 30 * 1000000000LL);                  /* not at the get's deadline */
+    omc_conn_destroy(s);
+}
+
+static void* health_loop_main(void* arg) {
+    inside_call* g = (inside_call*)arg;
+    omc_health h;
+    for (;;) {
+        g->result = omc_conn_health(g->c, &h);
+        g->calls++;
+        if (g->result != OMC_OK || h.state == OMC_CONN_CLOSED) break;
+    }
+    __atomic_store_n(&g->returned, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Health in a loop on two threads (a sender and a receiver with a channel open) while the main
+   thread closes them. Want: the loops see OMC_CONN_CLOSED and stop, close tears the transport
+   down only after the calls inside have left (TSan: no race between health and the teardown). */
+OMC_TEST(tcp_health_in_a_loop_while_close_runs) {
+    omc_conn *s = make_sender(0, 0), *r = make_receiver(0);
+    inside_call gs, gr;
+    pthread_t ts, tr;
+    omc_meta m = {0};
+    REQUIRE(s && r);
+    put_bytes(s, "h", 100000, 5, 1, 0, &m);
+    get_and_verify(r, "h", m.data, (uint32_t)m.size, 100000, 5);       /* a channel in the cache */
+    omc_meta_free(&m);
+    memset(&gs, 0, sizeof(gs)); gs.c = s;
+    memset(&gr, 0, sizeof(gr)); gr.c = r;
+    REQUIRE(pthread_create(&ts, NULL, health_loop_main, &gs) == 0);
+    REQUIRE(pthread_create(&tr, NULL, health_loop_main, &gr) == 0);
+    while (__atomic_load_n(&gs.returned, __ATOMIC_ACQUIRE) == 0 && gs.calls < 1000) sched_yield();
+    omc_conn_close(r);
+    omc_conn_close(s);
+    pthread_join(ts, NULL);
+    pthread_join(tr, NULL);
+    CHECK_OK(gs.result);
+    CHECK_OK(gr.result);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* A child made with fork() gets a copy of a live sender and receiver, refuses to use them, destroys
+   its copies and exits normally. Want: every call there is refused (OMC_ERR_CLOSED), the child
+   exits 0 promptly (no join of threads that are not there, no libzmq), and the parent's entry is
+   still readable through its own listener afterwards. */
+OMC_TEST(tcp_a_forked_child_that_destroys_its_copy_leaves_the_parents_entries_readable) {
+    omc_conn *s = make_sender(0, 0), *r = make_receiver(0);
+    omc_meta m = {0}, m2 = {0};
+    pid_t pid;
+    int st = -1, i;
+    REQUIRE(s && r);
+    put_bytes(s, "kept", 300000, 77, 1, 0, &m);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        omc_health h;
+        omc_buffer b;
+        int ok = omc_conn_health(s, &h) == OMC_ERR_CLOSED &&
+                 omc_conn_get(r, "s0", "s1", "kept", m.data, m.size, omc_deadline_after_ms(1000), &b) == OMC_ERR_CLOSED;
+        omc_conn_destroy(r);
+        omc_conn_destroy(s);
+        exit(ok ? 0 : 3);                       /* normally: atexit handlers and all */
+    }
+    for (i = 0; i < 3000 && waitpid(pid, &st, WNOHANG) == 0; i++) usleep(10000);
+    if (i == 3000) { kill(pid, SIGKILL); waitpid(pid, &st, 0); }
+    CHECK(i < 3000);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    get_and_verify(r, "kept", m.data, (uint32_t)m.size, 300000, 77);
+    put_bytes(s, "after", 5000, 78, 1, 0, &m2);                      /* the listener still serves */
+    get_and_verify(r, "after", m2.data, (uint32_t)m2.size, 5000, 78);
+    omc_meta_free(&m);
+    omc_meta_free(&m2);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* Buffers from omc_conn_alloc outlive their connector (the manual's promise). Want: after
+   destroy the bytes are still writable and readable, and releasing them is OMC_OK (the pool goes
+   with the last one; ASan sees no use after unmap). A put of such a buffer still works. */
+OMC_TEST(tcp_a_buffer_from_alloc_outlives_its_connector) {
+    omc_conn* s = make_sender(0, 0);
+    omc_buffer b, b2, b3;
+    omc_payload p;
+    omc_meta m = {0};
+    REQUIRE(s);
+    CHECK_OK(omc_conn_alloc(s, 1u << 20, OMC_NO_WAIT, &b));
+    CHECK_OK(omc_conn_alloc(s, 4096, OMC_NO_WAIT, &b2));
+    CHECK_OK(omc_conn_alloc(s, 4096, OMC_NO_WAIT, &b3));
+    memset(&p, 0, sizeof(p));
+    p.buffer = &b3;
+    p.size = 4096;
+    CHECK_OK(omc_conn_put(s, "s0", "s1", "zc", &p, &m));               /* the entry takes b3 */
+    omc_meta_free(&m);
+    omc_conn_destroy(s);
+    memset(b.data, 0xAB, (size_t)b.size);
+    CHECK(((const uint8_t*)b.data)[b.size - 1] == 0xAB);
+    CHECK_OK(omc_buffer_release(&b));
+    CHECK_OK(omc_buffer_release(&b2));
 }
 
 int main(int argc, char** argv) {
