@@ -23,7 +23,7 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4432
+    PART A  THE CORE                                                         lines     69 - 4543
       manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  382
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
@@ -32,24 +32,24 @@
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4429
+      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4540
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4434 - 10619
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4434 - 4840
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4545 - 10622
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4545 - 4951
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4843 - 5028
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4954 - 5139
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5030 - 10616
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5141 - 10619
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10622 - 10657
+    LICENSE                                                                        10625 - 10660
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -1171,6 +1171,9 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
     Bytes
       omc__get_u16 omc__get_u32 omc__get_u64 omc__put_u16 omc__put_u32 omc__put_u64   little-endian
       omc__crc32c            CRC-32C (Castagnoli)
+      omc__sha256 omc__sha256_init omc__sha256_update omc__sha256_final OMC__SHA256_SIZE   SHA-256
+      omc__hmac_sha256       HMAC-SHA-256 over a list of parts
+      omc__equal_ct          compare without an early exit (MACs, secrets)
     String map (heap keys, open addressing)
       omc__smap omc__smap_get omc__smap_put omc__smap_del omc__smap_next omc__smap_free
       fields omc__smap: count   (read-only: how many keys it holds)
@@ -1550,6 +1553,114 @@ OMC__PRIVATE uint32_t omc__crc32c(uint32_t crc, const void* data, size_t n) {
 #endif
     while (n--) crc = omc__crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
     return ~crc;
+}
+
+/* ---- SHA-256 and HMAC-SHA-256 (FIPS 180-4, RFC 2104) ----------------------------------------
+   Proofs of a secret that never crosses the wire: the remote connector's data hello (an HMAC
+   over a nonce the data port chose for this connection, keyed with the session's ticket) and the
+   transfer engine's RPC authentication. Small and self-contained so the library needs no crypto
+   library; it runs a handful of times per connection, so it is written for clarity, not speed. */
+typedef struct omc__sha256 {
+    uint32_t h[8];
+    uint64_t total;                     /* bytes hashed so far */
+    uint8_t block[64];
+    uint32_t used;                      /* bytes waiting in block */
+} omc__sha256;
+
+#define OMC__SHA256_SIZE 32
+
+static const uint32_t omc__sha256_k[64] = {
+    0x428a2f98u, 0x71374491u, 0xb5c0fbcfu, 0xe9b5dba5u, 0x3956c25bu, 0x59f111f1u, 0x923f82a4u, 0xab1c5ed5u,
+    0xd807aa98u, 0x12835b01u, 0x243185beu, 0x550c7dc3u, 0x72be5d74u, 0x80deb1feu, 0x9bdc06a7u, 0xc19bf174u,
+    0xe49b69c1u, 0xefbe4786u, 0x0fc19dc6u, 0x240ca1ccu, 0x2de92c6fu, 0x4a7484aau, 0x5cb0a9dcu, 0x76f988dau,
+    0x983e5152u, 0xa831c66du, 0xb00327c8u, 0xbf597fc7u, 0xc6e00bf3u, 0xd5a79147u, 0x06ca6351u, 0x14292967u,
+    0x27b70a85u, 0x2e1b2138u, 0x4d2c6dfcu, 0x53380d13u, 0x650a7354u, 0x766a0abbu, 0x81c2c92eu, 0x92722c85u,
+    0xa2bfe8a1u, 0xa81a664bu, 0xc24b8b70u, 0xc76c51a3u, 0xd192e819u, 0xd6990624u, 0xf40e3585u, 0x106aa070u,
+    0x19a4c116u, 0x1e376c08u, 0x2748774cu, 0x34b0bcb5u, 0x391c0cb3u, 0x4ed8aa4au, 0x5b9cca4fu, 0x682e6ff3u,
+    0x748f82eeu, 0x78a5636fu, 0x84c87814u, 0x8cc70208u, 0x90befffau, 0xa4506cebu, 0xbef9a3f7u, 0xc67178f2u};
+
+OMC__PRIVATE uint32_t omc__ror32(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+/* One 64-byte block into the state (the FIPS 180-4 compression function). */
+OMC__PRIVATE void omc__sha256_block(omc__sha256* s, const uint8_t* p) {
+    uint32_t w[64], a, b, c, d, e, f, g, h, t1, t2;
+    int i;
+    for (i = 0; i < 16; i++) w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (i = 16; i < 64; i++) {
+        uint32_t s0 = omc__ror32(w[i - 15], 7) ^ omc__ror32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = omc__ror32(w[i - 2], 17) ^ omc__ror32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    a = s->h[0]; b = s->h[1]; c = s->h[2]; d = s->h[3]; e = s->h[4]; f = s->h[5]; g = s->h[6]; h = s->h[7];
+    for (i = 0; i < 64; i++) {
+        t1 = h + (omc__ror32(e, 6) ^ omc__ror32(e, 11) ^ omc__ror32(e, 25)) + ((e & f) ^ (~e & g)) + omc__sha256_k[i] + w[i];
+        t2 = (omc__ror32(a, 2) ^ omc__ror32(a, 13) ^ omc__ror32(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+    }
+    s->h[0] += a; s->h[1] += b; s->h[2] += c; s->h[3] += d; s->h[4] += e; s->h[5] += f; s->h[6] += g; s->h[7] += h;
+}
+
+OMC__PRIVATE void omc__sha256_init(omc__sha256* s) {
+    static const uint32_t iv[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au, 0x510e527fu, 0x9b05688cu, 0x1f83d9abu, 0x5be0cd19u};
+    memcpy(s->h, iv, sizeof(iv));
+    s->total = 0;
+    s->used = 0;
+}
+
+OMC__PRIVATE void omc__sha256_update(omc__sha256* s, const void* data, size_t n) {
+    const uint8_t* p = (const uint8_t*)data;
+    s->total += n;
+    while (n) {
+        size_t take = omc__min(n, (size_t)(64 - s->used));
+        memcpy(s->block + s->used, p, take);
+        s->used += (uint32_t)take;
+        p += take;
+        n -= take;
+        if (s->used == 64) { omc__sha256_block(s, s->block); s->used = 0; }
+    }
+}
+
+/* Pad (0x80, zeros, the bit length big-endian) and write the 32-byte digest. */
+OMC__PRIVATE void omc__sha256_final(omc__sha256* s, uint8_t* out) {
+    uint64_t bits = s->total * 8u;
+    uint8_t pad = 0x80, zero = 0, len[8];
+    int i;
+    omc__sha256_update(s, &pad, 1);
+    while (s->used != 56) omc__sha256_update(s, &zero, 1);
+    for (i = 0; i < 8; i++) len[i] = (uint8_t)(bits >> (56 - 8 * i));
+    omc__sha256_update(s, len, 8);
+    for (i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(s->h[i] >> 24); out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(s->h[i] >> 8); out[4 * i + 3] = (uint8_t)s->h[i];
+    }
+}
+
+/* HMAC-SHA-256 of the concatenation of n parts (a key longer than a block is hashed first). */
+OMC__PRIVATE void omc__hmac_sha256(const uint8_t* key, size_t klen, const void* const* part, const size_t* plen, int n, uint8_t* out) {
+    uint8_t k[64], pad[64], inner[OMC__SHA256_SIZE];
+    omc__sha256 s;
+    int i;
+    memset(k, 0, sizeof(k));
+    if (klen > 64) { omc__sha256_init(&s); omc__sha256_update(&s, key, klen); omc__sha256_final(&s, k); }
+    else if (klen) memcpy(k, key, klen);
+    for (i = 0; i < 64; i++) pad[i] = (uint8_t)(k[i] ^ 0x36);
+    omc__sha256_init(&s);
+    omc__sha256_update(&s, pad, 64);
+    for (i = 0; i < n; i++) omc__sha256_update(&s, part[i], plen[i]);
+    omc__sha256_final(&s, inner);
+    for (i = 0; i < 64; i++) pad[i] = (uint8_t)(k[i] ^ 0x5c);
+    omc__sha256_init(&s);
+    omc__sha256_update(&s, pad, 64);
+    omc__sha256_update(&s, inner, sizeof(inner));
+    omc__sha256_final(&s, out);
+}
+
+/* Compare without an early exit, so the time taken says nothing about where a guess went wrong. */
+OMC__PRIVATE int omc__equal_ct(const uint8_t* a, const uint8_t* b, size_t n) {
+    uint8_t d = 0;
+    size_t i;
+    for (i = 0; i < n; i++) d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
 }
 
 static const char omc__b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -5860,114 +5971,6 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
     }
     *out_len = OMC__WIRE_HEADER + blen;
     return OMC_OK;
-}
-
-/* ---- SHA-256 and HMAC-SHA-256 (FIPS 180-4, RFC 2104) ----------------------------------------
-   The data hello proves that the receiver holds its session's ticket without sending it: an
-   HMAC over a nonce the data port chose for this connection. Small and self-contained so Part B
-   needs no crypto library; it runs a handful of times per data connection, so it is written for
-   clarity, not speed. */
-typedef struct omc__sha256 {
-    uint32_t h[8];
-    uint64_t total;                     /* bytes hashed so far */
-    uint8_t block[64];
-    uint32_t used;                      /* bytes waiting in block */
-} omc__sha256;
-
-#define OMC__SHA256_SIZE 32
-
-static const uint32_t omc__sha256_k[64] = {
-    0x428a2f98u, 0x71374491u, 0xb5c0fbcfu, 0xe9b5dba5u, 0x3956c25bu, 0x59f111f1u, 0x923f82a4u, 0xab1c5ed5u,
-    0xd807aa98u, 0x12835b01u, 0x243185beu, 0x550c7dc3u, 0x72be5d74u, 0x80deb1feu, 0x9bdc06a7u, 0xc19bf174u,
-    0xe49b69c1u, 0xefbe4786u, 0x0fc19dc6u, 0x240ca1ccu, 0x2de92c6fu, 0x4a7484aau, 0x5cb0a9dcu, 0x76f988dau,
-    0x983e5152u, 0xa831c66du, 0xb00327c8u, 0xbf597fc7u, 0xc6e00bf3u, 0xd5a79147u, 0x06ca6351u, 0x14292967u,
-    0x27b70a85u, 0x2e1b2138u, 0x4d2c6dfcu, 0x53380d13u, 0x650a7354u, 0x766a0abbu, 0x81c2c92eu, 0x92722c85u,
-    0xa2bfe8a1u, 0xa81a664bu, 0xc24b8b70u, 0xc76c51a3u, 0xd192e819u, 0xd6990624u, 0xf40e3585u, 0x106aa070u,
-    0x19a4c116u, 0x1e376c08u, 0x2748774cu, 0x34b0bcb5u, 0x391c0cb3u, 0x4ed8aa4au, 0x5b9cca4fu, 0x682e6ff3u,
-    0x748f82eeu, 0x78a5636fu, 0x84c87814u, 0x8cc70208u, 0x90befffau, 0xa4506cebu, 0xbef9a3f7u, 0xc67178f2u};
-
-OMC__PRIVATE uint32_t omc__ror32(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-/* One 64-byte block into the state (the FIPS 180-4 compression function). */
-OMC__PRIVATE void omc__sha256_block(omc__sha256* s, const uint8_t* p) {
-    uint32_t w[64], a, b, c, d, e, f, g, h, t1, t2;
-    int i;
-    for (i = 0; i < 16; i++) w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
-    for (i = 16; i < 64; i++) {
-        uint32_t s0 = omc__ror32(w[i - 15], 7) ^ omc__ror32(w[i - 15], 18) ^ (w[i - 15] >> 3);
-        uint32_t s1 = omc__ror32(w[i - 2], 17) ^ omc__ror32(w[i - 2], 19) ^ (w[i - 2] >> 10);
-        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    a = s->h[0]; b = s->h[1]; c = s->h[2]; d = s->h[3]; e = s->h[4]; f = s->h[5]; g = s->h[6]; h = s->h[7];
-    for (i = 0; i < 64; i++) {
-        t1 = h + (omc__ror32(e, 6) ^ omc__ror32(e, 11) ^ omc__ror32(e, 25)) + ((e & f) ^ (~e & g)) + omc__sha256_k[i] + w[i];
-        t2 = (omc__ror32(a, 2) ^ omc__ror32(a, 13) ^ omc__ror32(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-        h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
-    }
-    s->h[0] += a; s->h[1] += b; s->h[2] += c; s->h[3] += d; s->h[4] += e; s->h[5] += f; s->h[6] += g; s->h[7] += h;
-}
-
-OMC__PRIVATE void omc__sha256_init(omc__sha256* s) {
-    static const uint32_t iv[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au, 0x510e527fu, 0x9b05688cu, 0x1f83d9abu, 0x5be0cd19u};
-    memcpy(s->h, iv, sizeof(iv));
-    s->total = 0;
-    s->used = 0;
-}
-
-OMC__PRIVATE void omc__sha256_update(omc__sha256* s, const void* data, size_t n) {
-    const uint8_t* p = (const uint8_t*)data;
-    s->total += n;
-    while (n) {
-        size_t take = omc__min(n, (size_t)(64 - s->used));
-        memcpy(s->block + s->used, p, take);
-        s->used += (uint32_t)take;
-        p += take;
-        n -= take;
-        if (s->used == 64) { omc__sha256_block(s, s->block); s->used = 0; }
-    }
-}
-
-/* Pad (0x80, zeros, the bit length big-endian) and write the 32-byte digest. */
-OMC__PRIVATE void omc__sha256_final(omc__sha256* s, uint8_t* out) {
-    uint64_t bits = s->total * 8u;
-    uint8_t pad = 0x80, zero = 0, len[8];
-    int i;
-    omc__sha256_update(s, &pad, 1);
-    while (s->used != 56) omc__sha256_update(s, &zero, 1);
-    for (i = 0; i < 8; i++) len[i] = (uint8_t)(bits >> (56 - 8 * i));
-    omc__sha256_update(s, len, 8);
-    for (i = 0; i < 8; i++) {
-        out[4 * i] = (uint8_t)(s->h[i] >> 24); out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
-        out[4 * i + 2] = (uint8_t)(s->h[i] >> 8); out[4 * i + 3] = (uint8_t)s->h[i];
-    }
-}
-
-/* HMAC-SHA-256 of the concatenation of n parts (a key longer than a block is hashed first). */
-OMC__PRIVATE void omc__hmac_sha256(const uint8_t* key, size_t klen, const void* const* part, const size_t* plen, int n, uint8_t* out) {
-    uint8_t k[64], pad[64], inner[OMC__SHA256_SIZE];
-    omc__sha256 s;
-    int i;
-    memset(k, 0, sizeof(k));
-    if (klen > 64) { omc__sha256_init(&s); omc__sha256_update(&s, key, klen); omc__sha256_final(&s, k); }
-    else if (klen) memcpy(k, key, klen);
-    for (i = 0; i < 64; i++) pad[i] = (uint8_t)(k[i] ^ 0x36);
-    omc__sha256_init(&s);
-    omc__sha256_update(&s, pad, 64);
-    for (i = 0; i < n; i++) omc__sha256_update(&s, part[i], plen[i]);
-    omc__sha256_final(&s, inner);
-    for (i = 0; i < 64; i++) pad[i] = (uint8_t)(k[i] ^ 0x5c);
-    omc__sha256_init(&s);
-    omc__sha256_update(&s, pad, 64);
-    omc__sha256_update(&s, inner, sizeof(inner));
-    omc__sha256_final(&s, out);
-}
-
-/* Compare without an early exit, so the time taken says nothing about where a guess went wrong. */
-OMC__PRIVATE int omc__equal_ct(const uint8_t* a, const uint8_t* b, size_t n) {
-    uint8_t d = 0;
-    size_t i;
-    for (i = 0; i < n; i++) d |= (uint8_t)(a[i] ^ b[i]);
-    return d == 0;
 }
 
 /* ---- TCP data plane records and headers ----------------------------------------------------- */

@@ -6706,111 +6706,36 @@ OMNICONN_API omc_result omc_xfer_export(omc_xfer* x, void* out, size_t cap, size
     crosses in clear, and a recorded AUTH is worthless on another connection (new challenge).
 
     libzmq is loaded here with dlopen, as the core loads it (the core's loader is not part of
-    the companion interface). The MAC is HMAC-SHA-256 (FIPS 180-4, RFC 2104), below.
+    the companion interface). The MAC is HMAC-SHA-256 (FIPS 180-4, RFC 2104), the core's.
 */
 
-/* ---- SHA-256 and HMAC ---- */
-typedef struct omc__sha256 { uint32_t h[8]; uint64_t n; uint8_t buf[64]; uint32_t used; } omc__sha256;
-
-OMC__PRIVATE void omc__sha256_block(omc__sha256* c, const uint8_t* p) {
-    static const uint32_t k[64] = {
-        0x428a2f98u, 0x71374491u, 0xb5c0fbcfu, 0xe9b5dba5u, 0x3956c25bu, 0x59f111f1u, 0x923f82a4u, 0xab1c5ed5u, 0xd807aa98u, 0x12835b01u,
-        0x243185beu, 0x550c7dc3u, 0x72be5d74u, 0x80deb1feu, 0x9bdc06a7u, 0xc19bf174u, 0xe49b69c1u, 0xefbe4786u, 0x0fc19dc6u, 0x240ca1ccu,
-        0x2de92c6fu, 0x4a7484aau, 0x5cb0a9dcu, 0x76f988dau, 0x983e5152u, 0xa831c66du, 0xb00327c8u, 0xbf597fc7u, 0xc6e00bf3u, 0xd5a79147u,
-        0x06ca6351u, 0x14292967u, 0x27b70a85u, 0x2e1b2138u, 0x4d2c6dfcu, 0x53380d13u, 0x650a7354u, 0x766a0abbu, 0x81c2c92eu, 0x92722c85u,
-        0xa2bfe8a1u, 0xa81a664bu, 0xc24b8b70u, 0xc76c51a3u, 0xd192e819u, 0xd6990624u, 0xf40e3585u, 0x106aa070u, 0x19a4c116u, 0x1e376c08u,
-        0x2748774cu, 0x34b0bcb5u, 0x391c0cb3u, 0x4ed8aa4au, 0x5b9cca4fu, 0x682e6ff3u, 0x748f82eeu, 0x78a5636fu, 0x84c87814u, 0x8cc70208u,
-        0x90befffau, 0xa4506cebu, 0xbef9a3f7u, 0xc67178f2u};
-    uint32_t w[64], v[8], i;
-#define OMC__ROR(a, b) (((a) >> (b)) | ((a) << (32 - (b))))
-    for (i = 0; i < 16; i++) w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
-    for (i = 16; i < 64; i++)
-        w[i] = w[i - 16] + (OMC__ROR(w[i - 15], 7) ^ OMC__ROR(w[i - 15], 18) ^ (w[i - 15] >> 3)) + w[i - 7] +
-               (OMC__ROR(w[i - 2], 17) ^ OMC__ROR(w[i - 2], 19) ^ (w[i - 2] >> 10));
-    memcpy(v, c->h, sizeof(v));
-    for (i = 0; i < 64; i++) {
-        uint32_t t1 = v[7] + (OMC__ROR(v[4], 6) ^ OMC__ROR(v[4], 11) ^ OMC__ROR(v[4], 25)) + ((v[4] & v[5]) ^ (~v[4] & v[6])) + k[i] + w[i];
-        uint32_t t2 = (OMC__ROR(v[0], 2) ^ OMC__ROR(v[0], 13) ^ OMC__ROR(v[0], 22)) + ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
-        memmove(v + 1, v, 7 * sizeof(uint32_t));
-        v[4] += t1;
-        v[0] = t1 + t2;
-    }
-#undef OMC__ROR
-    for (i = 0; i < 8; i++) c->h[i] += v[i];
-}
-
-OMC__PRIVATE void omc__sha256_init(omc__sha256* c) {
-    static const uint32_t h0[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au, 0x510e527fu, 0x9b05688cu, 0x1f83d9abu, 0x5be0cd19u};
-    memcpy(c->h, h0, sizeof(h0));
-    c->n = 0;
-    c->used = 0;
-}
-
-OMC__PRIVATE void omc__sha256_update(omc__sha256* c, const void* data, size_t len) {
-    const uint8_t* p = (const uint8_t*)data;
-    c->n += len;
-    while (len) {
-        size_t k = omc__min((size_t)(64 - c->used), len);
-        memcpy(c->buf + c->used, p, k);
-        c->used += (uint32_t)k;
-        p += k;
-        len -= k;
-        if (c->used == 64) { omc__sha256_block(c, c->buf); c->used = 0; }
-    }
-}
-
-OMC__PRIVATE void omc__sha256_final(omc__sha256* c, uint8_t out[32]) {
-    uint64_t bits = c->n * 8;
-    uint8_t pad = 0x80, z = 0, len[8];
-    int i;
-    omc__sha256_update(c, &pad, 1);
-    while (c->used != 56) omc__sha256_update(c, &z, 1);
-    for (i = 0; i < 8; i++) len[i] = (uint8_t)(bits >> (56 - 8 * i));
-    omc__sha256_update(c, len, 8);
-    for (i = 0; i < 32; i++) out[i] = (uint8_t)(c->h[i / 4] >> (24 - 8 * (i % 4)));
-}
-
-/* HMAC-SHA-256 of the concatenation of a and b (b may be NULL). */
-OMC__PRIVATE void omc__hmac_sha256(const uint8_t* key, size_t klen, const void* a, size_t alen, const void* b, size_t blen, uint8_t out[32]) {
-    uint8_t k[64], pad[64], inner[32];
-    omc__sha256 c;
-    size_t i;
-    memset(k, 0, sizeof(k));
-    if (klen > 64) { omc__sha256_init(&c); omc__sha256_update(&c, key, klen); omc__sha256_final(&c, k); }
-    else memcpy(k, key, klen);
-    for (i = 0; i < 64; i++) pad[i] = (uint8_t)(k[i] ^ 0x36);
-    omc__sha256_init(&c);
-    omc__sha256_update(&c, pad, 64);
-    omc__sha256_update(&c, a, alen);
-    if (b) omc__sha256_update(&c, b, blen);
-    omc__sha256_final(&c, inner);
-    for (i = 0; i < 64; i++) pad[i] = (uint8_t)(k[i] ^ 0x5c);
-    omc__sha256_init(&c);
-    omc__sha256_update(&c, pad, 64);
-    omc__sha256_update(&c, inner, 32);
-    omc__sha256_final(&c, out);
-}
-
 OMC__PRIVATE int omc__xfer_mac_equal(const uint8_t* a, const uint8_t* b) {
-    uint8_t d = 0;
-    int i;
-    for (i = 0; i < OMC__XFER_MAC; i++) d |= (uint8_t)(a[i] ^ b[i]);
-    return d == 0;
+    return omc__equal_ct(a, b, OMC__XFER_MAC);
 }
 
 /* The secret of a session (nonce, grant): only the engine holding master can compute it. */
 OMC__PRIVATE void omc__xfer_session_secret(const omc_xfer* x, uint64_t nonce, uint32_t grant, uint8_t out[OMC__XFER_MAC]) {
     uint8_t m[12 + 8 + 4 + 8];
+    const void* part[1];
+    size_t len[1];
     memcpy(m, "omc-xfer-ses", 12);
     omc__put_u64(m + 12, nonce);
     omc__put_u32(m + 20, grant);
     omc__put_u64(m + 24, x->incarnation);
-    omc__hmac_sha256(x->master, sizeof(x->master), m, sizeof(m), NULL, 0, out);
+    part[0] = m;
+    len[0] = sizeof(m);
+    omc__hmac_sha256(x->master, sizeof(x->master), part, len, 1, out);
 }
 
 /* What a client shows for a challenge. */
 OMC__PRIVATE void omc__xfer_proof(const uint8_t* secret, const uint8_t* challenge, uint8_t out[OMC__XFER_MAC]) {
-    omc__hmac_sha256(secret, OMC__XFER_MAC, "omc-xfer-auth", 13, challenge, OMC__XFER_NONCE, out);
+    const void* part[2];
+    size_t len[2];
+    part[0] = "omc-xfer-auth";
+    len[0] = 13;
+    part[1] = challenge;
+    len[1] = OMC__XFER_NONCE;
+    omc__hmac_sha256(secret, OMC__XFER_MAC, part, len, 2, out);
 }
 
 /* ---- libzmq, loaded at run time ---- */

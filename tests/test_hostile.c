@@ -357,8 +357,8 @@ static uint64_t tcp_data_connections(omc_conn* s) {
    ================================================================================================ */
 
 static uint16_t free_base_port(void) {
-    /* a base for vLLM-Omni's offset scheme that is unlikely to be taken: 20000..59999 */
-    return (uint16_t)(20000 + (getpid() * 7919 + (int)(omc_now_ns() % 1000)) % 40000);
+    /* the config's side-channel port: probed, below the kernel's ephemeral range */
+    return (uint16_t)omc_test_free_port_base(4);
 }
 
 /* A pipeline built from a config whose edge is CURVE-protected (key files in the connector's
