@@ -116,7 +116,10 @@ STEP BY STEP: HOW IT WORKS
        checking it with fstat and a pread of the header before touching a byte: a regular file,
        ours (uid), its size equal to what its header describes, the id and inode the metadata
        says. With the mapping it takes a reader id: a random byte in 1..2^24-1 of the segment
-       that nobody else holds a lock on, locked for as long as the mapping lives. It checks the
+       that nobody else holds a lock on, locked for as long as the mapping lives (when random
+       picks keep failing, a walk over the held ranges finds a free byte; when every byte is
+       held - another process of our uid squats them - the get fails with OMC_ERR_BUSY and a
+       WARN naming the segment, never reading under an id nobody reclaims). It checks the
        metadata against the segment (entry in range, range inside the data area, generation
        current) and claims one slot with a compare-and-swap: AVAILABLE -> HELD by our reader
        id. The view points straight into the mapping.
@@ -279,6 +282,8 @@ ERRORS & LOGGING
                             such entry, a name that is not a segment of ours, ...).
     OMC_ERR_POOL_FULL       no free range (put), or all max_entries are in flight.
     OMC_ERR_INVALID_ARG     a desc field out of range, more than 16 readers, a foreign buffer.
+    OMC_ERR_BUSY            every reader id of the sender's segment is locked by other
+                            processes (a process of our uid squats them; see step 3).
     Every refusal is logged with the object, the side and the fix: the desc field and what it
     accepts ("omc_shm_desc.pool_size 1 bytes is out of range: at least the alignment (4096
     bytes), ..."), the key and side of a get whose payload exceeds the caller's buffer
@@ -1143,6 +1148,8 @@ typedef struct omc__shm {
     omc__shm_view* views;
     uint32_t view_cap, view_free, views_used;
     omc_time_ns next_scan, next_maint;
+    omc_time_ns squat_said;     /* the last "every reader id is taken" line (one per 10 s) */
+    int no_ofd_said;            /* the "no OFD locks" line was logged */
     uint32_t idle_word;         /* futex for getters that have no peer to wait on */
 } omc__shm;
 
@@ -1895,6 +1902,87 @@ OMC__PRIVATE void omc__shm_peer_free(omc__shm* S, omc__shm_peer* P) {
 }
 
 
+/* ---- reader ids ----
+   Our reader id in a segment is a byte of its lock range that nobody else holds, write-locked
+   by us for as long as the mapping (the fd) lives; the owner reclaims our views only once that
+   lock is free. Random picks first (cheap, and a dead reader's id is unlikely to come back
+   before its owner reclaimed its views); when they keep landing on held bytes, a walk over the
+   held ranges finds a free byte wherever one is left, so a process of our uid that locks nearly
+   every byte cannot push us onto an id that is never reclaimed. When none is left the segment
+   is refused (OMC_ERR_BUSY) and the log says why, rather than reading with an id nobody frees. */
+#define OMC__SHM_ID_TRIES   64u         /* random picks before the walk */
+#define OMC__SHM_ID_PROBES  4096u       /* F_OFD_GETLK calls one walk may spend */
+#define OMC__SHM_ID_STACK   64u         /* byte ranges a walk keeps to look at */
+#define OMC__SHM_SQUAT_SAY_NS 10000000000LL
+
+/* The first byte in [lo, hi) that no other open file description locks, or 0 (none found
+   within the probe budget, or the kernel cannot tell). Each probe asks for the whole range and
+   learns one held range [s, e): both sides of it are looked at, the lower one first. */
+OMC__PRIVATE uint32_t omc__shm_free_byte(int fd, uint32_t lo, uint32_t hi) {
+    uint32_t stack_lo[OMC__SHM_ID_STACK], stack_hi[OMC__SHM_ID_STACK], n = 0, probes = OMC__SHM_ID_PROBES;
+    stack_lo[n] = lo; stack_hi[n] = hi; n++;
+    while (n > 0 && probes > 0) {
+        struct flock fl;
+        uint64_t s, e;
+        n--;
+        lo = stack_lo[n]; hi = stack_hi[n];
+        if (lo >= hi) continue;
+        probes--;
+        memset(&fl, 0, sizeof(fl));
+        fl.l_type = F_WRLCK;
+        fl.l_whence = SEEK_SET;
+        fl.l_start = (off_t)lo;
+        fl.l_len = (off_t)(hi - lo);
+        if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return 0;
+        if (fl.l_type == F_UNLCK) return lo;
+        s = (uint64_t)fl.l_start;
+        e = fl.l_len == 0 ? (uint64_t)hi : s + (uint64_t)fl.l_len;     /* 0: to the end of the file */
+        if (e < hi && n < OMC__SHM_ID_STACK) { stack_lo[n] = (uint32_t)(e > lo ? e : lo); stack_hi[n] = hi; n++; }
+        if (s > lo && n < OMC__SHM_ID_STACK) { stack_lo[n] = lo; stack_hi[n] = (uint32_t)(s < hi ? s : hi); n++; }
+    }
+    return 0;
+}
+
+/* Take a reader id in the segment open on fd (caller holds rmu). OMC_ERR_BUSY when every id is
+   held by someone else. Without OFD locks (kernels before 3.15) claims carry an id no owner
+   ever reclaims (never reclaim on doubt: views of a reader that dies then stay held until the
+   owner closes), and the log says so once. */
+OMC__PRIVATE omc_result omc__shm_take_reader_id(omc__shm* S, int fd, const char* path, uint32_t* out) {
+    uint32_t k, id;
+    int le = EAGAIN;
+    omc_time_ns now;
+    *out = 0;
+    for (k = 0; k < OMC__SHM_ID_TRIES && le == EAGAIN; k++) {
+        id = 1u + (uint32_t)(omc__random_u64() % (OMC__SHM_READER_IDS - 1u));
+        le = omc__shm_lock(fd, id, F_WRLCK);
+        if (le == 0) { *out = id; return OMC_OK; }
+    }
+    for (k = 0; k < 4 && le == EAGAIN; k++) {   /* 4: another reader may take the byte we found first */
+        id = omc__shm_free_byte(fd, 1u, OMC__SHM_READER_IDS);
+        if (id == 0) break;
+        le = omc__shm_lock(fd, id, F_WRLCK);
+        if (le == 0) { *out = id; return OMC_OK; }
+    }
+    if (le != EAGAIN) {
+        if (!S->no_ofd_said) {
+            S->no_ofd_said = 1;
+            OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "cannot lock a reader id in %s (%s): this kernel has no OFD "
+                     "locks, so views of a reader that dies stay held until their owner closes. Fix: Linux 3.15 or later", path, strerror(le));
+        }
+        *out = OMC__SHM_SELF_READER;
+        return OMC_OK;
+    }
+    now = omc_now_ns();
+    if (!S->squat_said || now - S->squat_said >= OMC__SHM_SQUAT_SAY_NS) {
+        S->squat_said = now;
+        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "segment %s refused: all %u reader ids (lock bytes 1..%u) are "
+                 "held by other open descriptions of it, so a reader here could not be told apart from a dead one. Another "
+                 "process of uid %u holds them all: find it with `lslocks` (it holds a lock on that file) and stop it",
+                 path, OMC__SHM_READER_IDS - 1u, OMC__SHM_READER_IDS - 1u, S->uid);
+    }
+    return OMC_ERR_BUSY;
+}
+
 /* Open and map a sender's segment by name, checking everything before the first byte is touched:
    a regular file (never through a symlink), owned by our uid, whose size matches the geometry its
    header describes (the header is read with pread, so a lying size can never fault), READY, and -
@@ -1958,18 +2046,12 @@ OMC__PRIVATE omc_result omc__shm_peer_open(omc__shm* S, const char* name, uint64
     }
     P = (omc__shm_peer*)omc__calloc(&S->conn->hooks, sizeof(omc__shm_peer));
     if (!P) { munmap(p, (size_t)lay.total); close(fd); return OMC_ERR_NO_MEMORY; }
-    /* our reader id in this segment: a random lock byte nobody holds, held as long as the
-       mapping (the fd) lives. Its owner reclaims our views only once the lock is free. */
-    for (e = 0; e < 64 && !P->reader_id; e++) {
-        uint32_t id = 1u + (uint32_t)(omc__random_u64() % (OMC__SHM_READER_IDS - 1u));
-        int le = omc__shm_lock(fd, id, F_WRLCK);
-        if (le == 0) P->reader_id = id;
-        else if (le != EAGAIN) break;
-    }
-    if (!P->reader_id) {
-        /* no OFD locks here: claims carry an id no owner ever reclaims (never reclaim on
-           doubt: views of a reader that dies then stay held until the owner closes) */
-        P->reader_id = OMC__SHM_SELF_READER;
+    r = omc__shm_take_reader_id(S, fd, path, &P->reader_id);
+    if (r != OMC_OK) {
+        omc__free(&S->conn->hooks, P);
+        munmap(p, (size_t)lay.total);
+        close(fd);
+        return r;
     }
     snprintf(P->name, sizeof(P->name), "%s", name);
     P->fd = fd;

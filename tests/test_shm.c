@@ -1790,9 +1790,160 @@ OMC_TEST(shm_large_put_copies_every_byte) {
     free(raw);
 }
 
+/* ---- reader ids held by a squatter ----------------------------------------------------------- */
+
+/* The squatter: this binary again (--squat PATH READY_FD HOLD_FD SPARE), not a fork of a process
+   that may run sanitizer threads. It write-locks every reader-id byte of the segment but SPARE
+   (0: all of them), says so on READY_FD and holds the locks until HOLD_FD reaches end of file. */
+static void squat_main(int argc, char** argv) {
+    struct flock fl;
+    uint32_t spare;
+    int fd, ready, hold;
+    char c = 1;
+    if (argc < 6 || strcmp(argv[1], "--squat") != 0) return;
+    ready = atoi(argv[3]);
+    hold = atoi(argv[4]);
+    spare = (uint32_t)strtoul(argv[5], NULL, 10);
+    fd = open(argv[2], O_RDWR);
+    if (fd < 0) _exit(2);
+    memset(&fl, 0, sizeof(fl));
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 1;
+    fl.l_len = (off_t)((spare ? spare : (1u << 24)) - 1u);
+    if (fcntl(fd, F_OFD_SETLK, &fl) != 0) _exit(3);                       /* HOSTILE: ids 1 .. spare-1 */
+    if (spare) {
+        fl.l_start = (off_t)spare + 1;
+        fl.l_len = (off_t)((1u << 24) - spare - 1u);
+        if (fcntl(fd, F_OFD_SETLK, &fl) != 0) _exit(3);                   /* HOSTILE: ids spare+1 .. 2^24-1 */
+    }
+    if (write(ready, &c, 1) != 1) _exit(4);
+    while (read(hold, &c, 1) > 0) {}
+    _exit(0);
+}
+
+/* Start a squatter on path; *hold is the pipe end whose close lets it go. */
+static pid_t squat_start(const char* path, uint32_t spare, int* hold) {
+    int ready[2], h[2];
+    char a[16], b[16], sp[16], c = 0;
+    pid_t pid;
+    if (pipe(ready) != 0) return -1;
+    if (pipe(h) != 0) { close(ready[0]); close(ready[1]); return -1; }
+    snprintf(a, sizeof(a), "%d", ready[1]);
+    snprintf(b, sizeof(b), "%d", h[0]);
+    snprintf(sp, sizeof(sp), "%u", spare);
+    pid = fork();
+    if (pid == 0) {
+        close(ready[0]);
+        close(h[1]);
+        execl("/proc/self/exe", "test_shm", "--squat", path, a, b, sp, (char*)NULL);
+        _exit(127);
+    }
+    close(ready[1]);
+    close(h[0]);
+    if (pid < 0 || read(ready[0], &c, 1) != 1) {
+        close(ready[0]);
+        close(h[1]);
+        if (pid > 0) waitpid(pid, NULL, 0);
+        return -1;
+    }
+    close(ready[0]);
+    *hold = h[1];
+    return pid;
+}
+
+static char squat_said[1024];
+static void squat_logger(omc_log_level level, omc_log_item item, const char* msg, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level <= OMC_LOG_WARN && strstr(msg, "reader ids")) snprintf(squat_said, sizeof(squat_said), "%s", msg);
+}
+
+static omc_conn* make_squat_receiver(const char* ch) {
+    omc_shm_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.channel = ch;
+    d.role = OMC_ROLE_RECEIVER;
+    d.hooks.log_fn = squat_logger;
+    return omc_shm_create(&d, &c) == OMC_OK ? c : NULL;
+}
+
+/* Every reader id locked by another process of our uid: the get is refused with OMC_ERR_BUSY and
+   a line that says why, instead of reading under an id nobody ever reclaims; once the squatter
+   is gone the same get succeeds. */
+OMC_TEST(shm_reader_ids_all_held_by_a_squatter_refuse_with_busy_and_a_log_line) {
+    char ch[32], path[OMC_SHM_PATH_MAX];
+    omc_conn *s, *r;
+    omc_meta m = {0};
+    omc_buffer b;
+    int hold = -1, status = 0;
+    pid_t pid;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_squat_receiver(ch);
+    REQUIRE(s && r);
+    CHECK_OK(put_pattern(s, "k", 100000, 21, 1, &m));
+    REQUIRE(omc_shm_segment_path(s, path, sizeof(path)) == OMC_OK);
+    pid = squat_start(path, 0, &hold);
+    REQUIRE(pid > 0);
+    squat_said[0] = '\0';
+    CHECK_EQ(omc_conn_get(r, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(1000), &b), OMC_ERR_BUSY);
+    CHECK(strstr(squat_said, "refused") != NULL && strstr(squat_said, "lslocks") != NULL);
+    close(hold);
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_OK(omc_conn_get(r, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 21));
+    CHECK_OK(omc_buffer_release(&b));
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* A squatter that leaves one id free: the reader finds that one (its lock byte is held while
+   the reader maps the segment, so its views can be reclaimed if it dies). */
+OMC_TEST(shm_reader_takes_the_one_id_a_squatter_left_free) {
+    char ch[32], path[OMC_SHM_PATH_MAX];
+    const uint32_t spare = 9876543u;
+    omc_conn *s, *r;
+    omc_meta m = {0};
+    omc_buffer b;
+    struct flock fl;
+    int hold = -1, fd;
+    pid_t pid;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_squat_receiver(ch);
+    REQUIRE(s && r);
+    CHECK_OK(put_pattern(s, "k", 100000, 22, 1, &m));
+    REQUIRE(omc_shm_segment_path(s, path, sizeof(path)) == OMC_OK);
+    pid = squat_start(path, spare, &hold);
+    REQUIRE(pid > 0);
+    squat_said[0] = '\0';
+    CHECK_OK(omc_conn_get(r, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 22));
+    CHECK_EQ(squat_said[0], '\0');
+    fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    memset(&fl, 0, sizeof(fl));
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (off_t)spare;
+    fl.l_len = 1;
+    CHECK(fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK);      /* the reader holds the spare id */
+    close(fd);
+    CHECK_OK(omc_buffer_release(&b));
+    close(hold);
+    waitpid(pid, NULL, 0);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
 int main(int argc, char** argv) {
     int status;
     ct_consumer_main(argc, argv, make_from_spec);
+    squat_main(argc, argv);
     snprintf(priv_dir, sizeof(priv_dir), SHM_DIR "/omc-tests-%ld", (long)getpid());
     if (mkdir(priv_dir, 0700) != 0) { perror(priv_dir); return 1; }
     status = omc_test_main(argc, argv);
