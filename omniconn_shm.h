@@ -78,7 +78,9 @@ QUICK START
         omc_buffer_release(&b);                        // no system call
 
     Zero copy on the sending side too: omc_conn_alloc() a buffer from the connector's pool, build
-    the payload in it (omc_frame_build for named tensors), put it with payload.buffer set.
+    the payload in it (omc_frame_build for named tensors), put it with payload.buffer set. Like
+    a view, a buffer from omc_conn_alloc keeps the pool and its mapping alive until it is put
+    or released, even after the connector is destroyed.
     examples/shm_pipeline.c is a complete two-process program.
 
 ================================================================================================
@@ -349,7 +351,12 @@ LIMITS
     - Fan-out <= 16 readers per put; <= max_entries puts in flight; keys <= 255 bytes.
     - A connector belongs to the process that created it: after fork(), create new ones in the
       child (claims record the creator's reader ids; the parent's mappings and locks are not the
-      child's to use).
+      child's to use). In the child the inherited connector only unmaps and closes: destroy (or
+      a child that exits) never unlinks the segment, retires the parent's entries or wakes its
+      getters; releasing an inherited view or buffer forgets it there without touching the
+      segment; every other call (put, get, alloc, cleanup, exists, list, sweep,
+      wait_consumed) returns OMC_ERR_CLOSED with a WARN that names both processes, and health
+      says closed.
     - A reader id (one of 2^24 - 1, chosen at random) taken by a new reader before the owner
       noticed the old one died keeps the old reader's held ranges until the new one unmaps the
       segment too. A process that inherits a connector's descriptors through fork() keeps its
@@ -480,6 +487,10 @@ RECENT REVISIONS
                         whole reservation at create): OMNICONN_SHM_RESERVE_MIN,
                         OMNICONN_SHM_GROW_STEP, OMNICONN_SHM_IDLE_MS; a payload that does not
                         fit the tmpfs is OMC_ERR_SHM_FULL at its put. Layout unchanged.
+                        A reader finds a free reader id by walking the held lock ranges, and a
+                        segment whose every id is held is OMC_ERR_BUSY with a WARN. A
+                        connector used in a fork()ed child only unmaps and closes there.
+                        Buffers from omc_conn_alloc keep the connector mapped until released.
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -1150,6 +1161,8 @@ typedef struct omc__shm {
     omc_time_ns next_scan, next_maint;
     omc_time_ns squat_said;     /* the last "every reader id is taken" line (one per 10 s) */
     int no_ofd_said;            /* the "no OFD locks" line was logged */
+    uint32_t forks;             /* omc__shm_forks when created: another value = a fork()ed child */
+    int foreign_said;           /* a forked child's first refused call was logged */
     uint32_t idle_word;         /* futex for getters that have no peer to wait on */
 } omc__shm;
 
@@ -1166,6 +1179,32 @@ OMC__PRIVATE void omc__shm_rmu_unlock(omc__shm* S) { omc__shm_rmu_held = NULL; p
 #define OMC__SHM_FULL_MIN_NS 10000000LL     /* out of space: a full walk at most every 10 ms */
 #define OMC__SHM_SCAN_NS 50000000LL         /* channel directory rescan while waiting */
 #define OMC__SHM_WAIT_SLICE_NS 50000000LL   /* longest single futex sleep (then look again) */
+
+/* ---- after fork() ----
+   A connector belongs to the process that created it. A fork()ed child inherits a copy of it
+   (heap, mappings, descriptors) but not the right to act on the shared state: its puts would race
+   the parent's allocator, its close would retire the parent's entries and unlink its segment,
+   its releases would finish the parent's views. So in a child the connector only unmaps and
+   closes (destroy, and the release of views and buffers, touch nothing shared and take no lock -
+   a lock another thread of the parent held at the fork stays held in the child for ever), and
+   every other call is refused with OMC_ERR_CLOSED and a log line. A child is recognised by a
+   counter that a pthread_atfork handler increments in the child: one load per call, no getpid. */
+static uint32_t omc__shm_forks;
+static pthread_once_t omc__shm_fork_once = PTHREAD_ONCE_INIT;
+static void omc__shm_on_fork_child(void) { __atomic_add_fetch(&omc__shm_forks, 1u, __ATOMIC_RELAXED); }
+static void omc__shm_fork_install(void) { pthread_atfork(NULL, NULL, omc__shm_on_fork_child); }
+
+OMC__PRIVATE int omc__shm_foreign(const omc__shm* S) { return __atomic_load_n(&omc__shm_forks, __ATOMIC_RELAXED) != S->forks; }
+
+/* A call a forked child may not make: OMC_ERR_CLOSED, a WARN the first time, INFO after. */
+OMC__PRIVATE omc_result omc__shm_refuse_foreign(omc__shm* S, const char* call) {
+    int first = !__atomic_exchange_n(&S->foreign_said, 1, __ATOMIC_RELAXED);
+    OMC__LOG(&S->conn->hooks, first ? OMC_LOG_WARN : OMC_LOG_INFO, OMC_LOGITEM_SHM, "%s on the SHM connector of channel '%s' "
+             "refused: process %u created it and this is process %u, a fork() of it, where a connector can only be destroyed "
+             "(that unmaps it here and leaves the creator's entries and segment alone). Fix: create a new connector in the "
+             "child", call, S->channel, S->pid, (unsigned)getpid());
+    return OMC_ERR_CLOSED;
+}
 
 /* ============================================================================================== */
 /* [SECTION] SHM: the key index (written by the owner, read lock-free by everyone)              */
@@ -1781,6 +1820,19 @@ OMC__PRIVATE omc_result omc__shm_alloc_range(omc__shm* S, uint64_t size, omc_tim
 /* [SECTION] SHM: the sender half - put, alloc, cleanup                                         */
 /* ============================================================================================== */
 
+/* The release of a buffer from omc_conn_alloc that was never put: its range goes back to the
+   pool, and its hold on the connector with it. Every such buffer holds a reference, so the pool
+   and the segment stay mapped until the last one is released, even after destroy (as views do).
+   In a fork()ed child the range is the parent's bookkeeping: only the hold is given back. */
+static omc_result omc__shm_alloc_release(omc_buffer* b) {
+    omc__shm* S = (omc__shm*)b->owner;
+    omc_result r = OMC_OK;
+    if (!S) return OMC_ERR_INVALID_ARG;
+    if (!omc__shm_foreign(S)) r = omc_alloc_free(omc_pool_allocator(S->pool), b->range);
+    if (r == OMC_OK) omc__conn_unref(S->conn);     /* may destroy the connector: nothing after this line */
+    return r;
+}
+
 static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out) {
     omc__shm* S = (omc__shm*)c->impl;
     uint64_t size = p->buffer ? (p->size ? p->size : p->buffer->size) : p->size;
@@ -1798,7 +1850,7 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
     r = omc__shm_self_check(S, now, 0);
     if (r != OMC_OK) return r;
     if (p->buffer) {    /* zero copy: a live range of our own pool, filled by the caller */
-        if (p->buffer->pool != S->pool || p->buffer->release_fn) {
+        if (p->buffer->pool != S->pool || (p->buffer->release_fn && p->buffer->release_fn != omc__shm_alloc_release)) {
             OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "put on channel '%s' (sender side) refused: payload.buffer "
                      "is not a buffer of this connector's pool. Fix: get it from omc_conn_alloc on this connector, or pass "
                      "payload.data instead", S->channel);
@@ -1828,7 +1880,11 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
     }
     if (wake) omc__futex_wake_bits(&S->hdr->put_seq, wake);   /* a getter of this key's class sleeps */
     omc__shm_housekeep(S, now);
-    if (p->buffer) memset(p->buffer, 0, sizeof(*p->buffer));   /* ownership moved to the entry */
+    if (p->buffer) {    /* ownership moved to the entry, and with it the buffer's hold on us */
+        int held = p->buffer->release_fn != NULL;
+        memset(p->buffer, 0, sizeof(*p->buffer));
+        if (held) omc__conn_unref(c);
+    }
     return OMC_OK;
 }
 
@@ -1836,8 +1892,11 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
 OMC__PRIVATE omc_result omc__shm_reserve_buffer(omc__shm* S, omc_result r, omc_buffer* out) {
     if (r != OMC_OK) return r;
     r = omc__shm_reserve(S, out->range.offset, out->size ? out->size : 1);
-    if (r != OMC_OK) omc_buffer_release(out);
-    return r;
+    if (r != OMC_OK) { omc_buffer_release(out); return r; }
+    out->release_fn = omc__shm_alloc_release;
+    out->owner = S;
+    omc__conn_ref(S->conn);
+    return OMC_OK;
 }
 
 /* A buffer for a zero-copy put. Space comes back when receivers release: reclaim, and sleep on
@@ -2494,10 +2553,23 @@ static omc_result omc__shm_get(omc_conn* c, const char* qkey, uint32_t qlen, con
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_key k;
     omc_result r;
+    if (omc__shm_foreign(S)) return omc__shm_refuse_foreign(S, "get");
     omc__shm_key_make(&k, qkey, qlen);
     r = meta ? omc__shm_get_meta(S, &k, meta, max_size, out) : omc__shm_get_wait(S, &k, deadline, max_size, out);
     if (r == OMC_OK) omc__conn_ref(c);     /* every view keeps the connector (and its mappings) alive */
     return r;
+}
+
+/* A view given back in a forked child: forgotten here (the claim in the segment is the
+   parent's, and so is its pin); the child's only thread cannot race this, so no lock. */
+OMC__PRIVATE omc_result omc__shm_release_foreign(omc__shm* S, omc_buffer* b) {
+    uint64_t vi = b->cookie[0];
+    omc_conn* c = S->conn;
+    if (vi >= S->view_cap || !S->views[vi].used || S->views[vi].gen != b->cookie[1]) return OMC_ERR_STALE;
+    omc__free(&c->hooks, S->views[vi].heap);
+    omc__shm_view_drop(S, (uint32_t)vi);
+    omc__conn_unref(c);     /* may tear the copy down: that only unmaps */
+    return OMC_OK;
 }
 
 /* Give a view back: HELD -> DONE in the sender's segment (no system call unless the owner is
@@ -2510,6 +2582,7 @@ static omc_result omc__shm_release(omc_buffer* b) {
     uint64_t vi = b->cookie[0];
     if (!S) return OMC_ERR_INVALID_ARG;
     c = S->conn;
+    if (omc__shm_foreign(S)) return omc__shm_release_foreign(S, b);
     omc__shm_rmu_lock(S);
     if (vi >= S->view_cap || !S->views[vi].used || S->views[vi].gen != b->cookie[1]) r = OMC_ERR_STALE;
     else {
@@ -2666,6 +2739,7 @@ static void omc__shm_close_body(omc_conn* c) {
 OMC__PRIVATE void omc__shm_teardown(omc__shm* S, const omc_hooks* hooks) {
     uint32_t it = 0, i;
     void* v;
+    int foreign = omc__shm_foreign(S);
     while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) omc__shm_peer_free(S, (omc__shm_peer*)v);
     omc__smap_free(&S->peers, hooks);
     omc__smap_free(&S->refused, hooks);
@@ -2675,8 +2749,10 @@ OMC__PRIVATE void omc__shm_teardown(omc__shm* S, const omc_hooks* hooks) {
     if (S->base) munmap(S->base, (size_t)S->lay.total);
     if (S->fd >= 0) close(S->fd);
     omc__etab_uninit(&S->tab);
-    pthread_mutex_destroy(&S->mu);
-    pthread_mutex_destroy(&S->rmu);
+    if (!foreign) {     /* in a fork()ed child a parent's thread may have held them at the fork */
+        pthread_mutex_destroy(&S->mu);
+        pthread_mutex_destroy(&S->rmu);
+    }
     omc__free(hooks, S);
 }
 
@@ -2696,6 +2772,7 @@ static omc_result omc__shm_exists(omc_conn* c, const char* qkey, uint32_t qlen) 
     omc_result r = OMC_ERR_NOT_FOUND;
     omc__shm_key k;
     uint32_t it = 0;
+    if (omc__shm_foreign(S)) return omc__shm_refuse_foreign(S, "exists");
     void* v;
     omc__shm_key_make(&k, qkey, qlen);
     omc__shm_channel_begin(S, now);
@@ -2735,6 +2812,7 @@ static omc_result omc__shm_list(omc_conn* c, omc__key_sink sink, void* user) {
     omc_result r = OMC_OK;
     uint32_t it = 0;
     void* v;
+    if (omc__shm_foreign(S)) return omc__shm_refuse_foreign(S, "list");
     omc__shm_channel_begin(S, now);
     while (r == OMC_OK && omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
         omc__shm_peer* P = (omc__shm_peer*)v;
@@ -2858,6 +2936,7 @@ static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, con
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
     omc_result r;
+    if (omc__shm_foreign(S)) return omc__shm_refuse_foreign(S, "put");
     if (!S->is_owner) return omc__shm_put_body(c, qkey, qlen, p, meta_out);
     if (sigsetjmp(g.jb, 0)) return omc__shm_faulted(S);
     omc__shm_guard_push(S, &g);
@@ -2869,6 +2948,7 @@ static omc_result omc__shm_alloc(omc_conn* c, uint64_t size, omc_time_ns deadlin
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
     omc_result r;
+    if (omc__shm_foreign(S)) return omc__shm_refuse_foreign(S, "alloc");
     if (!S->is_owner) return omc__shm_alloc_body(c, size, deadline, out);
     if (sigsetjmp(g.jb, 0)) return omc__shm_faulted(S);
     omc__shm_guard_push(S, &g);
@@ -2880,6 +2960,7 @@ static omc_result omc__shm_cleanup(omc_conn* c, const char* qkey, uint32_t qlen)
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
     omc_result r;
+    if (omc__shm_foreign(S)) return omc__shm_refuse_foreign(S, "cleanup");
     if (!S->is_owner) return omc__shm_cleanup_body(c, qkey, qlen);
     if (sigsetjmp(g.jb, 0)) return omc__shm_faulted(S);
     omc__shm_guard_push(S, &g);
@@ -2890,6 +2971,7 @@ static omc_result omc__shm_cleanup(omc_conn* c, const char* qkey, uint32_t qlen)
 static void omc__shm_health(omc_conn* c, omc_health* h) {
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
+    if (omc__shm_foreign(S)) { omc__shm_refuse_foreign(S, "health"); h->state = OMC_CONN_CLOSED; return; }
     if (!S->is_owner) { omc__shm_health_body(c, h); return; }
     if (sigsetjmp(g.jb, 0)) { omc__shm_faulted(S); h->state = OMC_CONN_DEGRADED; return; }
     omc__shm_guard_push(S, &g);
@@ -2900,6 +2982,7 @@ static uint64_t omc__shm_sweep(omc_conn* c) {
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
     uint64_t n;
+    if (omc__shm_foreign(S)) { omc__shm_refuse_foreign(S, "sweep"); return 0; }
     if (!S->is_owner) return omc__shm_sweep_body(c);
     if (sigsetjmp(g.jb, 0)) { omc__shm_faulted(S); return 0; }
     omc__shm_guard_push(S, &g);
@@ -2911,6 +2994,11 @@ static uint64_t omc__shm_pending(omc_conn* c) {
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
     uint64_t n;
+    if (omc__shm_foreign(S)) {   /* closed here: wait_consumed answers OMC_ERR_CLOSED, not "all consumed" */
+        omc__shm_refuse_foreign(S, "wait_consumed");
+        __atomic_store_n(&c->closed, 1, __ATOMIC_RELEASE);
+        return 1;
+    }
     if (!S->is_owner) return omc__shm_pending_body(c);
     if (sigsetjmp(g.jb, 0)) { omc__shm_faulted(S); return 0; }
     omc__shm_guard_push(S, &g);
@@ -2921,6 +3009,7 @@ static uint64_t omc__shm_pending(omc_conn* c) {
 static void omc__shm_close(omc_conn* c) {
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
+    if (omc__shm_foreign(S)) return;    /* the segment, its entries and its name stay the creator's */
     if (!S->is_owner) { omc__shm_close_body(c); return; }
     if (sigsetjmp(g.jb, 0)) {
         omc__shm_faulted(S);
@@ -3065,6 +3154,8 @@ OMNICONN_API omc_result omc_shm_create(const omc_shm_desc* desc, omc_conn** out)
     S->spin_ns = d.spin_ns;
     S->uid = (uint32_t)geteuid();
     S->pid = (uint32_t)getpid();
+    pthread_once(&omc__shm_fork_once, omc__shm_fork_install);
+    S->forks = __atomic_load_n(&omc__shm_forks, __ATOMIC_RELAXED);
     S->start_time = omc__shm_self_start_time();
     S->view_free = OMC__NIL;
     if (pthread_mutex_init(&S->mu, NULL) != 0 || pthread_mutex_init(&S->rmu, NULL) != 0) { omc__free(&hooks, S); return OMC_ERR_SYSTEM; }

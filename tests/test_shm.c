@@ -1940,6 +1940,130 @@ OMC_TEST(shm_reader_takes_the_one_id_a_squatter_left_free) {
     omc_conn_destroy(s);
 }
 
+/* ---- after fork(), and buffers that outlive their connector ----------------------------------- */
+
+/* A child's exit code: 0 if every refused call said OMC_ERR_CLOSED, else the first step that did
+   not. It destroys both connectors whatever the calls answered. */
+static int forked_child_calls_and_destroys(omc_conn* s, omc_conn* r) {
+    omc_buffer b;
+    omc_health h;
+    int bad = 0;
+    if (put_pattern(s, "child", 1000, 1, 1, NULL) != OMC_ERR_CLOSED) bad = bad ? bad : 10;
+    if (omc_conn_get(r, "a", "b", "m0", NULL, 0, OMC_NO_WAIT, &b) != OMC_ERR_CLOSED) bad = bad ? bad : 11;
+    if (omc_conn_alloc(s, 4096, OMC_NO_WAIT, &b) != OMC_ERR_CLOSED) bad = bad ? bad : 12;
+    if (omc_conn_cleanup(s, "a", "b", "m1") != OMC_ERR_CLOSED) bad = bad ? bad : 13;
+    if (omc_conn_exists(r, "a", "b", "m1") != OMC_ERR_CLOSED) bad = bad ? bad : 14;
+    if (omc_conn_wait_consumed(s, OMC_NO_WAIT) != OMC_ERR_CLOSED) bad = bad ? bad : 15;
+    omc_conn_health(s, &h);
+    if (h.state != OMC_CONN_CLOSED) bad = bad ? bad : 16;
+    omc_conn_destroy(s);
+    omc_conn_destroy(r);
+    return bad;
+}
+
+/* A parent with entries in flight, a view and an allocated buffer out forks twice: one child
+   gives back the inherited view and buffer and exits normally, the other calls (refused) and
+   destroys both connectors. The parent's segment, entries, view and buffer are untouched: every
+   entry is then read intact, by metadata and by key. */
+OMC_TEST(shm_forked_children_leave_the_parents_segment_and_entries_alone) {
+    enum { N = 6, SIZE = 300000 };
+    char ch[32], key[16];
+    omc_conn *s, *r;
+    omc_shm_desc rd;
+    omc_meta m[N];
+    omc_buffer held, alloced, b;
+    pid_t kid[2];
+    int i, status;
+    memset(m, 0, sizeof(m));
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 8u << 20);
+    memset(&rd, 0, sizeof(rd));
+    rd.channel = ch;
+    rd.role = OMC_ROLE_RECEIVER;
+    rd.hooks.log_fn = count_warnings;
+    r = NULL;
+    REQUIRE(s && omc_shm_create(&rd, &r) == OMC_OK);
+    for (i = 0; i < N; i++) {       /* m0.. with metadata, k0.. by key */
+        snprintf(key, sizeof(key), "m%d", i);
+        CHECK_OK(put_pattern(s, key, SIZE, 100 + (uint64_t)i, 1, &m[i]));
+        snprintf(key, sizeof(key), "k%d", i);
+        CHECK_OK(put_pattern(s, key, SIZE, 200 + (uint64_t)i, 1, NULL));
+    }
+    CHECK_OK(put_pattern(s, "held", SIZE, 300, 1, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "held", NULL, 0, omc_deadline_after_ms(1000), &held));
+    CHECK_OK(omc_conn_alloc(s, SIZE, omc_deadline_after_ms(1000), &alloced));
+    omc_test_fill(alloced.data, SIZE, 301);
+    warnings = 0;
+    fflush(NULL);
+    kid[0] = fork();
+    REQUIRE(kid[0] >= 0);
+    if (kid[0] == 0) {              /* gives back what it inherited, exits normally */
+        omc_buffer_release(&held);
+        omc_buffer_release(&alloced);
+        exit(0);
+    }
+    kid[1] = fork();
+    REQUIRE(kid[1] >= 0);
+    if (kid[1] == 0) _exit(forked_child_calls_and_destroys(s, r));
+    for (i = 0; i < 2; i++) {
+        status = -1;
+        CHECK(waitpid(kid[i], &status, 0) == kid[i]);
+        CHECK(WIFEXITED(status));
+        CHECK_EQ(WEXITSTATUS(status), 0);
+    }
+    CHECK_EQ(count_segments(SHM_DIR, ch), 1);                   /* not unlinked by a child */
+    for (i = 0; i < 4; i++) {       /* reuse of a range a child "released" would overwrite it */
+        snprintf(key, sizeof(key), "after%d", i);
+        CHECK_OK(put_pattern(s, key, SIZE, 400 + (uint64_t)i, 1, NULL));
+    }
+    CHECK(omc_test_verify(held.data, SIZE, 300));
+    CHECK(omc_test_verify(alloced.data, SIZE, 301));
+    for (i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "m%d", i);
+        CHECK_OK(omc_conn_get(r, "a", "b", key, m[i].data, m[i].size, omc_deadline_after_ms(1000), &b));
+        CHECK(b.size == SIZE && omc_test_verify(b.data, b.size, 100 + (uint64_t)i));
+        CHECK_OK(omc_buffer_release(&b));
+        snprintf(key, sizeof(key), "k%d", i);
+        CHECK_OK(omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(1000), &b));
+        CHECK(b.size == SIZE && omc_test_verify(b.data, b.size, 200 + (uint64_t)i));
+        CHECK_OK(omc_buffer_release(&b));
+        omc_meta_free(&m[i]);
+    }
+    for (i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "after%d", i);
+        CHECK_OK(omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(1000), &b));
+        CHECK(b.size == SIZE && omc_test_verify(b.data, b.size, 400 + (uint64_t)i));
+        CHECK_OK(omc_buffer_release(&b));
+    }
+    CHECK_OK(omc_buffer_release(&held));
+    CHECK_OK(omc_conn_put(s, "a", "b", "alloced", &(omc_payload){.buffer = &alloced}, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "alloced", NULL, 0, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == SIZE && omc_test_verify(b.data, b.size, 301));
+    CHECK_OK(omc_buffer_release(&b));
+    CHECK_EQ(warnings, 0);          /* no view of ours was finished by someone else */
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+}
+
+/* A buffer from omc_conn_alloc keeps the pool mapped after destroy, until it is released. */
+OMC_TEST(shm_alloc_buffer_outlives_destroy_until_released) {
+    char ch[32];
+    omc_conn* s;
+    omc_buffer b;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    REQUIRE(s != NULL);
+    CHECK_OK(omc_conn_alloc(s, 200000, omc_deadline_after_ms(1000), &b));
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);                   /* the name goes with destroy ... */
+    REQUIRE(count_mappings(ch) > 0);                            /* ... the mapping stays */
+    omc_test_fill(b.data, b.size, 7);
+    CHECK(omc_test_verify(b.data, b.size, 7));
+    CHECK_OK(omc_buffer_release(&b));
+    CHECK_EQ(count_mappings(ch), 0);                            /* the last release unmapped it */
+}
+
 int main(int argc, char** argv) {
     int status;
     ct_consumer_main(argc, argv, make_from_spec);
