@@ -418,8 +418,9 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
         264 u64  puts (statistics, relaxed)
         320 u32  release_seq: +1 on every release or withdrawal by a receiver; futex word
         324 u32  owner_sleeping: 1 if an owner thread may be asleep on release_seq
-        328 u64  claims, 336 u64 releases (statistics, relaxed)
-        384 ...  reserved, zero (to 4096)
+        328 ...  reserved, zero
+        384 u64  claims, 392 u64 releases (statistics, relaxed; written by receivers only)
+        400 ...  reserved, zero (to 4096)
       The geometry (offsets 8..63) is fully determined by entry count and data size; a
       receiver recomputes it and refuses any header that disagrees or any file of another size.
 
@@ -434,11 +435,12 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
                  h = (h ^ w) * 0xBF58476D1CE4E5B9; h ^= h >> 31
         40  i64  put time, CLOCK_MONOTONIC ns
         48  i64  end of its TTL, CLOCK_MONOTONIC ns, 0 = none
-        56  u64  reserved
-        64  u64[16] claim slots
-        192 u8[256] qualified key as 64-bit words; the last word it occupies is zero padded,
+        56  u64  claim slot 0
+        64  u8[256] qualified key as 64-bit words; the last word it occupies is zero padded,
                 the words after it are unspecified (compare key length first)
-        448 u64[8] reserved
+        320 u64[15] claim slots 1..15
+        440 u64[9] reserved
+      A single-reader get reads bytes 0..63 (fields and its slot) and the key's first line.
     Claim slot (u64): bits 63..32 generation, 31..30 state (0 empty, 1 available, 2 held,
         3 done), 29..0 reader id of the holder (held only): 1..2^24-1, or 0x3FFFFFFF for the
         owner's own receiver half.
@@ -491,6 +493,9 @@ RECENT REVISIONS
                         segment whose every id is held is OMC_ERR_BUSY with a WARN. A
                         connector used in a fork()ed child only unmaps and closes there.
                         Buffers from omc_conn_alloc keep the connector mapped until released.
+                        Segment layout version 4: claim slot 0 at entry offset 56, the key at
+                        64, slots 1..15 at 320; the claims/releases statistics at header
+                        offset 384 (a line only receivers write).
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -649,7 +654,7 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 /* ============================================================================================== */
 
 #define OMC__SHM_MAGIC          0x53434D4Fu     /* "OMCS" */
-#define OMC__SHM_VERSION        3
+#define OMC__SHM_VERSION        4
 #define OMC__SHM_HEADER_SIZE    4096u
 #define OMC__SHM_ENTRY_SIZE     512u
 #define OMC__SHM_KEY_WORDS      32              /* 256 key bytes, zero padded */
@@ -699,10 +704,10 @@ typedef struct omc__shm_header {
     /* ... and one written by receivers, so the two sides never fight over a line */
     uint32_t release_seq;       /* 320  futex: bumped on every release by a receiver */
     uint32_t owner_sleeping;    /* 324  1: an owner thread may be asleep on release_seq */
-    uint64_t claims;            /* 328  statistics: reads claimed */
-    uint64_t releases;          /* 336  statistics: views released */
-    uint8_t  pad2[40];          /* 344 */
-    uint8_t  reserved1[4096 - 384];
+    uint8_t  pad2[56];          /* 328 */
+    uint64_t claims;            /* 384  statistics: reads claimed (a line of their own: counting */
+    uint64_t releases;          /* 392  must not bounce release_seq's line between processes) */
+    uint8_t  reserved1[4096 - 400];
 } omc__shm_header;
 
 /* One put in flight: 512 bytes in the entry table. Fields are written by the owner while the
@@ -718,11 +723,16 @@ typedef struct omc__shm_entry {
     int64_t  put_time_ns;       /*  40  CLOCK_MONOTONIC (diagnostics) */
     int64_t  expires_ns;        /*  48  CLOCK_MONOTONIC end of the TTL, 0 = none: lets a sweep
                                         tell whether an exited owner's put may still be read */
-    uint64_t reserved0;         /*  56 */
-    uint64_t slots[OMC_SHM_MAX_READERS];    /*  64  one claim word per allowed read */
-    uint64_t key[OMC__SHM_KEY_WORDS];       /* 192  qualified key, its last word zero padded */
-    uint64_t reserved1[8];      /* 448 */
+    uint64_t slot0;             /*  56  the first claim slot, in the line a reader reads anyway */
+    uint64_t key[OMC__SHM_KEY_WORDS];       /*  64  qualified key, its last word zero padded */
+    uint64_t slots_more[OMC_SHM_MAX_READERS - 1];   /* 320  claim slots 1..15 (fan-out) */
+    uint64_t reserved1[9];      /* 440 */
 } omc__shm_entry;
+
+/* Claim slot i of an entry (0 .. OMC_SHM_MAX_READERS - 1). Slot 0 shares the first cache line
+   with the fields a reader checks and the key follows in the next: a single-reader handoff
+   moves two lines of the entry between the processes. */
+OMC__PRIVATE uint64_t* omc__shm_slot(omc__shm_entry* e, uint32_t i) { return i == 0 ? &e->slot0 : &e->slots_more[i - 1]; }
 
 /* compile-time layout checks: the manual documents these offsets */
 typedef char omc__shm_header_size_check[sizeof(omc__shm_header) == OMC__SHM_HEADER_SIZE ? 1 : -1];
@@ -730,7 +740,10 @@ typedef char omc__shm_entry_size_check[sizeof(omc__shm_entry) == OMC__SHM_ENTRY_
 typedef char omc__shm_seq_offset_check[offsetof(omc__shm_header, put_seq) == 256 ? 1 : -1];
 typedef char omc__shm_rel_offset_check[offsetof(omc__shm_header, release_seq) == 320 ? 1 : -1];
 typedef char omc__shm_dirty_offset_check[offsetof(omc__shm_header, dirty_offset) == 144 ? 1 : -1];
-typedef char omc__shm_slots_offset_check[offsetof(omc__shm_entry, slots) == 64 ? 1 : -1];
+typedef char omc__shm_slot0_offset_check[offsetof(omc__shm_entry, slot0) == 56 ? 1 : -1];
+typedef char omc__shm_key_offset_check[offsetof(omc__shm_entry, key) == 64 ? 1 : -1];
+typedef char omc__shm_slots_offset_check[offsetof(omc__shm_entry, slots_more) == 320 ? 1 : -1];
+typedef char omc__shm_claims_offset_check[offsetof(omc__shm_header, claims) == 384 ? 1 : -1];
 
 #define OMC__SHM_ENTRY_INLINE 0x1u
 #define OMC__SHM_ENTRY_FRAME  0x2u
@@ -1296,9 +1309,9 @@ OMC__PRIVATE int omc__shm_claim(omc__shm_entry* e, uint32_t gen, uint32_t new_st
     uint64_t want = omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0);
     for (i = 0; i < OMC_SHM_MAX_READERS; i++) {
         uint64_t w = want;
-        if (__atomic_load_n(&e->slots[i], __ATOMIC_RELAXED) != want) continue;
+        if (__atomic_load_n(omc__shm_slot(e, (uint32_t)i), __ATOMIC_RELAXED) != want) continue;
         /* acquire: on success every byte the owner wrote before publishing the slot is visible */
-        if (__atomic_compare_exchange_n(&e->slots[i], &w, omc__slot_make(gen, new_state, pid), 0,
+        if (__atomic_compare_exchange_n(omc__shm_slot(e, (uint32_t)i), &w, omc__slot_make(gen, new_state, pid), 0,
                                         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
             return i;
     }
@@ -1310,7 +1323,7 @@ OMC__PRIVATE int omc__shm_claim(omc__shm_entry* e, uint32_t gen, uint32_t new_st
 OMC__PRIVATE int omc__shm_unclaim(omc__shm_entry* e, uint32_t slot, uint32_t gen, uint32_t pid) {
     uint64_t w = omc__slot_make(gen, OMC__SLOT_HELD, pid);
     if (slot >= OMC_SHM_MAX_READERS) return 0;
-    return __atomic_compare_exchange_n(&e->slots[slot], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0,
+    return __atomic_compare_exchange_n(omc__shm_slot(e, (uint32_t)slot), &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0,
                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
@@ -1339,7 +1352,7 @@ OMC__PRIVATE omc__shm_count omc__shm_slots(omc__shm_entry* e, uint32_t gen, uint
     omc__shm_count c = {0, 0, 0};
     uint32_t i;
     for (i = 0; i < n && i < OMC_SHM_MAX_READERS; i++) {
-        uint64_t w = __atomic_load_n(&e->slots[i], __ATOMIC_ACQUIRE);
+        uint64_t w = __atomic_load_n(omc__shm_slot(e, (uint32_t)i), __ATOMIC_ACQUIRE);
         if (omc__slot_gen(w) != gen) continue;
         switch (omc__slot_state(w)) {
             case OMC__SLOT_AVAILABLE: c.avail++; break;
@@ -1558,7 +1571,7 @@ OMC__PRIVATE void omc__shm_free_entry(omc__shm* S, uint32_t i) {
     omc__shm_unindex(S, i);
     __atomic_store_n(&e->gen, 0u, __ATOMIC_RELEASE);
     for (s = 0; s < OMC_SHM_MAX_READERS; s++)   /* all 16: a foreign write may have touched any */
-        if (__atomic_load_n(&e->slots[s], __ATOMIC_RELAXED)) __atomic_store_n(&e->slots[s], (uint64_t)0, __ATOMIC_RELAXED);
+        if (__atomic_load_n(omc__shm_slot(e, (uint32_t)s), __ATOMIC_RELAXED)) __atomic_store_n(omc__shm_slot(e, (uint32_t)s), (uint64_t)0, __ATOMIC_RELAXED);
     omc__etab_drop(&S->tab, i, 0);     /* the range goes back to the pool */
 }
 
@@ -1569,7 +1582,7 @@ OMC__PRIVATE void omc__shm_retire(omc__shm* S, uint32_t i) {
     int s;
     for (s = 0; s < OMC_SHM_MAX_READERS; s++) {
         uint64_t w = omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0);
-        __atomic_compare_exchange_n(&e->slots[s], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+        __atomic_compare_exchange_n(omc__shm_slot(e, (uint32_t)s), &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
     }
     omc__shm_unindex(S, i);
 }
@@ -1597,11 +1610,11 @@ OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i, omc
     uint32_t gen = S->tab.ent[i].gen, n = 0;
     int s;
     for (s = 0; s < OMC_SHM_MAX_READERS; s++) {
-        uint64_t w = __atomic_load_n(&e->slots[s], __ATOMIC_ACQUIRE);
+        uint64_t w = __atomic_load_n(omc__shm_slot(e, (uint32_t)s), __ATOMIC_ACQUIRE);
         uint32_t pid = omc__slot_pid(w);
         if (omc__slot_gen(w) != gen || omc__slot_state(w) != OMC__SLOT_HELD) continue;
         if (omc__shm_reader_alive(S, seen, pid)) continue;
-        if (__atomic_compare_exchange_n(&e->slots[s], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        if (__atomic_compare_exchange_n(omc__shm_slot(e, (uint32_t)s), &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
             OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "reader %u (lock byte free: its process is gone) died holding a view of entry %u (%llu bytes) of %s: reclaimed",
                      pid, i, (unsigned long long)S->tab.ent[i].range.size, S->name);
             n++;
@@ -1709,7 +1722,7 @@ OMC__PRIVATE uint32_t omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, co
     __atomic_store_n(&e->expires_ns, expires, __ATOMIC_RELAXED);
     for (s = 0; s < k->nwords; s++) __atomic_store_n(&e->key[s], k->words[s], __ATOMIC_RELAXED);
     for (s = 0; s < readers; s++)   /* the other slots are empty: zeroed when the entry was freed */
-        __atomic_store_n(&e->slots[s], omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0), __ATOMIC_RELEASE);
+        __atomic_store_n(omc__shm_slot(e, (uint32_t)s), omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0), __ATOMIC_RELEASE);
     __atomic_store_n(&e->gen, gen, __ATOMIC_RELEASE);
     omc__shm_index_add(S, i);
     __atomic_add_fetch(&S->hdr->puts, (uint64_t)1, __ATOMIC_RELAXED);
@@ -3212,8 +3225,10 @@ OMC__PRIVATE int omc__shm_file_has_payloads(int fd, const struct stat* st, omc_t
         for (k = 0; k < n; k++) {
             const omc__shm_entry* e = &ents[k];
             if (e->gen == 0 || (e->expires_ns && now >= e->expires_ns)) continue;
-            for (s = 0; s < OMC_SHM_MAX_READERS; s++)
-                if (omc__slot_gen(e->slots[s]) == e->gen && omc__slot_state(e->slots[s]) == OMC__SLOT_AVAILABLE) return 1;
+            for (s = 0; s < OMC_SHM_MAX_READERS; s++) {
+                uint64_t w = s == 0 ? e->slot0 : e->slots_more[s - 1];
+                if (omc__slot_gen(w) == e->gen && omc__slot_state(w) == OMC__SLOT_AVAILABLE) return 1;
+            }
         }
     }
     return 0;
