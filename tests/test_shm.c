@@ -1574,11 +1574,32 @@ static int same_class(const char* key, const char* other) {
     return omc__shm_wake_bit(k1.hash) == omc__shm_wake_bit(k2.hash);
 }
 
-static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, int64_t spin_ns, int others) {
+/* Wait (up to 10 s) until process pid is asleep (state S in /proc): an event, not a delay. */
+static void wait_until_asleep(pid_t pid) {
+    char path[64], text[256];
+    int i;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    for (i = 0; i < 10000; i++) {
+        FILE* f = fopen(path, "r");
+        size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+        const char* close_paren;
+        if (f) fclose(f);
+        text[n] = '\0';
+        close_paren = strrchr(text, ')');
+        if (close_paren && close_paren[1] == ' ' && close_paren[2] == 'S') return;
+        usleep(1000);
+    }
+}
+
+/* sleeps: the getter is expected to sleep (no spin), so the parent waits until it does before it
+   puts; a spinning getter is only waited for until it starts its get. */
+static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, int64_t spin_ns, int others, int sleeps) {
     wait_report rep = { -1, -1, -1 };
-    int fds[2], status, i, sent = 0;
+    int fds[2], go[2], status, i, sent = 0;
+    char c = 0;
     pid_t pid;
     if (pipe(fds) != 0) return rep;
+    if (pipe(go) != 0) { close(fds[0]); close(fds[1]); return rep; }
     pid = fork();
     if (pid < 0) return rep;
     if (pid == 0) {
@@ -1593,6 +1614,7 @@ static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, i
         if (omc_shm_create(&d, &r) == OMC_OK) {
             /* map the segment first (a scan, an mmap): the wait below is then only the wait */
             omc_conn_get(r, "a", "b", "not-there", NULL, 0, omc_deadline_after_ms(1), &b);
+            if (write(go[1], &c, 1) != 1) _exit(1);         /* the get starts now */
             getrusage(SHM_RUSAGE_WAITER, &ru0);
             rep.res = omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(5000), &b);
             rep.woke_ns = omc_now_ns();
@@ -1604,7 +1626,8 @@ static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, i
         omc_test_write_all(fds[1], &rep, sizeof(rep));
         _exit(0);
     }
-    usleep(100000);     /* the getter is waiting by now */
+    if (read(go[0], &c, 1) != 1) { waitpid(pid, &status, 0); return rep; }
+    if (sleeps) wait_until_asleep(pid);
     for (i = 0; sent < others && i < 100000; i++) {
         char other[32];
         snprintf(other, sizeof(other), "other%d", i);
@@ -1622,6 +1645,8 @@ static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, i
     waitpid(pid, &status, 0);
     close(fds[0]);
     close(fds[1]);
+    close(go[0]);
+    close(go[1]);
     return rep;
 }
 
@@ -1634,7 +1659,7 @@ OMC_TEST(shm_a_put_wakes_only_getters_of_its_key_class) {
     unique_channel(ch, sizeof(ch));
     s = make_shm(ch, OMC_ROLE_SENDER, 4u << 20);
     REQUIRE(s);
-    rep = wait_in_child(ch, s, "mine", -1, 150);
+    rep = wait_in_child(ch, s, "mine", -1, 150, 1);
     CHECK_EQ(rep.res, OMC_OK);
     CHECK(rep.woke_ns >= 0 && rep.woke_ns < 10000000LL);    /* its own put woke it, not a 50 ms slice */
     /* ~150 ms asleep: a few 50 ms slices and the final wake, not one wake per put of another key */
@@ -1652,7 +1677,7 @@ OMC_TEST(shm_spin_forever_getter_never_sleeps) {
     unique_channel(ch, sizeof(ch));
     s = make_shm(ch, OMC_ROLE_SENDER, 4u << 20);
     REQUIRE(s);
-    rep = wait_in_child(ch, s, "spun", OMC_SHM_SPIN_FOREVER, 120);
+    rep = wait_in_child(ch, s, "spun", OMC_SHM_SPIN_FOREVER, 120, 0);
     CHECK_EQ(rep.res, OMC_OK);
     CHECK(rep.woke_ns >= 0 && rep.woke_ns < 10000000LL);
     CHECK(rep.nvcsw >= 0 && rep.nvcsw <= 3);     /* a spinning getter makes no blocking call */
@@ -1671,11 +1696,11 @@ OMC_TEST(shm_spin_env_var_sets_the_default_spin) {
     s = make_shm(ch, OMC_ROLE_SENDER, 4u << 20);
     REQUIRE(s);
     setenv("OMNICONN_SHM_SPIN_US", "-1", 1);
-    rep = wait_in_child(ch, s, "env-forever", 0, 120);
+    rep = wait_in_child(ch, s, "env-forever", 0, 120, 0);
     CHECK_EQ(rep.res, OMC_OK);
     CHECK(rep.nvcsw >= 0 && rep.nvcsw <= 3);
     setenv("OMNICONN_SHM_SPIN_US", "0", 1);
-    rep = wait_in_child(ch, s, "env-nospin", 0, 0);
+    rep = wait_in_child(ch, s, "env-nospin", 0, 0, 1);
     CHECK_EQ(rep.res, OMC_OK);
     CHECK(rep.nvcsw >= 1);                      /* it slept: woken by the futex */
     setenv("OMNICONN_SHM_SPIN_US", "fast", 1);
