@@ -120,8 +120,9 @@ STEP BY STEP: HOW IT WORKS
        says. With the mapping it takes a reader id: a random byte in 1..2^24-1 of the segment
        that nobody else holds a lock on, locked for as long as the mapping lives (when random
        picks keep failing, a walk over the held ranges finds a free byte; when every byte is
-       held - another process of our uid squats them - the get fails with OMC_ERR_BUSY and a
-       WARN naming the segment, never reading under an id nobody reclaims). It checks the
+       held - another process of our uid squats them - a get with metadata fails with
+       OMC_ERR_BUSY, a get by key passes that segment by, and a WARN names it: nothing is read
+       under an id nobody reclaims). It checks the
        metadata against the segment (entry in range, range inside the data area, generation
        current) and claims one slot with a compare-and-swap: AVAILABLE -> HELD by our reader
        id. The view points straight into the mapping.

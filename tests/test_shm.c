@@ -1638,8 +1638,8 @@ static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, i
     }
     {
         omc_time_ns t_put = omc_now_ns();
-        if (put_pattern(s, key, 100, 2, 1, NULL) != OMC_OK) { rep.res = -2; return rep; }
-        if (omc_test_read_all(fds[0], &rep, sizeof(rep)) != 0) rep.res = -3;
+        if (put_pattern(s, key, 100, 2, 1, NULL) != OMC_OK) rep.res = -2;     /* the child times out */
+        else if (omc_test_read_all(fds[0], &rep, sizeof(rep)) != 0) rep.res = -3;
         else rep.woke_ns -= t_put;
     }
     waitpid(pid, &status, 0);
