@@ -1914,6 +1914,15 @@ OMC_TEST(shm_reader_ids_all_held_by_a_squatter_refuse_with_busy_and_a_log_line) 
     squat_said[0] = '\0';
     CHECK_EQ(omc_conn_get(r, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(1000), &b), OMC_ERR_BUSY);
     CHECK(strstr(squat_said, "refused") != NULL && strstr(squat_said, "lslocks") != NULL);
+    {   /* a get by key (another receiver: the line is said once per 10 s per connector) passes
+           the segment by and says why; it does not read under an id nobody reclaims */
+        omc_conn* r2 = make_squat_receiver(ch);
+        REQUIRE(r2 != NULL);
+        squat_said[0] = '\0';
+        CHECK_EQ(omc_conn_get(r2, "a", "b", "k", NULL, 0, omc_deadline_after_ms(300), &b), OMC_ERR_TIMEOUT);
+        CHECK(strstr(squat_said, "refused") != NULL);
+        omc_conn_destroy(r2);
+    }
     close(hold);
     waitpid(pid, &status, 0);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
