@@ -78,7 +78,9 @@ QUICK START
         omc_buffer_release(&b);                        // no system call
 
     Zero copy on the sending side too: omc_conn_alloc() a buffer from the connector's pool, build
-    the payload in it (omc_frame_build for named tensors), put it with payload.buffer set.
+    the payload in it (omc_frame_build for named tensors), put it with payload.buffer set. Like
+    a view, a buffer from omc_conn_alloc keeps the pool and its mapping alive until it is put
+    or released, even after the connector is destroyed.
     examples/shm_pipeline.c is a complete two-process program.
 
 ================================================================================================
@@ -116,7 +118,11 @@ STEP BY STEP: HOW IT WORKS
        checking it with fstat and a pread of the header before touching a byte: a regular file,
        ours (uid), its size equal to what its header describes, the id and inode the metadata
        says. With the mapping it takes a reader id: a random byte in 1..2^24-1 of the segment
-       that nobody else holds a lock on, locked for as long as the mapping lives. It checks the
+       that nobody else holds a lock on, locked for as long as the mapping lives (when random
+       picks keep failing, a walk over the held ranges finds a free byte; when every byte is
+       held - another process of our uid squats them - a get with metadata fails with
+       OMC_ERR_BUSY, a get by key passes that segment by, and a WARN names it: nothing is read
+       under an id nobody reclaims). It checks the
        metadata against the segment (entry in range, range inside the data area, generation
        current) and claims one slot with a compare-and-swap: AVAILABLE -> HELD by our reader
        id. The view points straight into the mapping.
@@ -279,6 +285,8 @@ ERRORS & LOGGING
                             such entry, a name that is not a segment of ours, ...).
     OMC_ERR_POOL_FULL       no free range (put), or all max_entries are in flight.
     OMC_ERR_INVALID_ARG     a desc field out of range, more than 16 readers, a foreign buffer.
+    OMC_ERR_BUSY            every reader id of the sender's segment is locked by other
+                            processes (a process of our uid squats them; see step 3).
     Every refusal is logged with the object, the side and the fix: the desc field and what it
     accepts ("omc_shm_desc.pool_size 1 bytes is out of range: at least the alignment (4096
     bytes), ..."), the key and side of a get whose payload exceeds the caller's buffer
@@ -344,7 +352,12 @@ LIMITS
     - Fan-out <= 16 readers per put; <= max_entries puts in flight; keys <= 255 bytes.
     - A connector belongs to the process that created it: after fork(), create new ones in the
       child (claims record the creator's reader ids; the parent's mappings and locks are not the
-      child's to use).
+      child's to use). In the child the inherited connector only unmaps and closes: destroy (or
+      a child that exits) never unlinks the segment, retires the parent's entries or wakes its
+      getters; releasing an inherited view or buffer forgets it there without touching the
+      segment; every other call (put, get, alloc, cleanup, exists, list, sweep,
+      wait_consumed) returns OMC_ERR_CLOSED with a WARN that names both processes, and health
+      says closed.
     - A reader id (one of 2^24 - 1, chosen at random) taken by a new reader before the owner
       noticed the old one died keeps the old reader's held ranges until the new one unmaps the
       segment too. A process that inherits a connector's descriptors through fork() keeps its
@@ -406,8 +419,9 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
         264 u64  puts (statistics, relaxed)
         320 u32  release_seq: +1 on every release or withdrawal by a receiver; futex word
         324 u32  owner_sleeping: 1 if an owner thread may be asleep on release_seq
-        328 u64  claims, 336 u64 releases (statistics, relaxed)
-        384 ...  reserved, zero (to 4096)
+        328 ...  reserved, zero
+        384 u64  claims, 392 u64 releases (statistics, relaxed; written by receivers only)
+        400 ...  reserved, zero (to 4096)
       The geometry (offsets 8..63) is fully determined by entry count and data size; a
       receiver recomputes it and refuses any header that disagrees or any file of another size.
 
@@ -422,11 +436,12 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
                  h = (h ^ w) * 0xBF58476D1CE4E5B9; h ^= h >> 31
         40  i64  put time, CLOCK_MONOTONIC ns
         48  i64  end of its TTL, CLOCK_MONOTONIC ns, 0 = none
-        56  u64  reserved
-        64  u64[16] claim slots
-        192 u8[256] qualified key as 64-bit words; the last word it occupies is zero padded,
+        56  u64  claim slot 0
+        64  u8[256] qualified key as 64-bit words; the last word it occupies is zero padded,
                 the words after it are unspecified (compare key length first)
-        448 u64[8] reserved
+        320 u64[15] claim slots 1..15
+        440 u64[9] reserved
+      A single-reader get reads bytes 0..63 (fields and its slot) and the key's first line.
     Claim slot (u64): bits 63..32 generation, 31..30 state (0 empty, 1 available, 2 held,
         3 done), 29..0 reader id of the holder (held only): 1..2^24-1, or 0x3FFFFFFF for the
         owner's own receiver half.
@@ -475,6 +490,13 @@ RECENT REVISIONS
                         whole reservation at create): OMNICONN_SHM_RESERVE_MIN,
                         OMNICONN_SHM_GROW_STEP, OMNICONN_SHM_IDLE_MS; a payload that does not
                         fit the tmpfs is OMC_ERR_SHM_FULL at its put. Layout unchanged.
+                        A reader finds a free reader id by walking the held lock ranges, and a
+                        segment whose every id is held is OMC_ERR_BUSY with a WARN. A
+                        connector used in a fork()ed child only unmaps and closes there.
+                        Buffers from omc_conn_alloc keep the connector mapped until released.
+                        Segment layout version 4: claim slot 0 at entry offset 56, the key at
+                        64, slots 1..15 at 320; the claims/releases statistics at header
+                        offset 384 (a line only receivers write).
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -633,7 +655,7 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 /* ============================================================================================== */
 
 #define OMC__SHM_MAGIC          0x53434D4Fu     /* "OMCS" */
-#define OMC__SHM_VERSION        3
+#define OMC__SHM_VERSION        4
 #define OMC__SHM_HEADER_SIZE    4096u
 #define OMC__SHM_ENTRY_SIZE     512u
 #define OMC__SHM_KEY_WORDS      32              /* 256 key bytes, zero padded */
@@ -683,10 +705,10 @@ typedef struct omc__shm_header {
     /* ... and one written by receivers, so the two sides never fight over a line */
     uint32_t release_seq;       /* 320  futex: bumped on every release by a receiver */
     uint32_t owner_sleeping;    /* 324  1: an owner thread may be asleep on release_seq */
-    uint64_t claims;            /* 328  statistics: reads claimed */
-    uint64_t releases;          /* 336  statistics: views released */
-    uint8_t  pad2[40];          /* 344 */
-    uint8_t  reserved1[4096 - 384];
+    uint8_t  pad2[56];          /* 328 */
+    uint64_t claims;            /* 384  statistics: reads claimed (a line of their own: counting */
+    uint64_t releases;          /* 392  must not bounce release_seq's line between processes) */
+    uint8_t  reserved1[4096 - 400];
 } omc__shm_header;
 
 /* One put in flight: 512 bytes in the entry table. Fields are written by the owner while the
@@ -702,11 +724,16 @@ typedef struct omc__shm_entry {
     int64_t  put_time_ns;       /*  40  CLOCK_MONOTONIC (diagnostics) */
     int64_t  expires_ns;        /*  48  CLOCK_MONOTONIC end of the TTL, 0 = none: lets a sweep
                                         tell whether an exited owner's put may still be read */
-    uint64_t reserved0;         /*  56 */
-    uint64_t slots[OMC_SHM_MAX_READERS];    /*  64  one claim word per allowed read */
-    uint64_t key[OMC__SHM_KEY_WORDS];       /* 192  qualified key, its last word zero padded */
-    uint64_t reserved1[8];      /* 448 */
+    uint64_t slot0;             /*  56  the first claim slot, in the line a reader reads anyway */
+    uint64_t key[OMC__SHM_KEY_WORDS];       /*  64  qualified key, its last word zero padded */
+    uint64_t slots_more[OMC_SHM_MAX_READERS - 1];   /* 320  claim slots 1..15 (fan-out) */
+    uint64_t reserved1[9];      /* 440 */
 } omc__shm_entry;
+
+/* Claim slot i of an entry (0 .. OMC_SHM_MAX_READERS - 1). Slot 0 shares the first cache line
+   with the fields a reader checks and the key follows in the next: a single-reader handoff
+   moves two lines of the entry between the processes. */
+OMC__PRIVATE uint64_t* omc__shm_slot(omc__shm_entry* e, uint32_t i) { return i == 0 ? &e->slot0 : &e->slots_more[i - 1]; }
 
 /* compile-time layout checks: the manual documents these offsets */
 typedef char omc__shm_header_size_check[sizeof(omc__shm_header) == OMC__SHM_HEADER_SIZE ? 1 : -1];
@@ -714,7 +741,10 @@ typedef char omc__shm_entry_size_check[sizeof(omc__shm_entry) == OMC__SHM_ENTRY_
 typedef char omc__shm_seq_offset_check[offsetof(omc__shm_header, put_seq) == 256 ? 1 : -1];
 typedef char omc__shm_rel_offset_check[offsetof(omc__shm_header, release_seq) == 320 ? 1 : -1];
 typedef char omc__shm_dirty_offset_check[offsetof(omc__shm_header, dirty_offset) == 144 ? 1 : -1];
-typedef char omc__shm_slots_offset_check[offsetof(omc__shm_entry, slots) == 64 ? 1 : -1];
+typedef char omc__shm_slot0_offset_check[offsetof(omc__shm_entry, slot0) == 56 ? 1 : -1];
+typedef char omc__shm_key_offset_check[offsetof(omc__shm_entry, key) == 64 ? 1 : -1];
+typedef char omc__shm_slots_offset_check[offsetof(omc__shm_entry, slots_more) == 320 ? 1 : -1];
+typedef char omc__shm_claims_offset_check[offsetof(omc__shm_header, claims) == 384 ? 1 : -1];
 
 #define OMC__SHM_ENTRY_INLINE 0x1u
 #define OMC__SHM_ENTRY_FRAME  0x2u
@@ -1143,6 +1173,10 @@ typedef struct omc__shm {
     omc__shm_view* views;
     uint32_t view_cap, view_free, views_used;
     omc_time_ns next_scan, next_maint;
+    omc_time_ns squat_said;     /* the last "every reader id is taken" line (one per 10 s) */
+    int no_ofd_said;            /* the "no OFD locks" line was logged */
+    uint32_t forks;             /* omc__shm_forks when created: another value = a fork()ed child */
+    int foreign_said;           /* a forked child's first refused call was logged */
     uint32_t idle_word;         /* futex for getters that have no peer to wait on */
 } omc__shm;
 
@@ -1159,6 +1193,32 @@ OMC__PRIVATE void omc__shm_rmu_unlock(omc__shm* S) { omc__shm_rmu_held = NULL; p
 #define OMC__SHM_FULL_MIN_NS 10000000LL     /* out of space: a full walk at most every 10 ms */
 #define OMC__SHM_SCAN_NS 50000000LL         /* channel directory rescan while waiting */
 #define OMC__SHM_WAIT_SLICE_NS 50000000LL   /* longest single futex sleep (then look again) */
+
+/* ---- after fork() ----
+   A connector belongs to the process that created it. A fork()ed child inherits a copy of it
+   (heap, mappings, descriptors) but not the right to act on the shared state: its puts would race
+   the parent's allocator, its close would retire the parent's entries and unlink its segment,
+   its releases would finish the parent's views. So in a child the connector only unmaps and
+   closes (destroy, and the release of views and buffers, touch nothing shared and take no lock -
+   a lock another thread of the parent held at the fork stays held in the child for ever), and
+   every other call is refused with OMC_ERR_CLOSED and a log line. A child is recognised by a
+   counter that a pthread_atfork handler increments in the child: one load per call, no getpid. */
+static uint32_t omc__shm_forks;
+static pthread_once_t omc__shm_fork_once = PTHREAD_ONCE_INIT;
+static void omc__shm_on_fork_child(void) { __atomic_add_fetch(&omc__shm_forks, 1u, __ATOMIC_RELAXED); }
+static void omc__shm_fork_install(void) { pthread_atfork(NULL, NULL, omc__shm_on_fork_child); }
+
+OMC__PRIVATE int omc__shm_foreign(const omc__shm* S) { return __atomic_load_n(&omc__shm_forks, __ATOMIC_RELAXED) != S->forks; }
+
+/* A call a forked child may not make: OMC_ERR_CLOSED, a WARN the first time, INFO after. */
+OMC__PRIVATE omc_result omc__shm_refuse_foreign(omc__shm* S, const char* call) {
+    int first = !__atomic_exchange_n(&S->foreign_said, 1, __ATOMIC_RELAXED);
+    OMC__LOG(&S->conn->hooks, first ? OMC_LOG_WARN : OMC_LOG_INFO, OMC_LOGITEM_SHM, "%s on the SHM connector of channel '%s' "
+             "refused: process %u created it and this is process %u, a fork() of it, where a connector can only be destroyed "
+             "(that unmaps it here and leaves the creator's entries and segment alone). Fix: create a new connector in the "
+             "child", call, S->channel, S->pid, (unsigned)getpid());
+    return OMC_ERR_CLOSED;
+}
 
 /* ============================================================================================== */
 /* [SECTION] SHM: the key index (written by the owner, read lock-free by everyone)              */
@@ -1250,9 +1310,9 @@ OMC__PRIVATE int omc__shm_claim(omc__shm_entry* e, uint32_t gen, uint32_t new_st
     uint64_t want = omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0);
     for (i = 0; i < OMC_SHM_MAX_READERS; i++) {
         uint64_t w = want;
-        if (__atomic_load_n(&e->slots[i], __ATOMIC_RELAXED) != want) continue;
+        if (__atomic_load_n(omc__shm_slot(e, (uint32_t)i), __ATOMIC_RELAXED) != want) continue;
         /* acquire: on success every byte the owner wrote before publishing the slot is visible */
-        if (__atomic_compare_exchange_n(&e->slots[i], &w, omc__slot_make(gen, new_state, pid), 0,
+        if (__atomic_compare_exchange_n(omc__shm_slot(e, (uint32_t)i), &w, omc__slot_make(gen, new_state, pid), 0,
                                         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
             return i;
     }
@@ -1264,7 +1324,7 @@ OMC__PRIVATE int omc__shm_claim(omc__shm_entry* e, uint32_t gen, uint32_t new_st
 OMC__PRIVATE int omc__shm_unclaim(omc__shm_entry* e, uint32_t slot, uint32_t gen, uint32_t pid) {
     uint64_t w = omc__slot_make(gen, OMC__SLOT_HELD, pid);
     if (slot >= OMC_SHM_MAX_READERS) return 0;
-    return __atomic_compare_exchange_n(&e->slots[slot], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0,
+    return __atomic_compare_exchange_n(omc__shm_slot(e, (uint32_t)slot), &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0,
                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
@@ -1293,7 +1353,7 @@ OMC__PRIVATE omc__shm_count omc__shm_slots(omc__shm_entry* e, uint32_t gen, uint
     omc__shm_count c = {0, 0, 0};
     uint32_t i;
     for (i = 0; i < n && i < OMC_SHM_MAX_READERS; i++) {
-        uint64_t w = __atomic_load_n(&e->slots[i], __ATOMIC_ACQUIRE);
+        uint64_t w = __atomic_load_n(omc__shm_slot(e, (uint32_t)i), __ATOMIC_ACQUIRE);
         if (omc__slot_gen(w) != gen) continue;
         switch (omc__slot_state(w)) {
             case OMC__SLOT_AVAILABLE: c.avail++; break;
@@ -1512,7 +1572,7 @@ OMC__PRIVATE void omc__shm_free_entry(omc__shm* S, uint32_t i) {
     omc__shm_unindex(S, i);
     __atomic_store_n(&e->gen, 0u, __ATOMIC_RELEASE);
     for (s = 0; s < OMC_SHM_MAX_READERS; s++)   /* all 16: a foreign write may have touched any */
-        if (__atomic_load_n(&e->slots[s], __ATOMIC_RELAXED)) __atomic_store_n(&e->slots[s], (uint64_t)0, __ATOMIC_RELAXED);
+        if (__atomic_load_n(omc__shm_slot(e, (uint32_t)s), __ATOMIC_RELAXED)) __atomic_store_n(omc__shm_slot(e, (uint32_t)s), (uint64_t)0, __ATOMIC_RELAXED);
     omc__etab_drop(&S->tab, i, 0);     /* the range goes back to the pool */
 }
 
@@ -1523,7 +1583,7 @@ OMC__PRIVATE void omc__shm_retire(omc__shm* S, uint32_t i) {
     int s;
     for (s = 0; s < OMC_SHM_MAX_READERS; s++) {
         uint64_t w = omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0);
-        __atomic_compare_exchange_n(&e->slots[s], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+        __atomic_compare_exchange_n(omc__shm_slot(e, (uint32_t)s), &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
     }
     omc__shm_unindex(S, i);
 }
@@ -1551,11 +1611,11 @@ OMC__PRIVATE uint32_t omc__shm_reclaim_dead_readers(omc__shm* S, uint32_t i, omc
     uint32_t gen = S->tab.ent[i].gen, n = 0;
     int s;
     for (s = 0; s < OMC_SHM_MAX_READERS; s++) {
-        uint64_t w = __atomic_load_n(&e->slots[s], __ATOMIC_ACQUIRE);
+        uint64_t w = __atomic_load_n(omc__shm_slot(e, (uint32_t)s), __ATOMIC_ACQUIRE);
         uint32_t pid = omc__slot_pid(w);
         if (omc__slot_gen(w) != gen || omc__slot_state(w) != OMC__SLOT_HELD) continue;
         if (omc__shm_reader_alive(S, seen, pid)) continue;
-        if (__atomic_compare_exchange_n(&e->slots[s], &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        if (__atomic_compare_exchange_n(omc__shm_slot(e, (uint32_t)s), &w, omc__slot_make(gen, OMC__SLOT_DONE, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
             OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "reader %u (lock byte free: its process is gone) died holding a view of entry %u (%llu bytes) of %s: reclaimed",
                      pid, i, (unsigned long long)S->tab.ent[i].range.size, S->name);
             n++;
@@ -1663,7 +1723,7 @@ OMC__PRIVATE uint32_t omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, co
     __atomic_store_n(&e->expires_ns, expires, __ATOMIC_RELAXED);
     for (s = 0; s < k->nwords; s++) __atomic_store_n(&e->key[s], k->words[s], __ATOMIC_RELAXED);
     for (s = 0; s < readers; s++)   /* the other slots are empty: zeroed when the entry was freed */
-        __atomic_store_n(&e->slots[s], omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0), __ATOMIC_RELEASE);
+        __atomic_store_n(omc__shm_slot(e, (uint32_t)s), omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0), __ATOMIC_RELEASE);
     __atomic_store_n(&e->gen, gen, __ATOMIC_RELEASE);
     omc__shm_index_add(S, i);
     __atomic_add_fetch(&S->hdr->puts, (uint64_t)1, __ATOMIC_RELAXED);
@@ -1774,6 +1834,19 @@ OMC__PRIVATE omc_result omc__shm_alloc_range(omc__shm* S, uint64_t size, omc_tim
 /* [SECTION] SHM: the sender half - put, alloc, cleanup                                         */
 /* ============================================================================================== */
 
+/* The release of a buffer from omc_conn_alloc that was never put: its range goes back to the
+   pool, and its hold on the connector with it. Every such buffer holds a reference, so the pool
+   and the segment stay mapped until the last one is released, even after destroy (as views do).
+   In a fork()ed child the range is the parent's bookkeeping: only the hold is given back. */
+static omc_result omc__shm_alloc_release(omc_buffer* b) {
+    omc__shm* S = (omc__shm*)b->owner;
+    omc_result r = OMC_OK;
+    if (!S) return OMC_ERR_INVALID_ARG;
+    if (!omc__shm_foreign(S)) r = omc_alloc_free(omc_pool_allocator(S->pool), b->range);
+    if (r == OMC_OK) omc__conn_unref(S->conn);     /* may destroy the connector: nothing after this line */
+    return r;
+}
+
 static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen, const omc_payload* p, omc_meta* meta_out) {
     omc__shm* S = (omc__shm*)c->impl;
     uint64_t size = p->buffer ? (p->size ? p->size : p->buffer->size) : p->size;
@@ -1791,7 +1864,7 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
     r = omc__shm_self_check(S, now, 0);
     if (r != OMC_OK) return r;
     if (p->buffer) {    /* zero copy: a live range of our own pool, filled by the caller */
-        if (p->buffer->pool != S->pool || p->buffer->release_fn) {
+        if (p->buffer->pool != S->pool || (p->buffer->release_fn && p->buffer->release_fn != omc__shm_alloc_release)) {
             OMC__LOG(&c->hooks, OMC_LOG_WARN, OMC_LOGITEM_BAD_ARGUMENT, "put on channel '%s' (sender side) refused: payload.buffer "
                      "is not a buffer of this connector's pool. Fix: get it from omc_conn_alloc on this connector, or pass "
                      "payload.data instead", S->channel);
@@ -1821,7 +1894,11 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
     }
     if (wake) omc__futex_wake_bits(&S->hdr->put_seq, wake);   /* a getter of this key's class sleeps */
     omc__shm_housekeep(S, now);
-    if (p->buffer) memset(p->buffer, 0, sizeof(*p->buffer));   /* ownership moved to the entry */
+    if (p->buffer) {    /* ownership moved to the entry, and with it the buffer's hold on us */
+        int held = p->buffer->release_fn != NULL;
+        memset(p->buffer, 0, sizeof(*p->buffer));
+        if (held) omc__conn_unref(c);
+    }
     return OMC_OK;
 }
 
@@ -1829,8 +1906,11 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
 OMC__PRIVATE omc_result omc__shm_reserve_buffer(omc__shm* S, omc_result r, omc_buffer* out) {
     if (r != OMC_OK) return r;
     r = omc__shm_reserve(S, out->range.offset, out->size ? out->size : 1);
-    if (r != OMC_OK) omc_buffer_release(out);
-    return r;
+    if (r != OMC_OK) { omc_buffer_release(out); return r; }
+    out->release_fn = omc__shm_alloc_release;
+    out->owner = S;
+    omc__conn_ref(S->conn);
+    return OMC_OK;
 }
 
 /* A buffer for a zero-copy put. Space comes back when receivers release: reclaim, and sleep on
@@ -1895,6 +1975,87 @@ OMC__PRIVATE void omc__shm_peer_free(omc__shm* S, omc__shm_peer* P) {
 }
 
 
+/* ---- reader ids ----
+   Our reader id in a segment is a byte of its lock range that nobody else holds, write-locked
+   by us for as long as the mapping (the fd) lives; the owner reclaims our views only once that
+   lock is free. Random picks first (cheap, and a dead reader's id is unlikely to come back
+   before its owner reclaimed its views); when they keep landing on held bytes, a walk over the
+   held ranges finds a free byte wherever one is left, so a process of our uid that locks nearly
+   every byte cannot push us onto an id that is never reclaimed. When none is left the segment
+   is refused (OMC_ERR_BUSY) and the log says why, rather than reading with an id nobody frees. */
+#define OMC__SHM_ID_TRIES   64u         /* random picks before the walk */
+#define OMC__SHM_ID_PROBES  4096u       /* F_OFD_GETLK calls one walk may spend */
+#define OMC__SHM_ID_STACK   64u         /* byte ranges a walk keeps to look at */
+#define OMC__SHM_SQUAT_SAY_NS 10000000000LL
+
+/* The first byte in [lo, hi) that no other open file description locks, or 0 (none found
+   within the probe budget, or the kernel cannot tell). Each probe asks for the whole range and
+   learns one held range [s, e): both sides of it are looked at, the lower one first. */
+OMC__PRIVATE uint32_t omc__shm_free_byte(int fd, uint32_t lo, uint32_t hi) {
+    uint32_t stack_lo[OMC__SHM_ID_STACK], stack_hi[OMC__SHM_ID_STACK], n = 0, probes = OMC__SHM_ID_PROBES;
+    stack_lo[n] = lo; stack_hi[n] = hi; n++;
+    while (n > 0 && probes > 0) {
+        struct flock fl;
+        uint64_t s, e;
+        n--;
+        lo = stack_lo[n]; hi = stack_hi[n];
+        if (lo >= hi) continue;
+        probes--;
+        memset(&fl, 0, sizeof(fl));
+        fl.l_type = F_WRLCK;
+        fl.l_whence = SEEK_SET;
+        fl.l_start = (off_t)lo;
+        fl.l_len = (off_t)(hi - lo);
+        if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return 0;
+        if (fl.l_type == F_UNLCK) return lo;
+        s = (uint64_t)fl.l_start;
+        e = fl.l_len == 0 ? (uint64_t)hi : s + (uint64_t)fl.l_len;     /* 0: to the end of the file */
+        if (e < hi && n < OMC__SHM_ID_STACK) { stack_lo[n] = (uint32_t)(e > lo ? e : lo); stack_hi[n] = hi; n++; }
+        if (s > lo && n < OMC__SHM_ID_STACK) { stack_lo[n] = lo; stack_hi[n] = (uint32_t)(s < hi ? s : hi); n++; }
+    }
+    return 0;
+}
+
+/* Take a reader id in the segment open on fd (caller holds rmu). OMC_ERR_BUSY when every id is
+   held by someone else. Without OFD locks (kernels before 3.15) claims carry an id no owner
+   ever reclaims (never reclaim on doubt: views of a reader that dies then stay held until the
+   owner closes), and the log says so once. */
+OMC__PRIVATE omc_result omc__shm_take_reader_id(omc__shm* S, int fd, const char* path, uint32_t* out) {
+    uint32_t k, id;
+    int le = EAGAIN;
+    omc_time_ns now;
+    *out = 0;
+    for (k = 0; k < OMC__SHM_ID_TRIES && le == EAGAIN; k++) {
+        id = 1u + (uint32_t)(omc__random_u64() % (OMC__SHM_READER_IDS - 1u));
+        le = omc__shm_lock(fd, id, F_WRLCK);
+        if (le == 0) { *out = id; return OMC_OK; }
+    }
+    for (k = 0; k < 4 && le == EAGAIN; k++) {   /* 4: another reader may take the byte we found first */
+        id = omc__shm_free_byte(fd, 1u, OMC__SHM_READER_IDS);
+        if (id == 0) break;
+        le = omc__shm_lock(fd, id, F_WRLCK);
+        if (le == 0) { *out = id; return OMC_OK; }
+    }
+    if (le != EAGAIN) {
+        if (!S->no_ofd_said) {
+            S->no_ofd_said = 1;
+            OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "cannot lock a reader id in %s (%s): this kernel has no OFD "
+                     "locks, so views of a reader that dies stay held until their owner closes. Fix: Linux 3.15 or later", path, strerror(le));
+        }
+        *out = OMC__SHM_SELF_READER;
+        return OMC_OK;
+    }
+    now = omc_now_ns();
+    if (!S->squat_said || now - S->squat_said >= OMC__SHM_SQUAT_SAY_NS) {
+        S->squat_said = now;
+        OMC__LOG(&S->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_SHM, "segment %s refused: all %u reader ids (lock bytes 1..%u) are "
+                 "held by other open descriptions of it, so a reader here could not be told apart from a dead one. Another "
+                 "process of uid %u holds them all: find it with `lslocks` (it holds a lock on that file) and stop it",
+                 path, OMC__SHM_READER_IDS - 1u, OMC__SHM_READER_IDS - 1u, S->uid);
+    }
+    return OMC_ERR_BUSY;
+}
+
 /* Open and map a sender's segment by name, checking everything before the first byte is touched:
    a regular file (never through a symlink), owned by our uid, whose size matches the geometry its
    header describes (the header is read with pread, so a lying size can never fault), READY, and -
@@ -1958,18 +2119,12 @@ OMC__PRIVATE omc_result omc__shm_peer_open(omc__shm* S, const char* name, uint64
     }
     P = (omc__shm_peer*)omc__calloc(&S->conn->hooks, sizeof(omc__shm_peer));
     if (!P) { munmap(p, (size_t)lay.total); close(fd); return OMC_ERR_NO_MEMORY; }
-    /* our reader id in this segment: a random lock byte nobody holds, held as long as the
-       mapping (the fd) lives. Its owner reclaims our views only once the lock is free. */
-    for (e = 0; e < 64 && !P->reader_id; e++) {
-        uint32_t id = 1u + (uint32_t)(omc__random_u64() % (OMC__SHM_READER_IDS - 1u));
-        int le = omc__shm_lock(fd, id, F_WRLCK);
-        if (le == 0) P->reader_id = id;
-        else if (le != EAGAIN) break;
-    }
-    if (!P->reader_id) {
-        /* no OFD locks here: claims carry an id no owner ever reclaims (never reclaim on
-           doubt: views of a reader that dies then stay held until the owner closes) */
-        P->reader_id = OMC__SHM_SELF_READER;
+    r = omc__shm_take_reader_id(S, fd, path, &P->reader_id);
+    if (r != OMC_OK) {
+        omc__free(&S->conn->hooks, P);
+        munmap(p, (size_t)lay.total);
+        close(fd);
+        return r;
     }
     snprintf(P->name, sizeof(P->name), "%s", name);
     P->fd = fd;
@@ -2364,10 +2519,13 @@ OMC__PRIVATE void omc__shm_wait_put(omc__shm* S, omc__shm_peer* P, uint32_t seq,
     uint32_t* word = &P->hdr->put_seq, w;
     omc_time_ns now = omc_now_ns(), slice_end = now + slice;
     if (*spin_until == 0) *spin_until = S->spin_ns == OMC_SHM_SPIN_FOREVER ? OMC_WAIT_FOREVER : S->spin_ns > 0 ? now + S->spin_ns : now;
+    /* the word is looked at after every pause, the clock (tens of ns) once per 32: a pause costs
+       10-50 ns (about 48 ns on the AMD EPYC VM the benchmarks ran on), so 32 of them between two
+       looks made a spinning getter notice a put up to 1.6 us late - the whole handoff figure */
     while (((__atomic_load_n(word, __ATOMIC_ACQUIRE) ^ seq) & OMC__SHM_SEQ_MASK) == 0 && now < *spin_until && now < deadline && now < slice_end &&
            !omc__load(&S->conn->closed)) {
         int k;
-        for (k = 0; k < 32; k++) OMC__SHM_PAUSE();
+        for (k = 0; k < 32 && ((__atomic_load_n(word, __ATOMIC_ACQUIRE) ^ seq) & OMC__SHM_SEQ_MASK) == 0; k++) OMC__SHM_PAUSE();
         now = omc_now_ns();
     }
     if (now >= deadline || now >= slice_end || omc__load(&S->conn->closed)) return;
@@ -2412,10 +2570,23 @@ static omc_result omc__shm_get(omc_conn* c, const char* qkey, uint32_t qlen, con
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_key k;
     omc_result r;
+    if (omc__shm_foreign(S)) return omc__shm_refuse_foreign(S, "get");
     omc__shm_key_make(&k, qkey, qlen);
     r = meta ? omc__shm_get_meta(S, &k, meta, max_size, out) : omc__shm_get_wait(S, &k, deadline, max_size, out);
     if (r == OMC_OK) omc__conn_ref(c);     /* every view keeps the connector (and its mappings) alive */
     return r;
+}
+
+/* A view given back in a forked child: forgotten here (the claim in the segment is the
+   parent's, and so is its pin); the child's only thread cannot race this, so no lock. */
+OMC__PRIVATE omc_result omc__shm_release_foreign(omc__shm* S, omc_buffer* b) {
+    uint64_t vi = b->cookie[0];
+    omc_conn* c = S->conn;
+    if (vi >= S->view_cap || !S->views[vi].used || S->views[vi].gen != b->cookie[1]) return OMC_ERR_STALE;
+    omc__free(&c->hooks, S->views[vi].heap);
+    omc__shm_view_drop(S, (uint32_t)vi);
+    omc__conn_unref(c);     /* may tear the copy down: that only unmaps */
+    return OMC_OK;
 }
 
 /* Give a view back: HELD -> DONE in the sender's segment (no system call unless the owner is
@@ -2428,6 +2599,7 @@ static omc_result omc__shm_release(omc_buffer* b) {
     uint64_t vi = b->cookie[0];
     if (!S) return OMC_ERR_INVALID_ARG;
     c = S->conn;
+    if (omc__shm_foreign(S)) return omc__shm_release_foreign(S, b);
     omc__shm_rmu_lock(S);
     if (vi >= S->view_cap || !S->views[vi].used || S->views[vi].gen != b->cookie[1]) r = OMC_ERR_STALE;
     else {
@@ -2584,6 +2756,7 @@ static void omc__shm_close_body(omc_conn* c) {
 OMC__PRIVATE void omc__shm_teardown(omc__shm* S, const omc_hooks* hooks) {
     uint32_t it = 0, i;
     void* v;
+    int foreign = omc__shm_foreign(S);
     while (omc__smap_next(&S->peers, &it, NULL, NULL, &v)) omc__shm_peer_free(S, (omc__shm_peer*)v);
     omc__smap_free(&S->peers, hooks);
     omc__smap_free(&S->refused, hooks);
@@ -2593,8 +2766,10 @@ OMC__PRIVATE void omc__shm_teardown(omc__shm* S, const omc_hooks* hooks) {
     if (S->base) munmap(S->base, (size_t)S->lay.total);
     if (S->fd >= 0) close(S->fd);
     omc__etab_uninit(&S->tab);
-    pthread_mutex_destroy(&S->mu);
-    pthread_mutex_destroy(&S->rmu);
+    if (!foreign) {     /* in a fork()ed child a parent's thread may have held them at the fork */
+        pthread_mutex_destroy(&S->mu);
+        pthread_mutex_destroy(&S->rmu);
+    }
     omc__free(hooks, S);
 }
 
@@ -2614,6 +2789,7 @@ static omc_result omc__shm_exists(omc_conn* c, const char* qkey, uint32_t qlen) 
     omc_result r = OMC_ERR_NOT_FOUND;
     omc__shm_key k;
     uint32_t it = 0;
+    if (omc__shm_foreign(S)) return omc__shm_refuse_foreign(S, "exists");
     void* v;
     omc__shm_key_make(&k, qkey, qlen);
     omc__shm_channel_begin(S, now);
@@ -2653,6 +2829,7 @@ static omc_result omc__shm_list(omc_conn* c, omc__key_sink sink, void* user) {
     omc_result r = OMC_OK;
     uint32_t it = 0;
     void* v;
+    if (omc__shm_foreign(S)) return omc__shm_refuse_foreign(S, "list");
     omc__shm_channel_begin(S, now);
     while (r == OMC_OK && omc__smap_next(&S->peers, &it, NULL, NULL, &v)) {
         omc__shm_peer* P = (omc__shm_peer*)v;
@@ -2776,6 +2953,7 @@ static omc_result omc__shm_put(omc_conn* c, const char* qkey, uint32_t qlen, con
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
     omc_result r;
+    if (omc__shm_foreign(S)) return omc__shm_refuse_foreign(S, "put");
     if (!S->is_owner) return omc__shm_put_body(c, qkey, qlen, p, meta_out);
     if (sigsetjmp(g.jb, 0)) return omc__shm_faulted(S);
     omc__shm_guard_push(S, &g);
@@ -2787,6 +2965,7 @@ static omc_result omc__shm_alloc(omc_conn* c, uint64_t size, omc_time_ns deadlin
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
     omc_result r;
+    if (omc__shm_foreign(S)) return omc__shm_refuse_foreign(S, "alloc");
     if (!S->is_owner) return omc__shm_alloc_body(c, size, deadline, out);
     if (sigsetjmp(g.jb, 0)) return omc__shm_faulted(S);
     omc__shm_guard_push(S, &g);
@@ -2798,6 +2977,7 @@ static omc_result omc__shm_cleanup(omc_conn* c, const char* qkey, uint32_t qlen)
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
     omc_result r;
+    if (omc__shm_foreign(S)) return omc__shm_refuse_foreign(S, "cleanup");
     if (!S->is_owner) return omc__shm_cleanup_body(c, qkey, qlen);
     if (sigsetjmp(g.jb, 0)) return omc__shm_faulted(S);
     omc__shm_guard_push(S, &g);
@@ -2808,6 +2988,7 @@ static omc_result omc__shm_cleanup(omc_conn* c, const char* qkey, uint32_t qlen)
 static void omc__shm_health(omc_conn* c, omc_health* h) {
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
+    if (omc__shm_foreign(S)) { omc__shm_refuse_foreign(S, "health"); h->state = OMC_CONN_CLOSED; return; }
     if (!S->is_owner) { omc__shm_health_body(c, h); return; }
     if (sigsetjmp(g.jb, 0)) { omc__shm_faulted(S); h->state = OMC_CONN_DEGRADED; return; }
     omc__shm_guard_push(S, &g);
@@ -2818,6 +2999,7 @@ static uint64_t omc__shm_sweep(omc_conn* c) {
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
     uint64_t n;
+    if (omc__shm_foreign(S)) { omc__shm_refuse_foreign(S, "sweep"); return 0; }
     if (!S->is_owner) return omc__shm_sweep_body(c);
     if (sigsetjmp(g.jb, 0)) { omc__shm_faulted(S); return 0; }
     omc__shm_guard_push(S, &g);
@@ -2829,6 +3011,11 @@ static uint64_t omc__shm_pending(omc_conn* c) {
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
     uint64_t n;
+    if (omc__shm_foreign(S)) {   /* closed here: wait_consumed answers OMC_ERR_CLOSED, not "all consumed" */
+        omc__shm_refuse_foreign(S, "wait_consumed");
+        __atomic_store_n(&c->closed, 1, __ATOMIC_RELEASE);
+        return 1;
+    }
     if (!S->is_owner) return omc__shm_pending_body(c);
     if (sigsetjmp(g.jb, 0)) { omc__shm_faulted(S); return 0; }
     omc__shm_guard_push(S, &g);
@@ -2839,6 +3026,7 @@ static uint64_t omc__shm_pending(omc_conn* c) {
 static void omc__shm_close(omc_conn* c) {
     omc__shm* S = (omc__shm*)c->impl;
     omc__shm_guard g;
+    if (omc__shm_foreign(S)) return;    /* the segment, its entries and its name stay the creator's */
     if (!S->is_owner) { omc__shm_close_body(c); return; }
     if (sigsetjmp(g.jb, 0)) {
         omc__shm_faulted(S);
@@ -2983,6 +3171,8 @@ OMNICONN_API omc_result omc_shm_create(const omc_shm_desc* desc, omc_conn** out)
     S->spin_ns = d.spin_ns;
     S->uid = (uint32_t)geteuid();
     S->pid = (uint32_t)getpid();
+    pthread_once(&omc__shm_fork_once, omc__shm_fork_install);
+    S->forks = __atomic_load_n(&omc__shm_forks, __ATOMIC_RELAXED);
     S->start_time = omc__shm_self_start_time();
     S->view_free = OMC__NIL;
     if (pthread_mutex_init(&S->mu, NULL) != 0 || pthread_mutex_init(&S->rmu, NULL) != 0) { omc__free(&hooks, S); return OMC_ERR_SYSTEM; }
@@ -3039,8 +3229,10 @@ OMC__PRIVATE int omc__shm_file_has_payloads(int fd, const struct stat* st, omc_t
         for (k = 0; k < n; k++) {
             const omc__shm_entry* e = &ents[k];
             if (e->gen == 0 || (e->expires_ns && now >= e->expires_ns)) continue;
-            for (s = 0; s < OMC_SHM_MAX_READERS; s++)
-                if (omc__slot_gen(e->slots[s]) == e->gen && omc__slot_state(e->slots[s]) == OMC__SLOT_AVAILABLE) return 1;
+            for (s = 0; s < OMC_SHM_MAX_READERS; s++) {
+                uint64_t w = s == 0 ? e->slot0 : e->slots_more[s - 1];
+                if (omc__slot_gen(w) == e->gen && omc__slot_state(w) == OMC__SLOT_AVAILABLE) return 1;
+            }
         }
     }
     return 0;

@@ -1574,11 +1574,32 @@ static int same_class(const char* key, const char* other) {
     return omc__shm_wake_bit(k1.hash) == omc__shm_wake_bit(k2.hash);
 }
 
-static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, int64_t spin_ns, int others) {
+/* Wait (up to 10 s) until process pid is asleep (state S in /proc): an event, not a delay. */
+static void wait_until_asleep(pid_t pid) {
+    char path[64], text[256];
+    int i;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    for (i = 0; i < 10000; i++) {
+        FILE* f = fopen(path, "r");
+        size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+        const char* close_paren;
+        if (f) fclose(f);
+        text[n] = '\0';
+        close_paren = strrchr(text, ')');
+        if (close_paren && close_paren[1] == ' ' && close_paren[2] == 'S') return;
+        usleep(1000);
+    }
+}
+
+/* sleeps: the getter is expected to sleep (no spin), so the parent waits until it does before it
+   puts; a spinning getter is only waited for until it starts its get. */
+static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, int64_t spin_ns, int others, int sleeps) {
     wait_report rep = { -1, -1, -1 };
-    int fds[2], status, i, sent = 0;
+    int fds[2], go[2], status, i, sent = 0;
+    char c = 0;
     pid_t pid;
     if (pipe(fds) != 0) return rep;
+    if (pipe(go) != 0) { close(fds[0]); close(fds[1]); return rep; }
     pid = fork();
     if (pid < 0) return rep;
     if (pid == 0) {
@@ -1593,6 +1614,7 @@ static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, i
         if (omc_shm_create(&d, &r) == OMC_OK) {
             /* map the segment first (a scan, an mmap): the wait below is then only the wait */
             omc_conn_get(r, "a", "b", "not-there", NULL, 0, omc_deadline_after_ms(1), &b);
+            if (write(go[1], &c, 1) != 1) _exit(1);         /* the get starts now */
             getrusage(SHM_RUSAGE_WAITER, &ru0);
             rep.res = omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(5000), &b);
             rep.woke_ns = omc_now_ns();
@@ -1604,7 +1626,8 @@ static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, i
         omc_test_write_all(fds[1], &rep, sizeof(rep));
         _exit(0);
     }
-    usleep(100000);     /* the getter is waiting by now */
+    if (read(go[0], &c, 1) != 1) { waitpid(pid, &status, 0); return rep; }
+    if (sleeps) wait_until_asleep(pid);
     for (i = 0; sent < others && i < 100000; i++) {
         char other[32];
         snprintf(other, sizeof(other), "other%d", i);
@@ -1615,13 +1638,15 @@ static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, i
     }
     {
         omc_time_ns t_put = omc_now_ns();
-        if (put_pattern(s, key, 100, 2, 1, NULL) != OMC_OK) { rep.res = -2; return rep; }
-        if (omc_test_read_all(fds[0], &rep, sizeof(rep)) != 0) rep.res = -3;
+        if (put_pattern(s, key, 100, 2, 1, NULL) != OMC_OK) rep.res = -2;     /* the child times out */
+        else if (omc_test_read_all(fds[0], &rep, sizeof(rep)) != 0) rep.res = -3;
         else rep.woke_ns -= t_put;
     }
     waitpid(pid, &status, 0);
     close(fds[0]);
     close(fds[1]);
+    close(go[0]);
+    close(go[1]);
     return rep;
 }
 
@@ -1634,7 +1659,7 @@ OMC_TEST(shm_a_put_wakes_only_getters_of_its_key_class) {
     unique_channel(ch, sizeof(ch));
     s = make_shm(ch, OMC_ROLE_SENDER, 4u << 20);
     REQUIRE(s);
-    rep = wait_in_child(ch, s, "mine", -1, 150);
+    rep = wait_in_child(ch, s, "mine", -1, 150, 1);
     CHECK_EQ(rep.res, OMC_OK);
     CHECK(rep.woke_ns >= 0 && rep.woke_ns < 10000000LL);    /* its own put woke it, not a 50 ms slice */
     /* ~150 ms asleep: a few 50 ms slices and the final wake, not one wake per put of another key */
@@ -1652,7 +1677,7 @@ OMC_TEST(shm_spin_forever_getter_never_sleeps) {
     unique_channel(ch, sizeof(ch));
     s = make_shm(ch, OMC_ROLE_SENDER, 4u << 20);
     REQUIRE(s);
-    rep = wait_in_child(ch, s, "spun", OMC_SHM_SPIN_FOREVER, 120);
+    rep = wait_in_child(ch, s, "spun", OMC_SHM_SPIN_FOREVER, 120, 0);
     CHECK_EQ(rep.res, OMC_OK);
     CHECK(rep.woke_ns >= 0 && rep.woke_ns < 10000000LL);
     CHECK(rep.nvcsw >= 0 && rep.nvcsw <= 3);     /* a spinning getter makes no blocking call */
@@ -1671,11 +1696,11 @@ OMC_TEST(shm_spin_env_var_sets_the_default_spin) {
     s = make_shm(ch, OMC_ROLE_SENDER, 4u << 20);
     REQUIRE(s);
     setenv("OMNICONN_SHM_SPIN_US", "-1", 1);
-    rep = wait_in_child(ch, s, "env-forever", 0, 120);
+    rep = wait_in_child(ch, s, "env-forever", 0, 120, 0);
     CHECK_EQ(rep.res, OMC_OK);
     CHECK(rep.nvcsw >= 0 && rep.nvcsw <= 3);
     setenv("OMNICONN_SHM_SPIN_US", "0", 1);
-    rep = wait_in_child(ch, s, "env-nospin", 0, 0);
+    rep = wait_in_child(ch, s, "env-nospin", 0, 0, 1);
     CHECK_EQ(rep.res, OMC_OK);
     CHECK(rep.nvcsw >= 1);                      /* it slept: woken by the futex */
     setenv("OMNICONN_SHM_SPIN_US", "fast", 1);
@@ -1790,9 +1815,293 @@ OMC_TEST(shm_large_put_copies_every_byte) {
     free(raw);
 }
 
+/* ---- reader ids held by a squatter ----------------------------------------------------------- */
+
+/* The squatter: this binary again (--squat PATH READY_FD HOLD_FD SPARE), not a fork of a process
+   that may run sanitizer threads. It write-locks every reader-id byte of the segment but SPARE
+   (0: all of them), says so on READY_FD and holds the locks until HOLD_FD reaches end of file. */
+static void squat_main(int argc, char** argv) {
+    struct flock fl;
+    uint32_t spare;
+    int fd, ready, hold;
+    char c = 1;
+    if (argc < 6 || strcmp(argv[1], "--squat") != 0) return;
+    ready = atoi(argv[3]);
+    hold = atoi(argv[4]);
+    spare = (uint32_t)strtoul(argv[5], NULL, 10);
+    fd = open(argv[2], O_RDWR);
+    if (fd < 0) _exit(2);
+    memset(&fl, 0, sizeof(fl));
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 1;
+    fl.l_len = (off_t)((spare ? spare : (1u << 24)) - 1u);
+    if (fcntl(fd, F_OFD_SETLK, &fl) != 0) _exit(3);                       /* HOSTILE: ids 1 .. spare-1 */
+    if (spare) {
+        fl.l_start = (off_t)spare + 1;
+        fl.l_len = (off_t)((1u << 24) - spare - 1u);
+        if (fcntl(fd, F_OFD_SETLK, &fl) != 0) _exit(3);                   /* HOSTILE: ids spare+1 .. 2^24-1 */
+    }
+    if (write(ready, &c, 1) != 1) _exit(4);
+    while (read(hold, &c, 1) > 0) {}
+    _exit(0);
+}
+
+/* Start a squatter on path; *hold is the pipe end whose close lets it go. */
+static pid_t squat_start(const char* path, uint32_t spare, int* hold) {
+    int ready[2], h[2];
+    char a[16], b[16], sp[16], c = 0;
+    pid_t pid;
+    if (pipe(ready) != 0) return -1;
+    if (pipe(h) != 0) { close(ready[0]); close(ready[1]); return -1; }
+    snprintf(a, sizeof(a), "%d", ready[1]);
+    snprintf(b, sizeof(b), "%d", h[0]);
+    snprintf(sp, sizeof(sp), "%u", spare);
+    pid = fork();
+    if (pid == 0) {
+        close(ready[0]);
+        close(h[1]);
+        execl("/proc/self/exe", "test_shm", "--squat", path, a, b, sp, (char*)NULL);
+        _exit(127);
+    }
+    close(ready[1]);
+    close(h[0]);
+    if (pid < 0 || read(ready[0], &c, 1) != 1) {
+        close(ready[0]);
+        close(h[1]);
+        if (pid > 0) waitpid(pid, NULL, 0);
+        return -1;
+    }
+    close(ready[0]);
+    *hold = h[1];
+    return pid;
+}
+
+static char squat_said[1024];
+static void squat_logger(omc_log_level level, omc_log_item item, const char* msg, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level <= OMC_LOG_WARN && strstr(msg, "reader ids")) snprintf(squat_said, sizeof(squat_said), "%s", msg);
+}
+
+static omc_conn* make_squat_receiver(const char* ch) {
+    omc_shm_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.channel = ch;
+    d.role = OMC_ROLE_RECEIVER;
+    d.hooks.log_fn = squat_logger;
+    return omc_shm_create(&d, &c) == OMC_OK ? c : NULL;
+}
+
+/* Every reader id locked by another process of our uid: the get is refused with OMC_ERR_BUSY and
+   a line that says why, instead of reading under an id nobody ever reclaims; once the squatter
+   is gone the same get succeeds. */
+OMC_TEST(shm_reader_ids_all_held_by_a_squatter_refuse_with_busy_and_a_log_line) {
+    char ch[32], path[OMC_SHM_PATH_MAX];
+    omc_conn *s, *r;
+    omc_meta m = {0};
+    omc_buffer b;
+    int hold = -1, status = 0;
+    pid_t pid;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_squat_receiver(ch);
+    REQUIRE(s && r);
+    CHECK_OK(put_pattern(s, "k", 100000, 21, 1, &m));
+    REQUIRE(omc_shm_segment_path(s, path, sizeof(path)) == OMC_OK);
+    pid = squat_start(path, 0, &hold);
+    REQUIRE(pid > 0);
+    squat_said[0] = '\0';
+    CHECK_EQ(omc_conn_get(r, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(1000), &b), OMC_ERR_BUSY);
+    CHECK(strstr(squat_said, "refused") != NULL && strstr(squat_said, "lslocks") != NULL);
+    {   /* a get by key (another receiver: the line is said once per 10 s per connector) passes
+           the segment by and says why; it does not read under an id nobody reclaims */
+        omc_conn* r2 = make_squat_receiver(ch);
+        REQUIRE(r2 != NULL);
+        squat_said[0] = '\0';
+        CHECK_EQ(omc_conn_get(r2, "a", "b", "k", NULL, 0, omc_deadline_after_ms(300), &b), OMC_ERR_TIMEOUT);
+        CHECK(strstr(squat_said, "refused") != NULL);
+        omc_conn_destroy(r2);
+    }
+    close(hold);
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_OK(omc_conn_get(r, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 21));
+    CHECK_OK(omc_buffer_release(&b));
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* A squatter that leaves one id free: the reader finds that one (its lock byte is held while
+   the reader maps the segment, so its views can be reclaimed if it dies). */
+OMC_TEST(shm_reader_takes_the_one_id_a_squatter_left_free) {
+    char ch[32], path[OMC_SHM_PATH_MAX];
+    const uint32_t spare = 9876543u;
+    omc_conn *s, *r;
+    omc_meta m = {0};
+    omc_buffer b;
+    struct flock fl;
+    int hold = -1, fd;
+    pid_t pid;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_squat_receiver(ch);
+    REQUIRE(s && r);
+    CHECK_OK(put_pattern(s, "k", 100000, 22, 1, &m));
+    REQUIRE(omc_shm_segment_path(s, path, sizeof(path)) == OMC_OK);
+    pid = squat_start(path, spare, &hold);
+    REQUIRE(pid > 0);
+    squat_said[0] = '\0';
+    CHECK_OK(omc_conn_get(r, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 22));
+    CHECK_EQ(squat_said[0], '\0');
+    fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    memset(&fl, 0, sizeof(fl));
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (off_t)spare;
+    fl.l_len = 1;
+    CHECK(fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK);      /* the reader holds the spare id */
+    close(fd);
+    CHECK_OK(omc_buffer_release(&b));
+    close(hold);
+    waitpid(pid, NULL, 0);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
+/* ---- after fork(), and buffers that outlive their connector ----------------------------------- */
+
+/* A child's exit code: 0 if every refused call said OMC_ERR_CLOSED, else the first step that did
+   not. It destroys both connectors whatever the calls answered. */
+static int forked_child_calls_and_destroys(omc_conn* s, omc_conn* r) {
+    omc_buffer b;
+    omc_health h;
+    int bad = 0;
+    if (put_pattern(s, "child", 1000, 1, 1, NULL) != OMC_ERR_CLOSED) bad = bad ? bad : 10;
+    if (omc_conn_get(r, "a", "b", "m0", NULL, 0, OMC_NO_WAIT, &b) != OMC_ERR_CLOSED) bad = bad ? bad : 11;
+    if (omc_conn_alloc(s, 4096, OMC_NO_WAIT, &b) != OMC_ERR_CLOSED) bad = bad ? bad : 12;
+    if (omc_conn_cleanup(s, "a", "b", "m1") != OMC_ERR_CLOSED) bad = bad ? bad : 13;
+    if (omc_conn_exists(r, "a", "b", "m1") != OMC_ERR_CLOSED) bad = bad ? bad : 14;
+    if (omc_conn_wait_consumed(s, OMC_NO_WAIT) != OMC_ERR_CLOSED) bad = bad ? bad : 15;
+    omc_conn_health(s, &h);
+    if (h.state != OMC_CONN_CLOSED) bad = bad ? bad : 16;
+    omc_conn_destroy(s);
+    omc_conn_destroy(r);
+    return bad;
+}
+
+/* A parent with entries in flight, a view and an allocated buffer out forks twice: one child
+   gives back the inherited view and buffer and exits normally, the other calls (refused) and
+   destroys both connectors. The parent's segment, entries, view and buffer are untouched: every
+   entry is then read intact, by metadata and by key. */
+OMC_TEST(shm_forked_children_leave_the_parents_segment_and_entries_alone) {
+    enum { N = 6, SIZE = 300000 };
+    char ch[32], key[16];
+    omc_conn *s, *r;
+    omc_shm_desc rd;
+    omc_meta m[N];
+    omc_buffer held, alloced, b;
+    pid_t kid[2];
+    int i, status;
+    memset(m, 0, sizeof(m));
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 8u << 20);
+    memset(&rd, 0, sizeof(rd));
+    rd.channel = ch;
+    rd.role = OMC_ROLE_RECEIVER;
+    rd.hooks.log_fn = count_warnings;
+    r = NULL;
+    REQUIRE(s && omc_shm_create(&rd, &r) == OMC_OK);
+    for (i = 0; i < N; i++) {       /* m0.. with metadata, k0.. by key */
+        snprintf(key, sizeof(key), "m%d", i);
+        CHECK_OK(put_pattern(s, key, SIZE, 100 + (uint64_t)i, 1, &m[i]));
+        snprintf(key, sizeof(key), "k%d", i);
+        CHECK_OK(put_pattern(s, key, SIZE, 200 + (uint64_t)i, 1, NULL));
+    }
+    CHECK_OK(put_pattern(s, "held", SIZE, 300, 1, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "held", NULL, 0, omc_deadline_after_ms(1000), &held));
+    CHECK_OK(omc_conn_alloc(s, SIZE, omc_deadline_after_ms(1000), &alloced));
+    omc_test_fill(alloced.data, SIZE, 301);
+    warnings = 0;
+    fflush(NULL);
+    kid[0] = fork();
+    REQUIRE(kid[0] >= 0);
+    if (kid[0] == 0) {              /* gives back what it inherited, exits normally */
+        omc_buffer_release(&held);
+        omc_buffer_release(&alloced);
+        exit(0);
+    }
+    kid[1] = fork();
+    REQUIRE(kid[1] >= 0);
+    if (kid[1] == 0) _exit(forked_child_calls_and_destroys(s, r));
+    for (i = 0; i < 2; i++) {
+        status = -1;
+        CHECK(waitpid(kid[i], &status, 0) == kid[i]);
+        CHECK(WIFEXITED(status));
+        CHECK_EQ(WEXITSTATUS(status), 0);
+    }
+    CHECK_EQ(count_segments(SHM_DIR, ch), 1);                   /* not unlinked by a child */
+    for (i = 0; i < 4; i++) {       /* reuse of a range a child "released" would overwrite it */
+        snprintf(key, sizeof(key), "after%d", i);
+        CHECK_OK(put_pattern(s, key, SIZE, 400 + (uint64_t)i, 1, NULL));
+    }
+    CHECK(omc_test_verify(held.data, SIZE, 300));
+    CHECK(omc_test_verify(alloced.data, SIZE, 301));
+    for (i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "m%d", i);
+        CHECK_OK(omc_conn_get(r, "a", "b", key, m[i].data, m[i].size, omc_deadline_after_ms(1000), &b));
+        CHECK(b.size == SIZE && omc_test_verify(b.data, b.size, 100 + (uint64_t)i));
+        CHECK_OK(omc_buffer_release(&b));
+        snprintf(key, sizeof(key), "k%d", i);
+        CHECK_OK(omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(1000), &b));
+        CHECK(b.size == SIZE && omc_test_verify(b.data, b.size, 200 + (uint64_t)i));
+        CHECK_OK(omc_buffer_release(&b));
+        omc_meta_free(&m[i]);
+    }
+    for (i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "after%d", i);
+        CHECK_OK(omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(1000), &b));
+        CHECK(b.size == SIZE && omc_test_verify(b.data, b.size, 400 + (uint64_t)i));
+        CHECK_OK(omc_buffer_release(&b));
+    }
+    CHECK_OK(omc_buffer_release(&held));
+    CHECK_OK(omc_conn_put(s, "a", "b", "alloced", &(omc_payload){.buffer = &alloced}, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "alloced", NULL, 0, omc_deadline_after_ms(1000), &b));
+    CHECK(b.size == SIZE && omc_test_verify(b.data, b.size, 301));
+    CHECK_OK(omc_buffer_release(&b));
+    CHECK_EQ(warnings, 0);          /* no view of ours was finished by someone else */
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);
+}
+
+/* A buffer from omc_conn_alloc keeps the pool mapped after destroy, until it is released. */
+OMC_TEST(shm_alloc_buffer_outlives_destroy_until_released) {
+    char ch[32];
+    omc_conn* s;
+    omc_buffer b;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    REQUIRE(s != NULL);
+    CHECK_OK(omc_conn_alloc(s, 200000, omc_deadline_after_ms(1000), &b));
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(SHM_DIR, ch), 0);                   /* the name goes with destroy ... */
+    REQUIRE(count_mappings(ch) > 0);                            /* ... the mapping stays */
+    omc_test_fill(b.data, b.size, 7);
+    CHECK(omc_test_verify(b.data, b.size, 7));
+    CHECK_OK(omc_buffer_release(&b));
+    CHECK_EQ(count_mappings(ch), 0);                            /* the last release unmapped it */
+}
+
 int main(int argc, char** argv) {
     int status;
     ct_consumer_main(argc, argv, make_from_spec);
+    squat_main(argc, argv);
     snprintf(priv_dir, sizeof(priv_dir), SHM_DIR "/omc-tests-%ld", (long)getpid());
     if (mkdir(priv_dir, 0700) != 0) { perror(priv_dir); return 1; }
     status = omc_test_main(argc, argv);
