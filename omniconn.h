@@ -23,7 +23,7 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4543
+    PART A  THE CORE                                                         lines     69 - 4548
       manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  382
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
@@ -32,24 +32,24 @@
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4540
+      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4545
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4545 - 10622
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4545 - 4951
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4550 - 10627
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4550 - 4956
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4954 - 5139
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4959 - 5144
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5141 - 10619
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5146 - 10624
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10625 - 10660
+    LICENSE                                                                        10630 - 10665
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -3480,7 +3480,12 @@ OMNICONN_API omc_result omc_conn_health(omc_conn* c, omc_health* h) {
     if (!h) return OMC_ERR_INVALID_ARG;
     memset(h, 0, sizeof(*h));
     if (!c) return OMC_ERR_INVALID_ARG;
-    if (omc__conn_foreign(c)) return omc__conn_hold(c);     /* refused, with its log line */
+    if (omc__conn_foreign(c)) {     /* refused, with its log line; closed as far as this process goes */
+        h->state = OMC_CONN_CLOSED;
+        h->transport = c->vt->transport;
+        h->role = c->role;
+        return omc__conn_hold(c);
+    }
     /* a closed connector still answers (state CLOSED, its counters), without its transport */
     __atomic_add_fetch(&c->calls, 1u, __ATOMIC_SEQ_CST);
     inside = !__atomic_load_n(&c->closed, __ATOMIC_SEQ_CST);

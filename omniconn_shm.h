@@ -352,10 +352,12 @@ LIMITS
     - Fan-out <= 16 readers per put; <= max_entries puts in flight; keys <= 255 bytes.
     - A connector belongs to the process that created it: after fork(), create new ones in the
       child (claims record the creator's reader ids; the parent's mappings and locks are not the
-      child's to use). In the child the inherited connector only unmaps and closes: destroy (or
-      a child that exits) never unlinks the segment, retires the parent's entries or wakes its
-      getters; releasing an inherited view or buffer forgets it there without touching the
-      segment; every other call (put, get, alloc, cleanup, exists, list, sweep,
+      child's to use). In the child the inherited connector touches nothing shared: destroy
+      (omc_conn_destroy sees the foreign process and drops the handle there) and the child's
+      exit never unlink the segment, retire the parent's entries or wake its getters; the
+      child's copy of the mapping stays until it exits, so views it inherited stay readable;
+      releasing an inherited view or buffer forgets it there without touching the segment;
+      every other call (put, get, alloc, cleanup, exists, list, sweep,
       wait_consumed) returns OMC_ERR_CLOSED with a WARN that names both processes, and health
       says closed.
     - A reader id (one of 2^24 - 1, chosen at random) taken by a new reader before the owner
@@ -492,7 +494,7 @@ RECENT REVISIONS
                         fit the tmpfs is OMC_ERR_SHM_FULL at its put. Layout unchanged.
                         A reader finds a free reader id by walking the held lock ranges, and a
                         segment whose every id is held is OMC_ERR_BUSY with a WARN. A
-                        connector used in a fork()ed child only unmaps and closes there.
+                        connector used in a fork()ed child touches nothing shared there.
                         Buffers from omc_conn_alloc keep the connector mapped until released.
                         Segment layout version 4: claim slot 0 at entry offset 56, the key at
                         64, slots 1..15 at 320; the claims/releases statistics at header
@@ -1198,9 +1200,11 @@ OMC__PRIVATE void omc__shm_rmu_unlock(omc__shm* S) { omc__shm_rmu_held = NULL; p
    A connector belongs to the process that created it. A fork()ed child inherits a copy of it
    (heap, mappings, descriptors) but not the right to act on the shared state: its puts would race
    the parent's allocator, its close would retire the parent's entries and unlink its segment,
-   its releases would finish the parent's views. So in a child the connector only unmaps and
-   closes (destroy, and the release of views and buffers, touch nothing shared and take no lock -
-   a lock another thread of the parent held at the fork stays held in the child for ever), and
+   its releases would finish the parent's views. So in a child destroy and the release of views
+   and buffers touch nothing shared and take no lock (a lock another thread of the parent held at
+   the fork stays held in the child for ever; omc_conn_destroy drops the handle there without
+   tearing the copy down, which keeps the creator's reference, so no release in the child ends
+   in a teardown either: the copy goes with the child's exit), and
    every other call is refused with OMC_ERR_CLOSED and a log line. A child is recognised by a
    counter that a pthread_atfork handler increments in the child: one load per call, no getpid. */
 static uint32_t omc__shm_forks;
@@ -2585,7 +2589,7 @@ OMC__PRIVATE omc_result omc__shm_release_foreign(omc__shm* S, omc_buffer* b) {
     if (vi >= S->view_cap || !S->views[vi].used || S->views[vi].gen != b->cookie[1]) return OMC_ERR_STALE;
     omc__free(&c->hooks, S->views[vi].heap);
     omc__shm_view_drop(S, (uint32_t)vi);
-    omc__conn_unref(c);     /* may tear the copy down: that only unmaps */
+    omc__conn_unref(c);     /* never the last reference here: the creator's is never dropped in a child */
     return OMC_OK;
 }
 
