@@ -6363,6 +6363,8 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 #define OMC__DP_TCP 1                   /* this plane's kind (HELLO record type, PULL byte 30) */
 #define OMC__TCP_MAX_PENDING 64         /* accepted connections still owing their hello */
 #define OMC__TCP_PENDING_GRACE_MS 250   /* ...none of which a newer one replaces before this */
+#define OMC__TCP_CONNECT_TRIES 4        /* receiver: data connections closed before the ack, tried again */
+#define OMC__TCP_RETRY_MS    20         /* ...after a jittered pause, doubled each time (within the deadline) */
 #ifndef OMC__TCP_MAX_CONNS              /* (the limits below are private; a test may shrink them) */
 #define OMC__TCP_MAX_CONNS   4096       /* registered data connections per sender */
 #endif
@@ -7445,17 +7447,13 @@ OMC__PRIVATE int omc__tcp_rx_reusable(void* user, void* chan) {
     return poll(&p, 1, 0) == 0;
 }
 
-/* Open the data connection: connect, read the port's nonce, hello (proving the ticket over the
-   nonce), ack - all before the deadline. */
-OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, omc_time_ns deadline) {
+/* One try at the data connection: connect, read the port's nonce, hello (proving the ticket
+   over the nonce), ack - all before the deadline. *closed says the sender closed (or reset) the
+   connection after accepting it and before any ack: the one failure worth another try. */
+OMC__PRIVATE omc_result omc__tcp_rx_dial(omc__tcp_plane* T, omc__tcp_rx* x, omc_time_ns deadline, int* closed) {
     uint8_t hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], frame[OMC__TCP_NONCE_SIZE], nonce[16];
     omc_result r;
-    if (!x->has_ticket) {
-        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data connection to %s:%u: the sender's HELLO answer carried no data ticket "
-                 "(its ticket table is full, or it predates data hello version %d): no data connection without one",
-                 x->host, (unsigned)x->port, OMC__TCP_HELLO_VERSION);
-        return OMC_ERR_AUTH;
-    }
+    *closed = 0;
     r = omc__fd_connect(x->host, x->port, deadline, &x->fd);
     if (r != OMC_OK) {
         OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data connection to %s:%u: %s", x->host, (unsigned)x->port, omc_result_str(r));
@@ -7471,12 +7469,54 @@ OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, o
         r = omc__fd_write_all(x->fd, hello, sizeof(hello), deadline, NULL);
     }
     if (r == OMC_OK) r = omc__fd_read_all(x->fd, ack, sizeof(ack), deadline);
+    *closed = r == OMC_ERR_CONNECTION;      /* EOF or reset: an ack with a code is a refusal (below) */
     if (r == OMC_OK && (omc__get_u32(ack) != OMC__TCP_ACK_MAGIC || omc__get_u32(ack + 4) != 0)) r = OMC_ERR_PROTOCOL;
-    if (r != OMC_OK) {
+    if (r != OMC_OK && !*closed)
         OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data hello to %s:%u: %s", x->host, (unsigned)x->port, omc_result_str(r));
+    if (r != OMC_OK) {
         close(x->fd);
         x->fd = -1;
     } else omc__fd_streaming(x->fd);
+    return r;
+}
+
+/* Open the data connection (see omc__tcp_rx_dial), trying again - at most
+   OMC__TCP_CONNECT_TRIES in all, after a jittered pause that doubles, never past the deadline -
+   when the sender closed it before acknowledging the hello. Why: a sender keeps a bounded
+   number of connections waiting for their hello and replaces a silent one with a newcomer
+   after a grace (the slow-loris defence), so among many receivers connecting at once on a
+   loaded host one can be closed before its hello was read; that says nothing about the next
+   try, and the jitter keeps the tries of many receivers apart. An explicit refusal (an ack
+   with a code, a version the sender does not speak), a refused connect or a timeout is never
+   tried again. A ticket the sender no longer knows also ends in a silent close (a port
+   scanner learns nothing), so it too costs a few tries before the get fails. */
+OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, omc_time_ns deadline) {
+    omc_result r;
+    int attempt, closed = 0;
+    if (!x->has_ticket) {
+        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data connection to %s:%u: the sender's HELLO answer carried no data ticket "
+                 "(its ticket table is full, or it predates data hello version %d): no data connection without one",
+                 x->host, (unsigned)x->port, OMC__TCP_HELLO_VERSION);
+        return OMC_ERR_AUTH;
+    }
+    for (attempt = 1;; attempt++) {
+        int64_t pause_ms = (int64_t)OMC__TCP_RETRY_MS << (attempt - 1);
+        struct timespec ts;
+        r = omc__tcp_rx_dial(T, x, deadline, &closed);
+        if (r == OMC_OK || !closed) break;
+        pause_ms = pause_ms / 2 + (int64_t)(omc__random_u64() % (uint64_t)(pause_ms / 2 + 1));    /* half to all of it */
+        if (attempt >= OMC__TCP_CONNECT_TRIES || omc__poll_ms(deadline, (int)pause_ms + 1) <= pause_ms) break;
+        OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data hello to %s:%u: the sender closed the connection before its ack "
+                 "(try %d of %d): trying again in %lld ms", x->host, (unsigned)x->port, attempt, OMC__TCP_CONNECT_TRIES, (long long)pause_ms);
+        ts.tv_sec = (time_t)(pause_ms / 1000);
+        ts.tv_nsec = (long)(pause_ms % 1000) * 1000000L;
+        nanosleep(&ts, NULL);
+    }
+    if (r != OMC_OK && closed)
+        OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data hello to %s:%u: %s (the sender closed the connection before its ack, "
+                 "%d tries)", x->host, (unsigned)x->port, omc_result_str(r), attempt);
+    else if (attempt > 1)
+        OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data hello to %s:%u: acknowledged on try %d", x->host, (unsigned)x->port, attempt);
     return r;
 }
 

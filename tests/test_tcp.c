@@ -1126,6 +1126,9 @@ typedef struct fake_sender {
     uint16_t port, dport;
     int mode;                   /* atomic */
     int stop;                   /* atomic */
+    int close_hellos;           /* atomic: this many data connections are closed after their hello, unacked */
+    int refuse_code;            /* atomic: nonzero: every hello is acked with this code (a refusal) */
+    int accepted;               /* atomic: data connections accepted */
     pthread_t th;
 } fake_sender;
 
@@ -1179,11 +1182,22 @@ static void* fake_main(void* arg) {
         if (it[1].revents) {    /* a data connection: take its hello, ack it */
             uint8_t h[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], nonce[OMC__TCP_NONCE_SIZE], zero16[16] = {0};
             int fd = accept(f->lfd, NULL, NULL);
+            if (fd >= 0) __atomic_add_fetch(&f->accepted, 1, __ATOMIC_ACQ_REL);
             omc__tcp_nonce_encode(nonce, zero16);       /* a fake: a fixed nonce, the hello is not checked */
             if (fd >= 0 && write(fd, nonce, sizeof(nonce)) == (ssize_t)sizeof(nonce) &&
                 recv(fd, h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
+                if (__atomic_load_n(&f->close_hellos, __ATOMIC_ACQUIRE) > 0) {     /* as an evicted connection */
+                    __atomic_sub_fetch(&f->close_hellos, 1, __ATOMIC_ACQ_REL);
+                    close(fd);
+                    continue;
+                }
                 omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
-                omc__put_u32(ack + 4, 0);
+                omc__put_u32(ack + 4, (uint32_t)__atomic_load_n(&f->refuse_code, __ATOMIC_ACQUIRE));
+                if (__atomic_load_n(&f->refuse_code, __ATOMIC_ACQUIRE)) {
+                    if (write(fd, ack, sizeof(ack)) != (ssize_t)sizeof(ack)) {}
+                    close(fd);
+                    continue;
+                }
                 if (write(fd, ack, sizeof(ack)) != (ssize_t)sizeof(ack)) {}
                 if (f->dfd >= 0) close(f->dfd);
                 f->dfd = fd;
@@ -1309,6 +1323,44 @@ OMC_TEST(tcp_sizes_that_lie_are_rejected) {
         omc_meta_free(&m);
     }
     omc_conn_destroy(r);
+    fake_stop(&f);
+}
+
+/* A data connection the sender closes after its hello without an ack (what a sender does to a
+   connection it evicted while the hello was on its way) is tried again, a bounded number of
+   times within the get's deadline; an explicit refusal (an ack with a code) is not. Want: two
+   such closes and the get still succeeds (3 connections); closed every time, the get fails
+   with OMC_ERR_CONNECTION after exactly OMC__TCP_CONNECT_TRIES connections; refused, after 1. */
+OMC_TEST(tcp_a_data_connection_closed_before_its_ack_is_tried_again) {
+    static const struct { int closes, code; omc_result want; int conns; } cases[] = {
+        { 2, 0, OMC_OK, 3 }, { 1000, 0, OMC_ERR_CONNECTION, OMC__TCP_CONNECT_TRIES },
+        { 0, (int)OMC_ERR_BUSY, OMC_ERR_PROTOCOL, 1 }
+    };
+    fake_sender f;
+    omc_meta m = {0};
+    size_t i;
+    REQUIRE(fake_start(&f) == 0);
+    fake_meta(&f, "k", 1000, &m);
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        omc_conn* r = make_receiver(1u << 20);      /* a fresh receiver: no data connection cached */
+        omc_buffer b;
+        omc_result res;
+        REQUIRE(r);
+        __atomic_store_n(&f.close_hellos, cases[i].closes, __ATOMIC_RELEASE);
+        __atomic_store_n(&f.refuse_code, cases[i].code, __ATOMIC_RELEASE);
+        __atomic_store_n(&f.accepted, 0, __ATOMIC_RELEASE);
+        res = omc_conn_get(r, "s0", "s1", "k", m.data, m.size, omc_deadline_after_ms(10000), &b);
+        CHECK_RES(res, cases[i].want);
+        if (res == OMC_OK) {
+            CHECK(b.size == 1000 && omc_test_verify(b.data, 1000, 7));
+            omc_buffer_release(&b);
+        }
+        CHECK_EQ(__atomic_load_n(&f.accepted, __ATOMIC_ACQUIRE), cases[i].conns);
+        omc_conn_destroy(r);
+    }
+    __atomic_store_n(&f.close_hellos, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&f.refuse_code, 0, __ATOMIC_RELEASE);
+    omc_meta_free(&m);
     fake_stop(&f);
 }
 
