@@ -39,17 +39,17 @@
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4545 - 10667
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4545 - 10707
       manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4545 - 4951
                       B3 CONFIGURATION | B4 WIRE FORMATS
       declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4954 - 5139
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5141 - 10664
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5141 - 10704
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10670 - 10705
+    LICENSE                                                                        10710 - 10745
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
