@@ -39,17 +39,17 @@
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4545 - 10707
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4545 - 10709
       manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4545 - 4951
                       B3 CONFIGURATION | B4 WIRE FORMATS
       declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4954 - 5139
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5141 - 10704
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5141 - 10706
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10710 - 10745
+    LICENSE                                                                        10712 - 10747
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -6341,7 +6341,8 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 /* ============================================================================================== */
 /*
     Sender: a listening socket (the data port). The connector's listener thread accepts, reads
-    each connection's 40-byte hello (bounded: 5 s; at most 64 waiting, more left in the kernel's accept queue, a silent one replaced by a newcomer after 250 ms), registers it under its
+    each connection's 40-byte hello (bounded: 5 s; at most 64 waiting, more left in the kernel's
+    accept queue, a silent one replaced by a newcomer after 250 ms), registers it under its
     ticket and token and acks; idle connections are watched for a request (48 bytes, queued for
     the connector once whole) or EOF (a receiver that went away: closed). A push takes the
     connection its PULL names (or the one its request came on), marks it busy, writes a header
@@ -6354,7 +6355,8 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
     frees them.
 
     Receiver: one connection per channel, opened at the channel's first PULL (connect, hello,
-    ack, all bounded by the get's deadline) and cached with it; the get's thread writes its
+    ack, all bounded by the get's deadline; a few tries if the sender closes it before the ack)
+    and cached with it; the get's thread writes its
     request there and reads the answer (a header and the payload, or a status record). Payload bytes are read straight
     into the destination buffer in the receiver's pool (no intermediate copy), never more than
     the header announced, and the header must announce exactly what the receiver expects.
