@@ -39,17 +39,17 @@
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4550 - 10627
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4550 - 10714
       manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4550 - 4956
                       B3 CONFIGURATION | B4 WIRE FORMATS
       declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4959 - 5144
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5146 - 10624
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5146 - 10711
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10630 - 10665
+    LICENSE                                                                        10717 - 10752
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -6346,7 +6346,8 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 /* ============================================================================================== */
 /*
     Sender: a listening socket (the data port). The connector's listener thread accepts, reads
-    each connection's 40-byte hello (bounded: 5 s, at most 64 waiting), registers it under its
+    each connection's 40-byte hello (bounded: 5 s; at most 64 waiting, more left in the kernel's
+    accept queue, a silent one replaced by a newcomer after 250 ms), registers it under its
     ticket and token and acks; idle connections are watched for a request (48 bytes, queued for
     the connector once whole) or EOF (a receiver that went away: closed). A push takes the
     connection its PULL names (or the one its request came on), marks it busy, writes a header
@@ -6359,7 +6360,8 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
     frees them.
 
     Receiver: one connection per channel, opened at the channel's first PULL (connect, hello,
-    ack, all bounded by the get's deadline) and cached with it; the get's thread writes its
+    ack, all bounded by the get's deadline; a few tries if the sender closes it before the ack)
+    and cached with it; the get's thread writes its
     request there and reads the answer (a header and the payload, or a status record). Payload bytes are read straight
     into the destination buffer in the receiver's pool (no intermediate copy), never more than
     the header announced, and the header must announce exactly what the receiver expects.
@@ -6367,6 +6369,9 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 
 #define OMC__DP_TCP 1                   /* this plane's kind (HELLO record type, PULL byte 30) */
 #define OMC__TCP_MAX_PENDING 64         /* accepted connections still owing their hello */
+#define OMC__TCP_PENDING_GRACE_MS 250   /* ...none of which a newer one replaces before this */
+#define OMC__TCP_CONNECT_TRIES 4        /* receiver: data connections closed before the ack, tried again */
+#define OMC__TCP_RETRY_MS    20         /* ...after a jittered pause, doubled each time (within the deadline) */
 #ifndef OMC__TCP_MAX_CONNS              /* (the limits below are private; a test may shrink them) */
 #define OMC__TCP_MAX_CONNS   4096       /* registered data connections per sender */
 #endif
@@ -6429,6 +6434,7 @@ typedef struct omc__tcp_conn {
     omc__tcp_ticket* ticket;            /* registered connections: the session it belongs to */
     uint8_t key[OMC__TCP_TICKET_SIZE + 8];  /* ticket | token: its name in the plane's map */
     omc_time_ns hello_deadline;         /* also: a request begun must be complete by then */
+    omc_time_ns accepted;               /* when accept() took it */
     omc_time_ns idle_since;
     uint32_t hello_got;
     uint8_t hello[OMC__TCP_HELLO_SIZE];
@@ -6515,7 +6521,10 @@ OMC__PRIVATE omc_result omc__tcp_listen(omc__tcp_plane* T, const char* bind_host
     T->listen_fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (T->listen_fd < 0) return OMC_ERR_SYSTEM;
     setsockopt(T->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(T->listen_fd, (struct sockaddr*)&sa, salen) != 0 || listen(T->listen_fd, 128) != 0) {
+    /* the longest accept queue the system allows: when many receivers connect at once, those
+       the listener has no pending slot for yet wait there (see omc__tcp_accept) instead of
+       having their SYNs dropped and retransmitted a second later */
+    if (bind(T->listen_fd, (struct sockaddr*)&sa, salen) != 0 || listen(T->listen_fd, SOMAXCONN) != 0) {
         OMC__LOG(&T->hooks, OMC_LOG_ERROR, OMC_LOGITEM_NET, "cannot listen on TCP data port %s:%u: %s", bind_host,
                  (unsigned)port, strerror(errno));
         close(T->listen_fd);
@@ -6774,9 +6783,13 @@ OMC__PRIVATE void omc__tcp_sweep(omc__tcp_plane* T, omc_time_ns now) {
     }
 }
 
+OMC__PRIVATE int omc__tcp_pending_room(omc__tcp_plane* T, omc_time_ns now, omc__tcp_conn** replace);
+
 /* Listener: fill poll items for the data port and the connections it watches; who[i] is the
    connection of item i (NULL for the data port). Reaps dead connections first; leaves the data
-   port out while accept() is paused for lack of descriptors. */
+   port out while accept() is paused for lack of descriptors, and while every pending slot holds
+   a connection still in its grace period (the poll slice, at most OMC__NET_SLICE_MS, brings the
+   listener back to look again). */
 OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, void** who, int max) {
     omc__tcp_conn *c, *next;
     omc_time_ns now = omc_now_ns();
@@ -6788,7 +6801,7 @@ OMC__PRIVATE int omc__tcp_items(omc__tcp_plane* T, struct pollfd* items, void** 
         if (c->state == OMC__TCONN_DEAD) omc__tcp_conn_free(T, c);
     }
     omc__tcp_sweep(T, now);
-    if (now >= T->paused_until) {
+    if (now >= T->paused_until && omc__tcp_pending_room(T, now, NULL)) {
         items[n].fd = T->listen_fd;
         items[n].events = POLLIN;
         items[n].revents = 0;
@@ -6812,6 +6825,28 @@ OMC__PRIVATE omc__tcp_conn* omc__tcp_oldest_pending(omc__tcp_plane* T) {
     for (c = T->conns; c; c = c->next)
         if (c->state == OMC__TCONN_PENDING) old = c;     /* the list is newest first */
     return old;
+}
+
+/* Room for one more connection owing its hello (holds mu)? Below OMC__TCP_MAX_PENDING there
+   is; at it, only if the oldest has waited longer than OMC__TCP_PENDING_GRACE_MS, and then
+   *replace (if given) is that one, to close for the newcomer. A full table of younger ones
+   says 0: the listener then accepts nothing more for now and new connections wait in the
+   kernel's accept queue.
+   Why a grace and not "replace the oldest at once": one accept loop takes everything queued
+   on the port. When many receivers connect together, the oldest connections of that very loop
+   have had no chance to send their hello (the nonce has only just gone out), so replacing them
+   at once closed honest receivers by the dozen. A silent connection (a slow-loris, a port
+   scanner) still loses its slot to a newcomer after the grace, so it cannot hold the port for
+   longer than that, and a newcomer is never closed before it had the grace to say hello. */
+OMC__PRIVATE int omc__tcp_pending_room(omc__tcp_plane* T, omc_time_ns now, omc__tcp_conn** replace) {
+    omc__tcp_conn* old;
+    if (replace) *replace = NULL;
+    if (T->npending < OMC__TCP_MAX_PENDING) return 1;
+    old = omc__tcp_oldest_pending(T);
+    if (!old) return 1;
+    if (now - old->accepted < (omc_time_ns)OMC__TCP_PENDING_GRACE_MS * 1000000LL) return 0;
+    if (replace) *replace = old;
+    return 1;
 }
 
 /* The numeric address of an accepted peer ("" if it has none we know). */
@@ -6851,16 +6886,24 @@ OMC__PRIVATE int omc__tcp_send_nonce(omc__tcp_conn* c) {
     return send(c->fd, frame, sizeof(frame), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(frame);
 }
 
-/* Listener: accept what is waiting on the data port. Out of descriptors (EMFILE, ENFILE): the
-   oldest connection still owing its hello is closed and the port is not polled for
-   OMC__TCP_PAUSE_MS, so a flood costs neither a spinning core nor a log line per event. */
+/* Listener: accept what is waiting on the data port, as long as there is a pending slot (see
+   omc__tcp_pending_room: what finds none stays in the kernel's accept queue until a hello frees
+   one or a silent connection's grace runs out). Out of descriptors (EMFILE, ENFILE): the
+   oldest connection still owing its hello is closed, grace or not (descriptors are the harder
+   limit), and the port is not polled for OMC__TCP_PAUSE_MS, so a flood costs neither a
+   spinning core nor a log line per event. */
 OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
     unsigned long long hidden = 0;
     for (;;) {
         omc__tcp_conn* c;
         struct sockaddr_storage sa;
         socklen_t salen = sizeof(sa);
-        int fd = accept4(T->listen_fd, (struct sockaddr*)&sa, &salen, SOCK_CLOEXEC);
+        int fd, room;
+        pthread_mutex_lock(&T->mu);
+        room = omc__tcp_pending_room(T, omc_now_ns(), NULL);
+        pthread_mutex_unlock(&T->mu);
+        if (!room) return;
+        fd = accept4(T->listen_fd, (struct sockaddr*)&sa, &salen, SOCK_CLOEXEC);
         if (fd < 0) {
             int e = errno;
             if (e == EINTR) continue;
@@ -6879,13 +6922,19 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
             return;
         }
         pthread_mutex_lock(&T->mu);
-        if (T->npending >= OMC__TCP_MAX_PENDING && (c = omc__tcp_oldest_pending(T)) != NULL) omc__tcp_conn_evict(T, c);
+        if (omc__tcp_pending_room(T, omc_now_ns(), &c) && c) {
+            OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data port %u: %d connections owe their hello: closed one from %s "
+                     "silent for over %d ms for a new one", (unsigned)T->port, OMC__TCP_MAX_PENDING, c->addr[0] ? c->addr : "an unknown address",
+                     OMC__TCP_PENDING_GRACE_MS);
+            omc__tcp_conn_evict(T, c);
+        }
         c = (omc__tcp_conn*)omc__calloc(&T->hooks, sizeof(*c));
         if (!c) { pthread_mutex_unlock(&T->mu); close(fd); continue; }
         c->fd = fd;
         omc__tcp_peer_addr(&sa, c->addr, sizeof(c->addr));
         if (!omc__tcp_send_nonce(c)) { pthread_mutex_unlock(&T->mu); omc__free(&T->hooks, c); close(fd); continue; }
         c->state = OMC__TCONN_PENDING;
+        c->accepted = omc_now_ns();
         c->hello_deadline = omc_deadline_after_ms(OMC__TCP_HELLO_MS);
         c->next = T->conns;
         T->conns = c;
@@ -7405,17 +7454,13 @@ OMC__PRIVATE int omc__tcp_rx_reusable(void* user, void* chan) {
     return poll(&p, 1, 0) == 0;
 }
 
-/* Open the data connection: connect, read the port's nonce, hello (proving the ticket over the
-   nonce), ack - all before the deadline. */
-OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, omc_time_ns deadline) {
+/* One try at the data connection: connect, read the port's nonce, hello (proving the ticket
+   over the nonce), ack - all before the deadline. *closed says the sender closed (or reset) the
+   connection after accepting it and before any ack: the one failure worth another try. */
+OMC__PRIVATE omc_result omc__tcp_rx_dial(omc__tcp_plane* T, omc__tcp_rx* x, omc_time_ns deadline, int* closed) {
     uint8_t hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], frame[OMC__TCP_NONCE_SIZE], nonce[16];
     omc_result r;
-    if (!x->has_ticket) {
-        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data connection to %s:%u: the sender's HELLO answer carried no data ticket "
-                 "(its ticket table is full, or it predates data hello version %d): no data connection without one",
-                 x->host, (unsigned)x->port, OMC__TCP_HELLO_VERSION);
-        return OMC_ERR_AUTH;
-    }
+    *closed = 0;
     r = omc__fd_connect(x->host, x->port, deadline, &x->fd);
     if (r != OMC_OK) {
         OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data connection to %s:%u: %s", x->host, (unsigned)x->port, omc_result_str(r));
@@ -7431,12 +7476,54 @@ OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, o
         r = omc__fd_write_all(x->fd, hello, sizeof(hello), deadline, NULL);
     }
     if (r == OMC_OK) r = omc__fd_read_all(x->fd, ack, sizeof(ack), deadline);
+    *closed = r == OMC_ERR_CONNECTION;      /* EOF or reset: an ack with a code is a refusal (below) */
     if (r == OMC_OK && (omc__get_u32(ack) != OMC__TCP_ACK_MAGIC || omc__get_u32(ack + 4) != 0)) r = OMC_ERR_PROTOCOL;
-    if (r != OMC_OK) {
+    if (r != OMC_OK && !*closed)
         OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data hello to %s:%u: %s", x->host, (unsigned)x->port, omc_result_str(r));
+    if (r != OMC_OK) {
         close(x->fd);
         x->fd = -1;
     } else omc__fd_streaming(x->fd);
+    return r;
+}
+
+/* Open the data connection (see omc__tcp_rx_dial), trying again - at most
+   OMC__TCP_CONNECT_TRIES in all, after a jittered pause that doubles, never past the deadline -
+   when the sender closed it before acknowledging the hello. Why: a sender keeps a bounded
+   number of connections waiting for their hello and replaces a silent one with a newcomer
+   after a grace (the slow-loris defence), so among many receivers connecting at once on a
+   loaded host one can be closed before its hello was read; that says nothing about the next
+   try, and the jitter keeps the tries of many receivers apart. An explicit refusal (an ack
+   with a code, a version the sender does not speak), a refused connect or a timeout is never
+   tried again. A ticket the sender no longer knows also ends in a silent close (a port
+   scanner learns nothing), so it too costs a few tries before the get fails. */
+OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, omc_time_ns deadline) {
+    omc_result r;
+    int attempt, closed = 0;
+    if (!x->has_ticket) {
+        OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data connection to %s:%u: the sender's HELLO answer carried no data ticket "
+                 "(its ticket table is full, or it predates data hello version %d): no data connection without one",
+                 x->host, (unsigned)x->port, OMC__TCP_HELLO_VERSION);
+        return OMC_ERR_AUTH;
+    }
+    for (attempt = 1;; attempt++) {
+        int64_t pause_ms = (int64_t)OMC__TCP_RETRY_MS << (attempt - 1);
+        struct timespec ts;
+        r = omc__tcp_rx_dial(T, x, deadline, &closed);
+        if (r == OMC_OK || !closed) break;
+        pause_ms = pause_ms / 2 + (int64_t)(omc__random_u64() % (uint64_t)(pause_ms / 2 + 1));    /* half to all of it */
+        if (attempt >= OMC__TCP_CONNECT_TRIES || omc__poll_ms(deadline, (int)pause_ms + 1) <= pause_ms) break;
+        OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data hello to %s:%u: the sender closed the connection before its ack "
+                 "(try %d of %d): trying again in %lld ms", x->host, (unsigned)x->port, attempt, OMC__TCP_CONNECT_TRIES, (long long)pause_ms);
+        ts.tv_sec = (time_t)(pause_ms / 1000);
+        ts.tv_nsec = (long)(pause_ms % 1000) * 1000000L;
+        nanosleep(&ts, NULL);
+    }
+    if (r != OMC_OK && closed)
+        OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data hello to %s:%u: %s (the sender closed the connection before its ack, "
+                 "%d tries)", x->host, (unsigned)x->port, omc_result_str(r), attempt);
+    else if (attempt > 1)
+        OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data hello to %s:%u: acknowledged on try %d", x->host, (unsigned)x->port, attempt);
     return r;
 }
 

@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/mman.h>
 
 OMC_TEST_TSAN_IGNORE_LIBZMQ()    /* libzmq is not instrumented: see omc_test.h */
@@ -1125,6 +1126,9 @@ typedef struct fake_sender {
     uint16_t port, dport;
     int mode;                   /* atomic */
     int stop;                   /* atomic */
+    int close_hellos;           /* atomic: this many data connections are closed after their hello, unacked */
+    int refuse_code;            /* atomic: nonzero: every hello is acked with this code (a refusal) */
+    int accepted;               /* atomic: data connections accepted */
     pthread_t th;
 } fake_sender;
 
@@ -1178,11 +1182,22 @@ static void* fake_main(void* arg) {
         if (it[1].revents) {    /* a data connection: take its hello, ack it */
             uint8_t h[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], nonce[OMC__TCP_NONCE_SIZE], zero16[16] = {0};
             int fd = accept(f->lfd, NULL, NULL);
+            if (fd >= 0) __atomic_add_fetch(&f->accepted, 1, __ATOMIC_ACQ_REL);
             omc__tcp_nonce_encode(nonce, zero16);       /* a fake: a fixed nonce, the hello is not checked */
             if (fd >= 0 && write(fd, nonce, sizeof(nonce)) == (ssize_t)sizeof(nonce) &&
                 recv(fd, h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
+                if (__atomic_load_n(&f->close_hellos, __ATOMIC_ACQUIRE) > 0) {     /* as an evicted connection */
+                    __atomic_sub_fetch(&f->close_hellos, 1, __ATOMIC_ACQ_REL);
+                    close(fd);
+                    continue;
+                }
                 omc__put_u32(ack, OMC__TCP_ACK_MAGIC);
-                omc__put_u32(ack + 4, 0);
+                omc__put_u32(ack + 4, (uint32_t)__atomic_load_n(&f->refuse_code, __ATOMIC_ACQUIRE));
+                if (__atomic_load_n(&f->refuse_code, __ATOMIC_ACQUIRE)) {
+                    if (write(fd, ack, sizeof(ack)) != (ssize_t)sizeof(ack)) {}
+                    close(fd);
+                    continue;
+                }
                 if (write(fd, ack, sizeof(ack)) != (ssize_t)sizeof(ack)) {}
                 if (f->dfd >= 0) close(f->dfd);
                 f->dfd = fd;
@@ -1308,6 +1323,44 @@ OMC_TEST(tcp_sizes_that_lie_are_rejected) {
         omc_meta_free(&m);
     }
     omc_conn_destroy(r);
+    fake_stop(&f);
+}
+
+/* A data connection the sender closes after its hello without an ack (what a sender does to a
+   connection it evicted while the hello was on its way) is tried again, a bounded number of
+   times within the get's deadline; an explicit refusal (an ack with a code) is not. Want: two
+   such closes and the get still succeeds (3 connections); closed every time, the get fails
+   with OMC_ERR_CONNECTION after exactly OMC__TCP_CONNECT_TRIES connections; refused, after 1. */
+OMC_TEST(tcp_a_data_connection_closed_before_its_ack_is_tried_again) {
+    static const struct { int closes, code; omc_result want; int conns; } cases[] = {
+        { 2, 0, OMC_OK, 3 }, { 1000, 0, OMC_ERR_CONNECTION, OMC__TCP_CONNECT_TRIES },
+        { 0, (int)OMC_ERR_BUSY, OMC_ERR_PROTOCOL, 1 }
+    };
+    fake_sender f;
+    omc_meta m = {0};
+    size_t i;
+    REQUIRE(fake_start(&f) == 0);
+    fake_meta(&f, "k", 1000, &m);
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        omc_conn* r = make_receiver(1u << 20);      /* a fresh receiver: no data connection cached */
+        omc_buffer b;
+        omc_result res;
+        REQUIRE(r);
+        __atomic_store_n(&f.close_hellos, cases[i].closes, __ATOMIC_RELEASE);
+        __atomic_store_n(&f.refuse_code, cases[i].code, __ATOMIC_RELEASE);
+        __atomic_store_n(&f.accepted, 0, __ATOMIC_RELEASE);
+        res = omc_conn_get(r, "s0", "s1", "k", m.data, m.size, omc_deadline_after_ms(10000), &b);
+        CHECK_RES(res, cases[i].want);
+        if (res == OMC_OK) {
+            CHECK(b.size == 1000 && omc_test_verify(b.data, 1000, 7));
+            omc_buffer_release(&b);
+        }
+        CHECK_EQ(__atomic_load_n(&f.accepted, __ATOMIC_ACQUIRE), cases[i].conns);
+        omc_conn_destroy(r);
+    }
+    __atomic_store_n(&f.close_hellos, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&f.refuse_code, 0, __ATOMIC_RELEASE);
+    omc_meta_free(&m);
     fake_stop(&f);
 }
 
@@ -1746,6 +1799,108 @@ OMC_TEST(tcp_a_buffer_from_alloc_outlives_its_connector) {
     CHECK(((const uint8_t*)b.data)[b.size - 1] == 0xAB);
     CHECK_OK(omc_buffer_release(&b));
     CHECK_OK(omc_buffer_release(&b2));
+}
+
+/* ---- many receivers at once ------------------------------------------------------------------ */
+
+#define STORM_MAX 512
+
+typedef struct storm_rx {
+    omc_conn* r;
+    omc_meta m;
+    char key[32];
+    uint64_t seed;
+    pthread_barrier_t* go;
+    omc_result res;
+    int verified;
+} storm_rx;
+
+static void* storm_get_main(void* arg) {
+    storm_rx* x = (storm_rx*)arg;
+    omc_buffer b;
+    memset(&b, 0, sizeof(b));
+    pthread_barrier_wait(x->go);
+    x->res = omc_conn_get(x->r, "s0", "s1", x->key, x->m.data, x->m.size, omc_deadline_after_ms(60000), &b);
+    if (x->res == OMC_OK) {
+        x->verified = b.size == 100000 && omc_test_verify(b.data, b.size, x->seed);
+        omc_buffer_release(&b);
+    }
+    return NULL;
+}
+
+/* The data port's accept queue: connections the kernel completed that the listener has not
+   accepted yet (Linux reports it for a listening socket in tcpi_unacked, its limit in
+   tcpi_sacked). -1 if unknown. */
+static int storm_accept_queue(int listen_fd, int* limit) {
+    struct tcp_info ti;
+    socklen_t n = sizeof(ti);
+    memset(&ti, 0, sizeof(ti));
+    if (getsockopt(listen_fd, IPPROTO_TCP, TCP_INFO, &ti, &n) != 0) return -1;
+    *limit = (int)ti.tcpi_sacked;
+    return (int)ti.tcpi_unacked;
+}
+
+/* One sender, N receivers (200; STORM_N overrides) whose first gets - so their first data
+   connections - all start together behind a barrier. Each receiver has its ticket already (an
+   exists() call said HELLO on the side channel), so the get goes straight to the data port.
+   A loaded host is modelled without a sleep: the test holds the sender's TCP plane lock (its
+   listener blocks before its next poll, as if descheduled) until the kernel has queued every
+   connection it will (the accept queue, read with TCP_INFO), then lets go - so the listener
+   meets far more new connections at once than it keeps waiting for their hello (64). Want:
+   every get succeeds with its own bytes (100 KB each, over the inline threshold, so every one
+   needs a data connection). */
+OMC_TEST(tcp_many_receivers_first_gets_at_once_all_succeed) {
+    static storm_rx rx[STORM_MAX];
+    pthread_t th[STORM_MAX];
+    pthread_barrier_t go;
+    omc_conn* s = make_sender(0, 64u << 20);
+    omc__tcp_plane* T = s ? &omc__net_of(s)->tcp : NULL;
+    int n = getenv("STORM_N") ? atoi(getenv("STORM_N")) : 200, i, made = 0, ok = 0, started = 0, shown = 0;
+    if (n < 1 || n > STORM_MAX) n = 200;
+    REQUIRE(s);
+    memset(rx, 0, sizeof(rx));
+    for (i = 0; i < n; i++) {
+        rx[i].r = make_receiver(1u << 20);
+        if (!rx[i].r || omc_tcp_add_sender(rx[i].r, "s0", "127.0.0.1", port_of(s)) != OMC_OK) break;
+        snprintf(rx[i].key, sizeof(rx[i].key), "storm-%d", i);
+        rx[i].seed = 7000u + (uint64_t)i;
+        put_bytes(s, rx[i].key, 100000, rx[i].seed, 1, 0, &rx[i].m);
+        if (omc_conn_exists(rx[i].r, "s0", "s1", rx[i].key) != OMC_OK) break;     /* HELLO: the ticket */
+        made++;
+    }
+    CHECK_EQ(made, n);
+    REQUIRE(pthread_barrier_init(&go, NULL, (unsigned)made + 1) == 0);
+    for (i = 0; i < made; i++) {
+        rx[i].go = &go;
+        if (pthread_create(&th[i], NULL, storm_get_main, &rx[i]) != 0) break;
+        started++;
+    }
+    REQUIRE(started == made);        /* (else the barrier would never open) */
+    pthread_mutex_lock(&T->mu);
+    pthread_barrier_wait(&go);
+    {   /* an event, bounded: every connection queued, or the queue full (its limit + 1) */
+        double end = omc_now_ns() / 1e9 + 20;
+        int q = 0, limit = 0;
+        while (omc_now_ns() / 1e9 < end) {
+            q = storm_accept_queue(T->listen_fd, &limit);
+            if (q < 0 || q >= made || (limit > 0 && q > limit)) break;
+            usleep(2000);
+        }
+        printf("  %d receivers, %d connections queued on the data port (accept queue limit %d)\n", made, q, limit);
+    }
+    pthread_mutex_unlock(&T->mu);
+    for (i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (i = 0; i < made; i++) {
+        if (rx[i].res == OMC_OK && rx[i].verified) ok++;
+        else if (shown++ < 5) fprintf(stderr, "  receiver %d: %s%s\n", i, omc_result_name(rx[i].res), rx[i].res == OMC_OK ? " (wrong bytes)" : "");
+    }
+    CHECK_EQ(ok, made);
+    for (i = 0; i < n; i++) {
+        omc_meta_free(&rx[i].m);
+        if (rx[i].r) omc_conn_destroy(rx[i].r);
+    }
+    pthread_barrier_destroy(&go);
+    omc_conn_destroy(s);
 }
 
 int main(int argc, char** argv) {
