@@ -2270,7 +2270,7 @@ OMNICONN_API void omc_rdma_topo_rank(const omc_rdma_topo_nic* nics, int n, int b
     X(1, R, int, dealloc_pd, ibv_dealloc_pd, (struct ibv_pd* pd), (pd)) \
     X(1, R, struct ibv_mr*, reg_mr, ibv_reg_mr, (struct ibv_pd* pd, void* addr, size_t length, int access), (pd, addr, length, access)) \
     X(1, R, int, dereg_mr, ibv_dereg_mr, (struct ibv_mr* mr), (mr)) \
-    X(0, R, struct ibv_mr*, reg_dmabuf_mr, ibv_reg_dmabuf_mr, (struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access), (pd, offset, length, iova, fd, access)) \
+    X(0, N, struct ibv_mr*, reg_dmabuf_mr, ibv_reg_dmabuf_mr, (struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access), (pd, offset, length, iova, fd, access)) \
     X(1, R, struct ibv_comp_channel*, create_comp_channel, ibv_create_comp_channel, (struct ibv_context* ctx), (ctx)) \
     X(1, R, int, destroy_comp_channel, ibv_destroy_comp_channel, (struct ibv_comp_channel* ch), (ch)) \
     X(1, R, struct ibv_cq*, create_cq, ibv_create_cq, (struct ibv_context* ctx, int cqe, void* user, struct ibv_comp_channel* ch, int vector), (ctx, cqe, user, ch, vector)) \
@@ -2299,6 +2299,9 @@ static char omc__ibv_library[256];          /* what was loaded */
 /* The wrappers the engine calls. */
 #define OMC__IBV_WRAP_R(ret, member, params, args) OMC__PRIVATE ret omc__ibv_##member params { return omc__ibv.member args; }
 #define OMC__IBV_WRAP_V(ret, member, params, args) OMC__PRIVATE void omc__ibv_##member params { omc__ibv.member args; }
+/* kind N: no wrapper - only some builds call it (reg_dmabuf_mr: CUDA builds), through the table,
+   so a build without them has no unused function */
+#define OMC__IBV_WRAP_N(ret, member, params, args)
 #define OMC__X(req, kind, ret, member, sym, params, args) OMC__IBV_WRAP_##kind(ret, member, params, args)
 OMC__IBV_SYMBOLS(OMC__X)
 #undef OMC__X
@@ -3824,7 +3827,7 @@ OMC__PRIVATE omc_result omc__rdma_register_dmabuf(omc_rdma* E, void* base, uint6
     g.mr = (struct ibv_mr**)omc__calloc(&E->hooks, sizeof(struct ibv_mr*) * E->nrails);
     r = g.mr ? OMC_OK : OMC_ERR_NO_MEMORY;
     for (i = 0; r == OMC_OK && i < E->nrails; i++) {
-        g.mr[i] = omc__ibv_reg_dmabuf_mr(E->rail[i].pd, 0, (size_t)size, (uint64_t)(uintptr_t)base, fd, access);
+        g.mr[i] = omc__ibv.reg_dmabuf_mr(E->rail[i].pd, 0, (size_t)size, (uint64_t)(uintptr_t)base, fd, access);
         if (!g.mr[i]) {
             OMC__RDMA_LOG(E, OMC_LOG_ERROR, "ibv_reg_dmabuf_mr of device memory [%p, +%llu) on rail %u (%s) failed: %s (a kernel and "
                           "adapter driver with dma-buf MRs are needed)", base, (unsigned long long)size, i, E->rail[i].device, strerror(errno));
