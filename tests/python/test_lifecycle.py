@@ -278,6 +278,12 @@ FORK = '''
 @pytest.mark.parametrize("mode", ["nothing", "close", "call"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_fork_child_leaves_the_parents_connector_alone(kind, mode, channel):
+    if kind == "tcp" and "libasan" in os.environ.get("LD_PRELOAD", ""):
+        # ASan's own allocator is not fork-safe while other threads run (the TCP connector's and
+        # libzmq's): a child can inherit its allocator lock held and hang in free() at exit
+        # (seen: Py_FinalizeEx -> free -> asan Allocator::Deallocate -> Mutex::Lock). glibc's
+        # malloc resets its locks at fork, so the plain run checks this case.
+        pytest.skip("fork() of a threaded process under ASan can deadlock inside ASan's allocator")
     out = run(FORK % (kind, channel, mode))
     assert "parent read all" in out
 
