@@ -40,6 +40,7 @@ static void check_rv(const omc__rv* v, int depth) {
     }
 }
 
+static const omc_hooks fz_hooks;   /* zero: the library's default allocator (malloc), as rc.buf uses */
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int sv[2], replies = 0;
@@ -63,10 +64,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     while (r == OMC_OK && replies < 1000) {
         omc__rv v;
-        r = omc__rc_reply(&rc, &v, omc_deadline_after_ms(1000));
+        r = omc__rc_reply(&fz_hooks, &rc, &v, omc_deadline_after_ms(1000));
         if (r == OMC_OK) { check_rv(&v, 0); replies++; }
         else FUZZ_REQUIRE(v.type == OMC__RV_NIL && v.s == NULL && v.e == NULL);    /* nothing handed out */
-        omc__rv_clear(&v);
+        omc__rv_clear(&fz_hooks, &v);
     }
     FUZZ_REQUIRE(r == OMC_OK || r == OMC_ERR_PROTOCOL || r == OMC_ERR_CONNECTION || r == OMC_ERR_NO_MEMORY);
     FUZZ_REQUIRE(rc.pos <= rc.len && rc.len <= OMC__ST_RBUF);
