@@ -205,30 +205,8 @@ OMNICONN_API omc_result omc_ffi_tcp_create(int role, const char* host, const cha
                                            uint32_t data_port, uint64_t pool_size, int64_t ttl_ms,
                                            const char* secret_key, const char* public_key, const char* server_key,
                                            int rdma, const char* rdma_devices, omc_conn** out) {
-    omc_tcp_desc d;
-    if (out) *out = NULL;
-    if (port > 65535 || data_port > 65535) return OMC_ERR_INVALID_ARG;
-    memset(&d, 0, sizeof(d));
-    d.role = omc__ffi_role(role);
-    d.host = host && *host ? host : NULL;
-    d.bind_host = bind_host && *bind_host ? bind_host : NULL;
-    d.port = (uint16_t)port;
-    d.data_port = (uint16_t)data_port;
-    d.pool_size = pool_size;
-    d.default_ttl_ms = ttl_ms;
-    d.curve.secret_key = secret_key && *secret_key ? secret_key : NULL;
-    d.curve.public_key = public_key && *public_key ? public_key : NULL;
-    d.curve.server_key = server_key && *server_key ? server_key : NULL;
-    omc__ffi_last[0] = 0;
-    if (rdma) {
-        omc_rdma_connector_desc rd;
-        memset(&rd, 0, sizeof(rd));
-        rd.net = d;
-        rd.rdma.devices = rdma_devices && *rdma_devices ? rdma_devices : NULL;
-        rd.require_rdma = rdma >= 2;
-        return omc_rdma_connector_create(&rd, out);
-    }
-    return omc_tcp_create(&d, out);
+    return omc_ffi_tcp_create_ex(role, host, bind_host, port, data_port, pool_size, ttl_ms, secret_key, public_key, server_key,
+                                 NULL, rdma, rdma_devices, out);
 }
 
 /* omc_ffi_tcp_create with CURVE's allow-list: allowed_clients holds the receivers' public keys

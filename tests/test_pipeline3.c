@@ -22,24 +22,7 @@ OMC_TEST_TSAN_IGNORE_LIBZMQ()    /* libzmq is not instrumented: see omc_test.h *
 
 
 /* A base port P such that P, P+1 and P+2 can be bound now (a pick, not a reservation). */
-static int free_base_port(void) {
-    int attempt;
-    for (attempt = 0; attempt < 200; attempt++) {
-        int base = 21000 + (int)(((unsigned)getpid() * 7919u + (unsigned)attempt * 104729u) % 20000u), k, ok = 1;
-        for (k = 0; k < 3 && ok; k++) {
-            struct sockaddr_in a;
-            int s = socket(AF_INET, SOCK_STREAM, 0);
-            memset(&a, 0, sizeof(a));
-            a.sin_family = AF_INET;
-            a.sin_port = htons((uint16_t)(base + k));
-            a.sin_addr.s_addr = htonl(INADDR_ANY);
-            if (s < 0 || bind(s, (struct sockaddr*)&a, sizeof(a)) != 0) ok = 0;
-            if (s >= 0) close(s);
-        }
-        if (ok) return base;
-    }
-    return 0;
-}
+static int free_base_port(void) { return omc_test_free_port_base(3); }
 
 static omc_pipeline_config* load_text(const char* text) {
     omc_pipeline_config* cfg = NULL;
