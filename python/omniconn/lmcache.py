@@ -328,6 +328,9 @@ class OmniconnRemoteConnector(_RemoteConnector):
     def __repr__(self):
         return "<OmniconnRemoteConnector %s>" % self.url
 
+    def post_init(self):
+        """Called by LMCache once the connector is built: nothing left to set up."""
+
     # -- plumbing
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)

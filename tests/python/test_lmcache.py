@@ -387,7 +387,7 @@ def _replace(remote, k, entry):
     raw.put(remote.conn.stage, "kv", k.to_string(), bytes(entry), readers=READERS_CACHE)
 
 
-@pytest.mark.parametrize("damage", ["short", "garbage", "foreign", "other-key", "dtype", "shape-lies", "length-lies",
+@pytest.mark.parametrize("damage", ["short", "long", "garbage", "foreign", "other-key", "dtype", "shape-lies", "length-lies",
                                     "fmt", "empty"])
 def test_an_unreadable_entry_is_a_logged_miss_and_is_dropped(remote, backend, damage, caplog, monkeypatch):
     monkeypatch.setattr(omniconn.lmcache, "_MemoryFormat", MemoryFormat)    # as where LMCache is imported
@@ -397,6 +397,8 @@ def test_an_unreadable_entry_is_a_logged_miss_and_is_dropped(remote, backend, da
     e = _stored(remote, k)
     if damage == "short":
         e = e[:-10]
+    elif damage == "long":
+        e += b"trailing bytes"
     elif damage == "garbage":
         e = bytearray(os.urandom(len(e)))
     elif damage == "foreign":
