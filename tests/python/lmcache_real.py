@@ -120,6 +120,12 @@ def _digest(obj):
     return hashlib.sha256(bytes(memoryview(obj.byte_array).cast("B"))).hexdigest()
 
 
+def _refs(obj):
+    """A MemoryObj's reference count where this LMCache exposes it (None elsewhere)."""
+    fn = getattr(obj, "get_ref_count", None)
+    return fn() if fn else None
+
+
 def _fill(obj, seed):
     import torch
     g = torch.Generator().manual_seed(seed)
@@ -144,10 +150,12 @@ def _accepts(fn, **offered):
     return {k: v for k, v in offered.items() if k in params}
 
 
-def _config(port):
+def _config(port, external=False):
     from lmcache.v1.config import LMCacheEngineConfig
+    url = ("external://127.0.0.1:%d/omniconn.lmcache/?connector_name=OmniconnRemoteConnector&stage=lmcache-real" % port
+           if external else "omniconn://127.0.0.1:%d?stage=lmcache-real" % port)
     fields = dict(chunk_size=CHUNK, local_cpu=True, max_local_cpu_size=0.25, local_disk=None,
-                  max_local_disk_size=0, remote_url="omniconn://127.0.0.1:%d?stage=lmcache-real" % port,
+                  max_local_disk_size=0, remote_url=url,
                   remote_serde="naive", remote_storage_plugins=["omniconn"],
                   extra_config={"remote_storage_plugin.omniconn.module_path": "omniconn.lmcache",
                                 "remote_storage_plugin.omniconn.class_name": "OmniconnConnectorAdapter"})
@@ -184,12 +192,12 @@ def _allocator():
 class Engine:
     """LMCache's storage backends for one process: LocalCPUBackend and RemoteBackend."""
 
-    def __init__(self, port):
+    def __init__(self, port, external=False):
         from lmcache.v1.storage_backend import CreateStorageBackends
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.config, self.metadata = _config(port), _metadata()
+        self.config, self.metadata = _config(port, external), _metadata()
         kw = _accepts(CreateStorageBackends, config=self.config, metadata=self.metadata, loop=self.loop,
                       memory_allocator=_allocator(), dst_device="cpu")
         self.backends = CreateStorageBackends(**kw)
@@ -245,10 +253,12 @@ def store(port):
     for i, o in enumerate(objs):
         _fill(o, i)
     digests = [_digest(o) for o in objs]
+    refs = [_refs(o) for o in objs]
     futs = [eng.remote.submit_put_task(k, o) for k, o in zip(keys[:3], objs[:3])]
     for f in futs:
         if f is not None:
             f.result(WAIT)
+    c.check([_refs(o) for o in objs[:3]] == refs[:3], "submit_put_task: reference counts as before (%s)" % refs[:3])
     eng.remote.batched_submit_put_task(keys[3:], objs[3:])
     _wait_until(lambda: all(eng.remote.contains(k) for k in keys), "RemoteBackend.contains for every key")
     c.check(True, "RemoteBackend.contains sees all %d keys after submit_put_task / batched_submit_put_task" % len(keys))
@@ -260,6 +270,11 @@ def store(port):
     c.check([_digest(g) if g is not None else None for g in got] == digests, "batched_get_blocking: every byte of 6")
     missing = eng.key(1000)
     c.check(eng.remote.get_blocking(missing) is None and not eng.remote.contains(missing), "a key never stored: None / False")
+    ext = Engine(port, external=True)          # LMCache's external:// loader, same store, same keys
+    c.check(isinstance(ext.connector(), OmniconnRemoteConnector), "external:// gives %r" % ext.connector())
+    got = ext.remote.get_blocking(keys[0])
+    c.check(got is not None and _digest(got) == digests[0], "get_blocking through external://: every byte")
+    ext.close()
     return eng, c, [k.to_string() for k in keys], digests
 
 
