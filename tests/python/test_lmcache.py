@@ -317,9 +317,10 @@ def test_a_second_put_of_a_stored_key_keeps_the_first_value(remote, backend):
     assert digest(got) == digest(first)
 
 
-def test_batched_calls_answer_per_key_and_by_prefix(remote, backend):
-    keys = [key(100 + i) for i in range(8)]
-    objs = [filled(backend, (2, 2, 16 * (i + 1), 64), torch.float16, seed=10 + i) for i in range(8)]
+@pytest.mark.parametrize("tokens", [16, 512])       # values under and over a MiB: both batched_get paths
+def test_batched_calls_answer_per_key_and_by_prefix(remote, backend, tokens):
+    keys = [key(100 + tokens + i) for i in range(8)]
+    objs = [filled(backend, (2, 2, tokens + i, 512), torch.float16, seed=10 + i) for i in range(8)]
     stored = [k for i, k in enumerate(keys) if i != 5]
     remote.batched_submit_put_task(stored, [o for i, o in enumerate(objs) if i != 5]).result(WAIT)
     assert remote.batched_async_contains("lookup-1", keys) == 5
@@ -327,6 +328,7 @@ def test_batched_calls_answer_per_key_and_by_prefix(remote, backend):
     assert remote.batched_async_contains("lookup-3", [key(999)] + keys) == 0
     assert remote.conn.batched_contains(keys) == [True] * 5 + [False] * 3
     assert remote.conn.batched_contains(keys, False) == [True] * 5 + [False, True, True]
+    assert (remote.conn._last_size >= omniconn.lmcache._PIPELINE_BELOW) == (tokens == 512)
     got = remote.batched_get_blocking(keys)
     assert got[5] is None
     for i, g in enumerate(got):
