@@ -202,7 +202,13 @@ class EntryError(ValueError):
 
 
 def _pack_header(key, shape, dtype, fmt, size, crc, flags):
+    """The entry header; ValueError for what _unpack_header would refuse (stored, it would only
+    be dropped on the next read)."""
     d, k = dtype.encode("ascii"), key.encode("utf-8")
+    if len(shape) > _MAX_NDIM or any(x < 0 for x in shape) or not 0 < len(d) <= _MAX_DTYPE or \
+            not 0 < len(k) <= _MAX_KEY or not 0 <= fmt <= 0xffff:
+        raise ValueError("omniconn.lmcache: cannot store key of %d bytes, shape %r, dtype %r, memory format %d "
+                         "(limits: %d bytes, %d dimensions)" % (len(k), tuple(shape), dtype, fmt, _MAX_KEY, _MAX_NDIM))
     head = _HEAD.pack(_MAGIC, _VERSION, flags, fmt, len(shape), len(d), 0, len(k), crc, size)
     return head + struct.pack("<%dq" % len(shape), *shape) + d + k
 

@@ -374,6 +374,9 @@ def test_a_key_longer_than_the_store_allows_goes_by_its_digest(remote, backend):
     remote.submit_put_task(k, o).result(WAIT)
     assert remote.contains(k) and digest(remote.get_blocking(k)) == digest(o)
     assert remote.batched_get_blocking([k])[0] is not None
+    with pytest.raises(ValueError, match="cannot store key of 5"):        # past what a reader accepts
+        remote.submit_put_task(key(4, model="x" * 5000), o).result(WAIT)
+    assert o.ref_count == 1
 
 
 # ---- bad input ------------------------------------------------------------------------------------------
