@@ -186,11 +186,13 @@ except Exception:
 #   8  u16 LMCache MemoryFormat value                      10  u16 ndim (0..8)
 #  12  u16 dtype name length (1..32)   14 u16 zero         16  u32 key length (1..4096)
 #  20  u32 CRC-32 of the value (flag bit 0)                24  u64 value length
-#  32  ndim x i64 shape, the dtype name (torch's, ASCII), the key (UTF-8), then the value
+#  32  ndim x i64 shape, the dtype name (torch's, ASCII; "none" for a byte buffer), the key
+#      (UTF-8), then the value
 _HEAD = struct.Struct("<4sHHHHHHIIQ")
 _MAGIC, _VERSION, _FLAG_CRC = b"OMLC", 1, 1
 _MAX_NDIM, _MAX_DTYPE, _MAX_KEY = 8, 32, 4096
 _TO_STAGE = "kv"
+_NO_DTYPE = "none"          # the dtype name of a MemoryObj without one (a byte buffer)
 _KEY_ROOM = 255             # a qualified store key (stage, "kv", key) stays below 256 bytes
 _PIPELINE_BELOW = 1 << 20   # batched gets of smaller values go as one pipeline (see batched_get)
 _OPTIONS = {"ttl_ms": int, "max_inflight": int, "pool_size": int, "stage": str, "checksum": int,
@@ -242,6 +244,8 @@ def _unpack_header(view, key):
 
 
 def _torch_dtype(name):
+    if name == _NO_DTYPE:
+        return None
     import torch
     d = getattr(torch, name, None)
     if not isinstance(d, torch.dtype):
@@ -371,7 +375,8 @@ class OmniconnRemoteConnector(_RemoteConnector):
             return      # keys name their content: LMCache puts a stored chunk again, the first stays
         data = _byte_view(memory_obj.byte_array)
         shape = tuple(int(x) for x in memory_obj.get_shape())
-        dtype = str(memory_obj.get_dtype()).replace("torch.", "")
+        dtype = memory_obj.get_dtype()        # None for LMCache's byte buffers (BINARY_BUFFER)
+        dtype = _NO_DTYPE if dtype is None else str(dtype).replace("torch.", "")
         fmt = memory_obj.get_memory_format()
         fmt = int(getattr(fmt, "value", fmt))
         self._last_size = data.nbytes

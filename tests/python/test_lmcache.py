@@ -11,6 +11,7 @@ counting, InstrumentedRemoteConnector's ref_count_down after put, the blocking t
 tests/python/lmcache_real.py runs LMCache's own code where its source is at hand.
 """
 import asyncio
+import ctypes
 import dataclasses
 import enum
 import hashlib
@@ -64,7 +65,9 @@ class CacheEngineKey:
 
 
 class MemoryObj:
-    """A CPU tensor-backed object with a reference count; at 0 its bytes go back to the backend."""
+    """A CPU tensor-backed object with a reference count; at 0 its bytes go back to the backend.
+    byte_array is what LMCache's TensorMemoryObj gives: a memoryview of a ctypes ubyte array
+    over the tensor (format "<B")."""
 
     def __init__(self, backend, shape, dtype, fmt):
         self.backend, self.shape, self.dtype = backend, torch.Size(shape), dtype
@@ -75,7 +78,8 @@ class MemoryObj:
 
     @property
     def byte_array(self):
-        return memoryview(self.raw.numpy())
+        n = self.raw.numel()
+        return memoryview((ctypes.c_ubyte * n).from_address(self.raw.data_ptr()))
 
     @property
     def tensor(self):
@@ -103,6 +107,27 @@ class MemoryObj:
             self.backend.free(self)
 
 
+class BytesBufferMemoryObj:
+    """LMCache's byte buffer (fmt BINARY_BUFFER): a bytearray, shape [n, 0, 0, 0], no dtype,
+    reference counting a no-op."""
+
+    def __init__(self, n):
+        self.raw, self.shape, self.dtype, self.fmt, self.ref_count = bytearray(n), torch.Size([n, 0, 0, 0]), None, \
+            MemoryFormat.BINARY_BUFFER, 1
+
+    byte_array = property(lambda self: self.raw)
+    get_shape = lambda self: self.shape             # noqa: E731
+    get_dtype = lambda self: None                   # noqa: E731
+    get_memory_format = lambda self: self.fmt       # noqa: E731
+    get_size = lambda self: len(self.raw)           # noqa: E731
+
+    def ref_count_up(self):
+        pass
+
+    def ref_count_down(self):
+        pass
+
+
 class LocalCPUBackend:
     def __init__(self, capacity=64 << 20):
         self.capacity, self.in_use, self.lock = capacity, 0, threading.Lock()
@@ -110,6 +135,8 @@ class LocalCPUBackend:
 
     def allocate(self, shape, dtype, fmt):
         self.formats.append(fmt)
+        if MemoryFormat(getattr(fmt, "value", fmt)) == MemoryFormat.BINARY_BUFFER:
+            return BytesBufferMemoryObj(shape[0])      # as LMCache's BufferAllocator
         obj = MemoryObj(self, shape, dtype, fmt)
         with self.lock:
             if self.in_use + obj.get_size() > self.capacity:
@@ -306,6 +333,15 @@ def test_put_then_get_through_remote_backend_calls_keeps_every_byte_and_the_refe
                                                                                      remote.loop).result(WAIT))
     assert remote.conn.remove_sync(keys[3]) and not remote.contains(keys[3])
     assert not remote.conn.remove_sync(keys[3])
+
+
+def test_a_byte_buffer_without_a_dtype_round_trips(remote, backend):
+    buf = BytesBufferMemoryObj(70001)
+    buf.raw[:] = os.urandom(70001)
+    remote.submit_put_task(key(50), buf).result(WAIT)
+    got = remote.get_blocking(key(50))
+    assert isinstance(got, BytesBufferMemoryObj) and bytes(got.raw) == bytes(buf.raw)
+    assert (got.get_shape(), got.get_dtype()) == (torch.Size([70001, 0, 0, 0]), None)
 
 
 def test_a_second_put_of_a_stored_key_keeps_the_first_value(remote, backend):
