@@ -8,6 +8,7 @@ the v1 engine (lmcache/v1/storage_backend/...); its revision (LMCACHE_SRC/REVISI
 rev-parse HEAD` for a checkout) is printed. A real redis-server is started on a private port.
 
 What is replaced, and nothing else:
+  - on Debian 12's torch 1.13, torch.dtype.itemsize (torch >= 2.1) is added as the element size;
   - third-party modules missing on Debian that the remote path never calls get a stand-in only
     if they are in STANDINS below, each with the reason it is safe; a stand-in module raises on
     any attribute it does not define, so a call that did need it fails loudly. Any other missing
@@ -73,6 +74,21 @@ def _c_ops():
                              "(a path that needs them is not the remote path under test)" % name)
     m.__getattr__ = missing
     return m
+
+
+def _torch_gaps():
+    """Debian 12's torch (1.13) lacks torch.dtype.itemsize (torch >= 2.1), which LMCache's
+    allocator uses for sizes: added as the element size, the same number. torch.dtype is an
+    immutable C type, so the property goes into its dict directly."""
+    import torch
+    if hasattr(torch.float16, "itemsize"):
+        return []
+    import ctypes
+    import gc
+    gc.get_referents(torch.dtype.__dict__)[0]["itemsize"] = property(
+        lambda d: torch.tensor([], dtype=d).element_size())
+    ctypes.pythonapi.PyType_Modified(ctypes.py_object(torch.dtype))
+    return ["torch.dtype.itemsize"]
 
 
 STANDINS = {"nvtx": _nvtx, "lmcache.c_ops": _c_ops}
@@ -182,11 +198,9 @@ def _metadata():
 def _allocator():
     import torch
     from lmcache.v1 import memory_management as mm
-    for name in ("TensorMemoryAllocator",):
-        cls = getattr(mm, name, None)
-        if cls is not None:
-            return cls(torch.empty(256 << 20, dtype=torch.uint8))
-    raise RuntimeError("no CPU TensorMemoryAllocator in this LMCache")
+    if hasattr(mm, "HostMemoryAllocator"):     # unpinned host memory: pinning needs CUDA
+        return mm.HostMemoryAllocator(256 << 20)
+    return mm.TensorMemoryAllocator(torch.empty(256 << 20, dtype=torch.uint8))
 
 
 class Engine:
@@ -198,13 +212,19 @@ class Engine:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.config, self.metadata = _config(port, external), _metadata()
+        self.allocator = _allocator()
         kw = _accepts(CreateStorageBackends, config=self.config, metadata=self.metadata, loop=self.loop,
-                      memory_allocator=_allocator(), dst_device="cpu")
+                      memory_allocator=self.allocator, dst_device="cpu")
         self.backends = CreateStorageBackends(**kw)
         names = {type(b).__name__: b for b in self.backends.values()}
         self.cpu, self.remote = names.get("LocalCPUBackend"), names.get("RemoteBackend")
         if self.cpu is None or self.remote is None:
             raise RuntimeError("LMCache built %s, not a LocalCPUBackend and a RemoteBackend" % sorted(names))
+
+    def allocated(self):
+        """Bytes LMCache's allocator has handed out (None where it does not say)."""
+        a = getattr(self.allocator, "allocator", self.allocator)
+        return getattr(a, "total_allocated_size", None)
 
     def connector(self):
         c = self.remote.connection
@@ -262,12 +282,20 @@ def store(port):
     eng.remote.batched_submit_put_task(keys[3:], objs[3:])
     _wait_until(lambda: all(eng.remote.contains(k) for k in keys), "RemoteBackend.contains for every key")
     c.check(True, "RemoteBackend.contains sees all %d keys after submit_put_task / batched_submit_put_task" % len(keys))
+    before = eng.allocated()
     for k, d in zip(keys, digests):
         got = eng.remote.get_blocking(k)
         c.check(got is not None and _digest(got) == d and tuple(got.get_shape()) == shape,
                 "get_blocking %s: every byte" % k.to_string())
+        if got is not None:
+            got.ref_count_down()
     got = eng.remote.batched_get_blocking(keys)
     c.check([_digest(g) if g is not None else None for g in got] == digests, "batched_get_blocking: every byte of 6")
+    for g in got:
+        if g is not None:
+            g.ref_count_down()
+    c.check(eng.allocated() == before, "every MemoryObj a get allocated went back to LMCache's allocator "
+            "(%s bytes handed out before, %s after)" % (before, eng.allocated()))
     missing = eng.key(1000)
     c.check(eng.remote.get_blocking(missing) is None and not eng.remote.contains(missing), "a key never stored: None / False")
     ext = Engine(port, external=True)          # LMCache's external:// loader, same store, same keys
@@ -343,6 +371,7 @@ def _setup():
         sys.exit("set LMCACHE_SRC to a copy of LMCache's source with lmcache/v1/storage_backend/connector/")
     sys.path.insert(0, src)
     sys.meta_path.insert(0, _StandInFinder())
+    STOOD_IN.extend(_torch_gaps())
     return src
 
 
