@@ -19,6 +19,7 @@ import os
 import pickle
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -426,6 +427,17 @@ def _replace(remote, k, entry):
     raw = remote.conn.conn
     raw.cleanup(remote.conn.stage, "kv", k.to_string())
     raw.put(remote.conn.stage, "kv", k.to_string(), bytes(entry), readers=READERS_CACHE)
+
+
+def test_the_stored_entry_is_laid_out_as_documented(remote, backend):
+    k, o = key(210), filled(backend, (2, 3, 5, 7), torch.bfloat16, MemoryFormat.KV_2TD, seed=14)
+    remote.submit_put_task(k, o).result(WAIT)
+    e = bytes(_stored(remote, k))
+    magic, version, flags, fmt, ndim, dlen, zero, klen, crc, size = struct.unpack_from("<4sHHHHHHIIQ", e, 0)
+    assert (magic, version, flags, fmt, ndim, zero, crc) == (b"OMLC", 1, 0, MemoryFormat.KV_2TD.value, 4, 0, 0)
+    assert struct.unpack_from("<4q", e, 32) == (2, 3, 5, 7)
+    assert e[64:64 + dlen] == b"bfloat16" and e[64 + dlen:64 + dlen + klen] == k.to_string().encode()
+    assert size == o.get_size() == 2 * 3 * 5 * 7 * 2 and e[64 + dlen + klen:] == bytes(o.byte_array)
 
 
 @pytest.mark.parametrize("damage", ["short", "long", "garbage", "foreign", "other-key", "dtype", "shape-lies", "length-lies",
