@@ -283,7 +283,8 @@ def _parse_url(url):
         if name == "connector_name" and u.scheme == "external":
             continue
         if name not in _OPTIONS:
-            raise ValueError("omniconn.lmcache: unknown option %r in %r (known: %s)" % (name, url, ", ".join(sorted(_OPTIONS))))
+            raise ValueError("omniconn.lmcache: unknown option %r in %r (known: %s)"
+                             % (name, url, ", ".join(sorted(_OPTIONS))))
         try:
             opts[name] = _OPTIONS[name](values[-1])
         except ValueError:

@@ -297,7 +297,8 @@ def store(port):
     c.check(eng.allocated() == before, "every MemoryObj a get allocated went back to LMCache's allocator "
             "(%s bytes handed out before, %s after)" % (before, eng.allocated()))
     missing = eng.key(1000)
-    c.check(eng.remote.get_blocking(missing) is None and not eng.remote.contains(missing), "a key never stored: None / False")
+    c.check(eng.remote.get_blocking(missing) is None and not eng.remote.contains(missing),
+            "a key never stored: None / False")
     ext = Engine(port, external=True)          # LMCache's external:// loader, same store, same keys
     c.check(isinstance(ext.connector(), OmniconnRemoteConnector), "external:// gives %r" % ext.connector())
     got = ext.remote.get_blocking(keys[0])

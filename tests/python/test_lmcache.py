@@ -33,7 +33,7 @@ import torch
 import omniconn
 import omniconn.lmcache
 from omniconn.lmcache import OmniconnRemoteConnector, OmniconnConnectorAdapter
-from omniconn.store import StoreConnector, READERS_CACHE
+from omniconn.store import READERS_CACHE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -293,7 +293,8 @@ def remote(redis, loop, backend):
     """A connector built as LMCache's external:// loader builds it: cls(loop=, local_cpu_backend=,
     config=), the store's host:port taken from config.remote_url."""
     config = SimpleNamespace(remote_url="external://127.0.0.1:%d/omniconn.lmcache/?connector_name="
-                             "OmniconnRemoteConnector" % redis.port, extra_config={"remote_enable_mla_worker_id_as0": False})
+                             "OmniconnRemoteConnector" % redis.port,
+                             extra_config={"remote_enable_mla_worker_id_as0": False})
     conn = OmniconnRemoteConnector(loop=loop, local_cpu_backend=backend, config=config)
     calls = RemoteBackendCalls(conn)
     yield calls
@@ -440,7 +441,8 @@ def test_the_stored_entry_is_laid_out_as_documented(remote, backend):
     assert size == o.get_size() == 2 * 3 * 5 * 7 * 2 and e[64 + dlen + klen:] == bytes(o.byte_array)
 
 
-@pytest.mark.parametrize("damage", ["short", "long", "garbage", "foreign", "other-key", "dtype", "shape-lies", "length-lies",
+@pytest.mark.parametrize("damage", ["short", "long", "garbage", "foreign", "other-key", "dtype", "shape-lies",
+                                    "length-lies",
                                     "fmt", "empty"])
 def test_an_unreadable_entry_is_a_logged_miss_and_is_dropped(remote, backend, damage, caplog, monkeypatch):
     monkeypatch.setattr(omniconn.lmcache, "_MemoryFormat", MemoryFormat)    # as where LMCache is imported
@@ -518,7 +520,8 @@ def test_a_store_that_went_away_fails_each_call_clearly_and_nothing_hangs(loop, 
         gone.stop()
         t0 = time.monotonic()
         for call in (lambda: calls.contains(k), lambda: calls.get_blocking(k), lambda: calls.batched_get_blocking([k]),
-                     lambda: calls.batched_async_contains("l", [k]), lambda: calls.submit_put_task(key(701), o).result(WAIT)):
+                     lambda: calls.batched_async_contains("l", [k]),
+                     lambda: calls.submit_put_task(key(701), o).result(WAIT)):
             with pytest.raises(omniconn.OmniconnError) as e:
                 call()
             assert e.value.name in ("OMC_ERR_CONNECTION", "OMC_ERR_TIMEOUT", "OMC_ERR_UNAVAILABLE"), e.value
@@ -548,10 +551,10 @@ calls.close()
 
 
 def test_one_process_stores_and_another_retrieves(remote, backend, redis):
-    objs = [filled(backend, (2, 3, 64, 32), dt, fmt, seed=20 + i)
-            for i, (dt, fmt) in enumerate([(torch.float16, MemoryFormat.KV_2LTD), (torch.bfloat16, MemoryFormat.KV_2TD),
-                                           (torch.float32, MemoryFormat.KV_T2D), (torch.uint8, MemoryFormat.BINARY),
-                                           (torch.int64, MemoryFormat.UNDEFINED), (torch.float16, MemoryFormat.KV_MLA_FMT)])]
+    kinds = [(torch.float16, MemoryFormat.KV_2LTD), (torch.bfloat16, MemoryFormat.KV_2TD),
+             (torch.float32, MemoryFormat.KV_T2D), (torch.uint8, MemoryFormat.BINARY),
+             (torch.int64, MemoryFormat.UNDEFINED), (torch.float16, MemoryFormat.KV_MLA_FMT)]
+    objs = [filled(backend, (2, 3, 64, 32), dt, fmt, seed=20 + i) for i, (dt, fmt) in enumerate(kinds)]
     keys = [key(i) for i in range(800, 806)]
     for f in [remote.submit_put_task(k, o) for k, o in zip(keys, objs)]:
         f.result(WAIT)
