@@ -407,16 +407,30 @@ class OmniconnRemoteConnector(_RemoteConnector):
             if e.code != _lib.CONSTANTS["OMC_ERR_EXISTS"]:   # already stored: keys name their content
                 raise
 
+    def _put_logged(self, key, memory_obj):
+        """_put_sync, with a failure logged: LMCache's RemoteBackend never waits for a put's
+        result, so an error raised here alone would go unseen."""
+        try:
+            self._put_sync(key, memory_obj)
+        except Exception as e:
+            hint = ""
+            if getattr(e, "code", None) == _lib.CONSTANTS["OMC_ERR_TOO_LARGE"]:
+                hint = " (a value must fit the connector's pool: raise pool_size in the URL)"
+            logger.warning("omniconn.lmcache: put of %r failed, the chunk is not stored: %s%s",
+                           getattr(key, "to_string", lambda: key)(), e, hint)
+            raise
+
     async def put(self, key, memory_obj):
         """Store memory_obj under key. Reference counts are the caller's (LMCache's wrapper drops
-        the one RemoteBackend took once this returns). A key already stored is kept as it is."""
-        await self._run(self._put_sync, key, memory_obj)
+        the one RemoteBackend took once this returns). A key already stored is kept as it is.
+        A failure is logged (WARNING) and raised."""
+        await self._run(self._put_logged, key, memory_obj)
 
     def support_batched_put(self):
         return True
 
     async def batched_put(self, keys, memory_objs):
-        await asyncio.gather(*[self._run(self._put_sync, k, m) for k, m in zip(keys, memory_objs)])
+        await asyncio.gather(*[self._run(self._put_logged, k, m) for k, m in zip(keys, memory_objs)])
 
     # -- get
     def _fill(self, buf, skey, text):

@@ -494,6 +494,18 @@ def test_a_flipped_bit_is_caught_when_checksums_are_on(redis, loop, backend, cap
     calls.close()
 
 
+def test_a_value_larger_than_the_pool_fails_the_put_with_a_logged_fix(redis, loop, backend, caplog):
+    conn = OmniconnRemoteConnector("omniconn://127.0.0.1:%d?pool_size=%d&stage=small" % (redis.port, 1 << 20),
+                                   loop, backend)
+    calls = RemoteBackendCalls(conn)
+    o = filled(backend, (2 << 20,), torch.uint8, seed=15)
+    with pytest.raises(omniconn.OmniconnError) as e:
+        calls.submit_put_task(key(400), o).result(WAIT)
+    assert e.value.name == "OMC_ERR_TOO_LARGE" and "raise pool_size" in caplog.text
+    assert o.ref_count == 1 and not calls.contains(key(400))
+    calls.close()
+
+
 def test_a_missing_key_is_none_everywhere(remote):
     assert remote.get_blocking(key(500)) is None
     assert not remote.contains(key(500))
