@@ -24,7 +24,9 @@ RemoteBackend.contains to see each, gets each back (get_blocking, batched_get_bl
 compares every byte; the retrieving process (this script with "get") builds its own LMCache
 backends on the same config and checks batched_async_contains, get_blocking and
 batched_get_blocking against the SHA-256 digests the storer sent (JSON on stdin, nothing
-pickled); both ask for a key never stored (None / False / 0) and close. One line per check;
+pickled); both ask for a key never stored (None / False / 0) and close. Then, in the storing
+process, an entry cut short and a redis-server killed: RemoteBackend answers with misses, keeps
+nothing allocated and does not hang. One line per check;
 "lmcache_real: N passed, M failed" at the end; exit 1 if any failed.
 """
 import asyncio
@@ -307,6 +309,38 @@ def store(port):
     return eng, c, [k.to_string() for k in keys], digests
 
 
+def bad_input(eng, c, redis_proc):
+    """A corrupted entry and a store that went away, through LMCache's own RemoteBackend: misses
+    (None / False / 0), nothing left allocated, no hang."""
+    import torch
+    from omniconn.store import READERS_CACHE
+    conn = eng.connector()
+    k = eng.key(2000)
+    o = eng.allocate((2, LAYERS, CHUNK, HEADS * HEAD_SIZE), torch.float16)
+    _fill(o, 99)
+    f = eng.remote.submit_put_task(k, o)
+    if f is not None:
+        f.result(WAIT)
+    _wait_until(lambda: eng.remote.contains(k), "the entry to corrupt")
+    skey = k.to_string()
+    with conn.conn.get(conn.stage, "kv", skey, timeout=0) as b:
+        entry = bytearray(b.to_bytes())
+    conn.conn.cleanup(conn.stage, "kv", skey)
+    conn.conn.put(conn.stage, "kv", skey, bytes(entry[:-100]), readers=READERS_CACHE)     # cut short
+    before = eng.allocated()
+    c.check(eng.remote.get_blocking(k) is None and eng.allocated() == before,
+            "a truncated entry: get_blocking None, nothing left allocated")
+    c.check(not eng.remote.contains(k) and conn.unreadable_entries == 1, "the truncated entry was dropped")
+    redis_proc.kill()
+    redis_proc.wait()
+    t0 = time.monotonic()
+    c.check(not eng.remote.contains(eng.key(0)), "store gone: contains False")
+    c.check(eng.remote.get_blocking(eng.key(0)) is None, "store gone: get_blocking None")
+    c.check(eng.remote.batched_get_blocking([eng.key(0), eng.key(1)]) == [None, None],
+            "store gone: batched_get_blocking [None, None]")
+    c.check(time.monotonic() - t0 < WAIT, "store gone: answered in %.3f s" % (time.monotonic() - t0))
+
+
 def retrieve(port, keys, digests):
     from lmcache.utils import CacheEngineKey
     c = Checks("get")
@@ -399,6 +433,7 @@ def main():
             sys.stdout.write(out.stderr[-4000:])
             failed = 1
         c.check(out.returncode == 0, "the retrieving process exited with 0 (%d)" % out.returncode)
+        bad_input(eng, c, proc)
         eng.close()
         c.check(True, "RemoteBackend.close")
         passed, failed = passed + c.passed, failed + c.failed
