@@ -348,7 +348,15 @@ class OmniconnRemoteConnector(_RemoteConnector):
 
     # -- plumbing
     async def _run(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        if self._closed:
+            raise _lib.ClosedError(_lib.OMC_ERR_CLOSED, "omniconn.lmcache", log="the connector was closed")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        except RuntimeError:            # the pool shut down between the check and the call
+            if self._closed:
+                raise _lib.ClosedError(_lib.OMC_ERR_CLOSED, "omniconn.lmcache", log="the connector was closed") \
+                    from None
+            raise
 
     def _key(self, key):
         """(store key, LMCache key string). A key too long for the store goes by its SHA-256;

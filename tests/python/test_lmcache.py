@@ -545,6 +545,54 @@ def test_a_store_that_went_away_fails_each_call_clearly_and_nothing_hangs(loop, 
         gone.close()
 
 
+def test_close_waits_for_calls_in_flight_and_later_calls_fail_clearly(redis, loop, backend):
+    conn = OmniconnRemoteConnector("omniconn://127.0.0.1:%d?stage=closing" % redis.port, loop, backend)
+    calls = RemoteBackendCalls(conn)
+    o = filled(backend, (1 << 20,), torch.uint8, seed=16)
+    keys = [key(900 + i) for i in range(16)]
+    for f in [calls.submit_put_task(k, o) for k in keys]:
+        f.result(WAIT)
+    stop, errors, done = threading.Event(), [], []
+
+    def lookups():                  # LMCache's own threads: exists_sync and blocking gets meanwhile
+        while not stop.is_set():
+            try:
+                conn.exists_sync(keys[0])
+                g = calls.get_blocking(keys[1])
+                if g is not None:
+                    g.ref_count_down()
+                done.append(1)
+            except omniconn.OmniconnError as e:
+                errors.append(e)
+                return
+    threads = [threading.Thread(target=lookups) for _ in range(3)]
+    for t in threads:
+        t.start()
+    futs = [asyncio.run_coroutine_threadsafe(conn.batched_get(keys), loop) for _ in range(4)]
+    until = time.monotonic() + WAIT
+    while len(done) < 3 and time.monotonic() < until:      # the event: lookups under way
+        time.sleep(0.001)
+    calls.close()
+    for f in futs:                  # each finished before the close, or failed with ClosedError
+        try:
+            for g in f.result(WAIT):
+                if g is not None:
+                    g.ref_count_down()
+        except omniconn.OmniconnError as e:
+            assert e.name == "OMC_ERR_CLOSED", e
+    stop.set()
+    for t in threads:
+        t.join(WAIT)
+        assert not t.is_alive()
+    assert all(e.name == "OMC_ERR_CLOSED" for e in errors), errors
+    for call in (lambda: calls.contains(keys[0]), lambda: calls.get_blocking(keys[0]), lambda: conn.exists_sync(keys[0]),
+                 lambda: calls.submit_put_task(key(999), o).result(WAIT)):
+        with pytest.raises(omniconn.OmniconnError) as e:
+            call()
+        assert e.value.name == "OMC_ERR_CLOSED"
+    assert backend.in_use == o.get_size()          # every get's MemoryObj went back
+
+
 # ---- two processes: one stores, another retrieves -------------------------------------------------------
 _READER = r"""
 import asyncio, hashlib, sys, threading
