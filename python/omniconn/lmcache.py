@@ -526,8 +526,9 @@ class OmniconnRemoteConnector(_RemoteConnector):
     async def batched_get(self, keys):
         """[MemoryObj or None] for keys. Values under _PIPELINE_BELOW bytes (judged by the last
         value this connector moved) come in one pipelined request per server; larger ones by
-        parallel gets on the connector's threads, which measured faster for them (1.3-1.5x at
-        1-2 MiB, while the pipeline is 2.3x faster at 64 KiB)."""
+        parallel gets on the connector's threads, which measured faster for them (1.3-2.3x the
+        pipeline at 1-4 MiB, while the pipeline is 2.2x faster at 64 KiB and even at 512 KiB:
+        bench/lmcache_get_paths.py)."""
         keys = list(keys)
         if self._last_size >= _PIPELINE_BELOW:
             return await self._get_parallel(keys)
