@@ -244,15 +244,15 @@ def _free_port():
 
 
 class Redis:
-    def __init__(self):
+    def __init__(self, *extra):
         exe = shutil.which("redis-server")
         assert exe, "redis-server is not installed: run scripts/install-deps.sh (Debian package redis-server)"
         self.dir = tempfile.mkdtemp(prefix="omc-pylmc-")
         self.port = _free_port()
         self.sock = os.path.join(self.dir, "redis.sock")
         self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--unixsocket", self.sock,
-                                      "--unixsocketperm", "700", "--dir", self.dir, "--save", "", "--appendonly", "no"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                      "--unixsocketperm", "700", "--dir", self.dir, "--save", "", "--appendonly", "no"]
+                                     + list(extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         until = time.monotonic() + WAIT
         while not self._pong():             # the event: the server answers PING
             assert self.proc.poll() is None and time.monotonic() < until, "redis-server did not start"
@@ -591,6 +591,40 @@ def test_close_waits_for_calls_in_flight_and_later_calls_fail_clearly(redis, loo
             call()
         assert e.value.name == "OMC_ERR_CLOSED"
     assert backend.in_use == o.get_size()          # every get's MemoryObj went back
+
+
+def test_entries_redis_evicts_under_maxmemory_read_as_misses_never_as_wrong_bytes(loop, backend):
+    """Redis as LMCache deployments run it: a memory cap and an eviction policy. More chunks
+    than fit: each get is the exact bytes or a miss, and contains agrees with get afterwards."""
+    small = Redis("--maxmemory", "24mb", "--maxmemory-policy", "allkeys-random")
+    try:
+        conn = OmniconnRemoteConnector("omniconn://127.0.0.1:%d" % small.port, loop, backend)
+        calls = RemoteBackendCalls(conn)
+        objs = [filled(backend, (512 << 10,), torch.uint8, seed=100 + i) for i in range(96)]     # 48 MiB
+        keys = [key(1000 + i) for i in range(len(objs))]
+        for k, o in zip(keys, objs):
+            try:
+                calls.submit_put_task(k, o).result(WAIT)
+            except omniconn.OmniconnError:      # Redis refusing a write at its cap: a put not stored
+                pass
+        hits = 0
+        for k, o in zip(keys, objs):
+            got = calls.get_blocking(k)
+            if got is not None:
+                assert digest(got) == digest(o)
+                hits += 1
+                got.ref_count_down()
+            else:
+                assert not calls.contains(k)
+        assert 0 < hits < len(objs)             # some stayed, some were evicted
+        got = calls.batched_get_blocking(keys)
+        for g, o in zip(got, objs):
+            if g is not None:
+                assert digest(g) == digest(o)
+                g.ref_count_down()
+        calls.close()
+    finally:
+        small.close()
 
 
 # ---- two processes: one stores, another retrieves -------------------------------------------------------
