@@ -44,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -301,11 +302,15 @@ def store(port):
     missing = eng.key(1000)
     c.check(eng.remote.get_blocking(missing) is None and not eng.remote.contains(missing),
             "a key never stored: None / False")
-    ext = Engine(port, external=True)          # LMCache's external:// loader, same store, same keys
-    c.check(isinstance(ext.connector(), OmniconnRemoteConnector), "external:// gives %r" % ext.connector())
-    got = ext.remote.get_blocking(keys[0])
-    c.check(got is not None and _digest(got) == digests[0], "get_blocking through external://: every byte")
-    ext.close()
+    try:                                        # LMCache's external:// loader, same store, same keys
+        ext = Engine(port, external=True)
+    except Exception as e:
+        c.check(False, "an LMCache RemoteBackend on the external:// URL: %r" % e)
+    else:
+        c.check(isinstance(ext.connector(), OmniconnRemoteConnector), "external:// gives %r" % ext.connector())
+        got = ext.remote.get_blocking(keys[0])
+        c.check(got is not None and _digest(got) == digests[0], "get_blocking through external://: every byte")
+        ext.close()
     return eng, c, [k.to_string() for k in keys], digests
 
 
@@ -421,7 +426,12 @@ def main():
     proc, port, d = _redis()
     passed = failed = 0
     try:
-        eng, c, keys, digests = store(port)
+        try:
+            eng, c, keys, digests = store(port)
+        except Exception:
+            traceback.print_exc()
+            print("lmcache_real: 0 passed, 1 failed (the storing process stopped: see above)")
+            sys.exit(1)
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "get", str(port)],
                              input=json.dumps({"keys": keys, "digests": digests}), capture_output=True, text=True,
                              timeout=WAIT * 4, env=dict(os.environ))
@@ -433,7 +443,11 @@ def main():
             sys.stdout.write(out.stderr[-4000:])
             failed = 1
         c.check(out.returncode == 0, "the retrieving process exited with 0 (%d)" % out.returncode)
-        bad_input(eng, c, proc)
+        try:
+            bad_input(eng, c, proc)
+        except Exception as e:
+            traceback.print_exc()
+            c.check(False, "bad input through RemoteBackend raised %r" % e)
         eng.close()
         c.check(True, "RemoteBackend.close")
         passed, failed = passed + c.passed, failed + c.failed
