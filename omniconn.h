@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4554
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  388
+    PART A  THE CORE                                                         lines     69 - 4557
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  391
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result     390 - 1073
+      declarations    [SECTION] Version, platform and feature resolution | Result     393 - 1076
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1076 - 4551
+      implementation  [SECTION] Implementation: configuration and system headers |   1079 - 4554
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4556 - 10794
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4556 - 4970
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4559 - 10877
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4559 - 4973
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4973 - 5158
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4976 - 5164
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5160 - 10791
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5166 - 10874
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10797 - 10832
+    LICENSE                                                                        10880 - 10915
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -359,6 +359,9 @@ RECENT REVISIONS
                         destroy waits for them; connectors copied by fork() refuse calls and
                         release only the child's copies; buffers from omc_conn_alloc keep the
                         pool mapped after destroy (core connectors).
+    unreleased          omc_tcp_* calls hold the connector like omc_conn_* calls: a close or
+                        destroy from another thread waits for them (and wakes a blocked query);
+                        on a closed connector they return OMC_ERR_CLOSED.
     unreleased          TCP data hello version 4: a request on a data connection carries a
                         16-byte key proof (HMAC-SHA-256 keyed with the session's ticket secret
                         over the entry id and the key) instead of a CRC-32C of the key, so the
@@ -5073,7 +5076,10 @@ typedef struct omc_tcp_found {
 /* Create a remote connector. A sender (or dual) binds its side channel and data port at once:
    OMC_ERR_CONNECTION if a port is taken (the log names it). Returns OMC_ERR_INVALID_ARG for a
    bad key or host, OMC_ERR_UNAVAILABLE if CURVE is asked for and libzmq lacks it.
-   Thread safety: the connector is thread-safe (see omc_conn_*). */
+   Thread safety: the connector is thread-safe (see omc_conn_*), and every omc_tcp_* call that
+   takes it holds it while inside as omc_conn_* calls do: close or destroy from another thread
+   wakes a blocked omc_tcp_query or omc_tcp_get_from (OMC_ERR_CLOSED) and waits for it to leave;
+   on a closed connector they return OMC_ERR_CLOSED. */
 OMNICONN_API omc_result omc_tcp_create(const omc_tcp_desc* desc, omc_conn** out);
 
 /* The sender's advertised host and bound ports (any pointer may be NULL). OMC_ERR_WRONG_ROLE for
@@ -10593,7 +10599,7 @@ OMNICONN_API omc_result omc_tcp_create(const omc_tcp_desc* desc, omc_conn** out)
 /* [SECTION] Implementation: the remote connector - public extras                                */
 /* ============================================================================================== */
 
-OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* c, char* host, size_t host_size, uint16_t* port, uint16_t* data_port) {
+static omc_result omc__tcp_endpoint_in(omc_conn* c, char* host, size_t host_size, uint16_t* port, uint16_t* data_port) {
     omc__net* N = omc__net_of(c);
     if (!N) return OMC_ERR_INVALID_ARG;
     if (!N->sender) return OMC_ERR_WRONG_ROLE;
@@ -10606,7 +10612,7 @@ OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* c, char* host, size_t host_si
     return OMC_OK;
 }
 
-OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, const char* host, uint16_t port, const char* server_key) {
+static omc_result omc__tcp_add_sender_key_in(omc_conn* c, const char* name, const char* host, uint16_t port, const char* server_key) {
     omc__net* N = omc__net_of(c);
     omc__net_peer* p;
     omc_result r;
@@ -10664,7 +10670,7 @@ OMNICONN_API omc_result omc_tcp_add_sender(omc_conn* c, const char* name, const 
     return omc_tcp_add_sender_key(c, name, host, port, NULL);
 }
 
-OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* c, const char* name) {
+static omc_result omc__tcp_remove_sender_in(omc_conn* c, const char* name) {
     omc__net* N = omc__net_of(c);
     omc__net_peer* p;
     omc__net_chan* idle = NULL;
@@ -10686,8 +10692,8 @@ OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* c, const char* name) {
     return p ? OMC_OK : OMC_ERR_NOT_FOUND;
 }
 
-OMNICONN_API omc_result omc_tcp_get_from(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
-                                         omc_time_ns deadline, omc_buffer* out) {
+static omc_result omc__tcp_get_from_in(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
+                                        omc_time_ns deadline, omc_buffer* out) {
     omc__net* N = omc__net_of(c);
     char qkey[OMC_KEY_MAX];
     uint32_t qlen = 0;
@@ -10707,8 +10713,8 @@ OMNICONN_API omc_result omc_tcp_get_from(omc_conn* c, const char* sender, const 
     return OMC_OK;
 }
 
-OMNICONN_API omc_result omc_tcp_query(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
-                                      omc_time_ns deadline, omc_tcp_found* out) {
+static omc_result omc__tcp_query_in(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
+                                    omc_time_ns deadline, omc_tcp_found* out) {
     omc__net* N = omc__net_of(c);
     char qkey[OMC_KEY_MAX];
     uint32_t qlen = 0;
@@ -10721,7 +10727,7 @@ OMNICONN_API omc_result omc_tcp_query(omc_conn* c, const char* sender, const cha
     return omc__net_query(N, sender, qkey, qlen, deadline, out);
 }
 
-OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
+static omc_result omc__tcp_health_in(omc_conn* c, omc_tcp_health_info* h) {
     omc__net* N = omc__net_of(c);
     if (!h) return OMC_ERR_INVALID_ARG;
     memset(h, 0, sizeof(*h));
@@ -10747,7 +10753,7 @@ OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
     return OMC_OK;
 }
 
-OMNICONN_API uint32_t omc_tcp_peer_count(omc_conn* c) {
+static uint32_t omc__tcp_peer_count_in(omc_conn* c) {
     omc__net* N = omc__net_of(c);
     uint32_t n;
     if (!N) return 0;
@@ -10757,7 +10763,7 @@ OMNICONN_API uint32_t omc_tcp_peer_count(omc_conn* c) {
     return n;
 }
 
-OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* c, uint32_t index, omc_tcp_peer_info* out) {
+static omc_result omc__tcp_peer_health_in(omc_conn* c, uint32_t index, omc_tcp_peer_info* out) {
     omc__net* N = omc__net_of(c);
     omc__net_peer* p;
     uint32_t i = 0;
@@ -10785,6 +10791,83 @@ OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* c, uint32_t index, omc_tcp
     }
     pthread_mutex_unlock(&N->peer_mu);
     return p ? OMC_OK : OMC_ERR_NOT_FOUND;
+}
+
+/* The public calls: each holds the connector while inside, as omc_conn_* calls do, so a close or
+   destroy from another thread wakes a blocked one (OMC_ERR_CLOSED) and waits for it to leave; a
+   NULL connector gets each call's own answer. */
+
+OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* c, char* host, size_t host_size, uint16_t* port, uint16_t* data_port) {
+    omc_result r;
+    if (!c) return omc__tcp_endpoint_in(c, host, host_size, port, data_port);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_endpoint_in(c, host, host_size, port, data_port);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, const char* host, uint16_t port, const char* server_key) {
+    omc_result r;
+    if (!c) return omc__tcp_add_sender_key_in(c, name, host, port, server_key);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_add_sender_key_in(c, name, host, port, server_key);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* c, const char* name) {
+    omc_result r;
+    if (!c) return omc__tcp_remove_sender_in(c, name);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_remove_sender_in(c, name);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+OMNICONN_API omc_result omc_tcp_get_from(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
+                                         omc_time_ns deadline, omc_buffer* out) {
+    omc_result r;
+    if (!c) return omc__tcp_get_from_in(c, sender, from, to, key, deadline, out);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_get_from_in(c, sender, from, to, key, deadline, out);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+OMNICONN_API omc_result omc_tcp_query(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
+                                      omc_time_ns deadline, omc_tcp_found* out) {
+    omc_result r;
+    if (!c) return omc__tcp_query_in(c, sender, from, to, key, deadline, out);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_query_in(c, sender, from, to, key, deadline, out);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
+    omc_result r;
+    if (!c) return omc__tcp_health_in(c, h);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_health_in(c, h);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+OMNICONN_API uint32_t omc_tcp_peer_count(omc_conn* c) {
+    uint32_t n;
+    if (!c || omc__conn_hold(c) != OMC_OK) return 0;
+    n = omc__tcp_peer_count_in(c);
+    omc__conn_leave_call(c);
+    return n;
+}
+
+OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* c, uint32_t index, omc_tcp_peer_info* out) {
+    omc_result r;
+    if (!c) return omc__tcp_peer_health_in(c, index, out);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_peer_health_in(c, index, out);
+    omc__conn_leave_call(c);
+    return r;
 }
 #endif
 

@@ -1789,6 +1789,58 @@ OMC_TEST(tcp_destroy_from_another_thread_wakes_a_blocked_get_and_waits_for_it) {
     omc_conn_destroy(s);
 }
 
+static void* blocked_query_main(void* arg) {
+    inside_call* g = (inside_call*)arg;
+    omc_tcp_found f;
+    g->result = omc_tcp_query(g->c, "mute", "s0", "s1", "never-put", omc_deadline_after_ms(60000), &f);
+    __atomic_store_n(&g->returned, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* omc_tcp_query asks a sender that never answers (a port that accepts connections and says
+   nothing: the ZMTP handshake never completes) with a 60 s deadline, while another thread
+   destroys the receiver. Want: as for omc_conn_get - the query returns OMC_ERR_CLOSED promptly
+   and destroy returns only after it has left (ASan: no use after free of the connector it was
+   inside); on a closed connector the omc_tcp_* calls say OMC_ERR_CLOSED. */
+OMC_TEST(tcp_destroy_from_another_thread_wakes_a_blocked_query_and_waits_for_it) {
+    omc_conn *s = make_sender(0, 0), *r = make_receiver(0);
+    omc_tcp_health_info th;
+    struct sockaddr_in a;
+    socklen_t al = sizeof(a);
+    struct pollfd pf;
+    inside_call g;
+    pthread_t t;
+    omc_time_ns t0;
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), cfd = -1;
+    REQUIRE(s && r && lfd >= 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET; a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(lfd, (struct sockaddr*)&a, sizeof(a)) == 0 && listen(lfd, 4) == 0 && getsockname(lfd, (struct sockaddr*)&a, &al) == 0);
+    CHECK_OK(omc_tcp_add_sender(r, "mute", "127.0.0.1", ntohs(a.sin_port)));
+    memset(&g, 0, sizeof(g));
+    g.c = r;
+    REQUIRE(pthread_create(&t, NULL, blocked_query_main, &g) == 0);
+    pf.fd = lfd; pf.events = POLLIN; pf.revents = 0;
+    CHECK(poll(&pf, 1, 10000) == 1);            /* an event: the query's channel connected */
+    cfd = accept(lfd, NULL, NULL);
+    CHECK(cfd >= 0);
+    CHECK(__atomic_load_n(&g.returned, __ATOMIC_ACQUIRE) == 0);
+    t0 = omc_now_ns();
+    omc_conn_destroy(r);
+    pthread_join(t, NULL);
+    printf("  destroy and the query done after %.3f s; the query said %s\n", (double)(omc_now_ns() - t0) / 1e9, omc_result_str(g.result));
+    CHECK_RES(g.result, OMC_ERR_CLOSED);
+    CHECK(omc_now_ns() - t0 < 30 * 1000000000LL);
+    if (cfd >= 0) close(cfd);
+    close(lfd);
+    omc_conn_close(s);
+    CHECK_RES(omc_tcp_health(s, &th), OMC_ERR_CLOSED);
+    CHECK_RES(omc_tcp_endpoint(s, NULL, 0, NULL, NULL), OMC_ERR_CLOSED);
+    CHECK_EQ(omc_tcp_peer_count(s), 0);
+    CHECK_RES(omc_tcp_health(NULL, &th), OMC_ERR_INVALID_ARG);
+    omc_conn_destroy(s);
+}
+
 static void* health_loop_main(void* arg) {
     inside_call* g = (inside_call*)arg;
     omc_health h;
