@@ -793,6 +793,13 @@ static omc_conn* bench_connector(const bench_opts* o, omc_role role, const char*
     return c;
 }
 
+/* Gets the consumer keeps in flight at once: the window, for the transports whose get waits on
+   the network (tcp, rdma). A same-host get (shm, local) waits for nothing, so more threads would
+   only take turns on the same cores: there the consumer takes one at a time, as it always has. */
+static long bench_remote_window(const bench_opts* o) {
+    return strcmp(o->transport, "tcp") == 0 || strcmp(o->transport, "rdma") == 0 ? o->inflight : 0;
+}
+
 static void* consumer_thread(void* arg) {
     consumer_loop((bench_side*)arg);
     return NULL;
@@ -984,7 +991,8 @@ static void bench_usage(void) {
     printf("  --pool SIZE      bytes per pool                            (default 4 x the largest size + 1 MiB, 64 MiB at least)\n");
     printf("  --put MODE       zero-copy: alloc + memcpy + put of the buffer; copy: put from your memory (default zero-copy)\n");
     printf("  --readers N      fan-out: each payload is read by N gets (GB/s counts the bytes read) (default 1)\n");
-    printf("  --inflight N     at most N transfers put and not yet released (default: as many as the pool holds)\n");
+    printf("  --inflight N     at most N transfers put and not yet released (default: as many as the pool holds);\n"
+           "                   tcp, rdma: the consumer keeps up to N gets in flight (16 threads at most)\n");
     printf("  --cpus P,C       pin the producer to CPU P and the consumer to CPU C (default: not pinned)\n");
     printf("  --gbits          report Gb/s (10^9 bits/s) instead of GB/s (10^9 bytes/s)\n");
     printf("  --force          reserve more memory than this host has available\n");
@@ -1144,7 +1152,7 @@ static int bench_consumer_for(bench_opts* o) {
     memset(&cons, 0, sizeof(cons));
     cons.sh = (bench_shared*)calloc(1, sizeof(bench_shared));
     cons.msg_fd = cons.ack_fd = s;
-    cons.window = o->inflight;          /* this host's --inflight: gets in flight at once */
+    cons.window = bench_remote_window(o);   /* this host's --inflight */
     cons.conn = cons.sh ? bench_connector(o, OMC_ROLE_RECEIVER, "bench") : NULL;
     if (!cons.conn) { free(cons.sh); close(s); return 1; }
     consumer_loop(&cons);
@@ -1375,7 +1383,7 @@ static int bench_setup(bench_run* b) {
     for (k = 0; k < max_size(o); k++) b->src[k] = (uint8_t)(k * 131u + 7u);
     memset(b->scratch, 0, (size_t)max_size(o));
     b->cons = b->prod;
-    b->cons.window = o->inflight;       /* the consumer keeps that many gets in flight */
+    b->cons.window = bench_remote_window(o);
     b->prod.msg_fd = b->fds_msg[1];
     b->prod.ack_fd = b->fds_ack[0];
     b->cons.msg_fd = b->fds_msg[0];
