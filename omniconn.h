@@ -4630,7 +4630,7 @@ B2 THE SIDE CHANNEL AND THE TCP DATA PLANE
        - Small payloads ride inside the metadata: a put of at most inline_threshold bytes
          (16 KiB by default, at most OMC_TCP_MAX_INLINE; $OMNICONN_TCP_INLINE_THRESHOLD when the
          desc leaves it 0; 0 or disable_inline = off) copies them into the metadata as well. A
-         get with that metadata takes the bytes from it and sends one 48-byte CLAIM on its data
+         get with that metadata takes the bytes from it and sends one 64-byte CLAIM on its data
          connection, which records the read: one round trip, no payload on the wire. The sender
          keeps its pool copy and the entry as for any put, so everything else is unchanged:
          metadata-less gets, exists and list find it, fan-out counts every reader, a get after
@@ -6415,9 +6415,9 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 /* ============================================================================================== */
 /*
     Sender: a listening socket (the data port). The connector's listener thread accepts, reads
-    each connection's 40-byte hello (bounded: 5 s; at most 64 waiting, more left in the kernel's
+    each connection's 72-byte hello (bounded: 5 s; at most 64 waiting, more left in the kernel's
     accept queue, a silent one replaced by a newcomer after 250 ms), registers it under its
-    ticket and token and acks; idle connections are watched for a request (48 bytes, queued for
+    ticket and token and acks; idle connections are watched for a request (64 bytes, queued for
     the connector once whole) or EOF (a receiver that went away: closed). A push takes the
     connection its PULL names (or the one its request came on), marks it busy, writes a header
     and the payload and gives it back - or kills it on any failure, because a half-written
@@ -7110,7 +7110,7 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
 OMC__PRIVATE void omc__tcp_conn_release(omc__tcp_plane* T, omc__tcp_conn* c, int ok);
 
 /* Listener: an idle registered connection is readable: the bytes of a request (queued on
-   T->ready for the connector once all 48 are in), or EOF (the receiver went away), or bytes that
+   T->ready for the connector once all 64 are in), or EOF (the receiver went away), or bytes that
    are not a request (a protocol error). The last two close it. Holds mu. */
 OMC__PRIVATE void omc__tcp_read_request(omc__tcp_plane* T, omc__tcp_conn* c) {
     omc__tcp_req q;
