@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4548
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  382
+    PART A  THE CORE                                                         lines     69 - 4557
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  391
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result     384 - 1067
+      declarations    [SECTION] Version, platform and feature resolution | Result     393 - 1076
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1070 - 4545
+      implementation  [SECTION] Implementation: configuration and system headers |   1079 - 4554
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4550 - 10714
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4550 - 4956
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4559 - 10877
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4559 - 4973
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4959 - 5144
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4976 - 5164
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5146 - 10711
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5166 - 10874
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10717 - 10752
+    LICENSE                                                                        10880 - 10915
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -359,6 +359,15 @@ RECENT REVISIONS
                         destroy waits for them; connectors copied by fork() refuse calls and
                         release only the child's copies; buffers from omc_conn_alloc keep the
                         pool mapped after destroy (core connectors).
+    unreleased          omc_tcp_* calls hold the connector like omc_conn_* calls: a close or
+                        destroy from another thread waits for them (and wakes a blocked query);
+                        on a closed connector they return OMC_ERR_CLOSED.
+    unreleased          TCP data hello version 4: a request on a data connection carries a
+                        16-byte key proof (HMAC-SHA-256 keyed with the session's ticket secret
+                        over the entry id and the key) instead of a CRC-32C of the key, so the
+                        bytes on the wire no longer let anyone test guessed keys; requests grow
+                        to 64 bytes, and receivers and senders of version 3 are refused with a
+                        log line naming both versions.
     unreleased          TCP data hello version 3: the data port sends a nonce first and the hello
                         proves the session's ticket with an HMAC-SHA-256 over it instead of
                         carrying the ticket (HELLO record 0x101 replaces 0x100); receivers and
@@ -4621,7 +4630,7 @@ B2 THE SIDE CHANNEL AND THE TCP DATA PLANE
        - Small payloads ride inside the metadata: a put of at most inline_threshold bytes
          (16 KiB by default, at most OMC_TCP_MAX_INLINE; $OMNICONN_TCP_INLINE_THRESHOLD when the
          desc leaves it 0; 0 or disable_inline = off) copies them into the metadata as well. A
-         get with that metadata takes the bytes from it and sends one 48-byte CLAIM on its data
+         get with that metadata takes the bytes from it and sends one 64-byte CLAIM on its data
          connection, which records the read: one round trip, no payload on the wire. The sender
          keeps its pool copy and the entry as for any put, so everything else is unchanged:
          metadata-less gets, exists and list find it, fan-out counts every reader, a get after
@@ -4850,27 +4859,28 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
     type-1 record; at most one transfer is in flight on a connection.
       nonce, sender -> receiver, 24 bytes, the first bytes on every accepted connection:
         0   u32  magic 0x4E434D4F ("OMCN")
-        4   u16  data hello version the sender speaks (3)
+        4   u16  data hello version the sender speaks (4)
         6   u16  reserved (0)
         8   u8[16] nonce (random, fresh per connection)
-      hello, receiver -> sender, version 3, 72 bytes, after the nonce:
+      hello, receiver -> sender, version 4, 72 bytes, after the nonce:
         0   u32  magic 0x54434D4F ("OMCT")
-        4   u16  version (3)
+        4   u16  version (4)
         6   u16  reserved (0)
         8   u64  token (random, non-zero; PULL descriptors name the connection by it)
         16  u64  receiver incarnation
         24  u8[16] ticket id (record 0x101 of the sender's answer to this channel's HELLO)
         40  u8[32] proof: HMAC-SHA-256 (RFC 2104, FIPS 180-4) keyed with the 32-byte ticket
-                 secret, over the 21 ASCII bytes "omniconn data hello 3", then the 16 nonce
+                 secret, over the 21 ASCII bytes "omniconn data hello 4", then the 16 nonce
                  bytes, then bytes 0..39 of this hello. The secret is never sent: a hello seen
                  on the wire proves nothing on another connection (another nonce), for another
                  token or for another ticket.
-        Versions 1 (24 bytes, no ticket) and 2 (40 bytes, the ticket in clear at byte 24) are
-        refused: the ack carries OMC_ERR_VERSION and the sender logs a line naming the
-        version it got and version 3. A receiver that gets a nonce frame of another version
+        Versions 1 (24 bytes, no ticket), 2 (40 bytes, the ticket in clear at byte 24) and 3
+        (whose requests carried a CRC-32C of the key instead of the key proof) are refused:
+        the ack carries OMC_ERR_VERSION and the sender logs a line naming the version it got
+        and version 4. A receiver that gets a nonce frame of another version
         logs both versions and fails the get with OMC_ERR_VERSION.
       ack, sender -> receiver, 8 bytes: 0 u32 magic 0x41434D4F ("OMCA"), 4 i32 status (0 = OK,
-        else an omc_result: the connection is closed after it). A hello that is not version 3
+        else an omc_result: the connection is closed after it). A hello that is not version 4
         gets OMC_ERR_MALFORMED or OMC_ERR_VERSION; a well-formed hello whose ticket id the
         sender did not hand out, whose session has ended, or whose proof does not match gets
         no ack at all: the connection is closed. A port scanner learns that this is an
@@ -4884,7 +4894,7 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
       (a refused request does not count as activity),
       and serves a PULL only on a connection registered with the ticket of the PULL's own
       side-channel session (otherwise: ERROR OMC_ERR_CONNECTION, nothing written).
-      request, receiver -> sender, 48 bytes, on an idle connection of a sender whose HELLO has
+      request, receiver -> sender, 64 bytes, on an idle connection of a sender whose HELLO has
       capability bit 2 (receivers send PULL on the side channel to other senders, and when
       omc_tcp_desc.pull_on_side_channel is set); the sender serves it for the session the
       connection was registered to, with the checks of a PULL:
@@ -4901,8 +4911,15 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
                  inline, is OMC_ERR_NOT_FOUND with detail 0, exactly what an id nobody holds
                  gets: the answers to requests never tell which entry ids exist)
         40  u32  PULL: time budget in ms, as in PULL; CLAIM: ignored (nothing moves)
-        44  u32  key check: CRC-32C of the qualified key the get asks for (as the envelope's
-                 CRC is computed); an entry of another key is OMC_ERR_NOT_FOUND (detail 0)
+        44  u32  reserved (0)
+        48  u8[16] key proof: the first 16 bytes of HMAC-SHA-256 keyed with the 32-byte
+                 secret of the connection's ticket, over the 22 ASCII bytes "omniconn request
+                 key 4", then the entry id (u64, as at byte 16), then the qualified key the get
+                 asks for. The sender recomputes it for the entry it holds and compares in
+                 constant time; any mismatch (another key, another session's proof) is
+                 OMC_ERR_NOT_FOUND with detail 0. The key never travels here, and without the
+                 secret (sent only inside the session's HELLO answer) a guessed key cannot be
+                 tested against the bytes on the wire.
       Anything else - a wrong magic (seen after 4 bytes), op or reserved field, entry id 0, a
       request not complete within 5 s - closes the connection (counted in protocol_errors).
       Requests may be pipelined: one sent before the previous one is answered waits in the
@@ -4917,7 +4934,7 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
                  nothing moved, no read was used
         8   u64  transfer id
         16  u64  detail (OMC_ERR_TOO_LARGE: the payload size; otherwise 0)
-      A request carries a check of the key, not the key, so an older put of the key is
+      A request carries a proof of the key, not the key, so an older put of the key is
       OMC_ERR_NOT_FOUND here (the side channel's PULL can say OMC_ERR_STALE). A request whose receiver gives up is abandoned by
       closing the connection (no ABORT); the push then fails and gives the read back.
       per transfer, sender -> receiver: a 24-byte header and exactly size payload bytes; then
@@ -5059,7 +5076,10 @@ typedef struct omc_tcp_found {
 /* Create a remote connector. A sender (or dual) binds its side channel and data port at once:
    OMC_ERR_CONNECTION if a port is taken (the log names it). Returns OMC_ERR_INVALID_ARG for a
    bad key or host, OMC_ERR_UNAVAILABLE if CURVE is asked for and libzmq lacks it.
-   Thread safety: the connector is thread-safe (see omc_conn_*). */
+   Thread safety: the connector is thread-safe (see omc_conn_*), and every omc_tcp_* call that
+   takes it holds it while inside as omc_conn_* calls do: close or destroy from another thread
+   wakes a blocked omc_tcp_query or omc_tcp_get_from (OMC_ERR_CLOSED) and waits for it to leave;
+   on a closed connector they return OMC_ERR_CLOSED. */
 OMNICONN_API omc_result omc_tcp_create(const omc_tcp_desc* desc, omc_conn** out);
 
 /* The sender's advertised host and bound ports (any pointer may be NULL). OMC_ERR_WRONG_ROLE for
@@ -5418,7 +5438,10 @@ __attribute__((constructor)) static void omc__net_register_probe(void) { omc__re
         tx_drop     <- a push aborted before a worker ran it: let go of what the plane holds
         rx_requests, rx_request
                     receiver: this channel takes requests on the plane's connection, and one
-                    sent there (no side-channel message per get)
+                    sent there (no side-channel message per get); q->qkey is the key the get
+                    asks for, which the plane proves with its session's secret, never sends
+        tx_proves   sender: does a request prove the key of the entry it names (the connector
+                    asks before serving it; no = OMC_ERR_NOT_FOUND)
       A plane keeps its own per-push state in p->state (OMC__DP_STATE_WORDS words that live with
       the job); the connector never looks inside it.
 
@@ -5552,7 +5575,8 @@ typedef struct omc__dp_request {
     uint32_t budget_ms;                 /* 0 = vLLM-Omni's rule */
     uint64_t xfer, entry_id, expect_incarnation;
     uint64_t capacity;                  /* PULL: destination bytes; CLAIM: the announced size */
-    uint32_t key_check;                 /* omc__dp_key_check of the key the get asks for */
+    const char* qkey;                   /* receiver: the qualified key the get asks for; the */
+    uint32_t qlen;                      /* plane sends a proof of it, never the key (NULL on a sender) */
     /* sender side, filled by tx_next_request */
     omc_result status;                  /* not OMC_OK: refuse it with this code */
     void* handle;                       /* the plane's: tx_answer answers on it */
@@ -5564,11 +5588,10 @@ typedef struct omc__dp_request {
     char addr[64];                      /* the receiver's address (fair scheduling; "" = unknown) */
 } omc__dp_request;
 
-/* A request's key check: CRC-32C of the qualified key the get asks for. A request names its
-   entry by id and carries no key; the sender serves it only for an entry of that key, so
-   metadata whose entry id was swapped for another key's cannot fetch or claim that key's
-   bytes (the side channel's PULL checks the key itself). */
-OMC__PRIVATE uint32_t omc__dp_key_check(const char* qkey, uint32_t qlen) { return omc__crc32c(0, qkey, qlen); }
+/* A request names its entry by id and carries no key, only a proof of it the plane makes with
+   its session's secret (tx_proves checks it on the sender): the sender serves it only for an
+   entry of that key, so metadata whose entry id was swapped for another key's cannot fetch or
+   claim that key's bytes (the side channel's PULL checks the key itself). */
 
 /* What a receiver-side plane learns about a sender from its HELLO. */
 typedef struct omc__dp_peer {
@@ -5641,6 +5664,9 @@ typedef struct omc__dp_ext {
     /* receiver: does this channel take requests on the plane's connection, and send one */
     int        (*rx_requests)(void* user, void* chan);
     omc_result (*rx_request)(void* user, void* chan, omc__dp_xfer* x, const omc__dp_request* q, omc_time_ns deadline);
+    /* sender: 1 if request q (from tx_next_request, not answered yet) proves the key qkey of
+       the entry it names; NULL = no request proves anything (all are refused) */
+    int        (*tx_proves)(void* user, const omc__dp_request* q, const char* qkey, uint32_t qlen);
 } omc__dp_ext;
 
 typedef struct omc__dp_vtable_ext {
@@ -5987,8 +6013,9 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_RECEIPT_MAGIC 0x47434D4Fu  /* "OMCG": got every byte ("OMCR" is the RDMA endpoint record's) */
 #define OMC__TCP_RECEIPT_SIZE 8
 #define OMC__TCP_TRAILER_SIZE 8
-#define OMC__TCP_HELLO_VERSION 3        /* 1 sent no ticket, 2 sent it in clear; both refused now */
-#define OMC__TCP_HELLO_SIZE  72         /* version 3: ticket id and the proof of its secret */
+#define OMC__TCP_HELLO_VERSION 4        /* 1 sent no ticket, 2 sent it in clear, 3 requests with a
+                                           CRC of the key: all refused now */
+#define OMC__TCP_HELLO_SIZE  72         /* since version 3: ticket id and the proof of its secret */
 #define OMC__TCP_HELLO_SIGNED 40        /* the bytes of the hello the proof covers */
 #define OMC__TCP_NONCE_MAGIC 0x4E434D4Fu    /* "OMCN": the data port's first bytes on a connection */
 #define OMC__TCP_NONCE_SIZE  24
@@ -6000,7 +6027,8 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_HEADER_SIZE 24
 #define OMC__TCP_REQUEST_MAGIC 0x50434D4Fu  /* "OMCP": a request on the data connection */
 #define OMC__TCP_STATUS_MAGIC  0x53434D4Fu  /* "OMCS": the sender's answer when no payload follows */
-#define OMC__TCP_REQUEST_SIZE 48
+#define OMC__TCP_REQUEST_SIZE 64
+#define OMC__TCP_PROOF_SIZE   16            /* a request's key proof: truncated HMAC-SHA-256 */
 #define OMC__TCP_STATUS_SIZE  24            /* = OMC__TCP_HEADER_SIZE: the receiver reads 24 bytes either way */
 #define OMC__TCP_REQ_PULL  1                /* send the entry's bytes (header, payload, receipt, trailer) */
 #define OMC__TCP_REQ_CLAIM 2                /* the receiver has the bytes (inline metadata): record the read */
@@ -6018,7 +6046,7 @@ OMC__PRIVATE omc_result omc__tcp_record_decode(const uint8_t* v, uint32_t n, uin
 }
 
 /* The nonce frame the data port writes first on every connection: u32 "OMCN", u16 hello version
-   (3), u16 reserved, 16 random bytes. A data hello must prove the ticket over this nonce, so a
+   (4), u16 reserved, 16 random bytes. A data hello must prove the ticket over this nonce, so a
    hello seen on the wire is worth nothing on another connection. */
 OMC__PRIVATE void omc__tcp_nonce_encode(uint8_t* p, const uint8_t* nonce) {
     omc__put_u32(p, OMC__TCP_NONCE_MAGIC);
@@ -6035,10 +6063,10 @@ OMC__PRIVATE omc_result omc__tcp_nonce_decode(const uint8_t* p, uint8_t* nonce) 
 }
 
 /* The proof of a data hello: HMAC-SHA-256 keyed with the ticket's secret over the label
-   "omniconn data hello 3", the connection's nonce and the hello's first 40 bytes (magic,
+   "omniconn data hello 4", the connection's nonce and the hello's first 40 bytes (magic,
    version, token, incarnation, ticket id), so it holds for this connection, token and ticket only. */
 OMC__PRIVATE void omc__tcp_hello_proof(const uint8_t* secret, const uint8_t* nonce, const uint8_t* hello, uint8_t* out) {
-    static const char label[] = "omniconn data hello 3";
+    static const char label[] = "omniconn data hello 4";
     const void* part[3];
     size_t len[3];
     part[0] = label; len[0] = sizeof(label) - 1;
@@ -6047,7 +6075,46 @@ OMC__PRIVATE void omc__tcp_hello_proof(const uint8_t* secret, const uint8_t* non
     omc__hmac_sha256(secret, OMC__TCP_SECRET_SIZE, part, len, 3, out);
 }
 
-/* The data hello, version 3 (72 bytes): the ticket id names the session's ticket and the proof
+/* HMAC-SHA-256 keyed with a ticket's secret, its two padded key blocks hashed once: a request's
+   key proof then costs two SHA-256 blocks less (RFC 2104 computed in two halves). */
+typedef struct omc__tcp_mac {
+    omc__sha256 inner, outer;           /* after (secret ^ ipad) and (secret ^ opad) */
+} omc__tcp_mac;
+
+OMC__PRIVATE void omc__tcp_mac_init(omc__tcp_mac* m, const uint8_t* secret) {
+    uint8_t ipad[64], opad[64];
+    int i;
+    for (i = 0; i < 64; i++) {
+        uint8_t k = i < OMC__TCP_SECRET_SIZE ? secret[i] : 0;
+        ipad[i] = (uint8_t)(k ^ 0x36);
+        opad[i] = (uint8_t)(k ^ 0x5c);
+    }
+    omc__sha256_init(&m->inner);
+    omc__sha256_update(&m->inner, ipad, sizeof(ipad));
+    omc__sha256_init(&m->outer);
+    omc__sha256_update(&m->outer, opad, sizeof(opad));
+}
+
+/* A request's key proof: HMAC-SHA-256 keyed with the ticket's secret over the label
+   "omniconn request key 4", the entry id (u64) and the qualified key, first 16 bytes. Only the
+   two ends of the session know the secret, so the proof neither shows the key nor lets anyone
+   test a guessed key against it, and a proof copied from another session proves nothing here. */
+OMC__PRIVATE void omc__tcp_key_proof(const omc__tcp_mac* m, uint64_t entry_id, const char* qkey, uint32_t qlen, uint8_t* out) {
+    static const char label[] = "omniconn request key 4";
+    uint8_t id[8], digest[OMC__SHA256_SIZE], full[OMC__SHA256_SIZE];
+    omc__sha256 s = m->inner;
+    omc__put_u64(id, entry_id);
+    omc__sha256_update(&s, label, sizeof(label) - 1);
+    omc__sha256_update(&s, id, sizeof(id));
+    omc__sha256_update(&s, qkey, qlen);
+    omc__sha256_final(&s, digest);
+    s = m->outer;
+    omc__sha256_update(&s, digest, sizeof(digest));
+    omc__sha256_final(&s, full);
+    memcpy(out, full, OMC__TCP_PROOF_SIZE);
+}
+
+/* The data hello, version 4 (72 bytes): the ticket id names the session's ticket and the proof
    shows its secret without sending it. */
 OMC__PRIVATE void omc__tcp_hello_encode(uint8_t* p, uint64_t token, uint64_t incarnation, const uint8_t* ticket_id,
                                         const uint8_t* secret, const uint8_t* nonce) {
@@ -6060,7 +6127,7 @@ OMC__PRIVATE void omc__tcp_hello_encode(uint8_t* p, uint64_t token, uint64_t inc
     omc__tcp_hello_proof(secret, nonce, p, p + OMC__TCP_HELLO_SIGNED);
 }
 
-/* The first 8 bytes of a data hello: OMC_OK if they start a version-3 hello. */
+/* The first 8 bytes of a data hello: OMC_OK if they start a hello of this version. */
 OMC__PRIVATE omc_result omc__tcp_hello_start(const uint8_t* p, size_t n) {
     if (n < 8 || omc__get_u32(p) != OMC__TCP_HELLO_MAGIC) return OMC_ERR_MALFORMED;
     if (omc__get_u16(p + 4) != OMC__TCP_HELLO_VERSION) return OMC_ERR_VERSION;
@@ -6068,7 +6135,7 @@ OMC__PRIVATE omc_result omc__tcp_hello_start(const uint8_t* p, size_t n) {
     return OMC_OK;
 }
 
-/* A whole version-3 hello; ticket_id (16 bytes) receives the id it names (its proof is checked
+/* A whole hello of this version; ticket_id (16 bytes) receives the id it names (its proof is checked
    against that ticket's secret by the caller). */
 OMC__PRIVATE omc_result omc__tcp_hello_decode(const uint8_t* p, size_t n, uint64_t* token, uint64_t* incarnation, uint8_t* ticket_id) {
     omc_result r = omc__tcp_hello_start(p, n);
@@ -6098,13 +6165,13 @@ OMC__PRIVATE omc_result omc__tcp_header_check(const uint8_t* p, uint64_t xfer, u
     return OMC_OK;
 }
 
-/* A request on a data connection (48 bytes): what a PULL on the side channel says, naming the
-   entry by its id only (no key travels outside the side channel). */
+/* A request on a data connection (64 bytes): what a PULL on the side channel says, naming the
+   entry by its id only (no key travels outside the side channel, only a proof of it). */
 typedef struct omc__tcp_req {
     uint8_t op;                         /* OMC__TCP_REQ_* */
     uint32_t budget_ms;                 /* 0 = vLLM-Omni's rule */
-    uint32_t key_check;                 /* CRC-32C of the qualified key the receiver asks for */
     uint64_t xfer, entry_id, expect_incarnation, capacity;
+    uint8_t proof[OMC__TCP_PROOF_SIZE]; /* omc__tcp_key_proof of the key the receiver asks for */
 } omc__tcp_req;
 
 OMC__PRIVATE void omc__tcp_req_encode(uint8_t* p, const omc__tcp_req* q) {
@@ -6117,21 +6184,23 @@ OMC__PRIVATE void omc__tcp_req_encode(uint8_t* p, const omc__tcp_req* q) {
     omc__put_u64(p + 24, q->expect_incarnation);
     omc__put_u64(p + 32, q->capacity);
     omc__put_u32(p + 40, q->budget_ms);
-    omc__put_u32(p + 44, q->key_check);
+    omc__put_u32(p + 44, 0);
+    memcpy(p + 48, q->proof, OMC__TCP_PROOF_SIZE);
 }
 
 /* OMC_ERR_MALFORMED for anything but exactly one well-formed request. */
 OMC__PRIVATE omc_result omc__tcp_req_decode(const uint8_t* p, size_t n, omc__tcp_req* q) {
     memset(q, 0, sizeof(*q));
     if (n != OMC__TCP_REQUEST_SIZE || omc__get_u32(p) != OMC__TCP_REQUEST_MAGIC) return OMC_ERR_MALFORMED;
-    if ((p[4] != OMC__TCP_REQ_PULL && p[4] != OMC__TCP_REQ_CLAIM) || p[5] || omc__get_u16(p + 6)) return OMC_ERR_MALFORMED;
+    if ((p[4] != OMC__TCP_REQ_PULL && p[4] != OMC__TCP_REQ_CLAIM) || p[5] || omc__get_u16(p + 6) || omc__get_u32(p + 44))
+        return OMC_ERR_MALFORMED;
     q->op = p[4];
     q->xfer = omc__get_u64(p + 8);
     q->entry_id = omc__get_u64(p + 16);
     q->expect_incarnation = omc__get_u64(p + 24);
     q->capacity = omc__get_u64(p + 32);
     q->budget_ms = omc__get_u32(p + 40);
-    q->key_check = omc__get_u32(p + 44);
+    memcpy(q->proof, p + 48, OMC__TCP_PROOF_SIZE);
     if (q->entry_id == 0) return OMC_ERR_MALFORMED;
     return OMC_OK;
 }
@@ -6346,9 +6415,9 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
 /* ============================================================================================== */
 /*
     Sender: a listening socket (the data port). The connector's listener thread accepts, reads
-    each connection's 40-byte hello (bounded: 5 s; at most 64 waiting, more left in the kernel's
+    each connection's 72-byte hello (bounded: 5 s; at most 64 waiting, more left in the kernel's
     accept queue, a silent one replaced by a newcomer after 250 ms), registers it under its
-    ticket and token and acks; idle connections are watched for a request (48 bytes, queued for
+    ticket and token and acks; idle connections are watched for a request (64 bytes, queued for
     the connector once whole) or EOF (a receiver that went away: closed). A push takes the
     connection its PULL names (or the one its request came on), marks it busy, writes a header
     and the payload and gives it back - or kills it on any failure, because a half-written
@@ -6412,6 +6481,7 @@ typedef struct omc__tcp_ticket {
     struct omc__tcp_ticket* next;
     uint8_t ticket[OMC__TCP_TICKET_SIZE];   /* its id */
     uint8_t secret[OMC__TCP_SECRET_SIZE];
+    omc__tcp_mac mac;                   /* keyed with the secret: its requests' key proofs */
     uint32_t rid_len;
     uint8_t rid[256];
     uint32_t nconns;                    /* registered data connections that showed it */
@@ -6432,6 +6502,7 @@ typedef struct omc__tcp_conn {
     uint64_t token;
     uint64_t incarnation;               /* the receiver's */
     omc__tcp_ticket* ticket;            /* registered connections: the session it belongs to */
+    omc__tcp_mac mac;                   /* its ticket's (a copy: a request is checked off the lock) */
     uint8_t key[OMC__TCP_TICKET_SIZE + 8];  /* ticket | token: its name in the plane's map */
     omc_time_ns hello_deadline;         /* also: a request begun must be complete by then */
     omc_time_ns accepted;               /* when accept() took it */
@@ -6483,6 +6554,7 @@ typedef struct omc__tcp_rx {
     int has_ticket;                     /* the sender's HELLO gave this channel a ticket */
     uint8_t ticket[OMC__TCP_TICKET_SIZE];   /* its id, named in the data hello */
     uint8_t secret[OMC__TCP_SECRET_SIZE];   /* its secret: proven in the data hello, never sent */
+    omc__tcp_mac mac;                   /* keyed with it: the key proofs of our requests */
     char host[OMC_TCP_HOST_MAX];
     uint16_t port;
     uint32_t hdr_got, trl_got;
@@ -6735,6 +6807,7 @@ OMC__PRIVATE omc_result omc__tcp_ticket_issue(omc__tcp_plane* T, const uint8_t* 
         else {
             do { omc__random_bytes(t->ticket, sizeof(t->ticket)); } while (omc__smap_get(&T->by_ticket, (const char*)t->ticket, OMC__TCP_TICKET_SIZE));
             omc__random_bytes(t->secret, sizeof(t->secret));
+            omc__tcp_mac_init(&t->mac, t->secret);
             t->rid_len = rid_len;
             memcpy(t->rid, rid, rid_len);
             if (omc__smap_put(&T->by_ticket, &T->hooks, (const char*)t->ticket, OMC__TCP_TICKET_SIZE, t) != OMC_OK) r = OMC_ERR_NO_MEMORY;
@@ -6950,9 +7023,9 @@ OMC__PRIVATE void omc__tcp_accept(omc__tcp_plane* T) {
    ticket (a port scanner learns nothing). Never registered, so never counted. */
 OMC__PRIVATE void omc__tcp_refuse(omc__tcp_plane* T, omc__tcp_conn* c, omc_result r, int ack_it) {
     unsigned long long hidden = 0;
-    char why[160];
+    char why[224];
     snprintf(why, sizeof(why), ": the receiver sent data hello version %u, this sender speaks version %d "
-             "(a version-3 receiver proves its ticket instead of sending it); upgrade the receiver",
+             "(a version-4 receiver proves its ticket and the key of every request); upgrade the receiver",
              (unsigned)(c->hello_got >= 6 ? omc__get_u16(c->hello + 4) : 0), OMC__TCP_HELLO_VERSION);
     if (ack_it) {
         uint8_t ack[OMC__TCP_ACK_SIZE];
@@ -7024,6 +7097,7 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
     c->state = OMC__TCONN_IDLE;
     c->idle_since = omc_now_ns();
     c->ticket = t;
+    c->mac = t->mac;
     t->nconns++;
     t->last_used = c->idle_since;
     c->src = src;
@@ -7036,7 +7110,7 @@ OMC__PRIVATE void omc__tcp_read_hello(omc__tcp_plane* T, omc__tcp_conn* c) {
 OMC__PRIVATE void omc__tcp_conn_release(omc__tcp_plane* T, omc__tcp_conn* c, int ok);
 
 /* Listener: an idle registered connection is readable: the bytes of a request (queued on
-   T->ready for the connector once all 48 are in), or EOF (the receiver went away), or bytes that
+   T->ready for the connector once all 64 are in), or EOF (the receiver went away), or bytes that
    are not a request (a protocol error). The last two close it. Holds mu. */
 OMC__PRIVATE void omc__tcp_read_request(omc__tcp_plane* T, omc__tcp_conn* c) {
     omc__tcp_req q;
@@ -7439,6 +7513,7 @@ OMC__PRIVATE omc_result omc__tcp_rx_ready(void* user, void* chan, const omc__dp_
     if (peer->ticket) {
         memcpy(x->ticket, peer->ticket, OMC__TCP_TICKET_SIZE);
         memcpy(x->secret, peer->ticket + OMC__TCP_TICKET_SIZE, OMC__TCP_SECRET_SIZE);
+        omc__tcp_mac_init(&x->mac, x->secret);
     }
     if (!x->host[0]) snprintf(x->host, sizeof(x->host), "%s", peer->host);
     return OMC_OK;
@@ -7565,7 +7640,7 @@ static omc_result omc__tcp_rx_request(void* user, void* chan, omc__dp_xfer* xf, 
     q.expect_incarnation = dq->expect_incarnation;
     q.capacity = dq->capacity;
     q.budget_ms = dq->budget_ms;
-    q.key_check = dq->key_check;
+    omc__tcp_key_proof(&x->mac, dq->entry_id, dq->qkey ? dq->qkey : "", dq->qkey ? dq->qlen : 0, q.proof);
     omc__tcp_req_encode(b, &q);
     x->op = q.op;
     return omc__fd_write_all(x->fd, b, sizeof(b), deadline, NULL);
@@ -7734,12 +7809,21 @@ static int omc__tcp_tx_next_request(void* user, omc__dp_request* dq) {
     dq->capacity = q.capacity;
     dq->handle = c;
     dq->receiver_incarnation = c->incarnation;
-    dq->key_check = q.key_check;
     if (c->ticket && !c->ticket->gone) { dq->channel = c->ticket->rid; dq->channel_len = c->ticket->rid_len; }    /* else its session ended */
     memcpy(dq->desc, c->key + OMC__TCP_TICKET_SIZE, 8);     /* the connection's token, as a PULL names it */
     dq->desc_len = 8;
     memcpy(dq->addr, c->addr, sizeof(dq->addr));
     return 1;
+}
+
+/* Does the request on q->handle prove qkey for the entry it names? Its connection is BUSY (the
+   connector's until answered), so its bytes and its ticket's key stay put without the lock. */
+static int omc__tcp_tx_proves(void* user, const omc__dp_request* q, const char* qkey, uint32_t qlen) {
+    const omc__tcp_conn* c = (const omc__tcp_conn*)q->handle;
+    uint8_t want[OMC__TCP_PROOF_SIZE];
+    (void)user;
+    omc__tcp_key_proof(&c->mac, q->entry_id, qkey, qlen, want);
+    return omc__equal_ct(want, c->req + 48, sizeof(want));
 }
 
 static void omc__tcp_tx_answer(void* user, void* handle, omc_result code, uint64_t xfer, uint64_t detail) {
@@ -7755,7 +7839,7 @@ static const omc__dp_vtable_ext omc__tcp_plane_table = {
       omc__tcp_tx_try },
     { omc__tcp_tx_drop, omc__tcp_tx_await, omc__tcp_tx_receipt, omc__tcp_tx_end, omc__tcp_tx_ticket, omc__tcp_tx_session_gone,
       omc__tcp_tx_item_count, omc__tcp_tx_items, omc__tcp_tx_serve, omc__tcp_tx_next_request, omc__tcp_tx_answer,
-      omc__tcp_rx_requests, omc__tcp_rx_request }
+      omc__tcp_rx_requests, omc__tcp_rx_request, omc__tcp_tx_proves }
 };
 #define omc__tcp_plane_vt (omc__tcp_plane_table.base)
 
@@ -8632,6 +8716,7 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, const omc__dataplane* dp, con
     omc__net_job* job = NULL;
     omc__read_want w;
     omc__read rd;
+    const omc__dp_ext* x = omc__dp_ext_of(dp->vt);     /* it gave us q: it has one */
     omc_result r = q->status;
     uint64_t detail = 0;
     const omc__ent* e;
@@ -8649,12 +8734,12 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, const omc__dataplane* dp, con
         omc__owner_maybe_sweep(&N->own);
         slot = omc__etab_by_id(&N->own.tab, q->entry_id);
         e = slot != OMC__NIL ? &N->own.tab.ent[slot] : NULL;
-        if (e && e->state == OMC__ENT_LIVE && e->readers_left && omc__dp_key_check(e->qkey, e->qlen) != q->key_check)
-            r = OMC_ERR_NOT_FOUND;      /* another key's entry */
+        if (e && e->state == OMC__ENT_LIVE && e->readers_left && !(x->tx_proves && x->tx_proves(dp->user, q, e->qkey, e->qlen)))
+            r = OMC_ERR_NOT_FOUND;      /* another key's entry, or a proof made without the session's secret */
         else if (e && e->state == OMC__ENT_LIVE && e->readers_left && q->op == OMC__DP_REQ_CLAIM && !omc__net_inlines(N, e->size))
             r = OMC_ERR_PROTOCOL;       /* a CLAIM of bytes the sender never sent along */
         else r = omc__owner_take(&N->own, &w, &rd, &detail);
-        /* a request names the entry by id: every way of naming it wrongly (another key's check,
+        /* a request names the entry by id: every way of naming it wrongly (another key's proof,
            a CLAIM of another size or of bytes never inlined, an older put) gets the answer an
            entry that does not exist gets, so probing ids learns nothing about which exist */
         if (r == OMC_ERR_PROTOCOL || r == OMC_ERR_STALE || (r == OMC_ERR_TOO_LARGE && q->op == OMC__DP_REQ_CLAIM)) {
@@ -8671,7 +8756,7 @@ OMC__PRIVATE void omc__net_on_request(omc__net* N, const omc__dataplane* dp, con
         if (r != OMC_OK)
             OMC__LOG(&N->conn->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "request for entry %016llx on a %s data connection refused: %s",
                      (unsigned long long)q->entry_id, dp->vt->name, omc_result_str(r));
-        omc__dp_ext_of(dp->vt)->tx_answer(dp->user, q->handle, r, q->xfer, detail);    /* it gave us q */
+        x->tx_answer(dp->user, q->handle, r, q->xfer, detail);
         return;
     }
     job->dp = dp;
@@ -9384,7 +9469,7 @@ OMC__PRIVATE omc_result omc__net_chan_on_hello(omc__net* N, omc__net_chan* ch, c
     dpeer.ticket = omc__wire_find_record(m, OMC__REC_TICKET, &dpeer.ticket_len);
     if (!dpeer.ticket && omc__wire_find_record(m, OMC__REC_TICKET_V2, &dpeer.ticket_len))
         OMC__LOG(&N->conn->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "sender %s speaks data hello version 2 (its ticket travels in clear); "
-                 "this receiver speaks version 3 only: upgrade the sender", p->name);
+                 "this receiver speaks version %d only: upgrade the sender", p->name, OMC__TCP_HELLO_VERSION);
     r = ch->dp->vt->rx_ready(ch->dp->user, ch->dpc, &dpeer, ch->deadline);
     if (r == OMC_ERR_UNAVAILABLE && ch->dp != &N->planes[0]) {
         ch->dp->vt->rx_close(ch->dp->user, ch->dpc);
@@ -9499,7 +9584,8 @@ OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp
     q.op = op;
     q.xfer = ch->xfer;
     q.entry_id = entry_id;
-    q.key_check = omc__dp_key_check(qkey, qlen);
+    q.qkey = qkey;
+    q.qlen = qlen;
     q.expect_incarnation = ch->incarnation;
     q.capacity = x->size;
     q.budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
@@ -10513,7 +10599,7 @@ OMNICONN_API omc_result omc_tcp_create(const omc_tcp_desc* desc, omc_conn** out)
 /* [SECTION] Implementation: the remote connector - public extras                                */
 /* ============================================================================================== */
 
-OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* c, char* host, size_t host_size, uint16_t* port, uint16_t* data_port) {
+static omc_result omc__tcp_endpoint_in(omc_conn* c, char* host, size_t host_size, uint16_t* port, uint16_t* data_port) {
     omc__net* N = omc__net_of(c);
     if (!N) return OMC_ERR_INVALID_ARG;
     if (!N->sender) return OMC_ERR_WRONG_ROLE;
@@ -10526,7 +10612,7 @@ OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* c, char* host, size_t host_si
     return OMC_OK;
 }
 
-OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, const char* host, uint16_t port, const char* server_key) {
+static omc_result omc__tcp_add_sender_key_in(omc_conn* c, const char* name, const char* host, uint16_t port, const char* server_key) {
     omc__net* N = omc__net_of(c);
     omc__net_peer* p;
     omc_result r;
@@ -10584,7 +10670,7 @@ OMNICONN_API omc_result omc_tcp_add_sender(omc_conn* c, const char* name, const 
     return omc_tcp_add_sender_key(c, name, host, port, NULL);
 }
 
-OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* c, const char* name) {
+static omc_result omc__tcp_remove_sender_in(omc_conn* c, const char* name) {
     omc__net* N = omc__net_of(c);
     omc__net_peer* p;
     omc__net_chan* idle = NULL;
@@ -10606,8 +10692,8 @@ OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* c, const char* name) {
     return p ? OMC_OK : OMC_ERR_NOT_FOUND;
 }
 
-OMNICONN_API omc_result omc_tcp_get_from(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
-                                         omc_time_ns deadline, omc_buffer* out) {
+static omc_result omc__tcp_get_from_in(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
+                                        omc_time_ns deadline, omc_buffer* out) {
     omc__net* N = omc__net_of(c);
     char qkey[OMC_KEY_MAX];
     uint32_t qlen = 0;
@@ -10627,8 +10713,8 @@ OMNICONN_API omc_result omc_tcp_get_from(omc_conn* c, const char* sender, const 
     return OMC_OK;
 }
 
-OMNICONN_API omc_result omc_tcp_query(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
-                                      omc_time_ns deadline, omc_tcp_found* out) {
+static omc_result omc__tcp_query_in(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
+                                    omc_time_ns deadline, omc_tcp_found* out) {
     omc__net* N = omc__net_of(c);
     char qkey[OMC_KEY_MAX];
     uint32_t qlen = 0;
@@ -10641,7 +10727,7 @@ OMNICONN_API omc_result omc_tcp_query(omc_conn* c, const char* sender, const cha
     return omc__net_query(N, sender, qkey, qlen, deadline, out);
 }
 
-OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
+static omc_result omc__tcp_health_in(omc_conn* c, omc_tcp_health_info* h) {
     omc__net* N = omc__net_of(c);
     if (!h) return OMC_ERR_INVALID_ARG;
     memset(h, 0, sizeof(*h));
@@ -10667,7 +10753,7 @@ OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
     return OMC_OK;
 }
 
-OMNICONN_API uint32_t omc_tcp_peer_count(omc_conn* c) {
+static uint32_t omc__tcp_peer_count_in(omc_conn* c) {
     omc__net* N = omc__net_of(c);
     uint32_t n;
     if (!N) return 0;
@@ -10677,7 +10763,7 @@ OMNICONN_API uint32_t omc_tcp_peer_count(omc_conn* c) {
     return n;
 }
 
-OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* c, uint32_t index, omc_tcp_peer_info* out) {
+static omc_result omc__tcp_peer_health_in(omc_conn* c, uint32_t index, omc_tcp_peer_info* out) {
     omc__net* N = omc__net_of(c);
     omc__net_peer* p;
     uint32_t i = 0;
@@ -10705,6 +10791,83 @@ OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* c, uint32_t index, omc_tcp
     }
     pthread_mutex_unlock(&N->peer_mu);
     return p ? OMC_OK : OMC_ERR_NOT_FOUND;
+}
+
+/* The public calls: each holds the connector while inside, as omc_conn_* calls do, so a close or
+   destroy from another thread wakes a blocked one (OMC_ERR_CLOSED) and waits for it to leave; a
+   NULL connector gets each call's own answer. */
+
+OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* c, char* host, size_t host_size, uint16_t* port, uint16_t* data_port) {
+    omc_result r;
+    if (!c) return omc__tcp_endpoint_in(c, host, host_size, port, data_port);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_endpoint_in(c, host, host_size, port, data_port);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, const char* host, uint16_t port, const char* server_key) {
+    omc_result r;
+    if (!c) return omc__tcp_add_sender_key_in(c, name, host, port, server_key);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_add_sender_key_in(c, name, host, port, server_key);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* c, const char* name) {
+    omc_result r;
+    if (!c) return omc__tcp_remove_sender_in(c, name);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_remove_sender_in(c, name);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+OMNICONN_API omc_result omc_tcp_get_from(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
+                                         omc_time_ns deadline, omc_buffer* out) {
+    omc_result r;
+    if (!c) return omc__tcp_get_from_in(c, sender, from, to, key, deadline, out);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_get_from_in(c, sender, from, to, key, deadline, out);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+OMNICONN_API omc_result omc_tcp_query(omc_conn* c, const char* sender, const char* from, const char* to, const char* key,
+                                      omc_time_ns deadline, omc_tcp_found* out) {
+    omc_result r;
+    if (!c) return omc__tcp_query_in(c, sender, from, to, key, deadline, out);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_query_in(c, sender, from, to, key, deadline, out);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
+    omc_result r;
+    if (!c) return omc__tcp_health_in(c, h);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_health_in(c, h);
+    omc__conn_leave_call(c);
+    return r;
+}
+
+OMNICONN_API uint32_t omc_tcp_peer_count(omc_conn* c) {
+    uint32_t n;
+    if (!c || omc__conn_hold(c) != OMC_OK) return 0;
+    n = omc__tcp_peer_count_in(c);
+    omc__conn_leave_call(c);
+    return n;
+}
+
+OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* c, uint32_t index, omc_tcp_peer_info* out) {
+    omc_result r;
+    if (!c) return omc__tcp_peer_health_in(c, index, out);
+    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
+    r = omc__tcp_peer_health_in(c, index, out);
+    omc__conn_leave_call(c);
+    return r;
 }
 #endif
 

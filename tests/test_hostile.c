@@ -274,29 +274,33 @@ static int read_exact(int fd, uint8_t* p, size_t n) {
     return 0;
 }
 
-/* The data port speaks first: a 24-byte nonce frame ("OMCN", u16 version 3, u16 0, 16 random
+/* The data port speaks first: a 24-byte nonce frame ("OMCN", u16 version 4, u16 0, 16 random
    bytes). 0 with the nonce, or -1. */
 static int read_nonce(int fd, uint8_t* nonce) {
     uint8_t f[24];
-    if (read_exact(fd, f, sizeof(f)) != 0 || rd32(f) != 0x4E434D4Fu || f[4] != 3 || f[5] != 0) return -1;
+    if (read_exact(fd, f, sizeof(f)) != 0 || rd32(f) != 0x4E434D4Fu || f[4] != 4 || f[5] != 0) return -1;
     memcpy(nonce, f + 8, 16);
     return 0;
 }
 
-/* A version-3 data hello into out (72 bytes): magic "OMCT", version 3, token, incarnation, the
-   ticket id, then HMAC-SHA-256 keyed with the ticket's secret over "omniconn data hello 3", the
-   nonce and the first 40 bytes (the header's HMAC, checked against RFC 4231 in its own test). */
-static void hello_v3(uint8_t* out, uint64_t token, const uint8_t* ticket, const uint8_t* nonce) {
-    static const char label[] = "omniconn data hello 3";
+/* A data hello into out (72 bytes): magic "OMCT", the version (4 now; 3 was the one whose
+   requests carried a CRC of the key), token, incarnation, the ticket id, then HMAC-SHA-256 keyed
+   with the ticket's secret over "omniconn data hello <version>", the nonce and the first 40 bytes
+   (the header's HMAC, checked against RFC 4231 in its own test). */
+static void hello_of(uint8_t* out, int version, uint64_t token, const uint8_t* ticket, const uint8_t* nonce) {
+    char label[32];
     const void* part[3];
     size_t len[3];
-    le32(out, 0x54434D4Fu); le16(out + 4, 3); le16(out + 6, 0); le64(out + 8, token); le64(out + 16, 0x0BADC0DEull);
+    snprintf(label, sizeof(label), "omniconn data hello %d", version);
+    le32(out, 0x54434D4Fu); le16(out + 4, (uint16_t)version); le16(out + 6, 0); le64(out + 8, token); le64(out + 16, 0x0BADC0DEull);
     memcpy(out + 24, ticket, 16);
-    part[0] = label; len[0] = sizeof(label) - 1;
+    part[0] = label; len[0] = strlen(label);
     part[1] = nonce; len[1] = 16;
     part[2] = out; len[2] = 40;
     omc__hmac_sha256(ticket + 16, 32, part, len, 3, out + 40);
 }
+
+static void hello_v4(uint8_t* out, uint64_t token, const uint8_t* ticket, const uint8_t* nonce) { hello_of(out, 4, token, ticket, nonce); }
 
 /* The ack after a hello: its status, 1 if the sender closed the connection instead, 2 if the
    bytes are not an ack. */
@@ -325,7 +329,7 @@ static int data_hello(int fd, uint64_t token, const uint8_t* ticket) {
     uint8_t hello[72], nonce[16];
     if (!ticket) return data_hello_old(fd, token, NULL, 1);
     if (read_nonce(fd, nonce) != 0) return 1;
-    hello_v3(hello, token, ticket, nonce);
+    hello_v4(hello, token, ticket, nonce);
     if (write(fd, hello, sizeof(hello)) != (ssize_t)sizeof(hello)) return 1;
     return read_ack(fd);
 }
@@ -1349,21 +1353,44 @@ static int data_conn(uint16_t dport, uint64_t token, const hz* h) {
     return fd;
 }
 
-/* A request on a data connection, encoded from the documentation: magic "OMCP", op (1 PULL,
-   2 CLAIM), reserved, transfer id, entry id, expected incarnation, capacity, budget, reserved. */
-/* The key check (bytes 44..47): CRC-32C of the qualified key the receiver asks for. */
-static int dreq_key(int fd, uint8_t op, uint64_t xfer, uint64_t entry, uint64_t expect, uint64_t capacity, const char* qkey) {
-    uint8_t q[48];
-    memset(q, 0, sizeof(q));
+/* The key proof of a request (bytes 48..63): the first 16 bytes of HMAC-SHA-256 keyed with the
+   session's ticket secret (secret = the 32 bytes after the ticket id) over "omniconn request key
+   4", the entry id (u64) and the qualified key the receiver asks for. */
+static void key_proof(const uint8_t* secret, uint64_t entry, const char* qkey, uint8_t* out) {
+    static const char label[] = "omniconn request key 4";
+    uint8_t id[8], mac[32];
+    const void* part[3];
+    size_t len[3];
+    le64(id, entry);
+    part[0] = label; len[0] = sizeof(label) - 1;
+    part[1] = id; len[1] = 8;
+    part[2] = qkey; len[2] = strlen(qkey);
+    omc__hmac_sha256(secret, 32, part, len, 3, mac);
+    memcpy(out, mac, 16);
+}
+
+/* A request on a data connection, encoded from the documentation (64 bytes): magic "OMCP", op
+   (1 PULL, 2 CLAIM), reserved, transfer id, entry id, expected incarnation, capacity, budget,
+   reserved, the 16-byte key proof. */
+static void dreq_encode(uint8_t* q, uint8_t op, uint64_t xfer, uint64_t entry, uint64_t expect, uint64_t capacity, uint32_t budget,
+                        const uint8_t* proof) {
+    memset(q, 0, 64);
     le32(q, 0x50434D4Fu); q[4] = op;
-    le64(q + 8, xfer); le64(q + 16, entry); le64(q + 24, expect); le64(q + 32, capacity); le32(q + 40, 2000);
-    le32(q + 44, qkey ? crc32c_ref((const uint8_t*)qkey, strlen(qkey), 0) : 0);
+    le64(q + 8, xfer); le64(q + 16, entry); le64(q + 24, expect); le64(q + 32, capacity); le32(q + 40, budget);
+    memcpy(q + 48, proof, 16);
+}
+
+/* The request for qkey, proven with session h's secret. */
+static int dreq_key(int fd, const hz* h, uint8_t op, uint64_t xfer, uint64_t entry, uint64_t expect, uint64_t capacity, const char* qkey) {
+    uint8_t q[64], proof[16];
+    key_proof(h->ticket + 16, entry, qkey, proof);
+    dreq_encode(q, op, xfer, entry, expect, capacity, 2000, proof);
     return write(fd, q, sizeof(q)) == (ssize_t)sizeof(q) ? 0 : -1;
 }
 
 /* The request for the key s0/s1/k (the one the cases below put). */
-static int dreq(int fd, uint8_t op, uint64_t xfer, uint64_t entry, uint64_t expect, uint64_t capacity) {
-    return dreq_key(fd, op, xfer, entry, expect, capacity, QKEY("k"));
+static int dreq(int fd, const hz* h, uint8_t op, uint64_t xfer, uint64_t entry, uint64_t expect, uint64_t capacity) {
+    return dreq_key(fd, h, op, xfer, entry, expect, capacity, QKEY("k"));
 }
 
 /* Read exactly n bytes (the socket has a 2 s receive timeout); 0 on success. */
@@ -1405,8 +1432,8 @@ static uint64_t tcp_protocol_errors(omc_conn* s) {
 OMC_TEST(garbage_requests_on_a_data_connection_are_refused_or_closed) {
     omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
     omc_conn* r = make_receiver(0, NULL, NULL, NULL);
-    static const char* junk[] = { "GET / HTTP/1.0\r\n\r\n", "OMCPxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" };
-    uint8_t q[48], hdr[24], payload[4096], rc[8], trl[8];
+    static const char* junk[] = { "GET / HTTP/1.0\r\n\r\n", "OMCPxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" };
+    uint8_t q[64], proof[16], hdr[24], payload[4096], rc[8], trl[8];
     omc_meta m = {0};
     omc_buffer b;
     uint16_t port = 0, dport = 0;
@@ -1428,41 +1455,42 @@ OMC_TEST(garbage_requests_on_a_data_connection_are_refused_or_closed) {
         CHECK(closed_within(fd, 1500));
         close(fd);
     }
-    for (i = 0; i < 4; i++) {           /* bad op, a reserved byte, entry id 0, a reserved u16 */
+    for (i = 0; i < 5; i++) {           /* bad op, a reserved byte, entry id 0, a reserved u16, a reserved u32 */
         fd = data_conn(dport, 0xE100u + (uint64_t)i, &h);
         REQUIRE(fd >= 0);
-        memset(q, 0, sizeof(q));
-        le32(q, 0x50434D4Fu); q[4] = 1; le64(q + 16, entry); le64(q + 32, 1u << 20);
+        key_proof(h.ticket + 16, entry, QKEY("k"), proof);
+        dreq_encode(q, 1, 0, entry, 0, 1u << 20, 0, proof);
         if (i == 0) q[4] = 9;
         if (i == 1) q[5] = 1;
         if (i == 2) le64(q + 16, 0);
         if (i == 3) le16(q + 6, 1);
+        if (i == 4) le32(q + 44, 0x3c4ab68cu);     /* where a version-3 request had its CRC of the key */
         CHECK(write(fd, q, sizeof(q)) == (ssize_t)sizeof(q));
         CHECK(closed_within(fd, 1500));
         close(fd);
     }
-    CHECK(tcp_protocol_errors(s) >= errs0 + 6);
+    CHECK(tcp_protocol_errors(s) >= errs0 + 7);
     fd = data_conn(dport, 0xE200u, &h);
     REQUIRE(fd >= 0);
-    CHECK(dreq(fd, 1, 1, entry ^ ((uint64_t)0x77 << 32), 0, 1u << 20) == 0);     /* an entry that is not there */
+    CHECK(dreq(fd, &h, 1, 1, entry ^ ((uint64_t)0x77 << 32), 0, 1u << 20) == 0);     /* an entry that is not there */
     CHECK_EQ(dstatus(fd, 1, NULL), OMC_ERR_NOT_FOUND);
-    CHECK(dreq(fd, 1, 2, entry, 0, 100) == 0);                                  /* too small a destination */
+    CHECK(dreq(fd, &h, 1, 2, entry, 0, 100) == 0);                                  /* too small a destination */
     CHECK_EQ(dstatus(fd, 2, &detail), OMC_ERR_TOO_LARGE);
     CHECK_EQ(detail, 4096);
-    CHECK(dreq(fd, 2, 3, entry, 0, 4095) == 0);                                 /* a claim whose size lies */
+    CHECK(dreq(fd, &h, 2, 3, entry, 0, 4095) == 0);                                 /* a claim whose size lies */
     CHECK_EQ(dstatus(fd, 3, NULL), OMC_ERR_NOT_FOUND);                         /* as if it did not exist */
-    CHECK(dreq(fd, 1, 4, entry, 0x1234u, 1u << 20) == 0);                       /* metadata of another process */
+    CHECK(dreq(fd, &h, 1, 4, entry, 0x1234u, 1u << 20) == 0);                       /* metadata of another process */
     CHECK_EQ(dstatus(fd, 4, NULL), OMC_ERR_PEER_RESTARTED);
-    CHECK(dreq_key(fd, 1, 7, entry, 0, 1u << 20, QKEY("other")) == 0);         /* the entry of another key */
+    CHECK(dreq_key(fd, &h, 1, 7, entry, 0, 1u << 20, QKEY("other")) == 0);         /* the entry of another key */
     CHECK_EQ(dstatus(fd, 7, NULL), OMC_ERR_NOT_FOUND);
     CHECK_OK(omc_conn_exists(s, "s0", "s1", "k"));                              /* nothing was used up */
-    CHECK(dreq(fd, 1, 5, entry, 0, 1u << 20) == 0);                             /* now a real pull, by hand */
+    CHECK(dreq(fd, &h, 1, 5, entry, 0, 1u << 20) == 0);                             /* now a real pull, by hand */
     CHECK(read_n(fd, hdr, sizeof(hdr)) == 0 && rd32(hdr) == 0x44434D4Fu && rd64(hdr + 8) == 5 && rd64(hdr + 16) == 4096);
     CHECK(read_n(fd, payload, sizeof(payload)) == 0 && omc_test_verify(payload, sizeof(payload), 141));
     le32(rc, 0x47434D4Fu); le32(rc + 4, 0);     /* the receipt, "OMCG" */
     CHECK(write(fd, rc, sizeof(rc)) == (ssize_t)sizeof(rc));
     CHECK(read_n(fd, trl, sizeof(trl)) == 0 && rd32(trl) == 0x45434D4Fu);
-    CHECK(dreq(fd, 1, 6, entry, 0, 1u << 20) == 0);                             /* its one reader is used up */
+    CHECK(dreq(fd, &h, 1, 6, entry, 0, 1u << 20) == 0);                             /* its one reader is used up */
     CHECK_EQ(dstatus(fd, 6, NULL), OMC_ERR_NOT_FOUND);
     close(fd);
     hz_close(&h);
@@ -1497,7 +1525,7 @@ OMC_TEST(a_requester_that_never_sends_its_receipt_uses_up_nothing) {
     CHECK(hz_hello(&h) == HZ_HELLO);
     fd = data_conn(dport, 0xF00Du, &h);
     REQUIRE(fd >= 0);
-    CHECK(dreq_key(fd, 1, 1, entry_of(&m), 0, 1u << 20, QKEY("r")) == 0);
+    CHECK(dreq_key(fd, &h, 1, 1, entry_of(&m), 0, 1u << 20, QKEY("r")) == 0);
     CHECK(read_n(fd, hdr, sizeof(hdr)) == 0 && rd64(hdr + 16) == (32u << 10));
     usleep(100000);                 /* the payload sits in our socket; no receipt, and we go */
     close(fd);
@@ -1780,7 +1808,7 @@ OMC_TEST(claim_of_an_entry_that_was_never_inlined_is_refused) {
     CHECK(hz_hello(&h) == HZ_HELLO);
     fd = data_conn(dport, 0xC1A1u, &h);
     REQUIRE(fd >= 0);
-    CHECK(dreq(fd, 2, 1, entry_of(&m), 0, 100000) == 0);
+    CHECK(dreq(fd, &h, 2, 1, entry_of(&m), 0, 100000) == 0);
     CHECK(dstatus(fd, 1, NULL) < 0);
     close(fd);
     hz_close(&h);
@@ -2122,7 +2150,7 @@ OMC_TEST(slow_readers_cannot_hold_the_push_workers) {
     uint16_t port = 0, dport = 0;
     hz h[2];
     int fd[2] = {-1, -1}, closed[2] = {0, 0}, i;
-    uint8_t q[48], sink[65536];
+    uint8_t q[64], sink[65536], proof[16];
     double end;
     REQUIRE(s && r && ctx);
     ports_of(s, &port, &dport);
@@ -2134,10 +2162,8 @@ OMC_TEST(slow_readers_cannot_hold_the_push_workers) {
         REQUIRE(hz_open_from(&h[i], ctx, "127.0.0.2", port) == 0);
         REQUIRE(hz_hello(&h[i]) == HZ_HELLO);
         REQUIRE(data_conn_from("127.0.0.2", dport, 0x5100u + (uint64_t)i, &h[i], &fd[i]) == 0);
-        memset(q, 0, sizeof(q));        /* a PULL request asking for the longest budget */
-        le32(q, 0x50434D4Fu); q[4] = 1;
-        le64(q + 8, 1); le64(q + 16, entry_of(m)); le64(q + 32, 64u << 20); le32(q + 40, 0xFFFFFFFFu);
-        le32(q + 44, crc32c_ref((const uint8_t*)(i ? QKEY("slow1") : QKEY("slow0")), strlen(QKEY("slow0")), 0));
+        key_proof(h[i].ticket + 16, entry_of(m), i ? QKEY("slow1") : QKEY("slow0"), proof);
+        dreq_encode(q, 1, 1, entry_of(m), 0, 64u << 20, 0xFFFFFFFFu, proof);   /* a PULL asking for the longest budget */
         CHECK(write(fd[i], q, sizeof(q)) == (ssize_t)sizeof(q));
     }
     usleep(300000);                     /* both pushes have their worker (a real one would too) */
@@ -2257,12 +2283,12 @@ OMC_TEST(a_data_hello_seen_on_the_wire_opens_nothing_on_another_connection) {
     fd2 = tcp_connect(dport, 0);                                        /* the old hello, ticket in clear */
     REQUIRE(fd2 >= 0);
     CHECK_EQ(data_hello_old(fd2, 0xE1E3u, h.ticket, 2), OMC_ERR_VERSION);
-    CHECK(warn_seen(3000, "data hello version 2", "version 3", NULL));
+    CHECK(warn_seen(3000, "data hello version 2", "version 4", NULL));
     close(fd2);
     fd = tcp_connect(dport, 0);
     REQUIRE(fd >= 0);
     REQUIRE(read_nonce(fd, nonce) == 0);
-    hello_v3(seen, 0xE1E1u, h.ticket, nonce);
+    hello_v4(seen, 0xE1E1u, h.ticket, nonce);
     CHECK(memmem(seen, sizeof(seen), h.ticket + 16, 32) == NULL);      /* the secret is not on the wire */
     REQUIRE(write(fd, seen, sizeof(seen)) == (ssize_t)sizeof(seen));
     CHECK_EQ(read_ack(fd), 0);                                          /* the honest connection */
@@ -2314,16 +2340,16 @@ OMC_TEST(requests_naming_an_entry_wrongly_cannot_tell_whether_it_exists) {
     CHECK(hz_hello(&h) == HZ_HELLO);
     fd = data_conn(dport, 0xF00Du, &h);
     REQUIRE(fd >= 0);
-    CHECK(dreq_key(fd, 2, 1, e_small ^ ((uint64_t)0x55 << 32), 0, 4096, QKEY("small")) == 0);   /* a made-up id */
+    CHECK(dreq_key(fd, &h, 2, 1, e_small ^ ((uint64_t)0x55 << 32), 0, 4096, QKEY("small")) == 0);   /* a made-up id */
     REQUIRE(dstatus_raw(fd, none) == 0);
     CHECK_EQ((int32_t)rd32(none + 4), OMC_ERR_NOT_FOUND);
-    CHECK(dreq_key(fd, 2, 1, e_small, 0, 4095, QKEY("small")) == 0);                              /* the wrong size */
+    CHECK(dreq_key(fd, &h, 2, 1, e_small, 0, 4095, QKEY("small")) == 0);                              /* the wrong size */
     CHECK(dstatus_raw(fd, st) == 0 && memcmp(st, none, 24) == 0);
-    CHECK(dreq_key(fd, 2, 1, e_small, 0, 4096, QKEY("other")) == 0);                              /* another key */
+    CHECK(dreq_key(fd, &h, 2, 1, e_small, 0, 4096, QKEY("other")) == 0);                              /* another key */
     CHECK(dstatus_raw(fd, st) == 0 && memcmp(st, none, 24) == 0);
-    CHECK(dreq_key(fd, 2, 1, e_big, 0, 200000, QKEY("big")) == 0);                                /* never inlined */
+    CHECK(dreq_key(fd, &h, 2, 1, e_big, 0, 200000, QKEY("big")) == 0);                                /* never inlined */
     CHECK(dstatus_raw(fd, st) == 0 && memcmp(st, none, 24) == 0);
-    CHECK(dreq_key(fd, 2, 1, e_big, 0, 1, QKEY("big")) == 0);                                     /* both wrong */
+    CHECK(dreq_key(fd, &h, 2, 1, e_big, 0, 1, QKEY("big")) == 0);                                     /* both wrong */
     CHECK(dstatus_raw(fd, st) == 0 && memcmp(st, none, 24) == 0);
     close(fd);
     hz_close(&h);
@@ -2503,6 +2529,195 @@ OMC_TEST(one_curve_key_from_many_addresses_cannot_take_the_tickets_or_the_data_p
     for (i = 0; i < nfd; i++) close(fds[i]);
     for (i = 0; i < ADDRS * PER; i++) if (hs[i].sock) zmq_close(hs[i].sock);
     zmq_ctx_term(ctx);
+    omc_conn_destroy(s);
+}
+
+/* ---- finding: a request's key check was a CRC of the key --------------------------------------- */
+
+/* A receiver of data hello version 3 (its requests carried CRC-32C of the key) proves its ticket
+   correctly. Want: refused with OMC_ERR_VERSION in the ack, nothing registered, and a log line
+   naming both versions - never a crash, a hang or a registration that would take its requests. */
+OMC_TEST(a_receiver_of_data_hello_version_3_is_refused_naming_both_versions) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    uint8_t nonce[16], hello[72];
+    uint16_t port = 0, dport = 0;
+    hz h;
+    int fd;
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    REQUIRE(hz_open(&h, port) == 0);
+    REQUIRE(hz_hello(&h) == HZ_HELLO && h.has_ticket);
+    fd = tcp_connect(dport, 0);
+    REQUIRE(fd >= 0);
+    REQUIRE(read_nonce(fd, nonce) == 0);            /* the data port says version 4 */
+    hello_of(hello, 3, 0xE1E4u, h.ticket, nonce);
+    REQUIRE(write(fd, hello, sizeof(hello)) == (ssize_t)sizeof(hello));
+    CHECK_EQ(read_ack(fd), OMC_ERR_VERSION);
+    CHECK(warn_seen(3000, "data hello version 3", "version 4", NULL));
+    CHECK(closed_within(fd, 1500));
+    CHECK_EQ(tcp_data_connections(s), 0);
+    close(fd);
+    hz_close(&h);
+    omc_conn_destroy(s);
+}
+
+/* The status record a request gets, or all 0xFF bytes if none came. */
+static void dstatus_or_ff(int fd, uint8_t* st) { if (dstatus_raw(fd, st) != 0) memset(st, 0xFF, 24); }
+
+/* HOSTILE (a ticketed session that learned an entry id - from metadata it saw, or by probing -
+   and everything the old request format gave away, but not the key): requests used to carry
+   CRC-32C(key) in clear, a 32-bit check anyone on the wire could test guessed keys against
+   offline, and a session could try keys online. Want: with the CRC where the old check was,
+   with a proof it made for a guessed key, with the right key under a secret that is not the
+   session's, or with no proof, PULL and CLAIM alike get OMC_ERR_NOT_FOUND with detail 0, byte
+   for byte the record of an id nobody holds, and nothing is used up; the proof of the right key
+   under the session's secret is then served (so the refusals were about the proof). */
+OMC_TEST(a_request_without_the_key_gets_not_found_whatever_else_it_knows) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_meta big = {0}, small = {0};
+    uint8_t q[64], proof[16], none[24], st[24], hdr[24], rc[8], trl[8], zero_secret[32];
+    static uint8_t payload[100000];
+    uint16_t port = 0, dport = 0;
+    uint64_t e_big, e_small;
+    uint32_t crc;
+    hz h;
+    int fd, i, op;
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "hidden", 100000, 311, &big));       /* a PULL's entry */
+    CHECK_OK(put_bytes(s, "tiny", 4096, 312, &small));         /* inlined: a CLAIM's */
+    e_big = entry_of(&big);
+    e_small = entry_of(&small);
+    REQUIRE(hz_open(&h, port) == 0);
+    REQUIRE(hz_hello(&h) == HZ_HELLO && h.has_ticket);
+    fd = data_conn(dport, 0xA11Cu, &h);
+    REQUIRE(fd >= 0);
+    memset(zero_secret, 0, sizeof(zero_secret));
+    for (op = 1; op <= 2; op++) {
+        uint64_t entry = op == 1 ? e_big : e_small, cap = op == 1 ? 100000 : 4096;
+        const char* qkey = op == 1 ? QKEY("hidden") : QKEY("tiny");
+        CHECK(dreq_key(fd, &h, (uint8_t)op, 9, entry ^ ((uint64_t)0x66 << 32), 0, cap, qkey) == 0);   /* an id nobody holds */
+        REQUIRE(dstatus_raw(fd, none) == 0);
+        CHECK_EQ((int32_t)rd32(none + 4), OMC_ERR_NOT_FOUND);
+        CHECK_EQ(rd64(none + 16), 0);
+        for (i = 0; i < 4; i++) {
+            crc = crc32c_ref((const uint8_t*)qkey, strlen(qkey), 0);
+            memset(proof, 0, sizeof(proof));
+            if (i == 0) le32(proof, crc);                                   /* the old check, where the proof goes */
+            if (i == 1) key_proof(h.ticket + 16, entry, QKEY("guess"), proof);  /* our secret, a guessed key */
+            if (i == 2) key_proof(zero_secret, entry, qkey, proof);         /* the key, not our secret */
+            /* i == 3: no proof at all */
+            dreq_encode(q, (uint8_t)op, 9, entry, 0, cap, 2000, proof);
+            CHECK(write(fd, q, sizeof(q)) == (ssize_t)sizeof(q));
+            dstatus_or_ff(fd, st);
+            CHECK(memcmp(st, none, 24) == 0);
+        }
+    }
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "hidden"));        /* nothing was used up */
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "tiny"));
+    CHECK(dreq_key(fd, &h, 2, 10, e_small, 0, 4096, QKEY("tiny")) == 0);       /* the honest CLAIM */
+    CHECK_EQ(dstatus(fd, 10, NULL), OMC_OK);
+    CHECK(dreq_key(fd, &h, 1, 11, e_big, 0, 100000, QKEY("hidden")) == 0);    /* the honest PULL */
+    CHECK(read_n(fd, hdr, sizeof(hdr)) == 0 && rd32(hdr) == 0x44434D4Fu && rd64(hdr + 8) == 11 && rd64(hdr + 16) == 100000);
+    CHECK(read_n(fd, payload, sizeof(payload)) == 0 && omc_test_verify(payload, sizeof(payload), 311));
+    le32(rc, 0x47434D4Fu); le32(rc + 4, 0);
+    CHECK(write(fd, rc, sizeof(rc)) == (ssize_t)sizeof(rc));
+    CHECK(read_n(fd, trl, sizeof(trl)) == 0 && rd32(trl) == 0x45434D4Fu);
+    CHECK_RES(omc_conn_exists(s, "s0", "s1", "hidden"), OMC_ERR_NOT_FOUND);   /* each read was recorded once */
+    CHECK_RES(omc_conn_exists(s, "s0", "s1", "tiny"), OMC_ERR_NOT_FOUND);
+    close(fd);
+    hz_close(&h);
+    omc_meta_free(&big);
+    omc_meta_free(&small);
+    omc_conn_destroy(s);
+}
+
+/* HOSTILE (another session that sees the victim's data connection): it copies a request byte
+   for byte and sends it on its own connection, registered under its own ticket. Want: the
+   copy gets OMC_ERR_NOT_FOUND with detail 0 and uses nothing up (the proof is keyed with the
+   victim's session secret); the request bytes contain neither the key nor its CRC; the victim
+   sending the same bytes on its own connection is served. */
+OMC_TEST(a_request_copied_from_another_session_proves_nothing) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_meta m = {0};
+    uint8_t q[64], proof[16], st[24], hdr[24], rc[8], trl[8], crc_bytes[4];
+    static uint8_t payload[100000];
+    uint16_t port = 0, dport = 0;
+    uint64_t entry;
+    hz victim, thief;
+    int vfd, tfd, op;
+    REQUIRE(s);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "k", 100000, 321, &m));
+    entry = entry_of(&m);
+    REQUIRE(hz_open(&victim, port) == 0 && hz_hello(&victim) == HZ_HELLO && victim.has_ticket);
+    REQUIRE(hz_open(&thief, port) == 0 && hz_hello(&thief) == HZ_HELLO && thief.has_ticket);
+    CHECK(memcmp(victim.ticket + 16, thief.ticket + 16, 32) != 0);
+    vfd = data_conn(dport, 0xB0B0u, &victim);
+    tfd = data_conn(dport, 0xB0B1u, &thief);
+    REQUIRE(vfd >= 0 && tfd >= 0);
+    key_proof(victim.ticket + 16, entry, QKEY("k"), proof);
+    dreq_encode(q, 1, 21, entry, 0, 100000, 2000, proof);            /* what the victim sends */
+    le32(crc_bytes, crc32c_ref((const uint8_t*)QKEY("k"), strlen(QKEY("k")), 0));
+    CHECK(memmem(q, sizeof(q), QKEY("k"), strlen(QKEY("k"))) == NULL);
+    CHECK(memmem(q, sizeof(q), crc_bytes, sizeof(crc_bytes)) == NULL);
+    for (op = 1; op <= 2; op++) {                                      /* sniffed, replayed; also as a CLAIM */
+        q[4] = (uint8_t)op;
+        CHECK(write(tfd, q, sizeof(q)) == (ssize_t)sizeof(q));
+        dstatus_or_ff(tfd, st);
+        CHECK_EQ(rd32(st), 0x53434D4Fu);
+        CHECK_EQ((int32_t)rd32(st + 4), OMC_ERR_NOT_FOUND);
+        CHECK_EQ(rd64(st + 8), 21);
+        CHECK_EQ(rd64(st + 16), 0);
+    }
+    q[4] = 1;
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "k"));
+    CHECK(write(vfd, q, sizeof(q)) == (ssize_t)sizeof(q));             /* the victim's own */
+    CHECK(read_n(vfd, hdr, sizeof(hdr)) == 0 && rd32(hdr) == 0x44434D4Fu && rd64(hdr + 16) == 100000);
+    CHECK(read_n(vfd, payload, sizeof(payload)) == 0 && omc_test_verify(payload, sizeof(payload), 321));
+    le32(rc, 0x47434D4Fu); le32(rc + 4, 0);
+    CHECK(write(vfd, rc, sizeof(rc)) == (ssize_t)sizeof(rc));
+    CHECK(read_n(vfd, trl, sizeof(trl)) == 0 && rd32(trl) == 0x45434D4Fu);
+    CHECK_RES(omc_conn_exists(s, "s0", "s1", "k"), OMC_ERR_NOT_FOUND);
+    close(vfd); close(tfd);
+    hz_close(&victim); hz_close(&thief);
+    omc_meta_free(&m);
+    omc_conn_destroy(s);
+}
+
+/* The honest side of the key proof: a real receiver's gets go as requests on its data connection
+   (a PULL for a payload over the inline threshold, a CLAIM for one that came inside the
+   metadata) and each proves its key. Want: every byte right, each read recorded once, and no
+   protocol error or refusal on the sender. */
+OMC_TEST(honest_requests_prove_their_key_plain_and_inline_claim) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_conn* r = make_receiver(0, NULL, NULL, NULL);
+    omc_meta warm = {0}, big = {0}, small = {0};
+    omc_buffer b;
+    omc_tcp_health_info th;
+    uint64_t errs0;
+    REQUIRE(s && r);
+    errs0 = tcp_protocol_errors(s);
+    CHECK_OK(put_bytes(s, "warm", 100000, 331, &warm));
+    CHECK_OK(put_bytes(s, "big", 200000, 332, &big));
+    CHECK_OK(put_bytes(s, "small", 4096, 333, &small));
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "warm", warm.data, warm.size, omc_deadline_after_ms(3000), &b));  /* opens the channel */
+    CHECK(b.size == 100000 && omc_test_verify(b.data, b.size, 331));
+    omc_buffer_release(&b);
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "big", big.data, big.size, omc_deadline_after_ms(3000), &b));      /* PULL request */
+    CHECK(b.size == 200000 && omc_test_verify(b.data, b.size, 332));
+    omc_buffer_release(&b);
+    CHECK_OK(omc_conn_get(r, "s0", "s1", "small", small.data, small.size, omc_deadline_after_ms(3000), &b));  /* CLAIM request */
+    CHECK(b.size == 4096 && omc_test_verify(b.data, b.size, 333));
+    omc_buffer_release(&b);
+    CHECK_RES(omc_conn_exists(s, "s0", "s1", "big"), OMC_ERR_NOT_FOUND);
+    CHECK_RES(omc_conn_exists(s, "s0", "s1", "small"), OMC_ERR_NOT_FOUND);   /* the CLAIM was recorded */
+    memset(&th, 0, sizeof(th));
+    omc_tcp_health(s, &th);
+    CHECK_EQ(th.protocol_errors, errs0);
+    CHECK(th.data_connections >= 1);                  /* the gets went over a registered data connection */
+    omc_meta_free(&warm); omc_meta_free(&big); omc_meta_free(&small);
+    omc_conn_destroy(r);
     omc_conn_destroy(s);
 }
 

@@ -388,10 +388,44 @@ static void sender_child(ct_env* e, uint16_t port) {
     omc_conn_destroy(s);
 }
 
+/* KEY*N: N threads of one receiver get the payload at once (each on a channel of its own). */
+typedef struct child_get { omc_conn* r; const char* key; const void* meta; uint32_t n; uint64_t seed; omc_result res; } child_get;
+
+static void* child_get_main(void* arg) {
+    child_get* g = (child_get*)arg;
+    omc_buffer b;
+    g->res = omc_conn_get(g->r, "s0", "s1", g->key, g->meta, g->n, omc_deadline_after_ms(30000), &b);
+    if (g->res == OMC_OK && !omc_test_verify(b.data, b.size, g->seed)) g->res = OMC_ERR_CHECKSUM;
+    if (g->res == OMC_OK) omc_buffer_release(&b);
+    return NULL;
+}
+
+static omc_result child_get_many(omc_conn* r, const char* key, int nthreads, const void* meta, uint32_t n, uint64_t seed) {
+    child_get g[16];
+    pthread_t th[16];
+    int i, started = 0;
+    omc_result res = OMC_OK;
+    for (i = 0; i < nthreads && i < 16; i++) {
+        g[i].r = r; g[i].key = key; g[i].meta = meta; g[i].n = n; g[i].seed = seed; g[i].res = OMC_ERR_INTERNAL;
+        if (pthread_create(&th[i], NULL, child_get_main, &g[i]) != 0) break;
+        started++;
+    }
+    for (i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        if (g[i].res != OMC_OK && res == OMC_OK) res = g[i].res;
+    }
+    return started == nthreads ? res : OMC_ERR_SYSTEM;
+}
+
 /* A receiver process: gets one payload with the metadata it is sent, checks it is pattern `seed`,
-   answers "OK" or "ERR name". Repeats until "quit". */
+   answers "OK" or "ERR name". Repeats until "quit". A key "K*N" has N threads get K at once. */
 static void receiver_child(ct_env* e, uint64_t seed) {
     omc_conn* r = make_receiver(512u << 20);
+    char key[128];
+    const char* star;
+    int nthreads = 0;
+    snprintf(key, sizeof(key), "%s", getenv("TCP_KEY") ? getenv("TCP_KEY") : "k");
+    if ((star = strchr(key, '*')) != NULL) { nthreads = atoi(star + 1); key[star - key] = '\0'; }
     for (;;) {
         uint32_t n = 0;
         char* meta = (char*)ct_recv(e, &n);
@@ -399,10 +433,12 @@ static void receiver_child(ct_env* e, uint64_t seed) {
         omc_result res;
         char out[64];
         if (!meta || strcmp(meta, "quit") == 0) { free(meta); break; }
-        res = r ? omc_conn_get(r, "s0", "s1", getenv("TCP_KEY") ? getenv("TCP_KEY") : "k", meta, n, omc_deadline_after_ms(30000), &b)
-                : OMC_ERR_INTERNAL;
-        if (res == OMC_OK && !omc_test_verify(b.data, b.size, seed)) res = OMC_ERR_CHECKSUM;
-        if (res == OMC_OK) omc_buffer_release(&b);
+        if (r && nthreads > 0) res = child_get_many(r, key, nthreads, meta, n, seed);
+        else {
+            res = r ? omc_conn_get(r, "s0", "s1", key, meta, n, omc_deadline_after_ms(30000), &b) : OMC_ERR_INTERNAL;
+            if (res == OMC_OK && !omc_test_verify(b.data, b.size, seed)) res = OMC_ERR_CHECKSUM;
+            if (res == OMC_OK) omc_buffer_release(&b);
+        }
         snprintf(out, sizeof(out), res == OMC_OK ? "OK" : "ERR %s", omc_result_name(res));
         ct_send(e, out, (uint32_t)strlen(out));
         free(meta);
@@ -668,6 +704,56 @@ OMC_TEST(tcp_killed_receiver_mid_transfer) {
     msg_send(&c, m.data, m.size);
     expect_answer(&c, "OK");
     reap(&c, 0);
+    omc_meta_free(&m);
+    omc_conn_destroy(s);
+}
+
+/* A receiver with several gets in flight at once - four threads, four channels, four requests
+   on four data connections for a 48 MiB entry of four readers - is killed while the sender's two
+   workers push (and the other requests wait for a worker). Want: nothing is consumed (no push
+   counted, all four readers left), every worker is free again (nothing in flight), and a new
+   receiver's four concurrent gets of the same entry then all succeed with every byte right. */
+OMC_TEST(tcp_a_receiver_dying_with_gets_in_flight_consumes_nothing_and_frees_the_workers) {
+    const uint64_t big = 48u << 20;
+    omc_conn* s = make_sender(0, 256u << 20);
+    omc_meta m = {0};
+    omc_tcp_health_info th;
+    omc_health h;
+    child c;
+    int i, seen;
+    REQUIRE(s);
+    put_bytes(s, "k", big, 71, 4, 0, &m);
+    c = spawn(KIND_RECEIVER, 71, "k*4");
+    msg_send(&c, m.data, m.size);
+    seen = wait_in_flight(s);
+    for (i = 0; seen && i < 2000; i++) {         /* both workers busy: as many requests in flight as can be */
+        omc_tcp_health(s, &th);
+        if (th.pushes_in_flight >= 2) break;
+        usleep(1000);
+    }
+    kill(c.pid, SIGSTOP);
+    CHECK(seen);
+    omc_tcp_health(s, &th);
+    printf("  %llu pushes in flight when the receiver stopped\n", (unsigned long long)th.pushes_in_flight);
+    CHECK(th.pushes_in_flight >= 1);
+    reap(&c, 1);
+    for (i = 0; i < 1000; i++) {
+        omc_tcp_health(s, &th);
+        if (th.pushes_in_flight == 0) break;
+        usleep(10000);
+    }
+    CHECK_EQ(th.pushes_in_flight, 0);
+    CHECK_EQ(th.pushes, 0);
+    omc_conn_health(s, &h);
+    CHECK_EQ(h.live_entries, 1);
+    c = spawn(KIND_RECEIVER, 71, "k*4");
+    msg_send(&c, m.data, m.size);
+    expect_answer(&c, "OK");                    /* four gets at once, every byte checked in the child */
+    reap(&c, 0);
+    omc_tcp_health(s, &th);
+    CHECK_EQ(th.pushes, 4);
+    omc_conn_health(s, &h);
+    CHECK_EQ(h.live_entries, 0);                /* the four reads were recorded */
     omc_meta_free(&m);
     omc_conn_destroy(s);
 }
@@ -1703,6 +1789,58 @@ OMC_TEST(tcp_destroy_from_another_thread_wakes_a_blocked_get_and_waits_for_it) {
     omc_conn_destroy(s);
 }
 
+static void* blocked_query_main(void* arg) {
+    inside_call* g = (inside_call*)arg;
+    omc_tcp_found f;
+    g->result = omc_tcp_query(g->c, "mute", "s0", "s1", "never-put", omc_deadline_after_ms(60000), &f);
+    __atomic_store_n(&g->returned, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* omc_tcp_query asks a sender that never answers (a port that accepts connections and says
+   nothing: the ZMTP handshake never completes) with a 60 s deadline, while another thread
+   destroys the receiver. Want: as for omc_conn_get - the query returns OMC_ERR_CLOSED promptly
+   and destroy returns only after it has left (ASan: no use after free of the connector it was
+   inside); on a closed connector the omc_tcp_* calls say OMC_ERR_CLOSED. */
+OMC_TEST(tcp_destroy_from_another_thread_wakes_a_blocked_query_and_waits_for_it) {
+    omc_conn *s = make_sender(0, 0), *r = make_receiver(0);
+    omc_tcp_health_info th;
+    struct sockaddr_in a;
+    socklen_t al = sizeof(a);
+    struct pollfd pf;
+    inside_call g;
+    pthread_t t;
+    omc_time_ns t0;
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), cfd = -1;
+    REQUIRE(s && r && lfd >= 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET; a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(lfd, (struct sockaddr*)&a, sizeof(a)) == 0 && listen(lfd, 4) == 0 && getsockname(lfd, (struct sockaddr*)&a, &al) == 0);
+    CHECK_OK(omc_tcp_add_sender(r, "mute", "127.0.0.1", ntohs(a.sin_port)));
+    memset(&g, 0, sizeof(g));
+    g.c = r;
+    REQUIRE(pthread_create(&t, NULL, blocked_query_main, &g) == 0);
+    pf.fd = lfd; pf.events = POLLIN; pf.revents = 0;
+    CHECK(poll(&pf, 1, 10000) == 1);            /* an event: the query's channel connected */
+    cfd = accept(lfd, NULL, NULL);
+    CHECK(cfd >= 0);
+    CHECK(__atomic_load_n(&g.returned, __ATOMIC_ACQUIRE) == 0);
+    t0 = omc_now_ns();
+    omc_conn_destroy(r);
+    pthread_join(t, NULL);
+    printf("  destroy and the query done after %.3f s; the query said %s\n", (double)(omc_now_ns() - t0) / 1e9, omc_result_str(g.result));
+    CHECK_RES(g.result, OMC_ERR_CLOSED);
+    CHECK(omc_now_ns() - t0 < 30 * 1000000000LL);
+    if (cfd >= 0) close(cfd);
+    close(lfd);
+    omc_conn_close(s);
+    CHECK_RES(omc_tcp_health(s, &th), OMC_ERR_CLOSED);
+    CHECK_RES(omc_tcp_endpoint(s, NULL, 0, NULL, NULL), OMC_ERR_CLOSED);
+    CHECK_EQ(omc_tcp_peer_count(s), 0);
+    CHECK_RES(omc_tcp_health(NULL, &th), OMC_ERR_INVALID_ARG);
+    omc_conn_destroy(s);
+}
+
 static void* health_loop_main(void* arg) {
     inside_call* g = (inside_call*)arg;
     omc_health h;
@@ -1900,6 +2038,84 @@ OMC_TEST(tcp_many_receivers_first_gets_at_once_all_succeed) {
         if (rx[i].r) omc_conn_destroy(rx[i].r);
     }
     pthread_barrier_destroy(&go);
+    omc_conn_destroy(s);
+}
+
+/* ---- many gets at once: a batch, and threads ---------------------------------------------------- */
+
+#define MANY_ENTRIES 48
+static uint64_t many_size(int i) { return i % 3 == 0 ? 4096 : i % 3 == 1 ? (64u << 10) + (uint64_t)i : (1u << 20) + (uint64_t)i; }
+
+typedef struct many_rx {
+    omc_conn* r;
+    omc_meta* m;
+    int first, count, ok;
+} many_rx;
+
+static void* many_get_main(void* arg) {
+    many_rx* x = (many_rx*)arg;
+    int i;
+    for (i = x->first; i < x->first + x->count; i++) {
+        char key[32];
+        omc_buffer b;
+        snprintf(key, sizeof(key), "t%d", i);
+        if (omc_conn_get(x->r, "s0", "s1", key, x->m[i].data, x->m[i].size, omc_deadline_after_ms(30000), &b) != OMC_OK) continue;
+        if (b.size == many_size(i) && omc_test_verify(b.data, b.size, 900u + (uint64_t)i)) x->ok++;
+        omc_buffer_release(&b);
+    }
+    return NULL;
+}
+
+/* A get_batch of 48 entries (4 KiB inline, 64 KiB, 1 MiB), then 8 threads of one receiver getting
+   48 more at once (each on a channel of its own, so requests on several data connections and
+   pushes of several sessions at the same time). Want: every item OK with its own bytes, every
+   read recorded once (no entry left), nothing in flight afterwards. */
+OMC_TEST(tcp_a_get_batch_and_threads_getting_at_once_get_every_byte) {
+    static omc_meta tm[MANY_ENTRIES];
+    omc_batch_item items[MANY_ENTRIES];
+    many_rx rx[8];
+    pthread_t th[8];
+    omc_conn* s = make_sender(0, 256u << 20);
+    omc_conn* r = make_receiver(256u << 20);
+    omc_tcp_health_info info;
+    omc_health h;
+    char keys[MANY_ENTRIES][32];
+    int i, ok = 0, started = 0;
+    REQUIRE(s && r);
+    memset(items, 0, sizeof(items));
+    for (i = 0; i < MANY_ENTRIES; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "b%d", i);
+        put_bytes(s, keys[i], many_size(i), 800u + (uint64_t)i, 1, 0, &items[i].meta);
+        items[i].key = keys[i];
+    }
+    CHECK_OK(omc_conn_get_batch(r, "s0", "s1", items, MANY_ENTRIES, omc_deadline_after_ms(60000)));
+    for (i = 0; i < MANY_ENTRIES; i++) {
+        if (items[i].result == OMC_OK && items[i].buffer.size == many_size(i) &&
+            omc_test_verify(items[i].buffer.data, items[i].buffer.size, 800u + (uint64_t)i)) ok++;
+        if (items[i].result == OMC_OK) omc_buffer_release(&items[i].buffer);
+        omc_meta_free(&items[i].meta);
+    }
+    CHECK_EQ(ok, MANY_ENTRIES);
+    for (i = 0; i < MANY_ENTRIES; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "t%d", i);
+        put_bytes(s, key, many_size(i), 900u + (uint64_t)i, 1, 0, &tm[i]);
+    }
+    for (i = 0; i < 8; i++) {
+        rx[i].r = r; rx[i].m = tm; rx[i].first = i * (MANY_ENTRIES / 8); rx[i].count = MANY_ENTRIES / 8; rx[i].ok = 0;
+        if (pthread_create(&th[i], NULL, many_get_main, &rx[i]) != 0) break;
+        started++;
+    }
+    ok = 0;
+    for (i = 0; i < started; i++) { pthread_join(th[i], NULL); ok += rx[i].ok; }
+    CHECK_EQ(started, 8);
+    CHECK_EQ(ok, MANY_ENTRIES);
+    omc_conn_health(s, &h);
+    omc_tcp_health(s, &info);
+    CHECK_EQ(h.live_entries, 0);
+    CHECK_EQ(info.pushes_in_flight, 0);
+    for (i = 0; i < MANY_ENTRIES; i++) omc_meta_free(&tm[i]);
+    omc_conn_destroy(r);
     omc_conn_destroy(s);
 }
 

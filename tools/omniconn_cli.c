@@ -255,7 +255,10 @@ typedef struct bench_side {
     omc_conn* conn;
     int msg_fd, ack_fd;         /* producer: write msgs, read acks; consumer: the other way */
     bench_shared* sh;
+    long window;                /* consumer: gets in flight at once (--inflight; 0 or 1 = one at a time) */
 } bench_side;
+
+#define BENCH_MAX_WINDOW 16     /* consumer threads for --inflight: gets in flight at once */
 
 /* Without --iters, a size's throughput phase stops after about a second (and at least 16
    transfers) and its latency phase after half a second (at least 10): the sweep takes seconds on
@@ -342,43 +345,145 @@ static void consumer_error(bench_shared* sh, const char* fmt, ...) {
     }
 }
 
+/* One payload's gets (readers of them, one after the other), each checked and released; the
+   time of the last into sh->last_done for the throughput phase. mu (NULL = one thread) guards sh. */
+static omc_result consume_one(bench_side* s, const bench_msg* m, const uint8_t* meta, pthread_mutex_t* mu) {
+    char key[32];
+    omc_buffer b;
+    omc_result r = OMC_OK;
+    uint32_t k, readers = m->readers ? m->readers : 1;
+    snprintf(key, sizeof(key), "m%llu", (unsigned long long)m->index);
+    for (k = 0; k < readers; k++) {     /* fan-out: every reader's get, one after the other */
+        uint64_t got;
+        int damaged;
+        r = omc_conn_get(s->conn, "producer", "consumer", key, meta, m->meta_len, omc_deadline_after_ms(30000), &b);
+        if (r != OMC_OK) {
+            if (mu) pthread_mutex_lock(mu);
+            consumer_error(s->sh, "get %u of payload %llu: %s", k + 1, (unsigned long long)m->index, omc_result_str(r));
+            if (mu) pthread_mutex_unlock(mu);
+            break;
+        }
+        got = b.size;
+        damaged = got != m->size || !stamped((const uint8_t*)b.data, got, m->index);
+        omc_buffer_release(&b);
+        if (damaged) {
+            if (mu) pthread_mutex_lock(mu);
+            consumer_error(s->sh, "payload %llu arrived damaged (%llu bytes)", (unsigned long long)m->index, (unsigned long long)got);
+            if (mu) pthread_mutex_unlock(mu);
+        }
+    }
+    if (r == OMC_OK) {
+        int64_t now = omc_now_ns();
+        if (mu) pthread_mutex_lock(mu);
+        if (m->kind == MSG_LAT && m->index < BENCH_MAX_LAT) s->sh->lat[m->index] = now - m->t0;
+        if ((m->kind == MSG_DATA || m->kind == MSG_DATA_ACK) && now > s->sh->last_done) s->sh->last_done = now;
+        if (mu) pthread_mutex_unlock(mu);
+    }
+    return r;
+}
+
+/* --inflight N: the consumer keeps up to N gets in flight (threads of one connector, each on a
+   channel of its own), as a stage with a window does; acks go back as each get is released. */
+typedef struct bench_window {
+    bench_side* s;
+    pthread_mutex_t mu;
+    pthread_cond_t work, idle;
+    bench_msg msg[BENCH_MAX_WINDOW];
+    uint8_t* meta[BENCH_MAX_WINDOW];
+    int n, head, count, busy, quit;     /* n: workers, and slots in the ring */
+} bench_window;
+
+static void* window_worker(void* arg) {
+    bench_window* w = (bench_window*)arg;
+    uint8_t* meta = (uint8_t*)malloc(OMC_META_MAX_SIZE);
+    for (;;) {
+        bench_msg m;
+        char ack = 1;
+        uint8_t* slot;
+        pthread_mutex_lock(&w->mu);
+        while (!w->count && !w->quit) pthread_cond_wait(&w->work, &w->mu);
+        if (!w->count) { pthread_mutex_unlock(&w->mu); break; }
+        m = w->msg[w->head];
+        slot = w->meta[w->head];
+        w->meta[w->head] = meta;       /* swap buffers: the slot gets this worker's spare */
+        meta = slot;
+        w->head = (w->head + 1) % w->n;
+        w->count--;
+        w->busy++;
+        pthread_cond_broadcast(&w->idle);  /* a slot is free */
+        pthread_mutex_unlock(&w->mu);
+        consume_one(w->s, &m, meta, &w->mu);
+        if (m.kind == MSG_DATA_ACK) (void)write_all(w->s->ack_fd, &ack, 1);    /* failing: the producer went, the loop sees EOF */
+        pthread_mutex_lock(&w->mu);
+        w->busy--;
+        pthread_cond_broadcast(&w->idle);
+        pthread_mutex_unlock(&w->mu);
+    }
+    free(meta);
+    return NULL;
+}
+
 static int consumer_loop(bench_side* s) {
     static reader rd;               /* one consumer per process or thread at a time */
+    static bench_window win;
+    pthread_t th[BENCH_MAX_WINDOW];
+    int nth = 0, i;
     uint8_t* meta = (uint8_t*)malloc(OMC_META_MAX_SIZE);
     rd.fd = s->msg_fd;
     rd.at = rd.len = 0;
     if (!meta) return 1;
+    memset(&win, 0, sizeof(win));
+    win.s = s;
+    pthread_mutex_init(&win.mu, NULL);
+    pthread_cond_init(&win.work, NULL);
+    pthread_cond_init(&win.idle, NULL);
+    if (s->window > 1) {
+        long want = s->window < BENCH_MAX_WINDOW ? s->window : BENCH_MAX_WINDOW;
+        for (i = 0; i < want; i++) if (!(win.meta[i] = (uint8_t*)malloc(OMC_META_MAX_SIZE))) break;
+        win.n = i;                      /* set before any worker runs */
+        for (i = 0; i < win.n; i++) {
+            if (pthread_create(&th[nth], NULL, window_worker, &win) != 0) break;
+            nth++;
+        }
+        if (!nth) win.n = 0;
+    }
     for (;;) {
         bench_msg m;
-        char key[32];
-        omc_buffer b;
-        omc_result r;
         char ack = 1;
         if (reader_get(&rd, &m, sizeof(m)) != 0 || m.kind == MSG_QUIT) break;
         if (m.kind == MSG_SYNC) {       /* 2: some gets failed (the text is in sh, or on the consumer's host) */
+            pthread_mutex_lock(&win.mu);    /* every get in flight has returned first */
+            while (win.count || win.busy) pthread_cond_wait(&win.idle, &win.mu);
             ack = s->sh->errors ? 2 : 1;
+            pthread_mutex_unlock(&win.mu);
             if (write_all(s->ack_fd, &ack, 1) != 0) break;
             continue;
         }
         if (m.meta_len > OMC_META_MAX_SIZE || reader_get(&rd, meta, m.meta_len) != 0) break;
-        snprintf(key, sizeof(key), "m%llu", (unsigned long long)m.index);
-        {
-            uint32_t k, readers = m.readers ? m.readers : 1;
-            for (k = 0; k < readers; k++) {     /* fan-out: every reader's get, one after the other */
-                r = omc_conn_get(s->conn, "producer", "consumer", key, meta, m.meta_len, omc_deadline_after_ms(30000), &b);
-                if (r != OMC_OK) { consumer_error(s->sh, "get %u of payload %llu: %s", k + 1, (unsigned long long)m.index, omc_result_str(r)); break; }
-                if (b.size != m.size || !stamped((const uint8_t*)b.data, b.size, m.index))
-                    consumer_error(s->sh, "payload %llu arrived damaged (%llu bytes)", (unsigned long long)m.index, (unsigned long long)b.size);
-                omc_buffer_release(&b);
-            }
-            if (r == OMC_OK) {
-                int64_t now = omc_now_ns();
-                if (m.kind == MSG_LAT && m.index < BENCH_MAX_LAT) s->sh->lat[m.index] = now - m.t0;
-                if (m.kind == MSG_DATA || m.kind == MSG_DATA_ACK) s->sh->last_done = now;
-            }
+        if (nth && m.kind == MSG_DATA_ACK) {    /* to a worker: up to nth gets in flight */
+            int at;
+            pthread_mutex_lock(&win.mu);
+            while (win.count == win.n) pthread_cond_wait(&win.idle, &win.mu);
+            at = (win.head + win.count) % win.n;
+            win.msg[at] = m;
+            memcpy(win.meta[at], meta, m.meta_len);
+            win.count++;
+            pthread_cond_signal(&win.work);
+            pthread_mutex_unlock(&win.mu);
+            continue;
         }
+        consume_one(s, &m, meta, nth ? &win.mu : NULL);
         if ((m.kind == MSG_LAT || m.kind == MSG_DATA_ACK) && write_all(s->ack_fd, &ack, 1) != 0) break;
     }
+    pthread_mutex_lock(&win.mu);
+    win.quit = 1;
+    pthread_cond_broadcast(&win.work);
+    pthread_mutex_unlock(&win.mu);
+    for (i = 0; i < nth; i++) pthread_join(th[i], NULL);
+    for (i = 0; i < BENCH_MAX_WINDOW; i++) free(win.meta[i]);
+    pthread_cond_destroy(&win.work);
+    pthread_cond_destroy(&win.idle);
+    pthread_mutex_destroy(&win.mu);
     free(meta);
     return 0;
 }
@@ -656,6 +761,7 @@ static omc_conn* bench_connector(const bench_opts* o, omc_role role, const char*
         d.host = o->host;
         d.pool_size = pool_for(o);
         d.hooks = hooks;
+        if (o->inflight > 8) d.max_idle_channels = (uint32_t)(o->inflight < BENCH_MAX_WINDOW ? o->inflight : BENCH_MAX_WINDOW);  /* a channel per get in flight */
         if (strcmp(o->transport, "tcp") == 0) r = omc_tcp_create(&d, &c);
         else {
             /* the remote connector with omniconn_rdma.h's data plane; RDMA or nothing here: a
@@ -685,6 +791,13 @@ static omc_conn* bench_connector(const bench_opts* o, omc_role role, const char*
     }
     if (r != OMC_OK) { fprintf(stderr, "omniconn bench: cannot create the %s %s: %s\n", o->transport, role == OMC_ROLE_SENDER ? "producer" : "consumer", omc_result_str(r)); return NULL; }
     return c;
+}
+
+/* Gets the consumer keeps in flight at once: the window, for the transports whose get waits on
+   the network (tcp, rdma). A same-host get (shm, local) waits for nothing, so more threads would
+   only take turns on the same cores: there the consumer takes one at a time, as it always has. */
+static long bench_remote_window(const bench_opts* o) {
+    return strcmp(o->transport, "tcp") == 0 || strcmp(o->transport, "rdma") == 0 ? o->inflight : 0;
 }
 
 static void* consumer_thread(void* arg) {
@@ -878,7 +991,8 @@ static void bench_usage(void) {
     printf("  --pool SIZE      bytes per pool                            (default 4 x the largest size + 1 MiB, 64 MiB at least)\n");
     printf("  --put MODE       zero-copy: alloc + memcpy + put of the buffer; copy: put from your memory (default zero-copy)\n");
     printf("  --readers N      fan-out: each payload is read by N gets (GB/s counts the bytes read) (default 1)\n");
-    printf("  --inflight N     at most N transfers put and not yet released (default: as many as the pool holds)\n");
+    printf("  --inflight N     at most N transfers put and not yet released (default: as many as the pool holds);\n"
+           "                   tcp, rdma: the consumer keeps up to N gets in flight (16 threads at most)\n");
     printf("  --cpus P,C       pin the producer to CPU P and the consumer to CPU C (default: not pinned)\n");
     printf("  --gbits          report Gb/s (10^9 bits/s) instead of GB/s (10^9 bytes/s)\n");
     printf("  --force          reserve more memory than this host has available\n");
@@ -1038,6 +1152,7 @@ static int bench_consumer_for(bench_opts* o) {
     memset(&cons, 0, sizeof(cons));
     cons.sh = (bench_shared*)calloc(1, sizeof(bench_shared));
     cons.msg_fd = cons.ack_fd = s;
+    cons.window = bench_remote_window(o);   /* this host's --inflight */
     cons.conn = cons.sh ? bench_connector(o, OMC_ROLE_RECEIVER, "bench") : NULL;
     if (!cons.conn) { free(cons.sh); close(s); return 1; }
     consumer_loop(&cons);
@@ -1268,6 +1383,7 @@ static int bench_setup(bench_run* b) {
     for (k = 0; k < max_size(o); k++) b->src[k] = (uint8_t)(k * 131u + 7u);
     memset(b->scratch, 0, (size_t)max_size(o));
     b->cons = b->prod;
+    b->cons.window = bench_remote_window(o);
     b->prod.msg_fd = b->fds_msg[1];
     b->prod.ack_fd = b->fds_ack[0];
     b->cons.msg_fd = b->fds_msg[0];

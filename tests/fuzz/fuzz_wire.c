@@ -119,7 +119,28 @@ static void check_meta_body(const uint8_t* data, size_t size) {
     FUZZ_REQUIRE(omc__net_meta_body_decode(data, (uint32_t)size, OMC_META_FLAG_INLINE, (uint64_t)1 << 40, &mb) == OMC_ERR_MALFORMED);
 }
 
-/* a request on a data connection: exactly 48 bytes, one encoding */
+/* a request's key proof, computed from the precomputed pad blocks, is the first 16 bytes of the
+   plain HMAC-SHA-256 over label, entry id and key (secret and key taken from the input) */
+static void check_key_proof(const uint8_t* data, size_t size) {
+    static const char label[] = "omniconn request key 4";
+    uint8_t secret[OMC__TCP_SECRET_SIZE], id[8], full[OMC__SHA256_SIZE], proof[OMC__TCP_PROOF_SIZE];
+    const void* part[3];
+    size_t len[3], klen = size > 40 ? size - 40 : 0;
+    omc__tcp_mac mac;
+    uint64_t entry = size >= 8 ? omc__get_u64(data) : 0;
+    memset(secret, 0, sizeof(secret));
+    memcpy(secret, data + (size >= 8 ? 8 : 0), omc__min(size >= 8 ? size - 8 : 0, sizeof(secret)));
+    omc__tcp_mac_init(&mac, secret);
+    omc__tcp_key_proof(&mac, entry, (const char*)data + (klen ? 40 : 0), (uint32_t)klen, proof);
+    omc__put_u64(id, entry);
+    part[0] = label; len[0] = sizeof(label) - 1;
+    part[1] = id; len[1] = 8;
+    part[2] = data + (klen ? 40 : 0); len[2] = klen;
+    omc__hmac_sha256(secret, sizeof(secret), part, len, 3, full);
+    FUZZ_REQUIRE(memcmp(proof, full, sizeof(proof)) == 0);
+}
+
+/* a request on a data connection: exactly 64 bytes, one encoding (the key proof carried as is) */
 static void check_request(const uint8_t* data, size_t size) {
     omc__tcp_req q;
     omc_result r = omc__tcp_req_decode(data, size, &q);
@@ -127,9 +148,11 @@ static void check_request(const uint8_t* data, size_t size) {
     if (r == OMC_OK) {
         uint8_t back[OMC__TCP_REQUEST_SIZE];
         FUZZ_REQUIRE(size == OMC__TCP_REQUEST_SIZE && q.entry_id != 0);
+        FUZZ_REQUIRE(memcmp(q.proof, data + 48, OMC__TCP_PROOF_SIZE) == 0);
         omc__tcp_req_encode(back, &q);
         FUZZ_REQUIRE(memcmp(back, data, size) == 0);
     }
+    check_key_proof(data, size);
     if (size >= OMC__TCP_STATUS_SIZE) {
         int32_t code;
         uint64_t detail, xfer = omc__get_u64(data + 8);
@@ -204,6 +227,11 @@ int main(int argc, char** argv) {
         memset(&q, 0, sizeof(q));
         q.op = OMC__TCP_REQ_PULL; q.xfer = 77; q.entry_id = ((uint64_t)3 << 32) | 5; q.expect_incarnation = 0xABCDEF;
         q.capacity = 1u << 20; q.budget_ms = 20000;
+        {
+            omc__tcp_mac mac;
+            omc__tcp_mac_init(&mac, (const uint8_t*)"a ticket secret of 32 bytes.....");
+            omc__tcp_key_proof(&mac, q.entry_id, key, (uint32_t)strlen(key), q.proof);
+        }
         omc__tcp_req_encode(buf, &q);
         rc |= write_file(argv[1], "tcp-request", buf, OMC__TCP_REQUEST_SIZE);
         omc__tcp_status_encode(buf, OMC_ERR_TOO_LARGE, 77, 2u << 20);
