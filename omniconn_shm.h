@@ -1530,8 +1530,8 @@ OMC__PRIVATE omc_result omc__shm_grow_failed(omc__shm* S, uint64_t size, int e) 
 
 /* A growing pool: make sure bytes [offset, offset + size) of the data area are reserved in the
    tmpfs before anyone writes them through the mapping (a write to an unreserved page of a full
-   tmpfs is a SIGBUS). Grows the reservation to the next OMNICONN_SHM_GROW_STEP boundary; a tmpfs
-   without room is OMC_ERR_SHM_FULL with a log line that says how big the directory is and what to
+   tmpfs is a SIGBUS). Grows the reservation to the next OMNICONN_SHM_GROW_STEP boundary (to the
+   range's last page when the step does not fit but the range does); a tmpfs without room is OMC_ERR_SHM_FULL with a log line that says how big the directory is and what to
    change, and whatever the failed growth had taken is punched out again. Under mu, so that the
    idle shrink (which needs nothing in use) never runs between a range's allocation and this check.
 
@@ -1555,8 +1555,15 @@ OMC__PRIVATE omc_result omc__shm_reserve_fill(omc__shm* S, uint64_t offset, uint
     want = omc__min(OMC__ALIGN_UP(end, OMNICONN_SHM_GROW_STEP), S->lay.total);
     fill = src ? omc__max(start, old) : end;     /* [fill, end) is written by pwrite */
     e = omc__shm_fallocate(S->fd, old, fill);
-    if (e == 0) e = omc__shm_fallocate(S->fd, end, want);
     if (e == 0 && fill < end) e = omc__shm_pwrite_all(S->fd, src + (fill - start), end - fill, fill);
+    if (e == 0 && omc__shm_fallocate(S->fd, end, want) != 0) {
+        /* the payload fits, the rest of the step does not: grow to the payload's last page only */
+        uint64_t end_page = OMC__ALIGN_UP(end, OMC__SHM_PAGE);
+        if (end_page < want)
+            (void)fallocate(S->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)end_page, (off_t)(want - end_page));
+        want = end_page;
+        e = omc__shm_fallocate(S->fd, end, want);
+    }
     if (e != 0) {
         /* give back what this growth took (the pages above the reservation hold nothing anyone
            was given) */
