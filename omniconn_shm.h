@@ -657,7 +657,7 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 /* ============================================================================================== */
 
 #define OMC__SHM_MAGIC          0x53434D4Fu     /* "OMCS" */
-#define OMC__SHM_VERSION        4
+#define OMC__SHM_VERSION        5
 #define OMC__SHM_HEADER_SIZE    4096u
 #define OMC__SHM_ENTRY_SIZE     512u
 #define OMC__SHM_KEY_WORDS      32              /* 256 key bytes, zero padded */
@@ -703,9 +703,11 @@ typedef struct omc__shm_header {
                                         bits 24..31 "a getter of this wake-up class may sleep" */
     uint32_t reserved_260;      /* 260 */
     uint64_t puts;              /* 264  statistics: puts published */
-    uint8_t  pad1[48];          /* 272 */
+    uint32_t last_entry;        /* 272  entry index + 1 of the latest put: where a getter that
+                                        just saw put_seq move looks first (a hint, checked) */
+    uint8_t  pad1[44];          /* 276 */
     /* ... and one written by receivers, so the two sides never fight over a line */
-    uint32_t release_seq;       /* 320  futex: bumped on every release by a receiver */
+    uint32_t release_seq;       /* 320  futex: bumped by a receiver that wakes a sleeping owner */
     uint32_t owner_sleeping;    /* 324  1: an owner thread may be asleep on release_seq */
     uint8_t  pad2[56];          /* 328 */
     uint64_t claims;            /* 384  statistics: reads claimed (a line of their own: counting */
@@ -747,6 +749,7 @@ typedef char omc__shm_slot0_offset_check[offsetof(omc__shm_entry, slot0) == 56 ?
 typedef char omc__shm_key_offset_check[offsetof(omc__shm_entry, key) == 64 ? 1 : -1];
 typedef char omc__shm_slots_offset_check[offsetof(omc__shm_entry, slots_more) == 320 ? 1 : -1];
 typedef char omc__shm_claims_offset_check[offsetof(omc__shm_header, claims) == 384 ? 1 : -1];
+typedef char omc__shm_last_offset_check[offsetof(omc__shm_header, last_entry) == 272 ? 1 : -1];
 
 #define OMC__SHM_ENTRY_INLINE 0x1u
 #define OMC__SHM_ENTRY_FRAME  0x2u
@@ -1152,7 +1155,6 @@ typedef struct omc__shm {
                                    memory: receivers can write the segment, so nothing the owner
                                    relies on to free memory lives there. */
     uint32_t index_used;        /* live + tombstone buckets of the shared index */
-    uint32_t seen_release;      /* atomic (written under mu, peeked at without it) */
     omc_time_ns next_pass, last_full;
     uint64_t reserved;          /* bytes of the file reserved in the tmpfs, from offset 0 (under mu;
                                    = lay.total with reserve_all) */
@@ -1303,6 +1305,16 @@ OMC__PRIVATE int64_t omc__shm_index_find(uint8_t* base, const omc__shm_layout* L
     return -1;
 }
 
+/* A getter that has just seen put_seq move looks at the latest put's entry first: last_entry
+   shares put_seq's cache line, which the getter's spin has just fetched, so the lookup skips the
+   index bucket's line (a transfer between cores on the handoff's path). Only a hint: the entry
+   is checked like any other (seqlock, key), and a miss falls back to the index. */
+OMC__PRIVATE int64_t omc__shm_latest_find(uint8_t* base, const omc__shm_layout* L, const omc__shm_key* k, omc__shm_snap* snap) {
+    uint32_t v = __atomic_load_n(&((omc__shm_header*)base)->last_entry, __ATOMIC_ACQUIRE);
+    if (v == 0 || v - 1 >= L->entry_count || !omc__shm_entry_read(base, L, v - 1, k, snap)) return -1;
+    return (int64_t)(v - 1);
+}
+
 /* ============================================================================================== */
 /* [SECTION] SHM: claims (one compare-and-swap per transition, by any process)                  */
 /* ============================================================================================== */
@@ -1333,20 +1345,36 @@ OMC__PRIVATE int omc__shm_unclaim(omc__shm_entry* e, uint32_t slot, uint32_t gen
 }
 
 /* Tell the owner that entry idx of a segment (base, L) gave something back: set its bit, then
-   the summary bit of that bitmap word, THEN bump release_seq. The owner reads release_seq first,
-   then takes summary words, then bitmap words (each by exchange), so a bit set after its look is
-   found on its next look; a reader killed between its CAS and this call leaves no bit, and the
-   owner's periodic full pass finds the entry anyway. */
+   the summary bit of that bitmap word. The owner looks at the summary words (one load says
+   whether anything came back), then takes summary words, then bitmap words (each by exchange),
+   so a bit set after its look is found on its next look; a reader killed between its CAS and
+   this call leaves no bit, and the owner's periodic full pass finds the entry anyway.
+   release_seq and owner_sleeping share a line nobody writes while the owner is awake: a release
+   reads owner_sleeping from its own cache and moves one line (the bitmap's) to the owner's side,
+   instead of two. An owner about to sleep sets owner_sleeping, then looks at the summary words
+   (both sequentially consistent, as are the bit and the load here): either it sees our bit, or
+   we see its flag, bump release_seq and wake it. */
 OMC__PRIVATE void omc__shm_notify_release(uint8_t* base, const omc__shm_layout* L, uint32_t idx) {
     omc__shm_header* h = (omc__shm_header*)base;
     if (idx < L->entry_count) {
         uint32_t w = idx / 64;
         __atomic_or_fetch(&omc__shm_dirty(base, L)[w], (uint64_t)1 << (idx % 64), __ATOMIC_RELEASE);
-        __atomic_or_fetch(&omc__shm_dirty_summary(base, L)[w / 64], (uint64_t)1 << (w % 64), __ATOMIC_RELEASE);
+        __atomic_or_fetch(&omc__shm_dirty_summary(base, L)[w / 64], (uint64_t)1 << (w % 64), __ATOMIC_SEQ_CST);
     }
-    __atomic_add_fetch(&h->release_seq, 1u, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&h->owner_sleeping, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&h->owner_sleeping, 0u, __ATOMIC_SEQ_CST))
+    if (__atomic_load_n(&h->owner_sleeping, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&h->owner_sleeping, 0u, __ATOMIC_SEQ_CST)) {
+        __atomic_add_fetch(&h->release_seq, 1u, __ATOMIC_SEQ_CST);
         omc__futex_wake_all(&h->release_seq);
+    }
+}
+
+/* Did any receiver give something back since the owner last drained the bitmap? (The summary
+   words: one for every 4096 entries.) */
+OMC__PRIVATE int omc__shm_released_any(uint8_t* base, const omc__shm_layout* L) {
+    const uint64_t* sum = omc__shm_dirty_summary(base, L);
+    uint32_t sw;
+    for (sw = 0; sw < L->summary_words; sw++)
+        if (__atomic_load_n(&sum[sw], __ATOMIC_SEQ_CST)) return 1;
+    return 0;
 }
 
 typedef struct omc__shm_count { uint32_t avail, held, done; } omc__shm_count;
@@ -1743,17 +1771,12 @@ OMC__PRIVATE void omc__shm_drain_dirty(omc__shm* S) {
    TTLs, reclaims views of dead readers, and catches a release whose dirty bit was lost.
    Returns the entries withdrawn by TTL plus the views reclaimed from dead readers. */
 OMC__PRIVATE uint64_t omc__shm_pass(omc__shm* S, omc_time_ns now, int full) {
-    uint32_t rel = __atomic_load_n(&S->hdr->release_seq, __ATOMIC_ACQUIRE);
     uint32_t i, next;
     uint64_t ttl = 0, dead = 0;
     omc__shm_pids seen;
     seen.n = 0;
-    if (!full && now < S->next_pass) {
-        if (rel != S->seen_release) { __atomic_store_n(&S->seen_release, rel, __ATOMIC_RELAXED); omc__shm_drain_dirty(S); }
-        return 0;
-    }
-    __atomic_store_n(&S->seen_release, rel, __ATOMIC_RELAXED);
-    omc__shm_drain_dirty(S);
+    omc__shm_drain_dirty(S);        /* looks at the summary words first: nothing to do, no store */
+    if (!full && now < S->next_pass) return 0;
     for (i = S->tab.used_head; i != OMC__NIL; i = next) {
         omc__ent* o = &S->tab.ent[i];
         next = o->next;
@@ -1802,6 +1825,7 @@ OMC__PRIVATE uint32_t omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, co
     __atomic_store_n(&e->gen, gen, __ATOMIC_RELEASE);
     omc__shm_index_add(S, i);
     __atomic_add_fetch(&S->hdr->puts, (uint64_t)1, __ATOMIC_RELAXED);
+    __atomic_store_n(&S->hdr->last_entry, i + 1, __ATOMIC_RELAXED);     /* ordered by the bump below */
     {   /* the class flag is cleared in the same step as the bump: returns it if it was set */
         uint32_t bit = omc__shm_wake_bit(k->hash);
         return omc__shm_seq_bump(&S->hdr->put_seq, bit) & bit;
@@ -1872,7 +1896,7 @@ OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, co
 
 /* Take back what receivers released, when anything was (one shared load says so). */
 OMC__PRIVATE void omc__shm_reclaim_released(omc__shm* S, omc_time_ns now) {
-    if (__atomic_load_n(&S->hdr->release_seq, __ATOMIC_ACQUIRE) == __atomic_load_n(&S->seen_release, __ATOMIC_RELAXED)) return;
+    if (!omc__shm_released_any(S->base, &S->lay)) return;
     omc__shm_mu_lock(S);
     omc__shm_pass(S, now, 0);
     omc__shm_mu_unlock(S);
@@ -2014,9 +2038,11 @@ static omc_result omc__shm_alloc_body(omc_conn* c, uint64_t size, omc_time_ns de
                      (unsigned long long)size, S->name);
             return OMC_ERR_TIMEOUT;
         }
+        /* the flag, then a look at what came back since (see omc__shm_notify_release): a release
+           after the look sees the flag and bumps release_seq, so the sleep on seen ends.
+           Short slices: a buffer released by a thread of this process sets no bit */
         __atomic_store_n(&S->hdr->owner_sleeping, 1u, __ATOMIC_SEQ_CST);
-        /* short slices: a buffer released by a thread of this process does not touch release_seq */
-        if (__atomic_load_n(&S->hdr->release_seq, __ATOMIC_SEQ_CST) == seen)
+        if (!omc__shm_released_any(S->base, &S->lay) && __atomic_load_n(&S->hdr->release_seq, __ATOMIC_SEQ_CST) == seen)
             omc__futex_wait(&S->hdr->release_seq, seen, deadline, 10000000LL);
     }
 }
@@ -2144,6 +2170,7 @@ OMC__PRIVATE omc_result omc__shm_peer_open(omc__shm* S, const char* name, uint64
     struct stat st;
     char path[OMC_SHM_PATH_MAX];
     const char* why = NULL;
+    char vwhy[160];
     void* p;
     int fd, e;
     omc_result r = OMC_OK;
@@ -2169,9 +2196,13 @@ OMC__PRIVATE omc_result omc__shm_peer_open(omc__shm* S, const char* name, uint64
     }
     else if (h.state == OMC__SHM_CREATING || h.state == OMC__SHM_CLOSED)
         r = OMC_ERR_NOT_FOUND;      /* header still being written, or closed by its owner: silent */
-    else if ((r = omc__shm_layout_check(&h, (uint64_t)st.st_size, &lay)) != OMC_OK)
-        why = r == OMC_ERR_VERSION ? "it was written by another omniconn release (segment layout version differs): run the same "
-                                     "release on both sides" : "its header does not match its size or layout";
+    else if ((r = omc__shm_layout_check(&h, (uint64_t)st.st_size, &lay)) != OMC_OK) {
+        if (r == OMC_ERR_VERSION) {
+            snprintf(vwhy, sizeof(vwhy), "it was written by another omniconn release (segment layout version %u; this release "
+                     "reads version %u): run the same release on both sides", (unsigned)h.version, (unsigned)OMC__SHM_VERSION);
+            why = vwhy;
+        } else why = "its header does not match its size or layout";
+    }
     else if (h.owner_uid != S->uid) { why = "its header names another owner uid"; r = OMC_ERR_SHM_CHANGED; }
     else if ((want_id && h.segment_id != want_id) || (want_ino && (uint64_t)st.st_ino != want_ino)) {
         why = "it was replaced: segment id or inode differ from the metadata"; r = OMC_ERR_SHM_CHANGED;
@@ -2559,9 +2590,10 @@ OMC__PRIVATE omc_result omc__shm_get_meta(omc__shm* S, const omc__shm_key* k, co
 
 /* One look at every segment of the channel (caller holds rmu). OMC_ERR_NOT_FOUND if the key is in
    none of them; then *wait_peer / *wait_seq say what to sleep on (put_seq as read BEFORE the
-   lookup, so a put that lands after the lookup is never slept through). */
+   lookup, so a put that lands after the lookup is never slept through). latest: we waited for
+   the key, so it is most likely the latest put of a segment (look there before the index). */
 OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, const omc__shm_key* k, uint64_t max_size, omc_buffer* out,
-                                             omc__shm_peer** wait_peer, uint32_t* wait_seq, uint32_t* npeers) {
+                                             omc__shm_peer** wait_peer, uint32_t* wait_seq, uint32_t* npeers, int latest) {
     uint32_t it = 0;
     void* v;
     *wait_peer = NULL;
@@ -2573,7 +2605,8 @@ OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, const
         int64_t idx;
         if (!P->in_channel || omc__shm_peer_check(S, P, now, 0) != OMC_OK) continue;
         seq = __atomic_load_n(&P->hdr->put_seq, __ATOMIC_SEQ_CST);
-        idx = omc__shm_index_find(P->base, &P->lay, k, &snap);
+        idx = latest ? omc__shm_latest_find(P->base, &P->lay, k, &snap) : -1;
+        if (idx < 0) idx = omc__shm_index_find(P->base, &P->lay, k, &snap);
         if (idx >= 0 && omc__shm_snap_in_bounds(P, &snap)) {
             omc_result r;
             omc__shm_dup_check(S, P, k, now);
@@ -2615,6 +2648,7 @@ OMC__PRIVATE void omc__shm_wait_put(omc__shm* S, omc__shm_peer* P, uint32_t seq,
 
 OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const omc__shm_key* k, omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
     omc_time_ns spin_until = 0;
+    int waited = 0;
     for (;;) {
         omc__shm_peer* wp = NULL;
         uint32_t wseq = 0, npeers = 0, idle = __atomic_load_n(&S->idle_word, __ATOMIC_ACQUIRE);
@@ -2625,7 +2659,7 @@ OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const omc__shm_key* k, om
         now = omc_now_ns();
         if (now >= S->next_scan) { omc__shm_scan_channel(S); S->next_scan = now + OMC__SHM_SCAN_NS; }
         omc__shm_peers_maintain(S, now, 0);
-        r = omc__shm_try_channel(S, now, k, max_size, out, &wp, &wseq, &npeers);
+        r = omc__shm_try_channel(S, now, k, max_size, out, &wp, &wseq, &npeers, waited);
         if (r == OMC_ERR_NOT_FOUND && wp) wp->pins++;   /* keep it mapped while we sleep on it */
         omc__shm_rmu_unlock(S);
         if (r != OMC_ERR_NOT_FOUND) return r;
@@ -2638,6 +2672,7 @@ OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const omc__shm_key* k, om
             omc__shm_rmu_unlock(S);
         }
         if (r == OMC_ERR_TIMEOUT) return r;
+        waited = 1;
     }
 }
 

@@ -455,6 +455,53 @@ OMC_TEST(shm_alloc_waits_for_a_release_by_a_receiver) {
     omc_conn_destroy(r);
 }
 
+/* A release moves one line to the owner's side (the dirty bitmap's): release_seq (header offset
+   320) is written only by a release that finds the owner asleep waiting for space, which it
+   wakes. Watched through a mapping of the segment's header. */
+OMC_TEST(shm_release_touches_release_seq_only_to_wake_a_sleeping_owner) {
+    char ch[32], path[OMC_SHM_PATH_MAX];
+    omc_conn *s, *r;
+    omc_buffer b;
+    pthread_t th;
+    alloc_arg a;
+    volatile uint32_t* hdr;
+    omc_time_ns end;
+    uint32_t rel0;
+    int fd;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    CHECK_OK(omc_shm_segment_path(s, path, sizeof(path)));
+    fd = open(path, O_RDONLY);
+    REQUIRE(fd >= 0);
+    hdr = (volatile uint32_t*)mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    REQUIRE(hdr != MAP_FAILED);
+    CHECK_OK(put_pattern(s, "k1", 600000, 3, 1, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "k1", NULL, 0, omc_deadline_after_ms(1000), &b));
+    CHECK_OK(omc_buffer_release(&b));
+    CHECK_EQ(__atomic_load_n(&hdr[320 / 4], __ATOMIC_ACQUIRE), 0);      /* nobody slept: untouched */
+    CHECK_OK(put_pattern(s, "k2", 600000, 4, 1, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "k2", NULL, 0, omc_deadline_after_ms(1000), &b));
+    memset(&a, 0, sizeof(a));
+    a.c = s;
+    pthread_create(&th, NULL, alloc_thread, &a);
+    end = omc_now_ns() + 5000000000LL;           /* until the owner says it may sleep */
+    while (__atomic_load_n(&hdr[324 / 4], __ATOMIC_ACQUIRE) == 0 && omc_now_ns() < end) sched_yield();
+    CHECK_EQ(__atomic_load_n(&hdr[324 / 4], __ATOMIC_ACQUIRE), 1);
+    rel0 = __atomic_load_n(&hdr[320 / 4], __ATOMIC_ACQUIRE);
+    CHECK_OK(omc_buffer_release(&b));
+    pthread_join(th, NULL);
+    CHECK_OK(a.r);
+    CHECK_EQ(__atomic_load_n(&hdr[320 / 4], __ATOMIC_ACQUIRE), rel0 + 1);
+    CHECK_EQ(__atomic_load_n(&hdr[324 / 4], __ATOMIC_ACQUIRE), 0);
+    if (a.r == OMC_OK) CHECK_OK(omc_buffer_release(&a.b));
+    munmap((void*)hdr, 4096);
+    omc_conn_destroy(s);
+    omc_conn_destroy(r);
+}
+
 OMC_TEST(shm_fanout_limit_and_entry_table_full) {
     char ch[32];
     omc_shm_desc d;
@@ -1648,6 +1695,52 @@ OMC_TEST(shm_full_tmpfs_while_growing_gives_back_what_the_failed_put_took) {
     CHECK(WIFEXITED(status));        /* not killed: no SIGBUS */
     if (WIFEXITED(status) && WEXITSTATUS(status) == 77) { printf("SKIP shm_full_tmpfs_while_growing_gives_back_what_the_failed_put_took: cannot mount a tmpfs here\n"); return; }
     CHECK_EQ(WEXITSTATUS(status), 0);
+}
+
+/* A segment of another layout version (here: the previous one, written over a live segment's
+   header) is refused by a receiver with a WARN that names both versions and says what to do; a
+   get with its metadata fails with OMC_ERR_VERSION, a get by key does not find the key there. */
+static char version_log[1024];
+static void version_logger(omc_log_level level, omc_log_item item, const char* message, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level == OMC_LOG_WARN && strstr(message, "layout version")) snprintf(version_log, sizeof(version_log), "%s", message);
+}
+OMC_TEST(shm_segment_of_another_layout_version_is_refused_naming_both) {
+    char ch[32], path[OMC_SHM_PATH_MAX], want[64];
+    omc_conn *s, *r = NULL;
+    omc_shm_desc d;
+    omc_meta m;
+    omc_buffer b;
+    uint16_t old_version, version;
+    int fd;
+    unique_channel(ch, sizeof(ch));
+    s = make_priv(ch, OMC_ROLE_SENDER, 1u << 20);
+    REQUIRE(s);
+    CHECK_OK(put_pattern(s, "k", 100000, 5, 1, &m));
+    CHECK_OK(omc_shm_segment_path(s, path, sizeof(path)));
+    fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    REQUIRE(pread(fd, &version, 2, 4) == 2);
+    old_version = (uint16_t)(version - 1);
+    REQUIRE(pwrite(fd, &old_version, 2, 4) == 2);
+    memset(&d, 0, sizeof(d));
+    d.shm_dir = priv_dir;
+    d.channel = ch;
+    d.role = OMC_ROLE_RECEIVER;
+    d.hooks.log_fn = version_logger;
+    version_log[0] = 0;
+    REQUIRE(omc_shm_create(&d, &r) == OMC_OK);
+    CHECK_RES(omc_conn_get(r, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(1000), &b), OMC_ERR_VERSION);
+    snprintf(want, sizeof(want), "layout version %u; this release reads version %u", (unsigned)old_version, (unsigned)version);
+    CHECK(strstr(version_log, want) != NULL && strstr(version_log, "same release on both sides") != NULL);
+    if (!strstr(version_log, want)) fprintf(stderr, "  log: %s\n", version_log);
+    CHECK_RES(omc_conn_get(r, "a", "b", "k", NULL, 0, omc_deadline_after_ms(50), &b), OMC_ERR_TIMEOUT);
+    REQUIRE(pwrite(fd, &version, 2, 4) == 2);
+    close(fd);
+    omc_meta_free(&m);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
 }
 
 /* Another process of our uid scribbles over the control area (entries and key index): nothing
