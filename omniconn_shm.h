@@ -705,7 +705,10 @@ typedef struct omc__shm_header {
     uint64_t puts;              /* 264  statistics: puts published */
     uint32_t last_entry;        /* 272  entry index + 1 of the latest put: where a getter that
                                         just saw put_seq move looks first (a hint, checked) */
-    uint8_t  pad1[44];          /* 276 */
+    uint32_t reserved_276;      /* 276 */
+    uint64_t last_offset;       /* 280  the latest put's payload offset in the data area (a hint:
+                                        prefetched with its entry, never trusted) */
+    uint8_t  pad1[32];          /* 288 */
     /* ... and one written by receivers, so the two sides never fight over a line */
     uint32_t release_seq;       /* 320  futex: bumped by a receiver that wakes a sleeping owner */
     uint32_t owner_sleeping;    /* 324  1: an owner thread may be asleep on release_seq */
@@ -750,6 +753,7 @@ typedef char omc__shm_key_offset_check[offsetof(omc__shm_entry, key) == 64 ? 1 :
 typedef char omc__shm_slots_offset_check[offsetof(omc__shm_entry, slots_more) == 320 ? 1 : -1];
 typedef char omc__shm_claims_offset_check[offsetof(omc__shm_header, claims) == 384 ? 1 : -1];
 typedef char omc__shm_last_offset_check[offsetof(omc__shm_header, last_entry) == 272 ? 1 : -1];
+typedef char omc__shm_last_payload_check[offsetof(omc__shm_header, last_offset) == 280 ? 1 : -1];
 
 #define OMC__SHM_ENTRY_INLINE 0x1u
 #define OMC__SHM_ENTRY_FRAME  0x2u
@@ -1309,6 +1313,20 @@ OMC__PRIVATE int64_t omc__shm_index_find(uint8_t* base, const omc__shm_layout* L
    shares put_seq's cache line, which the getter's spin has just fetched, so the lookup skips the
    index bucket's line (a transfer between cores on the handoff's path). Only a hint: the entry
    is checked like any other (seqlock, key), and a miss falls back to the index. */
+/* Start fetching the latest put's entry (its first two lines: fields, claim slot 0, key) and its
+   payload's first line, all at once: a getter that has just seen put_seq move then spends the
+   few hundred instructions before its claim while they cross between the cores, instead of
+   waiting for them one after the other. Prefetches never fault; the offsets are still checked. */
+OMC__PRIVATE void omc__shm_prefetch_latest(uint8_t* base, const omc__shm_layout* L) {
+    const omc__shm_header* h = (const omc__shm_header*)base;
+    uint32_t v = __atomic_load_n(&h->last_entry, __ATOMIC_RELAXED);
+    uint64_t off = __atomic_load_n(&h->last_offset, __ATOMIC_RELAXED);
+    if (v == 0 || v - 1 >= L->entry_count) return;
+    __builtin_prefetch(base + L->entries_off + (uint64_t)(v - 1) * OMC__SHM_ENTRY_SIZE, 1);  /* claimed next */
+    __builtin_prefetch(base + L->entries_off + (uint64_t)(v - 1) * OMC__SHM_ENTRY_SIZE + 64, 0);
+    if (off < L->data_size) __builtin_prefetch(base + L->data_off + off, 0);
+}
+
 OMC__PRIVATE int64_t omc__shm_latest_find(uint8_t* base, const omc__shm_layout* L, const omc__shm_key* k, omc__shm_snap* snap) {
     uint32_t v = __atomic_load_n(&((omc__shm_header*)base)->last_entry, __ATOMIC_ACQUIRE);
     if (v == 0 || v - 1 >= L->entry_count || !omc__shm_entry_read(base, L, v - 1, k, snap)) return -1;
@@ -1570,13 +1588,14 @@ OMC__PRIVATE omc_result omc__shm_grow_failed(omc__shm* S, uint64_t size, int e) 
    tmpfs fails the pwrite with ENOSPC, never with a SIGBUS. The filled pages are then mapped
    writable by fault-around. *copy_len receives how many bytes from the payload's start the caller
    still copies through the mapping (those below the old reservation; all of them when nothing
-   grew). */
-OMC__PRIVATE omc_result omc__shm_reserve_fill(omc__shm* S, uint64_t offset, uint64_t size, const uint8_t* src, uint64_t* copy_len) {
+   grew). now: the caller's clock (one read per put: a read costs 60-75 ns on the benchmark VM). */
+OMC__PRIVATE omc_result omc__shm_reserve_fill(omc__shm* S, uint64_t offset, uint64_t size, const uint8_t* src, omc_time_ns now,
+                                              uint64_t* copy_len) {
     uint64_t start = S->lay.data_off + offset, end = start + size, want, old, fill;
     int e;
     *copy_len = size;
     if (S->reserved_min == S->lay.total) return OMC_OK;      /* reserve_all */
-    __atomic_store_n(&S->last_alloc, omc_now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&S->last_alloc, now, __ATOMIC_RELAXED);
     omc__shm_mu_lock(S);
     if (end <= S->reserved) { omc__shm_mu_unlock(S); return OMC_OK; }
     old = S->reserved;
@@ -1616,7 +1635,7 @@ OMC__PRIVATE omc_result omc__shm_reserve_fill(omc__shm* S, uint64_t offset, uint
 /* The same for a range that the caller fills through the mapping (omc_conn_alloc's buffers). */
 OMC__PRIVATE omc_result omc__shm_reserve(omc__shm* S, uint64_t offset, uint64_t size) {
     uint64_t copy_len;
-    return omc__shm_reserve_fill(S, offset, size, NULL, &copy_len);
+    return omc__shm_reserve_fill(S, offset, size, NULL, omc_now_ns(), &copy_len);
 }
 
 /* A growing pool with nothing in use for OMNICONN_SHM_IDLE_MS gives back what it grew: the pages
@@ -1824,8 +1843,11 @@ OMC__PRIVATE uint32_t omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, co
         __atomic_store_n(omc__shm_slot(e, (uint32_t)s), omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0), __ATOMIC_RELEASE);
     __atomic_store_n(&e->gen, gen, __ATOMIC_RELEASE);
     omc__shm_index_add(S, i);
-    __atomic_add_fetch(&S->hdr->puts, (uint64_t)1, __ATOMIC_RELAXED);
-    __atomic_store_n(&S->hdr->last_entry, i + 1, __ATOMIC_RELAXED);     /* ordered by the bump below */
+    /* put_seq's line, written by the owner only (under mu): plain stores, no locked instruction
+       before the bump, which orders them */
+    __atomic_store_n(&S->hdr->puts, __atomic_load_n(&S->hdr->puts, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&S->hdr->last_entry, i + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&S->hdr->last_offset, range->offset, __ATOMIC_RELAXED);
     {   /* the class flag is cleared in the same step as the bump: returns it if it was set */
         uint32_t bit = omc__shm_wake_bit(k->hash);
         return omc__shm_seq_bump(&S->hdr->put_seq, bit) & bit;
@@ -1976,7 +1998,8 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
         r = omc__shm_alloc_range(S, size ? size : 1, now, &range);
         if (r != OMC_OK) return r;
         uint64_t copy_len = 0;
-        r = size ? omc__shm_reserve_fill(S, range.offset, size, (const uint8_t*)p->data, &copy_len) : omc__shm_reserve(S, range.offset, 1);
+        r = omc__shm_reserve_fill(S, range.offset, size ? size : 1, size ? (const uint8_t*)p->data : NULL, now, &copy_len);
+        if (!size) copy_len = 0;
         if (r != OMC_OK) { omc_alloc_free(omc_pool_allocator(S->pool), range); return r; }
         if (copy_len) omc__shm_copy_in(S->base + S->lay.data_off + range.offset, (const uint8_t*)p->data, copy_len);
     }
@@ -2622,9 +2645,11 @@ OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, const
 
 /* Spin on put_seq for spin_ns (the small-payload handoff then costs no system call; forever for
    OMC_SHM_SPIN_FOREVER), then sleep on it with FUTEX_WAIT_BITSET in the class of our key. Never
-   longer than a slice, spinning or asleep: new segments may join the channel. */
+   longer than a slice, spinning or asleep: new segments may join the channel. *seen_at: the
+   clock of the spin's last look when it saw a put (at most 32 pauses old: the caller's look
+   that follows needs no clock read of its own, 60-75 ns on the benchmark VM), else 0. */
 OMC__PRIVATE void omc__shm_wait_put(omc__shm* S, omc__shm_peer* P, uint32_t seq, omc_time_ns deadline,
-                                    omc_time_ns* spin_until, int64_t slice, uint32_t bit) {
+                                    omc_time_ns* spin_until, int64_t slice, uint32_t bit, omc_time_ns* seen_at) {
     uint32_t* word = &P->hdr->put_seq, w;
     omc_time_ns now = omc_now_ns(), slice_end = now + slice;
     if (*spin_until == 0) *spin_until = S->spin_ns == OMC_SHM_SPIN_FOREVER ? OMC_WAIT_FOREVER : S->spin_ns > 0 ? now + S->spin_ns : now;
@@ -2637,6 +2662,11 @@ OMC__PRIVATE void omc__shm_wait_put(omc__shm* S, omc__shm_peer* P, uint32_t seq,
         for (k = 0; k < 32 && ((__atomic_load_n(word, __ATOMIC_ACQUIRE) ^ seq) & OMC__SHM_SEQ_MASK) == 0; k++) OMC__SHM_PAUSE();
         now = omc_now_ns();
     }
+    if (((__atomic_load_n(word, __ATOMIC_ACQUIRE) ^ seq) & OMC__SHM_SEQ_MASK) != 0) {   /* a put: most likely ours */
+        omc__shm_prefetch_latest(P->base, &P->lay);
+        *seen_at = now;
+        return;
+    }
     if (now >= deadline || now >= slice_end || omc__load(&S->conn->closed)) return;
     /* our class's flag, set only while the sequence is still the one read before the lookup;
        then sleep on exactly the word we wrote: any put since makes the kernel refuse */
@@ -2646,17 +2676,22 @@ OMC__PRIVATE void omc__shm_wait_put(omc__shm* S, omc__shm_peer* P, uint32_t seq,
     omc__futex_wait_bits(word, w | bit, deadline, slice_end - now, bit);
 }
 
+/* A get by key: look, wait for a put, look again. The peer waited on stays pinned until the next
+   look, which drops the pin under the lock it takes anyway (one lock per look, not two). */
 OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const omc__shm_key* k, omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
-    omc_time_ns spin_until = 0;
+    omc_time_ns spin_until = 0, seen_at = 0;
+    omc__shm_peer* pinned = NULL;
     int waited = 0;
     for (;;) {
         omc__shm_peer* wp = NULL;
         uint32_t wseq = 0, npeers = 0, idle = __atomic_load_n(&S->idle_word, __ATOMIC_ACQUIRE);
         omc_time_ns now;
         omc_result r;
-        if (omc__load(&S->conn->closed)) return OMC_ERR_CLOSED;
         omc__shm_rmu_lock(S);
-        now = omc_now_ns();
+        if (pinned) { pinned->pins--; pinned = NULL; }
+        if (omc__load(&S->conn->closed)) { omc__shm_rmu_unlock(S); return OMC_ERR_CLOSED; }
+        now = seen_at ? seen_at : omc_now_ns();
+        seen_at = 0;
         if (now >= S->next_scan) { omc__shm_scan_channel(S); S->next_scan = now + OMC__SHM_SCAN_NS; }
         omc__shm_peers_maintain(S, now, 0);
         r = omc__shm_try_channel(S, now, k, max_size, out, &wp, &wseq, &npeers, waited);
@@ -2664,14 +2699,18 @@ OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const omc__shm_key* k, om
         omc__shm_rmu_unlock(S);
         if (r != OMC_ERR_NOT_FOUND) return r;
         if (deadline == OMC_NO_WAIT || omc_now_ns() >= deadline) r = OMC_ERR_TIMEOUT;
-        else if (wp) omc__shm_wait_put(S, wp, wseq, deadline, &spin_until, npeers > 1 ? 2000000LL : OMC__SHM_SCAN_NS, omc__shm_wake_bit(k->hash));
+        else if (wp) omc__shm_wait_put(S, wp, wseq, deadline, &spin_until, npeers > 1 ? 2000000LL : OMC__SHM_SCAN_NS,
+                                       omc__shm_wake_bit(k->hash), &seen_at);
         else omc__futex_wait(&S->idle_word, idle, deadline, OMC__SHM_SCAN_NS / 2);  /* no sender yet */
-        if (wp) {
-            omc__shm_rmu_lock(S);
-            wp->pins--;
-            omc__shm_rmu_unlock(S);
+        if (r == OMC_ERR_TIMEOUT) {
+            if (wp) {
+                omc__shm_rmu_lock(S);
+                wp->pins--;
+                omc__shm_rmu_unlock(S);
+            }
+            return r;
         }
-        if (r == OMC_ERR_TIMEOUT) return r;
+        pinned = wp;
         waited = 1;
     }
 }
