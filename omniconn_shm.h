@@ -92,9 +92,11 @@ STEP BY STEP: HOW IT WORKS
        0600: nobody can guess the name beforehand, squat it, or plant a link there. The file has
        its full size; the tmpfs holds what is reserved in it with posix_fallocate: the control
        area and OMNICONN_SHM_RESERVE_MIN of data at create, then more in OMNICONN_SHM_GROW_STEP
-       steps when a put's range needs it - always before the first byte is written, so a full
-       tmpfs fails with OMC_ERR_SHM_FULL (at create, or at the put that does not fit) and never
-       with SIGBUS. With nothing in use for OMNICONN_SHM_IDLE_MS, omc_conn_sweep punches the
+       steps when a put's range needs it - always before the first byte is written through the
+       mapping, so a full tmpfs fails with OMC_ERR_SHM_FULL (at create, or at the put that does
+       not fit, which gives back whatever it took) and never with SIGBUS. A put whose range
+       reaches into new growth writes that part with pwrite(), which takes each new page and
+       fills it in one pass (ENOSPC, not SIGBUS, when the tmpfs is full). With nothing in use for OMNICONN_SHM_IDLE_MS, omc_conn_sweep punches the
        growth out again (reserve_all = 1: the whole file reserved at create instead). Reserved
        pages are mapped at once (no put takes a page fault for them; no_prefault opts out).
        It is laid out as: header page | entry table | key index | dirty bitmap | data
@@ -127,12 +129,13 @@ STEP BY STEP: HOW IT WORKS
        current) and claims one slot with a compare-and-swap: AVAILABLE -> HELD by our reader
        id. The view points straight into the mapping.
 
-    4. release. One compare-and-swap HELD -> DONE, one bit set in the segment's dirty bitmap,
-       one atomic increment of release_seq. The owner frees ranges whose slots are all DONE on
-       its next put / alloc / health / sweep (one shared load tells it whether anything came
+    4. release. One compare-and-swap HELD -> DONE and one bit set in the segment's dirty bitmap
+       (with its summary bit). The owner frees ranges whose slots are all DONE on its next put /
+       alloc / health / sweep (one shared load of the summary word tells it whether anything came
        back, the bitmap tells it which entries, so the cost does not grow with the number of
-       payloads in flight); an owner blocked in omc_conn_alloc is woken with a futex. No lock
-       is shared between processes; no queue a crash could corrupt.
+       payloads in flight); an owner blocked in omc_conn_alloc is woken with a futex (the one
+       case where a release writes release_seq). No lock is shared between processes; no queue
+       a crash could corrupt.
 
     5. Inline. A payload smaller than inline_threshold (64 KiB) also travels inside the metadata
        body. A get with that metadata claims its read with one CAS straight to DONE and returns
@@ -309,7 +312,10 @@ THREAD SAFETY (and process safety)
         put_seq                           compare-and-swap only: the owner bumps its sequence
                                           (bits 0..23) and clears its put's class flag in one
                                           step; a getter sets its class flag (bits 24..31)
-        release_seq                       atomic increments by receivers; futex word
+        last_entry, last_offset           the owner (plain stores before the put_seq bump):
+                                          hints, every reader checks what they point at
+        release_seq                       atomic increments by the receiver that wakes a
+                                          sleeping owner (owner_sleeping was 1); futex word
         owner_sleeping                    set to 1 by an owner thread about to sleep;
                                           exchanged to 0 by the receiver that wakes it
       Publishing follows release/acquire: the owner writes the payload and the entry, then the
@@ -328,8 +334,10 @@ THREAD SAFETY (and process safety)
       only if the flag was set. Any change of the word after the getter's look makes the kernel
       refuse the sleep, so no wake-up is lost; a put pays for a system call only when a getter of
       its class sleeps, and puts of other classes neither wake it nor pay. close() wakes every
-      class. The owner waiting for pool space sleeps on release_seq, with owner_sleeping set to
-      1 before its second look and exchanged to 0 by the receiver that releases.
+      class. The owner waiting for pool space sleeps on release_seq: it sets owner_sleeping to 1,
+      then looks at the dirty summary words; a release sets its bits, then looks at
+      owner_sleeping (all sequentially consistent), so either the owner sees the bits or the
+      receiver sees the flag, exchanges it to 0, bumps release_seq and wakes it.
     - A process killed at any instruction leaves every slot in one of its four states; the owner
       (or the sweep) can always finish from there.
 
@@ -389,7 +397,7 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
 
     Segment header (page 0, 4096 bytes):
         0   u32  magic 0x53434D4F ("OMCS")
-        4   u16  version (3)
+        4   u16  version (5)
         6   u16  header size (4096)
         8   u64  total size of the file in bytes
         16  u64  entry table offset (4096)
@@ -419,7 +427,14 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
                  a getter of wake-up class c may be asleep, c = the key hash (below) >> 61
         260 u32  reserved, zero
         264 u64  puts (statistics, relaxed)
-        320 u32  release_seq: +1 on every release or withdrawal by a receiver; futex word
+        272 u32  last_entry: entry index + 1 of the latest put (a hint: a getter that saw
+                 put_seq move looks at that entry before the index; checked like any entry)
+        276 u32  reserved, zero
+        280 u64  last_offset: the latest put's payload offset in the data area (a hint for
+                 prefetching; never used to read)
+        288 ...  reserved, zero
+        320 u32  release_seq: +1 by a receiver that finds owner_sleeping set (it wakes the
+                 owner); futex word. Releases themselves show in the dirty bitmap only.
         324 u32  owner_sleeping: 1 if an owner thread may be asleep on release_seq
         328 ...  reserved, zero
         384 u64  claims, 392 u64 releases (statistics, relaxed; written by receivers only)
@@ -499,6 +514,16 @@ RECENT REVISIONS
                         Segment layout version 4: claim slot 0 at entry offset 56, the key at
                         64, slots 1..15 at 320; the claims/releases statistics at header
                         offset 384 (a line only receivers write).
+                        Segment layout version 5: a release writes release_seq only to wake a
+                        sleeping owner (the owner learns of releases from the dirty summary
+                        words); last_entry and last_offset (header offsets 272, 280, in
+                        put_seq's line) let a getter that saw put_seq move prefetch the latest
+                        put's entry and payload and look there before the index. A segment of
+                        another layout version is refused with a WARN naming both versions.
+                        A growing pool's new pages are filled by the put's pwrite (one pass
+                        instead of fallocate, populate and copy); a failed growth gives back
+                        what it took; a payload that fits when its grow step does not is
+                        reserved to its last page.
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
