@@ -1621,6 +1621,7 @@ OMC__PRIVATE omc_result omc__shm_reserve_fill(omc__shm* S, uint64_t offset, uint
     *copy_len = size;
     if (S->reserved_min == S->lay.total) return OMC_OK;      /* reserve_all */
     __atomic_store_n(&S->last_alloc, now, __ATOMIC_RELAXED);
+    if (end <= S->reserved_min) return OMC_OK;   /* never given back: no lock needed (small puts) */
     omc__shm_mu_lock(S);
     if (end <= S->reserved) { omc__shm_mu_unlock(S); return OMC_OK; }
     old = S->reserved;
