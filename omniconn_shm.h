@@ -96,8 +96,9 @@ STEP BY STEP: HOW IT WORKS
        mapping, so a full tmpfs fails with OMC_ERR_SHM_FULL (at create, or at the put that does
        not fit, which gives back whatever it took) and never with SIGBUS. A put whose range
        reaches into new growth writes that part with pwrite(), which takes each new page and
-       fills it in one pass (ENOSPC, not SIGBUS, when the tmpfs is full). With nothing in use for OMNICONN_SHM_IDLE_MS, omc_conn_sweep punches the
-       growth out again (reserve_all = 1: the whole file reserved at create instead). Reserved
+       fills it in one pass (ENOSPC, not SIGBUS, when the tmpfs is full). With nothing in use
+       for OMNICONN_SHM_IDLE_MS, omc_conn_sweep punches the growth out again (reserve_all = 1:
+       the whole file reserved at create instead). Reserved
        pages are mapped at once (no put takes a page fault for them; no_prefault opts out).
        It is laid out as: header page | entry table | key index | dirty bitmap | data
        area (see WIRE FORMATS). The data area is an omc_pool (OMC_MEMORY_EXTERNAL): the
@@ -1602,9 +1603,11 @@ OMC__PRIVATE omc_result omc__shm_grow_failed(omc__shm* S, uint64_t size, int e) 
 /* A growing pool: make sure bytes [offset, offset + size) of the data area are reserved in the
    tmpfs before anyone writes them through the mapping (a write to an unreserved page of a full
    tmpfs is a SIGBUS). Grows the reservation to the next OMNICONN_SHM_GROW_STEP boundary (to the
-   range's last page when the step does not fit but the range does); a tmpfs without room is OMC_ERR_SHM_FULL with a log line that says how big the directory is and what to
-   change, and whatever the failed growth had taken is punched out again. Under mu, so that the
-   idle shrink (which needs nothing in use) never runs between a range's allocation and this check.
+   range's last page when the step does not fit but the range does); a tmpfs without room is
+   OMC_ERR_SHM_FULL with a log line that says how big the directory is and what to change, and
+   whatever the failed growth had taken is punched out again. Under mu, so that the idle shrink
+   (which needs nothing in use) never runs between a range's allocation and this check; a range
+   inside the create-time reservation, which is never given back, needs no lock.
 
    src (a put's payload, or NULL for a buffer from omc_conn_alloc): the part of the payload that
    falls into the growth is written into the file with pwrite, which takes each new page and fills
