@@ -92,10 +92,13 @@ STEP BY STEP: HOW IT WORKS
        0600: nobody can guess the name beforehand, squat it, or plant a link there. The file has
        its full size; the tmpfs holds what is reserved in it with posix_fallocate: the control
        area and OMNICONN_SHM_RESERVE_MIN of data at create, then more in OMNICONN_SHM_GROW_STEP
-       steps when a put's range needs it - always before the first byte is written, so a full
-       tmpfs fails with OMC_ERR_SHM_FULL (at create, or at the put that does not fit) and never
-       with SIGBUS. With nothing in use for OMNICONN_SHM_IDLE_MS, omc_conn_sweep punches the
-       growth out again (reserve_all = 1: the whole file reserved at create instead). Reserved
+       steps when a put's range needs it - always before the first byte is written through the
+       mapping, so a full tmpfs fails with OMC_ERR_SHM_FULL (at create, or at the put that does
+       not fit, which gives back whatever it took) and never with SIGBUS. A put whose range
+       reaches into new growth writes that part with pwrite(), which takes each new page and
+       fills it in one pass (ENOSPC, not SIGBUS, when the tmpfs is full). With nothing in use
+       for OMNICONN_SHM_IDLE_MS, omc_conn_sweep punches the growth out again (reserve_all = 1:
+       the whole file reserved at create instead). Reserved
        pages are mapped at once (no put takes a page fault for them; no_prefault opts out).
        It is laid out as: header page | entry table | key index | dirty bitmap | data
        area (see WIRE FORMATS). The data area is an omc_pool (OMC_MEMORY_EXTERNAL): the
@@ -127,12 +130,13 @@ STEP BY STEP: HOW IT WORKS
        current) and claims one slot with a compare-and-swap: AVAILABLE -> HELD by our reader
        id. The view points straight into the mapping.
 
-    4. release. One compare-and-swap HELD -> DONE, one bit set in the segment's dirty bitmap,
-       one atomic increment of release_seq. The owner frees ranges whose slots are all DONE on
-       its next put / alloc / health / sweep (one shared load tells it whether anything came
+    4. release. One compare-and-swap HELD -> DONE and one bit set in the segment's dirty bitmap
+       (with its summary bit). The owner frees ranges whose slots are all DONE on its next put /
+       alloc / health / sweep (one shared load of the summary word tells it whether anything came
        back, the bitmap tells it which entries, so the cost does not grow with the number of
-       payloads in flight); an owner blocked in omc_conn_alloc is woken with a futex. No lock
-       is shared between processes; no queue a crash could corrupt.
+       payloads in flight); an owner blocked in omc_conn_alloc is woken with a futex (the one
+       case where a release writes release_seq). No lock is shared between processes; no queue
+       a crash could corrupt.
 
     5. Inline. A payload smaller than inline_threshold (64 KiB) also travels inside the metadata
        body. A get with that metadata claims its read with one CAS straight to DONE and returns
@@ -309,7 +313,10 @@ THREAD SAFETY (and process safety)
         put_seq                           compare-and-swap only: the owner bumps its sequence
                                           (bits 0..23) and clears its put's class flag in one
                                           step; a getter sets its class flag (bits 24..31)
-        release_seq                       atomic increments by receivers; futex word
+        last_entry, last_offset           the owner (plain stores before the put_seq bump):
+                                          hints, every reader checks what they point at
+        release_seq                       atomic increments by the receiver that wakes a
+                                          sleeping owner (owner_sleeping was 1); futex word
         owner_sleeping                    set to 1 by an owner thread about to sleep;
                                           exchanged to 0 by the receiver that wakes it
       Publishing follows release/acquire: the owner writes the payload and the entry, then the
@@ -328,8 +335,10 @@ THREAD SAFETY (and process safety)
       only if the flag was set. Any change of the word after the getter's look makes the kernel
       refuse the sleep, so no wake-up is lost; a put pays for a system call only when a getter of
       its class sleeps, and puts of other classes neither wake it nor pay. close() wakes every
-      class. The owner waiting for pool space sleeps on release_seq, with owner_sleeping set to
-      1 before its second look and exchanged to 0 by the receiver that releases.
+      class. The owner waiting for pool space sleeps on release_seq: it sets owner_sleeping to 1,
+      then looks at the dirty summary words; a release sets its bits, then looks at
+      owner_sleeping (all sequentially consistent), so either the owner sees the bits or the
+      receiver sees the flag, exchanges it to 0, bumps release_seq and wakes it.
     - A process killed at any instruction leaves every slot in one of its four states; the owner
       (or the sweep) can always finish from there.
 
@@ -389,7 +398,7 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
 
     Segment header (page 0, 4096 bytes):
         0   u32  magic 0x53434D4F ("OMCS")
-        4   u16  version (3)
+        4   u16  version (5)
         6   u16  header size (4096)
         8   u64  total size of the file in bytes
         16  u64  entry table offset (4096)
@@ -419,7 +428,14 @@ WIRE FORMATS (native byte order inside a segment: it never leaves the host; the 
                  a getter of wake-up class c may be asleep, c = the key hash (below) >> 61
         260 u32  reserved, zero
         264 u64  puts (statistics, relaxed)
-        320 u32  release_seq: +1 on every release or withdrawal by a receiver; futex word
+        272 u32  last_entry: entry index + 1 of the latest put (a hint: a getter that saw
+                 put_seq move looks at that entry before the index; checked like any entry)
+        276 u32  reserved, zero
+        280 u64  last_offset: the latest put's payload offset in the data area (a hint for
+                 prefetching; never used to read)
+        288 ...  reserved, zero
+        320 u32  release_seq: +1 by a receiver that finds owner_sleeping set (it wakes the
+                 owner); futex word. Releases themselves show in the dirty bitmap only.
         324 u32  owner_sleeping: 1 if an owner thread may be asleep on release_seq
         328 ...  reserved, zero
         384 u64  claims, 392 u64 releases (statistics, relaxed; written by receivers only)
@@ -499,6 +515,16 @@ RECENT REVISIONS
                         Segment layout version 4: claim slot 0 at entry offset 56, the key at
                         64, slots 1..15 at 320; the claims/releases statistics at header
                         offset 384 (a line only receivers write).
+                        Segment layout version 5: a release writes release_seq only to wake a
+                        sleeping owner (the owner learns of releases from the dirty summary
+                        words); last_entry and last_offset (header offsets 272, 280, in
+                        put_seq's line) let a getter that saw put_seq move prefetch the latest
+                        put's entry and payload and look there before the index. A segment of
+                        another layout version is refused with a WARN naming both versions.
+                        A growing pool's new pages are filled by the put's pwrite (one pass
+                        instead of fallocate, populate and copy); a failed growth gives back
+                        what it took; a payload that fits when its grow step does not is
+                        reserved to its last page.
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -657,7 +683,7 @@ OMNICONN_API omc_result omc_shm_segment_path(omc_conn* conn, char* out, size_t o
 /* ============================================================================================== */
 
 #define OMC__SHM_MAGIC          0x53434D4Fu     /* "OMCS" */
-#define OMC__SHM_VERSION        4
+#define OMC__SHM_VERSION        5
 #define OMC__SHM_HEADER_SIZE    4096u
 #define OMC__SHM_ENTRY_SIZE     512u
 #define OMC__SHM_KEY_WORDS      32              /* 256 key bytes, zero padded */
@@ -703,9 +729,14 @@ typedef struct omc__shm_header {
                                         bits 24..31 "a getter of this wake-up class may sleep" */
     uint32_t reserved_260;      /* 260 */
     uint64_t puts;              /* 264  statistics: puts published */
-    uint8_t  pad1[48];          /* 272 */
+    uint32_t last_entry;        /* 272  entry index + 1 of the latest put: where a getter that
+                                        just saw put_seq move looks first (a hint, checked) */
+    uint32_t reserved_276;      /* 276 */
+    uint64_t last_offset;       /* 280  the latest put's payload offset in the data area (a hint:
+                                        prefetched with its entry, never trusted) */
+    uint8_t  pad1[32];          /* 288 */
     /* ... and one written by receivers, so the two sides never fight over a line */
-    uint32_t release_seq;       /* 320  futex: bumped on every release by a receiver */
+    uint32_t release_seq;       /* 320  futex: bumped by a receiver that wakes a sleeping owner */
     uint32_t owner_sleeping;    /* 324  1: an owner thread may be asleep on release_seq */
     uint8_t  pad2[56];          /* 328 */
     uint64_t claims;            /* 384  statistics: reads claimed (a line of their own: counting */
@@ -747,6 +778,8 @@ typedef char omc__shm_slot0_offset_check[offsetof(omc__shm_entry, slot0) == 56 ?
 typedef char omc__shm_key_offset_check[offsetof(omc__shm_entry, key) == 64 ? 1 : -1];
 typedef char omc__shm_slots_offset_check[offsetof(omc__shm_entry, slots_more) == 320 ? 1 : -1];
 typedef char omc__shm_claims_offset_check[offsetof(omc__shm_header, claims) == 384 ? 1 : -1];
+typedef char omc__shm_last_offset_check[offsetof(omc__shm_header, last_entry) == 272 ? 1 : -1];
+typedef char omc__shm_last_payload_check[offsetof(omc__shm_header, last_offset) == 280 ? 1 : -1];
 
 #define OMC__SHM_ENTRY_INLINE 0x1u
 #define OMC__SHM_ENTRY_FRAME  0x2u
@@ -1152,7 +1185,6 @@ typedef struct omc__shm {
                                    memory: receivers can write the segment, so nothing the owner
                                    relies on to free memory lives there. */
     uint32_t index_used;        /* live + tombstone buckets of the shared index */
-    uint32_t seen_release;      /* atomic (written under mu, peeked at without it) */
     omc_time_ns next_pass, last_full;
     uint64_t reserved;          /* bytes of the file reserved in the tmpfs, from offset 0 (under mu;
                                    = lay.total with reserve_all) */
@@ -1303,6 +1335,30 @@ OMC__PRIVATE int64_t omc__shm_index_find(uint8_t* base, const omc__shm_layout* L
     return -1;
 }
 
+/* A getter that has just seen put_seq move looks at the latest put's entry first: last_entry
+   shares put_seq's cache line, which the getter's spin has just fetched, so the lookup skips the
+   index bucket's line (a transfer between cores on the handoff's path). Only a hint: the entry
+   is checked like any other (seqlock, key), and a miss falls back to the index. */
+/* Start fetching the latest put's entry (its first two lines: fields, claim slot 0, key) and its
+   payload's first line, all at once: a getter that has just seen put_seq move then spends the
+   few hundred instructions before its claim while they cross between the cores, instead of
+   waiting for them one after the other. Prefetches never fault; the offsets are still checked. */
+OMC__PRIVATE void omc__shm_prefetch_latest(uint8_t* base, const omc__shm_layout* L) {
+    const omc__shm_header* h = (const omc__shm_header*)base;
+    uint32_t v = __atomic_load_n(&h->last_entry, __ATOMIC_RELAXED);
+    uint64_t off = __atomic_load_n(&h->last_offset, __ATOMIC_RELAXED);
+    if (v == 0 || v - 1 >= L->entry_count) return;
+    __builtin_prefetch(base + L->entries_off + (uint64_t)(v - 1) * OMC__SHM_ENTRY_SIZE, 1);  /* claimed next */
+    __builtin_prefetch(base + L->entries_off + (uint64_t)(v - 1) * OMC__SHM_ENTRY_SIZE + 64, 0);
+    if (off < L->data_size) __builtin_prefetch(base + L->data_off + off, 0);
+}
+
+OMC__PRIVATE int64_t omc__shm_latest_find(uint8_t* base, const omc__shm_layout* L, const omc__shm_key* k, omc__shm_snap* snap) {
+    uint32_t v = __atomic_load_n(&((omc__shm_header*)base)->last_entry, __ATOMIC_ACQUIRE);
+    if (v == 0 || v - 1 >= L->entry_count || !omc__shm_entry_read(base, L, v - 1, k, snap)) return -1;
+    return (int64_t)(v - 1);
+}
+
 /* ============================================================================================== */
 /* [SECTION] SHM: claims (one compare-and-swap per transition, by any process)                  */
 /* ============================================================================================== */
@@ -1333,20 +1389,36 @@ OMC__PRIVATE int omc__shm_unclaim(omc__shm_entry* e, uint32_t slot, uint32_t gen
 }
 
 /* Tell the owner that entry idx of a segment (base, L) gave something back: set its bit, then
-   the summary bit of that bitmap word, THEN bump release_seq. The owner reads release_seq first,
-   then takes summary words, then bitmap words (each by exchange), so a bit set after its look is
-   found on its next look; a reader killed between its CAS and this call leaves no bit, and the
-   owner's periodic full pass finds the entry anyway. */
+   the summary bit of that bitmap word. The owner looks at the summary words (one load says
+   whether anything came back), then takes summary words, then bitmap words (each by exchange),
+   so a bit set after its look is found on its next look; a reader killed between its CAS and
+   this call leaves no bit, and the owner's periodic full pass finds the entry anyway.
+   release_seq and owner_sleeping share a line nobody writes while the owner is awake: a release
+   reads owner_sleeping from its own cache and moves one line (the bitmap's) to the owner's side,
+   instead of two. An owner about to sleep sets owner_sleeping, then looks at the summary words
+   (both sequentially consistent, as are the bit and the load here): either it sees our bit, or
+   we see its flag, bump release_seq and wake it. */
 OMC__PRIVATE void omc__shm_notify_release(uint8_t* base, const omc__shm_layout* L, uint32_t idx) {
     omc__shm_header* h = (omc__shm_header*)base;
     if (idx < L->entry_count) {
         uint32_t w = idx / 64;
         __atomic_or_fetch(&omc__shm_dirty(base, L)[w], (uint64_t)1 << (idx % 64), __ATOMIC_RELEASE);
-        __atomic_or_fetch(&omc__shm_dirty_summary(base, L)[w / 64], (uint64_t)1 << (w % 64), __ATOMIC_RELEASE);
+        __atomic_or_fetch(&omc__shm_dirty_summary(base, L)[w / 64], (uint64_t)1 << (w % 64), __ATOMIC_SEQ_CST);
     }
-    __atomic_add_fetch(&h->release_seq, 1u, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&h->owner_sleeping, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&h->owner_sleeping, 0u, __ATOMIC_SEQ_CST))
+    if (__atomic_load_n(&h->owner_sleeping, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&h->owner_sleeping, 0u, __ATOMIC_SEQ_CST)) {
+        __atomic_add_fetch(&h->release_seq, 1u, __ATOMIC_SEQ_CST);
         omc__futex_wake_all(&h->release_seq);
+    }
+}
+
+/* Did any receiver give something back since the owner last drained the bitmap? (The summary
+   words: one for every 4096 entries.) */
+OMC__PRIVATE int omc__shm_released_any(uint8_t* base, const omc__shm_layout* L) {
+    const uint64_t* sum = omc__shm_dirty_summary(base, L);
+    uint32_t sw;
+    for (sw = 0; sw < L->summary_words; sw++)
+        if (__atomic_load_n(&sum[sw], __ATOMIC_SEQ_CST)) return 1;
+    return 0;
 }
 
 typedef struct omc__shm_count { uint32_t avail, held, done; } omc__shm_count;
@@ -1482,42 +1554,117 @@ OMC__PRIVATE omc_result omc__shm_owner_create(omc__shm* S, const omc_hooks* hook
 
 #include <sys/statvfs.h>     /* the tmpfs's size, for the message of a payload that does not fit */
 
+/* Map pages of our segment that a write() has just filled: they are in the page cache and up to
+   date, so a read fault maps them 16 at a time (the kernel's fault-around), writable (a shared
+   mapping of a tmpfs file needs no write notification): a later put into them takes no fault.
+   MADV_POPULATE_READ (Linux 5.14) in one call, else one load per page. */
+#define OMC__SHM_MADV_POPULATE_READ 22
+OMC__PRIVATE void omc__shm_prefault_filled(uint8_t* p, uint64_t n) {
+    uint64_t i;
+    if (madvise(p, (size_t)n, OMC__SHM_MADV_POPULATE_READ) == 0) return;
+    for (i = 0; i < n; i += OMC__SHM_PAGE) (void)*(volatile uint8_t*)(p + i);
+}
+
+/* Write n bytes at file offset off with pwrite: 0 or an errno (ENOSPC for a full tmpfs). */
+OMC__PRIVATE int omc__shm_pwrite_all(int fd, const uint8_t* src, uint64_t n, uint64_t off) {
+    while (n) {
+        ssize_t w = pwrite(fd, src, (size_t)omc__min(n, (uint64_t)1 << 30), (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return w < 0 ? errno : ENOSPC;
+        src += w;
+        off += (uint64_t)w;
+        n -= (uint64_t)w;
+    }
+    return 0;
+}
+
+/* Reserve file bytes [from, to) with posix_fallocate (nothing to do for an empty range). */
+OMC__PRIVATE int omc__shm_fallocate(int fd, uint64_t from, uint64_t to) {
+    return from < to ? posix_fallocate(fd, (off_t)from, (off_t)(to - from)) : 0;
+}
+
+/* The log line and result of a growth the tmpfs had no room for (under mu; unlocks it). */
+OMC__PRIVATE omc_result omc__shm_grow_failed(omc__shm* S, uint64_t size, int e) {
+    struct statvfs vs;
+    unsigned long long fs_size = 0, fs_free = 0, held = (unsigned long long)S->reserved;
+    if (statvfs(S->dir, &vs) == 0) {
+        fs_size = (unsigned long long)vs.f_blocks * vs.f_frsize;
+        fs_free = (unsigned long long)vs.f_bavail * vs.f_frsize;
+    }
+    omc__shm_mu_unlock(S);
+    OMC__LOG(&S->conn->hooks, OMC_LOG_ERROR, OMC_LOGITEM_SHM, "a %llu-byte payload does not fit: %s has %llu MiB (%llu MiB "
+             "free) and this connector's segment holds %llu MiB of it (pool_size %llu MiB): %s. Fix: a larger tmpfs "
+             "(docker --shm-size, mount -o remount,size=...), shm_dir on a larger tmpfs, or smaller payloads",
+             (unsigned long long)size, S->dir, fs_size >> 20, fs_free >> 20, held >> 20,
+             (unsigned long long)(S->lay.data_size >> 20), strerror(e));
+    return e == ENOSPC || e == EDQUOT || e == EFBIG ? OMC_ERR_SHM_FULL : OMC_ERR_SYSTEM;
+}
+
 /* A growing pool: make sure bytes [offset, offset + size) of the data area are reserved in the
-   tmpfs before anyone writes them (a write to an unreserved page of a full tmpfs is a SIGBUS).
-   Grows the reservation in OMNICONN_SHM_GROW_STEP steps; a tmpfs without room is
-   OMC_ERR_SHM_FULL with a log line that says how big the directory is and what to change. Under
-   mu, so that the idle shrink (which needs nothing in use) never runs between a range's
-   allocation and this check. */
-OMC__PRIVATE omc_result omc__shm_reserve(omc__shm* S, uint64_t offset, uint64_t size) {
-    uint64_t end = S->lay.data_off + offset + size, want;
+   tmpfs before anyone writes them through the mapping (a write to an unreserved page of a full
+   tmpfs is a SIGBUS). Grows the reservation to the next OMNICONN_SHM_GROW_STEP boundary (to the
+   range's last page when the step does not fit but the range does); a tmpfs without room is
+   OMC_ERR_SHM_FULL with a log line that says how big the directory is and what to change, and
+   whatever the failed growth had taken is punched out again. Under mu, so that the idle shrink
+   (which needs nothing in use) never runs between a range's allocation and this check; a range
+   inside the create-time reservation, which is never given back, needs no lock.
+
+   src (a put's payload, or NULL for a buffer from omc_conn_alloc): the part of the payload that
+   falls into the growth is written into the file with pwrite, which takes each new page and fills
+   it in one pass, instead of posix_fallocate (which takes it) and a populate (which zeroes and
+   maps it) before the copy fills it: a fresh pool's first pass costs about a fifth less. A full
+   tmpfs fails the pwrite with ENOSPC, never with a SIGBUS. The filled pages are then mapped
+   writable by fault-around. *copy_len receives how many bytes from the payload's start the caller
+   still copies through the mapping (those below the old reservation; all of them when nothing
+   grew). now: the caller's clock (one read per put: a read costs 60-75 ns on the benchmark VM). */
+OMC__PRIVATE omc_result omc__shm_reserve_fill(omc__shm* S, uint64_t offset, uint64_t size, const uint8_t* src, omc_time_ns now,
+                                              uint64_t* copy_len) {
+    uint64_t start = S->lay.data_off + offset, end = start + size, want, old, fill;
     int e;
+    *copy_len = size;
     if (S->reserved_min == S->lay.total) return OMC_OK;      /* reserve_all */
-    __atomic_store_n(&S->last_alloc, omc_now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&S->last_alloc, now, __ATOMIC_RELAXED);
+    if (end <= S->reserved_min) return OMC_OK;   /* never given back: no lock needed (small puts) */
     omc__shm_mu_lock(S);
     if (end <= S->reserved) { omc__shm_mu_unlock(S); return OMC_OK; }
-    want = OMC__ALIGN_UP(end, OMNICONN_SHM_GROW_STEP);
-    if (want > S->lay.total) want = S->lay.total;
-    e = posix_fallocate(S->fd, (off_t)S->reserved, (off_t)(want - S->reserved));
-    if (e != 0) {
-        struct statvfs vs;
-        unsigned long long fs_size = 0, fs_free = 0, held = (unsigned long long)S->reserved;
-        if (statvfs(S->dir, &vs) == 0) {
-            fs_size = (unsigned long long)vs.f_blocks * vs.f_frsize;
-            fs_free = (unsigned long long)vs.f_bavail * vs.f_frsize;
-        }
-        omc__shm_mu_unlock(S);
-        OMC__LOG(&S->conn->hooks, OMC_LOG_ERROR, OMC_LOGITEM_SHM, "a %llu-byte payload does not fit: %s has %llu MiB (%llu MiB "
-                 "free) and this connector's segment holds %llu MiB of it (pool_size %llu MiB): %s. Fix: a larger tmpfs "
-                 "(docker --shm-size, mount -o remount,size=...), shm_dir on a larger tmpfs, or smaller payloads",
-                 (unsigned long long)size, S->dir, fs_size >> 20, fs_free >> 20, held >> 20,
-                 (unsigned long long)(S->lay.data_size >> 20), strerror(e));
-        return e == ENOSPC || e == EDQUOT || e == EFBIG ? OMC_ERR_SHM_FULL : OMC_ERR_SYSTEM;
+    old = S->reserved;
+    want = omc__min(OMC__ALIGN_UP(end, OMNICONN_SHM_GROW_STEP), S->lay.total);
+    fill = src ? omc__max(start, old) : end;     /* [fill, end) is written by pwrite */
+    e = omc__shm_fallocate(S->fd, old, fill);
+    if (e == 0 && fill < end) e = omc__shm_pwrite_all(S->fd, src + (fill - start), end - fill, fill);
+    if (e == 0 && omc__shm_fallocate(S->fd, end, want) != 0) {
+        /* the payload fits, the rest of the step does not: grow to the payload's last page only */
+        uint64_t end_page = OMC__ALIGN_UP(end, OMC__SHM_PAGE);
+        if (end_page < want)
+            (void)fallocate(S->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)end_page, (off_t)(want - end_page));
+        want = end_page;
+        e = omc__shm_fallocate(S->fd, end, want);
     }
-    if (S->prefault) omc__shm_prefault(S->base + S->reserved, want - S->reserved);
+    if (e != 0) {
+        /* give back what this growth took (the pages above the reservation hold nothing anyone
+           was given) */
+        (void)fallocate(S->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)old, (off_t)(want - old));
+        return omc__shm_grow_failed(S, size, e);
+    }
+    if (S->prefault && fill < end) {        /* reserved below and above the filled pages */
+        uint64_t filled_lo = fill & ~(uint64_t)(OMC__SHM_PAGE - 1), filled_hi = OMC__ALIGN_UP(end, OMC__SHM_PAGE);
+        if (old < filled_lo) omc__shm_prefault(S->base + old, filled_lo - old);
+        omc__shm_prefault_filled(S->base + filled_lo, filled_hi - filled_lo);
+        if (filled_hi < want) omc__shm_prefault(S->base + filled_hi, want - filled_hi);
+    } else if (S->prefault) {
+        omc__shm_prefault(S->base + old, want - old);
+    }
+    *copy_len = fill - start < size ? fill - start : size;
     S->reserved = want;
     S->grows++;
     omc__shm_mu_unlock(S);
     return OMC_OK;
+}
+
+/* The same for a range that the caller fills through the mapping (omc_conn_alloc's buffers). */
+OMC__PRIVATE omc_result omc__shm_reserve(omc__shm* S, uint64_t offset, uint64_t size) {
+    uint64_t copy_len;
+    return omc__shm_reserve_fill(S, offset, size, NULL, omc_now_ns(), &copy_len);
 }
 
 /* A growing pool with nothing in use for OMNICONN_SHM_IDLE_MS gives back what it grew: the pages
@@ -1672,17 +1819,12 @@ OMC__PRIVATE void omc__shm_drain_dirty(omc__shm* S) {
    TTLs, reclaims views of dead readers, and catches a release whose dirty bit was lost.
    Returns the entries withdrawn by TTL plus the views reclaimed from dead readers. */
 OMC__PRIVATE uint64_t omc__shm_pass(omc__shm* S, omc_time_ns now, int full) {
-    uint32_t rel = __atomic_load_n(&S->hdr->release_seq, __ATOMIC_ACQUIRE);
     uint32_t i, next;
     uint64_t ttl = 0, dead = 0;
     omc__shm_pids seen;
     seen.n = 0;
-    if (!full && now < S->next_pass) {
-        if (rel != S->seen_release) { __atomic_store_n(&S->seen_release, rel, __ATOMIC_RELAXED); omc__shm_drain_dirty(S); }
-        return 0;
-    }
-    __atomic_store_n(&S->seen_release, rel, __ATOMIC_RELAXED);
-    omc__shm_drain_dirty(S);
+    omc__shm_drain_dirty(S);        /* looks at the summary words first: nothing to do, no store */
+    if (!full && now < S->next_pass) return 0;
     for (i = S->tab.used_head; i != OMC__NIL; i = next) {
         omc__ent* o = &S->tab.ent[i];
         next = o->next;
@@ -1730,7 +1872,11 @@ OMC__PRIVATE uint32_t omc__shm_publish(omc__shm* S, uint32_t i, uint32_t gen, co
         __atomic_store_n(omc__shm_slot(e, (uint32_t)s), omc__slot_make(gen, OMC__SLOT_AVAILABLE, 0), __ATOMIC_RELEASE);
     __atomic_store_n(&e->gen, gen, __ATOMIC_RELEASE);
     omc__shm_index_add(S, i);
-    __atomic_add_fetch(&S->hdr->puts, (uint64_t)1, __ATOMIC_RELAXED);
+    /* put_seq's line, written by the owner only (under mu): plain stores, no locked instruction
+       before the bump, which orders them */
+    __atomic_store_n(&S->hdr->puts, __atomic_load_n(&S->hdr->puts, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&S->hdr->last_entry, i + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&S->hdr->last_offset, range->offset, __ATOMIC_RELAXED);
     {   /* the class flag is cleared in the same step as the bump: returns it if it was set */
         uint32_t bit = omc__shm_wake_bit(k->hash);
         return omc__shm_seq_bump(&S->hdr->put_seq, bit) & bit;
@@ -1801,7 +1947,7 @@ OMC__PRIVATE omc_result omc__shm_register(omc__shm* S, const omc__shm_key* k, co
 
 /* Take back what receivers released, when anything was (one shared load says so). */
 OMC__PRIVATE void omc__shm_reclaim_released(omc__shm* S, omc_time_ns now) {
-    if (__atomic_load_n(&S->hdr->release_seq, __ATOMIC_ACQUIRE) == __atomic_load_n(&S->seen_release, __ATOMIC_RELAXED)) return;
+    if (!omc__shm_released_any(S->base, &S->lay)) return;
     omc__shm_mu_lock(S);
     omc__shm_pass(S, now, 0);
     omc__shm_mu_unlock(S);
@@ -1880,9 +2026,11 @@ static omc_result omc__shm_put_body(omc_conn* c, const char* qkey, uint32_t qlen
     } else {
         r = omc__shm_alloc_range(S, size ? size : 1, now, &range);
         if (r != OMC_OK) return r;
-        r = omc__shm_reserve(S, range.offset, size ? size : 1);
+        uint64_t copy_len = 0;
+        r = omc__shm_reserve_fill(S, range.offset, size ? size : 1, size ? (const uint8_t*)p->data : NULL, now, &copy_len);
+        if (!size) copy_len = 0;
         if (r != OMC_OK) { omc_alloc_free(omc_pool_allocator(S->pool), range); return r; }
-        if (size) omc__shm_copy_in(S->base + S->lay.data_off + range.offset, (const uint8_t*)p->data, size);
+        if (copy_len) omc__shm_copy_in(S->base + S->lay.data_off + range.offset, (const uint8_t*)p->data, copy_len);
     }
     /* no metadata wanted (the consumer gets by key): no envelope, no inline copy, no CRC */
     if (meta_out->size == OMC__SHM_META_UNWANTED) { meta_out->size = 0; meta_out = NULL; }
@@ -1942,9 +2090,11 @@ static omc_result omc__shm_alloc_body(omc_conn* c, uint64_t size, omc_time_ns de
                      (unsigned long long)size, S->name);
             return OMC_ERR_TIMEOUT;
         }
+        /* the flag, then a look at what came back since (see omc__shm_notify_release): a release
+           after the look sees the flag and bumps release_seq, so the sleep on seen ends.
+           Short slices: a buffer released by a thread of this process sets no bit */
         __atomic_store_n(&S->hdr->owner_sleeping, 1u, __ATOMIC_SEQ_CST);
-        /* short slices: a buffer released by a thread of this process does not touch release_seq */
-        if (__atomic_load_n(&S->hdr->release_seq, __ATOMIC_SEQ_CST) == seen)
+        if (!omc__shm_released_any(S->base, &S->lay) && __atomic_load_n(&S->hdr->release_seq, __ATOMIC_SEQ_CST) == seen)
             omc__futex_wait(&S->hdr->release_seq, seen, deadline, 10000000LL);
     }
 }
@@ -2072,6 +2222,7 @@ OMC__PRIVATE omc_result omc__shm_peer_open(omc__shm* S, const char* name, uint64
     struct stat st;
     char path[OMC_SHM_PATH_MAX];
     const char* why = NULL;
+    char vwhy[160];
     void* p;
     int fd, e;
     omc_result r = OMC_OK;
@@ -2097,9 +2248,13 @@ OMC__PRIVATE omc_result omc__shm_peer_open(omc__shm* S, const char* name, uint64
     }
     else if (h.state == OMC__SHM_CREATING || h.state == OMC__SHM_CLOSED)
         r = OMC_ERR_NOT_FOUND;      /* header still being written, or closed by its owner: silent */
-    else if ((r = omc__shm_layout_check(&h, (uint64_t)st.st_size, &lay)) != OMC_OK)
-        why = r == OMC_ERR_VERSION ? "it was written by another omniconn release (segment layout version differs): run the same "
-                                     "release on both sides" : "its header does not match its size or layout";
+    else if ((r = omc__shm_layout_check(&h, (uint64_t)st.st_size, &lay)) != OMC_OK) {
+        if (r == OMC_ERR_VERSION) {
+            snprintf(vwhy, sizeof(vwhy), "it was written by another omniconn release (segment layout version %u; this release "
+                     "reads version %u): run the same release on both sides", (unsigned)h.version, (unsigned)OMC__SHM_VERSION);
+            why = vwhy;
+        } else why = "its header does not match its size or layout";
+    }
     else if (h.owner_uid != S->uid) { why = "its header names another owner uid"; r = OMC_ERR_SHM_CHANGED; }
     else if ((want_id && h.segment_id != want_id) || (want_ino && (uint64_t)st.st_ino != want_ino)) {
         why = "it was replaced: segment id or inode differ from the metadata"; r = OMC_ERR_SHM_CHANGED;
@@ -2487,9 +2642,10 @@ OMC__PRIVATE omc_result omc__shm_get_meta(omc__shm* S, const omc__shm_key* k, co
 
 /* One look at every segment of the channel (caller holds rmu). OMC_ERR_NOT_FOUND if the key is in
    none of them; then *wait_peer / *wait_seq say what to sleep on (put_seq as read BEFORE the
-   lookup, so a put that lands after the lookup is never slept through). */
+   lookup, so a put that lands after the lookup is never slept through). latest: we waited for
+   the key, so it is most likely the latest put of a segment (look there before the index). */
 OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, const omc__shm_key* k, uint64_t max_size, omc_buffer* out,
-                                             omc__shm_peer** wait_peer, uint32_t* wait_seq, uint32_t* npeers) {
+                                             omc__shm_peer** wait_peer, uint32_t* wait_seq, uint32_t* npeers, int latest) {
     uint32_t it = 0;
     void* v;
     *wait_peer = NULL;
@@ -2501,7 +2657,8 @@ OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, const
         int64_t idx;
         if (!P->in_channel || omc__shm_peer_check(S, P, now, 0) != OMC_OK) continue;
         seq = __atomic_load_n(&P->hdr->put_seq, __ATOMIC_SEQ_CST);
-        idx = omc__shm_index_find(P->base, &P->lay, k, &snap);
+        idx = latest ? omc__shm_latest_find(P->base, &P->lay, k, &snap) : -1;
+        if (idx < 0) idx = omc__shm_index_find(P->base, &P->lay, k, &snap);
         if (idx >= 0 && omc__shm_snap_in_bounds(P, &snap)) {
             omc_result r;
             omc__shm_dup_check(S, P, k, now);
@@ -2517,9 +2674,11 @@ OMC__PRIVATE omc_result omc__shm_try_channel(omc__shm* S, omc_time_ns now, const
 
 /* Spin on put_seq for spin_ns (the small-payload handoff then costs no system call; forever for
    OMC_SHM_SPIN_FOREVER), then sleep on it with FUTEX_WAIT_BITSET in the class of our key. Never
-   longer than a slice, spinning or asleep: new segments may join the channel. */
+   longer than a slice, spinning or asleep: new segments may join the channel. *seen_at: the
+   clock of the spin's last look when it saw a put (at most 32 pauses old: the caller's look
+   that follows needs no clock read of its own, 60-75 ns on the benchmark VM), else 0. */
 OMC__PRIVATE void omc__shm_wait_put(omc__shm* S, omc__shm_peer* P, uint32_t seq, omc_time_ns deadline,
-                                    omc_time_ns* spin_until, int64_t slice, uint32_t bit) {
+                                    omc_time_ns* spin_until, int64_t slice, uint32_t bit, omc_time_ns* seen_at) {
     uint32_t* word = &P->hdr->put_seq, w;
     omc_time_ns now = omc_now_ns(), slice_end = now + slice;
     if (*spin_until == 0) *spin_until = S->spin_ns == OMC_SHM_SPIN_FOREVER ? OMC_WAIT_FOREVER : S->spin_ns > 0 ? now + S->spin_ns : now;
@@ -2532,6 +2691,11 @@ OMC__PRIVATE void omc__shm_wait_put(omc__shm* S, omc__shm_peer* P, uint32_t seq,
         for (k = 0; k < 32 && ((__atomic_load_n(word, __ATOMIC_ACQUIRE) ^ seq) & OMC__SHM_SEQ_MASK) == 0; k++) OMC__SHM_PAUSE();
         now = omc_now_ns();
     }
+    if (((__atomic_load_n(word, __ATOMIC_ACQUIRE) ^ seq) & OMC__SHM_SEQ_MASK) != 0) {   /* a put: most likely ours */
+        omc__shm_prefetch_latest(P->base, &P->lay);
+        *seen_at = now;
+        return;
+    }
     if (now >= deadline || now >= slice_end || omc__load(&S->conn->closed)) return;
     /* our class's flag, set only while the sequence is still the one read before the lookup;
        then sleep on exactly the word we wrote: any put since makes the kernel refuse */
@@ -2541,31 +2705,42 @@ OMC__PRIVATE void omc__shm_wait_put(omc__shm* S, omc__shm_peer* P, uint32_t seq,
     omc__futex_wait_bits(word, w | bit, deadline, slice_end - now, bit);
 }
 
+/* A get by key: look, wait for a put, look again. The peer waited on stays pinned until the next
+   look, which drops the pin under the lock it takes anyway (one lock per look, not two). */
 OMC__PRIVATE omc_result omc__shm_get_wait(omc__shm* S, const omc__shm_key* k, omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
-    omc_time_ns spin_until = 0;
+    omc_time_ns spin_until = 0, seen_at = 0;
+    omc__shm_peer* pinned = NULL;
+    int waited = 0;
     for (;;) {
         omc__shm_peer* wp = NULL;
         uint32_t wseq = 0, npeers = 0, idle = __atomic_load_n(&S->idle_word, __ATOMIC_ACQUIRE);
         omc_time_ns now;
         omc_result r;
-        if (omc__load(&S->conn->closed)) return OMC_ERR_CLOSED;
         omc__shm_rmu_lock(S);
-        now = omc_now_ns();
+        if (pinned) { pinned->pins--; pinned = NULL; }
+        if (omc__load(&S->conn->closed)) { omc__shm_rmu_unlock(S); return OMC_ERR_CLOSED; }
+        now = seen_at ? seen_at : omc_now_ns();
+        seen_at = 0;
         if (now >= S->next_scan) { omc__shm_scan_channel(S); S->next_scan = now + OMC__SHM_SCAN_NS; }
         omc__shm_peers_maintain(S, now, 0);
-        r = omc__shm_try_channel(S, now, k, max_size, out, &wp, &wseq, &npeers);
+        r = omc__shm_try_channel(S, now, k, max_size, out, &wp, &wseq, &npeers, waited);
         if (r == OMC_ERR_NOT_FOUND && wp) wp->pins++;   /* keep it mapped while we sleep on it */
         omc__shm_rmu_unlock(S);
         if (r != OMC_ERR_NOT_FOUND) return r;
         if (deadline == OMC_NO_WAIT || omc_now_ns() >= deadline) r = OMC_ERR_TIMEOUT;
-        else if (wp) omc__shm_wait_put(S, wp, wseq, deadline, &spin_until, npeers > 1 ? 2000000LL : OMC__SHM_SCAN_NS, omc__shm_wake_bit(k->hash));
+        else if (wp) omc__shm_wait_put(S, wp, wseq, deadline, &spin_until, npeers > 1 ? 2000000LL : OMC__SHM_SCAN_NS,
+                                       omc__shm_wake_bit(k->hash), &seen_at);
         else omc__futex_wait(&S->idle_word, idle, deadline, OMC__SHM_SCAN_NS / 2);  /* no sender yet */
-        if (wp) {
-            omc__shm_rmu_lock(S);
-            wp->pins--;
-            omc__shm_rmu_unlock(S);
+        if (r == OMC_ERR_TIMEOUT) {
+            if (wp) {
+                omc__shm_rmu_lock(S);
+                wp->pins--;
+                omc__shm_rmu_unlock(S);
+            }
+            return r;
         }
-        if (r == OMC_ERR_TIMEOUT) return r;
+        pinned = wp;
+        waited = 1;
     }
 }
 

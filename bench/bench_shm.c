@@ -42,6 +42,14 @@
                                (spin_ns = OMC_SHM_SPIN_FOREVER). Only on hosts with 2+ CPUs.
      memcpy_pool_gbps          the fair baseline for the stream: the same copy into destinations
                                cycling through a faulted-in region the size of the stream's pool.
+     first_pass_gbps           a fresh pool's first pass, alone: one process creates a sender (the
+                               default growing pool, the stream's pool_size) and puts payloads,
+                               all held, until they fill the pool (at most 64): every put grows
+                               the pool. Median over several fresh pools.
+     refill_pass_gbps          in each of those pools, the same puts again after a cleanup of all:
+                               every page already reserved and mapped.
+   env:   BENCH_SHM_FIRST_ONLY=1          only the first-put and refill rows (quick before/after
+                                          comparisons of the growing pool)
    Throughput figures are the median of ROUNDS interleaved rounds (the machine is shared);
    handoff percentiles are over all samples of all rounds. */
 #define OMNICONN_IMPLEMENTATION
@@ -65,6 +73,7 @@
 #define GiB (1024ull * MiB)
 #define ROUNDS 3
 #define MAX_LAT 20000
+#define FIRST_REPS 3                /* fresh pools per round for the first-pass rows */
 
 /* ---- a page shared by the two processes of one measurement ---------------------------------- */
 
@@ -334,6 +343,44 @@ static void bench_handoff(uint64_t size, uint64_t n, uint8_t* src, int64_t* lat,
     munmap(sp, sizeof(*sp));
 }
 
+/* A fresh pool's first pass, alone (no consumer): GB/s of puts that fill a fresh pool of the
+   stream's size (up to 64 payloads, all held, so every one takes a new range and the pool grows
+   under each), then of the same puts again after a cleanup of all (every page already reserved
+   and mapped: the refill). */
+static void bench_first_pass(uint64_t size, const uint8_t* src, double* first_gbps, double* refill_gbps) {
+    char ch[32], key[24];
+    omc_conn* s;
+    omc_payload p;
+    omc_time_ns t0, t1;
+    uint64_t n = (pool_for(size) - 8 * MiB) / size, i;
+    int pass;
+    if (n > 64) n = 64;
+    if (n < 1) n = 1;
+    snprintf(ch, sizeof(ch), "bench%ldn%d", (long)getpid(), ++nchan);
+    s = shm_conn(ch, OMC_ROLE_SENDER, pool_for(size), 1, 0);
+    if (!s) { fprintf(stderr, "bench_shm: cannot create a %llu-byte pool (first pass)\n", (unsigned long long)pool_for(size)); exit(1); }
+    memset(&p, 0, sizeof(p));
+    p.data = src;
+    p.size = size;
+    for (pass = 0; pass < 2; pass++) {
+        t0 = omc_now_ns();
+        for (i = 0; i < n; i++) {
+            key_of(key, i);
+            if (omc_conn_put(s, "p", "c", key, &p, NULL) != OMC_OK) { fprintf(stderr, "bench_shm: first-pass put failed\n"); exit(1); }
+        }
+        t1 = omc_now_ns();
+        *(pass ? refill_gbps : first_gbps) = (double)size * (double)n / (double)(t1 - t0);
+        for (i = 0; i < n; i++) { key_of(key, i); omc_conn_cleanup(s, "p", "c", key); }
+    }
+    omc_conn_destroy(s);
+}
+
+static double median_d(double* v, int n) {
+    int i, j;
+    for (i = 1; i < n; i++) for (j = i; j > 0 && v[j] < v[j - 1]; j--) { double x = v[j]; v[j] = v[j - 1]; v[j - 1] = x; }
+    return n ? v[n / 2] : 0;
+}
+
 /* ---- vLLM-Omni's design: a new segment and a lock file per request ----------------------------- */
 
 static void base_names(char* seg, char* lock, long owner, uint64_t i) {
@@ -413,6 +460,8 @@ typedef struct row {
     uint64_t size;
     uint64_t n_stream, n_base, n_handoff, n_memcpy;
     double memcpy_gbps[ROUNDS], memcpy_pool_gbps[ROUNDS], omc_gbps[ROUNDS], omc_noinline_gbps[ROUNDS], base_gbps[ROUNDS];
+    double first_gbps[ROUNDS * FIRST_REPS], refill_gbps[ROUNDS * FIRST_REPS];
+    int nfirst;
     int64_t *lat, *lat_spin;
     uint32_t nlat, nlat_spin;
     double p50_us, p99_us;
@@ -465,6 +514,7 @@ static double loadavg(void) {
 
 int main(int argc, char** argv) {
     const int quick = getenv("BENCH_SHM_QUICK") != NULL, no_base = getenv("BENCH_SHM_NO_BASELINE") != NULL;
+    const int first_only = getenv("BENCH_SHM_FIRST_ONLY") != NULL;
     const int rounds = quick ? 1 : getenv("BENCH_ROUNDS") && atoi(getenv("BENCH_ROUNDS")) >= 1 && atoi(getenv("BENCH_ROUNDS")) <= ROUNDS
                                        ? atoi(getenv("BENCH_ROUNDS")) : ROUNDS;
     const char* path = argc > 1 ? argv[1] : NULL;
@@ -525,7 +575,15 @@ int main(int argc, char** argv) {
     for (round = 0; round < rounds; round++) {
         for (i = 0; i < nsizes; i++) {
             row* r = &rows[i];
+            int k;
             src = (uint8_t*)big_buffer(r->size, 0x5A);
+            for (k = 0; k < FIRST_REPS; k++, r->nfirst++) bench_first_pass(r->size, src, &r->first_gbps[r->nfirst], &r->refill_gbps[r->nfirst]);
+            if (first_only) {
+                printf("  round %d %10llu B: first pass %6.2f GB/s  refill %6.2f GB/s\n", round, (unsigned long long)r->size,
+                       r->first_gbps[r->nfirst - 1], r->refill_gbps[r->nfirst - 1]);
+                munmap(src, (size_t)r->size);
+                continue;
+            }
             r->memcpy_gbps[round] = bench_memcpy(r->size, r->n_memcpy);
             r->memcpy_pool_gbps[round] = bench_memcpy_pool(r->size, r->n_stream);
             r->omc_gbps[round] = bench_omniconn(r->size, r->n_stream, 0, src);
@@ -572,7 +630,7 @@ int main(int argc, char** argv) {
             double mc = median3(r->memcpy_gbps, nr), mp = median3(r->memcpy_pool_gbps, nr), om = median3(r->omc_gbps, nr), ba = median3(r->base_gbps, nr);
             r->p50_us = pct_us(r->lat, r->nlat, 50);
             r->p99_us = pct_us(r->lat, r->nlat, 99);
-            if (r->size >= MiB && om / mc < min_ratio_ge_1m) min_ratio_ge_1m = om / mc;
+            if (r->size >= MiB && mc > 0 && om / mc < min_ratio_ge_1m) min_ratio_ge_1m = om / mc;
             if (r->size == 186 * MiB) r186 = (ba > 0 ? om / ba : 0);
             if (r->size == 4 * KiB) r4k = (ba > 0 ? om / ba : 0);
             if (r->size == 64) p50_small = r->p50_us;
@@ -581,11 +639,13 @@ int main(int argc, char** argv) {
             if (r->nlat_spin)
                 fprintf(f, "\"handoff_spin_us_p50\": %.3f, \"handoff_spin_us_p99\": %.3f, ", pct_us(r->lat_spin, r->nlat_spin, 50),
                         pct_us(r->lat_spin, r->nlat_spin, 99));
-            fprintf(f, "\"memcpy_pool_gbps\": %.4f, \"omniconn_vs_memcpy_pool\": %.3f, ", mp, om / mp);
+            fprintf(f, "\"first_pass_gbps\": %.4f, \"refill_pass_gbps\": %.4f, ", median_d(r->first_gbps, r->nfirst),
+                    median_d(r->refill_gbps, r->nfirst));
+            fprintf(f, "\"memcpy_pool_gbps\": %.4f, \"omniconn_vs_memcpy_pool\": %.3f, ", mp, mp > 0 ? om / mp : 0);
             fprintf(f, "\"memcpy_gbps\": %.4f, \"per_request_segment_gbps\": %.4f, \"handoff_us_p50\": %.3f, \"handoff_us_p99\": %.3f, "
                        "\"omniconn_vs_memcpy\": %.3f, \"omniconn_vs_per_request\": %.1f, \"iterations\": {\"stream\": %llu, \"per_request\": %llu, "
                        "\"handoff\": %u, \"memcpy\": %llu}}%s\n",
-                    mc, ba, r->p50_us, r->p99_us, om / mc, ba > 0 ? om / ba : 0, (unsigned long long)r->n_stream, (unsigned long long)r->n_base,
+                    mc, ba, r->p50_us, r->p99_us, mc > 0 ? om / mc : 0, ba > 0 ? om / ba : 0, (unsigned long long)r->n_stream, (unsigned long long)r->n_base,
                     r->nlat, (unsigned long long)r->n_memcpy, i + 1 < nsizes ? "," : "");
         }
         fprintf(f, "  ],\n  \"targets\": {\n");

@@ -455,6 +455,53 @@ OMC_TEST(shm_alloc_waits_for_a_release_by_a_receiver) {
     omc_conn_destroy(r);
 }
 
+/* A release moves one line to the owner's side (the dirty bitmap's): release_seq (header offset
+   320) is written only by a release that finds the owner asleep waiting for space, which it
+   wakes. Watched through a mapping of the segment's header. */
+OMC_TEST(shm_release_touches_release_seq_only_to_wake_a_sleeping_owner) {
+    char ch[32], path[OMC_SHM_PATH_MAX];
+    omc_conn *s, *r;
+    omc_buffer b;
+    pthread_t th;
+    alloc_arg a;
+    volatile uint32_t* hdr;
+    omc_time_ns end;
+    uint32_t rel0;
+    int fd;
+    unique_channel(ch, sizeof(ch));
+    s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
+    r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    CHECK_OK(omc_shm_segment_path(s, path, sizeof(path)));
+    fd = open(path, O_RDONLY);
+    REQUIRE(fd >= 0);
+    hdr = (volatile uint32_t*)mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    REQUIRE(hdr != MAP_FAILED);
+    CHECK_OK(put_pattern(s, "k1", 600000, 3, 1, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "k1", NULL, 0, omc_deadline_after_ms(1000), &b));
+    CHECK_OK(omc_buffer_release(&b));
+    CHECK_EQ(__atomic_load_n(&hdr[320 / 4], __ATOMIC_ACQUIRE), 0);      /* nobody slept: untouched */
+    CHECK_OK(put_pattern(s, "k2", 600000, 4, 1, NULL));
+    CHECK_OK(omc_conn_get(r, "a", "b", "k2", NULL, 0, omc_deadline_after_ms(1000), &b));
+    memset(&a, 0, sizeof(a));
+    a.c = s;
+    pthread_create(&th, NULL, alloc_thread, &a);
+    end = omc_now_ns() + 5000000000LL;           /* until the owner says it may sleep */
+    while (__atomic_load_n(&hdr[324 / 4], __ATOMIC_ACQUIRE) == 0 && omc_now_ns() < end) sched_yield();
+    CHECK_EQ(__atomic_load_n(&hdr[324 / 4], __ATOMIC_ACQUIRE), 1);
+    rel0 = __atomic_load_n(&hdr[320 / 4], __ATOMIC_ACQUIRE);
+    CHECK_OK(omc_buffer_release(&b));
+    pthread_join(th, NULL);
+    CHECK_OK(a.r);
+    CHECK_EQ(__atomic_load_n(&hdr[320 / 4], __ATOMIC_ACQUIRE), rel0 + 1);
+    CHECK_EQ(__atomic_load_n(&hdr[324 / 4], __ATOMIC_ACQUIRE), 0);
+    if (a.r == OMC_OK) CHECK_OK(omc_buffer_release(&a.b));
+    munmap((void*)hdr, 4096);
+    omc_conn_destroy(s);
+    omc_conn_destroy(r);
+}
+
 OMC_TEST(shm_fanout_limit_and_entry_table_full) {
     char ch[32];
     omc_shm_desc d;
@@ -1501,6 +1548,196 @@ OMC_TEST(shm_pool_grows_on_demand_and_gives_it_back_when_idle) {
     CHECK_OK(omc_conn_get(r, "a", "b", "small", NULL, 0, omc_deadline_after_ms(5000), &b));
     CHECK(omc_test_verify(b.data, b.size, 9));
     CHECK_OK(omc_buffer_release(&b));
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+}
+
+/* A fresh growing pool's first pass: the part of a put that falls into new growth is written into
+   the file (pwrite), the part below the old reservation through the mapping. Payloads that lie
+   inside the first reservation, straddle its end, or lie wholly in new growth, of odd sizes, all
+   held at once (so their ranges differ), arrive byte for byte in a receiver's own mapping. */
+OMC_TEST(shm_first_pass_of_a_growing_pool_arrives_byte_for_byte) {
+    static const uint64_t sizes[] = { 1, (1u << 20) + 13, (3u << 20) + 7, (9u << 20) + 4095, 4096, (5u << 20) + 1 };
+    char ch[32], key[16];
+    omc_conn *s, *r;
+    omc_buffer b[6];
+    unsigned i;
+    unique_channel(ch, sizeof(ch));
+    s = make_priv(ch, OMC_ROLE_SENDER, 64u << 20);
+    r = make_priv(ch, OMC_ROLE_RECEIVER, 0);
+    REQUIRE(s && r);
+    for (i = 0; i < 6; i++) {
+        snprintf(key, sizeof(key), "first%u", i);
+        CHECK_OK(put_pattern(s, key, sizes[i], 40 + i, 1, NULL));
+        CHECK_OK(omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(5000), &b[i]));
+    }
+    CHECK(segment_bytes(s) >= (18u << 20));
+    for (i = 0; i < 6; i++) {
+        CHECK(b[i].size == sizes[i] && omc_test_verify(b[i].data, b[i].size, 40 + i));
+        CHECK_OK(omc_buffer_release(&b[i]));
+    }
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+}
+
+/* Minor page faults of a put into the range that the first put grew the pool for (the pool is
+   sized so that both must use the same range). */
+static long second_put_faults(const char* ch, int no_prefault) {
+    omc_shm_desc d;
+    omc_conn* s = NULL;
+    struct rusage ru0, ru1;
+    const uint64_t size = 8u << 20;
+    void* data = malloc(size);
+    omc_payload p;
+    long faults = -1;
+    memset(&d, 0, sizeof(d));
+    d.shm_dir = priv_dir;
+    d.channel = ch;
+    d.role = OMC_ROLE_SENDER;
+    d.pool_size = size + (512u << 10);
+    d.no_prefault = no_prefault;
+    memset(data, 7, size);          /* the source's own faults happen here, not in the puts */
+    memset(&p, 0, sizeof(p));
+    p.data = data;
+    p.size = size;
+    if (omc_shm_create(&d, &s) == OMC_OK) {
+        if (omc_conn_put(s, "a", "b", "one", &p, NULL) == OMC_OK && omc_conn_cleanup(s, "a", "b", "one") == OMC_OK) {
+            getrusage(RUSAGE_SELF, &ru0);
+            if (omc_conn_put(s, "a", "b", "two", &p, NULL) == OMC_OK) {
+                getrusage(RUSAGE_SELF, &ru1);
+                faults = ru1.ru_minflt - ru0.ru_minflt;
+            }
+        }
+        omc_conn_destroy(s);
+    }
+    free(data);
+    return faults;
+}
+
+/* The pages a put's pwrite filled while the pool grew are mapped in the owner at once (writable,
+   by fault-around): the next put into that range takes no page fault for them, where a pool
+   with no_prefault takes one per 4 KiB page (2048 for 8 MiB). Compared as a difference: a
+   sanitizer's shadow memory adds faults of its own to both. */
+OMC_TEST(shm_grown_range_is_mapped_for_the_next_put) {
+    char ch[32];
+    long with, without;
+    unique_channel(ch, sizeof(ch));
+    with = second_put_faults(ch, 0);
+    without = second_put_faults(ch, 1);
+    CHECK(with >= 0 && without - with >= 1500);
+    if (with < 0 || without - with < 1500) fprintf(stderr, "  second 8 MiB put: %ld faults prefaulted, %ld not\n", with, without);
+    CHECK_EQ(count_segments(priv_dir, ch), 0);
+}
+
+/* A put that runs out of tmpfs while it grows the pool (a 4 MiB tmpfs in a private mount
+   namespace, as above; needs root): its pwrite stops with ENOSPC part-way, the put fails with
+   OMC_ERR_SHM_FULL and an ERROR naming the directory - no SIGBUS - and every page the failed
+   growth took is given back (the tmpfs's free space and the segment's blocks are what they were
+   before). Puts that fit still work, every byte checked, before and after. */
+static uint64_t dir_free(const char* dir) {
+    struct statvfs vs;
+    return statvfs(dir, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize : 0;
+}
+OMC_TEST(shm_full_tmpfs_while_growing_gives_back_what_the_failed_put_took) {
+    pid_t pid;
+    int status;
+    if (geteuid() != 0) { printf("SKIP shm_full_tmpfs_while_growing_gives_back_what_the_failed_put_took: needs root to mount a small tmpfs\n"); return; }
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        char dir[64], ch[32];
+        omc_conn *c = NULL, *r;
+        omc_shm_desc d;
+        omc_buffer b, held;
+        uint64_t free0, held0;
+        int fails = 0;
+        snprintf(dir, sizeof(dir), "/tmp/omc-grow-%ld", (long)getpid());
+        if (unshare(CLONE_NEWNS) != 0 || mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mkdir(dir, 0700) != 0 || mount("tmpfs", dir, "tmpfs", 0, "size=4m") != 0) _exit(77);
+        unique_channel(ch, sizeof(ch));
+        memset(&d, 0, sizeof(d));
+        d.shm_dir = dir;
+        d.channel = ch;
+        d.max_entries = 64;
+        d.pool_size = 16u << 20;
+        d.hooks.log_fn = full_logger;
+        memset(&held, 0, sizeof(held));
+        if (omc_shm_create(&d, &c) != OMC_OK) _exit(1);
+        r = make_shm_in(dir, ch, OMC_ROLE_RECEIVER, 0);
+        /* "one" is held throughout: its MiB stays taken */
+        if (!r || put_pattern(c, "one", (1u << 20) + 5, 11, 1, NULL) != OMC_OK ||
+            omc_conn_get(r, "a", "b", "one", NULL, 0, omc_deadline_after_ms(2000), &held) != OMC_OK ||
+            !omc_test_verify(held.data, held.size, 11)) fails |= 2;
+        free0 = dir_free(dir);
+        held0 = segment_bytes(c);
+        full_log[0] = 0;
+        /* more than the tmpfs has left, and most of it in new growth: the pwrite fills what fits */
+        if (put_pattern(c, "too-big", (3u << 20) + (600u << 10), 12, 1, NULL) != OMC_ERR_SHM_FULL) fails |= 4;
+        if (!strstr(full_log, dir) || !strstr(full_log, "does not fit")) fails |= 8;
+        if (dir_free(dir) != free0 || segment_bytes(c) != held0) fails |= 16;
+        if (fails & 16) fprintf(stderr, "  free %llu -> %llu, segment %llu -> %llu\n", (unsigned long long)free0,
+                                (unsigned long long)dir_free(dir), (unsigned long long)held0, (unsigned long long)segment_bytes(c));
+        if (omc_conn_get(r, "a", "b", "too-big", NULL, 0, omc_deadline_after_ms(20), &b) != OMC_ERR_TIMEOUT) fails |= 32;
+        if (put_pattern(c, "fits", (1u << 20) + 3, 13, 1, NULL) != OMC_OK ||
+            omc_conn_get(r, "a", "b", "fits", NULL, 0, omc_deadline_after_ms(2000), &b) != OMC_OK ||
+            !omc_test_verify(b.data, b.size, 13) || omc_buffer_release(&b) != OMC_OK) fails |= 64;
+        if (!omc_test_verify(held.data, held.size, 11) || omc_buffer_release(&held) != OMC_OK) fails |= 2;
+        omc_conn_destroy(r);
+        omc_conn_destroy(c);
+        if (count_segments(dir, NULL) != 0) fails |= 128;
+        umount(dir);
+        rmdir(dir);
+        _exit(fails);
+    }
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));        /* not killed: no SIGBUS */
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) { printf("SKIP shm_full_tmpfs_while_growing_gives_back_what_the_failed_put_took: cannot mount a tmpfs here\n"); return; }
+    CHECK_EQ(WEXITSTATUS(status), 0);
+}
+
+/* A segment of another layout version (here: the previous one, written over a live segment's
+   header) is refused by a receiver with a WARN that names both versions and says what to do; a
+   get with its metadata fails with OMC_ERR_VERSION, a get by key does not find the key there. */
+static char version_log[1024];
+static void version_logger(omc_log_level level, omc_log_item item, const char* message, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    if (level == OMC_LOG_WARN && strstr(message, "layout version")) snprintf(version_log, sizeof(version_log), "%s", message);
+}
+OMC_TEST(shm_segment_of_another_layout_version_is_refused_naming_both) {
+    char ch[32], path[OMC_SHM_PATH_MAX], want[64];
+    omc_conn *s, *r = NULL;
+    omc_shm_desc d;
+    omc_meta m;
+    omc_buffer b;
+    uint16_t old_version, version;
+    int fd;
+    unique_channel(ch, sizeof(ch));
+    s = make_priv(ch, OMC_ROLE_SENDER, 1u << 20);
+    REQUIRE(s);
+    CHECK_OK(put_pattern(s, "k", 100000, 5, 1, &m));
+    CHECK_OK(omc_shm_segment_path(s, path, sizeof(path)));
+    fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    REQUIRE(pread(fd, &version, 2, 4) == 2);
+    old_version = (uint16_t)(version - 1);
+    REQUIRE(pwrite(fd, &old_version, 2, 4) == 2);
+    memset(&d, 0, sizeof(d));
+    d.shm_dir = priv_dir;
+    d.channel = ch;
+    d.role = OMC_ROLE_RECEIVER;
+    d.hooks.log_fn = version_logger;
+    version_log[0] = 0;
+    REQUIRE(omc_shm_create(&d, &r) == OMC_OK);
+    CHECK_RES(omc_conn_get(r, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(1000), &b), OMC_ERR_VERSION);
+    snprintf(want, sizeof(want), "layout version %u; this release reads version %u", (unsigned)old_version, (unsigned)version);
+    CHECK(strstr(version_log, want) != NULL && strstr(version_log, "same release on both sides") != NULL);
+    if (!strstr(version_log, want)) fprintf(stderr, "  log: %s\n", version_log);
+    CHECK_RES(omc_conn_get(r, "a", "b", "k", NULL, 0, omc_deadline_after_ms(50), &b), OMC_ERR_TIMEOUT);
+    REQUIRE(pwrite(fd, &version, 2, 4) == 2);
+    close(fd);
+    omc_meta_free(&m);
     omc_conn_destroy(r);
     omc_conn_destroy(s);
     CHECK_EQ(count_segments(priv_dir, ch), 0);
