@@ -3092,13 +3092,18 @@ OMC__PRIVATE omc_result omc__conn_hold(omc_conn* c) {
 
 OMC__PRIVATE void omc__conn_ref(omc_conn* c) { omc__add(&c->refs, 1u); }
 
-/* A public call leaves c; the last one out of a closing connector wakes omc_conn_close. */
+/* A public call leaves c; the last one out of a closing connector wakes omc_conn_close. Once
+   calls reaches 0, close may see it (it checks under err_mu at every turn of its wait) and run on
+   to destroy and free c before this thread has sent the wake-up: a reference held across the
+   decrement keeps c alive until then (and if it is the last, the teardown runs here, after). */
 OMC__PRIVATE void omc__conn_leave_call(omc_conn* c) {
+    omc__conn_ref(c);
     if (__atomic_sub_fetch(&c->calls, 1u, __ATOMIC_SEQ_CST) == 0 && __atomic_load_n(&c->closed, __ATOMIC_SEQ_CST)) {
         pthread_mutex_lock(&c->err_mu);
         pthread_cond_broadcast(&c->calls_cv);
         pthread_mutex_unlock(&c->err_mu);
     }
+    omc__conn_unref(c);
 }
 
 /* Is c a connector of this family (its implementation's own state is in c->impl)? */

@@ -168,8 +168,9 @@ OMC_TEST(deadline_after_negative_ms_has_already_passed) {
     CHECK(omc_deadline_after_ms(-1000) <= t0 - 999000000LL || omc_deadline_after_ms(-1000) == OMC_NO_WAIT);
     CHECK(omc_deadline_after_ms(INT64_MAX) == OMC_WAIT_FOREVER);       /* saturates the other way */
     pthread_create(&th, NULL, close_later, c);
+    /* TIMEOUT, not CLOSED: it returned at once instead of waiting for close_later's close (the
+       result says so whatever the host's load; a bound in milliseconds would not) */
     CHECK_RES(omc_conn_get(c, "a", "b", "never", NULL, 0, omc_deadline_after_ms(-5), &b), OMC_ERR_TIMEOUT);
-    CHECK(omc_now_ns() - t0 < 50000000LL);
     pthread_join(th, NULL);
     omc_conn_destroy(c);
 }
