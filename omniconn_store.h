@@ -74,15 +74,20 @@ STEP BY STEP: HOW IT WORKS
        in one slot (one node) and a small server-side script can act on both atomically.
     2. Put = SET data-key (named by a fresh random token) + a script that creates the metadata
        only if none exists (a live key refuses a second put: OMC_ERR_EXISTS, and the loser's data
-       key is deleted by the same script). Both commands go out in one write: the bytes are sent
-       straight from the caller's memory or pool buffer (writev), never copied into a command
-       buffer.
+       key is deleted by the same script). A cache entry (readers = OMC_STORE_READERS_CACHE)
+       put again as a cache entry with the same bytes and flags is kept as it is: the put is
+       done (OMC_OK, the metadata names the kept entry, both keys' expiry renewed, a DEBUG log
+       line); other bytes over a cache entry are OMC_ERR_EXISTS. Both commands go out in one
+       write: the bytes are sent straight from the caller's memory or pool buffer (writev), never
+       copied into a command buffer.
     3. Get = a claim script (checks the token the metadata from put names, counts one read off
        "left", and moves the data key to a private name - RENAME for the last reader, COPY for
        the others) + GETDEL of that private name, pipelined: one round trip. The bytes are read
        from the socket straight into a buffer of the reader's pool: the usual zero-copy view.
-       A metadata-less get polls the claim until the deadline. get_copy with a too-small
-       destination is refused by the script before anything is consumed.
+       A metadata-less get polls the claim until the deadline. A payload larger than the
+       reader's whole pool, or than a get_copy destination, is refused by the script before
+       anything is consumed or sent (OMC_ERR_TOO_LARGE, both sizes in the log): the entry stays
+       for a reader with room, and the connection stays in step.
     4. TTL = key expiry (PEXPIRE on both keys; the data key lives 2 s longer so a reader never
        finds metadata without bytes). The writer remembers its own puts for health(),
        wait_consumed() and the ttl_reclaims counter; the store does the expiring.
@@ -94,7 +99,9 @@ STEP BY STEP: HOW IT WORKS
        has nothing queued and a slot free runs on the caller's thread (same slot, same bound; no
        hand-off to a worker and back). A request whose deadline passes while it is queued is
        answered OMC_ERR_TIMEOUT and never sent. A batch is one request per server: its commands
-       are pipelined on one connection.
+       are pipelined on one connection (on the caller's thread when the server is idle), sent a
+       reply window (512 KiB of expected payload) ahead of the reply being read, so the server
+       never holds a whole batch of large replies at once.
     6. Redis Cluster. On create the connector asks INFO whether the server is a cluster node; if
        so it reads CLUSTER SLOTS, routes each payload by the CRC16 slot of its hash tag, follows
        MOVED (updates the slot) and ASK (one ASKING + retry) redirections, and when a master goes
@@ -137,8 +144,9 @@ ERRORS & LOGGING
       OMC_ERR_AUTH         AUTH / ACL refused (WRONGPASS, NOAUTH, NOPERM)
       OMC_ERR_POOL_FULL    the server is full: OOM, maxmemory reached with a noeviction policy
       OMC_ERR_TOO_LARGE    a value over the server's proto-max-bulk-len (checked before sending),
-                           or a payload larger than the reader's pool
-      OMC_ERR_EXISTS       a live key of that name (another writer's, or ours not yet consumed)
+                           or a payload larger than the reader's pool (not consumed, not sent)
+      OMC_ERR_EXISTS       a live key of that name (another writer's, or ours not yet consumed),
+                           or a cache entry holding other bytes
       OMC_ERR_STALE        the metadata names a put that another writer replaced
       OMC_ERR_MALFORMED    the data key's length differs from the metadata key's (a lying key)
       OMC_ERR_PROTOCOL     a reply the client cannot parse (the connection is dropped)
@@ -208,7 +216,9 @@ RECENT REVISIONS
 ================================================================================================
 
     unreleased   first version: Redis and Redis Cluster, priority executor, batches, tickets;
-                 every allocation through the desc's hooks (or OMNICONN_MALLOC / OMNICONN_FREE).
+                 every allocation through the desc's hooks (or OMNICONN_MALLOC / OMNICONN_FREE);
+                 a payload larger than the reader's pool refused by the claim; batched gets
+                 sent a reply window ahead; a cache entry put again with the same bytes kept.
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -420,12 +430,7 @@ OMNICONN_API omc_result omc_store_dir_get_flat(omc_store_dir* dir, const char* f
    sent at once makes the server hold every reply at the same time (tens of MiB that go through
    main memory several times on both sides); sent a few at a time, each reply is read while the
    next is being produced, and the bytes stay in the caches. Half a typical L2. */
-#ifndef OMC__ST_REPLY_WINDOW
 #define OMC__ST_REPLY_WINDOW ((uint64_t)512 << 10)
-#endif
-#ifndef OMC__ST_AHEAD
-#define OMC__ST_AHEAD 1
-#endif
 
 /* ============================================================================================== */
 /* [SECTION] Store: RESP client (sockets, encoder, decoder)                                      */
@@ -1626,7 +1631,7 @@ static omc_result omc__st_send_ahead(omc__st_state* S, omc__rc* rc, omc__sreq* q
     int niov = 0;
     size_t from;
     for (j = k + 1; j < x->sent; j++) ahead += omc__st_reply_bytes(S, q->ops[j]);
-    while (x->sent < q->nops && (x->sent < k + 1 + OMC__ST_AHEAD || ahead < OMC__ST_REPLY_WINDOW)) {
+    while (x->sent < q->nops && (x->sent <= k + 1 || ahead < OMC__ST_REPLY_WINDOW)) {
         if (x->sent > k) ahead += omc__st_reply_bytes(S, q->ops[x->sent]);
         x->sent++;
     }
