@@ -99,9 +99,9 @@ STEP BY STEP: HOW IT WORKS
        has nothing queued and a slot free runs on the caller's thread (same slot, same bound; no
        hand-off to a worker and back). A request whose deadline passes while it is queued is
        answered OMC_ERR_TIMEOUT and never sent. A batch is one request per server: its commands
-       are pipelined on one connection (on the caller's thread when the server is idle), sent a
-       reply window (512 KiB of expected payload) ahead of the reply being read, so the server
-       never holds a whole batch of large replies at once.
+       are pipelined on one connection (on the caller's thread when the server is idle), sent at
+       most a reply window (512 KiB of expected payload) ahead of the reply being read, so the
+       server never holds a whole batch of large replies at once.
     6. Redis Cluster. On create the connector asks INFO whether the server is a cluster node; if
        so it reads CLUSTER SLOTS, routes each payload by the CRC16 slot of its hash tag, follows
        MOVED (updates the slot) and ASK (one ASKING + retry) redirections, and when a master goes
@@ -426,10 +426,10 @@ OMNICONN_API omc_result omc_store_dir_get_flat(omc_store_dir* dir, const char* f
 #define OMC__ST_DATA_GRACE_MS 2000      /* the data key outlives its metadata by this much */
 #define OMC__ST_TEMP_TTL_MS 60000       /* a reader's private copy, if the reader dies */
 #define OMC__ST_RBUF 65536
-/* Reply bytes a pipeline may have asked for beyond the reply being read. A pipeline of large gets
-   sent at once makes the server hold every reply at the same time (tens of MiB that go through
-   main memory several times on both sides); sent a few at a time, each reply is read while the
-   next is being produced, and the bytes stay in the caches. Half a typical L2. */
+/* Payload bytes a pipeline may have asked for beyond the reply being read. A pipeline of large
+   gets sent at once makes the server hold every reply at the same time (tens of MiB that go
+   through main memory several times on both sides); sent within this window the bytes stay in
+   the caches. Half a typical L2. */
 #define OMC__ST_REPLY_WINDOW ((uint64_t)512 << 10)
 
 /* ============================================================================================== */
@@ -1622,17 +1622,22 @@ typedef struct omc__st_wire {
     uint32_t sent;              /* ops [0, sent) are written */
 } omc__st_wire;
 
-/* Before op k's replies are read: write the ops after it that fit the reply window (always op k
-   and the one after it, so the server produces the next reply while this one is read). Puts and
-   small ops ask for no reply bytes: a batch of them goes out in one write, as before. */
+/* Before op k's replies are read: write op k if it is not out yet, and the ops after it while the
+   payload bytes they ask for fit the reply window. Small values stay pipelined (the server
+   produces the next replies while this one is read); values of the window's size or more go one
+   at a time, as single gets do: measured, even one large reply ahead halved a batch of 4 MiB
+   values (bench/bench_store.c). Puts and the other ops ask for no reply bytes: a batch of them
+   goes out in one write. */
 static omc_result omc__st_send_ahead(omc__st_state* S, omc__rc* rc, omc__sreq* q, omc__st_wire* x, uint32_t k, omc_time_ns deadline) {
     uint32_t j, a = x->sent;
     uint64_t ahead = 0;
     int niov = 0;
     size_t from;
     for (j = k + 1; j < x->sent; j++) ahead += omc__st_reply_bytes(S, q->ops[j]);
-    while (x->sent < q->nops && (x->sent <= k + 1 || ahead < OMC__ST_REPLY_WINDOW)) {
-        if (x->sent > k) ahead += omc__st_reply_bytes(S, q->ops[x->sent]);
+    while (x->sent < q->nops) {
+        uint64_t b = x->sent > k ? omc__st_reply_bytes(S, q->ops[x->sent]) : 0;
+        if (x->sent > k && ahead + b > OMC__ST_REPLY_WINDOW) break;
+        ahead += b;
         x->sent++;
     }
     if (a == x->sent) return OMC_OK;
