@@ -1603,14 +1603,14 @@ static omc_result omc__st_open(omc__st_state* S, omc__snode* N, omc__rc* rc, omc
 static void omc__st_refresh(omc__st_state* S);
 
 /* The reply bytes an op asks for: a get's payload (from its metadata, else the size of the last
-   payload this connector read; nothing read yet: a whole window, so the first get of unknown size
-   goes out alone), nothing worth counting for the others. */
+   payload this connector read; nothing read yet: more than the window, so the first get of
+   unknown size goes out alone), nothing worth counting for the others. */
 static uint64_t omc__st_reply_bytes(omc__st_state* S, const omc__sop* op) {
     uint64_t guess;
     if (!op || op->kind != OMC__OP_GET) return 0;
     if (op->want_size) return op->want_size;
     guess = __atomic_load_n(&S->last_get_len, __ATOMIC_RELAXED);
-    return guess ? guess : OMC__ST_REPLY_WINDOW;
+    return guess ? guess : OMC__ST_REPLY_WINDOW + 1;
 }
 
 /* The encoded commands of a request and where each op's bytes start (starts[nops] = the end). */
@@ -1652,7 +1652,6 @@ static omc_result omc__st_send_ahead(omc__st_state* S, omc__rc* rc, omc__sreq* q
     return omc__rc_writev(rc, x->iov, niov, deadline);
 }
 
-/* Run one request on a worker's connection. */
 static void omc__st_wire_free(omc__st_state* S, omc__st_wire* x) {
     omc__wb_uninit(&x->w);
     omc__free(&S->hooks, x->marks);
@@ -1660,6 +1659,7 @@ static void omc__st_wire_free(omc__st_state* S, omc__st_wire* x) {
     omc__free(&S->hooks, x->iov);
 }
 
+/* Run one request on a worker's connection (or the caller's, see omc__st_try_direct). */
 static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq* q) {
     omc__st_wire x;
     uint32_t k;
