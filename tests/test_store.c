@@ -676,6 +676,47 @@ OMC_TEST(store_batches_are_pipelined_and_exists_batch_answers_each_key) {
     omc_conn_destroy(c);
 }
 
+/* A batch mixing small and large values, read on a fresh connector (sizes unknown: the first get
+   goes alone, then the reply window decides what is sent ahead), metadata-less and with the
+   puts' metadata: every value byte for byte, in one request on the caller's thread. */
+OMC_TEST(store_a_batch_of_small_and_large_values_arrives_byte_for_byte) {
+    static const uint64_t sizes[10] = { 65536, 3, 1u << 20, 70000, 65536, 2u << 20, 10, 700000, 4096, 1u << 20 };
+    omc_conn* w = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    omc_conn* r1 = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    omc_batch_item it[10];
+    omc_meta metas[10];
+    char keys[10][32];
+    omc_store_stats s0, s1;
+    int i, pass;
+    REQUIRE(w && r1);
+    memset(metas, 0, sizeof(metas));
+    for (i = 0; i < 10; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "mix-%d", i);
+        CHECK_OK(put_bytes(w, keys[i], sizes[i], 70 + (uint64_t)i, 0, &metas[i]));
+        CHECK_OK(put_bytes(w, keys[i] + 1, sizes[i], 90 + (uint64_t)i, 0, NULL));   /* "ix-N": the metadata-less pass */
+    }
+    for (pass = 0; pass < 2; pass++) {
+        memset(it, 0, sizeof(it));
+        for (i = 0; i < 10; i++) {
+            it[i].key = pass ? keys[i] : keys[i] + 1;
+            if (pass) it[i].meta = metas[i];
+        }
+        omc_store_get_stats(r1, &s0);
+        CHECK_OK(omc_store_get_batch(r1, "a", "b", it, 10, OMC_STORE_GET, omc_deadline_after_ms(30000)));
+        omc_store_get_stats(r1, &s1);
+        CHECK_EQ(s1.dispatched - s0.dispatched, 10);
+        CHECK_EQ(s1.connects, pass ? s0.connects : 1);             /* one connection */
+        for (i = 0; i < 10; i++) {
+            CHECK_OK(it[i].result);
+            CHECK(it[i].buffer.size == sizes[i] && omc_test_verify(it[i].buffer.data, sizes[i], (pass ? 70 : 90) + (uint64_t)i));
+            omc_buffer_release(&it[i].buffer);
+        }
+    }
+    for (i = 0; i < 10; i++) omc_meta_free(&metas[i]);
+    omc_conn_destroy(r1);
+    omc_conn_destroy(w);
+}
+
 OMC_TEST(store_a_cache_entry_is_read_many_times_and_stays_until_cleanup) {
     omc_conn* c = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
     omc_payload p;
