@@ -74,15 +74,20 @@ STEP BY STEP: HOW IT WORKS
        in one slot (one node) and a small server-side script can act on both atomically.
     2. Put = SET data-key (named by a fresh random token) + a script that creates the metadata
        only if none exists (a live key refuses a second put: OMC_ERR_EXISTS, and the loser's data
-       key is deleted by the same script). Both commands go out in one write: the bytes are sent
-       straight from the caller's memory or pool buffer (writev), never copied into a command
-       buffer.
+       key is deleted by the same script). A cache entry (readers = OMC_STORE_READERS_CACHE)
+       put again as a cache entry with the same bytes and flags is kept as it is: the put is
+       done (OMC_OK, the metadata names the kept entry, both keys' expiry renewed, a DEBUG log
+       line); other bytes over a cache entry are OMC_ERR_EXISTS. Both commands go out in one
+       write: the bytes are sent straight from the caller's memory or pool buffer (writev), never
+       copied into a command buffer.
     3. Get = a claim script (checks the token the metadata from put names, counts one read off
        "left", and moves the data key to a private name - RENAME for the last reader, COPY for
        the others) + GETDEL of that private name, pipelined: one round trip. The bytes are read
        from the socket straight into a buffer of the reader's pool: the usual zero-copy view.
-       A metadata-less get polls the claim until the deadline. get_copy with a too-small
-       destination is refused by the script before anything is consumed.
+       A metadata-less get polls the claim until the deadline. A payload larger than the
+       reader's whole pool, or than a get_copy destination, is refused by the script before
+       anything is consumed or sent (OMC_ERR_TOO_LARGE, both sizes in the log): the entry stays
+       for a reader with room, and the connection stays in step.
     4. TTL = key expiry (PEXPIRE on both keys; the data key lives 2 s longer so a reader never
        finds metadata without bytes). The writer remembers its own puts for health(),
        wait_consumed() and the ttl_reclaims counter; the store does the expiring.
@@ -94,7 +99,9 @@ STEP BY STEP: HOW IT WORKS
        has nothing queued and a slot free runs on the caller's thread (same slot, same bound; no
        hand-off to a worker and back). A request whose deadline passes while it is queued is
        answered OMC_ERR_TIMEOUT and never sent. A batch is one request per server: its commands
-       are pipelined on one connection.
+       are pipelined on one connection (on the caller's thread when the server is idle), sent at
+       most a reply window (512 KiB of expected payload) ahead of the reply being read, so the
+       server never holds a whole batch of large replies at once.
     6. Redis Cluster. On create the connector asks INFO whether the server is a cluster node; if
        so it reads CLUSTER SLOTS, routes each payload by the CRC16 slot of its hash tag, follows
        MOVED (updates the slot) and ASK (one ASKING + retry) redirections, and when a master goes
@@ -137,8 +144,9 @@ ERRORS & LOGGING
       OMC_ERR_AUTH         AUTH / ACL refused (WRONGPASS, NOAUTH, NOPERM)
       OMC_ERR_POOL_FULL    the server is full: OOM, maxmemory reached with a noeviction policy
       OMC_ERR_TOO_LARGE    a value over the server's proto-max-bulk-len (checked before sending),
-                           or a payload larger than the reader's pool
-      OMC_ERR_EXISTS       a live key of that name (another writer's, or ours not yet consumed)
+                           or a payload larger than the reader's pool (not consumed, not sent)
+      OMC_ERR_EXISTS       a live key of that name (another writer's, or ours not yet consumed),
+                           or a cache entry holding other bytes
       OMC_ERR_STALE        the metadata names a put that another writer replaced
       OMC_ERR_MALFORMED    the data key's length differs from the metadata key's (a lying key)
       OMC_ERR_PROTOCOL     a reply the client cannot parse (the connection is dropped)
@@ -208,7 +216,9 @@ RECENT REVISIONS
 ================================================================================================
 
     unreleased   first version: Redis and Redis Cluster, priority executor, batches, tickets;
-                 every allocation through the desc's hooks (or OMNICONN_MALLOC / OMNICONN_FREE).
+                 every allocation through the desc's hooks (or OMNICONN_MALLOC / OMNICONN_FREE);
+                 a payload larger than the reader's pool refused by the claim; batched gets
+                 sent a reply window ahead; a cache entry put again with the same bytes kept.
 
 LICENSE: see the end of this file (MIT or public domain, your choice).
 */
@@ -416,6 +426,11 @@ OMNICONN_API omc_result omc_store_dir_get_flat(omc_store_dir* dir, const char* f
 #define OMC__ST_DATA_GRACE_MS 2000      /* the data key outlives its metadata by this much */
 #define OMC__ST_TEMP_TTL_MS 60000       /* a reader's private copy, if the reader dies */
 #define OMC__ST_RBUF 65536
+/* Payload bytes a pipeline may have asked for beyond the reply being read. A pipeline of large
+   gets sent at once makes the server hold every reply at the same time (tens of MiB that go
+   through main memory several times on both sides); sent within this window the bytes stay in
+   the caches. Half a typical L2. */
+#define OMC__ST_REPLY_WINDOW ((uint64_t)512 << 10)
 
 /* ============================================================================================== */
 /* [SECTION] Store: RESP client (sockets, encoder, decoder)                                      */
@@ -788,9 +803,25 @@ static uint16_t omc__crc16(const char* s, size_t n) {
 }
 
 /* The put: create the metadata only if none exists; the caller's SET of the data key came first.
-   KEYS: meta, data. ARGV: tok len left ttl_ms fl fmt dtype shape inc. */
+   KEYS: meta, data. ARGV: tok len left ttl_ms fl fmt dtype shape inc.
+   Returns 1 stored, 0 the key holds a put still waiting for its readers, -1 the data key is gone
+   (the server is full), -2 a cache entry with other bytes holds the key. A cache entry put again
+   with the same bytes and flags (LMCache stores a chunk under a key that names its content, and
+   stores it again routinely) is kept as it is, its expiry renewed like the new put's (the data
+   key's grace as OMC__ST_DATA_GRACE_MS), and the answer is its token: the put is done. */
 static const char omc__lua_put[] =
-    "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('DEL', KEYS[2]) return 0 end\n"
+    "if redis.call('EXISTS', KEYS[1]) == 1 then\n"
+    "  local f = redis.call('HMGET', KEYS[1], 'left', 'tok', 'fl')\n"
+    "  if f[1] ~= 'cache' or ARGV[3] ~= 'cache' or not f[2] then redis.call('DEL', KEYS[2]) return 0 end\n"
+    "  local old = string.sub(KEYS[2], 1, #KEYS[2] - 16) .. f[2]\n"
+    "  local same = f[3] == ARGV[5] and redis.call('STRLEN', old) == tonumber(ARGV[2])\n"
+    "  if same then same = redis.call('GET', old) == redis.call('GET', KEYS[2]) end\n"
+    "  redis.call('DEL', KEYS[2])\n"
+    "  if not same then return -2 end\n"
+    "  if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) redis.call('PEXPIRE', old, tonumber(ARGV[4]) + 2000)\n"
+    "  else redis.call('PERSIST', KEYS[1]) redis.call('PERSIST', old) end\n"
+    "  return f[2]\n"
+    "end\n"
     "if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end\n"
     "redis.call('HSET', KEYS[1], 'tok', ARGV[1], 'len', ARGV[2], 'left', ARGV[3], 'fl', ARGV[5], 'fmt', ARGV[6],"
     " 'dtype', ARGV[7], 'shape', ARGV[8], 'inc', ARGV[9])\n"
@@ -876,6 +907,7 @@ typedef struct omc__sop {
     omc_result result;
     uint64_t seq;               /* dispatch order */
     int retry;                  /* not sent or refused for now: route again */
+    int kept;                   /* put: the same bytes were already stored as a cache entry */
     char err[320];
 } omc__sop;
 
@@ -925,6 +957,7 @@ struct omc__st_state {
     /* counters (atomic) */
     uint64_t dispatched, expired_in_queue, moved, ask, retries, connects, by_prio[OMC_STORE_PRIORITIES];
     uint32_t inflight_max;
+    uint64_t last_get_len;      /* the last payload a get read: the guess for gets of unknown size */
     /* this connector's own puts: qkey -> omc__sown */
     pthread_mutex_t own_mu;
     omc__smap own;
@@ -1190,6 +1223,14 @@ static omc_result omc__st_error_reply(omc__st_state* S, omc__snode* N, omc__sop*
    Returns how many replies it will produce. */
 typedef struct omc__st_mark { size_t at; const void* data; uint64_t size; } omc__st_mark;
 
+/* The largest payload a get may claim: the caller's destination (get_copy) and the reader's whole
+   pool. The claim script refuses a larger one before it consumes anything or sends a byte, so the
+   entry stays for a reader with room and the connection stays in step. */
+static uint64_t omc__st_claim_max(const omc__st_state* S, const omc__sop* op) {
+    uint64_t pool = omc_pool_size(S->pool);
+    return op->max_size && op->max_size < pool ? op->max_size : pool;
+}
+
 static int omc__st_encode(omc__st_state* S, omc__sop* op, omc__wb* w, omc__st_mark* mark, uint64_t nonce) {
     char mk[OMC_KEY_MAX + 96], dk[128], tk[128], dp[128], hx[17];
     size_t ml = omc__st_key(S, op->h, "m:", op->qkey, op->qlen, mk, sizeof(mk));
@@ -1252,7 +1293,7 @@ static int omc__st_encode(omc__st_state* S, omc__sop* op, omc__wb* w, omc__st_ma
             omc__wb_str(w, dp);
             omc__wb_str(w, tk);
             omc__wb_str(w, want);
-            omc__wb_int(w, (int64_t)op->max_size);
+            omc__wb_int(w, (int64_t)omc__st_claim_max(S, op));
             replies++;
             if (op->asking) { omc__wb_cmd(w, 1); omc__wb_str(w, "ASKING"); replies++; }
             omc__wb_cmd(w, 2);
@@ -1342,7 +1383,35 @@ static omc_result omc__st_read_payload(omc__st_state* S, omc__snode* N, omc__rc*
     if (r != OMC_OK) { *io_broken = 1; return r; }
     op->out.size = len;
     op->out.flags = (fl & OMC_BUFFER_FRAME) ? OMC_BUFFER_FRAME : 0;
+    __atomic_store_n(&S->last_get_len, len, __ATOMIC_RELAXED);
     return OMC_OK;
+}
+
+/* Skip one reply of any size whose bytes nobody wants (a bulk string is discarded as it arrives,
+   never held): the connection stays usable. */
+static omc_result omc__st_drain_bulk(omc__rc* rc, omc_time_ns deadline) {
+    const char* l;
+    size_t n;
+    int64_t x;
+    omc_result r = omc__rc_line(rc, &l, &n, deadline);
+    if (r != OMC_OK) return r;
+    if (n >= 1 && (l[0] == '-' || l[0] == '+' || l[0] == ':')) return OMC_OK;
+    if (n < 2 || l[0] != '$' || omc__parse_i64(l + 1, n - 1, &x) || x < -1) return OMC_ERR_PROTOCOL;
+    return x < 0 ? OMC_OK : omc__rc_read_exact(rc, NULL, (uint64_t)x + 2, deadline);
+}
+
+/* A token as the metadata key holds it: 16 hex digits. */
+static omc_result omc__st_parse_tok(const char* s, uint64_t n, uint64_t* tok) {
+    uint64_t v = 0, i;
+    if (n != 16) return OMC_ERR_PROTOCOL;
+    for (i = 0; i < n; i++) {
+        char ch = s[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (d < 0) return OMC_ERR_PROTOCOL;
+        v = v << 4 | (uint64_t)d;
+    }
+    *tok = v;
+    return v ? OMC_OK : OMC_ERR_PROTOCOL;
 }
 
 /* Read one reply and turn an error reply into a result (redirection in *moved). */
@@ -1387,10 +1456,18 @@ static omc_result omc__st_read_op(omc__st_state* S, omc__snode* N, omc__rc* rc, 
             if (*io_broken) { omc__rv_clear(&S->hooks, &v); return r2; }
             if (*moved) { omc__rv_clear(&S->hooks, &v); return OMC_OK; }
             if (r == OMC_OK && r2 == OMC_OK) {
-                if (v.type != OMC__RV_INT) r = OMC_ERR_PROTOCOL;
+                if (v.type == OMC__RV_BULK) {       /* a cache entry with these bytes: kept, its token */
+                    r = omc__st_parse_tok(v.s, v.len, &op->tok);
+                    op->kept = r == OMC_OK;
+                } else if (v.type != OMC__RV_INT) r = OMC_ERR_PROTOCOL;
                 else if (v.i == 0) {
                     r = OMC_ERR_EXISTS;
-                    snprintf(op->err, sizeof(op->err), "%.120s: the key is live (put by another writer, or not yet consumed)", N->name);
+                    snprintf(op->err, sizeof(op->err), "%.120s: an earlier put of this key is still waiting for its readers: get it, "
+                             "clean it up or use a new key", N->name);
+                } else if (v.i == -2) {
+                    r = OMC_ERR_EXISTS;
+                    snprintf(op->err, sizeof(op->err), "%.120s: the key holds a cache entry with other bytes (reads never consume "
+                             "it; it stays until its TTL): clean it up to store new bytes under this key", N->name);
                 } else if (v.i < 0) {
                     r = OMC_ERR_POOL_FULL;
                     snprintf(op->err, sizeof(op->err), "%.120s: the data key was not stored (the server is full?)", N->name);
@@ -1418,6 +1495,10 @@ static omc_result omc__st_read_op(omc__st_state* S, omc__snode* N, omc__rc* rc, 
                 } else if (v.e[0].i == -2 && v.n >= 2 && v.e[1].type == OMC__RV_INT) {
                     r = OMC_ERR_TOO_LARGE;
                     op->out.size = (uint64_t)v.e[1].i;
+                    if (!op->max_size || op->out.size <= op->max_size)      /* the pool, not a get_copy destination */
+                        snprintf(op->err, sizeof(op->err), "%.120s: the payload (%llu bytes) is larger than the reader's pool "
+                                 "(%llu bytes): not read, the entry stays; raise pool_size in omc_store_desc", N->name,
+                                 (unsigned long long)op->out.size, (unsigned long long)omc_pool_size(S->pool));
                 } else if (v.e[0].i == 1 && v.n >= 3 && v.e[1].type == OMC__RV_INT && v.e[1].i >= 0 && v.e[2].type == OMC__RV_INT) {
                     len = (uint64_t)v.e[1].i;
                     fl = (uint32_t)v.e[2].i;
@@ -1434,9 +1515,8 @@ static omc_result omc__st_read_op(omc__st_state* S, omc__snode* N, omc__rc* rc, 
                     snprintf(op->err, sizeof(op->err), "%.120s: the payload (%llu bytes) is larger than the reader's pool (%llu bytes): "
                              "raise pool_size in omc_store_desc", N->name, (unsigned long long)len,
                              (unsigned long long)omc_pool_size(S->pool));
-                    r2 = omc__rc_reply(&S->hooks, rc, &v, deadline);       /* the bytes: dropped, the stream stays in step */
-                    if (r2 != OMC_OK) *io_broken = 1;
-                    omc__rv_clear(&S->hooks, &v);
+                    if (omc__st_drain_bulk(rc, deadline) != OMC_OK) *io_broken = 1;    /* the stream stays in step */
+                    op->out.size = len;
                     return OMC_ERR_TOO_LARGE;
                 }
                 return omc__st_read_payload(S, N, rc, op, len, fl, deadline, io_broken);
@@ -1522,20 +1602,78 @@ static omc_result omc__st_open(omc__st_state* S, omc__snode* N, omc__rc* rc, omc
 
 static void omc__st_refresh(omc__st_state* S);
 
-/* Run one request on a worker's connection. */
-static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq* q) {
+/* The reply bytes an op asks for: a get's payload (from its metadata, else the size of the last
+   payload this connector read; nothing read yet: more than the window, so the first get of
+   unknown size goes out alone), nothing worth counting for the others. */
+static uint64_t omc__st_reply_bytes(omc__st_state* S, const omc__sop* op) {
+    uint64_t guess;
+    if (!op || op->kind != OMC__OP_GET) return 0;
+    if (op->want_size) return op->want_size;
+    guess = __atomic_load_n(&S->last_get_len, __ATOMIC_RELAXED);
+    return guess ? guess : OMC__ST_REPLY_WINDOW + 1;
+}
+
+/* The encoded commands of a request and where each op's bytes start (starts[nops] = the end). */
+typedef struct omc__st_wire {
     omc__wb w;
-    omc__st_mark* marks = (omc__st_mark*)omc__calloc(&S->hooks, (size_t)q->nops * sizeof(omc__st_mark));
-    struct iovec* iov = (struct iovec*)omc__calloc(&S->hooks, ((size_t)q->nops * 2 + 1) * sizeof(struct iovec));
-    uint32_t k, sent = 0;
-    int niov = 0, io_broken = 0;
-    size_t from = 0;
+    omc__st_mark* marks;
+    size_t* starts;
+    struct iovec* iov;
+    uint32_t sent;              /* ops [0, sent) are written */
+} omc__st_wire;
+
+/* Before op k's replies are read: write op k if it is not out yet, and the ops after it while the
+   payload bytes they ask for fit the reply window. Small values stay pipelined (the server
+   produces the next replies while this one is read); values of the window's size or more go one
+   at a time, as single gets do: measured, even one large reply ahead halved a batch of 4 MiB
+   values (bench/bench_store.c). Puts and the other ops ask for no reply bytes: a batch of them
+   goes out in one write. */
+static omc_result omc__st_send_ahead(omc__st_state* S, omc__rc* rc, omc__sreq* q, omc__st_wire* x, uint32_t k, omc_time_ns deadline) {
+    uint32_t j, a = x->sent;
+    uint64_t ahead = 0;
+    int niov = 0;
+    size_t from;
+    for (j = k + 1; j < x->sent; j++) ahead += omc__st_reply_bytes(S, q->ops[j]);
+    while (x->sent < q->nops) {
+        uint64_t b = x->sent > k ? omc__st_reply_bytes(S, q->ops[x->sent]) : 0;
+        if (x->sent > k && ahead + b > OMC__ST_REPLY_WINDOW) break;
+        ahead += b;
+        x->sent++;
+    }
+    if (a == x->sent) return OMC_OK;
+    from = x->starts[a];
+    for (j = a; j < x->sent; j++) {     /* header bytes, then each payload straight from its memory */
+        if (!q->ops[j] || !x->marks[j].data) continue;
+        x->iov[niov].iov_base = x->w.p + from; x->iov[niov].iov_len = x->marks[j].at - from; niov++;
+        x->iov[niov].iov_base = (void*)x->marks[j].data; x->iov[niov].iov_len = (size_t)x->marks[j].size; niov++;
+        from = x->marks[j].at;
+    }
+    x->iov[niov].iov_base = x->w.p + from; x->iov[niov].iov_len = x->starts[x->sent] - from; niov++;
+    return omc__rc_writev(rc, x->iov, niov, deadline);
+}
+
+static void omc__st_wire_free(omc__st_state* S, omc__st_wire* x) {
+    omc__wb_uninit(&x->w);
+    omc__free(&S->hooks, x->marks);
+    omc__free(&S->hooks, x->starts);
+    omc__free(&S->hooks, x->iov);
+}
+
+/* Run one request on a worker's connection (or the caller's, see omc__st_try_direct). */
+static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq* q) {
+    omc__st_wire x;
+    uint32_t k;
+    int io_broken = 0;
     omc_result r = OMC_OK;
     char why[200];
-    omc__wb_init(&w, &S->hooks);
-    if (!marks || !iov) {
+    memset(&x, 0, sizeof(x));
+    omc__wb_init(&x.w, &S->hooks);
+    x.marks = (omc__st_mark*)omc__calloc(&S->hooks, (size_t)q->nops * sizeof(omc__st_mark));
+    x.starts = (size_t*)omc__calloc(&S->hooks, ((size_t)q->nops + 1) * sizeof(size_t));
+    x.iov = (struct iovec*)omc__calloc(&S->hooks, ((size_t)q->nops * 2 + 1) * sizeof(struct iovec));
+    if (!x.marks || !x.starts || !x.iov) {
         for (k = 0; k < q->nops; k++) omc__st_complete(q->ops[k], OMC_ERR_NO_MEMORY);
-        omc__free(&S->hooks, marks); omc__free(&S->hooks, iov);
+        omc__st_wire_free(S, &x);
         return;
     }
     /* values over the server's limit never go out (the server would drop the connection) */
@@ -1563,33 +1701,29 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
                 omc__st_fail(S, N, q->ops[k], r, "%s", why);
             }
             if (S->cluster && r == OMC_ERR_CONNECTION) omc__st_refresh(S);
-            omc__free(&S->hooks, marks); omc__free(&S->hooks, iov);
+            omc__st_wire_free(S, &x);
             return;
         }
     }
     for (k = 0; k < q->nops; k++) {
+        x.starts[k] = x.w.len;
         if (!q->ops[k]) continue;
         q->ops[k]->seq = omc__add(&S->dispatched, 1u);
-        omc__st_encode(S, q->ops[k], &w, &marks[k], q->ops[k]->seq ^ omc__random_u64());
+        omc__st_encode(S, q->ops[k], &x.w, &x.marks[k], q->ops[k]->seq ^ omc__random_u64());
     }
-    if (w.oom) r = OMC_ERR_NO_MEMORY;
-    for (k = 0; r == OMC_OK && k < q->nops; k++) {        /* header bytes, then each payload straight from its memory */
-        if (!q->ops[k] || !marks[k].data) continue;
-        iov[niov].iov_base = w.p + from; iov[niov].iov_len = marks[k].at - from; niov++;
-        iov[niov].iov_base = (void*)marks[k].data; iov[niov].iov_len = (size_t)marks[k].size; niov++;
-        from = marks[k].at;
-    }
-    if (r == OMC_OK) {
-        iov[niov].iov_base = w.p + from; iov[niov].iov_len = w.len - from; niov++;
-        r = omc__rc_writev(rc, iov, niov, q->deadline);
-        if (r != OMC_OK) io_broken = 1;
-    }
-    /* replies in order; after a broken stream every op left is failed */
+    x.starts[q->nops] = x.w.len;
+    if (x.w.oom) r = OMC_ERR_NO_MEMORY;
+    /* replies in order, the commands sent a window ahead of them; after a broken stream every op
+       left is failed */
     for (k = 0; k < q->nops; k++) {
         omc__sop* op = q->ops[k];
         int moved = 0, port = 0;
         char host[256];
         if (!op) continue;
+        if (r == OMC_OK && !io_broken) {
+            r = omc__st_send_ahead(S, rc, q, &x, k, q->deadline);
+            if (r != OMC_OK) io_broken = 1;
+        }
         if (io_broken || r != OMC_OK) {
             omc__st_fail(S, N, op, r == OMC_ERR_TIMEOUT ? OMC_ERR_TIMEOUT : r == OMC_ERR_NO_MEMORY ? r : OMC_ERR_CONNECTION,
                          "%s (the request may or may not have been carried out)",
@@ -1629,12 +1763,8 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
         omc__st_complete(op, r);
         r = OMC_OK;
     }
-    sent = 1;
-    (void)sent;
     if (io_broken) omc__rc_close(rc);
-    omc__wb_uninit(&w);
-    omc__free(&S->hooks, marks);
-    omc__free(&S->hooks, iov);
+    omc__st_wire_free(S, &x);
 }
 
 /* A request slot on a node (mu held; inflight < max_inflight): one of its connections. The slots
@@ -1695,25 +1825,35 @@ static void* omc__st_worker(void* arg) {
     return NULL;
 }
 
-/* One op on the caller's own thread, when its server has nothing queued and a slot free: no
-   hand-off to a worker and back (two thread wake-ups saved). Returns 0 if it did not run it. */
-static int omc__st_try_direct(omc__st_state* S, omc__sop* op, int prio, omc_time_ns deadline) {
-    omc__snode* N = omc__st_route(S, op);
+/* Ops for one server run on the caller's own thread, when that server has nothing queued and a
+   slot free: no hand-off to a worker and back (two thread wake-ups saved, and on a loaded host
+   the wait for a worker to be scheduled). A batch qualifies when every op routes to the same
+   server and it fits one request (OMC__ST_BATCH_OPS ops, OMNICONN_STORE_BATCH_BYTES bytes).
+   Returns 0 if it did not run them. */
+static int omc__st_try_direct(omc__st_state* S, omc__sop** ops, uint32_t n, int prio, omc_time_ns deadline) {
+    omc__snode* N = n ? omc__st_route(S, ops[0]) : NULL;
     omc__sreq q;
-    omc__sop* ops[1];
-    uint32_t ci;
-    if (!N || deadline == OMC_NO_WAIT || (deadline != OMC_WAIT_FOREVER && omc_now_ns() >= deadline)) return 0;
+    omc__sop* list[OMC__ST_BATCH_OPS];      /* the request's own list: running it may clear entries */
+    uint32_t ci, i;
+    uint64_t bytes = 0;
+    if (!N || n > OMC__ST_BATCH_OPS || deadline == OMC_NO_WAIT || (deadline != OMC_WAIT_FOREVER && omc_now_ns() >= deadline))
+        return 0;
+    for (i = 0; i < n; i++) {
+        bytes += ops[i]->kind == OMC__OP_PUT ? ops[i]->size : ops[i]->kind == OMC__OP_GET ? ops[i]->want_size : 0;
+        if (i && omc__st_route(S, ops[i]) != N) return 0;
+    }
+    if (n > 1 && bytes > OMNICONN_STORE_BATCH_BYTES) return 0;
     pthread_mutex_lock(&N->mu);
     if (N->stop || N->queued || N->inflight >= S->max_inflight) { pthread_mutex_unlock(&N->mu); return 0; }
     ci = omc__st_slot_take(S, N);
     pthread_mutex_unlock(&N->mu);
-    omc__add(&S->by_prio[prio], 1u);
+    omc__add(&S->by_prio[prio], (uint64_t)n);
     memset(&q, 0, sizeof(q));
     q.prio = prio;
     q.deadline = deadline;
-    ops[0] = op;
-    q.ops = ops;
-    q.nops = 1;
+    memcpy(list, ops, (size_t)n * sizeof(omc__sop*));
+    q.ops = list;
+    q.nops = n;
     omc__st_run(S, N, &N->conns[ci], &q);
     omc__st_slot_give(N, ci);
     return 1;
@@ -1737,7 +1877,7 @@ static void omc__st_exec(omc__st_state* S, omc__sop** ops, uint32_t n, int prio,
         uint32_t m = again;
         for (i = 0; i < m; i++) { todo[i]->group = &g; todo[i]->retry = 0; todo[i]->result = OMC_OK; }
         g.pending = m;
-        if (m > 1 || !omc__st_try_direct(S, todo[0], prio, deadline)) omc__st_dispatch(S, todo, m, prio, deadline);
+        if (!omc__st_try_direct(S, todo, m, prio, deadline)) omc__st_dispatch(S, todo, m, prio, deadline);
         omc__st_group_wait(&g, OMC_WAIT_FOREVER);     /* every request is bounded by its own deadline */
         again = 0;
         for (i = 0; i < m; i++)
@@ -1907,6 +2047,14 @@ static void omc__st_prepare_put(omc__st_state* S, omc__sop* op, const omc_payloa
 static omc_result omc__st_after_put(omc__st_state* S, omc__sop* op, const omc_payload* p, omc_meta* meta_out) {
     omc__sown* o = (omc__sown*)omc__malloc(&S->hooks, sizeof(omc__sown));
     omc_result r = OMC_OK;
+    if (op->kept) {     /* a routine event for a cache (LMCache puts a chunk again), not a problem */
+        char printable[OMC_KEY_MAX];
+        uint32_t i;
+        for (i = 0; i < op->qlen && i < OMC_KEY_MAX - 1; i++) printable[i] = op->qkey[i] == '\x1f' ? '/' : op->qkey[i];
+        printable[i] = '\0';
+        OMC__LOG(&S->conn->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_OK, "store put %s: the same bytes are already stored there as a "
+                 "cache entry: kept, its expiry renewed", printable);
+    }
     if (o) {
         void* old;
         o->tok = op->tok;
@@ -2383,7 +2531,8 @@ OMNICONN_API omc_result omc_store_get_batch(omc_conn* c, const char* from, const
             else if (ops[i].result == OMC_ERR_NOT_FOUND && items[i].meta.size) { items[i].result = OMC_ERR_INTERNAL; ops[i].readers = 1; }
             else omc__st_log_op(S, &ops[i], ops[i].result);
         }
-        if (omc_now_ns() >= deadline) break;
+        for (n = 0, i = 0; i < count; i++) if (items[i].result == OMC_ERR_NOT_FOUND) n++;
+        if (!n || omc_now_ns() >= deadline) break;     /* nothing left to wait for: no nap */
         {
             struct timespec ts;
             int64_t us = omc__min(nap_us, (deadline - omc_now_ns()) / 1000);

@@ -16,6 +16,12 @@
    Note the store connector does more per payload than a SET: two keys (metadata hash + data),
    a script that refuses a second writer, and a claim script on get (one round trip each).
 
+   Batched gets (32 cache entries per size: 64 KiB, 1 MiB, 4 MiB; one warm-up round, then
+   alternating rounds, medians):
+     batch_get_mbps / single_get_mbps  omc_store_get_batch of the 32 keys (one pipelined request)
+                                       beside 32 omc_conn_get one after another (the baseline);
+                                       ratio_batch = batch / single.
+
    Priority effect (4 KiB GETs, max_inflight 2, a flood of 1 MiB PUTs kept 64 deep in the queue):
      get_p50_us / get_p99_us  idle              no flood
      ... flood_prio                              flood; GETs at OMC_STORE_GET priority
@@ -125,6 +131,53 @@ static void run_baseline(uint64_t size, int n, double* set_mbps, double* get_mbp
     if (system("true") != 0) {}
     snprintf(cmd, sizeof(cmd), "redis-cli -p %d FLUSHALL >/dev/null 2>&1", srv_port);
     if (system(cmd) != 0) {}
+}
+
+/* batched gets beside single gets of the same 32 cache entries (metadata-less, as LMCache reads) */
+#define BATCH_N 32
+static double batch_once(omc_conn* c, uint64_t size, int batch) {
+    omc_batch_item it[BATCH_N];
+    omc_buffer b[BATCH_N];
+    char keys[BATCH_N][32];
+    omc_time_ns t0;
+    int i, ok = 1;
+    for (i = 0; i < BATCH_N; i++) snprintf(keys[i], sizeof(keys[i]), "batch-%llu-%d", (unsigned long long)size, i);
+    t0 = omc_now_ns();
+    if (batch) {
+        memset(it, 0, sizeof(it));
+        for (i = 0; i < BATCH_N; i++) it[i].key = keys[i];
+        ok = omc_store_get_batch(c, "bench", "x", it, BATCH_N, OMC_STORE_GET, omc_deadline_after_ms(60000)) == OMC_OK;
+        for (i = 0; i < BATCH_N; i++) { ok = ok && it[i].buffer.size == size; omc_buffer_release(&it[i].buffer); }
+    } else {
+        for (i = 0; i < BATCH_N; i++)
+            ok = ok && omc_conn_get(c, "bench", "x", keys[i], NULL, 0, omc_deadline_after_ms(60000), &b[i]) == OMC_OK && b[i].size == size;
+        for (i = 0; i < BATCH_N; i++) omc_buffer_release(&b[i]);
+    }
+    if (!ok) { fprintf(stderr, "bench_store: a batched or single get failed\n"); exit(1); }
+    return (double)size * BATCH_N / ((double)(omc_now_ns() - t0) / 1e9) / 1e6;
+}
+static void run_batches(omc_conn* c, uint64_t size, int rounds, double* batch_mbps, double* single_mbps) {
+    void* data = malloc(size);
+    double bm[32], sm[32];
+    int i, r;
+    memset(data, 3, size);
+    for (i = 0; i < BATCH_N; i++) {
+        omc_payload p;
+        char key[32];
+        memset(&p, 0, sizeof(p));
+        p.data = data; p.size = size; p.readers = OMC_STORE_READERS_CACHE; p.ttl_ms = 600000;
+        snprintf(key, sizeof(key), "batch-%llu-%d", (unsigned long long)size, i);
+        if (omc_conn_put(c, "bench", "x", key, &p, NULL) != OMC_OK) { fprintf(stderr, "bench_store: put failed\n"); exit(1); }
+    }
+    batch_once(c, size, 1);         /* warm-up: the pool's pages are touched the first time here */
+    batch_once(c, size, 0);
+    for (r = 0; r < rounds && r < 32; r++) {      /* alternating, the first one swapped every round */
+        if (r % 2) { sm[r] = batch_once(c, size, 0); bm[r] = batch_once(c, size, 1); }
+        else { bm[r] = batch_once(c, size, 1); sm[r] = batch_once(c, size, 0); }
+    }
+    *batch_mbps = median(bm, r);
+    *single_mbps = median(sm, r);
+    free(data);
 }
 
 /* the priority effect */
@@ -248,6 +301,22 @@ int main(int argc, char** argv) {
                              mog, mbg, mrp, mrg, si + 1 < sizeof(sizes) / sizeof(sizes[0]) ? "," : "");
         }
     }
+    {
+        static const uint64_t bsizes[] = { 64u << 10, 1u << 20, 4u << 20 };
+        int brounds = quick ? 3 : rounds * 3;
+        if (out) fprintf(out, "  ],\n  \"batched_get\": {\"baseline\": \"%d omc_conn_get one after another\", \"rounds\": %d, \"sizes\": [\n",
+                         BATCH_N, brounds);
+        for (si = 0; si < sizeof(bsizes) / sizeof(bsizes[0]); si++) {
+            double bm, sm;
+            run_batches(c, bsizes[si], brounds, &bm, &sm);
+            printf("get_batch of %d x %-8llu %9.1f MB/s, single gets %9.1f MB/s, ratio %.2fx\n", BATCH_N,
+                   (unsigned long long)bsizes[si], bm, sm, sm > 0 ? bm / sm : 0);
+            if (out) fprintf(out, "    {\"size\": %llu, \"batch_get_mbps\": %.1f, \"single_get_mbps\": %.1f, \"ratio_batch\": %.3f}%s\n",
+                             (unsigned long long)bsizes[si], bm, sm, sm > 0 ? bm / sm : 0,
+                             si + 1 < sizeof(bsizes) / sizeof(bsizes[0]) ? "," : "");
+        }
+        if (out) fprintf(out, "  ]},\n");
+    }
     omc_conn_destroy(c);
     d.max_inflight = 2;
     if (omc_store_create(&d, &c) != OMC_OK) return 1;
@@ -257,7 +326,12 @@ int main(int argc, char** argv) {
     printf("4 KiB GET latency (max_inflight 2): idle p50 %.0f us p99 %.0f us | PUT flood, GET priority p50 %.0f p99 %.0f | "
            "PUT flood, one FIFO p50 %.0f p99 %.0f\n", p50[0], p99[0], p50[1], p99[1], p50[2], p99[2]);
     if (out) {
-        fprintf(out, "  ],\n  \"get_latency_us\": {\"idle\": {\"p50\": %.1f, \"p99\": %.1f}, \"flood_prio\": {\"p50\": %.1f, \"p99\": %.1f}, "
+        char load[64] = "";
+        FILE* lf = fopen("/proc/loadavg", "r");
+        if (lf) { if (!fgets(load, sizeof(load), lf)) load[0] = '\0'; fclose(lf); }
+        load[strcspn(load, "\n")] = '\0';
+        fprintf(out, "  \"loadavg_at_end\": \"%s\",\n", load);
+        fprintf(out, "  \"get_latency_us\": {\"idle\": {\"p50\": %.1f, \"p99\": %.1f}, \"flood_prio\": {\"p50\": %.1f, \"p99\": %.1f}, "
                 "\"flood_fifo\": {\"p50\": %.1f, \"p99\": %.1f}}\n}\n", p50[0], p99[0], p50[1], p99[1], p50[2], p99[2]);
         fclose(out);
     }

@@ -676,6 +676,47 @@ OMC_TEST(store_batches_are_pipelined_and_exists_batch_answers_each_key) {
     omc_conn_destroy(c);
 }
 
+/* A batch mixing small and large values, read on a fresh connector (sizes unknown: the first get
+   goes alone, then the reply window decides what is sent ahead), metadata-less and with the
+   puts' metadata: every value byte for byte, in one request on the caller's thread. */
+OMC_TEST(store_a_batch_of_small_and_large_values_arrives_byte_for_byte) {
+    static const uint64_t sizes[10] = { 65536, 3, 1u << 20, 70000, 65536, 2u << 20, 10, 700000, 4096, 1u << 20 };
+    omc_conn* w = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    omc_conn* r1 = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    omc_batch_item it[10];
+    omc_meta metas[10];
+    char keys[10][32];
+    omc_store_stats s0, s1;
+    int i, pass;
+    REQUIRE(w && r1);
+    memset(metas, 0, sizeof(metas));
+    for (i = 0; i < 10; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "mix-%d", i);
+        CHECK_OK(put_bytes(w, keys[i], sizes[i], 70 + (uint64_t)i, 0, &metas[i]));
+        CHECK_OK(put_bytes(w, keys[i] + 1, sizes[i], 90 + (uint64_t)i, 0, NULL));   /* "ix-N": the metadata-less pass */
+    }
+    for (pass = 0; pass < 2; pass++) {
+        memset(it, 0, sizeof(it));
+        for (i = 0; i < 10; i++) {
+            it[i].key = pass ? keys[i] : keys[i] + 1;
+            if (pass) it[i].meta = metas[i];
+        }
+        omc_store_get_stats(r1, &s0);
+        CHECK_OK(omc_store_get_batch(r1, "a", "b", it, 10, OMC_STORE_GET, omc_deadline_after_ms(30000)));
+        omc_store_get_stats(r1, &s1);
+        CHECK_EQ(s1.dispatched - s0.dispatched, 10);
+        CHECK_EQ(s1.connects, pass ? s0.connects : 1);             /* one connection */
+        for (i = 0; i < 10; i++) {
+            CHECK_OK(it[i].result);
+            CHECK(it[i].buffer.size == sizes[i] && omc_test_verify(it[i].buffer.data, sizes[i], (pass ? 70 : 90) + (uint64_t)i));
+            omc_buffer_release(&it[i].buffer);
+        }
+    }
+    for (i = 0; i < 10; i++) omc_meta_free(&metas[i]);
+    omc_conn_destroy(r1);
+    omc_conn_destroy(w);
+}
+
 OMC_TEST(store_a_cache_entry_is_read_many_times_and_stays_until_cleanup) {
     omc_conn* c = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
     omc_payload p;
@@ -842,6 +883,159 @@ OMC_TEST(store_a_lying_metadata_key_is_refused) {
     CHECK_OK(put_bytes(c, "honest", 5000, 10, 0, NULL));
     CHECK_OK(get_check(c, "honest", 5000, 10, NULL));
     omc_meta_free(&m);
+    omc_conn_destroy(c);
+}
+
+/* A reader whose pool is smaller than a stored value: OMC_ERR_TOO_LARGE naming both sizes, the
+   value not consumed (a reader with room still gets it), and the reader's connection kept: the
+   next get and a batch around the large value work on it. */
+OMC_TEST(store_a_value_larger_than_the_readers_pool_is_too_large_and_the_connection_stays) {
+    omc_conn* w = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    omc_conn* big = store_make(main_srv.url, OMC_ROLE_DUAL, 0);
+    omc_conn* rd = NULL;
+    omc_store_desc d;
+    omc_store_stats s0, s1;
+    omc_batch_item it[3];
+    omc_payload p;
+    omc_buffer b;
+    void* data = malloc(2u << 20);
+    char want[64];
+    int i;
+    REQUIRE(w && big && data);
+    memset(&d, 0, sizeof(d));
+    d.url = main_srv.url;
+    d.pool_size = 1u << 20;
+    d.max_inflight = 1;                 /* one connection: the test sees whether it was dropped */
+    d.hooks.log_fn = capture_log;
+    REQUIRE(omc_store_create(&d, &rd) == OMC_OK);
+    omc_test_fill(data, 2u << 20, 31);
+    CHECK_OK(put_bytes(w, "tl-big", 2u << 20, 31, 0, NULL));
+    memset(&p, 0, sizeof(p));
+    p.data = data; p.size = 2u << 20; p.readers = OMC_STORE_READERS_CACHE;
+    CHECK_OK(omc_conn_put(w, "a", "b", "tl-cache", &p, NULL));
+    CHECK_OK(put_bytes(w, "tl-small-1", 5000, 32, 0, NULL));
+    CHECK_OK(put_bytes(w, "tl-small-2", 6000, 33, 0, NULL));
+    CHECK_OK(put_bytes(w, "tl-small-3", 7000, 34, 0, NULL));
+    CHECK_OK(get_check(rd, "tl-small-1", 5000, 32, NULL));        /* the connection is open */
+    omc_store_get_stats(rd, &s0);
+    for (i = 0; i < 2; i++) {
+        const char* key = i ? "tl-cache" : "tl-big";
+        memset(&b, 0, sizeof(b));
+        pthread_mutex_lock(&log_mu); last_log[0] = '\0'; pthread_mutex_unlock(&log_mu);
+        CHECK_RES(omc_conn_get(rd, "a", "b", key, NULL, 0, omc_deadline_after_ms(5000), &b), OMC_ERR_TOO_LARGE);
+        CHECK(b.data == NULL);
+        snprintf(want, sizeof(want), "%llu bytes", (unsigned long long)(2u << 20));
+        CHECK(log_has(want));                                         /* the value's size ... */
+        snprintf(want, sizeof(want), "%llu bytes", (unsigned long long)(1u << 20));
+        CHECK(log_has(want));                                         /* ... and the pool's */
+        CHECK(!log_has("connection lost"));
+        CHECK_OK(omc_conn_exists(w, "a", "b", key));                  /* not consumed */
+    }
+    /* a batch around it: the small values arrive, the large one is refused, one connection */
+    memset(it, 0, sizeof(it));
+    it[0].key = "tl-small-2"; it[1].key = "tl-big"; it[2].key = "tl-small-3";
+    CHECK_RES(omc_store_get_batch(rd, "a", "b", it, 3, OMC_STORE_GET, omc_deadline_after_ms(5000)), OMC_ERR_TOO_LARGE);
+    CHECK_OK(it[0].result);
+    CHECK_RES(it[1].result, OMC_ERR_TOO_LARGE);
+    CHECK_OK(it[2].result);
+    CHECK(it[0].buffer.size == 6000 && omc_test_verify(it[0].buffer.data, 6000, 33));
+    CHECK(it[2].buffer.size == 7000 && omc_test_verify(it[2].buffer.data, 7000, 34));
+    omc_buffer_release(&it[0].buffer);
+    omc_buffer_release(&it[2].buffer);
+    CHECK_OK(put_bytes(w, "tl-small-4", 8000, 35, 0, NULL));
+    CHECK_OK(get_check(rd, "tl-small-4", 8000, 35, NULL));         /* the next get works ... */
+    omc_store_get_stats(rd, &s1);
+    CHECK_EQ(s1.connects, s0.connects);                               /* ... on the same connection */
+    /* a reader with room gets both values, byte for byte */
+    CHECK_OK(get_check(big, "tl-big", 2u << 20, 31, NULL));
+    CHECK_OK(get_check(big, "tl-cache", 2u << 20, 31, NULL));
+    omc_conn_cleanup(w, "a", "b", "tl-cache");
+    free(data);
+    omc_conn_destroy(rd);
+    omc_conn_destroy(big);
+    omc_conn_destroy(w);
+}
+
+/* every log line of any level, "LEVEL message" (for the cache re-put test) */
+static char all_log[16384];
+static void capture_all(omc_log_level level, omc_log_item item, const char* message, const char* file, int line, void* user) {
+    (void)item; (void)file; (void)line; (void)user;
+    pthread_mutex_lock(&log_mu);
+    if (strlen(all_log) + strlen(message) + 16 >= sizeof(all_log)) all_log[0] = '\0';
+    strcat(all_log, level == OMC_LOG_DEBUG ? "DEBUG " : level == OMC_LOG_INFO ? "INFO " : level == OMC_LOG_WARN ? "WARN " : "ERROR ");
+    strcat(all_log, message);
+    strcat(all_log, "\n");
+    pthread_mutex_unlock(&log_mu);
+}
+static int all_log_has(const char* word) {
+    int r;
+    pthread_mutex_lock(&log_mu);
+    r = strstr(all_log, word) != NULL;
+    pthread_mutex_unlock(&log_mu);
+    return r;
+}
+
+/* LMCache stores a chunk under a key naming its content, and stores it again routinely: a put of
+   a live cache entry with the same bytes is done (OMC_OK, the entry kept, its token in the
+   metadata), said at DEBUG, never as a warning about readers; other bytes over a cache entry are
+   OMC_ERR_EXISTS saying it is a cache entry; a put over a payload still waiting for its readers
+   says that. */
+OMC_TEST(store_a_cache_entry_put_again_is_kept_and_the_log_says_so) {
+    omc_conn* c = NULL;
+    omc_store_desc d;
+    omc_payload p;
+    omc_meta m1 = {0}, m2 = {0};
+    omc_meta_info i1, i2;
+    char buf[3000], other[3000], mk[400], reply[64];
+    size_t ml;
+    const char* argv[2];
+    size_t lens[2];
+    memset(&d, 0, sizeof(d));
+    d.url = main_srv.url;
+    d.pool_size = 64u << 20;
+    d.hooks.log_fn = capture_all;
+    d.hooks.max_level = OMC_LOG_DEBUG;
+    REQUIRE(omc_store_create(&d, &c) == OMC_OK);
+    omc_test_fill(buf, sizeof(buf), 41);
+    omc_test_fill(other, sizeof(other), 42);
+    memset(&p, 0, sizeof(p));
+    p.data = buf; p.size = sizeof(buf); p.readers = OMC_STORE_READERS_CACHE; p.ttl_ms = 60000;
+    CHECK_OK(omc_conn_put(c, "a", "b", "again", &p, &m1));
+    CHECK_OK(get_check(c, "again", sizeof(buf), 41, NULL));
+    pthread_mutex_lock(&log_mu); all_log[0] = '\0'; pthread_mutex_unlock(&log_mu);
+    CHECK_OK(omc_conn_put(c, "a", "b", "again", &p, &m2));          /* the same bytes again */
+    CHECK(all_log_has("DEBUG store put a/b/again: the same bytes are already stored"));
+    CHECK(!all_log_has("WARN"));
+    CHECK(!all_log_has("waiting for its readers"));
+    CHECK_OK(omc_meta_parse(m1.data, m1.size, &i1));
+    CHECK_OK(omc_meta_parse(m2.data, m2.size, &i2));
+    CHECK(i1.body_len == i2.body_len && memcmp(i1.body, i2.body, i1.body_len) == 0);   /* the kept entry's token */
+    CHECK_OK(get_check(c, "again", sizeof(buf), 41, &m2));
+    CHECK_OK(get_check(c, "again", sizeof(buf), 41, &m1));
+    /* its expiry renewed: the server says a TTL again after the key lost it */
+    meta_key_of("again", mk, sizeof(mk), &ml);
+    argv[0] = "PERSIST"; argv[1] = mk; lens[0] = 7; lens[1] = ml;
+    CHECK(raw_cmd_v(main_srv.port, NULL, reply, sizeof(reply), 2, argv, lens) == 0 && reply[0] == ':');
+    CHECK_OK(omc_conn_put(c, "a", "b", "again", &p, NULL));
+    argv[0] = "PTTL";
+    lens[0] = 4;
+    CHECK(raw_cmd_v(main_srv.port, NULL, reply, sizeof(reply), 2, argv, lens) == 0 && reply[0] == ':' && atoll(reply + 1) > 0);
+    /* other bytes: refused, and the log says why */
+    pthread_mutex_lock(&log_mu); all_log[0] = '\0'; pthread_mutex_unlock(&log_mu);
+    p.data = other;
+    CHECK_RES(omc_conn_put(c, "a", "b", "again", &p, NULL), OMC_ERR_EXISTS);
+    CHECK(all_log_has("holds a cache entry with other bytes"));
+    CHECK_OK(get_check(c, "again", sizeof(buf), 41, NULL));          /* the first bytes stay */
+    /* a counted put is not a cache entry: the readers it waits for are the truth there */
+    p.data = buf; p.readers = 1;
+    CHECK_OK(omc_conn_put(c, "a", "b", "counted", &p, NULL));
+    pthread_mutex_lock(&log_mu); all_log[0] = '\0'; pthread_mutex_unlock(&log_mu);
+    CHECK_RES(omc_conn_put(c, "a", "b", "counted", &p, NULL), OMC_ERR_EXISTS);
+    CHECK(all_log_has("still waiting for its readers"));
+    CHECK_OK(get_check(c, "counted", sizeof(buf), 41, NULL));
+    omc_conn_cleanup(c, "a", "b", "again");
+    omc_meta_free(&m1);
+    omc_meta_free(&m2);
     omc_conn_destroy(c);
 }
 

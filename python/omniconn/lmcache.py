@@ -194,7 +194,7 @@ _MAX_NDIM, _MAX_DTYPE, _MAX_KEY = 8, 32, 4096
 _TO_STAGE = "kv"
 _NO_DTYPE = "none"          # the dtype name of a MemoryObj without one (a byte buffer)
 _KEY_ROOM = 255             # a qualified store key (stage, "kv", key) stays below 256 bytes
-_PIPELINE_BELOW = 1 << 20   # batched gets of smaller values go as one pipeline (see batched_get)
+_PIPELINE_BYTES = 4 << 20   # one pipelined get_batch asks for about this many bytes at most (see batched_get)
 _OPTIONS = {"ttl_ms": int, "max_inflight": int, "pool_size": int, "stage": str, "checksum": int,
             "threads": int, "timeout_ms": int}
 
@@ -324,7 +324,7 @@ class OmniconnRemoteConnector(_RemoteConnector):
         self.timeout = opts.get("timeout_ms", 10000) / 1000.0
         self.unreadable_entries = 0     # entries found malformed, read as misses and dropped
         self._count_lock = threading.Lock()
-        self._last_size = 0             # bytes of the last value put or got: picks batched_get's path
+        self._last_size = 0             # bytes of the last value put or got: sizes batched_get's pipelines
         self.conn = StoreConnector(store_url, pool_size=opts.get("pool_size", 0), ttl_ms=opts.get("ttl_ms", -1),
                                    max_inflight=opts.get("max_inflight", 0))
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=opts.get("threads", 8),
@@ -479,13 +479,20 @@ class OmniconnRemoteConnector(_RemoteConnector):
             del view
             buf.release(strict=False)
 
-    def _get_sync(self, key):
-        skey, text = self._key(key)
+    def _get_named(self, skey, text):
         try:
             buf = self.conn.get(self.stage, _TO_STAGE, skey, timeout=0)
         except (_lib.NotFoundError, _lib.TimeoutError_):
             return None
+        except _lib.OmniconnError as e:
+            if e.code != _lib.CONSTANTS["OMC_ERR_TOO_LARGE"]:
+                raise
+            self._too_large(skey, e)
+            return None
         return self._fill(buf, skey, text)
+
+    def _get_sync(self, key):
+        return self._get_named(*self._key(key))
 
     async def get(self, key):
         """A MemoryObj from local_cpu_backend.allocate() holding the stored value, or None (not
@@ -495,9 +502,19 @@ class OmniconnRemoteConnector(_RemoteConnector):
     def support_batched_get(self):
         return True
 
-    def _get_batch_sync(self, keys):
-        named = [self._key(k) for k in keys]
-        bufs = self.conn.get_batch(self.stage, _TO_STAGE, [s for s, _ in named], "get", timeout=self.timeout)
+    def _too_large(self, skey, e):
+        logger.warning("omniconn.lmcache: %r does not fit this connector's pool, read as a miss: %s (raise pool_size "
+                       "in the URL)", skey, e)
+
+    def _get_pipeline(self, named):
+        """One pipelined get_batch for [(skey, text)]: [MemoryObj or None]. A value larger than
+        the pool fails the whole pipeline; its keys are then read one by one (that one a miss)."""
+        try:
+            bufs = self.conn.get_batch(self.stage, _TO_STAGE, [s for s, _ in named], "get", timeout=self.timeout)
+        except _lib.OmniconnError as e:
+            if e.code != _lib.CONSTANTS["OMC_ERR_TOO_LARGE"]:
+                raise
+            return [self._get_named(skey, text) for skey, text in named]
         out = []
         try:
             for i, (skey, text) in enumerate(named):
@@ -513,7 +530,25 @@ class OmniconnRemoteConnector(_RemoteConnector):
             raise
         return out
 
+    def _get_batch_sync(self, keys):
+        """Pipelines of about _PIPELINE_BYTES each (judged by the last value this connector
+        moved): each pipeline's values are copied into MemoryObjs while they are still in the CPU
+        caches, and the store never holds more than one pipeline's replies for this reader."""
+        named = [self._key(k) for k in keys]
+        step = max(1, _PIPELINE_BYTES // max(1, self._last_size))
+        out = []
+        try:
+            for i in range(0, len(named), step):
+                out.extend(self._get_pipeline(named[i:i + step]))
+        except BaseException:
+            for o in out:
+                if o is not None:
+                    o.ref_count_down()
+            raise
+        return out
+
     async def _get_parallel(self, keys):
+        """One get per key on the connector's threads (bench/lmcache_get_paths.py compares it)."""
         objs = await asyncio.gather(*[self.get(k) for k in keys], return_exceptions=True)
         failed = next((o for o in objs if isinstance(o, BaseException)), None)
         if failed is not None:
@@ -524,15 +559,10 @@ class OmniconnRemoteConnector(_RemoteConnector):
         return objs
 
     async def batched_get(self, keys):
-        """[MemoryObj or None] for keys. Values under _PIPELINE_BELOW bytes (judged by the last
-        value this connector moved) come in one pipelined request per server; larger ones by
-        parallel gets on the connector's threads, which measured faster for them (1.3-2.3x the
-        pipeline at 1-4 MiB, while the pipeline is 2.2x faster at 64 KiB and even at 512 KiB:
-        bench/lmcache_get_paths.py)."""
-        keys = list(keys)
-        if self._last_size >= _PIPELINE_BELOW:
-            return await self._get_parallel(keys)
-        return await self._run(self._get_batch_sync, keys)
+        """[MemoryObj or None] for keys, in pipelined requests (one per server and about
+        _PIPELINE_BYTES each). Measured at least as fast as parallel or sequential gets at every
+        value size from 64 KiB to 4 MiB (bench/lmcache_get_paths.py)."""
+        return await self._run(self._get_batch_sync, list(keys))
 
     def support_batched_get_non_blocking(self):
         return True

@@ -51,17 +51,13 @@ class StoreConnector(Connector):
         ss, fs, rs = (ctypes.c_uint64 * n)(), (ctypes.c_uint32 * n)(), (ctypes.c_int32 * n)()
         r = self._call(lib.omc_store_get_batch_flat, _b(from_stage), _b(to_stage), arr, n, PRIORITIES[priority],
                        1 if wait else 0, deadline(10.0 if timeout is None else timeout), hs, ds, ss, fs, rs)
-        out = []
-        for i in range(n):
-            if rs[i] == 0:
-                out.append(Buffer(hs[i], ds[i], ss[i], fs[i]))
-            elif rs[i] in (_lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT):
-                out.append(None)
-            else:
-                for b in out:
-                    if b is not None:
-                        b.release()
-                raise error(rs[i], "get_batch %r" % (keys[i],))
+        out = [Buffer(hs[i], ds[i], ss[i], fs[i]) if rs[i] == 0 else None for i in range(n)]
+        bad = next((i for i in range(n) if rs[i] not in (0, _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT)), None)
+        if bad is not None:         # every view goes back, those after the failed key too
+            for b in out:
+                if b is not None:
+                    b.release()
+            raise error(rs[bad], "get_batch %r" % (keys[bad],))
         if r not in (0, _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT):
             raise error(r, "get_batch")
         return out

@@ -17,6 +17,7 @@ import enum
 import hashlib
 import os
 import pickle
+import re
 import shutil
 import socket
 import struct
@@ -366,7 +367,8 @@ def test_batched_calls_answer_per_key_and_by_prefix(remote, backend, tokens):
     assert remote.batched_async_contains("lookup-3", [key(999)] + keys) == 0
     assert remote.conn.batched_contains(keys) == [True] * 5 + [False] * 3
     assert remote.conn.batched_contains(keys, False) == [True] * 5 + [False, True, True]
-    assert (remote.conn._last_size >= omniconn.lmcache._PIPELINE_BELOW) == (tokens == 512)
+    step = omniconn.lmcache._PIPELINE_BYTES // remote.conn._last_size
+    assert (step < len(keys)) == (tokens == 512)          # 2 MiB values: several pipelines, 64 KiB: one
     got = remote.batched_get_blocking(keys)
     assert got[5] is None
     for i, g in enumerate(got):
@@ -504,6 +506,34 @@ def test_a_value_larger_than_the_pool_fails_the_put_with_a_logged_fix(redis, loo
     assert e.value.name == "OMC_ERR_TOO_LARGE" and "raise pool_size" in caplog.text
     assert o.ref_count == 1 and not calls.contains(key(400))
     calls.close()
+
+
+def test_a_value_larger_than_the_readers_pool_is_a_logged_miss_and_the_reader_goes_on(redis, loop, remote, backend,
+                                                                                        caplog):
+    big, small = filled(backend, (2 << 20,), torch.uint8, seed=16), filled(backend, (4096,), torch.uint8, seed=17)
+    remote.submit_put_task(key(410), big).result(WAIT)
+    remote.submit_put_task(key(411), small).result(WAIT)
+    conn = OmniconnRemoteConnector("omniconn://127.0.0.1:%d?pool_size=%d&max_inflight=1" % (redis.port, 1 << 20),
+                                   loop, backend)
+    reader = RemoteBackendCalls(conn)
+    assert reader.get_blocking(key(410)) is None
+    sizes = re.search(r"the payload \((\d+) bytes\) is larger than the reader's pool \((\d+) bytes\)", caplog.text)
+    assert "does not fit this connector's pool" in caplog.text and sizes
+    assert int(sizes.group(1)) > 2 << 20 and int(sizes.group(2)) == 1 << 20     # the entry's size and the pool's
+    assert "connection" not in caplog.text
+    got = reader.get_blocking(key(411))                   # the connection went on
+    assert digest(got) == digest(small)
+    got.ref_count_down()
+    got = reader.batched_get_blocking([key(411), key(410), key(411)])
+    assert got[1] is None and digest(got[0]) == digest(small) and digest(got[2]) == digest(small)
+    for g in (got[0], got[2]):
+        g.ref_count_down()
+    assert reader.contains(key(410))                      # not consumed: a reader with room still gets it
+    got = remote.get_blocking(key(410))
+    assert digest(got) == digest(big)
+    got.ref_count_down()
+    assert conn.conn.health()["pool_in_use"] == 0         # no view left behind
+    reader.close()
 
 
 def test_a_missing_key_is_none_everywhere(remote):
