@@ -610,7 +610,7 @@ OMC_TEST(shm_fanout_across_two_consumer_processes) {
    that time is judged by, how long the same child then took to wake from a blocking read of a
    pipe the parent wrote to once it saw the child asleep. On a loaded host both wake-ups wait for
    a CPU alike; a bound fixed in milliseconds would fail there, one relative to the pipe does not. */
-typedef struct wait_report { int64_t res, nvcsw, woke_ns, base_ns, cpu_us; } wait_report;
+typedef struct wait_report { int64_t res, nvcsw, woke_ns, base_ns, cpu_us, waited_ns; } wait_report;
 static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, int64_t spin_ns, int others, int sleeps);
 
 /* The longest a futex (or a spinning getter) may take to see a put: 10 ms, plus three times what
@@ -1816,7 +1816,7 @@ static void wait_until_asleep(pid_t pid) {
 /* sleeps: the getter is expected to sleep (no spin), so the parent waits until it does before it
    puts; a spinning getter is only waited for until it starts its get. */
 static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, int64_t spin_ns, int others, int sleeps) {
-    wait_report rep = { -1, -1, -1, -1, -1 };
+    wait_report rep = { -1, -1, -1, -1, -1, -1 };
     int fds[2], go[2], base[2], status, i, sent = 0;
     char c = 0;
     pid_t pid;
@@ -1839,8 +1839,10 @@ static wait_report wait_in_child(const char* ch, omc_conn* s, const char* key, i
             omc_conn_get(r, "a", "b", "not-there", NULL, 0, omc_deadline_after_ms(1), &b);
             if (write(go[1], &c, 1) != 1) _exit(1);         /* the get starts now */
             getrusage(SHM_RUSAGE_WAITER, &ru0);
+            rep.waited_ns = omc_now_ns();
             rep.res = omc_conn_get(r, "a", "b", key, NULL, 0, omc_deadline_after_ms(5000), &b);
             rep.woke_ns = omc_now_ns();
+            rep.waited_ns = rep.woke_ns - rep.waited_ns;
             getrusage(SHM_RUSAGE_WAITER, &ru1);
             rep.nvcsw = ru1.ru_nvcsw - ru0.ru_nvcsw;
             rep.cpu_us = (ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) * 1000000LL +
@@ -1903,9 +1905,12 @@ OMC_TEST(shm_a_put_wakes_only_getters_of_its_key_class) {
     rep = wait_in_child(ch, s, "mine", -1, 150, 1);
     CHECK_EQ(rep.res, OMC_OK);
     CHECK(rep.woke_ns >= 0 && rep.woke_ns < wake_bound_ns(&rep));  /* its own put woke it, not a 50 ms slice */
-    /* ~150 ms asleep: a few 50 ms slices and the final wake, not one wake per put of another key */
-    CHECK(rep.nvcsw >= 1 && rep.nvcsw < 40);
-    if (!(rep.nvcsw >= 1 && rep.nvcsw < 40)) fprintf(stderr, "  %lld voluntary switches over 150 other puts\n", (long long)rep.nvcsw);
+    /* asleep through 150 puts of other keys: one wake per 50 ms slice (twice that, for slack) and
+       the final one, not one per put - counted against how long the wait really took, which on a
+       busy host is much more than the 150 ms of an idle one */
+    CHECK(rep.nvcsw >= 1 && rep.nvcsw < 10 + 2 * (rep.waited_ns / 50000000LL) && rep.nvcsw < 150);
+    if (!(rep.nvcsw >= 1 && rep.nvcsw < 10 + 2 * (rep.waited_ns / 50000000LL)))
+        fprintf(stderr, "  %lld voluntary switches over 150 other puts in %.0f ms\n", (long long)rep.nvcsw, (double)rep.waited_ns / 1e6);
     omc_conn_destroy(s);
 }
 
@@ -1920,7 +1925,10 @@ OMC_TEST(shm_spin_forever_getter_never_sleeps) {
     REQUIRE(s);
     rep = wait_in_child(ch, s, "spun", OMC_SHM_SPIN_FOREVER, 120, 0);
     CHECK_EQ(rep.res, OMC_OK);
-    CHECK(rep.woke_ns >= 0 && rep.woke_ns < wake_bound_ns(&rep));
+    /* No bound on how long it took: a getter that never blocks sees the put on its next run, and
+       when that is depends only on how many other programs want the CPU (a busy host preempts a
+       spinner for tens of milliseconds). That it never blocked is what shows it waited no slice. */
+    CHECK(rep.woke_ns >= 0);
     CHECK(rep.nvcsw >= 0 && rep.nvcsw <= 3);     /* a spinning getter makes no blocking call */
     if (rep.nvcsw > 3) fprintf(stderr, "  %lld voluntary switches while spinning\n", (long long)rep.nvcsw);
     omc_conn_destroy(s);
