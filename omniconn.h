@@ -273,7 +273,10 @@ THREAD SAFETY
       call returns OMC_ERR_CLOSED with an ERROR log line naming both processes, and
       omc_conn_destroy only closes the child's copies of descriptors and unmaps its copy of the
       pool (the core's connectors): no thread is joined, no message sent, nothing unlinked, so
-      the parent's entries stay readable. Create new connectors in the child.
+      the parent's entries stay readable. Create new connectors in the child. The library
+      notices the copy through a pthread_atfork handler: a process copied without running the
+      atfork handlers (a raw clone() or vfork() that does more than exec) is not a supported
+      way to copy a connector, and its calls are not refused.
     - omc_buffer values may be released from any thread, once per handle.
     - frames and metadata helpers are pure functions over caller memory.
 
@@ -1629,15 +1632,21 @@ OMC__PRIVATE void omc__sha256_update(omc__sha256* s, const void* data, size_t n)
     }
 }
 
-/* Pad (0x80, zeros, the bit length big-endian) and write the 32-byte digest. */
+/* Pad (0x80, zeros, the bit length big-endian) and write the 32-byte digest. The padding is
+   written into the block directly: one more block when the length no longer fits in this one. */
 OMC__PRIVATE void omc__sha256_final(omc__sha256* s, uint8_t* out) {
     uint64_t bits = s->total * 8u;
-    uint8_t pad = 0x80, zero = 0, len[8];
     int i;
-    omc__sha256_update(s, &pad, 1);
-    while (s->used != 56) omc__sha256_update(s, &zero, 1);
-    for (i = 0; i < 8; i++) len[i] = (uint8_t)(bits >> (56 - 8 * i));
-    omc__sha256_update(s, len, 8);
+    s->block[s->used++] = 0x80;         /* used < 64 here: update compresses a full block at once */
+    if (s->used > 56) {
+        memset(s->block + s->used, 0, 64 - s->used);
+        omc__sha256_block(s, s->block);
+        s->used = 0;
+    }
+    memset(s->block + s->used, 0, 56 - s->used);
+    for (i = 0; i < 8; i++) s->block[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+    omc__sha256_block(s, s->block);
+    s->used = 0;
     for (i = 0; i < 8; i++) {
         out[4 * i] = (uint8_t)(s->h[i] >> 24); out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
         out[4 * i + 2] = (uint8_t)(s->h[i] >> 8); out[4 * i + 3] = (uint8_t)s->h[i];
@@ -3009,7 +3018,8 @@ struct omc_conn {
     uint32_t refs;              /* atomic: the creator's, and one per buffer that needs the connector */
     uint32_t calls;             /* atomic: public calls inside now; close waits for them to leave */
     pthread_cond_t calls_cv;    /* with err_mu: the last call left a closing connector */
-    pid_t pid;                  /* the creator's process: elsewhere (after fork()) calls are refused */
+    pid_t pid;                  /* the creator's process (named in the fork guard's log line) */
+    uint32_t fork_gen;          /* omc__fork_gen at create: a later value means a forked copy */
     /* optional lifetime hooks a connector sets after omc__conn_create (kept out of the vtable so
        the tables companions initialise stay as they are) */
     /* wake (optional): omc_conn_close has set closed; wake every call blocked inside so it sees
@@ -3031,14 +3041,29 @@ struct omc_conn {
     char last_error_text[160];
 };
 
+/* The fork guard without a syscall per call (getpid() is not cached by glibc): a process-wide
+   generation that a pthread_atfork child handler bumps, so a connector records it at create and a
+   call compares it with one load. The handler is registered once, before the first connector
+   exists, so every fork() that can copy a connector runs it. A copy made without the atfork
+   handlers (raw clone(), vfork() followed by anything but exec) is not detected. */
+static uint32_t omc__fork_gen;      /* atomic: bumped in each child of fork() */
+static pthread_once_t omc__fork_once = PTHREAD_ONCE_INIT;
+static void omc__fork_child(void) { __atomic_add_fetch(&omc__fork_gen, 1u, __ATOMIC_RELAXED); }
+static int omc__fork_watched;       /* written once under omc__fork_once: the handler is in */
+static void omc__fork_watch(void) { omc__fork_watched = pthread_atfork(NULL, NULL, omc__fork_child) == 0; }
+static uint32_t omc__fork_generation(void) { return __atomic_load_n(&omc__fork_gen, __ATOMIC_RELAXED); }
+
 OMC__PRIVATE omc_result omc__conn_create(const omc_hooks* hooks, const omc__conn_vtable* vt, omc_role role, omc_conn** out) {
-    omc_conn* c = (omc_conn*)omc__calloc(hooks, sizeof(omc_conn));
+    omc_conn* c;
+    if (pthread_once(&omc__fork_once, omc__fork_watch) != 0) return OMC_ERR_SYSTEM;
+    c = (omc_conn*)omc__calloc(hooks, sizeof(omc_conn));
     if (!c) return OMC_ERR_NO_MEMORY;
     c->vt = vt;
     c->hooks = *hooks;
     c->role = role == OMC_ROLE_DEFAULT ? OMC_ROLE_DUAL : role;
     c->refs = 1;
     c->pid = getpid();
+    c->fork_gen = omc__fork_generation();
     if (pthread_mutex_init(&c->err_mu, NULL) != 0) { omc__free(hooks, c); return OMC_ERR_SYSTEM; }
     if (omc__cond_init_monotonic(&c->calls_cv) != 0) { pthread_mutex_destroy(&c->err_mu); omc__free(hooks, c); return OMC_ERR_SYSTEM; }
     *out = c;
@@ -3046,8 +3071,11 @@ OMC__PRIVATE omc_result omc__conn_create(const omc_hooks* hooks, const omc__conn
 }
 
 /* Is this the process that created c? After fork() the child has a copy of the connector whose
-   threads do not exist there: it may only let go of it. */
-OMC__PRIVATE int omc__conn_foreign(const omc_conn* c) { return c->pid != getpid(); }
+   threads do not exist there: it may only let go of it. One plain load: this runs per call. */
+OMC__PRIVATE int omc__conn_foreign(const omc_conn* c) {
+    if (!omc__fork_watched) return c->pid != getpid();  /* pthread_atfork failed (no memory) */
+    return c->fork_gen != omc__fork_generation();
+}
 
 OMC__PRIVATE void omc__conn_leave_call(omc_conn* c);
 OMC__PRIVATE void omc__conn_ref(omc_conn* c);

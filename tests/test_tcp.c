@@ -1741,6 +1741,54 @@ OMC_TEST(a_host_without_libzmq_gets_unavailable_naming_the_package) {
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* ---- the key proof's hash --------------------------------------------------------------------- */
+
+static int sha256_is(const void* msg, size_t n, const char* hex) {
+    omc__sha256 h;
+    uint8_t out[32];
+    char got[65];
+    int i;
+    omc__sha256_init(&h);
+    omc__sha256_update(&h, msg, n);
+    omc__sha256_final(&h, out);
+    for (i = 0; i < 32; i++) snprintf(got + 2 * i, 3, "%02x", out[i]);
+    return strcmp(got, hex) == 0;
+}
+
+/* SHA-256 padding at every position in a block: the empty message and FIPS 180-4's two-block
+   example (56 bytes: the length no longer fits after the 0x80), then every length 0..199 of a
+   pattern (byte i of the length-n message is 7i+n), each digest checked against the same message
+   fed one byte at a time, and all 200 digests hashed in order: that digest was computed with
+   Python's hashlib, an independent implementation. */
+OMC_TEST(tcp_key_proof_sha256_pads_every_length_like_fips_180_4) {
+    static const char two_block[] = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    uint8_t msg[200], one[32], bytewise[32];
+    omc__sha256 all, h;
+    size_t n, i;
+    int same = 1;
+    CHECK(sha256_is("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
+    CHECK(sha256_is(two_block, sizeof(two_block) - 1, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"));
+    omc__sha256_init(&all);
+    for (n = 0; n < sizeof(msg); n++) {
+        for (i = 0; i < n; i++) msg[i] = (uint8_t)(i * 7 + n);
+        omc__sha256_init(&h);
+        omc__sha256_update(&h, msg, n);
+        omc__sha256_final(&h, one);
+        omc__sha256_init(&h);
+        for (i = 0; i < n; i++) omc__sha256_update(&h, msg + i, 1);
+        omc__sha256_final(&h, bytewise);
+        if (memcmp(one, bytewise, 32) != 0) same = 0;
+        omc__sha256_update(&all, one, 32);
+    }
+    CHECK(same);
+    omc__sha256_final(&all, one);
+    {
+        char hex[65];
+        for (i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", one[i]);
+        CHECK(strcmp(hex, "8c7c9ff69da76fc28823a1cb97268672663e628e1ea955868b16db46bab0545d") == 0);
+    }
+}
+
 /* ---- destroy while calls are inside, connectors after fork(), buffers after destroy --------- */
 
 typedef struct inside_call {
