@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4557
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  391
+    PART A  THE CORE                                                         lines     69 - 4575
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  394
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result     393 - 1076
+      declarations    [SECTION] Version, platform and feature resolution | Result     396 - 1079
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1079 - 4554
+      implementation  [SECTION] Implementation: configuration and system headers |   1082 - 4572
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4559 - 10877
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4559 - 4973
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4577 - 10918
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4577 - 4991
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4976 - 5164
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4994 - 5182
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5166 - 10874
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5184 - 10915
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10880 - 10915
+    LICENSE                                                                        10921 - 10956
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -1193,6 +1193,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
       omc__conn_vtable       the transport table (family, transport, put ... pending, desc_name)
       omc__conn_create omc__conn_ref omc__conn_unref omc__conn_is omc__conn_fail omc__conn_fail_at
       omc__conn_hold omc__conn_leave_call omc__conn_pool_buffer omc__pool_unmap_copy
+      OMC__CONN_HELD         a public call's body between hold and leave
       omc__conn_enter        a call's common opening: closed?, role, the qualified key
       omc__conn_count_error  count a failed call and log it once
       omc__conn_count_get omc__conn_count_refusal   the counters of a get a connector's own
@@ -3118,6 +3119,11 @@ OMC__PRIVATE omc_result omc__conn_hold(omc_conn* c) {
     return OMC_OK;
 }
 
+/* A public call's body: r = call (an expression over c) between hold and leave, or hold's
+   OMC_ERR_CLOSED without running it. */
+#define OMC__CONN_HELD(c, r, call) \
+    do { if (((r) = omc__conn_hold(c)) == OMC_OK) { (r) = (call); omc__conn_leave_call(c); } } while (0)
+
 OMC__PRIVATE void omc__conn_ref(omc_conn* c) { omc__add(&c->refs, 1u); }
 
 /* A public call leaves c; the last one out of a closing connector wakes omc_conn_close. */
@@ -3353,9 +3359,7 @@ OMNICONN_API omc_result omc_conn_put(omc_conn* c, const char* from, const char* 
     omc_result r;
     if (meta_out) { meta_out->data = NULL; meta_out->size = 0; }
     if (!c) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_put_in(c, from, to, key, p, meta_out);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_put_in(c, from, to, key, p, meta_out));
     return r;
 }
 
@@ -3434,9 +3438,7 @@ OMNICONN_API omc_result omc_conn_get(omc_conn* c, const char* from, const char* 
     omc_result r;
     if (out) memset(out, 0, sizeof(*out));
     if (!c || !out) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_get_in(c, from, to, key, meta, meta_size, deadline, out);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_get_in(c, from, to, key, meta, meta_size, deadline, out));
     return r;
 }
 
@@ -3468,9 +3470,7 @@ OMNICONN_API omc_result omc_conn_get_copy(omc_conn* c, const char* from, const c
     omc_result r;
     if (out_size) *out_size = 0;
     if (!c) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_get_copy_in(c, from, to, key, meta, meta_size, deadline, dst, dst_size, out_size);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_get_copy_in(c, from, to, key, meta, meta_size, deadline, dst, dst_size, out_size));
     return r;
 }
 
@@ -3487,9 +3487,7 @@ OMNICONN_API omc_result omc_conn_alloc(omc_conn* c, uint64_t size, omc_time_ns d
     omc_result r;
     if (out) memset(out, 0, sizeof(*out));
     if (!c || !out) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_alloc_in(c, size, deadline, out);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_alloc_in(c, size, deadline, out));
     return r;
 }
 
@@ -3506,9 +3504,7 @@ static omc_result omc__conn_cleanup_in(omc_conn* c, const char* from, const char
 OMNICONN_API omc_result omc_conn_cleanup(omc_conn* c, const char* from, const char* to, const char* key) {
     omc_result r;
     if (!c) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_cleanup_in(c, from, to, key);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_cleanup_in(c, from, to, key));
     return r;
 }
 
@@ -3679,9 +3675,7 @@ static omc_result omc__conn_exists_in(omc_conn* c, const char* from, const char*
 OMNICONN_API omc_result omc_conn_exists(omc_conn* c, const char* from, const char* to, const char* key) {
     omc_result r;
     if (!c) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_exists_in(c, from, to, key);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_exists_in(c, from, to, key));
     return r;
 }
 
@@ -3748,9 +3742,7 @@ OMNICONN_API omc_result omc_conn_list(omc_conn* c, const char* from, const char*
     omc_result r;
     if (out_count) *out_count = 0;
     if (!c) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_list_in(c, from, to, fn, user_data, out_count);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_list_in(c, from, to, fn, user_data, out_count));
     return r;
 }
 
@@ -3774,9 +3766,7 @@ static omc_result omc__conn_wait_consumed_in(omc_conn* c, omc_time_ns deadline) 
 OMNICONN_API omc_result omc_conn_wait_consumed(omc_conn* c, omc_time_ns deadline) {
     omc_result r;
     if (!c) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_wait_consumed_in(c, deadline);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_wait_consumed_in(c, deadline));
     return r;
 }
 
@@ -6573,6 +6563,12 @@ typedef struct omc__tcp_plane {
     uint64_t flood_quiet[3];            /* events since that log line */
     uint64_t nregistered;               /* atomic: for health */
     uint64_t protocol_errors;           /* atomic */
+    /* receiver: the pause before a data connection is tried again ends early when the connector
+       closes (omc__tcp_plane_wake), so a close or destroy never sits out a retry pause */
+    const int* closing;                 /* the connector's closed flag (atomic); NULL: never */
+    pthread_mutex_t pause_mu;
+    pthread_cond_t pause_cv;            /* with pause_mu: closing was set */
+    int retry_ms;                       /* the first pause, OMC__TCP_RETRY_MS (a test may lengthen it) */
 } omc__tcp_plane;
 
 /* Receiver side: one per channel. */
@@ -7590,6 +7586,17 @@ OMC__PRIVATE omc_result omc__tcp_rx_dial(omc__tcp_plane* T, omc__tcp_rx* x, omc_
     return r;
 }
 
+/* The pause before another try: pause_ms, or less when the connector closes (then 1). */
+OMC__PRIVATE int omc__tcp_retry_pause(omc__tcp_plane* T, int64_t pause_ms) {
+    omc_time_ns until = omc_now_ns() + (omc_time_ns)pause_ms * 1000000LL;
+    int closing;
+    pthread_mutex_lock(&T->pause_mu);
+    while (!(closing = T->closing && omc__load(T->closing)) && omc_now_ns() < until)
+        omc__cond_wait_until(&T->pause_cv, &T->pause_mu, until);
+    pthread_mutex_unlock(&T->pause_mu);
+    return closing;
+}
+
 /* Open the data connection (see omc__tcp_rx_dial), trying again - at most
    OMC__TCP_CONNECT_TRIES in all, after a jittered pause that doubles, never past the deadline -
    when the sender closed it before acknowledging the hello. Why: a sender keeps a bounded
@@ -7610,17 +7617,14 @@ OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, o
         return OMC_ERR_AUTH;
     }
     for (attempt = 1;; attempt++) {
-        int64_t pause_ms = (int64_t)OMC__TCP_RETRY_MS << (attempt - 1);
-        struct timespec ts;
+        int64_t pause_ms = (int64_t)T->retry_ms << (attempt - 1);
         r = omc__tcp_rx_dial(T, x, deadline, &closed);
         if (r == OMC_OK || !closed) break;
         pause_ms = pause_ms / 2 + (int64_t)(omc__random_u64() % (uint64_t)(pause_ms / 2 + 1));    /* half to all of it */
         if (attempt >= OMC__TCP_CONNECT_TRIES || omc__poll_ms(deadline, (int)pause_ms + 1) <= pause_ms) break;
         OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data hello to %s:%u: the sender closed the connection before its ack "
                  "(try %d of %d): trying again in %lld ms", x->host, (unsigned)x->port, attempt, OMC__TCP_CONNECT_TRIES, (long long)pause_ms);
-        ts.tv_sec = (time_t)(pause_ms / 1000);
-        ts.tv_nsec = (long)(pause_ms % 1000) * 1000000L;
-        nanosleep(&ts, NULL);
+        if (omc__tcp_retry_pause(T, pause_ms)) return OMC_ERR_CLOSED;
     }
     if (r != OMC_OK && closed)
         OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data hello to %s:%u: %s (the sender closed the connection before its ack, "
@@ -7775,14 +7779,32 @@ OMC__PRIVATE void omc__tcp_rx_close(void* user, void* chan) {
 
 OMC__PRIVATE omc_result omc__tcp_plane_init(omc__tcp_plane* T) {
     T->listen_fd = -1;
+    T->retry_ms = OMC__TCP_RETRY_MS;
     if (pthread_mutex_init(&T->mu, NULL) != 0) return OMC_ERR_SYSTEM;
     if (omc__cond_init_monotonic(&T->idle_cv) != 0) { pthread_mutex_destroy(&T->mu); return OMC_ERR_SYSTEM; }
+    if (pthread_mutex_init(&T->pause_mu, NULL) != 0) goto no_pause_mu;
+    if (omc__cond_init_monotonic(&T->pause_cv) != 0) goto no_pause_cv;
     return OMC_OK;
+no_pause_cv:
+    pthread_mutex_destroy(&T->pause_mu);
+no_pause_mu:
+    pthread_cond_destroy(&T->idle_cv);
+    pthread_mutex_destroy(&T->mu);
+    return OMC_ERR_SYSTEM;
 }
 
 OMC__PRIVATE void omc__tcp_plane_uninit(omc__tcp_plane* T) {
     pthread_mutex_destroy(&T->mu);
     pthread_cond_destroy(&T->idle_cv);
+    pthread_mutex_destroy(&T->pause_mu);
+    pthread_cond_destroy(&T->pause_cv);
+}
+
+/* The connector is closing (its closed flag, T->closing, is set): end a retry pause now. */
+OMC__PRIVATE void omc__tcp_plane_wake(omc__tcp_plane* T) {
+    pthread_mutex_lock(&T->pause_mu);
+    pthread_cond_broadcast(&T->pause_cv);
+    pthread_mutex_unlock(&T->pause_mu);
 }
 
 /* The data port (0: none) and health figures. */
@@ -10211,9 +10233,13 @@ static void omc__net_close(omc_conn* c) {
     while (idle) { omc__net_chan* next = idle->next; omc__net_chan_close(N, idle); idle = next; }
 }
 
-/* Every blocking wait of the remote connector polls closed at least every OMC__NET_SLICE_MS:
-   nothing to wake, but close may then wait for the calls before it stops the listener. */
-static void omc__net_wake_calls(omc_conn* c) { (void)c; }
+/* Every blocking wait of the remote connector polls closed at least every OMC__NET_SLICE_MS,
+   so close may wait for the calls before it stops the listener; the one wait that does not poll
+   is the receiver's pause before it tries a data connection again: wake it. */
+static void omc__net_wake_calls(omc_conn* c) {
+    omc__net* N = (omc__net*)c->impl;
+    if (N && N->tcp_ok) omc__tcp_plane_wake(&N->tcp);
+}
 
 /* Where the latest failure toward a sender happened: its name, host and port (and what it was),
    for the get's log line. */
@@ -10574,6 +10600,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     N->conn->impl = N;
     N->peer_ok = pthread_mutex_init(&N->peer_mu, NULL) == 0;
     N->tcp_ok = omc__tcp_plane_init(&N->tcp) == OMC_OK;
+    N->tcp.closing = &N->conn->closed;
     N->job_ok = pthread_mutex_init(&N->job_mu, NULL) == 0;
     if (N->job_ok && pthread_cond_init(&N->job_cv, NULL) != 0) { pthread_mutex_destroy(&N->job_mu); N->job_ok = 0; }
     r = N->peer_ok && N->tcp_ok && N->job_ok ? OMC_OK : OMC_ERR_SYSTEM;
@@ -10828,27 +10855,21 @@ static omc_result omc__tcp_peer_health_in(omc_conn* c, uint32_t index, omc_tcp_p
 OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* c, char* host, size_t host_size, uint16_t* port, uint16_t* data_port) {
     omc_result r;
     if (!c) return omc__tcp_endpoint_in(c, host, host_size, port, data_port);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_endpoint_in(c, host, host_size, port, data_port);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_endpoint_in(c, host, host_size, port, data_port));
     return r;
 }
 
 OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, const char* host, uint16_t port, const char* server_key) {
     omc_result r;
     if (!c) return omc__tcp_add_sender_key_in(c, name, host, port, server_key);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_add_sender_key_in(c, name, host, port, server_key);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_add_sender_key_in(c, name, host, port, server_key));
     return r;
 }
 
 OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* c, const char* name) {
     omc_result r;
     if (!c) return omc__tcp_remove_sender_in(c, name);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_remove_sender_in(c, name);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_remove_sender_in(c, name));
     return r;
 }
 
@@ -10856,9 +10877,7 @@ OMNICONN_API omc_result omc_tcp_get_from(omc_conn* c, const char* sender, const 
                                          omc_time_ns deadline, omc_buffer* out) {
     omc_result r;
     if (!c) return omc__tcp_get_from_in(c, sender, from, to, key, deadline, out);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_get_from_in(c, sender, from, to, key, deadline, out);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_get_from_in(c, sender, from, to, key, deadline, out));
     return r;
 }
 
@@ -10866,18 +10885,14 @@ OMNICONN_API omc_result omc_tcp_query(omc_conn* c, const char* sender, const cha
                                       omc_time_ns deadline, omc_tcp_found* out) {
     omc_result r;
     if (!c) return omc__tcp_query_in(c, sender, from, to, key, deadline, out);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_query_in(c, sender, from, to, key, deadline, out);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_query_in(c, sender, from, to, key, deadline, out));
     return r;
 }
 
 OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
     omc_result r;
     if (!c) return omc__tcp_health_in(c, h);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_health_in(c, h);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_health_in(c, h));
     return r;
 }
 
@@ -10892,9 +10907,7 @@ OMNICONN_API uint32_t omc_tcp_peer_count(omc_conn* c) {
 OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* c, uint32_t index, omc_tcp_peer_info* out) {
     omc_result r;
     if (!c) return omc__tcp_peer_health_in(c, index, out);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_peer_health_in(c, index, out);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_peer_health_in(c, index, out));
     return r;
 }
 #endif

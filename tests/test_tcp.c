@@ -1200,6 +1200,24 @@ OMC_TEST(tcp_curve_allowed_clients) {
 
 /* ---- sizes that lie: a fake sender ------------------------------------------------------------- */
 
+/* A call made on another thread while the test closes or destroys the connector under it. */
+typedef struct inside_call {
+    omc_conn* c;
+    const omc_meta* meta;               /* meta_get_main: the metadata of the key "k" */
+    omc_result result;
+    uint64_t returned;                  /* atomic: the call has returned */
+    uint64_t calls;                     /* health loop: calls made */
+} inside_call;
+
+static void* meta_get_main(void* arg) {
+    inside_call* g = (inside_call*)arg;
+    omc_buffer b;
+    g->result = omc_conn_get(g->c, "s0", "s1", "k", g->meta->data, g->meta->size, omc_deadline_after_ms(120000), &b);
+    if (g->result == OMC_OK) omc_buffer_release(&b);
+    __atomic_store_n(&g->returned, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
 /* FAKE LAYER, on purpose: a raw ROUTER socket and a raw TCP listener that speak just enough of the
    protocol to answer HELLO and PULL, and then lie about sizes or break off. A real sender never
    does this, so these faults cannot be produced with the real stack. */
@@ -1446,6 +1464,54 @@ OMC_TEST(tcp_a_data_connection_closed_before_its_ack_is_tried_again) {
     }
     __atomic_store_n(&f.close_hellos, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&f.refuse_code, 0, __ATOMIC_RELEASE);
+    omc_meta_free(&m);
+    fake_stop(&f);
+}
+
+/* Counts the receiver's "trying again" log lines: the event that it has entered a retry pause. */
+static void count_retry_pauses(omc_log_level l, omc_log_item item, const char* msg, const char* f, int line, void* u) {
+    (void)l; (void)item; (void)f; (void)line;
+    if (strstr(msg, "trying again in")) __atomic_add_fetch((int*)u, 1, __ATOMIC_ACQ_REL);
+}
+
+/* A receiver in its pause before it tries a data connection again (the fake sender closes every
+   hello unacked; white box: the first pause lengthened to 30..60 s, the get's deadline 120 s)
+   while another thread destroys it. Want: destroy returns promptly - it wakes the pause instead
+   of sitting it out - the get says OMC_ERR_CLOSED, and no second connection was tried. */
+OMC_TEST(tcp_destroy_wakes_a_receiver_in_its_retry_pause) {
+    fake_sender f;
+    omc_tcp_desc d;
+    omc_conn* r = NULL;
+    omc_meta m = {0};
+    inside_call g;
+    pthread_t t;
+    omc_time_ns t0;
+    int pauses = 0, i;
+    REQUIRE(fake_start(&f) == 0);
+    fake_meta(&f, "k", 1000, &m);
+    __atomic_store_n(&f.close_hellos, 1000, __ATOMIC_RELEASE);
+    memset(&d, 0, sizeof(d));
+    d.role = OMC_ROLE_RECEIVER;
+    d.pool_size = 1u << 20;
+    d.hooks.log_fn = count_retry_pauses;
+    d.hooks.max_level = OMC_LOG_DEBUG;
+    d.hooks.user_data = &pauses;
+    REQUIRE(omc_tcp_create(&d, &r) == OMC_OK);
+    omc__net_of(r)->tcp.retry_ms = 60000;
+    memset(&g, 0, sizeof(g));
+    g.c = r;
+    g.meta = &m;
+    REQUIRE(pthread_create(&t, NULL, meta_get_main, &g) == 0);
+    for (i = 0; i < 3000 && __atomic_load_n(&pauses, __ATOMIC_ACQUIRE) == 0; i++) usleep(10000);   /* the event: it pauses */
+    CHECK_EQ(__atomic_load_n(&pauses, __ATOMIC_ACQUIRE), 1);
+    t0 = omc_now_ns();
+    omc_conn_destroy(r);
+    pthread_join(t, NULL);
+    printf("  destroy and the get done after %.3f s; the get said %s\n", (double)(omc_now_ns() - t0) / 1e9, omc_result_str(g.result));
+    CHECK(omc_now_ns() - t0 < 10 * 1000000000LL);         /* the pause is 30 s at least */
+    CHECK_RES(g.result, OMC_ERR_CLOSED);
+    CHECK_EQ(__atomic_load_n(&f.accepted, __ATOMIC_ACQUIRE), 1);
+    __atomic_store_n(&f.close_hellos, 0, __ATOMIC_RELEASE);
     omc_meta_free(&m);
     fake_stop(&f);
 }
@@ -1790,13 +1856,6 @@ OMC_TEST(tcp_key_proof_sha256_pads_every_length_like_fips_180_4) {
 }
 
 /* ---- destroy while calls are inside, connectors after fork(), buffers after destroy --------- */
-
-typedef struct inside_call {
-    omc_conn* c;
-    omc_result result;
-    uint64_t returned;                  /* atomic: the call has returned */
-    uint64_t calls;                     /* health loop: calls made */
-} inside_call;
 
 static void* blocked_get_main(void* arg) {
     inside_call* g = (inside_call*)arg;
