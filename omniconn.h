@@ -39,17 +39,17 @@
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4577 - 10918
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4577 - 10936
       manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4577 - 4991
                       B3 CONFIGURATION | B4 WIRE FORMATS
       declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4994 - 5182
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5184 - 10915
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5184 - 10933
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10921 - 10956
+    LICENSE                                                                        10939 - 10974
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -5272,6 +5272,9 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
     #ifndef ZMQ_SRCFD
         #define ZMQ_SRCFD 2
     #endif
+    #ifndef ZMQ_SNDTIMEO
+        #define ZMQ_SNDTIMEO 28
+    #endif
     #ifndef ZMQ_EVENT_DISCONNECTED
         #define ZMQ_EVENT_DISCONNECTED 0x0200
     #endif
@@ -5397,6 +5400,21 @@ __attribute__((constructor)) static void omc__net_register_probe(void) { omc__re
       omc__net_create        a remote connector with an extra data plane
       fields omc__dataplane omc__dp_vtable omc__dp_push omc__dp_peer omc__dp_xfer: all
       fields omc__dp_request omc__dp_ext omc__dp_vtable_ext: all
+    libzmq as the side channel loads it (a companion that needs libzmq uses this instead of a
+    loader of its own: one dlopen per process, $OMNICONN_ZMQ_LIB and OMNICONN_NO_RUNTIME_LINKING
+    honoured alike; present when OMC__HAS_ZMQ):
+      omc__zmq_load          load once per process: OMC_OK, or OMC_ERR_UNAVAILABLE and why (text)
+      omc__zmq_require       the same, saying why through a logger (ERROR)
+      then one wrapper per function, named as libzmq's with omc__zmq_ for zmq_ (zmq_errno is
+      omc__zmq_errnum), and the types and ZMQ_* constants as zmq.h spells them:
+      omc__zmq_ctx_new omc__zmq_ctx_term omc__zmq_socket omc__zmq_close omc__zmq_bind
+      omc__zmq_connect omc__zmq_setsockopt omc__zmq_getsockopt omc__zmq_send omc__zmq_recv
+      omc__zmq_poll omc__zmq_socket_monitor omc__zmq_errnum omc__zmq_strerror omc__zmq_has
+      omc__zmq_curve_keypair omc__zmq_curve_public omc__zmq_z85_decode omc__zmq_z85_encode
+      omc__zmq_version omc__zmq_msg_init omc__zmq_msg_recv omc__zmq_msg_data omc__zmq_msg_size
+      omc__zmq_msg_gets omc__zmq_msg_close omc__zmq_msg_get
+      omc__zmq_pollitem omc__zmq_msg   zmq_pollitem_t and zmq_msg_t
+      fields omc__zmq_pollitem: all
     remote-interface-end
 
     The remote connector is two layers. The side channel (ZMQ, below) does everything that is

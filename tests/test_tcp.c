@@ -1855,6 +1855,44 @@ OMC_TEST(tcp_key_proof_sha256_pads_every_length_like_fips_180_4) {
     }
 }
 
+/* ---- the side channel's libzmq loader, as a companion uses it ------------------------------- */
+
+/* What a companion header that needs libzmq (the RDMA engine's CURVE channel) may use instead of
+   a loader of its own: load, version, a PAIR of sockets over inproc set up with the ZMQ_*
+   constants (ZMQ_SNDTIMEO read back), a message each way through send/recv and msg_recv, and an
+   empty socket's EAGAIN through errnum. */
+OMC_TEST(tcp_the_side_channels_libzmq_loader_serves_a_companion) {
+    char why[512] = "", buf[16];
+    int major = 0, minor = 0, patch = 0, linger = 0, tmo = 100, got = 0;
+    size_t n = sizeof(got);
+    void *ctx, *a, *b;
+    omc__zmq_msg msg;
+    REQUIRE(omc__zmq_load(why, sizeof(why)) == OMC_OK);
+    omc__zmq_version(&major, &minor, &patch);
+    CHECK(major == 4 && minor >= 3);
+    ctx = omc__zmq_ctx_new();
+    REQUIRE(ctx);
+    a = omc__zmq_socket(ctx, ZMQ_PAIR);
+    b = omc__zmq_socket(ctx, ZMQ_PAIR);
+    REQUIRE(a && b);
+    CHECK(omc__zmq_setsockopt(a, ZMQ_LINGER, &linger, sizeof(linger)) == 0);
+    CHECK(omc__zmq_setsockopt(b, ZMQ_LINGER, &linger, sizeof(linger)) == 0);
+    CHECK(omc__zmq_setsockopt(a, ZMQ_SNDTIMEO, &tmo, sizeof(tmo)) == 0);
+    CHECK(omc__zmq_getsockopt(a, ZMQ_SNDTIMEO, &got, &n) == 0 && got == 100);
+    CHECK(omc__zmq_bind(a, "inproc://omc-loader-test") == 0);
+    CHECK(omc__zmq_connect(b, "inproc://omc-loader-test") == 0);
+    CHECK(omc__zmq_send(a, "hello", 5, 0) == 5);
+    CHECK(omc__zmq_recv(b, buf, sizeof(buf), 0) == 5 && memcmp(buf, "hello", 5) == 0);
+    CHECK(omc__zmq_send(b, "again", 5, 0) == 5);
+    CHECK(omc__zmq_msg_init(&msg) == 0);
+    CHECK(omc__zmq_msg_recv(&msg, a, 0) == 5);
+    CHECK(omc__zmq_msg_size(&msg) == 5 && memcmp(omc__zmq_msg_data(&msg), "again", 5) == 0);
+    CHECK(omc__zmq_msg_close(&msg) == 0);
+    CHECK(omc__zmq_recv(b, buf, sizeof(buf), ZMQ_DONTWAIT) == -1 && omc__zmq_errnum() == EAGAIN);
+    CHECK(omc__zmq_close(a) == 0 && omc__zmq_close(b) == 0);
+    CHECK(omc__zmq_ctx_term(ctx) == 0);
+}
+
 /* ---- destroy while calls are inside, connectors after fork(), buffers after destroy --------- */
 
 static void* blocked_get_main(void* arg) {
