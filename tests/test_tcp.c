@@ -1233,6 +1233,9 @@ typedef struct fake_sender {
     int close_hellos;           /* atomic: this many data connections are closed after their hello, unacked */
     int refuse_code;            /* atomic: nonzero: every hello is acked with this code (a refusal) */
     int accepted;               /* atomic: data connections accepted */
+    int silent;                 /* atomic: nonzero: data connections are accepted and kept, and never sent a byte */
+    int mute_fd[8];             /* those connections (closed at fake_stop) */
+    int nmute;
     pthread_t th;
 } fake_sender;
 
@@ -1286,6 +1289,11 @@ static void* fake_main(void* arg) {
         if (it[1].revents) {    /* a data connection: take its hello, ack it */
             uint8_t h[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], nonce[OMC__TCP_NONCE_SIZE], zero16[16] = {0};
             int fd = accept(f->lfd, NULL, NULL);
+            if (fd >= 0 && __atomic_load_n(&f->silent, __ATOMIC_ACQUIRE)) {     /* no nonce, ever */
+                if (f->nmute < 8) f->mute_fd[f->nmute++] = fd; else close(fd);
+                __atomic_add_fetch(&f->accepted, 1, __ATOMIC_ACQ_REL);
+                continue;
+            }
             if (fd >= 0) __atomic_add_fetch(&f->accepted, 1, __ATOMIC_ACQ_REL);
             omc__tcp_nonce_encode(nonce, zero16);       /* a fake: a fixed nonce, the hello is not checked */
             if (fd >= 0 && write(fd, nonce, sizeof(nonce)) == (ssize_t)sizeof(nonce) &&
@@ -1362,6 +1370,7 @@ static int fake_start(fake_sender* f) {
 static void fake_stop(fake_sender* f) {
     __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
     pthread_join(f->th, NULL);
+    while (f->nmute > 0) close(f->mute_fd[--f->nmute]);
     if (f->dfd >= 0) close(f->dfd);
     close(f->lfd);
     zmq_close(f->router);
@@ -1512,6 +1521,37 @@ OMC_TEST(tcp_destroy_wakes_a_receiver_in_its_retry_pause) {
     CHECK_RES(g.result, OMC_ERR_CLOSED);
     CHECK_EQ(__atomic_load_n(&f.accepted, __ATOMIC_ACQUIRE), 1);
     __atomic_store_n(&f.close_hellos, 0, __ATOMIC_RELEASE);
+    omc_meta_free(&m);
+    fake_stop(&f);
+}
+
+/* A receiver that connected to a data port that never says a word (no nonce: a stalled or
+   hostile sender) while another thread destroys it; the get's deadline is 120 s. Want: destroy
+   returns promptly - the wait for the nonce sees the close - and the get says OMC_ERR_CLOSED. */
+OMC_TEST(tcp_destroy_wakes_a_receiver_waiting_on_a_silent_data_port) {
+    fake_sender f;
+    omc_conn* r = make_receiver(1u << 20);
+    omc_meta m = {0};
+    inside_call g;
+    pthread_t t;
+    omc_time_ns t0;
+    int i;
+    REQUIRE(r && fake_start(&f) == 0);
+    fake_meta(&f, "k", 1000, &m);
+    __atomic_store_n(&f.silent, 1, __ATOMIC_RELEASE);
+    memset(&g, 0, sizeof(g));
+    g.c = r;
+    g.meta = &m;
+    REQUIRE(pthread_create(&t, NULL, meta_get_main, &g) == 0);
+    for (i = 0; i < 3000 && __atomic_load_n(&f.accepted, __ATOMIC_ACQUIRE) == 0; i++) usleep(10000);   /* the event: connected */
+    CHECK_EQ(__atomic_load_n(&f.accepted, __ATOMIC_ACQUIRE), 1);
+    t0 = omc_now_ns();
+    omc_conn_destroy(r);
+    pthread_join(t, NULL);
+    printf("  destroy and the get done after %.3f s; the get said %s\n", (double)(omc_now_ns() - t0) / 1e9, omc_result_str(g.result));
+    CHECK(omc_now_ns() - t0 < 10 * 1000000000LL);
+    CHECK_RES(g.result, OMC_ERR_CLOSED);
+    __atomic_store_n(&f.silent, 0, __ATOMIC_RELEASE);
     omc_meta_free(&m);
     fake_stop(&f);
 }
