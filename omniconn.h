@@ -39,17 +39,17 @@
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4577 - 10951
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4577 - 10945
       manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4577 - 4991
                       B3 CONFIGURATION | B4 WIRE FORMATS
       declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4994 - 5182
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5184 - 10948
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5184 - 10942
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10954 - 10989
+    LICENSE                                                                        10948 - 10983
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -6392,7 +6392,7 @@ OMC__PRIVATE omc_result omc__fd_write_all(int fd, const uint8_t* p, uint64_t n, 
 /* Read exactly n bytes (small control messages only; payloads go through the plane's progress). */
 /* Read n bytes, or fail: OMC_ERR_CONNECTION (EOF, reset), OMC_ERR_TIMEOUT (deadline), or
    OMC_ERR_CLOSED once *stop (a connector's closed flag; NULL: none) is set. */
-OMC__PRIVATE omc_result omc__fd_read_all_or_stop(int fd, uint8_t* p, size_t n, omc_time_ns deadline, const int* stop) {
+OMC__PRIVATE omc_result omc__fd_read_all(int fd, uint8_t* p, size_t n, omc_time_ns deadline, const int* stop) {
     while (n) {
         ssize_t k = recv(fd, p, n, MSG_DONTWAIT);
         if (k > 0) { p += k; n -= (size_t)k; continue; }
@@ -6409,9 +6409,6 @@ OMC__PRIVATE omc_result omc__fd_read_all_or_stop(int fd, uint8_t* p, size_t n, o
     return OMC_OK;
 }
 
-OMC__PRIVATE omc_result omc__fd_read_all(int fd, uint8_t* p, size_t n, omc_time_ns deadline) {
-    return omc__fd_read_all_or_stop(fd, p, n, deadline, NULL);
-}
 
 OMC__PRIVATE void omc__fd_tune(int fd) {
     int one = 1;
@@ -6434,7 +6431,7 @@ OMC__PRIVATE void omc__fd_streaming(int fd) {
 
 /* Non-blocking connect bounded by the deadline (and by OMC__NET_CONNECT_MS when there is none). */
 /* Connect to host:port before the deadline; OMC_ERR_CLOSED once *stop (NULL: none) is set. */
-OMC__PRIVATE omc_result omc__fd_connect_or_stop(const char* host, uint16_t port, omc_time_ns deadline, const int* stop, int* out) {
+OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_time_ns deadline, const int* stop, int* out) {
     struct sockaddr_storage sa;
     socklen_t salen;
     int fd, w, err = 0;
@@ -6455,9 +6452,6 @@ OMC__PRIVATE omc_result omc__fd_connect_or_stop(const char* host, uint16_t port,
     return OMC_OK;
 }
 
-OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_time_ns deadline, int* out) {
-    return omc__fd_connect_or_stop(host, port, deadline, NULL, out);
-}
 
 /* ============================================================================================== */
 /* [SECTION] Implementation: the TCP data plane                                                  */
@@ -7592,14 +7586,14 @@ OMC__PRIVATE omc_result omc__tcp_rx_dial(omc__tcp_plane* T, omc__tcp_rx* x, omc_
     uint8_t hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], frame[OMC__TCP_NONCE_SIZE], nonce[16];
     omc_result r;
     *closed = 0;
-    r = omc__fd_connect_or_stop(x->host, x->port, deadline, T->closing, &x->fd);
+    r = omc__fd_connect(x->host, x->port, deadline, T->closing, &x->fd);
     if (r != OMC_OK) {
         if (r != OMC_ERR_CLOSED)
             OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data connection to %s:%u: %s", x->host, (unsigned)x->port, omc_result_str(r));
         return r;
     }
     do { x->token = omc__random_u64(); } while (x->token == 0);
-    r = omc__fd_read_all_or_stop(x->fd, frame, sizeof(frame), deadline, T->closing);
+    r = omc__fd_read_all(x->fd, frame, sizeof(frame), deadline, T->closing);
     if (r == OMC_OK && (r = omc__tcp_nonce_decode(frame, nonce)) == OMC_ERR_VERSION)
         OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data connection to %s:%u: the sender asks for data hello version %u, "
                  "this receiver speaks version %d", x->host, (unsigned)x->port, (unsigned)omc__get_u16(frame + 4), OMC__TCP_HELLO_VERSION);
@@ -7607,7 +7601,7 @@ OMC__PRIVATE omc_result omc__tcp_rx_dial(omc__tcp_plane* T, omc__tcp_rx* x, omc_
         omc__tcp_hello_encode(hello, x->token, omc_incarnation(), x->ticket, x->secret, nonce);
         r = omc__fd_write_all(x->fd, hello, sizeof(hello), deadline, NULL);
     }
-    if (r == OMC_OK) r = omc__fd_read_all_or_stop(x->fd, ack, sizeof(ack), deadline, T->closing);
+    if (r == OMC_OK) r = omc__fd_read_all(x->fd, ack, sizeof(ack), deadline, T->closing);
     *closed = r == OMC_ERR_CONNECTION;      /* EOF or reset: an ack with a code is a refusal (below) */
     if (r == OMC_OK && (omc__get_u32(ack) != OMC__TCP_ACK_MAGIC || omc__get_u32(ack + 4) != 0)) r = OMC_ERR_PROTOCOL;
     if (r != OMC_OK && !*closed && r != OMC_ERR_CLOSED)
