@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4575
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  394
+    PART A  THE CORE                                                         lines     69 - 4579
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  398
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result     396 - 1079
+      declarations    [SECTION] Version, platform and feature resolution | Result     400 - 1083
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1082 - 4572
+      implementation  [SECTION] Implementation: configuration and system headers |   1086 - 4576
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4577 - 10945
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4577 - 4991
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4581 - 10949
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4581 - 4995
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4994 - 5182
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4998 - 5186
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5184 - 10942
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5188 - 10946
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10948 - 10983
+    LICENSE                                                                        10952 - 10987
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -362,6 +362,10 @@ RECENT REVISIONS
                         destroy waits for them; connectors copied by fork() refuse calls and
                         release only the child's copies; buffers from omc_conn_alloc keep the
                         pool mapped after destroy (core connectors).
+    unreleased          the fork guard costs no system call per call (a pthread_atfork
+                        handler counts forks); a close or destroy of a remote receiver ends
+                        its pause before another data-connection try, and its wait on a data
+                        port that says nothing, at once (the get returns OMC_ERR_CLOSED).
     unreleased          omc_tcp_* calls hold the connector like omc_conn_* calls: a close or
                         destroy from another thread waits for them (and wakes a blocked query);
                         on a closed connector they return OMC_ERR_CLOSED.
