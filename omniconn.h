@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4562
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  391
+    PART A  THE CORE                                                         lines     69 - 4584
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  398
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result     393 - 1076
+      declarations    [SECTION] Version, platform and feature resolution | Result     400 - 1083
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1079 - 4559
+      implementation  [SECTION] Implementation: configuration and system headers |   1086 - 4581
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4564 - 10882
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4564 - 4978
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4586 - 10954
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4586 - 5000
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  4981 - 5169
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  5003 - 5191
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5171 - 10879
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5193 - 10951
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10885 - 10920
+    LICENSE                                                                        10957 - 10992
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -273,7 +273,10 @@ THREAD SAFETY
       call returns OMC_ERR_CLOSED with an ERROR log line naming both processes, and
       omc_conn_destroy only closes the child's copies of descriptors and unmaps its copy of the
       pool (the core's connectors): no thread is joined, no message sent, nothing unlinked, so
-      the parent's entries stay readable. Create new connectors in the child.
+      the parent's entries stay readable. Create new connectors in the child. The library
+      notices the copy through a pthread_atfork handler: a process copied without running the
+      atfork handlers (a raw clone() or vfork() that does more than exec) is not a supported
+      way to copy a connector, and its calls are not refused.
     - omc_buffer values may be released from any thread, once per handle.
     - frames and metadata helpers are pure functions over caller memory.
 
@@ -359,6 +362,10 @@ RECENT REVISIONS
                         destroy waits for them; connectors copied by fork() refuse calls and
                         release only the child's copies; buffers from omc_conn_alloc keep the
                         pool mapped after destroy (core connectors).
+    unreleased          the fork guard costs no system call per call (a pthread_atfork
+                        handler counts forks); a close or destroy of a remote receiver ends
+                        its pause before another data-connection try, and its wait on a data
+                        port that says nothing, at once (the get returns OMC_ERR_CLOSED).
     unreleased          omc_tcp_* calls hold the connector like omc_conn_* calls: a close or
                         destroy from another thread waits for them (and wakes a blocked query);
                         on a closed connector they return OMC_ERR_CLOSED.
@@ -1190,6 +1197,7 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
       omc__conn_vtable       the transport table (family, transport, put ... pending, desc_name)
       omc__conn_create omc__conn_ref omc__conn_unref omc__conn_is omc__conn_fail omc__conn_fail_at
       omc__conn_hold omc__conn_leave_call omc__conn_pool_buffer omc__pool_unmap_copy
+      OMC__CONN_HELD         a public call's body between hold and leave
       omc__conn_enter        a call's common opening: closed?, role, the qualified key
       omc__conn_count_error  count a failed call and log it once
       omc__conn_count_get omc__conn_count_refusal   the counters of a get a connector's own
@@ -1629,15 +1637,21 @@ OMC__PRIVATE void omc__sha256_update(omc__sha256* s, const void* data, size_t n)
     }
 }
 
-/* Pad (0x80, zeros, the bit length big-endian) and write the 32-byte digest. */
+/* Pad (0x80, zeros, the bit length big-endian) and write the 32-byte digest. The padding is
+   written into the block directly: one more block when the length no longer fits in this one. */
 OMC__PRIVATE void omc__sha256_final(omc__sha256* s, uint8_t* out) {
     uint64_t bits = s->total * 8u;
-    uint8_t pad = 0x80, zero = 0, len[8];
     int i;
-    omc__sha256_update(s, &pad, 1);
-    while (s->used != 56) omc__sha256_update(s, &zero, 1);
-    for (i = 0; i < 8; i++) len[i] = (uint8_t)(bits >> (56 - 8 * i));
-    omc__sha256_update(s, len, 8);
+    s->block[s->used++] = 0x80;         /* used < 64 here: update compresses a full block at once */
+    if (s->used > 56) {
+        memset(s->block + s->used, 0, 64 - s->used);
+        omc__sha256_block(s, s->block);
+        s->used = 0;
+    }
+    memset(s->block + s->used, 0, 56 - s->used);
+    for (i = 0; i < 8; i++) s->block[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+    omc__sha256_block(s, s->block);
+    s->used = 0;
     for (i = 0; i < 8; i++) {
         out[4 * i] = (uint8_t)(s->h[i] >> 24); out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
         out[4 * i + 2] = (uint8_t)(s->h[i] >> 8); out[4 * i + 3] = (uint8_t)s->h[i];
@@ -3009,7 +3023,8 @@ struct omc_conn {
     uint32_t refs;              /* atomic: the creator's, and one per buffer that needs the connector */
     uint32_t calls;             /* atomic: public calls inside now; close waits for them to leave */
     pthread_cond_t calls_cv;    /* with err_mu: the last call left a closing connector */
-    pid_t pid;                  /* the creator's process: elsewhere (after fork()) calls are refused */
+    pid_t pid;                  /* the creator's process (named in the fork guard's log line) */
+    uint32_t fork_gen;          /* omc__fork_gen at create: a later value means a forked copy */
     /* optional lifetime hooks a connector sets after omc__conn_create (kept out of the vtable so
        the tables companions initialise stay as they are) */
     /* wake (optional): omc_conn_close has set closed; wake every call blocked inside so it sees
@@ -3031,14 +3046,29 @@ struct omc_conn {
     char last_error_text[160];
 };
 
+/* The fork guard without a syscall per call (getpid() is not cached by glibc): a process-wide
+   generation that a pthread_atfork child handler bumps, so a connector records it at create and a
+   call compares it with one load. The handler is registered once, before the first connector
+   exists, so every fork() that can copy a connector runs it. A copy made without the atfork
+   handlers (raw clone(), vfork() followed by anything but exec) is not detected. */
+static uint32_t omc__fork_gen;      /* atomic: bumped in each child of fork() */
+static pthread_once_t omc__fork_once = PTHREAD_ONCE_INIT;
+static void omc__fork_child(void) { __atomic_add_fetch(&omc__fork_gen, 1u, __ATOMIC_RELAXED); }
+static int omc__fork_watched;       /* written once under omc__fork_once: the handler is in */
+static void omc__fork_watch(void) { omc__fork_watched = pthread_atfork(NULL, NULL, omc__fork_child) == 0; }
+static uint32_t omc__fork_generation(void) { return __atomic_load_n(&omc__fork_gen, __ATOMIC_RELAXED); }
+
 OMC__PRIVATE omc_result omc__conn_create(const omc_hooks* hooks, const omc__conn_vtable* vt, omc_role role, omc_conn** out) {
-    omc_conn* c = (omc_conn*)omc__calloc(hooks, sizeof(omc_conn));
+    omc_conn* c;
+    if (pthread_once(&omc__fork_once, omc__fork_watch) != 0) return OMC_ERR_SYSTEM;
+    c = (omc_conn*)omc__calloc(hooks, sizeof(omc_conn));
     if (!c) return OMC_ERR_NO_MEMORY;
     c->vt = vt;
     c->hooks = *hooks;
     c->role = role == OMC_ROLE_DEFAULT ? OMC_ROLE_DUAL : role;
     c->refs = 1;
     c->pid = getpid();
+    c->fork_gen = omc__fork_generation();
     if (pthread_mutex_init(&c->err_mu, NULL) != 0) { omc__free(hooks, c); return OMC_ERR_SYSTEM; }
     if (omc__cond_init_monotonic(&c->calls_cv) != 0) { pthread_mutex_destroy(&c->err_mu); omc__free(hooks, c); return OMC_ERR_SYSTEM; }
     *out = c;
@@ -3046,8 +3076,11 @@ OMC__PRIVATE omc_result omc__conn_create(const omc_hooks* hooks, const omc__conn
 }
 
 /* Is this the process that created c? After fork() the child has a copy of the connector whose
-   threads do not exist there: it may only let go of it. */
-OMC__PRIVATE int omc__conn_foreign(const omc_conn* c) { return c->pid != getpid(); }
+   threads do not exist there: it may only let go of it. One plain load: this runs per call. */
+OMC__PRIVATE int omc__conn_foreign(const omc_conn* c) {
+    if (!omc__fork_watched) return c->pid != getpid();  /* pthread_atfork failed (no memory) */
+    return c->fork_gen != omc__fork_generation();
+}
 
 OMC__PRIVATE void omc__conn_leave_call(omc_conn* c);
 OMC__PRIVATE void omc__conn_ref(omc_conn* c);
@@ -3089,6 +3122,11 @@ OMC__PRIVATE omc_result omc__conn_hold(omc_conn* c) {
     }
     return OMC_OK;
 }
+
+/* A public call's body: r = call (an expression over c) between hold and leave, or hold's
+   OMC_ERR_CLOSED without running it. */
+#define OMC__CONN_HELD(c, r, call) \
+    do { if (((r) = omc__conn_hold(c)) == OMC_OK) { (r) = (call); omc__conn_leave_call(c); } } while (0)
 
 OMC__PRIVATE void omc__conn_ref(omc_conn* c) { omc__add(&c->refs, 1u); }
 
@@ -3330,9 +3368,7 @@ OMNICONN_API omc_result omc_conn_put(omc_conn* c, const char* from, const char* 
     omc_result r;
     if (meta_out) { meta_out->data = NULL; meta_out->size = 0; }
     if (!c) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_put_in(c, from, to, key, p, meta_out);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_put_in(c, from, to, key, p, meta_out));
     return r;
 }
 
@@ -3411,9 +3447,7 @@ OMNICONN_API omc_result omc_conn_get(omc_conn* c, const char* from, const char* 
     omc_result r;
     if (out) memset(out, 0, sizeof(*out));
     if (!c || !out) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_get_in(c, from, to, key, meta, meta_size, deadline, out);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_get_in(c, from, to, key, meta, meta_size, deadline, out));
     return r;
 }
 
@@ -3445,9 +3479,7 @@ OMNICONN_API omc_result omc_conn_get_copy(omc_conn* c, const char* from, const c
     omc_result r;
     if (out_size) *out_size = 0;
     if (!c) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_get_copy_in(c, from, to, key, meta, meta_size, deadline, dst, dst_size, out_size);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_get_copy_in(c, from, to, key, meta, meta_size, deadline, dst, dst_size, out_size));
     return r;
 }
 
@@ -3464,9 +3496,7 @@ OMNICONN_API omc_result omc_conn_alloc(omc_conn* c, uint64_t size, omc_time_ns d
     omc_result r;
     if (out) memset(out, 0, sizeof(*out));
     if (!c || !out) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_alloc_in(c, size, deadline, out);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_alloc_in(c, size, deadline, out));
     return r;
 }
 
@@ -3483,9 +3513,7 @@ static omc_result omc__conn_cleanup_in(omc_conn* c, const char* from, const char
 OMNICONN_API omc_result omc_conn_cleanup(omc_conn* c, const char* from, const char* to, const char* key) {
     omc_result r;
     if (!c) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_cleanup_in(c, from, to, key);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_cleanup_in(c, from, to, key));
     return r;
 }
 
@@ -3656,9 +3684,7 @@ static omc_result omc__conn_exists_in(omc_conn* c, const char* from, const char*
 OMNICONN_API omc_result omc_conn_exists(omc_conn* c, const char* from, const char* to, const char* key) {
     omc_result r;
     if (!c) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_exists_in(c, from, to, key);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_exists_in(c, from, to, key));
     return r;
 }
 
@@ -3725,9 +3751,7 @@ OMNICONN_API omc_result omc_conn_list(omc_conn* c, const char* from, const char*
     omc_result r;
     if (out_count) *out_count = 0;
     if (!c) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_list_in(c, from, to, fn, user_data, out_count);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_list_in(c, from, to, fn, user_data, out_count));
     return r;
 }
 
@@ -3751,9 +3775,7 @@ static omc_result omc__conn_wait_consumed_in(omc_conn* c, omc_time_ns deadline) 
 OMNICONN_API omc_result omc_conn_wait_consumed(omc_conn* c, omc_time_ns deadline) {
     omc_result r;
     if (!c) return OMC_ERR_INVALID_ARG;
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__conn_wait_consumed_in(c, deadline);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__conn_wait_consumed_in(c, deadline));
     return r;
 }
 
@@ -5259,6 +5281,9 @@ OMNICONN_API omc_result omc_detect_host(int family, char* out, size_t out_size, 
     #ifndef ZMQ_SRCFD
         #define ZMQ_SRCFD 2
     #endif
+    #ifndef ZMQ_SNDTIMEO
+        #define ZMQ_SNDTIMEO 28
+    #endif
     #ifndef ZMQ_EVENT_DISCONNECTED
         #define ZMQ_EVENT_DISCONNECTED 0x0200
     #endif
@@ -5384,6 +5409,21 @@ __attribute__((constructor)) static void omc__net_register_probe(void) { omc__re
       omc__net_create        a remote connector with an extra data plane
       fields omc__dataplane omc__dp_vtable omc__dp_push omc__dp_peer omc__dp_xfer: all
       fields omc__dp_request omc__dp_ext omc__dp_vtable_ext: all
+    libzmq as the side channel loads it (a companion that needs libzmq uses this instead of a
+    loader of its own: one dlopen per process, $OMNICONN_ZMQ_LIB and OMNICONN_NO_RUNTIME_LINKING
+    honoured alike; present when OMC__HAS_ZMQ):
+      omc__zmq_load          load once per process: OMC_OK, or OMC_ERR_UNAVAILABLE and why (text)
+      omc__zmq_require       the same, saying why through a logger (ERROR)
+      then one wrapper per function, named as libzmq's with omc__zmq_ for zmq_ (zmq_errno is
+      omc__zmq_errnum), and the types and ZMQ_* constants as zmq.h spells them:
+      omc__zmq_ctx_new omc__zmq_ctx_term omc__zmq_socket omc__zmq_close omc__zmq_bind
+      omc__zmq_connect omc__zmq_setsockopt omc__zmq_getsockopt omc__zmq_send omc__zmq_recv
+      omc__zmq_poll omc__zmq_socket_monitor omc__zmq_errnum omc__zmq_strerror omc__zmq_has
+      omc__zmq_curve_keypair omc__zmq_curve_public omc__zmq_z85_decode omc__zmq_z85_encode
+      omc__zmq_version omc__zmq_msg_init omc__zmq_msg_recv omc__zmq_msg_data omc__zmq_msg_size
+      omc__zmq_msg_gets omc__zmq_msg_close omc__zmq_msg_get
+      omc__zmq_pollitem omc__zmq_msg   zmq_pollitem_t and zmq_msg_t
+      fields omc__zmq_pollitem: all
     remote-interface-end
 
     The remote connector is two layers. The side channel (ZMQ, below) does everything that is
@@ -6359,21 +6399,25 @@ OMC__PRIVATE omc_result omc__fd_write_all(int fd, const uint8_t* p, uint64_t n, 
 }
 
 /* Read exactly n bytes (small control messages only; payloads go through the plane's progress). */
-OMC__PRIVATE omc_result omc__fd_read_all(int fd, uint8_t* p, size_t n, omc_time_ns deadline) {
+/* Read n bytes, or fail: OMC_ERR_CONNECTION (EOF, reset), OMC_ERR_TIMEOUT (deadline), or
+   OMC_ERR_CLOSED once *stop (a connector's closed flag; NULL: none) is set. */
+OMC__PRIVATE omc_result omc__fd_read_all(int fd, uint8_t* p, size_t n, omc_time_ns deadline, const int* stop) {
     while (n) {
         ssize_t k = recv(fd, p, n, MSG_DONTWAIT);
         if (k > 0) { p += k; n -= (size_t)k; continue; }
         if (k == 0) return OMC_ERR_CONNECTION;
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            int w = omc__fd_wait(fd, POLLIN, deadline, NULL, NULL);
+            int w = omc__fd_wait(fd, POLLIN, deadline, stop, NULL);
             if (w == 0) return OMC_ERR_TIMEOUT;
+            if (w < 0) return OMC_ERR_CLOSED;
             continue;
         }
         return OMC_ERR_CONNECTION;
     }
     return OMC_OK;
 }
+
 
 OMC__PRIVATE void omc__fd_tune(int fd) {
     int one = 1;
@@ -6395,10 +6439,11 @@ OMC__PRIVATE void omc__fd_streaming(int fd) {
 }
 
 /* Non-blocking connect bounded by the deadline (and by OMC__NET_CONNECT_MS when there is none). */
-OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_time_ns deadline, int* out) {
+/* Connect to host:port before the deadline; OMC_ERR_CLOSED once *stop (NULL: none) is set. */
+OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_time_ns deadline, const int* stop, int* out) {
     struct sockaddr_storage sa;
     socklen_t salen;
-    int fd, err = 0;
+    int fd, w, err = 0;
     socklen_t elen = sizeof(err);
     *out = -1;
     if (omc__net_resolve(host, port, 0, &sa, &salen) != OMC_OK) return OMC_ERR_INVALID_ARG;
@@ -6407,13 +6452,15 @@ OMC__PRIVATE omc_result omc__fd_connect(const char* host, uint16_t port, omc_tim
     if (fd < 0) return OMC_ERR_SYSTEM;
     if (connect(fd, (struct sockaddr*)&sa, salen) != 0) {
         if (errno != EINPROGRESS && errno != EINTR) { close(fd); return OMC_ERR_CONNECTION; }
-        if (omc__fd_wait(fd, POLLOUT, deadline, NULL, NULL) == 0) { close(fd); return OMC_ERR_TIMEOUT; }
+        w = omc__fd_wait(fd, POLLOUT, deadline, stop, NULL);
+        if (w <= 0) { close(fd); return w == 0 ? OMC_ERR_TIMEOUT : OMC_ERR_CLOSED; }
         if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0 || err != 0) { close(fd); return OMC_ERR_CONNECTION; }
     }
     omc__fd_tune(fd);
     *out = fd;
     return OMC_OK;
 }
+
 
 /* ============================================================================================== */
 /* [SECTION] Implementation: the TCP data plane                                                  */
@@ -6550,6 +6597,12 @@ typedef struct omc__tcp_plane {
     uint64_t flood_quiet[3];            /* events since that log line */
     uint64_t nregistered;               /* atomic: for health */
     uint64_t protocol_errors;           /* atomic */
+    /* receiver: the pause before a data connection is tried again ends early when the connector
+       closes (omc__tcp_plane_wake), so a close or destroy never sits out a retry pause */
+    const int* closing;                 /* the connector's closed flag (atomic); NULL: never */
+    pthread_mutex_t pause_mu;
+    pthread_cond_t pause_cv;            /* with pause_mu: closing was set */
+    int retry_ms;                       /* the first pause, OMC__TCP_RETRY_MS (a test may lengthen it) */
 } omc__tcp_plane;
 
 /* Receiver side: one per channel. */
@@ -7535,19 +7588,21 @@ OMC__PRIVATE int omc__tcp_rx_reusable(void* user, void* chan) {
 }
 
 /* One try at the data connection: connect, read the port's nonce, hello (proving the ticket
-   over the nonce), ack - all before the deadline. *closed says the sender closed (or reset) the
+   over the nonce), ack - all before the deadline, and each wait ends (OMC_ERR_CLOSED) when the
+   connector closes, so a silent data port never holds up a close or destroy. *closed says the sender closed (or reset) the
    connection after accepting it and before any ack: the one failure worth another try. */
 OMC__PRIVATE omc_result omc__tcp_rx_dial(omc__tcp_plane* T, omc__tcp_rx* x, omc_time_ns deadline, int* closed) {
     uint8_t hello[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], frame[OMC__TCP_NONCE_SIZE], nonce[16];
     omc_result r;
     *closed = 0;
-    r = omc__fd_connect(x->host, x->port, deadline, &x->fd);
+    r = omc__fd_connect(x->host, x->port, deadline, T->closing, &x->fd);
     if (r != OMC_OK) {
-        OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data connection to %s:%u: %s", x->host, (unsigned)x->port, omc_result_str(r));
+        if (r != OMC_ERR_CLOSED)
+            OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data connection to %s:%u: %s", x->host, (unsigned)x->port, omc_result_str(r));
         return r;
     }
     do { x->token = omc__random_u64(); } while (x->token == 0);
-    r = omc__fd_read_all(x->fd, frame, sizeof(frame), deadline);
+    r = omc__fd_read_all(x->fd, frame, sizeof(frame), deadline, T->closing);
     if (r == OMC_OK && (r = omc__tcp_nonce_decode(frame, nonce)) == OMC_ERR_VERSION)
         OMC__LOG(&T->hooks, OMC_LOG_WARN, OMC_LOGITEM_NET, "data connection to %s:%u: the sender asks for data hello version %u, "
                  "this receiver speaks version %d", x->host, (unsigned)x->port, (unsigned)omc__get_u16(frame + 4), OMC__TCP_HELLO_VERSION);
@@ -7555,16 +7610,27 @@ OMC__PRIVATE omc_result omc__tcp_rx_dial(omc__tcp_plane* T, omc__tcp_rx* x, omc_
         omc__tcp_hello_encode(hello, x->token, omc_incarnation(), x->ticket, x->secret, nonce);
         r = omc__fd_write_all(x->fd, hello, sizeof(hello), deadline, NULL);
     }
-    if (r == OMC_OK) r = omc__fd_read_all(x->fd, ack, sizeof(ack), deadline);
+    if (r == OMC_OK) r = omc__fd_read_all(x->fd, ack, sizeof(ack), deadline, T->closing);
     *closed = r == OMC_ERR_CONNECTION;      /* EOF or reset: an ack with a code is a refusal (below) */
     if (r == OMC_OK && (omc__get_u32(ack) != OMC__TCP_ACK_MAGIC || omc__get_u32(ack + 4) != 0)) r = OMC_ERR_PROTOCOL;
-    if (r != OMC_OK && !*closed)
+    if (r != OMC_OK && !*closed && r != OMC_ERR_CLOSED)
         OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data hello to %s:%u: %s", x->host, (unsigned)x->port, omc_result_str(r));
     if (r != OMC_OK) {
         close(x->fd);
         x->fd = -1;
     } else omc__fd_streaming(x->fd);
     return r;
+}
+
+/* The pause before another try: pause_ms, or less when the connector closes (then 1). */
+OMC__PRIVATE int omc__tcp_retry_pause(omc__tcp_plane* T, int64_t pause_ms) {
+    omc_time_ns until = omc_now_ns() + (omc_time_ns)pause_ms * 1000000LL;
+    int closing;
+    pthread_mutex_lock(&T->pause_mu);
+    while (!(closing = T->closing && omc__load(T->closing)) && omc_now_ns() < until)
+        omc__cond_wait_until(&T->pause_cv, &T->pause_mu, until);
+    pthread_mutex_unlock(&T->pause_mu);
+    return closing;
 }
 
 /* Open the data connection (see omc__tcp_rx_dial), trying again - at most
@@ -7587,17 +7653,14 @@ OMC__PRIVATE omc_result omc__tcp_rx_connect(omc__tcp_plane* T, omc__tcp_rx* x, o
         return OMC_ERR_AUTH;
     }
     for (attempt = 1;; attempt++) {
-        int64_t pause_ms = (int64_t)OMC__TCP_RETRY_MS << (attempt - 1);
-        struct timespec ts;
+        int64_t pause_ms = (int64_t)T->retry_ms << (attempt - 1);
         r = omc__tcp_rx_dial(T, x, deadline, &closed);
         if (r == OMC_OK || !closed) break;
         pause_ms = pause_ms / 2 + (int64_t)(omc__random_u64() % (uint64_t)(pause_ms / 2 + 1));    /* half to all of it */
         if (attempt >= OMC__TCP_CONNECT_TRIES || omc__poll_ms(deadline, (int)pause_ms + 1) <= pause_ms) break;
         OMC__LOG(&T->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "data hello to %s:%u: the sender closed the connection before its ack "
                  "(try %d of %d): trying again in %lld ms", x->host, (unsigned)x->port, attempt, OMC__TCP_CONNECT_TRIES, (long long)pause_ms);
-        ts.tv_sec = (time_t)(pause_ms / 1000);
-        ts.tv_nsec = (long)(pause_ms % 1000) * 1000000L;
-        nanosleep(&ts, NULL);
+        if (omc__tcp_retry_pause(T, pause_ms)) return OMC_ERR_CLOSED;
     }
     if (r != OMC_OK && closed)
         OMC__LOG(&T->hooks, OMC_LOG_INFO, OMC_LOGITEM_NET, "data hello to %s:%u: %s (the sender closed the connection before its ack, "
@@ -7752,14 +7815,32 @@ OMC__PRIVATE void omc__tcp_rx_close(void* user, void* chan) {
 
 OMC__PRIVATE omc_result omc__tcp_plane_init(omc__tcp_plane* T) {
     T->listen_fd = -1;
+    T->retry_ms = OMC__TCP_RETRY_MS;
     if (pthread_mutex_init(&T->mu, NULL) != 0) return OMC_ERR_SYSTEM;
     if (omc__cond_init_monotonic(&T->idle_cv) != 0) { pthread_mutex_destroy(&T->mu); return OMC_ERR_SYSTEM; }
+    if (pthread_mutex_init(&T->pause_mu, NULL) != 0) goto no_pause_mu;
+    if (omc__cond_init_monotonic(&T->pause_cv) != 0) goto no_pause_cv;
     return OMC_OK;
+no_pause_cv:
+    pthread_mutex_destroy(&T->pause_mu);
+no_pause_mu:
+    pthread_cond_destroy(&T->idle_cv);
+    pthread_mutex_destroy(&T->mu);
+    return OMC_ERR_SYSTEM;
 }
 
 OMC__PRIVATE void omc__tcp_plane_uninit(omc__tcp_plane* T) {
     pthread_mutex_destroy(&T->mu);
     pthread_cond_destroy(&T->idle_cv);
+    pthread_mutex_destroy(&T->pause_mu);
+    pthread_cond_destroy(&T->pause_cv);
+}
+
+/* The connector is closing (its closed flag, T->closing, is set): end a retry pause now. */
+OMC__PRIVATE void omc__tcp_plane_wake(omc__tcp_plane* T) {
+    pthread_mutex_lock(&T->pause_mu);
+    pthread_cond_broadcast(&T->pause_cv);
+    pthread_mutex_unlock(&T->pause_mu);
 }
 
 /* The data port (0: none) and health figures. */
@@ -10188,9 +10269,13 @@ static void omc__net_close(omc_conn* c) {
     while (idle) { omc__net_chan* next = idle->next; omc__net_chan_close(N, idle); idle = next; }
 }
 
-/* Every blocking wait of the remote connector polls closed at least every OMC__NET_SLICE_MS:
-   nothing to wake, but close may then wait for the calls before it stops the listener. */
-static void omc__net_wake_calls(omc_conn* c) { (void)c; }
+/* Every blocking wait of the remote connector polls closed at least every OMC__NET_SLICE_MS,
+   so close may wait for the calls before it stops the listener; the one wait that does not poll
+   is the receiver's pause before it tries a data connection again: wake it. */
+static void omc__net_wake_calls(omc_conn* c) {
+    omc__net* N = (omc__net*)c->impl;
+    if (N && N->tcp_ok) omc__tcp_plane_wake(&N->tcp);
+}
 
 /* Where the latest failure toward a sender happened: its name, host and port (and what it was),
    for the get's log line. */
@@ -10551,6 +10636,7 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     N->conn->impl = N;
     N->peer_ok = pthread_mutex_init(&N->peer_mu, NULL) == 0;
     N->tcp_ok = omc__tcp_plane_init(&N->tcp) == OMC_OK;
+    N->tcp.closing = &N->conn->closed;
     N->job_ok = pthread_mutex_init(&N->job_mu, NULL) == 0;
     if (N->job_ok && pthread_cond_init(&N->job_cv, NULL) != 0) { pthread_mutex_destroy(&N->job_mu); N->job_ok = 0; }
     r = N->peer_ok && N->tcp_ok && N->job_ok ? OMC_OK : OMC_ERR_SYSTEM;
@@ -10805,27 +10891,21 @@ static omc_result omc__tcp_peer_health_in(omc_conn* c, uint32_t index, omc_tcp_p
 OMNICONN_API omc_result omc_tcp_endpoint(omc_conn* c, char* host, size_t host_size, uint16_t* port, uint16_t* data_port) {
     omc_result r;
     if (!c) return omc__tcp_endpoint_in(c, host, host_size, port, data_port);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_endpoint_in(c, host, host_size, port, data_port);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_endpoint_in(c, host, host_size, port, data_port));
     return r;
 }
 
 OMNICONN_API omc_result omc_tcp_add_sender_key(omc_conn* c, const char* name, const char* host, uint16_t port, const char* server_key) {
     omc_result r;
     if (!c) return omc__tcp_add_sender_key_in(c, name, host, port, server_key);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_add_sender_key_in(c, name, host, port, server_key);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_add_sender_key_in(c, name, host, port, server_key));
     return r;
 }
 
 OMNICONN_API omc_result omc_tcp_remove_sender(omc_conn* c, const char* name) {
     omc_result r;
     if (!c) return omc__tcp_remove_sender_in(c, name);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_remove_sender_in(c, name);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_remove_sender_in(c, name));
     return r;
 }
 
@@ -10833,9 +10913,7 @@ OMNICONN_API omc_result omc_tcp_get_from(omc_conn* c, const char* sender, const 
                                          omc_time_ns deadline, omc_buffer* out) {
     omc_result r;
     if (!c) return omc__tcp_get_from_in(c, sender, from, to, key, deadline, out);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_get_from_in(c, sender, from, to, key, deadline, out);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_get_from_in(c, sender, from, to, key, deadline, out));
     return r;
 }
 
@@ -10843,18 +10921,14 @@ OMNICONN_API omc_result omc_tcp_query(omc_conn* c, const char* sender, const cha
                                       omc_time_ns deadline, omc_tcp_found* out) {
     omc_result r;
     if (!c) return omc__tcp_query_in(c, sender, from, to, key, deadline, out);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_query_in(c, sender, from, to, key, deadline, out);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_query_in(c, sender, from, to, key, deadline, out));
     return r;
 }
 
 OMNICONN_API omc_result omc_tcp_health(omc_conn* c, omc_tcp_health_info* h) {
     omc_result r;
     if (!c) return omc__tcp_health_in(c, h);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_health_in(c, h);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_health_in(c, h));
     return r;
 }
 
@@ -10869,9 +10943,7 @@ OMNICONN_API uint32_t omc_tcp_peer_count(omc_conn* c) {
 OMNICONN_API omc_result omc_tcp_peer_health(omc_conn* c, uint32_t index, omc_tcp_peer_info* out) {
     omc_result r;
     if (!c) return omc__tcp_peer_health_in(c, index, out);
-    if ((r = omc__conn_hold(c)) != OMC_OK) return r;
-    r = omc__tcp_peer_health_in(c, index, out);
-    omc__conn_leave_call(c);
+    OMC__CONN_HELD(c, r, omc__tcp_peer_health_in(c, index, out));
     return r;
 }
 #endif

@@ -4,6 +4,8 @@
 #include "omniconn.h"
 #include "omc_test.h"
 #include "contract.h"
+#include <signal.h>
+#include <sys/wait.h>
 
 static omc_conn* make_local(uint64_t pool, omc_role role) {
     omc_local_desc d;
@@ -152,6 +154,98 @@ OMC_TEST(local_a_buffer_from_alloc_outlives_its_connector) {
     memset(b.data, 0x5A, (size_t)b.size);
     CHECK(((const uint8_t*)b.data)[99999] == 0x5A);
     CHECK_OK(omc_buffer_release(&b));
+}
+
+/* ---- connectors copied by fork() ----------------------------------------------------------- */
+
+/* One byte put and read back under key k: 1 if the connector works in this process. */
+static int local_round_trip(omc_conn* c, const char* k, char v) {
+    omc_payload p;
+    omc_buffer b;
+    int ok;
+    memset(&p, 0, sizeof(p));
+    p.data = &v; p.size = 1;
+    if (omc_conn_put(c, "f", "g", k, &p, NULL) != OMC_OK) return 0;
+    if (omc_conn_get(c, "f", "g", k, NULL, 0, OMC_NO_WAIT, &b) != OMC_OK) return 0;
+    ok = b.size == 1 && *(const char*)b.data == v;
+    return omc_buffer_release(&b) == OMC_OK && ok;
+}
+
+/* 1 if c is a forked copy here: put, get and alloc refused with OMC_ERR_CLOSED. */
+static int local_refused(omc_conn* c) {
+    omc_payload p;
+    omc_buffer b;
+    char v = 9;
+    memset(&p, 0, sizeof(p));
+    p.data = &v; p.size = 1;
+    return omc_conn_put(c, "f", "g", "x", &p, NULL) == OMC_ERR_CLOSED &&
+           omc_conn_get(c, "f", "g", "x", NULL, 0, OMC_NO_WAIT, &b) == OMC_ERR_CLOSED &&
+           omc_conn_alloc(c, 64, OMC_NO_WAIT, &b) == OMC_ERR_CLOSED;
+}
+
+/* Wait for a child's exit (an event; 30 s only bounds a hang). Its exit status, or -1. */
+static int local_wait_child(pid_t pid) {
+    int st = 0, i;
+    for (i = 0; i < 3000 && waitpid(pid, &st, WNOHANG) == 0; i++) usleep(10000);
+    if (i == 3000) { kill(pid, SIGKILL); waitpid(pid, &st, 0); return -1; }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The fork guard down a chain: parent -> child -> grandchild. Want: each process refuses every
+   connector it inherited (however many forks ago), a connector it creates itself works, its own
+   fork() does not disturb its own connectors (the parent's A after the child, the child's B after
+   the grandchild), and the parent's entry put before the fork is still there for the parent. The
+   exit codes say which step failed. */
+OMC_TEST(local_fork_copies_refuse_calls_down_a_chain_of_children) {
+    omc_conn* a = make_local(1u << 20, OMC_ROLE_DEFAULT);
+    omc_conn* late;
+    omc_payload p;
+    omc_buffer b;
+    char v = 42;
+    pid_t pid;
+    REQUIRE(a);
+    memset(&p, 0, sizeof(p));
+    p.data = &v; p.size = 1;
+    CHECK_OK(omc_conn_put(a, "f", "g", "kept", &p, NULL));
+    fflush(stdout);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        omc_conn* bc;
+        pid_t gpid;
+        int code = 0;
+        if (!local_refused(a)) _exit(10);
+        bc = make_local(1u << 20, OMC_ROLE_DEFAULT);
+        if (!bc || !local_round_trip(bc, "child", 1)) _exit(11);
+        gpid = fork();
+        if (gpid < 0) _exit(12);
+        if (gpid == 0) {
+            omc_conn* cc;
+            if (!local_refused(a) || !local_refused(bc)) _exit(20);
+            cc = make_local(1u << 20, OMC_ROLE_DEFAULT);
+            if (!cc || !local_round_trip(cc, "grandchild", 2)) _exit(21);
+            omc_conn_destroy(cc);
+            omc_conn_destroy(bc);
+            omc_conn_destroy(a);
+            _exit(0);
+        }
+        code = local_wait_child(gpid);
+        if (code != 0) _exit(code < 0 ? 13 : code);
+        if (!local_round_trip(bc, "child-after", 3)) _exit(14);
+        omc_conn_destroy(bc);
+        omc_conn_destroy(a);
+        _exit(0);
+    }
+    CHECK_EQ(local_wait_child(pid), 0);
+    CHECK(local_round_trip(a, "parent-after", 4));
+    CHECK_OK(omc_conn_get(a, "f", "g", "kept", NULL, 0, OMC_NO_WAIT, &b));
+    CHECK(b.size == 1 && *(const char*)b.data == 42);
+    CHECK_OK(omc_buffer_release(&b));
+    late = make_local(1u << 20, OMC_ROLE_DEFAULT);
+    REQUIRE(late);
+    CHECK(local_round_trip(late, "late", 5));
+    omc_conn_destroy(late);
+    omc_conn_destroy(a);
 }
 
 /* A budget that ran out is a deadline in the past: the get times out at once instead of waiting

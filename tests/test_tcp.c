@@ -1208,6 +1208,24 @@ OMC_TEST(tcp_curve_allowed_clients) {
 
 /* ---- sizes that lie: a fake sender ------------------------------------------------------------- */
 
+/* A call made on another thread while the test closes or destroys the connector under it. */
+typedef struct inside_call {
+    omc_conn* c;
+    const omc_meta* meta;               /* meta_get_main: the metadata of the key "k" */
+    omc_result result;
+    uint64_t returned;                  /* atomic: the call has returned */
+    uint64_t calls;                     /* health loop: calls made */
+} inside_call;
+
+static void* meta_get_main(void* arg) {
+    inside_call* g = (inside_call*)arg;
+    omc_buffer b;
+    g->result = omc_conn_get(g->c, "s0", "s1", "k", g->meta->data, g->meta->size, omc_deadline_after_ms(120000), &b);
+    if (g->result == OMC_OK) omc_buffer_release(&b);
+    __atomic_store_n(&g->returned, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
 /* FAKE LAYER, on purpose: a raw ROUTER socket and a raw TCP listener that speak just enough of the
    protocol to answer HELLO and PULL, and then lie about sizes or break off. A real sender never
    does this, so these faults cannot be produced with the real stack. */
@@ -1223,6 +1241,9 @@ typedef struct fake_sender {
     int close_hellos;           /* atomic: this many data connections are closed after their hello, unacked */
     int refuse_code;            /* atomic: nonzero: every hello is acked with this code (a refusal) */
     int accepted;               /* atomic: data connections accepted */
+    int silent;                 /* atomic: nonzero: data connections are accepted and kept, and never sent a byte */
+    int mute_fd[8];             /* those connections (closed at fake_stop) */
+    int nmute;
     pthread_t th;
 } fake_sender;
 
@@ -1276,6 +1297,11 @@ static void* fake_main(void* arg) {
         if (it[1].revents) {    /* a data connection: take its hello, ack it */
             uint8_t h[OMC__TCP_HELLO_SIZE], ack[OMC__TCP_ACK_SIZE], nonce[OMC__TCP_NONCE_SIZE], zero16[16] = {0};
             int fd = accept(f->lfd, NULL, NULL);
+            if (fd >= 0 && __atomic_load_n(&f->silent, __ATOMIC_ACQUIRE)) {     /* no nonce, ever */
+                if (f->nmute < 8) f->mute_fd[f->nmute++] = fd; else close(fd);
+                __atomic_add_fetch(&f->accepted, 1, __ATOMIC_ACQ_REL);
+                continue;
+            }
             if (fd >= 0) __atomic_add_fetch(&f->accepted, 1, __ATOMIC_ACQ_REL);
             omc__tcp_nonce_encode(nonce, zero16);       /* a fake: a fixed nonce, the hello is not checked */
             if (fd >= 0 && write(fd, nonce, sizeof(nonce)) == (ssize_t)sizeof(nonce) &&
@@ -1352,6 +1378,7 @@ static int fake_start(fake_sender* f) {
 static void fake_stop(fake_sender* f) {
     __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
     pthread_join(f->th, NULL);
+    while (f->nmute > 0) close(f->mute_fd[--f->nmute]);
     if (f->dfd >= 0) close(f->dfd);
     close(f->lfd);
     zmq_close(f->router);
@@ -1454,6 +1481,85 @@ OMC_TEST(tcp_a_data_connection_closed_before_its_ack_is_tried_again) {
     }
     __atomic_store_n(&f.close_hellos, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&f.refuse_code, 0, __ATOMIC_RELEASE);
+    omc_meta_free(&m);
+    fake_stop(&f);
+}
+
+/* Counts the receiver's "trying again" log lines: the event that it has entered a retry pause. */
+static void count_retry_pauses(omc_log_level l, omc_log_item item, const char* msg, const char* f, int line, void* u) {
+    (void)l; (void)item; (void)f; (void)line;
+    if (strstr(msg, "trying again in")) __atomic_add_fetch((int*)u, 1, __ATOMIC_ACQ_REL);
+}
+
+/* A receiver in its pause before it tries a data connection again (the fake sender closes every
+   hello unacked; white box: the first pause lengthened to 30..60 s, the get's deadline 120 s)
+   while another thread destroys it. Want: destroy returns promptly - it wakes the pause instead
+   of sitting it out - the get says OMC_ERR_CLOSED, and no second connection was tried. */
+OMC_TEST(tcp_destroy_wakes_a_receiver_in_its_retry_pause) {
+    fake_sender f;
+    omc_tcp_desc d;
+    omc_conn* r = NULL;
+    omc_meta m = {0};
+    inside_call g;
+    pthread_t t;
+    omc_time_ns t0;
+    int pauses = 0, i;
+    REQUIRE(fake_start(&f) == 0);
+    fake_meta(&f, "k", 1000, &m);
+    __atomic_store_n(&f.close_hellos, 1000, __ATOMIC_RELEASE);
+    memset(&d, 0, sizeof(d));
+    d.role = OMC_ROLE_RECEIVER;
+    d.pool_size = 1u << 20;
+    d.hooks.log_fn = count_retry_pauses;
+    d.hooks.max_level = OMC_LOG_DEBUG;
+    d.hooks.user_data = &pauses;
+    REQUIRE(omc_tcp_create(&d, &r) == OMC_OK);
+    omc__net_of(r)->tcp.retry_ms = 60000;
+    memset(&g, 0, sizeof(g));
+    g.c = r;
+    g.meta = &m;
+    REQUIRE(pthread_create(&t, NULL, meta_get_main, &g) == 0);
+    for (i = 0; i < 3000 && __atomic_load_n(&pauses, __ATOMIC_ACQUIRE) == 0; i++) usleep(10000);   /* the event: it pauses */
+    CHECK_EQ(__atomic_load_n(&pauses, __ATOMIC_ACQUIRE), 1);
+    t0 = omc_now_ns();
+    omc_conn_destroy(r);
+    pthread_join(t, NULL);
+    printf("  destroy and the get done after %.3f s; the get said %s\n", (double)(omc_now_ns() - t0) / 1e9, omc_result_str(g.result));
+    CHECK(omc_now_ns() - t0 < 10 * 1000000000LL);         /* the pause is 30 s at least */
+    CHECK_RES(g.result, OMC_ERR_CLOSED);
+    CHECK_EQ(__atomic_load_n(&f.accepted, __ATOMIC_ACQUIRE), 1);
+    __atomic_store_n(&f.close_hellos, 0, __ATOMIC_RELEASE);
+    omc_meta_free(&m);
+    fake_stop(&f);
+}
+
+/* A receiver that connected to a data port that never says a word (no nonce: a stalled or
+   hostile sender) while another thread destroys it; the get's deadline is 120 s. Want: destroy
+   returns promptly - the wait for the nonce sees the close - and the get says OMC_ERR_CLOSED. */
+OMC_TEST(tcp_destroy_wakes_a_receiver_waiting_on_a_silent_data_port) {
+    fake_sender f;
+    omc_conn* r = make_receiver(1u << 20);
+    omc_meta m = {0};
+    inside_call g;
+    pthread_t t;
+    omc_time_ns t0;
+    int i;
+    REQUIRE(r && fake_start(&f) == 0);
+    fake_meta(&f, "k", 1000, &m);
+    __atomic_store_n(&f.silent, 1, __ATOMIC_RELEASE);
+    memset(&g, 0, sizeof(g));
+    g.c = r;
+    g.meta = &m;
+    REQUIRE(pthread_create(&t, NULL, meta_get_main, &g) == 0);
+    for (i = 0; i < 3000 && __atomic_load_n(&f.accepted, __ATOMIC_ACQUIRE) == 0; i++) usleep(10000);   /* the event: connected */
+    CHECK_EQ(__atomic_load_n(&f.accepted, __ATOMIC_ACQUIRE), 1);
+    t0 = omc_now_ns();
+    omc_conn_destroy(r);
+    pthread_join(t, NULL);
+    printf("  destroy and the get done after %.3f s; the get said %s\n", (double)(omc_now_ns() - t0) / 1e9, omc_result_str(g.result));
+    CHECK(omc_now_ns() - t0 < 10 * 1000000000LL);
+    CHECK_RES(g.result, OMC_ERR_CLOSED);
+    __atomic_store_n(&f.silent, 0, __ATOMIC_RELEASE);
     omc_meta_free(&m);
     fake_stop(&f);
 }
@@ -1749,14 +1855,93 @@ OMC_TEST(a_host_without_libzmq_gets_unavailable_naming_the_package) {
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
-/* ---- destroy while calls are inside, connectors after fork(), buffers after destroy --------- */
+/* ---- the key proof's hash --------------------------------------------------------------------- */
 
-typedef struct inside_call {
-    omc_conn* c;
-    omc_result result;
-    uint64_t returned;                  /* atomic: the call has returned */
-    uint64_t calls;                     /* health loop: calls made */
-} inside_call;
+static int sha256_is(const void* msg, size_t n, const char* hex) {
+    omc__sha256 h;
+    uint8_t out[32];
+    char got[65];
+    int i;
+    omc__sha256_init(&h);
+    omc__sha256_update(&h, msg, n);
+    omc__sha256_final(&h, out);
+    for (i = 0; i < 32; i++) snprintf(got + 2 * i, 3, "%02x", out[i]);
+    return strcmp(got, hex) == 0;
+}
+
+/* SHA-256 padding at every position in a block: the empty message and FIPS 180-4's two-block
+   example (56 bytes: the length no longer fits after the 0x80), then every length 0..199 of a
+   pattern (byte i of the length-n message is 7i+n), each digest checked against the same message
+   fed one byte at a time, and all 200 digests hashed in order: that digest was computed with
+   Python's hashlib, an independent implementation. */
+OMC_TEST(tcp_key_proof_sha256_pads_every_length_like_fips_180_4) {
+    static const char two_block[] = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    uint8_t msg[200], one[32], bytewise[32];
+    omc__sha256 all, h;
+    size_t n, i;
+    int same = 1;
+    CHECK(sha256_is("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
+    CHECK(sha256_is(two_block, sizeof(two_block) - 1, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"));
+    omc__sha256_init(&all);
+    for (n = 0; n < sizeof(msg); n++) {
+        for (i = 0; i < n; i++) msg[i] = (uint8_t)(i * 7 + n);
+        omc__sha256_init(&h);
+        omc__sha256_update(&h, msg, n);
+        omc__sha256_final(&h, one);
+        omc__sha256_init(&h);
+        for (i = 0; i < n; i++) omc__sha256_update(&h, msg + i, 1);
+        omc__sha256_final(&h, bytewise);
+        if (memcmp(one, bytewise, 32) != 0) same = 0;
+        omc__sha256_update(&all, one, 32);
+    }
+    CHECK(same);
+    omc__sha256_final(&all, one);
+    {
+        char hex[65];
+        for (i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", one[i]);
+        CHECK(strcmp(hex, "8c7c9ff69da76fc28823a1cb97268672663e628e1ea955868b16db46bab0545d") == 0);
+    }
+}
+
+/* ---- the side channel's libzmq loader, as a companion uses it ------------------------------- */
+
+/* What a companion header that needs libzmq (the RDMA engine's CURVE channel) may use instead of
+   a loader of its own: load, version, a PAIR of sockets over inproc set up with the ZMQ_*
+   constants (ZMQ_SNDTIMEO read back), a message each way through send/recv and msg_recv, and an
+   empty socket's EAGAIN through errnum. */
+OMC_TEST(tcp_the_side_channels_libzmq_loader_serves_a_companion) {
+    char why[512] = "", buf[16];
+    int major = 0, minor = 0, patch = 0, linger = 0, tmo = 100, got = 0;
+    size_t n = sizeof(got);
+    void *ctx, *a, *b;
+    omc__zmq_msg msg;
+    REQUIRE(omc__zmq_load(why, sizeof(why)) == OMC_OK);
+    omc__zmq_version(&major, &minor, &patch);
+    CHECK(major == 4 && minor >= 3);
+    ctx = omc__zmq_ctx_new();
+    REQUIRE(ctx);
+    a = omc__zmq_socket(ctx, ZMQ_PAIR);
+    b = omc__zmq_socket(ctx, ZMQ_PAIR);
+    REQUIRE(a && b);
+    CHECK(omc__zmq_setsockopt(a, ZMQ_LINGER, &linger, sizeof(linger)) == 0);
+    CHECK(omc__zmq_setsockopt(b, ZMQ_LINGER, &linger, sizeof(linger)) == 0);
+    CHECK(omc__zmq_setsockopt(a, ZMQ_SNDTIMEO, &tmo, sizeof(tmo)) == 0);
+    CHECK(omc__zmq_getsockopt(a, ZMQ_SNDTIMEO, &got, &n) == 0 && got == 100);
+    CHECK(omc__zmq_bind(a, "inproc://omc-loader-test") == 0);
+    CHECK(omc__zmq_connect(b, "inproc://omc-loader-test") == 0);
+    CHECK(omc__zmq_send(a, "hello", 5, 0) == 5);
+    CHECK(omc__zmq_recv(b, buf, sizeof(buf), 0) == 5 && memcmp(buf, "hello", 5) == 0);
+    CHECK(omc__zmq_send(b, "again", 5, 0) == 5);
+    CHECK(omc__zmq_msg_init(&msg) == 0);
+    CHECK(omc__zmq_msg_recv(&msg, a, 0) == 5);
+    CHECK(omc__zmq_msg_size(&msg) == 5 && memcmp(omc__zmq_msg_data(&msg), "again", 5) == 0);
+    CHECK(omc__zmq_msg_close(&msg) == 0);
+    CHECK(omc__zmq_recv(b, buf, sizeof(buf), ZMQ_DONTWAIT) == -1 && omc__zmq_errnum() == EAGAIN);
+    CHECK(omc__zmq_close(a) == 0 && omc__zmq_close(b) == 0);
+    CHECK(omc__zmq_ctx_term(ctx) == 0);
+}
+
+/* ---- destroy while calls are inside, connectors after fork(), buffers after destroy --------- */
 
 static void* blocked_get_main(void* arg) {
     inside_call* g = (inside_call*)arg;
@@ -2118,8 +2303,14 @@ OMC_TEST(tcp_a_get_batch_and_threads_getting_at_once_get_every_byte) {
     for (i = 0; i < started; i++) { pthread_join(th[i], NULL); ok += rx[i].ok; }
     CHECK_EQ(started, 8);
     CHECK_EQ(ok, MANY_ENTRIES);
-    omc_conn_health(s, &h);
-    omc_tcp_health(s, &info);
+    /* a get returns on the trailer; the sender records the read when the receipt reaches it,
+       a moment later: wait for that (an event; 30 s only bounds a hang) */
+    for (i = 0; i < 3000; i++) {
+        omc_conn_health(s, &h);
+        omc_tcp_health(s, &info);
+        if (h.live_entries == 0 && info.pushes_in_flight == 0) break;
+        usleep(10000);
+    }
     CHECK_EQ(h.live_entries, 0);
     CHECK_EQ(info.pushes_in_flight, 0);
     for (i = 0; i < MANY_ENTRIES; i++) omc_meta_free(&tm[i]);
