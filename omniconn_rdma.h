@@ -257,7 +257,15 @@ HOW THE ENGINE USES THEM
     plane: a receiver channel creates a connection and sends its record in HELLO, the sender
     accepts it and answers with its own; a get exposes its destination and sends the
     descriptor in PULL; the sender writes and sends DONE only after the write completed; the
-    receiver revokes the destination before handing the buffer out. A channel whose RDMA
+    receiver revokes the destination before handing the buffer out. Between two current peers
+    a get sends no side-channel message at all: the receiver's record asks for requests on the
+    connection (OMC_RDMA_FLAG_REQUESTS), the sender's answer grants them, and then the request
+    (the PULL's fields and the descriptor) is a SEND on the connection's first QP and the
+    sender answers with a SEND too - a receipt after the write completed and the read was
+    recorded, or a refusal - into a few receives each side posts once per connection (WIRE
+    FORMATS: connection messages). A peer that does not ask (an older one, a receiver with
+    pull_on_side_channel, or OMNICONN_RDMA_REQUESTS=0 in its environment) gets the side
+    channel's PULL and DONE as before. A channel whose RDMA
     set-up fails (no engine, a sender without RDMA, a QP that will not connect) uses TCP; the
     reason is in omc_rdma_connector_query() and the connector's health.
     What a sender accepts from receivers: a HELLO's record gets an RDMA connection only with at
@@ -567,7 +575,9 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
         9   u8   GID index the author uses (its own; informational and for logs)
         10  u8   GID type (1 = InfiniBand, 2 = RoCE v1, 3 = RoCE v2)
         11  u8   flags: how the author protects its destinations: bit 0 = memory windows,
-                 bit 1 = a region per destination (neither: its pool's rkey)
+                 bit 1 = a region per destination (neither: its pool's rkey); bit 2 =
+                 requests on the connection (a receiver's record asks, a sender's answer
+                 grants; see connection messages)
         12  u16  LID (InfiniBand; 0 on RoCE)
         14  u16  reserved, zero
         16  u64  incarnation of the author's process (omc_incarnation(): a restart changes it)
@@ -599,6 +609,29 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
         24 + 32R  R * Q x { u32 QP number, u32 first PSN } (QP i is on rail i / Q)
         end  u32 CRC-32C of everything before it
     At least one rail has a port. An engine with one rail sends version 1.
+
+    Connection messages (the remote connector, when both records carry bit 2 of flags): SENDs
+    on the connection's first QP into receives of 1088 bytes, 8 posted per connection and side.
+    A receiver sends REQUEST, the sender answers each with RECEIPT, ANSWER or FAILED:
+        0   u32  magic 0x4D434D4F ("OMCM")
+        4   u8   version (1)
+        5   u8   type: 1 REQUEST, 2 RECEIPT (written and recorded), 3 ANSWER (refused, or a
+                 CLAIM recorded), 4 FAILED (the push failed)
+        6   u8   REQUEST: 1 PULL, 2 CLAIM; otherwise 0
+        7   u8   reserved, zero
+        8   u64  transfer id
+        16  u64  REQUEST: entry id; RECEIPT: bytes written; ANSWER: detail (TOO_LARGE: the size)
+        24  u64  REQUEST: the sender incarnation expected (0 = any)
+        32  u64  REQUEST: destination capacity (PULL) or the announced size (CLAIM)
+        40  u32  REQUEST: CRC-32C of the qualified key; ANSWER, FAILED: the result (int32)
+        44  u32  REQUEST: budget in ms (0 = the default rule)
+        48  u32  D: descriptor length (REQUEST: 1..1024; otherwise 0)
+        52  u32  CRC-32C of bytes [0, 52) and the descriptor
+        56  D bytes: the transfer descriptor of the destination
+    A sender serves a REQUEST as the PULL it stands for (same checks), for the side-channel
+    session whose HELLO made the connection; a message that does not decode, or one of the
+    wrong kind (anything but a REQUEST to a sender, a REQUEST to a receiver), closes the
+    connection and is logged.
 
     Transfer descriptor, version 1 (omc_rdma_target_encode; 28 + 24 * E bytes, at most 796; the
     PULL's descriptor in the remote connector). Made by the receiver for one destination:
@@ -2471,6 +2504,7 @@ struct omc_rdma_op {
     struct omc_xfer_batch* xfer;        /* a transfer-engine batch: its slices belong to the batch */
     int* gave_up;               /* set to 1 when the waiter gave up and the engine frees the op */
     int read;                   /* a transfer-engine batch of RDMA READs */
+    int notify_fd;              /* > 0: an eventfd written when the last request retires */
     omc_rdma_op* next;          /* on the reap list */
 };
 
@@ -3085,7 +3119,11 @@ OMC__PRIVATE void omc__rdma_retire(omc_rdma* E, omc__rdma_qp* q, omc_result r, i
         }
     } else if (r != OMC_OK && op->status == OMC_OK) { op->status = r; op->wc_status = wc_status; }
     if (op->kind == OMC__OP_MSG && q->conn->mbox) q->conn->mbox->send_busy &= ~(1u << op->bytes);   /* its slot is free */
-    if (--op->pending == 0 && op->abandoned) { op->next = E->reap; E->reap = op; }
+    if (--op->pending == 0 && op->notify_fd > 0) {
+        uint64_t one = 1;
+        if (write(op->notify_fd, &one, sizeof(one)) < 0) { /* the counter is already non-zero */ }
+    }
+    if (op->pending == 0 && op->abandoned) { op->next = E->reap; E->reap = op; }
 }
 
 /* A receive completed (caller holds mu): queue the message for its reader and wake it. A failed
@@ -4799,6 +4837,36 @@ OMC__PRIVATE omc_result omc__rdma_mbox_open(omc_rdma_conn* c, int notify_fd) {
     return r;   /* a failure leaves the region to conn_free: the QP may hold some receives */
 }
 
+/* Can every QP of c take n more requests now (so posting them does not wait)? */
+OMC__PRIVATE int omc__rdma_conn_has_room(omc_rdma_conn* c, uint32_t n) {
+    omc_rdma* E = c->eng;
+    uint32_t i;
+    int room = 1;
+    pthread_mutex_lock(&E->mu);
+    for (i = 0; i < c->nqp && room; i++)
+        if (c->qps[i].qp) room = c->qps[i].head - c->qps[i].tail + n <= E->queue_depth;
+    pthread_mutex_unlock(&E->mu);
+    return room;
+}
+
+/* Have op write to fd (an eventfd) when it is done; 0 if it already is. */
+OMC__PRIVATE int omc__rdma_op_notify(omc_rdma_op* op, int fd) {
+    int pending;
+    pthread_mutex_lock(&op->conn->eng->mu);
+    op->notify_fd = fd;
+    pending = op->pending > 0;
+    pthread_mutex_unlock(&op->conn->eng->mu);
+    return pending;
+}
+
+/* Nobody listens any more: the progress thread stops writing notify_fd (its owner closes it,
+   while late completions of the connection may still come). */
+OMC__PRIVATE void omc__rdma_mbox_quiet(omc_rdma_conn* c) {
+    pthread_mutex_lock(&c->eng->mu);
+    if (c->mbox) c->mbox->notify_fd = -1;
+    pthread_mutex_unlock(&c->eng->mu);
+}
+
 /* The oldest message that arrived (OMC_ERR_BUSY: none yet; OMC_ERR_MALFORMED: one that did not
    fit out, dropped). Its slot is posted again at once. */
 OMC__PRIVATE omc_result omc__rdma_msg_take(omc_rdma_conn* c, uint8_t* out, uint32_t cap, uint32_t* len) {
@@ -5649,6 +5717,17 @@ OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection w
                                                                    descriptor's id, omc_rdma_write
       rx_progress(DONE): omc_rdma_revoke <--- DONE ----            (DONE only after it completed)
 
+    With requests on the connection (both records carry OMC_RDMA_FLAG_REQUESTS; each side posts
+    its receives when the connection is made, before the peer can send):
+
+      rx_prepare: omc_rdma_expose(dst)
+      rx_request: REQUEST (SEND on QP 0) ------------>   progress thread -> msg_fd -> listener:
+                                                         tx_next_request; the connector checks it
+                                                         as a PULL; tx_push: omc_rdma_write, then
+                                                         commit (the read is recorded)
+      rx_progress: omc_rdma_revoke <-- RECEIPT (SEND) -  (or ANSWER: refused / CLAIM recorded;
+                                                          FAILED: the push failed)
+
     One RDMA connection per channel (a channel carries one get at a time; a receiver caches a
     few per sender). Anything that goes wrong while a channel is set up (no engine, no record
     from the sender, a QP that will not connect) makes rx_ready say OMC_ERR_UNAVAILABLE: that
@@ -6010,6 +6089,8 @@ OMC__PRIVATE void omc__rdmap_req_free(omc__rdma_plane* P, omc__rdmap_req* q) {
 
 /* The WRITE of one push into desc on l's connection, until it completes, fails, the receiver
    aborts or the deadline passes. */
+OMC__PRIVATE omc_result omc__rdmap_write_wait(omc__rdma_plane* P, omc__rdma_link* l, const omc__dp_push* p, omc_rdma_op* op, omc_result r);
+
 OMC__PRIVATE omc_result omc__rdmap_write(omc__rdma_plane* P, omc__rdma_link* l, const omc__dp_push* p, const uint8_t* desc, uint32_t desc_len) {
     omc_rdma_op* op = NULL;
     omc_rdma_sge sge;
@@ -6017,6 +6098,11 @@ OMC__PRIVATE omc_result omc__rdmap_write(omc__rdma_plane* P, omc__rdma_link* l, 
     sge.addr = p->src;
     sge.length = p->size;
     r = omc_rdma_write_start(l->conn, &sge, 1, desc, desc_len, p->deadline, &op);
+    return omc__rdmap_write_wait(P, l, p, op, r);
+}
+
+/* Wait for a started write (r: how starting it went). */
+OMC__PRIVATE omc_result omc__rdmap_write_wait(omc__rdma_plane* P, omc__rdma_link* l, const omc__dp_push* p, omc_rdma_op* op, omc_result r) {
     while (r == OMC_OK && op) {
         int a = omc__load(p->abort);
         omc_time_ns slice = omc_deadline_after_ms(50);
@@ -6039,27 +6125,109 @@ OMC__PRIVATE omc_result omc__rdmap_write(omc__rdma_plane* P, omc__rdma_link* l, 
 /* A push that answers a request taken from the connection: the WRITE, then the read is
    recorded (commit) and the receipt sent, so a receiver that has its receipt knows the sender
    counted the read. A failure is told to the receiver on the connection when it still works. */
-OMC__PRIVATE omc_result omc__rdmap_push_requested(omc__rdma_plane* P, const omc__dp_push* p) {
-    omc__rdmap_req* q = omc__rdmap_req_take(P, p->desc, p->desc_len);
-    omc__rdma_link* l;
-    omc_result r;
-    if (!q) return OMC_ERR_CONNECTION;      /* dropped with its connection */
-    l = q->link;
-    r = omc__rdmap_write(P, l, p, q->desc, q->desc_len);
+/* A requested push's state (p->state): the request it serves and, once the listener started
+   its write (tx_try), the write. */
+typedef struct omc__rdmap_state {
+    omc__rdmap_req* req;
+    omc_rdma_op* op;
+} omc__rdmap_state;
+
+/* The end of a requested push: a receipt after the read was recorded (committed), or the
+   failure told on the connection while it works; the request is let go. */
+OMC__PRIVATE void omc__rdmap_push_end(omc__rdma_plane* P, omc__rdmap_req* q, uint64_t size, omc_result r) {
+    omc__rdma_link* l = q->link;
     if (r == OMC_OK) {
-        if (p->commit) p->commit(p);
-        if (omc__rdmap_tell(l->conn, OMC__RDMAP_RECEIPT, q->xfer, p->size, 0) != OMC_OK)
+        if (omc__rdmap_tell(l->conn, OMC__RDMAP_RECEIPT, q->xfer, size, 0) != OMC_OK)
             OMC__RDMA_LOG(P->eng, OMC_LOG_WARN, "transfer %llu: written and recorded, but its receipt could not be sent (the "
                           "connection broke): the receiver's get fails", (unsigned long long)q->xfer);
     } else if (omc_rdma_conn_ok(l->conn)) {
         omc__rdmap_tell(l->conn, OMC__RDMAP_FAILED, q->xfer, 0, (uint32_t)(int32_t)omc__rdmap_push_result(P, r));
     }
     pthread_mutex_lock(&P->mu);
-    if (r == OMC_OK) { P->pushes++; P->push_bytes += p->size; P->receipts_sent++; }
+    if (r == OMC_OK) { P->pushes++; P->push_bytes += size; P->receipts_sent++; }
     else P->push_failures++;
     pthread_mutex_unlock(&P->mu);
     omc__rdmap_req_free(P, q);
+}
+
+/* The request a push serves: the one tx_try took, or (not tried) the one its descriptor names. */
+OMC__PRIVATE omc__rdmap_req* omc__rdmap_push_req(omc__rdma_plane* P, const omc__dp_push* p) {
+    omc__rdmap_state* st = (omc__rdmap_state*)p->state;
+    omc__rdmap_req* q = st->req ? st->req : omc__rdmap_req_take(P, p->desc, p->desc_len);
+    st->req = NULL;
+    return q;
+}
+
+OMC__PRIVATE omc_result omc__rdmap_push_requested(omc__rdma_plane* P, const omc__dp_push* p) {
+    omc__rdmap_state* st = (omc__rdmap_state*)p->state;
+    omc_rdma_op* op = st->op;
+    omc__rdmap_req* q = omc__rdmap_push_req(P, p);
+    omc_result r;
+    st->op = NULL;
+    if (!q) return OMC_ERR_CONNECTION;      /* dropped with its connection */
+    if (op) r = omc__rdmap_write_wait(P, q->link, p, op, OMC_OK);     /* the listener started it */
+    else r = omc__rdmap_write(P, q->link, p, q->desc, q->desc_len);
+    if (r == OMC_OK && p->commit) p->commit(p);
+    omc__rdmap_push_end(P, q, p->size, r);
     return r == OMC_OK ? OMC_OK : omc__rdmap_push_result(P, r);
+}
+
+#define OMC__RDMAP_AWAIT_MAX ((uint64_t)1 << 20)    /* the listener itself starts and awaits requested pushes up to this */
+
+/* Listener: start a small requested write at once (its bytes go while nothing else wakes) and
+   wait for it in the listener (tx_await), which the write's completion wakes (msg_fd). Larger
+   ones, and side-channel PULLs, go to a worker as before. */
+static omc_result omc__rdmap_tx_try(void* user, const omc__dp_push* p) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
+    omc__rdmap_state* st = (omc__rdmap_state*)p->state;
+    omc_rdma_sge sge;
+    omc_result r;
+    if (!p->requested || !P->eng || P->msg_fd < 0 || p->size > OMC__RDMAP_AWAIT_MAX) return OMC_ERR_BUSY;
+    st->req = omc__rdmap_req_take(P, p->desc, p->desc_len);
+    if (!st->req) return OMC_ERR_CONNECTION;
+    if (!omc__rdma_conn_has_room(st->req->link->conn, 4)) return OMC_ERR_BUSY;   /* posting would wait: a worker does it */
+    sge.addr = p->src;
+    sge.length = p->size;
+    r = omc_rdma_write_start(st->req->link->conn, &sge, 1, st->req->desc, st->req->desc_len, p->deadline, &st->op);
+    if (r != OMC_OK) {
+        omc__rdmap_push_end(P, omc__rdmap_push_req(P, p), p->size, r);
+        return omc__rdmap_push_result(P, r);
+    }
+    omc__rdma_op_notify(st->op, P->msg_fd);
+    return OMC_ERR_BUSY;
+}
+
+static int omc__rdmap_tx_await(void* user, const omc__dp_push* p) {
+    (void)user;
+    return ((omc__rdmap_state*)p->state)->op != NULL;
+}
+
+static omc_result omc__rdmap_tx_receipt(void* user, const omc__dp_push* p) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
+    omc__rdmap_state* st = (omc__rdmap_state*)p->state;
+    omc_result r;
+    if (!st->op) return OMC_ERR_CONNECTION;
+    r = omc_rdma_op_test(st->op, omc_now_ns());
+    if (r == OMC_ERR_BUSY) return r;
+    st->op = NULL;          /* done: op_test freed it */
+    return r == OMC_OK ? OMC_OK : omc__rdmap_push_result(P, r);
+}
+
+/* The listener's wait is over: committed (the connector recorded the read) or not (failed,
+   aborted, too slow: a write still running is stopped first). */
+static void omc__rdmap_tx_end(void* user, const omc__dp_push* p, int committed) {
+    omc__rdma_plane* P = (omc__rdma_plane*)user;
+    omc__rdmap_state* st = (omc__rdmap_state*)p->state;
+    omc__rdmap_req* q = omc__rdmap_push_req(P, p);
+    if (st->op) {
+        omc_rdma_conn* c = st->op->conn;
+        pthread_mutex_lock(&P->eng->mu);
+        omc__rdma_conn_break_locked(c, OMC_ERR_TIMEOUT, "push given up while its write ran");
+        pthread_mutex_unlock(&P->eng->mu);
+        omc_rdma_op_wait(st->op, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
+        st->op = NULL;
+    }
+    if (q) omc__rdmap_push_end(P, q, p->size, committed ? OMC_OK : OMC_ERR_CONNECTION);
 }
 
 static omc_result omc__rdmap_tx_push(void* user, const omc__dp_push* p) {
@@ -6328,7 +6496,17 @@ static void omc__rdmap_tx_answer(void* user, void* handle, omc_result code, uint
 /* A push dropped before a worker ran it (the budget ran out in the queue): let its request go. */
 static void omc__rdmap_tx_drop(void* user, const omc__dp_push* p) {
     omc__rdma_plane* P = (omc__rdma_plane*)user;
-    omc__rdmap_req* q = p->requested ? omc__rdmap_req_take(P, p->desc, p->desc_len) : NULL;
+    omc__rdmap_state* st = (omc__rdmap_state*)p->state;
+    omc__rdmap_req* q;
+    if (!p->requested) return;
+    if (st->op) {           /* started by the listener: stop it before the entry is unpinned */
+        pthread_mutex_lock(&P->eng->mu);
+        omc__rdma_conn_break_locked(st->op->conn, OMC_ERR_TIMEOUT, "push dropped while its write ran");
+        pthread_mutex_unlock(&P->eng->mu);
+        omc_rdma_op_wait(st->op, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
+        st->op = NULL;
+    }
+    q = omc__rdmap_push_req(P, p);
     if (!q) return;
     omc__rdmap_tell(q->link->conn, OMC__RDMAP_FAILED, q->xfer, 0, (uint32_t)(int32_t)OMC_ERR_TIMEOUT);
     omc__rdmap_req_free(P, q);
@@ -6588,21 +6766,24 @@ static void omc__rdmap_rx_close(void* user, void* chan) {
     omc__rdmap_probe_end(ch);
     if (ch->timer >= 0) close(ch->timer);
     if (ch->ep >= 0) close(ch->ep);
+    if (ch->conn) omc__rdma_mbox_quiet(ch->conn);       /* before its eventfd goes */
     if (ch->evfd >= 0) close(ch->evfd);
     if (ch->win) omc__rdmap_revoke(P, ch, NULL, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
     if (ch->conn) omc_rdma_conn_destroy(ch->conn);
     omc__free(&P->hooks, ch);
 }
 
-/* No OMC__DP_FLAG_SELF_COMPLETE: a side-channel PULL (a peer without requests on the
+/* OMC__DP_FLAG_TRY_NOW: the listener starts a small requested write itself (tx_try) and waits
+   for it (tx_await, tx_receipt, tx_end); everything else goes to a worker (tx_try says BUSY).
+   No OMC__DP_FLAG_SELF_COMPLETE: a side-channel PULL (a peer without requests on the
    connection) still ends with DONE; a request ends with its receipt (the connector sends no
    DONE for a request). */
 static const omc__dp_vtable_ext omc__rdma_plane_vt = {
-    { "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, OMC__DP_FLAG_EXT, omc__rdmap_attach, omc__rdmap_detach,
+    { "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, OMC__DP_FLAG_EXT | OMC__DP_FLAG_TRY_NOW, omc__rdmap_attach, omc__rdmap_detach,
       omc__rdmap_tx_hello, omc__rdmap_tx_push,
       omc__rdmap_rx_open, omc__rdmap_rx_hello, omc__rdmap_rx_ready, omc__rdmap_rx_reusable, omc__rdmap_rx_prepare,
-      omc__rdmap_rx_fd, omc__rdmap_rx_progress, omc__rdmap_rx_end, omc__rdmap_rx_close, NULL },
-    { omc__rdmap_tx_drop, NULL, NULL, NULL, omc__rdmap_tx_ticket, omc__rdmap_tx_session_gone,
+      omc__rdmap_rx_fd, omc__rdmap_rx_progress, omc__rdmap_rx_end, omc__rdmap_rx_close, omc__rdmap_tx_try },
+    { omc__rdmap_tx_drop, omc__rdmap_tx_await, omc__rdmap_tx_receipt, omc__rdmap_tx_end, omc__rdmap_tx_ticket, omc__rdmap_tx_session_gone,
       omc__rdmap_tx_item_count, omc__rdmap_tx_items, omc__rdmap_tx_serve, omc__rdmap_tx_next_request, omc__rdmap_tx_answer,
       omc__rdmap_rx_requests, omc__rdmap_rx_request }
 };
