@@ -5776,6 +5776,7 @@ typedef struct omc__rdma_plane {
     omc__rdma_link* hello_link;         /* sender: the link tx_hello just made (tx_ticket binds it) */
     omc__rdmap_req* reqs;
     uint64_t next_req;
+    uint64_t listener_max;              /* sender: requested pushes up to this many bytes are written by the listener */
     uint64_t requests_served, receipts_sent;
     omc_time_ns rejoin_next;            /* receiver: a channel that lost a rail is replaced (new */
     uint32_t rejoin_backoff_ms;         /* HELLO, QPs on every rail) no sooner than this */
@@ -6172,7 +6173,7 @@ OMC__PRIVATE omc_result omc__rdmap_push_requested(omc__rdma_plane* P, const omc_
     return r == OMC_OK ? OMC_OK : omc__rdmap_push_result(P, r);
 }
 
-#define OMC__RDMAP_AWAIT_MAX ((uint64_t)1 << 20)    /* the listener itself starts and awaits requested pushes up to this */
+#define OMC__RDMAP_AWAIT_MAX ((uint64_t)1 << 20)    /* default of P->listener_max */
 
 /* Listener: start a small requested write at once (its bytes go while nothing else wakes) and
    wait for it in the listener (tx_await), which the write's completion wakes (msg_fd). Larger
@@ -6182,7 +6183,7 @@ static omc_result omc__rdmap_tx_try(void* user, const omc__dp_push* p) {
     omc__rdmap_state* st = (omc__rdmap_state*)p->state;
     omc_rdma_sge sge;
     omc_result r;
-    if (!p->requested || !P->eng || P->msg_fd < 0 || p->size > OMC__RDMAP_AWAIT_MAX) return OMC_ERR_BUSY;
+    if (!p->requested || !P->eng || P->msg_fd < 0 || p->size > P->listener_max) return OMC_ERR_BUSY;
     st->req = omc__rdmap_req_take(P, p->desc, p->desc_len);
     if (!st->req) return OMC_ERR_CONNECTION;
     if (!omc__rdma_conn_has_room(st->req->link->conn, 4)) return OMC_ERR_BUSY;   /* posting would wait: a worker does it */
@@ -6809,6 +6810,10 @@ OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc*
     P->msg_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     P->requests = P->msg_fd >= 0 && !d.net.pull_on_side_channel && !(getenv("OMNICONN_RDMA_REQUESTS") &&
                   strcmp(getenv("OMNICONN_RDMA_REQUESTS"), "0") == 0);
+    /* OMNICONN_RDMA_LISTENER_WRITE_MAX (bytes; 0 = never): which requested pushes the listener
+       writes itself instead of a worker */
+    P->listener_max = getenv("OMNICONN_RDMA_LISTENER_WRITE_MAX") ? strtoull(getenv("OMNICONN_RDMA_LISTENER_WRITE_MAX"), NULL, 10)
+                                                                 : OMC__RDMAP_AWAIT_MAX;
     if (!d.rdma.hooks.log_fn && !d.rdma.hooks.alloc_fn && !d.rdma.hooks.user_data && !d.rdma.hooks.max_level) d.rdma.hooks = d.net.hooks;
     if (!d.rdma.local_addr && d.net.host && omc_rdma_addr_to_gid(d.net.host, probe) == OMC_OK) d.rdma.local_addr = d.net.host;
     r = omc_rdma_create(&d.rdma, &P->eng);
