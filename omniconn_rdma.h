@@ -501,6 +501,11 @@ CONFIGURATION
     own traffic, which may be meant for another class). Lossless RoCE fabrics map a DSCP (the
     traffic class's upper six bits) to a PFC priority: set it to what the fabric expects.
     omniconn doctor shows each rail's values.
+    The remote connector also reads OMNICONN_RDMA_REQUESTS ("0": a receiver does not ask for
+    requests on the connection and PULLs on the side channel - for senders of an earlier
+    version, which refuse a record that asks) and OMNICONN_RDMA_LISTENER_WRITE_MAX (bytes,
+    default 0 = never: requested pushes up to this size are written by the sender's listener
+    itself instead of a worker).
     Transfer engine (omc_xfer_desc): max_clients 64, max_notifies 1024, io_timeout_ms 10000,
     window 32 (TCP requests in flight per batch); zero means these. curve (keys) and
     curve_port (0 = any free port); with no key in the desc, $OMNICONN_XFER_SECRET_KEY_FILE
@@ -754,6 +759,12 @@ NON-GOALS
 ================================================================================================
 RECENT REVISIONS
 ================================================================================================
+
+    unreleased          the remote connector's requests and receipts on the RDMA connection
+                        itself (record flag bit 2, connection messages "OMCM"): a get between
+                        current peers sends no side-channel message; omc_rdma_connector_info
+                        .requests and .receipts; OMNICONN_RDMA_REQUESTS and
+                        OMNICONN_RDMA_LISTENER_WRITE_MAX. Peers that do not ask keep PULL and DONE.
 
     unreleased          the transfer engine (omc_xfer_*): caller-registered memory, exported
                         descriptors, batched RDMA READ and WRITE with one completion and a
@@ -6173,11 +6184,15 @@ OMC__PRIVATE omc_result omc__rdmap_push_requested(omc__rdma_plane* P, const omc_
     return r == OMC_OK ? OMC_OK : omc__rdmap_push_result(P, r);
 }
 
-#define OMC__RDMAP_AWAIT_MAX ((uint64_t)1 << 20)    /* default of P->listener_max */
+#define OMC__RDMAP_AWAIT_MAX 0          /* default of P->listener_max: off (see the note on tx_try) */
 
 /* Listener: start a small requested write at once (its bytes go while nothing else wakes) and
    wait for it in the listener (tx_await), which the write's completion wakes (msg_fd). Larger
-   ones, and side-channel PULLs, go to a worker as before. */
+   ones, and side-channel PULLs, go to a worker as before. Off unless
+   OMNICONN_RDMA_LISTENER_WRITE_MAX says otherwise: on Soft-RoCE much of a WRITE's work runs in
+   the thread that posts it, so the listener then writes the receivers' payloads one after
+   another where two workers write them side by side, and on the bed (make bench-rdma, three
+   boots) it saved no measurable time over the workers. */
 static omc_result omc__rdmap_tx_try(void* user, const omc__dp_push* p) {
     omc__rdma_plane* P = (omc__rdma_plane*)user;
     omc__rdmap_state* st = (omc__rdmap_state*)p->state;
@@ -6774,8 +6789,9 @@ static void omc__rdmap_rx_close(void* user, void* chan) {
     omc__free(&P->hooks, ch);
 }
 
-/* OMC__DP_FLAG_TRY_NOW: the listener starts a small requested write itself (tx_try) and waits
-   for it (tx_await, tx_receipt, tx_end); everything else goes to a worker (tx_try says BUSY).
+/* OMC__DP_FLAG_TRY_NOW: with OMNICONN_RDMA_LISTENER_WRITE_MAX set, the listener starts a small
+   requested write itself (tx_try) and waits for it (tx_await, tx_receipt, tx_end); everything
+   else goes to a worker (tx_try says BUSY).
    No OMC__DP_FLAG_SELF_COMPLETE: a side-channel PULL (a peer without requests on the
    connection) still ends with DONE; a request ends with its receipt (the connector sends no
    DONE for a request). */

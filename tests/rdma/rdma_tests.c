@@ -1718,8 +1718,9 @@ static omc_conn* rdma_receiver_without_requests(int side_pull, uint64_t pool) {
     return c;
 }
 
-/* Gets from 1 byte to 3 MiB: a receiver that asks sends its requests on the connection and
-   completes on the receipt; a receiver that PULLs on the side channel and one that does not ask
+/* Gets from 1 byte to 3 MiB (the sender's listener writes those up to 1 MiB itself, a worker
+   the larger): a receiver that asks sends its requests on the connection and completes on the
+   receipt; a receiver that PULLs on the side channel and one that does not ask
    get the same bytes over the side channel and DONE. Every byte is checked; every read is
    recorded once (a fourth get of a three-reader entry is refused, promptly, and the channel
    stays usable). */
@@ -1738,7 +1739,9 @@ OMC_TEST(requests_and_receipts_travel_on_the_connection) {
     char key[16];
     int i, k, inlined = 0;
     if (!on_bed()) return;
+    setenv("OMNICONN_RDMA_LISTENER_WRITE_MAX", "1048576", 1);   /* up to 1 MiB the listener writes (the rest: a worker) */
     send = rdma_connector(OMC_ROLE_SENDER, NULL, 32 * MIB);
+    unsetenv("OMNICONN_RDMA_LISTENER_WRITE_MAX");
     recv = rdma_connector(OMC_ROLE_RECEIVER, NULL, 16 * MIB);
     sidep = rdma_receiver_without_requests(1, 16 * MIB);
     old = rdma_receiver_without_requests(0, 16 * MIB);
