@@ -1807,7 +1807,7 @@ OMC_TEST(requests_and_receipts_travel_on_the_connection) {
     omc_conn_destroy(send);
 }
 
-#define XRECEIVER_SIZE (40 * MIB)
+#define XRECEIVER_SIZE (96 * MIB)
 
 /* Child: a receiver connector. Reads the sender's port and the metadata from fd, opens its
    channel, says "ready", then on "go" gets the payload (and is killed while it waits). */
@@ -1844,8 +1844,9 @@ static int wait_counter(omc_conn* send, int what, uint64_t want, int ms) {
 }
 
 /* A receiver process is killed as soon as its request reached the sender (the sender's request
-   counter: an event, not a delay): its get consumed nothing - the push fails, the reader is
-   given back - and another receiver then gets every byte of the one-reader entry. */
+   counter: an event, not a delay) while 96 MiB go out: its get consumed nothing - the push
+   fails, the reader is given back - and another receiver then gets every byte of the
+   one-reader entry. */
 OMC_TEST(receiver_killed_with_a_request_outstanding_consumes_nothing) {
     omc_conn *send, *recv;
     omc_rdma_connector_info si;
@@ -1896,7 +1897,11 @@ OMC_TEST(receiver_killed_with_a_request_outstanding_consumes_nothing) {
     printf("  receiver killed after its request: %llu push failure(s), %llu receipt(s)\n", (unsigned long long)si.push_failures,
            (unsigned long long)si.receipts);
     if (!killed_first) {
-        printf("  (the transfer finished before the kill: nothing to test)\n");
+        /* Soft-RoCE acknowledges writes into a killed process's pinned pages until its exit
+           closes the device file: then every byte landed before the QP went, and the read
+           counts (as over the side channel). The one other outcome allowed: */
+        printf("  (the transfer finished before the receiver's QP went away: nothing more to test)\n");
+        CHECK_EQ(si.receipts, 1);
     } else {
         CHECK_EQ(si.receipts, 0);
         recv = rdma_connector(OMC_ROLE_RECEIVER, NULL, XRECEIVER_SIZE + 16 * MIB);
