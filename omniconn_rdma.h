@@ -6198,7 +6198,7 @@ static omc_result omc__rdmap_tx_try(void* user, const omc__dp_push* p) {
     omc__rdmap_state* st = (omc__rdmap_state*)p->state;
     omc_rdma_sge sge;
     omc_result r;
-    if (!p->requested || !P->eng || P->msg_fd < 0 || p->size > P->listener_max) return OMC_ERR_BUSY;
+    if (!p->requested || !P->eng || P->msg_fd < 0 || !P->listener_max || p->size > P->listener_max) return OMC_ERR_BUSY;
     st->req = omc__rdmap_req_take(P, p->desc, p->desc_len);
     if (!st->req) return OMC_ERR_CONNECTION;
     if (!omc__rdma_conn_has_room(st->req->link->conn, 4)) return OMC_ERR_BUSY;   /* posting would wait: a worker does it */
