@@ -745,9 +745,10 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
 NON-GOALS
 ================================================================================================
 
-    - No RDMA CM (rdma_cm) and no receive queues: QPs are connected with the endpoint records,
-      data moves by RDMA WRITE (and READ, in the transfer engine), notifications go over a
-      socket (yours, or the transfer engine's listener).
+    - No RDMA CM (rdma_cm): QPs are connected with the endpoint records, data moves by RDMA
+      WRITE (and READ, in the transfer engine). SEND/receive only carries the remote
+      connector's small requests and receipts (8 receives per connection); notifications of
+      the engine's own API go over a socket (yours, or the transfer engine's listener).
     - GPU memory only through the transfer engine's dma-buf registration (OMC_XFER_MEM_DEVICE
       with OMNICONN_ENABLE_CUDA); pools of OMC_MEMORY_CUDA are refused with a log line, and
       nvidia-peermem (ibv_reg_mr of device pointers) is not used.
