@@ -1697,6 +1697,343 @@ OMC_TEST(rdma_get_fails_fast_when_the_sender_dies) {
     omc_conn_destroy(recv);
 }
 
+/* ---- requests and receipts on the connection (no side-channel message per get) ---------------- */
+
+/* A receiver that PULLs on the side channel (pull_on_side_channel), or one whose record does not
+   ask for requests on the connection (OMNICONN_RDMA_REQUESTS=0: what a peer of an older version
+   looks like to a sender). */
+static omc_conn* rdma_receiver_without_requests(int side_pull, uint64_t pool) {
+    omc_rdma_connector_desc d;
+    omc_conn* c = NULL;
+    memset(&d, 0, sizeof(d));
+    d.net.role = OMC_ROLE_RECEIVER;
+    d.net.host = bed_ip();
+    d.net.pool_size = pool;
+    d.net.hooks = test_hooks();
+    d.net.pull_on_side_channel = side_pull;
+    d.rdma = bed_desc();
+    if (!side_pull) setenv("OMNICONN_RDMA_REQUESTS", "0", 1);
+    if (omc_rdma_connector_create(&d, &c) != OMC_OK) c = NULL;
+    unsetenv("OMNICONN_RDMA_REQUESTS");
+    return c;
+}
+
+/* Gets from 1 byte to 3 MiB (the sender's listener writes those up to 1 MiB itself, a worker
+   the larger): a receiver that asks sends its requests on the connection and completes on the
+   receipt; a receiver that PULLs on the side channel and one that does not ask
+   get the same bytes over the side channel and DONE. Every byte is checked; every read is
+   recorded once (a fourth get of a three-reader entry is refused, promptly, and the channel
+   stays usable). */
+OMC_TEST(requests_and_receipts_travel_on_the_connection) {
+    static const uint64_t sizes[] = { 1, 4095, 65536, 3 * MIB + 5 };
+    enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+    omc_conn *send, *recv, *sidep, *old;
+    omc_conn* who[3];
+    omc_rdma_connector_info si, ri;
+    omc_meta m[N];
+    omc_payload p;
+    omc_buffer b;
+    omc_result r;
+    omc_time_ns t0;
+    uint8_t* data;
+    char key[16];
+    int i, k, inlined = 0;
+    if (!on_bed()) return;
+    setenv("OMNICONN_RDMA_LISTENER_WRITE_MAX", "1048576", 1);   /* up to 1 MiB the listener writes (the rest: a worker) */
+    send = rdma_connector(OMC_ROLE_SENDER, NULL, 32 * MIB);
+    unsetenv("OMNICONN_RDMA_LISTENER_WRITE_MAX");
+    recv = rdma_connector(OMC_ROLE_RECEIVER, NULL, 16 * MIB);
+    sidep = rdma_receiver_without_requests(1, 16 * MIB);
+    old = rdma_receiver_without_requests(0, 16 * MIB);
+    REQUIRE(send && recv && sidep && old);
+    who[0] = recv; who[1] = sidep; who[2] = old;
+    data = (uint8_t*)malloc(3 * MIB + 5);
+    REQUIRE(data != NULL);
+    memset(m, 0, sizeof(m));
+    for (i = 0; i < N; i++) {
+        omc_test_fill(data, sizes[i], 60 + i);
+        memset(&p, 0, sizeof(p));
+        p.data = data;
+        p.size = sizes[i];
+        p.readers = 3;
+        snprintf(key, sizeof(key), "k%d", i);
+        CHECK_OK(omc_conn_put(send, "a", "b", key, &p, &m[i]));
+    }
+    for (i = 0; i < N; i++)
+        for (k = 0; k < 3; k++) {
+            snprintf(key, sizeof(key), "k%d", i);
+            r = omc_conn_get(who[k], "a", "b", key, m[i].data, m[i].size, omc_deadline_after_ms(30000), &b);
+            CHECK_OK(r);
+            if (r != OMC_OK) continue;
+            CHECK(b.size == sizes[i] && omc_test_verify(b.data, b.size, 60 + i));
+            omc_buffer_release(&b);
+        }
+    CHECK_OK(omc_rdma_connector_query(send, &si));
+    printf("  sender: %llu pushes, %llu requests on the connection, %llu receipts\n", (unsigned long long)si.pushes,
+           (unsigned long long)si.requests, (unsigned long long)si.receipts);
+    /* payloads up to the inline threshold ride in the metadata: a receiver with requests on the
+       connection CLAIMs those (the sender records the read and answers; nothing is written), the
+       side-channel PULLs fetch them again */
+    for (i = 0; i < N; i++) inlined += sizes[i] <= OMNICONN_TCP_INLINE_THRESHOLD;
+    CHECK_EQ(si.pushes, 3 * N - inlined);   /* every other get moved its bytes by RDMA */
+    CHECK_EQ(si.requests, N);               /* only the receiver that asks sent requests there */
+    CHECK_EQ(si.receipts, N - inlined);
+    /* the reads were recorded: a fourth reader is refused, at once (not at its deadline) */
+    t0 = omc_now_ns();
+    r = omc_conn_get(recv, "a", "b", "k2", m[2].data, m[2].size, omc_deadline_after_ms(20000), &b);
+    printf("  a fourth get of a three-reader entry: %s after %.2f s\n", omc_result_name(r), (double)(omc_now_ns() - t0) / 1e9);
+    CHECK(r != OMC_OK && r != OMC_ERR_TIMEOUT);
+    if (r == OMC_OK) omc_buffer_release(&b);
+    CHECK(omc_now_ns() - t0 < 10000000000LL);
+    /* the refusal came on the connection and left the channel as it was */
+    omc_test_fill(data, MIB, 77);
+    memset(&p, 0, sizeof(p));
+    p.data = data;
+    p.size = MIB;
+    omc_meta_free(&m[0]);
+    CHECK_OK(omc_conn_put(send, "a", "b", "after", &p, &m[0]));
+    CHECK_OK(omc_conn_get(recv, "a", "b", "after", m[0].data, m[0].size, omc_deadline_after_ms(30000), &b));
+    CHECK(b.size == MIB && omc_test_verify(b.data, b.size, 77));
+    omc_buffer_release(&b);
+    CHECK_OK(omc_rdma_connector_query(send, &si));
+    CHECK_OK(omc_rdma_connector_query(recv, &ri));
+    CHECK_EQ(si.receipts, N - inlined + 1);
+    CHECK_EQ(ri.rdma_channels, 1);          /* one channel for every get, the refusal included */
+    for (i = 0; i < N; i++) omc_meta_free(&m[i]);
+    free(data);
+    omc_conn_destroy(old);
+    omc_conn_destroy(sidep);
+    omc_conn_destroy(recv);
+    omc_conn_destroy(send);
+}
+
+#define XRECEIVER_SIZE (96 * MIB)
+
+/* Child: a receiver connector. Reads the sender's port and the metadata from fd, opens its
+   channel, says "ready", then on "go" gets the payload (and is killed while it waits). */
+static int role_xreceiver(int fd) {
+    omc_conn* recv = rdma_connector(OMC_ROLE_RECEIVER, NULL, XRECEIVER_SIZE + 16 * MIB);
+    omc_tcp_found found;
+    uint8_t meta[4096];
+    char port[32], go[8];
+    omc_buffer b;
+    long n, mn;
+    if (!recv) return 100;
+    n = msg_recv(fd, port, sizeof(port) - 1);
+    mn = msg_recv(fd, meta, sizeof(meta));
+    if (n <= 0 || mn <= 0) return 101;
+    port[n] = '\0';
+    if (omc_tcp_add_sender(recv, "x", bed_ip(), (uint16_t)atoi(port)) != OMC_OK) return 102;
+    omc_tcp_query(recv, "x", "warm", "up", "channel", omc_deadline_after_ms(20000), &found);
+    if (say(fd, "ready") != 0 || msg_recv(fd, go, sizeof(go)) <= 0) return 103;
+    if (omc_conn_get(recv, "a", "b", "big", meta, (uint32_t)mn, omc_deadline_after_ms(120000), &b) == OMC_OK) omc_buffer_release(&b);
+    omc_conn_destroy(recv);
+    return 0;
+}
+
+/* Wait (1 ms steps, up to ms) until the sender's counter picked by what reaches at least want. */
+static int wait_counter(omc_conn* send, int what, uint64_t want, int ms) {
+    omc_time_ns until = omc_deadline_after_ms(ms);
+    while (omc_now_ns() < until) {
+        omc_rdma_connector_info si;
+        if (omc_rdma_connector_query(send, &si) == OMC_OK &&
+            (what == 0 ? si.requests : what == 1 ? si.push_failures : si.receipts) >= want) return 1;
+        usleep(1000);
+    }
+    return 0;
+}
+
+/* A receiver process is killed as soon as its request reached the sender (the sender's request
+   counter: an event, not a delay) while 96 MiB go out: its get consumed nothing - the push
+   fails, the reader is given back - and another receiver then gets every byte of the
+   one-reader entry. */
+OMC_TEST(receiver_killed_with_a_request_outstanding_consumes_nothing) {
+    omc_conn *send, *recv;
+    omc_rdma_connector_info si;
+    omc_payload p;
+    omc_meta m = {0};
+    omc_buffer b;
+    uint8_t* data;
+    uint16_t port = 0;
+    char ports[16], fds[16], ready[16];
+    int sv[2], killed_first;
+    pid_t pid;
+    if (!on_bed()) return;
+    send = rdma_connector(OMC_ROLE_SENDER, NULL, XRECEIVER_SIZE + 16 * MIB);
+    REQUIRE(send != NULL);
+    data = (uint8_t*)malloc(XRECEIVER_SIZE);
+    REQUIRE(data != NULL);
+    omc_test_fill(data, XRECEIVER_SIZE, 71);
+    memset(&p, 0, sizeof(p));
+    p.data = data;
+    p.size = XRECEIVER_SIZE;
+    p.readers = 1;
+    CHECK_OK(omc_conn_put(send, "a", "b", "big", &p, &m));
+    omc_tcp_endpoint(send, NULL, 0, &port, NULL);
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    snprintf(fds, sizeof(fds), "%d", sv[1]);
+    pid = fork();
+    if (pid == 0) {
+        char* args[] = { (char*)"/proc/self/exe", (char*)"--role", (char*)"xreceiver", fds, NULL };
+        close(sv[0]);
+        fcntl(sv[1], F_SETFD, 0);
+        execv("/proc/self/exe", args);
+        _exit(101);
+    }
+    close(sv[1]);
+    REQUIRE(pid > 0);
+    snprintf(ports, sizeof(ports), "%u", port);
+    CHECK(say(sv[0], ports) == 0 && msg_send(sv[0], m.data, (uint32_t)m.size) == 0);
+    CHECK(msg_recv(sv[0], ready, sizeof(ready)) > 0);
+    CHECK(say(sv[0], "go") == 0);
+    CHECK(wait_counter(send, 0, 1, 60000));         /* its request is at the sender */
+    kill(pid, SIGKILL);
+    reap(pid, 5000);
+    close(sv[0]);
+    /* the push fails (nobody acknowledges, or the dying process's memory is gone) - unless a
+       fast device moved all 40 MiB between the request and the kill */
+    killed_first = wait_counter(send, 1, 1, 60000);
+    CHECK_OK(omc_rdma_connector_query(send, &si));
+    printf("  receiver killed after its request: %llu push failure(s), %llu receipt(s)\n", (unsigned long long)si.push_failures,
+           (unsigned long long)si.receipts);
+    if (!killed_first) {
+        /* Soft-RoCE acknowledges writes into a killed process's pinned pages until its exit
+           closes the device file: then every byte landed before the QP went, and the read
+           counts (as over the side channel). The one other outcome allowed: */
+        printf("  (the transfer finished before the receiver's QP went away: nothing more to test)\n");
+        CHECK_EQ(si.receipts, 1);
+    } else {
+        CHECK_EQ(si.receipts, 0);
+        recv = rdma_connector(OMC_ROLE_RECEIVER, NULL, XRECEIVER_SIZE + 16 * MIB);
+        REQUIRE(recv != NULL);
+        CHECK_OK(omc_conn_get(recv, "a", "b", "big", m.data, m.size, omc_deadline_after_ms(120000), &b));
+        if (b.data) {
+            CHECK(b.size == XRECEIVER_SIZE && omc_test_verify(b.data, b.size, 71));
+            omc_buffer_release(&b);
+        }
+        CHECK_OK(omc_rdma_connector_query(send, &si));
+        CHECK_EQ(si.receipts, 1);
+        omc_conn_destroy(recv);
+    }
+    omc_meta_free(&m);
+    free(data);
+    omc_conn_destroy(send);
+}
+
+/* Wait for one message on a hostile connection (its eventfd), up to ms. */
+static omc_result hostile_take(omc_rdma_conn* hc, int evfd, uint8_t* buf, uint32_t* n, int ms) {
+    omc_time_ns until = omc_deadline_after_ms(ms);
+    for (;;) {
+        struct pollfd pf;
+        omc_result r = omc__rdma_msg_take(hc, buf, OMC__RDMA_MSG_MAX, n);
+        uint64_t v;
+        if (r != OMC_ERR_BUSY) return r;
+        if (omc_now_ns() >= until) return OMC_ERR_TIMEOUT;
+        pf.fd = evfd; pf.events = POLLIN; pf.revents = 0;
+        if (poll(&pf, 1, 100) > 0 && read(evfd, &v, sizeof(v)) < 0) { /* look again */ }
+    }
+}
+
+/* HOSTILE: a receiver's connection carries requests the sender must not serve: one whose
+   destination does not decode (refused: OMC_ERR_PROTOCOL, answered on the connection), a good
+   one from a connection no side-channel session owns (refused: OMC_ERR_CONNECTION), then bytes
+   that are no message at all (the sender closes that connection and logs it). The sender's
+   other receivers are not disturbed. */
+OMC_TEST(rdma_hostile_requests_on_the_connection) {
+    omc_conn *send, *recv;
+    omc__rdma_plane* P;
+    omc_rdma* hE = NULL;
+    omc_rdma_conn* hc = NULL;
+    omc_rdma_desc d;
+    omc_rdma_window* win = NULL;
+    omc_rdma_record rec;
+    omc__rdmap_msg q, a;
+    omc_payload p;
+    omc_meta m = {0};
+    omc_buffer b;
+    uint8_t reply[OMC_RDMA_RECORD_MAX], desc[OMC_RDMA_TARGET_MAX], junk[200], msg[OMC__RDMA_MSG_MAX], in[OMC__RDMA_MSG_MAX];
+    uint8_t* dst;
+    uint32_t rlen = 0, n = 0, in_len = 0;
+    size_t dn = 0;
+    uint64_t conn_id;
+    int evfd, gone = 0;
+    omc_time_ns until;
+    if (!on_bed()) return;
+    send = rdma_connector(OMC_ROLE_SENDER, NULL, 16 * MIB);
+    recv = rdma_connector(OMC_ROLE_RECEIVER, NULL, 16 * MIB);
+    REQUIRE(send && recv);
+    P = plane_of(send);
+    REQUIRE(P != NULL);
+    d = bed_desc();
+    REQUIRE(omc_rdma_create(&d, &hE) == OMC_OK);
+    dst = (uint8_t*)calloc(1, MIB);
+    REQUIRE(dst != NULL);
+    CHECK_OK(omc_rdma_register(hE, dst, MIB));
+    REQUIRE(omc_rdma_conn_create(hE, &hc) == OMC_OK);
+    hc->extra_flags |= OMC_RDMA_FLAG_REQUESTS;      /* it asks, as a current receiver does */
+    REQUIRE(hostile_hello(P, hc, reply, &rlen) == OMC_OK);
+    CHECK_OK(omc_rdma_record_decode(reply, rlen, &rec));
+    CHECK(rec.flags & OMC_RDMA_FLAG_REQUESTS);      /* granted */
+    conn_id = omc__rdma_conn_id(hc);
+    REQUIRE(omc_rdma_conn_connect(hc, reply, rlen) == OMC_OK);
+    evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    REQUIRE(evfd >= 0 && omc__rdma_mbox_open(hc, evfd) == OMC_OK);
+    /* 1. a destination that does not decode */
+    memset(&q, 0, sizeof(q));
+    q.type = OMC__RDMAP_REQUEST;
+    q.op = OMC__DP_REQ_PULL;
+    q.xfer = 7;
+    q.c = 4096;
+    memset(junk, 0xA5, sizeof(junk));
+    q.desc = junk;
+    q.desc_len = 64;
+    CHECK_OK(omc__rdmap_msg_encode(&q, msg, sizeof(msg), &n));
+    CHECK_OK(omc__rdma_msg_send(hc, msg, n, omc_deadline_after_ms(5000)));
+    CHECK_OK(hostile_take(hc, evfd, in, &in_len, 20000));
+    CHECK_OK(omc__rdmap_msg_decode(in, in_len, &a));
+    CHECK_EQ(a.type, OMC__RDMAP_ANSWER);
+    CHECK_EQ(a.xfer, 7);
+    CHECK_EQ(omc__rdmap_wire_code(a.d), OMC_ERR_PROTOCOL);
+    /* 2. a good destination on this connection, but no side-channel session owns it */
+    CHECK_OK(omc_rdma_expose(hc, dst, 4096, omc_deadline_after_ms(5000), &win, desc, sizeof(desc), &dn));
+    q.xfer = 8;
+    q.desc = desc;
+    q.desc_len = (uint32_t)dn;
+    CHECK_OK(omc__rdmap_msg_encode(&q, msg, sizeof(msg), &n));
+    CHECK_OK(omc__rdma_msg_send(hc, msg, n, omc_deadline_after_ms(5000)));
+    CHECK_OK(hostile_take(hc, evfd, in, &in_len, 20000));
+    CHECK_OK(omc__rdmap_msg_decode(in, in_len, &a));
+    CHECK_EQ(a.type, OMC__RDMAP_ANSWER);
+    CHECK_EQ(a.xfer, 8);
+    CHECK_EQ(omc__rdmap_wire_code(a.d), OMC_ERR_CONNECTION);
+    if (win) omc_rdma_revoke(win, omc_deadline_after_ms(5000));
+    /* 3. bytes that are not a message: the sender drops the connection */
+    CHECK_OK(omc__rdma_msg_send(hc, junk, sizeof(junk), omc_deadline_after_ms(5000)));
+    until = omc_deadline_after_ms(20000);
+    while (!gone && omc_now_ns() < until) {
+        gone = !plane_has_link(P, conn_id);
+        if (!gone) usleep(1000);
+    }
+    CHECK(gone);
+    /* an honest receiver is served as before */
+    memset(&p, 0, sizeof(p));
+    omc_test_fill(junk, sizeof(junk), 81);
+    p.data = junk;
+    p.size = sizeof(junk);
+    CHECK_OK(omc_conn_put(send, "a", "b", "k", &p, &m));
+    CHECK_OK(omc_conn_get(recv, "a", "b", "k", m.data, m.size, omc_deadline_after_ms(20000), &b));
+    CHECK(b.size == sizeof(junk) && omc_test_verify(b.data, b.size, 81));
+    omc_buffer_release(&b);
+    omc_meta_free(&m);
+    omc_rdma_conn_destroy(hc);
+    omc_rdma_deregister(hE, dst);
+    omc_rdma_destroy(hE);
+    close(evfd);
+    free(dst);
+    omc_conn_destroy(recv);
+    omc_conn_destroy(send);
+}
+
 /* ---- two hosts, two rails: rdma_tests --rails (in tests/rdma/bed.sh --hosts 2) ------------------
 
    Host b serves (an engine on every rail, one on rail 0 only, a pool each; it is the initiator
@@ -2285,6 +2622,7 @@ int main(int argc, char** argv) {
         if (strcmp(argv[2], "server") == 0) return role_server(argc - 1, argv + 1);
         if (strcmp(argv[2], "memlock") == 0) return role_memlock();
         if (strcmp(argv[2], "xsender") == 0 && argc > 3) return role_xsender(atoi(argv[3]));
+        if (strcmp(argv[2], "xreceiver") == 0 && argc > 3) return role_xreceiver(atoi(argv[3]));
         return 100;
     }
     if (!bed_device()) {        /* nothing ran: say so, count nothing */
