@@ -5768,7 +5768,6 @@ typedef struct omc__rdmap_req {         /* sender: a request taken from a connec
     uint64_t xfer;
     uint32_t desc_len;
     uint8_t desc[OMC_RDMA_TARGET_MAX];  /* the receiver's destination */
-    uint32_t key_check;                 /* CRC-32C of the qualified key the get asks for (tx_proves) */
     struct omc__rdmap_req* next;
 } omc__rdmap_req;
 
@@ -6454,6 +6453,7 @@ OMC__PRIVATE int omc__rdmap_fill_request(omc__rdma_plane* P, omc__rdma_link* l, 
     q->entry_id = m->a;
     q->expect_incarnation = m->b;
     q->capacity = m->c;
+    q->key_check = m->d;
     q->budget_ms = m->e;
     q->status = OMC_OK;
     /* the destination must be a window on this very connection */
@@ -6463,7 +6463,6 @@ OMC__PRIVATE int omc__rdmap_fill_request(omc__rdma_plane* P, omc__rdma_link* l, 
     rq->xfer = m->xfer;
     rq->desc_len = m->desc_len;
     memcpy(rq->desc, m->desc, m->desc_len);
-    rq->key_check = (uint32_t)m->d;
     rq->next = P->reqs;
     P->reqs = rq;
     l->busy++;
@@ -6558,7 +6557,7 @@ static omc_result omc__rdmap_rx_request(void* user, void* chan, omc__dp_xfer* x,
     m.a = q->entry_id;
     m.b = q->expect_incarnation;
     m.c = q->capacity;
-    m.d = q->qkey ? omc__crc32c(0, q->qkey, q->qlen) : 0;    /* the key check tx_proves compares */
+    m.d = q->key_check;
     m.e = q->budget_ms;
     m.desc = ch->desc;
     m.desc_len = ch->desc_len;
@@ -6797,16 +6796,6 @@ static void omc__rdmap_rx_close(void* user, void* chan) {
    No OMC__DP_FLAG_SELF_COMPLETE: a side-channel PULL (a peer without requests on the
    connection) still ends with DONE; a request ends with its receipt (the connector sends no
    DONE for a request). */
-/* tx_proves: does the request name the key of the entry it asks for? A request on the RDMA
-   connection carries the CRC-32C of the qualified key (the connection itself is bound to its
-   side-channel session at setup); the TCP plane's requests carry an HMAC under the session's
-   ticket secret instead, which this plane has no secret for. */
-static int omc__rdmap_tx_proves(void* user, const omc__dp_request* q, const char* qkey, uint32_t qlen) {
-    const omc__rdmap_req* rq = (const omc__rdmap_req*)q->handle;
-    (void)user;
-    return rq && rq->key_check == omc__crc32c(0, qkey, qlen);
-}
-
 static const omc__dp_vtable_ext omc__rdma_plane_vt = {
     { "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, OMC__DP_FLAG_EXT | OMC__DP_FLAG_TRY_NOW, omc__rdmap_attach, omc__rdmap_detach,
       omc__rdmap_tx_hello, omc__rdmap_tx_push,
@@ -6814,7 +6803,7 @@ static const omc__dp_vtable_ext omc__rdma_plane_vt = {
       omc__rdmap_rx_fd, omc__rdmap_rx_progress, omc__rdmap_rx_end, omc__rdmap_rx_close, omc__rdmap_tx_try },
     { omc__rdmap_tx_drop, omc__rdmap_tx_await, omc__rdmap_tx_receipt, omc__rdmap_tx_end, omc__rdmap_tx_ticket, omc__rdmap_tx_session_gone,
       omc__rdmap_tx_item_count, omc__rdmap_tx_items, omc__rdmap_tx_serve, omc__rdmap_tx_next_request, omc__rdmap_tx_answer,
-      omc__rdmap_rx_requests, omc__rdmap_rx_request, omc__rdmap_tx_proves }
+      omc__rdmap_rx_requests, omc__rdmap_rx_request }
 };
 
 OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc* desc, omc_conn** out) {
