@@ -257,15 +257,7 @@ HOW THE ENGINE USES THEM
     plane: a receiver channel creates a connection and sends its record in HELLO, the sender
     accepts it and answers with its own; a get exposes its destination and sends the
     descriptor in PULL; the sender writes and sends DONE only after the write completed; the
-    receiver revokes the destination before handing the buffer out. Between two current peers
-    a get sends no side-channel message at all: the receiver's record asks for requests on the
-    connection (OMC_RDMA_FLAG_REQUESTS), the sender's answer grants them, and then the request
-    (the PULL's fields and the descriptor) is a SEND on the connection's first QP and the
-    sender answers with a SEND too - a receipt after the write completed and the read was
-    recorded, or a refusal - into a few receives each side posts once per connection (WIRE
-    FORMATS: connection messages). A peer that does not ask (an older one, a receiver with
-    pull_on_side_channel, or OMNICONN_RDMA_REQUESTS=0 in its environment) gets the side
-    channel's PULL and DONE as before. A channel whose RDMA
+    receiver revokes the destination before handing the buffer out. A channel whose RDMA
     set-up fails (no engine, a sender without RDMA, a QP that will not connect) uses TCP; the
     reason is in omc_rdma_connector_query() and the connector's health.
     What a sender accepts from receivers: a HELLO's record gets an RDMA connection only with at
@@ -501,11 +493,6 @@ CONFIGURATION
     own traffic, which may be meant for another class). Lossless RoCE fabrics map a DSCP (the
     traffic class's upper six bits) to a PFC priority: set it to what the fabric expects.
     omniconn doctor shows each rail's values.
-    The remote connector also reads OMNICONN_RDMA_REQUESTS ("0": a receiver does not ask for
-    requests on the connection and PULLs on the side channel - for senders of an earlier
-    version, which refuse a record that asks) and OMNICONN_RDMA_LISTENER_WRITE_MAX (bytes,
-    default 0 = never: requested pushes up to this size are written by the sender's listener
-    itself instead of a worker).
     Transfer engine (omc_xfer_desc): max_clients 64, max_notifies 1024, io_timeout_ms 10000,
     window 32 (TCP requests in flight per batch); zero means these. curve (keys) and
     curve_port (0 = any free port); with no key in the desc, $OMNICONN_XFER_SECRET_KEY_FILE
@@ -580,9 +567,7 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
         9   u8   GID index the author uses (its own; informational and for logs)
         10  u8   GID type (1 = InfiniBand, 2 = RoCE v1, 3 = RoCE v2)
         11  u8   flags: how the author protects its destinations: bit 0 = memory windows,
-                 bit 1 = a region per destination (neither: its pool's rkey); bit 2 =
-                 requests on the connection (a receiver's record asks, a sender's answer
-                 grants; see connection messages)
+                 bit 1 = a region per destination (neither: its pool's rkey)
         12  u16  LID (InfiniBand; 0 on RoCE)
         14  u16  reserved, zero
         16  u64  incarnation of the author's process (omc_incarnation(): a restart changes it)
@@ -614,29 +599,6 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
         24 + 32R  R * Q x { u32 QP number, u32 first PSN } (QP i is on rail i / Q)
         end  u32 CRC-32C of everything before it
     At least one rail has a port. An engine with one rail sends version 1.
-
-    Connection messages (the remote connector, when both records carry bit 2 of flags): SENDs
-    on the connection's first QP into receives of 1088 bytes, 8 posted per connection and side.
-    A receiver sends REQUEST, the sender answers each with RECEIPT, ANSWER or FAILED:
-        0   u32  magic 0x4D434D4F ("OMCM")
-        4   u8   version (1)
-        5   u8   type: 1 REQUEST, 2 RECEIPT (written and recorded), 3 ANSWER (refused, or a
-                 CLAIM recorded), 4 FAILED (the push failed)
-        6   u8   REQUEST: 1 PULL, 2 CLAIM; otherwise 0
-        7   u8   reserved, zero
-        8   u64  transfer id
-        16  u64  REQUEST: entry id; RECEIPT: bytes written; ANSWER: detail (TOO_LARGE: the size)
-        24  u64  REQUEST: the sender incarnation expected (0 = any)
-        32  u64  REQUEST: destination capacity (PULL) or the announced size (CLAIM)
-        40  u32  REQUEST: CRC-32C of the qualified key; ANSWER, FAILED: the result (int32)
-        44  u32  REQUEST: budget in ms (0 = the default rule)
-        48  u32  D: descriptor length (REQUEST: 1..1024; otherwise 0)
-        52  u32  CRC-32C of bytes [0, 52) and the descriptor
-        56  D bytes: the transfer descriptor of the destination
-    A sender serves a REQUEST as the PULL it stands for (same checks), for the side-channel
-    session whose HELLO made the connection; a message that does not decode, or one of the
-    wrong kind (anything but a REQUEST to a sender, a REQUEST to a receiver), closes the
-    connection and is logged.
 
     Transfer descriptor, version 1 (omc_rdma_target_encode; 28 + 24 * E bytes, at most 796; the
     PULL's descriptor in the remote connector). Made by the receiver for one destination:
@@ -745,10 +707,9 @@ WIRE FORMATS (all integers little-endian, unlike the verbs structs)
 NON-GOALS
 ================================================================================================
 
-    - No RDMA CM (rdma_cm): QPs are connected with the endpoint records, data moves by RDMA
-      WRITE (and READ, in the transfer engine). SEND/receive only carries the remote
-      connector's small requests and receipts (8 receives per connection); notifications of
-      the engine's own API go over a socket (yours, or the transfer engine's listener).
+    - No RDMA CM (rdma_cm) and no receive queues: QPs are connected with the endpoint records,
+      data moves by RDMA WRITE (and READ, in the transfer engine), notifications go over a
+      socket (yours, or the transfer engine's listener).
     - GPU memory only through the transfer engine's dma-buf registration (OMC_XFER_MEM_DEVICE
       with OMNICONN_ENABLE_CUDA); pools of OMC_MEMORY_CUDA are refused with a log line, and
       nvidia-peermem (ibv_reg_mr of device pointers) is not used.
@@ -760,12 +721,6 @@ NON-GOALS
 ================================================================================================
 RECENT REVISIONS
 ================================================================================================
-
-    unreleased          the remote connector's requests and receipts on the RDMA connection
-                        itself (record flag bit 2, connection messages "OMCM"): a get between
-                        current peers sends no side-channel message; omc_rdma_connector_info
-                        .requests and .receipts; OMNICONN_RDMA_REQUESTS and
-                        OMNICONN_RDMA_LISTENER_WRITE_MAX. Peers that do not ask keep PULL and DONE.
 
     unreleased          the transfer engine (omc_xfer_*): caller-registered memory, exported
                         descriptors, batched RDMA READ and WRITE with one completion and a
@@ -830,9 +785,6 @@ extern "C" {
 #define OMC_RDMA_FLAG_MEMORY_WINDOWS 0x1u   /* destinations are type-2 memory windows */
 #define OMC_RDMA_FLAG_REGIONS 0x2u          /* destinations are memory regions of their own */
 #define OMC__RDMA_FLAGS (OMC_RDMA_FLAG_MEMORY_WINDOWS | OMC_RDMA_FLAG_REGIONS)
-#define OMC_RDMA_FLAG_REQUESTS 0x4u         /* endpoint records only: the author takes the remote
-                                               connector's requests on the connection itself */
-#define OMC__RDMA_RECORD_FLAGS (OMC__RDMA_FLAGS | OMC_RDMA_FLAG_REQUESTS)
 
 typedef enum omc_rdma_gid_type {
     OMC_RDMA_GID_UNKNOWN = 0,
@@ -1442,8 +1394,6 @@ typedef struct omc_rdma_connector_info {
     uint32_t sender_connections;    /* sender: RDMA connections it keeps now */
     uint64_t quarantined;       /* receiver: destinations whose revoke failed (kept out of the pool) */
     omc_rdma_info engine;       /* valid if rdma_enabled */
-    uint64_t requests;          /* sender: requests taken on its connections (no side-channel PULL) */
-    uint64_t receipts;          /* sender: pushes of those ended with a receipt on the connection */
 } omc_rdma_connector_info;
 
 /* What the connector's RDMA plane is doing. OMC_ERR_INVALID_ARG if conn was not made by
@@ -1674,7 +1624,7 @@ OMC__PRIVATE int omc__rdma_rail_bad(const omc_rdma_record_rail* r) {
 OMC__PRIVATE omc_result omc__rdma_record_encode_rails(const omc_rdma_record* rec, uint8_t* p, size_t cap, size_t* out_len) {
     uint32_t R = rec->rails, Q = rec->qps_per_rail, i, paired = 0;
     size_t need, qoff;
-    if (R < 2 || R > OMC_RDMA_MAX_RAILS || Q < 1 || R * Q > OMC_RDMA_MAX_QPS || (rec->flags & ~OMC__RDMA_RECORD_FLAGS))
+    if (R < 2 || R > OMC_RDMA_MAX_RAILS || Q < 1 || R * Q > OMC_RDMA_MAX_QPS || (rec->flags & ~OMC__RDMA_FLAGS))
         return OMC_ERR_INVALID_ARG;
     for (i = 0; i < R; i++) {
         if (omc__rdma_rail_bad(&rec->rail[i])) return OMC_ERR_INVALID_ARG;
@@ -1729,7 +1679,7 @@ OMC__PRIVATE omc_result omc__rdma_record_decode_rails(const uint8_t* p, size_t l
     qoff = OMC_RDMA_RECORD_HEADER_RAILS + OMC_RDMA_RECORD_RAIL * (size_t)R;
     if (len != qoff + 8 * (size_t)(R * Q) + 4) return OMC_ERR_MALFORMED;
     if (omc__crc32c(0, p, len - 4) != omc__get_u32(p + len - 4)) return OMC_ERR_CHECKSUM;
-    if (p[7] & ~OMC__RDMA_RECORD_FLAGS) return OMC_ERR_MALFORMED;
+    if (p[7] & ~OMC__RDMA_FLAGS) return OMC_ERR_MALFORMED;
     for (i = 0; i < R; i++) {
         const uint8_t* e = p + OMC_RDMA_RECORD_HEADER_RAILS + OMC_RDMA_RECORD_RAIL * i;
         omc_rdma_record_rail* r = &out->rail[i];
@@ -1780,7 +1730,7 @@ OMNICONN_API omc_result omc_rdma_record_encode(const omc_rdma_record* rec, void*
     if (rec->rails > 1) return omc__rdma_record_encode_rails(rec, p, cap, out_len);
     if (rec->qp_count < 1 || rec->qp_count > OMC_RDMA_MAX_QPS || !omc_rdma_mtu_bytes(rec->mtu) || rec->port == 0 ||
         (rec->link != OMC_RDMA_LINK_INFINIBAND && rec->link != OMC_RDMA_LINK_ETHERNET) ||
-        rec->gid_type < OMC_RDMA_GID_IB || rec->gid_type > OMC_RDMA_GID_ROCE_V2 || (rec->flags & ~OMC__RDMA_RECORD_FLAGS))
+        rec->gid_type < OMC_RDMA_GID_IB || rec->gid_type > OMC_RDMA_GID_ROCE_V2 || (rec->flags & ~OMC__RDMA_FLAGS))
         return OMC_ERR_INVALID_ARG;
     for (i = 0; i < rec->qp_count; i++)
         if (rec->qpn[i] == 0 || (rec->qpn[i] & ~OMC__RDMA_24BIT) || (rec->psn[i] & ~OMC__RDMA_24BIT)) return OMC_ERR_INVALID_ARG;
@@ -1828,7 +1778,7 @@ OMNICONN_API omc_result omc_rdma_record_decode(const void* data, size_t len, omc
     if (omc__crc32c(0, p, len - 4) != omc__get_u32(p + len - 4)) return OMC_ERR_CHECKSUM;
     /* the checksum only proves the bytes arrived as sent: check every field anyway */
     if (p[6] == 0 || !omc_rdma_mtu_bytes(p[7]) || (p[8] != OMC_RDMA_LINK_INFINIBAND && p[8] != OMC_RDMA_LINK_ETHERNET) ||
-        p[10] < OMC_RDMA_GID_IB || p[10] > OMC_RDMA_GID_ROCE_V2 || (p[11] & ~OMC__RDMA_RECORD_FLAGS) || omc__get_u16(p + 14))
+        p[10] < OMC_RDMA_GID_IB || p[10] > OMC_RDMA_GID_ROCE_V2 || (p[11] & ~OMC__RDMA_FLAGS) || omc__get_u16(p + 14))
         return OMC_ERR_MALFORMED;
     for (i = 0; i < n; i++) {
         uint32_t qpn = omc__get_u32(p + OMC_RDMA_RECORD_HEADER + 8 * i), psn = omc__get_u32(p + OMC_RDMA_RECORD_HEADER + 8 * i + 4);
@@ -2289,7 +2239,6 @@ OMNICONN_API void omc_rdma_topo_rank(const omc_rdma_topo_nic* nics, int n, int b
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
-#include <sys/epoll.h>
 #include <sys/resource.h>
 
 /* ============================================================================================== */
@@ -2487,18 +2436,15 @@ OMNICONN_API omc_result omc_rdma_probe(const char* library, char* why, size_t wh
 #define OMC__RDMA_PKEY_INDEX 0          /* the default partition */
 #define OMC__RDMA_HOP_LIMIT 64          /* GRH hop limit (RoCE v2: the IP TTL) */
 #define OMC__RDMA_RD_ATOMIC_MAX 16      /* RDMA READs in flight per QP (fewer if the device has fewer) */
-#define OMC__RDMA_MIN_RNR_TIMER 12      /* 0.64 ms: a message waits this long for a free receive */
-#define OMC__RDMA_RNR_RETRY 7           /* 7 = retry forever (messages: the reader reposts at once) */
-#define OMC__RDMA_MSG_MAX 1088          /* one message: a 64-byte header and a transfer descriptor */
-#define OMC__RDMA_MSG_SLOTS 8           /* receives posted per connection, and sends in flight */
-#define OMC__RDMA_RECV_BIT 0x8000000000000000ull    /* in wr_id: a receive, not a send slot */
+#define OMC__RDMA_MIN_RNR_TIMER 12      /* 0.64 ms; we post no receives, RNR never happens */
+#define OMC__RDMA_RNR_RETRY 7           /* 7 = retry forever (never used: no SENDs) */
 #define OMC__RDMA_MAX_SGE 16            /* gather elements per WRITE (fewer if the device has fewer) */
 #define OMC__RDMA_POLL_BATCH 32
 #define OMC__RDMA_ACK_EVERY 64          /* acknowledge CQ events in batches (ack takes a lock) */
 #define OMC__RDMA_SLEEP_MS 1000         /* longest sleep of the progress thread (stop is signalled) */
 #define OMC__RDMA_FLUSH_GRACE_MS 5000   /* after forcing a QP to ERROR, how long flushes may take */
 
-enum { OMC__OP_WRITE = 1, OMC__OP_BIND = 2, OMC__OP_INVALIDATE = 3, OMC__OP_PROBE = 4, OMC__OP_XFER = 5, OMC__OP_MSG = 6 };
+enum { OMC__OP_WRITE = 1, OMC__OP_BIND = 2, OMC__OP_INVALIDATE = 3, OMC__OP_PROBE = 4, OMC__OP_XFER = 5 };
 
 struct omc_rdma_op {
     omc_rdma_conn* conn;        /* holds a reference */
@@ -2516,7 +2462,6 @@ struct omc_rdma_op {
     struct omc_xfer_batch* xfer;        /* a transfer-engine batch: its slices belong to the batch */
     int* gave_up;               /* set to 1 when the waiter gave up and the engine frees the op */
     int read;                   /* a transfer-engine batch of RDMA READs */
-    int notify_fd;              /* > 0: an eventfd written when the last request retires */
     omc_rdma_op* next;          /* on the reap list */
 };
 
@@ -2554,25 +2499,8 @@ typedef struct omc__rdma_pair {
     uint64_t queued;            /* bytes posted on it and not yet retired (earliest-finish) */
 } omc__rdma_pair;
 
-/* Messages on a connection (the remote connector's requests and receipts): SENDs on its first
-   QP into receives posted from a small region of their own, registered once per connection.
-   Receives complete in the order they were posted; a message stays in its slot until it is
-   taken, then the slot is posted again. */
-typedef struct omc__rdma_mbox {
-    uint8_t* mem;               /* SLOTS receive slots, then SLOTS send slots, MSG_MAX bytes each */
-    struct ibv_mr* mr;
-    int notify_fd;              /* eventfd written when a message arrives (-1: nobody listens) */
-    uint32_t len[OMC__RDMA_MSG_SLOTS];  /* bytes in each receive slot that completed */
-    uint32_t ready[OMC__RDMA_MSG_SLOTS];/* receive slots with a message, oldest first */
-    uint32_t rhead, rtail;
-    uint32_t send_busy;         /* bit i: send slot i is posted and not yet retired */
-    uint64_t received, sent;
-} omc__rdma_mbox;
-
 struct omc_rdma_conn {
     omc_rdma* eng;
-    omc__rdma_mbox* mbox;       /* NULL: no messages on this connection */
-    uint8_t extra_flags;        /* OR-ed into our endpoint record's flags */
     uint32_t refs;              /* under eng->mu: the handle, and every window or op using it */
     int closed, connected, broken, linking;
     int quiet;                  /* the engine's own probe: failures are expected, not logged */
@@ -3040,7 +2968,7 @@ static const char* omc__rdma_wc_hint(enum ibv_wc_status s) {
 
 static const char* omc__rdma_op_name(int kind) {
     return kind == OMC__OP_XFER ? "batch transfer" : kind == OMC__OP_WRITE ? "RDMA WRITE" : kind == OMC__OP_BIND ? "window bind" : kind == OMC__OP_INVALIDATE ? "window invalidation" :
-           kind == OMC__OP_PROBE ? "liveness probe (zero-byte WRITE)" : kind == OMC__OP_MSG ? "message (SEND)" : "request";
+           kind == OMC__OP_PROBE ? "liveness probe (zero-byte WRITE)" : "request";
 }
 
 /* Mark a connection broken (caller holds mu) and move all its QPs to ERROR so that nothing
@@ -3130,38 +3058,7 @@ OMC__PRIVATE void omc__rdma_retire(omc_rdma* E, omc__rdma_qp* q, omc_result r, i
             op->wc_status = wc_status;
         }
     } else if (r != OMC_OK && op->status == OMC_OK) { op->status = r; op->wc_status = wc_status; }
-    if (op->kind == OMC__OP_MSG && q->conn->mbox) q->conn->mbox->send_busy &= ~(1u << op->bytes);   /* its slot is free */
-    if (--op->pending == 0 && op->notify_fd > 0) {
-        uint64_t one = 1;
-        if (write(op->notify_fd, &one, sizeof(one)) < 0) { /* the counter is already non-zero */ }
-    }
-    if (op->pending == 0 && op->abandoned) { op->next = E->reap; E->reap = op; }
-}
-
-/* A receive completed (caller holds mu): queue the message for its reader and wake it. A failed
-   receive is a flush (the connection broke: that is reported where it broke) or a message that
-   does not fit, which breaks the connection. */
-OMC__PRIVATE void omc__rdma_received(omc_rdma* E, const struct ibv_wc* wc) {
-    uint32_t id = (uint32_t)(wc->wr_id >> 32) & 0x7FFFFFFFu, slot = (uint32_t)wc->wr_id & 0xFFFFu;
-    omc__rdma_qp* q = (omc__rdma_qp*)omc__smap_get(&E->qps, (const char*)&id, sizeof(id));
-    omc__rdma_mbox* m = q ? q->conn->mbox : NULL;
-    uint64_t one = 1;
-    if (!m || slot >= OMC__RDMA_MSG_SLOTS) return;
-    if (wc->status != IBV_WC_SUCCESS) {
-        if (wc->status != IBV_WC_WR_FLUSH_ERR) {
-            char text[160];
-            snprintf(text, sizeof(text), "QP %u: a message could not be received: %s", q->qpn, omc__ibv_wc_status_str(wc->status));
-            OMC__RDMA_LOG(E, OMC_LOG_WARN, "connection %016llx: %s (status %d): connection broken", (unsigned long long)q->conn->conn_id,
-                          text, (int)wc->status);
-            omc__rdma_conn_break_locked(q->conn, OMC_ERR_RDMA_COMPLETION, text);
-        }
-        if (m->notify_fd >= 0 && write(m->notify_fd, &one, sizeof(one)) < 0) { /* the counter is already non-zero */ }
-        return;
-    }
-    m->len[slot] = wc->byte_len;
-    m->ready[m->rhead++ % OMC__RDMA_MSG_SLOTS] = slot;
-    m->received++;
-    if (m->notify_fd >= 0 && write(m->notify_fd, &one, sizeof(one)) < 0) { /* the counter is already non-zero */ }
+    if (--op->pending == 0 && op->abandoned) { op->next = E->reap; E->reap = op; }
 }
 
 /* One work completion (caller holds mu). */
@@ -3171,7 +3068,6 @@ OMC__PRIVATE void omc__rdma_complete(omc_rdma* E, const struct ibv_wc* wc) {
     omc_rdma_op* op;
     omc_result r;
     uint64_t seq;
-    if (wc->wr_id & OMC__RDMA_RECV_BIT) { omc__rdma_received(E, wc); return; }
     if (!q) return;                                     /* its QP is gone: a stale completion */
     seq = q->tail + (uint32_t)(seq32 - (uint32_t)q->tail);
     if (seq >= q->head) return;                         /* already retired: a flush after an error */
@@ -4151,7 +4047,7 @@ OMC__PRIVATE omc_result omc__rdma_qp_create(omc_rdma* E, omc_rdma_conn* c, uint3
     init.send_cq = R->cq;
     init.recv_cq = R->cq;
     init.cap.max_send_wr = E->queue_depth;
-    init.cap.max_recv_wr = OMC__RDMA_MSG_SLOTS;     /* only a connection with messages posts any */
+    init.cap.max_recv_wr = 1;           /* we never post receives; some providers refuse 0 */
     init.cap.max_send_sge = E->max_sge;
     init.cap.max_recv_sge = 1;
     init.qp_type = IBV_QPT_RC;
@@ -4198,11 +4094,6 @@ OMC__PRIVATE void omc__rdma_conn_free(omc_rdma_conn* c) {
         if (q->qp && omc__ibv_destroy_qp(q->qp) != 0)
             OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_destroy_qp(%u): %s", q->qpn, strerror(errno));
         omc__free(&E->hooks, q->slots);
-    }
-    if (c->mbox) {                      /* after its QP: nothing can land in it any more */
-        if (c->mbox->mr && omc__ibv_dereg_mr(c->mbox->mr) != 0) OMC__RDMA_LOG(E, OMC_LOG_WARN, "ibv_dereg_mr (messages): %s", strerror(errno));
-        omc__free(&E->hooks, c->mbox->mem);
-        omc__free(&E->hooks, c->mbox);
     }
     omc__free(&E->hooks, c);
 }
@@ -4544,7 +4435,7 @@ OMNICONN_API omc_result omc_rdma_conn_record(omc_rdma_conn* c, void* out, size_t
     E = c->eng;
     memset(&rec, 0, sizeof(rec));
     rec.qp_count = c->nqp;
-    rec.flags = (uint8_t)(omc__rdma_flags(E) | c->extra_flags);
+    rec.flags = omc__rdma_flags(E);
     rec.incarnation = omc_incarnation();
     rec.conn_id = c->conn_id;
     for (p = 0; p < c->npairs; p++) {
@@ -4791,154 +4682,6 @@ OMC__PRIVATE omc_result omc__rdma_probe_start(omc_rdma_conn* c, uint32_t p, omc_
     if (r != OMC_OK) { omc__rdma_op_free(op); return r; }
     *out = op;
     return OMC_OK;
-}
-
-/* ---- messages on a connection (SEND / receive) ----------------------------------------------- */
-
-/* Post receive slot i again (caller holds mu). */
-OMC__PRIVATE omc_result omc__rdma_mbox_post(omc_rdma_conn* c, uint32_t i) {
-    omc__rdma_qp* q = &c->qps[0];
-    struct ibv_recv_wr wr, *bad = NULL;
-    struct ibv_sge sge;
-    int rc;
-    sge.addr = (uint64_t)(uintptr_t)(c->mbox->mem + (size_t)i * OMC__RDMA_MSG_MAX);
-    sge.length = OMC__RDMA_MSG_MAX;
-    sge.lkey = c->mbox->mr->lkey;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = OMC__RDMA_RECV_BIT | ((uint64_t)(q->id & 0x7FFFFFFFu) << 32) | i;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    rc = ibv_post_recv(q->qp, &wr, &bad);
-    if (rc != 0) {
-        OMC__RDMA_LOG(c->eng, OMC_LOG_ERROR, "ibv_post_recv on QP %u: %s", q->qpn, strerror(rc));
-        return OMC_ERR_RDMA_QP;
-    }
-    return OMC_OK;
-}
-
-/* Give a connection messages: a small region of its own (registered once, here) and every
-   receive posted. notify_fd (an eventfd, or -1) is written when a message arrives. Call it
-   before the peer can send: the acceptor before it answers, the initiator before its first
-   request. */
-OMC__PRIVATE omc_result omc__rdma_mbox_open(omc_rdma_conn* c, int notify_fd) {
-    omc_rdma* E = c->eng;
-    omc__rdma_mbox* m;
-    omc_result r = OMC_OK;
-    uint32_t i;
-    if (c->mbox) return OMC_OK;
-    if (!c->nqp || !c->qps[0].qp) return OMC_ERR_RDMA_QP;
-    m = (omc__rdma_mbox*)omc__calloc(&E->hooks, sizeof(*m));
-    if (!m) return OMC_ERR_NO_MEMORY;
-    m->notify_fd = notify_fd;
-    m->mem = (uint8_t*)omc__calloc(&E->hooks, (size_t)2 * OMC__RDMA_MSG_SLOTS * OMC__RDMA_MSG_MAX);
-    if (m->mem) m->mr = omc__ibv_reg_mr(E->rail[c->qps[0].rail].pd, m->mem, (size_t)2 * OMC__RDMA_MSG_SLOTS * OMC__RDMA_MSG_MAX,
-                                        IBV_ACCESS_LOCAL_WRITE);
-    if (!m->mem || !m->mr) {
-        r = m->mem ? OMC_ERR_MEMLOCK : OMC_ERR_NO_MEMORY;
-        OMC__RDMA_LOG(E, OMC_LOG_WARN, "connection %016llx: no region for messages (%s): requests go over the side channel",
-                      (unsigned long long)c->conn_id, m->mem ? strerror(errno) : "out of memory");
-        omc__free(&E->hooks, m->mem);
-        omc__free(&E->hooks, m);
-        return r;
-    }
-    pthread_mutex_lock(&E->mu);
-    c->mbox = m;
-    for (i = 0; i < OMC__RDMA_MSG_SLOTS && r == OMC_OK; i++) r = omc__rdma_mbox_post(c, i);
-    if (r != OMC_OK) omc__rdma_conn_break_locked(c, r, "receives for messages could not be posted");
-    pthread_mutex_unlock(&E->mu);
-    return r;   /* a failure leaves the region to conn_free: the QP may hold some receives */
-}
-
-/* Can every QP of c take n more requests now (so posting them does not wait)? */
-OMC__PRIVATE int omc__rdma_conn_has_room(omc_rdma_conn* c, uint32_t n) {
-    omc_rdma* E = c->eng;
-    uint32_t i;
-    int room = 1;
-    pthread_mutex_lock(&E->mu);
-    for (i = 0; i < c->nqp && room; i++)
-        if (c->qps[i].qp) room = c->qps[i].head - c->qps[i].tail + n <= E->queue_depth;
-    pthread_mutex_unlock(&E->mu);
-    return room;
-}
-
-/* Have op write to fd (an eventfd) when it is done; 0 if it already is. */
-OMC__PRIVATE int omc__rdma_op_notify(omc_rdma_op* op, int fd) {
-    int pending;
-    pthread_mutex_lock(&op->conn->eng->mu);
-    op->notify_fd = fd;
-    pending = op->pending > 0;
-    pthread_mutex_unlock(&op->conn->eng->mu);
-    return pending;
-}
-
-/* Nobody listens any more: the progress thread stops writing notify_fd (its owner closes it,
-   while late completions of the connection may still come). */
-OMC__PRIVATE void omc__rdma_mbox_quiet(omc_rdma_conn* c) {
-    pthread_mutex_lock(&c->eng->mu);
-    if (c->mbox) c->mbox->notify_fd = -1;
-    pthread_mutex_unlock(&c->eng->mu);
-}
-
-/* The oldest message that arrived (OMC_ERR_BUSY: none yet; OMC_ERR_MALFORMED: one that did not
-   fit out, dropped). Its slot is posted again at once. */
-OMC__PRIVATE omc_result omc__rdma_msg_take(omc_rdma_conn* c, uint8_t* out, uint32_t cap, uint32_t* len) {
-    omc_rdma* E = c->eng;
-    omc__rdma_mbox* m = c->mbox;
-    omc_result r = OMC_ERR_BUSY;
-    *len = 0;
-    if (!m) return OMC_ERR_INVALID_ARG;
-    pthread_mutex_lock(&E->mu);
-    if (m->rtail != m->rhead) {
-        uint32_t slot = m->ready[m->rtail++ % OMC__RDMA_MSG_SLOTS];
-        r = m->len[slot] <= cap ? OMC_OK : OMC_ERR_MALFORMED;
-        if (r == OMC_OK) { memcpy(out, m->mem + (size_t)slot * OMC__RDMA_MSG_MAX, m->len[slot]); *len = m->len[slot]; }
-        if (!c->broken && omc__rdma_mbox_post(c, slot) != OMC_OK)
-            omc__rdma_conn_break_locked(c, OMC_ERR_RDMA_QP, "a receive for messages could not be posted again");
-    }
-    pthread_mutex_unlock(&E->mu);
-    return r;
-}
-
-/* Send one message (SEND on the first QP, from a send slot of the region). Returns once it is
-   posted; its completion frees the slot, a failure breaks the connection (and is logged). */
-OMC__PRIVATE omc_result omc__rdma_msg_send(omc_rdma_conn* c, const uint8_t* msg, uint32_t len, omc_time_ns deadline) {
-    omc_rdma* E = c->eng;
-    omc__rdma_mbox* m = c->mbox;
-    omc__rdma_qp* q = &c->qps[0];
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
-    omc_rdma_op* op = NULL;
-    omc_result r;
-    uint32_t slot = 0;
-    if (!m || len > OMC__RDMA_MSG_MAX) return OMC_ERR_INVALID_ARG;
-    pthread_mutex_lock(&E->mu);
-    for (;;) {
-        r = omc__rdma_wait_slot(E, q, deadline);
-        if (r != OMC_OK) break;
-        if (m->send_busy != (1u << OMC__RDMA_MSG_SLOTS) - 1u) break;
-        if (omc__cond_wait_until(&E->cv, &E->mu, deadline) == ETIMEDOUT && m->send_busy == (1u << OMC__RDMA_MSG_SLOTS) - 1u) {
-            r = OMC_ERR_TIMEOUT;
-            break;
-        }
-    }
-    if (r == OMC_OK && !(op = omc__rdma_op_new_locked(c, OMC__OP_MSG))) r = OMC_ERR_NO_MEMORY;
-    if (r == OMC_OK) {
-        while (m->send_busy & (1u << slot)) slot++;
-        memcpy(m->mem + (size_t)(OMC__RDMA_MSG_SLOTS + slot) * OMC__RDMA_MSG_MAX, msg, len);
-        sge.addr = (uint64_t)(uintptr_t)(m->mem + (size_t)(OMC__RDMA_MSG_SLOTS + slot) * OMC__RDMA_MSG_MAX);
-        sge.length = len;
-        sge.lkey = m->mr->lkey;
-        memset(&wr, 0, sizeof(wr));
-        wr.opcode = IBV_WR_SEND;
-        wr.sg_list = &sge;
-        wr.num_sge = 1;
-        op->bytes = slot;
-        r = omc__rdma_post(E, q, &wr, op, 1, OMC__RDMA_NO_SLICE);
-        if (r == OMC_OK) { m->send_busy |= 1u << slot; m->sent++; op->abandoned = 1; op = NULL; }  /* the engine frees it */
-    }
-    pthread_mutex_unlock(&E->mu);
-    if (op) omc__rdma_op_free(op);
-    return r;
 }
 
 /* ============================================================================================== */
@@ -5729,17 +5472,6 @@ OMC__PRIVATE void omc__rdma_choose_protection(omc_rdma* E, omc_rdma_protection w
                                                                    descriptor's id, omc_rdma_write
       rx_progress(DONE): omc_rdma_revoke <--- DONE ----            (DONE only after it completed)
 
-    With requests on the connection (both records carry OMC_RDMA_FLAG_REQUESTS; each side posts
-    its receives when the connection is made, before the peer can send):
-
-      rx_prepare: omc_rdma_expose(dst)
-      rx_request: REQUEST (SEND on QP 0) ------------>   progress thread -> msg_fd -> listener:
-                                                         tx_next_request; the connector checks it
-                                                         as a PULL; tx_push: omc_rdma_write, then
-                                                         commit (the read is recorded)
-      rx_progress: omc_rdma_revoke <-- RECEIPT (SEND) -  (or ANSWER: refused / CLAIM recorded;
-                                                          FAILED: the push failed)
-
     One RDMA connection per channel (a channel carries one get at a time; a receiver caches a
     few per sender). Anything that goes wrong while a channel is set up (no engine, no record
     from the sender, a QP that will not connect) makes rx_ready say OMC_ERR_UNAVAILABLE: that
@@ -5757,19 +5489,8 @@ typedef struct omc__rdma_link {         /* sender: one accepted connection */
     uint8_t channel[256];               /* first PULL; only that session may name it again */
     omc_time_ns last_used;
     uint32_t busy;                      /* pushes using it now */
-    int session;                        /* its side-channel connection (tx_ticket), -1 unknown */
-    int gone;                           /* that connection closed: its requests are refused */
     struct omc__rdma_link* next;
 } omc__rdma_link;
-
-typedef struct omc__rdmap_req {         /* sender: a request taken from a connection, not pushed yet */
-    uint64_t id;                        /* what the push's descriptor names (8 bytes) */
-    omc__rdma_link* link;               /* holds link->busy */
-    uint64_t xfer;
-    uint32_t desc_len;
-    uint8_t desc[OMC_RDMA_TARGET_MAX];  /* the receiver's destination */
-    struct omc__rdmap_req* next;
-} omc__rdmap_req;
 
 typedef struct omc__rdma_plane {
     omc_rdma* eng;                      /* NULL: RDMA is off for this connector (reason says why) */
@@ -5783,13 +5504,6 @@ typedef struct omc__rdma_plane {
     char last_fallback[256];
     uint64_t rdma_channels, tcp_fallbacks, accepted, accept_failures, pushes, push_failures, push_bytes;
     uint64_t quarantined;               /* destinations whose revoke failed: never reused */
-    int requests;                       /* requests and receipts on the connections (not on the side channel) */
-    int msg_fd;                         /* sender: eventfd, a message arrived on a connection */
-    omc__rdma_link* hello_link;         /* sender: the link tx_hello just made (tx_ticket binds it) */
-    omc__rdmap_req* reqs;
-    uint64_t next_req;
-    uint64_t listener_max;              /* sender: requested pushes up to this many bytes are written by the listener */
-    uint64_t requests_served, receipts_sent;
     omc_time_ns rejoin_next;            /* receiver: a channel that lost a rail is replaced (new */
     uint32_t rejoin_backoff_ms;         /* HELLO, QPs on every rail) no sooner than this */
     struct omc__rdma_plane* next;       /* the registry (omc_rdma_connector_query finds us there) */
@@ -5804,11 +5518,6 @@ typedef struct omc__rdma_chan {         /* receiver: one channel */
     int connected;
     int timer;                          /* timerfd: ticks while a transfer waits (liveness probes) */
     omc_rdma_op* probe[OMC_RDMA_MAX_RAILS];     /* the probe in flight on each pair of rails, or NULL */
-    int evfd;                           /* eventfd: a message arrived on the connection */
-    int ep;                             /* epoll over timer and evfd: what rx_fd gives (-1: the timer) */
-    int direct;                         /* the sender takes requests on the connection */
-    uint32_t desc_len;                  /* the destination rx_prepare exposed, for the request */
-    uint8_t desc[OMC_RDMA_TARGET_MAX];
 } omc__rdma_chan;
 
 #define OMC__RDMAP_PROBE_MS 250         /* a waiting receiver probes its sender this often */
@@ -5857,11 +5566,6 @@ static void omc__rdmap_detach(void* user) {
     pthread_mutex_lock(&omc__rdma_planes_mu);
     for (pp = &omc__rdma_planes; *pp; pp = &(*pp)->next) if (*pp == P) { *pp = P->next; break; }
     pthread_mutex_unlock(&omc__rdma_planes_mu);
-    while (P->reqs) {                   /* requests no push took (the connector is gone) */
-        omc__rdmap_req* q = P->reqs;
-        P->reqs = q->next;
-        omc__free(&P->hooks, q);
-    }
     while (P->links) {
         omc__rdma_link* l = P->links;
         P->links = l->next;
@@ -5873,7 +5577,6 @@ static void omc__rdmap_detach(void* user) {
         omc_rdma_destroy(P->eng);
     }
     if (P->detached) *P->detached = 1;
-    if (P->msg_fd >= 0) close(P->msg_fd);
     pthread_mutex_destroy(&P->mu);
     omc__free(&P->hooks, P);
 }
@@ -5904,18 +5607,12 @@ static omc_result omc__rdmap_tx_hello(void* user, const uint8_t* rec, uint32_t r
     size_t n = 0;
     omc_result r;
     *out_len = 0;
-    pthread_mutex_lock(&P->mu);
-    P->hello_link = NULL;
-    pthread_mutex_unlock(&P->mu);
     if (!P->eng || !rec) return OMC_ERR_UNAVAILABLE;    /* no record from us: the receiver uses TCP */
     omc__rdmap_prune(P);
     r = omc_rdma_record_decode(rec, rec_len, &peer);
     /* accept checks the rest (QP count against ours, link layer, GID); the QP budget spent
        means OMC_ERR_BUSY: this peer uses TCP, nobody's live connection is taken away */
     if (r == OMC_OK) r = omc_rdma_conn_accept(P->eng, rec, rec_len, &c);
-    /* the receiver asked for requests on the connection: grant them if its messages can land */
-    if (r == OMC_OK && P->requests && (c->peer_flags & OMC_RDMA_FLAG_REQUESTS) && omc__rdma_mbox_open(c, P->msg_fd) == OMC_OK)
-        c->extra_flags |= OMC_RDMA_FLAG_REQUESTS;
     if (r == OMC_OK) r = omc_rdma_conn_record(c, out, cap, &n);
     l = r == OMC_OK ? (omc__rdma_link*)omc__calloc(&P->hooks, sizeof(omc__rdma_link)) : NULL;
     if (r == OMC_OK && !l) r = OMC_ERR_NO_MEMORY;
@@ -5931,11 +5628,9 @@ static omc_result omc__rdmap_tx_hello(void* user, const uint8_t* rec, uint32_t r
     l->conn_id = omc__rdma_conn_id(c);
     l->peer_incarnation = peer.incarnation;
     l->last_used = omc_now_ns();
-    l->session = -1;
     pthread_mutex_lock(&P->mu);
     l->next = P->links;
     P->links = l;
-    P->hello_link = l;                  /* tx_ticket, next on this thread, names its session */
     P->accepted++;
     pthread_mutex_unlock(&P->mu);
     *out_len = (uint32_t)n;
@@ -5968,292 +5663,14 @@ static omc_result omc__rdmap_push_result(omc__rdma_plane* P, omc_result r) {
     }
 }
 
-/* ---- requests and receipts on the connection itself ------------------------------------------
-
-   With both ends willing (the receiver's record asks with OMC_RDMA_FLAG_REQUESTS, the sender's
-   answer grants it), a get costs no side-channel message: the receiver SENDs its request on the
-   connection's first QP, the sender WRITEs the payload, records the read and SENDs a receipt.
-   One message (omc__rdmap_msg_encode):
-        0   u32  magic 0x4D434D4F ("OMCM")
-        4   u8   version (1)
-        5   u8   type: 1 REQUEST, 2 RECEIPT, 3 ANSWER (a refusal, or a CLAIM recorded), 4 FAILED
-        6   u8   REQUEST: 1 PULL, 2 CLAIM; otherwise 0
-        7   u8   reserved, zero
-        8   u64  transfer id
-        16  u64  REQUEST: entry id; RECEIPT: bytes written; ANSWER: detail
-        24  u64  REQUEST: the sender incarnation expected (0 = any)
-        32  u64  REQUEST: destination bytes (PULL) or announced size (CLAIM)
-        40  u32  REQUEST: key check; ANSWER, FAILED: the result code (int32)
-        44  u32  REQUEST: budget in ms (0 = the default rule)
-        48  u32  D: descriptor length (REQUEST: 1..OMC_RDMA_TARGET_MAX; otherwise 0)
-        52  u32  CRC-32C of bytes [0, 52) and the descriptor
-        56  D bytes: the transfer descriptor of the destination (as in a side-channel PULL)
-*/
-#define OMC__RDMAP_MSG_MAGIC 0x4D434D4Fu
-#define OMC__RDMAP_MSG_HEADER 56
-enum { OMC__RDMAP_REQUEST = 1, OMC__RDMAP_RECEIPT = 2, OMC__RDMAP_ANSWER = 3, OMC__RDMAP_FAILED = 4 };
-
-typedef struct omc__rdmap_msg {
-    uint8_t type, op;
-    uint64_t xfer, a, b, c;
-    uint32_t d, e;
-    const uint8_t* desc;
-    uint32_t desc_len;
-} omc__rdmap_msg;
-
-OMC__PRIVATE uint32_t omc__rdmap_msg_crc(const uint8_t* p, const uint8_t* desc, uint32_t desc_len) {
-    return omc__crc32c(omc__crc32c(0, p, 52), desc, desc_len);
-}
-
-OMC__PRIVATE omc_result omc__rdmap_msg_encode(const omc__rdmap_msg* m, uint8_t* out, uint32_t cap, uint32_t* len) {
-    uint32_t need = OMC__RDMAP_MSG_HEADER + m->desc_len;
-    *len = 0;
-    if (m->desc_len > OMC_RDMA_TARGET_MAX || need > cap) return OMC_ERR_TOO_LARGE;
-    memset(out, 0, OMC__RDMAP_MSG_HEADER);
-    omc__put_u32(out, OMC__RDMAP_MSG_MAGIC);
-    out[4] = 1;
-    out[5] = m->type;
-    out[6] = m->op;
-    omc__put_u64(out + 8, m->xfer);
-    omc__put_u64(out + 16, m->a);
-    omc__put_u64(out + 24, m->b);
-    omc__put_u64(out + 32, m->c);
-    omc__put_u32(out + 40, m->d);
-    omc__put_u32(out + 44, m->e);
-    omc__put_u32(out + 48, m->desc_len);
-    if (m->desc_len) memcpy(out + OMC__RDMAP_MSG_HEADER, m->desc, m->desc_len);
-    omc__put_u32(out + 52, omc__rdmap_msg_crc(out, m->desc, m->desc_len));
-    *len = need;
-    return OMC_OK;
-}
-
-/* Every field is checked before anything is used: a peer that lies gets OMC_ERR_MALFORMED,
-   _VERSION or _CHECKSUM, never a read past the message. */
-OMC__PRIVATE omc_result omc__rdmap_msg_decode(const uint8_t* p, uint32_t len, omc__rdmap_msg* m) {
-    memset(m, 0, sizeof(*m));
-    if (len < OMC__RDMAP_MSG_HEADER || omc__get_u32(p) != OMC__RDMAP_MSG_MAGIC) return OMC_ERR_MALFORMED;
-    if (p[4] != 1) return OMC_ERR_VERSION;
-    m->type = p[5];
-    m->op = p[6];
-    m->desc_len = omc__get_u32(p + 48);
-    if (m->type < OMC__RDMAP_REQUEST || m->type > OMC__RDMAP_FAILED || p[7] || m->desc_len > OMC_RDMA_TARGET_MAX ||
-        len != OMC__RDMAP_MSG_HEADER + m->desc_len)
-        return OMC_ERR_MALFORMED;
-    if (m->type == OMC__RDMAP_REQUEST ? (m->op != OMC__DP_REQ_PULL && m->op != OMC__DP_REQ_CLAIM) || !m->desc_len : m->op || m->desc_len)
-        return OMC_ERR_MALFORMED;
-    m->desc = p + OMC__RDMAP_MSG_HEADER;
-    if (omc__rdmap_msg_crc(p, m->desc, m->desc_len) != omc__get_u32(p + 52)) return OMC_ERR_CHECKSUM;
-    m->xfer = omc__get_u64(p + 8);
-    m->a = omc__get_u64(p + 16);
-    m->b = omc__get_u64(p + 24);
-    m->c = omc__get_u64(p + 32);
-    m->d = omc__get_u32(p + 40);
-    m->e = omc__get_u32(p + 44);
-    return OMC_OK;
-}
-
-/* A result code from the peer: only the codes a refusal or a failed push can carry; anything
-   else is the peer lying. */
-OMC__PRIVATE omc_result omc__rdmap_wire_code(uint32_t v) {
-    omc_result r = (omc_result)(int32_t)v;
-    switch (r) {
-        case OMC_OK: case OMC_ERR_NOT_FOUND: case OMC_ERR_STALE: case OMC_ERR_TOO_LARGE: case OMC_ERR_PEER_RESTARTED:
-        case OMC_ERR_UNAVAILABLE: case OMC_ERR_CONNECTION: case OMC_ERR_TIMEOUT: case OMC_ERR_PROTOCOL: case OMC_ERR_NO_MEMORY:
-        case OMC_ERR_AUTH: case OMC_ERR_BUSY:
-            return r;
-        default: return OMC_ERR_PROTOCOL;
-    }
-}
-
-/* Send one small message (no descriptor) on a connection; failures are logged by the engine. */
-OMC__PRIVATE omc_result omc__rdmap_tell(omc_rdma_conn* c, uint8_t type, uint64_t xfer, uint64_t a, uint32_t code) {
-    omc__rdmap_msg m;
-    uint8_t buf[OMC__RDMAP_MSG_HEADER];
-    uint32_t n = 0;
-    memset(&m, 0, sizeof(m));
-    m.type = type;
-    m.xfer = xfer;
-    m.a = a;
-    m.d = (uint32_t)(int32_t)code;
-    omc__rdmap_msg_encode(&m, buf, sizeof(buf), &n);
-    return omc__rdma_msg_send(c, buf, n, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
-}
-
-/* Take the request a push names (its 8-byte descriptor) off the list; NULL if it is not there. */
-OMC__PRIVATE omc__rdmap_req* omc__rdmap_req_take(omc__rdma_plane* P, const uint8_t* desc, uint32_t desc_len) {
-    omc__rdmap_req **pp, *q = NULL;
-    uint64_t id;
-    if (desc_len != 8) return NULL;
-    id = omc__get_u64(desc);
-    pthread_mutex_lock(&P->mu);
-    for (pp = &P->reqs; *pp; pp = &(*pp)->next)
-        if ((*pp)->id == id) { q = *pp; *pp = q->next; break; }
-    pthread_mutex_unlock(&P->mu);
-    return q;
-}
-
-OMC__PRIVATE void omc__rdmap_req_free(omc__rdma_plane* P, omc__rdmap_req* q) {
-    pthread_mutex_lock(&P->mu);
-    q->link->busy--;
-    q->link->last_used = omc_now_ns();
-    pthread_mutex_unlock(&P->mu);
-    omc__free(&P->hooks, q);
-}
-
-/* The WRITE of one push into desc on l's connection, until it completes, fails, the receiver
-   aborts or the deadline passes. */
-OMC__PRIVATE omc_result omc__rdmap_write_wait(omc__rdma_plane* P, omc__rdma_link* l, const omc__dp_push* p, omc_rdma_op* op, omc_result r);
-
-OMC__PRIVATE omc_result omc__rdmap_write(omc__rdma_plane* P, omc__rdma_link* l, const omc__dp_push* p, const uint8_t* desc, uint32_t desc_len) {
-    omc_rdma_op* op = NULL;
-    omc_rdma_sge sge;
-    omc_result r;
-    sge.addr = p->src;
-    sge.length = p->size;
-    r = omc_rdma_write_start(l->conn, &sge, 1, desc, desc_len, p->deadline, &op);
-    return omc__rdmap_write_wait(P, l, p, op, r);
-}
-
-/* Wait for a started write (r: how starting it went). */
-OMC__PRIVATE omc_result omc__rdmap_write_wait(omc__rdma_plane* P, omc__rdma_link* l, const omc__dp_push* p, omc_rdma_op* op, omc_result r) {
-    while (r == OMC_OK && op) {
-        int a = omc__load(p->abort);
-        omc_time_ns slice = omc_deadline_after_ms(50);
-        if (a) {    /* the receiver gave up: stop the adapter (break the connection), then report */
-            pthread_mutex_lock(&P->eng->mu);
-            omc__rdma_conn_break_locked(l->conn, (omc_result)a, "push aborted by the receiver");
-            pthread_mutex_unlock(&P->eng->mu);
-            omc_rdma_op_wait(op, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
-            r = (omc_result)a;
-            break;
-        }
-        if (p->deadline <= slice) { r = omc_rdma_op_wait(op, p->deadline); break; }
-        r = omc_rdma_op_test(op, slice);
-        if (r != OMC_ERR_BUSY) break;
-        r = OMC_OK;
-    }
-    return r;
-}
-
-/* A push that answers a request taken from the connection: the WRITE, then the read is
-   recorded (commit) and the receipt sent, so a receiver that has its receipt knows the sender
-   counted the read. A failure is told to the receiver on the connection when it still works. */
-/* A requested push's state (p->state): the request it serves and, once the listener started
-   its write (tx_try), the write. */
-typedef struct omc__rdmap_state {
-    omc__rdmap_req* req;
-    omc_rdma_op* op;
-} omc__rdmap_state;
-
-/* The end of a requested push: a receipt after the read was recorded (committed), or the
-   failure told on the connection while it works; the request is let go. */
-OMC__PRIVATE void omc__rdmap_push_end(omc__rdma_plane* P, omc__rdmap_req* q, uint64_t size, omc_result r) {
-    omc__rdma_link* l = q->link;
-    if (r == OMC_OK) {
-        if (omc__rdmap_tell(l->conn, OMC__RDMAP_RECEIPT, q->xfer, size, 0) != OMC_OK)
-            OMC__RDMA_LOG(P->eng, OMC_LOG_WARN, "transfer %llu: written and recorded, but its receipt could not be sent (the "
-                          "connection broke): the receiver's get fails", (unsigned long long)q->xfer);
-    } else if (omc_rdma_conn_ok(l->conn)) {
-        omc__rdmap_tell(l->conn, OMC__RDMAP_FAILED, q->xfer, 0, (uint32_t)(int32_t)omc__rdmap_push_result(P, r));
-    }
-    pthread_mutex_lock(&P->mu);
-    if (r == OMC_OK) { P->pushes++; P->push_bytes += size; P->receipts_sent++; }
-    else P->push_failures++;
-    pthread_mutex_unlock(&P->mu);
-    omc__rdmap_req_free(P, q);
-}
-
-/* The request a push serves: the one tx_try took, or (not tried) the one its descriptor names. */
-OMC__PRIVATE omc__rdmap_req* omc__rdmap_push_req(omc__rdma_plane* P, const omc__dp_push* p) {
-    omc__rdmap_state* st = (omc__rdmap_state*)p->state;
-    omc__rdmap_req* q = st->req ? st->req : omc__rdmap_req_take(P, p->desc, p->desc_len);
-    st->req = NULL;
-    return q;
-}
-
-OMC__PRIVATE omc_result omc__rdmap_push_requested(omc__rdma_plane* P, const omc__dp_push* p) {
-    omc__rdmap_state* st = (omc__rdmap_state*)p->state;
-    omc_rdma_op* op = st->op;
-    omc__rdmap_req* q = omc__rdmap_push_req(P, p);
-    omc_result r;
-    st->op = NULL;
-    if (!q) return OMC_ERR_CONNECTION;      /* dropped with its connection */
-    if (op) r = omc__rdmap_write_wait(P, q->link, p, op, OMC_OK);     /* the listener started it */
-    else r = omc__rdmap_write(P, q->link, p, q->desc, q->desc_len);
-    if (r == OMC_OK && p->commit) p->commit(p);
-    omc__rdmap_push_end(P, q, p->size, r);
-    return r == OMC_OK ? OMC_OK : omc__rdmap_push_result(P, r);
-}
-
-#define OMC__RDMAP_AWAIT_MAX 0          /* default of P->listener_max: off (see the note on tx_try) */
-
-/* Listener: start a small requested write at once (its bytes go while nothing else wakes) and
-   wait for it in the listener (tx_await), which the write's completion wakes (msg_fd). Larger
-   ones, and side-channel PULLs, go to a worker as before. Off unless
-   OMNICONN_RDMA_LISTENER_WRITE_MAX says otherwise: on Soft-RoCE much of a WRITE's work runs in
-   the thread that posts it, so the listener then writes the receivers' payloads one after
-   another where two workers write them side by side, and on the bed (make bench-rdma, three
-   boots) it saved no measurable time over the workers. */
-static omc_result omc__rdmap_tx_try(void* user, const omc__dp_push* p) {
-    omc__rdma_plane* P = (omc__rdma_plane*)user;
-    omc__rdmap_state* st = (omc__rdmap_state*)p->state;
-    omc_rdma_sge sge;
-    omc_result r;
-    if (!p->requested || !P->eng || P->msg_fd < 0 || !P->listener_max || p->size > P->listener_max) return OMC_ERR_BUSY;
-    st->req = omc__rdmap_req_take(P, p->desc, p->desc_len);
-    if (!st->req) return OMC_ERR_CONNECTION;
-    if (!omc__rdma_conn_has_room(st->req->link->conn, 4)) return OMC_ERR_BUSY;   /* posting would wait: a worker does it */
-    sge.addr = p->src;
-    sge.length = p->size;
-    r = omc_rdma_write_start(st->req->link->conn, &sge, 1, st->req->desc, st->req->desc_len, p->deadline, &st->op);
-    if (r != OMC_OK) {
-        omc__rdmap_push_end(P, omc__rdmap_push_req(P, p), p->size, r);
-        return omc__rdmap_push_result(P, r);
-    }
-    omc__rdma_op_notify(st->op, P->msg_fd);
-    return OMC_ERR_BUSY;
-}
-
-static int omc__rdmap_tx_await(void* user, const omc__dp_push* p) {
-    (void)user;
-    return ((omc__rdmap_state*)p->state)->op != NULL;
-}
-
-static omc_result omc__rdmap_tx_receipt(void* user, const omc__dp_push* p) {
-    omc__rdma_plane* P = (omc__rdma_plane*)user;
-    omc__rdmap_state* st = (omc__rdmap_state*)p->state;
-    omc_result r;
-    if (!st->op) return OMC_ERR_CONNECTION;
-    r = omc_rdma_op_test(st->op, omc_now_ns());
-    if (r == OMC_ERR_BUSY) return r;
-    st->op = NULL;          /* done: op_test freed it */
-    return r == OMC_OK ? OMC_OK : omc__rdmap_push_result(P, r);
-}
-
-/* The listener's wait is over: committed (the connector recorded the read) or not (failed,
-   aborted, too slow: a write still running is stopped first). */
-static void omc__rdmap_tx_end(void* user, const omc__dp_push* p, int committed) {
-    omc__rdma_plane* P = (omc__rdma_plane*)user;
-    omc__rdmap_state* st = (omc__rdmap_state*)p->state;
-    omc__rdmap_req* q = omc__rdmap_push_req(P, p);
-    if (st->op) {
-        omc_rdma_conn* c = st->op->conn;
-        pthread_mutex_lock(&P->eng->mu);
-        omc__rdma_conn_break_locked(c, OMC_ERR_TIMEOUT, "push given up while its write ran");
-        pthread_mutex_unlock(&P->eng->mu);
-        omc_rdma_op_wait(st->op, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
-        st->op = NULL;
-    }
-    if (q) omc__rdmap_push_end(P, q, p->size, committed ? OMC_OK : OMC_ERR_CONNECTION);
-}
-
 static omc_result omc__rdmap_tx_push(void* user, const omc__dp_push* p) {
     omc__rdma_plane* P = (omc__rdma_plane*)user;
     omc__rdma_link* l;
     omc_rdma_target t;
+    omc_rdma_op* op = NULL;
+    omc_rdma_sge sge;
     omc_result r;
     if (!P->eng) return OMC_ERR_CONNECTION;
-    if (p->requested) return omc__rdmap_push_requested(P, p);
     r = omc_rdma_target_decode(p->desc, p->desc_len, 0, &t);
     if (r != OMC_OK) return OMC_ERR_PROTOCOL;
     pthread_mutex_lock(&P->mu);
@@ -6291,7 +5708,25 @@ static omc_result omc__rdmap_tx_push(void* user, const omc__dp_push* p) {
                       "before a restart)", (unsigned long long)t.conn_id);
         return OMC_ERR_CONNECTION;
     }
-    r = omc__rdmap_write(P, l, p, p->desc, p->desc_len);
+    sge.addr = p->src;
+    sge.length = p->size;
+    r = omc_rdma_write_start(l->conn, &sge, 1, p->desc, p->desc_len, p->deadline, &op);
+    while (r == OMC_OK && op) {
+        int a = omc__load(p->abort);
+        omc_time_ns slice = omc_deadline_after_ms(50);
+        if (a) {    /* the receiver gave up: stop the adapter (break the connection), then report */
+            pthread_mutex_lock(&P->eng->mu);
+            omc__rdma_conn_break_locked(l->conn, (omc_result)a, "push aborted by the receiver");
+            pthread_mutex_unlock(&P->eng->mu);
+            omc_rdma_op_wait(op, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
+            r = (omc_result)a;
+            break;
+        }
+        if (p->deadline <= slice) { r = omc_rdma_op_wait(op, p->deadline); break; }
+        r = omc_rdma_op_test(op, slice);
+        if (r != OMC_ERR_BUSY) break;
+        r = OMC_OK;
+    }
     pthread_mutex_lock(&P->mu);
     l->busy--;
     l->last_used = omc_now_ns();
@@ -6378,251 +5813,6 @@ OMC__PRIVATE omc_result omc__rdmap_liveness(omc__rdma_plane* P, omc__rdma_chan* 
     return OMC_ERR_CONNECTION;
 }
 
-/* ---- the sender's side of requests on the connection (listener thread) ---------------------- */
-
-/* The HELLO just answered by tx_hello came on this side-channel session: requests on that
-   connection are served for it (as its PULLs would be). No ticket record: the connection is one. */
-static omc_result omc__rdmap_tx_ticket(void* user, const uint8_t* channel, uint32_t channel_len, const char* addr, int session,
-                                       const char* peer_key, uint8_t* out, uint32_t cap, uint32_t* out_len) {
-    omc__rdma_plane* P = (omc__rdma_plane*)user;
-    omc__rdma_link* l;
-    (void)addr; (void)peer_key; (void)out; (void)cap;
-    *out_len = 0;
-    pthread_mutex_lock(&P->mu);
-    l = P->hello_link;
-    P->hello_link = NULL;
-    if (l && channel && channel_len && channel_len <= sizeof(l->channel) && !l->channel_len) {
-        memcpy(l->channel, channel, channel_len);
-        l->channel_len = channel_len;
-        l->session = session;
-    }
-    pthread_mutex_unlock(&P->mu);
-    return OMC_OK;
-}
-
-static void omc__rdmap_tx_session_gone(void* user, int session) {
-    omc__rdma_plane* P = (omc__rdma_plane*)user;
-    omc__rdma_link* l;
-    if (session < 0) return;
-    pthread_mutex_lock(&P->mu);
-    for (l = P->links; l; l = l->next) if (l->session == session) l->gone = 1;
-    pthread_mutex_unlock(&P->mu);
-}
-
-static uint32_t omc__rdmap_tx_item_count(void* user) {
-    omc__rdma_plane* P = (omc__rdma_plane*)user;
-    return P->eng && P->requests && P->msg_fd >= 0 ? 1u : 0u;
-}
-
-static int omc__rdmap_tx_items(void* user, struct pollfd* items, void** who, int max) {
-    omc__rdma_plane* P = (omc__rdma_plane*)user;
-    if (max < 1 || !omc__rdmap_tx_item_count(user)) return 0;
-    items[0].fd = P->msg_fd;
-    items[0].events = POLLIN;
-    items[0].revents = 0;
-    who[0] = P;
-    return 1;
-}
-
-static void omc__rdmap_tx_serve(void* user, const struct pollfd* items, void* const* who, int n) {
-    omc__rdma_plane* P = (omc__rdma_plane*)user;
-    uint64_t v;
-    (void)who;
-    if (n > 0 && items[0].revents && read(P->msg_fd, &v, sizeof(v)) < 0) { /* drained already */ }
-}
-
-/* A connection whose peer sent something that is not a request: it is broken (the receiver's
-   get fails with OMC_ERR_CONNECTION), and the log says what came. */
-OMC__PRIVATE void omc__rdmap_bad_message(omc__rdma_plane* P, omc__rdma_link* l, omc_result r, const char* what) {
-    char text[160];
-    snprintf(text, sizeof(text), "%s from the receiver (%s)", what, omc_result_str(r));
-    OMC__RDMA_LOG(P->eng, OMC_LOG_WARN, "RDMA connection %016llx: %s: connection closed", (unsigned long long)l->conn_id, text);
-    pthread_mutex_lock(&P->eng->mu);
-    omc__rdma_conn_break_locked(l->conn, OMC_ERR_PROTOCOL, text);
-    pthread_mutex_unlock(&P->eng->mu);
-}
-
-/* Turn a REQUEST from l into q; the request is kept (q->handle) until it is pushed, dropped or answered. */
-OMC__PRIVATE int omc__rdmap_fill_request(omc__rdma_plane* P, omc__rdma_link* l, const omc__rdmap_msg* m, omc__dp_request* q) {
-    omc__rdmap_req* rq = (omc__rdmap_req*)omc__calloc(&P->hooks, sizeof(omc__rdmap_req));
-    omc_rdma_target t;
-    if (!rq) { omc__rdmap_bad_message(P, l, OMC_ERR_NO_MEMORY, "a request could not be kept"); return 0; }
-    memset(q, 0, sizeof(*q));
-    q->op = m->op;
-    q->xfer = m->xfer;
-    q->entry_id = m->a;
-    q->expect_incarnation = m->b;
-    q->capacity = m->c;
-    q->key_check = m->d;
-    q->budget_ms = m->e;
-    q->status = OMC_OK;
-    /* the destination must be a window on this very connection */
-    if (omc_rdma_target_decode(m->desc, m->desc_len, 0, &t) != OMC_OK || t.conn_id != l->conn_id) q->status = OMC_ERR_PROTOCOL;
-    rq->id = ++P->next_req;
-    rq->link = l;
-    rq->xfer = m->xfer;
-    rq->desc_len = m->desc_len;
-    memcpy(rq->desc, m->desc, m->desc_len);
-    rq->next = P->reqs;
-    P->reqs = rq;
-    l->busy++;
-    P->requests_served++;
-    q->handle = rq;
-    omc__put_u64(q->desc, rq->id);
-    q->desc_len = 8;
-    q->receiver_incarnation = l->peer_incarnation;
-    q->channel = l->channel_len && !l->gone ? l->channel : NULL;   /* NULL: refused, no session */
-    q->channel_len = l->channel_len;
-    return 1;
-}
-
-/* The next request that arrived on any connection (1), or 0. */
-static int omc__rdmap_tx_next_request(void* user, omc__dp_request* q) {
-    omc__rdma_plane* P = (omc__rdma_plane*)user;
-    uint8_t buf[OMC__RDMA_MSG_MAX];
-    omc__rdma_link* l;
-    int got = 0;
-    pthread_mutex_lock(&P->mu);
-    for (l = P->links; l && !got; l = l->next) {
-        omc__rdmap_msg m;
-        uint32_t n = 0;
-        omc_result r;
-        if (!l->conn->mbox) continue;
-        r = omc__rdma_msg_take(l->conn, buf, sizeof(buf), &n);
-        if (r == OMC_ERR_BUSY) continue;
-        if (r == OMC_OK) r = omc__rdmap_msg_decode(buf, n, &m);
-        if (r != OMC_OK) { omc__rdmap_bad_message(P, l, r, "a malformed message"); continue; }
-        if (m.type != OMC__RDMAP_REQUEST) { omc__rdmap_bad_message(P, l, OMC_ERR_PROTOCOL, "a message that is not a request"); continue; }
-        got = omc__rdmap_fill_request(P, l, &m, q);
-    }
-    pthread_mutex_unlock(&P->mu);
-    return got;
-}
-
-/* A request refused (or a CLAIM recorded): tell the receiver on its connection. */
-static void omc__rdmap_tx_answer(void* user, void* handle, omc_result code, uint64_t xfer, uint64_t detail) {
-    omc__rdma_plane* P = (omc__rdma_plane*)user;
-    omc__rdmap_req **pp, *q = (omc__rdmap_req*)handle;
-    pthread_mutex_lock(&P->mu);
-    for (pp = &P->reqs; *pp; pp = &(*pp)->next) if (*pp == q) { *pp = q->next; break; }
-    pthread_mutex_unlock(&P->mu);
-    omc__rdmap_tell(q->link->conn, OMC__RDMAP_ANSWER, xfer, detail, (uint32_t)(int32_t)code);
-    omc__rdmap_req_free(P, q);
-}
-
-/* A push dropped before a worker ran it (the budget ran out in the queue): let its request go. */
-static void omc__rdmap_tx_drop(void* user, const omc__dp_push* p) {
-    omc__rdma_plane* P = (omc__rdma_plane*)user;
-    omc__rdmap_state* st = (omc__rdmap_state*)p->state;
-    omc__rdmap_req* q;
-    if (!p->requested) return;
-    if (st->op) {           /* started by the listener: stop it before the entry is unpinned */
-        pthread_mutex_lock(&P->eng->mu);
-        omc__rdma_conn_break_locked(st->op->conn, OMC_ERR_TIMEOUT, "push dropped while its write ran");
-        pthread_mutex_unlock(&P->eng->mu);
-        omc_rdma_op_wait(st->op, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
-        st->op = NULL;
-    }
-    q = omc__rdmap_push_req(P, p);
-    if (!q) return;
-    omc__rdmap_tell(q->link->conn, OMC__RDMAP_FAILED, q->xfer, 0, (uint32_t)(int32_t)OMC_ERR_TIMEOUT);
-    omc__rdmap_req_free(P, q);
-}
-
-/* ---- the receiver's side of requests on the connection ---------------------------------------- */
-
-static int omc__rdmap_rx_requests(void* user, void* chan) {
-    omc__rdma_chan* ch = (omc__rdma_chan*)chan;
-    int up;
-    (void)user;
-    if (!ch->direct || !omc_rdma_conn_ok(ch->conn)) return 0;
-    pthread_mutex_lock(&ch->conn->eng->mu);
-    up = ch->conn->pair[0].up;          /* messages use the first pair's first QP */
-    pthread_mutex_unlock(&ch->conn->eng->mu);
-    return up;
-}
-
-static omc_result omc__rdmap_rx_request(void* user, void* chan, omc__dp_xfer* x, const omc__dp_request* q, omc_time_ns deadline) {
-    omc__rdma_plane* P = (omc__rdma_plane*)user;
-    omc__rdma_chan* ch = (omc__rdma_chan*)chan;
-    omc__rdmap_msg m;
-    uint8_t buf[OMC__RDMA_MSG_MAX];
-    uint32_t n = 0;
-    omc_result r;
-    (void)x;
-    memset(&m, 0, sizeof(m));
-    m.type = OMC__RDMAP_REQUEST;
-    m.op = q->op;
-    m.xfer = q->xfer;
-    m.a = q->entry_id;
-    m.b = q->expect_incarnation;
-    m.c = q->capacity;
-    m.d = q->key_check;
-    m.e = q->budget_ms;
-    m.desc = ch->desc;
-    m.desc_len = ch->desc_len;
-    r = omc__rdmap_msg_encode(&m, buf, sizeof(buf), &n);
-    if (r == OMC_OK) r = omc__rdma_msg_send(ch->conn, buf, n, deadline);
-    if (r == OMC_ERR_TIMEOUT || r == OMC_ERR_CLOSED) return r;
-    return r == OMC_OK ? OMC_OK : omc__rdmap_boundary(P, r == OMC_ERR_INVALID_ARG || r == OMC_ERR_TOO_LARGE ? OMC_ERR_RDMA_QP : r, "request");
-}
-
-/* The messages that came for transfer x: its receipt (every byte is in place and the sender
-   recorded the read), a refusal or a failure. Messages of an earlier transfer (one we gave up
-   on) are dropped. */
-OMC__PRIVATE omc_result omc__rdmap_rx_messages(omc__rdma_plane* P, omc__rdma_chan* ch, omc__dp_xfer* x) {
-    uint8_t buf[OMC__RDMA_MSG_MAX];
-    uint64_t v;
-    if (read(ch->evfd, &v, sizeof(v)) < 0) { /* nothing new: look anyway */ }
-    while (!x->complete) {
-        omc__rdmap_msg m;
-        uint32_t n = 0;
-        omc_result r = omc__rdma_msg_take(ch->conn, buf, sizeof(buf), &n);
-        if (r == OMC_ERR_BUSY) return OMC_OK;
-        if (r == OMC_OK) r = omc__rdmap_msg_decode(buf, n, &m);
-        if (r == OMC_OK && m.type == OMC__RDMAP_REQUEST) r = OMC_ERR_PROTOCOL;
-        if (r != OMC_OK) {
-            if (P->conn) omc__conn_fail(P->conn, OMC_ERR_PROTOCOL, "RDMA: the sender sent a message that is not a receipt (%s)", omc_result_str(r));
-            return OMC_ERR_PROTOCOL;
-        }
-        if (m.xfer != x->transfer_id) continue;     /* a late answer to a get we gave up on */
-        if (m.type == OMC__RDMAP_RECEIPT) {
-            if (m.a != x->size) {
-                if (P->conn) omc__conn_fail(P->conn, OMC_ERR_PROTOCOL, "RDMA: a receipt for %llu bytes, %llu announced",
-                                            (unsigned long long)m.a, (unsigned long long)x->size);
-                return OMC_ERR_PROTOCOL;
-            }
-            break;
-        }
-        r = omc__rdmap_wire_code(m.d);
-        if (m.type == OMC__RDMAP_ANSWER && r == OMC_OK) break;     /* a CLAIM recorded */
-        if (r == OMC_OK) r = OMC_ERR_PROTOCOL;
-        if (m.type == OMC__RDMAP_ANSWER) { x->refused = 1; x->detail = m.a; }
-        return r;
-    }
-    if (x->complete) return OMC_OK;
-    omc__rdmap_timer(ch, 0);
-    omc__rdmap_probe_end(ch);
-    if (ch->win && omc__rdmap_revoke(P, ch, x, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS)) != OMC_OK) return OMC_ERR_CONNECTION;
-    x->received = x->size;
-    x->complete = 1;
-    return OMC_OK;
-}
-
-/* The fds a waiting get polls: the probe timer and the message eventfd, behind one epoll fd. */
-OMC__PRIVATE void omc__rdmap_chan_fds(omc__rdma_chan* ch) {
-    struct epoll_event ev;
-    ch->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    ch->ep = ch->evfd >= 0 ? epoll_create1(EPOLL_CLOEXEC) : -1;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN;
-    if (ch->ep >= 0 && (epoll_ctl(ch->ep, EPOLL_CTL_ADD, ch->timer, &ev) != 0 || epoll_ctl(ch->ep, EPOLL_CTL_ADD, ch->evfd, &ev) != 0)) {
-        close(ch->ep);
-        ch->ep = -1;
-    }
-    if (ch->ep < 0 && ch->evfd >= 0) { close(ch->evfd); ch->evfd = -1; }
-}
-
 static omc_result omc__rdmap_rx_open(void* user, void** chan) {
     omc__rdma_plane* P = (omc__rdma_plane*)user;
     omc__rdma_chan* ch = (omc__rdma_chan*)omc__calloc(&P->hooks, sizeof(omc__rdma_chan));
@@ -6630,10 +5820,6 @@ static omc_result omc__rdmap_rx_open(void* user, void** chan) {
     /* without a connection the channel still opens: rx_ready then sends it to TCP */
     if (P->eng && omc_rdma_conn_create(P->eng, &ch->conn) != OMC_OK) ch->conn = NULL;
     ch->timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);     /* -1: no probes, as before */
-    ch->evfd = -1;
-    ch->ep = -1;
-    if (ch->conn && P->requests && ch->timer >= 0) omc__rdmap_chan_fds(ch);
-    if (ch->ep >= 0) ch->conn->extra_flags |= OMC_RDMA_FLAG_REQUESTS;   /* our record asks for them */
     *chan = ch;
     return OMC_OK;
 }
@@ -6662,8 +5848,6 @@ static omc_result omc__rdmap_rx_ready(void* user, void* chan, const omc__dp_peer
     if (r == OMC_OK) {
         omc_rdma_conn_info ci;
         ch->connected = 1;
-        /* the sender granted requests on the connection: post our receives before the first */
-        ch->direct = ch->ep >= 0 && (ch->conn->peer_flags & OMC_RDMA_FLAG_REQUESTS) && omc__rdma_mbox_open(ch->conn, ch->evfd) == OMC_OK;
         omc_rdma_conn_query(ch->conn, &ci);
         pthread_mutex_lock(&P->mu);
         if (ci.rails_up == ci.rails) P->rejoin_backoff_ms = 0;     /* every rail came back: start over */
@@ -6731,31 +5915,17 @@ static omc_result omc__rdmap_rx_prepare(void* user, void* chan, omc__dp_xfer* x,
     /* exactly the bytes announced: the peer's window ends where the payload ends */
     r = omc_rdma_expose(ch->conn, x->dst.data, x->size ? x->size : 1, deadline, &ch->win, desc, cap, &n);
     *desc_len = (uint32_t)n;
-    ch->desc_len = r == OMC_OK && n <= sizeof(ch->desc) ? (uint32_t)n : 0;     /* a request on the connection carries it */
-    if (ch->desc_len) memcpy(ch->desc, desc, n);
     if (r == OMC_OK) omc__rdmap_timer(ch, OMC__RDMAP_PROBE_MS);
     return omc__rdmap_boundary(P, r, "expose");
 }
 
 /* Writes land silently; the fd is the channel's probe timer: it wakes the connector's wait so
    that rx_progress can probe the sender and notice that it is gone. */
-static int omc__rdmap_rx_fd(void* user, void* chan) {
-    omc__rdma_chan* ch = (omc__rdma_chan*)chan;
-    (void)user;
-    return ch->ep >= 0 ? ch->ep : ch->timer;
-}
+static int omc__rdmap_rx_fd(void* user, void* chan) { (void)user; return ((omc__rdma_chan*)chan)->timer; }
 
 static omc_result omc__rdmap_rx_progress(void* user, void* chan, omc__dp_xfer* x, int done_received) {
     omc__rdma_plane* P = (omc__rdma_plane*)user;
     omc__rdma_chan* ch = (omc__rdma_chan*)chan;
-    if (!done_received && ch->direct) {
-        uint64_t ticks;
-        omc_result r = omc__rdmap_rx_messages(P, ch, x);
-        if (r != OMC_OK || x->complete) return r;
-        /* the probes run on the timer's ticks only (a message wake-up is not one) */
-        if (read(ch->timer, &ticks, sizeof(ticks)) == (ssize_t)sizeof(ticks)) return omc__rdmap_liveness(P, ch);
-        return OMC_OK;
-    }
     if (!done_received) return omc__rdmap_liveness(P, ch);
     omc__rdmap_timer(ch, 0);
     omc__rdmap_probe_end(ch);
@@ -6782,28 +5952,16 @@ static void omc__rdmap_rx_close(void* user, void* chan) {
     if (!ch) return;
     omc__rdmap_probe_end(ch);
     if (ch->timer >= 0) close(ch->timer);
-    if (ch->ep >= 0) close(ch->ep);
-    if (ch->conn) omc__rdma_mbox_quiet(ch->conn);       /* before its eventfd goes */
-    if (ch->evfd >= 0) close(ch->evfd);
     if (ch->win) omc__rdmap_revoke(P, ch, NULL, omc_deadline_after_ms(OMC__RDMA_FLUSH_GRACE_MS));
     if (ch->conn) omc_rdma_conn_destroy(ch->conn);
     omc__free(&P->hooks, ch);
 }
 
-/* OMC__DP_FLAG_TRY_NOW: with OMNICONN_RDMA_LISTENER_WRITE_MAX set, the listener starts a small
-   requested write itself (tx_try) and waits for it (tx_await, tx_receipt, tx_end); everything
-   else goes to a worker (tx_try says BUSY).
-   No OMC__DP_FLAG_SELF_COMPLETE: a side-channel PULL (a peer without requests on the
-   connection) still ends with DONE; a request ends with its receipt (the connector sends no
-   DONE for a request). */
-static const omc__dp_vtable_ext omc__rdma_plane_vt = {
-    { "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, OMC__DP_FLAG_EXT | OMC__DP_FLAG_TRY_NOW, omc__rdmap_attach, omc__rdmap_detach,
-      omc__rdmap_tx_hello, omc__rdmap_tx_push,
-      omc__rdmap_rx_open, omc__rdmap_rx_hello, omc__rdmap_rx_ready, omc__rdmap_rx_reusable, omc__rdmap_rx_prepare,
-      omc__rdmap_rx_fd, omc__rdmap_rx_progress, omc__rdmap_rx_end, omc__rdmap_rx_close, omc__rdmap_tx_try },
-    { omc__rdmap_tx_drop, omc__rdmap_tx_await, omc__rdmap_tx_receipt, omc__rdmap_tx_end, omc__rdmap_tx_ticket, omc__rdmap_tx_session_gone,
-      omc__rdmap_tx_item_count, omc__rdmap_tx_items, omc__rdmap_tx_serve, omc__rdmap_tx_next_request, omc__rdmap_tx_answer,
-      omc__rdmap_rx_requests, omc__rdmap_rx_request }
+static const omc__dp_vtable omc__rdma_plane_vt = {
+    "rdma", OMC__DP_RDMA, OMC_NET_CAP_RDMA, 0, omc__rdmap_attach, omc__rdmap_detach,
+    omc__rdmap_tx_hello, omc__rdmap_tx_push,
+    omc__rdmap_rx_open, omc__rdmap_rx_hello, omc__rdmap_rx_ready, omc__rdmap_rx_reusable, omc__rdmap_rx_prepare,
+    omc__rdmap_rx_fd, omc__rdmap_rx_progress, omc__rdmap_rx_end, omc__rdmap_rx_close, NULL
 };
 
 OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc* desc, omc_conn** out) {
@@ -6822,32 +5980,22 @@ OMNICONN_API omc_result omc_rdma_connector_create(const omc_rdma_connector_desc*
     if (!P) return OMC_ERR_NO_MEMORY;
     P->hooks = hooks;
     if (pthread_mutex_init(&P->mu, NULL) != 0) { omc__free(&hooks, P); return OMC_ERR_SYSTEM; }
-    /* requests on the connections unless PULLs must go over the side channel (or the
-       environment says so: OMNICONN_RDMA_REQUESTS=0, for peers of an older version) */
-    P->msg_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    P->requests = P->msg_fd >= 0 && !d.net.pull_on_side_channel && !(getenv("OMNICONN_RDMA_REQUESTS") &&
-                  strcmp(getenv("OMNICONN_RDMA_REQUESTS"), "0") == 0);
-    /* OMNICONN_RDMA_LISTENER_WRITE_MAX (bytes; 0 = never): which requested pushes the listener
-       writes itself instead of a worker */
-    P->listener_max = getenv("OMNICONN_RDMA_LISTENER_WRITE_MAX") ? strtoull(getenv("OMNICONN_RDMA_LISTENER_WRITE_MAX"), NULL, 10)
-                                                                 : OMC__RDMAP_AWAIT_MAX;
     if (!d.rdma.hooks.log_fn && !d.rdma.hooks.alloc_fn && !d.rdma.hooks.user_data && !d.rdma.hooks.max_level) d.rdma.hooks = d.net.hooks;
     if (!d.rdma.local_addr && d.net.host && omc_rdma_addr_to_gid(d.net.host, probe) == OMC_OK) d.rdma.local_addr = d.net.host;
     r = omc_rdma_create(&d.rdma, &P->eng);
     if (r != OMC_OK) {
-        if (d.require_rdma) { if (P->msg_fd >= 0) close(P->msg_fd); pthread_mutex_destroy(&P->mu); omc__free(&hooks, P); return r; }
+        if (d.require_rdma) { pthread_mutex_destroy(&P->mu); omc__free(&hooks, P); return r; }
         snprintf(P->reason, sizeof(P->reason), "RDMA off: the engine did not start (%s; the log says why): every peer uses TCP",
                  omc_result_str(r));
         P->eng = NULL;
     }
     P->detached = &detached;
-    extra.vt = &omc__rdma_plane_vt.base;
+    extra.vt = &omc__rdma_plane_vt;
     extra.user = P;
     r = omc__net_create(&d.net, OMC_TRANSPORT_RDMA, &extra, out);
     if (r != OMC_OK) {
         if (!detached) {            /* never attached: the plane is still ours to free */
             if (P->eng) omc_rdma_destroy(P->eng);
-            if (P->msg_fd >= 0) close(P->msg_fd);
             pthread_mutex_destroy(&P->mu);
             omc__free(&hooks, P);
         }
@@ -6900,8 +6048,6 @@ OMNICONN_API omc_result omc_rdma_connector_query(omc_conn* conn, omc_rdma_connec
         out->push_failures = P->push_failures;
         out->push_bytes = P->push_bytes;
         out->quarantined = P->quarantined;
-        out->requests = P->requests_served;
-        out->receipts = P->receipts_sent;
         for (l = P->links; l; l = l->next) out->sender_connections++;
         pthread_mutex_unlock(&P->mu);
         if (P->eng) omc_rdma_query(P->eng, &out->engine);

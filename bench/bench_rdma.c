@@ -13,8 +13,7 @@
    (MiB/s, as perftest's "MB/sec"). The other process of each pair is this binary re-executed.
    Environment (set by tests/rdma/bed.sh): OMC_RDMA_DEVICE, OMC_RDMA_IP. OMC_BENCH_PROTECTION =
    windows | regions | pool overrides the engine's default protection (to see what it costs);
-   OMC_BENCH_WORKERS sets the sender's push threads (default 2). OMC_BENCH_SIDE_PULL=1 makes the
-   receiver PULL on the side channel (no requests on the connection).
+   OMC_BENCH_WORKERS sets the sender's push threads (default 2).
    Build: make bench-rdma (or cc -O2 -I. bench/bench_rdma.c -lzmq -ldl -lpthread) */
 #define OMNICONN_IMPLEMENTATION
 #include "omniconn.h"
@@ -104,10 +103,6 @@ static omc_conn* connector(omc_role role, uint64_t pool) {
     d.net.workers = getenv("OMC_BENCH_WORKERS") ? (uint32_t)atoi(getenv("OMC_BENCH_WORKERS")) : 0;   /* sender push threads */
     d.rdma = engine_desc();
     d.require_rdma = 1;                 /* a TCP number here would be meaningless */
-    /* OMC_BENCH_SIDE_PULL=1: the receiver PULLs on the side channel and waits for DONE there (the
-       path of peers without requests on the connection), for a side-by-side figure */
-    if (role == OMC_ROLE_RECEIVER && getenv("OMC_BENCH_SIDE_PULL") && strcmp(getenv("OMC_BENCH_SIDE_PULL"), "1") == 0)
-        d.net.pull_on_side_channel = 1;
     r = omc_rdma_connector_create(&d, &c);
     if (r != OMC_OK) { die("omc_rdma_connector_create", r); return NULL; }
     return c;

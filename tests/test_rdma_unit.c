@@ -192,7 +192,7 @@ OMC_TEST(record_encode_refuses_bad_fields) {
     a = sample_record(2); a.port = 0;                     CHECK_RES(omc_rdma_record_encode(&a, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);
     a = sample_record(2); a.link = 3;                     CHECK_RES(omc_rdma_record_encode(&a, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);
     a = sample_record(2); a.gid_type = 0;                 CHECK_RES(omc_rdma_record_encode(&a, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);
-    a = sample_record(2); a.flags = 8;                    CHECK_RES(omc_rdma_record_encode(&a, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);
+    a = sample_record(2); a.flags = 4;                    CHECK_RES(omc_rdma_record_encode(&a, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);
     a = sample_record(2); a.qpn[1] = 0;                   CHECK_RES(omc_rdma_record_encode(&a, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);
     a = sample_record(2); a.qpn[0] = 0x1000000;           CHECK_RES(omc_rdma_record_encode(&a, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);
     a = sample_record(2); a.psn[1] = 0x1000000;           CHECK_RES(omc_rdma_record_encode(&a, buf, sizeof(buf), &n), OMC_ERR_INVALID_ARG);

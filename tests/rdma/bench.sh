@@ -12,11 +12,6 @@
 #                     4 gets in flight from 4 threads over their own cached channels: side
 #                     channel round trips, per-transfer protection (expose/revoke), the WRITE
 #                     and DONE, all inside the measured time (bench/bench_rdma.c "connector")
-#                     - the request and the receipt travel on the RDMA connection itself
-#   side_channel_mbps the same gets with the PULL and DONE on the side channel (OMC_BENCH_SIDE_PULL=1:
-#                     what a peer that does not ask for requests on the connection gets)
-#   worker_writes_mbps the same gets with requests on the connection, but every write by a push
-#                     worker (OMNICONN_RDMA_LISTENER_WRITE_MAX=0) instead of the listener up to 1 MiB
 #   engine_mbps       the engine's write path alone: WRITEs into one exposed destination, 4 in
 #                     flight, as ib_write_bw writes into one buffer ("engine")
 # Targets: omniconn_mbps >= 0.9 x ib_write_bw_mbps from 1 MiB up, >= 0.6 x at 64 KiB.
@@ -132,29 +127,22 @@ if [ "${1:-}" = "--in-bed" ]; then
         n=$(iters "$size")
         t=$(( n < 16 ? n : 16 ))            # perftest wants TX depth <= iterations
         # the starting tool rotates with the round, so all see the same drift
-        for k in $(seq 0 5); do
-          case $(( (round + k) % 6 )) in
+        for k in $(seq 0 3); do
+          case $(( (round + k) % 4 )) in
             0) ibw ib_write_bw "$size" "$n" "$t";;
             1) ucxput ucx_put_bw "$size" "$n" "$t";;
             2) timeout -k 5 "$TOOL_TIMEOUT" "$bin" connector "$size" "$(gets "$size")" "$DEPTH" | tee -a "$out";;
             3) timeout -k 5 "$TOOL_TIMEOUT" "$bin" engine "$size" "$(gets "$size")" "$DEPTH" | tee -a "$out";;
-            4) OMC_BENCH_SIDE_PULL=1 timeout -k 5 "$TOOL_TIMEOUT" "$bin" connector "$size" "$(gets "$size")" "$DEPTH" \
-                   | sed "s/^bench connector/bench connector_side/" | tee -a "$out";;
-            5) OMNICONN_RDMA_LISTENER_WRITE_MAX=0 timeout -k 5 "$TOOL_TIMEOUT" "$bin" connector "$size" "$(gets "$size")" "$DEPTH" \
-                   | sed "s/^bench connector/bench connector_worker/" | tee -a "$out";;
           esac
         done
         if [ "$PHASES" = 1 ] && [ "$size" -lt 16777216 ]; then
             p=$(phase_n "$size")
             phase get -- "$bin" connector "$size" "$p" 1
             OMC_BENCH_PROTECTION=pool phase get_pool -- "$bin" connector "$size" "$p" 1
-            OMC_BENCH_SIDE_PULL=1 phase get_side -- "$bin" connector "$size" "$p" 1
-            OMNICONN_RDMA_LISTENER_WRITE_MAX=0 phase get_worker -- "$bin" connector "$size" "$p" 1
             phase write -- "$bin" engine "$size" "$p" 1
             ibw phase_ib_write_bw "$size" "$p" 1
             ucxput phase_ucx_put_bw "$size" "$p" 1
             phase "get64_$size" -- "$bin" connector 64 "$(phase_n 64)" 1      # in this size's block of the round
-            OMC_BENCH_SIDE_PULL=1 phase "get64side_$size" -- "$bin" connector 64 "$(phase_n 64)" 1
         fi
       done
     done
@@ -234,14 +222,10 @@ def ms(mbps, size):                     # milliseconds per transfer from MiB/s
 rows = []
 for s in sizes:
     ib, om, en, ux = med("ib_write_bw", s), med("bench connector", s), med("bench engine", s), med("ucx_put_bw", s)
-    sc, wk = med("bench connector_side", s), med("bench connector_worker", s)
     ratio = round(om / ib, 3) if om and ib else None
     limit = 0.9 if s >= MiB else 0.6 if s >= 64 * 1024 else None
     rows.append({"size_bytes": s, "omniconn_mbps": om, "ib_write_bw_mbps": ib, "ucx_put_bw_mbps": ux, "engine_mbps": en,
                  "ratio": ratio, "ratio_vs_ucx_put_bw": round(om / ux, 3) if om and ux else None,
-                 "side_channel_mbps": sc, "side_channel_ratio": round(sc / ib, 3) if sc and ib else None,
-                 "side_channel_samples": samples.get(("bench connector_side", s), []),
-                 "worker_writes_mbps": wk, "worker_writes_samples": samples.get(("bench connector_worker", s), []),
                  "target_ratio": limit, "met": None if limit is None or ratio is None else ratio >= limit,
                  "protection": head.get("protection", "?"), "bed": head.get("bed", "?").split()[0],
                  "omniconn_samples": samples.get(("bench connector", s), []), "ib_write_bw_samples": samples.get(("ib_write_bw", s), []),
@@ -249,8 +233,7 @@ for s in sizes:
 phases = []
 for s in sizes:
     p = {"size_bytes": s}
-    for key, kind, sz in [("get_ms", "phase get", s), ("get_pool_protection_ms", "phase get_pool", s), ("get_side_channel_ms", "phase get_side", s), ("get_worker_writes_ms", "phase get_worker", s),
-                          ("get_64B_side_channel_ms", "phase get64side_%d" % s, 64), ("write_ms", "phase write", s),
+    for key, kind, sz in [("get_ms", "phase get", s), ("get_pool_protection_ms", "phase get_pool", s), ("write_ms", "phase write", s),
                           ("ib_write_bw_ms", "phase_ib_write_bw", s), ("ucx_put_bw_ms", "phase_ucx_put_bw", s), ("get_64B_ms", "phase get64_%d" % s, 64)]:
         v = samples.get((kind, sz))
         if v:
@@ -267,16 +250,13 @@ res = {
     "target": "omniconn_mbps >= 0.9 x ib_write_bw_mbps from 1 MiB, >= 0.6 x at 64 KiB",
     "depth": depth, "rounds": rounds, "host_load": head.get("hostload", "?"), "ucx_version": head.get("ucx_version"),
     "note": ("omniconn_mbps: the receiver's omc_conn_get of a payload already put (one put with many readers), %d gets in flight from %d "
-             "threads, each over its own cached channel, through omc_rdma_connector_create on both ends; every get sends its request on "
-             "the RDMA connection and completes on the sender's receipt there (no side-channel message), and pays the per-transfer "
-             "protection of its destination (protection field) and the WRITE. side_channel_mbps: the same with the receiver's PULL and "
-             "the DONE on the side channel (pull_on_side_channel: the path of peers that do not ask for requests). engine_mbps: the "
+             "threads, each over its own cached channel, through omc_rdma_connector_create on both ends; every get pays two side-channel "
+             "round trips (PULL, DONE), the per-transfer protection of its destination (protection field) and the WRITE. engine_mbps: the "
              "engine's write path alone (omc_rdma_write_start into one exposed destination, %d in flight), as ib_write_bw writes into one "
              "buffer. ucx_put_bw_mbps: ucx_perftest -t put_bw -x rc_verbs -D zcopy -O 16 (UCT level: UCX's RDMA WRITE, zero-copy), the "
              "overall bandwidth of its Final line. Each figure is the median of %d alternating rounds (the *_samples fields have them all): "
              "the guest's 2 vCPUs share the host with other work. Soft-RoCE under QEMU/TCG is CPU-bound software: compare ratios only. "
-             "phases: one transfer at a time, ms per transfer (medians): get = a connector get; get_side_channel = the same over the side "
-             "channel's PULL and DONE; get_pool_protection = the same with POOL "
+             "phases: one transfer at a time, ms per transfer (medians): get = a connector get; get_pool_protection = the same with POOL "
              "protection (no per-transfer registration); write = the engine's WRITE alone; ib_write_bw / ucx_put_bw at TX depth 1; get_64B "
              "= a 64-byte get (the control path: side-channel round trips and thread hand-offs with almost no bytes)." % (depth, depth, depth, rounds)),
     "rows": rows,
@@ -287,9 +267,8 @@ with open(out, "w") as f:
     json.dump(res, f, indent=1)
     f.write("\n")
 for r in rows:
-    print("bench-rdma: %7d B  omniconn %s  ib_write_bw %s  ucx put_bw %s  engine %s  ratio %s  side channel %s (ratio %s)  "
-          "worker writes %s (MiB/s)" % (r["size_bytes"], r["omniconn_mbps"], r["ib_write_bw_mbps"], r["ucx_put_bw_mbps"],
-                                        r["engine_mbps"], r["ratio"], r["side_channel_mbps"], r["side_channel_ratio"], r["worker_writes_mbps"]))
+    print("bench-rdma: %7d B  omniconn %s  ib_write_bw %s  ucx put_bw %s  engine %s  ratio %s (MiB/s)" % (
+        r["size_bytes"], r["omniconn_mbps"], r["ib_write_bw_mbps"], r["ucx_put_bw_mbps"], r["engine_mbps"], r["ratio"]))
 for p in phases:
     print("bench-rdma: phases %d B: %s" % (p["size_bytes"], ", ".join("%s %s" % (k, v) for k, v in p.items() if k.endswith("_ms"))))
 for u in ucp:
