@@ -268,7 +268,11 @@ THREAD SAFETY
       another thread wakes calls blocked inside (a get waiting for a key), they return
       OMC_ERR_CLOSED, and close/destroy return after the last one has left. A call that starts
       after destroy has returned is a use after free, as with any freed handle. Do not close or
-      destroy a connector from inside one of its own callbacks (omc_conn_list's).
+      destroy a connector from inside one of its own callbacks (omc_conn_list's). A call that
+      was inside while destroy ran holds the connector until its last instruction, so the
+      teardown (threads joined, memory unmapped and freed) may finish on that call's thread,
+      just after destroy returned: your hooks' free_fn and log_fn must be callable from any
+      thread that calls omniconn (the defaults are).
     - fork(): a child gets a copy of every connector, but none of its threads. There, every
       call returns OMC_ERR_CLOSED with an ERROR log line naming both processes, and
       omc_conn_destroy only closes the child's copies of descriptors and unmaps its copy of the
@@ -3273,8 +3277,8 @@ static void omc__conn_hint(omc_conn* c, omc_result r, int is_put, const omc_payl
                  (unsigned long long)h.pool_in_use, side, (unsigned long long)h.pool_capacity, (unsigned long long)size,
                  omc__conn_desc_name(c));
     else if (r == OMC_ERR_EXISTS)
-        snprintf(out, n, "an earlier put of this key is still waiting for its readers on this sender: get it, clean it up "
-                 "(omc_conn_cleanup) or use a new key");
+        snprintf(out, n, "this key is still live on this sender (a put not yet read by all its readers, or an entry kept for "
+                 "many reads): get it, clean it up (omc_conn_cleanup) or use a new key");
     else if (r == OMC_ERR_INVALID_ARG && is_put && p && p->buffer)
         snprintf(out, n, "the zero-copy buffer is not from this sender's pool: allocate it with omc_conn_alloc on this "
                  "connector, or pass data and size to copy it");

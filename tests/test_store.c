@@ -1025,6 +1025,7 @@ OMC_TEST(store_a_cache_entry_put_again_is_kept_and_the_log_says_so) {
     p.data = other;
     CHECK_RES(omc_conn_put(c, "a", "b", "again", &p, NULL), OMC_ERR_EXISTS);
     CHECK(all_log_has("holds a cache entry with other bytes"));
+    CHECK(!all_log_has("waiting for its readers"));                  /* no line says it waits for readers */
     CHECK_OK(get_check(c, "again", sizeof(buf), 41, NULL));          /* the first bytes stay */
     /* a counted put is not a cache entry: the readers it waits for are the truth there */
     p.data = buf; p.readers = 1;
