@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4584
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  398
+    PART A  THE CORE                                                         lines     69 - 4588
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  402
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result     400 - 1083
+      declarations    [SECTION] Version, platform and feature resolution | Result     404 - 1087
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1086 - 4581
+      implementation  [SECTION] Implementation: configuration and system headers |   1090 - 4585
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4586 - 10954
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4586 - 5000
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4590 - 10958
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4590 - 5004
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  5003 - 5191
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  5007 - 5195
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5193 - 10951
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5197 - 10955
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10957 - 10992
+    LICENSE                                                                        10961 - 10996
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
