@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4584
-      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  398
+    PART A  THE CORE                                                         lines     69 - 4588
+      manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  402
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result     400 - 1083
+      declarations    [SECTION] Version, platform and feature resolution | Result     404 - 1087
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1086 - 4581
+      implementation  [SECTION] Implementation: configuration and system headers |   1090 - 4585
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4586 - 10954
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4586 - 5000
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4590 - 10958
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4590 - 5004
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  5003 - 5191
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  5007 - 5195
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5193 - 10951
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5197 - 10955
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10957 - 10992
+    LICENSE                                                                        10961 - 10996
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -268,7 +268,11 @@ THREAD SAFETY
       another thread wakes calls blocked inside (a get waiting for a key), they return
       OMC_ERR_CLOSED, and close/destroy return after the last one has left. A call that starts
       after destroy has returned is a use after free, as with any freed handle. Do not close or
-      destroy a connector from inside one of its own callbacks (omc_conn_list's).
+      destroy a connector from inside one of its own callbacks (omc_conn_list's). A call that
+      was inside while destroy ran holds the connector until its last instruction, so the
+      teardown (threads joined, memory unmapped and freed) may finish on that call's thread,
+      just after destroy returned: your hooks' free_fn and log_fn must be callable from any
+      thread that calls omniconn (the defaults are).
     - fork(): a child gets a copy of every connector, but none of its threads. There, every
       call returns OMC_ERR_CLOSED with an ERROR log line naming both processes, and
       omc_conn_destroy only closes the child's copies of descriptors and unmaps its copy of the
@@ -3273,8 +3277,8 @@ static void omc__conn_hint(omc_conn* c, omc_result r, int is_put, const omc_payl
                  (unsigned long long)h.pool_in_use, side, (unsigned long long)h.pool_capacity, (unsigned long long)size,
                  omc__conn_desc_name(c));
     else if (r == OMC_ERR_EXISTS)
-        snprintf(out, n, "an earlier put of this key is still waiting for its readers on this sender: get it, clean it up "
-                 "(omc_conn_cleanup) or use a new key");
+        snprintf(out, n, "this key is still live on this sender (a put not yet read by all its readers, or an entry kept for "
+                 "many reads): get it, clean it up (omc_conn_cleanup) or use a new key");
     else if (r == OMC_ERR_INVALID_ARG && is_put && p && p->buffer)
         snprintf(out, n, "the zero-copy buffer is not from this sender's pool: allocate it with omc_conn_alloc on this "
                  "connector, or pass data and size to copy it");

@@ -436,7 +436,7 @@ OMC_TEST(local_refusals_name_the_side_and_the_fix) {
     cap_n = 0;
     /* the same key again while the first put waits for its reader */
     CHECK_RES(omc_conn_put(c, "a", "b", "k1", &p, NULL), OMC_ERR_EXISTS);
-    CHECK(logged_once(OMC_LOGITEM_CONN_ERROR, "put a/b/k1", "still waiting for its readers on this sender",
+    CHECK(logged_once(OMC_LOGITEM_CONN_ERROR, "put a/b/k1", "still live on this sender (a put not yet read by all its readers",
                       "omc_conn_cleanup", NULL));
     /* no room left: how much is in use and what to do */
     p.size = sizeof(data);

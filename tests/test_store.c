@@ -659,7 +659,9 @@ OMC_TEST(store_batches_are_pipelined_and_exists_batch_answers_each_key) {
     CHECK_OK(omc_store_put_batch(c, "a", "b", it, 40, omc_deadline_after_ms(20000)));
     omc_store_get_stats(c, &s1);
     CHECK_EQ(s1.by_priority[OMC_STORE_PUT - 1] - s0.by_priority[OMC_STORE_PUT - 1], 40);   /* 40 ops ... */
-    CHECK(s1.connects == s0.connects);                                                     /* ... on the one connection */
+    /* ... on one connection: the one the create's check used, or (on a loaded host, if that one is
+       not back among the free slots yet when the batch starts) one new one */
+    CHECK(s1.connects - s0.connects <= 1);
     CHECK_OK(omc_store_exists_batch(c, "a", "b", ks, 41, res, omc_deadline_after_ms(5000)));
     for (i = 0; i < 40; i++) CHECK_OK(res[i]);
     CHECK_RES(res[40], OMC_ERR_NOT_FOUND);
@@ -705,7 +707,10 @@ OMC_TEST(store_a_batch_of_small_and_large_values_arrives_byte_for_byte) {
         CHECK_OK(omc_store_get_batch(r1, "a", "b", it, 10, OMC_STORE_GET, omc_deadline_after_ms(30000)));
         omc_store_get_stats(r1, &s1);
         CHECK_EQ(s1.dispatched - s0.dispatched, 10);
-        CHECK_EQ(s1.connects, pass ? s0.connects : 1);             /* one connection */
+        /* one connection for the whole batch. The first pass may open it: the connection the
+           create's check used returns to the free slots only after that check's caller woke, so on
+           a loaded host it can still be out when the batch starts. The second pass reuses one. */
+        CHECK(s1.connects - s0.connects <= (uint64_t)(pass ? 0 : 1));
         for (i = 0; i < 10; i++) {
             CHECK_OK(it[i].result);
             CHECK(it[i].buffer.size == sizes[i] && omc_test_verify(it[i].buffer.data, sizes[i], (pass ? 70 : 90) + (uint64_t)i));
@@ -1025,6 +1030,7 @@ OMC_TEST(store_a_cache_entry_put_again_is_kept_and_the_log_says_so) {
     p.data = other;
     CHECK_RES(omc_conn_put(c, "a", "b", "again", &p, NULL), OMC_ERR_EXISTS);
     CHECK(all_log_has("holds a cache entry with other bytes"));
+    CHECK(!all_log_has("waiting for its readers"));                  /* no line says it waits for readers */
     CHECK_OK(get_check(c, "again", sizeof(buf), 41, NULL));          /* the first bytes stay */
     /* a counted put is not a cache entry: the readers it waits for are the truth there */
     p.data = buf; p.readers = 1;
