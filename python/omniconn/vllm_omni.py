@@ -15,6 +15,7 @@ What crosses a process (nothing is ever pickled):
     get returns the object with zero-copy views of the tensors (copy_on_get: one copy each).
 """
 import atexit
+import inspect
 import logging
 import os
 import re
@@ -210,6 +211,29 @@ def _merged_config(config):
         merged.update(cfg)
         return merged
     return cfg
+
+
+# the (host, port) key pairs a partial metadata dict may name its sender by: ours (a put's own
+# metadata, cut down), vLLM-Omni's model runner's (built from a stage's sender_info) and a
+# sender_info dict itself
+_SENDER_HINTS = (("host", "port"), ("source_host", "source_port"), ("host", "zmq_port"))
+
+
+def _sender_hint(metadata, get_key):
+    """(host, port) of the sender a metadata dict without a payload handle names, or None."""
+    for h, p in _SENDER_HINTS:
+        host, port = metadata.get(h), metadata.get(p)
+        if host and port:
+            try:
+                port = int(port)
+            except (TypeError, ValueError):
+                port = -1
+            if 0 < port < 65536:
+                return str(host), port
+            log.warning("OmniconnConnector get %s: metadata %s=%r is not a port; asking the configured "
+                        "sender instead", get_key, p, metadata.get(p))
+            return None
+    return None
 
 
 # ---- the connector -----------------------------------------------------------------------------------
@@ -532,8 +556,10 @@ class OmniconnConnector(_Base):
             metadata = self._unwrap(metadata, get_key)
             if isinstance(metadata, dict):
                 meta = metadata.get("omc")
-                if meta is None and metadata.get("host") and metadata.get("port") and self._remote:
-                    sender = self._sender_for(metadata["host"], int(metadata["port"]))
+                if meta is None and self._remote:
+                    hint = _sender_hint(metadata, get_key)
+                    if hint is not None:
+                        sender = self._sender_for(*hint)
             elif isinstance(metadata, (bytes, bytearray)):
                 meta = bytes(metadata)
         if meta is None and poll and self._remote:
@@ -570,7 +596,8 @@ class OmniconnConnector(_Base):
 
     def get(self, from_stage, to_stage, get_key, metadata=None):
         """Non-blocking: (object, size) if the payload is there, else None. metadata: the dict put
-        returned, that dict wrapped as {get_key: dict}, a partial one (host/port only) or None."""
+        returned, that dict wrapped as {get_key: dict}, a partial one naming only the sender ({host,
+        port}, {source_host, source_port} or a sender_info {host, zmq_port}) or None."""
         if self._remote:
             # a remote payload needs a round trip: announced by metadata it is worth waiting for,
             # otherwise ask briefly
@@ -736,7 +763,15 @@ def _register():
         from vllm_omni.distributed.omni_connectors.factory import OmniConnectorFactory
     except Exception:
         return False
-    if "OmniconnConnector" not in OmniConnectorFactory.list_registered_connectors():
+    if "OmniconnConnector" in OmniConnectorFactory.list_registered_connectors():
+        return True
+    try:    # newer factories merge a stage's inbound and outbound edge into one "dual" connector
+        supports_dual = "supports_dual" in inspect.signature(OmniConnectorFactory.register_connector).parameters
+    except (TypeError, ValueError):
+        supports_dual = False
+    if supports_dual:
+        OmniConnectorFactory.register_connector("OmniconnConnector", OmniconnConnector, supports_dual=True)
+    else:
         OmniConnectorFactory.register_connector("OmniconnConnector", OmniconnConnector)
     return True
 

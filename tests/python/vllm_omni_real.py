@@ -26,6 +26,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,6 +40,7 @@ def load_vllm_omni(src):
         m = types.ModuleType(name)
         m.__path__ = [os.path.join(pkg_root, rel)]
         sys.modules[name] = m
+    standins = []
     try:
         import vllm.logger  # noqa: F401
     except ImportError:     # third-party: vLLM's logger factory
@@ -47,10 +49,18 @@ def load_vllm_omni(src):
         vlog = types.ModuleType("vllm.logger")
         vlog.init_logger = logging.getLogger
         sys.modules["vllm"], sys.modules["vllm.logger"] = vllm, vlog
+        standins.append("vllm.logger")
+    if not os.path.exists(os.path.join(pkg_root, "metrics")) and not os.path.exists(os.path.join(pkg_root, "metrics.py")):
+        # newer adapter.py imports vllm_omni.metrics.OrchestratorAggregator for a type annotation
+        # only; the metrics package pulls in the engine, so a copy of the connector files lacks it
+        metrics = types.ModuleType("vllm_omni.metrics")
+        metrics.OrchestratorAggregator = object
+        sys.modules["vllm_omni.metrics"] = metrics
+        standins.append("vllm_omni.metrics (a type annotation)")
     from vllm_omni.distributed.omni_connectors import adapter, factory
     from vllm_omni.distributed.omni_connectors.connectors import base
     from vllm_omni.distributed.omni_connectors.utils import config
-    return base, factory, adapter, config
+    return base, factory, adapter, config, standins
 
 
 @dataclasses.dataclass
@@ -76,11 +86,114 @@ def _frame(data):
     return struct.pack("<I", len(data)) + data
 
 
+def _revision(src):
+    try:
+        with open(os.path.join(src, "REVISION")) as f:
+            return "\n" + f.read().strip()
+    except OSError:
+        pass
+    try:
+        rev = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        rev = ""
+    return rev or "(not a git checkout, no REVISION file)"
+
+
+def _check(name, ok, detail=""):
+    print("%s %s%s" % ("PASS" if ok else "FAIL", name, (": " + detail) if detail else ""))
+    return 0 if ok else 1
+
+
+def stage_connectors(factory, config):
+    """vLLM-Omni's create_stage_connectors (newer factories): a middle stage with an inbound and an
+    outbound edge of OmniconnConnector gets one "dual" connector when the connector registered
+    supports_dual; a chain 0 -> 1 -> 2 over TCP moves a payload through it."""
+    import torch
+    if not hasattr(factory.OmniConnectorFactory, "create_stage_connectors"):
+        print("SKIP stage connectors: this factory has no create_stage_connectors")
+        return 0
+    F, C = factory.OmniConnectorFactory, config
+    name = "OmniconnConnector"
+    extra = {"protocol": "tcp", "host": "127.0.0.1", "zmq_port": 0}
+    s0 = F.create_stage_connectors(C.StageConnectorPlan(outbound=C.StageConnectorSpec(0, 1, C.ConnectorSpec(name, extra))),
+                                   stage_id=0)
+    up = s0.send.get_connection_info()
+    inbound = C.StageConnectorSpec(0, 1, C.ConnectorSpec(name, dict(extra, sender_host=up["host"],
+                                                                     sender_zmq_port=up["zmq_port"])))
+    s1 = F.create_stage_connectors(C.StageConnectorPlan(inbound=inbound,
+                                                        outbound=C.StageConnectorSpec(1, 2, C.ConnectorSpec(name, extra))),
+                                   stage_id=1)
+    mid = s1.send.get_connection_info()
+    s2 = F.create_stage_connectors(C.StageConnectorPlan(inbound=C.StageConnectorSpec(1, 2, C.ConnectorSpec(
+        name, dict(extra, sender_host=mid["host"], sender_zmq_port=mid["zmq_port"])))), stage_id=2)
+    failures = _check("stage 1 has one dual connector", s1.receive is s1.send and s1.send.role == "dual"
+                      and s1.send.stage_id == 1, "role %s, stage_id %s" % (s1.send.role, s1.send.stage_id))
+    failures += _check("roles from the plan", s0.send.role == "sender" and s2.receive.role == "receiver"
+                       and s0.receive is None and s2.send is None)
+    hidden = torch.rand(16, 256)
+    ok, _, _ = s0.send.put("0", "1", "chain_0_0", {"hidden": hidden, "ids": [1, 2, 3]})
+    got = s1.receive.get_with_deadline("0", "1", "chain_0_0", None, deadline=time.monotonic() + 30)
+    ok2 = got is not None and torch.equal(got[0]["hidden"], hidden)
+    if ok2:
+        ok2, _, _ = s1.send.put("1", "2", "chain_1_0", {"hidden": got[0]["hidden"] * 2, "ids": got[0]["ids"]})
+    got2 = s2.receive.get_with_deadline("1", "2", "chain_1_0", None, deadline=time.monotonic() + 30) if ok2 else None
+    failures += _check("a payload through stages 0 -> 1 -> 2", ok and got2 is not None
+                       and torch.equal(got2[0]["hidden"], hidden * 2) and list(got2[0]["ids"]) == [1, 2, 3])
+    for s in (s0, s1, s2):
+        s.close()
+    failures += _check("StageConnectorSet.close closes the dual connector once", s1.send.health()["status"] == "closed")
+    return failures
+
+
+def model_runner_receive(factory, config):
+    """The calls vLLM-Omni's model runner (model_runner/omni_connector_payload_transport.py,
+    recv_stage_payload and _recv_loop) makes on a connector, replayed here: that module needs
+    vLLM's distributed state and cannot be imported without vLLM. It names the sender by
+    {"source_host", "source_port"} built from a request's sender_info {"host", "zmq_port"},
+    loops get_with_deadline(..., deadline=) and then calls abandon_get(get_key); its poll loop
+    uses get_wakeup_generation / wait_for_change when a connector has them."""
+    import torch
+    F, C = factory.OmniConnectorFactory, config
+    tx = F.create_connector(C.ConnectorSpec("OmniconnConnector", {"protocol": "tcp", "role": "sender",
+                                                                  "host": "127.0.0.1", "stage_id": 0}))
+    rx = F.create_connector(C.ConnectorSpec("OmniconnConnector", {"protocol": "tcp", "role": "receiver",
+                                                                  "stage_id": 1}))
+    sender_info = tx.get_connection_info()
+    metadata = {"source_host": str(sender_info["host"]), "source_port": int(sender_info["zmq_port"])}
+    failures = 0
+    for i in range(3):
+        key = "ext-req-%d_0_0" % i
+        t = torch.rand(8, 128)
+        tx.put("0", "1", key, {"codes": {"audio": t}, "meta": {"finished": torch.tensor(True)}})
+        deadline = time.monotonic() + 30
+        result = None
+        while result is None and time.monotonic() < deadline:
+            result = rx.get_with_deadline("0", "1", key, metadata, deadline=deadline)
+        rx.abandon_get(key)
+        ok = result is not None and torch.equal(result[0]["codes"]["audio"], t) and bool(result[0]["meta"]["finished"])
+        failures += _check("receiver with no sender configured, metadata {source_host, source_port}: %s" % key, ok)
+    handle = {"from_stage": "0", "to_stage": "1", "key": "handled_0_0"}
+    _, _, md = tx.put("0", "1", "handled_0_0", b"h" * 70000)
+    handle["metadata"] = md
+    got = rx.get_with_deadline(handle["from_stage"], handle["to_stage"], handle["key"], handle["metadata"],
+                               deadline=time.monotonic() + 30)
+    ok = got is not None and got[0].to_bytes() == b"h" * 70000
+    if got is not None:
+        got[0].release()
+    rx.abandon_get("handled_0_0")
+    failures += _check("a handle carrying the put's metadata", ok)
+    print("NOTE wake-ups: OmniconnConnector has no get_wakeup_generation / wait_for_change, so the model "
+          "runner's poll loop re-polls every VLLM_OMNI_CONNECTOR_RECV_POLL_MS (5 ms)")
+    tx.close()
+    rx.close()
+    return failures
+
+
 def main():
     src = os.environ.get("VLLM_OMNI_SRC")
     if not src:
         sys.exit("set VLLM_OMNI_SRC to a copy of vLLM-Omni's source")
-    base, factory, adapter, config = load_vllm_omni(src)
+    base, factory, adapter, config, standins = load_vllm_omni(src)
     import torch
     import omniconn.vllm_omni as ov
     if sys.argv[1:2] == ["recv"]:
@@ -104,11 +217,8 @@ def main():
     print("OmniconnConnector registered with vLLM-Omni's factory:",
           "OmniconnConnector" in factory.OmniConnectorFactory.list_registered_connectors(),
           "| derives from OmniConnectorBase:", issubclass(ov.OmniconnConnector, base.OmniConnectorBase))
-    try:
-        rev = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        rev = ""
-    print("vLLM-Omni source:", src, rev or "(not a git checkout)")
+    print("vLLM-Omni source:", src, _revision(src))
+    print("stand-ins:", ", ".join(standins) or "none")
     failures = 0
     for protocol in ("shm", "tcp"):
         if protocol == "shm":
@@ -139,6 +249,8 @@ def main():
               "%d/%d engine inputs intact%s" % (protocol, len(queue), len(sent), len(metrics.calls), len(good), len(sent),
                                                 "" if proc.returncode == 0 else "; receiver failed: " + proc.stderr[-2000:]))
         tx.close()
+    failures += stage_connectors(factory, config)
+    failures += model_runner_receive(factory, config)
     print("vllm-omni-real: %s" % ("ok" if not failures else "%d failures" % failures))
     sys.exit(1 if failures else 0)
 
