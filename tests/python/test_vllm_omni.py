@@ -207,3 +207,112 @@ def test_standalone_without_vllm_omni_or_registered_with_it():
         return
     from vllm_omni.distributed.omni_connectors.factory import OmniConnectorFactory
     assert "OmniconnConnector" in OmniConnectorFactory.list_registered_connectors()
+
+
+# ---- vLLM-Omni's newer call shapes, replayed without vLLM-Omni installed ---------------------------
+def _receive_like_the_model_runner(rx, from_stage, to_stage, key, metadata, seconds=30):
+    """recv_stage_payload of vLLM-Omni's model runner: get_with_deadline(..., deadline=) until the
+    deadline, then abandon_get(key) whatever happened."""
+    deadline = time.monotonic() + seconds
+    result = None
+    try:
+        while True:
+            result = rx.get_with_deadline(from_stage, to_stage, key, metadata, deadline=deadline)
+            remaining = deadline - time.monotonic()
+            if result is not None or remaining <= 0:
+                break
+            time.sleep(min(0.05, remaining))
+    finally:
+        rx.abandon_get(key)
+    return result
+
+
+def test_the_model_runner_names_the_sender_by_source_host_and_source_port():
+    """A receiver with no sender configured learns it per request: vLLM-Omni's model runner turns a
+    request's sender_info {host, zmq_port} into {source_host, source_port}."""
+    tx = OmniconnConnector({"protocol": "tcp", "role": "sender", "host": "127.0.0.1", "stage_id": 0})
+    rx = OmniconnConnector({"protocol": "tcp", "role": "receiver", "stage_id": 1})
+    with tx, rx:
+        info = tx.get_connection_info()
+        audio = torch.rand(8, 128)
+        tx.put("0", "1", "ext-1_0_0", {"codes": {"audio": audio}, "meta": {"finished": torch.tensor(True)}})
+        got = _receive_like_the_model_runner(rx, "0", "1", "ext-1_0_0",
+                                             {"source_host": info["host"], "source_port": info["zmq_port"]})
+        assert got is not None
+        assert torch.equal(got[0]["codes"]["audio"], audio) and bool(got[0]["meta"]["finished"])
+        tx.put("0", "1", "ext-1_0_1", b"second" * 1000)
+        sender_info = {"host": info["host"], "zmq_port": info["zmq_port"]}   # the sender_info form itself
+        got = None
+        while got is None:
+            got = rx.get("0", "1", "ext-1_0_1", sender_info)
+        assert got[0].to_bytes() == b"second" * 1000
+        got[0].release()
+        assert tx.wait_consumed(timeout=30)
+
+
+def test_a_sender_hint_with_a_port_that_is_no_port_is_a_miss_and_a_log_line(caplog):
+    rx = OmniconnConnector({"protocol": "tcp", "role": "receiver", "stage_id": 1})
+    with rx, caplog.at_level("WARNING", logger="omniconn.vllm_omni"):
+        for bad in ("x", None, -5, 70000, [1]):
+            assert rx.get("0", "1", "k", {"source_host": "127.0.0.1", "source_port": bad}) is None
+        assert rx.get_with_deadline("0", "1", "k", {"source_host": "127.0.0.1", "source_port": "x"},
+                                    deadline=time.monotonic()) is None
+    assert any("is not a port" in r.getMessage() for r in caplog.records)
+
+
+def test_a_middle_stage_runs_on_the_dual_config_the_factory_merges():
+    """create_stage_connectors merges a stage's inbound and outbound edge into one config: the
+    outbound's keys, the inbound's sender_host / sender_zmq_port, role "dual", rank mappings
+    split into recv_rank_mapping / send_rank_mapping."""
+    up = OmniconnConnector({"protocol": "tcp", "role": "sender", "host": "127.0.0.1", "zmq_port": 0, "stage_id": 0})
+    with up:
+        u = up.get_connection_info()
+        merged = {"protocol": "tcp", "host": "127.0.0.1", "zmq_port": 0, "stage_id": 1, "role": "dual",
+                  "sender_host": u["host"], "sender_zmq_port": u["zmq_port"],
+                  "recv_rank_mapping": {"from_tp": 2, "to_tp": 1}, "send_rank_mapping": {"from_tp": 1, "to_tp": 1}}
+        with OmniconnConnector(merged) as mid:
+            assert mid.role == "dual" and mid.stage_id == 1
+            m = mid.get_connection_info()
+            down = OmniconnConnector({"protocol": "tcp", "role": "receiver", "stage_id": 2,
+                                      "sender_host": m["host"], "sender_zmq_port": m["zmq_port"]})
+            with down:
+                up.put("0", "1", "r_0_0", {"x": torch.arange(10)})
+                got = _receive_like_the_model_runner(mid, "0", "1", "r_0_0", None)
+                assert got is not None and got[0]["x"].tolist() == list(range(10))
+                mid.put("1", "2", "r_1_0", {"x": got[0]["x"] * 3})
+                got2 = _receive_like_the_model_runner(down, "1", "2", "r_1_0", None)
+                assert got2 is not None and got2[0]["x"].tolist() == [3 * i for i in range(10)]
+
+
+@pytest.mark.parametrize("newer", [True, False])
+def test_registration_asks_for_one_dual_connector_where_the_factory_offers_it(monkeypatch, newer):
+    """Stand-in factory modules (vLLM-Omni cannot be installed here): the newer
+    register_connector(name, constructor, *, supports_dual=False) and the older one without it."""
+    import sys
+    import types
+    calls = []
+
+    class Factory:
+        if newer:
+            @classmethod
+            def register_connector(cls, name, constructor, *, supports_dual=False):
+                calls.append((name, constructor, supports_dual))
+        else:
+            @classmethod
+            def register_connector(cls, name, constructor):
+                calls.append((name, constructor, None))
+
+        @classmethod
+        def list_registered_connectors(cls):
+            return [c[0] for c in calls]
+
+    names = ["vllm_omni", "vllm_omni.distributed", "vllm_omni.distributed.omni_connectors",
+             "vllm_omni.distributed.omni_connectors.factory"]
+    for n in names:
+        m = types.ModuleType(n)
+        m.__path__ = []
+        monkeypatch.setitem(sys.modules, n, m)
+    sys.modules[names[-1]].OmniConnectorFactory = Factory
+    assert vllm_omni._register() is True
+    assert calls == [("OmniconnConnector", OmniconnConnector, True if newer else None)]
+    assert vllm_omni._register() is True and len(calls) == 1      # registered once
