@@ -9,15 +9,26 @@ as empty namespace modules over the source directories (their __init__ code is s
 then vLLM-Omni's own modules run unchanged: connectors/base.py (OmniConnectorBase), factory.py
 (OmniConnectorFactory), utils/config.py (ConnectorSpec), adapter.py (try_send_via_connector,
 try_recv_via_connector) and, when the source has it, transfer_adapter/chunk_transfer_adapter.py.
-A missing third-party module (vllm.logger) gets a stand-in that returns a standard logger; no
-class of vLLM-Omni is replaced.
+A missing third-party module (vllm.logger) gets a stand-in that returns a standard logger, and
+vllm_omni.metrics (outside the connector files; adapter.py imports OrchestratorAggregator from it
+for a type annotation) an empty stand-in; no class of vLLM-Omni is replaced.
 
 What runs: importing omniconn.vllm_omni registers OmniconnConnector with vLLM-Omni's factory; the
 factory builds a sender and a receiver connector from ConnectorSpec(name, extra) for SHM and for
 TCP; vLLM-Omni's try_send_via_connector puts an orchestrator payload (engine inputs with tensors,
 SamplingParams-like dataclass) and submits the notification; a second process (this script with
-"recv") runs vLLM-Omni's try_recv_via_connector on it and checks the engine inputs. Prints one
-line per check and the vLLM-Omni revision when the source is a git checkout.
+"recv") runs vLLM-Omni's try_recv_via_connector on it and checks the engine inputs. Then, where
+the source has them: the factory's create_stage_connectors builds stages 0 -> 1 -> 2 from a
+StageConnectorPlan (stage 1 must get one "dual" connector) and a payload crosses the chain; the
+calls vLLM-Omni's model runner makes to receive a stage payload (get_with_deadline until a
+deadline, abandon_get, the sender named by {source_host, source_port}) are replayed, since that
+module cannot be imported without vLLM; and vLLM-Omni's own OmniKVTransferManager
+(kv_transfer_manager.py, with utils/initialization.py and utils/kv_utils.py) moves a request's KV
+blocks over SHM and TCP, configured the way resolve_omni_kv_config_for_stage configures a stage.
+The KV path needs more stand-ins: vllm.distributed.parallel_state (reported as not initialized,
+as before vLLM sets it up) and utils/env.py, utils/local_rank.py (small vLLM-Omni modules a copy
+of the source may lack). Prints one line per check and the vLLM-Omni revision (VLLM_OMNI_SRC/REVISION
+or `git rev-parse HEAD`).
 """
 import dataclasses
 import hashlib
@@ -189,6 +200,90 @@ def model_runner_receive(factory, config):
     return failures
 
 
+def _standin_kv_imports(src):
+    """What kv_transfer_manager.py needs beyond the files above: vLLM's parallel state (not
+    initialized here: kv_utils falls back to LOCAL_RANK and world size 1, as it does before vLLM
+    sets it up) and two small vLLM-Omni modules the file index does not hold."""
+    out = []
+    try:
+        import vllm.distributed.parallel_state  # noqa: F401
+    except ImportError:
+        def not_initialized():
+            raise RuntimeError("tensor parallel group is not initialized")
+        vd = types.ModuleType("vllm.distributed")
+        vd.__path__ = []
+        ps = types.ModuleType("vllm.distributed.parallel_state")
+        ps.get_tensor_model_parallel_rank = ps.get_tensor_model_parallel_world_size = not_initialized
+        sys.modules.update({"vllm.distributed": vd, "vllm.distributed.parallel_state": ps})
+        out.append("vllm.distributed.parallel_state (not initialized)")
+    utils = os.path.join(src, "vllm_omni", "distributed", "omni_connectors", "utils")
+    prefix = "vllm_omni.distributed.omni_connectors.utils."
+    if not os.path.exists(os.path.join(utils, "env.py")):
+        env = types.ModuleType(prefix + "env")
+        env.expand_env_int = lambda value, name=None: int(os.path.expandvars(str(value)))
+        sys.modules[prefix + "env"] = env
+        out.append("utils.env.expand_env_int")
+    if not os.path.exists(os.path.join(utils, "local_rank.py")):
+        lr = types.ModuleType(prefix + "local_rank")
+        lr.get_connector_local_rank = lambda: int(os.environ.get("LOCAL_RANK", "0"))
+        sys.modules[prefix + "local_rank"] = lr
+        out.append("utils.local_rank.get_connector_local_rank")
+    return out
+
+
+def kv_transfer(src):
+    """vLLM-Omni's own OmniKVTransferManager (kv_transfer_manager.py) on OmniconnConnector: the
+    edge's connector config as resolve_omni_kv_config_for_stage gives it to each stage, the sender
+    extracts a request's KV blocks and puts them (handle_finished_requests_kv_transfer), the
+    receiver learns the sender from the request's kv_sender_info and receive_kv_cache polls get()."""
+    import types as _t
+    import torch
+    path = os.path.join(src, "vllm_omni", "distributed", "omni_connectors", "kv_transfer_manager.py")
+    if not os.path.exists(path):
+        print("SKIP kv transfer: the source has no kv_transfer_manager.py")
+        return 0
+    print("stand-ins for the KV path:", ", ".join(_standin_kv_imports(src)) or "none")
+    from vllm_omni.distributed.omni_connectors import kv_transfer_manager as kvm
+    from vllm_omni.distributed.omni_connectors.utils import initialization as init
+    failures = 0
+    g = torch.Generator().manual_seed(3)
+    for protocol in ("shm", "tcp"):
+        extra = {"protocol": protocol, "host": "127.0.0.1"} if protocol == "tcp" else \
+            {"protocol": "shm", "channel": "kv%d" % os.getpid()}
+        transfer = init.load_omni_transfer_config(config_dict={
+            "runtime": {"connectors": {"kv": {"name": "OmniconnConnector", "extra": extra}}},
+            "stage_args": [{"stage_id": 0, "output_connectors": {"to_stage_1": "kv"}},
+                           {"stage_id": 1, "input_connectors": {"from_stage_0": "kv"}}]})
+        send_cfg, s_from, s_to = init.resolve_omni_kv_config_for_stage(transfer, 0)
+        recv_cfg, r_from, r_to = init.resolve_omni_kv_config_for_stage(transfer, 1)
+        tx = kvm.OmniKVTransferManager._create({"connector_config": send_cfg, "omni_from_stage": s_from,
+                                                "omni_to_stage": s_to, "stage_id": 0, "need_send_cache": True})
+        rx = kvm.OmniKVTransferManager._create({"connector_config": recv_cfg, "omni_from_stage": r_from,
+                                                "omni_to_stage": r_to, "stage_id": 1, "need_recv_cache": True,
+                                                "recv_timeout": 60})
+        layers = [torch.rand(2, 6, 16, 4, 32, generator=g) for _ in range(3)]     # [k/v, blocks, block, heads, dim]
+        blocks, seq_len = [1, 4, 2], 40
+        done = tx.handle_finished_requests_kv_transfer({"req-kv": {"seq_len": seq_len, "block_ids": blocks}},
+                                                       layers, 16, "float32")
+        info = tx.connector.get_connection_info()
+        req = _t.SimpleNamespace(request_id="req-kv", sampling_params=_t.SimpleNamespace(),
+                                 kv_sender_info={"host": info.get("host"), "zmq_port": info.get("zmq_port")})
+        ok = rx.receive_kv_cache(req)
+        same = ok and done == ["req-kv"]
+        if same:
+            for i, layer in enumerate(layers):
+                want_k = layer[0][blocks].flatten(0, 1)[:seq_len]
+                want_v = layer[1][blocks].flatten(0, 1)[:seq_len]
+                same = same and torch.equal(req.past_key_values.key_cache[i], want_k) \
+                    and torch.equal(req.past_key_values.value_cache[i], want_v)
+            same = same and req.kv_metadata.get("seq_len") == seq_len
+        failures += _check("%s: OmniKVTransferManager sender %s -> receiver %s, 3 layers of KV blocks intact" % (
+            protocol, tx.connector.role, rx.connector.role), same)
+        tx.connector.close()
+        rx.connector.close()
+    return failures
+
+
 def main():
     src = os.environ.get("VLLM_OMNI_SRC")
     if not src:
@@ -251,6 +346,7 @@ def main():
         tx.close()
     failures += stage_connectors(factory, config)
     failures += model_runner_receive(factory, config)
+    failures += kv_transfer(src)
     print("vllm-omni-real: %s" % ("ok" if not failures else "%d failures" % failures))
     sys.exit(1 if failures else 0)
 
