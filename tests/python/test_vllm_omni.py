@@ -316,3 +316,61 @@ def test_registration_asks_for_one_dual_connector_where_the_factory_offers_it(mo
     assert vllm_omni._register() is True
     assert calls == [("OmniconnConnector", OmniconnConnector, True if newer else None)]
     assert vllm_omni._register() is True and len(calls) == 1      # registered once
+
+
+class _Config:
+    def __init__(self, omit_defaults, array_like=False):
+        self.omit_defaults, self.array_like = omit_defaults, array_like
+
+
+class _Factory:
+    def __init__(self, factory):
+        self.factory = factory
+
+
+def _struct_type(name, fields, defaults, omit_defaults=True, array_like=False):
+    """A class shaped as msgspec shows a Struct to a serializer (__struct_fields__,
+    __struct_defaults__ for the trailing fields, __struct_config__); msgspec is not in Debian 12."""
+    def __init__(self, *args, **kw):
+        first = len(fields) - len(defaults)
+        for i, n in enumerate(fields):
+            if i < len(args):
+                v = args[i]
+            elif n in kw:
+                v = kw[n]
+            else:
+                d = defaults[i - first]
+                v = d.factory() if isinstance(d, _Factory) else d
+            setattr(self, n, v)
+    return type(name, (), {"__init__": __init__, "__struct_fields__": tuple(fields),
+                           "__struct_defaults__": tuple(defaults),
+                           "__struct_config__": _Config(omit_defaults, array_like)})
+
+
+def test_structs_declared_omit_defaults_arrive_without_their_default_fields(channel):
+    """vLLM-Omni's payload Structs (OmniPayloadStruct, MetaStruct, ...) are declared with
+    omit_defaults, and its chunk adapter reads them as payload.get("codes", {}).get("audio"):
+    a field left at None must be absent, as msgspec encodes it, not present as None."""
+    Meta = _struct_type("MetaStruct", ["finished", "is_segment_finished", "left_context_size"], [None, None, None])
+    Payload = _struct_type("OmniPayloadStruct", ["codes", "ids", "meta", "speaker", "tags"],
+                           [None, None, None, None, _Factory(list)])
+    Plain = _struct_type("Plain", ["a", "b"], [None, 0], omit_defaults=False)
+    Params = _struct_type("Params", ["temperature", "stop", "n"], [1.0, _Factory(list), 1], array_like=True)
+    with OmniconnConnector({"protocol": "shm", "channel": channel, "serializer": "omniconn"}) as c:
+        p = Payload(meta=Meta(finished=torch.tensor(True), is_segment_finished=torch.tensor(False), left_context_size=0))
+        ok, _, md = c.put("0", "1", "req_0_0", p)
+        assert ok
+        got, _ = c.get("0", "1", "req_0_0", md)
+        assert sorted(got) == ["meta"]                              # codes, ids, speaker, tags: defaults
+        assert sorted(got["meta"]) == ["finished", "is_segment_finished", "left_context_size"]  # 0 is not None
+        assert got.get("codes", {}).get("audio") is None and got.get("ids", {}).get("prompt") is None
+        assert bool(got["meta"]["finished"]) and not bool(got["meta"]["is_segment_finished"])
+        audio = torch.arange(12).reshape(3, 4)
+        ok, _, md = c.put("0", "1", "req_0_1", Payload(codes={"audio": audio}, tags=["x"], meta=Meta()))
+        got, _ = c.get("0", "1", "req_0_1", md)
+        assert sorted(got) == ["codes", "meta", "tags"] and got["meta"] == {} and got["tags"] == ["x"]
+        assert torch.equal(got["codes"]["audio"], audio)
+        ok, _, md = c.put("0", "1", "other", {"plain": Plain(), "params": Params(0.5), "full": Params(0.5, ["s"], 2)})
+        got, _ = c.get("0", "1", "other", md)
+        assert got["plain"] == {"a": None, "b": 0}                 # no omit_defaults: every field
+        assert got["params"] == [0.5] and got["full"] == [0.5, ["s"], 2]   # an array drops trailing defaults
