@@ -717,19 +717,32 @@ class OmniconnConnector(_Base):
 
     def _sender_for(self, host, port, rank=None):
         name = "%s:%d" % (host, port) if rank is None else "rank%s" % rank
-        if self._senders.get(name) != (host, port):
-            if name in self._senders:
-                self._c().remove_sender(name)
-            self._c().add_sender(name, host, port, self._server_key_for())
-            self._senders[name] = (host, port)
+        if self._senders.get(name) == (host, port):
+            return name
+        if name in self._senders:       # the name moves to another endpoint
+            self._c().remove_sender(name)
+            del self._senders[name]
+        for other, endpoint in self._senders.items():
+            if endpoint == (host, port):    # the library keeps one name per endpoint: use it
+                return other
+        self._c().add_sender(name, host, port, self._server_key_for())
+        self._senders[name] = (host, port)
         return name
 
     def _server_key_for(self):
         path = self.config.get("curve_server_public_key_file") or self.config.get("curve_server_key_file")
         return _core.read_key(path) if path else None
 
-    def update_sender_info(self, host, port, rank=None):
-        """Receiver: (re)point metadata-less gets at the sender at host:port (per rank if given)."""
+    def update_sender_info(self, host=None, port=None, rank=None, *, sender_host=None, sender_zmq_port=None,
+                           sender_rank=None):
+        """Receiver: (re)point metadata-less gets at the sender at host:port (per rank if given).
+        The keywords of vLLM-Omni's transfer-engine connectors (sender_host, sender_zmq_port,
+        sender_rank) are taken too."""
+        host = sender_host if host is None else host
+        port = sender_zmq_port if port is None else port
+        rank = sender_rank if rank is None else rank
+        if host is None or port is None:
+            raise TypeError("update_sender_info needs a host and a port")
         if not self._remote:
             return
         self.sender_host, self.sender_port = host, int(port)

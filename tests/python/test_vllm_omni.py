@@ -374,3 +374,33 @@ def test_structs_declared_omit_defaults_arrive_without_their_default_fields(chan
         got, _ = c.get("0", "1", "other", md)
         assert got["plain"] == {"a": None, "b": 0}                 # no omit_defaults: every field
         assert got["params"] == [0.5] and got["full"] == [0.5, ["s"], 2]   # an array drops trailing defaults
+
+
+def test_kv_transfer_managers_calls_keywords_and_raw_buffer_handling(channel):
+    """OmniKVTransferManager's calls, replayed: put/get by keyword, a packed KV payload as bytes
+    (or a uint8 tensor: its to_gpu_tensor result once staged off the device), read back through
+    hasattr(raw, "tensor") / memoryview(raw.tensor.numpy()) / raw.release(); the receiver learns
+    the sender by update_sender_info with either keyword set."""
+    tx = OmniconnConnector({"protocol": "tcp", "role": "sender", "host": "127.0.0.1", "stage_id": 0})
+    rx = OmniconnConnector({"protocol": "tcp", "role": "receiver", "stage_id": 1})
+    with tx, rx:
+        assert getattr(tx, "supports_raw_data", False) is True
+        info = tx.get_connection_info()
+        rx.update_sender_info(sender_host=info["host"], sender_zmq_port=info["zmq_port"])
+        packed = bytes(range(256)) * 300
+        for i, data in enumerate((packed, torch.frombuffer(bytearray(packed), dtype=torch.uint8))):
+            key = "omni_0_to_1_kv_cache_req-%d" % i
+            ok, size, _ = tx.put(from_stage="0", to_stage="1", put_key=key, data=data)
+            assert ok and size == len(packed)
+            result = None
+            while not result:
+                result = rx.get(from_stage="0", to_stage="1", get_key=key)
+            raw, n = result
+            assert n == len(packed) and hasattr(raw, "tensor") and hasattr(raw, "release")
+            t = raw.tensor
+            assert not t.is_cuda and t.dtype == torch.uint8 and t.dim() == 1
+            assert bytes(memoryview(t.numpy())) == packed
+            raw.release()
+        rx.update_sender_info(info["host"], info["zmq_port"], sender_rank=1)
+        with pytest.raises(TypeError):
+            rx.update_sender_info(sender_host=info["host"])
