@@ -111,11 +111,33 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_sweep_after_fork)
 
 
+class _VllmSerde:
+    """vLLM-Omni's serializer (the one its SharedMemoryConnector uses), applied as its own
+    OmniSerde.deserialize applies it: a generic decode leaves tensors (and PIL images) in their
+    encoded form, [dtype, shape, bytes or buffer index], and its post-processing turns them back
+    (over the received buffers: zero-copy views)."""
+
+    def __init__(self, module):
+        self._serde = module.OmniSerde()
+        self.encoder = self._serde.encoder
+        self._decoder = self._serde.decoder
+        self._post = getattr(module, "_post_process_decoded", None)    # older releases: none
+
+    def encode(self, obj):
+        return self.encoder.encode(obj)
+
+    def decode(self, parts):
+        obj = self._decoder.decode(parts if len(parts) > 1 else parts[0])
+        if self._post is not None:
+            obj = self._post(obj, parts if len(parts) > 1 else None)
+        return obj
+
+
 def _vllm_serde():
-    """vLLM-Omni's serializer (the one its SharedMemoryConnector uses), or None."""
+    """vLLM-Omni's serializer, or None when vLLM-Omni (or vLLM under it) is not importable."""
     try:
-        from vllm_omni.distributed.omni_connectors.utils.serialization import OmniSerde
-        return OmniSerde()
+        from vllm_omni.distributed.omni_connectors.utils import serialization
+        return _VllmSerde(serialization)
     except Exception:
         return None
 
@@ -411,7 +433,7 @@ class OmniconnConnector(_Base):
     # -- put
     def _put_object(self, conn, from_stage, to_stage, put_key, data):
         if self._serde is not None:
-            bufs = self._serde.encoder.encode(data)
+            bufs = self._serde.encode(data)
             items = {_SEG_VLLM: bufs[0]}
             for i, b in enumerate(bufs[1:]):
                 items[str(i)] = b
@@ -497,7 +519,7 @@ class OmniconnConnector(_Base):
                                     log="the sender used vLLM-Omni's serializer, which cannot be imported here")
             view = buf.view
             parts = [view[s[4]:s[4] + s[5]] for s in segs]
-            obj = self._serde.decoder.decode(parts if len(parts) > 1 else parts[0])
+            obj = self._serde.decode(parts)
             del view, parts
             buf.release(strict=False)
             return obj, size

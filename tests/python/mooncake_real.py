@@ -76,6 +76,8 @@ def _standin_vllm():
             if isinstance(obj, torch.Tensor):
                 t = obj.contiguous().cpu()
                 return (str(t.dtype).replace("torch.", ""), list(t.shape), t.view(torch.uint8).numpy().tobytes())
+            if dataclasses.is_dataclass(obj) and not isinstance(obj, type):     # msgspec: a map of the fields
+                return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
             raise TypeError("stand-in MsgpackEncoder cannot encode %r" % type(obj))
 
     class MsgpackDecoder:

@@ -404,3 +404,47 @@ def test_kv_transfer_managers_calls_keywords_and_raw_buffer_handling(channel):
         rx.update_sender_info(info["host"], info["zmq_port"], sender_rank=1)
         with pytest.raises(TypeError):
             rx.update_sender_info(sender_host=info["host"])
+
+
+def test_vllm_omnis_serializer_is_applied_with_its_post_processing(channel, monkeypatch):
+    """With vLLM-Omni importable, objects travel in vLLM-Omni's own serializer: its generic decode
+    leaves a tensor as [dtype, shape, aux buffer index] and OmniSerde.deserialize turns that back
+    with _post_process_decoded(obj, buffers). A stand-in of that module (vLLM-Omni cannot be
+    installed here) in the same shape checks the connector does the same."""
+    import types
+    calls = []
+
+    class Encoder:
+        def encode(self, obj):
+            t = obj["x"].contiguous()
+            return [msgpack.packb({"x": [str(t.dtype)[6:], list(t.shape), 1], "n": obj["n"]}),
+                    t.view(torch.uint8).numpy().tobytes()]
+
+    class Decoder:
+        def decode(self, bufs):
+            return msgpack.unpackb(bytes(bufs[0] if isinstance(bufs, list) else bufs), raw=False)
+
+    class OmniSerde:
+        def __init__(self):
+            self.encoder, self.decoder = Encoder(), Decoder()
+
+    def _post_process_decoded(obj, aux_buffers=None):
+        calls.append(None if aux_buffers is None else len(aux_buffers))
+        dtype, shape, index = obj["x"]
+        obj["x"] = torch.frombuffer(bytearray(aux_buffers[index]), dtype=getattr(torch, dtype)).reshape(shape)
+        return obj
+
+    module = types.SimpleNamespace(OmniSerde=OmniSerde, _post_process_decoded=_post_process_decoded)
+    monkeypatch.setattr(vllm_omni, "_vllm_serde", lambda: vllm_omni._VllmSerde(module))
+    with OmniconnConnector({"protocol": "shm", "channel": channel, "serializer": "vllm_omni"}) as c:
+        x = torch.rand(5, 7)
+        ok, _, md = c.put("0", "1", "k", {"x": x, "n": 3})
+        assert ok and md["kind"] == "obj"
+        got, _ = c.get("0", "1", "k", md)
+        assert got["n"] == 3 and isinstance(got["x"], torch.Tensor) and torch.equal(got["x"], x)
+        assert calls == [2]                # the post-processing saw both buffers
+    del module._post_process_decoded        # an older vLLM-Omni: the generic decode is the result
+    with OmniconnConnector({"protocol": "shm", "channel": channel + "b", "serializer": "vllm_omni"}) as c:
+        ok, _, md = c.put("0", "1", "k", {"x": torch.zeros(2), "n": 1})
+        got, _ = c.get("0", "1", "k", md)
+        assert got["x"] == ["float32", [2], 1]

@@ -32,7 +32,6 @@ or `git rev-parse HEAD`).
 """
 import dataclasses
 import hashlib
-import logging
 import os
 import struct
 import subprocess
@@ -51,16 +50,10 @@ def load_vllm_omni(src):
         m = types.ModuleType(name)
         m.__path__ = [os.path.join(pkg_root, rel)]
         sys.modules[name] = m
-    standins = []
-    try:
-        import vllm.logger  # noqa: F401
-    except ImportError:     # third-party: vLLM's logger factory
-        vllm = types.ModuleType("vllm")
-        vllm.__path__ = []
-        vlog = types.ModuleType("vllm.logger")
-        vlog.init_logger = logging.getLogger
-        sys.modules["vllm"], sys.modules["vllm.logger"] = vllm, vlog
-        standins.append("vllm.logger")
+    # third-party: vLLM's logger factory and its msgpack serializer, which vLLM-Omni's own
+    # serializer (utils/serialization.py, the one OmniconnConnector uses when it can) builds on
+    from mooncake_real import _standin_vllm
+    standins = _standin_vllm()
     if not os.path.exists(os.path.join(pkg_root, "metrics")) and not os.path.exists(os.path.join(pkg_root, "metrics.py")):
         # newer adapter.py imports vllm_omni.metrics.OrchestratorAggregator for a type annotation
         # only; the metrics package pulls in the engine, so a copy of the connector files lacks it
@@ -315,17 +308,19 @@ def main():
     print("vLLM-Omni source:", src, _revision(src))
     print("stand-ins:", ", ".join(standins) or "none")
     failures = 0
-    for protocol in ("shm", "tcp"):
+    for serializer, protocol in (("auto", "shm"), ("auto", "tcp"), ("omniconn", "shm"), ("omniconn", "tcp")):
         if protocol == "shm":
-            tx_extra = {"protocol": "shm", "channel": "real%d" % os.getpid(), "stage_id": 0}
+            tx_extra = {"protocol": "shm", "channel": "real%d" % os.getpid(), "stage_id": 0, "serializer": serializer}
             rx_extra = dict(tx_extra, stage_id=1)
         else:
-            tx_extra = {"protocol": "tcp", "role": "sender", "host": "127.0.0.1", "stage_id": 0}
+            tx_extra = {"protocol": "tcp", "role": "sender", "host": "127.0.0.1", "stage_id": 0,
+                        "serializer": serializer}
         tx = factory.OmniConnectorFactory.create_connector(config.ConnectorSpec(name="OmniconnConnector", extra=tx_extra))
         if protocol == "tcp":
             info = tx.get_connection_info()
             rx_extra = {"protocol": "tcp", "role": "receiver", "stage_id": 1, "sender_host": info["host"],
-                        "sender_zmq_port": info["zmq_port"]}
+                        "sender_zmq_port": info["zmq_port"], "serializer": serializer}
+        used = "vLLM-Omni's" if tx._serde is not None else "omniconn's"
         queue, metrics, sent = [], Metrics(), {}
         for i in range(8):
             rid = "req-%s-%d" % (protocol, i)
@@ -340,8 +335,9 @@ def main():
         got = ov.deserialize(bytes.fromhex(proc.stdout.strip().splitlines()[-1])) if proc.returncode == 0 else []
         good = [g for g in got if g["ok"] and g["image"] == sent[g["rid"]]]
         failures += len(sent) - len(good)
-        print("%s: try_send_via_connector %d/%d (metrics.on_forward %d), try_recv_via_connector in another process "
-              "%d/%d engine inputs intact%s" % (protocol, len(queue), len(sent), len(metrics.calls), len(good), len(sent),
+        print("%s, %s serializer: try_send_via_connector %d/%d (metrics.on_forward %d), try_recv_via_connector in "
+              "another process %d/%d engine inputs intact%s" % (protocol, used, len(queue), len(sent), len(metrics.calls),
+                                                               len(good), len(sent),
                                                 "" if proc.returncode == 0 else "; receiver failed: " + proc.stderr[-2000:]))
         tx.close()
     failures += stage_connectors(factory, config)
