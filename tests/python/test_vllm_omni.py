@@ -81,13 +81,17 @@ def test_the_transfer_adapter_pattern_put_queue_poll(protocol, meta_mode, channe
 
 
 def test_a_miss_is_cheap_and_returns_none(channel):
+    """A miss never waits: 200 of them on SHM put this thread to sleep (a voluntary context
+    switch) hardly ever, however loaded the machine is."""
+    import resource
     with OmniconnConnector({"protocol": "shm", "channel": channel}) as c:
-        t0 = time.perf_counter()
+        c.get("0", "1", "absent", None)
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
         for _ in range(200):
             assert c.get("0", "1", "absent", None) is None
-        per_call = (time.perf_counter() - t0) / 200
-        assert per_call < 0.002, per_call
-        assert c.health()["misses"] == 200
+        slept = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw - before
+        assert slept < 20, slept
+        assert c.health()["misses"] == 201
 
 
 def test_raw_payloads_offer_tensor_as_tensor_to_bytes_and_release(channel):
@@ -124,9 +128,14 @@ def test_objects_msgpack_cannot_carry_are_refused_never_pickled(channel):
 
 def test_get_with_deadline_abandon_cleanup_and_health(channel):
     with OmniconnConnector({"protocol": "shm", "channel": channel, "ttl_seconds": 30}) as c:
+        import threading
+        t0 = time.monotonic()
+        threading.Event().wait(0.1)
+        yardstick = time.monotonic() - t0            # a 0.1 s wait on this machine, now
         t0 = time.monotonic()
         assert c.get_with_deadline("0", "1", "nothing", None, deadline=time.monotonic() + 0.1) is None
-        assert 0.05 < time.monotonic() - t0 < 2
+        waited = time.monotonic() - t0
+        assert 0.05 < waited < 10 * yardstick, (waited, yardstick)
         ok, _, md = c.put("0", "1", "gone", b"g" * 1000)
         assert c.abandon_get("0", "1", "gone") is True
         assert c.get("0", "1", "gone", md) is None
