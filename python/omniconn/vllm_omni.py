@@ -258,6 +258,10 @@ def _sender_hint(metadata, get_key):
     return None
 
 
+# what vLLM-Omni's chunk keys append to a request id: "_{stage}_{chunk}"
+_CHUNK_SUFFIX = re.compile(r"_-?\d+_\d+\Z")
+
+
 # ---- the connector -----------------------------------------------------------------------------------
 class OmniconnConnector(_Base):
     """vLLM-Omni's connector contract over omniconn.
@@ -706,14 +710,18 @@ class OmniconnConnector(_Base):
         return self._c().wait_consumed(timeout)
 
     def cleanup(self, request_id, from_stage=None, to_stage=None):
-        """Drop what this side put for a request: the key request_id itself and the request's
-        chunk keys, "{request_id}_{stage}_{n}" (vLLM-Omni's chunk adapter). Returns True if
-        anything was dropped."""
+        """Drop what this side put under the key request_id and the request's chunk keys
+        "{request_id}_{stage}_{n}" (vLLM-Omni's chunk adapter). An argument shaped like a chunk
+        key itself drops that key alone: vLLM-Omni's callers clean up the exact key they put
+        (its SHM connector unlinks that key only), and cleanup("rid_0_0") must not take the
+        rank-aware KV key "rid_0_0_1_0" with it. Returns True if anything was dropped."""
         if self._conn is None:
             return False
         rid = str(request_id)
-        chunk = re.compile(re.escape(rid) + r"_-?\d+_\d+\Z")
         edge = (str(from_stage), str(to_stage)) if from_stage is not None and to_stage is not None else None
+        if _CHUNK_SUFFIX.search(rid):
+            return self._drop(lambda k: k == rid, edge, rid if edge else None) > 0
+        chunk = re.compile(re.escape(rid) + _CHUNK_SUFFIX.pattern)
         return self._drop(lambda k: k == rid or chunk.match(k) is not None, edge) > 0
 
     def health(self):

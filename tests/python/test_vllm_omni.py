@@ -457,3 +457,22 @@ def test_vllm_omnis_serializer_is_applied_with_its_post_processing(channel, monk
         ok, _, md = c.put("0", "1", "k", {"x": torch.zeros(2), "n": 1})
         got, _ = c.get("0", "1", "k", md)
         assert got["x"] == ["float32", [2], 1]
+
+
+def test_cleanup_of_a_chunk_key_drops_that_key_alone(channel):
+    """vLLM-Omni's callers clean up the exact key they put (its SHM connector unlinks that key
+    only). A request id still drops the request's chunk keys, but a chunk key never takes the
+    keys that extend it: the rank-aware KV key "{rid}_{stage}_{chunk}_{from}_{to}" extends the
+    chunk key "{rid}_{stage}_{chunk}"."""
+    with OmniconnConnector({"protocol": "shm", "channel": channel}) as c:
+        for k in ("r_0_0", "r_0_0_1_0", "r_0_0_0_0"):
+            assert c.put("0", "1", k, b"v" * 100)[0]
+        assert c.cleanup("r_0_0") is True
+        left = sorted(k for _, _, k in c._conn.list())
+        assert left == ["r_0_0_0_0", "r_0_0_1_0"]
+        assert c.cleanup("r_0_0") is False                   # gone already: nothing else goes
+        assert sorted(k for _, _, k in c._conn.list()) == left
+        for n in range(3):
+            assert c.put("0", "1", "abort-7_0_%d" % n, b"a")[0]
+        assert c.cleanup("abort-7") is True                  # a request id: its chunk keys
+        assert sorted(k for _, _, k in c._conn.list()) == left
