@@ -295,8 +295,9 @@ class OmniconnConnector(_Base):
                         or RDMA (default 1000); a miss without metadata waits at most poll_ms
       poll_ms           (default 1)
       fanout            readers per put (default 1)
-      supports_raw_data raw payloads come back as zero-copy RawBuffers (default true); false:
-                        as the type that was put (bytes, numpy array, torch tensor), one copy
+      supports_raw_data raw payloads come back as zero-copy RawBuffers (default true, false on an
+                        edge with thinker_talker_handoff: true); false: as the type that was put
+                        (bytes, numpy array, torch tensor), one copy
       copy_on_get       objects' tensors come back as copies instead of zero-copy views
                         (default false; a view holds its payload's pool space until it goes)
       restore_types     rebuild dataclasses and Structs as their classes where the receiving
@@ -324,7 +325,9 @@ class OmniconnConnector(_Base):
         except (TypeError, ValueError):
             self.stage_id = extra.get("stage_id", -1)
         self.role = str(extra.get("role", "dual")).lower()
-        self.supports_raw_data = bool(extra.get("supports_raw_data", True))
+        # an edge that opts into vLLM-Omni's Thinker-to-Talker handoff (MiniCPM-o) gets back from
+        # get() the tensor that was put: the handoff checks isinstance(result, torch.Tensor)
+        self.supports_raw_data = bool(extra.get("supports_raw_data", not extra.get("thinker_talker_handoff")))
         self.copy_on_get = bool(extra.get("copy_on_get", False))
         self.restore_types = bool(extra.get("restore_types", False))
         self.fanout = int(extra.get("fanout", 1))

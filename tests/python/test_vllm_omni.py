@@ -476,3 +476,31 @@ def test_cleanup_of_a_chunk_key_drops_that_key_alone(channel):
             assert c.put("0", "1", "abort-7_0_%d" % n, b"a")[0]
         assert c.cleanup("abort-7") is True                  # a request id: its chunk keys
         assert sorted(k for _, _, k in c._conn.list()) == left
+
+
+@pytest.mark.parametrize("protocol", ["shm", "tcp"])
+def test_the_thinker_to_talker_handoff_gets_back_a_tensor(channel, protocol):
+    """vLLM-Omni's MiniCPM-o Thinker-to-Talker handoff, replayed: an edge whose extra says
+    thinker_talker_handoff: true; the orchestrator puts a CPU tensor under a key of its own and
+    sends {key, metadata} along (msgpack); the Talker gets it and requires a torch.Tensor; the
+    producer cleans up by exact key."""
+    extra = {"thinker_talker_handoff": True, "thinker_talker_handoff_ttl_s": 600}
+    if protocol == "shm":
+        extra.update(protocol="shm", channel=channel)
+        producer, consumer = OmniconnConnector(dict(extra)), OmniconnConnector(dict(extra))
+    else:
+        producer = OmniconnConnector(dict(extra, protocol="tcp", role="sender", host="127.0.0.1"))
+        consumer = OmniconnConnector(dict(extra, protocol="tcp", role="receiver"))
+    with producer, consumer:
+        hidden = torch.rand(37, 64)
+        key = "mcpo45_handoff_req-1_0"
+        ok, _, md = producer.put("0", "1", key, hidden.detach().cpu().contiguous())
+        marker = msgpack.unpackb(msgpack.packb({"key": key, "metadata": md}), raw=False)
+        result = consumer.get("0", "1", marker["key"], marker["metadata"])
+        assert result is not None
+        tensor = result[0] if isinstance(result, tuple) else result
+        assert isinstance(tensor, torch.Tensor) and torch.equal(tensor, hidden)
+        ok, _, md = producer.put("0", "1", "mcpo45_handoff_req-1_1", hidden)
+        assert producer.cleanup("mcpo45_handoff_req-1_1") is True
+        assert consumer.get("0", "1", "mcpo45_handoff_req-1_1", md) is None
+        assert OmniconnConnector(dict(extra, protocol="local", supports_raw_data=True)).supports_raw_data
