@@ -15,7 +15,8 @@ What is replaced, and nothing else:
     whole engine and every other connector;
   - third-party modules missing on Debian get small stand-ins: vllm.logger (a standard logger),
     vllm.v1.serial_utils (MsgpackEncoder/Decoder on python3-msgpack, tensors as
-    (dtype, shape, bytes), the form vLLM-Omni's OmniSerializer post-processes) and msgspec
+    (dtype, shape, bytes), the form vLLM-Omni's OmniSerializer post-processes; dataclasses as a map
+    of their fields, as msgspec encodes them) and msgspec
     (msgspec.msgpack.encode/decode of the connector's dataclasses, on python3-msgpack);
   - Debian 12's torch (1.13, CPU-only) lacks Tensor.nbytes (torch >= 2.1; added as numel *
     element_size) and raises in Tensor.pin_memory() (without CUDA it returns the tensor itself:
