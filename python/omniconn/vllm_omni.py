@@ -723,7 +723,7 @@ class OmniconnConnector(_Base):
         rid = str(request_id)
         edge = (str(from_stage), str(to_stage)) if from_stage is not None and to_stage is not None else None
         if _CHUNK_SUFFIX.search(rid):
-            return self._drop(lambda k: k == rid, edge, rid if edge else None) > 0
+            return self._drop(lambda k: k == rid, edge) > 0
         chunk = re.compile(re.escape(rid) + _CHUNK_SUFFIX.pattern)
         return self._drop(lambda k: k == rid or chunk.match(k) is not None, edge) > 0
 
