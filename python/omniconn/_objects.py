@@ -68,6 +68,42 @@ def _is_struct(cls):
     return hasattr(cls, "__struct_fields__") and hasattr(cls, "__struct_config__")
 
 
+# defaults omit_defaults compares by value; any other default (an object, a tensor) only by identity
+_PLAIN_DEFAULTS = (bool, int, float, str, bytes, tuple, list, dict, set, frozenset)
+
+
+def _is_default(value, default):
+    factory = getattr(default, "factory", None)     # msgspec's field(default_factory=...)
+    if callable(factory):
+        default = factory()
+    if value is default:
+        return True
+    if type(value) is not type(default) or not isinstance(default, _PLAIN_DEFAULTS):
+        return False
+    try:
+        return bool(value == default)
+    except Exception:       # a container holding tensors: not a default
+        return False
+
+
+def _struct_values(obj, cls):
+    """(name, value) of the Struct's fields as msgspec encodes them: a Struct declared with
+    omit_defaults leaves out the fields that hold their default (vLLM-Omni's payload Structs
+    do, and its receivers test for absent keys, e.g. payload.get("codes", {}))."""
+    names = cls.__struct_fields__
+    pairs = [(n, getattr(obj, n)) for n in names]
+    if not getattr(cls.__struct_config__, "omit_defaults", False):
+        return pairs
+    defaults = tuple(getattr(cls, "__struct_defaults__", ()) or ())
+    first = len(names) - len(defaults)
+    keep = [i < first or not _is_default(v, defaults[i - first]) for i, (_, v) in enumerate(pairs)]
+    if getattr(cls.__struct_config__, "array_like", False):
+        while keep and not keep[-1]:        # an array drops only its trailing defaults
+            keep.pop()
+        return pairs[:len(keep)]
+    return [pv for pv, k in zip(pairs, keep) if k]
+
+
 class Encoder:
     """Pack one object: .pack(obj) -> tree bytes; .oob the out-of-band values, in reference
     order. One per thread (encoder()): msgpack's packer allocates a 1 MiB buffer when made, so
@@ -150,12 +186,10 @@ class Encoder:
             fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
             return msgpack.ExtType(_EXT_OBJ, self._sub([_typename(cls), _OBJ_DATACLASS, fields]))
         if _is_struct(cls):
-            names = cls.__struct_fields__
+            pairs = _struct_values(obj, cls)
             if getattr(cls.__struct_config__, "array_like", False):
-                return msgpack.ExtType(_EXT_OBJ, self._sub([_typename(cls), _OBJ_STRUCT_ARRAY,
-                                                            [getattr(obj, n) for n in names]]))
-            return msgpack.ExtType(_EXT_OBJ, self._sub([_typename(cls), _OBJ_STRUCT,
-                                                        {n: getattr(obj, n) for n in names}]))
+                return msgpack.ExtType(_EXT_OBJ, self._sub([_typename(cls), _OBJ_STRUCT_ARRAY, [v for _, v in pairs]]))
+            return msgpack.ExtType(_EXT_OBJ, self._sub([_typename(cls), _OBJ_STRUCT, dict(pairs)]))
         if np is not None and isinstance(obj, np.generic):
             return obj.item()
         raise TypeError("omniconn: cannot send a %s (pickle is never used): send dicts, lists, tuples, numbers, "

@@ -15,6 +15,7 @@ What crosses a process (nothing is ever pickled):
     get returns the object with zero-copy views of the tensors (copy_on_get: one copy each).
 """
 import atexit
+import inspect
 import logging
 import os
 import re
@@ -110,11 +111,33 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_sweep_after_fork)
 
 
+class _VllmSerde:
+    """vLLM-Omni's serializer (the one its SharedMemoryConnector uses), applied as its own
+    OmniSerde.deserialize applies it: a generic decode leaves tensors (and PIL images) in their
+    encoded form, [dtype, shape, bytes or buffer index], and its post-processing turns them back
+    (over the received buffers: zero-copy views)."""
+
+    def __init__(self, module):
+        self._serde = module.OmniSerde()
+        self.encoder = self._serde.encoder
+        self._decoder = self._serde.decoder
+        self._post = getattr(module, "_post_process_decoded", None)    # older releases: none
+
+    def encode(self, obj):
+        return self.encoder.encode(obj)
+
+    def decode(self, parts):
+        obj = self._decoder.decode(parts if len(parts) > 1 else parts[0])
+        if self._post is not None:
+            obj = self._post(obj, parts if len(parts) > 1 else None)
+        return obj
+
+
 def _vllm_serde():
-    """vLLM-Omni's serializer (the one its SharedMemoryConnector uses), or None."""
+    """vLLM-Omni's serializer, or None when vLLM-Omni (or vLLM under it) is not importable."""
     try:
-        from vllm_omni.distributed.omni_connectors.utils.serialization import OmniSerde
-        return OmniSerde()
+        from vllm_omni.distributed.omni_connectors.utils import serialization
+        return _VllmSerde(serialization)
     except Exception:
         return None
 
@@ -212,6 +235,33 @@ def _merged_config(config):
     return cfg
 
 
+# the (host, port) key pairs a partial metadata dict may name its sender by: ours (a put's own
+# metadata, cut down), vLLM-Omni's model runner's (built from a stage's sender_info) and a
+# sender_info dict itself
+_SENDER_HINTS = (("host", "port"), ("source_host", "source_port"), ("host", "zmq_port"))
+
+
+def _sender_hint(metadata, get_key):
+    """(host, port) of the sender a metadata dict without a payload handle names, or None."""
+    for h, p in _SENDER_HINTS:
+        host, port = metadata.get(h), metadata.get(p)
+        if host and port:
+            try:
+                port = int(port)
+            except (TypeError, ValueError):
+                port = -1
+            if 0 < port < 65536:
+                return str(host), port
+            log.warning("OmniconnConnector get %s: metadata %s=%r is not a port; asking the configured "
+                        "sender instead", get_key, p, metadata.get(p))
+            return None
+    return None
+
+
+# what vLLM-Omni's chunk keys append to a request id: "_{stage}_{chunk}"
+_CHUNK_SUFFIX = re.compile(r"_-?\d+_\d+\Z")
+
+
 # ---- the connector -----------------------------------------------------------------------------------
 class OmniconnConnector(_Base):
     """vLLM-Omni's connector contract over omniconn.
@@ -245,8 +295,9 @@ class OmniconnConnector(_Base):
                         or RDMA (default 1000); a miss without metadata waits at most poll_ms
       poll_ms           (default 1)
       fanout            readers per put (default 1)
-      supports_raw_data raw payloads come back as zero-copy RawBuffers (default true); false:
-                        as the type that was put (bytes, numpy array, torch tensor), one copy
+      supports_raw_data raw payloads come back as zero-copy RawBuffers (default true, false on an
+                        edge with thinker_talker_handoff: true); false: as the type that was put
+                        (bytes, numpy array, torch tensor), one copy
       copy_on_get       objects' tensors come back as copies instead of zero-copy views
                         (default false; a view holds its payload's pool space until it goes)
       restore_types     rebuild dataclasses and Structs as their classes where the receiving
@@ -274,7 +325,9 @@ class OmniconnConnector(_Base):
         except (TypeError, ValueError):
             self.stage_id = extra.get("stage_id", -1)
         self.role = str(extra.get("role", "dual")).lower()
-        self.supports_raw_data = bool(extra.get("supports_raw_data", True))
+        # an edge that opts into vLLM-Omni's Thinker-to-Talker handoff (MiniCPM-o) gets back from
+        # get() the tensor that was put: the handoff checks isinstance(result, torch.Tensor)
+        self.supports_raw_data = bool(extra.get("supports_raw_data", not extra.get("thinker_talker_handoff")))
         self.copy_on_get = bool(extra.get("copy_on_get", False))
         self.restore_types = bool(extra.get("restore_types", False))
         self.fanout = int(extra.get("fanout", 1))
@@ -387,7 +440,7 @@ class OmniconnConnector(_Base):
     # -- put
     def _put_object(self, conn, from_stage, to_stage, put_key, data):
         if self._serde is not None:
-            bufs = self._serde.encoder.encode(data)
+            bufs = self._serde.encode(data)
             items = {_SEG_VLLM: bufs[0]}
             for i, b in enumerate(bufs[1:]):
                 items[str(i)] = b
@@ -473,7 +526,7 @@ class OmniconnConnector(_Base):
                                     log="the sender used vLLM-Omni's serializer, which cannot be imported here")
             view = buf.view
             parts = [view[s[4]:s[4] + s[5]] for s in segs]
-            obj = self._serde.decoder.decode(parts if len(parts) > 1 else parts[0])
+            obj = self._serde.decode(parts)
             del view, parts
             buf.release(strict=False)
             return obj, size
@@ -532,8 +585,10 @@ class OmniconnConnector(_Base):
             metadata = self._unwrap(metadata, get_key)
             if isinstance(metadata, dict):
                 meta = metadata.get("omc")
-                if meta is None and metadata.get("host") and metadata.get("port") and self._remote:
-                    sender = self._sender_for(metadata["host"], int(metadata["port"]))
+                if meta is None and self._remote:
+                    hint = _sender_hint(metadata, get_key)
+                    if hint is not None:
+                        sender = self._sender_for(*hint)
             elif isinstance(metadata, (bytes, bytearray)):
                 meta = bytes(metadata)
         if meta is None and poll and self._remote:
@@ -570,7 +625,8 @@ class OmniconnConnector(_Base):
 
     def get(self, from_stage, to_stage, get_key, metadata=None):
         """Non-blocking: (object, size) if the payload is there, else None. metadata: the dict put
-        returned, that dict wrapped as {get_key: dict}, a partial one (host/port only) or None."""
+        returned, that dict wrapped as {get_key: dict}, a partial one naming only the sender ({host,
+        port}, {source_host, source_port} or a sender_info {host, zmq_port}) or None."""
         if self._remote:
             # a remote payload needs a round trip: announced by metadata it is worth waiting for,
             # otherwise ask briefly
@@ -657,14 +713,18 @@ class OmniconnConnector(_Base):
         return self._c().wait_consumed(timeout)
 
     def cleanup(self, request_id, from_stage=None, to_stage=None):
-        """Drop what this side put for a request: the key request_id itself and the request's
-        chunk keys, "{request_id}_{stage}_{n}" (vLLM-Omni's chunk adapter). Returns True if
-        anything was dropped."""
+        """Drop what this side put under the key request_id and the request's chunk keys
+        "{request_id}_{stage}_{n}" (vLLM-Omni's chunk adapter). An argument shaped like a chunk
+        key itself drops that key alone: vLLM-Omni's callers clean up the exact key they put
+        (its SHM connector unlinks that key only), and cleanup("rid_0_0") must not take the
+        rank-aware KV key "rid_0_0_1_0" with it. Returns True if anything was dropped."""
         if self._conn is None:
             return False
         rid = str(request_id)
-        chunk = re.compile(re.escape(rid) + r"_-?\d+_\d+\Z")
         edge = (str(from_stage), str(to_stage)) if from_stage is not None and to_stage is not None else None
+        if _CHUNK_SUFFIX.search(rid):
+            return self._drop(lambda k: k == rid, edge) > 0
+        chunk = re.compile(re.escape(rid) + _CHUNK_SUFFIX.pattern)
         return self._drop(lambda k: k == rid or chunk.match(k) is not None, edge) > 0
 
     def health(self):
@@ -690,19 +750,32 @@ class OmniconnConnector(_Base):
 
     def _sender_for(self, host, port, rank=None):
         name = "%s:%d" % (host, port) if rank is None else "rank%s" % rank
-        if self._senders.get(name) != (host, port):
-            if name in self._senders:
-                self._c().remove_sender(name)
-            self._c().add_sender(name, host, port, self._server_key_for())
-            self._senders[name] = (host, port)
+        if self._senders.get(name) == (host, port):
+            return name
+        if name in self._senders:       # the name moves to another endpoint
+            self._c().remove_sender(name)
+            del self._senders[name]
+        for other, endpoint in self._senders.items():
+            if endpoint == (host, port):    # the library keeps one name per endpoint: use it
+                return other
+        self._c().add_sender(name, host, port, self._server_key_for())
+        self._senders[name] = (host, port)
         return name
 
     def _server_key_for(self):
         path = self.config.get("curve_server_public_key_file") or self.config.get("curve_server_key_file")
         return _core.read_key(path) if path else None
 
-    def update_sender_info(self, host, port, rank=None):
-        """Receiver: (re)point metadata-less gets at the sender at host:port (per rank if given)."""
+    def update_sender_info(self, host=None, port=None, rank=None, *, sender_host=None, sender_zmq_port=None,
+                           sender_rank=None):
+        """Receiver: (re)point metadata-less gets at the sender at host:port (per rank if given).
+        The keywords of vLLM-Omni's transfer-engine connectors (sender_host, sender_zmq_port,
+        sender_rank) are taken too."""
+        host = sender_host if host is None else host
+        port = sender_zmq_port if port is None else port
+        rank = sender_rank if rank is None else rank
+        if host is None or port is None:
+            raise TypeError("update_sender_info needs a host and a port")
         if not self._remote:
             return
         self.sender_host, self.sender_port = host, int(port)
@@ -736,7 +809,15 @@ def _register():
         from vllm_omni.distributed.omni_connectors.factory import OmniConnectorFactory
     except Exception:
         return False
-    if "OmniconnConnector" not in OmniConnectorFactory.list_registered_connectors():
+    if "OmniconnConnector" in OmniConnectorFactory.list_registered_connectors():
+        return True
+    try:    # newer factories merge a stage's inbound and outbound edge into one "dual" connector
+        supports_dual = "supports_dual" in inspect.signature(OmniConnectorFactory.register_connector).parameters
+    except (TypeError, ValueError):
+        supports_dual = False
+    if supports_dual:
+        OmniConnectorFactory.register_connector("OmniconnConnector", OmniconnConnector, supports_dual=True)
+    else:
         OmniConnectorFactory.register_connector("OmniconnConnector", OmniconnConnector)
     return True
 

@@ -15,7 +15,8 @@ What is replaced, and nothing else:
     whole engine and every other connector;
   - third-party modules missing on Debian get small stand-ins: vllm.logger (a standard logger),
     vllm.v1.serial_utils (MsgpackEncoder/Decoder on python3-msgpack, tensors as
-    (dtype, shape, bytes), the form vLLM-Omni's OmniSerializer post-processes) and msgspec
+    (dtype, shape, bytes), the form vLLM-Omni's OmniSerializer post-processes; dataclasses as a map
+    of their fields, as msgspec encodes them) and msgspec
     (msgspec.msgpack.encode/decode of the connector's dataclasses, on python3-msgpack);
   - Debian 12's torch (1.13, CPU-only) lacks Tensor.nbytes (torch >= 2.1; added as numel *
     element_size) and raises in Tensor.pin_memory() (without CUDA it returns the tensor itself:
@@ -76,6 +77,8 @@ def _standin_vllm():
             if isinstance(obj, torch.Tensor):
                 t = obj.contiguous().cpu()
                 return (str(t.dtype).replace("torch.", ""), list(t.shape), t.view(torch.uint8).numpy().tobytes())
+            if dataclasses.is_dataclass(obj) and not isinstance(obj, type):     # msgspec: a map of the fields
+                return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
             raise TypeError("stand-in MsgpackEncoder cannot encode %r" % type(obj))
 
     class MsgpackDecoder:
