@@ -417,26 +417,32 @@ static void* alloc_thread(void* p) {
     return NULL;
 }
 
+/* The owner's segment header, read-only, as another process would map it: the tests below watch
+   its words (release_seq at offset 320, the owner's "may sleep" word at 324). NULL on failure. */
+static volatile uint32_t* map_header(omc_conn* s) {
+    char path[OMC_SHM_PATH_MAX];
+    void* m;
+    int fd;
+    if (omc_shm_segment_path(s, path, sizeof(path)) != OMC_OK || (fd = open(path, O_RDONLY)) < 0) return NULL;
+    m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    return m == MAP_FAILED ? NULL : (volatile uint32_t*)m;
+}
+
 OMC_TEST(shm_alloc_waits_for_a_release_by_a_receiver) {
     char ch[32];
-    char path[OMC_SHM_PATH_MAX];
     omc_conn *s, *r;
     omc_buffer b;
     pthread_t th;
     alloc_arg a;
     volatile uint32_t* hdr;
     omc_time_ns end, released;
-    int fd;
     unique_channel(ch, sizeof(ch));
     s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
     r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
     REQUIRE(s && r);
-    CHECK_OK(omc_shm_segment_path(s, path, sizeof(path)));
-    fd = open(path, O_RDONLY);
-    REQUIRE(fd >= 0);
-    hdr = (volatile uint32_t*)mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    REQUIRE(hdr != MAP_FAILED);
+    hdr = map_header(s);
+    REQUIRE(hdr);
     CHECK_OK(put_pattern(s, "k", 600000, 3, 1, NULL));
     CHECK_OK(omc_conn_get(r, "a", "b", "k", NULL, 0, omc_deadline_after_ms(1000), &b));
     CHECK_RES(omc_conn_alloc(s, 600000, omc_deadline_after_ms(50), &a.b), OMC_ERR_TIMEOUT);
@@ -472,7 +478,7 @@ OMC_TEST(shm_alloc_waits_for_a_release_by_a_receiver) {
    320) is written only by a release that finds the owner asleep waiting for space, which it
    wakes. Watched through a mapping of the segment's header. */
 OMC_TEST(shm_release_touches_release_seq_only_to_wake_a_sleeping_owner) {
-    char ch[32], path[OMC_SHM_PATH_MAX];
+    char ch[32];
     omc_conn *s, *r;
     omc_buffer b;
     pthread_t th;
@@ -480,17 +486,12 @@ OMC_TEST(shm_release_touches_release_seq_only_to_wake_a_sleeping_owner) {
     volatile uint32_t* hdr;
     omc_time_ns end;
     uint32_t rel0;
-    int fd;
     unique_channel(ch, sizeof(ch));
     s = make_shm(ch, OMC_ROLE_SENDER, 1u << 20);
     r = make_shm(ch, OMC_ROLE_RECEIVER, 0);
     REQUIRE(s && r);
-    CHECK_OK(omc_shm_segment_path(s, path, sizeof(path)));
-    fd = open(path, O_RDONLY);
-    REQUIRE(fd >= 0);
-    hdr = (volatile uint32_t*)mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    REQUIRE(hdr != MAP_FAILED);
+    hdr = map_header(s);
+    REQUIRE(hdr);
     CHECK_OK(put_pattern(s, "k1", 600000, 3, 1, NULL));
     CHECK_OK(omc_conn_get(r, "a", "b", "k1", NULL, 0, omc_deadline_after_ms(1000), &b));
     CHECK_OK(omc_buffer_release(&b));
