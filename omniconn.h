@@ -39,17 +39,17 @@
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4590 - 10958
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4590 - 10966
       manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4590 - 5004
                       B3 CONFIGURATION | B4 WIRE FORMATS
       declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  5007 - 5195
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5197 - 10955
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5197 - 10963
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10961 - 10996
+    LICENSE                                                                        10969 - 11004
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -8507,10 +8507,18 @@ OMC__PRIVATE void omc__net_complete(omc__net* N, int reply) {
     }
 }
 
+OMC__PRIVATE void omc__net_drain_router_monitor(omc__net* N);
+
 OMC__PRIVATE void omc__net_on_hello(omc__net* N, const uint8_t* rid, uint32_t rid_len, const omc__wire* in) {
     uint8_t recs[2048], val[1024];
     uint32_t rlen = 0, count = 0, i;
     omc__wire m;
+    /* A ticket is bound to the descriptor of the session's connection, and libzmq reuses the
+       descriptor of a connection that went for the next one it accepts. It says "went" on the
+       monitor before it closes the descriptor, so by the time a HELLO arrives on a reused one that
+       word is already queued: hear it now, or it would come after the binding below and end the
+       new session's ticket instead of the old one's. */
+    if (N->router_mon) omc__net_drain_router_monitor(N);
     for (i = 0; i < N->nplanes; i++) {
         const omc__dataplane* p = &N->planes[i];
         uint32_t theirs_len = 0, vlen = 0;
