@@ -9054,10 +9054,10 @@ OMC__PRIVATE const char* omc__net_hs_words(uint16_t event, uint32_t value, int c
     return "the handshake failed";
 }
 
-/* The monitor of the ROUTER: count failed handshakes. The listener drains it on every wake-up
-   (at least every 100 ms), which matters: libzmq sends monitor events with a blocking send, so
-   a monitor nobody reads would eventually stall the I/O thread. Only failure events are
-   subscribed, so the queue stays short even under a flood of bad connections. */
+/* The monitor of the ROUTER: failed handshakes, and ends of sessions. Drained on every wake-up
+   and before every HELLO is answered (omc__net_on_hello), which matters: libzmq sends monitor
+   events with a blocking send, so a monitor nobody reads would stall the I/O thread. Only
+   failures and disconnects are subscribed: the queue stays short under a flood of bad clients. */
 OMC__PRIVATE void omc__net_drain_router_monitor(omc__net* N) {
     for (;;) {
         uint8_t ev[6];
@@ -9232,8 +9232,8 @@ static void* omc__net_listener_main(void* arg) {
         omc__net_complete(N, 1);
         /* a send on a ZMQ socket can swallow its edge: a quiet tick looks at them all anyway */
         for (i = 1; i < nz; i++)
-            /* (the ROUTER's monitor always, before the ROUTER: a session's end comes before a
-               new connection that reuses its descriptor says HELLO) */
+            /* (the ROUTER's monitor always, before the ROUTER; a HELLO drains it again itself,
+               since a session's end may be queued after this pass and before that HELLO) */
             if ((N->items[1 + i].revents || rc == 0 || zs[i] == N->router_mon) && omc__zmq_readable(zs[i])) {
                 if (zs[i] == N->router_mon) omc__net_drain_router_monitor(N);
                 else omc__net_serve_zap(N);
