@@ -3018,6 +3018,16 @@ typedef struct omc__conn_vtable {
     const char* desc_name;
 } omc__conn_vtable;
 
+/* One get of a batch handed to a connector's get_batch: checked as a get is (key qualified,
+   metadata parsed and matched); the connector fills out and result. */
+typedef struct omc__batch_get {
+    const char* qkey;
+    uint32_t qlen;
+    const omc_meta_info* meta;          /* never NULL: metadata-less gets are not batched */
+    omc_buffer* out;
+    omc_result result;                  /* the connector sets it for every item */
+} omc__batch_get;
+
 struct omc_conn {
     const omc__conn_vtable* vt;
     void* impl;
@@ -3043,6 +3053,11 @@ struct omc_conn {
     /* hint (optional): for a failed call's log line, what the transport knows about where it
        failed (a remote connector: the peer's name, host and port) */
     void (*hint)(omc_conn* c, omc_result r, char* out, size_t n);
+    /* get_batch (optional): the gets of a batch that carry metadata, at once, with one deadline,
+       so that the transport may overlap them (the remote connector pipelines the requests to
+       one sender on one data connection). It sets every item's out and result as get would.
+       NULL: the core runs get once per item. */
+    void (*get_batch)(omc_conn* c, omc__batch_get* g, uint32_t n, omc_time_ns deadline);
 
     uint64_t puts, gets, releases, bytes_put, bytes_got, errors, timeouts, ttl_reclaims;   /* atomic */
     pthread_mutex_t err_mu;
@@ -3377,30 +3392,27 @@ OMNICONN_API omc_result omc_conn_put(omc_conn* c, const char* from, const char* 
 }
 
 /* Shared by get and get_copy: validate metadata against the key and the transport. */
-OMC__PRIVATE omc_result omc__conn_get(omc_conn* c, const char* from, const char* to, const char* key, const void* meta,
-                                      size_t meta_size, omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
-    char qkey[OMC_KEY_MAX];
-    uint32_t qlen = 0;
-    omc_meta_info info;
-    omc_result r;
-    memset(out, 0, sizeof(*out));
-    r = omc__conn_enter(c, OMC_ROLE_RECEIVER, from, to, key, qkey, &qlen);
+/* A get's opening, before the transport is asked: closed?, role, the qualified key, and the
+   metadata (parsed into *info; NULL meta = a metadata-less get). A refusal is counted and logged. */
+OMC__PRIVATE omc_result omc__conn_get_check(omc_conn* c, const char* from, const char* to, const char* key, const void* meta,
+                                            size_t meta_size, char qkey[OMC_KEY_MAX], uint32_t* qlen, omc_meta_info* info) {
+    omc_result r = omc__conn_enter(c, OMC_ROLE_RECEIVER, from, to, key, qkey, qlen);
     if (r != OMC_OK) { if (r != OMC_ERR_CLOSED) omc__add(&c->errors, 1u); return r; }
     if (meta) {
         char hint[1024];
         hint[0] = '\0';
-        r = omc_meta_parse(meta, meta_size, &info);
-        if (r == OMC_OK && info.transport != c->vt->transport) {
+        r = omc_meta_parse(meta, meta_size, info);
+        if (r == OMC_OK && info->transport != c->vt->transport) {
             r = OMC_ERR_TYPE;
             snprintf(hint, sizeof(hint), "the metadata was written by a %s connector and this receiver is a %s one: "
-                     "get it with a connector of the transport that put it", omc__transport_text(info.transport),
+                     "get it with a connector of the transport that put it", omc__transport_text(info->transport),
                      omc__transport_text(c->vt->transport));
         }
-        if (r == OMC_OK && (info.key_len != qlen || memcmp(info.key, qkey, qlen) != 0)) {
+        if (r == OMC_OK && (info->key_len != *qlen || memcmp(info->key, qkey, *qlen) != 0)) {
             char theirs[OMC_KEY_MAX], ours[OMC_KEY_MAX];
             r = OMC_ERR_INVALID_ARG;
-            omc__key_printable(info.key, info.key_len, theirs);
-            omc__key_printable(qkey, qlen, ours);
+            omc__key_printable(info->key, info->key_len, theirs);
+            omc__key_printable(qkey, *qlen, ours);
             snprintf(hint, sizeof(hint), "the metadata is for key %s, not %s: pass the metadata that put() returned "
                      "for this key (or NULL to look the key up)", theirs, ours);
         }
@@ -3410,21 +3422,27 @@ OMC__PRIVATE omc_result omc__conn_get(omc_conn* c, const char* from, const char*
             omc__add(&c->errors, 1u);
             {
                 char ours[OMC_KEY_MAX];
-                omc__key_printable(qkey, qlen, ours);
+                omc__key_printable(qkey, *qlen, ours);
                 omc__conn_fail_item(c, r, OMC_LOGITEM_META_MALFORMED, __FILE__, __LINE__, "get %s: metadata refused: %s; %s", ours,
                                     omc_result_str(r), hint);
             }
             return r;
         }
     }
-    r = c->vt->get(c, qkey, qlen, meta ? &info : NULL, deadline, max_size, out);
+    return OMC_OK;
+}
+
+/* A get's close, after the transport answered r: count it, and for a failure log it with a
+   hint and leave out empty but for the size a TOO_LARGE reports. */
+OMC__PRIVATE omc_result omc__conn_get_done(omc_conn* c, omc_result r, const char* qkey, uint32_t qlen, const omc_meta_info* info,
+                                           uint64_t max_size, omc_buffer* out) {
     if (r != OMC_OK) {
         uint64_t need = out->size;
         /* TOO_LARGE with max_size is get_copy asking how much room it needs: no error; without
            it, the payload does not fit this receiver at all */
         if ((r != OMC_ERR_TOO_LARGE || max_size == 0) && r != OMC_ERR_CLOSED) {   /* closed under it: not an error of the get */
             char hint[1024];
-            omc__conn_hint(c, r, 0, NULL, need ? need : (meta ? info.data_size : 0), meta != NULL, hint, sizeof(hint));
+            omc__conn_hint(c, r, 0, NULL, need ? need : (info ? info->data_size : 0), info != NULL, hint, sizeof(hint));
             omc__conn_count_error_hint(c, r, "get", qkey, qlen, hint);
         }
         memset(out, 0, sizeof(*out));
@@ -3434,6 +3452,19 @@ OMC__PRIVATE omc_result omc__conn_get(omc_conn* c, const char* from, const char*
     omc__add(&c->gets, 1u);
     omc__add(&c->bytes_got, out->size);
     return OMC_OK;
+}
+
+OMC__PRIVATE omc_result omc__conn_get(omc_conn* c, const char* from, const char* to, const char* key, const void* meta,
+                                      size_t meta_size, omc_time_ns deadline, uint64_t max_size, omc_buffer* out) {
+    char qkey[OMC_KEY_MAX];
+    uint32_t qlen = 0;
+    omc_meta_info info;
+    omc_result r;
+    memset(out, 0, sizeof(*out));
+    r = omc__conn_get_check(c, from, to, key, meta, meta_size, qkey, &qlen, &info);
+    if (r != OMC_OK) return r;
+    r = c->vt->get(c, qkey, qlen, meta ? &info : NULL, deadline, max_size, out);
+    return omc__conn_get_done(c, r, qkey, qlen, meta ? &info : NULL, max_size, out);
 }
 
 static omc_result omc__conn_get_in(omc_conn* c, const char* from, const char* to, const char* key, const void* meta, size_t meta_size, omc_time_ns deadline, omc_buffer* out) {
@@ -3670,9 +3701,69 @@ OMNICONN_API omc_result omc_conn_put_batch(omc_conn* c, const char* from, const 
     return omc__batch(c, from, to, items, count, deadline, omc__put_item);
 }
 
+/* What a batch keeps per item while the connector's get_batch runs. */
+typedef struct omc__batch_slot {
+    char qkey[OMC_KEY_MAX];
+    omc_meta_info info;
+    uint32_t at;                        /* the item's index in the caller's array */
+} omc__batch_slot;
+
+/* A batch of gets on a connector with get_batch: every item is checked as a get is, the ones
+   with metadata go to the connector together, the metadata-less ones (which search every
+   sender) then run one at a time. Results and counters are those of the same gets one by one. */
+static omc_result omc__conn_get_batch_in(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
+                                         omc_time_ns deadline) {
+    omc__batch_slot* sl = (omc__batch_slot*)omc__malloc(&c->hooks, sizeof(omc__batch_slot) * count);
+    omc__batch_get* g = (omc__batch_get*)omc__malloc(&c->hooks, sizeof(omc__batch_get) * count);
+    omc_result first = OMC_OK;
+    uint32_t i, n = 0;
+    if (!sl || !g) {                    /* no room to batch: the same gets one at a time */
+        omc__free(&c->hooks, sl);
+        omc__free(&c->hooks, g);
+        for (i = 0; i < count; i++) items[i].result = omc__conn_get_in(c, from, to, items[i].key, items[i].meta.size ? items[i].meta.data : NULL,
+                                                                       items[i].meta.size, deadline, &items[i].buffer);
+    } else {
+        for (i = 0; i < count; i++) {
+            omc_batch_item* it = &items[i];
+            uint32_t qlen = 0;
+            memset(&it->buffer, 0, sizeof(it->buffer));
+            it->result = OMC_OK;
+            if (!it->meta.size) continue;       /* metadata-less: after the batch */
+            it->result = omc__conn_get_check(c, from, to, it->key, it->meta.data, it->meta.size, sl[n].qkey, &qlen, &sl[n].info);
+            if (it->result != OMC_OK) continue;
+            sl[n].at = i;
+            g[n].qkey = sl[n].qkey;
+            g[n].qlen = qlen;
+            g[n].meta = &sl[n].info;
+            g[n].out = &it->buffer;
+            g[n].result = OMC_ERR_INTERNAL;     /* a connector that skipped an item says so */
+            n++;
+        }
+        if (n) c->get_batch(c, g, n, deadline);
+        for (i = 0; i < n; i++)
+            items[sl[i].at].result = omc__conn_get_done(c, g[i].result, g[i].qkey, g[i].qlen, g[i].meta, 0, g[i].out);
+        omc__free(&c->hooks, sl);
+        omc__free(&c->hooks, g);
+        for (i = 0; i < count; i++)
+            if (!items[i].meta.size) items[i].result = omc__conn_get_in(c, from, to, items[i].key, NULL, 0, deadline, &items[i].buffer);
+    }
+    for (i = 0; i < count; i++) if (items[i].result != OMC_OK && first == OMC_OK) first = items[i].result;
+    return first;
+}
+
 OMNICONN_API omc_result omc_conn_get_batch(omc_conn* c, const char* from, const char* to, omc_batch_item* items, uint32_t count,
                                            omc_time_ns deadline) {
-    return omc__batch(c, from, to, items, count, deadline, omc__get_item);
+    omc_result r;
+    uint32_t i;
+    if (!c || (!items && count)) return OMC_ERR_INVALID_ARG;
+    if (!c->get_batch || count < 2) return omc__batch(c, from, to, items, count, deadline, omc__get_item);
+    if ((r = omc__conn_hold(c)) != OMC_OK) {    /* closed: every item says so, as a get would */
+        for (i = 0; i < count; i++) { memset(&items[i].buffer, 0, sizeof(items[i].buffer)); items[i].result = r; }
+        return r;
+    }
+    r = omc__conn_get_batch_in(c, from, to, items, count, deadline);
+    omc__conn_leave_call(c);
+    return r;
 }
 
 static omc_result omc__conn_exists_in(omc_conn* c, const char* from, const char* to, const char* key) {
@@ -5626,6 +5717,10 @@ typedef struct omc__dp_request {
     uint64_t capacity;                  /* PULL: destination bytes; CLAIM: the announced size */
     const char* qkey;                   /* receiver: the qualified key the get asks for; the */
     uint32_t qlen;                      /* plane sends a proof of it, never the key (NULL on a sender) */
+    uint8_t ahead;                      /* receiver, a plane with OMC__DP_FLAG_PIPELINE: 0 = send it and
+                                           read its answer next; OMC__DP_AHEAD_SEND = only send it (the
+                                           answers to the requests before it come first); _READ = it
+                                           was sent ahead: read its answer next, send nothing */
     /* sender side, filled by tx_next_request */
     omc_result status;                  /* not OMC_OK: refuse it with this code */
     void* handle;                       /* the plane's: tx_answer answers on it */
@@ -5655,6 +5750,9 @@ typedef struct omc__dp_peer {
 
 #define OMC__DP_FLAG_TRY_NOW       0x1u     /* tx_try starts a push on the listener without blocking */
 #define OMC__DP_FLAG_SELF_COMPLETE 0x2u     /* the plane itself tells the receiver the read is recorded */
+#define OMC__DP_FLAG_PIPELINE      0x8u     /* rx_request can send requests ahead (omc__dp_request.ahead) */
+#define OMC__DP_AHEAD_SEND 1
+#define OMC__DP_AHEAD_READ 2
 
 typedef struct omc__dp_vtable {
     const char* name;                   /* "tcp", "rdma": for logs */
@@ -6061,6 +6159,7 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_END_MAGIC   0x45434D4Fu    /* "OMCE" */
 #define OMC__TCP_RECEIPT_MAGIC 0x47434D4Fu  /* "OMCG": got every byte ("OMCR" is the RDMA endpoint record's) */
 #define OMC__TCP_RECEIPT_SIZE 8
+#define OMC__TCP_AHEAD_MAX 16           /* requests a receiver holds back behind a PULL's receipt */
 #define OMC__TCP_TRAILER_SIZE 8
 #define OMC__TCP_HELLO_VERSION 4        /* 1 sent no ticket, 2 sent it in clear, 3 requests with a
                                            CRC of the key: all refused now */
@@ -6081,6 +6180,7 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_STATUS_SIZE  24            /* = OMC__TCP_HEADER_SIZE: the receiver reads 24 bytes either way */
 #define OMC__TCP_REQ_PULL  1                /* send the entry's bytes (header, payload, receipt, trailer) */
 #define OMC__TCP_REQ_CLAIM 2                /* the receiver has the bytes (inline metadata): record the read */
+#define OMC__TCP_REQ_OP_AT 4               /* where a request carries its op */
 
 /* HELLO record type 1: u16 port, u16 reserved, host text. host_out gets a terminated copy. */
 OMC__PRIVATE omc_result omc__tcp_record_decode(const uint8_t* v, uint32_t n, uint16_t* port, char* host_out, size_t host_size) {
@@ -6627,6 +6727,11 @@ typedef struct omc__tcp_rx {
     uint8_t hdr[OMC__TCP_HEADER_SIZE];
     uint8_t trl[OMC__TCP_TRAILER_SIZE];
     omc_time_ns deadline;               /* of the transfer in progress */
+    /* requests sent ahead (pipelined): the sender reads the receipt of a PULL right after that
+       PULL, so what is sent ahead of a PULL's receipt waits here and goes with the receipt */
+    int owed;                           /* a PULL went, its receipt (or its refusal) not yet */
+    uint32_t queued;                    /* requests waiting for that receipt */
+    uint8_t queue[OMC__TCP_AHEAD_MAX * OMC__TCP_REQUEST_SIZE];
 } omc__tcp_rx;
 
 /* Sender side: what the plane keeps per push (in the job's OMC__DP_STATE_WORDS). */
@@ -7681,6 +7786,8 @@ OMC__PRIVATE omc_result omc__tcp_rx_prepare(void* user, void* chan, omc__dp_xfer
     if (x->fd < 0) {
         omc_result r = omc__tcp_rx_connect((omc__tcp_plane*)user, x, deadline);
         if (r != OMC_OK) return r;
+        x->owed = 0;
+        x->queued = 0;
     }
     x->hdr_got = 0;
     x->trl_got = 0;
@@ -7707,6 +7814,9 @@ static omc_result omc__tcp_rx_request(void* user, void* chan, omc__dp_xfer* xf, 
     (void)user; (void)xf;
     memset(&q, 0, sizeof(q));
     q.op = dq->op == OMC__DP_REQ_CLAIM ? OMC__TCP_REQ_CLAIM : OMC__TCP_REQ_PULL;
+    /* sent ahead: the stream carries its answer after the ones before it; what the reading
+       side needs is only which kind of answer to expect */
+    if (dq->ahead == OMC__DP_AHEAD_READ) { x->op = q.op; return OMC_OK; }
     q.xfer = dq->xfer;
     q.entry_id = dq->entry_id;
     q.expect_incarnation = dq->expect_incarnation;
@@ -7714,8 +7824,39 @@ static omc_result omc__tcp_rx_request(void* user, void* chan, omc__dp_xfer* xf, 
     q.budget_ms = dq->budget_ms;
     omc__tcp_key_proof(&x->mac, dq->entry_id, dq->qkey ? dq->qkey : "", dq->qkey ? dq->qlen : 0, q.proof);
     omc__tcp_req_encode(b, &q);
-    x->op = q.op;
+    if (dq->ahead != OMC__DP_AHEAD_SEND) x->op = q.op;  /* ahead: the transfer being read keeps its own */
+    if (x->owed) {                      /* behind a PULL whose receipt has not gone: wait for it */
+        if (x->queued >= OMC__TCP_AHEAD_MAX) return OMC_ERR_BUSY;
+        memcpy(x->queue + (size_t)x->queued * OMC__TCP_REQUEST_SIZE, b, sizeof(b));
+        x->queued++;
+        return OMC_OK;
+    }
+    x->owed = q.op == OMC__TCP_REQ_PULL;
     return omc__fd_write_all(x->fd, b, sizeof(b), deadline, NULL);
+}
+
+/* The owed PULL's receipt went (receipt: its 8 bytes, sent here with what follows) or the PULL
+   was refused (receipt NULL): the requests held back go now, up to the next PULL, which is
+   owed in turn. One write for all of it: the sender finds the next request waiting as soon as
+   it has read the receipt. */
+OMC__PRIVATE omc_result omc__tcp_rx_release(omc__tcp_rx* x, const uint8_t* receipt) {
+    uint8_t buf[OMC__TCP_RECEIPT_SIZE + OMC__TCP_AHEAD_MAX * OMC__TCP_REQUEST_SIZE];
+    uint32_t n = 0, len = 0;
+    omc_result r;
+    if (receipt) { memcpy(buf, receipt, OMC__TCP_RECEIPT_SIZE); len = OMC__TCP_RECEIPT_SIZE; }
+    x->owed = 0;
+    while (n < x->queued && !x->owed) {
+        const uint8_t* q = x->queue + (size_t)n * OMC__TCP_REQUEST_SIZE;
+        memcpy(buf + len, q, OMC__TCP_REQUEST_SIZE);
+        len += OMC__TCP_REQUEST_SIZE;
+        x->owed = q[OMC__TCP_REQ_OP_AT] == OMC__TCP_REQ_PULL;
+        n++;
+    }
+    x->queued -= n;
+    if (x->queued) memmove(x->queue, x->queue + (size_t)n * OMC__TCP_REQUEST_SIZE, (size_t)x->queued * OMC__TCP_REQUEST_SIZE);
+    if (!len) return OMC_OK;
+    r = omc__fd_write_all(x->fd, buf, len, x->deadline, NULL);
+    return r == OMC_OK ? OMC_OK : OMC_ERR_CONNECTION;
 }
 
 /* rx_requests: a sender that takes requests (HELLO capability bit 2, checked by the connector)
@@ -7740,7 +7881,7 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
             uint8_t rc[OMC__TCP_RECEIPT_SIZE];
             omc__put_u32(rc, OMC__TCP_RECEIPT_MAGIC);
             omc__put_u32(rc + 4, 0);
-            if (send(x->fd, rc, sizeof(rc), MSG_NOSIGNAL) != (ssize_t)sizeof(rc)) return OMC_ERR_CONNECTION;
+            if (omc__tcp_rx_release(x, rc) != OMC_OK) return OMC_ERR_CONNECTION;
             x->receipt_sent = 1;
         }
         /* once a valid header came, the sender is pushing: wait in recv itself for the rest
@@ -7778,6 +7919,8 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
                 x->refused = 1;
                 xf->refused = 1;
                 xf->detail = x->detail;
+                /* a refused PULL owes no receipt: what waited behind it goes now */
+                if (x->op == OMC__TCP_REQ_PULL && omc__tcp_rx_release(x, NULL) != OMC_OK) return OMC_ERR_CONNECTION;
                 return strcmp(omc_result_name(r), "OMC_ERR_UNKNOWN") == 0 ? OMC_ERR_REMOTE : r;
             }
             if (x->hdr_got == OMC__TCP_HEADER_SIZE &&
@@ -7803,7 +7946,12 @@ OMC__PRIVATE void omc__tcp_rx_end(void* user, void* chan, omc__dp_xfer* xf, omc_
     (void)user; (void)xf;
     /* a refusal left the stream in step; anything else half-done (or a request still
        unanswered) may leave bytes on it */
-    if (r != OMC_OK && x->fd >= 0 && !x->refused && (x->op || x->hdr_got || xf->received || x->trl_got)) { close(x->fd); x->fd = -1; }
+    if (r != OMC_OK && x->fd >= 0 && !x->refused && (x->op || x->hdr_got || xf->received || x->trl_got)) {
+        close(x->fd);
+        x->fd = -1;
+        x->owed = 0;                    /* what was held back dies with the connection */
+        x->queued = 0;
+    }
 }
 
 OMC__PRIVATE void omc__tcp_rx_close(void* user, void* chan) {
@@ -7921,7 +8069,7 @@ static void omc__tcp_tx_answer(void* user, void* handle, omc_result code, uint64
 }
 
 static const omc__dp_vtable_ext omc__tcp_plane_table = {
-    { "tcp", OMC__DP_TCP, OMC_NET_CAP_TCP, OMC__DP_FLAG_TRY_NOW | OMC__DP_FLAG_SELF_COMPLETE | OMC__DP_FLAG_EXT,
+    { "tcp", OMC__DP_TCP, OMC_NET_CAP_TCP, OMC__DP_FLAG_TRY_NOW | OMC__DP_FLAG_SELF_COMPLETE | OMC__DP_FLAG_EXT | OMC__DP_FLAG_PIPELINE,
       omc__tcp_attach, omc__tcp_detach,
       omc__tcp_tx_hello, omc__tcp_tx_push,
       omc__tcp_rx_open, omc__tcp_rx_hello, omc__tcp_rx_ready, omc__tcp_rx_reusable, omc__tcp_rx_prepare,
@@ -9858,6 +10006,218 @@ OMC__PRIVATE omc_result omc__net_get_meta(omc__net* N, const char* qkey, uint32_
     return r;
 }
 
+/* ============================================================================================== */
+/* [SECTION] Implementation: the remote connector - a batch of gets                              */
+/* ============================================================================================== */
+/*
+    The gets of a batch whose metadata names one sender share one channel, and their requests
+    go ahead on its data connection. The sender reads a request once it has answered the one
+    before (a PULL: once that one's receipt came), so each get is spared the round trip of its
+    own request and the sender's listener finds the next request waiting when it finishes one.
+    Nothing else of a get changes: each payload still waits for its receipt before the sender
+    records the read, so a receiver that dies mid-batch has consumed only what it acknowledged.
+
+    At most OMC__NET_AHEAD requests are outstanding. Each one's destination is taken from the
+    pool before its request goes: without waiting, except for the first outstanding one, which
+    waits as a get does (so a batch never holds the pool hostage for gets it cannot read yet).
+    Whatever is unusual - another incarnation, a sender that takes no requests, a refusal that
+    says the sender restarted, a connection that broke - hands the rest of the run to the plain
+    get, which knows how to retry and report it; requests that were sent and never read die with
+    their connection, which consumes nothing on the sender.
+*/
+#define OMC__NET_AHEAD 16
+
+/* One get of a run to one sender. */
+typedef struct omc__net_bitem {
+    omc__batch_get* g;
+    omc__net_meta body;
+    omc__dp_xfer x;
+    int state;                          /* OMC__NET_B_* */
+} omc__net_bitem;
+enum { OMC__NET_B_TODO = 0, OMC__NET_B_SENT, OMC__NET_B_DONE, OMC__NET_B_PLAIN };   /* PLAIN: for the plain get */
+
+/* The request of one get, for sending ahead or for reading its answer. */
+OMC__PRIVATE void omc__net_bitem_request(const omc__net_chan* ch, const omc__net_bitem* a, uint8_t ahead, omc_time_ns deadline,
+                                         omc__dp_request* q) {
+    omc_time_ns now = omc_now_ns();
+    memset(q, 0, sizeof(*q));
+    q->op = a->body.inl ? OMC__DP_REQ_CLAIM : OMC__DP_REQ_PULL;
+    q->xfer = a->x.transfer_id;
+    q->entry_id = a->body.entry_id;
+    q->qkey = a->g->qkey;
+    q->qlen = a->g->qlen;
+    q->expect_incarnation = ch->incarnation;
+    q->capacity = a->x.size;
+    q->budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
+    q->ahead = ahead;
+}
+
+/* Send one get's request ahead: its destination first (waiting only if may_wait). */
+OMC__PRIVATE omc_result omc__net_bitem_send(omc__net* N, omc__net_chan* ch, omc__net_bitem* a, int may_wait, omc_time_ns deadline) {
+    omc__dp_request q;
+    omc_result r;
+    a->x.size = a->g->meta->data_size;
+    r = omc_pool_alloc_buffer_wait(N->pool, a->x.size ? a->x.size : 1, may_wait ? deadline : OMC_NO_WAIT, &a->x.dst);
+    if (r != OMC_OK) return r;
+    a->x.transfer_id = omc__add(&N->next_xfer, 1u);
+    omc__net_bitem_request(ch, a, OMC__DP_AHEAD_SEND, deadline, &q);
+    r = omc__dp_ext_of(ch->dp->vt)->rx_request(ch->dp->user, ch->dpc, &a->x, &q, deadline);
+    if (r != OMC_OK) { omc_buffer_release(&a->x.dst); return r; }
+    a->state = OMC__NET_B_SENT;
+    return OMC_OK;
+}
+
+/* Read the answer to a request sent ahead (the next one on the stream). *in_step: the stream is
+   still in step (the get succeeded, or was refused cleanly). */
+OMC__PRIVATE omc_result omc__net_bitem_read(omc__net* N, omc__net_chan* ch, omc__net_bitem* a, omc_time_ns deadline, int* in_step) {
+    const omc__dp_vtable* vt = ch->dp->vt;
+    uint8_t desc[OMC__WIRE_MAX_DESC];
+    uint32_t desc_len = 0;
+    omc__dp_request q;
+    omc_time_ns wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_default_budget_ns(a->x.size) : deadline;
+    omc_result r;
+    *in_step = 0;
+    /* rx_prepare resets the plane's per-transfer state; it would also reconnect a closed
+       connection, which must not happen here: the answer is on the one it had */
+    if (vt->rx_fd(ch->dp->user, ch->dpc) < 0) return OMC_ERR_CONNECTION;
+    r = vt->rx_prepare(ch->dp->user, ch->dpc, &a->x, deadline, desc, sizeof(desc), &desc_len);
+    omc__net_bitem_request(ch, a, OMC__DP_AHEAD_READ, deadline, &q);
+    if (r == OMC_OK) r = omc__dp_ext_of(vt)->rx_request(ch->dp->user, ch->dpc, &a->x, &q, deadline);
+    while (r == OMC_OK && !a->x.complete) {
+        struct pollfd pf;
+        if (omc__net_closed(N)) { r = OMC_ERR_CLOSED; break; }
+        if (omc_now_ns() >= wait_until) { r = OMC_ERR_TIMEOUT; break; }
+        pf.fd = vt->rx_fd(ch->dp->user, ch->dpc); pf.events = POLLIN; pf.revents = 0;
+        if (poll(&pf, 1, omc__poll_ms(wait_until, OMC__NET_SLICE_MS)) > 0) r = vt->rx_progress(ch->dp->user, ch->dpc, &a->x, 0);
+    }
+    if (r != OMC_OK && a->x.refused) {
+        if (r == OMC_ERR_TOO_LARGE) a->g->out->size = a->x.detail;
+        *in_step = omc__net_clean_refusal(r);
+    } else *in_step = r == OMC_OK;
+    if (vt->rx_end) vt->rx_end(ch->dp->user, ch->dpc, &a->x, r);   /* out of step: closes the connection */
+    return r;
+}
+
+/* The end of one get of the run: the view handed out, or the destination given back. */
+OMC__PRIVATE void omc__net_bitem_finish(omc__net* N, omc__net_peer* p, omc__net_bitem* a, omc_result r) {
+    omc_buffer* out = a->g->out;
+    if (r == OMC_OK) {
+        if (a->body.inl && a->x.size) memcpy(a->x.dst.data, a->body.inl, (size_t)a->x.size);
+        memset(out, 0, sizeof(*out));
+        out->data = a->x.dst.data;
+        out->size = a->x.size;
+        out->pool = N->pool;
+        out->range = a->x.dst.range;
+        out->flags = a->g->meta->flags & OMC_META_FLAG_FRAME ? OMC_BUFFER_FRAME : 0;
+        out->release_fn = omc__net_release;
+        out->owner = N;
+        omc__conn_ref(N->conn);
+    } else {
+        uint64_t need = out->size;
+        omc_buffer_release(&a->x.dst);
+        memset(out, 0, sizeof(*out));
+        out->size = need;
+    }
+    a->g->result = r;
+    a->state = OMC__NET_B_DONE;
+    pthread_mutex_lock(&N->peer_mu);
+    p->requests++;
+    if (r == OMC_OK) p->bytes += a->x.size;
+    pthread_mutex_unlock(&N->peer_mu);
+    if (r != OMC_ERR_TOO_LARGE && r != OMC_ERR_CLOSED) omc__net_peer_result(N, p, r, "get with metadata: %s", omc_result_str(r));
+}
+
+/* Does this channel take requests sent ahead on its data connection? */
+OMC__PRIVATE int omc__net_chan_pipelines(const omc__net* N, omc__net_chan* ch) {
+    const omc__dp_vtable* vt = ch->dp->vt;
+    const omc__dp_ext* ext = omc__dp_ext_of(vt);
+    return !N->side_pull && (ch->caps & OMC_NET_CAP_REQUESTS) && (vt->flags & OMC__DP_FLAG_PIPELINE) && ext && ext->rx_request &&
+           ext->rx_requests && vt->rx_fd && vt->rx_prepare && ext->rx_requests(ch->dp->user, ch->dpc);
+}
+
+/* Open the channel's data connection if it has none (rx_prepare connects; the requests sent
+   ahead need it before the first answer is read). */
+OMC__PRIVATE omc_result omc__net_chan_connect(omc__net_chan* ch, omc_time_ns deadline) {
+    const omc__dp_vtable* vt = ch->dp->vt;
+    uint8_t desc[OMC__WIRE_MAX_DESC];
+    uint32_t desc_len = 0;
+    omc__dp_xfer x;
+    if (vt->rx_fd(ch->dp->user, ch->dpc) >= 0) return OMC_OK;
+    memset(&x, 0, sizeof(x));
+    return vt->rx_prepare(ch->dp->user, ch->dpc, &x, deadline, desc, sizeof(desc), &desc_len);
+}
+
+/* A run of gets to one sender (same host, port and incarnation): it[at[0..m-1]], pipelined on
+   one channel. The items it leaves in TODO are for the plain get. */
+OMC__PRIVATE void omc__net_run(omc__net* N, omc__net_bitem* it, const uint32_t* at, uint32_t m, omc_time_ns deadline) {
+    omc__net_bitem* first = &it[at[0]];
+    omc__net_peer* p;
+    omc__net_chan* ch;
+    omc_result r = OMC_OK;
+    uint32_t sent = 0, k, done;
+    int fresh = 0, in_step = 1;
+    pthread_mutex_lock(&N->peer_mu);
+    p = omc__net_peer_locked(N, first->body.host, first->body.port, 1, &r);
+    pthread_mutex_unlock(&N->peer_mu);
+    if (!p || omc__net_chan_checkout(N, p, &ch, &fresh) != OMC_OK) return;
+    ch->xfer = omc__add(&N->next_xfer, 1u);
+    ch->deadline = deadline;
+    if (omc__net_chan_hello(N, ch, deadline) != OMC_OK) { omc__net_chan_close(N, ch); return; }
+    if (ch->incarnation != first->g->meta->incarnation || !omc__net_chan_pipelines(N, ch)) { omc__net_chan_checkin(N, ch, 1); return; }
+    if (omc__net_chan_connect(ch, deadline) != OMC_OK) { omc__net_chan_checkin(N, ch, 0); return; }
+    for (k = 0; k < m && in_step; k++) {
+        omc__net_bitem* a = &it[at[k]];
+        while (sent < m && sent - k < OMC__NET_AHEAD && omc__net_bitem_send(N, ch, &it[at[sent]], sent == k, deadline) == OMC_OK) sent++;
+        if (sent == k) break;           /* its destination or its request failed: the plain get says why */
+        r = omc__net_bitem_read(N, ch, a, deadline, &in_step);
+        if (r == OMC_ERR_PEER_RESTARTED && !fresh) {    /* a cached channel may predate a restart: */
+            omc_buffer_release(&a->x.dst);              /* only a fresh HELLO has the last word */
+            a->state = OMC__NET_B_TODO;
+            in_step = 0;
+            break;
+        }
+        omc__net_bitem_finish(N, p, a, r);
+    }
+    for (k = 0, done = 0; k < m; k++) {     /* sent and never read: they die with the connection */
+        omc__net_bitem* a = &it[at[k]];
+        if (a->state == OMC__NET_B_SENT) { omc_buffer_release(&a->x.dst); a->state = OMC__NET_B_TODO; in_step = 0; }
+        done += a->state == OMC__NET_B_DONE;
+    }
+    OMC__LOG(&N->conn->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "receiver: %u of a batch's %u gets to %s:%u pipelined on one data "
+             "connection (at most %d requests ahead)%s", done, m, p->host, (unsigned)p->port, OMC__NET_AHEAD,
+             done < m ? "; the rest one at a time" : "");
+    omc__net_chan_checkin(N, ch, in_step);
+}
+
+/* The connector's get_batch: each run of gets to one sender pipelined, anything else one at a
+   time (a get whose metadata does not decode, a run of one, what a run left over). */
+static void omc__net_get_batch(omc_conn* c, omc__batch_get* g, uint32_t n, omc_time_ns deadline) {
+    omc__net* N = (omc__net*)c->impl;
+    omc__net_bitem* it = (omc__net_bitem*)omc__calloc(&c->hooks, (n ? n : 1) * sizeof(omc__net_bitem));
+    uint32_t* at = (uint32_t*)omc__calloc(&c->hooks, (n ? n : 1) * sizeof(uint32_t));
+    uint32_t i, j, m;
+    if (it && at) {
+        for (i = 0; i < n; i++) {
+            it[i].g = &g[i];
+            if (omc__net_meta_body_decode(g[i].meta->body, g[i].meta->body_len, g[i].meta->flags, g[i].meta->data_size, &it[i].body) != OMC_OK)
+                it[i].state = OMC__NET_B_PLAIN;
+        }
+        for (i = 0; i < n; i++) {
+            if (it[i].state != OMC__NET_B_TODO) continue;
+            for (m = 0, j = i; j < n; j++)
+                if (it[j].state == OMC__NET_B_TODO && it[j].body.port == it[i].body.port && strcmp(it[j].body.host, it[i].body.host) == 0 &&
+                    g[j].meta->incarnation == g[i].meta->incarnation)
+                    at[m++] = j;
+            if (m > 1) omc__net_run(N, it, at, m, deadline);
+            for (j = 0; j < m; j++) if (it[at[j]].state == OMC__NET_B_TODO) it[at[j]].state = OMC__NET_B_PLAIN;
+        }
+    }
+    for (i = 0; i < n; i++)
+        if (!it || !at || it[i].state != OMC__NET_B_DONE) g[i].result = omc__net_get_meta(N, g[i].qkey, g[i].qlen, g[i].meta, deadline, 0, g[i].out);
+    omc__free(&c->hooks, it);
+    omc__free(&c->hooks, at);
+}
+
 /* One sender in a metadata-less get or query. */
 typedef struct omc__net_slot {
     omc__net_peer* peer;
@@ -10643,7 +11003,12 @@ OMC__PRIVATE omc_result omc__net_create(const omc_tcp_desc* desc, omc_transport 
     N->queue_tail = &N->queue;
     N->peers_tail = &N->peers;
     r = omc__conn_create(&hooks, &N->vt, d.role, &N->conn);
-    if (r == OMC_OK) { N->conn->wake = omc__net_wake_calls; N->conn->forked = omc__net_forked; N->conn->hint = omc__net_hint; }
+    if (r == OMC_OK) {
+        N->conn->wake = omc__net_wake_calls;
+        N->conn->forked = omc__net_forked;
+        N->conn->hint = omc__net_hint;
+        N->conn->get_batch = omc__net_get_batch;
+    }
     if (r != OMC_OK) { omc__free(&hooks, N); return r; }
     N->conn->impl = N;
     N->peer_ok = pthread_mutex_init(&N->peer_mu, NULL) == 0;
