@@ -6160,6 +6160,7 @@ OMC__PRIVATE omc_result omc__wire_encode(const omc__wire* m, uint8_t* out, uint3
 #define OMC__TCP_RECEIPT_MAGIC 0x47434D4Fu  /* "OMCG": got every byte ("OMCR" is the RDMA endpoint record's) */
 #define OMC__TCP_RECEIPT_SIZE 8
 #define OMC__TCP_AHEAD_MAX 16           /* requests a receiver holds back behind a PULL's receipt */
+#define OMC__TCP_READ_AHEAD 64          /* sender: pipelined requests read at once per listener pass */
 #define OMC__TCP_TRAILER_SIZE 8
 #define OMC__TCP_HELLO_VERSION 4        /* 1 sent no ticket, 2 sent it in clear, 3 requests with a
                                            CRC of the key: all refused now */
@@ -6681,6 +6682,7 @@ typedef struct omc__tcp_conn {
 
 typedef struct omc__tcp_plane {
     omc_hooks hooks;
+    uint32_t read_ahead;                /* listener: requests read right after an answer, this pass */
     omc_pool* pool;
     int listen_fd;                      /* sender: the data port; -1 on a receiver */
     uint16_t port;
@@ -7321,6 +7323,7 @@ OMC__PRIVATE void omc__tcp_serve(omc__tcp_plane* T, const struct pollfd* items, 
     omc_time_ns now = omc_now_ns();
     omc__tcp_conn *c, *next;
     int i;
+    T->read_ahead = 0;                  /* a new pass (omc__tcp_answer_status) */
     for (i = 0; i < n; i++) {
         if (!items[i].revents) continue;
         if (!who[i]) { omc__tcp_accept(T); continue; }
@@ -7365,11 +7368,16 @@ OMC__PRIVATE void omc__tcp_answer_status(omc__tcp_plane* T, omc__tcp_conn* c, om
     omc__tcp_status_encode(st, code, xfer, detail);
     k = send(c->fd, st, sizeof(st), MSG_NOSIGNAL | MSG_DONTWAIT);
     omc__tcp_conn_release(T, c, k == (ssize_t)sizeof(st));
-    if (code != OMC_OK) {       /* a refused request is no activity: it keeps nothing alive */
-        pthread_mutex_lock(&T->mu);
-        if (c->state == OMC__TCONN_IDLE) c->idle_since = since;
-        pthread_mutex_unlock(&T->mu);
+    pthread_mutex_lock(&T->mu);
+    if (code != OMC_OK && c->state == OMC__TCONN_IDLE) c->idle_since = since;  /* a refused request is no activity */
+    /* a receiver that pipelines its requests has the next one waiting already: read it now so
+       that the listener serves it in this pass instead of the next poll (a bounded number per
+       pass, so one connection cannot keep the listener to itself) */
+    if (c->state == OMC__TCONN_IDLE && T->read_ahead < OMC__TCP_READ_AHEAD) {
+        T->read_ahead++;
+        omc__tcp_read_request(T, c);    /* may close c (EOF, garbage): nothing of c after this */
     }
+    pthread_mutex_unlock(&T->mu);
 }
 
 /* Close everything (connector close; no worker runs any more). */

@@ -2419,6 +2419,89 @@ OMC_TEST(requests_naming_an_entry_wrongly_cannot_tell_whether_it_exists) {
     omc_conn_destroy(s);
 }
 
+/* A client that pipelines requests without pause on its data connection (made-up ids, one thread
+   writing, another reading the answers) while an honest receiver gets a key from the same sender.
+   The listener reads a pipelined request right after answering the one before, a bounded number
+   per pass (64), so one connection cannot keep it to itself. Want: the honest get succeeds, and
+   every flood request is answered NOT_FOUND, in step, touching nothing. The bound itself is not
+   judged here: without it the honest get still got through whenever the flood's writer fell
+   behind (on 2 cores, after 20,000-125,000 flood answers instead of about 1,000), so how many
+   answers it waited is printed, not asserted (a count that depends on scheduling). */
+typedef struct req_flood { int fd; const hz* h; uint64_t entry; long n, answered, bad; } req_flood;
+static void* req_flood_write_main(void* arg) {
+    req_flood* f = (req_flood*)arg;
+    static uint8_t buf[1000 * 64];
+    uint8_t proof[16];
+    long sent, i;
+    key_proof(f->h->ticket + 16, f->entry, QKEY("small"), proof);
+    for (i = 0; i < 1000; i++) dreq_encode(buf + i * 64, 2, (uint64_t)i + 1, f->entry, 0, 4096, 2000, proof);
+    for (sent = 0; sent < f->n; sent += 1000) {
+        size_t off = 0;
+        while (off < sizeof(buf)) {
+            ssize_t k = write(f->fd, buf + off, sizeof(buf) - off);
+            if (k <= 0) return NULL;
+            off += (size_t)k;
+        }
+    }
+    return NULL;
+}
+static void* req_flood_read_main(void* arg) {
+    req_flood* f = (req_flood*)arg;
+    uint8_t st[24];
+    while (__atomic_load_n(&f->answered, __ATOMIC_ACQUIRE) < f->n) {
+        if (read_n(f->fd, st, sizeof(st)) != 0) break;
+        if ((int32_t)rd32(st + 4) != OMC_ERR_NOT_FOUND) __atomic_add_fetch(&f->bad, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&f->answered, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+OMC_TEST(a_client_pipelining_requests_without_pause_is_answered_in_step_while_others_get) {
+    omc_conn* s = make_sender(0, NULL, NULL, 0, 0);
+    omc_conn* r = make_receiver(0, NULL, NULL, NULL);
+    omc_meta small = {0}, other = {0};
+    omc_buffer b;
+    uint16_t port = 0, dport = 0;
+    struct timeval tv = {60, 0};
+    req_flood f;
+    pthread_t wt, rt;
+    omc_result got;
+    long during;
+    hz h;
+    int i, fd, started = 0;
+    REQUIRE(s && r);
+    ports_of(s, &port, &dport);
+    CHECK_OK(put_bytes(s, "small", 4096, 311, &small));
+    CHECK_OK(put_bytes(s, "other", 4096, 312, &other));
+    REQUIRE(hz_open(&h, port) == 0);
+    CHECK(hz_hello(&h) == HZ_HELLO);
+    fd = data_conn(dport, 0xF1D0u, &h);
+    REQUIRE(fd >= 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));   /* a loaded host may pause the sender */
+    memset(&f, 0, sizeof(f));
+    f.fd = fd; f.h = &h; f.entry = entry_of(&small) ^ ((uint64_t)0x77 << 32); f.n = 300000;
+    if (pthread_create(&rt, NULL, req_flood_read_main, &f) == 0) started++;
+    if (started == 1 && pthread_create(&wt, NULL, req_flood_write_main, &f) == 0) started++;
+    REQUIRE(started == 2);
+    for (i = 0; i < 60000 && __atomic_load_n(&f.answered, __ATOMIC_ACQUIRE) < 2000; i++) usleep(1000);    /* the flood is on */
+    got = omc_conn_get(r, "s0", "s1", "other", other.data, other.size, omc_deadline_after_ms(60000), &b);
+    during = __atomic_load_n(&f.answered, __ATOMIC_ACQUIRE);
+    if (got == OMC_OK) omc_buffer_release(&b);
+    pthread_join(wt, NULL);
+    pthread_join(rt, NULL);
+    printf("  the honest get returned after %ld of %ld flood answers; %ld answered in all\n", during, f.n, f.answered);
+    CHECK_OK(got);
+    CHECK_EQ(f.answered, f.n);
+    CHECK_EQ(f.bad, 0);
+    close(fd);
+    hz_close(&h);
+    CHECK_OK(omc_conn_exists(s, "s0", "s1", "small"));      /* the flood's made-up id touched nothing */
+    omc_meta_free(&small);
+    omc_meta_free(&other);
+    omc_conn_destroy(r);
+    omc_conn_destroy(s);
+}
+
 /* ---- CURVE that people turn on: what the logs say ------------------------------------------- */
 
 /* How many of the last 64 WARN/ERROR lines contain text. */
