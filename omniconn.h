@@ -7359,6 +7359,18 @@ OMC__PRIVATE omc__tcp_conn* omc__tcp_next_request(omc__tcp_plane* T) {
     return c;
 }
 
+/* Listener, after it answered a request on c (a status record, or a push's trailer): a receiver
+   that pipelines its requests has the next one waiting already, so read it now and the listener
+   serves it in this pass instead of after the next poll. A bounded number per pass, so one
+   connection cannot keep the listener to itself. Holds mu; may close c (EOF, garbage). Only the
+   listener may call it: a request it reads is served by the listener's own loop, and poll no
+   longer reports those bytes. */
+OMC__PRIVATE void omc__tcp_read_next(omc__tcp_plane* T, omc__tcp_conn* c) {
+    if (c->state != OMC__TCONN_IDLE || T->read_ahead >= OMC__TCP_READ_AHEAD) return;
+    T->read_ahead++;
+    omc__tcp_read_request(T, c);
+}
+
 /* Listener: answer a request with a status record and give the connection back (idle; dead if
    the 24 bytes do not fit at once, which a receiver waiting for them never causes). */
 OMC__PRIVATE void omc__tcp_answer_status(omc__tcp_plane* T, omc__tcp_conn* c, omc_result code, uint64_t xfer, uint64_t detail) {
@@ -7370,13 +7382,7 @@ OMC__PRIVATE void omc__tcp_answer_status(omc__tcp_plane* T, omc__tcp_conn* c, om
     omc__tcp_conn_release(T, c, k == (ssize_t)sizeof(st));
     pthread_mutex_lock(&T->mu);
     if (code != OMC_OK && c->state == OMC__TCONN_IDLE) c->idle_since = since;  /* a refused request is no activity */
-    /* a receiver that pipelines its requests has the next one waiting already: read it now so
-       that the listener serves it in this pass instead of the next poll (a bounded number per
-       pass, so one connection cannot keep the listener to itself) */
-    if (c->state == OMC__TCONN_IDLE && T->read_ahead < OMC__TCP_READ_AHEAD) {
-        T->read_ahead++;
-        omc__tcp_read_request(T, c);    /* may close c (EOF, garbage): nothing of c after this */
-    }
+    omc__tcp_read_next(T, c);           /* may close c: nothing of c after this */
     pthread_mutex_unlock(&T->mu);
 }
 
@@ -7594,6 +7600,11 @@ OMC__PRIVATE void omc__tcp_end_receipt(omc__tcp_plane* T, omc__tcp_conn* c, int 
         ok = send(c->fd, trl, sizeof(trl), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(trl);
     }
     omc__tcp_conn_release(T, c, ok);
+    if (ok) {                           /* the listener's (tx_end): the next pipelined request */
+        pthread_mutex_lock(&T->mu);
+        omc__tcp_read_next(T, c);
+        pthread_mutex_unlock(&T->mu);
+    }
 }
 
 static void omc__tcp_tx_end(void* user, const omc__dp_push* p, int committed) {
@@ -9404,6 +9415,11 @@ static void* omc__net_listener_main(void* arg) {
             while (x->tx_next_request && x->tx_answer && x->tx_next_request(dp->user, &q)) omc__net_on_request(N, dp, &q);
         }
         omc__net_check_receipts(N, omc_now_ns());
+        for (pl = 0; pl < N->nplanes; pl++) {     /* a request read right after a trailer went */
+            const omc__dp_ext* x = omc__dp_ext_of(N->planes[pl].vt);
+            omc__dp_request q;
+            while (x && x->tx_next_request && x->tx_answer && x->tx_next_request(N->planes[pl].user, &q)) omc__net_on_request(N, &N->planes[pl], &q);
+        }
         omc__net_answer_held(N, omc_now_ns());
         pthread_mutex_lock(&N->own.mu);
         omc__owner_maybe_sweep(&N->own);
