@@ -7824,40 +7824,10 @@ OMC__PRIVATE omc_result omc__tcp_rx_prepare(void* user, void* chan, omc__dp_xfer
 
 OMC__PRIVATE int omc__tcp_rx_fd(void* user, void* chan) { (void)user; return ((omc__tcp_rx*)chan)->fd; }
 
-/* Send a request on the channel's data connection (after rx_prepare): the sender answers on it
-   with a header and the payload (PULL) or a status record (CLAIM, or any refusal). */
-static omc_result omc__tcp_rx_request(void* user, void* chan, omc__dp_xfer* xf, const omc__dp_request* dq, omc_time_ns deadline) {
-    omc__tcp_rx* x = (omc__tcp_rx*)chan;
-    uint8_t b[OMC__TCP_REQUEST_SIZE];
-    omc__tcp_req q;
-    (void)user; (void)xf;
-    memset(&q, 0, sizeof(q));
-    q.op = dq->op == OMC__DP_REQ_CLAIM ? OMC__TCP_REQ_CLAIM : OMC__TCP_REQ_PULL;
-    /* sent ahead: the stream carries its answer after the ones before it; what the reading
-       side needs is only which kind of answer to expect */
-    if (dq->ahead == OMC__DP_AHEAD_READ) { x->op = q.op; return OMC_OK; }
-    q.xfer = dq->xfer;
-    q.entry_id = dq->entry_id;
-    q.expect_incarnation = dq->expect_incarnation;
-    q.capacity = dq->capacity;
-    q.budget_ms = dq->budget_ms;
-    omc__tcp_key_proof(&x->mac, dq->entry_id, dq->qkey ? dq->qkey : "", dq->qkey ? dq->qlen : 0, q.proof);
-    omc__tcp_req_encode(b, &q);
-    if (dq->ahead != OMC__DP_AHEAD_SEND) x->op = q.op;  /* ahead: the transfer being read keeps its own */
-    if (x->owed) {                      /* behind a PULL whose receipt has not gone: wait for it */
-        if (x->queued >= OMC__TCP_AHEAD_MAX) return OMC_ERR_BUSY;
-        memcpy(x->queue + (size_t)x->queued * OMC__TCP_REQUEST_SIZE, b, sizeof(b));
-        x->queued++;
-        return OMC_OK;
-    }
-    x->owed = q.op == OMC__TCP_REQ_PULL;
-    return omc__fd_write_all(x->fd, b, sizeof(b), deadline, NULL);
-}
-
-/* The owed PULL's receipt went (receipt: its 8 bytes, sent here with what follows) or the PULL
-   was refused (receipt NULL): the requests held back go now, up to the next PULL, which is
-   owed in turn. One write for all of it: the sender finds the next request waiting as soon as
-   it has read the receipt. */
+/* Send the requests held back, up to the next PULL (which is then owed): when an answer is
+   awaited and nothing is owed, when the owed PULL's receipt goes (receipt: its 8 bytes, sent
+   first in the same write), or when that PULL was refused (receipt NULL: no receipt is owed).
+   One write for all of it: the sender finds the next request waiting as soon as it is ready. */
 OMC__PRIVATE omc_result omc__tcp_rx_release(omc__tcp_rx* x, const uint8_t* receipt) {
     uint8_t buf[OMC__TCP_RECEIPT_SIZE + OMC__TCP_AHEAD_MAX * OMC__TCP_REQUEST_SIZE];
     uint32_t n = 0, len = 0;
@@ -7876,6 +7846,42 @@ OMC__PRIVATE omc_result omc__tcp_rx_release(omc__tcp_rx* x, const uint8_t* recei
     if (!len) return OMC_OK;
     r = omc__fd_write_all(x->fd, buf, len, x->deadline, NULL);
     return r == OMC_OK ? OMC_OK : OMC_ERR_CONNECTION;
+}
+
+/* Send a request on the channel's data connection (after rx_prepare): the sender answers on it
+   with a header and the payload (PULL) or a status record (CLAIM, or any refusal). */
+static omc_result omc__tcp_rx_request(void* user, void* chan, omc__dp_xfer* xf, const omc__dp_request* dq, omc_time_ns deadline) {
+    omc__tcp_rx* x = (omc__tcp_rx*)chan;
+    uint8_t b[OMC__TCP_REQUEST_SIZE];
+    omc__tcp_req q;
+    (void)user; (void)xf;
+    memset(&q, 0, sizeof(q));
+    q.op = dq->op == OMC__DP_REQ_CLAIM ? OMC__TCP_REQ_CLAIM : OMC__TCP_REQ_PULL;
+    /* sent ahead: the stream carries its answer after the ones before it; what the reading
+       side needs is only which kind of answer to expect */
+    if (dq->ahead == OMC__DP_AHEAD_READ) {
+        x->op = q.op;
+        return x->owed || !x->queued ? OMC_OK : omc__tcp_rx_release(x, NULL);    /* send what is held */
+    }
+    q.xfer = dq->xfer;
+    q.entry_id = dq->entry_id;
+    q.expect_incarnation = dq->expect_incarnation;
+    q.capacity = dq->capacity;
+    q.budget_ms = dq->budget_ms;
+    omc__tcp_key_proof(&x->mac, dq->entry_id, dq->qkey ? dq->qkey : "", dq->qkey ? dq->qlen : 0, q.proof);
+    omc__tcp_req_encode(b, &q);
+    if (dq->ahead != OMC__DP_AHEAD_SEND) x->op = q.op;  /* ahead: the transfer being read keeps its own */
+    if (dq->ahead == OMC__DP_AHEAD_SEND) {
+        /* held until an answer is awaited (then the requests go in one write) or, behind a PULL,
+           until that PULL's receipt goes (the sender reads the receipt right after the PULL) */
+        if (x->queued >= OMC__TCP_AHEAD_MAX) return OMC_ERR_BUSY;
+        memcpy(x->queue + (size_t)x->queued * OMC__TCP_REQUEST_SIZE, b, sizeof(b));
+        x->queued++;
+        return OMC_OK;
+    }
+    if (x->owed || x->queued) return OMC_ERR_INTERNAL;     /* a plain request never follows held ones */
+    x->owed = q.op == OMC__TCP_REQ_PULL;
+    return omc__fd_write_all(x->fd, b, sizeof(b), deadline, NULL);
 }
 
 /* rx_requests: a sender that takes requests (HELLO capability bit 2, checked by the connector)
