@@ -23,33 +23,33 @@
 
     CONTENTS (search for a title; the code follows "[SECTION]" banners in the same order)
 
-    PART A  THE CORE                                                         lines     69 - 4588
+    PART A  THE CORE                                                         lines     69 - 4687
       manual          QUICK START | STEP BY STEP | CONFIGURATION | OVERRIDES |         73 -  402
                       ERRORS & LOGGING | THREAD SAFETY | DEPENDENCIES & LINKING |
                       WIRE FORMATS (frame, metadata envelope) | NON-GOALS | RECENT REVISIONS
-      declarations    [SECTION] Version, platform and feature resolution | Result     404 - 1087
+      declarations    [SECTION] Version, platform and feature resolution | Result     404 - 1093
                       codes | Logging and hooks | Version, features, time | The
                       registered-memory allocator | Pools | Buffers and typed views |
                       Payload frames | Metadata | The connector contract | The
                       same-process connector
-      implementation  [SECTION] Implementation: configuration and system headers |   1090 - 4585
+      implementation  [SECTION] Implementation: configuration and system headers |   1096 - 4684
                       the companion interface | result codes, log items, hooks |
                       version, time, randomness | little-endian codecs, CRC-32C,
                       base64url | string map | the registered-memory allocator | pools |
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4590 - 10966
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4590 - 5004
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4689 - 11373
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4689 - 5105
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  5007 - 5195
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  5108 - 5296
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5197 - 10963
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5298 - 11370
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        10969 - 11004
+    LICENSE                                                                        11376 - 11411
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -1035,7 +1035,13 @@ typedef struct omc_batch_item {
 OMNICONN_API omc_result omc_conn_put_batch(omc_conn* conn, const char* from_stage, const char* to_stage,
                                            omc_batch_item* items, uint32_t count, omc_time_ns deadline);
 /* Get count items with one deadline for the whole batch (items still missing when it passes give
-   OMC_ERR_TIMEOUT). Every item is attempted; returns OMC_OK if all succeeded, else the first failure. */
+   OMC_ERR_TIMEOUT). Every item is attempted; returns OMC_OK if all succeeded, else the first failure.
+   Each item's result, buffer and counters are what omc_conn_get would give it. The remote
+   connector overlaps the items whose metadata names the same sender: their requests are
+   pipelined on one data connection (up to 16 ahead), which spares each get a round trip;
+   metadata-less items are got one at a time after them. Every buffer is held until you release
+   it, so a batch needs room for all its payloads in the receiver's pool: items that find none
+   fail with a pool result and stay unconsumed on the sender. */
 OMNICONN_API omc_result omc_conn_get_batch(omc_conn* conn, const char* from_stage, const char* to_stage,
                                            omc_batch_item* items, uint32_t count, omc_time_ns deadline);
 
@@ -1208,8 +1214,10 @@ OMNICONN_API omc_result omc_local_create(const omc_local_desc* desc, omc_conn** 
                              call served or refused
       omc__conn_discard      free a connector whose create failed (never handed out)
       omc__key_sink          what a vtable's list() hands keys to
-      fields omc_conn: impl hooks closed role ttl_reclaims releases wake forked hint
+      fields omc_conn: impl hooks closed role ttl_reclaims releases wake forked hint get_batch
                              (impl: its state; closed and the counters are atomic; role read-only)
+      omc__batch_get         one checked get of a batch, for a connector's get_batch
+      fields omc__batch_get: all
       fields omc__conn_vtable: all
       omc__meta_begin omc__meta_seal   write a metadata envelope around a transport's body
       OMC__META_UNWANTED     meta_out->size a put finds when its caller wants no metadata
@@ -5047,6 +5055,8 @@ B4 WIRE FORMATS (all integers little-endian; docs/wire.md walks through them wit
       Requests may be pipelined: one sent before the previous one is answered waits in the
       socket and is read once that one is done (a CLAIM or refusal: its status written; a
       PULL: its receipt read, so the receipt must come first). One at a time, in order.
+      omc_conn_get_batch does this: it sends the requests of up to 16 gets to one sender at
+      once, holding those behind a PULL until that PULL's receipt goes, in the same write.
       The sender answers a PULL request with the header and payload below, a CLAIM or any
       refusal with a status record, 24 bytes (what the receiver reads in place of a header;
       nothing else follows it and the connection stays usable):
@@ -5579,7 +5589,9 @@ __attribute__((constructor)) static void omc__net_register_probe(void) { omc__re
         rx_requests, rx_request
                     receiver: this channel takes requests on the plane's connection, and one
                     sent there (no side-channel message per get); q->qkey is the key the get
-                    asks for, which the plane proves with its session's secret, never sends
+                    asks for, which the plane proves with its session's secret, never sends.
+                    A plane with OMC__DP_FLAG_PIPELINE also takes requests ahead (q->ahead):
+                    sent now, their answers read later in order (a batch's gets)
         tx_proves   sender: does a request prove the key of the entry it names (the connector
                     asks before serving it; no = OMC_ERR_NOT_FOUND)
       A plane keeps its own per-push state in p->state (OMC__DP_STATE_WORDS words that live with
