@@ -982,6 +982,7 @@ static void omc__st_complete(omc__sop* op, omc_result r) {
    connection (and open it). A request holds at most OMC__ST_BATCH_OPS ops. */
 typedef struct omc__st_done {
     uint32_t n;
+    int refresh;                /* a cluster node refused the connection: read the slot map after */
     omc__sop* op[OMC__ST_BATCH_OPS];
 } omc__st_done;
 
@@ -1724,7 +1725,7 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
                 q->ops[k]->retry = S->cluster && r == OMC_ERR_CONNECTION;
                 omc__st_fail(d, N, q->ops[k], r, "%s", why);
             }
-            if (S->cluster && r == OMC_ERR_CONNECTION) omc__st_refresh(S);
+            if (S->cluster && r == OMC_ERR_CONNECTION) d->refresh = 1;
             omc__st_wire_free(S, &x);
             return;
         }
@@ -1808,11 +1809,21 @@ static void omc__st_slot_give(omc__snode* N, uint32_t ci) {
     pthread_mutex_unlock(&N->mu);
 }
 
+/* After a run: the slot back, then the callers woken, then the slot map read if the run asked
+   (the callers do not wait for it; their retries find the new map). */
+static void omc__st_run_end(omc__st_state* S, omc__snode* N, uint32_t ci, omc__st_done* d) {
+    omc__st_slot_give(N, ci);
+    omc__st_wake_all(d);
+    if (d->refresh) omc__st_refresh(S);
+    d->refresh = 0;
+}
+
 static void* omc__st_worker(void* arg) {
     omc__snode* N = (omc__snode*)arg;
     omc__st_state* S = N->S;
     omc__st_done done;
     done.n = 0;
+    done.refresh = 0;
     for (;;) {
         omc__sreq* q = NULL;
         int p;
@@ -1845,8 +1856,7 @@ static void* omc__st_worker(void* arg) {
         pthread_mutex_unlock(&N->mu);
         omc__add(&S->by_prio[q->prio], (uint64_t)q->nops);
         omc__st_run(S, N, &N->conns[ci], q, &done);
-        omc__st_slot_give(N, ci);
-        omc__st_wake_all(&done);
+        omc__st_run_end(S, N, ci, &done);
         omc__st_req_free(S, q);
     }
     return NULL;
@@ -1883,9 +1893,9 @@ static int omc__st_try_direct(omc__st_state* S, omc__sop** ops, uint32_t n, int 
     q.ops = list;
     q.nops = n;
     done.n = 0;
+    done.refresh = 0;
     omc__st_run(S, N, &N->conns[ci], &q, &done);
-    omc__st_slot_give(N, ci);
-    omc__st_wake_all(&done);
+    omc__st_run_end(S, N, ci, &done);
     return 1;
 }
 
