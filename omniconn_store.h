@@ -965,12 +965,36 @@ struct omc__st_state {
 
 typedef struct omc__sown { uint64_t tok, h; omc_time_ns expires; } omc__sown;
 
-static void omc__st_complete(omc__sop* op, omc_result r) {
+/* Tell an op's caller that its result is in (the caller may free the op right after). */
+static void omc__st_wake(omc__sop* op) {
     omc__sgroup* g = op->group;
-    op->result = r;
     pthread_mutex_lock(&g->mu);
     if (--g->pending == 0) pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
+}
+static void omc__st_complete(omc__sop* op, omc_result r) {
+    op->result = r;
+    omc__st_wake(op);
+}
+
+/* The ops a run answered, woken only after the run's connection slot is back among the free
+   ones: a caller woken while the slot still looks taken would start its next request on another
+   connection (and open it). A request holds at most OMC__ST_BATCH_OPS ops. */
+typedef struct omc__st_done {
+    uint32_t n;
+    int refresh;                /* a cluster node refused the connection: read the slot map after */
+    omc__sop* op[OMC__ST_BATCH_OPS];
+} omc__st_done;
+
+static void omc__st_settle(omc__st_done* d, omc__sop* op, omc_result r) {
+    if (d->n == OMC__ST_BATCH_OPS) { omc__st_complete(op, r); return; }    /* no room: answered at once */
+    op->result = r;
+    d->op[d->n++] = op;
+}
+static void omc__st_wake_all(omc__st_done* d) {
+    uint32_t k;
+    for (k = 0; k < d->n; k++) omc__st_wake(d->op[k]);
+    d->n = 0;
 }
 
 static omc_result omc__st_group_init(omc__sgroup* g, uint32_t n) {
@@ -1154,21 +1178,20 @@ static void omc__st_dispatch(omc__st_state* S, omc__sop** ops, uint32_t n, int p
     omc__free(&S->hooks, done);
 }
 
-/* Log a failed op (once, with the server's name). */
-static void omc__st_fail(omc__st_state* S, omc__snode* N, omc__sop* op, omc_result r, const char* fmt, ...)
+/* A failed op of a run: its error text (with the server's name), answered with the run's others. */
+static void omc__st_fail(omc__st_done* d, omc__snode* N, omc__sop* op, omc_result r, const char* fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 5, 6)))
 #endif
     ;
-static void omc__st_fail(omc__st_state* S, omc__snode* N, omc__sop* op, omc_result r, const char* fmt, ...) {
+static void omc__st_fail(omc__st_done* d, omc__snode* N, omc__sop* op, omc_result r, const char* fmt, ...) {
     va_list ap;
     char msg[180];
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     snprintf(op->err, sizeof(op->err), "%.120s: %.190s", N ? N->name : "store", msg);
-    (void)S;
-    omc__st_complete(op, r);
+    omc__st_settle(d, op, r);
 }
 
 /* ============================================================================================== */
@@ -1659,8 +1682,10 @@ static void omc__st_wire_free(omc__st_state* S, omc__st_wire* x) {
     omc__free(&S->hooks, x->iov);
 }
 
-/* Run one request on a worker's connection (or the caller's, see omc__st_try_direct). */
-static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq* q) {
+/* Run one request on a worker's connection (or the caller's, see omc__st_try_direct). The ops
+   answered go to *d, to be woken once the connection's slot is given back; a redirected op goes
+   to its new server's queue instead. */
+static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq* q, omc__st_done* d) {
     omc__st_wire x;
     uint32_t k;
     int io_broken = 0;
@@ -1672,7 +1697,7 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
     x.starts = (size_t*)omc__calloc(&S->hooks, ((size_t)q->nops + 1) * sizeof(size_t));
     x.iov = (struct iovec*)omc__calloc(&S->hooks, ((size_t)q->nops * 2 + 1) * sizeof(struct iovec));
     if (!x.marks || !x.starts || !x.iov) {
-        for (k = 0; k < q->nops; k++) omc__st_complete(q->ops[k], OMC_ERR_NO_MEMORY);
+        for (k = 0; k < q->nops; k++) omc__st_settle(d, q->ops[k], OMC_ERR_NO_MEMORY);
         omc__st_wire_free(S, &x);
         return;
     }
@@ -1681,7 +1706,7 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
         omc__sop* op = q->ops[k];
         int64_t mb = __atomic_load_n(&N->max_bulk, __ATOMIC_RELAXED);
         if (op->kind == OMC__OP_PUT && mb > 0 && op->size > (uint64_t)mb) {
-            omc__st_fail(S, N, op, OMC_ERR_TOO_LARGE, "the value (%llu bytes) is larger than the server's proto-max-bulk-len "
+            omc__st_fail(d, N, op, OMC_ERR_TOO_LARGE, "the value (%llu bytes) is larger than the server's proto-max-bulk-len "
                          "(%lld bytes): raise it (CONFIG SET proto-max-bulk-len) or split the payload",
                          (unsigned long long)op->size, (long long)mb);
             q->ops[k] = NULL;
@@ -1698,9 +1723,9 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
             for (k = 0; k < q->nops; k++) {
                 if (!q->ops[k]) continue;
                 q->ops[k]->retry = S->cluster && r == OMC_ERR_CONNECTION;
-                omc__st_fail(S, N, q->ops[k], r, "%s", why);
+                omc__st_fail(d, N, q->ops[k], r, "%s", why);
             }
-            if (S->cluster && r == OMC_ERR_CONNECTION) omc__st_refresh(S);
+            if (S->cluster && r == OMC_ERR_CONNECTION) d->refresh = 1;
             omc__st_wire_free(S, &x);
             return;
         }
@@ -1725,7 +1750,7 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
             if (r != OMC_OK) io_broken = 1;
         }
         if (io_broken || r != OMC_OK) {
-            omc__st_fail(S, N, op, r == OMC_ERR_TIMEOUT ? OMC_ERR_TIMEOUT : r == OMC_ERR_NO_MEMORY ? r : OMC_ERR_CONNECTION,
+            omc__st_fail(d, N, op, r == OMC_ERR_TIMEOUT ? OMC_ERR_TIMEOUT : r == OMC_ERR_NO_MEMORY ? r : OMC_ERR_CONNECTION,
                          "%s (the request may or may not have been carried out)",
                          r == OMC_ERR_TIMEOUT ? "deadline passed while waiting for the reply" : "connection lost");
             continue;
@@ -1736,7 +1761,7 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
             omc_result rb = r;
             r = rb == OMC_ERR_TIMEOUT ? OMC_ERR_TIMEOUT : rb == OMC_ERR_PROTOCOL ? OMC_ERR_PROTOCOL : OMC_ERR_CONNECTION;
             if (op->out.data) omc_buffer_release(&op->out);
-            omc__st_fail(S, N, op, r, "%s", rb == OMC_ERR_PROTOCOL ? "a reply the client cannot parse: connection dropped"
+            omc__st_fail(d, N, op, r, "%s", rb == OMC_ERR_PROTOCOL ? "a reply the client cannot parse: connection dropped"
                                               : rb == OMC_ERR_TIMEOUT ? "deadline passed while reading the reply"
                                               : "connection lost while reading the reply");
             continue;
@@ -1751,16 +1776,16 @@ static void omc__st_run(omc__st_state* S, omc__snode* N, omc__rc* rc, omc__sreq*
             omc__add(moved == 1 ? &S->moved : &S->ask, 1u);
             op->asking = moved == 2;
             nq = T ? omc__st_req_new(S, 1, q->prio, q->deadline) : NULL;
-            if (!nq) { omc__st_fail(S, N, op, OMC_ERR_CONNECTION, "redirected to %s:%d, which cannot be reached", host, port); continue; }
+            if (!nq) { omc__st_fail(d, N, op, OMC_ERR_CONNECTION, "redirected to %s:%d, which cannot be reached", host, port); continue; }
             nq->ops[nq->nops++] = op;
             omc__st_enqueue(T, nq);
             r = OMC_OK;
             continue;
         }
         op->asking = 0;
-        if (r == OMC_OK || r == OMC_ERR_NOT_FOUND) { omc__st_complete(op, r); r = OMC_OK; continue; }
+        if (r == OMC_OK || r == OMC_ERR_NOT_FOUND) { omc__st_settle(d, op, r); r = OMC_OK; continue; }
         if (op->out.data && r != OMC_OK) omc_buffer_release(&op->out);
-        omc__st_complete(op, r);
+        omc__st_settle(d, op, r);
         r = OMC_OK;
     }
     if (io_broken) omc__rc_close(rc);
@@ -1784,9 +1809,21 @@ static void omc__st_slot_give(omc__snode* N, uint32_t ci) {
     pthread_mutex_unlock(&N->mu);
 }
 
+/* After a run: the slot back, then the callers woken, then the slot map read if the run asked
+   (the callers do not wait for it; their retries find the new map). */
+static void omc__st_run_end(omc__st_state* S, omc__snode* N, uint32_t ci, omc__st_done* d) {
+    omc__st_slot_give(N, ci);
+    omc__st_wake_all(d);
+    if (d->refresh) omc__st_refresh(S);
+    d->refresh = 0;
+}
+
 static void* omc__st_worker(void* arg) {
     omc__snode* N = (omc__snode*)arg;
     omc__st_state* S = N->S;
+    omc__st_done done;
+    done.n = 0;
+    done.refresh = 0;
     for (;;) {
         omc__sreq* q = NULL;
         int p;
@@ -1818,8 +1855,8 @@ static void* omc__st_worker(void* arg) {
         ci = omc__st_slot_take(S, N);
         pthread_mutex_unlock(&N->mu);
         omc__add(&S->by_prio[q->prio], (uint64_t)q->nops);
-        omc__st_run(S, N, &N->conns[ci], q);
-        omc__st_slot_give(N, ci);
+        omc__st_run(S, N, &N->conns[ci], q, &done);
+        omc__st_run_end(S, N, ci, &done);
         omc__st_req_free(S, q);
     }
     return NULL;
@@ -1834,6 +1871,7 @@ static int omc__st_try_direct(omc__st_state* S, omc__sop** ops, uint32_t n, int 
     omc__snode* N = n ? omc__st_route(S, ops[0]) : NULL;
     omc__sreq q;
     omc__sop* list[OMC__ST_BATCH_OPS];      /* the request's own list: running it may clear entries */
+    omc__st_done done;
     uint32_t ci, i;
     uint64_t bytes = 0;
     if (!N || n > OMC__ST_BATCH_OPS || deadline == OMC_NO_WAIT || (deadline != OMC_WAIT_FOREVER && omc_now_ns() >= deadline))
@@ -1854,8 +1892,10 @@ static int omc__st_try_direct(omc__st_state* S, omc__sop** ops, uint32_t n, int 
     memcpy(list, ops, (size_t)n * sizeof(omc__sop*));
     q.ops = list;
     q.nops = n;
-    omc__st_run(S, N, &N->conns[ci], &q);
-    omc__st_slot_give(N, ci);
+    done.n = 0;
+    done.refresh = 0;
+    omc__st_run(S, N, &N->conns[ci], &q, &done);
+    omc__st_run_end(S, N, ci, &done);
     return 1;
 }
 
