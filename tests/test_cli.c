@@ -548,6 +548,37 @@ OMC_TEST(bench_tcp_window_in_batches) {
     unlink(json);
 }
 
+/* A window of 16 over a pool that holds 3 payloads: the producer writes its metadata messages
+   half a window at a time, so an alloc that waits for pool space must first send the messages
+   it holds (else the consumer never sees them, never releases, and the alloc's deadline fails
+   the run). With and without --batch; every transfer counted. */
+OMC_TEST(bench_window_larger_than_the_pool) {
+    static cli_run r;
+    const char* batch[] = { NULL, "16" };
+    int k;
+    const char* dir = private_shm_dir();
+    REQUIRE(dir);
+    for (k = 0; k < 2; k++) {
+        char json[64];
+        char* j;
+        int bad;
+        snprintf(json, sizeof(json), "/tmp/omc_cli_%ld_pool%d.json", (long)getpid(), k);
+        {
+            const char* args[] = { "bench", "--transport", "shm", "--sizes", "1M", "--pool", "3M", "--inflight", "16", "--iters", "300",
+                                   "--no-progress", "--shm-dir", dir, "--json", json, batch[k] ? "--batch" : NULL, batch[k], NULL };
+            cli(&r, NULL, args);
+        }
+        j = slurp(json);
+        bad = r.status != 0 || !json_ok(json, "shm", 1) || json_number(j ? strstr(j, "\"results\"") : NULL, "iters") != 300 ||
+              (batch[k] && json_number(j ? strstr(j, "\"results\"") : NULL, "batched_gets") != 300);
+        CHECK(!bad);
+        show_if(&r, bad);
+        free(j);
+        unlink(json);
+    }
+    remove_dir(dir);
+}
+
 /* Two hosts, here both on loopback: omniconn bench --serve (the producer, which prints the
    results) and omniconn bench 127.0.0.1 (the consumer). */
 OMC_TEST(bench_two_hosts_serve_and_connect) {

@@ -42,6 +42,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -261,6 +262,7 @@ typedef struct bench_side {
     bench_shared* sh;
     long window;                /* consumer: gets in flight at once (--inflight; 0 or 1 = one at a time) */
     long batch;                 /* consumer: --batch (0 = not batched) */
+    long ack_every;             /* consumer: write acks once this many are due (and before it waits); 0 = 1 */
 } bench_side;
 
 #define BENCH_MAX_WINDOW 16     /* consumer threads for --inflight: gets in flight at once */
@@ -319,15 +321,42 @@ static int stamped(const uint8_t* p, uint64_t size, uint64_t index) {
 
 /* ---- consumer ------------------------------------------------------------------------------ */
 
-/* A small buffered reader over the message pipe (one read() gives many messages). */
-typedef struct reader { int fd; uint8_t buf[65536]; size_t at, len; } reader;
+/* The consumer's acks: one byte per released transfer, as the producer counts them, but the
+   bytes due are written together, when ack_every of them are due or before the consumer waits
+   for more messages. The bench's own pipe traffic is not what it measures: at 4 KiB over SHM a
+   write and a read per ack (and the producer waking for each) cost more than the transfer itself.
+   The producer's window still means "put and not yet released", seen up to ack_every transfers
+   late; the consumer never sits on an ack while it waits, so the window never stalls on one. */
+typedef struct acks { int fd; long due, every; } acks;
+
+static int acks_flush(acks* a) {
+    char ones[256];
+    memset(ones, 1, sizeof(ones));
+    while (a->due > 0) {
+        size_t n = a->due < (long)sizeof(ones) ? (size_t)a->due : sizeof(ones);
+        if (write_all(a->fd, ones, n) != 0) return -1;
+        a->due -= (long)n;
+    }
+    return 0;
+}
+
+static int acks_add(acks* a, long n) {
+    a->due += n;
+    return a->due >= (a->every > 0 ? a->every : 1) ? acks_flush(a) : 0;
+}
+
+/* A small buffered reader over the message pipe (one read() gives many messages); before it
+   waits for the pipe it writes the acks that are due (out; NULL for the producer's ack reader). */
+typedef struct reader { int fd; uint8_t buf[65536]; size_t at, len; acks* out; } reader;
 
 static int reader_get(reader* r, void* out, size_t n) {
     uint8_t* o = (uint8_t*)out;
     while (n) {
         size_t k;
         if (r->at == r->len) {
-            ssize_t got = read(r->fd, r->buf, sizeof(r->buf));
+            ssize_t got;
+            if (r->out && acks_flush(r->out) != 0) return -1;
+            got = read(r->fd, r->buf, sizeof(r->buf));
             if (got < 0 && errno == EINTR) continue;
             if (got <= 0) return -1;
             r->at = 0;
@@ -476,8 +505,8 @@ static void consume_batch(bench_side* s, bench_batch* b) {
 }
 
 /* A batch that starts with message m (its metadata still in the pipe): the messages of the same
-   kind and fan-out that have already arrived join it, up to --batch; then the gets, and one
-   write with an ack byte per transfer. -1 when the producer has gone. */
+   kind and fan-out that have already arrived join it, up to --batch; then the gets, and an ack
+   per transfer. -1 when the producer has gone. */
 static int consumer_batch(bench_side* s, reader* rd, bench_batch* b, const bench_msg* m) {
     bench_msg next;
     b->n = 0;
@@ -490,12 +519,7 @@ static int consumer_batch(bench_side* s, reader* rd, bench_batch* b, const bench
         b->msg[b->n++] = next;
     } while (b->n < s->batch && reader_has_message(rd, &next) && next.kind == m->kind && next.readers == m->readers);
     consume_batch(s, b);
-    if (m->kind == MSG_DATA_ACK) {
-        char acks[BENCH_MAX_BATCH];
-        memset(acks, 1, sizeof(acks));
-        if (write_all(s->ack_fd, acks, (size_t)b->n) != 0) return -1;
-    }
-    return 0;
+    return m->kind == MSG_DATA_ACK ? acks_add(rd->out, b->n) : 0;
 }
 
 /* --inflight N: the consumer keeps up to N gets in flight (threads of one connector, each on a
@@ -543,11 +567,16 @@ static int consumer_loop(bench_side* s) {
     static reader rd;               /* one consumer per process or thread at a time */
     static bench_window win;
     static bench_batch batch;
+    static acks out;
     pthread_t th[BENCH_MAX_WINDOW];
     int nth = 0, i;
     uint8_t* meta = (uint8_t*)malloc(OMC_META_MAX_SIZE);
     rd.fd = s->msg_fd;
     rd.at = rd.len = 0;
+    rd.out = &out;
+    out.fd = s->ack_fd;
+    out.due = 0;
+    out.every = s->ack_every;
     if (!meta) return 1;
     memset(&win, 0, sizeof(win));
     win.s = s;
@@ -574,7 +603,7 @@ static int consumer_loop(bench_side* s) {
             while (win.count || win.busy) pthread_cond_wait(&win.idle, &win.mu);
             ack = s->sh->errors ? 2 : 1;
             pthread_mutex_unlock(&win.mu);
-            if (write_all(s->ack_fd, &ack, 1) != 0) break;
+            if (acks_flush(&out) != 0 || write_all(s->ack_fd, &ack, 1) != 0) break;
             continue;
         }
         if (m.meta_len > OMC_META_MAX_SIZE) break;
@@ -596,7 +625,8 @@ static int consumer_loop(bench_side* s) {
             continue;
         }
         consume_one(s, &m, meta, nth ? &win.mu : NULL);
-        if ((m.kind == MSG_LAT || m.kind == MSG_DATA_ACK) && write_all(s->ack_fd, &ack, 1) != 0) break;
+        if (m.kind == MSG_DATA_ACK && acks_add(&out, 1) != 0) break;
+        if (m.kind == MSG_LAT && (acks_add(&out, 1) != 0 || acks_flush(&out) != 0)) break;  /* one at a time: at once */
     }
     pthread_mutex_lock(&win.mu);
     win.quit = 1;
@@ -638,6 +668,59 @@ static void progress_clear(progress* p) {
     p->shown = 0;
 }
 
+static long bench_ack_every(const bench_opts* o);
+
+/* A message and its metadata in one write (two would be two system calls per transfer). */
+static int write_msg(int fd, const bench_msg* m, const void* meta, size_t n) {
+    struct iovec v[2];
+    ssize_t k;
+    v[0].iov_base = (void*)(uintptr_t)m;
+    v[0].iov_len = sizeof(*m);
+    v[1].iov_base = (void*)(uintptr_t)meta;
+    v[1].iov_len = n;
+    do k = writev(fd, v, 2); while (k < 0 && errno == EINTR);
+    if (k < 0) return -1;
+    if ((size_t)k < sizeof(*m)) return write_all(fd, (const uint8_t*)m + k, sizeof(*m) - (size_t)k) != 0 || write_all(fd, meta, n) != 0 ? -1 : 0;
+    return write_all(fd, (const uint8_t*)meta + ((size_t)k - sizeof(*m)), n - ((size_t)k - sizeof(*m)));
+}
+
+/* The producer's messages with a window (--inflight), written together as the consumer's acks
+   are (see acks): when `every` are due, and before the producer waits (for an ack, or for pool
+   space). A message per write would cost the producer a system call and the consumer a wake-up
+   per transfer, more than a 4 KiB transfer over SHM itself; the consumer sees a message at most
+   every-1 puts late, and never while the producer waits. One producer per process. */
+typedef struct outbox { int fd; uint8_t buf[65536]; size_t len; long due; } outbox;
+static outbox bench_out;
+
+static int outbox_flush(outbox* b) {
+    int rc = b->len ? write_all(b->fd, b->buf, b->len) : 0;
+    b->len = 0;
+    b->due = 0;
+    return rc;
+}
+
+static int outbox_put(outbox* b, int fd, const bench_msg* m, const void* meta, size_t n, long every) {
+    if (b->fd != fd && outbox_flush(b) != 0) return -1;
+    b->fd = fd;
+    if (sizeof(*m) + n > sizeof(b->buf) - b->len) {
+        if (outbox_flush(b) != 0) return -1;
+        if (sizeof(*m) + n > sizeof(b->buf)) return write_msg(fd, m, meta, n);
+    }
+    memcpy(b->buf + b->len, m, sizeof(*m));
+    memcpy(b->buf + b->len + sizeof(*m), meta, n);
+    b->len += sizeof(*m) + n;
+    return ++b->due >= every ? outbox_flush(b) : 0;
+}
+
+/* The producer's end of the ack pipe: one read takes every ack already written; the messages
+   due go out before it waits. */
+static int ack_read(int fd, char* ack) {
+    static reader in;       /* one producer per process */
+    if (in.fd != fd) { in.fd = fd; in.at = in.len = 0; in.out = NULL; }
+    if (in.at == in.len && outbox_flush(&bench_out) != 0) return -1;
+    return reader_get(&in, ack, 1);
+}
+
 /* One transfer: a pool buffer, one memcpy, the stamp, a zero-copy put, the metadata down the pipe. */
 static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint32_t kind, uint64_t index, const bench_opts* o) {
     const int copy_put = o->copy_put;
@@ -660,7 +743,9 @@ static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint
         if (r != OMC_OK) return r;
         goto send;
     }
-    r = omc_conn_alloc(s->conn, size, omc_deadline_after_ms(30000), &buf);
+    r = bench_out.due ? omc_conn_alloc(s->conn, size, omc_now_ns(), &buf) : OMC_ERR_TIMEOUT;   /* no wait with messages due */
+    if (r != OMC_OK && outbox_flush(&bench_out) != 0) return OMC_ERR_CONNECTION;
+    if (r != OMC_OK) r = omc_conn_alloc(s->conn, size, omc_deadline_after_ms(30000), &buf);
     if (r != OMC_OK) return r;
     memcpy(buf.data, src, (size_t)size);
     stamp((uint8_t*)buf.data, size, index);
@@ -676,7 +761,7 @@ send:
     m.index = index;
     m.size = size;
     m.readers = o->readers;
-    r = write_all(s->msg_fd, &m, sizeof(m)) == 0 && write_all(s->msg_fd, meta.data, meta.size) == 0 ? OMC_OK : OMC_ERR_CONNECTION;
+    r = outbox_put(&bench_out, s->msg_fd, &m, meta.data, meta.size, kind == MSG_DATA_ACK ? bench_ack_every(o) : 1) == 0 ? OMC_OK : OMC_ERR_CONNECTION;
     omc_meta_free(&meta);
     return r;
 }
@@ -723,7 +808,7 @@ static int bench_rail_bytes(omc_conn* c, uint64_t* out, char (*names)[64]) {
 /* One acknowledgement of the throughput phase (--inflight): counted in its time slice. */
 static int bench_ack(bench_side* s, const bench_opts* o, uint64_t size, omc_time_ns t_first) {
     char ack;
-    if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+    if (ack_read(s->ack_fd, &ack) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
     if (o->timeline > 0) {
         int k = (int)((double)(omc_now_ns() - t_first) / 1e9 / o->timeline);
         if (k >= 0 && k < BENCH_MAX_SLICES) {
@@ -799,7 +884,7 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
         omc_time_ns t_put = omc_now_ns();
         r = produce(s, src, size, MSG_LAT, index, o);
         if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); return -1; }
-        if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+        if (ack_read(s->ack_fd, &ack) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
         /* another host has another clock: there, latency is the round trip put -> get -> ack */
         if (o->remote && index < BENCH_MAX_LAT) s->sh->lat[index] = omc_now_ns() - t_put;
         progress_tick(pg, "latency", size, i + 1, BENCH_WARMUP + lat_iters, (uint64_t)(i + 1) * size);
@@ -845,7 +930,7 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
     if (fail) return -1;
     memset(&m, 0, sizeof(m));
     m.kind = MSG_SYNC;
-    if (write_all(s->msg_fd, &m, sizeof(m)) != 0 || read_all(s->ack_fd, &ack, 1) != 0) {
+    if (outbox_flush(&bench_out) != 0 || write_all(s->msg_fd, &m, sizeof(m)) != 0 || ack_read(s->ack_fd, &ack) != 0) {
         fprintf(stderr, "omniconn bench: the consumer is gone\n");
         return -1;
     }
@@ -928,6 +1013,14 @@ static omc_conn* bench_connector(const bench_opts* o, omc_role role, const char*
    only take turns on the same cores: there the consumer takes one at a time, as it always has. */
 static long bench_remote_window(const bench_opts* o) {
     return strcmp(o->transport, "tcp") == 0 || strcmp(o->transport, "rdma") == 0 ? o->inflight : 0;
+}
+
+/* Messages and acks written together (see outbox and acks), half a window at a time: the
+   producer refills one half while the consumer takes the other, as double buffering does.
+   Without a window (or an unknown one: 0), one at a time. */
+static long bench_ack_every(const bench_opts* o) {
+    long n = o->inflight / 2;
+    return n > 1 ? n : 1;
 }
 
 static void* consumer_thread(void* arg) {
@@ -1290,6 +1383,7 @@ static int bench_consumer_for(bench_opts* o) {
     cons.msg_fd = cons.ack_fd = s;
     cons.window = bench_remote_window(o);   /* this host's --inflight */
     cons.batch = o->batch;                  /* and --batch */
+    cons.ack_every = bench_ack_every(o);
     cons.conn = cons.sh ? bench_connector(o, OMC_ROLE_RECEIVER, "bench") : NULL;
     if (!cons.conn) { free(cons.sh); close(s); return 1; }
     consumer_loop(&cons);
@@ -1529,6 +1623,7 @@ static int bench_setup(bench_run* b) {
     b->cons = b->prod;
     b->cons.window = bench_remote_window(o);
     b->cons.batch = o->batch;
+    b->cons.ack_every = bench_ack_every(o);
     b->prod.msg_fd = b->fds_msg[1];
     b->prod.ack_fd = b->fds_ack[0];
     b->cons.msg_fd = b->fds_msg[0];
