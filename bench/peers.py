@@ -11,7 +11,9 @@ UCX server and client on 127.0.0.1 (a fresh port per test), iperf3 single stream
 omniconn's two-process benchmarks (bench_shm, bench_tcp; one round each per round here) and the
 window rows: `omniconn bench --inflight 16` over SHM and TCP at 4 KiB to 16 MiB (the CLI: make cli),
 each beside its one-at-a-time row and against the same UCX tag_bw figure, and the same command
-with --inflight 1 (the window's own gain; four `omniconn bench` runs of about 7 s a round).
+with --inflight 1 (the window's own gain); over TCP also `--inflight 16 --batch 16` (the window's
+gets in batches, one omc_conn_get_batch on one thread and one connection). Five `omniconn bench`
+runs of about 7 s a round.
 
 Units: GB/s = 1e9 B/s. ucx_perftest prints "MB/s" meaning 2^20 B/s; it is converted. Its tag_lat
 "overhead" is one way (half a round trip). Latency ratios are peer time / omniconn time, so every
@@ -48,8 +50,11 @@ KiB, MiB = 1024, 1024 * 1024
 SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 186 * MiB]
 SHM_SIZES = [64] + SIZES          # 64 B: the small handoff
 # The window rows: `omniconn bench --inflight WINDOW`, the producer keeping at most WINDOW transfers put
-# and not yet released by the consumer, whose gets run one after the other (one consumer thread, one
-# request at a time on TCP's data connection). 16: on an idle host (bench/results/scaling.json) SHM
+# and not yet released by the consumer. Over SHM the consumer's gets run one after the other on one
+# thread (a same-host get waits for nothing); over TCP the consumer keeps up to WINDOW gets in flight,
+# on WINDOW threads, each with its own channel and data connection; with --batch WINDOW (the batch
+# rows) it takes the metadata already arrived, up to WINDOW, and fetches it with one
+# omc_conn_get_batch on one thread and one connection. 16: on an idle host (bench/results/scaling.json) SHM
 # from 64 KiB is within 10 % of 64 in flight at 16 and TCP is flat from 1 (its gets are not
 # pipelined), while 16 x 16 MiB still fits a 257 MiB pool per side; ucx_perftest's tag_bw sets no
 # limit of its own (-O 0) and flow-controls active messages at 127.
@@ -170,19 +175,20 @@ def omc_tcp_once(build):
     return {str(r["size_bytes"]): r for r in j["rows"] if "case" not in r}
 
 
-def omc_window_once(build, transport, inflight):
-    """One `omniconn bench --inflight N` run over the window sizes: ({size: row}, the command) or None.
+def omc_window_once(build, transport, inflight, batch=None):
+    """One `omniconn bench --inflight N [--batch B]` run over the window sizes: ({size: row}, the command) or None.
     The pool holds WINDOW of the largest payloads, so the pool never narrows the window."""
     path = "/tmp/omc-peers-window-%s-%d.json" % (transport, os.getpid())
     pool = WINDOW * max(WINDOW_SIZES) + MiB
     cmd = [os.path.join(build, "omniconn"), "bench", "--transport", transport, "--sizes", ",".join(str(s) for s in WINDOW_SIZES),
-           "--inflight", str(inflight), "--pool", str(pool), "--duration", str(WINDOW_DURATION_S), "--no-progress", "--json", path]
+           "--inflight", str(inflight)] + (["--batch", str(batch)] if batch else []) + [
+           "--pool", str(pool), "--duration", str(WINDOW_DURATION_S), "--no-progress", "--json", path]
     if not os.path.exists(cmd[0]):
         log("%s is not built (make cli): no window rows" % cmd[0])
         return None
     rc, out = run(cmd, timeout=300)
     if rc != 0 or not os.path.exists(path):
-        log("omniconn bench --transport %s --inflight %d failed: %s" % (transport, inflight, out[-300:]))
+        log("omniconn bench --transport %s --inflight %d%s failed: %s" % (transport, inflight, " --batch %d" % batch if batch else "", out[-300:]))
         return None
     with open(path) as f:
         j = json.load(f)
@@ -308,19 +314,22 @@ def main():
                 add("omniconn_tcp_side_channel_get_us_p50/%d" % s, row.get("omniconn_side_channel_get_us_p50"), ld)
 
     def omc_window():
-        # the window, and the same benchmark one transfer at a time: what the window itself gains
-        for t in ["shm", "tcp"]:
-            for n in [WINDOW, 1]:
-                ld = load()
-                r = omc_window_once(a.build, t, n)
-                if not r:
-                    continue
-                rows, info["window_command"]["%s/%d" % (t, n)] = r
-                for s in WINDOW_SIZES:
-                    row = rows.get(str(s))
-                    if row:
-                        add("omniconn_%s_window%d_gbps/%d" % (t, n, s), row["gbps"], ld)
-                        add("omniconn_%s_window%d_msg_rate/%d" % (t, n, s), row["msg_rate"], ld)
+        # the window, and the same benchmark one transfer at a time: what the window itself gains;
+        # over TCP also the window's gets in batches on one connection
+        for t, n, b in [("shm", WINDOW, None), ("shm", 1, None), ("tcp", WINDOW, None), ("tcp", WINDOW, WINDOW), ("tcp", 1, None)]:
+            ld = load()
+            r = omc_window_once(a.build, t, n, b)
+            if not r:
+                continue
+            case = "%s_window%d%s" % (t, n, "_batch%d" % b if b else "")
+            rows, info["window_command"][case.replace("_window", "/", 1)] = r
+            for s in WINDOW_SIZES:
+                row = rows.get(str(s))
+                if row:
+                    add("omniconn_%s_gbps/%d" % (case, s), row["gbps"], ld)
+                    add("omniconn_%s_msg_rate/%d" % (case, s), row["msg_rate"], ld)
+                    if b and row.get("batches"):       # how full the batches were (the consumer's counts)
+                        add("omniconn_%s_gets_per_batch/%d" % (case, s), row["batched_gets"] / row["batches"], ld)
 
     tools = [("ucx_perftest", ucx_tools), ("iperf3", iperf), ("omniconn shm", omc_shm), ("omniconn tcp", omc_tcp),
              ("omniconn window", omc_window)]
@@ -353,10 +362,15 @@ def main():
         "window": {"inflight": WINDOW, "sizes": WINDOW_SIZES, "commands": info["window_command"],
                    "same_method_one_at_a_time": "the same command with --inflight 1 (samples omniconn_*_window1_*): the "
                                                 "window's own gain, without the difference in method from bench_shm / bench_tcp",
+                   "batch": WINDOW,
                    "meaning": "omniconn bench --inflight: the producer keeps at most this many transfers put and not yet released by the "
-                              "consumer; the consumer's gets run one after the other (on TCP one request at a time on the data "
-                              "connection). Producer: omc_conn_alloc + one memcpy + zero-copy put; consumer: omc_conn_get with "
-                              "metadata, stamp check, release, a one-byte ack over a pipe. GB/s = bytes / (first put .. last get)."},
+                              "consumer. SHM: the consumer's gets run one after the other on one thread. TCP: up to this many gets in "
+                              "flight on as many consumer threads, each with its own channel and data connection; with --batch "
+                              "(samples omniconn_tcp_window*_batch*): the metadata already arrived, up to the batch, fetched with one "
+                              "omc_conn_get_batch on one thread and one connection (gets_per_batch: how full the batches were). "
+                              "Producer: omc_conn_alloc + one memcpy + zero-copy put; consumer: omc_conn_get with "
+                              "metadata, stamp check, release, a one-byte ack per transfer over a pipe (messages and acks written "
+                              "half a window at a time). GB/s = bytes / (first put .. last get)."},
         "method": ("Each round runs every tool once in turn, the starting tool rotating per round; figures are medians over the rounds. "
                    "ucx_perftest: server and client on 127.0.0.1, UCX_TLS=%s (shm) or %s (tcp), tag_bw at each size (about 1 GiB per figure), "
                    "tag_lat p50 overhead (one way; 64 B over shm, 4 KiB over tcp; over shm once more with server and client pinned to CPUs 0 "
@@ -366,13 +380,13 @@ def main():
                    "the two processes pinned to two CPUs and the consumer spinning, when bench_shm has it) and bench_tcp (one get with "
                    "metadata per iteration, size / median time; get_us_p50 = "
                    "median time of one 4 KiB get). Window rows: omniconn bench --inflight %d (see \"window\"), one run per transport per round, "
-                   "and the same with --inflight 1 (the window rows' benchmark one at a time). memcpy, warm: bench_shm's baseline (source and destination faulted in and reused, so "
+                   "the same with --inflight 1 (the window rows' benchmark one at a time), and over TCP the same with --batch %d. memcpy, warm: bench_shm's baseline (source and destination faulted in and reused, so "
                    "sizes that fit the cache run from it; above the last-level cache it is memory-bound). memcpy, destination cycling: "
                    "the same source copied into destinations cycling through a faulted-in region the size of the stream's pool (colder "
                    "than the transfer, whose allocator hands back the range just released, while that fits the cache). RDMA rows: "
                    "bench/results/rdma.json as last measured on the test bed (make bench-rdma). Allocator rows: bench_alloc, run once "
                    "after the rounds (its own 3 interleaved rounds). GB/s = 1e9 B/s. Ratios: above 1 means "
-                   "omniconn is ahead (throughput: omniconn / peer; latency: peer / omniconn)." % (UCX_SHM_TLS, UCX_TCP_TLS, WINDOW)),
+                   "omniconn is ahead (throughput: omniconn / peer; latency: peer / omniconn)." % (UCX_SHM_TLS, UCX_TCP_TLS, WINDOW, WINDOW)),
         "medians": {k: round(v, 4) for k, v in sorted(med.items())},
         "samples": samples,
         "table": rows,
@@ -487,7 +501,11 @@ def table_rows(med):
                 ratio(w1, u), "(no target; reported)", None)
             w = m("omniconn_tcp_window%d_gbps/%d" % (WINDOW, s))
             lim = 0.5 if s < 64 * KiB else 1.0
-            row("tcp_window", "TCP throughput %s, with a window of %d puts not yet released, gets one at a time (GB/s)" % (human(s), WINDOW), w,
+            row("tcp_window", "TCP throughput %s, with a window of %d puts not yet released, up to %d gets in flight on %d threads "
+                "and connections (GB/s)" % (human(s), WINDOW, WINDOW, WINDOW), w,
+                "UCX tcp tag_bw", u, ratio(w, u), ">= %sx UCX tcp tag_bw" % ("0.5" if lim < 1 else "1.0"), lim)
+            w = m("omniconn_tcp_window%d_batch%d_gbps/%d" % (WINDOW, WINDOW, s))
+            row("tcp_window_batch", "TCP throughput %s, with a window of %d, gets in batches on one connection (GB/s)" % (human(s), WINDOW), w,
                 "UCX tcp tag_bw", u, ratio(w, u), ">= %sx UCX tcp tag_bw" % ("0.5" if lim < 1 else "1.0"), lim)
     o, u = m("omniconn_tcp_get_us_p50/%d" % (4 * KiB)), m("ucx_tcp_tag_lat_us_one_way/%d" % (4 * KiB))
     rtt = 2 * u if u else None
@@ -667,7 +685,8 @@ SUMMARY = [   # (groups, target as the issue states it)
     (["shm_memcpy_pool", "shm_memcpy_warm"], "SHM >= 0.9x memcpy from 1 MiB (pool-sized destination region: the fair baseline; warm: the strict one)"),
     (["tcp_ucx"], "TCP >= UCX tcp tag_bw, 4 KiB to 186 MiB"),
     (["shm_window"], "SHM with a window of %d: 4 KiB and 64 KiB >= UCX shm tag_bw" % WINDOW),
-    (["tcp_window"], "TCP with a window of %d: >= UCX tcp tag_bw from 64 KiB, >= 0.5x at 4 KiB" % WINDOW),
+    (["tcp_window"], "TCP with a window of %d (gets on as many threads): >= UCX tcp tag_bw from 64 KiB, >= 0.5x at 4 KiB" % WINDOW),
+    (["tcp_window_batch"], "TCP with a window of %d, gets in batches on one connection: >= UCX tcp tag_bw from 64 KiB, >= 0.5x at 4 KiB" % WINDOW),
     (["tcp_latency"], "TCP 4 KiB get p50 <= 2x UCX tcp round trip"),
     (["tcp_raw", "tcp_iperf3"], "TCP >= 0.8x raw TCP and iperf3 from 1 MiB"),
     (["rdma_ib"], "RDMA >= 0.9x ib_write_bw from 1 MiB, >= 0.6x at 64 KiB (test bed)"),

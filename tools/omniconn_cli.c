@@ -36,11 +36,13 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -185,6 +187,7 @@ typedef struct bench_shared {
     int rdma_enabled;
     uint64_t rdma_channels, tcp_fallbacks;
     char plane[320];
+    uint64_t batches, batched_gets, batch_max;     /* --batch: omc_conn_get_batch calls, their items, the largest */
 } bench_shared;
 
 typedef struct bench_opts {
@@ -204,6 +207,7 @@ typedef struct bench_opts {
     int force;                  /* reserve more memory than is available */
     int cpu_producer, cpu_consumer; /* -1 = not pinned */
     long inflight;              /* at most this many transfers put and not yet released (0 = as many as the pool holds) */
+    long batch;                 /* consumer: up to this many gets per omc_conn_get_batch, on one thread (0 = one get per call) */
     int serve;                  /* two hosts: the producer, waiting for a consumer on port */
     const char* peer;           /* two hosts: the consumer, connecting to this producer */
     unsigned port;              /* two hosts: the control connection's port */
@@ -249,6 +253,7 @@ typedef struct bench_row {
     long iters, lat_iters;
     double gbps, memcpy_gbps, msg_rate;
     double min_us, avg_us, p50_us, p99_us, p999_us, max_us;     /* one-way latency, one transfer at a time */
+    uint64_t batches, batched_gets, batch_max;     /* --batch, the throughput phase (same host: the consumer's counts) */
 } bench_row;
 
 typedef struct bench_side {
@@ -256,9 +261,12 @@ typedef struct bench_side {
     int msg_fd, ack_fd;         /* producer: write msgs, read acks; consumer: the other way */
     bench_shared* sh;
     long window;                /* consumer: gets in flight at once (--inflight; 0 or 1 = one at a time) */
+    long batch;                 /* consumer: --batch (0 = not batched) */
+    long ack_every;             /* consumer: write acks once this many are due (and before it waits); 0 = 1 */
 } bench_side;
 
 #define BENCH_MAX_WINDOW 16     /* consumer threads for --inflight: gets in flight at once */
+#define BENCH_MAX_BATCH 64      /* --batch: metadata messages fetched by one omc_conn_get_batch */
 
 /* Without --iters, a size's throughput phase stops after about a second (and at least 16
    transfers) and its latency phase after half a second (at least 10): the sweep takes seconds on
@@ -313,15 +321,42 @@ static int stamped(const uint8_t* p, uint64_t size, uint64_t index) {
 
 /* ---- consumer ------------------------------------------------------------------------------ */
 
-/* A small buffered reader over the message pipe (one read() gives many messages). */
-typedef struct reader { int fd; uint8_t buf[65536]; size_t at, len; } reader;
+/* The consumer's acks: one byte per released transfer, as the producer counts them, but the
+   bytes due are written together, when ack_every of them are due or before the consumer waits
+   for more messages. The bench's own pipe traffic is not what it measures: at 4 KiB over SHM a
+   write and a read per ack (and the producer waking for each) cost more than the transfer itself.
+   The producer's window still means "put and not yet released", seen up to ack_every transfers
+   late; the consumer never sits on an ack while it waits, so the window never stalls on one. */
+typedef struct acks { int fd; long due, every; } acks;
+
+static int acks_flush(acks* a) {
+    char ones[256];
+    memset(ones, 1, sizeof(ones));
+    while (a->due > 0) {
+        size_t n = a->due < (long)sizeof(ones) ? (size_t)a->due : sizeof(ones);
+        if (write_all(a->fd, ones, n) != 0) return -1;
+        a->due -= (long)n;
+    }
+    return 0;
+}
+
+static int acks_add(acks* a, long n) {
+    a->due += n;
+    return a->due >= (a->every > 0 ? a->every : 1) ? acks_flush(a) : 0;
+}
+
+/* A small buffered reader over the message pipe (one read() gives many messages); before it
+   waits for the pipe it writes the acks that are due (out; NULL for the producer's ack reader). */
+typedef struct reader { int fd; uint8_t buf[65536]; size_t at, len; acks* out; } reader;
 
 static int reader_get(reader* r, void* out, size_t n) {
     uint8_t* o = (uint8_t*)out;
     while (n) {
         size_t k;
         if (r->at == r->len) {
-            ssize_t got = read(r->fd, r->buf, sizeof(r->buf));
+            ssize_t got;
+            if (r->out && acks_flush(r->out) != 0) return -1;
+            got = read(r->fd, r->buf, sizeof(r->buf));
             if (got < 0 && errno == EINTR) continue;
             if (got <= 0) return -1;
             r->at = 0;
@@ -334,6 +369,32 @@ static int reader_get(reader* r, void* out, size_t n) {
         n -= k;
     }
     return 0;
+}
+
+/* Is the next whole message already here (in the buffer, or waiting in the pipe: taken without
+   blocking)? 1 and its header in *m if so. A message larger than the buffer never is: it goes
+   the ordinary way. */
+static int reader_has_message(reader* r, bench_msg* m) {
+    size_t have = r->len - r->at;
+    if (have >= sizeof(*m)) memcpy(m, r->buf + r->at, sizeof(*m));
+    if (have < sizeof(*m) || have < sizeof(*m) + m->meta_len) {
+        struct pollfd p;
+        ssize_t got;
+        p.fd = r->fd;
+        p.events = POLLIN;
+        p.revents = 0;
+        if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN)) return 0;
+        memmove(r->buf, r->buf + r->at, have);
+        r->at = 0;
+        r->len = have;
+        got = read(r->fd, r->buf + have, sizeof(r->buf) - have);
+        if (got <= 0) return 0;         /* EOF or an error: the next blocking read reports it */
+        r->len += (size_t)got;
+        have += (size_t)got;
+        if (have < sizeof(*m)) return 0;
+        memcpy(m, r->buf, sizeof(*m));
+    }
+    return have >= sizeof(*m) + m->meta_len;
 }
 
 static void consumer_error(bench_shared* sh, const char* fmt, ...) {
@@ -382,6 +443,85 @@ static omc_result consume_one(bench_side* s, const bench_msg* m, const uint8_t* 
     return r;
 }
 
+/* --batch N: the consumer takes up to N metadata messages that have already arrived (at least
+   one: it never waits to fill a batch) and fetches them with one omc_conn_get_batch on one
+   thread, then checks and releases each, as a stage that drains its queue in batches does. */
+typedef struct bench_batch {
+    bench_msg msg[BENCH_MAX_BATCH];
+    uint8_t* meta[BENCH_MAX_BATCH];
+    uint32_t cap[BENCH_MAX_BATCH];      /* bytes allocated at meta[i] */
+    int n;
+} bench_batch;
+
+/* Room for a message's metadata in slot i. */
+static uint8_t* batch_meta(bench_batch* b, int i, uint32_t len) {
+    if (len > b->cap[i] || !b->meta[i]) {
+        uint32_t cap = len < 4096 ? 4096 : len;
+        uint8_t* p = (uint8_t*)realloc(b->meta[i], cap);
+        if (!p) return NULL;
+        b->meta[i] = p;
+        b->cap[i] = cap;
+    }
+    return b->meta[i];
+}
+
+/* The batch's gets (every reader's round of them: fan-out), each checked and released. */
+static void consume_batch(bench_side* s, bench_batch* b) {
+    omc_batch_item it[BENCH_MAX_BATCH];
+    char key[BENCH_MAX_BATCH][32];
+    uint32_t k, readers = b->msg[0].readers ? b->msg[0].readers : 1;   /* the same for the batch */
+    int i, failed = 0;
+    for (k = 0; k < readers; k++) {
+        memset(it, 0, sizeof(it[0]) * (size_t)b->n);
+        for (i = 0; i < b->n; i++) {
+            snprintf(key[i], sizeof(key[i]), "m%llu", (unsigned long long)b->msg[i].index);
+            it[i].key = key[i];
+            it[i].meta.data = b->meta[i];
+            it[i].meta.size = b->msg[i].meta_len;
+        }
+        (void)omc_conn_get_batch(s->conn, "producer", "consumer", it, (uint32_t)b->n, omc_deadline_after_ms(30000));  /* per item below */
+        for (i = 0; i < b->n; i++) {
+            uint64_t got;
+            if (it[i].result != OMC_OK) {
+                consumer_error(s->sh, "get %u of payload %llu (in a batch of %d): %s", k + 1, (unsigned long long)b->msg[i].index, b->n,
+                               omc_result_str(it[i].result));
+                failed = 1;
+                continue;
+            }
+            got = it[i].buffer.size;
+            if (got != b->msg[i].size || !stamped((const uint8_t*)it[i].buffer.data, got, b->msg[i].index)) {
+                consumer_error(s->sh, "payload %llu arrived damaged (%llu bytes)", (unsigned long long)b->msg[i].index, (unsigned long long)got);
+            }
+            omc_buffer_release(&it[i].buffer);
+        }
+    }
+    s->sh->batches += readers;
+    s->sh->batched_gets += (uint64_t)b->n * readers;
+    if ((uint64_t)b->n > s->sh->batch_max) s->sh->batch_max = (uint64_t)b->n;
+    if (!failed) {
+        int64_t now = omc_now_ns();
+        if (now > s->sh->last_done) s->sh->last_done = now;
+    }
+}
+
+/* A batch that starts with message m (its metadata still in the pipe): the messages of the same
+   kind and fan-out that have already arrived join it, up to --batch; then the gets, and an ack
+   per transfer. -1 when the producer has gone. */
+static int consumer_batch(bench_side* s, reader* rd, bench_batch* b, const bench_msg* m) {
+    bench_msg next;
+    b->n = 0;
+    do {
+        uint8_t* meta;
+        if (b->n) (void)reader_get(rd, &next, sizeof(next));    /* whole: reader_has_message said so */
+        else next = *m;
+        meta = batch_meta(b, b->n, next.meta_len);
+        if (!meta || reader_get(rd, meta, next.meta_len) != 0) return -1;
+        b->msg[b->n++] = next;
+    } while (b->n < s->batch && reader_has_message(rd, &next) && next.kind == m->kind && next.readers == m->readers);
+    consume_batch(s, b);
+    return m->kind == MSG_DATA_ACK ? acks_add(rd->out, b->n) : 0;
+}
+
 /* --inflight N: the consumer keeps up to N gets in flight (threads of one connector, each on a
    channel of its own), as a stage with a window does; acks go back as each get is released. */
 typedef struct bench_window {
@@ -426,18 +566,25 @@ static void* window_worker(void* arg) {
 static int consumer_loop(bench_side* s) {
     static reader rd;               /* one consumer per process or thread at a time */
     static bench_window win;
+    static bench_batch batch;
+    static acks out;
     pthread_t th[BENCH_MAX_WINDOW];
     int nth = 0, i;
     uint8_t* meta = (uint8_t*)malloc(OMC_META_MAX_SIZE);
     rd.fd = s->msg_fd;
     rd.at = rd.len = 0;
+    rd.out = &out;
+    out.fd = s->ack_fd;
+    out.due = 0;
+    out.every = s->ack_every;
     if (!meta) return 1;
     memset(&win, 0, sizeof(win));
     win.s = s;
     pthread_mutex_init(&win.mu, NULL);
     pthread_cond_init(&win.work, NULL);
     pthread_cond_init(&win.idle, NULL);
-    if (s->window > 1) {
+    memset(&batch, 0, sizeof(batch));
+    if (s->window > 1 && !s->batch) {     /* --batch: one thread, its gets in batches instead */
         long want = s->window < BENCH_MAX_WINDOW ? s->window : BENCH_MAX_WINDOW;
         for (i = 0; i < want; i++) if (!(win.meta[i] = (uint8_t*)malloc(OMC_META_MAX_SIZE))) break;
         win.n = i;                      /* set before any worker runs */
@@ -456,10 +603,15 @@ static int consumer_loop(bench_side* s) {
             while (win.count || win.busy) pthread_cond_wait(&win.idle, &win.mu);
             ack = s->sh->errors ? 2 : 1;
             pthread_mutex_unlock(&win.mu);
-            if (write_all(s->ack_fd, &ack, 1) != 0) break;
+            if (acks_flush(&out) != 0 || write_all(s->ack_fd, &ack, 1) != 0) break;
             continue;
         }
-        if (m.meta_len > OMC_META_MAX_SIZE || reader_get(&rd, meta, m.meta_len) != 0) break;
+        if (m.meta_len > OMC_META_MAX_SIZE) break;
+        if (s->batch && (m.kind == MSG_DATA || m.kind == MSG_DATA_ACK)) {
+            if (consumer_batch(s, &rd, &batch, &m) != 0) break;
+            continue;
+        }
+        if (reader_get(&rd, meta, m.meta_len) != 0) break;
         if (nth && m.kind == MSG_DATA_ACK) {    /* to a worker: up to nth gets in flight */
             int at;
             pthread_mutex_lock(&win.mu);
@@ -473,7 +625,8 @@ static int consumer_loop(bench_side* s) {
             continue;
         }
         consume_one(s, &m, meta, nth ? &win.mu : NULL);
-        if ((m.kind == MSG_LAT || m.kind == MSG_DATA_ACK) && write_all(s->ack_fd, &ack, 1) != 0) break;
+        if (m.kind == MSG_DATA_ACK && acks_add(&out, 1) != 0) break;
+        if (m.kind == MSG_LAT && (acks_add(&out, 1) != 0 || acks_flush(&out) != 0)) break;  /* one at a time: at once */
     }
     pthread_mutex_lock(&win.mu);
     win.quit = 1;
@@ -481,6 +634,7 @@ static int consumer_loop(bench_side* s) {
     pthread_mutex_unlock(&win.mu);
     for (i = 0; i < nth; i++) pthread_join(th[i], NULL);
     for (i = 0; i < BENCH_MAX_WINDOW; i++) free(win.meta[i]);
+    for (i = 0; i < BENCH_MAX_BATCH; i++) free(batch.meta[i]);
     pthread_cond_destroy(&win.work);
     pthread_cond_destroy(&win.idle);
     pthread_mutex_destroy(&win.mu);
@@ -514,6 +668,59 @@ static void progress_clear(progress* p) {
     p->shown = 0;
 }
 
+static long bench_ack_every(const bench_opts* o);
+
+/* A message and its metadata in one write (two would be two system calls per transfer). */
+static int write_msg(int fd, const bench_msg* m, const void* meta, size_t n) {
+    struct iovec v[2];
+    ssize_t k;
+    v[0].iov_base = (void*)(uintptr_t)m;
+    v[0].iov_len = sizeof(*m);
+    v[1].iov_base = (void*)(uintptr_t)meta;
+    v[1].iov_len = n;
+    do k = writev(fd, v, 2); while (k < 0 && errno == EINTR);
+    if (k < 0) return -1;
+    if ((size_t)k < sizeof(*m)) return write_all(fd, (const uint8_t*)m + k, sizeof(*m) - (size_t)k) != 0 || write_all(fd, meta, n) != 0 ? -1 : 0;
+    return write_all(fd, (const uint8_t*)meta + ((size_t)k - sizeof(*m)), n - ((size_t)k - sizeof(*m)));
+}
+
+/* The producer's messages with a window (--inflight), written together as the consumer's acks
+   are (see acks): when `every` are due, and before the producer waits (for an ack, or for pool
+   space). A message per write would cost the producer a system call and the consumer a wake-up
+   per transfer, more than a 4 KiB transfer over SHM itself; the consumer sees a message at most
+   every-1 puts late, and never while the producer waits. One producer per process. */
+typedef struct outbox { int fd; uint8_t buf[65536]; size_t len; long due; } outbox;
+static outbox bench_out;
+
+static int outbox_flush(outbox* b) {
+    int rc = b->len ? write_all(b->fd, b->buf, b->len) : 0;
+    b->len = 0;
+    b->due = 0;
+    return rc;
+}
+
+static int outbox_put(outbox* b, int fd, const bench_msg* m, const void* meta, size_t n, long every) {
+    if (b->fd != fd && outbox_flush(b) != 0) return -1;
+    b->fd = fd;
+    if (sizeof(*m) + n > sizeof(b->buf) - b->len) {
+        if (outbox_flush(b) != 0) return -1;
+        if (sizeof(*m) + n > sizeof(b->buf)) return write_msg(fd, m, meta, n);
+    }
+    memcpy(b->buf + b->len, m, sizeof(*m));
+    memcpy(b->buf + b->len + sizeof(*m), meta, n);
+    b->len += sizeof(*m) + n;
+    return ++b->due >= every ? outbox_flush(b) : 0;
+}
+
+/* The producer's end of the ack pipe: one read takes every ack already written; the messages
+   due go out before it waits. */
+static int ack_read(int fd, char* ack) {
+    static reader in;       /* one producer per process */
+    if (in.fd != fd) { in.fd = fd; in.at = in.len = 0; in.out = NULL; }
+    if (in.at == in.len && outbox_flush(&bench_out) != 0) return -1;
+    return reader_get(&in, ack, 1);
+}
+
 /* One transfer: a pool buffer, one memcpy, the stamp, a zero-copy put, the metadata down the pipe. */
 static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint32_t kind, uint64_t index, const bench_opts* o) {
     const int copy_put = o->copy_put;
@@ -524,7 +731,7 @@ static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint
     char key[32];
     omc_result r;
     memset(&m, 0, sizeof(m));
-    m.t0 = omc_now_ns();
+    m.t0 = kind == MSG_LAT ? omc_now_ns() : 0;     /* only the latency phase reads it: a clock read less per transfer */
     if (copy_put) {     /* from the caller's memory: the connector copies it into its pool */
         stamp((uint8_t*)(uintptr_t)src, size, index);
         memset(&p, 0, sizeof(p));
@@ -536,7 +743,9 @@ static omc_result produce(bench_side* s, const uint8_t* src, uint64_t size, uint
         if (r != OMC_OK) return r;
         goto send;
     }
-    r = omc_conn_alloc(s->conn, size, omc_deadline_after_ms(30000), &buf);
+    r = bench_out.due ? omc_conn_alloc(s->conn, size, omc_now_ns(), &buf) : OMC_ERR_TIMEOUT;   /* no wait with messages due */
+    if (r != OMC_OK && outbox_flush(&bench_out) != 0) return OMC_ERR_CONNECTION;
+    if (r != OMC_OK) r = omc_conn_alloc(s->conn, size, omc_deadline_after_ms(30000), &buf);
     if (r != OMC_OK) return r;
     memcpy(buf.data, src, (size_t)size);
     stamp((uint8_t*)buf.data, size, index);
@@ -552,7 +761,7 @@ send:
     m.index = index;
     m.size = size;
     m.readers = o->readers;
-    r = write_all(s->msg_fd, &m, sizeof(m)) == 0 && write_all(s->msg_fd, meta.data, meta.size) == 0 ? OMC_OK : OMC_ERR_CONNECTION;
+    r = outbox_put(&bench_out, s->msg_fd, &m, meta.data, meta.size, kind == MSG_DATA_ACK ? bench_ack_every(o) : 1) == 0 ? OMC_OK : OMC_ERR_CONNECTION;
     omc_meta_free(&meta);
     return r;
 }
@@ -599,7 +808,7 @@ static int bench_rail_bytes(omc_conn* c, uint64_t* out, char (*names)[64]) {
 /* One acknowledgement of the throughput phase (--inflight): counted in its time slice. */
 static int bench_ack(bench_side* s, const bench_opts* o, uint64_t size, omc_time_ns t_first) {
     char ack;
-    if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+    if (ack_read(s->ack_fd, &ack) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
     if (o->timeline > 0) {
         int k = (int)((double)(omc_now_ns() - t_first) / 1e9 / o->timeline);
         if (k >= 0 && k < BENCH_MAX_SLICES) {
@@ -675,7 +884,7 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
         omc_time_ns t_put = omc_now_ns();
         r = produce(s, src, size, MSG_LAT, index, o);
         if (r != OMC_OK) { fprintf(stderr, "omniconn bench: put: %s\n", omc_result_str(r)); return -1; }
-        if (read_all(s->ack_fd, &ack, 1) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
+        if (ack_read(s->ack_fd, &ack) != 0) { fprintf(stderr, "omniconn bench: the consumer is gone\n"); return -1; }
         /* another host has another clock: there, latency is the round trip put -> get -> ack */
         if (o->remote && index < BENCH_MAX_LAT) s->sh->lat[index] = omc_now_ns() - t_put;
         progress_tick(pg, "latency", size, i + 1, BENCH_WARMUP + lat_iters, (uint64_t)(i + 1) * size);
@@ -689,7 +898,10 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
     row->p99_us = (double)s->sh->lat[(lat_iters * 99) / 100] / 1e3;
     row->p999_us = (double)s->sh->lat[(lat_iters * 999) / 1000] / 1e3;
     row->max_us = (double)s->sh->lat[lat_iters - 1] / 1e3;
-    /* back to back: the throughput phase */
+    /* back to back: the throughput phase (the consumer is idle: every latency transfer was acked) */
+    row->batches = s->sh->batches;
+    row->batched_gets = s->sh->batched_gets;
+    s->sh->batch_max = 0;
     pg->start = pg->last = t_first = omc_now_ns();
     memset(&bench_tl, 0, sizeof(bench_tl));
     bench_tl.slice_s = o->timeline;
@@ -718,7 +930,7 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
     if (fail) return -1;
     memset(&m, 0, sizeof(m));
     m.kind = MSG_SYNC;
-    if (write_all(s->msg_fd, &m, sizeof(m)) != 0 || read_all(s->ack_fd, &ack, 1) != 0) {
+    if (outbox_flush(&bench_out) != 0 || write_all(s->msg_fd, &m, sizeof(m)) != 0 || ack_read(s->ack_fd, &ack) != 0) {
         fprintf(stderr, "omniconn bench: the consumer is gone\n");
         return -1;
     }
@@ -727,6 +939,9 @@ static int producer_size(bench_side* s, const bench_opts* o, progress* pg, uint6
         if (ack != 1) { fprintf(stderr, "omniconn bench: the consumer reports failed or damaged gets (its host says which)\n"); return -1; }
     }
     row->iters = iters = i;
+    row->batches = s->sh->batches - row->batches;
+    row->batched_gets = s->sh->batched_gets - row->batched_gets;
+    row->batch_max = s->sh->batch_max;
     /* with fan-out every payload is read readers times: GB/s counts the bytes read */
     row->gbps = (double)size * (double)(o->readers ? o->readers : 1) * (double)iters / (double)(s->sh->last_done - t_first);
     row->msg_rate = (double)iters * 1e9 / (double)(s->sh->last_done - t_first);
@@ -798,6 +1013,14 @@ static omc_conn* bench_connector(const bench_opts* o, omc_role role, const char*
    only take turns on the same cores: there the consumer takes one at a time, as it always has. */
 static long bench_remote_window(const bench_opts* o) {
     return strcmp(o->transport, "tcp") == 0 || strcmp(o->transport, "rdma") == 0 ? o->inflight : 0;
+}
+
+/* Messages and acks written together (see outbox and acks), half a window at a time: the
+   producer refills one half while the consumer takes the other, as double buffering does.
+   Without a window (or an unknown one: 0), one at a time. */
+static long bench_ack_every(const bench_opts* o) {
+    long n = o->inflight / 2;
+    return n > 1 ? n : 1;
 }
 
 static void* consumer_thread(void* arg) {
@@ -885,8 +1108,9 @@ static int write_json(const bench_opts* o, const bench_row* rows, int n, int pro
         fprintf(f, ",\n  \"cpus\": %ld,\n  \"load_average\": %.2f,\n  \"date\": \"%s\",\n", sysconf(_SC_NPROCESSORS_ONLN), la[0], date);
     }
     fprintf(f, "  \"options\": {\"put\": \"%s\", \"pool_bytes\": %llu, \"duration_s\": %.3f, \"inflight\": %ld, \"cpu_producer\": %d, "
-               "\"cpu_consumer\": %d, \"readers\": %u},\n", o->copy_put ? "copy" : "zero-copy", (unsigned long long)pool_for(o),
-            o->duration > 0 ? o->duration : (double)BENCH_PHASE_NS / 1e9, o->inflight, o->cpu_producer, o->cpu_consumer, o->readers ? o->readers : 1);
+               "\"cpu_consumer\": %d, \"readers\": %u, \"batch\": %ld},\n", o->copy_put ? "copy" : "zero-copy", (unsigned long long)pool_for(o),
+            o->duration > 0 ? o->duration : (double)BENCH_PHASE_NS / 1e9, o->inflight, o->cpu_producer, o->cpu_consumer, o->readers ? o->readers : 1,
+            o->batch);
     if (strcmp(o->transport, "rdma") == 0) {
         fprintf(f, "  \"rdma\": {\"devices\": ");
         json_string(f, o->devices ? o->devices : "");
@@ -922,10 +1146,12 @@ static int write_json(const bench_opts* o, const bench_row* rows, int n, int pro
     for (i = 0; i < n; i++)
         fprintf(f, "    {\"size\": %llu, \"iters\": %ld, \"gbps\": %.4f, \"msg_rate\": %.1f, \"ns_per_transfer\": %.1f, \"memcpy_gbps\": %.4f, "
                    "\"ratio_vs_memcpy\": %.4f, \"lat_iters\": %ld, \"lat_min_us\": %.2f, \"lat_avg_us\": %.2f, \"lat_p50_us\": %.2f, "
-                   "\"lat_p99_us\": %.2f, \"lat_p999_us\": %.2f, \"lat_max_us\": %.2f}%s\n",
+                   "\"lat_p99_us\": %.2f, \"lat_p999_us\": %.2f, \"lat_max_us\": %.2f, \"batches\": %llu, \"batched_gets\": %llu, "
+                   "\"batch_max\": %llu}%s\n",
                 (unsigned long long)rows[i].size, rows[i].iters, rows[i].gbps, rows[i].msg_rate, rows[i].msg_rate > 0 ? 1e9 / rows[i].msg_rate : 0.0,
                 rows[i].memcpy_gbps, rows[i].memcpy_gbps > 0 ? rows[i].gbps / rows[i].memcpy_gbps : 0.0, rows[i].lat_iters, rows[i].min_us,
-                rows[i].avg_us, rows[i].p50_us, rows[i].p99_us, rows[i].p999_us, rows[i].max_us, i + 1 < n ? "," : "");
+                rows[i].avg_us, rows[i].p50_us, rows[i].p99_us, rows[i].p999_us, rows[i].max_us, (unsigned long long)rows[i].batches,
+                (unsigned long long)rows[i].batched_gets, (unsigned long long)rows[i].batch_max, i + 1 < n ? "," : "");
     fprintf(f, "  ]\n}\n");
     if (fclose(f) != 0) { fprintf(stderr, "omniconn bench: cannot write %s\n", o->json); return -1; }
     return 0;
@@ -993,6 +1219,9 @@ static void bench_usage(void) {
     printf("  --readers N      fan-out: each payload is read by N gets (GB/s counts the bytes read) (default 1)\n");
     printf("  --inflight N     at most N transfers put and not yet released (default: as many as the pool holds);\n"
            "                   tcp, rdma: the consumer keeps up to N gets in flight (16 threads at most)\n");
+    printf("  --batch N        the consumer takes up to N metadata messages already arrived (1..%d) and fetches them with one\n"
+           "                   omc_conn_get_batch on one thread (no window threads); with --inflight: a window fetched in batches\n",
+           BENCH_MAX_BATCH);
     printf("  --cpus P,C       pin the producer to CPU P and the consumer to CPU C (default: not pinned)\n");
     printf("  --gbits          report Gb/s (10^9 bits/s) instead of GB/s (10^9 bytes/s)\n");
     printf("  --force          reserve more memory than this host has available\n");
@@ -1153,6 +1382,8 @@ static int bench_consumer_for(bench_opts* o) {
     cons.sh = (bench_shared*)calloc(1, sizeof(bench_shared));
     cons.msg_fd = cons.ack_fd = s;
     cons.window = bench_remote_window(o);   /* this host's --inflight */
+    cons.batch = o->batch;                  /* and --batch */
+    cons.ack_every = bench_ack_every(o);
     cons.conn = cons.sh ? bench_connector(o, OMC_ROLE_RECEIVER, "bench") : NULL;
     if (!cons.conn) { free(cons.sh); close(s); return 1; }
     consumer_loop(&cons);
@@ -1187,7 +1418,7 @@ static int bench_parse_options(int argc, char** argv, bench_opts* o, const char*
         { "no-progress", no_argument, NULL, 'Q' }, { "host", required_argument, NULL, 'H' }, { "shm-dir", required_argument, NULL, 'D' },
         { "duration", required_argument, NULL, 'd' }, { "pool", required_argument, NULL, 'o' }, { "put", required_argument, NULL, 'u' },
         { "cpus", required_argument, NULL, 'c' }, { "gbits", no_argument, NULL, 'g' }, { "force", no_argument, NULL, 'f' },
-        { "inflight", required_argument, NULL, 'i' }, { "serve", no_argument, NULL, 'S' }, { "readers", required_argument, NULL, 'r' }, { "port", required_argument, NULL, 'O' },
+        { "inflight", required_argument, NULL, 'i' }, { "batch", required_argument, NULL, 'b' }, { "serve", no_argument, NULL, 'S' }, { "readers", required_argument, NULL, 'r' }, { "port", required_argument, NULL, 'O' },
         { "devices", required_argument, NULL, 'E' }, { "rails", required_argument, NULL, 'R' }, { "rdma-addr", required_argument, NULL, 'A' },
         { "gid-index", required_argument, NULL, 'G' }, { "timeline", required_argument, NULL, 'T' }, { "flap", required_argument, NULL, 'F' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
@@ -1234,6 +1465,13 @@ static int bench_parse_options(int argc, char** argv, bench_opts* o, const char*
                 o->inflight = strtol(optarg, &end, 10);
                 if (*end || o->inflight <= 0 || o->inflight > 1000000) {
                     fprintf(stderr, "omniconn bench: --inflight '%s' is not a number of transfers (1..1000000)\n", optarg);
+                    return 2;
+                }
+                break;
+            case 'b':
+                o->batch = strtol(optarg, &end, 10);
+                if (*end || o->batch <= 0 || o->batch > BENCH_MAX_BATCH) {
+                    fprintf(stderr, "omniconn bench: --batch '%s' is not a number of gets per batch (1..%d)\n", optarg, BENCH_MAX_BATCH);
                     return 2;
                 }
                 break;
@@ -1384,6 +1622,8 @@ static int bench_setup(bench_run* b) {
     memset(b->scratch, 0, (size_t)max_size(o));
     b->cons = b->prod;
     b->cons.window = bench_remote_window(o);
+    b->cons.batch = o->batch;
+    b->cons.ack_every = bench_ack_every(o);
     b->prod.msg_fd = b->fds_msg[1];
     b->prod.ack_fd = b->fds_ack[0];
     b->cons.msg_fd = b->fds_msg[0];
@@ -1510,6 +1750,7 @@ static int bench_measure(bench_run* b) {
            o->copy_put ? "copy from the caller's memory" : "zero-copy");
     if (o->inflight) printf("at most %ld", o->inflight);
     else printf("as many as the pool holds");
+    if (o->batch) printf("; gets in batches of up to %ld (omc_conn_get_batch, one thread)", o->batch);
     if (o->readers > 1) printf("; fan-out: %u gets per payload, GB/s counts the bytes read\n", o->readers);
     else printf("\n");
     print_header(o);
