@@ -5687,6 +5687,8 @@ typedef struct omc__dp_xfer {
     void* plane;                        /* the plane's own per-transfer state */
     int refused;                        /* a request was refused before a byte moved (rx_request): */
     uint64_t detail;                    /* the stream is in step; detail as in ERROR */
+    int nowait;                         /* the caller polls several channels: rx_progress never
+                                           waits inside for more bytes */
 } omc__dp_xfer;
 
 /* One push as a sender-side plane sees it (the fields after abort were added in the second
@@ -7923,7 +7925,7 @@ OMC__PRIVATE omc_result omc__tcp_rx_progress(void* user, void* chan, omc__dp_xfe
         }
         /* once a valid header came, the sender is pushing: wait in recv itself for the rest
            (MSG_WAITALL, at most a slice per call, never past the get's deadline) */
-        int wait = part > 0 && (x->deadline == OMC_WAIT_FOREVER || x->deadline - omc_now_ns() > OMC__NET_SLICE_MS * 1000000LL)
+        int wait = part > 0 && !xf->nowait && (x->deadline == OMC_WAIT_FOREVER || x->deadline - omc_now_ns() > OMC__NET_SLICE_MS * 1000000LL)
                    ? MSG_WAITALL : MSG_DONTWAIT;
         if (part == 0) k = recv(x->fd, x->hdr + x->hdr_got, OMC__TCP_HEADER_SIZE - x->hdr_got, MSG_DONTWAIT);
         else if (part == 1) {
@@ -10068,6 +10070,9 @@ OMC__PRIVATE omc_result omc__net_get_meta(omc__net* N, const char* qkey, uint32_
     their connection, which consumes nothing on the sender.
 */
 #define OMC__NET_AHEAD 16
+#ifndef OMNICONN_TCP_BATCH_LANES
+#define OMNICONN_TCP_BATCH_LANES 8      /* channels a batch's run to one sender uses at most */
+#endif
 
 /* One get of a run to one sender. */
 typedef struct omc__net_bitem {
@@ -10109,35 +10114,34 @@ OMC__PRIVATE omc_result omc__net_bitem_send(omc__net* N, omc__net_chan* ch, omc_
     return OMC_OK;
 }
 
-/* Read the answer to a request sent ahead (the next one on the stream). *in_step: the stream is
-   still in step (the get succeeded, or was refused cleanly). */
-OMC__PRIVATE omc_result omc__net_bitem_read(omc__net* N, omc__net_chan* ch, omc__net_bitem* a, omc_time_ns deadline, int* in_step) {
+/* Start reading the answer to a request sent ahead (the next one on the stream): the plane's
+   per-transfer state reset, the kind of answer named (and what was held back sent). */
+OMC__PRIVATE omc_result omc__net_bitem_start(omc__net_chan* ch, omc__net_bitem* a, omc_time_ns deadline) {
     const omc__dp_vtable* vt = ch->dp->vt;
     uint8_t desc[OMC__WIRE_MAX_DESC];
     uint32_t desc_len = 0;
     omc__dp_request q;
-    omc_time_ns wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_default_budget_ns(a->x.size) : deadline;
     omc_result r;
-    *in_step = 0;
-    /* rx_prepare resets the plane's per-transfer state; it would also reconnect a closed
-       connection, which must not happen here: the answer is on the one it had */
+    /* rx_prepare would also reconnect a closed connection, which must not happen here: the
+       answer is on the one it had */
     if (vt->rx_fd(ch->dp->user, ch->dpc) < 0) return OMC_ERR_CONNECTION;
     r = vt->rx_prepare(ch->dp->user, ch->dpc, &a->x, deadline, desc, sizeof(desc), &desc_len);
+    a->x.nowait = 1;
     omc__net_bitem_request(ch, a, OMC__DP_AHEAD_READ, deadline, &q);
     if (r == OMC_OK) r = omc__dp_ext_of(vt)->rx_request(ch->dp->user, ch->dpc, &a->x, &q, deadline);
-    while (r == OMC_OK && !a->x.complete) {
-        struct pollfd pf;
-        if (omc__net_closed(N)) { r = OMC_ERR_CLOSED; break; }
-        if (omc_now_ns() >= wait_until) { r = OMC_ERR_TIMEOUT; break; }
-        pf.fd = vt->rx_fd(ch->dp->user, ch->dpc); pf.events = POLLIN; pf.revents = 0;
-        if (poll(&pf, 1, omc__poll_ms(wait_until, OMC__NET_SLICE_MS)) > 0) r = vt->rx_progress(ch->dp->user, ch->dpc, &a->x, 0);
-    }
+    return r;
+}
+
+/* The answer is complete or failed with r: let the plane end it. Returns whether the stream is
+   still in step (a success, or a clean refusal). */
+OMC__PRIVATE int omc__net_bitem_stop(omc__net_chan* ch, omc__net_bitem* a, omc_result r) {
+    int in_step = r == OMC_OK;
     if (r != OMC_OK && a->x.refused) {
         if (r == OMC_ERR_TOO_LARGE) a->g->out->size = a->x.detail;
-        *in_step = omc__net_clean_refusal(r);
-    } else *in_step = r == OMC_OK;
-    if (vt->rx_end) vt->rx_end(ch->dp->user, ch->dpc, &a->x, r);   /* out of step: closes the connection */
-    return r;
+        in_step = omc__net_clean_refusal(r);
+    }
+    if (ch->dp->vt->rx_end) ch->dp->vt->rx_end(ch->dp->user, ch->dpc, &a->x, r);   /* out of step: closes the connection */
+    return in_step;
 }
 
 /* The end of one get of the run: the view handed out, or the destination given back. */
@@ -10189,46 +10193,145 @@ OMC__PRIVATE omc_result omc__net_chan_connect(omc__net_chan* ch, omc_time_ns dea
     return vt->rx_prepare(ch->dp->user, ch->dpc, &x, deadline, desc, sizeof(desc), &desc_len);
 }
 
-/* A run of gets to one sender (same host, port and incarnation): it[at[0..m-1]], pipelined on
-   one channel. The items it leaves in TODO are for the plain get. */
-OMC__PRIVATE void omc__net_run(omc__net* N, omc__net_bitem* it, const uint32_t* at, uint32_t m, omc_time_ns deadline) {
-    omc__net_bitem* first = &it[at[0]];
-    omc__net_peer* p;
+/* One lane of a run: a channel and every lanes-th get of the run, in order. Several lanes let
+   the payloads of one lane move while another waits for its round trip (a PULL's answer waits
+   for its receipt, one at a time per connection). */
+typedef struct omc__net_lane {
     omc__net_chan* ch;
+    int fresh, in_step, reading;        /* reading: the answer to item next is being read */
+    uint32_t first, count, sent, next;  /* its items: at[first + i * lanes], i < count */
+    omc_time_ns wait_until;             /* of the item being read */
+} omc__net_lane;
+
+/* Open a lane's channel to p: checked out, HELLO answered, same incarnation as the metadata,
+   taking requests ahead, data connection open. 0 = no lane (the plain gets take its items). */
+OMC__PRIVATE int omc__net_lane_open(omc__net* N, omc__net_peer* p, uint64_t incarnation, omc_time_ns deadline, omc__net_lane* L) {
+    if (omc__net_chan_checkout(N, p, &L->ch, &L->fresh) != OMC_OK) return 0;
+    L->ch->xfer = omc__add(&N->next_xfer, 1u);
+    L->ch->deadline = deadline;
+    if (omc__net_chan_hello(N, L->ch, deadline) != OMC_OK) { omc__net_chan_close(N, L->ch); return 0; }
+    if (L->ch->incarnation != incarnation || !omc__net_chan_pipelines(N, L->ch)) { omc__net_chan_checkin(N, L->ch, 1); return 0; }
+    if (omc__net_chan_connect(L->ch, deadline) != OMC_OK) { omc__net_chan_checkin(N, L->ch, 0); return 0; }
+    L->in_step = 1;
+    return 1;
+}
+
+/* The item a lane was reading is complete or failed with r. */
+OMC__PRIVATE void omc__net_lane_end_item(omc__net* N, omc__net_peer* p, omc__net_bitem* a, omc__net_lane* L, omc_result r) {
+    int in_step = omc__net_bitem_stop(L->ch, a, r);
+    L->reading = 0;
+    if (r == OMC_ERR_PEER_RESTARTED && !L->fresh) {    /* a cached channel may predate a restart: */
+        omc_buffer_release(&a->x.dst);                 /* only a fresh HELLO has the last word */
+        a->state = OMC__NET_B_TODO;
+        L->in_step = 0;
+        return;
+    }
+    omc__net_bitem_finish(N, p, a, r);
+    L->next++;
+    L->in_step = in_step;
+}
+
+/* Keep a lane's requests ahead and have it reading its next answer. may_wait: no lane has a
+   request out, so this one may wait for pool room (with requests out, a wait would hold up the
+   answers that free nothing but would be read). Returns OMC__NET_LANE_*. */
+enum { OMC__NET_LANE_DONE = 0, OMC__NET_LANE_READING, OMC__NET_LANE_STALLED };
+OMC__PRIVATE int omc__net_lane_step(omc__net* N, omc__net_peer* p, omc__net_bitem* it, const uint32_t* at, uint32_t lanes,
+                                    omc__net_lane* L, int may_wait, omc_time_ns deadline) {
+    for (;;) {
+        omc__net_bitem* a;
+        omc_result r;
+        if (L->reading) return OMC__NET_LANE_READING;
+        if (!L->in_step || L->next >= L->count) return OMC__NET_LANE_DONE;
+        while (L->sent < L->count && L->sent - L->next < OMC__NET_AHEAD &&
+               omc__net_bitem_send(N, L->ch, &it[at[L->first + L->sent * lanes]], may_wait && L->sent == L->next, deadline) == OMC_OK)
+            L->sent++;
+        /* no room for its next destination: try again when no request is out, and if even that
+           wait finds none, the plain get says why */
+        if (L->sent == L->next) return may_wait ? OMC__NET_LANE_DONE : OMC__NET_LANE_STALLED;
+        a = &it[at[L->first + L->next * lanes]];
+        L->wait_until = deadline == OMC_WAIT_FOREVER ? omc_now_ns() + omc__net_default_budget_ns(a->x.size) : deadline;
+        L->reading = 1;
+        r = omc__net_bitem_start(L->ch, a, deadline);
+        if (r == OMC_OK) return OMC__NET_LANE_READING;
+        omc__net_lane_end_item(N, p, a, L, r);
+    }
+}
+
+/* How many lanes a run gets: one for claims (no payload moves), more when enough payloads are
+   pulled that their round trips are worth overlapping. */
+OMC__PRIVATE uint32_t omc__net_lanes_for(const omc__net_bitem* it, const uint32_t* at, uint32_t m) {
+    uint32_t k, pulls = 0, lanes;
+    for (k = 0; k < m; k++) pulls += !it[at[k]].body.inl;
+    lanes = 1 + pulls / 4;
+    return lanes < OMNICONN_TCP_BATCH_LANES ? lanes : OMNICONN_TCP_BATCH_LANES;
+}
+
+/* A run of gets to one sender (same host, port and incarnation): it[at[0..m-1]], dealt over up to
+   OMNICONN_TCP_BATCH_LANES channels, each pipelined, all read by this thread from one poll. The
+   items it leaves in TODO are for the plain get. */
+OMC__PRIVATE void omc__net_run(omc__net* N, omc__net_bitem* it, const uint32_t* at, uint32_t m, omc_time_ns deadline) {
+    omc__net_lane L[OMNICONN_TCP_BATCH_LANES];
+    struct pollfd pf[OMNICONN_TCP_BATCH_LANES];
+    uint32_t who[OMNICONN_TCP_BATCH_LANES];
+    uint32_t want = omc__net_lanes_for(it, at, m), nl = 0, l, k, done = 0;
+    omc__net_peer* p;
     omc_result r = OMC_OK;
-    uint32_t sent = 0, k, done;
-    int fresh = 0, in_step = 1;
     pthread_mutex_lock(&N->peer_mu);
-    p = omc__net_peer_locked(N, first->body.host, first->body.port, 1, &r);
+    p = omc__net_peer_locked(N, it[at[0]].body.host, it[at[0]].body.port, 1, &r);
     pthread_mutex_unlock(&N->peer_mu);
-    if (!p || omc__net_chan_checkout(N, p, &ch, &fresh) != OMC_OK) return;
-    ch->xfer = omc__add(&N->next_xfer, 1u);
-    ch->deadline = deadline;
-    if (omc__net_chan_hello(N, ch, deadline) != OMC_OK) { omc__net_chan_close(N, ch); return; }
-    if (ch->incarnation != first->g->meta->incarnation || !omc__net_chan_pipelines(N, ch)) { omc__net_chan_checkin(N, ch, 1); return; }
-    if (omc__net_chan_connect(ch, deadline) != OMC_OK) { omc__net_chan_checkin(N, ch, 0); return; }
-    for (k = 0; k < m && in_step; k++) {
-        omc__net_bitem* a = &it[at[k]];
-        while (sent < m && sent - k < OMC__NET_AHEAD && omc__net_bitem_send(N, ch, &it[at[sent]], sent == k, deadline) == OMC_OK) sent++;
-        if (sent == k) break;           /* its destination or its request failed: the plain get says why */
-        r = omc__net_bitem_read(N, ch, a, deadline, &in_step);
-        if (r == OMC_ERR_PEER_RESTARTED && !fresh) {    /* a cached channel may predate a restart: */
-            omc_buffer_release(&a->x.dst);              /* only a fresh HELLO has the last word */
-            a->state = OMC__NET_B_TODO;
-            in_step = 0;
-            break;
+    if (!p) return;
+    memset(L, 0, sizeof(L));
+    while (nl < want && omc__net_lane_open(N, p, it[at[0]].g->meta->incarnation, deadline, &L[nl])) nl++;
+    if (!nl) return;
+    for (l = 0; l < nl; l++) { L[l].first = l; L[l].count = (m - l + nl - 1) / nl; }    /* item k to lane k % nl */
+    for (;;) {
+        omc_time_ns now, until = OMC_WAIT_FOREVER;
+        uint32_t n = 0, i, stalled = 0, out;
+        for (l = 0; l < nl; l++) {
+            int st;
+            for (k = 0, out = 0; k < nl; k++) out += L[k].sent - L[k].next;
+            st = omc__net_lane_step(N, p, it, at, nl, &L[l], out == 0, deadline);
+            stalled += st == OMC__NET_LANE_STALLED;
+            if (st != OMC__NET_LANE_READING) continue;
+            pf[n].fd = L[l].ch->dp->vt->rx_fd(L[l].ch->dp->user, L[l].ch->dpc);
+            pf[n].events = POLLIN;
+            pf[n].revents = 0;
+            who[n++] = l;
+            if (L[l].wait_until < until) until = L[l].wait_until;
         }
-        omc__net_bitem_finish(N, p, a, r);
+        if (!n && stalled) continue;    /* nothing out now: a stalled lane may wait for room */
+        if (!n) break;
+        now = omc_now_ns();
+        if (omc__net_closed(N) || now >= until) {       /* closed, or a get's time is up */
+            for (i = 0; i < n; i++)
+                if (omc__net_closed(N) || now >= L[who[i]].wait_until)
+                    omc__net_lane_end_item(N, p, &it[at[L[who[i]].first + L[who[i]].next * nl]], &L[who[i]],
+                                           omc__net_closed(N) ? OMC_ERR_CLOSED : OMC_ERR_TIMEOUT);
+            continue;
+        }
+        if (poll(pf, n, omc__poll_ms(until, OMC__NET_SLICE_MS)) <= 0) continue;
+        for (i = 0; i < n; i++) {
+            omc__net_lane* Li = &L[who[i]];
+            omc__net_bitem* a = &it[at[Li->first + Li->next * nl]];
+            if (!pf[i].revents) continue;
+            r = Li->ch->dp->vt->rx_progress(Li->ch->dp->user, Li->ch->dpc, &a->x, 0);
+            if (r != OMC_OK || a->x.complete) omc__net_lane_end_item(N, p, a, Li, r);
+        }
     }
-    for (k = 0, done = 0; k < m; k++) {     /* sent and never read: they die with the connection */
-        omc__net_bitem* a = &it[at[k]];
-        if (a->state == OMC__NET_B_SENT) { omc_buffer_release(&a->x.dst); a->state = OMC__NET_B_TODO; in_step = 0; }
-        done += a->state == OMC__NET_B_DONE;
+    for (l = 0; l < nl; l++) {
+        for (k = L[l].next; k < L[l].sent; k++) {       /* sent and never read: they die with the connection */
+            omc__net_bitem* a = &it[at[L[l].first + k * nl]];
+            if (a->state != OMC__NET_B_SENT) continue;
+            omc_buffer_release(&a->x.dst);
+            a->state = OMC__NET_B_TODO;
+            L[l].in_step = 0;
+        }
+        omc__net_chan_checkin(N, L[l].ch, L[l].in_step);
     }
-    OMC__LOG(&N->conn->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "receiver: %u of a batch's %u gets to %s:%u pipelined on one data "
-             "connection (at most %d requests ahead)%s", done, m, p->host, (unsigned)p->port, OMC__NET_AHEAD,
-             done < m ? "; the rest one at a time" : "");
-    omc__net_chan_checkin(N, ch, in_step);
+    for (k = 0; k < m; k++) done += it[at[k]].state == OMC__NET_B_DONE;
+    OMC__LOG(&N->conn->hooks, OMC_LOG_DEBUG, OMC_LOGITEM_NET, "receiver: %u of a batch's %u gets to %s:%u pipelined on %u data "
+             "connection%s (at most %d requests ahead on each)%s", done, m, p->host, (unsigned)p->port, nl, nl == 1 ? "" : "s",
+             OMC__NET_AHEAD, done < m ? "; the rest one at a time" : "");
 }
 
 /* The connector's get_batch: each run of gets to one sender pipelined, anything else one at a

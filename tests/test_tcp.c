@@ -2342,7 +2342,7 @@ static void pipe_logger(omc_log_level lvl, omc_log_item item, const char* msg, c
     pipe_log* pl = (pipe_log*)user;
     unsigned n = 0, m = 0;
     (void)lvl; (void)item; (void)file; (void)line;
-    if (strstr(msg, "pipelined on one data connection") && sscanf(msg, "receiver: %u of a batch's %u gets", &n, &m) == 2) {
+    if (strstr(msg, "pipelined on ") && sscanf(msg, "receiver: %u of a batch's %u gets", &n, &m) == 2) {
         __atomic_add_fetch(&pl->lines, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&pl->gets, (int)n, __ATOMIC_RELAXED);
     }
