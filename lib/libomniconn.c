@@ -75,6 +75,10 @@ OMNICONN_API omc_result omc_ffi_get_from(omc_conn* conn, const char* sender, con
                                          omc_buffer** out, void** data, uint64_t* size, uint32_t* flags);
 OMNICONN_API omc_result omc_ffi_tcp_query(omc_conn* conn, const char* sender, const char* from, const char* to,
                                           const char* key, omc_time_ns deadline, uint64_t* size);
+OMNICONN_API omc_result omc_ffi_get_batch(omc_conn* conn, const char* from, const char* to, uint32_t n,
+                                          const char* const* keys, const void* const* metas, const size_t* meta_sizes,
+                                          omc_time_ns deadline, omc_buffer** outs, void** datas, uint64_t* sizes,
+                                          uint32_t* flags, int32_t* results);
 OMNICONN_API omc_result omc_ffi_buffer_release(omc_buffer* buffer);
 OMNICONN_API const char* omc_ffi_get_first_fields(void);
 OMNICONN_API omc_result omc_ffi_get_first(omc_conn* conn, const char* sender, const char* from, const char* to,
@@ -397,6 +401,41 @@ static omc_result omc__ffi_hand_out(omc_buffer* b, omc_buffer** out, void** data
     if (size) *size = b->size;
     if (flags) *flags = b->flags;
     return OMC_OK;
+}
+
+/* n gets in one omc_conn_get_batch (the remote connector pipelines those to one sender): keys[i]
+   with metas[i] (meta_sizes[i] bytes; 0 = a metadata-less get). Per item results[i], and for a
+   success the buffer handed out as omc_ffi_get does (outs[i], datas[i], sizes[i], flags[i]).
+   Returns the first failure, as omc_conn_get_batch does. */
+OMNICONN_API omc_result omc_ffi_get_batch(omc_conn* conn, const char* from, const char* to, uint32_t n,
+                                          const char* const* keys, const void* const* metas, const size_t* meta_sizes,
+                                          omc_time_ns deadline, omc_buffer** outs, void** datas, uint64_t* sizes,
+                                          uint32_t* flags, int32_t* results) {
+    omc_batch_item* it;
+    omc_result first = OMC_OK;
+    uint32_t i;
+    if (n && (!keys || !metas || !meta_sizes || !outs || !datas || !sizes || !flags || !results)) return OMC_ERR_INVALID_ARG;
+    it = (omc_batch_item*)calloc(n ? n : 1, sizeof(*it));
+    if (!it) return OMC_ERR_NO_MEMORY;
+    for (i = 0; i < n; i++) {
+        it[i].key = keys[i];
+        it[i].meta.data = meta_sizes[i] ? (void*)(uintptr_t)metas[i] : NULL;     /* read, never freed here */
+        it[i].meta.size = meta_sizes[i];
+        outs[i] = NULL;
+        datas[i] = NULL;
+        sizes[i] = 0;
+        flags[i] = 0;
+    }
+    omc__ffi_last[0] = 0;
+    (void)omc_conn_get_batch(conn, from, to, it, n, deadline);
+    for (i = 0; i < n; i++) {
+        omc_result r = it[i].result;
+        if (r == OMC_OK) r = omc__ffi_hand_out(&it[i].buffer, &outs[i], &datas[i], &sizes[i], &flags[i]);
+        results[i] = (int32_t)r;
+        if (r != OMC_OK && first == OMC_OK) first = r;
+    }
+    free(it);
+    return first;
 }
 
 /* The values omc_ffi_get_first fills, in this order: the buffer (handle, data, size, flags), then

@@ -1033,6 +1033,37 @@ class Connector:
             raise self._fail(core, r, "get %r" % (key,))
         return Buffer(st.h.value, st.data.value, st.size.value, st.flags.value)
 
+    def get_batch(self, from_stage, to_stage, items, timeout=None):
+        """[Buffer or None] for items, each a key or (key, meta) with meta the bytes put() returned
+        (or None: a metadata-less get), in one call with one deadline. The remote connector
+        overlaps the gets whose metadata names the same sender (requests pipelined on its data
+        connections). A key that is not there (NOT_FOUND, or TIMEOUT at the deadline) is None;
+        any other failure releases every Buffer of the batch and raises. Release each Buffer (or
+        use `with`)."""
+        n = len(items)
+        keys, metas = [], []
+        for it in items:
+            key, meta = (it, None) if isinstance(it, (str, bytes)) else it
+            keys.append(_b(key))
+            metas.append(bytes(meta) if meta else b"")
+        ks = (ctypes.c_char_p * max(n, 1))(*keys)
+        ms = (ctypes.c_char_p * max(n, 1))(*metas)      # kept alive until the call returns
+        sz = (ctypes.c_size_t * max(n, 1))(*[len(m) for m in metas])
+        hs, ds = (ctypes.c_void_p * max(n, 1))(), (ctypes.c_void_p * max(n, 1))()
+        ss, fs, rs = (ctypes.c_uint64 * max(n, 1))(), (ctypes.c_uint32 * max(n, 1))(), (ctypes.c_int32 * max(n, 1))()
+        r = self._call(lib.omc_ffi_get_batch, _stage(from_stage), _stage(to_stage), n, ks, ms, sz,
+                       _FOREVER if timeout is None else deadline(timeout), hs, ds, ss, fs, rs)
+        out = [Buffer(hs[i], ds[i], ss[i], fs[i]) if rs[i] == 0 else None for i in range(n)]
+        bad = next((i for i in range(n) if rs[i] not in (0, _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT)), None)
+        if bad is not None:         # every view goes back, those of the other items too
+            for b in out:
+                if b is not None:
+                    b.release()
+            raise self._fail(self._core, rs[bad], "get_batch %r" % (keys[bad],))
+        if r not in (0, _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT):
+            raise self._fail(self._core, r, "get_batch")
+        return out
+
     def get_first(self, from_stage, to_stage, key, meta=None, timeout=None, sender=None, miss=False):
         """get() and, for a frame, its first segment, in one call into the library: (Buffer,
         (name, kind, omc dtype, shape, offset, size) or None if the payload is not a frame).

@@ -138,6 +138,8 @@ _SIGS = {
                                    c_void_p, c_uint32, P(c_uint32)]),
     "omc_ffi_get": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_void_p, c_size_t, c_int64,
                             P(c_void_p), P(c_void_p), P(c_uint64), P(c_uint32)]),
+    "omc_ffi_get_batch": (c_int, [c_void_p, c_char_p, c_char_p, c_uint32, c_void_p, c_void_p, c_void_p, c_int64,
+                                  c_void_p, c_void_p, c_void_p, c_void_p, c_void_p]),
     "omc_ffi_get_from": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_int64,
                                  P(c_void_p), P(c_void_p), P(c_uint64), P(c_uint32)]),
     "omc_ffi_tcp_query": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_int64, P(c_uint64)]),

@@ -297,3 +297,33 @@ def test_threads_share_a_connector_safely(conn):
         th.join()
     assert errors == []
     assert conn.health()["live_entries"] == 0
+
+
+def test_get_batch_returns_every_items_own_bytes(conn):
+    sizes = [100, 4096, 70000, 300000, 5, 1 << 20, 0]
+    items, want = [], []
+    for i, n in enumerate(sizes):
+        data = np.random.default_rng(i).integers(0, 255, n, dtype=np.uint8)
+        meta = conn.put("a", "b", "gb%d" % i, data)
+        items.append(("gb%d" % i, meta))
+        want.append(data.tobytes())
+    bufs = conn.get_batch("a", "b", items, timeout=60)
+    assert len(bufs) == len(items)
+    for b, w in zip(bufs, want):
+        with b:
+            assert b.to_bytes() == w
+    assert conn.health()["live_entries"] == 0
+
+
+def test_get_batch_gives_none_for_a_key_that_is_not_there_and_raises_for_damaged_metadata(conn):
+    assert conn.get_batch("a", "b", ["never-put"], timeout=0) == [None]
+    meta = conn.put("a", "b", "gbd", b"x" * 5000, readers=2)
+    bad = bytearray(meta)
+    bad[len(bad) // 2] ^= 0x5A
+    with pytest.raises(omniconn.OmniconnError):
+        conn.get_batch("a", "b", [("gbd", meta), ("gbd", bytes(bad))], timeout=60)
+    (b,) = conn.get_batch("a", "b", [("gbd", meta)], timeout=60)     # the first read went, one is left
+    with b:
+        assert b.to_bytes() == b"x" * 5000
+    assert conn.health()["live_entries"] == 0
+    assert conn.get_batch("a", "b", [], timeout=0) == []
