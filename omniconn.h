@@ -39,17 +39,17 @@
                       buffers, dtypes, typed views | payload frames | metadata envelope |
                       the connector contract | the owner's entry table | the
                       same-process connector | features
-    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4689 - 11476
-      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4689 - 5105
+    PART B  THE REMOTE CONNECTOR: ZMQ SIDE CHANNEL + TCP DATA PLANE           lines 4689 - 11483
+      manual          B1 QUICK START | B2 THE SIDE CHANNEL AND THE TCP DATA PLANE |  4689 - 5108
                       B3 CONFIGURATION | B4 WIRE FORMATS
-      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  5108 - 5296
+      declarations    [SECTION] The remote connector: ZMQ side channel and TCP data  5111 - 5299
                       plane
-      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5298 - 11473
+      implementation  [SECTION] Implementation: loading libzmq | the data-plane     5301 - 11480
                       interface | side-channel codec | sockets with deadlines | the
                       TCP data plane | endpoints, hosts, ports, keys | the remote
                       connector - state, sender, receiver channels, get, the contract,
                       create, public extras
-    LICENSE                                                                        11479 - 11514
+    LICENSE                                                                        11486 - 11521
 
     READING PATHS
       vendor      (you copy the file and call it): Part A QUICK START, CONFIGURATION,
@@ -4840,6 +4840,9 @@ B3 CONFIGURATION
     OMNICONN_TCP_MAX_WAIT_MS     1000        impl file    longest a sender holds a QUERY for an
                                                           absent key (long poll)
     OMNICONN_TCP_CHUNK           4 MiB       impl file    largest single send()/recv() of payload
+    OMNICONN_TCP_BATCH_LANES     8           impl file    channels omc_conn_get_batch uses at most for
+                                                          the gets to one sender (one, plus one per 4
+                                                          pulled payloads), each with requests ahead
     OMNICONN_TCP_INLINE          256 KiB     impl file    bytes of a push the listener writes itself
                                                           (without blocking) before a worker takes over
                                                           (a payload written whole: the listener also
@@ -5651,6 +5654,9 @@ __attribute__((constructor)) static void omc__net_register_probe(void) { omc__re
 #endif
 #ifndef OMNICONN_TCP_CHUNK
     #define OMNICONN_TCP_CHUNK ((uint32_t)4 << 20)
+#endif
+#ifndef OMNICONN_TCP_BATCH_LANES
+    #define OMNICONN_TCP_BATCH_LANES 8  /* channels a batch's run of gets to one sender uses at most */
 #endif
 #ifndef OMNICONN_TCP_INLINE
     #define OMNICONN_TCP_INLINE ((uint32_t)256 << 10)   /* bytes the listener writes before a worker takes over */
@@ -7884,8 +7890,7 @@ static omc_result omc__tcp_rx_request(void* user, void* chan, omc__dp_xfer* xf, 
     q.budget_ms = dq->budget_ms;
     omc__tcp_key_proof(&x->mac, dq->entry_id, dq->qkey ? dq->qkey : "", dq->qkey ? dq->qlen : 0, q.proof);
     omc__tcp_req_encode(b, &q);
-    if (dq->ahead != OMC__DP_AHEAD_SEND) x->op = q.op;  /* ahead: the transfer being read keeps its own */
-    if (dq->ahead == OMC__DP_AHEAD_SEND) {
+    if (dq->ahead == OMC__DP_AHEAD_SEND) {     /* the transfer being read keeps its own op */
         /* held until an answer is awaited (then the requests go in one write) or, behind a PULL,
            until that PULL's receipt goes (the sender reads the receipt right after the PULL) */
         if (x->queued >= OMC__TCP_AHEAD_MAX) return OMC_ERR_BUSY;
@@ -7893,6 +7898,7 @@ static omc_result omc__tcp_rx_request(void* user, void* chan, omc__dp_xfer* xf, 
         x->queued++;
         return OMC_OK;
     }
+    x->op = q.op;
     if (x->owed || x->queued) return OMC_ERR_INTERNAL;     /* a plain request never follows held ones */
     x->owed = q.op == OMC__TCP_REQ_PULL;
     return omc__fd_write_all(x->fd, b, sizeof(b), deadline, NULL);
@@ -9861,6 +9867,13 @@ static omc_result omc__net_release(omc_buffer* b) {
     return OMC_OK;
 }
 
+/* A request's time budget in ms: the sender stops pushing when we stop waiting (0: forever, and
+   the sender applies vLLM-Omni's rule; a passed deadline still asks for 1 ms). */
+OMC__PRIVATE uint32_t omc__net_budget_ms(omc_time_ns deadline) {
+    omc_time_ns now = omc_now_ns();
+    return deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
+}
+
 /* A PULL as a request on the channel's TCP data connection, from this thread: no libzmq
    thread and no side-channel message on the way. Waits for the payload (or, for a CLAIM, the
    status record) until wait_until. */
@@ -9868,7 +9881,6 @@ OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp
                                          uint64_t entry_id, omc_time_ns deadline, omc_time_ns wait_until, omc_buffer* out, int* keep) {
     const omc__dp_vtable* vt = ch->dp->vt;
     omc__dp_request q;
-    omc_time_ns now = omc_now_ns();
     omc_result r;
     memset(&q, 0, sizeof(q));
     q.op = op;
@@ -9878,7 +9890,7 @@ OMC__PRIVATE omc_result omc__net_request(omc__net* N, omc__net_chan* ch, omc__dp
     q.qlen = qlen;
     q.expect_incarnation = ch->incarnation;
     q.capacity = x->size;
-    q.budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
+    q.budget_ms = omc__net_budget_ms(deadline);
     r = omc__dp_ext_of(vt)->rx_request(ch->dp->user, ch->dpc, x, &q, deadline);   /* omc__net_pull checked it */
     while (r == OMC_OK && !x->complete) {
         struct pollfd pf;
@@ -9937,13 +9949,12 @@ OMC__PRIVATE omc_result omc__net_pull(omc__net* N, omc__net_chan* ch, const char
         r = omc__net_request(N, ch, &x, inl ? OMC__DP_REQ_CLAIM : OMC__DP_REQ_PULL, qkey, qlen, entry_id, deadline, wait_until, out, keep);
         if (r == OMC_OK && inl && size) memcpy(x.dst.data, inl, (size_t)size);
     } else if (r == OMC_OK) {
-        omc_time_ns now = omc_now_ns();
         m.type = OMC__MSG_PULL;
         m.entry_id = entry_id;
         m.expect_incarnation = ch->incarnation;
         m.capacity = size;
         /* the sender stops pushing when we stop waiting (0: it applies vLLM-Omni's rule too) */
-        m.budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
+        m.budget_ms = omc__net_budget_ms(deadline);
         m.key = qkey;
         m.key_len = qlen;
         m.dp_kind = vt->kind;
@@ -10070,9 +10081,6 @@ OMC__PRIVATE omc_result omc__net_get_meta(omc__net* N, const char* qkey, uint32_
     their connection, which consumes nothing on the sender.
 */
 #define OMC__NET_AHEAD 16
-#ifndef OMNICONN_TCP_BATCH_LANES
-#define OMNICONN_TCP_BATCH_LANES 8      /* channels a batch's run to one sender uses at most */
-#endif
 
 /* One get of a run to one sender. */
 typedef struct omc__net_bitem {
@@ -10086,7 +10094,6 @@ enum { OMC__NET_B_TODO = 0, OMC__NET_B_SENT, OMC__NET_B_DONE, OMC__NET_B_PLAIN }
 /* The request of one get, for sending ahead or for reading its answer. */
 OMC__PRIVATE void omc__net_bitem_request(const omc__net_chan* ch, const omc__net_bitem* a, uint8_t ahead, omc_time_ns deadline,
                                          omc__dp_request* q) {
-    omc_time_ns now = omc_now_ns();
     memset(q, 0, sizeof(*q));
     q->op = a->body.inl ? OMC__DP_REQ_CLAIM : OMC__DP_REQ_PULL;
     q->xfer = a->x.transfer_id;
@@ -10095,7 +10102,7 @@ OMC__PRIVATE void omc__net_bitem_request(const omc__net_chan* ch, const omc__net
     q->qlen = a->g->qlen;
     q->expect_incarnation = ch->incarnation;
     q->capacity = a->x.size;
-    q->budget_ms = deadline == OMC_WAIT_FOREVER ? 0 : deadline <= now ? 1 : (uint32_t)omc__min((deadline - now) / 1000000 + 1, (omc_time_ns)0xFFFFFFFF);
+    q->budget_ms = omc__net_budget_ms(deadline);
     q->ahead = ahead;
 }
 

@@ -45,6 +45,23 @@ def _b(s):
     raise ValueError("omniconn: %r contains a NUL character (C strings end there)" % (s,))
 
 
+def _batch_buffers(n, keys, r, hs, ds, ss, fs, rs, fail):
+    """The [Buffer or None] of a batched get from the library's per-item arrays (handle, data,
+    size, flags, result; r: the call's result). A key that is not there (NOT_FOUND, or TIMEOUT at
+    the deadline) is None; any other failure releases every Buffer of the batch and raises
+    fail(code, what)."""
+    out = [Buffer(hs[i], ds[i], ss[i], fs[i]) if rs[i] == 0 else None for i in range(n)]
+    bad = next((i for i in range(n) if rs[i] not in (0, _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT)), None)
+    if bad is not None:         # every view goes back, those of the other items too
+        for b in out:
+            if b is not None:
+                b.release()
+        raise fail(rs[bad], "get_batch %r" % (keys[bad],))
+    if r not in (0, _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT):
+        raise fail(r, "get_batch")
+    return out
+
+
 _STAGES = {}            # stage name (str or bytes) -> its C string, NUL-checked once
 _STAGES_MAX = 1024      # stage names are few; a program that makes up new ones starts over here
 
@@ -1053,16 +1070,7 @@ class Connector:
         ss, fs, rs = (ctypes.c_uint64 * max(n, 1))(), (ctypes.c_uint32 * max(n, 1))(), (ctypes.c_int32 * max(n, 1))()
         r = self._call(lib.omc_ffi_get_batch, _stage(from_stage), _stage(to_stage), n, ks, ms, sz,
                        _FOREVER if timeout is None else deadline(timeout), hs, ds, ss, fs, rs)
-        out = [Buffer(hs[i], ds[i], ss[i], fs[i]) if rs[i] == 0 else None for i in range(n)]
-        bad = next((i for i in range(n) if rs[i] not in (0, _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT)), None)
-        if bad is not None:         # every view goes back, those of the other items too
-            for b in out:
-                if b is not None:
-                    b.release()
-            raise self._fail(self._core, rs[bad], "get_batch %r" % (keys[bad],))
-        if r not in (0, _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT):
-            raise self._fail(self._core, r, "get_batch")
-        return out
+        return _batch_buffers(n, keys, r, hs, ds, ss, fs, rs, lambda code, what: self._fail(self._core, code, what))
 
     def get_first(self, from_stage, to_stage, key, meta=None, timeout=None, sender=None, miss=False):
         """get() and, for a frame, its first segment, in one call into the library: (Buffer,

@@ -11,8 +11,7 @@ get_batch. See docs/store.md and omniconn_store.h.
 """
 import ctypes
 
-from . import _lib
-from ._core import Connector, Buffer, deadline, _b, error, _address, _u32, _u64, _i64
+from ._core import Connector, Buffer, deadline, _b, error, _address, _u32, _u64, _i64, _batch_buffers
 from ._store_lib import lib, PRIORITIES, READERS_CACHE
 
 __all__ = ["StoreConnector", "StoreDirectory", "PRIORITIES", "READERS_CACHE"]
@@ -51,16 +50,7 @@ class StoreConnector(Connector):
         ss, fs, rs = (ctypes.c_uint64 * n)(), (ctypes.c_uint32 * n)(), (ctypes.c_int32 * n)()
         r = self._call(lib.omc_store_get_batch_flat, _b(from_stage), _b(to_stage), arr, n, PRIORITIES[priority],
                        1 if wait else 0, deadline(10.0 if timeout is None else timeout), hs, ds, ss, fs, rs)
-        out = [Buffer(hs[i], ds[i], ss[i], fs[i]) if rs[i] == 0 else None for i in range(n)]
-        bad = next((i for i in range(n) if rs[i] not in (0, _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT)), None)
-        if bad is not None:         # every view goes back, those after the failed key too
-            for b in out:
-                if b is not None:
-                    b.release()
-            raise error(rs[bad], "get_batch %r" % (keys[bad],))
-        if r not in (0, _lib.OMC_ERR_NOT_FOUND, _lib.OMC_ERR_TIMEOUT):
-            raise error(r, "get_batch")
-        return out
+        return _batch_buffers(n, keys, r, hs, ds, ss, fs, rs, error)
 
 
 class StoreDirectory:
